@@ -1,0 +1,271 @@
+//! Ground truth and invariants. [`check_machine`] walks every address space's
+//! page tables, rebuilds from scratch what each folio's counters must be, and
+//! compares every field the model keeps (KERNEL-REFERENCE §11):
+//!
+//! - per-folio and per-page mapcounts, entire mapcount, the design's fields and
+//!   its "mapped shared" answer (never "exclusive" while two MMs map a folio);
+//! - `refcount == mapcount` for every mapped anon folio (at a quiescent point
+//!   no other references exist yet), and no allocated folio mapped nowhere;
+//! - a writable anon entry maps an AnonExclusive page; an AnonExclusive page
+//!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
+//! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
+//! - every frame is free (in exactly one buddy list), a reachable page table,
+//!   a zero page, or part of a mapped folio; free + allocated = total;
+//! - no "bad page" was reported when a folio was freed.
+//!
+//! [`reference`] is the plain byte model every read is compared against.
+
+pub mod reference;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::folio::Folio;
+use crate::machine::Machine;
+use crate::mapcount::{FolioTruth, MmId};
+use crate::mm::{Mm, Vmas};
+use crate::pgtable::{load, Pte, PGDIR_SHIFT, PMD_SHIFT, PMD_SIZE, PUD_SHIFT};
+use crate::phys::{pg, Pfn, PAGE_SHIFT, PMD_ORDER};
+use crate::rmap;
+
+/// One leaf mapping found by the walk.
+struct Leaf {
+    mm: MmId,
+    addr: u64,
+    pte: Pte,
+    pmd: bool,
+}
+
+/// Runs every check; returns one line per violation (empty when all hold).
+/// Call it at a quiescent point: no thread may be inside an operation.
+pub fn check_machine(m: &Machine) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mms = m.mms();
+    let mut tables: HashSet<Pfn> = HashSet::new();
+    let mut leaves = Vec::new();
+    for mm in &mms {
+        let vmas = mm.read_lock();
+        tables.insert(mm.pgd);
+        for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
+            if !tables.insert(t) {
+                bad.push(format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id));
+            }
+        }
+        let before = leaves.len();
+        walk_tables(m, mm, &mut tables, &mut leaves, &mut bad);
+        let mut rss = 0i64;
+        for leaf in &leaves[before..] {
+            check_leaf(m, &vmas, leaf, &mut bad);
+            if !leaf.pte.special() {
+                rss += if leaf.pmd { 1 << PMD_ORDER } else { 1 };
+            }
+        }
+        let have = mm.rss_anon.load(Relaxed);
+        if have != rss {
+            bad.push(format!("mm {}: MM_ANONPAGES is {have}, page tables map {rss} anon pages", mm.id));
+        }
+    }
+    let truth = build_truth(m, &leaves, &mut bad);
+    check_folios(m, &truth, &mut bad);
+    check_frames(m, &truth, &tables, &mut bad);
+    bad.extend(m.bad_pages.lock().unwrap().iter().map(|b| format!("bad page: {b}")));
+    bad
+}
+
+/// Walks one MM's tables, recording every table frame and every leaf.
+fn walk_tables(m: &Machine, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<String>) {
+    let phys = &m.phys;
+    let mut note_table = |t: Pfn, bad: &mut Vec<String>| {
+        if !tables.insert(t) {
+            bad.push(format!("mm {}: table {t:#x} reachable twice", mm.id));
+        }
+        if !phys.page(t).test(pg::TABLE) {
+            bad.push(format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id));
+        }
+    };
+    for i in 0..512u64 {
+        let pgde = load(phys, mm.pgd, i as usize);
+        if pgde.is_none() {
+            continue;
+        }
+        note_table(pgde.pfn(), bad);
+        for j in 0..512u64 {
+            let pude = load(phys, pgde.pfn(), j as usize);
+            if pude.is_none() {
+                continue;
+            }
+            note_table(pude.pfn(), bad);
+            for k in 0..512u64 {
+                let addr = (i << PGDIR_SHIFT) | (j << PUD_SHIFT) | (k << PMD_SHIFT);
+                let pmde = load(phys, pude.pfn(), k as usize);
+                if pmde.is_none() {
+                    continue;
+                }
+                if pmde.huge() {
+                    leaves.push(Leaf { mm: mm.id, addr, pte: pmde, pmd: true });
+                    if !mm.deposits.lock().unwrap().contains_key(&addr) {
+                        bad.push(format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id));
+                    }
+                    continue;
+                }
+                note_table(pmde.pfn(), bad);
+                for l in 0..512u64 {
+                    let pte = load(phys, pmde.pfn(), l as usize);
+                    if !pte.is_none() {
+                        leaves.push(Leaf { mm: mm.id, addr: addr | (l << PAGE_SHIFT), pte, pmd: false });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_leaf(m: &Machine, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
+    let phys = &m.phys;
+    let (mm, addr, pte) = (leaf.mm, leaf.addr, leaf.pte);
+    let size = if leaf.pmd { PMD_SIZE } else { 1 << PAGE_SHIFT };
+    match vmas.find(addr) {
+        None => bad.push(format!("mm {mm}: {addr:#x} is mapped outside any VMA")),
+        Some(v) if addr + size > v.end => bad.push(format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end)),
+        Some(v) => {
+            if pte.write() && !v.writable() {
+                bad.push(format!("mm {mm}: {addr:#x} is writable in a VMA without VM_WRITE"));
+            }
+            if pte.hw_present() && !v.readable() {
+                bad.push(format!("mm {mm}: {addr:#x} is accessible in a PROT_NONE VMA"));
+            }
+        }
+    }
+    if !pte.present() {
+        bad.push(format!("mm {mm}: {addr:#x} holds a non-present entry {:#x}", pte.0));
+        return;
+    }
+    if pte.special() {
+        let ok = if leaf.pmd { m.huge_zero_pfn() == Some(pte.pfn()) } else { pte.pfn() == m.zero_pfn };
+        if !ok || pte.write() {
+            bad.push(format!("mm {mm}: special entry at {addr:#x} is not a read-only zero page"));
+        }
+        return;
+    }
+    let f = Folio::containing(phys, pte.pfn());
+    if leaf.pmd && (f.pfn != pte.pfn() || f.order() != PMD_ORDER) {
+        bad.push(format!("mm {mm}: huge PMD at {addr:#x} maps pfn {:#x}, not the head of a PMD-sized folio", pte.pfn()));
+    }
+    let page = if leaf.pmd { 0 } else { pte.pfn() - f.pfn };
+    if pte.write() && f.test_anon() && !f.anon_exclusive(page) {
+        bad.push(format!("mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive", pte.pfn()));
+    }
+}
+
+fn build_truth(m: &Machine, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<Pfn, FolioTruth> {
+    let phys = &m.phys;
+    let mut truth: HashMap<Pfn, FolioTruth> = HashMap::new();
+    let mut page_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
+    for leaf in leaves.iter().filter(|l| !l.pte.special()) {
+        let f = Folio::containing(phys, leaf.pte.pfn());
+        if f.refcount() <= 0 || f.head().test(pg::BUDDY) || f.head().test(pg::TABLE) {
+            bad.push(format!("mm {}: {:#x} maps pfn {:#x}, which is not an allocated folio", leaf.mm, leaf.addr, leaf.pte.pfn()));
+            continue;
+        }
+        let t = truth.entry(f.pfn).or_insert_with(|| FolioTruth { pte: vec![0; f.nr_pages() as usize], ..Default::default() });
+        *t.per_mm.entry(leaf.mm).or_default() += 1;
+        if leaf.pmd {
+            t.pmd += 1;
+            (0..f.nr_pages()).for_each(|i| {
+                page_mms.entry(f.pfn + i).or_default().insert(leaf.mm);
+            });
+        } else {
+            t.pte[(leaf.pte.pfn() - f.pfn) as usize] += 1;
+            page_mms.entry(leaf.pte.pfn()).or_default().insert(leaf.mm);
+        }
+    }
+    for (pfn, mms) in page_mms {
+        let f = Folio::containing(phys, pfn);
+        let flag_page = if truth.get(&f.pfn).is_some_and(|t| t.pmd > 0) { f.pfn } else { pfn };
+        if mms.len() > 1 && phys.page(flag_page).test(pg::ANON_EXCLUSIVE) {
+            bad.push(format!("page {pfn:#x} is AnonExclusive but mapped by MMs {mms:?}"));
+        }
+    }
+    truth
+}
+
+fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<String>) {
+    let phys = &m.phys;
+    for (&head, t) in truth {
+        let f = Folio::from_head(phys, head);
+        let total = t.total() as u64;
+        if f.is_large() {
+            bad.extend(m.design.verify(f, t).into_iter().map(|v| format!("folio {head:#x} ({}): {v}", m.design.name())));
+        } else {
+            let mc = rmap::folio_mapcount(m, f);
+            if mc != total {
+                bad.push(format!("folio {head:#x}: mapcount {mc}, page tables say {total}"));
+            }
+        }
+        let rc = f.refcount() as u64;
+        if rc != total {
+            bad.push(format!("folio {head:#x}: refcount {rc} != {total} mappings"));
+        }
+        if !f.test_anon() {
+            bad.push(format!("folio {head:#x}: mapped but not anon"));
+        }
+    }
+}
+
+fn check_frames(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, tables: &HashSet<Pfn>, bad: &mut Vec<String>) {
+    let phys = &m.phys;
+    let n = phys.nr_frames();
+    let mut free = vec![false; n as usize];
+    let mut nr_free = 0;
+    for (pfn, order) in phys.free_blocks() {
+        for p in pfn..pfn + (1 << order) {
+            if std::mem::replace(&mut free[p as usize], true) {
+                bad.push(format!("frame {p:#x} is in two free blocks"));
+            }
+        }
+        nr_free += 1 << order;
+    }
+    if nr_free != phys.nr_free() {
+        bad.push(format!("free lists hold {nr_free} frames, the zone counts {}", phys.nr_free()));
+    }
+    let zero: HashSet<Pfn> = m.zero_frames().collect();
+    let mut pfn = 0;
+    let mut allocated = 0;
+    while pfn < n {
+        let p = phys.page(pfn);
+        if free[pfn as usize] {
+            if tables.contains(&pfn) || truth.contains_key(&pfn) {
+                bad.push(format!("frame {pfn:#x} is free but in use"));
+            }
+            pfn += 1;
+            continue;
+        }
+        if zero.contains(&pfn) {
+            allocated += 1;
+            pfn += 1;
+            continue;
+        }
+        if p.test(pg::TABLE) {
+            if !tables.contains(&pfn) {
+                bad.push(format!("page table {pfn:#x} is allocated but reachable from no MM (leak)"));
+            }
+            allocated += 1;
+            pfn += 1;
+            continue;
+        }
+        let f = Folio::from_head(phys, pfn);
+        if p.test(pg::TAIL) {
+            bad.push(format!("frame {pfn:#x} is a tail page without its head"));
+            pfn += 1;
+            continue;
+        }
+        if !truth.contains_key(&pfn) {
+            bad.push(format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order()));
+        }
+        allocated += f.nr_pages();
+        pfn += f.nr_pages();
+    }
+    if allocated + nr_free != n {
+        bad.push(format!("{allocated} allocated + {nr_free} free frames != {n} total"));
+    }
+}

@@ -1,0 +1,263 @@
+//! PMD-mapped THP (mm/huge_memory.c): the PMD anonymous fault with the huge
+//! zero folio, write faults on a huge PMD, splitting a PMD into 512 PTEs,
+//! fork's `copy_huge_pmd`, `zap_huge_pmd`, `move_huge_pmd` and
+//! `change_huge_pmd`. Every PMD-mapped entry has a deposited PTE table
+//! (`pgtable_trans_huge_deposit`), used when the PMD is split.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::folio::Folio;
+use crate::machine::Machine;
+use crate::mapcount::Level;
+use crate::memory::modify_prot;
+use crate::mm::{Mm, Vma};
+use crate::pgtable::{table_lock, walk_pmd, PmdSlot, Pte, PMD_SIZE};
+use crate::phys::{pg, PMD_ORDER};
+use crate::rmap;
+use crate::stats::Stats;
+use crate::tlb::MmuGather;
+use crate::{Errno, Result};
+
+const HPAGE_NR: u64 = 1 << PMD_ORDER;
+
+/// What a huge-PMD handler did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Huge {
+    /// Handled (or raced with another fault: retry the access).
+    Done,
+    /// `VM_FAULT_FALLBACK`: handle at PTE level.
+    Fallback,
+}
+
+fn deposit(mm: &Mm, haddr: u64, table: u64) {
+    let old = mm.deposits.lock().unwrap().insert(haddr, table);
+    debug_assert!(old.is_none(), "two deposits for one PMD");
+}
+
+fn withdraw(mm: &Mm, haddr: u64) -> u64 {
+    mm.deposits.lock().unwrap().remove(&haddr).expect("huge PMD without a deposited table")
+}
+
+/// `do_huge_pmd_anonymous_page`: a read fault maps the huge zero folio; a
+/// write fault allocates, zeroes and maps a PMD-sized folio. Falls back to
+/// PTEs when no PMD-order block is free.
+pub(crate) fn do_huge_pmd_anonymous_page(m: &Machine, mm: &Mm, vma: &Vma, pmd: PmdSlot, addr: u64, write: bool) -> Result<Huge> {
+    let haddr = addr & !(PMD_SIZE - 1);
+    let phys = &m.phys;
+    if !write {
+        let Some(zero) = m.huge_zero_pfn() else { return Ok(Huge::Fallback) };
+        let table = m.alloc_table()?;
+        let _pl = table_lock(phys, pmd.table);
+        if !pmd.load(phys).is_none() {
+            drop(_pl);
+            m.free_table(table);
+            return Ok(Huge::Done);
+        }
+        deposit(mm, haddr, table);
+        pmd.store(phys, Pte::new(zero, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED));
+        Stats::inc(&m.stats.huge_zero_map);
+        return Ok(Huge::Done);
+    }
+    crate::fault::anon_vma_prepare(m, vma);
+    let Ok(f) = m.alloc_folio(PMD_ORDER) else {
+        Stats::inc(&m.stats.thp_fault_fallback);
+        Stats::inc(&m.stats.anon_fault_fallback[PMD_ORDER as usize]);
+        return Ok(Huge::Fallback);
+    };
+    let table = match m.alloc_table() {
+        Ok(t) => t,
+        Err(e) => {
+            m.folio_put_refs(f, 1);
+            return Err(e);
+        }
+    };
+    phys.zero_frames(f.pfn, HPAGE_NR);
+    let pl = table_lock(phys, pmd.table);
+    if !pmd.load(phys).is_none() {
+        drop(pl);
+        m.folio_put_refs(f, 1);
+        m.free_table(table);
+        return Ok(Huge::Done);
+    }
+    rmap::folio_add_new_anon_rmap(m, f, Level::Pmd, mm.id, vma.anon_vma());
+    deposit(mm, haddr, table);
+    map_anon_pmd(m, mm, pmd, f, vma);
+    drop(pl);
+    Stats::inc(&m.stats.thp_fault_alloc);
+    Stats::inc(&m.stats.anon_fault_alloc[PMD_ORDER as usize]);
+    Ok(Huge::Done)
+}
+
+/// `map_anon_folio_pmd`: installs a new, writable, dirty PMD for `f`.
+fn map_anon_pmd(m: &Machine, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
+    let w = if vma.writable() { Pte::RW } else { 0 };
+    pmd.store(&m.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY | w));
+    mm.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
+}
+
+/// `do_huge_pmd_wp_page`: a write to a read-only huge PMD. The huge zero
+/// folio is replaced by a new THP (`do_huge_zero_wp_pmd`); an anon THP is
+/// reused in place if its head is AnonExclusive or the PMD holds the only
+/// reference; otherwise the PMD is split and the fault falls back to PTEs.
+pub(crate) fn do_huge_pmd_wp_page(m: &Machine, mm: &Mm, vma: &Vma, pmd: PmdSlot, addr: u64, orig: Pte) -> Result<Huge> {
+    let phys = &m.phys;
+    if orig.special() {
+        crate::fault::anon_vma_prepare(m, vma);
+        let Ok(f) = m.alloc_folio(PMD_ORDER) else {
+            Stats::inc(&m.stats.thp_fault_fallback);
+            split_huge_pmd(m, mm, addr);
+            return Ok(Huge::Fallback);
+        };
+        phys.zero_frames(f.pfn, HPAGE_NR);
+        let pl = table_lock(phys, pmd.table);
+        if pmd.load(phys) != orig {
+            drop(pl);
+            m.folio_put_refs(f, 1);
+            return Ok(Huge::Done);
+        }
+        pmd.store(phys, Pte::NONE);
+        Stats::inc(&m.stats.tlb_flush);
+        rmap::folio_add_new_anon_rmap(m, f, Level::Pmd, mm.id, vma.anon_vma());
+        map_anon_pmd(m, mm, pmd, f, vma);
+        Stats::inc(&m.stats.thp_fault_alloc);
+        Stats::inc(&m.stats.anon_fault_alloc[PMD_ORDER as usize]);
+        return Ok(Huge::Done);
+    }
+    {
+        let _pl = table_lock(phys, pmd.table);
+        if pmd.load(phys) != orig {
+            return Ok(Huge::Done);
+        }
+        let f = Folio::from_head(phys, orig.pfn());
+        let reuse = f.anon_exclusive(0) || {
+            let locked = f.trylock();
+            let sole = locked.is_some() && f.refcount() == 1;
+            if sole {
+                f.set_anon_exclusive(0, true);
+            }
+            sole
+        };
+        if reuse {
+            pmd.store(phys, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+            Stats::inc(&m.stats.thp_reuse_pmd);
+            return Ok(Huge::Done);
+        }
+    }
+    split_huge_pmd(m, mm, addr);
+    Ok(Huge::Fallback)
+}
+
+/// `__split_huge_pmd`: splits the huge PMD covering `addr`, if any.
+pub(crate) fn split_huge_pmd(m: &Machine, mm: &Mm, addr: u64) {
+    let phys = &m.phys;
+    let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else { return };
+    let _pl = table_lock(phys, pmd.table);
+    let e = pmd.load(phys);
+    if e.huge() {
+        split_huge_pmd_locked(m, mm, pmd, addr & !(PMD_SIZE - 1), e);
+    }
+}
+
+/// `__split_huge_pmd_locked` without freezing: the deposited table is filled
+/// with 512 PTEs carrying the PMD's bits; for an anon THP the refcount grows
+/// by 511 and one batched rmap call adds the 512 PTE mappings (AnonExclusive
+/// propagated from the head) before the PMD mapping is removed. The huge zero
+/// folio becomes 512 zero-page PTEs.
+fn split_huge_pmd_locked(m: &Machine, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
+    let phys = &m.phys;
+    let table = withdraw(mm, haddr);
+    // pmdp_invalidate(): the huge entry goes away and the TLB is flushed
+    // before any PTE can be used.
+    pmd.store(phys, Pte::NONE);
+    Stats::inc(&m.stats.tlb_flush);
+    Stats::inc(&m.stats.thp_split_pmd);
+    let bits = e.without(Pte::PSE | Pte::PFN_MASK);
+    if e.special() {
+        for i in 0..HPAGE_NR as usize {
+            crate::pgtable::store(phys, table, i, Pte::new(m.zero_pfn, bits.0));
+        }
+    } else {
+        let f = Folio::from_head(phys, e.pfn());
+        let exclusive = f.anon_exclusive(0);
+        f.ref_add(HPAGE_NR as i32 - 1);
+        rmap::folio_add_anon_rmap_ptes(m, f, 0, HPAGE_NR, mm.id, exclusive);
+        for i in 0..HPAGE_NR {
+            crate::pgtable::store(phys, table, i as usize, Pte::new(f.pfn + i, bits.0));
+        }
+        rmap::folio_remove_rmap(m, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+    }
+    pmd.store(phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
+}
+
+/// `copy_huge_pmd`: the child gets a read-only, old copy of the PMD and a
+/// deposited table of its own; the parent's PMD is write-protected.
+pub(crate) fn copy_huge_pmd(m: &Machine, dst: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<()> {
+    let phys = &m.phys;
+    let table = m.alloc_table()?;
+    let _dl = table_lock(phys, dpmd.table);
+    let _sl = (dpmd.table != spmd.table).then(|| table_lock(phys, spmd.table));
+    let e = spmd.load(phys);
+    if !e.special() {
+        let f = Folio::from_head(phys, e.pfn());
+        f.ref_add(1);
+        rmap::folio_try_dup_anon_rmap(m, f, 0, HPAGE_NR, Level::Pmd, dst.id).map_err(|_| Errno::EBUSY)?;
+        dst.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
+        spmd.store(phys, e.without(Pte::RW));
+    }
+    deposit(dst, addr & !(PMD_SIZE - 1), table);
+    dpmd.store(phys, e.without(Pte::RW | Pte::ACCESSED));
+    Ok(())
+}
+
+/// `zap_huge_pmd`: clears a whole huge PMD, frees its deposited table and
+/// gathers the PMD's single folio reference (`tlb_remove_page_size`).
+pub(crate) fn zap_huge_pmd(m: &Machine, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64) {
+    let phys = &m.phys;
+    let full = {
+        let _pl = table_lock(phys, pmd.table);
+        let e = pmd.load(phys);
+        if !e.huge() {
+            return;
+        }
+        pmd.store(phys, Pte::NONE);
+        tlb.remove_tlb_entries(haddr, HPAGE_NR);
+        tlb.remove_table(withdraw(mm, haddr), haddr);
+        if e.special() {
+            false
+        } else {
+            let f = Folio::from_head(phys, e.pfn());
+            rmap::folio_remove_rmap(m, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+            mm.rss_anon.fetch_sub(HPAGE_NR as i64, Relaxed);
+            Stats::add(&m.stats.zap_ptes, 1);
+            Stats::inc(&m.stats.zap_batches);
+            tlb.remove_folio_pages(f.pfn, 1)
+        }
+    };
+    if full {
+        tlb.flush_mmu();
+    }
+}
+
+/// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
+pub(crate) fn move_huge_pmd(m: &Machine, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, src: u64, dst: u64) {
+    let phys = &m.phys;
+    let _sl = table_lock(phys, spmd.table);
+    let _dl = (dpmd.table != spmd.table).then(|| table_lock(phys, dpmd.table));
+    let e = spmd.load(phys);
+    debug_assert!(dpmd.load(phys).is_none());
+    spmd.store(phys, Pte::NONE);
+    dpmd.store(phys, e);
+    let t = withdraw(mm, src);
+    deposit(mm, dst, t);
+}
+
+/// `change_huge_pmd` (mprotect of a whole huge PMD). Returns whether it changed.
+pub(crate) fn change_huge_pmd(m: &Machine, pmd: PmdSlot, vma: &Vma) -> bool {
+    let phys = &m.phys;
+    let _pl = table_lock(phys, pmd.table);
+    let e = pmd.load(phys);
+    let can_write = !e.special() && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE);
+    let n = modify_prot(e, vma, can_write);
+    pmd.store(phys, n);
+    n != e
+}

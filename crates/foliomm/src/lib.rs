@@ -1,0 +1,73 @@
+//! foliomm: an executable model of the Linux memory manager's large-folio
+//! machinery.
+//!
+//! Layers, bottom up (each only calls the ones below it): [`phys`] (frames,
+//! memmap, buddy), [`folio`] and [`mapcount`] (folio handles and the mapcount
+//! designs), [`sync`] (bit spinlocks), [`pgtable`] (x86-64 4-level tables in
+//! frames), [`rmap`], [`tlb`] (mmu_gather), [`mm`] (address spaces and VMAs),
+//! [`fault`], [`cpu`] (memory accesses), [`check`] (ground truth, invariants
+//! and the reference byte model). A [`Machine`] ties one configuration together.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod check;
+pub mod cpu;
+pub mod fault;
+pub mod folio;
+pub mod huge_memory;
+pub mod machine;
+pub mod mapcount;
+pub mod memory;
+pub mod mm;
+pub mod pgtable;
+pub mod phys;
+pub mod rmap;
+pub mod stats;
+pub mod sync;
+pub mod thp;
+pub mod tlb;
+
+pub use cpu::Cpu;
+pub use machine::{Config, Machine};
+pub use mm::{Mm, MmapFlags, Prot};
+
+/// A Linux errno-like error returned by every memory operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize)]
+pub enum Errno {
+    /// Out of model memory (`-ENOMEM`, or `VM_FAULT_OOM` for a fault).
+    #[error("ENOMEM: out of memory")]
+    ENOMEM,
+    /// Invalid argument (`-EINVAL`).
+    #[error("EINVAL: invalid argument")]
+    EINVAL,
+    /// Access outside any mapping (`-EFAULT`; a `SIGSEGV`/`SEGV_MAPERR` for a user access).
+    #[error("EFAULT: bad address")]
+    EFAULT,
+    /// Access the mapping's protection forbids (`SIGSEGV`/`SEGV_ACCERR`).
+    #[error("EACCES: access not permitted by the mapping's protection")]
+    EACCES,
+    /// Resource busy (`-EBUSY`).
+    #[error("EBUSY: resource busy")]
+    EBUSY,
+}
+
+impl Errno {
+    /// The kernel's name of the error.
+    pub fn name(self) -> &'static str {
+        match self {
+            Errno::ENOMEM => "ENOMEM",
+            Errno::EINVAL => "EINVAL",
+            Errno::EFAULT => "EFAULT",
+            Errno::EACCES => "EACCES",
+            Errno::EBUSY => "EBUSY",
+        }
+    }
+
+    /// Parses a kernel error name.
+    pub fn from_name(s: &str) -> Option<Errno> {
+        [Errno::ENOMEM, Errno::EINVAL, Errno::EFAULT, Errno::EACCES, Errno::EBUSY]
+            .into_iter()
+            .find(|e| e.name() == s)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Errno>;

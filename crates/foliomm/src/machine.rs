@@ -1,0 +1,212 @@
+//! A [`Machine`]: one configuration of the model (RAM size, mapcount design)
+//! with its physical memory, THP settings, counters, MM-ID allocator and the
+//! zero pages. Two machines with different designs can live in one process.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crate::folio::Folio;
+use crate::mapcount::{design_by_name, MapcountDesign, MmId};
+use crate::mm::Mm;
+use crate::phys::{pg, PhysMem, Pfn, PMD_ORDER};
+use crate::stats::Stats;
+use crate::thp::ThpSettings;
+use crate::Errno;
+
+/// How to build a machine.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of model RAM (rounded down to 4 MiB).
+    pub memory: u64,
+    /// Mapcount design name (see [`crate::mapcount::DESIGN_NAMES`]).
+    pub mapcount: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { memory: 4 << 30, mapcount: "mm-id".into() }
+    }
+}
+
+/// One model machine.
+pub struct Machine {
+    pub phys: PhysMem,
+    pub design: Box<dyn MapcountDesign>,
+    pub thp: ThpSettings,
+    pub stats: Stats,
+    pub config: Config,
+    /// The shared zero page (`ZERO_PAGE(0)`).
+    pub zero_pfn: Pfn,
+    /// The huge zero folio, allocated on first use (`mm_get_huge_zero_folio`);
+    /// `None` inside if that allocation failed.
+    huge_zero: OnceLock<Option<Pfn>>,
+    free_ids: Mutex<(BTreeSet<MmId>, MmId)>,
+    mms: Mutex<Vec<Weak<Mm>>>,
+    /// "Bad page" reports from frees whose fields were not reset.
+    pub bad_pages: Mutex<Vec<String>>,
+    next_anon_vma: AtomicU64,
+}
+
+impl Machine {
+    pub fn new(config: Config) -> Result<Arc<Machine>, Errno> {
+        let design = design_by_name(&config.mapcount).ok_or(Errno::EINVAL)?;
+        let phys = PhysMem::new(config.memory)?;
+        let zero_pfn = phys.alloc_pages(0)?;
+        phys.zero_frames(zero_pfn, 1);
+        let zp = phys.page(zero_pfn);
+        zp.flags.store(pg::ZERO, Relaxed);
+        zp.refcount.store(1, Relaxed);
+        zp.mapcount.store(-1, Relaxed);
+        Ok(Arc::new(Machine {
+            phys,
+            design,
+            thp: ThpSettings::default(),
+            stats: Stats::default(),
+            config,
+            zero_pfn,
+            huge_zero: OnceLock::new(),
+            free_ids: Mutex::new((BTreeSet::new(), 1)),
+            mms: Mutex::new(Vec::new()),
+            bad_pages: Mutex::new(Vec::new()),
+            next_anon_vma: AtomicU64::new(1),
+        }))
+    }
+
+    /// The huge zero folio's head pfn, allocating it on first use.
+    pub fn huge_zero_pfn(&self) -> Option<Pfn> {
+        *self.huge_zero.get_or_init(|| {
+            let pfn = self.phys.alloc_pages(PMD_ORDER).ok()?;
+            self.phys.zero_frames(pfn, 1 << PMD_ORDER);
+            for i in 0..1u64 << PMD_ORDER {
+                let p = self.phys.page(pfn + i);
+                p.flags.store(pg::ZERO | if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
+                p.compound.store(pfn, Relaxed);
+                p.mapcount.store(-1, Relaxed);
+            }
+            self.phys.page(pfn + 1).flags.fetch_or((PMD_ORDER as u64) << pg::ORDER_SHIFT, Relaxed);
+            self.phys.page(pfn).refcount.store(1, Relaxed);
+            Some(pfn)
+        })
+    }
+
+    /// Frames held by the zero page and (if allocated) the huge zero folio.
+    pub fn zero_frames(&self) -> impl Iterator<Item = Pfn> + '_ {
+        let huge = self.huge_zero.get().copied().flatten();
+        std::iter::once(self.zero_pfn).chain(huge.into_iter().flat_map(|p| p..p + (1 << PMD_ORDER)))
+    }
+
+    /// Allocates a folio of `2^order` pages with refcount 1, mapcounts reset
+    /// (`folio_alloc` + `prep_compound_page`); the bytes are not zeroed.
+    pub fn alloc_folio(&self, order: u32) -> Result<Folio<'_>, Errno> {
+        let pfn = self.phys.alloc_pages(order)?;
+        let nr = 1u64 << order;
+        for i in 0..nr {
+            let p = self.phys.page(pfn + i);
+            p.flags.store(if order == 0 { 0 } else if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
+            p.compound.store(if i == 0 { 0 } else { pfn }, Relaxed);
+            p.mapcount.store(-1, Relaxed);
+            p.refcount.store(0, Relaxed);
+            p.link.store(0, Relaxed);
+        }
+        let f = Folio::from_head(&self.phys, pfn);
+        if order > 0 {
+            f.page(1).flags.fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
+            self.design.prep(f);
+        }
+        f.head().refcount.store(1, Relaxed);
+        Stats::inc(&self.stats.folio_alloc[order as usize]);
+        Ok(f)
+    }
+
+    /// Drops `n` references; frees the folio when they were the last
+    /// (`folio_put_refs` → `free_frozen_pages`).
+    pub fn folio_put_refs(&self, f: Folio, n: i32) {
+        if f.put_refs(n) {
+            self.free_folio(f);
+        }
+    }
+
+    fn free_folio(&self, f: Folio) {
+        let order = f.order();
+        let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
+        let m = f.head().mapcount.load(Relaxed);
+        if order == 0 && m != -1 {
+            bad.push(format!("_mapcount is {m}, expected -1"));
+        }
+        if !bad.is_empty() {
+            self.bad_pages.lock().unwrap().push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
+        }
+        for i in 0..f.nr_pages() {
+            let p = f.page(i);
+            p.flags.store(0, Relaxed);
+            p.mapcount.store(0, Relaxed);
+            p.compound.store(0, Relaxed);
+            p.link.store(0, Relaxed);
+            for w in &p.w {
+                w.store(0, Relaxed);
+            }
+            p.ids.store(0, Relaxed);
+        }
+        Stats::inc(&self.stats.folio_free[order as usize]);
+        self.phys.free_pages(f.pfn, order);
+    }
+
+    /// Allocates a zeroed page-table page (`pte_alloc_one` and friends).
+    pub fn alloc_table(&self) -> Result<Pfn, Errno> {
+        let pfn = self.phys.alloc_pages(0)?;
+        self.phys.zero_frames(pfn, 1);
+        let p = self.phys.page(pfn);
+        p.flags.store(pg::TABLE, Relaxed);
+        p.refcount.store(1, Relaxed);
+        p.mapcount.store(-1, Relaxed);
+        Stats::inc(&self.stats.pgtable_alloc);
+        Ok(pfn)
+    }
+
+    /// Frees a page-table page.
+    pub fn free_table(&self, pfn: Pfn) {
+        let p = self.phys.page(pfn);
+        debug_assert!(p.test(pg::TABLE));
+        p.flags.store(0, Relaxed);
+        p.refcount.store(0, Relaxed);
+        p.mapcount.store(0, Relaxed);
+        Stats::inc(&self.stats.pgtable_free);
+        self.phys.free_pages(pfn, 0);
+    }
+
+    /// Allocates the lowest free MM ID (`mm_alloc_id`: `ida_alloc_range`).
+    pub(crate) fn alloc_mm_id(&self) -> MmId {
+        let mut ids = self.free_ids.lock().unwrap();
+        if let Some(id) = ids.0.pop_first() {
+            return id;
+        }
+        ids.1 += 1;
+        ids.1 - 1
+    }
+
+    pub(crate) fn free_mm_id(&self, id: MmId) {
+        self.free_ids.lock().unwrap().0.insert(id);
+    }
+
+    pub(crate) fn register_mm(&self, mm: &Arc<Mm>) {
+        let mut mms = self.mms.lock().unwrap();
+        mms.retain(|w| w.strong_count() > 0);
+        mms.push(Arc::downgrade(mm));
+    }
+
+    /// Every address space still alive (exited ones too, until dropped).
+    pub fn mms(&self) -> Vec<Arc<Mm>> {
+        self.mms.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// A fresh anon_vma identity (`anon_vma_alloc`).
+    pub(crate) fn new_anon_vma(&self) -> u64 {
+        self.next_anon_vma.fetch_add(1, Relaxed)
+    }
+
+    /// Frames in use: total minus free.
+    pub fn frames_in_use(&self) -> u64 {
+        self.phys.nr_frames() - self.phys.nr_free()
+    }
+}

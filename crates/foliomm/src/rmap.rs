@@ -1,0 +1,105 @@
+//! Reverse-mapping bookkeeping of anonymous folios (mm/rmap.c,
+//! include/linux/rmap.h): every function here changes a folio's mapcounts for
+//! a batch of PTEs or one PMD, exactly once per batch.
+//!
+//! Small folios count in the head page's `_mapcount`; large folios delegate to
+//! the machine's [`crate::mapcount::MapcountDesign`]. foliomm keeps no anon_vma
+//! chains (nothing walks the rmap yet): `folio->mapping` only records the
+//! anon_vma identity. Every caller holds the PTL of the table it changes.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::folio::Folio;
+use crate::machine::Machine;
+use crate::mapcount::{Level, MmId, Removed};
+use crate::phys::pg;
+use crate::stats::Stats;
+use crate::Errno;
+
+/// `folio_add_new_anon_rmap(folio, vma, addr, RMAP_EXCLUSIVE)`: first mapping
+/// of a freshly allocated anon folio, all pages by PTEs or the whole by a PMD.
+/// Sets `PageAnonExclusive` on every page (PTE) or the head (PMD).
+pub fn folio_add_new_anon_rmap(m: &Machine, f: Folio, level: Level, mm: MmId, anon_vma: u64) {
+    Stats::inc(&m.stats.rmap_add_new);
+    f.head().set(pg::ANON | pg::SWAPBACKED);
+    f.head().link.store(anon_vma, Relaxed);
+    if f.is_large() {
+        m.design.add_new(f, level, mm);
+    } else {
+        f.head().mapcount.store(0, Relaxed);
+    }
+    match level {
+        Level::Pte => (0..f.nr_pages()).for_each(|i| f.set_anon_exclusive(i, true)),
+        Level::Pmd => f.set_anon_exclusive(0, true),
+    }
+}
+
+/// `folio_add_anon_rmap_ptes`: adds `nr` PTE mappings of pages
+/// `first..first+nr` of an already anon folio (used by PMD split).
+pub fn folio_add_anon_rmap_ptes(m: &Machine, f: Folio, first: u64, nr: u64, mm: MmId, exclusive: bool) {
+    Stats::inc(&m.stats.rmap_add);
+    add_counts(m, f, first, nr, Level::Pte, mm);
+    if exclusive {
+        (first..first + nr).for_each(|i| f.set_anon_exclusive(i, true));
+    }
+}
+
+/// `folio_try_dup_anon_rmap_ptes` / `_pmd` (fork): clears
+/// `PageAnonExclusive` and adds the mappings to the child's MM. Returns EBUSY
+/// when an exclusive page may be pinned, so the caller must copy it instead
+/// (no pins exist before the pinning issue lands, so it always succeeds).
+pub fn folio_try_dup_anon_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, child: MmId) -> Result<(), Errno> {
+    Stats::inc(&m.stats.rmap_dup);
+    match level {
+        Level::Pte => (first..first + nr).for_each(|i| f.set_anon_exclusive(i, false)),
+        Level::Pmd => f.set_anon_exclusive(0, false),
+    }
+    add_counts(m, f, first, nr, level, child);
+    Ok(())
+}
+
+/// `folio_remove_rmap_ptes` / `folio_remove_rmap_pmd`.
+pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+    Stats::inc(&m.stats.rmap_remove);
+    if f.is_large() {
+        return m.design.remove(f, first, nr, level, mm);
+    }
+    let last = f.head().mapcount.fetch_sub(1, Relaxed) == 0;
+    Removed { unmapped_pages: last as u64, partially_mapped: false }
+}
+
+fn add_counts(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
+    if f.is_large() {
+        m.design.add(f, first, nr, level, mm);
+    } else {
+        f.head().mapcount.fetch_add(1, Relaxed);
+    }
+}
+
+/// `folio_mapcount`: page-table entries mapping any page of the folio.
+pub fn folio_mapcount(m: &Machine, f: Folio) -> u64 {
+    if f.is_large() {
+        m.design.mapcount(f)
+    } else {
+        (f.head().mapcount.load(Relaxed) + 1) as u64
+    }
+}
+
+/// `folio_precise_page_mapcount`: entries mapping page `i`; `None` when the
+/// design keeps no per-page counts.
+pub fn page_mapcount(m: &Machine, f: Folio, i: u64) -> Option<u64> {
+    if f.is_large() {
+        m.design.page_mapcount(f, i)
+    } else {
+        Some((f.head().mapcount.load(Relaxed) + 1) as u64)
+    }
+}
+
+/// `folio_maybe_mapped_shared`.
+pub fn folio_maybe_mapped_shared(m: &Machine, f: Folio) -> bool {
+    if f.is_large() {
+        m.design.maybe_mapped_shared(f)
+    } else {
+        folio_mapcount(m, f) > 1
+    }
+}

@@ -1,0 +1,112 @@
+//! Event counters of one [`crate::Machine`], named after `/proc/vmstat` and
+//! the mTHP `stats/` files where Linux has a counter for the same event.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::phys::MAX_PAGE_ORDER;
+
+const ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// Machine-wide event counters.
+        #[derive(Default)]
+        pub struct Stats {
+            $($(#[doc = $doc])* pub $name: AtomicU64,)*
+            /// Anonymous folios allocated by faults, per order (`anon_fault_alloc`).
+            pub anon_fault_alloc: [AtomicU64; ORDERS],
+            /// Fallbacks from an order whose allocation failed (`anon_fault_fallback`).
+            pub anon_fault_fallback: [AtomicU64; ORDERS],
+            /// Folios allocated, per order.
+            pub folio_alloc: [AtomicU64; ORDERS],
+            /// Folios freed, per order.
+            pub folio_free: [AtomicU64; ORDERS],
+        }
+
+        impl Stats {
+            /// Every scalar counter with its name, in declaration order.
+            pub fn scalars(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.load(Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Page faults handled (`pgfault`).
+    pgfault,
+    /// Read faults that mapped the shared zero page.
+    zero_page_map,
+    /// Read faults that mapped the huge zero folio with a PMD.
+    huge_zero_map,
+    /// PMD-sized anonymous faults served by a THP (`thp_fault_alloc`).
+    thp_fault_alloc,
+    /// PMD-sized anonymous faults that fell back to PTEs (`thp_fault_fallback`).
+    thp_fault_fallback,
+    /// PMD mappings split into PTE mappings (`thp_split_pmd`).
+    thp_split_pmd,
+    /// Write faults that reused the mapped page (`pgreuse`).
+    pgreuse,
+    /// Write faults that copied a page (or the zero page) into a new folio.
+    cow_copy,
+    /// Write faults on a PMD-mapped THP that reused it in place.
+    thp_reuse_pmd,
+    /// `folio_add_new_anon_rmap` calls.
+    rmap_add_new,
+    /// `folio_add_anon_rmap_*` calls (PMD split).
+    rmap_add,
+    /// `folio_try_dup_anon_rmap_*` calls (fork), one per batch.
+    rmap_dup,
+    /// `folio_remove_rmap_*` calls, one per batch.
+    rmap_remove,
+    /// PTEs copied by fork.
+    fork_ptes,
+    /// PTE batches copied by fork.
+    fork_batches,
+    /// PTEs cleared by zap.
+    zap_ptes,
+    /// PTE batches zapped.
+    zap_batches,
+    /// Modelled TLB flushes.
+    tlb_flush,
+    /// Page-table pages allocated.
+    pgtable_alloc,
+    /// Page-table pages freed.
+    pgtable_free,
+    /// Fork calls.
+    fork,
+    /// Errors returned as ENOMEM.
+    oom,
+}
+
+impl Stats {
+    /// Every counter, scalars then per-order arrays as `name[order]`, omitting
+    /// per-order entries that are zero.
+    pub fn snapshot(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> =
+            self.scalars().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        let arrays = [
+            ("anon_fault_alloc", &self.anon_fault_alloc),
+            ("anon_fault_fallback", &self.anon_fault_fallback),
+            ("folio_alloc", &self.folio_alloc),
+            ("folio_free", &self.folio_free),
+        ];
+        for (name, arr) in arrays {
+            for (order, c) in arr.iter().enumerate() {
+                let v = c.load(Relaxed);
+                if v != 0 {
+                    out.push((format!("{name}[{}K]", 4u64 << order), v));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+}

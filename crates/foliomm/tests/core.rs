@@ -1,0 +1,220 @@
+//! End-to-end behaviour of the core model through the library API, each test
+//! checking bytes and running the invariant checker.
+
+use std::sync::Arc;
+
+use foliomm::check::check_machine;
+use foliomm::mm::Advice;
+use foliomm::thp::ThpMode;
+use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
+
+const K: u64 = 1024;
+const M: u64 = 1024 * K;
+
+fn machine(mem: u64) -> Arc<Machine> {
+    Machine::new(Config { memory: mem, ..Config::default() }).unwrap()
+}
+
+fn assert_clean(m: &Machine) {
+    let bad = check_machine(m);
+    assert!(bad.is_empty(), "invariant violations:\n{}", bad.join("\n"));
+}
+
+fn anon(mm: &Mm, len: u64) -> u64 {
+    mm.mmap(0, len, Prot::RW, MmapFlags::default()).unwrap()
+}
+
+#[test]
+fn write_fault_4k_then_fork_and_child_write_copies() {
+    let m = machine(64 * M);
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 64 * K);
+    cpu.write(&p, a + 100, b"parent").unwrap();
+    assert_eq!(p.page_info(a).folio_order, 0);
+    assert_clean(&m);
+    let c = p.fork().unwrap();
+    assert_clean(&m);
+    let before = c.page_info(a);
+    assert!(!before.exclusive, "a page mapped by two MMs is not exclusive");
+    cpu.write(&c, a + 100, b"child!").unwrap();
+    let after = c.page_info(a);
+    assert_ne!(after.pfn, before.pfn, "the child's write must copy");
+    let mut buf = [0u8; 6];
+    cpu.read(&p, a + 100, &mut buf).unwrap();
+    assert_eq!(&buf, b"parent", "the parent must not see the child's write");
+    cpu.read(&c, a + 100, &mut buf).unwrap();
+    assert_eq!(&buf, b"child!");
+    assert_clean(&m);
+    c.exit();
+    // The parent's page is now exclusive again: its write reuses it.
+    let pb = p.page_info(a);
+    cpu.write(&p, a, b"x").unwrap();
+    assert_eq!(p.page_info(a).pfn, pb.pfn, "small folio with refcount 1 is reused");
+    assert_clean(&m);
+    drop(c);
+    assert_clean(&m);
+}
+
+#[test]
+fn pmd_thp_fault_split_by_mprotect_and_reuse_after_child_exit() {
+    let m = machine(64 * M);
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 4 * M);
+    assert_eq!(a % (2 * M), 0, "a 2 MiB-multiple mapping is PMD-aligned");
+    p.madvise(a, 4 * M, Advice::HugePage).unwrap();
+    cpu.write_byte_per_page(&p, a, 4 * M, 7).unwrap();
+    let i = p.page_info(a + 20 * K);
+    assert!(i.pmd_mapped && i.folio_order == 9 && i.exclusive);
+    assert_eq!(p.range_info(a, a + 4 * M).anon_huge_kb, 4096);
+    assert_clean(&m);
+    p.mprotect(a, 4 * K, Prot(Prot::READ)).unwrap();
+    assert_clean(&m);
+    p.mprotect(a, 4 * K, Prot::RW).unwrap();
+    assert_clean(&m);
+    let i = p.page_info(a + 20 * K);
+    assert!(!i.pmd_mapped && i.folio_order == 9, "split PMD leaves a PTE-mapped THP");
+    assert_eq!(m.stats.thp_split_pmd.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let c = p.fork().unwrap();
+    assert_clean(&m);
+    c.exit();
+    drop(c);
+    assert_clean(&m);
+    let before = p.page_info(a + 20 * K);
+    cpu.write(&p, a + 20 * K, &[9]).unwrap();
+    let after = p.page_info(a + 20 * K);
+    assert_eq!(after.pfn, before.pfn, "PTE-mapped THP reused after the child exited");
+    assert_eq!(after.folio_order, 9);
+    assert_clean(&m);
+}
+
+#[test]
+fn mthp_64k_cow_reuse_and_copy() {
+    let m = machine(64 * M);
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 256 * K);
+    cpu.write(&p, a, &[1]).unwrap();
+    assert_eq!(p.page_info(a + 60 * K).folio_order, 4, "one write faults a whole 64K folio");
+    let c = p.fork().unwrap();
+    let before = p.page_info(a);
+    cpu.write(&p, a, &[2]).unwrap();
+    assert_ne!(p.page_info(a).pfn, before.pfn, "the parent copies while the child shares");
+    let mut b = [0];
+    cpu.read(&c, a, &mut b).unwrap();
+    assert_eq!(b[0], 1, "the child still sees the old byte");
+    assert_clean(&m);
+    drop(c);
+    let before = p.page_info(a + 4 * K);
+    cpu.write(&p, a + 4 * K, &[3]).unwrap();
+    assert_eq!(p.page_info(a + 4 * K).pfn, before.pfn, "reuse once the child is gone");
+    assert_clean(&m);
+}
+
+#[test]
+fn munmap_partial_large_folio_and_dontneed() {
+    let m = machine(64 * M);
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 128 * K);
+    cpu.fill(&p, a, 128 * K, 0xaa).unwrap();
+    p.munmap(a + 8 * K, 4 * K).unwrap();
+    assert_eq!(cpu.read(&p, a + 8 * K, &mut [0]), Err(Errno::EFAULT));
+    p.madvise(a + 16 * K, 4 * K, Advice::DontNeed).unwrap();
+    let mut b = [0xffu8];
+    cpu.read(&p, a + 16 * K, &mut b).unwrap();
+    assert_eq!(b[0], 0, "DONTNEED drops the data");
+    cpu.read(&p, a + 20 * K, &mut b).unwrap();
+    assert_eq!(b[0], 0xaa);
+    assert_clean(&m);
+    p.munmap(a, 128 * K).unwrap();
+    assert_clean(&m);
+}
+
+#[test]
+fn mremap_moves_part_of_a_large_folio() {
+    let m = machine(64 * M);
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 128 * K);
+    cpu.fill(&p, a, 128 * K, 0x11).unwrap();
+    cpu.write(&p, a + 8 * K, b"moved").unwrap();
+    let folio_pfn = p.page_info(a + 8 * K).pfn;
+    assert_eq!(p.mremap(a + 8 * K, 8 * K, 8 * K, true, None), Ok(a + 8 * K), "same size stays in place");
+    let dst = anon(&p, 8 * K);
+    let n = p.mremap(a + 8 * K, 8 * K, 8 * K, true, Some(dst)).unwrap();
+    assert_eq!(n, dst);
+    assert_eq!(cpu.read(&p, a + 8 * K, &mut [0]), Err(Errno::EFAULT), "the old range is gone");
+    assert_eq!(p.page_info(n).pfn, folio_pfn, "mremap moves the mapping, not the page");
+    let mut buf = [0u8; 5];
+    cpu.read(&p, n, &mut buf).unwrap();
+    assert_eq!(&buf, b"moved");
+    assert_clean(&m);
+    let c = p.fork().unwrap();
+    assert_clean(&m);
+    drop(c);
+    assert_clean(&m);
+}
+
+#[test]
+fn out_of_memory_is_enomem() {
+    let m = machine(8 * M);
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 16 * M);
+    assert_eq!(cpu.write_byte_per_page(&p, a, 16 * M, 1), Err(Errno::ENOMEM));
+    assert_clean(&m);
+    drop(p);
+    assert_clean(&m);
+}
+
+#[test]
+fn protection_errors() {
+    let m = machine(8 * M);
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = p.mmap(0, 8 * K, Prot(Prot::READ), MmapFlags::default()).unwrap();
+    let mut b = [1u8];
+    cpu.read(&p, a, &mut b).unwrap();
+    assert_eq!(b[0], 0, "read fault maps the zero page");
+    assert!(p.page_info(a).zero_page);
+    assert_eq!(cpu.write(&p, a, &[1]), Err(Errno::EACCES));
+    p.mprotect(a, 8 * K, Prot::NONE).unwrap();
+    assert_eq!(cpu.read(&p, a, &mut b), Err(Errno::EACCES));
+    assert_eq!(cpu.read(&p, 0x1000, &mut b), Err(Errno::EFAULT));
+    assert_eq!(p.munmap(a + 1, 4 * K), Err(Errno::EINVAL));
+    assert_clean(&m);
+}
+
+#[test]
+fn two_threads_fault_disjoint_ranges_of_one_mm() {
+    let m = machine(256 * M);
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 32 * M);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (m, p) = (&m, &p);
+            s.spawn(move || {
+                let mut cpu = Cpu::new(m);
+                let base = a + t * 16 * M;
+                for off in (0..16 * M).step_by(4096) {
+                    cpu.write(p, base + off, &(off ^ t).to_le_bytes()).unwrap();
+                }
+            });
+        }
+    });
+    let mut cpu = Cpu::new(&m);
+    for t in 0..2u64 {
+        for off in (0..16 * M).step_by(4096) {
+            let mut b = [0u8; 8];
+            cpu.read(&p, a + t * 16 * M + off, &mut b).unwrap();
+            assert_eq!(u64::from_le_bytes(b), off ^ t);
+        }
+    }
+    assert_clean(&m);
+}
