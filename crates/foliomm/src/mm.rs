@@ -444,19 +444,20 @@ impl Mm {
         let old_len = page_align(old_len)?;
         let new_len = page_align(new_len)?;
         let old_end = range_end(old, old_len)?;
+        // check_mremap_params(): the target is validated before any VMA lookup.
+        if let Some(new) = fixed {
+            let new_end = range_end(new, new_len)?;
+            if new < MMAP_MIN_ADDR || (new < old_end && old < new_end) {
+                return Err(Errno::EINVAL);
+            }
+        }
         let mut vmas = self.write_lock();
         let (vma_start, vma_end) = vmas.find(old).map(|v| (v.start, v.end)).ok_or(Errno::EFAULT)?;
         if old_end > vma_end {
             return Err(Errno::EFAULT);
         }
         if let Some(new) = fixed {
-            let new_end = range_end(new, new_len)?;
-            if new < MMAP_MIN_ADDR {
-                return Err(Errno::EINVAL);
-            }
-            if new < old_end && old < new_end {
-                return Err(Errno::EINVAL);
-            }
+            let new_end = new + new_len;
             self.do_munmap(&mut vmas, new, new_end)?;
             let moved_len = old_len.min(new_len);
             self.do_munmap(&mut vmas, old + moved_len, old_end)?;
