@@ -1,1 +1,129 @@
-fn main() {}
+//! The `foliomm` command.
+
+mod bench;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
+
+#[derive(Parser)]
+#[command(name = "foliomm", version, about = "An executable model of the Linux memory manager's large-folio machinery")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenario files on the model, printing each step and the final counters.
+    Run(RunArgs),
+    /// Measure the model (and the host kernel, where it can) on fixed workloads.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Scenario files (see scenarios/ and the README for the language).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Run the invariant checker after every step.
+    #[arg(long)]
+    check: bool,
+    /// Mapcount design, overriding the file's `set mapcount`.
+    #[arg(long)]
+    mapcount: Option<String>,
+    /// Model RAM (like 512M or 4G), overriding the file's `set memory`.
+    #[arg(long)]
+    memory: Option<String>,
+    /// Print JSON (one object per file, in an array) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Print only failures and the summary line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Command::Run(a) => run_files(a),
+        Command::Bench(a) => bench::run(a).map(|_| true),
+    };
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("foliomm: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_files(a: RunArgs) -> Result<bool> {
+    let mut all_ok = true;
+    let mut json = Vec::new();
+    for file in &a.files {
+        let src = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let mut steps = parse(&src).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        apply_overrides(&mut steps, &a)?;
+        let mut backend = ModelBackend::new();
+        let out = run(&steps, &mut backend, RunOptions { check: a.check });
+        all_ok &= out.failure.is_none();
+        if a.json {
+            json.push(serde_json::json!({ "file": file.display().to_string(), "outcome": out }));
+        } else {
+            print_outcome(file, &out, a.quiet);
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    }
+    Ok(all_ok)
+}
+
+/// Command-line settings win over the file's own `set` lines.
+fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -> Result<()> {
+    use foliomm_scenario::lang::{Cmd, Step};
+    let mut pre = Vec::new();
+    if let Some(m) = &a.memory {
+        let bytes = foliomm_scenario::lang::parse_size(m).with_context(|| format!("--memory: expected a size like 512M or 4G, found '{m}'"))?;
+        steps.retain(|s| !matches!(s.cmd, Cmd::SetMemory(_)));
+        pre.push(Step { line: 0, text: format!("--memory {m}"), proc: None, cmd: Cmd::SetMemory(bytes), fails: None });
+    }
+    if let Some(d) = &a.mapcount {
+        steps.retain(|s| !matches!(s.cmd, Cmd::SetMapcount(_)));
+        pre.push(Step { line: 0, text: format!("--mapcount {d}"), proc: None, cmd: Cmd::SetMapcount(d.clone()), fails: None });
+    }
+    steps.splice(0..0, pre);
+    Ok(())
+}
+
+fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
+    println!("== {} ({})", file.display(), out.backend);
+    if !quiet {
+        let width = out.steps.iter().map(|s| s.text.len()).max().unwrap_or(0).min(60);
+        for s in &out.steps {
+            println!("  {:>4}  {:<width$}  {}", s.line, s.text, s.result);
+        }
+        print_counters(&out.counters);
+    }
+    match &out.failure {
+        None => println!("  PASS ({} steps)", out.steps.len()),
+        Some(f) => println!("  FAIL at line {}: {}", f.line, f.message),
+    }
+}
+
+fn print_counters(counters: &[(String, u64)]) {
+    let nonzero: Vec<_> = counters.iter().filter(|(_, v)| *v != 0).collect();
+    if nonzero.is_empty() {
+        return;
+    }
+    println!("  counters:");
+    for chunk in nonzero.chunks(3) {
+        let row: Vec<String> = chunk.iter().map(|(n, v)| format!("{n:<24}{v:>10}")).collect();
+        println!("    {}", row.join("   "));
+    }
+}

@@ -1,0 +1,13 @@
+//! The foliomm workload language ([`lang`]), its interpreter ([`interp`]) and
+//! the [`backend::Backend`] seam with the model behind it ([`model`]). The
+//! same scenario file is meant to run on the model and on the host kernel.
+
+pub mod backend;
+pub mod interp;
+pub mod lang;
+pub mod model;
+
+pub use backend::{Access, Backend, BackendError, Observation};
+pub use interp::{run, Outcome, RunOptions};
+pub use lang::{parse, ParseError};
+pub use model::ModelBackend;

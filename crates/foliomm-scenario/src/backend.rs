@@ -1,0 +1,97 @@
+//! The seam between the interpreter and what runs the workload: the model
+//! ([`crate::model::ModelBackend`]) or, later, the host kernel. Processes are
+//! named as in the scenario file.
+
+use foliomm::mm::{Advice, PageInfo, Prot, RangeInfo};
+use foliomm::thp::ThpMode;
+use foliomm::Errno;
+
+/// How a step touches memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Write `val` to the first byte of each page, or to every byte.
+    Write { val: u8, every_byte: bool },
+    /// Read the first byte of each page, or every byte.
+    Read { every_byte: bool },
+}
+
+/// What an `observe` step records: the first page of the place as pagemap and
+/// kpageflags report it, and smaps-style sums over the whole place.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Observation {
+    pub page: PageInfo,
+    pub range: RangeInfo,
+    /// The byte at the observed address.
+    pub byte: u8,
+}
+
+impl Observation {
+    /// Field names `expect` can use.
+    pub const FIELDS: &'static [&'static str] = &[
+        "frame", "folio_order", "folio_kb", "present", "exclusive", "zero_page", "pmd_mapped", "writable", "byte", "rss_kb",
+        "anonymous_kb", "anon_huge_kb", "shared_kb", "private_kb", "mapcount", "folio_mapcount", "refcount", "anon_exclusive",
+        "maybe_shared",
+    ];
+
+    /// The value of a field, booleans as 0/1.
+    pub fn field(&self, name: &str) -> Option<u64> {
+        let p = &self.page;
+        let r = &self.range;
+        Some(match name {
+            "frame" => p.pfn,
+            "folio_order" => p.folio_order as u64,
+            "folio_kb" => 4 << p.folio_order,
+            "present" => p.present as u64,
+            "exclusive" => p.exclusive as u64,
+            "zero_page" => p.zero_page as u64,
+            "pmd_mapped" => p.pmd_mapped as u64,
+            "writable" => p.writable as u64,
+            "byte" => self.byte as u64,
+            "rss_kb" => r.rss_kb,
+            "anonymous_kb" => r.anonymous_kb,
+            "anon_huge_kb" => r.anon_huge_kb,
+            "shared_kb" => r.shared_kb,
+            "private_kb" => r.private_kb,
+            "mapcount" => p.mapcount,
+            "folio_mapcount" => p.folio_mapcount,
+            "refcount" => p.refcount,
+            "anon_exclusive" => p.anon_exclusive as u64,
+            "maybe_shared" => p.maybe_shared as u64,
+            _ => return None,
+        })
+    }
+}
+
+/// A backend error that is not a memory-operation errno: a setting it cannot
+/// apply, or a feature it lacks.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// What runs a scenario.
+pub trait Backend {
+    /// `model` or `host`.
+    fn name(&self) -> &'static str;
+    /// Builds the machine; called once, before the first process step.
+    fn start(&mut self, memory: Option<u64>, mapcount: Option<&str>) -> Result<(), BackendError>;
+    /// Applies THP settings (top-level mode, and modes per folio order).
+    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError>;
+    /// Creates a process with an empty address space.
+    fn spawn(&mut self, proc: &str) -> Result<(), Errno>;
+    fn fork(&mut self, parent: &str, child: &str) -> Result<(), Errno>;
+    fn exit(&mut self, proc: &str);
+    /// Anonymous private mmap; `at` is a hint, or the exact place with `fixed`.
+    fn mmap(&mut self, proc: &str, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool) -> Result<u64, Errno>;
+    fn munmap(&mut self, proc: &str, addr: u64, len: u64) -> Result<(), Errno>;
+    fn mprotect(&mut self, proc: &str, addr: u64, len: u64, prot: Prot) -> Result<(), Errno>;
+    fn madvise(&mut self, proc: &str, addr: u64, len: u64, advice: Advice) -> Result<(), Errno>;
+    /// mremap with MREMAP_MAYMOVE, and MREMAP_FIXED when `to` is given.
+    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno>;
+    /// Performs an access; a read returns the bytes read.
+    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno>;
+    fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
+    /// Event counters by name.
+    fn counters(&self) -> Vec<(String, u64)>;
+    /// Invariant violations (a backend that cannot check returns none).
+    fn check(&self) -> Vec<String>;
+}

@@ -1,0 +1,344 @@
+//! The interpreter: runs parsed steps on a [`Backend`], keeps the reference
+//! byte model of every process beside it (every read is compared with it),
+//! records observations, evaluates `expect` lines and, when asked, runs the
+//! backend's invariant checker after every step. It stops at the first failure.
+
+use std::collections::{HashMap, HashSet};
+
+use foliomm::check::reference::RefSpace;
+use foliomm::mm::Advice;
+use foliomm::Errno;
+
+use crate::backend::{Access, Backend, Observation};
+use crate::lang::{Cmd, Operand, Place, Step};
+
+/// Options of a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// Run the invariant checker after every step (a `set check` line overrides).
+    pub check: bool,
+}
+
+/// What one step did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepOutcome {
+    pub line: usize,
+    pub text: String,
+    pub result: String,
+}
+
+/// Why a run stopped early.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    pub line: usize,
+    pub message: String,
+}
+
+/// The result of a run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Outcome {
+    pub backend: String,
+    pub steps: Vec<StepOutcome>,
+    pub observations: Vec<(String, Observation)>,
+    pub counters: Vec<(String, u64)>,
+    pub failure: Option<Failure>,
+}
+
+struct State<'b> {
+    backend: &'b mut dyn Backend,
+    started: bool,
+    memory: Option<u64>,
+    mapcount: Option<String>,
+    check: bool,
+    maps: HashMap<String, (u64, u64)>,
+    live: HashSet<String>,
+    exited: HashSet<String>,
+    refs: HashMap<String, RefSpace>,
+    obs: Vec<(String, Observation)>,
+}
+
+type StepResult = Result<String, String>;
+
+/// Runs `steps` on `backend`.
+pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outcome {
+    let mut st = State {
+        backend,
+        started: false,
+        memory: None,
+        mapcount: None,
+        check: opts.check,
+        maps: HashMap::new(),
+        live: HashSet::new(),
+        exited: HashSet::new(),
+        refs: HashMap::new(),
+        obs: Vec::new(),
+    };
+    let mut outcomes = Vec::new();
+    let mut failure = None;
+    for step in steps {
+        let r = st.step(step).and_then(|msg| {
+            if st.check && st.started {
+                let bad = st.backend.check();
+                if !bad.is_empty() {
+                    return Err(format!("invariant checker after this step:\n  {}", bad.join("\n  ")));
+                }
+            }
+            Ok(msg)
+        });
+        match r {
+            Ok(result) => outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result }),
+            Err(message) => {
+                failure = Some(Failure { line: step.line, message });
+                break;
+            }
+        }
+    }
+    // Processes still alive at the end exit, so leaks show in the counters.
+    let mut live: Vec<String> = st.live.drain().collect();
+    live.sort();
+    for p in live {
+        st.backend.exit(&p);
+    }
+    Outcome { backend: st.backend.name().into(), steps: outcomes, observations: st.obs, counters: st.backend.counters(), failure }
+}
+
+fn errno(e: Errno) -> String {
+    e.name().to_string()
+}
+
+/// Compares a backend result with the reference's, given the expected failure.
+fn outcome<T>(step: &Step, r: Result<T, Errno>) -> Result<Option<T>, String> {
+    match (r, step.fails) {
+        (Ok(v), None) => Ok(Some(v)),
+        (Err(e), Some(want)) if e == want => Ok(None),
+        (Err(e), Some(want)) => Err(format!("failed with {}, expected {}", errno(e), errno(want))),
+        (Err(e), None) => Err(format!("failed with {e}")),
+        (Ok(_), Some(want)) => Err(format!("succeeded, expected it to fail with {}", errno(want))),
+    }
+}
+
+impl State<'_> {
+    fn start(&mut self) -> Result<(), String> {
+        if !self.started {
+            self.backend.start(self.memory, self.mapcount.as_deref()).map_err(|e| e.0)?;
+            self.started = true;
+        }
+        Ok(())
+    }
+
+    fn place(&self, p: &Place) -> Result<(u64, u64), String> {
+        let &(start, len) = self.maps.get(&p.map).ok_or_else(|| format!("unknown mapping '{}'", p.map))?;
+        match p.range {
+            None => Ok((start, len)),
+            Some((s, e)) if e <= len => Ok((start + s, e - s)),
+            Some((_, e)) => Err(format!("range end {e:#x} lies beyond mapping '{}' of {len:#x} bytes", p.map)),
+        }
+    }
+
+    fn proc(&mut self, name: &str) -> Result<(), String> {
+        if self.exited.contains(name) {
+            return Err(format!("process {name} has exited"));
+        }
+        if self.live.insert(name.to_string()) {
+            self.backend.spawn(name).map_err(|e| format!("cannot create process {name}: {e}"))?;
+            self.refs.insert(name.to_string(), RefSpace::default());
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, step: &Step) -> StepResult {
+        match &step.cmd {
+            Cmd::SetMemory(m) => {
+                if self.started {
+                    return Err("'set memory' must come before the first process step".into());
+                }
+                self.memory = Some(*m);
+                return Ok(format!("{} MiB of model RAM", m >> 20));
+            }
+            Cmd::SetMapcount(d) => {
+                if self.started {
+                    return Err("'set mapcount' must come before the first process step".into());
+                }
+                self.mapcount = Some(d.clone());
+                return Ok(format!("mapcount design {d}"));
+            }
+            Cmd::SetCheck(on) => {
+                self.check = *on;
+                return Ok(format!("checker {}", if *on { "on" } else { "off" }));
+            }
+            _ => {}
+        }
+        self.start()?;
+        let Some(p) = step.proc.clone() else {
+            return self.global(step);
+        };
+        self.proc(&p)?;
+        let b = &mut *self.backend;
+        match &step.cmd {
+            Cmd::Mmap { name, len, prot, populate, at, fixed } => {
+                let Some(addr) = outcome(step, b.mmap(&p, *at, *len, *prot, *fixed, *populate))? else { return Ok("failed as expected".into()) };
+                self.maps.insert(name.clone(), (addr, *len));
+                self.refs.get_mut(&p).unwrap().map(addr, *len, *prot);
+                Ok(format!("{name} = {addr:#x}"))
+            }
+            Cmd::Munmap(pl) => {
+                let (a, l) = self.place(pl)?;
+                if outcome(step, self.backend.munmap(&p, a, l))?.is_some() {
+                    self.refs.get_mut(&p).unwrap().unmap(a, l);
+                }
+                Ok("ok".into())
+            }
+            Cmd::Mprotect(pl, prot) => {
+                let (a, l) = self.place(pl)?;
+                if outcome(step, self.backend.mprotect(&p, a, l, *prot))?.is_some() {
+                    self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
+                }
+                Ok("ok".into())
+            }
+            Cmd::Madvise(pl, adv) => {
+                let (a, l) = self.place(pl)?;
+                let r = self.backend.madvise(&p, a, l, *adv);
+                if *adv == Advice::DontNeed {
+                    self.refs.get_mut(&p).unwrap().zap(a, l);
+                }
+                outcome(step, r)?;
+                Ok("ok".into())
+            }
+            Cmd::Mremap { name, from, size, to } => {
+                let (a, l) = self.place(from)?;
+                let new_len = size.unwrap_or(l);
+                let target = match to {
+                    Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
+                    None => None,
+                };
+                let Some(n) = outcome(step, self.backend.mremap(&p, a, l, new_len, target))? else { return Ok("failed as expected".into()) };
+                let rs = self.refs.get_mut(&p).unwrap();
+                if target.is_some() {
+                    rs.unmap(n, new_len);
+                }
+                rs.remap(a, l.min(new_len), n, new_len);
+                if n != a {
+                    rs.unmap(a, l);
+                }
+                self.maps.insert(name.clone(), (n, new_len));
+                Ok(format!("{name} = {n:#x}"))
+            }
+            Cmd::Fork(child) => {
+                if self.live.contains(child) || self.exited.contains(child) {
+                    return Err(format!("process {child} already exists"));
+                }
+                if outcome(step, self.backend.fork(&p, child))?.is_some() {
+                    let copy = self.refs[&p].clone();
+                    self.refs.insert(child.clone(), copy);
+                    self.live.insert(child.clone());
+                }
+                Ok(format!("{child} forked"))
+            }
+            Cmd::Exit => {
+                self.backend.exit(&p);
+                self.live.remove(&p);
+                self.refs.remove(&p);
+                self.exited.insert(p.clone());
+                Ok("exited".into())
+            }
+            Cmd::Wait(child) => {
+                if self.exited.contains(child) {
+                    Ok(format!("{child} reaped"))
+                } else {
+                    Err(format!("wait: process {child} has not exited"))
+                }
+            }
+            Cmd::Write { place, val, every_byte } => {
+                let (a, l) = self.place(place)?;
+                let val = val.unwrap_or((step.line % 251 + 1) as u8);
+                let r = self.backend.access(&p, a, l, Access::Write { val, every_byte: *every_byte });
+                if outcome(step, r)?.is_some() {
+                    let rs = self.refs.get_mut(&p).unwrap();
+                    let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
+                    if let Err(e) = expected {
+                        return Err(format!("the write succeeded but the reference model says it fails with {e}"));
+                    }
+                }
+                Ok(format!("wrote {val:#04x}"))
+            }
+            Cmd::Read { place, every_byte } => {
+                let (a, l) = self.place(place)?;
+                let got = self.backend.access(&p, a, l, Access::Read { every_byte: *every_byte });
+                let Some(got) = outcome(step, got)? else { return Ok("failed as expected".into()) };
+                let rs = self.refs.get_mut(&p).unwrap();
+                let want = if *every_byte { rs.read(a, l) } else { rs.read_byte_per_page(a, l) };
+                let want = want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
+                compare_bytes(a, *every_byte, &got, &want)?;
+                Ok(format!("{} bytes as expected", got.len()))
+            }
+            Cmd::Observe { place, name } => {
+                let (a, l) = self.place(place)?;
+                let Some(o) = outcome(step, self.backend.observe(&p, a, l))? else { return Ok("failed as expected".into()) };
+                let pg = &o.page;
+                let summary = format!(
+                    "{name}: frame {:#x} order {} {} {}{}rss {}K thp {}K",
+                    pg.pfn,
+                    pg.folio_order,
+                    if pg.present { "present" } else { "absent" },
+                    if pg.exclusive { "exclusive " } else { "" },
+                    if pg.pmd_mapped { "pmd " } else { "" },
+                    o.range.rss_kb,
+                    o.range.anon_huge_kb
+                );
+                self.obs.retain(|(n, _)| n != name);
+                self.obs.push((name.clone(), o));
+                Ok(summary)
+            }
+            _ => unreachable!("global commands have no process"),
+        }
+    }
+
+    fn global(&mut self, step: &Step) -> StepResult {
+        match &step.cmd {
+            Cmd::SetThp { enabled, sizes } => {
+                self.backend.set_thp(*enabled, sizes).map_err(|e| e.0)?;
+                Ok("thp set".into())
+            }
+            Cmd::Expect { lhs, op, rhs } => {
+                let (a, an) = self.operand(lhs)?;
+                let (b, bn) = self.operand(rhs)?;
+                if op.holds(a, b) {
+                    Ok(format!("{an} {} {bn}", op.symbol()))
+                } else {
+                    Err(format!("expectation failed: {an} {} {bn}", op.symbol()))
+                }
+            }
+            _ => unreachable!("process commands have a process"),
+        }
+    }
+
+    /// The value of an operand and a description of it for messages.
+    fn operand(&self, o: &Operand) -> Result<(u64, String), String> {
+        match o {
+            Operand::Num(n) => Ok((*n, n.to_string())),
+            Operand::Bool(b) => Ok((*b as u64, b.to_string())),
+            Operand::Field { obj, field } if obj == "stat" => {
+                let v = self.backend.counters().into_iter().find(|(n, _)| n == field).map(|(_, v)| v);
+                let v = v.ok_or_else(|| format!("no counter '{field}' on the {} backend", self.backend.name()))?;
+                Ok((v, format!("stat.{field} (= {v})")))
+            }
+            Operand::Field { obj, field } => {
+                let (_, ob) = self.obs.iter().find(|(n, _)| n == obj).ok_or_else(|| format!("no observation named '{obj}'"))?;
+                let v = ob.field(field).ok_or_else(|| format!("no field '{field}' (fields: {})", Observation::FIELDS.join(", ")))?;
+                let shown = if field == "frame" { format!("{v:#x}") } else { v.to_string() };
+                Ok((v, format!("{obj}.{field} (= {shown})")))
+            }
+        }
+    }
+}
+
+fn compare_bytes(addr: u64, every_byte: bool, got: &[u8], want: &[u8]) -> Result<(), String> {
+    match got.iter().zip(want).position(|(g, w)| g != w) {
+        None if got.len() == want.len() => Ok(()),
+        None => Err(format!("read {} bytes, the reference has {}", got.len(), want.len())),
+        Some(i) => {
+            let at = addr + if every_byte { i as u64 } else { i as u64 * 4096 };
+            Err(format!("data integrity: the byte at {at:#x} reads {:#04x}, the reference model says {:#04x}", got[i], want[i]))
+        }
+    }
+}
