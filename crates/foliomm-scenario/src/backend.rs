@@ -28,8 +28,24 @@ pub struct Observation {
 impl Observation {
     /// Field names `expect` can use.
     pub const FIELDS: &'static [&'static str] = &[
-        "frame", "folio_order", "folio_kb", "present", "exclusive", "zero_page", "pmd_mapped", "writable", "byte", "rss_kb",
-        "anonymous_kb", "anon_huge_kb", "shared_kb", "private_kb", "mapcount", "folio_mapcount", "refcount", "anon_exclusive",
+        "frame",
+        "folio_order",
+        "folio_kb",
+        "present",
+        "exclusive",
+        "zero_page",
+        "pmd_mapped",
+        "writable",
+        "byte",
+        "rss_kb",
+        "anonymous_kb",
+        "anon_huge_kb",
+        "shared_kb",
+        "private_kb",
+        "mapcount",
+        "folio_mapcount",
+        "refcount",
+        "anon_exclusive",
         "maybe_shared",
     ];
 
@@ -75,20 +91,40 @@ pub trait Backend {
     /// Builds the machine; called once, before the first process step.
     fn start(&mut self, memory: Option<u64>, mapcount: Option<&str>) -> Result<(), BackendError>;
     /// Applies THP settings (top-level mode, and modes per folio order).
-    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError>;
+    fn set_thp(
+        &mut self,
+        enabled: Option<ThpMode>,
+        sizes: &[(u32, ThpMode)],
+    ) -> Result<(), BackendError>;
     /// Creates a process with an empty address space.
     fn spawn(&mut self, proc: &str) -> Result<(), Errno>;
     fn fork(&mut self, parent: &str, child: &str) -> Result<(), Errno>;
     fn exit(&mut self, proc: &str);
     /// Anonymous private mmap; `at` is a hint, or the exact place with `fixed`.
-    fn mmap(&mut self, proc: &str, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool) -> Result<u64, Errno>;
+    fn mmap(
+        &mut self,
+        proc: &str,
+        at: Option<u64>,
+        len: u64,
+        prot: Prot,
+        fixed: bool,
+        populate: bool,
+    ) -> Result<u64, Errno>;
     fn munmap(&mut self, proc: &str, addr: u64, len: u64) -> Result<(), Errno>;
     fn mprotect(&mut self, proc: &str, addr: u64, len: u64, prot: Prot) -> Result<(), Errno>;
     fn madvise(&mut self, proc: &str, addr: u64, len: u64, advice: Advice) -> Result<(), Errno>;
     /// mremap with MREMAP_MAYMOVE, and MREMAP_FIXED when `to` is given.
-    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno>;
+    fn mremap(
+        &mut self,
+        proc: &str,
+        addr: u64,
+        len: u64,
+        new_len: u64,
+        to: Option<u64>,
+    ) -> Result<u64, Errno>;
     /// Performs an access; a read returns the bytes read.
-    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno>;
+    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access)
+        -> Result<Vec<u8>, Errno>;
     fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;

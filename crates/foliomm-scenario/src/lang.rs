@@ -48,27 +48,59 @@ pub struct Place {
 pub enum Cmd {
     SetMemory(u64),
     SetMapcount(String),
-    SetThp { enabled: Option<ThpMode>, sizes: Vec<(u32, ThpMode)> },
+    SetThp {
+        enabled: Option<ThpMode>,
+        sizes: Vec<(u32, ThpMode)>,
+    },
     SetCheck(bool),
-    Mmap { name: String, len: u64, prot: Prot, populate: bool, at: Option<u64>, fixed: bool },
+    Mmap {
+        name: String,
+        len: u64,
+        prot: Prot,
+        populate: bool,
+        at: Option<u64>,
+        fixed: bool,
+    },
     Munmap(Place),
     Mprotect(Place, Prot),
     Madvise(Place, Advice),
-    Mremap { name: String, from: Place, size: Option<u64>, to: Option<String> },
+    Mremap {
+        name: String,
+        from: Place,
+        size: Option<u64>,
+        to: Option<String>,
+    },
     Fork(String),
     Exit,
     Wait(String),
     /// One byte per page (`every_byte` false) or every byte.
-    Write { place: Place, val: Option<u8>, every_byte: bool },
-    Read { place: Place, every_byte: bool },
-    Observe { place: Place, name: String },
-    Expect { lhs: Operand, op: CmpOp, rhs: Operand },
+    Write {
+        place: Place,
+        val: Option<u8>,
+        every_byte: bool,
+    },
+    Read {
+        place: Place,
+        every_byte: bool,
+    },
+    Observe {
+        place: Place,
+        name: String,
+    },
+    Expect {
+        lhs: Operand,
+        op: CmpOp,
+        rhs: Operand,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operand {
     /// `name.field` of an observation, or `stat.counter`.
-    Field { obj: String, field: String },
+    Field {
+        obj: String,
+        field: String,
+    },
     Num(u64),
     Bool(bool),
 }
@@ -125,7 +157,11 @@ struct Line<'a> {
 
 impl<'a> Line<'a> {
     fn err<T>(&self, col: usize, msg: impl Into<String>) -> Result<T, ParseError> {
-        Err(ParseError { line: self.line, col, msg: msg.into() })
+        Err(ParseError {
+            line: self.line,
+            col,
+            msg: msg.into(),
+        })
     }
     fn col(&self) -> usize {
         self.toks.get(self.pos).map_or(self.end_col, |t| t.col)
@@ -139,7 +175,10 @@ impl<'a> Line<'a> {
                 self.pos += 1;
                 Ok(t.text)
             }
-            None => self.err(self.end_col, format!("expected {what}, found the end of the line")),
+            None => self.err(
+                self.end_col,
+                format!("expected {what}, found the end of the line"),
+            ),
         }
     }
     fn eat(&mut self, word: &str) -> bool {
@@ -159,7 +198,11 @@ impl<'a> Line<'a> {
     fn size(&mut self, what: &str) -> Result<u64, ParseError> {
         let col = self.col();
         let t = self.next(what)?;
-        parse_size(t).ok_or_else(|| ParseError { line: self.line, col, msg: format!("expected {what} (like 4K, 2M, 0x1000), found '{t}'") })
+        parse_size(t).ok_or_else(|| ParseError {
+            line: self.line,
+            col,
+            msg: format!("expected {what} (like 4K, 2M, 0x1000), found '{t}'"),
+        })
     }
     fn ident(&mut self, what: &str) -> Result<String, ParseError> {
         let col = self.col();
@@ -173,12 +216,20 @@ impl<'a> Line<'a> {
     fn place(&mut self) -> Result<Place, ParseError> {
         let col = self.col();
         let t = self.next("a mapping (like a, a[4K] or a[0..8K])")?;
-        parse_place(t).map_err(|msg| ParseError { line: self.line, col, msg })
+        parse_place(t).map_err(|msg| ParseError {
+            line: self.line,
+            col,
+            msg,
+        })
     }
     fn prot(&mut self) -> Result<Prot, ParseError> {
         let col = self.col();
         let t = self.next("a protection (r, rw, rwx or none)")?;
-        Prot::parse(t).ok_or_else(|| ParseError { line: self.line, col, msg: format!("expected a protection (r, rw, rwx or none), found '{t}'") })
+        Prot::parse(t).ok_or_else(|| ParseError {
+            line: self.line,
+            col,
+            msg: format!("expected a protection (r, rw, rwx or none), found '{t}'"),
+        })
     }
     fn value(&mut self) -> Result<Option<u8>, ParseError> {
         if !self.eat("=") {
@@ -202,17 +253,29 @@ impl<'a> Line<'a> {
         }
         match t.split_once('.') {
             // Counters may carry a size: stat.anon_fault_alloc[64K].
-            Some((o, f)) if is_ident(o) && (is_ident(f) || (o == "stat" && is_ident(f.split('[').next().unwrap_or("")))) => {
-                Ok(Operand::Field { obj: o.into(), field: f.into() })
+            Some((o, f))
+                if is_ident(o)
+                    && (is_ident(f)
+                        || (o == "stat" && is_ident(f.split('[').next().unwrap_or("")))) =>
+            {
+                Ok(Operand::Field {
+                    obj: o.into(),
+                    field: f.into(),
+                })
             }
-            _ => self.err(col, format!("expected name.field, a number, true or false, found '{t}'")),
+            _ => self.err(
+                col,
+                format!("expected name.field, a number, true or false, found '{t}'"),
+            ),
         }
     }
 }
 
 fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
-    c.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && c.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    c.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && c.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Parses `4096`, `0x1000`, `4K`, `2M`, `1G`.
@@ -231,18 +294,32 @@ pub fn parse_size(s: &str) -> Option<u64> {
 
 fn parse_place(t: &str) -> Result<Place, String> {
     let Some((map, rest)) = t.split_once('[') else {
-        return if is_ident(t) { Ok(Place { map: t.into(), range: None }) } else { Err(format!("expected a mapping name, found '{t}'")) };
+        return if is_ident(t) {
+            Ok(Place {
+                map: t.into(),
+                range: None,
+            })
+        } else {
+            Err(format!("expected a mapping name, found '{t}'"))
+        };
     };
-    let inner = rest.strip_suffix(']').ok_or_else(|| format!("missing ']' in '{t}'"))?;
+    let inner = rest
+        .strip_suffix(']')
+        .ok_or_else(|| format!("missing ']' in '{t}'"))?;
     if !is_ident(map) {
         return Err(format!("expected a mapping name before '[', found '{map}'"));
     }
     let bad = || format!("expected an offset (a[4K]) or a range (a[0..8K]) in '{t}'");
     let range = match inner.split_once("..") {
         Some((s, e)) => {
-            let (s, e) = (parse_size(s).ok_or_else(bad)?, parse_size(e).ok_or_else(bad)?);
+            let (s, e) = (
+                parse_size(s).ok_or_else(bad)?,
+                parse_size(e).ok_or_else(bad)?,
+            );
             if e <= s {
-                return Err(format!("empty range in '{t}': the end must be above the start"));
+                return Err(format!(
+                    "empty range in '{t}': the end must be above the start"
+                ));
             }
             (s, e)
         }
@@ -251,7 +328,10 @@ fn parse_place(t: &str) -> Result<Place, String> {
             (o, o + 1)
         }
     };
-    Ok(Place { map: map.into(), range: Some(range) })
+    Ok(Place {
+        map: map.into(),
+        range: Some(range),
+    })
 }
 
 fn tokenize(text: &str) -> Vec<Tok<'_>> {
@@ -260,7 +340,10 @@ fn tokenize(text: &str) -> Vec<Tok<'_>> {
     for (i, c) in text.char_indices() {
         match (c.is_whitespace(), start) {
             (true, Some(s)) => {
-                toks.push(Tok { text: &text[s..i], col: s + 1 });
+                toks.push(Tok {
+                    text: &text[s..i],
+                    col: s + 1,
+                });
                 start = None;
             }
             (false, None) => start = Some(i),
@@ -268,7 +351,10 @@ fn tokenize(text: &str) -> Vec<Tok<'_>> {
         }
     }
     if let Some(s) = start {
-        toks.push(Tok { text: &text[s..], col: s + 1 });
+        toks.push(Tok {
+            text: &text[s..],
+            col: s + 1,
+        });
     }
     toks
 }
@@ -282,7 +368,12 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
         if toks.is_empty() {
             continue;
         }
-        let mut l = Line { line: i + 1, toks, pos: 0, end_col: text.trim_end().len() + 1 };
+        let mut l = Line {
+            line: i + 1,
+            toks,
+            pos: 0,
+            end_col: text.trim_end().len() + 1,
+        };
         steps.push(parse_line(&mut l, text.trim())?);
     }
     Ok(steps)
@@ -295,7 +386,12 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
             l.pos += 1;
             Some(p.to_string())
         }
-        Some(_) => return l.err(1, format!("expected a process name before ':', found '{first}'")),
+        Some(_) => {
+            return l.err(
+                1,
+                format!("expected a process name before ':', found '{first}'"),
+            )
+        }
         None => None,
     };
     // A trailing "fails ERRNO".
@@ -306,7 +402,10 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
         fails = Some(Errno::from_name(t.text).ok_or_else(|| ParseError {
             line: l.line,
             col: t.col,
-            msg: format!("expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY), found '{}'", t.text),
+            msg: format!(
+                "expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY), found '{}'",
+                t.text
+            ),
         })?);
         l.toks.truncate(n - 2);
     }
@@ -315,7 +414,13 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
         Some(_) => parse_proc_cmd(l)?,
     };
     l.done()?;
-    Ok(Step { line: l.line, text: text.to_string(), proc, cmd, fails })
+    Ok(Step {
+        line: l.line,
+        text: text.to_string(),
+        proc,
+        cmd,
+        fails,
+    })
 }
 
 fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -335,7 +440,10 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                 }
                 "thp" => parse_thp(l),
-                t => l.err(col, format!("expected a setting (memory, mapcount, thp, check), found '{t}'")),
+                t => l.err(
+                    col,
+                    format!("expected a setting (memory, mapcount, thp, check), found '{t}'"),
+                ),
             }
         }
         "expect" => {
@@ -348,11 +456,23 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 "<=" => CmpOp::Le,
                 ">" => CmpOp::Gt,
                 ">=" => CmpOp::Ge,
-                t => return l.err(col, format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'")),
+                t => {
+                    return l.err(
+                        col,
+                        format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'"),
+                    )
+                }
             };
-            Ok(Cmd::Expect { lhs, op, rhs: l.operand()? })
+            Ok(Cmd::Expect {
+                lhs,
+                op,
+                rhs: l.operand()?,
+            })
         }
-        t => l.err(col, format!("expected 'set', 'expect' or 'NAME:' (a process), found '{t}'")),
+        t => l.err(
+            col,
+            format!("expected 'set', 'expect' or 'NAME:' (a process), found '{t}'"),
+        ),
     }
 }
 
@@ -362,19 +482,32 @@ fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {
         let col = l.col();
         let t = l.next("a THP setting")?;
         let Some((k, v)) = t.split_once('=') else {
-            return l.err(col, format!("expected KEY=MODE (enabled=madvise, 64K=always), found '{t}'"));
+            return l.err(
+                col,
+                format!("expected KEY=MODE (enabled=madvise, 64K=always), found '{t}'"),
+            );
         };
         let Some(mode) = ThpMode::parse(v) else {
-            return l.err(col + k.len() + 1, format!("expected always, madvise, never or inherit, found '{v}'"));
+            return l.err(
+                col + k.len() + 1,
+                format!("expected always, madvise, never or inherit, found '{v}'"),
+            );
         };
         if k == "enabled" {
             enabled = Some(mode);
             continue;
         }
-        let order = parse_size(k).filter(|s| s.is_power_of_two() && *s >= 16 << 10 && *s <= 2 << 20).map(|s| s.trailing_zeros() - 12);
+        let order = parse_size(k)
+            .filter(|s| s.is_power_of_two() && *s >= 16 << 10 && *s <= 2 << 20)
+            .map(|s| s.trailing_zeros() - 12);
         match order {
             Some(o) => sizes.push((o, mode)),
-            None => return l.err(col, format!("expected 'enabled' or a folio size from 16K to 2M, found '{k}'")),
+            None => {
+                return l.err(
+                    col,
+                    format!("expected 'enabled' or a folio size from 16K to 2M, found '{k}'"),
+                )
+            }
         }
     }
     Ok(Cmd::SetThp { enabled, sizes })
@@ -408,7 +541,14 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 if fixed && at.is_none() {
                     return l.err(col, "'fixed' needs 'at ADDR'");
                 }
-                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed })
+                Ok(Cmd::Mmap {
+                    name,
+                    len,
+                    prot,
+                    populate,
+                    at,
+                    fixed,
+                })
             }
             "mremap" => {
                 let from = l.place()?;
@@ -418,10 +558,20 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                     match t {
                         "size" => size = Some(l.size("a new size")?),
                         "to" => to = Some(l.ident("a mapping to move onto")?),
-                        _ => return l.err(l.col() - t.len() - 1, format!("expected 'size LEN' or 'to MAPPING', found '{t}'")),
+                        _ => {
+                            return l.err(
+                                l.col() - t.len() - 1,
+                                format!("expected 'size LEN' or 'to MAPPING', found '{t}'"),
+                            )
+                        }
                     }
                 }
-                Ok(Cmd::Mremap { name, from, size, to })
+                Ok(Cmd::Mremap {
+                    name,
+                    from,
+                    size,
+                    to,
+                })
             }
             t => l.err(col, format!("expected mmap or mremap, found '{t}'")),
         };
@@ -474,9 +624,33 @@ mod tests {
         let src = "set thp 2048K=inherit enabled=madvise\nP: a = mmap 4M anon rw\nP: madvise a hugepage\nP: mprotect a[0..4K] r\nP: fork C\nC: exit\nP: observe a[20K] as before\nexpect after.frame == before.frame\n";
         let steps = parse(src).unwrap();
         assert_eq!(steps.len(), 8);
-        assert_eq!(steps[0].cmd, Cmd::SetThp { enabled: Some(ThpMode::Madvise), sizes: vec![(9, ThpMode::Inherit)] });
-        assert_eq!(steps[3].cmd, Cmd::Mprotect(Place { map: "a".into(), range: Some((0, 4096)) }, Prot(1)));
-        assert_eq!(steps[6].cmd, Cmd::Observe { place: Place { map: "a".into(), range: Some((20480, 20481)) }, name: "before".into() });
+        assert_eq!(
+            steps[0].cmd,
+            Cmd::SetThp {
+                enabled: Some(ThpMode::Madvise),
+                sizes: vec![(9, ThpMode::Inherit)]
+            }
+        );
+        assert_eq!(
+            steps[3].cmd,
+            Cmd::Mprotect(
+                Place {
+                    map: "a".into(),
+                    range: Some((0, 4096))
+                },
+                Prot(1)
+            )
+        );
+        assert_eq!(
+            steps[6].cmd,
+            Cmd::Observe {
+                place: Place {
+                    map: "a".into(),
+                    range: Some((20480, 20481))
+                },
+                name: "before".into()
+            }
+        );
     }
 
     #[test]

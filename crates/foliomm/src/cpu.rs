@@ -23,28 +23,36 @@ pub struct Cpu {
 
 impl Cpu {
     pub fn new(machine: &Arc<Machine>) -> Cpu {
-        Cpu { machine: machine.clone() }
+        Cpu {
+            machine: machine.clone(),
+        }
     }
 
     /// Reads `buf.len()` bytes at `addr`.
     pub fn read(&mut self, mm: &Mm, addr: u64, buf: &mut [u8]) -> Result<()> {
         let m = self.machine.clone();
         let phys = &m.phys;
-        self.access(mm, addr, buf.len() as u64, false, |pfn, off, pos, n| phys.read_bytes(pfn, off, &mut buf[pos..pos + n]))
+        self.access(mm, addr, buf.len() as u64, false, |pfn, off, pos, n| {
+            phys.read_bytes(pfn, off, &mut buf[pos..pos + n])
+        })
     }
 
     /// Writes `data` at `addr`.
     pub fn write(&mut self, mm: &Mm, addr: u64, data: &[u8]) -> Result<()> {
         let m = self.machine.clone();
         let phys = &m.phys;
-        self.access(mm, addr, data.len() as u64, true, |pfn, off, pos, n| phys.write_bytes(pfn, off, &data[pos..pos + n]))
+        self.access(mm, addr, data.len() as u64, true, |pfn, off, pos, n| {
+            phys.write_bytes(pfn, off, &data[pos..pos + n])
+        })
     }
 
     /// Sets `len` bytes at `addr` to `val` (`memset`).
     pub fn fill(&mut self, mm: &Mm, addr: u64, len: u64, val: u8) -> Result<()> {
         let m = self.machine.clone();
         let phys = &m.phys;
-        self.access(mm, addr, len, true, |pfn, off, _, n| phys.fill(pfn, off, n, val))
+        self.access(mm, addr, len, true, |pfn, off, _, n| {
+            phys.fill(pfn, off, n, val)
+        })
     }
 
     /// Writes `val` to the first byte of every page of `[addr, addr+len)`.
@@ -63,12 +71,21 @@ impl Cpu {
         let m = self.machine.clone();
         let phys = &m.phys;
         let vmas = mm.read_lock();
-        pages(addr, len).map(|page| self.with_page(mm, &vmas, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
+        pages(addr, len)
+            .map(|page| self.with_page(mm, &vmas, page, false, |pfn| phys.read_byte(pfn, 0)))
+            .collect()
     }
 
     /// Splits `[addr, addr+len)` at page boundaries and runs
     /// `op(pfn, offset in page, offset in the access, length)` on each piece.
-    fn access(&mut self, mm: &Mm, addr: u64, len: u64, write: bool, mut op: impl FnMut(Pfn, usize, usize, usize)) -> Result<()> {
+    fn access(
+        &mut self,
+        mm: &Mm,
+        addr: u64,
+        len: u64,
+        write: bool,
+        mut op: impl FnMut(Pfn, usize, usize, usize),
+    ) -> Result<()> {
         let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
         let vmas = mm.read_lock();
         let mut at = addr;
@@ -85,7 +102,14 @@ impl Cpu {
 
     /// Runs `f` on the frame behind `addr` with a translation that permits
     /// the access, faulting first as often as needed.
-    fn with_page<R>(&mut self, mm: &Mm, vmas: &Vmas, addr: u64, write: bool, f: impl FnOnce(Pfn) -> R) -> Result<R> {
+    fn with_page<R>(
+        &mut self,
+        mm: &Mm,
+        vmas: &Vmas,
+        addr: u64,
+        write: bool,
+        f: impl FnOnce(Pfn) -> R,
+    ) -> Result<R> {
         let m = &*self.machine;
         let mut f = Some(f);
         loop {
@@ -102,7 +126,13 @@ impl Cpu {
 
     /// The MMU's view: a walk to a hardware-present leaf that allows the
     /// access; sets accessed/dirty and runs `f` under the leaf's table lock.
-    fn try_access<R>(&self, mm: &Mm, addr: u64, write: bool, f: &mut Option<impl FnOnce(Pfn) -> R>) -> Option<R> {
+    fn try_access<R>(
+        &self,
+        mm: &Mm,
+        addr: u64,
+        write: bool,
+        f: &mut Option<impl FnOnce(Pfn) -> R>,
+    ) -> Option<R> {
         let phys = &self.machine.phys;
         let pmd = walk_pmd(phys, mm.pgd, addr)?;
         let e = pmd.load(phys);

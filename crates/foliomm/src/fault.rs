@@ -15,7 +15,9 @@ use crate::machine::Machine;
 use crate::mapcount::Level;
 use crate::memory::pte_range_none;
 use crate::mm::{vm, Mm, Vma};
-use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_index, store, table_lock, Pte, PMD_SIZE};
+use crate::pgtable::{
+    alloc_pmd, alloc_pte_table, load, pte_index, store, table_lock, Pte, PMD_SIZE,
+};
 use crate::phys::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::rmap;
 use crate::stats::Stats;
@@ -24,12 +26,17 @@ use crate::Result;
 /// `anon_vma_prepare`: gives the VMA an anon_vma before its first anon folio.
 pub(crate) fn anon_vma_prepare(m: &Machine, vma: &Vma) {
     if vma.anon_vma() == 0 {
-        let _ = vma.anon_vma.compare_exchange(0, m.new_anon_vma(), AcqRel, Acquire);
+        let _ = vma
+            .anon_vma
+            .compare_exchange(0, m.new_anon_vma(), AcqRel, Acquire);
     }
 }
 
 fn thp_orders(m: &Machine, vma: &Vma) -> u32 {
-    m.thp.allowable_orders(vma.flags & vm::HUGEPAGE != 0, vma.flags & vm::NOHUGEPAGE != 0)
+    m.thp.allowable_orders(
+        vma.flags & vm::HUGEPAGE != 0,
+        vma.flags & vm::NOHUGEPAGE != 0,
+    )
 }
 
 /// `handle_mm_fault` for `addr` in `vma`. Returns ENOMEM (`VM_FAULT_OOM`)
@@ -52,7 +59,9 @@ fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> 
             let haddr = addr & !(PMD_SIZE - 1);
             let fits = haddr >= vma.start && haddr + PMD_SIZE <= vma.end;
             if fits && thp_orders(m, vma) & (1 << PMD_ORDER) != 0 {
-                if huge_memory::do_huge_pmd_anonymous_page(m, mm, vma, pmd, addr, write)? == Huge::Done {
+                if huge_memory::do_huge_pmd_anonymous_page(m, mm, vma, pmd, addr, write)?
+                    == Huge::Done
+                {
                     return Ok(());
                 }
             }
@@ -66,7 +75,9 @@ fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> 
             touch(m, pmd.table, pmd.idx, e, write);
             return Ok(());
         }
-        let Some(table) = alloc_pte_table(m, pmd)? else { continue };
+        let Some(table) = alloc_pte_table(m, pmd)? else {
+            continue;
+        };
         return handle_pte_fault(m, mm, vma, table, addr, write);
     }
 }
@@ -82,7 +93,14 @@ fn touch(m: &Machine, table: Pfn, idx: usize, orig: Pte, write: bool) {
     }
 }
 
-fn handle_pte_fault(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, write: bool) -> Result<()> {
+fn handle_pte_fault(
+    m: &Machine,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    addr: u64,
+    write: bool,
+) -> Result<()> {
     let pte = load(&m.phys, table, pte_index(addr));
     if pte.is_none() {
         do_anonymous_page(m, mm, vma, table, addr, write)
@@ -98,12 +116,27 @@ fn handle_pte_fault(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, writ
 /// the largest allowed folio (`alloc_anon_folio`), zeroes it and maps all its
 /// pages with one batched rmap call, provided every PTE of the range is still
 /// none.
-fn do_anonymous_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, write: bool) -> Result<()> {
+fn do_anonymous_page(
+    m: &Machine,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    addr: u64,
+    write: bool,
+) -> Result<()> {
     let phys = &m.phys;
     if !write {
         let _ptl = table_lock(phys, table);
         if load(phys, table, pte_index(addr)).is_none() {
-            store(phys, table, pte_index(addr), Pte::new(m.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
+            store(
+                phys,
+                table,
+                pte_index(addr),
+                Pte::new(
+                    m.zero_pfn,
+                    Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED,
+                ),
+            );
             Stats::inc(&m.stats.zero_page_map);
         }
         return Ok(());
@@ -112,7 +145,6 @@ fn do_anonymous_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, wri
     let f = alloc_anon_folio(m, vma, table, addr)?;
     let nr = f.nr_pages();
     let base = addr & !(nr * PAGE_SIZE - 1);
-    phys.zero_frames(f.pfn, nr);
     let _ptl = table_lock(phys, table);
     if !pte_range_none(phys, table, pte_index(base), nr as usize) {
         drop(_ptl);
@@ -122,7 +154,10 @@ fn do_anonymous_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, wri
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(m, f, Level::Pte, mm.id, vma.anon_vma());
     for i in 0..nr {
-        let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
+        let e = Pte::new(
+            f.pfn + i,
+            Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW,
+        );
         store(phys, table, pte_index(base) + i as usize, e);
     }
     mm.rss_anon.fetch_add(nr as i64, Relaxed);
@@ -132,21 +167,24 @@ fn do_anonymous_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, wri
 
 /// `alloc_anon_folio`: from the highest allowed order below PMD order down,
 /// the first whose naturally aligned range lies inside the VMA, has only none
-/// PTEs and can be allocated; else order 0.
+/// PTEs and can be allocated; else order 0. The folio comes zeroed.
 fn alloc_anon_folio<'m>(m: &'m Machine, vma: &Vma, table: Pfn, addr: u64) -> Result<Folio<'m>> {
     let orders = thp_orders(m, vma) & ((1 << PMD_ORDER) - 1);
     for order in (1..PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
         let size = PAGE_SIZE << order;
         let base = addr & !(size - 1);
-        if base < vma.start || base + size > vma.end || !pte_range_none(&m.phys, table, pte_index(base), 1 << order) {
+        if base < vma.start
+            || base + size > vma.end
+            || !pte_range_none(&m.phys, table, pte_index(base), 1 << order)
+        {
             continue;
         }
-        match m.alloc_folio(order) {
+        match m.alloc_folio_zeroed(order) {
             Ok(f) => return Ok(f),
             Err(_) => Stats::inc(&m.stats.anon_fault_fallback[order as usize]),
         }
     }
-    m.alloc_folio(0)
+    m.alloc_folio_zeroed(0)
 }
 
 /// `do_wp_page` for a private anonymous mapping: reuse the page if it is
@@ -174,7 +212,12 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte)
             };
         if reuse {
             f.set_anon_exclusive(i, true);
-            store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+            store(
+                phys,
+                table,
+                idx,
+                orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW),
+            );
             Stats::inc(&m.stats.pgreuse);
             return Ok(());
         }
@@ -188,10 +231,22 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte)
 /// new order-0 folio and replaces the PTE; the old mapping's rmap is removed
 /// after the PTE is cleared and flushed, and the old folio's references (the
 /// mapping's and the one taken by the caller) are dropped last.
-fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte, old: Option<Folio>) -> Result<()> {
+fn wp_page_copy(
+    m: &Machine,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    addr: u64,
+    orig: Pte,
+    old: Option<Folio>,
+) -> Result<()> {
     let phys = &m.phys;
     anon_vma_prepare(m, vma);
-    let new = match m.alloc_folio(0) {
+    let new = match old {
+        Some(_) => m.alloc_folio(0),
+        None => m.alloc_folio_zeroed(0),
+    };
+    let new = match new {
         Ok(f) => f,
         Err(e) => {
             if let Some(old) = old {
@@ -200,9 +255,8 @@ fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pt
             return Err(e);
         }
     };
-    match old {
-        Some(_) => phys.copy_frame(new.pfn, orig.pfn()),
-        None => phys.zero_frames(new.pfn, 1),
+    if old.is_some() {
+        phys.copy_frame(new.pfn, orig.pfn());
     }
     let idx = pte_index(addr);
     let ptl = table_lock(phys, table);
@@ -217,7 +271,15 @@ fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pt
     store(phys, table, idx, Pte::NONE);
     Stats::inc(&m.stats.tlb_flush);
     rmap::folio_add_new_anon_rmap(m, new, Level::Pte, mm.id, vma.anon_vma());
-    store(phys, table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+    store(
+        phys,
+        table,
+        idx,
+        Pte::new(
+            new.pfn,
+            Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW,
+        ),
+    );
     match old {
         Some(old) => {
             rmap::folio_remove_rmap(m, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);

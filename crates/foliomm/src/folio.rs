@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering::*;
 
-use crate::phys::{pg, Page, PhysMem, Pfn};
+use crate::phys::{pg, Page, Pfn, PhysMem};
 
 /// A handle to a folio: the pfn of its head page.
 #[derive(Clone, Copy)]
@@ -25,7 +25,11 @@ impl<'a> Folio<'a> {
     /// The folio containing `pfn` (`page_folio` / `compound_head`).
     pub fn containing(phys: &'a PhysMem, pfn: Pfn) -> Folio<'a> {
         let p = phys.page(pfn);
-        let head = if p.test(pg::TAIL) { p.compound.load(Relaxed) } else { pfn };
+        let head = if p.test(pg::TAIL) {
+            p.compound.load(Relaxed)
+        } else {
+            pfn
+        };
         Folio { phys, pfn: head }
     }
 
@@ -71,7 +75,11 @@ impl<'a> Folio<'a> {
     /// Drops `n` references (`folio_put_refs`); returns true if that was the last.
     pub fn put_refs(&self, n: i32) -> bool {
         let old = self.head().refcount.fetch_sub(n, AcqRel);
-        assert!(old >= n, "folio {:#x}: refcount underflow ({old} - {n})", self.pfn);
+        assert!(
+            old >= n,
+            "folio {:#x}: refcount underflow ({old} - {n})",
+            self.pfn
+        );
         old == n
     }
 

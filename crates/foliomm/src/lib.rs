@@ -64,9 +64,15 @@ impl Errno {
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
-        [Errno::ENOMEM, Errno::EINVAL, Errno::EFAULT, Errno::EACCES, Errno::EBUSY]
-            .into_iter()
-            .find(|e| e.name() == s)
+        [
+            Errno::ENOMEM,
+            Errno::EINVAL,
+            Errno::EFAULT,
+            Errno::EACCES,
+            Errno::EBUSY,
+        ]
+        .into_iter()
+        .find(|e| e.name() == s)
     }
 }
 

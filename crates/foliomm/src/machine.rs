@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use crate::folio::Folio;
 use crate::mapcount::{design_by_name, MapcountDesign, MmId};
 use crate::mm::Mm;
-use crate::phys::{pg, PhysMem, Pfn, PMD_ORDER};
+use crate::phys::{pg, Pfn, PhysMem, PMD_ORDER};
 use crate::stats::Stats;
 use crate::thp::ThpSettings;
 use crate::Errno;
@@ -25,7 +25,10 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { memory: 4 << 30, mapcount: "mm-id".into() }
+        Config {
+            memory: 4 << 30,
+            mapcount: "mm-id".into(),
+        }
     }
 }
 
@@ -52,8 +55,7 @@ impl Machine {
     pub fn new(config: Config) -> Result<Arc<Machine>, Errno> {
         let design = design_by_name(&config.mapcount).ok_or(Errno::EINVAL)?;
         let phys = PhysMem::new(config.memory)?;
-        let zero_pfn = phys.alloc_pages(0)?;
-        phys.zero_frames(zero_pfn, 1);
+        let zero_pfn = phys.alloc_pages_zeroed(0)?;
         let zp = phys.page(zero_pfn);
         zp.flags.store(pg::ZERO, Relaxed);
         zp.refcount.store(1, Relaxed);
@@ -76,15 +78,18 @@ impl Machine {
     /// The huge zero folio's head pfn, allocating it on first use.
     pub fn huge_zero_pfn(&self) -> Option<Pfn> {
         *self.huge_zero.get_or_init(|| {
-            let pfn = self.phys.alloc_pages(PMD_ORDER).ok()?;
-            self.phys.zero_frames(pfn, 1 << PMD_ORDER);
+            let pfn = self.phys.alloc_pages_zeroed(PMD_ORDER).ok()?;
             for i in 0..1u64 << PMD_ORDER {
                 let p = self.phys.page(pfn + i);
-                p.flags.store(pg::ZERO | if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
+                p.flags
+                    .store(pg::ZERO | if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
                 p.compound.store(pfn, Relaxed);
                 p.mapcount.store(-1, Relaxed);
             }
-            self.phys.page(pfn + 1).flags.fetch_or((PMD_ORDER as u64) << pg::ORDER_SHIFT, Relaxed);
+            self.phys
+                .page(pfn + 1)
+                .flags
+                .fetch_or((PMD_ORDER as u64) << pg::ORDER_SHIFT, Relaxed);
             self.phys.page(pfn).refcount.store(1, Relaxed);
             Some(pfn)
         })
@@ -99,11 +104,32 @@ impl Machine {
     /// Allocates a folio of `2^order` pages with refcount 1, mapcounts reset
     /// (`folio_alloc` + `prep_compound_page`); the bytes are not zeroed.
     pub fn alloc_folio(&self, order: u32) -> Result<Folio<'_>, Errno> {
-        let pfn = self.phys.alloc_pages(order)?;
+        self.phys
+            .alloc_pages(order)
+            .map(|pfn| self.prep_folio(pfn, order))
+    }
+
+    /// [`Machine::alloc_folio`] with the bytes zeroed (`vma_alloc_zeroed_movable_folio`).
+    pub fn alloc_folio_zeroed(&self, order: u32) -> Result<Folio<'_>, Errno> {
+        self.phys
+            .alloc_pages_zeroed(order)
+            .map(|pfn| self.prep_folio(pfn, order))
+    }
+
+    fn prep_folio(&self, pfn: Pfn, order: u32) -> Folio<'_> {
         let nr = 1u64 << order;
         for i in 0..nr {
             let p = self.phys.page(pfn + i);
-            p.flags.store(if order == 0 { 0 } else if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
+            p.flags.store(
+                if order == 0 {
+                    0
+                } else if i == 0 {
+                    pg::HEAD
+                } else {
+                    pg::TAIL
+                },
+                Relaxed,
+            );
             p.compound.store(if i == 0 { 0 } else { pfn }, Relaxed);
             p.mapcount.store(-1, Relaxed);
             p.refcount.store(0, Relaxed);
@@ -111,12 +137,14 @@ impl Machine {
         }
         let f = Folio::from_head(&self.phys, pfn);
         if order > 0 {
-            f.page(1).flags.fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
+            f.page(1)
+                .flags
+                .fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
             self.design.prep(f);
         }
         f.head().refcount.store(1, Relaxed);
         Stats::inc(&self.stats.folio_alloc[order as usize]);
-        Ok(f)
+        f
     }
 
     /// Drops `n` references; frees the folio when they were the last
@@ -129,13 +157,20 @@ impl Machine {
 
     fn free_folio(&self, f: Folio) {
         let order = f.order();
-        let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
+        let mut bad = if order > 0 {
+            self.design.check_freeable(f)
+        } else {
+            Vec::new()
+        };
         let m = f.head().mapcount.load(Relaxed);
         if order == 0 && m != -1 {
             bad.push(format!("_mapcount is {m}, expected -1"));
         }
         if !bad.is_empty() {
-            self.bad_pages.lock().unwrap().push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
+            self.bad_pages
+                .lock()
+                .unwrap()
+                .push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
         }
         for i in 0..f.nr_pages() {
             let p = f.page(i);
@@ -154,8 +189,7 @@ impl Machine {
 
     /// Allocates a zeroed page-table page (`pte_alloc_one` and friends).
     pub fn alloc_table(&self) -> Result<Pfn, Errno> {
-        let pfn = self.phys.alloc_pages(0)?;
-        self.phys.zero_frames(pfn, 1);
+        let pfn = self.phys.alloc_pages_zeroed(0)?;
         let p = self.phys.page(pfn);
         p.flags.store(pg::TABLE, Relaxed);
         p.refcount.store(1, Relaxed);
@@ -197,7 +231,12 @@ impl Machine {
 
     /// Every address space still alive (exited ones too, until dropped).
     pub fn mms(&self) -> Vec<Arc<Mm>> {
-        self.mms.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+        self.mms
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 
     /// A fresh anon_vma identity (`anon_vma_alloc`).

@@ -226,9 +226,14 @@ impl MapcountDesign for MmId6_15 {
     fn check_freeable(&self, f: Folio) -> Vec<String> {
         let w = &f.page(1).w;
         let mut bad = Vec::new();
-        let expect = [(field::LARGE, -1, "_large_mapcount"), (field::NR_PAGES_MAPPED, 0, "_nr_pages_mapped"),
-            (field::ENTIRE, -1, "_entire_mapcount"), (field::PINCOUNT, 0, "_pincount"),
-            (field::SLOT0, -1, "_mm_id_mapcount[0]"), (field::SLOT0 + 1, -1, "_mm_id_mapcount[1]")];
+        let expect = [
+            (field::LARGE, -1, "_large_mapcount"),
+            (field::NR_PAGES_MAPPED, 0, "_nr_pages_mapped"),
+            (field::ENTIRE, -1, "_entire_mapcount"),
+            (field::PINCOUNT, 0, "_pincount"),
+            (field::SLOT0, -1, "_mm_id_mapcount[0]"),
+            (field::SLOT0 + 1, -1, "_mm_id_mapcount[1]"),
+        ];
         for (i, want, name) in expect {
             let v = w[i].load(Relaxed);
             if v != want {
@@ -300,8 +305,15 @@ impl MapcountDesign for MmId6_15 {
                     }
                 }
                 let after = nr_mapped.fetch_sub(last, Relaxed) - last;
-                let unmapped = if after < ENTIRELY_MAPPED { last as u64 } else { 0 };
-                Removed { unmapped_pages: unmapped, partially_mapped: last > 0 && after != 0 }
+                let unmapped = if after < ENTIRELY_MAPPED {
+                    last as u64
+                } else {
+                    0
+                };
+                Removed {
+                    unmapped_pages: unmapped,
+                    partially_mapped: last > 0 && after != 0,
+                }
             }
             Level::Pmd => {
                 Self::sub_large(f, 1, mm);
@@ -353,7 +365,10 @@ impl MapcountDesign for MmId6_15 {
         }
         let entire = self.entire_mapcount(f) as u32;
         if entire != truth.pmd {
-            bad.push(format!("entire mapcount {entire}, page tables say {}", truth.pmd));
+            bad.push(format!(
+                "entire mapcount {entire}, page tables say {}",
+                truth.pmd
+            ));
         }
         let mut pages_mapped = 0;
         for (i, &n) in truth.pte.iter().enumerate() {
@@ -366,7 +381,9 @@ impl MapcountDesign for MmId6_15 {
         let want = pages_mapped + if truth.pmd > 0 { ENTIRELY_MAPPED } else { 0 };
         let have = Self::w(f, field::NR_PAGES_MAPPED).load(Relaxed);
         if have != want {
-            bad.push(format!("_nr_pages_mapped {have:#x}, page tables say {want:#x}"));
+            bad.push(format!(
+                "_nr_pages_mapped {have:#x}, page tables say {want:#x}"
+            ));
         }
         // Slot rules (KERNEL-REFERENCE §2.5 sanity checks).
         let ids = f.page(1).ids.load(Relaxed);
@@ -382,7 +399,9 @@ impl MapcountDesign for MmId6_15 {
                 occupied += 1;
                 slot_sum += c as i64 + 1;
                 if !truth.per_mm.contains_key(&id) {
-                    bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
+                    bad.push(format!(
+                        "slot {s} names MM {id}, which maps nothing of the folio"
+                    ));
                 }
             }
         }
@@ -394,10 +413,15 @@ impl MapcountDesign for MmId6_15 {
             bad.push("two occupied slots but the shared bit is clear".into());
         }
         if slot_sum > total {
-            bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
+            bad.push(format!(
+                "slot counts sum to {slot_sum} > large mapcount {total}"
+            ));
         }
         if truth.per_mm.len() > 1 && !self.maybe_mapped_shared(f) {
-            bad.push(format!("answered exclusive while {} MMs map the folio (wrong-exclusive)", truth.per_mm.len()));
+            bad.push(format!(
+                "answered exclusive while {} MMs map the folio (wrong-exclusive)",
+                truth.per_mm.len()
+            ));
         }
         bad
     }

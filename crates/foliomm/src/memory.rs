@@ -9,8 +9,8 @@ use crate::machine::Machine;
 use crate::mapcount::Level;
 use crate::mm::{Mm, Vma, Vmas};
 use crate::pgtable::{
-    self, alloc_pmd, alloc_pte_table, load, pgd_index, pmd_index, pte_index, pud_index, store, table_lock, walk_pmd, Pte,
-    PGDIR_SIZE, PMD_SIZE, PUD_SIZE,
+    self, alloc_pmd, alloc_pte_table, load, pgd_index, pmd_index, pte_index, pud_index, store,
+    table_lock, walk_pmd, Pte, PGDIR_SIZE, PMD_SIZE, PUD_SIZE,
 };
 use crate::phys::{Pfn, PhysMem, PAGE_SIZE};
 use crate::rmap;
@@ -32,7 +32,15 @@ fn pud_end(addr: u64, end: u64) -> u64 {
 /// the table) map consecutive pages of folio `f` with the same bits, ignoring
 /// accessed and write (and dirty unless `respect_dirty`). Also returns whether
 /// any of them was writable (`FPB_MERGE_WRITE`).
-pub fn folio_pte_batch(phys: &PhysMem, f: Folio, table: Pfn, idx: usize, pte: Pte, max_nr: usize, respect_dirty: bool) -> (usize, bool) {
+pub fn folio_pte_batch(
+    phys: &PhysMem,
+    f: Folio,
+    table: Pfn,
+    idx: usize,
+    pte: Pte,
+    max_nr: usize,
+    respect_dirty: bool,
+) -> (usize, bool) {
     let ignore = Pte::ACCESSED | Pte::RW | if respect_dirty { 0 } else { Pte::DIRTY };
     let end_pfn = f.pfn + f.nr_pages();
     let max_nr = max_nr.min(512 - idx);
@@ -104,7 +112,11 @@ fn zap_pte_range(m: &Machine, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u
                 }
                 let f = Folio::containing(phys, pte.pfn());
                 let max_nr = ((end - addr) / PAGE_SIZE) as usize;
-                let nr = if f.is_large() && max_nr > 1 { folio_pte_batch(phys, f, table, idx, pte, max_nr, false).0 } else { 1 };
+                let nr = if f.is_large() && max_nr > 1 {
+                    folio_pte_batch(phys, f, table, idx, pte, max_nr, false).0
+                } else {
+                    1
+                };
                 for i in 1..nr {
                     store(phys, table, idx + i, Pte::NONE);
                 }
@@ -125,7 +137,14 @@ fn zap_pte_range(m: &Machine, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u
 
 /// `free_pgtables` / `free_pgd_range`: after `[start, end)` was unmapped,
 /// frees every page table below the PGD whose span no VMA intersects any more.
-pub(crate) fn free_pgtables(m: &Machine, mm: &Mm, vmas: &Vmas, tlb: &mut MmuGather, start: u64, end: u64) {
+pub(crate) fn free_pgtables(
+    m: &Machine,
+    mm: &Mm,
+    vmas: &Vmas,
+    tlb: &mut MmuGather,
+    start: u64,
+    end: u64,
+) {
     let phys = &m.phys;
     let unused = |lo: u64, size: u64| !vmas.any_in(lo, lo.saturating_add(size));
     let mut a = start & !(PGDIR_SIZE - 1);
@@ -174,7 +193,11 @@ pub(crate) fn free_pgtables(m: &Machine, mm: &Mm, vmas: &Vmas, tlb: &mut MmuGath
 /// an AnonExclusive page) and the VMA is writable.
 pub(crate) fn modify_prot(e: Pte, vma: &Vma, can_write: bool) -> Pte {
     let base = e.without(Pte::PRESENT | Pte::PROTNONE | Pte::RW);
-    let base = base.with(if vma.readable() { Pte::PRESENT } else { Pte::PROTNONE });
+    let base = base.with(if vma.readable() {
+        Pte::PRESENT
+    } else {
+        Pte::PROTNONE
+    });
     if vma.writable() && can_write {
         base.with(Pte::RW)
     } else {

@@ -99,7 +99,8 @@ impl Page {
     }
     fn set_order_field(&self, order: u32) {
         let f = self.flags.load(Relaxed) & !pg::ORDER_MASK;
-        self.flags.store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
+        self.flags
+            .store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
     }
 }
 
@@ -130,6 +131,12 @@ impl Arena {
         };
         if p == libc::MAP_FAILED {
             return Err(Errno::ENOMEM);
+        }
+        // Host THPs for the arena make first touch of model frames cheap; the
+        // host may ignore the advice, which only costs speed.
+        // SAFETY: advice on exactly the mapping just made; it changes no contents.
+        unsafe {
+            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
         }
         let base = NonNull::new(p.cast::<AtomicU64>()).ok_or(Errno::ENOMEM)?;
         Ok(Arena { base, bytes })
@@ -213,12 +220,22 @@ impl PhysMem {
         self.arena.word(pfn as usize * WORDS_PER_PAGE + idx)
     }
 
-    /// Zeroes `nr` frames starting at `pfn` (`clear_page` / `folio_zero_user`).
-    pub fn zero_frames(&self, pfn: Pfn, nr: u64) {
+    /// Allocates like [`PhysMem::alloc_pages`] and zeroes the block
+    /// (`__GFP_ZERO`, `clear_page`).
+    pub fn alloc_pages_zeroed(&self, order: u32) -> Result<Pfn, Errno> {
+        let pfn = self.alloc_pages(order)?;
         let start = pfn as usize * WORDS_PER_PAGE;
-        for i in start..start + nr as usize * WORDS_PER_PAGE {
-            self.arena.word(i).store(0, Relaxed);
+        let bytes = (PAGE_SIZE as usize) << order;
+        assert!(start * 8 + bytes <= self.arena.bytes);
+        // SAFETY: the block was just taken off the free lists, so this thread
+        // owns it: no page table maps it and no other thread can reach it
+        // without a model bug. The range is inside the arena (checked above),
+        // and zero bytes are a valid AtomicU64. A bulk store is used because
+        // zeroing is the real work of a fault.
+        unsafe {
+            std::ptr::write_bytes(self.arena.base.as_ptr().add(start).cast::<u8>(), 0, bytes);
         }
+        Ok(pfn)
     }
 
     /// Copies frame `src` to frame `dst` (`copy_user_highpage`).
@@ -405,7 +422,11 @@ mod tests {
         phys.free_pages(a, 0);
         phys.free_pages(b, 3);
         assert_eq!(phys.nr_free(), 2048);
-        assert_eq!(phys.buddyinfo()[MAX_PAGE_ORDER as usize], 2, "blocks must merge back");
+        assert_eq!(
+            phys.buddyinfo()[MAX_PAGE_ORDER as usize],
+            2,
+            "blocks must merge back"
+        );
     }
 
     #[test]
@@ -426,7 +447,14 @@ mod tests {
         assert_eq!(&buf, b"hello, frames");
         phys.copy_frame(6, 5);
         assert_eq!(phys.read_byte(6, 4), b'e');
-        phys.zero_frames(5, 1);
-        assert_eq!(phys.read_byte(5, 4), 0);
+        let z = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
+        phys.fill(z + 3, 0, 4096, 0xee);
+        phys.free_pages(z, MAX_PAGE_ORDER);
+        let z = phys.alloc_pages_zeroed(0).unwrap();
+        assert_eq!(
+            phys.read_byte(z + 3, 17),
+            0,
+            "zeroed allocation clears old bytes"
+        );
     }
 }

@@ -36,7 +36,14 @@ pub fn folio_add_new_anon_rmap(m: &Machine, f: Folio, level: Level, mm: MmId, an
 
 /// `folio_add_anon_rmap_ptes`: adds `nr` PTE mappings of pages
 /// `first..first+nr` of an already anon folio (used by PMD split).
-pub fn folio_add_anon_rmap_ptes(m: &Machine, f: Folio, first: u64, nr: u64, mm: MmId, exclusive: bool) {
+pub fn folio_add_anon_rmap_ptes(
+    m: &Machine,
+    f: Folio,
+    first: u64,
+    nr: u64,
+    mm: MmId,
+    exclusive: bool,
+) {
     Stats::inc(&m.stats.rmap_add);
     add_counts(m, f, first, nr, Level::Pte, mm);
     if exclusive {
@@ -48,7 +55,14 @@ pub fn folio_add_anon_rmap_ptes(m: &Machine, f: Folio, first: u64, nr: u64, mm: 
 /// `PageAnonExclusive` and adds the mappings to the child's MM. Returns EBUSY
 /// when an exclusive page may be pinned, so the caller must copy it instead
 /// (no pins exist before the pinning issue lands, so it always succeeds).
-pub fn folio_try_dup_anon_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, child: MmId) -> Result<(), Errno> {
+pub fn folio_try_dup_anon_rmap(
+    m: &Machine,
+    f: Folio,
+    first: u64,
+    nr: u64,
+    level: Level,
+    child: MmId,
+) -> Result<(), Errno> {
     Stats::inc(&m.stats.rmap_dup);
     match level {
         Level::Pte => (first..first + nr).for_each(|i| f.set_anon_exclusive(i, false)),
@@ -59,13 +73,23 @@ pub fn folio_try_dup_anon_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level
 }
 
 /// `folio_remove_rmap_ptes` / `folio_remove_rmap_pmd`.
-pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+pub fn folio_remove_rmap(
+    m: &Machine,
+    f: Folio,
+    first: u64,
+    nr: u64,
+    level: Level,
+    mm: MmId,
+) -> Removed {
     Stats::inc(&m.stats.rmap_remove);
     if f.is_large() {
         return m.design.remove(f, first, nr, level, mm);
     }
     let last = f.head().mapcount.fetch_sub(1, Relaxed) == 0;
-    Removed { unmapped_pages: last as u64, partially_mapped: false }
+    Removed {
+        unmapped_pages: last as u64,
+        partially_mapped: false,
+    }
 }
 
 fn add_counts(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {

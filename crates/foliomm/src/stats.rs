@@ -83,8 +83,11 @@ impl Stats {
     /// Every counter, scalars then per-order arrays as `name[order]`, omitting
     /// per-order entries that are zero.
     pub fn snapshot(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> =
-            self.scalars().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        let mut out: Vec<(String, u64)> = self
+            .scalars()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect();
         let arrays = [
             ("anon_fault_alloc", &self.anon_fault_alloc),
             ("anon_fault_fallback", &self.anon_fault_fallback),

@@ -56,7 +56,10 @@ mod tests {
         let w = AtomicU64::new(0);
         let g = BitSpinLock::lock(&w, 3);
         assert!(BitSpinLock::try_lock(&w, 3).is_none());
-        assert!(BitSpinLock::try_lock(&w, 4).is_some(), "other bits are independent");
+        assert!(
+            BitSpinLock::try_lock(&w, 4).is_some(),
+            "other bits are independent"
+        );
         drop(g);
         assert!(BitSpinLock::try_lock(&w, 3).is_some());
     }

@@ -32,7 +32,12 @@ impl ThpMode {
         ["always", "madvise", "never", "inherit"][self as usize]
     }
     fn from_u8(v: u8) -> ThpMode {
-        [ThpMode::Always, ThpMode::Madvise, ThpMode::Never, ThpMode::Inherit][v as usize]
+        [
+            ThpMode::Always,
+            ThpMode::Madvise,
+            ThpMode::Never,
+            ThpMode::Inherit,
+        ][v as usize]
     }
 }
 
@@ -56,7 +61,11 @@ impl Default for ThpSettings {
             per_order: Default::default(),
         };
         for o in 0..=MAX_PAGE_ORDER {
-            let m = if o == PMD_ORDER { ThpMode::Inherit } else { ThpMode::Never };
+            let m = if o == PMD_ORDER {
+                ThpMode::Inherit
+            } else {
+                ThpMode::Never
+            };
             s.per_order[o as usize].store(m as u8, Relaxed);
         }
         s
@@ -102,7 +111,9 @@ impl ThpSettings {
             let allowed = match self.order_mode(o) {
                 ThpMode::Always => true,
                 ThpMode::Madvise => vma_hugepage,
-                ThpMode::Inherit => top == ThpMode::Always || (vma_hugepage && top == ThpMode::Madvise),
+                ThpMode::Inherit => {
+                    top == ThpMode::Always || (vma_hugepage && top == ThpMode::Madvise)
+                }
                 ThpMode::Never => false,
             };
             if allowed {
