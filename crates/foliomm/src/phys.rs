@@ -450,7 +450,8 @@ mod tests {
         let z = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
         phys.fill(z + 3, 0, 4096, 0xee);
         phys.free_pages(z, MAX_PAGE_ORDER);
-        let z = phys.alloc_pages_zeroed(0).unwrap();
+        let again = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
+        assert_eq!(again, z);
         assert_eq!(
             phys.read_byte(z + 3, 17),
             0,
