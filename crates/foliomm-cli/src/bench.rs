@@ -47,12 +47,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         bail!("unknown benchmark '{}': expected 'fault'", a.which);
     }
     let size = foliomm_scenario::lang::parse_size(&a.size).filter(|s| s % (2 << 20) == 0 && *s > 0);
-    let Some(size) = size else {
-        bail!(
-            "--size: expected a multiple of 2M like 256M or 1G, found '{}'",
-            a.size
-        )
-    };
+    let Some(size) = size else { bail!("--size: expected a multiple of 2M like 256M or 1G, found '{}'", a.size) };
     let runs = a.runs.max(1);
     let steps = SIZES.len() as u64 * (1 + !a.no_host as u64) * runs as u64 + 2 * runs as u64;
     let bar = ProgressBar::new(steps);
@@ -62,10 +57,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         // One machine for all runs: after the first, model frames are warm
         // host memory, so the best run measures the model's own work
         // (zeroing, tables, rmap), as the kernel reuses its free pages.
-        let m = Machine::new(Config {
-            memory: size + (256 << 20),
-            ..Config::default()
-        })?;
+        let m = Machine::new(Config { memory: size + (256 << 20), ..Config::default() })?;
         let model = best(runs, &bar, || model_fault_munmap(&m, size, order))?;
         let host = if a.no_host {
             None
@@ -86,24 +78,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
             host_munmap_s: host.map(|h| h.1.as_secs_f64()),
         });
     }
-    let memset = best(runs, &bar, || {
-        Ok((host::memset_fresh(size), Duration::ZERO))
-    })?
-    .0
-    .as_secs_f64();
-    let memset_warm = best(runs, &bar, || Ok((host::memset_warm(size), Duration::ZERO)))?
-        .0
-        .as_secs_f64();
+    let memset = best(runs, &bar, || Ok((host::memset_fresh(size), Duration::ZERO)))?.0.as_secs_f64();
+    let memset_warm = best(runs, &bar, || Ok((host::memset_warm(size), Duration::ZERO)))?.0.as_secs_f64();
     bar.finish_and_clear();
     if a.json {
         let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": host_note });
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
     }
-    println!(
-        "Fault (one write per page) and munmap of {} MiB, best of {runs} (model on a warm arena):",
-        size >> 20
-    );
+    println!("Fault (one write per page) and munmap of {} MiB, best of {runs} (model on a warm arena):", size >> 20);
     println!();
     println!("Folio | model fault | host fault | model/host | model munmap | host munmap | model/host | model ns/page fault | munmap");
     println!("------|-------------|------------|------------|--------------|-------------|------------|---------------------|-------");
@@ -125,7 +108,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         );
     }
     println!();
-    println!("memset of {} MiB on this host: {memset:.4}s into fresh memory, {memset_warm:.4}s into memory already faulted", size >> 20);
+    println!(
+        "memset of {} MiB on this host: {memset:.4}s into fresh memory, {memset_warm:.4}s into memory already faulted",
+        size >> 20
+    );
     if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
         println!(
             "model 2M THP fault / memset: {:.2}x of warm memset, {:.2}x of fresh memset",
@@ -197,15 +183,13 @@ mod host {
 
     impl Restore {
         fn set(&mut self, path: String, value: &str) -> Result<()> {
-            let old =
-                std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+            let old = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
             let old = old
                 .split_whitespace()
                 .find(|w| w.starts_with('['))
                 .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string());
             let old = old.with_context(|| format!("cannot parse {path}"))?;
-            std::fs::write(&path, value)
-                .with_context(|| format!("cannot write {path} (needs root)"))?;
+            std::fs::write(&path, value).with_context(|| format!("cannot write {path} (needs root)"))?;
             self.0.push((path, old));
             Ok(())
         }
@@ -241,22 +225,12 @@ mod host {
     pub fn fault_munmap(size: u64, order: u32) -> Result<(Duration, Duration)> {
         let mut restore = Restore(Vec::new());
         restore.set(format!("{THP}/enabled"), "madvise")?;
-        restore.set(
-            format!("{THP}/hugepages-64kB/enabled"),
-            if order == 4 { "always" } else { "never" },
-        )?;
-        restore.set(
-            format!("{THP}/hugepages-2048kB/enabled"),
-            if order == 9 { "inherit" } else { "never" },
-        )?;
+        restore.set(format!("{THP}/hugepages-64kB/enabled"), if order == 4 { "always" } else { "never" })?;
+        restore.set(format!("{THP}/hugepages-2048kB/enabled"), if order == 9 { "inherit" } else { "never" })?;
         // Over-allocate so the region can be 2 MiB-aligned.
         let p = map(size + (2 << 20))?;
         let a = ((p as usize + (2 << 20) - 1) & !((2 << 20) - 1)) as *mut u8;
-        let advice = if order == 9 {
-            libc::MADV_HUGEPAGE
-        } else {
-            libc::MADV_NORMAL
-        };
+        let advice = if order == 9 { libc::MADV_HUGEPAGE } else { libc::MADV_NORMAL };
         // SAFETY: the range lies inside the mapping made above.
         unsafe { libc::madvise(a.cast(), size as usize, advice) };
         let t = Instant::now();

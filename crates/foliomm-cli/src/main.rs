@@ -10,11 +10,7 @@ use clap::{Parser, Subcommand};
 use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
 
 #[derive(Parser)]
-#[command(
-    name = "foliomm",
-    version,
-    about = "An executable model of the Linux memory manager's large-folio machinery"
-)]
+#[command(name = "foliomm", version, about = "An executable model of the Linux memory manager's large-folio machinery")]
 struct Cli {
     #[command(subcommand)]
     cmd: Command,
@@ -70,8 +66,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
     let mut all_ok = true;
     let mut json = Vec::new();
     for file in &a.files {
-        let src = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+        let src = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
         let mut steps = parse(&src).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         apply_overrides(&mut steps, &a)?;
         let mut backend = ModelBackend::new();
@@ -97,13 +92,7 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
         let bytes = foliomm_scenario::lang::parse_size(m)
             .with_context(|| format!("--memory: expected a size like 512M or 4G, found '{m}'"))?;
         steps.retain(|s| !matches!(s.cmd, Cmd::SetMemory(_)));
-        pre.push(Step {
-            line: 0,
-            text: format!("--memory {m}"),
-            proc: None,
-            cmd: Cmd::SetMemory(bytes),
-            fails: None,
-        });
+        pre.push(Step { line: 0, text: format!("--memory {m}"), proc: None, cmd: Cmd::SetMemory(bytes), fails: None });
     }
     if let Some(d) = &a.mapcount {
         steps.retain(|s| !matches!(s.cmd, Cmd::SetMapcount(_)));
@@ -122,13 +111,7 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
 fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
     println!("== {} ({})", file.display(), out.backend);
     if !quiet {
-        let width = out
-            .steps
-            .iter()
-            .map(|s| s.text.len())
-            .max()
-            .unwrap_or(0)
-            .min(60);
+        let width = out.steps.iter().map(|s| s.text.len()).max().unwrap_or(0).min(60);
         for s in &out.steps {
             println!("  {:>4}  {:<width$}  {}", s.line, s.text, s.result);
         }
@@ -147,10 +130,7 @@ fn print_counters(counters: &[(String, u64)]) {
     }
     println!("  counters:");
     for chunk in nonzero.chunks(3) {
-        let row: Vec<String> = chunk
-            .iter()
-            .map(|(n, v)| format!("{n:<24}{v:>10}"))
-            .collect();
+        let row: Vec<String> = chunk.iter().map(|(n, v)| format!("{n:<24}{v:>10}")).collect();
         println!("    {}", row.join("   "));
     }
 }

@@ -91,11 +91,7 @@ pub trait Backend {
     /// Builds the machine; called once, before the first process step.
     fn start(&mut self, memory: Option<u64>, mapcount: Option<&str>) -> Result<(), BackendError>;
     /// Applies THP settings (top-level mode, and modes per folio order).
-    fn set_thp(
-        &mut self,
-        enabled: Option<ThpMode>,
-        sizes: &[(u32, ThpMode)],
-    ) -> Result<(), BackendError>;
+    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError>;
     /// Creates a process with an empty address space.
     fn spawn(&mut self, proc: &str) -> Result<(), Errno>;
     fn fork(&mut self, parent: &str, child: &str) -> Result<(), Errno>;
@@ -114,17 +110,9 @@ pub trait Backend {
     fn mprotect(&mut self, proc: &str, addr: u64, len: u64, prot: Prot) -> Result<(), Errno>;
     fn madvise(&mut self, proc: &str, addr: u64, len: u64, advice: Advice) -> Result<(), Errno>;
     /// mremap with MREMAP_MAYMOVE, and MREMAP_FIXED when `to` is given.
-    fn mremap(
-        &mut self,
-        proc: &str,
-        addr: u64,
-        len: u64,
-        new_len: u64,
-        to: Option<u64>,
-    ) -> Result<u64, Errno>;
+    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno>;
     /// Performs an access; a read returns the bytes read.
-    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access)
-        -> Result<Vec<u8>, Errno>;
+    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno>;
     fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;

@@ -80,25 +80,15 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             if st.check && st.started {
                 let bad = st.backend.check();
                 if !bad.is_empty() {
-                    return Err(format!(
-                        "invariant checker after this step:\n  {}",
-                        bad.join("\n  ")
-                    ));
+                    return Err(format!("invariant checker after this step:\n  {}", bad.join("\n  ")));
                 }
             }
             Ok(msg)
         });
         match r {
-            Ok(result) => outcomes.push(StepOutcome {
-                line: step.line,
-                text: step.text.clone(),
-                result,
-            }),
+            Ok(result) => outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result }),
             Err(message) => {
-                failure = Some(Failure {
-                    line: step.line,
-                    message,
-                });
+                failure = Some(Failure { line: step.line, message });
                 break;
             }
         }
@@ -127,42 +117,27 @@ fn outcome<T>(step: &Step, r: Result<T, Errno>) -> Result<Option<T>, String> {
     match (r, step.fails) {
         (Ok(v), None) => Ok(Some(v)),
         (Err(e), Some(want)) if e == want => Ok(None),
-        (Err(e), Some(want)) => Err(format!(
-            "failed with {}, expected {}",
-            errno(e),
-            errno(want)
-        )),
+        (Err(e), Some(want)) => Err(format!("failed with {}, expected {}", errno(e), errno(want))),
         (Err(e), None) => Err(format!("failed with {e}")),
-        (Ok(_), Some(want)) => Err(format!(
-            "succeeded, expected it to fail with {}",
-            errno(want)
-        )),
+        (Ok(_), Some(want)) => Err(format!("succeeded, expected it to fail with {}", errno(want))),
     }
 }
 
 impl State<'_> {
     fn start(&mut self) -> Result<(), String> {
         if !self.started {
-            self.backend
-                .start(self.memory, self.mapcount.as_deref())
-                .map_err(|e| e.0)?;
+            self.backend.start(self.memory, self.mapcount.as_deref()).map_err(|e| e.0)?;
             self.started = true;
         }
         Ok(())
     }
 
     fn place(&self, p: &Place) -> Result<(u64, u64), String> {
-        let &(start, len) = self
-            .maps
-            .get(&p.map)
-            .ok_or_else(|| format!("unknown mapping '{}'", p.map))?;
+        let &(start, len) = self.maps.get(&p.map).ok_or_else(|| format!("unknown mapping '{}'", p.map))?;
         match p.range {
             None => Ok((start, len)),
             Some((s, e)) if e <= len => Ok((start + s, e - s)),
-            Some((_, e)) => Err(format!(
-                "range end {e:#x} lies beyond mapping '{}' of {len:#x} bytes",
-                p.map
-            )),
+            Some((_, e)) => Err(format!("range end {e:#x} lies beyond mapping '{}' of {len:#x} bytes", p.map)),
         }
     }
 
@@ -171,9 +146,7 @@ impl State<'_> {
             return Err(format!("process {name} has exited"));
         }
         if self.live.insert(name.to_string()) {
-            self.backend
-                .spawn(name)
-                .map_err(|e| format!("cannot create process {name}: {e}"))?;
+            self.backend.spawn(name).map_err(|e| format!("cannot create process {name}: {e}"))?;
             self.refs.insert(name.to_string(), RefSpace::default());
         }
         Ok(())
@@ -208,16 +181,8 @@ impl State<'_> {
         self.proc(&p)?;
         let b = &mut *self.backend;
         match &step.cmd {
-            Cmd::Mmap {
-                name,
-                len,
-                prot,
-                populate,
-                at,
-                fixed,
-            } => {
-                let Some(addr) = outcome(step, b.mmap(&p, *at, *len, *prot, *fixed, *populate))?
-                else {
+            Cmd::Mmap { name, len, prot, populate, at, fixed } => {
+                let Some(addr) = outcome(step, b.mmap(&p, *at, *len, *prot, *fixed, *populate))? else {
                     return Ok("failed as expected".into());
                 };
                 self.maps.insert(name.clone(), (addr, *len));
@@ -247,22 +212,11 @@ impl State<'_> {
                 outcome(step, r)?;
                 Ok("ok".into())
             }
-            Cmd::Mremap {
-                name,
-                from,
-                size,
-                to,
-            } => {
+            Cmd::Mremap { name, from, size, to } => {
                 let (a, l) = self.place(from)?;
                 let new_len = size.unwrap_or(l);
                 let target = match to {
-                    Some(t) => Some(
-                        self.place(&Place {
-                            map: t.clone(),
-                            range: None,
-                        })?
-                        .0,
-                    ),
+                    Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
                     None => None,
                 };
                 let Some(n) = outcome(step, self.backend.mremap(&p, a, l, new_len, target))? else {
@@ -304,59 +258,29 @@ impl State<'_> {
                     Err(format!("wait: process {child} has not exited"))
                 }
             }
-            Cmd::Write {
-                place,
-                val,
-                every_byte,
-            } => {
+            Cmd::Write { place, val, every_byte } => {
                 let (a, l) = self.place(place)?;
                 let val = val.unwrap_or((step.line % 251 + 1) as u8);
-                let r = self.backend.access(
-                    &p,
-                    a,
-                    l,
-                    Access::Write {
-                        val,
-                        every_byte: *every_byte,
-                    },
-                );
+                let r = self.backend.access(&p, a, l, Access::Write { val, every_byte: *every_byte });
                 if outcome(step, r)?.is_some() {
                     let rs = self.refs.get_mut(&p).unwrap();
-                    let expected = if *every_byte {
-                        rs.fill(a, l, val)
-                    } else {
-                        rs.write_byte_per_page(a, l, val)
-                    };
+                    let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
                     if let Err(e) = expected {
-                        return Err(format!(
-                            "the write succeeded but the reference model says it fails with {e}"
-                        ));
+                        return Err(format!("the write succeeded but the reference model says it fails with {e}"));
                     }
                 }
                 Ok(format!("wrote {val:#04x}"))
             }
             Cmd::Read { place, every_byte } => {
                 let (a, l) = self.place(place)?;
-                let got = self.backend.access(
-                    &p,
-                    a,
-                    l,
-                    Access::Read {
-                        every_byte: *every_byte,
-                    },
-                );
+                let got = self.backend.access(&p, a, l, Access::Read { every_byte: *every_byte });
                 let Some(got) = outcome(step, got)? else {
                     return Ok("failed as expected".into());
                 };
                 let rs = self.refs.get_mut(&p).unwrap();
-                let want = if *every_byte {
-                    rs.read(a, l)
-                } else {
-                    rs.read_byte_per_page(a, l)
-                };
-                let want = want.map_err(|e| {
-                    format!("the read succeeded but the reference model says it fails with {e}")
-                })?;
+                let want = if *every_byte { rs.read(a, l) } else { rs.read_byte_per_page(a, l) };
+                let want =
+                    want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
                 compare_bytes(a, *every_byte, &got, &want)?;
                 Ok(format!("{} bytes as expected", got.len()))
             }
@@ -409,37 +333,17 @@ impl State<'_> {
             Operand::Num(n) => Ok((*n, n.to_string())),
             Operand::Bool(b) => Ok((*b as u64, b.to_string())),
             Operand::Field { obj, field } if obj == "stat" => {
-                let v = self
-                    .backend
-                    .counters()
-                    .into_iter()
-                    .find(|(n, _)| n == field)
-                    .map(|(_, v)| v);
-                let v = v.ok_or_else(|| {
-                    format!(
-                        "no counter '{field}' on the {} backend",
-                        self.backend.name()
-                    )
-                })?;
+                let v = self.backend.counters().into_iter().find(|(n, _)| n == field).map(|(_, v)| v);
+                let v = v.ok_or_else(|| format!("no counter '{field}' on the {} backend", self.backend.name()))?;
                 Ok((v, format!("stat.{field} (= {v})")))
             }
             Operand::Field { obj, field } => {
-                let (_, ob) = self
-                    .obs
-                    .iter()
-                    .find(|(n, _)| n == obj)
-                    .ok_or_else(|| format!("no observation named '{obj}'"))?;
-                let v = ob.field(field).ok_or_else(|| {
-                    format!(
-                        "no field '{field}' (fields: {})",
-                        Observation::FIELDS.join(", ")
-                    )
-                })?;
-                let shown = if field == "frame" {
-                    format!("{v:#x}")
-                } else {
-                    v.to_string()
-                };
+                let (_, ob) =
+                    self.obs.iter().find(|(n, _)| n == obj).ok_or_else(|| format!("no observation named '{obj}'"))?;
+                let v = ob
+                    .field(field)
+                    .ok_or_else(|| format!("no field '{field}' (fields: {})", Observation::FIELDS.join(", ")))?;
+                let shown = if field == "frame" { format!("{v:#x}") } else { v.to_string() };
                 Ok((v, format!("{obj}.{field} (= {shown})")))
             }
         }
@@ -449,19 +353,13 @@ impl State<'_> {
 fn compare_bytes(addr: u64, every_byte: bool, got: &[u8], want: &[u8]) -> Result<(), String> {
     match got.iter().zip(want).position(|(g, w)| g != w) {
         None if got.len() == want.len() => Ok(()),
-        None => Err(format!(
-            "read {} bytes, the reference has {}",
-            got.len(),
-            want.len()
-        )),
+        None => Err(format!("read {} bytes, the reference has {}", got.len(), want.len())),
         Some(i) => {
-            let at = addr
-                + if every_byte {
-                    i as u64
-                } else {
-                    i as u64 * 4096
-                };
-            Err(format!("data integrity: the byte at {at:#x} reads {:#04x}, the reference model says {:#04x}", got[i], want[i]))
+            let at = addr + if every_byte { i as u64 } else { i as u64 * 4096 };
+            Err(format!(
+                "data integrity: the byte at {at:#x} reads {:#04x}, the reference model says {:#04x}",
+                got[i], want[i]
+            ))
         }
     }
 }

@@ -157,11 +157,7 @@ struct Line<'a> {
 
 impl<'a> Line<'a> {
     fn err<T>(&self, col: usize, msg: impl Into<String>) -> Result<T, ParseError> {
-        Err(ParseError {
-            line: self.line,
-            col,
-            msg: msg.into(),
-        })
+        Err(ParseError { line: self.line, col, msg: msg.into() })
     }
     fn col(&self) -> usize {
         self.toks.get(self.pos).map_or(self.end_col, |t| t.col)
@@ -175,10 +171,7 @@ impl<'a> Line<'a> {
                 self.pos += 1;
                 Ok(t.text)
             }
-            None => self.err(
-                self.end_col,
-                format!("expected {what}, found the end of the line"),
-            ),
+            None => self.err(self.end_col, format!("expected {what}, found the end of the line")),
         }
     }
     fn eat(&mut self, word: &str) -> bool {
@@ -216,11 +209,7 @@ impl<'a> Line<'a> {
     fn place(&mut self) -> Result<Place, ParseError> {
         let col = self.col();
         let t = self.next("a mapping (like a, a[4K] or a[0..8K])")?;
-        parse_place(t).map_err(|msg| ParseError {
-            line: self.line,
-            col,
-            msg,
-        })
+        parse_place(t).map_err(|msg| ParseError { line: self.line, col, msg })
     }
     fn prot(&mut self) -> Result<Prot, ParseError> {
         let col = self.col();
@@ -254,27 +243,18 @@ impl<'a> Line<'a> {
         match t.split_once('.') {
             // Counters may carry a size: stat.anon_fault_alloc[64K].
             Some((o, f))
-                if is_ident(o)
-                    && (is_ident(f)
-                        || (o == "stat" && is_ident(f.split('[').next().unwrap_or("")))) =>
+                if is_ident(o) && (is_ident(f) || (o == "stat" && is_ident(f.split('[').next().unwrap_or("")))) =>
             {
-                Ok(Operand::Field {
-                    obj: o.into(),
-                    field: f.into(),
-                })
+                Ok(Operand::Field { obj: o.into(), field: f.into() })
             }
-            _ => self.err(
-                col,
-                format!("expected name.field, a number, true or false, found '{t}'"),
-            ),
+            _ => self.err(col, format!("expected name.field, a number, true or false, found '{t}'")),
         }
     }
 }
 
 fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
-    c.next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    c.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && c.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
@@ -295,31 +275,21 @@ pub fn parse_size(s: &str) -> Option<u64> {
 fn parse_place(t: &str) -> Result<Place, String> {
     let Some((map, rest)) = t.split_once('[') else {
         return if is_ident(t) {
-            Ok(Place {
-                map: t.into(),
-                range: None,
-            })
+            Ok(Place { map: t.into(), range: None })
         } else {
             Err(format!("expected a mapping name, found '{t}'"))
         };
     };
-    let inner = rest
-        .strip_suffix(']')
-        .ok_or_else(|| format!("missing ']' in '{t}'"))?;
+    let inner = rest.strip_suffix(']').ok_or_else(|| format!("missing ']' in '{t}'"))?;
     if !is_ident(map) {
         return Err(format!("expected a mapping name before '[', found '{map}'"));
     }
     let bad = || format!("expected an offset (a[4K]) or a range (a[0..8K]) in '{t}'");
     let range = match inner.split_once("..") {
         Some((s, e)) => {
-            let (s, e) = (
-                parse_size(s).ok_or_else(bad)?,
-                parse_size(e).ok_or_else(bad)?,
-            );
+            let (s, e) = (parse_size(s).ok_or_else(bad)?, parse_size(e).ok_or_else(bad)?);
             if e <= s {
-                return Err(format!(
-                    "empty range in '{t}': the end must be above the start"
-                ));
+                return Err(format!("empty range in '{t}': the end must be above the start"));
             }
             (s, e)
         }
@@ -328,10 +298,7 @@ fn parse_place(t: &str) -> Result<Place, String> {
             (o, o + 1)
         }
     };
-    Ok(Place {
-        map: map.into(),
-        range: Some(range),
-    })
+    Ok(Place { map: map.into(), range: Some(range) })
 }
 
 fn tokenize(text: &str) -> Vec<Tok<'_>> {
@@ -340,10 +307,7 @@ fn tokenize(text: &str) -> Vec<Tok<'_>> {
     for (i, c) in text.char_indices() {
         match (c.is_whitespace(), start) {
             (true, Some(s)) => {
-                toks.push(Tok {
-                    text: &text[s..i],
-                    col: s + 1,
-                });
+                toks.push(Tok { text: &text[s..i], col: s + 1 });
                 start = None;
             }
             (false, None) => start = Some(i),
@@ -351,10 +315,7 @@ fn tokenize(text: &str) -> Vec<Tok<'_>> {
         }
     }
     if let Some(s) = start {
-        toks.push(Tok {
-            text: &text[s..],
-            col: s + 1,
-        });
+        toks.push(Tok { text: &text[s..], col: s + 1 });
     }
     toks
 }
@@ -368,12 +329,7 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
         if toks.is_empty() {
             continue;
         }
-        let mut l = Line {
-            line: i + 1,
-            toks,
-            pos: 0,
-            end_col: text.trim_end().len() + 1,
-        };
+        let mut l = Line { line: i + 1, toks, pos: 0, end_col: text.trim_end().len() + 1 };
         steps.push(parse_line(&mut l, text.trim())?);
     }
     Ok(steps)
@@ -386,12 +342,7 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
             l.pos += 1;
             Some(p.to_string())
         }
-        Some(_) => {
-            return l.err(
-                1,
-                format!("expected a process name before ':', found '{first}'"),
-            )
-        }
+        Some(_) => return l.err(1, format!("expected a process name before ':', found '{first}'")),
         None => None,
     };
     // A trailing "fails ERRNO".
@@ -402,10 +353,7 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
         fails = Some(Errno::from_name(t.text).ok_or_else(|| ParseError {
             line: l.line,
             col: t.col,
-            msg: format!(
-                "expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY), found '{}'",
-                t.text
-            ),
+            msg: format!("expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST), found '{}'", t.text),
         })?);
         l.toks.truncate(n - 2);
     }
@@ -414,13 +362,7 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
         Some(_) => parse_proc_cmd(l)?,
     };
     l.done()?;
-    Ok(Step {
-        line: l.line,
-        text: text.to_string(),
-        proc,
-        cmd,
-        fails,
-    })
+    Ok(Step { line: l.line, text: text.to_string(), proc, cmd, fails })
 }
 
 fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -440,10 +382,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                 }
                 "thp" => parse_thp(l),
-                t => l.err(
-                    col,
-                    format!("expected a setting (memory, mapcount, thp, check), found '{t}'"),
-                ),
+                t => l.err(col, format!("expected a setting (memory, mapcount, thp, check), found '{t}'")),
             }
         }
         "expect" => {
@@ -456,23 +395,11 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 "<=" => CmpOp::Le,
                 ">" => CmpOp::Gt,
                 ">=" => CmpOp::Ge,
-                t => {
-                    return l.err(
-                        col,
-                        format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'"),
-                    )
-                }
+                t => return l.err(col, format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'")),
             };
-            Ok(Cmd::Expect {
-                lhs,
-                op,
-                rhs: l.operand()?,
-            })
+            Ok(Cmd::Expect { lhs, op, rhs: l.operand()? })
         }
-        t => l.err(
-            col,
-            format!("expected 'set', 'expect' or 'NAME:' (a process), found '{t}'"),
-        ),
+        t => l.err(col, format!("expected 'set', 'expect' or 'NAME:' (a process), found '{t}'")),
     }
 }
 
@@ -482,16 +409,10 @@ fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {
         let col = l.col();
         let t = l.next("a THP setting")?;
         let Some((k, v)) = t.split_once('=') else {
-            return l.err(
-                col,
-                format!("expected KEY=MODE (enabled=madvise, 64K=always), found '{t}'"),
-            );
+            return l.err(col, format!("expected KEY=MODE (enabled=madvise, 64K=always), found '{t}'"));
         };
         let Some(mode) = ThpMode::parse(v) else {
-            return l.err(
-                col + k.len() + 1,
-                format!("expected always, madvise, never or inherit, found '{v}'"),
-            );
+            return l.err(col + k.len() + 1, format!("expected always, madvise, never or inherit, found '{v}'"));
         };
         if k == "enabled" {
             enabled = Some(mode);
@@ -502,12 +423,7 @@ fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {
             .map(|s| s.trailing_zeros() - 12);
         match order {
             Some(o) => sizes.push((o, mode)),
-            None => {
-                return l.err(
-                    col,
-                    format!("expected 'enabled' or a folio size from 16K to 2M, found '{k}'"),
-                )
-            }
+            None => return l.err(col, format!("expected 'enabled' or a folio size from 16K to 2M, found '{k}'")),
         }
     }
     Ok(Cmd::SetThp { enabled, sizes })
@@ -541,14 +457,7 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 if fixed && at.is_none() {
                     return l.err(col, "'fixed' needs 'at ADDR'");
                 }
-                Ok(Cmd::Mmap {
-                    name,
-                    len,
-                    prot,
-                    populate,
-                    at,
-                    fixed,
-                })
+                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed })
             }
             "mremap" => {
                 let from = l.place()?;
@@ -566,12 +475,7 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                         }
                     }
                 }
-                Ok(Cmd::Mremap {
-                    name,
-                    from,
-                    size,
-                    to,
-                })
+                Ok(Cmd::Mremap { name, from, size, to })
             }
             t => l.err(col, format!("expected mmap or mremap, found '{t}'")),
         };
@@ -624,32 +528,11 @@ mod tests {
         let src = "set thp 2048K=inherit enabled=madvise\nP: a = mmap 4M anon rw\nP: madvise a hugepage\nP: mprotect a[0..4K] r\nP: fork C\nC: exit\nP: observe a[20K] as before\nexpect after.frame == before.frame\n";
         let steps = parse(src).unwrap();
         assert_eq!(steps.len(), 8);
-        assert_eq!(
-            steps[0].cmd,
-            Cmd::SetThp {
-                enabled: Some(ThpMode::Madvise),
-                sizes: vec![(9, ThpMode::Inherit)]
-            }
-        );
-        assert_eq!(
-            steps[3].cmd,
-            Cmd::Mprotect(
-                Place {
-                    map: "a".into(),
-                    range: Some((0, 4096))
-                },
-                Prot(1)
-            )
-        );
+        assert_eq!(steps[0].cmd, Cmd::SetThp { enabled: Some(ThpMode::Madvise), sizes: vec![(9, ThpMode::Inherit)] });
+        assert_eq!(steps[3].cmd, Cmd::Mprotect(Place { map: "a".into(), range: Some((0, 4096)) }, Prot(1)));
         assert_eq!(
             steps[6].cmd,
-            Cmd::Observe {
-                place: Place {
-                    map: "a".into(),
-                    range: Some((20480, 20481))
-                },
-                name: "before".into()
-            }
+            Cmd::Observe { place: Place { map: "a".into(), range: Some((20480, 20481)) }, name: "before".into() }
         );
     }
 

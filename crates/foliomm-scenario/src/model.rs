@@ -33,10 +33,7 @@ impl ModelBackend {
     }
 
     fn m(&mut self) -> (&Arc<Machine>, &mut Cpu) {
-        let (m, c) = self
-            .machine
-            .as_mut()
-            .expect("the interpreter starts the backend first");
+        let (m, c) = self.machine.as_mut().expect("the interpreter starts the backend first");
         (m, c)
     }
 }
@@ -60,27 +57,19 @@ impl Backend for ModelBackend {
             }
             config.mapcount = d.into();
         }
-        let m = Machine::new(config.clone()).map_err(|e| {
-            BackendError(format!(
-                "cannot build a machine with {} bytes: {e}",
-                config.memory
-            ))
-        })?;
+        let m = Machine::new(config.clone())
+            .map_err(|e| BackendError(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
         let cpu = Cpu::new(&m);
         self.machine = Some((m, cpu));
         Ok(())
     }
 
-    fn set_thp(
-        &mut self,
-        enabled: Option<ThpMode>,
-        sizes: &[(u32, ThpMode)],
-    ) -> Result<(), BackendError> {
+    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError> {
         let (m, _) = self.m();
         if let Some(e) = enabled {
-            m.thp.set_enabled(e).map_err(|_| {
-                BackendError(format!("'{}' is not a valid top-level THP mode", e.name()))
-            })?;
+            m.thp
+                .set_enabled(e)
+                .map_err(|_| BackendError(format!("'{}' is not a valid top-level THP mode", e.name())))?;
         }
         for &(order, mode) in sizes {
             m.thp
@@ -117,16 +106,7 @@ impl Backend for ModelBackend {
         fixed: bool,
         populate: bool,
     ) -> Result<u64, Errno> {
-        self.mm(proc)?.mmap(
-            at.unwrap_or(0),
-            len,
-            prot,
-            MmapFlags {
-                fixed,
-                populate,
-                noreplace: false,
-            },
-        )
+        self.mm(proc)?.mmap(at.unwrap_or(0), len, prot, MmapFlags { fixed, populate, noreplace: false })
     }
 
     fn munmap(&mut self, proc: &str, addr: u64, len: u64) -> Result<(), Errno> {
@@ -141,37 +121,18 @@ impl Backend for ModelBackend {
         self.mm(proc)?.madvise(addr, len, advice)
     }
 
-    fn mremap(
-        &mut self,
-        proc: &str,
-        addr: u64,
-        len: u64,
-        new_len: u64,
-        to: Option<u64>,
-    ) -> Result<u64, Errno> {
+    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno> {
         self.mm(proc)?.mremap(addr, len, new_len, true, to)
     }
 
-    fn access(
-        &mut self,
-        proc: &str,
-        addr: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<Vec<u8>, Errno> {
+    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno> {
         let mm = self.mm(proc)?;
         let (_, cpu) = self.m();
         match access {
-            Access::Write {
-                val,
-                every_byte: true,
-            } => cpu.fill(&mm, addr, len, val).map(|_| Vec::new()),
-            Access::Write {
-                val,
-                every_byte: false,
-            } => cpu
-                .write_byte_per_page(&mm, addr, len, val)
-                .map(|_| Vec::new()),
+            Access::Write { val, every_byte: true } => cpu.fill(&mm, addr, len, val).map(|_| Vec::new()),
+            Access::Write { val, every_byte: false } => {
+                cpu.write_byte_per_page(&mm, addr, len, val).map(|_| Vec::new())
+            }
             Access::Read { every_byte: true } => {
                 let mut buf = vec![0; len as usize];
                 cpu.read(&mm, addr, &mut buf).map(|_| buf)
@@ -189,11 +150,7 @@ impl Backend for ModelBackend {
             let (_, cpu) = self.m();
             cpu.read(&mm, addr, &mut byte)?;
         }
-        Ok(Observation {
-            page,
-            range,
-            byte: byte[0],
-        })
+        Ok(Observation { page, range, byte: byte[0] })
     }
 
     fn counters(&self) -> Vec<(String, u64)> {

@@ -23,36 +23,25 @@ fn every_shipped_scenario_passes_with_the_checker() {
         .filter(|p| p.extension().is_some_and(|e| e == "fmm"))
         .collect();
     files.sort();
-    assert!(
-        files.len() >= 15,
-        "expected at least 15 scenarios, found {}",
-        files.len()
-    );
+    assert!(files.len() >= 15, "expected at least 15 scenarios, found {}", files.len());
     for f in files {
         let src = std::fs::read_to_string(&f).unwrap();
         let steps = parse(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(
-            steps.iter().any(|s| s.fails.is_some()
-                || matches!(s.cmd, foliomm_scenario::lang::Cmd::Expect { .. })),
+            steps.iter().any(|s| s.fails.is_some() || matches!(s.cmd, foliomm_scenario::lang::Cmd::Expect { .. })),
             "{} has no expect line",
             f.display()
         );
         let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
         if let Some(fail) = out.failure {
-            panic!(
-                "{} failed at line {}: {}",
-                f.display(),
-                fail.line,
-                fail.message
-            );
+            panic!("{} failed at line {}: {}", f.display(), fail.line, fail.message);
         }
     }
 }
 
 #[test]
 fn a_wrong_expectation_fails_the_run() {
-    let out =
-        run_src("P: a = mmap 4K rw\nP: write a\nP: observe a as x\nexpect x.folio_order == 9\n");
+    let out = run_src("P: a = mmap 4K rw\nP: write a\nP: observe a as x\nexpect x.folio_order == 9\n");
     let f = out.failure.expect("must fail");
     assert_eq!(f.line, 4);
     assert!(f.message.contains("expectation failed"), "{}", f.message);
@@ -61,11 +50,7 @@ fn a_wrong_expectation_fails_the_run() {
 #[test]
 fn an_unexpected_success_or_error_fails_the_run() {
     let out = run_src("P: a = mmap 4K rw\nP: write a fails ENOMEM\n");
-    assert!(out
-        .failure
-        .unwrap()
-        .message
-        .contains("succeeded, expected it to fail"));
+    assert!(out.failure.unwrap().message.contains("succeeded, expected it to fail"));
     let out = run_src("P: a = mmap 4K r\nP: write a\n");
     assert!(out.failure.unwrap().message.contains("EACCES"));
 }
@@ -81,17 +66,9 @@ fn cow_keeps_processes_apart_byte_for_byte() {
 #[test]
 fn unknown_names_are_clear_errors() {
     let out = run_src("P: munmap nothing\n");
-    assert!(out
-        .failure
-        .unwrap()
-        .message
-        .contains("unknown mapping 'nothing'"));
+    assert!(out.failure.unwrap().message.contains("unknown mapping 'nothing'"));
     let out = run_src("P: a = mmap 4K rw\nP: observe a as x\nexpect x.colour == 1\n");
     assert!(out.failure.unwrap().message.contains("no field 'colour'"));
     let out = run_src("set mapcount nonsense\nP: a = mmap 4K rw\n");
-    assert!(out
-        .failure
-        .unwrap()
-        .message
-        .contains("unknown mapcount design"));
+    assert!(out.failure.unwrap().message.contains("unknown mapcount design"));
 }

@@ -23,9 +23,7 @@ pub struct Cpu {
 
 impl Cpu {
     pub fn new(machine: &Arc<Machine>) -> Cpu {
-        Cpu {
-            machine: machine.clone(),
-        }
+        Cpu { machine: machine.clone() }
     }
 
     /// Reads `buf.len()` bytes at `addr`.
@@ -50,9 +48,7 @@ impl Cpu {
     pub fn fill(&mut self, mm: &Mm, addr: u64, len: u64, val: u8) -> Result<()> {
         let m = self.machine.clone();
         let phys = &m.phys;
-        self.access(mm, addr, len, true, |pfn, off, _, n| {
-            phys.fill(pfn, off, n, val)
-        })
+        self.access(mm, addr, len, true, |pfn, off, _, n| phys.fill(pfn, off, n, val))
     }
 
     /// Writes `val` to the first byte of every page of `[addr, addr+len)`.
@@ -71,9 +67,7 @@ impl Cpu {
         let m = self.machine.clone();
         let phys = &m.phys;
         let vmas = mm.read_lock();
-        pages(addr, len)
-            .map(|page| self.with_page(mm, &vmas, page, false, |pfn| phys.read_byte(pfn, 0)))
-            .collect()
+        pages(addr, len).map(|page| self.with_page(mm, &vmas, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
     }
 
     /// Splits `[addr, addr+len)` at page boundaries and runs
@@ -102,14 +96,7 @@ impl Cpu {
 
     /// Runs `f` on the frame behind `addr` with a translation that permits
     /// the access, faulting first as often as needed.
-    fn with_page<R>(
-        &mut self,
-        mm: &Mm,
-        vmas: &Vmas,
-        addr: u64,
-        write: bool,
-        f: impl FnOnce(Pfn) -> R,
-    ) -> Result<R> {
+    fn with_page<R>(&mut self, mm: &Mm, vmas: &Vmas, addr: u64, write: bool, f: impl FnOnce(Pfn) -> R) -> Result<R> {
         let m = &*self.machine;
         let mut f = Some(f);
         loop {
@@ -126,13 +113,7 @@ impl Cpu {
 
     /// The MMU's view: a walk to a hardware-present leaf that allows the
     /// access; sets accessed/dirty and runs `f` under the leaf's table lock.
-    fn try_access<R>(
-        &self,
-        mm: &Mm,
-        addr: u64,
-        write: bool,
-        f: &mut Option<impl FnOnce(Pfn) -> R>,
-    ) -> Option<R> {
+    fn try_access<R>(&self, mm: &Mm, addr: u64, write: bool, f: &mut Option<impl FnOnce(Pfn) -> R>) -> Option<R> {
         let phys = &self.machine.phys;
         let pmd = walk_pmd(phys, mm.pgd, addr)?;
         let e = pmd.load(phys);

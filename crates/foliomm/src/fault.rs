@@ -15,9 +15,7 @@ use crate::machine::Machine;
 use crate::mapcount::Level;
 use crate::memory::pte_range_none;
 use crate::mm::{vm, Mm, Vma};
-use crate::pgtable::{
-    alloc_pmd, alloc_pte_table, load, pte_index, store, table_lock, Pte, PMD_SIZE,
-};
+use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_index, store, table_lock, Pte, PMD_SIZE};
 use crate::phys::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::rmap;
 use crate::stats::Stats;
@@ -26,17 +24,12 @@ use crate::Result;
 /// `anon_vma_prepare`: gives the VMA an anon_vma before its first anon folio.
 pub(crate) fn anon_vma_prepare(m: &Machine, vma: &Vma) {
     if vma.anon_vma() == 0 {
-        let _ = vma
-            .anon_vma
-            .compare_exchange(0, m.new_anon_vma(), AcqRel, Acquire);
+        let _ = vma.anon_vma.compare_exchange(0, m.new_anon_vma(), AcqRel, Acquire);
     }
 }
 
 fn thp_orders(m: &Machine, vma: &Vma) -> u32 {
-    m.thp.allowable_orders(
-        vma.flags & vm::HUGEPAGE != 0,
-        vma.flags & vm::NOHUGEPAGE != 0,
-    )
+    m.thp.allowable_orders(vma.flags & vm::HUGEPAGE != 0, vma.flags & vm::NOHUGEPAGE != 0)
 }
 
 /// `handle_mm_fault` for `addr` in `vma`. Returns ENOMEM (`VM_FAULT_OOM`)
@@ -58,12 +51,11 @@ fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> 
         if e.is_none() {
             let haddr = addr & !(PMD_SIZE - 1);
             let fits = haddr >= vma.start && haddr + PMD_SIZE <= vma.end;
-            if fits && thp_orders(m, vma) & (1 << PMD_ORDER) != 0 {
-                if huge_memory::do_huge_pmd_anonymous_page(m, mm, vma, pmd, addr, write)?
-                    == Huge::Done
-                {
-                    return Ok(());
-                }
+            if fits
+                && thp_orders(m, vma) & (1 << PMD_ORDER) != 0
+                && huge_memory::do_huge_pmd_anonymous_page(m, mm, vma, pmd, addr, write)? == Huge::Done
+            {
+                return Ok(());
             }
         } else if e.huge() {
             if write && !e.write() {
@@ -93,14 +85,7 @@ fn touch(m: &Machine, table: Pfn, idx: usize, orig: Pte, write: bool) {
     }
 }
 
-fn handle_pte_fault(
-    m: &Machine,
-    mm: &Mm,
-    vma: &Vma,
-    table: Pfn,
-    addr: u64,
-    write: bool,
-) -> Result<()> {
+fn handle_pte_fault(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, write: bool) -> Result<()> {
     let pte = load(&m.phys, table, pte_index(addr));
     if pte.is_none() {
         do_anonymous_page(m, mm, vma, table, addr, write)
@@ -116,14 +101,7 @@ fn handle_pte_fault(
 /// the largest allowed folio (`alloc_anon_folio`), zeroes it and maps all its
 /// pages with one batched rmap call, provided every PTE of the range is still
 /// none.
-fn do_anonymous_page(
-    m: &Machine,
-    mm: &Mm,
-    vma: &Vma,
-    table: Pfn,
-    addr: u64,
-    write: bool,
-) -> Result<()> {
+fn do_anonymous_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, write: bool) -> Result<()> {
     let phys = &m.phys;
     if !write {
         let _ptl = table_lock(phys, table);
@@ -132,10 +110,7 @@ fn do_anonymous_page(
                 phys,
                 table,
                 pte_index(addr),
-                Pte::new(
-                    m.zero_pfn,
-                    Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED,
-                ),
+                Pte::new(m.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED),
             );
             Stats::inc(&m.stats.zero_page_map);
         }
@@ -154,10 +129,7 @@ fn do_anonymous_page(
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(m, f, Level::Pte, mm.id, vma.anon_vma());
     for i in 0..nr {
-        let e = Pte::new(
-            f.pfn + i,
-            Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW,
-        );
+        let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
         store(phys, table, pte_index(base) + i as usize, e);
     }
     mm.rss_anon.fetch_add(nr as i64, Relaxed);
@@ -173,10 +145,7 @@ fn alloc_anon_folio<'m>(m: &'m Machine, vma: &Vma, table: Pfn, addr: u64) -> Res
     for order in (1..PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
         let size = PAGE_SIZE << order;
         let base = addr & !(size - 1);
-        if base < vma.start
-            || base + size > vma.end
-            || !pte_range_none(&m.phys, table, pte_index(base), 1 << order)
-        {
+        if base < vma.start || base + size > vma.end || !pte_range_none(&m.phys, table, pte_index(base), 1 << order) {
             continue;
         }
         match m.alloc_folio_zeroed(order) {
@@ -205,19 +174,10 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte)
         let f = Folio::containing(phys, orig.pfn());
         let i = orig.pfn() - f.pfn;
         let reuse = f.anon_exclusive(i)
-            || if f.is_large() {
-                m.design.can_reuse(f, mm.id)
-            } else {
-                f.trylock().is_some() && f.refcount() == 1
-            };
+            || if f.is_large() { m.design.can_reuse(f, mm.id) } else { f.trylock().is_some() && f.refcount() == 1 };
         if reuse {
             f.set_anon_exclusive(i, true);
-            store(
-                phys,
-                table,
-                idx,
-                orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW),
-            );
+            store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
             Stats::inc(&m.stats.pgreuse);
             return Ok(());
         }
@@ -231,15 +191,7 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte)
 /// new order-0 folio and replaces the PTE; the old mapping's rmap is removed
 /// after the PTE is cleared and flushed, and the old folio's references (the
 /// mapping's and the one taken by the caller) are dropped last.
-fn wp_page_copy(
-    m: &Machine,
-    mm: &Mm,
-    vma: &Vma,
-    table: Pfn,
-    addr: u64,
-    orig: Pte,
-    old: Option<Folio>,
-) -> Result<()> {
+fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte, old: Option<Folio>) -> Result<()> {
     let phys = &m.phys;
     anon_vma_prepare(m, vma);
     let new = match old {
@@ -271,15 +223,7 @@ fn wp_page_copy(
     store(phys, table, idx, Pte::NONE);
     Stats::inc(&m.stats.tlb_flush);
     rmap::folio_add_new_anon_rmap(m, new, Level::Pte, mm.id, vma.anon_vma());
-    store(
-        phys,
-        table,
-        idx,
-        Pte::new(
-            new.pfn,
-            Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW,
-        ),
-    );
+    store(phys, table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW));
     match old {
         Some(old) => {
             rmap::folio_remove_rmap(m, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);

@@ -25,11 +25,7 @@ impl<'a> Folio<'a> {
     /// The folio containing `pfn` (`page_folio` / `compound_head`).
     pub fn containing(phys: &'a PhysMem, pfn: Pfn) -> Folio<'a> {
         let p = phys.page(pfn);
-        let head = if p.test(pg::TAIL) {
-            p.compound.load(Relaxed)
-        } else {
-            pfn
-        };
+        let head = if p.test(pg::TAIL) { p.compound.load(Relaxed) } else { pfn };
         Folio { phys, pfn: head }
     }
 
@@ -75,11 +71,7 @@ impl<'a> Folio<'a> {
     /// Drops `n` references (`folio_put_refs`); returns true if that was the last.
     pub fn put_refs(&self, n: i32) -> bool {
         let old = self.head().refcount.fetch_sub(n, AcqRel);
-        assert!(
-            old >= n,
-            "folio {:#x}: refcount underflow ({old} - {n})",
-            self.pfn
-        );
+        assert!(old >= n, "folio {:#x}: refcount underflow ({old} - {n})", self.pfn);
         old == n
     }
 

@@ -35,11 +35,7 @@ fn deposit(mm: &Mm, haddr: u64, table: u64) {
 }
 
 fn withdraw(mm: &Mm, haddr: u64) -> u64 {
-    mm.deposits
-        .lock()
-        .unwrap()
-        .remove(&haddr)
-        .expect("huge PMD without a deposited table")
+    mm.deposits.lock().unwrap().remove(&haddr).expect("huge PMD without a deposited table")
 }
 
 /// `do_huge_pmd_anonymous_page`: a read fault maps the huge zero folio; a
@@ -67,13 +63,7 @@ pub(crate) fn do_huge_pmd_anonymous_page(
             return Ok(Huge::Done);
         }
         deposit(mm, haddr, table);
-        pmd.store(
-            phys,
-            Pte::new(
-                zero,
-                Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED,
-            ),
-        );
+        pmd.store(phys, Pte::new(zero, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED));
         Stats::inc(&m.stats.huge_zero_map);
         return Ok(Huge::Done);
     }
@@ -109,13 +99,7 @@ pub(crate) fn do_huge_pmd_anonymous_page(
 /// `map_anon_folio_pmd`: installs a new, writable, dirty PMD for `f`.
 fn map_anon_pmd(m: &Machine, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
     let w = if vma.writable() { Pte::RW } else { 0 };
-    pmd.store(
-        &m.phys,
-        Pte::new(
-            f.pfn,
-            Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY | w,
-        ),
-    );
+    pmd.store(&m.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY | w));
     mm.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
 }
 
@@ -123,14 +107,7 @@ fn map_anon_pmd(m: &Machine, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
 /// folio is replaced by a new THP (`do_huge_zero_wp_pmd`); an anon THP is
 /// reused in place if its head is AnonExclusive or the PMD holds the only
 /// reference; otherwise the PMD is split and the fault falls back to PTEs.
-pub(crate) fn do_huge_pmd_wp_page(
-    m: &Machine,
-    mm: &Mm,
-    vma: &Vma,
-    pmd: PmdSlot,
-    addr: u64,
-    orig: Pte,
-) -> Result<Huge> {
+pub(crate) fn do_huge_pmd_wp_page(m: &Machine, mm: &Mm, vma: &Vma, pmd: PmdSlot, addr: u64, orig: Pte) -> Result<Huge> {
     let phys = &m.phys;
     if orig.special() {
         crate::fault::anon_vma_prepare(m, vma);
@@ -218,21 +195,12 @@ fn split_huge_pmd_locked(m: &Machine, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte)
         }
         rmap::folio_remove_rmap(m, f, 0, HPAGE_NR, Level::Pmd, mm.id);
     }
-    pmd.store(
-        phys,
-        Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED),
-    );
+    pmd.store(phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
 }
 
 /// `copy_huge_pmd`: the child gets a read-only, old copy of the PMD and a
 /// deposited table of its own; the parent's PMD is write-protected.
-pub(crate) fn copy_huge_pmd(
-    m: &Machine,
-    dst: &Mm,
-    dpmd: PmdSlot,
-    spmd: PmdSlot,
-    addr: u64,
-) -> Result<()> {
+pub(crate) fn copy_huge_pmd(m: &Machine, dst: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<()> {
     let phys = &m.phys;
     let table = m.alloc_table()?;
     let _dl = table_lock(phys, dpmd.table);
@@ -241,8 +209,7 @@ pub(crate) fn copy_huge_pmd(
     if !e.special() {
         let f = Folio::from_head(phys, e.pfn());
         f.ref_add(1);
-        rmap::folio_try_dup_anon_rmap(m, f, 0, HPAGE_NR, Level::Pmd, dst.id)
-            .map_err(|_| Errno::EBUSY)?;
+        rmap::folio_try_dup_anon_rmap(m, f, 0, HPAGE_NR, Level::Pmd, dst.id).map_err(|_| Errno::EBUSY)?;
         dst.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
         spmd.store(phys, e.without(Pte::RW));
     }
@@ -281,14 +248,7 @@ pub(crate) fn zap_huge_pmd(m: &Machine, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSl
 }
 
 /// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
-pub(crate) fn move_huge_pmd(
-    m: &Machine,
-    mm: &Mm,
-    spmd: PmdSlot,
-    dpmd: PmdSlot,
-    src: u64,
-    dst: u64,
-) {
+pub(crate) fn move_huge_pmd(m: &Machine, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, src: u64, dst: u64) {
     let phys = &m.phys;
     let _sl = table_lock(phys, spmd.table);
     let _dl = (dpmd.table != spmd.table).then(|| table_lock(phys, dpmd.table));

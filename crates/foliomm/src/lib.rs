@@ -48,6 +48,9 @@ pub enum Errno {
     /// Resource busy (`-EBUSY`).
     #[error("EBUSY: resource busy")]
     EBUSY,
+    /// The range is already mapped (`-EEXIST`, `MAP_FIXED_NOREPLACE`).
+    #[error("EEXIST: range already mapped")]
+    EEXIST,
 }
 
 impl Errno {
@@ -59,20 +62,15 @@ impl Errno {
             Errno::EFAULT => "EFAULT",
             Errno::EACCES => "EACCES",
             Errno::EBUSY => "EBUSY",
+            Errno::EEXIST => "EEXIST",
         }
     }
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
-        [
-            Errno::ENOMEM,
-            Errno::EINVAL,
-            Errno::EFAULT,
-            Errno::EACCES,
-            Errno::EBUSY,
-        ]
-        .into_iter()
-        .find(|e| e.name() == s)
+        [Errno::ENOMEM, Errno::EINVAL, Errno::EFAULT, Errno::EACCES, Errno::EBUSY, Errno::EEXIST]
+            .into_iter()
+            .find(|e| e.name() == s)
     }
 }
 

@@ -25,10 +25,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
-            memory: 4 << 30,
-            mapcount: "mm-id".into(),
-        }
+        Config { memory: 4 << 30, mapcount: "mm-id".into() }
     }
 }
 
@@ -81,15 +78,11 @@ impl Machine {
             let pfn = self.phys.alloc_pages_zeroed(PMD_ORDER).ok()?;
             for i in 0..1u64 << PMD_ORDER {
                 let p = self.phys.page(pfn + i);
-                p.flags
-                    .store(pg::ZERO | if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
+                p.flags.store(pg::ZERO | if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
                 p.compound.store(pfn, Relaxed);
                 p.mapcount.store(-1, Relaxed);
             }
-            self.phys
-                .page(pfn + 1)
-                .flags
-                .fetch_or((PMD_ORDER as u64) << pg::ORDER_SHIFT, Relaxed);
+            self.phys.page(pfn + 1).flags.fetch_or((PMD_ORDER as u64) << pg::ORDER_SHIFT, Relaxed);
             self.phys.page(pfn).refcount.store(1, Relaxed);
             Some(pfn)
         })
@@ -104,16 +97,12 @@ impl Machine {
     /// Allocates a folio of `2^order` pages with refcount 1, mapcounts reset
     /// (`folio_alloc` + `prep_compound_page`); the bytes are not zeroed.
     pub fn alloc_folio(&self, order: u32) -> Result<Folio<'_>, Errno> {
-        self.phys
-            .alloc_pages(order)
-            .map(|pfn| self.prep_folio(pfn, order))
+        self.phys.alloc_pages(order).map(|pfn| self.prep_folio(pfn, order))
     }
 
     /// [`Machine::alloc_folio`] with the bytes zeroed (`vma_alloc_zeroed_movable_folio`).
     pub fn alloc_folio_zeroed(&self, order: u32) -> Result<Folio<'_>, Errno> {
-        self.phys
-            .alloc_pages_zeroed(order)
-            .map(|pfn| self.prep_folio(pfn, order))
+        self.phys.alloc_pages_zeroed(order).map(|pfn| self.prep_folio(pfn, order))
     }
 
     fn prep_folio(&self, pfn: Pfn, order: u32) -> Folio<'_> {
@@ -137,9 +126,7 @@ impl Machine {
         }
         let f = Folio::from_head(&self.phys, pfn);
         if order > 0 {
-            f.page(1)
-                .flags
-                .fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
+            f.page(1).flags.fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
             self.design.prep(f);
         }
         f.head().refcount.store(1, Relaxed);
@@ -157,20 +144,13 @@ impl Machine {
 
     fn free_folio(&self, f: Folio) {
         let order = f.order();
-        let mut bad = if order > 0 {
-            self.design.check_freeable(f)
-        } else {
-            Vec::new()
-        };
+        let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
         let m = f.head().mapcount.load(Relaxed);
         if order == 0 && m != -1 {
             bad.push(format!("_mapcount is {m}, expected -1"));
         }
         if !bad.is_empty() {
-            self.bad_pages
-                .lock()
-                .unwrap()
-                .push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
+            self.bad_pages.lock().unwrap().push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
         }
         for i in 0..f.nr_pages() {
             let p = f.page(i);
@@ -231,12 +211,7 @@ impl Machine {
 
     /// Every address space still alive (exited ones too, until dropped).
     pub fn mms(&self) -> Vec<Arc<Mm>> {
-        self.mms
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect()
+        self.mms.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
     }
 
     /// A fresh anon_vma identity (`anon_vma_alloc`).

@@ -198,9 +198,7 @@ impl MmId6_15 {
                 break;
             }
         }
-        if Self::w(f, field::SLOT0).load(Relaxed) == t
-            || Self::w(f, field::SLOT0 + 1).load(Relaxed) == t
-        {
+        if Self::w(f, field::SLOT0).load(Relaxed) == t || Self::w(f, field::SLOT0 + 1).load(Relaxed) == t {
             Self::set_shared(f, false);
         }
         t
@@ -305,15 +303,8 @@ impl MapcountDesign for MmId6_15 {
                     }
                 }
                 let after = nr_mapped.fetch_sub(last, Relaxed) - last;
-                let unmapped = if after < ENTIRELY_MAPPED {
-                    last as u64
-                } else {
-                    0
-                };
-                Removed {
-                    unmapped_pages: unmapped,
-                    partially_mapped: last > 0 && after != 0,
-                }
+                let unmapped = if after < ENTIRELY_MAPPED { last as u64 } else { 0 };
+                Removed { unmapped_pages: unmapped, partially_mapped: unmapped > 0 && after != 0 }
             }
             Level::Pmd => {
                 Self::sub_large(f, 1, mm);
@@ -365,10 +356,7 @@ impl MapcountDesign for MmId6_15 {
         }
         let entire = self.entire_mapcount(f) as u32;
         if entire != truth.pmd {
-            bad.push(format!(
-                "entire mapcount {entire}, page tables say {}",
-                truth.pmd
-            ));
+            bad.push(format!("entire mapcount {entire}, page tables say {}", truth.pmd));
         }
         let mut pages_mapped = 0;
         for (i, &n) in truth.pte.iter().enumerate() {
@@ -381,9 +369,7 @@ impl MapcountDesign for MmId6_15 {
         let want = pages_mapped + if truth.pmd > 0 { ENTIRELY_MAPPED } else { 0 };
         let have = Self::w(f, field::NR_PAGES_MAPPED).load(Relaxed);
         if have != want {
-            bad.push(format!(
-                "_nr_pages_mapped {have:#x}, page tables say {want:#x}"
-            ));
+            bad.push(format!("_nr_pages_mapped {have:#x}, page tables say {want:#x}"));
         }
         // Slot rules (KERNEL-REFERENCE §2.5 sanity checks).
         let ids = f.page(1).ids.load(Relaxed);
@@ -399,9 +385,7 @@ impl MapcountDesign for MmId6_15 {
                 occupied += 1;
                 slot_sum += c as i64 + 1;
                 if !truth.per_mm.contains_key(&id) {
-                    bad.push(format!(
-                        "slot {s} names MM {id}, which maps nothing of the folio"
-                    ));
+                    bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
                 }
             }
         }
@@ -413,15 +397,10 @@ impl MapcountDesign for MmId6_15 {
             bad.push("two occupied slots but the shared bit is clear".into());
         }
         if slot_sum > total {
-            bad.push(format!(
-                "slot counts sum to {slot_sum} > large mapcount {total}"
-            ));
+            bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
         }
         if truth.per_mm.len() > 1 && !self.maybe_mapped_shared(f) {
-            bad.push(format!(
-                "answered exclusive while {} MMs map the folio (wrong-exclusive)",
-                truth.per_mm.len()
-            ));
+            bad.push(format!("answered exclusive while {} MMs map the folio (wrong-exclusive)", truth.per_mm.len()));
         }
         bad
     }

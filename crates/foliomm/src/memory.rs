@@ -9,8 +9,8 @@ use crate::machine::Machine;
 use crate::mapcount::Level;
 use crate::mm::{Mm, Vma, Vmas};
 use crate::pgtable::{
-    self, alloc_pmd, alloc_pte_table, load, pgd_index, pmd_index, pte_index, pud_index, store,
-    table_lock, walk_pmd, Pte, PGDIR_SIZE, PMD_SIZE, PUD_SIZE,
+    self, alloc_pmd, alloc_pte_table, load, pgd_index, pmd_index, pte_index, pud_index, store, table_lock, walk_pmd,
+    Pte, PGDIR_SIZE, PMD_SIZE, PUD_SIZE,
 };
 use crate::phys::{Pfn, PhysMem, PAGE_SIZE};
 use crate::rmap;
@@ -71,7 +71,7 @@ pub(crate) fn zap_range(m: &Machine, mm: &Mm, tlb: &mut MmuGather, start: u64, e
         let next = pmd_end(addr, end);
         let mut e = pmd.load(&m.phys);
         if e.huge() {
-            if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
+            if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
                 huge_memory::zap_huge_pmd(m, mm, tlb, pmd, addr);
                 addr = next;
                 continue;
@@ -137,14 +137,7 @@ fn zap_pte_range(m: &Machine, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u
 
 /// `free_pgtables` / `free_pgd_range`: after `[start, end)` was unmapped,
 /// frees every page table below the PGD whose span no VMA intersects any more.
-pub(crate) fn free_pgtables(
-    m: &Machine,
-    mm: &Mm,
-    vmas: &Vmas,
-    tlb: &mut MmuGather,
-    start: u64,
-    end: u64,
-) {
+pub(crate) fn free_pgtables(m: &Machine, mm: &Mm, vmas: &Vmas, tlb: &mut MmuGather, start: u64, end: u64) {
     let phys = &m.phys;
     let unused = |lo: u64, size: u64| !vmas.any_in(lo, lo.saturating_add(size));
     let mut a = start & !(PGDIR_SIZE - 1);
@@ -193,11 +186,7 @@ pub(crate) fn free_pgtables(
 /// an AnonExclusive page) and the VMA is writable.
 pub(crate) fn modify_prot(e: Pte, vma: &Vma, can_write: bool) -> Pte {
     let base = e.without(Pte::PRESENT | Pte::PROTNONE | Pte::RW);
-    let base = base.with(if vma.readable() {
-        Pte::PRESENT
-    } else {
-        Pte::PROTNONE
-    });
+    let base = base.with(if vma.readable() { Pte::PRESENT } else { Pte::PROTNONE });
     if vma.writable() && can_write {
         base.with(Pte::RW)
     } else {

@@ -117,11 +117,7 @@ pub struct Vmas(BTreeMap<u64, Vma>);
 impl Vmas {
     /// The VMA containing `addr` (`vma_lookup`).
     pub fn find(&self, addr: u64) -> Option<&Vma> {
-        self.0
-            .range(..=addr)
-            .next_back()
-            .map(|(_, v)| v)
-            .filter(|v| addr < v.end)
+        self.0.range(..=addr).next_back().map(|(_, v)| v).filter(|v| addr < v.end)
     }
     /// Whether any VMA intersects `[start, end)`.
     pub fn any_in(&self, start: u64, end: u64) -> bool {
@@ -130,10 +126,7 @@ impl Vmas {
     /// VMAs intersecting `[start, end)`, in address order.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &Vma> {
         let first = self.find(start).map(|v| v.start).unwrap_or(start);
-        self.0
-            .range(first..end)
-            .map(|(_, v)| v)
-            .filter(move |v| v.end > start)
+        self.0.range(first..end).map(|(_, v)| v).filter(move |v| v.end > start)
     }
     pub fn iter(&self) -> impl Iterator<Item = &Vma> {
         self.0.values()
@@ -159,7 +152,7 @@ impl Vmas {
 pub struct MmapFlags {
     /// `MAP_FIXED`: place exactly at the address, replacing what is there.
     pub fixed: bool,
-    /// `MAP_FIXED_NOREPLACE`: place exactly, fail with EEXIST-like EBUSY if taken.
+    /// `MAP_FIXED_NOREPLACE`: place exactly, fail with EEXIST if taken.
     pub noreplace: bool,
     /// `MAP_POPULATE`: fault every page in now.
     pub populate: bool,
@@ -211,13 +204,11 @@ pub struct Mm {
 }
 
 fn page_align(len: u64) -> Result<u64> {
-    len.checked_add(PAGE_SIZE - 1)
-        .map(|l| l & !(PAGE_SIZE - 1))
-        .ok_or(Errno::ENOMEM)
+    len.checked_add(PAGE_SIZE - 1).map(|l| l & !(PAGE_SIZE - 1)).ok_or(Errno::ENOMEM)
 }
 
 fn range_end(start: u64, len: u64) -> Result<u64> {
-    if start % PAGE_SIZE != 0 {
+    if !start.is_multiple_of(PAGE_SIZE) {
         return Err(Errno::EINVAL);
     }
     let end = start.checked_add(page_align(len)?).ok_or(Errno::ENOMEM)?;
@@ -283,25 +274,19 @@ impl Mm {
             }
             if vmas.any_in(addr, end) {
                 if flags.noreplace {
-                    return Err(Errno::EBUSY);
+                    return Err(Errno::EEXIST);
                 }
                 self.do_munmap(&mut vmas, addr, end)?;
             }
             addr
         } else {
             let hint = addr & !(PAGE_SIZE - 1);
-            let hint_ok = hint >= MMAP_MIN_ADDR
-                && hint
-                    .checked_add(len)
-                    .is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
+            let hint_ok =
+                hint >= MMAP_MIN_ADDR && hint.checked_add(len).is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
             if hint != 0 && hint_ok {
                 hint
             } else {
-                let align = if hint == 0 && len % PMD_SIZE == 0 {
-                    PMD_SIZE
-                } else {
-                    PAGE_SIZE
-                };
+                let align = if hint == 0 && len % PMD_SIZE == 0 { PMD_SIZE } else { PAGE_SIZE };
                 get_unmapped_area(&vmas, len, align)?
             }
         };
@@ -375,7 +360,7 @@ impl Mm {
         let Some(v) = vmas.find(addr).filter(|v| v.start < addr) else {
             return;
         };
-        if addr % PMD_SIZE != 0 {
+        if !addr.is_multiple_of(PMD_SIZE) {
             huge_memory::split_huge_pmd(&self.machine, self, addr);
         }
         let mut tail = v.clone();
@@ -429,11 +414,7 @@ impl Mm {
             for v in vmas.overlapping(addr, end) {
                 memory::zap_range(m, self, &mut tlb, v.start.max(addr), v.end.min(end));
             }
-            return if vmas.covers(addr, end) {
-                Ok(())
-            } else {
-                Err(Errno::ENOMEM)
-            };
+            return if vmas.covers(addr, end) { Ok(()) } else { Err(Errno::ENOMEM) };
         }
         let (set, clear) = match advice {
             Advice::HugePage => (vm::HUGEPAGE, vm::NOHUGEPAGE),
@@ -465,15 +446,8 @@ impl Mm {
     /// (`MREMAP_FIXED`). Page tables move without touching rmap
     /// (`move_page_tables`); a huge PMD moves whole when both addresses are
     /// PMD-aligned, else it is split first.
-    pub fn mremap(
-        &self,
-        old: u64,
-        old_len: u64,
-        new_len: u64,
-        maymove: bool,
-        fixed: Option<u64>,
-    ) -> Result<u64> {
-        if old % PAGE_SIZE != 0 || new_len == 0 || old_len == 0 || (fixed.is_some() && !maymove) {
+    pub fn mremap(&self, old: u64, old_len: u64, new_len: u64, maymove: bool, fixed: Option<u64>) -> Result<u64> {
+        if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || (fixed.is_some() && !maymove) {
             return Err(Errno::EINVAL);
         }
         let old_len = page_align(old_len)?;
@@ -487,10 +461,7 @@ impl Mm {
             }
         }
         let mut vmas = self.write_lock();
-        let (vma_start, vma_end) = vmas
-            .find(old)
-            .map(|v| (v.start, v.end))
-            .ok_or(Errno::EFAULT)?;
+        let (vma_start, vma_end) = vmas.find(old).map(|v| (v.start, v.end)).ok_or(Errno::EFAULT)?;
         if old_end > vma_end {
             return Err(Errno::EFAULT);
         }
@@ -507,8 +478,7 @@ impl Mm {
             return Ok(old);
         }
         let grow_end = old.checked_add(new_len).filter(|&e| e <= TASK_SIZE);
-        if let Some(grow_end) = grow_end.filter(|&e| vma_end == old_end && !vmas.any_in(old_end, e))
-        {
+        if let Some(grow_end) = grow_end.filter(|&e| vma_end == old_end && !vmas.any_in(old_end, e)) {
             vmas.0.get_mut(&vma_start).unwrap().end = grow_end;
             merge_around(&mut vmas, old, grow_end);
             return Ok(old);
@@ -516,11 +486,7 @@ impl Mm {
         if !maymove {
             return Err(Errno::ENOMEM);
         }
-        let align = if new_len % PMD_SIZE == 0 {
-            PMD_SIZE
-        } else {
-            PAGE_SIZE
-        };
+        let align = if new_len % PMD_SIZE == 0 { PMD_SIZE } else { PAGE_SIZE };
         let new = get_unmapped_area(&vmas, new_len, align)?;
         self.move_vma(&mut vmas, old, old_len, new, new_len)?;
         Ok(new)
@@ -528,23 +494,12 @@ impl Mm {
 
     /// `move_vma`: a new VMA at `new` with the old one's flags, pgoff and
     /// anon_vma; page tables moved; the old range unmapped.
-    fn move_vma(
-        &self,
-        vmas: &mut Vmas,
-        old: u64,
-        old_len: u64,
-        new: u64,
-        new_len: u64,
-    ) -> Result<()> {
+    fn move_vma(&self, vmas: &mut Vmas, old: u64, old_len: u64, new: u64, new_len: u64) -> Result<()> {
         self.split_vma(vmas, old);
         self.split_vma(vmas, old + old_len);
         let src = vmas.0.remove(&old).expect("mremap source VMA");
         memory::move_page_tables(&self.machine, self, old, new, old_len)?;
-        let moved = Vma {
-            start: new,
-            end: new + new_len,
-            ..src.clone()
-        };
+        let moved = Vma { start: new, end: new + new_len, ..src.clone() };
         vmas.insert(moved);
         let mut tlb = MmuGather::new(&self.machine, false);
         memory::free_pgtables(&self.machine, self, vmas, &mut tlb, old, old + old_len);
@@ -645,16 +600,16 @@ impl Mm {
         let mut addr = start & !(PAGE_SIZE - 1);
         while addr < end {
             let p = self.page_info(addr);
-            if p.present {
+            // smaps_pte_entry(): the zero pages have no vm_normal_page and
+            // are not counted at all.
+            if p.present && !p.zero_page {
                 r.rss_kb += 4;
+                r.anonymous_kb += 4;
                 if p.pmd_mapped {
                     r.anon_huge_kb += 4;
                 }
-                if !p.zero_page {
-                    r.anonymous_kb += 4;
-                }
                 // smaps_account(): refcount 1 is private without looking further.
-                if p.zero_page || (p.refcount > 1 && p.mapcount >= 2) {
+                if p.refcount > 1 && p.mapcount >= 2 {
                     r.shared_kb += 4;
                 } else {
                     r.private_kb += 4;
@@ -726,20 +681,11 @@ fn get_unmapped_area(vmas: &Vmas, len: u64, align: u64) -> Result<u64> {
 /// `vma_merge`: merges neighbouring compatible VMAs whose shared boundary lies
 /// in `[start, end]`.
 fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
-    let lo = vmas
-        .0
-        .range(..start)
-        .next_back()
-        .map(|(s, _)| *s)
-        .unwrap_or(start);
+    let lo = vmas.0.range(..start).next_back().map(|(s, _)| *s).unwrap_or(start);
     let mut cur = lo;
     loop {
         let Some(next_start) = vmas.0.get(&cur).map(|v| v.end) else {
-            match vmas
-                .0
-                .range((Bound::Excluded(cur), Bound::Included(end)))
-                .next()
-            {
+            match vmas.0.range((Bound::Excluded(cur), Bound::Included(end))).next() {
                 Some((s, _)) => {
                     cur = *s;
                     continue;
@@ -764,11 +710,7 @@ fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
         } else if vmas.0.contains_key(&next_start) {
             cur = next_start;
         } else {
-            match vmas
-                .0
-                .range((Bound::Excluded(cur), Bound::Included(end)))
-                .next()
-            {
+            match vmas.0.range((Bound::Excluded(cur), Bound::Included(end))).next() {
                 Some((s, _)) => cur = *s,
                 None => return,
             }

@@ -143,26 +143,15 @@ pub fn walk_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<PmdSlot> {
     if pude.is_none() {
         return None;
     }
-    Some(PmdSlot {
-        table: pude.pfn(),
-        idx: pmd_index(addr),
-    })
+    Some(PmdSlot { table: pude.pfn(), idx: pmd_index(addr) })
 }
 
 /// Walks to the PMD slot of `addr`, allocating the PUD and PMD tables on the
 /// way (`pud_alloc`, `pmd_alloc`); `ptl` is `mm->page_table_lock`.
-pub fn alloc_pmd(
-    m: &Machine,
-    pgd: Pfn,
-    addr: u64,
-    ptl: &std::sync::Mutex<()>,
-) -> Result<PmdSlot, Errno> {
+pub fn alloc_pmd(m: &Machine, pgd: Pfn, addr: u64, ptl: &std::sync::Mutex<()>) -> Result<PmdSlot, Errno> {
     let pud = populate(m, pgd, pgd_index(addr), ptl)?;
     let pmd = populate(m, pud, pud_index(addr), ptl)?;
-    Ok(PmdSlot {
-        table: pmd,
-        idx: pmd_index(addr),
-    })
+    Ok(PmdSlot { table: pmd, idx: pmd_index(addr) })
 }
 
 /// Returns the PTE table under a non-huge PMD slot, allocating and installing
@@ -180,10 +169,7 @@ pub fn alloc_pte_table(m: &Machine, pmd: PmdSlot) -> Result<Option<Pfn>, Errno> 
     let installed = {
         let _pl = table_lock(&m.phys, pmd.table);
         if pmd.load(&m.phys).is_none() {
-            pmd.store(
-                &m.phys,
-                Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED),
-            );
+            pmd.store(&m.phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
             true
         } else {
             false
@@ -206,12 +192,7 @@ fn populate(m: &Machine, table: Pfn, idx: usize, ptl: &std::sync::Mutex<()>) -> 
     let guard = ptl.lock().unwrap();
     let cur = load(&m.phys, table, idx);
     let result = if cur.is_none() {
-        store(
-            &m.phys,
-            table,
-            idx,
-            Pte::new(new, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED),
-        );
+        store(&m.phys, table, idx, Pte::new(new, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
         new
     } else {
         m.free_table(new);

@@ -52,6 +52,8 @@ pub mod pg {
     pub const ZERO: u64 = 1 << 8;
     /// `PG_swapbacked`.
     pub const SWAPBACKED: u64 = 1 << 9;
+    /// `PG_partially_mapped` (on the second page): queued for deferred split.
+    pub const PARTIALLY_MAPPED: u64 = 1 << 10;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;
@@ -99,8 +101,7 @@ impl Page {
     }
     fn set_order_field(&self, order: u32) {
         let f = self.flags.load(Relaxed) & !pg::ORDER_MASK;
-        self.flags
-            .store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
+        self.flags.store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
     }
 }
 
@@ -265,7 +266,7 @@ impl PhysMem {
         let mut i = 0;
         while i < data.len() {
             let pos = off + i;
-            if pos % 8 == 0 && data.len() - i >= 8 {
+            if pos.is_multiple_of(8) && data.len() - i >= 8 {
                 let v = u64::from_le_bytes(data[i..i + 8].try_into().unwrap());
                 self.word(pfn, pos / 8).store(v, Relaxed);
                 i += 8;
@@ -296,7 +297,7 @@ impl PhysMem {
         let mut pos = off;
         let end = off + len;
         while pos < end {
-            if pos % 8 == 0 && end - pos >= 8 {
+            if pos.is_multiple_of(8) && end - pos >= 8 {
                 self.word(pfn, pos / 8).store(pattern, Relaxed);
                 pos += 8;
             } else {
@@ -422,11 +423,7 @@ mod tests {
         phys.free_pages(a, 0);
         phys.free_pages(b, 3);
         assert_eq!(phys.nr_free(), 2048);
-        assert_eq!(
-            phys.buddyinfo()[MAX_PAGE_ORDER as usize],
-            2,
-            "blocks must merge back"
-        );
+        assert_eq!(phys.buddyinfo()[MAX_PAGE_ORDER as usize], 2, "blocks must merge back");
     }
 
     #[test]
@@ -452,10 +449,6 @@ mod tests {
         phys.free_pages(z, MAX_PAGE_ORDER);
         let again = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
         assert_eq!(again, z);
-        assert_eq!(
-            phys.read_byte(z + 3, 17),
-            0,
-            "zeroed allocation clears old bytes"
-        );
+        assert_eq!(phys.read_byte(z + 3, 17), 0, "zeroed allocation clears old bytes");
     }
 }

@@ -36,14 +36,7 @@ pub fn folio_add_new_anon_rmap(m: &Machine, f: Folio, level: Level, mm: MmId, an
 
 /// `folio_add_anon_rmap_ptes`: adds `nr` PTE mappings of pages
 /// `first..first+nr` of an already anon folio (used by PMD split).
-pub fn folio_add_anon_rmap_ptes(
-    m: &Machine,
-    f: Folio,
-    first: u64,
-    nr: u64,
-    mm: MmId,
-    exclusive: bool,
-) {
+pub fn folio_add_anon_rmap_ptes(m: &Machine, f: Folio, first: u64, nr: u64, mm: MmId, exclusive: bool) {
     Stats::inc(&m.stats.rmap_add);
     add_counts(m, f, first, nr, Level::Pte, mm);
     if exclusive {
@@ -73,23 +66,17 @@ pub fn folio_try_dup_anon_rmap(
 }
 
 /// `folio_remove_rmap_ptes` / `folio_remove_rmap_pmd`.
-pub fn folio_remove_rmap(
-    m: &Machine,
-    f: Folio,
-    first: u64,
-    nr: u64,
-    level: Level,
-    mm: MmId,
-) -> Removed {
+pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
     Stats::inc(&m.stats.rmap_remove);
     if f.is_large() {
-        return m.design.remove(f, first, nr, level, mm);
+        let r = m.design.remove(f, first, nr, level, mm);
+        if r.partially_mapped && f.test_anon() {
+            deferred_split_folio(m, f);
+        }
+        return r;
     }
     let last = f.head().mapcount.fetch_sub(1, Relaxed) == 0;
-    Removed {
-        unmapped_pages: last as u64,
-        partially_mapped: false,
-    }
+    Removed { unmapped_pages: last as u64, partially_mapped: false }
 }
 
 fn add_counts(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
@@ -126,4 +113,20 @@ pub fn folio_maybe_mapped_shared(m: &Machine, f: Folio) -> bool {
     } else {
         folio_mapcount(m, f) > 1
     }
+}
+
+/// `deferred_split_folio(folio, partially_mapped = true)`: marks a partially
+/// mapped anon folio once and counts it (`thp_deferred_split_page` for PMD
+/// size, `split_deferred` per order). foliomm keeps no split queue and never
+/// splits: the folio stays whole until freed.
+fn deferred_split_folio(m: &Machine, f: Folio) {
+    let second = f.page(1);
+    if second.test(pg::PARTIALLY_MAPPED) {
+        return;
+    }
+    second.set(pg::PARTIALLY_MAPPED);
+    if f.order() == crate::phys::PMD_ORDER {
+        Stats::inc(&m.stats.thp_deferred_split_page);
+    }
+    Stats::inc(&m.stats.split_deferred[f.order() as usize]);
 }

@@ -17,6 +17,8 @@ macro_rules! counters {
             pub anon_fault_alloc: [AtomicU64; ORDERS],
             /// Fallbacks from an order whose allocation failed (`anon_fault_fallback`).
             pub anon_fault_fallback: [AtomicU64; ORDERS],
+            /// Partially mapped anon folios queued for deferred split (`split_deferred`).
+            pub split_deferred: [AtomicU64; ORDERS],
             /// Folios allocated, per order.
             pub folio_alloc: [AtomicU64; ORDERS],
             /// Folios freed, per order.
@@ -45,6 +47,8 @@ counters! {
     thp_fault_fallback,
     /// PMD mappings split into PTE mappings (`thp_split_pmd`).
     thp_split_pmd,
+    /// PMD-sized anon folios that became partially mapped (`thp_deferred_split_page`).
+    thp_deferred_split_page,
     /// Write faults that reused the mapped page (`pgreuse`).
     pgreuse,
     /// Write faults that copied a page (or the zero page) into a new folio.
@@ -83,14 +87,11 @@ impl Stats {
     /// Every counter, scalars then per-order arrays as `name[order]`, omitting
     /// per-order entries that are zero.
     pub fn snapshot(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = self
-            .scalars()
-            .into_iter()
-            .map(|(n, v)| (n.to_string(), v))
-            .collect();
+        let mut out: Vec<(String, u64)> = self.scalars().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
         let arrays = [
             ("anon_fault_alloc", &self.anon_fault_alloc),
             ("anon_fault_fallback", &self.anon_fault_fallback),
+            ("split_deferred", &self.split_deferred),
             ("folio_alloc", &self.folio_alloc),
             ("folio_free", &self.folio_free),
         ];

@@ -23,7 +23,7 @@ impl<'a> BitSpinLock<'a> {
         while word.fetch_or(bit, Acquire) & bit != 0 {
             while word.load(Relaxed) & bit != 0 {
                 spins += 1;
-                if spins % 64 == 0 {
+                if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -56,10 +56,7 @@ mod tests {
         let w = AtomicU64::new(0);
         let g = BitSpinLock::lock(&w, 3);
         assert!(BitSpinLock::try_lock(&w, 3).is_none());
-        assert!(
-            BitSpinLock::try_lock(&w, 4).is_some(),
-            "other bits are independent"
-        );
+        assert!(BitSpinLock::try_lock(&w, 4).is_some(), "other bits are independent");
         drop(g);
         assert!(BitSpinLock::try_lock(&w, 3).is_some());
     }

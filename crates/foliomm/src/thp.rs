@@ -32,12 +32,7 @@ impl ThpMode {
         ["always", "madvise", "never", "inherit"][self as usize]
     }
     fn from_u8(v: u8) -> ThpMode {
-        [
-            ThpMode::Always,
-            ThpMode::Madvise,
-            ThpMode::Never,
-            ThpMode::Inherit,
-        ][v as usize]
+        [ThpMode::Always, ThpMode::Madvise, ThpMode::Never, ThpMode::Inherit][v as usize]
     }
 }
 
@@ -56,16 +51,9 @@ impl Default for ThpSettings {
     /// Linux's defaults on this host: `enabled=madvise`, the PMD size
     /// `inherit`, every other size `never`.
     fn default() -> Self {
-        let s = ThpSettings {
-            enabled: AtomicU8::new(ThpMode::Madvise as u8),
-            per_order: Default::default(),
-        };
+        let s = ThpSettings { enabled: AtomicU8::new(ThpMode::Madvise as u8), per_order: Default::default() };
         for o in 0..=MAX_PAGE_ORDER {
-            let m = if o == PMD_ORDER {
-                ThpMode::Inherit
-            } else {
-                ThpMode::Never
-            };
+            let m = if o == PMD_ORDER { ThpMode::Inherit } else { ThpMode::Never };
             s.per_order[o as usize].store(m as u8, Relaxed);
         }
         s
@@ -111,9 +99,7 @@ impl ThpSettings {
             let allowed = match self.order_mode(o) {
                 ThpMode::Always => true,
                 ThpMode::Madvise => vma_hugepage,
-                ThpMode::Inherit => {
-                    top == ThpMode::Always || (vma_hugepage && top == ThpMode::Madvise)
-                }
+                ThpMode::Inherit => top == ThpMode::Always || (vma_hugepage && top == ThpMode::Madvise),
                 ThpMode::Never => false,
             };
             if allowed {

@@ -35,14 +35,7 @@ pub struct MmuGather<'a> {
 impl<'a> MmuGather<'a> {
     /// `tlb_gather_mmu` / `tlb_gather_mmu_fullmm`.
     pub fn new(m: &'a Machine, fullmm: bool) -> MmuGather<'a> {
-        MmuGather {
-            m,
-            fullmm,
-            pages: Vec::new(),
-            slots: 0,
-            tables: Vec::new(),
-            range: None,
-        }
+        MmuGather { m, fullmm, pages: Vec::new(), slots: 0, tables: Vec::new(), range: None }
     }
 
     /// `tlb_remove_tlb_entries`: records that `nr` pages from `addr` lost

@@ -12,11 +12,7 @@ const K: u64 = 1024;
 const M: u64 = 1024 * K;
 
 fn machine(mem: u64) -> Arc<Machine> {
-    Machine::new(Config {
-        memory: mem,
-        ..Config::default()
-    })
-    .unwrap()
+    Machine::new(Config { memory: mem, ..Config::default() }).unwrap()
 }
 
 fn assert_clean(m: &Machine) {
@@ -40,10 +36,7 @@ fn write_fault_4k_then_fork_and_child_write_copies() {
     let c = p.fork().unwrap();
     assert_clean(&m);
     let before = c.page_info(a);
-    assert!(
-        !before.exclusive,
-        "a page mapped by two MMs is not exclusive"
-    );
+    assert!(!before.exclusive, "a page mapped by two MMs is not exclusive");
     cpu.write(&c, a + 100, b"child!").unwrap();
     let after = c.page_info(a);
     assert_ne!(after.pfn, before.pfn, "the child's write must copy");
@@ -57,11 +50,7 @@ fn write_fault_4k_then_fork_and_child_write_copies() {
     // The parent's page is now exclusive again: its write reuses it.
     let pb = p.page_info(a);
     cpu.write(&p, a, b"x").unwrap();
-    assert_eq!(
-        p.page_info(a).pfn,
-        pb.pfn,
-        "small folio with refcount 1 is reused"
-    );
+    assert_eq!(p.page_info(a).pfn, pb.pfn, "small folio with refcount 1 is reused");
     assert_clean(&m);
     drop(c);
     assert_clean(&m);
@@ -85,16 +74,8 @@ fn pmd_thp_fault_split_by_mprotect_and_reuse_after_child_exit() {
     p.mprotect(a, 4 * K, Prot::RW).unwrap();
     assert_clean(&m);
     let i = p.page_info(a + 20 * K);
-    assert!(
-        !i.pmd_mapped && i.folio_order == 9,
-        "split PMD leaves a PTE-mapped THP"
-    );
-    assert_eq!(
-        m.stats
-            .thp_split_pmd
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert!(!i.pmd_mapped && i.folio_order == 9, "split PMD leaves a PTE-mapped THP");
+    assert_eq!(m.stats.thp_split_pmd.load(std::sync::atomic::Ordering::Relaxed), 1);
     let c = p.fork().unwrap();
     assert_clean(&m);
     c.exit();
@@ -103,10 +84,7 @@ fn pmd_thp_fault_split_by_mprotect_and_reuse_after_child_exit() {
     let before = p.page_info(a + 20 * K);
     cpu.write(&p, a + 20 * K, &[9]).unwrap();
     let after = p.page_info(a + 20 * K);
-    assert_eq!(
-        after.pfn, before.pfn,
-        "PTE-mapped THP reused after the child exited"
-    );
+    assert_eq!(after.pfn, before.pfn, "PTE-mapped THP reused after the child exited");
     assert_eq!(after.folio_order, 9);
     assert_clean(&m);
 }
@@ -119,19 +97,11 @@ fn mthp_64k_cow_reuse_and_copy() {
     let p = Mm::new(&m).unwrap();
     let a = anon(&p, 256 * K);
     cpu.write(&p, a, &[1]).unwrap();
-    assert_eq!(
-        p.page_info(a + 60 * K).folio_order,
-        4,
-        "one write faults a whole 64K folio"
-    );
+    assert_eq!(p.page_info(a + 60 * K).folio_order, 4, "one write faults a whole 64K folio");
     let c = p.fork().unwrap();
     let before = p.page_info(a);
     cpu.write(&p, a, &[2]).unwrap();
-    assert_ne!(
-        p.page_info(a).pfn,
-        before.pfn,
-        "the parent copies while the child shares"
-    );
+    assert_ne!(p.page_info(a).pfn, before.pfn, "the parent copies while the child shares");
     let mut b = [0];
     cpu.read(&c, a, &mut b).unwrap();
     assert_eq!(b[0], 1, "the child still sees the old byte");
@@ -139,11 +109,7 @@ fn mthp_64k_cow_reuse_and_copy() {
     drop(c);
     let before = p.page_info(a + 4 * K);
     cpu.write(&p, a + 4 * K, &[3]).unwrap();
-    assert_eq!(
-        p.page_info(a + 4 * K).pfn,
-        before.pfn,
-        "reuse once the child is gone"
-    );
+    assert_eq!(p.page_info(a + 4 * K).pfn, before.pfn, "reuse once the child is gone");
     assert_clean(&m);
 }
 
@@ -178,24 +144,12 @@ fn mremap_moves_part_of_a_large_folio() {
     cpu.fill(&p, a, 128 * K, 0x11).unwrap();
     cpu.write(&p, a + 8 * K, b"moved").unwrap();
     let folio_pfn = p.page_info(a + 8 * K).pfn;
-    assert_eq!(
-        p.mremap(a + 8 * K, 8 * K, 8 * K, true, None),
-        Ok(a + 8 * K),
-        "same size stays in place"
-    );
+    assert_eq!(p.mremap(a + 8 * K, 8 * K, 8 * K, true, None), Ok(a + 8 * K), "same size stays in place");
     let dst = anon(&p, 8 * K);
     let n = p.mremap(a + 8 * K, 8 * K, 8 * K, true, Some(dst)).unwrap();
     assert_eq!(n, dst);
-    assert_eq!(
-        cpu.read(&p, a + 8 * K, &mut [0]),
-        Err(Errno::EFAULT),
-        "the old range is gone"
-    );
-    assert_eq!(
-        p.page_info(n).pfn,
-        folio_pfn,
-        "mremap moves the mapping, not the page"
-    );
+    assert_eq!(cpu.read(&p, a + 8 * K, &mut [0]), Err(Errno::EFAULT), "the old range is gone");
+    assert_eq!(p.page_info(n).pfn, folio_pfn, "mremap moves the mapping, not the page");
     let mut buf = [0u8; 5];
     cpu.read(&p, n, &mut buf).unwrap();
     assert_eq!(&buf, b"moved");
@@ -212,10 +166,7 @@ fn out_of_memory_is_enomem() {
     let mut cpu = Cpu::new(&m);
     let p = Mm::new(&m).unwrap();
     let a = anon(&p, 16 * M);
-    assert_eq!(
-        cpu.write_byte_per_page(&p, a, 16 * M, 1),
-        Err(Errno::ENOMEM)
-    );
+    assert_eq!(cpu.write_byte_per_page(&p, a, 16 * M, 1), Err(Errno::ENOMEM));
     assert_clean(&m);
     drop(p);
     assert_clean(&m);
@@ -226,9 +177,7 @@ fn protection_errors() {
     let m = machine(8 * M);
     let mut cpu = Cpu::new(&m);
     let p = Mm::new(&m).unwrap();
-    let a = p
-        .mmap(0, 8 * K, Prot(Prot::READ), MmapFlags::default())
-        .unwrap();
+    let a = p.mmap(0, 8 * K, Prot(Prot::READ), MmapFlags::default()).unwrap();
     let mut b = [1u8];
     cpu.read(&p, a, &mut b).unwrap();
     assert_eq!(b[0], 0, "read fault maps the zero page");

@@ -20,59 +20,16 @@ const WINDOW_PAGES: u64 = 2048; // 8 MiB: four PMDs
 
 #[derive(Clone, Debug)]
 enum Op {
-    Mmap {
-        proc: usize,
-        page: u64,
-        pages: u64,
-        prot: u32,
-        huge: bool,
-    },
-    Munmap {
-        proc: usize,
-        page: u64,
-        pages: u64,
-    },
-    Mprotect {
-        proc: usize,
-        page: u64,
-        pages: u64,
-        prot: u32,
-    },
-    DontNeed {
-        proc: usize,
-        page: u64,
-        pages: u64,
-    },
-    Mremap {
-        proc: usize,
-        page: u64,
-        pages: u64,
-        to: u64,
-        new_pages: u64,
-    },
-    Fork {
-        proc: usize,
-    },
-    Exit {
-        proc: usize,
-    },
-    Write {
-        proc: usize,
-        page: u64,
-        pages: u64,
-        val: u8,
-    },
-    WriteBytes {
-        proc: usize,
-        off: u64,
-        len: u64,
-        val: u8,
-    },
-    Read {
-        proc: usize,
-        page: u64,
-        pages: u64,
-    },
+    Mmap { proc: usize, page: u64, pages: u64, prot: u32, huge: bool },
+    Munmap { proc: usize, page: u64, pages: u64 },
+    Mprotect { proc: usize, page: u64, pages: u64, prot: u32 },
+    DontNeed { proc: usize, page: u64, pages: u64 },
+    Mremap { proc: usize, page: u64, pages: u64, to: u64, new_pages: u64 },
+    Fork { proc: usize },
+    Exit { proc: usize },
+    Write { proc: usize, page: u64, pages: u64, val: u8 },
+    WriteBytes { proc: usize, off: u64, len: u64, val: u8 },
+    Read { proc: usize, page: u64, pages: u64 },
 }
 
 fn range() -> impl Strategy<Value = (u64, u64)> {
@@ -85,8 +42,7 @@ fn range() -> impl Strategy<Value = (u64, u64)> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let proc =
-        prop_oneof![3 => Just(0usize), 2 => Just(1usize), 1 => Just(2usize), 1 => Just(3usize)];
+    let proc = prop_oneof![3 => Just(0usize), 2 => Just(1usize), 1 => Just(2usize), 1 => Just(3usize)];
     prop_oneof![
         3 => (proc.clone(), range(), prop_oneof![Just(3u32), Just(1u32)], any::<bool>())
             .prop_map(|(proc, (page, pages), prot, huge)| Op::Mmap { proc, page, pages, prot, huge }),
@@ -123,9 +79,7 @@ fn same_outcome<T: std::fmt::Debug>(
     match (model, reference) {
         (Ok(v), Ok(())) => Ok(Some(v)),
         (Err(a), Err(b)) if a == b => Ok(None),
-        (a, b) => Err(TestCaseError::fail(format!(
-            "{what}: model {a:?}, reference {b:?}"
-        ))),
+        (a, b) => Err(TestCaseError::fail(format!("{what}: model {a:?}, reference {b:?}"))),
     }
 }
 
@@ -149,32 +103,19 @@ impl World {
         let (mm, rs) = self.procs[proc].as_mut().unwrap();
         let mm = mm.clone();
         match *op {
-            Op::Mmap {
-                page,
-                pages,
-                prot,
-                huge,
-                ..
-            } => {
-                let fixed = MmapFlags {
-                    fixed: true,
-                    ..Default::default()
-                };
-                mm.mmap(addr(page), pages * PAGE, Prot(prot), fixed)
-                    .unwrap();
+            Op::Mmap { page, pages, prot, huge, .. } => {
+                let fixed = MmapFlags { fixed: true, ..Default::default() };
+                mm.mmap(addr(page), pages * PAGE, Prot(prot), fixed).unwrap();
                 rs.map(addr(page), pages * PAGE, Prot(prot));
                 if huge {
-                    mm.madvise(addr(page), pages * PAGE, Advice::HugePage)
-                        .unwrap();
+                    mm.madvise(addr(page), pages * PAGE, Advice::HugePage).unwrap();
                 }
             }
             Op::Munmap { page, pages, .. } => {
                 mm.munmap(addr(page), pages * PAGE).unwrap();
                 rs.unmap(addr(page), pages * PAGE);
             }
-            Op::Mprotect {
-                page, pages, prot, ..
-            } => {
+            Op::Mprotect { page, pages, prot, .. } => {
                 let covered = rs.covers(addr(page), pages * PAGE);
                 let r = mm.mprotect(addr(page), pages * PAGE, Prot(prot));
                 prop_assert_eq!(r.is_ok(), covered, "mprotect over holes fails with ENOMEM");
@@ -186,21 +127,11 @@ impl World {
                 let _ = mm.madvise(addr(page), pages * PAGE, Advice::DontNeed);
                 rs.zap(addr(page), pages * PAGE);
             }
-            Op::Mremap {
-                page,
-                pages,
-                to,
-                new_pages,
-                ..
-            } => {
-                let (old, old_len, new, new_len) =
-                    (addr(page), pages * PAGE, addr(to), new_pages * PAGE);
+            Op::Mremap { page, pages, to, new_pages, .. } => {
+                let (old, old_len, new, new_len) = (addr(page), pages * PAGE, addr(to), new_pages * PAGE);
                 let overlap = old < new + new_len && new < old + old_len;
-                let single_vma = rs.covers(old, old_len)
-                    && mm
-                        .vmas()
-                        .iter()
-                        .any(|v| v.start <= old && old + old_len <= v.end);
+                let single_vma =
+                    rs.covers(old, old_len) && mm.vmas().iter().any(|v| v.start <= old && old + old_len <= v.end);
                 let r = mm.mremap(old, old_len, new_len, true, Some(new));
                 if overlap {
                     prop_assert_eq!(r, Err(Errno::EINVAL));
@@ -223,12 +154,8 @@ impl World {
                 mm.exit();
                 self.procs[proc] = None;
             }
-            Op::Write {
-                page, pages, val, ..
-            } => {
-                let model = self
-                    .cpu
-                    .write_byte_per_page(&mm, addr(page), pages * PAGE, val);
+            Op::Write { page, pages, val, .. } => {
+                let model = self.cpu.write_byte_per_page(&mm, addr(page), pages * PAGE, val);
                 let reference = rs.write_byte_per_page(addr(page), pages * PAGE, val);
                 same_outcome("write", model, reference)?;
             }
@@ -244,12 +171,7 @@ impl World {
                 match (model, reference) {
                     (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "bytes read differ from the reference"),
                     (Err(a), Err(b)) => prop_assert_eq!(a, b),
-                    (a, b) => prop_assert!(
-                        false,
-                        "read: model {:?}, reference {:?}",
-                        a.map(|_| ()),
-                        b.map(|_| ())
-                    ),
+                    (a, b) => prop_assert!(false, "read: model {:?}, reference {:?}", a.map(|_| ()), b.map(|_| ())),
                 }
             }
         }
@@ -278,10 +200,7 @@ impl World {
 }
 
 fn cases() -> u32 {
-    std::env::var("FOLIOMM_PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(48)
+    std::env::var("FOLIOMM_PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48)
 }
 
 proptest! {

@@ -48,10 +48,7 @@ pub fn check_machine(m: &Machine) -> Vec<String> {
         tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
             if !tables.insert(t) {
-                bad.push(format!(
-                    "mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere",
-                    mm.id
-                ));
+                bad.push(format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id));
             }
         }
         let before = leaves.len();
@@ -65,43 +62,25 @@ pub fn check_machine(m: &Machine) -> Vec<String> {
         }
         let have = mm.rss_anon.load(Relaxed);
         if have != rss {
-            bad.push(format!(
-                "mm {}: MM_ANONPAGES is {have}, page tables map {rss} anon pages",
-                mm.id
-            ));
+            bad.push(format!("mm {}: MM_ANONPAGES is {have}, page tables map {rss} anon pages", mm.id));
         }
     }
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, &truth, &mut bad);
     check_frames(m, &truth, &tables, &mut bad);
-    bad.extend(
-        m.bad_pages
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|b| format!("bad page: {b}")),
-    );
+    bad.extend(m.bad_pages.lock().unwrap().iter().map(|b| format!("bad page: {b}")));
     bad
 }
 
 /// Walks one MM's tables, recording every table frame and every leaf.
-fn walk_tables(
-    m: &Machine,
-    mm: &Mm,
-    tables: &mut HashSet<Pfn>,
-    leaves: &mut Vec<Leaf>,
-    bad: &mut Vec<String>,
-) {
+fn walk_tables(m: &Machine, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<String>) {
     let phys = &m.phys;
     let mut note_table = |t: Pfn, bad: &mut Vec<String>| {
         if !tables.insert(t) {
             bad.push(format!("mm {}: table {t:#x} reachable twice", mm.id));
         }
         if !phys.page(t).test(pg::TABLE) {
-            bad.push(format!(
-                "mm {}: frame {t:#x} used as a page table lacks PageTable",
-                mm.id
-            ));
+            bad.push(format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id));
         }
     };
     for i in 0..512u64 {
@@ -123,17 +102,9 @@ fn walk_tables(
                     continue;
                 }
                 if pmde.huge() {
-                    leaves.push(Leaf {
-                        mm: mm.id,
-                        addr,
-                        pte: pmde,
-                        pmd: true,
-                    });
+                    leaves.push(Leaf { mm: mm.id, addr, pte: pmde, pmd: true });
                     if !mm.deposits.lock().unwrap().contains_key(&addr) {
-                        bad.push(format!(
-                            "mm {}: huge PMD at {addr:#x} has no deposited table",
-                            mm.id
-                        ));
+                        bad.push(format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id));
                     }
                     continue;
                 }
@@ -141,12 +112,7 @@ fn walk_tables(
                 for l in 0..512u64 {
                     let pte = load(phys, pmde.pfn(), l as usize);
                     if !pte.is_none() {
-                        leaves.push(Leaf {
-                            mm: mm.id,
-                            addr: addr | (l << PAGE_SHIFT),
-                            pte,
-                            pmd: false,
-                        });
+                        leaves.push(Leaf { mm: mm.id, addr: addr | (l << PAGE_SHIFT), pte, pmd: false });
                     }
                 }
             }
@@ -160,40 +126,26 @@ fn check_leaf(m: &Machine, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
     let size = if leaf.pmd { PMD_SIZE } else { 1 << PAGE_SHIFT };
     match vmas.find(addr) {
         None => bad.push(format!("mm {mm}: {addr:#x} is mapped outside any VMA")),
-        Some(v) if addr + size > v.end => bad.push(format!(
-            "mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}",
-            v.end
-        )),
+        Some(v) if addr + size > v.end => {
+            bad.push(format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end))
+        }
         Some(v) => {
             if pte.write() && !v.writable() {
-                bad.push(format!(
-                    "mm {mm}: {addr:#x} is writable in a VMA without VM_WRITE"
-                ));
+                bad.push(format!("mm {mm}: {addr:#x} is writable in a VMA without VM_WRITE"));
             }
             if pte.hw_present() && !v.readable() {
-                bad.push(format!(
-                    "mm {mm}: {addr:#x} is accessible in a PROT_NONE VMA"
-                ));
+                bad.push(format!("mm {mm}: {addr:#x} is accessible in a PROT_NONE VMA"));
             }
         }
     }
     if !pte.present() {
-        bad.push(format!(
-            "mm {mm}: {addr:#x} holds a non-present entry {:#x}",
-            pte.0
-        ));
+        bad.push(format!("mm {mm}: {addr:#x} holds a non-present entry {:#x}", pte.0));
         return;
     }
     if pte.special() {
-        let ok = if leaf.pmd {
-            m.huge_zero_pfn() == Some(pte.pfn())
-        } else {
-            pte.pfn() == m.zero_pfn
-        };
+        let ok = if leaf.pmd { m.huge_zero_pfn() == Some(pte.pfn()) } else { pte.pfn() == m.zero_pfn };
         if !ok || pte.write() {
-            bad.push(format!(
-                "mm {mm}: special entry at {addr:#x} is not a read-only zero page"
-            ));
+            bad.push(format!("mm {mm}: special entry at {addr:#x} is not a read-only zero page"));
         }
         return;
     }
@@ -206,10 +158,7 @@ fn check_leaf(m: &Machine, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
     }
     let page = if leaf.pmd { 0 } else { pte.pfn() - f.pfn };
     if pte.write() && f.test_anon() && !f.anon_exclusive(page) {
-        bad.push(format!(
-            "mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive",
-            pte.pfn()
-        ));
+        bad.push(format!("mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive", pte.pfn()));
     }
 }
 
@@ -228,10 +177,9 @@ fn build_truth(m: &Machine, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<P
             ));
             continue;
         }
-        let t = truth.entry(f.pfn).or_insert_with(|| FolioTruth {
-            pte: vec![0; f.nr_pages() as usize],
-            ..Default::default()
-        });
+        let t = truth
+            .entry(f.pfn)
+            .or_insert_with(|| FolioTruth { pte: vec![0; f.nr_pages() as usize], ..Default::default() });
         *t.per_mm.entry(leaf.mm).or_default() += 1;
         if leaf.pmd {
             t.pmd += 1;
@@ -245,15 +193,9 @@ fn build_truth(m: &Machine, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<P
     }
     for (pfn, mms) in page_mms {
         let f = Folio::containing(phys, pfn);
-        let flag_page = if truth.get(&f.pfn).is_some_and(|t| t.pmd > 0) {
-            f.pfn
-        } else {
-            pfn
-        };
+        let flag_page = if truth.get(&f.pfn).is_some_and(|t| t.pmd > 0) { f.pfn } else { pfn };
         if mms.len() > 1 && phys.page(flag_page).test(pg::ANON_EXCLUSIVE) {
-            bad.push(format!(
-                "page {pfn:#x} is AnonExclusive but mapped by MMs {mms:?}"
-            ));
+            bad.push(format!("page {pfn:#x} is AnonExclusive but mapped by MMs {mms:?}"));
         }
     }
     truth
@@ -266,24 +208,17 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
         let total = t.total() as u64;
         if f.is_large() {
             bad.extend(
-                m.design
-                    .verify(f, t)
-                    .into_iter()
-                    .map(|v| format!("folio {head:#x} ({}): {v}", m.design.name())),
+                m.design.verify(f, t).into_iter().map(|v| format!("folio {head:#x} ({}): {v}", m.design.name())),
             );
         } else {
             let mc = rmap::folio_mapcount(m, f);
             if mc != total {
-                bad.push(format!(
-                    "folio {head:#x}: mapcount {mc}, page tables say {total}"
-                ));
+                bad.push(format!("folio {head:#x}: mapcount {mc}, page tables say {total}"));
             }
         }
         let rc = f.refcount() as u64;
         if rc != total {
-            bad.push(format!(
-                "folio {head:#x}: refcount {rc} != {total} mappings"
-            ));
+            bad.push(format!("folio {head:#x}: refcount {rc} != {total} mappings"));
         }
         if !f.test_anon() {
             bad.push(format!("folio {head:#x}: mapped but not anon"));
@@ -291,12 +226,7 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
     }
 }
 
-fn check_frames(
-    m: &Machine,
-    truth: &HashMap<Pfn, FolioTruth>,
-    tables: &HashSet<Pfn>,
-    bad: &mut Vec<String>,
-) {
+fn check_frames(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, tables: &HashSet<Pfn>, bad: &mut Vec<String>) {
     let phys = &m.phys;
     let n = phys.nr_frames();
     let mut free = vec![false; n as usize];
@@ -310,10 +240,7 @@ fn check_frames(
         nr_free += 1 << order;
     }
     if nr_free != phys.nr_free() {
-        bad.push(format!(
-            "free lists hold {nr_free} frames, the zone counts {}",
-            phys.nr_free()
-        ));
+        bad.push(format!("free lists hold {nr_free} frames, the zone counts {}", phys.nr_free()));
     }
     let zero: HashSet<Pfn> = m.zero_frames().collect();
     let mut pfn = 0;
@@ -334,9 +261,7 @@ fn check_frames(
         }
         if p.test(pg::TABLE) {
             if !tables.contains(&pfn) {
-                bad.push(format!(
-                    "page table {pfn:#x} is allocated but reachable from no MM (leak)"
-                ));
+                bad.push(format!("page table {pfn:#x} is allocated but reachable from no MM (leak)"));
             }
             allocated += 1;
             pfn += 1;
@@ -349,17 +274,12 @@ fn check_frames(
             continue;
         }
         if !truth.contains_key(&pfn) {
-            bad.push(format!(
-                "folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)",
-                f.order()
-            ));
+            bad.push(format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order()));
         }
         allocated += f.nr_pages();
         pfn += f.nr_pages();
     }
     if allocated + nr_free != n {
-        bad.push(format!(
-            "{allocated} allocated + {nr_free} free frames != {n} total"
-        ));
+        bad.push(format!("{allocated} allocated + {nr_free} free frames != {n} total"));
     }
 }

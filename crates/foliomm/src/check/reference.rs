@@ -33,13 +33,7 @@ impl RefSpace {
     /// A new mapping of zero pages (replacing whatever was there).
     pub fn map(&mut self, start: u64, len: u64, prot: Prot) {
         for p in page_range(start, len) {
-            self.pages.insert(
-                p,
-                RefPage {
-                    prot: prot.0,
-                    data: None,
-                },
-            );
+            self.pages.insert(p, RefPage { prot: prot.0, data: None });
         }
     }
 
@@ -77,9 +71,8 @@ impl RefSpace {
 
     /// mremap: `old_len` bytes move to `new`; a longer new range is zero-filled.
     pub fn remap(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
-        let moved: Vec<(u64, RefPage)> = page_range(old, old_len)
-            .filter_map(|p| self.pages.remove(&p).map(|pg| (p, pg)))
-            .collect();
+        let moved: Vec<(u64, RefPage)> =
+            page_range(old, old_len).filter_map(|p| self.pages.remove(&p).map(|pg| (p, pg))).collect();
         let prot = moved.first().map(|(_, p)| p.prot).unwrap_or(0);
         for p in page_range(new, new_len) {
             self.pages.insert(p, RefPage { prot, data: None });
@@ -92,15 +85,8 @@ impl RefSpace {
     }
 
     fn page_mut(&mut self, addr: u64, write: bool) -> Result<&mut RefPage> {
-        let pg = self
-            .pages
-            .get_mut(&(addr & !(PAGE_SIZE - 1)))
-            .ok_or(Errno::EFAULT)?;
-        let need = if write {
-            Prot::WRITE
-        } else {
-            Prot::READ | Prot::WRITE
-        };
+        let pg = self.pages.get_mut(&(addr & !(PAGE_SIZE - 1))).ok_or(Errno::EFAULT)?;
+        let need = if write { Prot::WRITE } else { Prot::READ | Prot::WRITE };
         if pg.prot & need == 0 {
             return Err(Errno::EACCES);
         }
@@ -111,8 +97,7 @@ impl RefSpace {
     /// is unmapped or not writable (as a real access would).
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<()> {
         self.each_piece(addr, data.len() as u64, true, |pg, off, pos, n| {
-            pg.data.get_or_insert_with(|| Box::new([0; PS]))[off..off + n]
-                .copy_from_slice(&data[pos..pos + n]);
+            pg.data.get_or_insert_with(|| Box::new([0; PS]))[off..off + n].copy_from_slice(&data[pos..pos + n]);
         })
     }
 
@@ -124,9 +109,7 @@ impl RefSpace {
 
     pub fn write_byte_per_page(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
         for p in page_range(addr, len) {
-            self.page_mut(p, true)?
-                .data
-                .get_or_insert_with(|| Box::new([0; PS]))[0] = val;
+            self.page_mut(p, true)?.data.get_or_insert_with(|| Box::new([0; PS]))[0] = val;
         }
         Ok(())
     }
@@ -142,9 +125,7 @@ impl RefSpace {
     }
 
     pub fn read_byte_per_page(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
-        page_range(addr, len)
-            .map(|p| Ok(self.page_mut(p, false)?.data.as_ref().map_or(0, |d| d[0])))
-            .collect()
+        page_range(addr, len).map(|p| Ok(self.page_mut(p, false)?.data.as_ref().map_or(0, |d| d[0]))).collect()
     }
 
     fn each_piece(
