@@ -47,6 +47,12 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // Exit quietly when the reader of our output goes away (`foliomm run | head`).
+    // SAFETY: restoring the default action of a signal has no preconditions;
+    // no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),

@@ -11,8 +11,21 @@ use foliomm::Errno;
 pub enum Access {
     /// Write `val` to the first byte of each page, or to every byte.
     Write { val: u8, every_byte: bool },
+    /// Write every byte with [`pattern_byte`] of its address and `seed`.
+    Pattern { seed: u8 },
     /// Read the first byte of each page, or every byte.
     Read { every_byte: bool },
+}
+
+/// The byte a `pattern` write puts at `addr`: it differs between neighbouring
+/// bytes and between pages, so a page mapped at the wrong place is noticed.
+pub fn pattern_byte(addr: u64, seed: u8) -> u8 {
+    ((addr >> 12).wrapping_mul(0x9e37) ^ (addr & 0xfff).wrapping_mul(7)) as u8 ^ seed
+}
+
+/// The bytes of a `pattern` write of `len` bytes at `addr`.
+pub fn pattern_bytes(addr: u64, len: u64, seed: u8) -> Vec<u8> {
+    (addr..addr + len).map(|a| pattern_byte(a, seed)).collect()
 }
 
 /// What an `observe` step records: the first page of the place as pagemap and

@@ -271,6 +271,16 @@ impl State<'_> {
                 }
                 Ok(format!("wrote {val:#04x}"))
             }
+            Cmd::Pattern { place, seed } => {
+                let (a, l) = self.place(place)?;
+                if outcome(step, self.backend.access(&p, a, l, Access::Pattern { seed: *seed }))?.is_some() {
+                    let data = crate::backend::pattern_bytes(a, l, *seed);
+                    let rs = self.refs.get_mut(&p).unwrap();
+                    rs.write(a, &data)
+                        .map_err(|e| format!("the write succeeded but the reference model says it fails with {e}"))?;
+                }
+                Ok(format!("wrote pattern {seed}"))
+            }
             Cmd::Read { place, every_byte } => {
                 let (a, l) = self.place(place)?;
                 let got = self.backend.access(&p, a, l, Access::Read { every_byte: *every_byte });

@@ -14,6 +14,7 @@
 //! P: fork C                          C: exit        P: wait C
 //! P: write a [= 0x5a]                one byte per page (default value: line-derived)
 //! P: fill a[0..8K] [= 0x5a]          every byte
+//! P: fill a pattern [SEED]           every byte from its address (and a seed)
 //! P: read a                          one byte per page, checked against the reference
 //! P: verify a                        every byte, checked against the reference
 //! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
@@ -78,6 +79,11 @@ pub enum Cmd {
         place: Place,
         val: Option<u8>,
         every_byte: bool,
+    },
+    /// Every byte from the address pattern with a seed.
+    Pattern {
+        place: Place,
+        seed: u8,
     },
     Read {
         place: Place,
@@ -499,7 +505,22 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         "wait" => Cmd::Wait(l.ident("the child's name")?),
         "write" | "fill" => {
             let place = l.place()?;
-            Cmd::Write { place, val: l.value()?, every_byte: verb == "fill" }
+            if verb == "fill" && l.eat("pattern") {
+                let col = l.col();
+                let seed = match l.peek() {
+                    None => 0,
+                    Some(t) => match parse_size(t).filter(|&v| v <= 255) {
+                        Some(v) => {
+                            l.pos += 1;
+                            v as u8
+                        }
+                        None => return l.err(col, format!("expected a pattern seed 0..=255, found '{t}'")),
+                    },
+                };
+                Cmd::Pattern { place, seed }
+            } else {
+                Cmd::Write { place, val: l.value()?, every_byte: verb == "fill" }
+            }
         }
         "read" | "verify" => Cmd::Read { place: l.place()?, every_byte: verb == "verify" },
         "observe" => {

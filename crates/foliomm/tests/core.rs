@@ -218,3 +218,97 @@ fn two_threads_fault_disjoint_ranges_of_one_mm() {
     }
     assert_clean(&m);
 }
+
+#[test]
+fn model_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Machine>();
+    assert_send_sync::<Mm>();
+    fn assert_send<T: Send>() {}
+    assert_send::<Cpu>();
+}
+
+#[test]
+fn mprotect_round_trip_merges_vmas_back() {
+    let m = machine(16 * M);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 64 * K);
+    p.mprotect(a + 16 * K, 8 * K, Prot(Prot::READ)).unwrap();
+    assert_eq!(p.vmas().len(), 3, "a protection change in the middle splits into three VMAs");
+    p.mprotect(a + 16 * K, 8 * K, Prot::RW).unwrap();
+    assert_eq!(p.vmas().len(), 1, "restoring the protection merges them again");
+    assert_eq!(p.mprotect(a + 60 * K, 8 * K, Prot::RW), Err(Errno::ENOMEM), "a hole in the range");
+    assert_clean(&m);
+}
+
+#[test]
+fn mmap_placement_fixed_hint_noreplace_and_populate() {
+    let m = machine(16 * M);
+    let p = Mm::new(&m).unwrap();
+    let hint = 0x5000_0000;
+    assert_eq!(p.mmap(hint, 8 * K, Prot::RW, MmapFlags::default()), Ok(hint), "a free hint is taken");
+    let other = p.mmap(hint, 8 * K, Prot::RW, MmapFlags::default()).unwrap();
+    assert_ne!(other, hint, "a taken hint is not");
+    let noreplace = MmapFlags { noreplace: true, ..Default::default() };
+    assert_eq!(p.mmap(hint, 4 * K, Prot::RW, noreplace), Err(Errno::EEXIST));
+    let fixed = MmapFlags { fixed: true, ..Default::default() };
+    let mut cpu = Cpu::new(&m);
+    cpu.write(&p, hint, &[7]).unwrap();
+    assert_eq!(p.mmap(hint, 4 * K, Prot::RW, fixed), Ok(hint), "MAP_FIXED replaces");
+    let mut b = [1];
+    cpu.read(&p, hint, &mut b).unwrap();
+    assert_eq!(b[0], 0, "the replaced page reads as a fresh zero page");
+    assert_eq!(p.mmap(hint + 1, 4 * K, Prot::RW, fixed), Err(Errno::EINVAL));
+    assert_eq!(p.mmap(0, 0, Prot::RW, MmapFlags::default()), Err(Errno::EINVAL));
+    let populate = MmapFlags { populate: true, ..Default::default() };
+    let a = p.mmap(0, 32 * K, Prot::RW, populate).unwrap();
+    assert_eq!(p.range_info(a, a + 32 * K).rss_kb, 32, "MAP_POPULATE faults every page in");
+    let big = anon(&p, 4 * M);
+    assert_eq!(big % (2 * M), 0);
+    let odd = anon(&p, 3 * M);
+    assert_eq!(odd % 4096, 0);
+    assert_clean(&m);
+}
+
+#[test]
+fn fork_and_munmap_race_with_faults_in_other_threads() {
+    // One thread keeps writing its own range of P while another forks P,
+    // munmaps and remaps a different range, and lets children exit. The
+    // writer's bytes must survive and every invariant hold afterwards.
+    let m = machine(128 * M);
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let p = Mm::new(&m).unwrap();
+    let stable = anon(&p, 4 * M);
+    let churn = anon(&p, 4 * M);
+    std::thread::scope(|s| {
+        let (m1, p1) = (&m, &p);
+        s.spawn(move || {
+            let mut cpu = Cpu::new(m1);
+            for round in 0..20u8 {
+                for off in (0..4 * M).step_by(16 * 1024) {
+                    cpu.write(p1, stable + off, &[round, (off >> 14) as u8]).unwrap();
+                }
+            }
+        });
+        let (m2, p2) = (&m, &p);
+        s.spawn(move || {
+            let mut cpu = Cpu::new(m2);
+            for i in 0..20u64 {
+                cpu.write_byte_per_page(p2, churn, 4 * M, i as u8).unwrap();
+                let child = p2.fork().unwrap();
+                cpu.write(&child, churn, &[0xcc]).unwrap();
+                p2.munmap(churn + (i % 4) * M, M).unwrap();
+                let fixed = MmapFlags { fixed: true, ..Default::default() };
+                p2.mmap(churn + (i % 4) * M, M, Prot::RW, fixed).unwrap();
+                drop(child);
+            }
+        });
+    });
+    let mut cpu = Cpu::new(&m);
+    for off in (0..4 * M).step_by(16 * 1024) {
+        let mut b = [0u8; 2];
+        cpu.read(&p, stable + off, &mut b).unwrap();
+        assert_eq!(b, [19, (off >> 14) as u8]);
+    }
+    assert_clean(&m);
+}
