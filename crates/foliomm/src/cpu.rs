@@ -1,29 +1,43 @@
-//! Memory accesses by a simulated CPU: each access walks the page tables,
-//! checks the entry's permission bits as the MMU does, sets accessed/dirty,
-//! and takes the page fault it needs (`do_user_addr_fault`).
+//! Memory accesses by a simulated CPU: the MMU's view. An access looks up
+//! the CPU's software TLB; on a miss, or when the entry lacks the permission
+//! or the dirty bit, it walks the page tables, sets accessed/dirty with an
+//! atomic compare-and-exchange as the hardware walker does, and fills the TLB;
+//! when the walk finds no usable entry it takes the page fault
+//! (`do_user_addr_fault` → `handle_mm_fault`) and retries.
 //!
-//! Differs from hardware: there is no TLB yet (every access walks), and each
-//! page is accessed with its page-table lock held, which stands in for the
-//! atomicity a TLB shootdown gives a real access against a concurrent unmap.
-//! The TLB issue replaces this with a per-CPU software TLB.
+//! TLB use and walks happen inside the MM's access section (see
+//! [`crate::tlb`]), so that a flush, and the frees behind it, wait for them.
+//! An access through an entry whose frame was freed since the entry was
+//! filled is a use after free: it is recorded in
+//! [`crate::Machine::violations`] (the checker reports it) and, as on
+//! hardware, still performed.
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering::*;
+
 use crate::fault::handle_mm_fault;
 use crate::machine::Machine;
-use crate::mm::{Mm, Vmas};
-use crate::pgtable::{load, pte_index, store, table_lock, walk_pmd, Pte};
+use crate::mm::Mm;
+use crate::pgtable::{self, pte_index, walk_pmd, Pte};
 use crate::phys::{Pfn, PAGE_SIZE};
+use crate::tlb::{Tlb, TlbEntry};
 use crate::{Errno, Result};
 
-/// A simulated CPU (one per thread that accesses memory).
+/// A simulated CPU (one per thread that accesses memory), with its TLB.
 pub struct Cpu {
     machine: Arc<Machine>,
+    /// A number naming this CPU in violation reports.
+    pub id: u64,
+    pub tlb: Tlb,
+    /// TLB hits and misses.
+    pub hits: u64,
+    pub misses: u64,
 }
 
 impl Cpu {
     pub fn new(machine: &Arc<Machine>) -> Cpu {
-        Cpu { machine: machine.clone() }
+        Cpu { machine: machine.clone(), id: machine.new_serial(), tlb: Tlb::new(machine.config.tlb_entries), hits: 0, misses: 0 }
     }
 
     /// Reads `buf.len()` bytes at `addr`.
@@ -55,9 +69,8 @@ impl Cpu {
     pub fn write_byte_per_page(&mut self, mm: &Mm, addr: u64, len: u64, val: u8) -> Result<()> {
         let m = self.machine.clone();
         let phys = &m.phys;
-        let vmas = mm.read_lock();
         for page in pages(addr, len) {
-            self.with_page(mm, &vmas, page, true, |pfn| phys.write_byte(pfn, 0, val))?;
+            self.with_page(mm, page, true, |pfn| phys.write_byte(pfn, 0, val))?;
         }
         Ok(())
     }
@@ -66,74 +79,94 @@ impl Cpu {
     pub fn read_byte_per_page(&mut self, mm: &Mm, addr: u64, len: u64) -> Result<Vec<u8>> {
         let m = self.machine.clone();
         let phys = &m.phys;
-        let vmas = mm.read_lock();
-        pages(addr, len).map(|page| self.with_page(mm, &vmas, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
+        pages(addr, len).map(|page| self.with_page(mm, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
     }
 
     /// Splits `[addr, addr+len)` at page boundaries and runs
     /// `op(pfn, offset in page, offset in the access, length)` on each piece.
-    fn access(
-        &mut self,
-        mm: &Mm,
-        addr: u64,
-        len: u64,
-        write: bool,
-        mut op: impl FnMut(Pfn, usize, usize, usize),
-    ) -> Result<()> {
+    fn access(&mut self, mm: &Mm, addr: u64, len: u64, write: bool, mut op: impl FnMut(Pfn, usize, usize, usize)) -> Result<()> {
         let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
-        let vmas = mm.read_lock();
         let mut at = addr;
         while at < end {
             let next = ((at / PAGE_SIZE) + 1) * PAGE_SIZE;
             let n = (next.min(end) - at) as usize;
             let off = (at % PAGE_SIZE) as usize;
             let pos = (at - addr) as usize;
-            self.with_page(mm, &vmas, at, write, |pfn| op(pfn, off, pos, n))?;
+            self.with_page(mm, at, write, |pfn| op(pfn, off, pos, n))?;
             at = next;
         }
         Ok(())
     }
 
-    /// Runs `f` on the frame behind `addr` with a translation that permits
-    /// the access, faulting first as often as needed.
-    fn with_page<R>(&mut self, mm: &Mm, vmas: &Vmas, addr: u64, write: bool, f: impl FnOnce(Pfn) -> R) -> Result<R> {
-        let m = &*self.machine;
+    /// Runs `f` on the frame behind `addr` inside an access section, through
+    /// a translation that permits the access, faulting first as often as needed.
+    fn with_page<R>(&mut self, mm: &Mm, addr: u64, write: bool, f: impl FnOnce(Pfn) -> R) -> Result<R> {
+        let m = self.machine.clone();
         let mut f = Some(f);
         loop {
-            if let Some(r) = self.try_access(mm, addr, write, &mut f) {
-                return Ok(r);
+            {
+                let _section = mm.tlb.enter();
+                self.tlb.sync(&mm.tlb, &m.stats);
+                if let Some(pfn) = self.translate(&m, mm, addr, write) {
+                    return Ok((f.take().unwrap())(pfn));
+                }
             }
+            let vmas = mm.read_lock();
             let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
             if (write && !vma.writable()) || !vma.readable() {
                 return Err(Errno::EACCES);
             }
-            handle_mm_fault(m, mm, vma, addr, write)?;
+            handle_mm_fault(&m, mm, vma, addr, write)?;
         }
     }
 
-    /// The MMU's view: a walk to a hardware-present leaf that allows the
-    /// access; sets accessed/dirty and runs `f` under the leaf's table lock.
-    fn try_access<R>(&self, mm: &Mm, addr: u64, write: bool, f: &mut Option<impl FnOnce(Pfn) -> R>) -> Option<R> {
-        let phys = &self.machine.phys;
+    /// The frame `addr` translates to for this access, from the TLB or a walk
+    /// that fills it; `None` means a page fault. Runs inside a section.
+    fn translate(&mut self, m: &Machine, mm: &Mm, addr: u64, write: bool) -> Option<Pfn> {
+        let serial = mm.tlb.serial;
+        if let Some((e, huge)) = self.tlb.lookup(serial, addr) {
+            if !write || (e.writable && e.dirty) {
+                self.hits += 1;
+                let pfn = e.pfn + if huge { pte_index(addr) as u64 } else { 0 };
+                let now = m.phys.generation(e.pfn);
+                if now != e.generation {
+                    m.violations.lock().unwrap().push(format!(
+                        "CPU {}: stale TLB entry for {addr:#x} in mm {} used frame {:#x} after it was freed (generation {} -> {now})",
+                        self.id, mm.id, e.pfn, e.generation
+                    ));
+                }
+                return Some(pfn);
+            }
+            // Not writable or not yet dirty: the MMU walks again.
+            self.tlb.remove(serial, addr, huge);
+        }
+        self.misses += 1;
+        let phys = &m.phys;
         let pmd = walk_pmd(phys, mm.pgd, addr)?;
         let e = pmd.load(phys);
-        let (table, idx, pfn_of) = if e.huge() {
-            (pmd.table, pmd.idx, pte_index(addr) as u64)
+        let (slot, huge) = if e.huge() {
+            (pgtable::slot(phys, pmd.table, pmd.idx), true)
         } else if e.is_none() {
             return None;
         } else {
-            (e.pfn(), pte_index(addr), 0)
+            (pgtable::slot(phys, e.pfn(), pte_index(addr)), false)
         };
-        let _ptl = table_lock(phys, table);
-        let leaf = load(phys, table, idx);
-        if !leaf.hw_present() || (write && !leaf.write()) || leaf.huge() != e.huge() {
+        let leaf = Pte(slot.load(Acquire));
+        if !leaf.hw_present() || (write && !leaf.write()) || leaf.huge() != huge {
             return None;
         }
         let bits = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
-        if leaf.0 & bits != bits {
-            store(phys, table, idx, leaf.with(bits));
+        if leaf.0 & bits != bits && slot.compare_exchange(leaf.0, leaf.with(bits).0, AcqRel, Acquire).is_err() {
+            return None;
         }
-        Some((f.take().unwrap())(leaf.pfn() + pfn_of))
+        let entry = TlbEntry {
+            pfn: leaf.pfn(),
+            writable: leaf.write(),
+            dirty: write || leaf.dirty(),
+            generation: phys.generation(leaf.pfn()),
+        };
+        self.tlb.insert(serial, addr, huge, entry);
+        Some(leaf.pfn() + if huge { pte_index(addr) as u64 } else { 0 })
     }
 }
 

@@ -220,8 +220,10 @@ fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pt
         }
         return Ok(());
     }
+    // ptep_clear_flush(): no CPU may keep writing the old page.
     store(phys, table, idx, Pte::NONE);
-    Stats::inc(&m.stats.tlb_flush);
+    let page = addr & !(PAGE_SIZE - 1);
+    mm.tlb.flush_range(&m.stats, page, page + PAGE_SIZE);
     rmap::folio_add_new_anon_rmap(m, new, Level::Pte, mm.id, vma.anon_vma());
     store(phys, table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW));
     match old {

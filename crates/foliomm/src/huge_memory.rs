@@ -15,7 +15,7 @@ use crate::pgtable::{table_lock, walk_pmd, PmdSlot, Pte, PMD_SIZE};
 use crate::phys::{pg, PMD_ORDER};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::tlb::MmuGather;
+use crate::mmu_gather::MmuGather;
 use crate::{Errno, Result};
 
 const HPAGE_NR: u64 = 1 << PMD_ORDER;
@@ -123,7 +123,7 @@ pub(crate) fn do_huge_pmd_wp_page(m: &Machine, mm: &Mm, vma: &Vma, pmd: PmdSlot,
             return Ok(Huge::Done);
         }
         pmd.store(phys, Pte::NONE);
-        Stats::inc(&m.stats.tlb_flush);
+        mm.tlb.flush_range(&m.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
         rmap::folio_add_new_anon_rmap(m, f, Level::Pmd, mm.id, vma.anon_vma());
         map_anon_pmd(m, mm, pmd, f, vma);
         Stats::inc(&m.stats.thp_fault_alloc);
@@ -178,7 +178,7 @@ fn split_huge_pmd_locked(m: &Machine, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte)
     // pmdp_invalidate(): the huge entry goes away and the TLB is flushed
     // before any PTE can be used.
     pmd.store(phys, Pte::NONE);
-    Stats::inc(&m.stats.tlb_flush);
+    mm.tlb.flush_range(&m.stats, haddr, haddr + PMD_SIZE);
     Stats::inc(&m.stats.thp_split_pmd);
     let bits = e.without(Pte::PSE | Pte::PFN_MASK);
     if e.special() {
@@ -239,7 +239,7 @@ pub(crate) fn zap_huge_pmd(m: &Machine, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSl
             mm.rss_anon.fetch_sub(HPAGE_NR as i64, Relaxed);
             Stats::add(&m.stats.zap_ptes, 1);
             Stats::inc(&m.stats.zap_batches);
-            tlb.remove_folio_pages(f.pfn, 1)
+            tlb.remove_folio_pages(f.pfn, 1, false)
         }
     };
     if full {

@@ -17,6 +17,7 @@ pub mod huge_memory;
 pub mod machine;
 pub mod mapcount;
 pub mod memory;
+pub mod mmu_gather;
 pub mod mm;
 pub mod pgtable;
 pub mod phys;

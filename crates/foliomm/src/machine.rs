@@ -21,11 +21,66 @@ pub struct Config {
     pub memory: u64,
     /// Mapcount design name (see [`crate::mapcount::DESIGN_NAMES`]).
     pub mapcount: String,
+    /// How zap unmaps PTE-mapped large folios.
+    pub zap: ZapStrategy,
+    /// Entries in each CPU's software TLB; 0 turns the TLB off (every access walks).
+    pub tlb_entries: usize,
+    /// Fill freed frames with a poison byte (costs a write of every freed page).
+    pub poison: bool,
+    /// Stop a gather after this many pages (the page-count limit weighed in
+    /// seed 001's discussion); `None` limits slots only, as Linux does.
+    pub gather_page_limit: Option<u64>,
+    /// Deliberate bugs, for tests that prove the checks catch them.
+    pub debug: DebugSwitches,
+}
+
+/// Zap strategies (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ZapStrategy {
+    /// Linux 6.9+: one rmap, refcount, PTE-clear and TLB-entry operation per
+    /// batch of consecutive pages of one folio (`folio_pte_batch`).
+    Batched,
+    /// Before 6.9: every PTE on its own.
+    PerPage,
+}
+
+impl ZapStrategy {
+    pub fn parse(s: &str) -> Option<ZapStrategy> {
+        match s {
+            "batched" => Some(ZapStrategy::Batched),
+            "per-page" => Some(ZapStrategy::PerPage),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ZapStrategy::Batched => "batched",
+            ZapStrategy::PerPage => "per-page",
+        }
+    }
+}
+
+/// Deliberate bugs (all off by default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DebugSwitches {
+    /// mmu_gather frees its pages before the TLB flush, and waits this long
+    /// between the two so that other CPUs can use their stale entries.
+    pub free_before_flush: Option<std::time::Duration>,
+    /// fork write-protects the parent's PTEs without flushing its TLB.
+    pub skip_fork_flush: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { memory: 4 << 30, mapcount: "mm-id".into() }
+        Config {
+            memory: 4 << 30,
+            mapcount: "mm-id".into(),
+            zap: ZapStrategy::Batched,
+            tlb_entries: 2048,
+            poison: false,
+            gather_page_limit: None,
+            debug: DebugSwitches::default(),
+        }
     }
 }
 
@@ -45,13 +100,16 @@ pub struct Machine {
     mms: Mutex<Vec<Weak<Mm>>>,
     /// "Bad page" reports from frees whose fields were not reset.
     pub bad_pages: Mutex<Vec<String>>,
+    /// Uses of stale TLB entries seen by CPUs (use after free).
+    pub violations: Mutex<Vec<String>>,
     next_anon_vma: AtomicU64,
+    next_serial: AtomicU64,
 }
 
 impl Machine {
     pub fn new(config: Config) -> Result<Arc<Machine>, Errno> {
         let design = design_by_name(&config.mapcount).ok_or(Errno::EINVAL)?;
-        let phys = PhysMem::new(config.memory)?;
+        let phys = PhysMem::new(config.memory, config.poison)?;
         let zero_pfn = phys.alloc_pages_zeroed(0)?;
         let zp = phys.page(zero_pfn);
         zp.flags.store(pg::ZERO, Relaxed);
@@ -68,7 +126,9 @@ impl Machine {
             free_ids: Mutex::new((BTreeSet::new(), 1)),
             mms: Mutex::new(Vec::new()),
             bad_pages: Mutex::new(Vec::new()),
+            violations: Mutex::new(Vec::new()),
             next_anon_vma: AtomicU64::new(1),
+            next_serial: AtomicU64::new(1),
         }))
     }
 
@@ -212,6 +272,12 @@ impl Machine {
     /// Every address space still alive (exited ones too, until dropped).
     pub fn mms(&self) -> Vec<Arc<Mm>> {
         self.mms.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// A number never handed out before: tags TLB entries with their MM (an
+    /// ASID that is never reused) and names CPUs.
+    pub(crate) fn new_serial(&self) -> u64 {
+        self.next_serial.fetch_add(1, Relaxed)
     }
 
     /// A fresh anon_vma identity (`anon_vma_alloc`).

@@ -15,9 +15,10 @@ use crate::pgtable::{
 use crate::phys::{Pfn, PhysMem, PAGE_SIZE};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::tlb::MmuGather;
+use crate::machine::ZapStrategy;
+use crate::mmu_gather::MmuGather;
 use crate::Result;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 
 /// End of the PMD-sized block containing `addr`, capped at `end`.
 pub(crate) fn pmd_end(addr: u64, end: u64) -> u64 {
@@ -99,12 +100,13 @@ fn zap_pte_range(m: &Machine, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u
             let _ptl = table_lock(phys, table);
             while addr < end && !full {
                 let idx = pte_index(addr);
-                let pte = load(phys, table, idx);
-                if pte.is_none() {
+                if load(phys, table, idx).is_none() {
                     addr += PAGE_SIZE;
                     continue;
                 }
-                store(phys, table, idx, Pte::NONE);
+                // get_and_clear_full_ptes(): atomic exchanges, so that an
+                // accessed/dirty bit a CPU sets meanwhile is not lost.
+                let pte = Pte(pgtable::slot(phys, table, idx).swap(0, AcqRel));
                 if pte.special() {
                     tlb.remove_tlb_entries(addr, 1);
                     addr += PAGE_SIZE;
@@ -112,20 +114,21 @@ fn zap_pte_range(m: &Machine, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u
                 }
                 let f = Folio::containing(phys, pte.pfn());
                 let max_nr = ((end - addr) / PAGE_SIZE) as usize;
-                let nr = if f.is_large() && max_nr > 1 {
+                let batched = m.config.zap == ZapStrategy::Batched;
+                let nr = if batched && f.is_large() && max_nr > 1 {
                     folio_pte_batch(phys, f, table, idx, pte, max_nr, false).0
                 } else {
                     1
                 };
                 for i in 1..nr {
-                    store(phys, table, idx + i, Pte::NONE);
+                    pgtable::slot(phys, table, idx + i).swap(0, AcqRel);
                 }
                 Stats::add(&m.stats.zap_ptes, nr as u64);
                 Stats::inc(&m.stats.zap_batches);
                 mm.rss_anon.fetch_sub(nr as i64, Relaxed);
                 tlb.remove_tlb_entries(addr, nr as u64);
                 rmap::folio_remove_rmap(m, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
-                full = tlb.remove_folio_pages(pte.pfn(), nr as u32);
+                full = tlb.remove_folio_pages(pte.pfn(), nr as u32, false);
                 addr += nr as u64 * PAGE_SIZE;
             }
         }
@@ -348,7 +351,7 @@ pub(crate) fn move_page_tables(m: &Machine, mm: &Mm, old: u64, new: u64, len: u6
         }
         off += step;
     }
-    Stats::inc(&m.stats.tlb_flush);
+    mm.tlb.flush_range(&m.stats, old, old + len);
     Ok(())
 }
 

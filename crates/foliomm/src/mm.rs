@@ -19,7 +19,8 @@ use crate::pgtable::{self, walk_pmd, Pte, PMD_SIZE, TASK_SIZE};
 use crate::phys::{Pfn, PAGE_SIZE};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::tlb::MmuGather;
+use crate::mmu_gather::MmuGather;
+use crate::tlb::MmTlb;
 use crate::{huge_memory, Errno, Result};
 
 /// Mapping protection (`PROT_*` values).
@@ -200,6 +201,8 @@ pub struct Mm {
     pub(crate) deposits: Mutex<HashMap<u64, Pfn>>,
     /// `MM_ANONPAGES`: anonymous pages mapped.
     pub rss_anon: AtomicI64,
+    /// TLB flush state shared with every CPU that runs this MM.
+    pub tlb: MmTlb,
     exited: AtomicBool,
 }
 
@@ -230,6 +233,7 @@ impl Mm {
             page_table_lock: Mutex::new(()),
             deposits: Mutex::new(HashMap::new()),
             rss_anon: AtomicI64::new(0),
+            tlb: MmTlb::new(machine.new_serial()),
             exited: AtomicBool::new(false),
         });
         machine.register_mm(&mm);
@@ -346,7 +350,7 @@ impl Mm {
         let starts: Vec<u64> = vmas.overlapping(start, end).map(|v| v.start).collect();
         let removed: Vec<Vma> = starts.iter().filter_map(|s| vmas.0.remove(s)).collect();
         let m = &self.machine;
-        let mut tlb = MmuGather::new(m, false);
+        let mut tlb = MmuGather::new(m, self, false);
         for v in &removed {
             memory::zap_range(m, self, &mut tlb, v.start, v.end);
         }
@@ -396,7 +400,7 @@ impl Mm {
             }
         }
         if changed {
-            Stats::inc(&self.machine.stats.tlb_flush);
+            self.tlb.flush_range(&self.machine.stats, addr, end);
         }
         merge_around(&mut vmas, addr, end);
         Ok(())
@@ -410,7 +414,7 @@ impl Mm {
             // MADV_DONTNEED needs only the mmap_lock for read.
             let vmas = self.read_lock();
             let m = &self.machine;
-            let mut tlb = MmuGather::new(m, false);
+            let mut tlb = MmuGather::new(m, self, false);
             for v in vmas.overlapping(addr, end) {
                 memory::zap_range(m, self, &mut tlb, v.start.max(addr), v.end.min(end));
             }
@@ -501,7 +505,7 @@ impl Mm {
         memory::move_page_tables(&self.machine, self, old, new, old_len)?;
         let moved = Vma { start: new, end: new + new_len, ..src.clone() };
         vmas.insert(moved);
-        let mut tlb = MmuGather::new(&self.machine, false);
+        let mut tlb = MmuGather::new(&self.machine, self, false);
         memory::free_pgtables(&self.machine, self, vmas, &mut tlb, old, old + old_len);
         drop(tlb);
         merge_around(vmas, new, new + new_len);
@@ -528,7 +532,11 @@ impl Mm {
             Ok(())
         })();
         Stats::inc(&m.stats.fork);
-        Stats::inc(&m.stats.tlb_flush);
+        // dup_mmap(): the parent's PTEs were write-protected; its TLBs must
+        // forget the writable translations before anyone writes again.
+        if !m.config.debug.skip_fork_flush {
+            self.tlb.flush_all(&m.stats);
+        }
         drop(vmas);
         match result {
             Ok(()) => Ok(child),
@@ -547,7 +555,7 @@ impl Mm {
         let mut vmas = self.write_lock();
         let all: Vec<Vma> = std::mem::take(&mut vmas.0).into_values().collect();
         let m = &self.machine;
-        let mut tlb = MmuGather::new(m, true);
+        let mut tlb = MmuGather::new(m, self, true);
         for v in &all {
             memory::zap_range(m, self, &mut tlb, v.start, v.end);
         }

@@ -175,11 +175,20 @@ pub struct PhysMem {
     memmap: Box<[Page]>,
     nr_frames: u64,
     zone: Mutex<FreeArea>,
+    /// Per-frame generation, bumped whenever the frame is freed: a TLB entry
+    /// remembers it, so a use after free is recognised (model-only).
+    generation: Box<[std::sync::atomic::AtomicU32]>,
+    /// Fill freed frames with [`POISON`] (`page_poisoning` / `init_on_free`).
+    poison: bool,
 }
 
+/// The byte freed frames are filled with when poisoning is on (`PAGE_POISON`).
+pub const POISON: u8 = 0xaa;
+
 impl PhysMem {
-    /// Creates `bytes` of model RAM (rounded down to whole 4 MiB blocks), all free.
-    pub fn new(bytes: u64) -> Result<PhysMem, Errno> {
+    /// Creates `bytes` of model RAM (rounded down to whole 4 MiB blocks), all
+    /// free; `poison` fills every freed frame with [`POISON`].
+    pub fn new(bytes: u64, poison: bool) -> Result<PhysMem, Errno> {
         let block = PAGE_SIZE << MAX_PAGE_ORDER;
         let nr_frames = (bytes / block) * (block / PAGE_SIZE);
         if nr_frames == 0 {
@@ -196,6 +205,8 @@ impl PhysMem {
                 nr_free: [0; MAX_PAGE_ORDER as usize + 1],
                 free_pages: 0,
             }),
+            generation: (0..nr_frames).map(|_| Default::default()).collect(),
+            poison,
         };
         {
             let mut zone = phys.zone.lock().unwrap();
@@ -329,9 +340,21 @@ impl PhysMem {
         Ok(pfn)
     }
 
+    /// The generation of frame `pfn`: how often it has been freed.
+    pub fn generation(&self, pfn: Pfn) -> u32 {
+        self.generation[pfn as usize].load(Acquire)
+    }
+
     /// Frees a block of `2^order` frames, merging with free buddies
-    /// (`__free_one_page`). The caller has reset the descriptors.
+    /// (`__free_one_page`). The caller has reset the descriptors. Each frame's
+    /// generation moves on, and with poisoning its bytes become [`POISON`].
     pub fn free_pages(&self, pfn: Pfn, order: u32) {
+        for p in pfn..pfn + (1 << order) {
+            if self.poison {
+                self.fill(p, 0, PAGE_SIZE as usize, POISON);
+            }
+            self.generation[p as usize].fetch_add(1, Release);
+        }
         let mut zone = self.zone.lock().unwrap();
         let (mut pfn, mut order) = (pfn, order);
         while order < MAX_PAGE_ORDER {
@@ -414,7 +437,7 @@ mod tests {
 
     #[test]
     fn buddy_splits_and_merges_back() {
-        let phys = PhysMem::new(8 << 20).unwrap();
+        let phys = PhysMem::new(8 << 20, false).unwrap();
         assert_eq!(phys.nr_free(), 2048);
         let a = phys.alloc_pages(0).unwrap();
         let b = phys.alloc_pages(3).unwrap();
@@ -428,7 +451,7 @@ mod tests {
 
     #[test]
     fn exhaustion_is_enomem() {
-        let phys = PhysMem::new(4 << 20).unwrap();
+        let phys = PhysMem::new(4 << 20, false).unwrap();
         let big = phys.alloc_pages(MAX_PAGE_ORDER).unwrap();
         assert_eq!(phys.alloc_pages(0), Err(Errno::ENOMEM));
         phys.free_pages(big, MAX_PAGE_ORDER);
@@ -437,7 +460,7 @@ mod tests {
 
     #[test]
     fn bytes_round_trip() {
-        let phys = PhysMem::new(4 << 20).unwrap();
+        let phys = PhysMem::new(4 << 20, false).unwrap();
         phys.write_bytes(5, 3, b"hello, frames");
         let mut buf = [0u8; 13];
         phys.read_bytes(5, 3, &mut buf);
@@ -446,7 +469,9 @@ mod tests {
         assert_eq!(phys.read_byte(6, 4), b'e');
         let z = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
         phys.fill(z + 3, 0, 4096, 0xee);
+        let g = phys.generation(z + 3);
         phys.free_pages(z, MAX_PAGE_ORDER);
+        assert_eq!(phys.generation(z + 3), g + 1, "freeing moves the generation on");
         let again = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
         assert_eq!(again, z);
         assert_eq!(phys.read_byte(z + 3, 17), 0, "zeroed allocation clears old bytes");

@@ -71,8 +71,12 @@ counters! {
     zap_ptes,
     /// PTE batches zapped.
     zap_batches,
-    /// Modelled TLB flushes.
+    /// TLB flushes requested (`flush_tlb_mm_range` calls).
     tlb_flush,
+    /// Flushes a CPU applied that dropped entries from its TLB.
+    tlb_shootdown,
+    /// TLB entries dropped by flushes.
+    tlb_entries_dropped,
     /// Page-table pages allocated.
     pgtable_alloc,
     /// Page-table pages freed.

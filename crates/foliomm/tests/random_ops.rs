@@ -1,7 +1,8 @@
 //! Property test: random sequences of mmap/munmap/mprotect/madvise/mremap/
 //! fork/exit/read/write over several processes. After every step the
 //! invariant checker must find nothing, and every read must return what the
-//! reference byte model says (fork = deep copy). Set FOLIOMM_PROPTEST_CASES
+//! reference byte model says (fork = deep copy). Two CPUs with TLBs take
+//! turns, freed frames are poisoned. Set FOLIOMM_PROPTEST_CASES
 //! for a longer run.
 
 use std::sync::Arc;
@@ -63,7 +64,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 struct World {
     m: Arc<Machine>,
-    cpu: Cpu,
+    /// Two CPUs with TLBs: accesses alternate between them, so a flush that
+    /// misses a CPU leaves a stale translation that the checks see.
+    cpus: [Cpu; 2],
     procs: Vec<Option<(Arc<Mm>, RefSpace)>>,
 }
 
@@ -84,7 +87,7 @@ fn same_outcome<T: std::fmt::Debug>(
 }
 
 impl World {
-    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+    fn step(&mut self, i: usize, op: &Op) -> Result<(), TestCaseError> {
         let proc = match op {
             Op::Mmap { proc, .. }
             | Op::Munmap { proc, .. }
@@ -102,6 +105,7 @@ impl World {
         }
         let (mm, rs) = self.procs[proc].as_mut().unwrap();
         let mm = mm.clone();
+        let cpu = &mut self.cpus[(i + proc) % 2];
         match *op {
             Op::Mmap { page, pages, prot, huge, .. } => {
                 let fixed = MmapFlags { fixed: true, ..Default::default() };
@@ -155,18 +159,18 @@ impl World {
                 self.procs[proc] = None;
             }
             Op::Write { page, pages, val, .. } => {
-                let model = self.cpu.write_byte_per_page(&mm, addr(page), pages * PAGE, val);
+                let model = cpu.write_byte_per_page(&mm, addr(page), pages * PAGE, val);
                 let reference = rs.write_byte_per_page(addr(page), pages * PAGE, val);
                 same_outcome("write", model, reference)?;
             }
             Op::WriteBytes { off, len, val, .. } => {
                 let data: Vec<u8> = (0..len).map(|i| val.wrapping_add(i as u8)).collect();
-                let model = self.cpu.write(&mm, WINDOW + off, &data);
+                let model = cpu.write(&mm, WINDOW + off, &data);
                 let reference = rs.write(WINDOW + off, &data);
                 same_outcome("write bytes", model, reference)?;
             }
             Op::Read { page, pages, .. } => {
-                let model = self.cpu.read_byte_per_page(&mm, addr(page), pages * PAGE);
+                let model = cpu.read_byte_per_page(&mm, addr(page), pages * PAGE);
                 let reference = rs.read_byte_per_page(addr(page), pages * PAGE);
                 match (model, reference) {
                     (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "bytes read differ from the reference"),
@@ -185,7 +189,7 @@ impl World {
             for v in mm.vmas() {
                 if v.readable() {
                     let mut buf = vec![0; (v.end - v.start) as usize];
-                    self.cpu.read(mm, v.start, &mut buf).unwrap();
+                    self.cpus[0].read(mm, v.start, &mut buf).unwrap();
                     prop_assert!(
                         buf == rs.read(v.start, v.end - v.start).unwrap(),
                         "bytes of {:#x}..{:#x} differ",
@@ -208,13 +212,13 @@ proptest! {
 
     #[test]
     fn random_operations_keep_every_invariant(ops in proptest::collection::vec(op(), 1..40), mthp in 0..3u32) {
-        let m = Machine::new(Config { memory: 64 << 20, ..Config::default() }).unwrap();
+        let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, ..Config::default() }).unwrap();
         match mthp {
             1 => m.thp.set_order(4, ThpMode::Always).unwrap(),
             2 => { m.thp.set_order(2, ThpMode::Always).unwrap(); m.thp.set_order(6, ThpMode::Madvise).unwrap(); }
             _ => {}
         }
-        let mut w = World { cpu: Cpu::new(&m), m, procs: vec![None, None, None, None] };
+        let mut w = World { cpus: [Cpu::new(&m), Cpu::new(&m)], m, procs: vec![None, None, None, None] };
         // Every case starts from a process with the whole window mapped, part
         // of it written, and a child: the state where COW bugs live.
         let start = [
@@ -223,7 +227,7 @@ proptest! {
             Op::Fork { proc: 0 },
         ];
         for (i, op) in start.iter().chain(ops.iter()).enumerate() {
-            w.step(op)?;
+            w.step(i, op)?;
             let bad = check_machine(&w.m);
             prop_assert!(bad.is_empty(), "after step {} ({:?}):\n{}", i, op, bad.join("\n"));
         }

@@ -11,7 +11,8 @@
 //! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
 //! - every frame is free (in exactly one buddy list), a reachable page table,
 //!   a zero page, or part of a mapped folio; free + allocated = total;
-//! - no "bad page" was reported when a folio was freed.
+//! - no "bad page" was reported when a folio was freed, and no CPU used a
+//!   TLB entry whose frame had been freed since it was filled.
 //!
 //! [`reference`] is the plain byte model every read is compared against.
 
@@ -69,6 +70,7 @@ pub fn check_machine(m: &Machine) -> Vec<String> {
     check_folios(m, &truth, &mut bad);
     check_frames(m, &truth, &tables, &mut bad);
     bad.extend(m.bad_pages.lock().unwrap().iter().map(|b| format!("bad page: {b}")));
+    bad.extend(m.violations.lock().unwrap().iter().map(|v| format!("use after free: {v}")));
     bad
 }
 
