@@ -37,7 +37,13 @@ pub struct Cpu {
 
 impl Cpu {
     pub fn new(machine: &Arc<Machine>) -> Cpu {
-        Cpu { machine: machine.clone(), id: machine.new_serial(), tlb: Tlb::new(machine.config.tlb_entries), hits: 0, misses: 0 }
+        Cpu {
+            machine: machine.clone(),
+            id: machine.new_serial(),
+            tlb: Tlb::new(machine.config.tlb_entries),
+            hits: 0,
+            misses: 0,
+        }
     }
 
     /// Reads `buf.len()` bytes at `addr`.
@@ -84,7 +90,14 @@ impl Cpu {
 
     /// Splits `[addr, addr+len)` at page boundaries and runs
     /// `op(pfn, offset in page, offset in the access, length)` on each piece.
-    fn access(&mut self, mm: &Mm, addr: u64, len: u64, write: bool, mut op: impl FnMut(Pfn, usize, usize, usize)) -> Result<()> {
+    fn access(
+        &mut self,
+        mm: &Mm,
+        addr: u64,
+        len: u64,
+        write: bool,
+        mut op: impl FnMut(Pfn, usize, usize, usize),
+    ) -> Result<()> {
         let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
         let mut at = addr;
         while at < end {

@@ -11,11 +11,11 @@ use crate::machine::Machine;
 use crate::mapcount::Level;
 use crate::memory::modify_prot;
 use crate::mm::{Mm, Vma};
+use crate::mmu_gather::MmuGather;
 use crate::pgtable::{table_lock, walk_pmd, PmdSlot, Pte, PMD_SIZE};
 use crate::phys::{pg, PMD_ORDER};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::mmu_gather::MmuGather;
 use crate::{Errno, Result};
 
 const HPAGE_NR: u64 = 1 << PMD_ORDER;

@@ -6,8 +6,10 @@
 use crate::folio::Folio;
 use crate::huge_memory;
 use crate::machine::Machine;
+use crate::machine::ZapStrategy;
 use crate::mapcount::Level;
 use crate::mm::{Mm, Vma, Vmas};
+use crate::mmu_gather::MmuGather;
 use crate::pgtable::{
     self, alloc_pmd, alloc_pte_table, load, pgd_index, pmd_index, pte_index, pud_index, store, table_lock, walk_pmd,
     Pte, PGDIR_SIZE, PMD_SIZE, PUD_SIZE,
@@ -15,8 +17,6 @@ use crate::pgtable::{
 use crate::phys::{Pfn, PhysMem, PAGE_SIZE};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::machine::ZapStrategy;
-use crate::mmu_gather::MmuGather;
 use crate::Result;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 

@@ -15,11 +15,11 @@ use crate::folio::Folio;
 use crate::machine::Machine;
 use crate::mapcount::MmId;
 use crate::memory;
+use crate::mmu_gather::MmuGather;
 use crate::pgtable::{self, walk_pmd, Pte, PMD_SIZE, TASK_SIZE};
 use crate::phys::{Pfn, PAGE_SIZE};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::mmu_gather::MmuGather;
 use crate::tlb::MmTlb;
 use crate::{huge_memory, Errno, Result};
 

@@ -207,3 +207,76 @@ impl Drop for MmuGather<'_> {
         self.flush_mmu();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Config;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    fn setup(limit: Option<u64>) -> (Arc<Machine>, Arc<Mm>) {
+        let m = Machine::new(Config { memory: 16 << 20, gather_page_limit: limit, ..Config::default() }).unwrap();
+        let mm = Mm::new(&m).unwrap();
+        (m, mm)
+    }
+
+    /// Queues single-page entries of one folio until the gather says it is
+    /// full; each entry holds a reference (and, when delayed, a mapping).
+    fn fill(m: &Machine, g: &mut MmuGather, pfn: Pfn, nr: u32, delay: bool) -> usize {
+        let f = Folio::from_head(&m.phys, pfn);
+        let mut n = 0;
+        loop {
+            f.ref_add(nr as i32);
+            if delay {
+                f.head().mapcount.fetch_add(1, Relaxed);
+            }
+            n += 1;
+            if g.remove_folio_pages(pfn, nr, delay) {
+                return n;
+            }
+        }
+    }
+
+    #[test]
+    fn capacity_is_the_bundle_plus_nineteen_batches() {
+        let (m, mm) = setup(None);
+        let f = m.alloc_folio(0).unwrap();
+        let mut g = MmuGather::new(&m, &mm, false);
+        let n = fill(&m, &mut g, f.pfn, 1, false);
+        assert_eq!(n, (MMU_GATHER_BUNDLE - 1) + MAX_GATHER_BATCH_COUNT * (MAX_GATHER_BATCH - 1));
+        assert_eq!(g.batch_count(), MAX_GATHER_BATCH_COUNT + 1);
+        drop(g);
+        assert_eq!(f.refcount(), 1, "the flush dropped every queued reference");
+        m.folio_put_refs(f, 1);
+    }
+
+    #[test]
+    fn delayed_rmap_stays_in_local_plus_one_batch_until_flushed() {
+        let (m, mm) = setup(None);
+        let f = m.alloc_folio(0).unwrap();
+        f.head().set(crate::phys::pg::ANON);
+        f.head().mapcount.store(-1, Relaxed);
+        let mut g = MmuGather::new(&m, &mm, false);
+        let n = fill(&m, &mut g, f.pfn, 1, true);
+        assert_eq!(n, (MMU_GATHER_BUNDLE - 1) + (MAX_GATHER_BATCH - 1), "no third batch while rmaps are delayed");
+        assert_eq!(f.head().mapcount.load(Relaxed) + 1, n as i32, "the rmaps are still there before the flush");
+        g.remove_tlb_entries(0x1000, 1);
+        g.flush_tlb();
+        g.flush_rmaps(mm.id);
+        assert_eq!(f.head().mapcount.load(Relaxed), -1, "flush_rmaps removed every delayed rmap");
+        drop(g);
+        assert_eq!(f.refcount(), 1);
+        m.folio_put_refs(f, 1);
+    }
+
+    #[test]
+    fn the_page_limit_knob_stops_large_entries_early() {
+        let (m, mm) = setup(Some(100));
+        let f = m.alloc_folio(4).unwrap();
+        let mut g = MmuGather::new(&m, &mm, false);
+        assert_eq!(fill(&m, &mut g, f.pfn, 16, false), 7, "7 entries of 16 pages pass 100 pages");
+        drop(g);
+        m.folio_put_refs(f, 1);
+    }
+}

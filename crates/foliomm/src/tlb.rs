@@ -22,8 +22,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
-use crate::phys::Pfn;
 use crate::pgtable::PMD_SHIFT;
+use crate::phys::Pfn;
 use crate::phys::PAGE_SHIFT;
 use crate::stats::Stats;
 
