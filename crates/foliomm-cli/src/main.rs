@@ -38,6 +38,12 @@ struct RunArgs {
     /// Model RAM (like 512M or 4G), overriding the file's `set memory`.
     #[arg(long)]
     memory: Option<String>,
+    /// Zap strategy (batched or per-page), overriding the file's `set zap`.
+    #[arg(long)]
+    zap: Option<String>,
+    /// Entries per CPU TLB (0 for none), overriding the file's `set tlb`.
+    #[arg(long)]
+    tlb: Option<u64>,
     /// Print JSON (one object per file, in an array) instead of tables.
     #[arg(long)]
     json: bool,
@@ -90,27 +96,35 @@ fn run_files(a: RunArgs) -> Result<bool> {
     Ok(all_ok)
 }
 
-/// Command-line settings win over the file's own `set` lines.
+/// Command-line settings win over the file's own `set` lines: they go after
+/// the file's leading machine settings, before the step that builds the machine.
 fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -> Result<()> {
-    use foliomm_scenario::lang::{Cmd, Step};
-    let mut pre = Vec::new();
+    use foliomm::machine::ZapStrategy;
+    use foliomm_scenario::lang::{parse_size, Cmd, MachineSetting, Step};
+    let mut over = Vec::new();
     if let Some(m) = &a.memory {
-        let bytes = foliomm_scenario::lang::parse_size(m)
-            .with_context(|| format!("--memory: expected a size like 512M or 4G, found '{m}'"))?;
-        steps.retain(|s| !matches!(s.cmd, Cmd::SetMemory(_)));
-        pre.push(Step { line: 0, text: format!("--memory {m}"), proc: None, cmd: Cmd::SetMemory(bytes), fails: None });
+        let bytes = parse_size(m).with_context(|| format!("--memory: expected a size like 512M or 4G, found '{m}'"))?;
+        over.push(MachineSetting::Memory(bytes));
     }
     if let Some(d) = &a.mapcount {
-        steps.retain(|s| !matches!(s.cmd, Cmd::SetMapcount(_)));
-        pre.push(Step {
-            line: 0,
-            text: format!("--mapcount {d}"),
-            proc: None,
-            cmd: Cmd::SetMapcount(d.clone()),
-            fails: None,
-        });
+        over.push(MachineSetting::Mapcount(d.clone()));
     }
-    steps.splice(0..0, pre);
+    if let Some(z) = &a.zap {
+        let z = ZapStrategy::parse(z).with_context(|| format!("--zap: expected batched or per-page, found '{z}'"))?;
+        over.push(MachineSetting::Zap(z));
+    }
+    if let Some(n) = a.tlb {
+        over.push(MachineSetting::Tlb(n));
+    }
+    let at = steps.iter().position(|s| !matches!(s.cmd, Cmd::SetMachine(_) | Cmd::SetCheck(_))).unwrap_or(steps.len());
+    let new = over.into_iter().map(|s| Step {
+        line: 0,
+        text: format!("(command line) {s:?}"),
+        proc: None,
+        cmd: Cmd::SetMachine(s),
+        fails: None,
+    });
+    steps.splice(at..at, new);
     Ok(())
 }
 

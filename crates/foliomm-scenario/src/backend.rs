@@ -6,6 +6,8 @@ use foliomm::mm::{Advice, PageInfo, Prot, RangeInfo};
 use foliomm::thp::ThpMode;
 use foliomm::Errno;
 
+use crate::lang::MachineSetting;
+
 /// How a step touches memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -101,8 +103,9 @@ pub struct BackendError(pub String);
 pub trait Backend {
     /// `model` or `host`.
     fn name(&self) -> &'static str;
-    /// Builds the machine; called once, before the first process step.
-    fn start(&mut self, memory: Option<u64>, mapcount: Option<&str>) -> Result<(), BackendError>;
+    /// Builds the machine from the `set` lines seen so far; called once,
+    /// before the first process step. A backend refuses settings it cannot honour.
+    fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError>;
     /// Applies THP settings (top-level mode, and modes per folio order).
     fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError>;
     /// Creates a process with an empty address space.

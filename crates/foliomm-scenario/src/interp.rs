@@ -10,7 +10,7 @@ use foliomm::mm::Advice;
 use foliomm::Errno;
 
 use crate::backend::{Access, Backend, Observation};
-use crate::lang::{Cmd, Operand, Place, Step};
+use crate::lang::{Cmd, MachineSetting, Operand, Place, Step};
 
 /// Options of a run.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,8 +47,7 @@ pub struct Outcome {
 struct State<'b> {
     backend: &'b mut dyn Backend,
     started: bool,
-    memory: Option<u64>,
-    mapcount: Option<String>,
+    settings: Vec<MachineSetting>,
     check: bool,
     maps: HashMap<String, (u64, u64)>,
     live: HashSet<String>,
@@ -64,8 +63,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut st = State {
         backend,
         started: false,
-        memory: None,
-        mapcount: None,
+        settings: Vec::new(),
         check: opts.check,
         maps: HashMap::new(),
         live: HashSet::new(),
@@ -126,7 +124,7 @@ fn outcome<T>(step: &Step, r: Result<T, Errno>) -> Result<Option<T>, String> {
 impl State<'_> {
     fn start(&mut self) -> Result<(), String> {
         if !self.started {
-            self.backend.start(self.memory, self.mapcount.as_deref()).map_err(|e| e.0)?;
+            self.backend.start(&self.settings).map_err(|e| e.0)?;
             self.started = true;
         }
         Ok(())
@@ -154,19 +152,16 @@ impl State<'_> {
 
     fn step(&mut self, step: &Step) -> StepResult {
         match &step.cmd {
-            Cmd::SetMemory(m) => {
+            Cmd::SetMachine(setting) => {
                 if self.started {
-                    return Err("'set memory' must come before the first process step".into());
+                    return Err(
+                        "machine settings (memory, mapcount, zap, tlb) must come before the first process step".into(),
+                    );
                 }
-                self.memory = Some(*m);
-                return Ok(format!("{} MiB of model RAM", m >> 20));
-            }
-            Cmd::SetMapcount(d) => {
-                if self.started {
-                    return Err("'set mapcount' must come before the first process step".into());
-                }
-                self.mapcount = Some(d.clone());
-                return Ok(format!("mapcount design {d}"));
+                // A later line (or a command-line override) wins over an earlier one.
+                self.settings.retain(|s| std::mem::discriminant(s) != std::mem::discriminant(setting));
+                self.settings.push(setting.clone());
+                return Ok(format!("{setting:?}"));
             }
             Cmd::SetCheck(on) => {
                 self.check = *on;

@@ -4,6 +4,8 @@
 //! # comment                          blank lines and comments are ignored
 //! set memory 64M                     model RAM (before the first process)
 //! set mapcount mm-id                 mapcount design (before the first process)
+//! set zap per-page                   zap strategy: batched or per-page (likewise)
+//! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set check on|off                   run the invariant checker after each step
 //! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed]
@@ -24,6 +26,7 @@
 //! ```
 //! A parse error names the line and column and what was expected.
 
+use foliomm::machine::ZapStrategy;
 use foliomm::mm::{Advice, Prot};
 use foliomm::thp::ThpMode;
 use foliomm::Errno;
@@ -47,8 +50,8 @@ pub struct Place {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cmd {
-    SetMemory(u64),
-    SetMapcount(String),
+    /// A setting that shapes the machine; only before the first process step.
+    SetMachine(MachineSetting),
     SetThp {
         enabled: Option<ThpMode>,
         sizes: Vec<(u32, ThpMode)>,
@@ -98,6 +101,19 @@ pub enum Cmd {
         op: CmpOp,
         rhs: Operand,
     },
+}
+
+/// Settings fixed when the machine is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineSetting {
+    /// Model RAM in bytes.
+    Memory(u64),
+    /// Mapcount design name.
+    Mapcount(String),
+    /// Zap strategy: `batched` or `per-page`.
+    Zap(ZapStrategy),
+    /// Entries per CPU TLB (0: no TLB).
+    Tlb(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,9 +392,18 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
     match l.next("a command")? {
         "set" => {
             let col = l.col();
-            match l.next("a setting (memory, mapcount, thp, check)")? {
-                "memory" => Ok(Cmd::SetMemory(l.size("a memory size")?)),
-                "mapcount" => Ok(Cmd::SetMapcount(l.ident("a mapcount design")?)),
+            match l.next("a setting (memory, mapcount, zap, tlb, thp, check)")? {
+                "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
+                "mapcount" => Ok(Cmd::SetMachine(MachineSetting::Mapcount(l.ident("a mapcount design")?))),
+                "tlb" => Ok(Cmd::SetMachine(MachineSetting::Tlb(l.size("a number of TLB entries")?))),
+                "zap" => {
+                    let col = l.col();
+                    let t = l.next("a zap strategy (batched or per-page)")?;
+                    match ZapStrategy::parse(t) {
+                        Some(z) => Ok(Cmd::SetMachine(MachineSetting::Zap(z))),
+                        None => l.err(col, format!("expected a zap strategy (batched or per-page), found '{t}'")),
+                    }
+                }
                 "check" => {
                     let col = l.col();
                     match l.next("on or off")? {
@@ -388,7 +413,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                 }
                 "thp" => parse_thp(l),
-                t => l.err(col, format!("expected a setting (memory, mapcount, thp, check), found '{t}'")),
+                t => l.err(col, format!("expected a setting (memory, mapcount, zap, tlb, thp, check), found '{t}'")),
             }
         }
         "expect" => {

@@ -10,6 +10,7 @@ use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{Access, Backend, BackendError, Observation};
+use crate::lang::MachineSetting;
 
 /// Runs scenarios on the model.
 #[derive(Default)]
@@ -43,19 +44,21 @@ impl Backend for ModelBackend {
         "model"
     }
 
-    fn start(&mut self, memory: Option<u64>, mapcount: Option<&str>) -> Result<(), BackendError> {
+    fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError> {
         let mut config = Config::default();
-        if let Some(mem) = memory {
-            config.memory = mem;
-        }
-        if let Some(d) = mapcount {
-            if foliomm::mapcount::design_by_name(d).is_none() {
-                return Err(BackendError(format!(
-                    "unknown mapcount design '{d}' (known: {})",
-                    foliomm::mapcount::DESIGN_NAMES.join(", ")
-                )));
+        for s in settings {
+            match s {
+                MachineSetting::Memory(m) => config.memory = *m,
+                MachineSetting::Mapcount(d) => {
+                    if foliomm::mapcount::design_by_name(d).is_none() {
+                        let known = foliomm::mapcount::DESIGN_NAMES.join(", ");
+                        return Err(BackendError(format!("unknown mapcount design '{d}' (known: {known})")));
+                    }
+                    config.mapcount = d.clone();
+                }
+                MachineSetting::Zap(z) => config.zap = *z,
+                MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
             }
-            config.mapcount = d.into();
         }
         let m = Machine::new(config.clone())
             .map_err(|e| BackendError(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
