@@ -1,23 +1,30 @@
 //! `foliomm bench`: fixed workloads timed on the model and, where permitted,
-//! on the host kernel in the same run, reported as times and ratios.
+//! on the host kernel in the same run; reported as times and ratios, with a
+//! seed's published figures beside where the workload comes from a seed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use foliomm::machine::ZapStrategy;
 use foliomm::mm::Advice;
 use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
-use indicatif::ProgressBar;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::host;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Which benchmark: `fault` (fault and munmap of a region with 4K pages,
-    /// 64K mTHP and 2M THP, model against host kernel, with memset as the
-    /// zeroing baseline).
-    #[arg(default_value = "fault")]
+    /// `fault`: fault and munmap with 4K pages, 64K mTHP and 2M THP, model
+    /// against host kernel, memset as the zeroing baseline.
+    /// `seed-001`: munmap of a region populated with PTE-mapped folios of
+    /// each size, zap strategies per-page and batched, host kernel beside
+    /// (the table of the "optimize unmap/zap with PTE-mapped THP" series).
+    /// `tlb`: faulting and writing a region with and without the software TLB.
+    #[arg(value_parser = ["fault", "seed-001", "tlb"])]
     which: String,
-    /// Region size (like 256M or 1G).
+    /// Region size (a multiple of 2M, like 256M or 1G).
     #[arg(long, default_value = "1G")]
     size: String,
     /// Repetitions; the fastest is reported.
@@ -29,130 +36,63 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Print CSV instead of a table.
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
 }
-
-#[derive(serde::Serialize)]
-struct Row {
-    folio: &'static str,
-    model_fault_s: f64,
-    model_munmap_s: f64,
-    host_fault_s: Option<f64>,
-    host_munmap_s: Option<f64>,
-}
-
-const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    if a.which != "fault" {
-        bail!("unknown benchmark '{}': expected 'fault'", a.which);
-    }
     let size = foliomm_scenario::lang::parse_size(&a.size).filter(|s| s % (2 << 20) == 0 && *s > 0);
     let Some(size) = size else { bail!("--size: expected a multiple of 2M like 256M or 1G, found '{}'", a.size) };
-    let runs = a.runs.max(1);
-    let steps = SIZES.len() as u64 * (1 + !a.no_host as u64) * runs as u64 + 2 * runs as u64;
-    let bar = ProgressBar::new(steps);
-    let mut rows = Vec::new();
-    let mut host_note = None;
-    for (name, order) in SIZES {
-        // One machine for all runs: after the first, model frames are warm
-        // host memory, so the best run measures the model's own work
-        // (zeroing, tables, rmap), as the kernel reuses its free pages.
-        let m = Machine::new(Config { memory: size + (256 << 20), ..Config::default() })?;
-        let model = best(runs, &bar, || model_fault_munmap(&m, size, order))?;
-        let host = if a.no_host {
-            None
-        } else {
-            match best(runs, &bar, || host::fault_munmap(size, order)) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    host_note = Some(format!("host kernel skipped: {e:#}"));
-                    None
-                }
-            }
-        };
-        rows.push(Row {
-            folio: name,
-            model_fault_s: model.0.as_secs_f64(),
-            model_munmap_s: model.1.as_secs_f64(),
-            host_fault_s: host.map(|h| h.0.as_secs_f64()),
-            host_munmap_s: host.map(|h| h.1.as_secs_f64()),
-        });
+    match a.which.as_str() {
+        "fault" => fault(&a, size),
+        "seed-001" => seed_001(&a, size),
+        _ => tlb_cost(&a, size),
     }
-    let memset = best(runs, &bar, || Ok((host::memset_fresh(size), Duration::ZERO)))?.0.as_secs_f64();
-    let memset_warm = best(runs, &bar, || Ok((host::memset_warm(size), Duration::ZERO)))?.0.as_secs_f64();
-    bar.finish_and_clear();
-    if a.json {
-        let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": host_note });
-        println!("{}", serde_json::to_string_pretty(&j)?);
-        return Ok(());
-    }
-    println!("Fault (one write per page) and munmap of {} MiB, best of {runs} (model on a warm arena):", size >> 20);
-    println!();
-    println!("Folio | model fault | host fault | model/host | model munmap | host munmap | model/host | model ns/page fault | munmap");
-    println!("------|-------------|------------|------------|--------------|-------------|------------|---------------------|-------");
-    let pages = (size / 4096) as f64;
-    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}s"));
-    let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
-    for r in &rows {
-        println!(
-            "{:>5} | {:>10.4}s | {:>10} | {:>10} | {:>11.4}s | {:>11} | {:>10} | {:>19.0} | {:>6.0}",
-            r.folio,
-            r.model_fault_s,
-            opt(r.host_fault_s),
-            ratio(r.model_fault_s, r.host_fault_s),
-            r.model_munmap_s,
-            opt(r.host_munmap_s),
-            ratio(r.model_munmap_s, r.host_munmap_s),
-            r.model_fault_s * 1e9 / pages,
-            r.model_munmap_s * 1e9 / pages,
-        );
-    }
-    println!();
-    println!(
-        "memset of {} MiB on this host: {memset:.4}s into fresh memory, {memset_warm:.4}s into memory already faulted",
-        size >> 20
-    );
-    if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
-        println!(
-            "model 2M THP fault / memset: {:.2}x of warm memset, {:.2}x of fresh memset",
-            thp.model_fault_s / memset_warm,
-            thp.model_fault_s / memset
-        );
-    }
-    if let Some(n) = host_note {
-        println!("{n}");
-    }
-    Ok(())
 }
 
-/// Runs `f` `runs` times and keeps the fastest (fault, munmap) pair.
-fn best(
+fn progress(steps: u64) -> ProgressBar {
+    let bar = ProgressBar::new(steps);
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap());
+    bar
+}
+
+/// The fastest of `runs` runs of `f`, by the sum of its durations.
+fn best<const N: usize>(
     runs: u32,
     bar: &ProgressBar,
-    mut f: impl FnMut() -> Result<(Duration, Duration)>,
-) -> Result<(Duration, Duration)> {
-    let mut best: Option<(Duration, Duration)> = None;
-    for _ in 0..runs {
+    mut f: impl FnMut() -> Result<[Duration; N]>,
+) -> Result<[Duration; N]> {
+    let mut best: Option<[Duration; N]> = None;
+    for _ in 0..runs.max(1) {
         let t = f()?;
         bar.inc(1);
-        best = Some(match best {
-            Some(b) if b.0 + b.1 <= t.0 + t.1 => b,
-            _ => t,
-        });
+        let sum = |d: &[Duration; N]| d.iter().sum::<Duration>();
+        if best.as_ref().is_none_or(|b| sum(&t) < sum(b)) {
+            best = Some(t);
+        }
     }
     Ok(best.unwrap())
 }
 
-/// Faults `size` bytes with folios of `order` in a new address space of `m`, then munmaps.
-fn model_fault_munmap(m: &Arc<Machine>, size: u64, order: u32) -> Result<(Duration, Duration)> {
-    if order != 0 && order != 9 {
-        m.thp.set_order(order, ThpMode::Always)?;
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A machine for one region of `size` with room to spare.
+fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
+    Ok(Machine::new(Config { memory: size + (256 << 20), ..config })?)
+}
+
+/// Maps `size` bytes in a new MM of `m` so that write faults use folios of
+/// `order` (PMD order through MADV_HUGEPAGE), and faults every page in with
+/// one write each. Returns the MM, the address and the fault time.
+fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Result<(Arc<Mm>, u64, Duration)> {
+    for o in foliomm::thp::anon_orders().filter(|&o| o != 9) {
+        m.thp.set_order(o, if o == order { ThpMode::Always } else { ThpMode::Never })?;
     }
-    let mut cpu = Cpu::new(m);
     let mm = Mm::new(m)?;
     let a = mm.mmap(0, size, Prot::RW, MmapFlags::default())?;
-    // The 64K size is `always`; the PMD size needs MADV_HUGEPAGE under the
-    // default `enabled=madvise`, and 4K pages need neither.
     match order {
         9 => mm.madvise(a, size, Advice::HugePage)?,
         0 => mm.madvise(a, size, Advice::NoHugePage)?,
@@ -165,113 +105,302 @@ fn model_fault_munmap(m: &Arc<Machine>, size: u64, order: u32) -> Result<(Durati
     if got != order {
         bail!("model: expected folios of order {order}, got {got}");
     }
-    let t = Instant::now();
-    mm.munmap(a, size)?;
-    Ok((fault, t.elapsed()))
+    Ok((mm, a, fault))
 }
 
-/// The host kernel side, through real system calls.
-mod host {
-    use std::time::{Duration, Instant};
-
-    use anyhow::{bail, Context, Result};
-
-    const THP: &str = "/sys/kernel/mm/transparent_hugepage";
-
-    /// Restores sysfs values on drop, also when a measurement fails.
-    struct Restore(Vec<(String, String)>);
-
-    impl Restore {
-        fn set(&mut self, path: String, value: &str) -> Result<()> {
-            let old = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-            let old = old
-                .split_whitespace()
-                .find(|w| w.starts_with('['))
-                .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string());
-            let old = old.with_context(|| format!("cannot parse {path}"))?;
-            std::fs::write(&path, value).with_context(|| format!("cannot write {path} (needs root)"))?;
-            self.0.push((path, old));
-            Ok(())
-        }
+/// Splits every PMD mapping of `[a, a+size)` into PTEs by an mprotect round
+/// trip on the first page of each 2 MiB, as the host side does.
+fn model_split_pmds(mm: &Mm, a: u64, size: u64) -> Result<()> {
+    for off in (0..size).step_by(2 << 20) {
+        mm.mprotect(a + off, 4096, Prot(Prot::READ))?;
+        mm.mprotect(a + off, 4096, Prot::RW)?;
     }
+    Ok(())
+}
 
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            for (p, v) in self.0.drain(..).rev() {
-                let _ = std::fs::write(&p, v);
+#[derive(serde::Serialize)]
+struct FaultRow {
+    folio: &'static str,
+    model_fault_s: f64,
+    model_munmap_s: f64,
+    host_fault_s: Option<f64>,
+    host_munmap_s: Option<f64>,
+    host_share_of_size: Option<f64>,
+}
+
+fn fault(a: &BenchArgs, size: u64) -> Result<()> {
+    const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
+    let runs = a.runs.max(1);
+    let bar = progress(SIZES.len() as u64 * runs as u64 * (1 + !a.no_host as u64) + 2 * runs as u64);
+    let mut rows = Vec::new();
+    let mut note = None;
+    for (name, order) in SIZES {
+        bar.set_message(format!("{name} model"));
+        // One machine for all runs: after the first, model frames are warm
+        // host memory, so the best run measures the model's own work.
+        let m = machine_for(size, Config::default())?;
+        let mut cpu = Cpu::new(&m);
+        let model = best(runs, &bar, || {
+            let (mm, addr, fault) = model_populate(&m, &mut cpu, size, order)?;
+            let t = Instant::now();
+            mm.munmap(addr, size)?;
+            Ok([fault, t.elapsed()])
+        })?;
+        let mut host_row = None;
+        if !a.no_host {
+            bar.set_message(format!("{name} host"));
+            let mut share = 1.0;
+            match best(runs, &bar, || {
+                let (f, u, got) = host::fault_munmap(size as usize, order, false)?;
+                share = got;
+                Ok([f, u])
+            }) {
+                Ok(h) => host_row = Some((h, share)),
+                Err(e) => note = Some(format!("host kernel skipped: {e:#}")),
             }
         }
+        rows.push(FaultRow {
+            folio: name,
+            model_fault_s: secs(model[0]),
+            model_munmap_s: secs(model[1]),
+            host_fault_s: host_row.map(|(h, _)| secs(h[0])),
+            host_munmap_s: host_row.map(|(h, _)| secs(h[1])),
+            host_share_of_size: host_row.map(|(_, s)| s),
+        });
     }
-
-    fn map(size: u64) -> Result<*mut u8> {
-        // SAFETY: an anonymous private mapping with no address hint; checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            bail!("mmap failed: {}", std::io::Error::last_os_error());
+    bar.set_message("memset");
+    let memset = secs(best(runs, &bar, || Ok([host::memset_fresh(size as usize)?]))?[0]);
+    let memset_warm = secs(best(runs, &bar, || Ok([host::memset_warm(size as usize)?]))?[0]);
+    bar.finish_and_clear();
+    if a.json {
+        let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": note });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(());
+    }
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+    let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
+    if a.csv {
+        println!("folio,model_fault_s,host_fault_s,model_munmap_s,host_munmap_s");
+        for r in &rows {
+            println!(
+                "{},{:.6},{},{:.6},{}",
+                r.folio,
+                r.model_fault_s,
+                opt(r.host_fault_s),
+                r.model_munmap_s,
+                opt(r.host_munmap_s)
+            );
         }
-        Ok(p.cast())
+        return Ok(());
     }
+    println!("Fault (one write per page) and munmap of {} MiB, best of {runs} (model on a warm arena):\n", size >> 20);
+    println!("Folio | model fault | host fault | model/host | model munmap | host munmap | model/host | model ns/page: fault | munmap");
+    println!("------|-------------|------------|------------|--------------|-------------|------------|---------------------|-------");
+    let pages = (size / 4096) as f64;
+    for r in &rows {
+        println!(
+            "{:>5} | {:>10.4}s | {:>9}s | {:>10} | {:>11.4}s | {:>10}s | {:>10} | {:>19.0} | {:>6.0}",
+            r.folio,
+            r.model_fault_s,
+            opt(r.host_fault_s),
+            ratio(r.model_fault_s, r.host_fault_s),
+            r.model_munmap_s,
+            opt(r.host_munmap_s),
+            ratio(r.model_munmap_s, r.host_munmap_s),
+            r.model_fault_s * 1e9 / pages,
+            r.model_munmap_s * 1e9 / pages,
+        );
+    }
+    println!("\nmemset of {} MiB on this host: {memset:.4}s into fresh memory, {memset_warm:.4}s into memory already faulted", size >> 20);
+    if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
+        println!("model 2M THP fault: {:.2}x of warm memset", thp.model_fault_s / memset_warm);
+    }
+    for r in rows.iter().filter(|r| r.host_share_of_size.is_some_and(|s| s < 0.99)) {
+        println!(
+            "note: the host backed only {:.0}% of the {} run with folios of that size",
+            100.0 * r.host_share_of_size.unwrap(),
+            r.folio
+        );
+    }
+    if let Some(n) = note {
+        println!("{n}");
+    }
+    Ok(())
+}
 
-    /// Faults `size` bytes with folios of `order` on the host kernel, then munmaps.
-    pub fn fault_munmap(size: u64, order: u32) -> Result<(Duration, Duration)> {
-        let mut restore = Restore(Vec::new());
-        restore.set(format!("{THP}/enabled"), "madvise")?;
-        restore.set(format!("{THP}/hugepages-64kB/enabled"), if order == 4 { "always" } else { "never" })?;
-        restore.set(format!("{THP}/hugepages-2048kB/enabled"), if order == 9 { "inherit" } else { "never" })?;
-        // Over-allocate so the region can be 2 MiB-aligned.
-        let p = map(size + (2 << 20))?;
-        let a = ((p as usize + (2 << 20) - 1) & !((2 << 20) - 1)) as *mut u8;
-        let advice = if order == 9 { libc::MADV_HUGEPAGE } else { libc::MADV_NORMAL };
-        // SAFETY: the range lies inside the mapping made above.
-        unsafe { libc::madvise(a.cast(), size as usize, advice) };
-        let t = Instant::now();
-        for off in (0..size as usize).step_by(4096) {
-            // SAFETY: in bounds of the writable mapping.
-            unsafe { a.add(off).write_volatile(1) };
+/// Seed 001's published munmap times (Intel Xeon Silver 4210R, 1 GiB):
+/// (folio KiB, mm-unstable s, with the series s, change %).
+const SEED_001: [(u64, f64, f64, i32); 9] = [
+    (4, 0.058110, 0.057715, -1),
+    (16, 0.044198, 0.035469, -20),
+    (32, 0.034216, 0.023522, -31),
+    (64, 0.029207, 0.018434, -37),
+    (128, 0.026579, 0.014026, -47),
+    (256, 0.025130, 0.011756, -53),
+    (512, 0.024292, 0.010703, -56),
+    (1024, 0.023812, 0.010294, -57),
+    (2048, 0.023785, 0.009910, -58),
+];
+
+#[derive(serde::Serialize)]
+struct ZapRow {
+    folio_kb: u64,
+    per_page_s: f64,
+    batched_s: f64,
+    change_pct: f64,
+    host_s: Option<f64>,
+    host_share_of_size: Option<f64>,
+    seed_before_s: f64,
+    seed_after_s: f64,
+    seed_change_pct: i32,
+}
+
+fn seed_001(a: &BenchArgs, size: u64) -> Result<()> {
+    let runs = a.runs.max(1);
+    let bar = progress(SEED_001.len() as u64 * runs as u64 * (2 + !a.no_host as u64));
+    let mut rows = Vec::new();
+    let mut note = None;
+    for (kb, before, after, change) in SEED_001 {
+        let order = (kb / 4).trailing_zeros();
+        let mut times = [0.0; 2];
+        for (i, zap) in [ZapStrategy::PerPage, ZapStrategy::Batched].into_iter().enumerate() {
+            bar.set_message(format!("{kb}K {}", zap.name()));
+            let m = machine_for(size, Config { zap, ..Config::default() })?;
+            let mut cpu = Cpu::new(&m);
+            times[i] = secs(
+                best(runs, &bar, || {
+                    let (mm, addr, _) = model_populate(&m, &mut cpu, size, order)?;
+                    if order == 9 {
+                        model_split_pmds(&mm, addr, size)?;
+                    }
+                    let t = Instant::now();
+                    mm.munmap(addr, size)?;
+                    Ok([t.elapsed()])
+                })?[0],
+            );
         }
-        let fault = t.elapsed();
-        let t = Instant::now();
-        // SAFETY: unmaps exactly the mapping made above; nothing refers to it.
-        unsafe { libc::munmap(p.cast(), (size + (2 << 20)) as usize) };
-        Ok((fault, t.elapsed()))
+        let mut host = None;
+        if !a.no_host {
+            bar.set_message(format!("{kb}K host"));
+            let mut share = 1.0;
+            match best(runs, &bar, || {
+                let (_, unmap, got) = host::fault_munmap(size as usize, order, order == 9)?;
+                share = got;
+                Ok([unmap])
+            }) {
+                Ok(h) => host = Some((secs(h[0]), share)),
+                Err(e) => note = Some(format!("host kernel skipped: {e:#}")),
+            }
+        }
+        rows.push(ZapRow {
+            folio_kb: kb,
+            per_page_s: times[0],
+            batched_s: times[1],
+            change_pct: 100.0 * (times[1] - times[0]) / times[0],
+            host_s: host.map(|h| h.0),
+            host_share_of_size: host.map(|h| h.1),
+            seed_before_s: before,
+            seed_after_s: after,
+            seed_change_pct: change,
+        });
     }
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "size": size, "rows": rows, "note": note }))?);
+        return Ok(());
+    }
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
+    if a.csv {
+        println!("folio_kb,per_page_s,batched_s,change_pct,host_s,seed_before_s,seed_after_s,seed_change_pct");
+        for r in &rows {
+            println!(
+                "{},{:.6},{:.6},{:.1},{},{},{},{}",
+                r.folio_kb,
+                r.per_page_s,
+                r.batched_s,
+                r.change_pct,
+                opt(r.host_s),
+                r.seed_before_s,
+                r.seed_after_s,
+                r.seed_change_pct
+            );
+        }
+        return Ok(());
+    }
+    println!(
+        "munmap() of a {} MiB VMA backed by PTE-mapped folios of one size, best of {runs}, in seconds:\n",
+        size >> 20
+    );
+    println!("           |               model                |      host      |   seed 001 (Xeon 4210R, 1 GiB)");
+    println!("Folio Size | per-page |  batched | Change | batched/host |    host  | mm-unstable |      New | Change");
+    println!("-----------|----------|----------|--------|--------------|----------|-------------|----------|-------");
+    for r in &rows {
+        println!(
+            "{:>7}KiB | {:.6} | {:.6} | {:>+5.0}% | {:>12} | {:>8} | {:>11.6} | {:.6} | {:>+5}%",
+            r.folio_kb,
+            r.per_page_s,
+            r.batched_s,
+            r.change_pct,
+            r.host_s.map_or("-".into(), |h| format!("{:.2}x", r.batched_s / h)),
+            opt(r.host_s),
+            r.seed_before_s,
+            r.seed_after_s,
+            r.seed_change_pct
+        );
+    }
+    for r in rows.iter().filter(|r| r.host_share_of_size.is_some_and(|s| s < 0.99)) {
+        println!(
+            "note: the host backed only {:.0}% of the {}K run with folios of that size",
+            100.0 * r.host_share_of_size.unwrap(),
+            r.folio_kb
+        );
+    }
+    if let Some(n) = note {
+        println!("{n}");
+    }
+    Ok(())
+}
 
-    /// memset of fresh anonymous memory (includes the kernel's faults).
-    pub fn memset_fresh(size: u64) -> Duration {
-        let Ok(p) = map(size) else {
-            return Duration::ZERO;
-        };
-        let t = Instant::now();
-        // SAFETY: the whole writable mapping made above.
-        unsafe { std::ptr::write_bytes(p, 0x5a, size as usize) };
-        let d = t.elapsed();
-        // SAFETY: unmaps exactly that mapping.
-        unsafe { libc::munmap(p.cast(), size as usize) };
-        d
+fn tlb_cost(a: &BenchArgs, size: u64) -> Result<()> {
+    let runs = a.runs.max(1);
+    let configs = [("TLB on (2048 entries)", 2048usize), ("TLB off (walk every access)", 0)];
+    let bar = progress(configs.len() as u64 * runs as u64);
+    let mut rows = Vec::new();
+    for (name, entries) in configs {
+        bar.set_message(name);
+        let m = machine_for(size, Config { tlb_entries: entries, ..Config::default() })?;
+        let mut cpu = Cpu::new(&m);
+        let t = best(runs, &bar, || {
+            let (mm, addr, fault) = model_populate(&m, &mut cpu, size, 0)?;
+            let t = Instant::now();
+            cpu.fill(&mm, addr, size, 0x33)?;
+            let write = t.elapsed();
+            mm.munmap(addr, size)?;
+            Ok([fault, write])
+        })?;
+        rows.push(serde_json::json!({ "config": name, "fault_s": secs(t[0]), "write_all_bytes_s": secs(t[1]) }));
     }
-
-    /// memset of memory already faulted in (the pure zeroing cost).
-    pub fn memset_warm(size: u64) -> Duration {
-        let Ok(p) = map(size) else {
-            return Duration::ZERO;
-        };
-        // SAFETY: the whole writable mapping made above.
-        unsafe { std::ptr::write_bytes(p, 1, size as usize) };
-        let t = Instant::now();
-        // SAFETY: as above.
-        unsafe { std::ptr::write_bytes(p, 0x5a, size as usize) };
-        let d = t.elapsed();
-        // SAFETY: unmaps exactly that mapping.
-        unsafe { libc::munmap(p.cast(), size as usize) };
-        d
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
     }
+    println!(
+        "Faulting {} MiB with 4K pages (one write per page), then writing every byte, best of {runs}:\n",
+        size >> 20
+    );
+    println!("{:<28} | fault     | write all bytes", "configuration");
+    println!("{:-<28}-|-----------|----------------", "");
+    for r in &rows {
+        println!(
+            "{:<28} | {:>8.4}s | {:>13.4}s",
+            r["config"].as_str().unwrap(),
+            r["fault_s"].as_f64().unwrap(),
+            r["write_all_bytes_s"].as_f64().unwrap()
+        );
+    }
+    let (on, off) = (&rows[0], &rows[1]);
+    let ratio = |k: &str| on[k].as_f64().unwrap() / off[k].as_f64().unwrap();
+    println!("\nTLB on / off: fault {:.2}x, write {:.2}x", ratio("fault_s"), ratio("write_all_bytes_s"));
+    Ok(())
 }

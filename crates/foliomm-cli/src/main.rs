@@ -1,6 +1,7 @@
 //! The `foliomm` command.
 
 mod bench;
+mod host;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -14,9 +14,9 @@
 //! page tables behind it may be freed.
 //!
 //! Differs from x86: CPUs apply flushes lazily at their next access (as in
-//! lazy-TLB mode) rather than on interrupt, the TLB is fully associative with
-//! FIFO replacement, and no global or PCID-tagged entries exist. Entries are
-//! tagged with the MM's serial, which is never reused.
+//! lazy-TLB mode) rather than on interrupt, the TLB is direct-mapped rather
+//! than set-associative, and no global or PCID-tagged entries exist. Entries
+//! are tagged with the MM's serial, which is never reused.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -91,48 +91,111 @@ pub struct TlbEntry {
     pub generation: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Key {
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// The MM's serial; 0 marks an empty slot (serials start at 1).
     mm: u64,
-    /// Virtual page number: of a 4K page, or of a 2M page when `huge`.
+    /// Virtual page number: of a 4K page, or of a 2M page in the huge array.
     vpn: u64,
-    huge: bool,
+    entry: TlbEntry,
 }
 
-impl Key {
-    fn base(&self) -> u64 {
-        self.vpn << if self.huge { PMD_SHIFT } else { PAGE_SHIFT }
+const EMPTY: Slot = Slot { mm: 0, vpn: 0, entry: TlbEntry { pfn: 0, writable: false, dirty: false, generation: 0 } };
+
+/// One direct-mapped array of slots for one page size.
+struct Ways {
+    slots: Vec<Slot>,
+    shift: u32,
+}
+
+impl Ways {
+    fn new(entries: usize, shift: u32) -> Ways {
+        let n = if entries == 0 { 0 } else { entries.next_power_of_two() };
+        Ways { slots: vec![EMPTY; n], shift }
     }
-    fn size(&self) -> u64 {
-        1 << if self.huge { PMD_SHIFT } else { PAGE_SHIFT }
+    fn index(&self, mm: u64, vpn: u64) -> usize {
+        let h = (vpn ^ mm.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        (h >> 32) as usize & (self.slots.len() - 1)
+    }
+    fn get(&self, mm: u64, addr: u64) -> Option<&TlbEntry> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let vpn = addr >> self.shift;
+        let s = &self.slots[self.index(mm, vpn)];
+        (s.mm == mm && s.vpn == vpn).then_some(&s.entry)
+    }
+    fn put(&mut self, mm: u64, addr: u64, entry: TlbEntry) {
+        if !self.slots.is_empty() {
+            let vpn = addr >> self.shift;
+            let i = self.index(mm, vpn);
+            self.slots[i] = Slot { mm, vpn, entry };
+        }
+    }
+    fn remove(&mut self, mm: u64, addr: u64) {
+        if self.get(mm, addr).is_some() {
+            let i = self.index(mm, addr >> self.shift);
+            self.slots[i] = EMPTY;
+        }
+    }
+    /// Empties the slots of `mm` that overlap any range; returns how many.
+    fn drop_ranges(&mut self, mm: u64, ranges: &[FlushRange]) -> u64 {
+        let size = 1u64 << self.shift;
+        let mut n = 0;
+        for s in self.slots.iter_mut().filter(|s| s.mm == mm) {
+            let base = s.vpn << self.shift;
+            if ranges.iter().any(|r| base < r.end && r.start < base.saturating_add(size)) {
+                *s = EMPTY;
+                n += 1;
+            }
+        }
+        n
+    }
+    fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.mm != 0).count()
     }
 }
 
-/// One CPU's TLB.
+/// One CPU's TLB: direct-mapped arrays for 4K and 2M translations (hardware
+/// TLBs are set-associative; one way keeps the model's lookup to one probe).
 pub struct Tlb {
-    entries: HashMap<Key, TlbEntry>,
-    fifo: VecDeque<Key>,
-    capacity: usize,
+    small: Ways,
+    huge: Ways,
     /// The flush generation of each MM this CPU has applied.
     seen: HashMap<u64, u64>,
+    /// The last (MM, generation) synced: the common case needs no hashing.
+    last: (u64, u64),
 }
 
 impl Tlb {
-    pub fn new(capacity: usize) -> Tlb {
-        Tlb { entries: HashMap::new(), fifo: VecDeque::new(), capacity, seen: HashMap::new() }
+    /// A TLB of `entries` 4K slots (rounded up to a power of two) and a
+    /// sixty-fourth as many 2M slots; 0 means no TLB.
+    pub fn new(entries: usize) -> Tlb {
+        let huge = if entries == 0 { 0 } else { (entries / 64).max(16) };
+        Tlb {
+            small: Ways::new(entries, PAGE_SHIFT),
+            huge: Ways::new(huge, PMD_SHIFT),
+            seen: HashMap::new(),
+            last: (0, 0),
+        }
     }
 
+    /// Valid entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.small.len() + self.huge.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
     /// Applies every flush of `mm` published since this CPU last looked.
     pub fn sync(&mut self, mm: &MmTlb, stats: &Stats) {
         let gen = mm.gen.load(Acquire);
+        if self.last == (mm.serial, gen) {
+            return;
+        }
+        self.last = (mm.serial, gen);
         let seen = *self.seen.entry(mm.serial).or_insert(gen);
         if seen == gen {
             return;
@@ -147,50 +210,38 @@ impl Tlb {
                 vec![FlushRange { gen, start: 0, end: u64::MAX }]
             }
         };
-        let before = self.entries.len();
-        self.entries.retain(|k, _| {
-            k.mm != mm.serial || !ranges.iter().any(|r| k.base() < r.end && r.start < k.base() + k.size())
-        });
-        let dropped = (before - self.entries.len()) as u64;
+        let dropped = self.small.drop_ranges(mm.serial, &ranges) + self.huge.drop_ranges(mm.serial, &ranges);
         if dropped > 0 {
             Stats::inc(&stats.tlb_shootdown);
             Stats::add(&stats.tlb_entries_dropped, dropped);
-            let entries = &self.entries;
-            self.fifo.retain(|k| entries.contains_key(k));
         }
     }
 
     /// The entry translating `addr` in MM `mm`, with whether it is huge.
     pub fn lookup(&self, mm: u64, addr: u64) -> Option<(TlbEntry, bool)> {
-        let small = Key { mm, vpn: addr >> PAGE_SHIFT, huge: false };
-        if let Some(e) = self.entries.get(&small) {
+        if let Some(e) = self.small.get(mm, addr) {
             return Some((*e, false));
         }
-        let huge = Key { mm, vpn: addr >> PMD_SHIFT, huge: true };
-        self.entries.get(&huge).map(|e| (*e, true))
+        self.huge.get(mm, addr).map(|e| (*e, true))
     }
 
-    /// Caches a translation; the oldest entry makes room when full.
+    /// Caches a translation, replacing whatever shared its slot.
     pub fn insert(&mut self, mm: u64, addr: u64, huge: bool, entry: TlbEntry) {
-        if self.capacity == 0 {
-            return;
-        }
-        let vpn = addr >> if huge { PMD_SHIFT } else { PAGE_SHIFT };
-        let key = Key { mm, vpn, huge };
-        if self.entries.insert(key, entry).is_none() {
-            self.fifo.push_back(key);
-            while self.entries.len() > self.capacity {
-                let Some(old) = self.fifo.pop_front() else { break };
-                self.entries.remove(&old);
-            }
+        if huge {
+            self.huge.put(mm, addr, entry)
+        } else {
+            self.small.put(mm, addr, entry)
         }
     }
 
     /// Drops the entry for `addr` (a spurious fault re-walks: `flush_tlb_page`
     /// on the local CPU only).
     pub fn remove(&mut self, mm: u64, addr: u64, huge: bool) {
-        let vpn = addr >> if huge { PMD_SHIFT } else { PAGE_SHIFT };
-        self.entries.remove(&Key { mm, vpn, huge });
+        if huge {
+            self.huge.remove(mm, addr)
+        } else {
+            self.small.remove(mm, addr)
+        }
     }
 }
 
@@ -206,7 +257,8 @@ mod tests {
     fn flush_removes_only_its_range_and_mm() {
         let stats = Stats::default();
         let (a, b) = (MmTlb::new(1), MmTlb::new(2));
-        let mut tlb = Tlb::new(16);
+        // Large enough that these four translations take four slots.
+        let mut tlb = Tlb::new(1 << 16);
         tlb.sync(&a, &stats);
         tlb.sync(&b, &stats);
         tlb.insert(1, 0x1000, false, entry(5));
@@ -240,12 +292,15 @@ mod tests {
     }
 
     #[test]
-    fn capacity_evicts_oldest() {
-        let mut tlb = Tlb::new(2);
-        for i in 0..3 {
-            tlb.insert(1, i << 12, false, entry(i));
-        }
-        assert_eq!(tlb.len(), 2);
-        assert!(tlb.lookup(1, 0).is_none());
+    fn a_slot_holds_one_translation_and_no_tlb_holds_none() {
+        let mut tlb = Tlb::new(1);
+        tlb.insert(1, 0x1000, false, entry(1));
+        tlb.insert(1, 0x2000, false, entry(2));
+        assert_eq!(tlb.len(), 1, "one 4K slot");
+        assert_eq!(tlb.lookup(1, 0x2000).unwrap().0.pfn, 2);
+        assert!(tlb.lookup(1, 0x1000).is_none(), "the newer translation replaced it");
+        let mut none = Tlb::new(0);
+        none.insert(1, 0x1000, false, entry(1));
+        assert!(none.lookup(1, 0x1000).is_none());
     }
 }
