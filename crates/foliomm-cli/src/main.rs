@@ -1,6 +1,7 @@
 //! The `foliomm` command.
 
 mod bench;
+mod compare;
 mod host;
 
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use foliomm_host::HostBackend;
 use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
 
 #[derive(Parser)]
@@ -23,6 +25,22 @@ enum Command {
     Run(RunArgs),
     /// Measure the model (and the host kernel, where it can) on fixed workloads.
     Bench(bench::BenchArgs),
+    /// Run scenario files on the model and on the host kernel and set every
+    /// observation side by side; exit status 1 on any mismatch.
+    Compare(CompareArgs),
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// Scenario files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Mapcount design of the model, overriding the files' `set mapcount`.
+    #[arg(long)]
+    mapcount: Option<String>,
+    /// Print only mismatches and summaries.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(clap::Args)]
@@ -51,9 +69,16 @@ struct RunArgs {
     /// Print only failures and the summary line.
     #[arg(long, short)]
     quiet: bool,
+    /// Where to run: the model, or the host kernel (real processes; needs root).
+    #[arg(long, default_value = "model", value_parser = ["model", "host"])]
+    backend: String,
 }
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == foliomm_host::WORKER_ARG) && args.len() == 4 {
+        foliomm_host::worker_main(std::path::Path::new(&args[2]), &args[3].to_string_lossy());
+    }
     // Exit quietly when the reader of our output goes away (`foliomm run | head`).
     // SAFETY: restoring the default action of a signal has no preconditions;
     // no handler of ours is replaced.
@@ -64,6 +89,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),
         Command::Bench(a) => bench::run(a).map(|_| true),
+        Command::Compare(a) => compare_files(a),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
@@ -82,8 +108,10 @@ fn run_files(a: RunArgs) -> Result<bool> {
         let src = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
         let mut steps = parse(&src).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         apply_overrides(&mut steps, &a)?;
-        let mut backend = ModelBackend::new();
-        let out = run(&steps, &mut backend, RunOptions { check: a.check });
+        let out = match a.backend.as_str() {
+            "host" => run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions { check: false }),
+            _ => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check }),
+        };
         all_ok &= out.failure.is_none();
         if a.json {
             json.push(serde_json::json!({ "file": file.display().to_string(), "outcome": out }));
@@ -95,6 +123,42 @@ fn run_files(a: RunArgs) -> Result<bool> {
         println!("{}", serde_json::to_string_pretty(&json)?);
     }
     Ok(all_ok)
+}
+
+fn compare_files(a: CompareArgs) -> Result<bool> {
+    let mut total = 0;
+    for file in &a.files {
+        let src = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let mut steps = parse(&src).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let overrides = RunArgs {
+            files: Vec::new(),
+            check: false,
+            mapcount: a.mapcount.clone(),
+            memory: None,
+            zap: None,
+            tlb: None,
+            json: false,
+            quiet: a.quiet,
+            backend: "model".into(),
+        };
+        let host = run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions::default());
+        apply_overrides(&mut steps, &overrides)?;
+        let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
+        if let Some(f) =
+            host.failure.as_ref().filter(|f| f.message.starts_with("cannot honour") || f.message.contains("needs root"))
+        {
+            println!(
+                "== {}
+  skipped on the host: {}",
+                file.display(),
+                f.message
+            );
+            continue;
+        }
+        total += compare::report(&file.display().to_string(), &model, &host, a.quiet);
+    }
+    println!("{total} mismatches in all");
+    Ok(total == 0)
 }
 
 /// Command-line settings win over the file's own `set` lines: they go after

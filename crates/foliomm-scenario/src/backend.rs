@@ -9,7 +9,7 @@ use foliomm::Errno;
 use crate::lang::MachineSetting;
 
 /// How a step touches memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Access {
     /// Write `val` to the first byte of each page, or to every byte.
     Write { val: u8, every_byte: bool },
@@ -32,7 +32,7 @@ pub fn pattern_bytes(addr: u64, len: u64, seed: u8) -> Vec<u8> {
 
 /// What an `observe` step records: the first page of the place as pagemap and
 /// kpageflags report it, and smaps-style sums over the whole place.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Observation {
     pub page: PageInfo,
     pub range: RangeInfo,
@@ -41,6 +41,23 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// Fields the kernel reports too (pagemap, kpageflags, PAGEMAP_SCAN):
+    /// the ones a comparison with the host checks.
+    pub const KERNEL_FIELDS: &'static [&'static str] = &[
+        "present",
+        "zero_page",
+        "pmd_mapped",
+        "folio_order",
+        "folio_kb",
+        "exclusive",
+        "byte",
+        "rss_kb",
+        "anonymous_kb",
+        "anon_huge_kb",
+        "shared_kb",
+        "private_kb",
+    ];
+
     /// Field names `expect` can use.
     pub const FIELDS: &'static [&'static str] = &[
         "frame",
@@ -132,6 +149,17 @@ pub trait Backend {
     fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;
+    /// Whether the counters count only this run's events (the model) rather
+    /// than the whole system's (the host): `stat.` expectations are checked
+    /// only where they are exact.
+    fn exact_counters(&self) -> bool {
+        true
+    }
+    /// Whether observations carry `field` (the host lacks the model-only
+    /// ones: frame identity aside, only [`Observation::KERNEL_FIELDS`]).
+    fn observes(&self, field: &str) -> bool {
+        Observation::FIELDS.contains(&field)
+    }
     /// Invariant violations (a backend that cannot check returns none).
     fn check(&self) -> Vec<String>;
 }

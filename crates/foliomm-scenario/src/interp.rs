@@ -25,6 +25,8 @@ pub struct StepOutcome {
     pub line: usize,
     pub text: String,
     pub result: String,
+    /// What an `observe` step recorded.
+    pub observed: Option<Observation>,
 }
 
 /// Why a run stopped early.
@@ -84,7 +86,11 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             Ok(msg)
         });
         match r {
-            Ok(result) => outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result }),
+            Ok(result) => {
+                let observed =
+                    matches!(step.cmd, Cmd::Observe { .. }).then(|| st.obs.last().map(|(_, o)| *o)).flatten();
+                outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed })
+            }
             Err(message) => {
                 failure = Some(Failure { line: step.line, message });
                 break;
@@ -176,10 +182,21 @@ impl State<'_> {
         self.proc(&p)?;
         let b = &mut *self.backend;
         match &step.cmd {
-            Cmd::Mmap { name, len, prot, populate, at, fixed } => {
-                let Some(addr) = outcome(step, b.mmap(&p, *at, *len, *prot, *fixed, *populate))? else {
-                    return Ok("failed as expected".into());
-                };
+            Cmd::Mmap { name, len, prot, populate, at, fixed, align } => {
+                // With `align`, map `len + align` and unmap what lies outside
+                // the aligned part, as the kernel selftests do.
+                let extra = align.unwrap_or(0);
+                let got = b.mmap(&p, *at, len + extra, *prot, *fixed, *populate);
+                let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
+                let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
+                if addr > raw {
+                    b.munmap(&p, raw, addr - raw)
+                        .map_err(|e| format!("trimming the aligned mapping failed with {e}"))?;
+                }
+                if raw + len + extra > addr + len {
+                    b.munmap(&p, addr + len, raw + len + extra - (addr + len))
+                        .map_err(|e| format!("trimming the aligned mapping failed with {e}"))?;
+                }
                 self.maps.insert(name.clone(), (addr, *len));
                 self.refs.get_mut(&p).unwrap().map(addr, *len, *prot);
                 Ok(format!("{name} = {addr:#x}"))
@@ -320,6 +337,14 @@ impl State<'_> {
                 Ok("thp set".into())
             }
             Cmd::Expect { lhs, op, rhs } => {
+                let is_stat = |o: &Operand| matches!(o, Operand::Field { obj, .. } if obj == "stat");
+                if !self.backend.exact_counters() && (is_stat(lhs) || is_stat(rhs)) {
+                    return Ok(format!("skipped: counters on the {} backend are system-wide", self.backend.name()));
+                }
+                let hidden = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj != "stat" && Observation::FIELDS.contains(&field.as_str()) && !self.backend.observes(field));
+                if hidden(lhs) || hidden(rhs) {
+                    return Ok(format!("skipped: the {} backend cannot observe that field", self.backend.name()));
+                }
                 let (a, an) = self.operand(lhs)?;
                 let (b, bn) = self.operand(rhs)?;
                 if op.holds(a, b) {

@@ -8,7 +8,7 @@
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set check on|off                   run the invariant checker after each step
-//! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed]
+//! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed] [align 64K]
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
 //! P: madvise a hugepage              hugepage nohugepage dontneed dontfork dofork
@@ -64,6 +64,8 @@ pub enum Cmd {
         populate: bool,
         at: Option<u64>,
         fixed: bool,
+        /// Place the mapping at a multiple of this (over-allocate, then trim).
+        align: Option<u64>,
     },
     Munmap(Place),
     Mprotect(Place, Prot),
@@ -469,7 +471,7 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         return match l.next("mmap or mremap")? {
             "mmap" => {
                 let len = l.size("a length")?;
-                let (mut prot, mut populate, mut at, mut fixed) = (Prot::RW, false, None, false);
+                let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
                 while let Some(t) = l.peek() {
                     match t {
                         _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
@@ -481,14 +483,32 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                             at = Some(l.size("an address")?);
                             continue;
                         }
-                        _ => return l.err(l.col(), format!("expected a protection (r, rw, none), populate, fixed, anon, private or 'at ADDR', found '{t}'")),
+                        "align" => {
+                            l.pos += 1;
+                            let col = l.col();
+                            let a = l.size("an alignment")?;
+                            if !a.is_power_of_two() || a < 4096 {
+                                return l.err(col, format!("expected a power-of-two alignment of at least 4K, found {a:#x}"));
+                            }
+                            align = Some(a);
+                            continue;
+                        }
+                        _ => {
+                            return l.err(
+                                l.col(),
+                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, 'at ADDR' or 'align SIZE', found '{t}'"),
+                            )
+                        }
                     }
                     l.pos += 1;
                 }
                 if fixed && at.is_none() {
                     return l.err(col, "'fixed' needs 'at ADDR'");
                 }
-                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed })
+                if align.is_some() && at.is_some() {
+                    return l.err(col, "'align' and 'at' exclude each other");
+                }
+                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align })
             }
             "mremap" => {
                 let from = l.place()?;

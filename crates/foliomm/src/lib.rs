@@ -32,7 +32,7 @@ pub use machine::{Config, Machine};
 pub use mm::{Mm, MmapFlags, Prot};
 
 /// A Linux errno-like error returned by every memory operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Errno {
     /// Out of model memory (`-ENOMEM`, or `VM_FAULT_OOM` for a fault).
     #[error("ENOMEM: out of memory")]

@@ -24,7 +24,7 @@ use crate::tlb::MmTlb;
 use crate::{huge_memory, Errno, Result};
 
 /// Mapping protection (`PROT_*` values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Prot(pub u32);
 
 impl Prot {
@@ -160,7 +160,7 @@ pub struct MmapFlags {
 }
 
 /// `madvise` advice foliomm models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Advice {
     DontNeed,
     HugePage,
@@ -596,7 +596,11 @@ impl Mm {
             info.mapcount = rmap::page_mapcount(m, f, i).unwrap_or(0);
             info.folio_mapcount = rmap::folio_mapcount(m, f);
             info.refcount = f.refcount() as u64;
-            info.exclusive = info.mapcount == 1;
+            // pagemap_pmd_range_thp() asks about pmd_page(), the head, for
+            // every subpage of a PMD mapping; pte_to_pagemap_entry() about
+            // the page itself (__folio_page_mapped_exclusively).
+            let judged = if e.huge() { 0 } else { i };
+            info.exclusive = rmap::page_mapcount(m, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(m, f);
         }
         info
@@ -616,8 +620,10 @@ impl Mm {
                 if p.pmd_mapped {
                     r.anon_huge_kb += 4;
                 }
-                // smaps_account(): refcount 1 is private without looking further.
-                if p.refcount > 1 && p.mapcount >= 2 {
+                // Shared/private as pagemap's exclusive bit says, which both
+                // backends can tell; smaps counts per page and differs for a
+                // PMD-mapped THP whose head alone is shared.
+                if !p.exclusive {
                     r.shared_kb += 4;
                 } else {
                     r.private_kb += 4;
@@ -639,7 +645,7 @@ impl Drop for Mm {
 }
 
 /// One page as pagemap/kpageflags report it, plus model-only fields.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PageInfo {
     pub present: bool,
     pub pfn: Pfn,
@@ -647,7 +653,8 @@ pub struct PageInfo {
     pub pmd_mapped: bool,
     pub writable: bool,
     pub folio_order: u32,
-    /// `PM_MMAP_EXCLUSIVE`: the page's precise mapcount is 1.
+    /// `PM_MMAP_EXCLUSIVE`: the precise mapcount is 1 of the page, or of the
+    /// head page for every page of a PMD mapping (as Linux 6.18 reports it).
     pub exclusive: bool,
     /// `PageAnonExclusive` (of the head page when PMD-mapped).
     pub anon_exclusive: bool,
@@ -658,7 +665,7 @@ pub struct PageInfo {
 }
 
 /// smaps-style sums over a range, in KiB.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RangeInfo {
     pub rss_kb: u64,
     pub anonymous_kb: u64,

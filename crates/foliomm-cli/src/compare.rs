@@ -1,0 +1,92 @@
+//! `foliomm compare`: one scenario on the model and on the host kernel, with
+//! every observation set side by side. Frame identity is compared as a
+//! relation (the same frame as an earlier observation, or a new one), never
+//! as raw numbers; fields the kernel does not expose are left out.
+
+use foliomm_scenario::interp::StepOutcome;
+use foliomm_scenario::{Observation, Outcome};
+
+/// How a step's observed frame relates to earlier observations of the run.
+fn frame_relations(steps: &[StepOutcome]) -> Vec<Option<String>> {
+    let mut seen: Vec<(u64, usize)> = Vec::new();
+    steps
+        .iter()
+        .map(|s| {
+            let o = s.observed?;
+            Some(if !o.page.present {
+                "absent".to_string()
+            } else if let Some((_, line)) = seen.iter().find(|(f, _)| *f == o.page.pfn) {
+                format!("frame of line {line}")
+            } else {
+                seen.push((o.page.pfn, s.line));
+                "new frame".to_string()
+            })
+        })
+        .collect()
+}
+
+fn describe(o: &Observation, rel: &str) -> String {
+    format!(
+        "{rel}, order {}, {}{}{}rss {}K thp {}K",
+        o.page.folio_order,
+        if o.page.exclusive { "excl " } else { "" },
+        if o.page.pmd_mapped { "pmd " } else { "" },
+        if o.page.zero_page { "zero " } else { "" },
+        o.range.rss_kb,
+        o.range.anon_huge_kb
+    )
+}
+
+/// Prints the comparison; returns the number of mismatches.
+pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize {
+    println!("== {file}");
+    let (mr, hr) = (frame_relations(&model.steps), frame_relations(&host.steps));
+    let mut mismatches = 0;
+    let mut hi = 0;
+    for (mi, ms) in model.steps.iter().enumerate() {
+        let Some(hpos) = host.steps[hi..].iter().position(|h| h.line == ms.line) else {
+            continue;
+        };
+        hi += hpos;
+        let hs = &host.steps[hi];
+        let mut diffs = Vec::new();
+        if let (Some(mo), Some(ho)) = (&ms.observed, &hs.observed) {
+            for f in Observation::KERNEL_FIELDS {
+                let (a, b) = (mo.field(f), ho.field(f));
+                if a != b {
+                    diffs.push(format!("{f}: model {}, host {}", a.unwrap_or(0), b.unwrap_or(0)));
+                }
+            }
+            if mr[mi] != hr[hi] {
+                diffs.push(format!(
+                    "frame: model {}, host {}",
+                    mr[mi].as_deref().unwrap_or("-"),
+                    hr[hi].as_deref().unwrap_or("-")
+                ));
+            }
+            if !quiet || !diffs.is_empty() {
+                let mark = if diffs.is_empty() { " " } else { "✗" };
+                println!("{mark} {:>4}  {}", ms.line, ms.text);
+                println!("        model: {}", describe(mo, mr[mi].as_deref().unwrap_or("")));
+                println!("        host:  {}", describe(ho, hr[hi].as_deref().unwrap_or("")));
+            }
+        }
+        for d in &diffs {
+            println!("        mismatch: {d}");
+        }
+        mismatches += diffs.len();
+    }
+    match (&model.failure, &host.failure) {
+        (None, None) => {}
+        (m, h) => {
+            let show = |f: &Option<foliomm_scenario::interp::Failure>| {
+                f.as_ref().map_or("passed".to_string(), |f| format!("failed at line {}: {}", f.line, f.message))
+            };
+            println!("  model {}", show(m));
+            println!("  host  {}", show(h));
+            mismatches += 1;
+        }
+    }
+    println!("  {}", if mismatches == 0 { "no mismatches".to_string() } else { format!("{mismatches} mismatches") });
+    mismatches
+}

@@ -1,0 +1,227 @@
+//! What the kernel says about the worker's own memory: `/proc/self/pagemap`
+//! (frame, present, `PM_MMAP_EXCLUSIVE`), `/proc/kpageflags` (compound
+//! head/tail, zero page: the folio order follows), the `PAGEMAP_SCAN` ioctl
+//! (`PAGE_IS_HUGE`: mapped by a PMD; `PAGE_IS_PFNZERO`), and `/proc/self/maps`
+//! (VMA permissions, to turn an access the VMA forbids into an error instead
+//! of a SIGSEGV).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+
+use foliomm::mm::{PageInfo, RangeInfo};
+use foliomm::Errno;
+
+const PAGE: u64 = 4096;
+const PM_PRESENT: u64 = 1 << 63;
+const PM_EXCLUSIVE: u64 = 1 << 56;
+const PM_PFN: u64 = (1 << 55) - 1;
+const KPF_COMPOUND_HEAD: u64 = 1 << 15;
+const KPF_COMPOUND_TAIL: u64 = 1 << 16;
+const KPF_ZERO_PAGE: u64 = 1 << 24;
+
+/// include/uapi/linux/fs.h, not in older libc headers.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: u64 = 0xC060_6610;
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+const PAGE_IS_PFNZERO: u64 = 1 << 5;
+const PAGE_IS_HUGE: u64 = 1 << 6;
+
+pub struct Procfs {
+    pagemap: File,
+    kpageflags: File,
+}
+
+/// Per-page facts of a range.
+struct PageFacts {
+    present: bool,
+    zero: bool,
+    huge: bool,
+    exclusive: bool,
+    pfn: u64,
+}
+
+impl Procfs {
+    pub fn open() -> std::io::Result<Procfs> {
+        Ok(Procfs { pagemap: File::open("/proc/self/pagemap")?, kpageflags: File::open("/proc/kpageflags")? })
+    }
+
+    fn pagemap(&self, addr: u64, pages: u64) -> Vec<u64> {
+        let mut buf = vec![0u8; pages as usize * 8];
+        let _ = self.pagemap.read_exact_at(&mut buf, addr / PAGE * 8);
+        buf.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    fn kpageflags(&self, pfn: u64, n: u64) -> Vec<u64> {
+        let mut buf = vec![0u8; n as usize * 8];
+        let _ = self.kpageflags.read_exact_at(&mut buf, pfn * 8);
+        buf.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    /// `PAGEMAP_SCAN` categories of every page of `[addr, addr+len)`.
+    fn categories(&self, addr: u64, len: u64) -> Vec<u64> {
+        let pages = (len / PAGE) as usize;
+        let mut out = vec![0u64; pages];
+        let mut regions = vec![PageRegion::default(); 64];
+        let mut start = addr;
+        while start < addr + len {
+            let mut arg = PmScanArg {
+                size: std::mem::size_of::<PmScanArg>() as u64,
+                start,
+                end: addr + len,
+                vec: regions.as_mut_ptr() as u64,
+                vec_len: regions.len() as u64,
+                return_mask: PAGE_IS_PRESENT | PAGE_IS_PFNZERO | PAGE_IS_HUGE,
+                ..Default::default()
+            };
+            // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len`
+            // regions into `regions`, which outlives the call.
+            let n = unsafe { libc::ioctl(self.pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
+            if n < 0 {
+                break;
+            }
+            for r in &regions[..n as usize] {
+                for p in ((r.start - addr) / PAGE)..((r.end - addr) / PAGE) {
+                    out[p as usize] = r.categories;
+                }
+            }
+            if arg.walk_end <= start || arg.walk_end >= addr + len {
+                break;
+            }
+            start = arg.walk_end;
+        }
+        out
+    }
+
+    fn facts(&self, addr: u64, len: u64) -> Vec<PageFacts> {
+        let pm = self.pagemap(addr, len / PAGE);
+        let cats = self.categories(addr, len);
+        pm.iter()
+            .zip(cats)
+            .map(|(&e, c)| PageFacts {
+                present: e & PM_PRESENT != 0,
+                zero: c & PAGE_IS_PFNZERO != 0,
+                huge: c & PAGE_IS_HUGE != 0,
+                exclusive: e & PM_EXCLUSIVE != 0,
+                pfn: e & PM_PFN,
+            })
+            .collect()
+    }
+
+    /// The order of the folio containing `pfn`, from compound head/tail flags.
+    fn folio_order(&self, pfn: u64) -> u32 {
+        const MAX: u64 = 1 << 10;
+        let first = pfn.saturating_sub(MAX);
+        let back = self.kpageflags(first, pfn - first + 1);
+        let here = *back.last().unwrap();
+        if here & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) == 0 {
+            return 0;
+        }
+        let head_pos = back.iter().rposition(|f| f & KPF_COMPOUND_HEAD != 0).unwrap_or(back.len() - 1);
+        let head = first + head_pos as u64;
+        let fwd = self.kpageflags(head + 1, MAX);
+        let nr = 1 + fwd.iter().take_while(|f| *f & KPF_COMPOUND_TAIL != 0).count() as u64;
+        nr.next_power_of_two().trailing_zeros()
+    }
+
+    /// pagemap/kpageflags/PAGEMAP_SCAN facts of the page at `addr`. Fields
+    /// the kernel does not expose (PTE write bit, mapcounts, refcount) stay 0.
+    pub fn page_info(&self, addr: u64) -> PageInfo {
+        let page = addr & !(PAGE - 1);
+        let f = &self.facts(page, PAGE)[0];
+        if !f.present {
+            return PageInfo::default();
+        }
+        let kpf = self.kpageflags(f.pfn, 1)[0];
+        PageInfo {
+            present: true,
+            pfn: f.pfn,
+            zero_page: f.zero || kpf & KPF_ZERO_PAGE != 0,
+            pmd_mapped: f.huge,
+            folio_order: self.folio_order(f.pfn),
+            exclusive: f.exclusive,
+            ..PageInfo::default()
+        }
+    }
+
+    /// smaps-style sums over `[addr, addr+len)`, from per-page facts.
+    pub fn range_info(&self, addr: u64, len: u64) -> RangeInfo {
+        let start = addr & !(PAGE - 1);
+        let end = (addr + len).div_ceil(PAGE) * PAGE;
+        let mut r = RangeInfo::default();
+        for f in self.facts(start, end - start).iter().filter(|f| f.present && !f.zero) {
+            r.rss_kb += 4;
+            r.anonymous_kb += 4;
+            if f.huge {
+                r.anon_huge_kb += 4;
+            }
+            if f.exclusive {
+                r.private_kb += 4;
+            } else {
+                r.shared_kb += 4;
+            }
+        }
+        r
+    }
+}
+
+/// One VMA of `/proc/self/maps`.
+#[derive(Clone, Copy, Debug)]
+pub struct MapsEntry {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+}
+
+pub fn maps() -> Vec<MapsEntry> {
+    let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (s, e) = it.next()?.split_once('-')?;
+            let perms = it.next()?.as_bytes();
+            Some(MapsEntry {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                read: perms[0] == b'r',
+                write: perms[1] == b'w',
+            })
+        })
+        .collect()
+}
+
+/// Whether an access to the page at `addr` is allowed: EFAULT outside any
+/// VMA, EACCES where the VMA forbids it (the model's convention).
+pub fn check_access(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Errno> {
+    let v = maps.iter().find(|v| v.start <= addr && addr < v.end).ok_or(Errno::EFAULT)?;
+    if (write && !v.write) || !(v.read || v.write) {
+        return Err(Errno::EACCES);
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! The worker: the program each scenario process runs. It reads one request
+//! per line from its socket, performs it on its own address space with real
+//! system calls and memory accesses, and answers one line. `fork` forks the
+//! worker itself: the child connects to the controller with a new socket.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use foliomm::mm::Advice;
+use foliomm::Errno;
+use foliomm_scenario::backend::{pattern_byte, Access, Observation};
+
+use crate::procfs::{check_access, maps, Procfs};
+use crate::{Request, Response};
+
+const PAGE: u64 = 4096;
+
+fn errno() -> Errno {
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOMEM) => Errno::ENOMEM,
+        Some(libc::EFAULT) => Errno::EFAULT,
+        Some(libc::EACCES) => Errno::EACCES,
+        Some(libc::EBUSY) => Errno::EBUSY,
+        Some(libc::EEXIST) => Errno::EEXIST,
+        _ => Errno::EINVAL,
+    }
+}
+
+fn check(r: libc::c_int) -> Result<u64, Errno> {
+    if r == 0 {
+        Ok(0)
+    } else {
+        Err(errno())
+    }
+}
+
+fn connect(socket: &Path, name: &str) -> BufReader<UnixStream> {
+    let mut s = UnixStream::connect(socket).expect("worker cannot reach the controller");
+    let hello = serde_json::to_string(&Request::Hello { name: name.into() }).unwrap();
+    writeln!(s, "{hello}").unwrap();
+    BufReader::new(s)
+}
+
+/// Runs the worker until the controller says `Exit` or goes away.
+pub fn worker_main(socket: &Path, name: &str) -> ! {
+    // Children are reaped by the kernel; the controller learns of an exit
+    // when the child's socket closes (after its address space is gone).
+    // SAFETY: setting SIGCHLD to SIG_IGN has no preconditions.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    let mut conn = connect(socket, name);
+    let open = || Procfs::open().expect("cannot open /proc/self/pagemap or /proc/kpageflags (needs root)");
+    let mut procfs = open();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if conn.read_line(&mut line).unwrap_or(0) == 0 {
+            std::process::exit(0);
+        }
+        let req: Request = serde_json::from_str(&line).expect("bad request from the controller");
+        let resp = match req {
+            Request::Exit => std::process::exit(0),
+            Request::Fork { child } => {
+                // SAFETY: the worker is single-threaded, so the child may
+                // continue running ordinary code after fork().
+                match unsafe { libc::fork() } {
+                    -1 => Response::Err(errno()),
+                    0 => {
+                        conn = connect(socket, &child);
+                        // An open /proc/self/pagemap stays bound to the
+                        // process that opened it: the child needs its own.
+                        procfs = open();
+                        continue;
+                    }
+                    pid => Response::Value(pid as u64),
+                }
+            }
+            other => perform(&procfs, other),
+        };
+        let mut out = serde_json::to_string(&resp).unwrap();
+        out.push('\n');
+        if conn.get_mut().write_all(out.as_bytes()).is_err() {
+            std::process::exit(0);
+        }
+    }
+}
+
+fn perform(procfs: &Procfs, req: Request) -> Response {
+    let r = match req {
+        Request::Mmap { at, len, prot, fixed, populate } => {
+            let flags = libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | if fixed { libc::MAP_FIXED } else { 0 }
+                | if populate { libc::MAP_POPULATE } else { 0 };
+            // SAFETY: an anonymous mapping; MAP_FIXED may replace scenario
+            // mappings, which no Rust reference of the worker points into.
+            let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot as i32, flags, -1, 0) };
+            if p == libc::MAP_FAILED {
+                Err(errno())
+            } else {
+                Ok(p as u64)
+            }
+        }
+        // SAFETY (munmap, mprotect, madvise, mremap): they act on scenario
+        // mappings only; the kernel validates the ranges.
+        Request::Munmap { addr, len } => check(unsafe { libc::munmap(addr as *mut _, len as usize) }),
+        Request::Mprotect { addr, len, prot } => {
+            check(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
+        }
+        Request::Madvise { addr, len, advice } => {
+            let a = match advice {
+                Advice::DontNeed => libc::MADV_DONTNEED,
+                Advice::HugePage => libc::MADV_HUGEPAGE,
+                Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+                Advice::DontFork => libc::MADV_DONTFORK,
+                Advice::DoFork => libc::MADV_DOFORK,
+            };
+            check(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
+        }
+        Request::Mremap { addr, len, new_len, to } => {
+            let (flags, target) = match to {
+                Some(t) => (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t),
+                None => (libc::MREMAP_MAYMOVE, 0),
+            };
+            let p = unsafe {
+                libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void)
+            };
+            if p == libc::MAP_FAILED {
+                Err(errno())
+            } else {
+                Ok(p as u64)
+            }
+        }
+        Request::Access { addr, len, access } => return access_memory(addr, len, access),
+        Request::Observe { addr, len } => {
+            let page = procfs.page_info(addr);
+            let range = procfs.range_info(addr, len);
+            let readable = check_access(&maps(), addr, false).is_ok();
+            // SAFETY: the page is mapped and readable (checked just above).
+            let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
+            return Response::Observed(Observation { page, range, byte });
+        }
+        Request::Hello { .. } | Request::Exit | Request::Fork { .. } => unreachable!(),
+    };
+    match r {
+        Ok(v) => Response::Value(v),
+        Err(e) => Response::Err(e),
+    }
+}
+
+/// Performs an access page by page, stopping at the first page the VMAs
+/// forbid, as a CPU would (with an error instead of SIGSEGV).
+fn access_memory(addr: u64, len: u64, access: Access) -> Response {
+    let maps = maps();
+    let write = !matches!(access, Access::Read { .. });
+    let every_byte = match access {
+        Access::Write { every_byte, .. } | Access::Read { every_byte } => every_byte,
+        Access::Pattern { .. } => true,
+    };
+    let mut out = Vec::new();
+    let end = addr + len;
+    let mut at = if every_byte { addr } else { addr & !(PAGE - 1) };
+    while at < end {
+        if let Err(e) = check_access(&maps, at, write) {
+            return Response::Err(e);
+        }
+        let next = if every_byte { ((at / PAGE) + 1) * PAGE } else { at + PAGE };
+        let span = if every_byte { at..next.min(end) } else { at..at + 1 };
+        for a in span {
+            let p = a as *mut u8;
+            // SAFETY: the page lies in a VMA that permits this access
+            // (checked above), and only scenario mappings are touched.
+            unsafe {
+                match access {
+                    Access::Write { val, .. } => p.write_volatile(val),
+                    Access::Pattern { seed } => p.write_volatile(pattern_byte(a, seed)),
+                    Access::Read { .. } => out.push(p.read_volatile()),
+                }
+            }
+        }
+        at = next;
+    }
+    if write {
+        Response::Value(0)
+    } else {
+        Response::Bytes(out)
+    }
+}
