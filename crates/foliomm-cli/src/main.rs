@@ -38,6 +38,9 @@ struct CompareArgs {
     /// Mapcount design of the model, overriding the files' `set mapcount`.
     #[arg(long)]
     mapcount: Option<String>,
+    /// Model debug switches (see `foliomm run --help`), applied to the model only.
+    #[arg(long)]
+    debug: Vec<String>,
     /// Print only mismatches and summaries.
     #[arg(long, short)]
     quiet: bool,
@@ -63,6 +66,9 @@ struct RunArgs {
     /// Entries per CPU TLB (0 for none), overriding the file's `set tlb`.
     #[arg(long)]
     tlb: Option<u64>,
+    /// Model debug switches: no-large-reuse, skip-fork-flush, free-before-flush.
+    #[arg(long)]
+    debug: Vec<String>,
     /// Print JSON (one object per file, in an array) instead of tables.
     #[arg(long)]
     json: bool,
@@ -137,6 +143,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             memory: None,
             zap: None,
             tlb: None,
+            debug: a.debug.clone(),
             json: false,
             quiet: a.quiet,
             backend: "model".into(),
@@ -181,6 +188,7 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     if let Some(n) = a.tlb {
         over.push(MachineSetting::Tlb(n));
     }
+    over.extend(a.debug.iter().map(|d| MachineSetting::Debug(d.clone())));
     let at = steps.iter().position(|s| !matches!(s.cmd, Cmd::SetMachine(_) | Cmd::SetCheck(_))).unwrap_or(steps.len());
     let new = over.into_iter().map(|s| Step {
         line: 0,

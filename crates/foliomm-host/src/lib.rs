@@ -158,6 +158,7 @@ impl Backend for HostBackend {
                     Some("the host kernel zaps batched")
                 }
                 MachineSetting::Tlb(_) => Some("the host's TLB is hardware"),
+                MachineSetting::Debug(_) => Some("debug switches break the model, not the kernel"),
                 _ => None,
             };
             if let Some(why) = refuse {

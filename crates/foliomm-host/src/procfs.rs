@@ -220,7 +220,9 @@ pub fn maps() -> Vec<MapsEntry> {
 /// VMA, EACCES where the VMA forbids it (the model's convention).
 pub fn check_access(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Errno> {
     let v = maps.iter().find(|v| v.start <= addr && addr < v.end).ok_or(Errno::EFAULT)?;
-    if (write && !v.write) || !(v.read || v.write) {
+    // x86: write permission implies read permission.
+    let allowed = if write { v.write } else { v.read || v.write };
+    if !allowed {
         return Err(Errno::EACCES);
     }
     Ok(())

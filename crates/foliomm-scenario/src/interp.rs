@@ -165,7 +165,9 @@ impl State<'_> {
                     );
                 }
                 // A later line (or a command-line override) wins over an earlier one.
-                self.settings.retain(|s| std::mem::discriminant(s) != std::mem::discriminant(setting));
+                if !matches!(setting, MachineSetting::Debug(_)) {
+                    self.settings.retain(|s| std::mem::discriminant(s) != std::mem::discriminant(setting));
+                }
                 self.settings.push(setting.clone());
                 return Ok(format!("{setting:?}"));
             }

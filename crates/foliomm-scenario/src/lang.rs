@@ -6,6 +6,7 @@
 //! set mapcount mm-id                 mapcount design (before the first process)
 //! set zap per-page                   zap strategy: batched or per-page (likewise)
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
+//! set debug no-large-reuse           a model debug switch (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set check on|off                   run the invariant checker after each step
 //! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed] [align 64K]
@@ -116,6 +117,8 @@ pub enum MachineSetting {
     Zap(ZapStrategy),
     /// Entries per CPU TLB (0: no TLB).
     Tlb(u64),
+    /// A model debug switch (see `foliomm::machine::DebugSwitches::NAMES`).
+    Debug(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -398,6 +401,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
                 "mapcount" => Ok(Cmd::SetMachine(MachineSetting::Mapcount(l.ident("a mapcount design")?))),
                 "tlb" => Ok(Cmd::SetMachine(MachineSetting::Tlb(l.size("a number of TLB entries")?))),
+                "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
                 "zap" => {
                     let col = l.col();
                     let t = l.next("a zap strategy (batched or per-page)")?;

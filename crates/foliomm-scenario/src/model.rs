@@ -58,6 +58,12 @@ impl Backend for ModelBackend {
                 }
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
+                MachineSetting::Debug(d) => {
+                    if !config.debug.set(d) {
+                        let known = foliomm::machine::DebugSwitches::NAMES.join(", ");
+                        return Err(BackendError(format!("unknown debug switch '{d}' (known: {known})")));
+                    }
+                }
             }
         }
         let m = Machine::new(config.clone())

@@ -174,7 +174,11 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte)
         let f = Folio::containing(phys, orig.pfn());
         let i = orig.pfn() - f.pfn;
         let reuse = f.anon_exclusive(i)
-            || if f.is_large() { m.design.can_reuse(f, mm.id) } else { f.trylock().is_some() && f.refcount() == 1 };
+            || if f.is_large() {
+                !m.config.debug.no_large_reuse && m.design.can_reuse(f, mm.id)
+            } else {
+                f.trylock().is_some() && f.refcount() == 1
+            };
         if reuse {
             f.set_anon_exclusive(i, true);
             store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));

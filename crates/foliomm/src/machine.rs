@@ -68,6 +68,25 @@ pub struct DebugSwitches {
     pub free_before_flush: Option<std::time::Duration>,
     /// fork write-protects the parent's PTEs without flushing its TLB.
     pub skip_fork_flush: bool,
+    /// Write faults never reuse a large anon folio that is not AnonExclusive
+    /// (Linux before 6.15): shows that comparisons with the host can fail.
+    pub no_large_reuse: bool,
+}
+
+impl DebugSwitches {
+    /// Names of the switches a scenario or the command line can set.
+    pub const NAMES: &'static [&'static str] = &["no-large-reuse", "skip-fork-flush", "free-before-flush"];
+
+    /// Turns on the switch called `name`; false if there is none.
+    pub fn set(&mut self, name: &str) -> bool {
+        match name {
+            "no-large-reuse" => self.no_large_reuse = true,
+            "skip-fork-flush" => self.skip_fork_flush = true,
+            "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
+            _ => return false,
+        }
+        true
+    }
 }
 
 impl Default for Config {

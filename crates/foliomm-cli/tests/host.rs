@@ -1,0 +1,113 @@
+//! The host backend against the running kernel, through the real `foliomm`
+//! binary. Skipped, with the reason printed, where the host backend is not
+//! permitted (not Linux, not root, no /proc/kpageflags or THP sysfs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Why the host backend cannot run here, if it cannot.
+fn unavailable() -> Option<String> {
+    if std::fs::File::open("/proc/kpageflags").is_err() {
+        return Some("cannot read /proc/kpageflags (needs root on Linux)".into());
+    }
+    let probe = "/sys/kernel/mm/transparent_hugepage/enabled";
+    match std::fs::read_to_string(probe) {
+        Err(e) => Some(format!("cannot read {probe}: {e}")),
+        Ok(v)
+            if std::fs::write(
+                probe,
+                v.split_whitespace().find(|w| w.starts_with('[')).unwrap_or("").trim_matches(['[', ']']),
+            )
+            .is_err() =>
+        {
+            Some(format!("cannot write {probe} (needs root)"))
+        }
+        Ok(_) => None,
+    }
+}
+
+/// Host tests change system-wide THP settings: one at a time.
+static HOST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+macro_rules! require_host {
+    () => {
+        let _serial = HOST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(why) = unavailable() {
+            eprintln!("skipping: the host backend is not permitted here: {why}");
+            return;
+        }
+    };
+}
+
+/// Every THP `enabled` value, to check that runs put them back.
+fn thp_settings() -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let base = Path::new("/sys/kernel/mm/transparent_hugepage");
+    out.push((base.join("enabled"), std::fs::read_to_string(base.join("enabled")).unwrap_or_default()));
+    if let Ok(dir) = std::fs::read_dir(base) {
+        for e in dir.flatten() {
+            let p = e.path().join("enabled");
+            if let Ok(v) = std::fs::read_to_string(&p) {
+                out.push((p, v));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn foliomm(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).current_dir(root()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+const REUSE: &[&str] =
+    &["scenarios/08-reuse-64k.fmm", "scenarios/09-reuse-pte-mapped-thp.fmm", "scenarios/19-pmd-thp-fork-cow.fmm"];
+
+#[test]
+fn model_and_kernel_agree_on_reuse_scenarios() {
+    require_host!();
+    let before = thp_settings();
+    let mut args = vec!["compare", "-q"];
+    args.extend(REUSE);
+    let (code, out) = foliomm(&args);
+    assert_eq!(code, 0, "compare found mismatches:\n{out}");
+    assert!(out.contains("0 mismatches in all"), "{out}");
+    assert_eq!(thp_settings(), before, "a THP sysfs value was left changed");
+}
+
+#[test]
+fn a_model_that_cannot_reuse_disagrees_with_the_kernel() {
+    require_host!();
+    let before = thp_settings();
+    let mut args = vec!["compare", "-q", "--debug", "no-large-reuse"];
+    args.extend(REUSE);
+    let (code, out) = foliomm(&args);
+    assert_eq!(code, 1, "compare must fail:\n{out}");
+    assert!(out.contains("mismatch: frame: model new frame"), "{out}");
+    assert_eq!(thp_settings(), before, "a THP sysfs value was left changed");
+}
+
+#[test]
+fn a_scenario_runs_on_the_host_kernel() {
+    require_host!();
+    let before = thp_settings();
+    let (code, out) =
+        foliomm(&["run", "--backend", "host", "-q", "scenarios/02-mthp-64k.fmm", "scenarios/17-zero-page.fmm"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("PASS").count(), 2, "{out}");
+    assert_eq!(thp_settings(), before);
+}
+
+#[test]
+fn settings_the_host_cannot_honour_are_skipped_not_failed() {
+    require_host!();
+    let (code, out) = foliomm(&["compare", "-q", "scenarios/16-enomem.fmm"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("skipped on the host: cannot honour"), "{out}");
+}
