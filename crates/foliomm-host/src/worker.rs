@@ -173,7 +173,7 @@ fn access_memory(addr: u64, len: u64, access: Access) -> Response {
             unsafe {
                 match access {
                     Access::Write { val, .. } => p.write_volatile(val),
-                    Access::Pattern { seed } => p.write_volatile(pattern_byte(a, seed)),
+                    Access::Pattern { origin, seed } => p.write_volatile(pattern_byte(a - origin, seed)),
                     Access::Read { .. } => out.push(p.read_volatile()),
                 }
             }

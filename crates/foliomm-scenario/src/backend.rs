@@ -13,21 +13,25 @@ use crate::lang::MachineSetting;
 pub enum Access {
     /// Write `val` to the first byte of each page, or to every byte.
     Write { val: u8, every_byte: bool },
-    /// Write every byte with [`pattern_byte`] of its address and `seed`.
-    Pattern { seed: u8 },
+    /// Write every byte with [`pattern_byte`] of its offset from `origin`
+    /// (the mapping's start, so that backends placing the mapping at
+    /// different addresses write the same bytes) and `seed`.
+    Pattern { origin: u64, seed: u8 },
     /// Read the first byte of each page, or every byte.
     Read { every_byte: bool },
 }
 
-/// The byte a `pattern` write puts at `addr`: it differs between neighbouring
-/// bytes and between pages, so a page mapped at the wrong place is noticed.
-pub fn pattern_byte(addr: u64, seed: u8) -> u8 {
-    ((addr >> 12).wrapping_mul(0x9e37) ^ (addr & 0xfff).wrapping_mul(7)) as u8 ^ seed
+/// The byte a `pattern` write puts at offset `off` of a mapping: it differs
+/// between neighbouring bytes and between pages, so a page that shows up at
+/// the wrong place is noticed.
+pub fn pattern_byte(off: u64, seed: u8) -> u8 {
+    ((off >> 12).wrapping_mul(0x9e37) ^ (off & 0xfff).wrapping_mul(7)) as u8 ^ seed
 }
 
-/// The bytes of a `pattern` write of `len` bytes at `addr`.
-pub fn pattern_bytes(addr: u64, len: u64, seed: u8) -> Vec<u8> {
-    (addr..addr + len).map(|a| pattern_byte(a, seed)).collect()
+/// The bytes of a `pattern` write of `len` bytes at `addr`, for a mapping
+/// that starts at `origin`.
+pub fn pattern_bytes(origin: u64, addr: u64, len: u64, seed: u8) -> Vec<u8> {
+    (addr..addr + len).map(|a| pattern_byte(a - origin, seed)).collect()
 }
 
 /// What an `observe` step records: the first page of the place as pagemap and

@@ -287,8 +287,9 @@ impl State<'_> {
             }
             Cmd::Pattern { place, seed } => {
                 let (a, l) = self.place(place)?;
-                if outcome(step, self.backend.access(&p, a, l, Access::Pattern { seed: *seed }))?.is_some() {
-                    let data = crate::backend::pattern_bytes(a, l, *seed);
+                let origin = self.maps[&place.map].0;
+                if outcome(step, self.backend.access(&p, a, l, Access::Pattern { origin, seed: *seed }))?.is_some() {
+                    let data = crate::backend::pattern_bytes(origin, a, l, *seed);
                     let rs = self.refs.get_mut(&p).unwrap();
                     rs.write(a, &data)
                         .map_err(|e| format!("the write succeeded but the reference model says it fails with {e}"))?;

@@ -142,8 +142,8 @@ impl Backend for ModelBackend {
             Access::Write { val, every_byte: false } => {
                 cpu.write_byte_per_page(&mm, addr, len, val).map(|_| Vec::new())
             }
-            Access::Pattern { seed } => {
-                cpu.write(&mm, addr, &crate::backend::pattern_bytes(addr, len, seed)).map(|_| Vec::new())
+            Access::Pattern { origin, seed } => {
+                cpu.write(&mm, addr, &crate::backend::pattern_bytes(origin, addr, len, seed)).map(|_| Vec::new())
             }
             Access::Read { every_byte: true } => {
                 let mut buf = vec![0; len as usize];

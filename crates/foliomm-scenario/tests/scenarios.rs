@@ -17,13 +17,13 @@ fn run_src(src: &str) -> foliomm_scenario::Outcome {
 
 #[test]
 fn every_shipped_scenario_passes_with_the_checker() {
-    let mut files: Vec<_> = std::fs::read_dir(scenario_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "fmm"))
-        .collect();
+    let mut files = Vec::new();
+    for dir in [scenario_dir(), scenario_dir().join("cow")] {
+        let found = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        files.extend(found.filter(|p| p.extension().is_some_and(|e| e == "fmm")));
+    }
     files.sort();
-    assert!(files.len() >= 15, "expected at least 15 scenarios, found {}", files.len());
+    assert!(files.len() >= 35, "expected the core scenarios and the COW suite, found {}", files.len());
     for f in files {
         let src = std::fs::read_to_string(&f).unwrap();
         let steps = parse(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
