@@ -76,6 +76,17 @@ pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize
         }
         mismatches += diffs.len();
     }
+    for m in &model.measures {
+        if let Some(h) = host.measures.iter().find(|h| h.name == m.name) {
+            println!(
+                "  measure {}: model {:.6} s, host {:.6} s, model/host {:.2}x",
+                m.name,
+                m.seconds,
+                h.seconds,
+                m.seconds / h.seconds
+            );
+        }
+    }
     match (&model.failure, &host.failure) {
         (None, None) => {}
         (m, h) => {

@@ -210,6 +210,9 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
         }
         print_counters(&out.counters);
     }
+    for m in &out.measures {
+        println!("  measure {}: {:.6} s", m.name, m.seconds);
+    }
     match &out.failure {
         None => println!("  PASS ({} steps)", out.steps.len()),
         Some(f) => println!("  FAIL at line {}: {}", f.line, f.message),

@@ -4,6 +4,7 @@
 //! backend's invariant checker after every step. It stops at the first failure.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use foliomm::check::reference::RefSpace;
 use foliomm::mm::Advice;
@@ -43,6 +44,7 @@ pub struct Outcome {
     pub steps: Vec<StepOutcome>,
     pub observations: Vec<(String, Observation)>,
     pub counters: Vec<(String, u64)>,
+    pub measures: Vec<Measure>,
     pub failure: Option<Failure>,
 }
 
@@ -56,6 +58,18 @@ struct State<'b> {
     exited: HashSet<String>,
     refs: HashMap<String, RefSpace>,
     obs: Vec<(String, Observation)>,
+    /// Time spent inside the backend's calls.
+    backend_time: Duration,
+    /// The open `measure` block: its name and the backend time at its start.
+    measure: Option<(String, Duration)>,
+    measures: Vec<Measure>,
+}
+
+/// A `measure` block's result: time spent in the backend by its steps.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Measure {
+    pub name: String,
+    pub seconds: f64,
 }
 
 type StepResult = Result<String, String>;
@@ -72,12 +86,15 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         exited: HashSet::new(),
         refs: HashMap::new(),
         obs: Vec::new(),
+        backend_time: Duration::ZERO,
+        measure: None,
+        measures: Vec::new(),
     };
     let mut outcomes = Vec::new();
     let mut failure = None;
     for step in steps {
         let r = st.step(step).and_then(|msg| {
-            if st.check && st.started {
+            if st.check && st.started && st.measure.is_none() {
                 let bad = st.backend.check();
                 if !bad.is_empty() {
                     return Err(format!("invariant checker after this step:\n  {}", bad.join("\n  ")));
@@ -103,11 +120,16 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     for p in live {
         st.backend.exit(&p);
     }
+    if let (Some((name, _)), None) = (&st.measure, &failure) {
+        failure =
+            Some(Failure { line: steps.last().map_or(0, |s| s.line), message: format!("measure {name} has no 'end'") });
+    }
     Outcome {
         backend: st.backend.name().into(),
         steps: outcomes,
         observations: st.obs,
         counters: st.backend.counters(),
+        measures: st.measures,
         failure,
     }
 }
@@ -128,6 +150,14 @@ fn outcome<T>(step: &Step, r: Result<T, Errno>) -> Result<Option<T>, String> {
 }
 
 impl State<'_> {
+    /// Calls the backend, adding the time it takes to `backend_time`.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut dyn Backend) -> T) -> T {
+        let t = Instant::now();
+        let r = f(&mut *self.backend);
+        self.backend_time += t.elapsed();
+        r
+    }
+
     fn start(&mut self) -> Result<(), String> {
         if !self.started {
             self.backend.start(&self.settings).map_err(|e| e.0)?;
@@ -171,6 +201,21 @@ impl State<'_> {
                 self.settings.push(setting.clone());
                 return Ok(format!("{setting:?}"));
             }
+            Cmd::Measure(name) => {
+                if let Some((open, _)) = &self.measure {
+                    return Err(format!("measure {name} inside measure {open}: blocks do not nest"));
+                }
+                self.measure = Some((name.clone(), self.backend_time));
+                return Ok(format!("measuring {name}"));
+            }
+            Cmd::End => {
+                let Some((name, start)) = self.measure.take() else {
+                    return Err("'end' without a 'measure'".into());
+                };
+                let seconds = (self.backend_time - start).as_secs_f64();
+                self.measures.push(Measure { name: name.clone(), seconds });
+                return Ok(format!("{name}: {seconds:.6} s in the backend"));
+            }
             Cmd::SetCheck(on) => {
                 self.check = *on;
                 return Ok(format!("checker {}", if *on { "on" } else { "off" }));
@@ -182,22 +227,20 @@ impl State<'_> {
             return self.global(step);
         };
         self.proc(&p)?;
-        let b = &mut *self.backend;
         match &step.cmd {
             Cmd::Mmap { name, len, prot, populate, at, fixed, align } => {
                 // With `align`, map `len + align` and unmap what lies outside
                 // the aligned part, as the kernel selftests do.
                 let extra = align.unwrap_or(0);
-                let got = b.mmap(&p, *at, len + extra, *prot, *fixed, *populate);
+                let got = self.timed(|b| b.mmap(&p, *at, len + extra, *prot, *fixed, *populate));
                 let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
                 let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
+                let trim = |e: Errno| format!("trimming the aligned mapping failed with {e}");
                 if addr > raw {
-                    b.munmap(&p, raw, addr - raw)
-                        .map_err(|e| format!("trimming the aligned mapping failed with {e}"))?;
+                    self.timed(|b| b.munmap(&p, raw, addr - raw)).map_err(trim)?;
                 }
                 if raw + len + extra > addr + len {
-                    b.munmap(&p, addr + len, raw + len + extra - (addr + len))
-                        .map_err(|e| format!("trimming the aligned mapping failed with {e}"))?;
+                    self.timed(|b| b.munmap(&p, addr + len, raw + len + extra - (addr + len))).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
                 self.refs.get_mut(&p).unwrap().map(addr, *len, *prot);
@@ -205,21 +248,21 @@ impl State<'_> {
             }
             Cmd::Munmap(pl) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.backend.munmap(&p, a, l))?.is_some() {
+                if outcome(step, self.timed(|b| b.munmap(&p, a, l)))?.is_some() {
                     self.refs.get_mut(&p).unwrap().unmap(a, l);
                 }
                 Ok("ok".into())
             }
             Cmd::Mprotect(pl, prot) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.backend.mprotect(&p, a, l, *prot))?.is_some() {
+                if outcome(step, self.timed(|b| b.mprotect(&p, a, l, *prot)))?.is_some() {
                     self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
                 }
                 Ok("ok".into())
             }
             Cmd::Madvise(pl, adv) => {
                 let (a, l) = self.place(pl)?;
-                let r = self.backend.madvise(&p, a, l, *adv);
+                let r = self.timed(|b| b.madvise(&p, a, l, *adv));
                 if *adv == Advice::DontNeed {
                     self.refs.get_mut(&p).unwrap().zap(a, l);
                 }
@@ -233,7 +276,7 @@ impl State<'_> {
                     Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
                     None => None,
                 };
-                let Some(n) = outcome(step, self.backend.mremap(&p, a, l, new_len, target))? else {
+                let Some(n) = outcome(step, self.timed(|b| b.mremap(&p, a, l, new_len, target)))? else {
                     return Ok("failed as expected".into());
                 };
                 let rs = self.refs.get_mut(&p).unwrap();
@@ -251,7 +294,7 @@ impl State<'_> {
                 if self.live.contains(child) || self.exited.contains(child) {
                     return Err(format!("process {child} already exists"));
                 }
-                if outcome(step, self.backend.fork(&p, child))?.is_some() {
+                if outcome(step, self.timed(|b| b.fork(&p, child)))?.is_some() {
                     let copy = self.refs[&p].clone();
                     self.refs.insert(child.clone(), copy);
                     self.live.insert(child.clone());
@@ -259,7 +302,7 @@ impl State<'_> {
                 Ok(format!("{child} forked"))
             }
             Cmd::Exit => {
-                self.backend.exit(&p);
+                self.timed(|b| b.exit(&p));
                 self.live.remove(&p);
                 self.refs.remove(&p);
                 self.exited.insert(p.clone());
@@ -275,7 +318,7 @@ impl State<'_> {
             Cmd::Write { place, val, every_byte } => {
                 let (a, l) = self.place(place)?;
                 let val = val.unwrap_or((step.line % 251 + 1) as u8);
-                let r = self.backend.access(&p, a, l, Access::Write { val, every_byte: *every_byte });
+                let r = self.timed(|b| b.access(&p, a, l, Access::Write { val, every_byte: *every_byte }));
                 if outcome(step, r)?.is_some() {
                     let rs = self.refs.get_mut(&p).unwrap();
                     let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
@@ -288,7 +331,8 @@ impl State<'_> {
             Cmd::Pattern { place, seed } => {
                 let (a, l) = self.place(place)?;
                 let origin = self.maps[&place.map].0;
-                if outcome(step, self.backend.access(&p, a, l, Access::Pattern { origin, seed: *seed }))?.is_some() {
+                if outcome(step, self.timed(|b| b.access(&p, a, l, Access::Pattern { origin, seed: *seed })))?.is_some()
+                {
                     let data = crate::backend::pattern_bytes(origin, a, l, *seed);
                     let rs = self.refs.get_mut(&p).unwrap();
                     rs.write(a, &data)
@@ -298,7 +342,7 @@ impl State<'_> {
             }
             Cmd::Read { place, every_byte } => {
                 let (a, l) = self.place(place)?;
-                let got = self.backend.access(&p, a, l, Access::Read { every_byte: *every_byte });
+                let got = self.timed(|b| b.access(&p, a, l, Access::Read { every_byte: *every_byte }));
                 let Some(got) = outcome(step, got)? else {
                     return Ok("failed as expected".into());
                 };
@@ -311,7 +355,7 @@ impl State<'_> {
             }
             Cmd::Observe { place, name } => {
                 let (a, l) = self.place(place)?;
-                let Some(o) = outcome(step, self.backend.observe(&p, a, l))? else {
+                let Some(o) = outcome(step, self.timed(|b| b.observe(&p, a, l)))? else {
                     return Ok("failed as expected".into());
                 };
                 let pg = &o.page;

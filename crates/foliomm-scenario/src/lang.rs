@@ -23,6 +23,8 @@
 //! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
+//! measure fault-all                  time the steps up to `end` (backend time only)
+//! end
 //! P: write a fails ENOMEM            the step must fail with that error
 //! ```
 //! A parse error names the line and column and what was expected.
@@ -58,6 +60,10 @@ pub enum Cmd {
         sizes: Vec<(u32, ThpMode)>,
     },
     SetCheck(bool),
+    /// Start timing the following steps (`measure NAME`).
+    Measure(String),
+    /// Stop timing (`end`).
+    End,
     Mmap {
         name: String,
         len: u64,
@@ -422,6 +428,8 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 t => l.err(col, format!("expected a setting (memory, mapcount, zap, tlb, thp, check), found '{t}'")),
             }
         }
+        "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
+        "end" => Ok(Cmd::End),
         "expect" => {
             let lhs = l.operand()?;
             let col = l.col();
@@ -436,7 +444,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             };
             Ok(Cmd::Expect { lhs, op, rhs: l.operand()? })
         }
-        t => l.err(col, format!("expected 'set', 'expect' or 'NAME:' (a process), found '{t}'")),
+        t => l.err(col, format!("expected 'set', 'expect', 'measure', 'end' or 'NAME:' (a process), found '{t}'")),
     }
 }
 
