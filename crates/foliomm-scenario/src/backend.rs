@@ -62,28 +62,15 @@ impl Observation {
         "private_kb",
     ];
 
-    /// Field names `expect` can use.
-    pub const FIELDS: &'static [&'static str] = &[
-        "frame",
-        "folio_order",
-        "folio_kb",
-        "present",
-        "exclusive",
-        "zero_page",
-        "pmd_mapped",
-        "writable",
-        "byte",
-        "rss_kb",
-        "anonymous_kb",
-        "anon_huge_kb",
-        "shared_kb",
-        "private_kb",
-        "mapcount",
-        "folio_mapcount",
-        "refcount",
-        "anon_exclusive",
-        "maybe_shared",
-    ];
+    /// Fields only the model knows (the kernel exposes no PTE write bit,
+    /// mapcount, refcount, AnonExclusive or "maybe shared" per page).
+    pub const MODEL_FIELDS: &'static [&'static str] =
+        &["writable", "mapcount", "folio_mapcount", "refcount", "anon_exclusive", "maybe_shared"];
+
+    /// Every field `expect` can use: `frame`, the kernel's and the model's.
+    pub fn field_names() -> impl Iterator<Item = &'static str> {
+        std::iter::once("frame").chain(Self::KERNEL_FIELDS.iter().copied()).chain(Self::MODEL_FIELDS.iter().copied())
+    }
 
     /// The value of a field, booleans as 0/1.
     pub fn field(&self, name: &str) -> Option<u64> {
@@ -162,7 +149,7 @@ pub trait Backend {
     /// Whether observations carry `field` (the host lacks the model-only
     /// ones: frame identity aside, only [`Observation::KERNEL_FIELDS`]).
     fn observes(&self, field: &str) -> bool {
-        Observation::FIELDS.contains(&field)
+        Observation::field_names().any(|f| f == field)
     }
     /// Invariant violations (a backend that cannot check returns none).
     fn check(&self) -> Vec<String>;

@@ -388,7 +388,7 @@ impl State<'_> {
                 if !self.backend.exact_counters() && (is_stat(lhs) || is_stat(rhs)) {
                     return Ok(format!("skipped: counters on the {} backend are system-wide", self.backend.name()));
                 }
-                let hidden = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj != "stat" && Observation::FIELDS.contains(&field.as_str()) && !self.backend.observes(field));
+                let hidden = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj != "stat" && Observation::field_names().any(|f| f == field) && !self.backend.observes(field));
                 if hidden(lhs) || hidden(rhs) {
                     return Ok(format!("skipped: the {} backend cannot observe that field", self.backend.name()));
                 }
@@ -417,9 +417,12 @@ impl State<'_> {
             Operand::Field { obj, field } => {
                 let (_, ob) =
                     self.obs.iter().find(|(n, _)| n == obj).ok_or_else(|| format!("no observation named '{obj}'"))?;
-                let v = ob
-                    .field(field)
-                    .ok_or_else(|| format!("no field '{field}' (fields: {})", Observation::FIELDS.join(", ")))?;
+                let v = ob.field(field).ok_or_else(|| {
+                    format!(
+                        "no field '{field}' (fields: {})",
+                        Observation::field_names().collect::<Vec<_>>().join(", ")
+                    )
+                })?;
                 let shown = if field == "frame" { format!("{v:#x}") } else { v.to_string() };
                 Ok((v, format!("{obj}.{field} (= {shown})")))
             }
