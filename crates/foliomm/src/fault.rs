@@ -32,19 +32,36 @@ fn thp_orders(m: &Machine, vma: &Vma) -> u32 {
     m.thp.allowable_orders(vma.flags & vm::HUGEPAGE != 0, vma.flags & vm::NOHUGEPAGE != 0)
 }
 
-/// `handle_mm_fault` for `addr` in `vma`. Returns ENOMEM (`VM_FAULT_OOM`)
-/// when no order-0 page or page table can be allocated.
+/// What a fault asks for (`FAULT_FLAG_WRITE`, `FAULT_FLAG_UNSHARE`, neither).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    Read,
+    Write,
+    /// Make an anon page exclusive to this MM without writing it (GUP R/O
+    /// pins): the COW paths run, but the entry stays read-only.
+    Unshare,
+}
+
+/// `handle_mm_fault` for a read or write of `addr` in `vma`. Returns ENOMEM
+/// (`VM_FAULT_OOM`) when no order-0 page or page table can be allocated.
 pub fn handle_mm_fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> {
+    handle_fault(m, mm, vma, addr, if write { FaultKind::Write } else { FaultKind::Read })
+}
+
+/// `handle_mm_fault` with the fault's kind spelled out.
+pub fn handle_fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     Stats::inc(&m.stats.pgfault);
-    let r = fault(m, mm, vma, addr, write);
+    let r = fault(m, mm, vma, addr, kind);
     if r.is_err() {
         Stats::inc(&m.stats.oom);
     }
     r
 }
 
-fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> {
+fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let phys = &m.phys;
+    let write = kind == FaultKind::Write;
+    let unshare = kind == FaultKind::Unshare;
     let pmd = alloc_pmd(m, mm.pgd, addr, &mm.page_table_lock)?;
     loop {
         let e = pmd.load(phys);
@@ -58,8 +75,8 @@ fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> 
                 return Ok(());
             }
         } else if e.huge() {
-            if write && !e.write() {
-                if huge_memory::do_huge_pmd_wp_page(m, mm, vma, pmd, addr, e)? == Huge::Done {
+            if (write || unshare) && !e.write() {
+                if huge_memory::do_huge_pmd_wp_page(m, mm, vma, pmd, addr, e, unshare)? == Huge::Done {
                     return Ok(());
                 }
                 continue;
@@ -70,7 +87,7 @@ fn fault(m: &Machine, mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> 
         let Some(table) = alloc_pte_table(m, pmd)? else {
             continue;
         };
-        return handle_pte_fault(m, mm, vma, table, addr, write);
+        return handle_pte_fault(m, mm, vma, table, addr, kind);
     }
 }
 
@@ -85,12 +102,13 @@ fn touch(m: &Machine, table: Pfn, idx: usize, orig: Pte, write: bool) {
     }
 }
 
-fn handle_pte_fault(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, write: bool) -> Result<()> {
+fn handle_pte_fault(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, kind: FaultKind) -> Result<()> {
     let pte = load(&m.phys, table, pte_index(addr));
+    let write = kind == FaultKind::Write;
     if pte.is_none() {
         do_anonymous_page(m, mm, vma, table, addr, write)
-    } else if write && !pte.write() {
-        do_wp_page(m, mm, vma, table, addr, pte)
+    } else if kind != FaultKind::Read && !pte.write() {
+        do_wp_page(m, mm, vma, table, addr, pte, kind == FaultKind::Unshare)
     } else {
         touch(m, table, pte_index(addr), pte, write);
         Ok(())
@@ -159,11 +177,12 @@ fn alloc_anon_folio<'m>(m: &'m Machine, vma: &Vma, table: Pfn, addr: u64) -> Res
 /// `do_wp_page` for a private anonymous mapping: reuse the page if it is
 /// AnonExclusive, or if `wp_can_reuse_anon_folio` says so (small folio: sole
 /// reference; large folio: the design's answer); otherwise copy it. Reuse
-/// makes only the faulting PTE writable and marks only that page exclusive.
-fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte) -> Result<()> {
+/// makes only the faulting PTE writable and marks only that page exclusive;
+/// with `unshare` (FAULT_FLAG_UNSHARE) the PTE stays read-only.
+fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte, unshare: bool) -> Result<()> {
     let phys = &m.phys;
     if orig.special() {
-        return wp_page_copy(m, mm, vma, table, addr, orig, None);
+        return wp_page_copy(m, mm, vma, table, addr, orig, None, unshare);
     }
     let idx = pte_index(addr);
     let f = {
@@ -181,21 +200,34 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte)
             };
         if reuse {
             f.set_anon_exclusive(i, true);
-            store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
-            Stats::inc(&m.stats.pgreuse);
+            if !unshare {
+                store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+                Stats::inc(&m.stats.pgreuse);
+            }
             return Ok(());
         }
         f.ref_add(1);
         f
     };
-    wp_page_copy(m, mm, vma, table, addr, orig, Some(f))
+    wp_page_copy(m, mm, vma, table, addr, orig, Some(f), unshare)
 }
 
 /// `wp_page_copy`: copies the page (or zero-fills for the zero page) into a
 /// new order-0 folio and replaces the PTE; the old mapping's rmap is removed
 /// after the PTE is cleared and flushed, and the old folio's references (the
-/// mapping's and the one taken by the caller) are dropped last.
-fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte, old: Option<Folio>) -> Result<()> {
+/// mapping's and the one taken by the caller) are dropped last. With
+/// `unshare` the new page is mapped read-only and clean.
+#[allow(clippy::too_many_arguments)]
+fn wp_page_copy(
+    m: &Machine,
+    mm: &Mm,
+    vma: &Vma,
+    table: Pfn,
+    addr: u64,
+    orig: Pte,
+    old: Option<Folio>,
+    unshare: bool,
+) -> Result<()> {
     let phys = &m.phys;
     anon_vma_prepare(m, vma);
     let new = match old {
@@ -229,7 +261,8 @@ fn wp_page_copy(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pt
     let page = addr & !(PAGE_SIZE - 1);
     mm.tlb.flush_range(&m.stats, page, page + PAGE_SIZE);
     rmap::folio_add_new_anon_rmap(m, new, Level::Pte, mm.id, vma.anon_vma());
-    store(phys, table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+    let writable = if unshare { 0 } else { Pte::DIRTY | Pte::RW };
+    store(phys, table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | writable));
     match old {
         Some(old) => {
             rmap::folio_remove_rmap(m, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);

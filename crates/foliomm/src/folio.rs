@@ -9,6 +9,11 @@ use std::sync::atomic::Ordering::*;
 
 use crate::phys::{pg, Page, Pfn, PhysMem};
 
+/// `GUP_PIN_COUNTING_BIAS`: refcount added per FOLL_PIN of a small folio.
+pub const GUP_PIN_COUNTING_BIAS: i32 = 1024;
+/// The word of the second page's `w` that holds `_pincount` in every design.
+pub const PINCOUNT_WORD: usize = 3;
+
 /// A handle to a folio: the pfn of its head page.
 #[derive(Clone, Copy)]
 pub struct Folio<'a> {
@@ -93,6 +98,33 @@ impl<'a> Folio<'a> {
             self.page(i).set(pg::ANON_EXCLUSIVE)
         } else {
             self.page(i).clear(pg::ANON_EXCLUSIVE)
+        }
+    }
+
+    /// `_pincount` of a large folio (FOLL_PIN references).
+    pub fn pincount(&self) -> i32 {
+        self.page(1).w[PINCOUNT_WORD].load(Relaxed)
+    }
+
+    /// Takes one FOLL_PIN reference the way Linux counts it
+    /// (`try_grab_folio`): a small folio's refcount grows by
+    /// [`GUP_PIN_COUNTING_BIAS`], a large folio's by one with `_pincount` + 1.
+    pub fn grab_pin(&self) {
+        if self.is_large() {
+            self.page(1).w[PINCOUNT_WORD].fetch_add(1, Relaxed);
+            self.ref_add(1);
+        } else {
+            self.ref_add(GUP_PIN_COUNTING_BIAS);
+        }
+    }
+
+    /// `folio_maybe_dma_pinned`: exact for large folios, a guess from the
+    /// refcount for small ones (many plain references look like a pin).
+    pub fn maybe_dma_pinned(&self) -> bool {
+        if self.is_large() {
+            self.pincount() > 0
+        } else {
+            self.refcount() >= GUP_PIN_COUNTING_BIAS
         }
     }
 

@@ -16,7 +16,7 @@ use crate::pgtable::{table_lock, walk_pmd, PmdSlot, Pte, PMD_SIZE};
 use crate::phys::{pg, PMD_ORDER};
 use crate::rmap;
 use crate::stats::Stats;
-use crate::{Errno, Result};
+use crate::Result;
 
 const HPAGE_NR: u64 = 1 << PMD_ORDER;
 
@@ -107,7 +107,16 @@ fn map_anon_pmd(m: &Machine, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
 /// folio is replaced by a new THP (`do_huge_zero_wp_pmd`); an anon THP is
 /// reused in place if its head is AnonExclusive or the PMD holds the only
 /// reference; otherwise the PMD is split and the fault falls back to PTEs.
-pub(crate) fn do_huge_pmd_wp_page(m: &Machine, mm: &Mm, vma: &Vma, pmd: PmdSlot, addr: u64, orig: Pte) -> Result<Huge> {
+/// With `unshare` a reused PMD stays read-only.
+pub(crate) fn do_huge_pmd_wp_page(
+    m: &Machine,
+    mm: &Mm,
+    vma: &Vma,
+    pmd: PmdSlot,
+    addr: u64,
+    orig: Pte,
+    unshare: bool,
+) -> Result<Huge> {
     let phys = &m.phys;
     if orig.special() {
         crate::fault::anon_vma_prepare(m, vma);
@@ -145,8 +154,10 @@ pub(crate) fn do_huge_pmd_wp_page(m: &Machine, mm: &Mm, vma: &Vma, pmd: PmdSlot,
             sole
         };
         if reuse {
-            pmd.store(phys, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
-            Stats::inc(&m.stats.thp_reuse_pmd);
+            if !unshare {
+                pmd.store(phys, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+                Stats::inc(&m.stats.thp_reuse_pmd);
+            }
             return Ok(Huge::Done);
         }
     }
@@ -200,22 +211,30 @@ fn split_huge_pmd_locked(m: &Machine, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte)
 
 /// `copy_huge_pmd`: the child gets a read-only, old copy of the PMD and a
 /// deposited table of its own; the parent's PMD is write-protected.
-pub(crate) fn copy_huge_pmd(m: &Machine, dst: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<()> {
+/// Returns false, changing nothing, when the THP may be pinned: the caller
+/// splits the parent's PMD and copies PTEs instead (-EAGAIN in Linux).
+pub(crate) fn copy_huge_pmd(m: &Machine, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<bool> {
     let phys = &m.phys;
     let table = m.alloc_table()?;
-    let _dl = table_lock(phys, dpmd.table);
-    let _sl = (dpmd.table != spmd.table).then(|| table_lock(phys, spmd.table));
+    let dl = table_lock(phys, dpmd.table);
+    let sl = (dpmd.table != spmd.table).then(|| table_lock(phys, spmd.table));
     let e = spmd.load(phys);
     if !e.special() {
         let f = Folio::from_head(phys, e.pfn());
         f.ref_add(1);
-        rmap::folio_try_dup_anon_rmap(m, f, 0, HPAGE_NR, Level::Pmd, dst.id).map_err(|_| Errno::EBUSY)?;
+        let pinned = src.has_pinned.load(Relaxed);
+        if rmap::folio_try_dup_anon_rmap(m, f, 0, HPAGE_NR, Level::Pmd, dst.id, pinned).is_err() {
+            f.put_refs(1);
+            drop((sl, dl));
+            m.free_table(table);
+            return Ok(false);
+        }
         dst.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
         spmd.store(phys, e.without(Pte::RW));
     }
     deposit(dst, addr & !(PMD_SIZE - 1), table);
     dpmd.store(phys, e.without(Pte::RW | Pte::ACCESSED));
-    Ok(())
+    Ok(true)
 }
 
 /// `zap_huge_pmd`: clears a whole huge PMD, frees its deposited table and

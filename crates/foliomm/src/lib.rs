@@ -13,6 +13,7 @@ pub mod check;
 pub mod cpu;
 pub mod fault;
 pub mod folio;
+pub mod gup;
 pub mod huge_memory;
 pub mod machine;
 pub mod mapcount;

@@ -121,6 +121,8 @@ pub struct Machine {
     pub bad_pages: Mutex<Vec<String>>,
     /// Uses of stale TLB entries seen by CPUs (use after free).
     pub violations: Mutex<Vec<String>>,
+    /// FOLL_PIN references per folio head, for the checker.
+    pins: Mutex<std::collections::HashMap<Pfn, u32>>,
     next_anon_vma: AtomicU64,
     next_serial: AtomicU64,
 }
@@ -146,6 +148,7 @@ impl Machine {
             mms: Mutex::new(Vec::new()),
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),
+            pins: Mutex::new(std::collections::HashMap::new()),
             next_anon_vma: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
         }))
@@ -218,6 +221,37 @@ impl Machine {
     pub fn folio_put_refs(&self, f: Folio, n: i32) {
         if f.put_refs(n) {
             self.free_folio(f);
+        }
+    }
+
+    /// Records `delta` pins of the folio headed by `head` (model bookkeeping
+    /// for the checker; Linux keeps no such table).
+    pub(crate) fn note_pin(&self, head: Pfn, delta: i32) {
+        let mut pins = self.pins.lock().unwrap();
+        let n = pins.entry(head).or_insert(0);
+        *n = n.checked_add_signed(delta).expect("unpinned more than pinned");
+        if *n == 0 {
+            pins.remove(&head);
+        }
+    }
+
+    /// FOLL_PIN references held on the folio headed by `head`.
+    pub fn pins_of(&self, head: Pfn) -> u32 {
+        self.pins.lock().unwrap().get(&head).copied().unwrap_or(0)
+    }
+
+    /// Heads of every pinned folio.
+    pub fn pinned_folios(&self) -> Vec<Pfn> {
+        self.pins.lock().unwrap().keys().copied().collect()
+    }
+
+    /// Drops one FOLL_PIN reference (`gup_put_folio`); may free the folio.
+    pub fn unpin_folio(&self, f: Folio) {
+        if f.is_large() {
+            f.page(1).w[crate::folio::PINCOUNT_WORD].fetch_sub(1, Relaxed);
+            self.folio_put_refs(f, 1);
+        } else {
+            self.folio_put_refs(f, crate::folio::GUP_PIN_COUNTING_BIAS);
         }
     }
 

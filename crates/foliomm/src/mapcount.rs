@@ -110,7 +110,7 @@ mod field {
     pub const LARGE: usize = 0;
     pub const NR_PAGES_MAPPED: usize = 1;
     pub const ENTIRE: usize = 2;
-    pub const PINCOUNT: usize = 3;
+    pub const PINCOUNT: usize = crate::folio::PINCOUNT_WORD;
     pub const SLOT0: usize = 4;
     /// `FOLIO_MM_IDS_LOCK_BITNUM`: top bit of `_mm_id[0]`.
     pub const LOCK_BIT: u32 = 31;

@@ -238,8 +238,10 @@ pub(crate) fn change_protection(m: &Machine, mm: &Mm, vma: &Vma) -> bool {
 }
 
 /// `copy_page_range` for one private anonymous VMA of the parent `src` into
-/// the child `dst`.
-pub(crate) fn copy_page_range(m: &Machine, dst: &Mm, src: &Mm, vma: &Vma) -> Result<()> {
+/// the child `dst`, whose copy of the VMA is `dst_vma`. A huge PMD that may
+/// be pinned is split in the parent and copied by PTEs (`copy_huge_pmd`
+/// returning -EAGAIN).
+pub(crate) fn copy_page_range(m: &Machine, dst: &Mm, src: &Mm, vma: &Vma, dst_vma: &Vma) -> Result<()> {
     let phys = &m.phys;
     let mut addr = vma.start;
     while addr < vma.end {
@@ -248,14 +250,20 @@ pub(crate) fn copy_page_range(m: &Machine, dst: &Mm, src: &Mm, vma: &Vma) -> Res
             continue;
         };
         let next = pmd_end(addr, vma.end);
-        let e = spmd.load(phys);
+        let mut e = spmd.load(phys);
         if e.huge() {
             let dpmd = alloc_pmd(m, dst.pgd, addr, &dst.page_table_lock)?;
-            huge_memory::copy_huge_pmd(m, dst, dpmd, spmd, addr)?;
-        } else if !e.is_none() {
+            if huge_memory::copy_huge_pmd(m, dst, src, dpmd, spmd, addr)? {
+                addr = next;
+                continue;
+            }
+            huge_memory::split_huge_pmd(m, src, addr);
+            e = spmd.load(phys);
+        }
+        if !e.is_none() {
             let dpmd = alloc_pmd(m, dst.pgd, addr, &dst.page_table_lock)?;
             let dtable = alloc_pte_table(m, dpmd)?.expect("child PMD cannot be huge");
-            copy_pte_range(m, dst, dtable, e.pfn(), addr, next);
+            copy_pte_range(m, dst, src, dst_vma, dtable, e.pfn(), addr, next)?;
         }
         addr = next;
     }
@@ -265,12 +273,26 @@ pub(crate) fn copy_page_range(m: &Machine, dst: &Mm, src: &Mm, vma: &Vma) -> Res
 /// `copy_pte_range` + `copy_present_ptes`: copies present PTEs in batches of
 /// one folio (dirty respected, write merged), one reference add and one rmap
 /// duplication per batch; write-protects the parent's PTEs and gives the child
-/// old, read-only copies. The zero page is copied as it is.
-fn copy_pte_range(m: &Machine, dst: &Mm, dtable: Pfn, stable: Pfn, start: u64, end: u64) {
+/// old, read-only copies. The zero page is copied as it is. When duplication
+/// refuses a batch (a page that may be pinned), the batch is redone page by
+/// page and each such page is copied for the child (`copy_present_page`).
+#[allow(clippy::too_many_arguments)]
+fn copy_pte_range(
+    m: &Machine,
+    dst: &Mm,
+    src: &Mm,
+    dst_vma: &Vma,
+    dtable: Pfn,
+    stable: Pfn,
+    start: u64,
+    end: u64,
+) -> Result<()> {
     let phys = &m.phys;
+    let pinned = src.has_pinned.load(Relaxed);
     let _dptl = table_lock(phys, dtable);
     let _sptl = table_lock(phys, stable);
     let mut addr = start;
+    let mut single = 0; // pages left to handle one by one after a refused batch
     while addr < end {
         let idx = pte_index(addr);
         let pte = load(phys, stable, idx);
@@ -285,14 +307,23 @@ fn copy_pte_range(m: &Machine, dst: &Mm, dtable: Pfn, stable: Pfn, start: u64, e
         }
         let f = Folio::containing(phys, pte.pfn());
         let max_nr = ((end - addr) / PAGE_SIZE) as usize;
-        let (nr, any_writable) = if f.is_large() && max_nr > 1 {
+        let (nr, any_writable) = if single == 0 && f.is_large() && max_nr > 1 {
             folio_pte_batch(phys, f, stable, idx, pte, max_nr, true)
         } else {
             (1, pte.write())
         };
+        single = usize::saturating_sub(single, 1);
         f.ref_add(nr as i32);
-        rmap::folio_try_dup_anon_rmap(m, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id)
-            .expect("no pins exist yet, so duplication cannot fail");
+        if rmap::folio_try_dup_anon_rmap(m, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id, pinned).is_err() {
+            f.put_refs(nr as i32);
+            if nr > 1 {
+                single = nr;
+                continue;
+            }
+            copy_present_page(m, dst, dst_vma, dtable, idx, pte)?;
+            addr += PAGE_SIZE;
+            continue;
+        }
         let child = pte.without(Pte::RW | Pte::ACCESSED);
         for i in 0..nr {
             if any_writable {
@@ -306,6 +337,21 @@ fn copy_pte_range(m: &Machine, dst: &Mm, dtable: Pfn, stable: Pfn, start: u64, e
         Stats::inc(&m.stats.fork_batches);
         addr += nr as u64 * PAGE_SIZE;
     }
+    Ok(())
+}
+
+/// `copy_present_page`: the child gets its own copy of a page that may be
+/// pinned, mapped writable if the VMA is; the parent's PTE stays as it was
+/// (writable, exclusive), so the pin keeps seeing the parent's page.
+fn copy_present_page(m: &Machine, dst: &Mm, dst_vma: &Vma, dtable: Pfn, idx: usize, pte: Pte) -> Result<()> {
+    let new = m.alloc_folio(0)?;
+    m.phys.copy_frame(new.pfn, pte.pfn());
+    rmap::folio_add_new_anon_rmap(m, new, Level::Pte, dst.id, dst_vma.anon_vma());
+    let w = if dst_vma.writable() { Pte::RW | Pte::DIRTY } else { 0 };
+    store(&m.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w));
+    dst.rss_anon.fetch_add(1, Relaxed);
+    Stats::inc(&m.stats.fork_copy_pinned);
+    Ok(())
 }
 
 /// `move_page_tables`: moves the entries of `[old, old+len)` to `new`. A huge

@@ -203,6 +203,8 @@ pub struct Mm {
     pub rss_anon: AtomicI64,
     /// TLB flush state shared with every CPU that runs this MM.
     pub tlb: MmTlb,
+    /// `MMF_HAS_PINNED`: a page of this MM was ever pinned with FOLL_PIN.
+    pub has_pinned: AtomicBool,
     exited: AtomicBool,
 }
 
@@ -234,6 +236,7 @@ impl Mm {
             deposits: Mutex::new(HashMap::new()),
             rss_anon: AtomicI64::new(0),
             tlb: MmTlb::new(machine.new_serial()),
+            has_pinned: AtomicBool::new(false),
             exited: AtomicBool::new(false),
         });
         machine.register_mm(&mm);
@@ -525,7 +528,7 @@ impl Mm {
                 let c = v.clone();
                 if v.anon_vma() != 0 {
                     c.anon_vma.store(m.new_anon_vma(), Relaxed);
-                    memory::copy_page_range(m, &child, self, v)?;
+                    memory::copy_page_range(m, &child, self, v, &c)?;
                 }
                 cvmas.insert(c);
             }

@@ -45,9 +45,10 @@ pub fn folio_add_anon_rmap_ptes(m: &Machine, f: Folio, first: u64, nr: u64, mm: 
 }
 
 /// `folio_try_dup_anon_rmap_ptes` / `_pmd` (fork): clears
-/// `PageAnonExclusive` and adds the mappings to the child's MM. Returns EBUSY
-/// when an exclusive page may be pinned, so the caller must copy it instead
-/// (no pins exist before the pinning issue lands, so it always succeeds).
+/// `PageAnonExclusive` and adds the mappings to the child's MM. Returns EBUSY,
+/// changing nothing, when the parent has pinned pages (`MMF_HAS_PINNED`), the
+/// folio may be pinned (`folio_maybe_dma_pinned`) and a page of the range is
+/// exclusive: the caller must give the child a copy instead.
 pub fn folio_try_dup_anon_rmap(
     m: &Machine,
     f: Folio,
@@ -55,7 +56,15 @@ pub fn folio_try_dup_anon_rmap(
     nr: u64,
     level: Level,
     child: MmId,
+    parent_has_pinned: bool,
 ) -> Result<(), Errno> {
+    let exclusive = match level {
+        Level::Pte => (first..first + nr).any(|i| f.anon_exclusive(i)),
+        Level::Pmd => f.anon_exclusive(0),
+    };
+    if parent_has_pinned && exclusive && f.maybe_dma_pinned() {
+        return Err(Errno::EBUSY);
+    }
     Stats::inc(&m.stats.rmap_dup);
     match level {
         Level::Pte => (first..first + nr).for_each(|i| f.set_anon_exclusive(i, false)),

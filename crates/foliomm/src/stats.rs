@@ -67,6 +67,8 @@ counters! {
     fork_ptes,
     /// PTE batches copied by fork.
     fork_batches,
+    /// Pages fork copied for the child because they may be pinned (`copy_present_page`).
+    fork_copy_pinned,
     /// PTEs cleared by zap.
     zap_ptes,
     /// PTE batches zapped.

@@ -4,8 +4,9 @@
 //!
 //! - per-folio and per-page mapcounts, entire mapcount, the design's fields and
 //!   its "mapped shared" answer (never "exclusive" while two MMs map a folio);
-//! - `refcount == mapcount` for every mapped anon folio (at a quiescent point
-//!   no other references exist yet), and no allocated folio mapped nowhere;
+//! - `refcount == mapcount + pin references` for every mapped anon folio (at
+//!   a quiescent point no other references exist), `_pincount` = pins, and no
+//!   allocated folio mapped nowhere unless pinned;
 //! - a writable anon entry maps an AnonExclusive page; an AnonExclusive page
 //!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
 //! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
@@ -218,13 +219,23 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
                 bad.push(format!("folio {head:#x}: mapcount {mc}, page tables say {total}"));
             }
         }
-        let rc = f.refcount() as u64;
-        if rc != total {
-            bad.push(format!("folio {head:#x}: refcount {rc} != {total} mappings"));
-        }
+        check_references(m, f, total, bad);
         if !f.test_anon() {
             bad.push(format!("folio {head:#x}: mapped but not anon"));
         }
+    }
+}
+
+/// `refcount` = one per mapping + the pins' references; `_pincount` = pins.
+fn check_references(m: &Machine, f: Folio, mappings: u64, bad: &mut Vec<String>) {
+    let pins = m.pins_of(f.pfn) as u64;
+    let per_pin = if f.is_large() { 1 } else { crate::folio::GUP_PIN_COUNTING_BIAS as u64 };
+    let rc = f.refcount() as u64;
+    if rc != mappings + pins * per_pin {
+        bad.push(format!("folio {:#x}: refcount {rc} != {mappings} mappings + {pins} pins", f.pfn));
+    }
+    if f.is_large() && f.pincount() as u64 != pins {
+        bad.push(format!("folio {:#x}: _pincount {} != {pins} pins", f.pfn, f.pincount()));
     }
 }
 
@@ -276,7 +287,12 @@ fn check_frames(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, tables: &HashSet<
             continue;
         }
         if !truth.contains_key(&pfn) {
-            bad.push(format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order()));
+            if m.pins_of(pfn) > 0 {
+                // Pinned after its last unmap (the pin keeps it alive).
+                check_references(m, f, 0, bad);
+            } else {
+                bad.push(format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order()));
+            }
         }
         allocated += f.nr_pages();
         pfn += f.nr_pages();

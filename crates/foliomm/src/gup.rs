@@ -1,0 +1,123 @@
+//! GUP pins (mm/gup.c `pin_user_pages` with FOLL_PIN, optionally FOLL_WRITE
+//! and FOLL_LONGTERM; `unpin_user_pages`).
+//!
+//! Each page is faulted in as needed; a write pin needs a writable entry (a
+//! write fault breaks COW first); a read-only pin of an anon page that is not
+//! AnonExclusive, or (longterm, in a private mapping) of the zero page, first
+//! takes an unshare fault (`gup_must_unshare`), so that the pin and the page
+//! tables keep seeing the same page. The pin is taken under the page-table
+//! lock (`try_grab_folio`): refcount + 1024 for a small folio, refcount + 1
+//! and `_pincount` + 1 for a large one. The MM is marked `MMF_HAS_PINNED`, so
+//! that fork copies pages that may be pinned instead of sharing them.
+//! Differs from Linux: no GUP-fast, and the zero page is never pinned.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::fault::{handle_fault, FaultKind};
+use crate::folio::Folio;
+use crate::machine::Machine;
+use crate::mm::Mm;
+use crate::pgtable::{self, pte_index, table_lock, walk_pmd};
+use crate::phys::{Pfn, PAGE_SIZE};
+use crate::{Errno, Result};
+
+/// Pages pinned by one `pin_user_pages` call; unpin them with
+/// [`Machine::unpin_user_pages`].
+#[derive(Debug)]
+pub struct Pin {
+    pub addr: u64,
+    /// The pinned frame of each page (`None`: the zero page, not counted).
+    pub frames: Vec<Option<Pfn>>,
+    pub write: bool,
+    pub longterm: bool,
+}
+
+/// Whether a read-only FOLL_PIN of this entry must unshare first.
+fn must_unshare(f: Folio, page: u64, longterm: bool) -> bool {
+    if f.is_zero_page() {
+        return longterm;
+    }
+    f.test_anon() && !f.anon_exclusive(page)
+}
+
+impl Mm {
+    /// `pin_user_pages(addr, len / PAGE_SIZE, FOLL_PIN [| FOLL_WRITE] [| FOLL_LONGTERM])`.
+    /// Fails with EFAULT outside a VMA or where the VMA forbids the access,
+    /// and with ENOMEM when a fault cannot allocate; already pinned pages are
+    /// unpinned again on failure.
+    pub fn pin_user_pages(&self, addr: u64, len: u64, write: bool, longterm: bool) -> Result<Pin> {
+        let m = &*self.machine;
+        let mut pin = Pin { addr, frames: Vec::new(), write, longterm };
+        let first = addr & !(PAGE_SIZE - 1);
+        for page in (first..addr + len).step_by(PAGE_SIZE as usize) {
+            match self.pin_one(m, page, write, longterm) {
+                Ok(frame) => pin.frames.push(frame),
+                Err(e) => {
+                    m.unpin_user_pages(pin);
+                    return Err(e);
+                }
+            }
+        }
+        self.has_pinned.store(true, Relaxed);
+        Ok(pin)
+    }
+
+    fn pin_one(&self, m: &Machine, addr: u64, write: bool, longterm: bool) -> Result<Option<Pfn>> {
+        let phys = &m.phys;
+        let vmas = self.read_lock();
+        let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
+        if (write && !vma.writable()) || !vma.readable() {
+            return Err(Errno::EFAULT);
+        }
+        loop {
+            // follow_page_mask(): look at the entry under its lock.
+            let need = (|| {
+                let pmd = walk_pmd(phys, self.pgd, addr)?;
+                let e = pmd.load(phys);
+                let (table, idx, offset) = if e.huge() {
+                    (pmd.table, pmd.idx, pte_index(addr) as u64)
+                } else if e.is_none() {
+                    return Some(Err(FaultKind::Read));
+                } else {
+                    (e.pfn(), pte_index(addr), 0)
+                };
+                let _ptl = table_lock(phys, table);
+                let leaf = pgtable::load(phys, table, idx);
+                if !leaf.present() || leaf.huge() != e.huge() {
+                    return Some(Err(FaultKind::Read));
+                }
+                if write && !leaf.write() {
+                    return Some(Err(FaultKind::Write));
+                }
+                let pfn = leaf.pfn() + offset;
+                let f = Folio::containing(phys, pfn);
+                let judged = if e.huge() { 0 } else { pfn - f.pfn };
+                if !write && must_unshare(f, judged, longterm) {
+                    return Some(Err(FaultKind::Unshare));
+                }
+                if f.is_zero_page() {
+                    return Some(Ok(None));
+                }
+                f.grab_pin();
+                m.note_pin(f.pfn, 1);
+                Some(Ok(Some(pfn)))
+            })();
+            match need {
+                Some(Ok(frame)) => return Ok(frame),
+                Some(Err(kind)) => handle_fault(m, self, vma, addr, kind)?,
+                None => handle_fault(m, self, vma, addr, FaultKind::Read)?,
+            }
+        }
+    }
+}
+
+impl Machine {
+    /// `unpin_user_pages`: drops every pin of `pin`.
+    pub fn unpin_user_pages(&self, pin: Pin) {
+        for pfn in pin.frames.into_iter().flatten() {
+            let f = Folio::containing(&self.phys, pfn);
+            self.note_pin(f.pfn, -1);
+            self.unpin_folio(f);
+        }
+    }
+}
