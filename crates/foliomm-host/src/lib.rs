@@ -256,6 +256,24 @@ impl Backend for HostBackend {
         }
     }
 
+    /// Pins on the host would go through vmsplice() or io_uring buffer
+    /// registration; not there yet.
+    fn supports_pins(&self) -> bool {
+        false
+    }
+
+    fn pin(&mut self, _: &str, _: u64, _: u64, _: bool, _: bool) -> Result<u64, Errno> {
+        Err(Errno::EINVAL)
+    }
+
+    fn unpin(&mut self, _: u64) -> Result<(), Errno> {
+        Err(Errno::EINVAL)
+    }
+
+    fn observe_pin(&mut self, _: u64) -> Result<Observation, Errno> {
+        Err(Errno::EINVAL)
+    }
+
     /// Deltas since `start` of the system-wide counters the model also keeps.
     fn counters(&self) -> Vec<(String, u64)> {
         Self::raw_counters()

@@ -138,6 +138,18 @@ pub trait Backend {
     /// Performs an access; a read returns the bytes read.
     fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno>;
     fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
+    /// Whether the backend can take GUP pins; a scenario with pins is skipped
+    /// where it cannot.
+    fn supports_pins(&self) -> bool {
+        true
+    }
+    /// GUP-pins the pages of a range (FOLL_PIN, optionally FOLL_WRITE and
+    /// FOLL_LONGTERM); returns a handle.
+    fn pin(&mut self, proc: &str, addr: u64, len: u64, write: bool, longterm: bool) -> Result<u64, Errno>;
+    fn unpin(&mut self, pin: u64) -> Result<(), Errno>;
+    /// The first pinned page as it is now: frame, folio order, and the byte
+    /// at the pinned address.
+    fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno>;
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;
     /// Whether the counters count only this run's events (the model) rather

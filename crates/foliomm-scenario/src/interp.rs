@@ -58,6 +58,7 @@ struct State<'b> {
     exited: HashSet<String>,
     refs: HashMap<String, RefSpace>,
     obs: Vec<(String, Observation)>,
+    pins: HashMap<String, u64>,
     /// Time spent inside the backend's calls.
     backend_time: Duration,
     /// The open `measure` block: its name and the backend time at its start.
@@ -86,6 +87,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         exited: HashSet::new(),
         refs: HashMap::new(),
         obs: Vec::new(),
+        pins: HashMap::new(),
         backend_time: Duration::ZERO,
         measure: None,
         measures: Vec::new(),
@@ -104,8 +106,9 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         });
         match r {
             Ok(result) => {
-                let observed =
-                    matches!(step.cmd, Cmd::Observe { .. }).then(|| st.obs.last().map(|(_, o)| *o)).flatten();
+                let observed = matches!(step.cmd, Cmd::Observe { .. } | Cmd::ObservePin { .. })
+                    .then(|| st.obs.last().map(|(_, o)| *o))
+                    .flatten();
                 outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed })
             }
             Err(message) => {
@@ -358,20 +361,30 @@ impl State<'_> {
                 let Some(o) = outcome(step, self.timed(|b| b.observe(&p, a, l)))? else {
                     return Ok("failed as expected".into());
                 };
-                let pg = &o.page;
-                let summary = format!(
-                    "{name}: frame {:#x} order {} {} {}{}rss {}K thp {}K",
-                    pg.pfn,
-                    pg.folio_order,
-                    if pg.present { "present" } else { "absent" },
-                    if pg.exclusive { "exclusive " } else { "" },
-                    if pg.pmd_mapped { "pmd " } else { "" },
-                    o.range.rss_kb,
-                    o.range.anon_huge_kb
-                );
-                self.obs.retain(|(n, _)| n != name);
-                self.obs.push((name.clone(), o));
-                Ok(summary)
+                Ok(self.record(name, o))
+            }
+            Cmd::Pin { name, place, write, longterm } => {
+                if !self.backend.supports_pins() {
+                    return Err(format!("cannot honour pin: the {} backend has no GUP pins yet", self.backend.name()));
+                }
+                let (a, l) = self.place(place)?;
+                let Some(id) = outcome(step, self.timed(|b| b.pin(&p, a, l, *write, *longterm)))? else {
+                    return Ok("failed as expected".into());
+                };
+                self.pins.insert(name.clone(), id);
+                Ok(format!("{name} pinned"))
+            }
+            Cmd::Unpin(name) => {
+                let id = self.pins.remove(name).ok_or_else(|| format!("unknown pin '{name}'"))?;
+                outcome(step, self.timed(|b| b.unpin(id)))?;
+                Ok(format!("{name} unpinned"))
+            }
+            Cmd::ObservePin { pin, name } => {
+                let id = *self.pins.get(pin).ok_or_else(|| format!("unknown pin '{pin}'"))?;
+                let Some(o) = outcome(step, self.timed(|b| b.observe_pin(id)))? else {
+                    return Ok("failed as expected".into());
+                };
+                Ok(self.record(name, o))
             }
             _ => unreachable!("global commands have no process"),
         }
@@ -402,6 +415,24 @@ impl State<'_> {
             }
             _ => unreachable!("process commands have a process"),
         }
+    }
+
+    /// Keeps an observation under `name`; returns a one-line summary.
+    fn record(&mut self, name: &str, o: Observation) -> String {
+        let pg = &o.page;
+        let summary = format!(
+            "{name}: frame {:#x} order {} {} {}{}rss {}K thp {}K",
+            pg.pfn,
+            pg.folio_order,
+            if pg.present { "present" } else { "absent" },
+            if pg.exclusive { "exclusive " } else { "" },
+            if pg.pmd_mapped { "pmd " } else { "" },
+            o.range.rss_kb,
+            o.range.anon_huge_kb
+        );
+        self.obs.retain(|(n, _)| n != name);
+        self.obs.push((name.to_string(), o));
+        summary
     }
 
     /// The value of an operand and a description of it for messages.

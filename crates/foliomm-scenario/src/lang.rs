@@ -21,6 +21,8 @@
 //! P: read a                          one byte per page, checked against the reference
 //! P: verify a                        every byte, checked against the reference
 //! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
+//! P: p = pin a[0..4K] [write] [longterm]   GUP pin (FOLL_PIN); `unpin p` releases it
+//! P: observe pin p as x              the first pinned page: frame, order, byte
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
 //! measure fault-all                  time the steps up to `end` (backend time only)
@@ -103,6 +105,19 @@ pub enum Cmd {
     },
     Observe {
         place: Place,
+        name: String,
+    },
+    /// GUP-pin a range (`NAME = pin PLACE [write] [longterm]`).
+    Pin {
+        name: String,
+        place: Place,
+        write: bool,
+        longterm: bool,
+    },
+    Unpin(String),
+    /// Observe the first page a pin holds (`observe pin NAME as OBS`).
+    ObservePin {
+        pin: String,
         name: String,
     },
     Expect {
@@ -540,7 +555,20 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 Ok(Cmd::Mremap { name, from, size, to })
             }
-            t => l.err(col, format!("expected mmap or mremap, found '{t}'")),
+            "pin" => {
+                let place = l.place()?;
+                let (mut write, mut longterm) = (false, false);
+                while let Some(t) = l.peek() {
+                    match t {
+                        "write" => write = true,
+                        "longterm" => longterm = true,
+                        _ => return l.err(l.col(), format!("expected 'write' or 'longterm', found '{t}'")),
+                    }
+                    l.pos += 1;
+                }
+                Ok(Cmd::Pin { name, place, write, longterm })
+            }
+            t => l.err(col, format!("expected mmap, mremap or pin, found '{t}'")),
         };
     }
     let col = l.col();
@@ -580,6 +608,16 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             }
         }
         "read" | "verify" => Cmd::Read { place: l.place()?, every_byte: verb == "verify" },
+        "unpin" => Cmd::Unpin(l.ident("the pin to release")?),
+        "observe" if l.peek() == Some("pin") => {
+            l.pos += 1;
+            let pin = l.ident("a pin")?;
+            let col = l.col();
+            if !l.eat("as") {
+                return l.err(col, "expected 'as NAME' after the pin to observe");
+            }
+            Cmd::ObservePin { pin, name: l.ident("an observation name")? }
+        }
         "observe" => {
             let place = l.place()?;
             let col = l.col();

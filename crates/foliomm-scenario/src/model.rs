@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use foliomm::check::check_machine;
+use foliomm::gup::Pin;
 use foliomm::mm::{Advice, Prot};
 use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
@@ -17,6 +18,8 @@ use crate::lang::MachineSetting;
 pub struct ModelBackend {
     machine: Option<(Arc<Machine>, Cpu)>,
     procs: HashMap<String, Arc<Mm>>,
+    pins: HashMap<u64, Pin>,
+    next_pin: u64,
 }
 
 impl ModelBackend {
@@ -163,6 +166,36 @@ impl Backend for ModelBackend {
             cpu.read(&mm, addr, &mut byte)?;
         }
         Ok(Observation { page, range, byte: byte[0] })
+    }
+
+    fn pin(&mut self, proc: &str, addr: u64, len: u64, write: bool, longterm: bool) -> Result<u64, Errno> {
+        let pin = self.mm(proc)?.pin_user_pages(addr, len, write, longterm)?;
+        self.next_pin += 1;
+        self.pins.insert(self.next_pin, pin);
+        Ok(self.next_pin)
+    }
+
+    fn unpin(&mut self, pin: u64) -> Result<(), Errno> {
+        let pin = self.pins.remove(&pin).ok_or(Errno::EINVAL)?;
+        self.m().0.unpin_user_pages(pin);
+        Ok(())
+    }
+
+    fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno> {
+        let p = self.pins.get(&pin).ok_or(Errno::EINVAL)?;
+        let m = &self.machine.as_ref().expect("started").0;
+        let pfn = p.frames.first().copied().flatten().unwrap_or(m.zero_pfn);
+        let f = foliomm::folio::Folio::containing(&m.phys, pfn);
+        let page = foliomm::mm::PageInfo {
+            present: true,
+            pfn,
+            zero_page: f.is_zero_page(),
+            folio_order: f.order(),
+            refcount: f.refcount() as u64,
+            ..Default::default()
+        };
+        let byte = m.phys.read_byte(pfn, (p.addr % 4096) as usize);
+        Ok(Observation { page, range: Default::default(), byte })
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
