@@ -10,6 +10,10 @@
 //! and `_pincount` + 1 for a large one. The MM is marked `MMF_HAS_PINNED`, so
 //! that fork copies pages that may be pinned instead of sharing them.
 //! Differs from Linux: no GUP-fast, and the zero page is never pinned.
+//!
+//! [`Mm::get_user_pages`] is the older kind of GUP reference (FOLL_GET, as
+//! `vmsplice()` takes): one plain reference per page, no unsharing, and the
+//! MM is not marked.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -21,13 +25,15 @@ use crate::pgtable::{self, pte_index, table_lock, walk_pmd};
 use crate::phys::{Pfn, PAGE_SIZE};
 use crate::{Errno, Result};
 
-/// Pages pinned by one `pin_user_pages` call; unpin them with
+/// Pages referenced by one GUP call; release them with
 /// [`Machine::unpin_user_pages`].
 #[derive(Debug)]
 pub struct Pin {
     pub addr: u64,
-    /// The pinned frame of each page (`None`: the zero page, not counted).
+    /// The referenced frame of each page (`None`: the zero page, not counted).
     pub frames: Vec<Option<Pfn>>,
+    /// FOLL_PIN (else FOLL_GET).
+    pub foll_pin: bool,
     pub write: bool,
     pub longterm: bool,
 }
@@ -46,11 +52,23 @@ impl Mm {
     /// and with ENOMEM when a fault cannot allocate; already pinned pages are
     /// unpinned again on failure.
     pub fn pin_user_pages(&self, addr: u64, len: u64, write: bool, longterm: bool) -> Result<Pin> {
+        let pin = self.gup(addr, len, true, write, longterm)?;
+        self.has_pinned.store(true, Relaxed);
+        Ok(pin)
+    }
+
+    /// `get_user_pages(addr, len / PAGE_SIZE, 0)`: a read-only FOLL_GET
+    /// reference per page, as `vmsplice()` takes.
+    pub fn get_user_pages(&self, addr: u64, len: u64) -> Result<Pin> {
+        self.gup(addr, len, false, false, false)
+    }
+
+    fn gup(&self, addr: u64, len: u64, foll_pin: bool, write: bool, longterm: bool) -> Result<Pin> {
         let m = &*self.machine;
-        let mut pin = Pin { addr, frames: Vec::new(), write, longterm };
+        let mut pin = Pin { addr, frames: Vec::new(), foll_pin, write, longterm };
         let first = addr & !(PAGE_SIZE - 1);
         for page in (first..addr + len).step_by(PAGE_SIZE as usize) {
-            match self.pin_one(m, page, write, longterm) {
+            match self.gup_one(m, page, foll_pin, write, longterm) {
                 Ok(frame) => pin.frames.push(frame),
                 Err(e) => {
                     m.unpin_user_pages(pin);
@@ -58,11 +76,10 @@ impl Mm {
                 }
             }
         }
-        self.has_pinned.store(true, Relaxed);
         Ok(pin)
     }
 
-    fn pin_one(&self, m: &Machine, addr: u64, write: bool, longterm: bool) -> Result<Option<Pfn>> {
+    fn gup_one(&self, m: &Machine, addr: u64, foll_pin: bool, write: bool, longterm: bool) -> Result<Option<Pfn>> {
         let phys = &m.phys;
         let vmas = self.read_lock();
         let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
@@ -92,14 +109,18 @@ impl Mm {
                 let pfn = leaf.pfn() + offset;
                 let f = Folio::containing(phys, pfn);
                 let judged = if e.huge() { 0 } else { pfn - f.pfn };
-                if !write && must_unshare(f, judged, longterm) {
+                if foll_pin && !write && must_unshare(f, judged, longterm) {
                     return Some(Err(FaultKind::Unshare));
                 }
                 if f.is_zero_page() {
                     return Some(Ok(None));
                 }
-                f.grab_pin();
-                m.note_pin(f.pfn, 1);
+                if foll_pin {
+                    f.grab_pin();
+                } else {
+                    f.ref_add(1);
+                }
+                m.note_gup(f.pfn, foll_pin, 1);
                 Some(Ok(Some(pfn)))
             })();
             match need {
@@ -112,12 +133,16 @@ impl Mm {
 }
 
 impl Machine {
-    /// `unpin_user_pages`: drops every pin of `pin`.
+    /// `unpin_user_pages` (FOLL_PIN) or `put_page` of each page (FOLL_GET).
     pub fn unpin_user_pages(&self, pin: Pin) {
         for pfn in pin.frames.into_iter().flatten() {
             let f = Folio::containing(&self.phys, pfn);
-            self.note_pin(f.pfn, -1);
-            self.unpin_folio(f);
+            self.note_gup(f.pfn, pin.foll_pin, -1);
+            if pin.foll_pin {
+                self.unpin_folio(f);
+            } else {
+                self.folio_put_refs(f, 1);
+            }
         }
     }
 }

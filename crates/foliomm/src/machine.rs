@@ -121,8 +121,8 @@ pub struct Machine {
     pub bad_pages: Mutex<Vec<String>>,
     /// Uses of stale TLB entries seen by CPUs (use after free).
     pub violations: Mutex<Vec<String>>,
-    /// FOLL_PIN references per folio head, for the checker.
-    pins: Mutex<std::collections::HashMap<Pfn, u32>>,
+    /// GUP references per folio head, for the checker: (FOLL_PIN, FOLL_GET).
+    gups: Mutex<std::collections::HashMap<Pfn, (u32, u32)>>,
     next_anon_vma: AtomicU64,
     next_serial: AtomicU64,
 }
@@ -148,7 +148,7 @@ impl Machine {
             mms: Mutex::new(Vec::new()),
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),
-            pins: Mutex::new(std::collections::HashMap::new()),
+            gups: Mutex::new(std::collections::HashMap::new()),
             next_anon_vma: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
         }))
@@ -224,25 +224,22 @@ impl Machine {
         }
     }
 
-    /// Records `delta` pins of the folio headed by `head` (model bookkeeping
-    /// for the checker; Linux keeps no such table).
-    pub(crate) fn note_pin(&self, head: Pfn, delta: i32) {
-        let mut pins = self.pins.lock().unwrap();
-        let n = pins.entry(head).or_insert(0);
-        *n = n.checked_add_signed(delta).expect("unpinned more than pinned");
-        if *n == 0 {
-            pins.remove(&head);
+    /// Records `delta` GUP references (FOLL_PIN or FOLL_GET) of the folio
+    /// headed by `head` (model bookkeeping for the checker; Linux keeps no
+    /// such table).
+    pub(crate) fn note_gup(&self, head: Pfn, foll_pin: bool, delta: i32) {
+        let mut gups = self.gups.lock().unwrap();
+        let e = gups.entry(head).or_insert((0, 0));
+        let n = if foll_pin { &mut e.0 } else { &mut e.1 };
+        *n = n.checked_add_signed(delta).expect("released more GUP references than taken");
+        if *e == (0, 0) {
+            gups.remove(&head);
         }
     }
 
-    /// FOLL_PIN references held on the folio headed by `head`.
-    pub fn pins_of(&self, head: Pfn) -> u32 {
-        self.pins.lock().unwrap().get(&head).copied().unwrap_or(0)
-    }
-
-    /// Heads of every pinned folio.
-    pub fn pinned_folios(&self) -> Vec<Pfn> {
-        self.pins.lock().unwrap().keys().copied().collect()
+    /// (FOLL_PIN, FOLL_GET) references held on the folio headed by `head`.
+    pub fn gups_of(&self, head: Pfn) -> (u32, u32) {
+        self.gups.lock().unwrap().get(&head).copied().unwrap_or((0, 0))
     }
 
     /// Drops one FOLL_PIN reference (`gup_put_folio`); may free the folio.

@@ -131,3 +131,27 @@ fn pinning_outside_a_mapping_or_writing_read_only_memory_fails() {
     assert_eq!(p.pin_user_pages(0x1000, 4096, false, false).unwrap_err(), foliomm::Errno::EFAULT);
     clean(&m);
 }
+
+#[test]
+fn a_foll_get_reference_makes_the_parent_copy_instead_of_unsharing() {
+    // vmsplice() takes FOLL_GET references: nothing is unshared, but the
+    // extra reference makes the parent's later write copy (refcount > 1), so
+    // the reference still holds the old bytes.
+    let m = machine();
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
+    cpu.write(&p, a, &[0x11]).unwrap();
+    let c = p.fork().unwrap();
+    let got = c.get_user_pages(a, 4096).unwrap();
+    assert_eq!(c.page_info(a).pfn, p.page_info(a).pfn, "FOLL_GET does not unshare");
+    assert!(!c.has_pinned.load(Relaxed), "FOLL_GET does not mark the MM");
+    c.munmap(a, 4096).unwrap();
+    let before = p.page_info(a).pfn;
+    cpu.write(&p, a, &[0x42]).unwrap();
+    assert_ne!(p.page_info(a).pfn, before, "the parent copies: the extra reference forbids reuse");
+    assert_eq!(through_pin(&m, &got, 0), 0x11);
+    clean(&m);
+    m.unpin_user_pages(got);
+    clean(&m);
+}

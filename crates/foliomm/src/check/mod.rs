@@ -226,13 +226,15 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
     }
 }
 
-/// `refcount` = one per mapping + the pins' references; `_pincount` = pins.
+/// `refcount` = one per mapping + the pins' references + one per FOLL_GET;
+/// `_pincount` = pins.
 fn check_references(m: &Machine, f: Folio, mappings: u64, bad: &mut Vec<String>) {
-    let pins = m.pins_of(f.pfn) as u64;
+    let (pins, gets) = m.gups_of(f.pfn);
+    let (pins, gets) = (pins as u64, gets as u64);
     let per_pin = if f.is_large() { 1 } else { crate::folio::GUP_PIN_COUNTING_BIAS as u64 };
     let rc = f.refcount() as u64;
-    if rc != mappings + pins * per_pin {
-        bad.push(format!("folio {:#x}: refcount {rc} != {mappings} mappings + {pins} pins", f.pfn));
+    if rc != mappings + pins * per_pin + gets {
+        bad.push(format!("folio {:#x}: refcount {rc} != {mappings} mappings + {pins} pins + {gets} gets", f.pfn));
     }
     if f.is_large() && f.pincount() as u64 != pins {
         bad.push(format!("folio {:#x}: _pincount {} != {pins} pins", f.pfn, f.pincount()));
@@ -287,7 +289,7 @@ fn check_frames(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, tables: &HashSet<
             continue;
         }
         if !truth.contains_key(&pfn) {
-            if m.pins_of(pfn) > 0 {
+            if m.gups_of(pfn) != (0, 0) {
                 // Pinned after its last unmap (the pin keeps it alive).
                 check_references(m, f, 0, bad);
             } else {
