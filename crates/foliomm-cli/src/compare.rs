@@ -12,7 +12,7 @@ fn frame_relations(steps: &[StepOutcome]) -> Vec<Option<String>> {
     steps
         .iter()
         .map(|s| {
-            let o = s.observed?;
+            let o = s.observed.filter(|o| !o.via_gup)?;
             Some(if !o.page.present {
                 "absent".to_string()
             } else if let Some((_, line)) = seen.iter().find(|(f, _)| *f == o.page.pfn) {
@@ -51,13 +51,15 @@ pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize
         let hs = &host.steps[hi];
         let mut diffs = Vec::new();
         if let (Some(mo), Some(ho)) = (&ms.observed, &hs.observed) {
-            for f in Observation::KERNEL_FIELDS {
+            // Through a GUP reference the kernel shows only the bytes.
+            let fields: &[&str] = if mo.via_gup || ho.via_gup { &["byte"] } else { Observation::KERNEL_FIELDS };
+            for f in fields {
                 let (a, b) = (mo.field(f), ho.field(f));
                 if a != b {
                     diffs.push(format!("{f}: model {}, host {}", a.unwrap_or(0), b.unwrap_or(0)));
                 }
             }
-            if mr[mi] != hr[hi] {
+            if mr[mi] != hr[hi] && !(mo.via_gup || ho.via_gup) {
                 diffs.push(format!(
                     "frame: model {}, host {}",
                     mr[mi].as_deref().unwrap_or("-"),

@@ -94,6 +94,22 @@ fn a_model_that_cannot_reuse_disagrees_with_the_kernel() {
 }
 
 #[test]
+fn gup_references_agree_with_the_kernel() {
+    require_host!();
+    let files = [
+        "scenarios/cow/base--vmsplice-in-child-then-unmap.fmm",
+        "scenarios/cow/mthp64k--vmsplice-before-fork-unmap-in-parent.fmm",
+        "scenarios/cow/mthp64k--longterm-pin-before-fork.fmm",
+        "scenarios/cow/thp--longterm-pin-before-fork.fmm",
+    ];
+    let mut args = vec!["compare", "-q"];
+    args.extend(files);
+    let (code, out) = foliomm(&args);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("skipped"), "vmsplice and io_uring pins must run on the host:\n{out}");
+}
+
+#[test]
 fn a_scenario_runs_on_the_host_kernel() {
     require_host!();
     let before = thp_settings();

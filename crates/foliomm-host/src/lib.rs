@@ -5,6 +5,7 @@
 //! THP settings go through sysfs and are restored afterwards ([`sysfs`]).
 //! Linux only; needs root for frame numbers, kpageflags and sysfs.
 
+pub mod gup;
 pub mod procfs;
 pub mod sysfs;
 pub mod worker;
@@ -18,7 +19,7 @@ use std::process::{Child, Command};
 use foliomm::mm::{Advice, Prot};
 use foliomm::thp::ThpMode;
 use foliomm::Errno;
-use foliomm_scenario::backend::{Access, Backend, BackendError, Observation};
+use foliomm_scenario::backend::{Access, Backend, BackendError, GupKind, Observation};
 use foliomm_scenario::lang::MachineSetting;
 
 pub use worker::worker_main;
@@ -29,15 +30,62 @@ pub const WORKER_ARG: &str = "__host-worker";
 /// A step sent to a worker.
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
 pub enum Request {
-    Hello { name: String },
-    Mmap { at: Option<u64>, len: u64, prot: u32, fixed: bool, populate: bool },
-    Munmap { addr: u64, len: u64 },
-    Mprotect { addr: u64, len: u64, prot: u32 },
-    Madvise { addr: u64, len: u64, advice: Advice },
-    Mremap { addr: u64, len: u64, new_len: u64, to: Option<u64> },
-    Access { addr: u64, len: u64, access: Access },
-    Observe { addr: u64, len: u64 },
-    Fork { child: String },
+    Hello {
+        name: String,
+    },
+    Mmap {
+        at: Option<u64>,
+        len: u64,
+        prot: u32,
+        fixed: bool,
+        populate: bool,
+    },
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mprotect {
+        addr: u64,
+        len: u64,
+        prot: u32,
+    },
+    Madvise {
+        addr: u64,
+        len: u64,
+        advice: Advice,
+    },
+    Mremap {
+        addr: u64,
+        len: u64,
+        new_len: u64,
+        to: Option<u64>,
+    },
+    Access {
+        addr: u64,
+        len: u64,
+        access: Access,
+    },
+    Observe {
+        addr: u64,
+        len: u64,
+    },
+    Fork {
+        child: String,
+    },
+    /// Take GUP references (handle `id`, chosen by the controller).
+    Gup {
+        id: u64,
+        addr: u64,
+        len: u64,
+        kind: GupKind,
+    },
+    /// The first byte the references of `id` hold.
+    GupByte {
+        id: u64,
+    },
+    Ungup {
+        id: u64,
+    },
     Exit,
 }
 
@@ -67,6 +115,8 @@ pub struct HostBackend {
     listener: Option<UnixListener>,
     procs: HashMap<String, Worker>,
     baseline: Vec<(String, u64)>,
+    /// GUP handle -> the process holding it.
+    gups: HashMap<u64, String>,
 }
 
 impl HostBackend {
@@ -74,7 +124,7 @@ impl HostBackend {
     /// is [`WORKER_ARG`] (the foliomm binary).
     pub fn new(exe: PathBuf) -> HostBackend {
         let dir = std::env::temp_dir().join(format!("foliomm-host-{}-{}", std::process::id(), unique()));
-        HostBackend { exe, dir, listener: None, procs: HashMap::new(), baseline: Vec::new() }
+        HostBackend { exe, dir, listener: None, procs: HashMap::new(), baseline: Vec::new(), gups: HashMap::new() }
     }
 
     fn socket(&self) -> PathBuf {
@@ -256,22 +306,34 @@ impl Backend for HostBackend {
         }
     }
 
-    /// Pins on the host would go through vmsplice() or io_uring buffer
-    /// registration; not there yet.
-    fn supports_pins(&self) -> bool {
-        false
+    /// FOLL_GET through vmsplice(); FOLL_PIN only as io_uring takes it
+    /// (write, longterm). R/O or short-term FOLL_PIN needs the kernel's
+    /// gup_test debugfs interface, which this backend does not use.
+    fn supports_gup(&self, kind: GupKind) -> bool {
+        matches!(kind, GupKind::Get | GupKind::Pin { write: true, longterm: true })
     }
 
-    fn pin(&mut self, _: &str, _: u64, _: u64, _: bool, _: bool) -> Result<u64, Errno> {
-        Err(Errno::EINVAL)
+    fn pin(&mut self, proc: &str, addr: u64, len: u64, kind: GupKind) -> Result<u64, Errno> {
+        let id = self.gups.len() as u64 + unique() + 1;
+        self.value(proc, Request::Gup { id, addr, len, kind })?;
+        self.gups.insert(id, proc.to_string());
+        Ok(id)
     }
 
-    fn unpin(&mut self, _: u64) -> Result<(), Errno> {
-        Err(Errno::EINVAL)
+    fn unpin(&mut self, pin: u64) -> Result<(), Errno> {
+        let proc = self.gups.remove(&pin).ok_or(Errno::EINVAL)?;
+        self.value(&proc, Request::Ungup { id: pin }).map(|_| ())
     }
 
-    fn observe_pin(&mut self, _: u64) -> Result<Observation, Errno> {
-        Err(Errno::EINVAL)
+    /// Only the byte: the kernel shows no frame for a GUP reference.
+    fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno> {
+        let proc = self.gups.get(&pin).ok_or(Errno::EINVAL)?.clone();
+        let byte = self.value(&proc, Request::GupByte { id: pin })? as u8;
+        Ok(Observation { byte, via_gup: true, ..Default::default() })
+    }
+
+    fn observes_through_gup(&self, field: &str) -> bool {
+        field == "byte"
     }
 
     /// Deltas since `start` of the system-wide counters the model also keeps.

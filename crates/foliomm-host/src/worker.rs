@@ -9,7 +9,11 @@ use std::path::Path;
 
 use foliomm::mm::Advice;
 use foliomm::Errno;
-use foliomm_scenario::backend::{pattern_byte, Access, Observation};
+use std::collections::HashMap;
+
+use foliomm_scenario::backend::{pattern_byte, Access, GupKind, Observation};
+
+use crate::gup::{HostGup, Uring};
 
 use crate::procfs::{check_access, maps, Procfs};
 use crate::{Request, Response};
@@ -51,6 +55,7 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
     let mut conn = connect(socket, name);
     let open = || Procfs::open().expect("cannot open /proc/self/pagemap or /proc/kpageflags (needs root)");
     let mut procfs = open();
+    let mut gups: HashMap<u64, HostGup> = HashMap::new();
     let mut line = String::new();
     loop {
         line.clear();
@@ -75,6 +80,30 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
                     pid => Response::Value(pid as u64),
                 }
             }
+            Request::Gup { id, addr, len, kind } => {
+                let maps = maps();
+                let mapped = (addr..addr + len).step_by(PAGE as usize).all(|a| check_access(&maps, a, false).is_ok());
+                let taken = match kind {
+                    _ if !mapped => Err(Errno::EFAULT),
+                    GupKind::Get => HostGup::vmsplice(addr, len).map_err(|_| errno()),
+                    GupKind::Pin { .. } => Uring::register(addr, len).map(HostGup::Uring).map_err(|_| errno()),
+                };
+                match taken {
+                    Ok(g) => {
+                        gups.insert(id, g);
+                        Response::Value(id)
+                    }
+                    Err(e) => Response::Err(e),
+                }
+            }
+            Request::GupByte { id } => match gups.get(&id).map(|g| g.first_byte()) {
+                Some(Ok(b)) => Response::Value(b as u64),
+                _ => Response::Err(Errno::EINVAL),
+            },
+            Request::Ungup { id } => match gups.remove(&id) {
+                Some(_) => Response::Value(0),
+                None => Response::Err(Errno::EINVAL),
+            },
             other => perform(&procfs, other),
         };
         let mut out = serde_json::to_string(&resp).unwrap();
@@ -138,9 +167,10 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
             let readable = check_access(&maps(), addr, false).is_ok();
             // SAFETY: the page is mapped and readable (checked just above).
             let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
-            return Response::Observed(Observation { page, range, byte });
+            return Response::Observed(Observation { page, range, byte, via_gup: false });
         }
         Request::Hello { .. } | Request::Exit | Request::Fork { .. } => unreachable!(),
+        Request::Gup { .. } | Request::GupByte { .. } | Request::Ungup { .. } => unreachable!(),
     };
     match r {
         Ok(v) => Response::Value(v),

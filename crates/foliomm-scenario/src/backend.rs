@@ -34,6 +34,15 @@ pub fn pattern_bytes(origin: u64, addr: u64, len: u64, seed: u8) -> Vec<u8> {
     (addr..addr + len).map(|a| pattern_byte(a - origin, seed)).collect()
 }
 
+/// Which kind of GUP reference a `pin`/`get` step takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum GupKind {
+    /// FOLL_GET, read-only (what `vmsplice()` takes).
+    Get,
+    /// FOLL_PIN, optionally FOLL_WRITE and FOLL_LONGTERM.
+    Pin { write: bool, longterm: bool },
+}
+
 /// What an `observe` step records: the first page of the place as pagemap and
 /// kpageflags report it, and smaps-style sums over the whole place.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -42,6 +51,9 @@ pub struct Observation {
     pub range: RangeInfo,
     /// The byte at the observed address.
     pub byte: u8,
+    /// Observed through a GUP reference rather than the page tables.
+    #[serde(default)]
+    pub via_gup: bool,
 }
 
 impl Observation {
@@ -138,18 +150,22 @@ pub trait Backend {
     /// Performs an access; a read returns the bytes read.
     fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno>;
     fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
-    /// Whether the backend can take GUP pins; a scenario with pins is skipped
-    /// where it cannot.
-    fn supports_pins(&self) -> bool {
+    /// Whether the backend can take GUP references of this kind; a scenario
+    /// that needs one it cannot take is skipped there.
+    fn supports_gup(&self, kind: GupKind) -> bool {
+        let _ = kind;
         true
     }
-    /// GUP-pins the pages of a range (FOLL_PIN, optionally FOLL_WRITE and
-    /// FOLL_LONGTERM); returns a handle.
-    fn pin(&mut self, proc: &str, addr: u64, len: u64, write: bool, longterm: bool) -> Result<u64, Errno>;
+    /// Takes GUP references to the pages of a range; returns a handle.
+    fn pin(&mut self, proc: &str, addr: u64, len: u64, kind: GupKind) -> Result<u64, Errno>;
     fn unpin(&mut self, pin: u64) -> Result<(), Errno>;
-    /// The first pinned page as it is now: frame, folio order, and the byte
-    /// at the pinned address.
+    /// The first referenced page as it is now: frame, folio order (where
+    /// the backend can tell), and the byte at the referenced address.
     fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno>;
+    /// Whether an observation through a GUP reference carries `field`.
+    fn observes_through_gup(&self, field: &str) -> bool {
+        self.observes(field)
+    }
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;
     /// Whether the counters count only this run's events (the model) rather

@@ -363,12 +363,15 @@ impl State<'_> {
                 };
                 Ok(self.record(name, o))
             }
-            Cmd::Pin { name, place, write, longterm } => {
-                if !self.backend.supports_pins() {
-                    return Err(format!("cannot honour pin: the {} backend has no GUP pins yet", self.backend.name()));
+            Cmd::Pin { name, place, kind } => {
+                if !self.backend.supports_gup(*kind) {
+                    return Err(format!(
+                        "cannot honour {kind:?}: the {} backend cannot take that GUP reference",
+                        self.backend.name()
+                    ));
                 }
                 let (a, l) = self.place(place)?;
-                let Some(id) = outcome(step, self.timed(|b| b.pin(&p, a, l, *write, *longterm)))? else {
+                let Some(id) = outcome(step, self.timed(|b| b.pin(&p, a, l, *kind)))? else {
                     return Ok("failed as expected".into());
                 };
                 self.pins.insert(name.clone(), id);
@@ -401,7 +404,15 @@ impl State<'_> {
                 if !self.backend.exact_counters() && (is_stat(lhs) || is_stat(rhs)) {
                     return Ok(format!("skipped: counters on the {} backend are system-wide", self.backend.name()));
                 }
-                let hidden = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj != "stat" && Observation::field_names().any(|f| f == field) && !self.backend.observes(field));
+                let hidden = |o: &Operand| match o {
+                    Operand::Field { obj, field }
+                        if obj != "stat" && Observation::field_names().any(|f| f == field) =>
+                    {
+                        let via_gup = self.obs.iter().any(|(n, ob)| n == obj && ob.via_gup);
+                        !if via_gup { self.backend.observes_through_gup(field) } else { self.backend.observes(field) }
+                    }
+                    _ => false,
+                };
                 if hidden(lhs) || hidden(rhs) {
                     return Ok(format!("skipped: the {} backend cannot observe that field", self.backend.name()));
                 }

@@ -22,6 +22,7 @@
 //! P: verify a                        every byte, checked against the reference
 //! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
 //! P: p = pin a[0..4K] [write] [longterm]   GUP pin (FOLL_PIN); `unpin p` releases it
+//! P: g = get a[0..4K]                GUP reference (FOLL_GET, as vmsplice takes)
 //! P: observe pin p as x              the first pinned page: frame, order, byte
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
@@ -35,6 +36,8 @@ use foliomm::machine::ZapStrategy;
 use foliomm::mm::{Advice, Prot};
 use foliomm::thp::ThpMode;
 use foliomm::Errno;
+
+use crate::backend::GupKind;
 
 /// A parse error with its position (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,12 +110,12 @@ pub enum Cmd {
         place: Place,
         name: String,
     },
-    /// GUP-pin a range (`NAME = pin PLACE [write] [longterm]`).
+    /// GUP references to a range: `NAME = pin PLACE [write] [longterm]`
+    /// (FOLL_PIN) or `NAME = get PLACE` (FOLL_GET, as vmsplice takes).
     Pin {
         name: String,
         place: Place,
-        write: bool,
-        longterm: bool,
+        kind: GupKind,
     },
     Unpin(String),
     /// Observe the first page a pin holds (`observe pin NAME as OBS`).
@@ -566,9 +569,10 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                     l.pos += 1;
                 }
-                Ok(Cmd::Pin { name, place, write, longterm })
+                Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
             }
-            t => l.err(col, format!("expected mmap, mremap or pin, found '{t}'")),
+            "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
+            t => l.err(col, format!("expected mmap, mremap, pin or get, found '{t}'")),
         };
     }
     let col = l.col();

@@ -10,7 +10,7 @@ use foliomm::mm::{Advice, Prot};
 use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{Access, Backend, BackendError, Observation};
+use crate::backend::{Access, Backend, BackendError, GupKind, Observation};
 use crate::lang::MachineSetting;
 
 /// Runs scenarios on the model.
@@ -165,11 +165,15 @@ impl Backend for ModelBackend {
             let (_, cpu) = self.m();
             cpu.read(&mm, addr, &mut byte)?;
         }
-        Ok(Observation { page, range, byte: byte[0] })
+        Ok(Observation { page, range, byte: byte[0], via_gup: false })
     }
 
-    fn pin(&mut self, proc: &str, addr: u64, len: u64, write: bool, longterm: bool) -> Result<u64, Errno> {
-        let pin = self.mm(proc)?.pin_user_pages(addr, len, write, longterm)?;
+    fn pin(&mut self, proc: &str, addr: u64, len: u64, kind: GupKind) -> Result<u64, Errno> {
+        let mm = self.mm(proc)?;
+        let pin = match kind {
+            GupKind::Get => mm.get_user_pages(addr, len)?,
+            GupKind::Pin { write, longterm } => mm.pin_user_pages(addr, len, write, longterm)?,
+        };
         self.next_pin += 1;
         self.pins.insert(self.next_pin, pin);
         Ok(self.next_pin)
@@ -195,7 +199,7 @@ impl Backend for ModelBackend {
             ..Default::default()
         };
         let byte = m.phys.read_byte(pfn, (p.addr % 4096) as usize);
-        Ok(Observation { page, range: Default::default(), byte })
+        Ok(Observation { page, range: Default::default(), byte, via_gup: true })
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
