@@ -94,6 +94,16 @@ fn a_model_that_cannot_reuse_disagrees_with_the_kernel() {
 }
 
 #[test]
+fn a_design_before_mm_id_disagrees_with_the_kernel() {
+    require_host!();
+    let mut args = vec!["compare", "-q", "--mapcount", "nr-mapped"];
+    args.extend(REUSE);
+    let (code, out) = foliomm(&args);
+    assert_eq!(code, 1, "nr-mapped copies where Linux 6.18 reuses:\n{out}");
+    assert!(out.contains("mismatch: frame: model new frame"), "{out}");
+}
+
+#[test]
 fn gup_references_agree_with_the_kernel() {
     require_host!();
     let files = [

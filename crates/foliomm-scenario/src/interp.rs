@@ -399,7 +399,11 @@ impl State<'_> {
                 self.backend.set_thp(*enabled, sizes).map_err(|e| e.0)?;
                 Ok("thp set".into())
             }
-            Cmd::Expect { lhs, op, rhs } => {
+            Cmd::Expect { lhs, op, rhs, designs } => {
+                let design = self.design();
+                if !designs.is_empty() && !designs.iter().any(|d| *d == design) {
+                    return Ok(format!("skipped: only for {} (this run: {design})", designs.join(", ")));
+                }
                 let is_stat = |o: &Operand| matches!(o, Operand::Field { obj, .. } if obj == "stat");
                 if !self.backend.exact_counters() && (is_stat(lhs) || is_stat(rhs)) {
                     return Ok(format!("skipped: counters on the {} backend are system-wide", self.backend.name()));
@@ -426,6 +430,19 @@ impl State<'_> {
             }
             _ => unreachable!("process commands have a process"),
         }
+    }
+
+    /// The mapcount design of this run: the last `set mapcount`, or the
+    /// backend's own (the host kernel, and the model's default, are mm-id).
+    fn design(&self) -> String {
+        self.settings
+            .iter()
+            .rev()
+            .find_map(|s| match s {
+                MachineSetting::Mapcount(d) => Some(d.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| foliomm::machine::Config::default().mapcount)
     }
 
     /// Keeps an observation under `name`; returns a one-line summary.

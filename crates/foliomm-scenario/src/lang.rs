@@ -26,6 +26,7 @@
 //! P: observe pin p as x              the first pinned page: frame, order, byte
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
+//! expect [mm-id] after.frame == before.frame   only under these mapcount designs
 //! measure fault-all                  time the steps up to `end` (backend time only)
 //! end
 //! P: write a fails ENOMEM            the step must fail with that error
@@ -127,6 +128,8 @@ pub enum Cmd {
         lhs: Operand,
         op: CmpOp,
         rhs: Operand,
+        /// Only under these mapcount designs (`expect [mm-id] ...`); all if empty.
+        designs: Vec<String>,
     },
 }
 
@@ -449,6 +452,26 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
         "end" => Ok(Cmd::End),
         "expect" => {
+            let mut designs = Vec::new();
+            if let Some(list) = l.peek().and_then(|t| t.strip_prefix('[')) {
+                let col = l.col();
+                // `[a,b]` may be one token or several (`[a, b]`).
+                let mut text = list.to_string();
+                l.pos += 1;
+                while !text.ends_with(']') {
+                    text.push_str(l.next("a ']' closing the list of designs")?);
+                }
+                designs = text
+                    .trim_end_matches(']')
+                    .split(',')
+                    .map(|d| d.trim().to_string())
+                    .filter(|d| !d.is_empty())
+                    .collect();
+                if let Some(bad) = designs.iter().find(|d| !foliomm::mapcount::DESIGN_NAMES.contains(&d.as_str())) {
+                    let known = foliomm::mapcount::DESIGN_NAMES.join(", ");
+                    return l.err(col, format!("unknown mapcount design '{bad}' (known: {known})"));
+                }
+            }
             let lhs = l.operand()?;
             let col = l.col();
             let op = match l.next("a comparison (==, !=, <, <=, >, >=)")? {
@@ -460,7 +483,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 ">=" => CmpOp::Ge,
                 t => return l.err(col, format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'")),
             };
-            Ok(Cmd::Expect { lhs, op, rhs: l.operand()? })
+            Ok(Cmd::Expect { lhs, op, rhs: l.operand()?, designs })
         }
         t => l.err(col, format!("expected 'set', 'expect', 'measure', 'end' or 'NAME:' (a process), found '{t}'")),
     }

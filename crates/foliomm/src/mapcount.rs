@@ -3,8 +3,9 @@
 //!
 //! Small folios count in the head page's `_mapcount` the same way in every
 //! design (handled by [`crate::rmap`]); a [`MapcountDesign`] owns the fields of
-//! large folios. This issue carries the Linux 6.15+ default, [`MmId`]; the
-//! older designs plug into the same trait.
+//! large folios. [`PageMapcounts`] carries the designs that keep a mapcount
+//! per page, from Linux 6.1 to the 6.15+ default (`mm-id`); designs without
+//! per-page counts (seed 000's rmap IDs) plug into the same trait.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::*;
@@ -87,27 +88,85 @@ pub trait MapcountDesign: Send + Sync {
 
 /// Chooses a design by name.
 pub fn design_by_name(name: &str) -> Option<Box<dyn MapcountDesign>> {
-    match name {
-        "mm-id" => Some(Box::new(MmId6_15)),
-        _ => None,
-    }
+    DESIGNS.iter().find(|d| d.name == name).map(|d| Box::new(*d) as Box<dyn MapcountDesign>)
 }
 
-/// Names of the designs foliomm carries.
-pub const DESIGN_NAMES: &[&str] = &["mm-id"];
+/// Names of the designs foliomm carries, oldest first.
+pub const DESIGN_NAMES: &[&str] = &["subpage", "compound-locked", "nr-mapped", "large-mapcount", "mm-id"];
 
-/// Linux 6.15+ with the default `CONFIG_PAGE_MAPCOUNT`: per-page `_mapcount`,
-/// `_nr_pages_mapped`, `_entire_mapcount`, `_large_mapcount`, and two MM-ID
-/// slots with per-slot mapcounts and a "maybe shared" bit, updated under a
-/// bit spinlock in `_mm_ids` (include/linux/rmap.h `folio_add_return_large_mapcount`,
-/// `folio_sub_return_large_mapcount`; mm/rmap.c `__folio_add_rmap`,
-/// `__folio_remove_rmap`). Differs from Linux: NR_ANON_MAPPED statistics are
-/// returned to the caller instead of kept per node.
-pub struct MmId6_15;
+/// What the counter in the second page counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Total {
+    /// Nothing: the total mapcount is a scan over every page.
+    None,
+    /// `subpages_mapcount` (6.2-rc): the PTE mappings of all pages, unbiased.
+    Ptes,
+    /// `_large_mapcount` (6.10+): PTE and PMD mappings, biased by -1.
+    All,
+}
+
+/// The counters one era of Linux keeps beside the per-page `_mapcount` and
+/// `_entire_mapcount` (KERNEL-REFERENCE §3).
+#[derive(Clone, Copy, Debug)]
+struct Features {
+    /// `_nr_pages_mapped`: pages mapped by PTEs + `ENTIRELY_MAPPED` (6.2+).
+    nr_pages_mapped: bool,
+    total: Total,
+    /// Two MM-ID slots with per-slot mapcounts and the "maybe shared" bit
+    /// under a bit spinlock in `_mm_ids` (6.15+).
+    mm_ids: bool,
+    /// Every update under a bit spinlock in the first tail page (6.2-rc,
+    /// seed 003: `lock_compound_mapcounts`).
+    compound_lock: bool,
+}
+
+/// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
+/// All answer "mapped shared?" conservatively (mapcount > 1) except `mm-id`,
+/// which has the slots, and only `mm-id` lets COW reuse a large folio.
+/// Differs from Linux: statistics (NR_ANON_MAPPED) are returned to the
+/// caller instead of kept per node, and `subpage` has no DoubleMap (it
+/// counted PMD-split pages twice to spare work; the counts are the same).
+#[derive(Clone, Copy, Debug)]
+pub struct PageMapcounts {
+    name: &'static str,
+    f: Features,
+}
+
+const DESIGNS: [PageMapcounts; 5] = [
+    // Linux <= 6.1: per-page + compound mapcount; totals scan every page.
+    PageMapcounts {
+        name: "subpage",
+        f: Features { nr_pages_mapped: false, total: Total::None, mm_ids: false, compound_lock: false },
+    },
+    // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
+    PageMapcounts {
+        name: "compound-locked",
+        f: Features { nr_pages_mapped: false, total: Total::Ptes, mm_ids: false, compound_lock: true },
+    },
+    // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
+    PageMapcounts {
+        name: "nr-mapped",
+        f: Features { nr_pages_mapped: true, total: Total::None, mm_ids: false, compound_lock: false },
+    },
+    // Linux 6.10-6.14: + _large_mapcount (O(1) total).
+    PageMapcounts {
+        name: "large-mapcount",
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false },
+    },
+    // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
+    // (include/linux/rmap.h folio_add_return_large_mapcount,
+    // folio_sub_return_large_mapcount; mm/rmap.c __folio_add_rmap,
+    // __folio_remove_rmap).
+    PageMapcounts {
+        name: "mm-id",
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: true, compound_lock: false },
+    },
+];
 
 /// Field layout in the second page's descriptor (`folio->_large_mapcount` etc.).
 mod field {
-    pub const LARGE: usize = 0;
+    /// `_large_mapcount`, or `subpages_mapcount` in compound-locked.
+    pub const TOTAL: usize = 0;
     pub const NR_PAGES_MAPPED: usize = 1;
     pub const ENTIRE: usize = 2;
     pub const PINCOUNT: usize = crate::folio::PINCOUNT_WORD;
@@ -117,115 +176,147 @@ mod field {
     /// `FOLIO_MM_IDS_SHARED_BITNUM`: top bit of `_mm_id[1]`.
     pub const SHARED_BIT: u32 = 63;
     pub const ID_MASK: u64 = (1 << 31) - 1;
+    /// The compound lock: `PG_locked` of the first tail page.
+    pub const COMPOUND_LOCK_BIT: u32 = 0;
 }
 
 /// `ENTIRELY_MAPPED`: added to `_nr_pages_mapped` while a PMD maps the folio.
 pub const ENTIRELY_MAPPED: i32 = 0x80_0000;
 
-impl MmId6_15 {
-    fn w(f: Folio<'_>, i: usize) -> &std::sync::atomic::AtomicI32 {
-        &f.page(1).w[i]
-    }
-    fn slot_id(ids: u64, s: usize) -> MmId {
-        ((ids >> (32 * s)) & field::ID_MASK) as MmId
-    }
-    fn set_slot_id(f: Folio, s: usize, id: MmId) {
-        let shift = 32 * s as u32;
-        let mask = field::ID_MASK << shift;
-        let ids = &f.page(1).ids;
-        let cur = ids.load(Relaxed);
-        // The caller holds the lock bit; keep every flag bit as it is.
-        ids.store((cur & !mask) | ((id as u64) << shift), Relaxed);
-    }
-    fn set_shared(f: Folio, on: bool) {
-        let bit = 1u64 << field::SHARED_BIT;
-        if on {
-            f.page(1).ids.fetch_or(bit, Relaxed);
-        } else {
-            f.page(1).ids.fetch_and(!bit, Relaxed);
-        }
-    }
-    fn shared(f: Folio) -> bool {
-        f.page(1).ids.load(Relaxed) & (1 << field::SHARED_BIT) != 0
-    }
+fn w(f: Folio<'_>, i: usize) -> &std::sync::atomic::AtomicI32 {
+    &f.page(1).w[i]
+}
 
-    /// `folio_add_return_large_mapcount`: raw large mapcount += d and the slot
-    /// bookkeeping of KERNEL-REFERENCE §2.5.
-    fn add_large(f: Folio, d: i32, mm: MmId) {
+fn slot_id(ids: u64, s: usize) -> MmId {
+    ((ids >> (32 * s)) & field::ID_MASK) as MmId
+}
+
+fn set_slot_id(f: Folio, s: usize, id: MmId) {
+    let shift = 32 * s as u32;
+    let mask = field::ID_MASK << shift;
+    let ids = &f.page(1).ids;
+    let cur = ids.load(Relaxed);
+    // The caller holds the lock bit (or owns the new folio); keep every flag bit.
+    ids.store((cur & !mask) | ((id as u64) << shift), Relaxed);
+}
+
+fn set_shared(f: Folio, on: bool) {
+    let bit = 1u64 << field::SHARED_BIT;
+    if on {
+        f.page(1).ids.fetch_or(bit, Relaxed);
+    } else {
+        f.page(1).ids.fetch_and(!bit, Relaxed);
+    }
+}
+
+fn shared(f: Folio) -> bool {
+    f.page(1).ids.load(Relaxed) & (1 << field::SHARED_BIT) != 0
+}
+
+/// Pages mapped by at least one PTE, counted the slow way.
+fn pages_mapped_by_ptes(f: Folio) -> u64 {
+    (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.load(Relaxed) >= 0).count() as u64
+}
+
+impl PageMapcounts {
+    /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
+    /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
+    fn add_large(&self, f: Folio, d: i32, mm: MmId) {
+        if !self.f.mm_ids {
+            w(f, field::TOTAL).fetch_add(d, Relaxed);
+            return;
+        }
         let _lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
-        let large = Self::w(f, field::LARGE);
+        let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) + d;
         large.store(t, Relaxed);
         let ids = f.page(1).ids.load(Relaxed);
         for s in 0..2 {
-            if Self::slot_id(ids, s) == mm {
-                Self::w(f, field::SLOT0 + s).fetch_add(d, Relaxed);
+            if slot_id(ids, s) == mm {
+                w(f, field::SLOT0 + s).fetch_add(d, Relaxed);
                 return;
             }
         }
-        if Self::slot_id(ids, 0) == 0 {
-            Self::set_slot_id(f, 0, mm);
-            Self::w(f, field::SLOT0).store(d - 1, Relaxed);
+        if slot_id(ids, 0) == 0 {
+            set_slot_id(f, 0, mm);
+            w(f, field::SLOT0).store(d - 1, Relaxed);
             if t != d - 1 {
-                Self::set_shared(f, true);
+                set_shared(f, true);
             }
-        } else if Self::slot_id(ids, 1) == 0 {
-            Self::set_slot_id(f, 1, mm);
-            Self::w(f, field::SLOT0 + 1).store(d - 1, Relaxed);
-            Self::set_shared(f, true);
+        } else if slot_id(ids, 1) == 0 {
+            set_slot_id(f, 1, mm);
+            w(f, field::SLOT0 + 1).store(d - 1, Relaxed);
+            set_shared(f, true);
         }
         // Else: both slots belong to other MMs; this MM is untracked and the
         // shared bit is necessarily set already.
     }
 
     /// `folio_sub_return_large_mapcount`.
-    fn sub_large(f: Folio, d: i32, mm: MmId) -> i32 {
+    fn sub_large(&self, f: Folio, d: i32, mm: MmId) {
+        if !self.f.mm_ids {
+            w(f, field::TOTAL).fetch_sub(d, Relaxed);
+            return;
+        }
         let _lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
-        let large = Self::w(f, field::LARGE);
+        let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) - d;
         large.store(t, Relaxed);
         let ids = f.page(1).ids.load(Relaxed);
         for s in 0..2 {
-            if Self::slot_id(ids, s) == mm {
-                let c = Self::w(f, field::SLOT0 + s);
+            if slot_id(ids, s) == mm {
+                let c = w(f, field::SLOT0 + s);
                 let v = c.load(Relaxed) - d;
                 if v >= 0 {
                     c.store(v, Relaxed);
-                    return t;
+                    return;
                 }
                 c.store(-1, Relaxed);
-                Self::set_slot_id(f, s, 0);
+                set_slot_id(f, s, 0);
                 break;
             }
         }
-        if Self::w(f, field::SLOT0).load(Relaxed) == t || Self::w(f, field::SLOT0 + 1).load(Relaxed) == t {
-            Self::set_shared(f, false);
+        if w(f, field::SLOT0).load(Relaxed) == t || w(f, field::SLOT0 + 1).load(Relaxed) == t {
+            set_shared(f, false);
         }
-        t
+    }
+
+    /// The compound lock, for the design that takes it around every update.
+    fn lock<'a>(&self, f: Folio<'a>) -> Option<BitSpinLock<'a>> {
+        self.f.compound_lock.then(|| BitSpinLock::lock(&f.page(1).flags, field::COMPOUND_LOCK_BIT))
+    }
+
+    /// The value `field::TOTAL` starts from.
+    fn total_init(&self) -> i32 {
+        if self.f.total == Total::Ptes {
+            0
+        } else {
+            -1
+        }
     }
 }
 
-impl MapcountDesign for MmId6_15 {
+impl MapcountDesign for PageMapcounts {
     fn name(&self) -> &'static str {
-        "mm-id"
+        self.name
     }
 
     fn prep(&self, f: Folio) {
-        let w = &f.page(1).w;
-        w[field::LARGE].store(-1, Relaxed);
-        w[field::NR_PAGES_MAPPED].store(0, Relaxed);
-        w[field::ENTIRE].store(-1, Relaxed);
-        w[field::PINCOUNT].store(0, Relaxed);
-        w[field::SLOT0].store(-1, Relaxed);
-        w[field::SLOT0 + 1].store(-1, Relaxed);
+        let ws = &f.page(1).w;
+        ws[field::TOTAL].store(self.total_init(), Relaxed);
+        ws[field::NR_PAGES_MAPPED].store(0, Relaxed);
+        ws[field::ENTIRE].store(-1, Relaxed);
+        ws[field::PINCOUNT].store(0, Relaxed);
+        ws[field::SLOT0].store(-1, Relaxed);
+        ws[field::SLOT0 + 1].store(-1, Relaxed);
         f.page(1).ids.store(0, Relaxed);
     }
 
     fn check_freeable(&self, f: Folio) -> Vec<String> {
-        let w = &f.page(1).w;
+        let ws = &f.page(1).w;
         let mut bad = Vec::new();
         let expect = [
-            (field::LARGE, -1, "_large_mapcount"),
+            (field::TOTAL, self.total_init(), "_large_mapcount / subpages_mapcount"),
             (field::NR_PAGES_MAPPED, 0, "_nr_pages_mapped"),
             (field::ENTIRE, -1, "_entire_mapcount"),
             (field::PINCOUNT, 0, "_pincount"),
@@ -233,7 +324,7 @@ impl MapcountDesign for MmId6_15 {
             (field::SLOT0 + 1, -1, "_mm_id_mapcount[1]"),
         ];
         for (i, want, name) in expect {
-            let v = w[i].load(Relaxed);
+            let v = ws[i].load(Relaxed);
             if v != want {
                 bad.push(format!("{name} is {v}, expected {want}"));
             }
@@ -253,24 +344,33 @@ impl MapcountDesign for MmId6_15 {
 
     fn add_new(&self, f: Folio, level: Level, mm: MmId) {
         let nr = f.nr_pages() as i32;
-        let (large, entire, nr_mapped) = match level {
+        let (entire, nr_mapped, all, ptes) = match level {
             Level::Pte => {
                 for i in 0..f.nr_pages() {
                     f.page(i).mapcount.store(0, Relaxed);
                 }
-                (nr - 1, -1, nr)
+                (-1, nr, nr - 1, nr)
             }
-            Level::Pmd => (0, 0, ENTIRELY_MAPPED),
+            Level::Pmd => (0, ENTIRELY_MAPPED, 0, 0),
         };
         // folio_set_large_mapcount(): the folio is not visible yet, no lock.
-        Self::w(f, field::LARGE).store(large, Relaxed);
-        Self::w(f, field::ENTIRE).store(entire, Relaxed);
-        Self::w(f, field::NR_PAGES_MAPPED).store(nr_mapped, Relaxed);
-        Self::w(f, field::SLOT0).store(large, Relaxed);
-        Self::set_slot_id(f, 0, mm);
+        w(f, field::ENTIRE).store(entire, Relaxed);
+        if self.f.nr_pages_mapped {
+            w(f, field::NR_PAGES_MAPPED).store(nr_mapped, Relaxed);
+        }
+        match self.f.total {
+            Total::All => w(f, field::TOTAL).store(all, Relaxed),
+            Total::Ptes => w(f, field::TOTAL).store(ptes, Relaxed),
+            Total::None => {}
+        }
+        if self.f.mm_ids {
+            w(f, field::SLOT0).store(all, Relaxed);
+            set_slot_id(f, 0, mm);
+        }
     }
 
     fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
+        let _lock = self.lock(f);
         match level {
             Level::Pte => {
                 let mut newly = 0;
@@ -279,40 +379,70 @@ impl MapcountDesign for MmId6_15 {
                         newly += 1;
                     }
                 }
-                Self::w(f, field::NR_PAGES_MAPPED).fetch_add(newly, Relaxed);
-                Self::add_large(f, nr as i32, mm);
+                if self.f.nr_pages_mapped {
+                    w(f, field::NR_PAGES_MAPPED).fetch_add(newly, Relaxed);
+                }
+                match self.f.total {
+                    Total::All => self.add_large(f, nr as i32, mm),
+                    Total::Ptes => {
+                        w(f, field::TOTAL).fetch_add(nr as i32, Relaxed);
+                    }
+                    Total::None => {}
+                }
             }
             Level::Pmd => {
-                if Self::w(f, field::ENTIRE).fetch_add(1, Relaxed) == -1 {
-                    Self::w(f, field::NR_PAGES_MAPPED).fetch_add(ENTIRELY_MAPPED, Relaxed);
+                let first_pmd = w(f, field::ENTIRE).fetch_add(1, Relaxed) == -1;
+                if first_pmd && self.f.nr_pages_mapped {
+                    w(f, field::NR_PAGES_MAPPED).fetch_add(ENTIRELY_MAPPED, Relaxed);
                 }
-                Self::add_large(f, 1, mm);
+                if self.f.total == Total::All {
+                    self.add_large(f, 1, mm);
+                }
             }
         }
     }
 
     fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
-        let nr_mapped = Self::w(f, field::NR_PAGES_MAPPED);
+        let _lock = self.lock(f);
+        let nr_mapped = w(f, field::NR_PAGES_MAPPED);
         match level {
             Level::Pte => {
-                Self::sub_large(f, nr as i32, mm);
+                match self.f.total {
+                    Total::All => self.sub_large(f, nr as i32, mm),
+                    Total::Ptes => {
+                        w(f, field::TOTAL).fetch_sub(nr as i32, Relaxed);
+                    }
+                    Total::None => {}
+                }
                 let mut last = 0;
                 for i in first..first + nr {
                     if f.page(i).mapcount.fetch_sub(1, Relaxed) == 0 {
                         last += 1;
                     }
                 }
-                let after = nr_mapped.fetch_sub(last, Relaxed) - last;
-                let unmapped = if after < ENTIRELY_MAPPED { last as u64 } else { 0 };
-                Removed { unmapped_pages: unmapped, partially_mapped: unmapped > 0 && after != 0 }
+                if self.f.nr_pages_mapped {
+                    let after = nr_mapped.fetch_sub(last, Relaxed) - last;
+                    let unmapped = if after < ENTIRELY_MAPPED { last as u64 } else { 0 };
+                    return Removed { unmapped_pages: unmapped, partially_mapped: unmapped > 0 && after != 0 };
+                }
+                // Without _nr_pages_mapped the state is found by scanning.
+                let entire = self.entire_mapcount(f) > 0;
+                let unmapped = if entire { 0 } else { last as u64 };
+                Removed { unmapped_pages: unmapped, partially_mapped: unmapped > 0 && pages_mapped_by_ptes(f) > 0 }
             }
             Level::Pmd => {
-                Self::sub_large(f, 1, mm);
+                if self.f.total == Total::All {
+                    self.sub_large(f, 1, mm);
+                }
                 let mut removed = Removed::default();
-                if Self::w(f, field::ENTIRE).fetch_sub(1, Relaxed) == 0 {
-                    let after = nr_mapped.fetch_sub(ENTIRELY_MAPPED, Relaxed) - ENTIRELY_MAPPED;
-                    removed.unmapped_pages = f.nr_pages() - after as u64;
-                    removed.partially_mapped = after > 0 && after < f.nr_pages() as i32;
+                if w(f, field::ENTIRE).fetch_sub(1, Relaxed) == 0 {
+                    let still = if self.f.nr_pages_mapped {
+                        (nr_mapped.fetch_sub(ENTIRELY_MAPPED, Relaxed) - ENTIRELY_MAPPED) as u64
+                    } else {
+                        pages_mapped_by_ptes(f)
+                    };
+                    removed.unmapped_pages = f.nr_pages() - still;
+                    removed.partially_mapped = still > 0 && still < f.nr_pages();
                 }
                 removed
             }
@@ -320,11 +450,19 @@ impl MapcountDesign for MmId6_15 {
     }
 
     fn mapcount(&self, f: Folio) -> u64 {
-        (Self::w(f, field::LARGE).load(Relaxed) + 1) as u64
+        match self.f.total {
+            Total::All => (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
+            Total::Ptes => w(f, field::TOTAL).load(Relaxed) as u64 + self.entire_mapcount(f),
+            // folio_mapcount() before 6.10: a scan over every page.
+            Total::None => {
+                let ptes: u64 = (0..f.nr_pages()).map(|i| (f.page(i).mapcount.load(Relaxed) + 1) as u64).sum();
+                ptes + self.entire_mapcount(f)
+            }
+        }
     }
 
     fn entire_mapcount(&self, f: Folio) -> u64 {
-        (Self::w(f, field::ENTIRE).load(Relaxed) + 1) as u64
+        (w(f, field::ENTIRE).load(Relaxed) + 1) as u64
     }
 
     fn page_mapcount(&self, f: Folio, i: u64) -> Option<u64> {
@@ -332,27 +470,50 @@ impl MapcountDesign for MmId6_15 {
     }
 
     fn maybe_mapped_shared(&self, f: Folio) -> bool {
-        self.mapcount(f) > 1 && Self::shared(f)
+        let m = self.mapcount(f);
+        if self.f.mm_ids {
+            m > 1 && shared(f)
+        } else {
+            m > 1
+        }
     }
 
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool {
+        if !self.f.mm_ids {
+            return false; // before 6.15 a large anon folio is always copied
+        }
         let m = self.mapcount(f);
-        if m <= 1 || Self::shared(f) || m != f.refcount() as u64 {
+        if m <= 1 || shared(f) || m != f.refcount() as u64 {
             return false;
         }
         let _lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
         let ids = f.page(1).ids.load(Relaxed);
-        let ok = !Self::shared(f) && self.mapcount(f) == f.refcount() as u64;
-        debug_assert!(!ok || Self::slot_id(ids, 0) == mm || Self::slot_id(ids, 1) == mm);
+        let ok = !shared(f) && self.mapcount(f) == f.refcount() as u64;
+        debug_assert!(!ok || slot_id(ids, 0) == mm || slot_id(ids, 1) == mm);
         ok
     }
 
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String> {
         let mut bad = Vec::new();
         let total = truth.total() as i64;
-        let large = Self::w(f, field::LARGE).load(Relaxed) as i64 + 1;
-        if large != total {
-            bad.push(format!("large mapcount {large}, page tables say {total}"));
+        let ptes: i64 = truth.pte.iter().map(|&n| n as i64).sum();
+        match self.f.total {
+            Total::All => {
+                let large = w(f, field::TOTAL).load(Relaxed) as i64 + 1;
+                if large != total {
+                    bad.push(format!("large mapcount {large}, page tables say {total}"));
+                }
+            }
+            Total::Ptes => {
+                let sub = w(f, field::TOTAL).load(Relaxed) as i64;
+                if sub != ptes {
+                    bad.push(format!("subpages mapcount {sub}, page tables say {ptes} PTE mappings"));
+                }
+            }
+            Total::None => {}
+        }
+        if self.mapcount(f) as i64 != total {
+            bad.push(format!("folio_mapcount {}, page tables say {total}", self.mapcount(f)));
         }
         let entire = self.entire_mapcount(f) as u32;
         if entire != truth.pmd {
@@ -366,38 +527,42 @@ impl MapcountDesign for MmId6_15 {
             }
             pages_mapped += (n > 0) as i32;
         }
-        let want = pages_mapped + if truth.pmd > 0 { ENTIRELY_MAPPED } else { 0 };
-        let have = Self::w(f, field::NR_PAGES_MAPPED).load(Relaxed);
-        if have != want {
-            bad.push(format!("_nr_pages_mapped {have:#x}, page tables say {want:#x}"));
-        }
-        // Slot rules (KERNEL-REFERENCE §2.5 sanity checks).
-        let ids = f.page(1).ids.load(Relaxed);
-        let mut occupied = 0;
-        let mut slot_sum = 0i64;
-        for s in 0..2 {
-            let id = Self::slot_id(ids, s);
-            let c = Self::w(f, field::SLOT0 + s).load(Relaxed);
-            if (id == 0) != (c == -1) {
-                bad.push(format!("slot {s}: id {id} with count {c}"));
+        if self.f.nr_pages_mapped {
+            let want = pages_mapped + if truth.pmd > 0 { ENTIRELY_MAPPED } else { 0 };
+            let have = w(f, field::NR_PAGES_MAPPED).load(Relaxed);
+            if have != want {
+                bad.push(format!("_nr_pages_mapped {have:#x}, page tables say {want:#x}"));
             }
-            if id != 0 {
-                occupied += 1;
-                slot_sum += c as i64 + 1;
-                if !truth.per_mm.contains_key(&id) {
-                    bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
+        }
+        if self.f.mm_ids {
+            // Slot rules (KERNEL-REFERENCE §2.5 sanity checks).
+            let ids = f.page(1).ids.load(Relaxed);
+            let mut occupied = 0;
+            let mut slot_sum = 0i64;
+            for s in 0..2 {
+                let id = slot_id(ids, s);
+                let c = w(f, field::SLOT0 + s).load(Relaxed);
+                if (id == 0) != (c == -1) {
+                    bad.push(format!("slot {s}: id {id} with count {c}"));
+                }
+                if id != 0 {
+                    occupied += 1;
+                    slot_sum += c as i64 + 1;
+                    if !truth.per_mm.contains_key(&id) {
+                        bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
+                    }
                 }
             }
-        }
-        let shared = Self::shared(f);
-        if total == 0 && shared {
-            bad.push("shared bit set on an unmapped folio".into());
-        }
-        if occupied == 2 && !shared {
-            bad.push("two occupied slots but the shared bit is clear".into());
-        }
-        if slot_sum > total {
-            bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
+            let sh = shared(f);
+            if total == 0 && sh {
+                bad.push("shared bit set on an unmapped folio".into());
+            }
+            if occupied == 2 && !sh {
+                bad.push("two occupied slots but the shared bit is clear".into());
+            }
+            if slot_sum > total {
+                bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
+            }
         }
         if truth.per_mm.len() > 1 && !self.maybe_mapped_shared(f) {
             bad.push(format!("answered exclusive while {} MMs map the folio (wrong-exclusive)", truth.per_mm.len()));

@@ -2,7 +2,8 @@
 //! fork/exit/read/write over several processes. After every step the
 //! invariant checker must find nothing, and every read must return what the
 //! reference byte model says (fork = deep copy). Two CPUs with TLBs take
-//! turns, freed frames are poisoned. Set FOLIOMM_PROPTEST_CASES
+//! turns, freed frames are poisoned, and every mapcount design takes its
+//! turn. Set FOLIOMM_PROPTEST_CASES
 //! for a longer run.
 
 use std::sync::Arc;
@@ -211,8 +212,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_operations_keep_every_invariant(ops in proptest::collection::vec(op(), 1..40), mthp in 0..3u32) {
-        let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, ..Config::default() }).unwrap();
+    fn random_operations_keep_every_invariant(
+        ops in proptest::collection::vec(op(), 1..40),
+        mthp in 0..3u32,
+        design in 0..foliomm::mapcount::DESIGN_NAMES.len(),
+    ) {
+        let mapcount = foliomm::mapcount::DESIGN_NAMES[design].to_string();
+        let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, ..Config::default() }).unwrap();
         match mthp {
             1 => m.thp.set_order(4, ThpMode::Always).unwrap(),
             2 => { m.thp.set_order(2, ThpMode::Always).unwrap(); m.thp.set_order(6, ThpMode::Madvise).unwrap(); }
