@@ -401,7 +401,7 @@ impl State<'_> {
             }
             Cmd::Expect { lhs, op, rhs, designs } => {
                 let design = self.design();
-                if !designs.is_empty() && !designs.iter().any(|d| *d == design) {
+                if !designs.is_empty() && !designs.contains(&design) {
                     return Ok(format!("skipped: only for {} (this run: {design})", designs.join(", ")));
                 }
                 let is_stat = |o: &Operand| matches!(o, Operand::Field { obj, .. } if obj == "stat");
