@@ -22,7 +22,10 @@ pub struct BenchArgs {
     /// each size, zap strategies per-page and batched, host kernel beside
     /// (the table of the "optimize unmap/zap with PTE-mapped THP" series).
     /// `tlb`: faulting and writing a region with and without the software TLB.
-    #[arg(value_parser = ["fault", "seed-001", "tlb"])]
+    /// `seed-000`: the 8 micro benchmarks of the "precise mapped shared"
+    /// series on PTE-mapped 2M THP and 64K mTHP, for every mapcount design,
+    /// as % change against nr-mapped, with the seed's published rows beside.
+    #[arg(value_parser = ["fault", "seed-001", "tlb", "seed-000"])]
     which: String,
     /// Region size (a multiple of 2M, like 256M or 1G).
     #[arg(long, default_value = "1G")]
@@ -47,6 +50,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.which.as_str() {
         "fault" => fault(&a, size),
         "seed-001" => seed_001(&a, size),
+        "seed-000" => seed_000(&a, size),
         _ => tlb_cost(&a, size),
     }
 }
@@ -402,5 +406,191 @@ fn tlb_cost(a: &BenchArgs, size: u64) -> Result<()> {
     let (on, off) = (&rows[0], &rows[1]);
     let ratio = |k: &str| on[k].as_f64().unwrap() / off[k].as_f64().unwrap();
     println!("\nTLB on / off: fault {:.2}x, write {:.2}x", ratio("fault_s"), ratio("write_all_bytes_s"));
+    Ok(())
+}
+
+/// Seed 000's micro benchmarks, in the seed's order.
+const SEED_000_COLUMNS: [&str; 8] =
+    ["remap", "munmap", "fork", "cow", "cow-byte", "cow-reuse", "cow-reuse-byte", "pte-dontneed"];
+
+/// Seed 000's published % change against v6.7-rc1 (Intel Xeon Silver 4210R).
+const SEED_000_INTEL: [(&str, [f64; 8]); 7] = [
+    ("mapcount", [13.4, 0.3, 14.2, 0.5, 0.2, -0.2, -0.4, 2.8]),
+    ("rmap-id", [123.7, 48.8, 105.9, 3.0, 3.2, -30.0, -64.2, 14.8]),
+    ("123", [108.7, 42.1, 93.3, 1.7, 2.7, -30.0, -64.3, 12.9]),
+    ("batch", [-8.1, 41.4, 95.5, 1.5, 2.2, -29.7, -64.2, 5.7]),
+    ("exclusive", [-8.8, 15.1, 40.5, 1.1, 0.9, -29.6, -64.0, 1.1]),
+    ("nocmpxchg", [-10.4, 12.6, 46.4, 0.9, 1.4, -30.0, -64.3, 0.8]),
+    ("all", [-34.8, 1.0, 27.8, 0.7, 0.4, -30.0, -63.9, -0.5]),
+];
+
+/// The same on AMD EPYC 7313.
+const SEED_000_AMD: [(&str, [f64; 8]); 7] = [
+    ("mapcount", [24.3, 1.8, 25.9, 1.5, 2.6, 1.4, 1.9, 4.5]),
+    ("rmap-id", [55.4, 12.5, 27.9, 2.6, 4.3, -50.4, -60.9, 6.3]),
+    ("123", [45.6, 6.3, 30.4, 2.9, 4.1, -51.1, -60.5, 6.7]),
+    ("batch", [-9.6, 7.2, 31.5, 2.1, 3.0, -51.1, -60.7, 4.0]),
+    ("exclusive", [-10.8, 14.0, 48.4, 0.5, 2.3, -51.4, -61.0, 5.0]),
+    ("nocmpxchg", [-11.3, 25.9, 55.7, 2.0, 3.3, -50.9, -60.2, 3.4]),
+    ("all", [-21.8, 16.1, 43.0, 3.2, 4.8, -50.2, -60.8, 5.8]),
+];
+
+/// Runs micro benchmark `which` (an index into SEED_000_COLUMNS) once on a
+/// fresh MM of `m`: `size` bytes of folios of `order`, all PTE-mapped
+/// before the measured action, as the seed measures them. Returns the
+/// action's time, or None where it does not apply (remap without PMDs).
+fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Duration>> {
+    let (mm, a, _) = model_populate(m, cpu, size, order)?;
+    let remap = || model_split_pmds(&mm, a, size);
+    if which == 0 {
+        if order != 9 {
+            mm.munmap(a, size)?;
+            return Ok(None);
+        }
+        let t = Instant::now();
+        remap()?;
+        let d = t.elapsed();
+        mm.munmap(a, size)?;
+        return Ok(Some(d));
+    }
+    if order == 9 {
+        remap()?;
+    }
+    let t = Instant::now();
+    let d = match SEED_000_COLUMNS[which] {
+        "munmap" => {
+            mm.munmap(a, size)?;
+            return Ok(Some(t.elapsed()));
+        }
+        "fork" => {
+            let child = mm.fork()?;
+            let d = t.elapsed();
+            drop(child);
+            d
+        }
+        name => {
+            let child = mm.fork()?;
+            let reuse = name.starts_with("cow-reuse");
+            let child = if reuse {
+                drop(child);
+                None
+            } else {
+                Some(child)
+            };
+            let t = Instant::now();
+            if name.ends_with("-byte") {
+                cpu.write_byte_per_page(&mm, a, size, 2)?;
+            } else if name == "pte-dontneed" {
+                for off in (0..size).step_by(4096) {
+                    mm.madvise(a + off, 4096, Advice::DontNeed)?;
+                }
+            } else {
+                cpu.fill(&mm, a, size, 2)?;
+            }
+            let d = t.elapsed();
+            drop(child);
+            d
+        }
+    };
+    mm.munmap(a, size)?;
+    Ok(Some(d))
+}
+
+fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
+    let runs = a.runs.max(1);
+    let designs = foliomm::mapcount::DESIGN_NAMES;
+    let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
+    let bar = progress(orders.len() as u64 * designs.len() as u64 * 8 * runs as u64);
+    // times[order][design][bench]
+    let mut times = vec![vec![[None::<f64>; 8]; designs.len()]; orders.len()];
+    for (oi, (order, oname)) in orders.iter().enumerate() {
+        for (di, design) in designs.iter().enumerate() {
+            // Room for a child's copy of everything (cow with the child alive).
+            let m = Machine::new(Config {
+                memory: 2 * size + (256 << 20),
+                mapcount: design.to_string(),
+                ..Config::default()
+            })?;
+            let mut cpu = Cpu::new(&m);
+            for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
+                bar.set_message(format!("{oname} {design} {bname}"));
+                let mut best: Option<f64> = None;
+                for _ in 0..runs {
+                    if let Some(d) = seed_000_once(&m, &mut cpu, size, *order, bi)? {
+                        best = Some(best.map_or(secs(d), |b: f64| b.min(secs(d))));
+                    }
+                    bar.inc(1);
+                }
+                times[oi][di][bi] = best;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let base = designs.iter().position(|d| *d == "nr-mapped").unwrap();
+    let change = |oi: usize, di: usize, bi: usize| -> Option<f64> {
+        Some(100.0 * (times[oi][di][bi]? - times[oi][base][bi]?) / times[oi][base][bi]?)
+    };
+    if a.json || a.csv {
+        let mut rows = Vec::new();
+        for (oi, (_, oname)) in orders.iter().enumerate() {
+            for (di, design) in designs.iter().enumerate() {
+                for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
+                    rows.push((
+                        oname.to_string(),
+                        design.to_string(),
+                        bname.to_string(),
+                        times[oi][di][bi],
+                        change(oi, di, bi),
+                    ));
+                }
+            }
+        }
+        if a.json {
+            let j: Vec<_> = rows
+                .iter()
+                .map(|(o, d, b, t, c)| serde_json::json!({ "folio": o, "design": d, "benchmark": b, "seconds": t, "change_pct": c }))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&j)?);
+        } else {
+            println!("folio,design,benchmark,seconds,change_pct");
+            for (o, d, b, t, c) in rows {
+                let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+                println!("{o},{d},{b},{},{}", f(t), f(c));
+            }
+        }
+        return Ok(());
+    }
+    let header = |label: &str| {
+        let cols: Vec<String> = (1..=8).map(|i| format!("{:>7}", format!("({i})"))).collect();
+        println!("{label:<16}|{}|", cols.join(" |"));
+        println!("{}", "-".repeat(16 + 9 * 8 + 1));
+    };
+    let pct = |v: Option<f64>| v.map_or(format!("{:>7}", "-"), |v| format!("{v:>6.1}%"));
+    println!("Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, best of {runs}.", size >> 20);
+    println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
+    println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster.\n");
+    for (oi, (_, oname)) in orders.iter().enumerate() {
+        println!("{oname}:");
+        header("design");
+        for (di, design) in designs.iter().enumerate() {
+            let cells: Vec<String> = (0..8).map(|bi| pct(change(oi, di, bi))).collect();
+            println!("{design:<16}|{}|", cells.join(" |"));
+        }
+        let base_t: Vec<String> =
+            (0..8).map(|bi| times[oi][base][bi].map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", t))).collect();
+        println!("{:<16}|{}|\n", "nr-mapped time", base_t.join(" |"));
+    }
+    for (title, rows) in [
+        ("Seed 000, Intel Xeon Silver 4210R (2 MiB THP)", &SEED_000_INTEL),
+        ("Seed 000, AMD EPYC 7313 (2 MiB THP)", &SEED_000_AMD),
+    ] {
+        println!("{title}:");
+        header("stage");
+        for (name, vals) in rows.iter() {
+            let cells: Vec<String> = vals.iter().map(|v| pct(Some(*v))).collect();
+            println!("{name:<16}|{}|", cells.join(" |"));
+        }
+        println!();
+    }
     Ok(())
 }
