@@ -19,6 +19,17 @@ fn clean(m: &Machine) {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// A parent that wrote 0x11 to a page, and its child sharing it.
+fn shared_page() -> (Arc<Machine>, Cpu, Arc<Mm>, Arc<Mm>, u64) {
+    let m = machine();
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
+    cpu.write(&p, a, &[0x11]).unwrap();
+    let c = p.fork().unwrap();
+    (m, cpu, p, c, a)
+}
+
 fn through_pin(m: &Machine, pin: &foliomm::gup::Pin, page: usize) -> u8 {
     m.phys.read_byte(pin.frames[page].expect("a pinned frame"), 0)
 }
@@ -48,12 +59,7 @@ fn fork_copies_a_pinned_exclusive_page_for_the_child() {
 fn a_read_only_pin_in_the_child_never_sees_the_parents_later_write() {
     // The CVE-2020-29374 shape: the child pins R/O a page it shares with
     // the parent, unmaps it, and the parent writes.
-    let m = machine();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
-    let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
-    cpu.write(&p, a, &[0x11]).unwrap();
-    let c = p.fork().unwrap();
+    let (m, mut cpu, p, c, a) = shared_page();
     let pin = c.pin_user_pages(a, 4096, false, false).unwrap();
     assert_ne!(c.page_info(a).pfn, p.page_info(a).pfn, "the R/O pin unshared the page first");
     assert!(!c.page_info(a).writable, "unsharing leaves the PTE read-only");
@@ -137,12 +143,7 @@ fn a_foll_get_reference_makes_the_parent_copy_instead_of_unsharing() {
     // vmsplice() takes FOLL_GET references: nothing is unshared, but the
     // extra reference makes the parent's later write copy (refcount > 1), so
     // the reference still holds the old bytes.
-    let m = machine();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
-    let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
-    cpu.write(&p, a, &[0x11]).unwrap();
-    let c = p.fork().unwrap();
+    let (m, mut cpu, p, c, a) = shared_page();
     let got = c.get_user_pages(a, 4096).unwrap();
     assert_eq!(c.page_info(a).pfn, p.page_info(a).pfn, "FOLL_GET does not unshare");
     assert!(!c.has_pinned.load(Relaxed), "FOLL_GET does not mark the MM");
