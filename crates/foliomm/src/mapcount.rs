@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::*;
 
 use crate::folio::Folio;
-use crate::sync::BitSpinLock;
+use crate::sync::{AtomicSeqcount, BitSpinLock};
 
 /// An address space's identity in folio slots (`mm_id_t`; 0 is `MM_ID_DUMMY`).
 pub type MmId = u32;
@@ -92,7 +92,8 @@ pub fn design_by_name(name: &str) -> Option<Box<dyn MapcountDesign>> {
 }
 
 /// Names of the designs foliomm carries, oldest first.
-pub const DESIGN_NAMES: &[&str] = &["subpage", "compound-locked", "nr-mapped", "large-mapcount", "mm-id"];
+pub const DESIGN_NAMES: &[&str] =
+    &["subpage", "compound-locked", "nr-mapped", "large-mapcount", "rmap-id-powersum", "mm-id"];
 
 /// What the counter in the second page counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +119,11 @@ struct Features {
     /// Every update under a bit spinlock in the first tail page (6.2-rc,
     /// seed 003: `lock_compound_mapcounts`).
     compound_lock: bool,
+    /// Per-MM rmap-ID sums Σid and Σid² beside the large mapcount, under an
+    /// atomic seqcount (seed 000's tracking, with the power-sum construction
+    /// of DESIGN.md): exact "mapped exclusively by MM x" for folios up to
+    /// order 15 with 24-bit IDs.
+    rmap_sums: bool,
 }
 
 /// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
@@ -132,26 +138,50 @@ pub struct PageMapcounts {
     f: Features,
 }
 
-const DESIGNS: [PageMapcounts; 5] = [
+const DESIGNS: [PageMapcounts; 6] = [
     // Linux <= 6.1: per-page + compound mapcount; totals scan every page.
     PageMapcounts {
         name: "subpage",
-        f: Features { nr_pages_mapped: false, total: Total::None, mm_ids: false, compound_lock: false },
+        f: Features {
+            nr_pages_mapped: false,
+            total: Total::None,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: false,
+        },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
     PageMapcounts {
         name: "compound-locked",
-        f: Features { nr_pages_mapped: false, total: Total::Ptes, mm_ids: false, compound_lock: true },
+        f: Features {
+            nr_pages_mapped: false,
+            total: Total::Ptes,
+            mm_ids: false,
+            compound_lock: true,
+            rmap_sums: false,
+        },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
     PageMapcounts {
         name: "nr-mapped",
-        f: Features { nr_pages_mapped: true, total: Total::None, mm_ids: false, compound_lock: false },
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::None,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: false,
+        },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
     PageMapcounts {
         name: "large-mapcount",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false },
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false, rmap_sums: false },
+    },
+    // Seed 000 (RFC, not merged) with the power-sum construction: + Σid, Σid²
+    // under an atomic seqcount; COW reuses PTE-mapped THP when exact.
+    PageMapcounts {
+        name: "rmap-id-powersum",
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false, rmap_sums: true },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
     // (include/linux/rmap.h folio_add_return_large_mapcount,
@@ -159,7 +189,7 @@ const DESIGNS: [PageMapcounts; 5] = [
     // __folio_remove_rmap).
     PageMapcounts {
         name: "mm-id",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: true, compound_lock: false },
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: true, compound_lock: false, rmap_sums: false },
     },
 ];
 
@@ -178,6 +208,8 @@ mod field {
     pub const ID_MASK: u64 = (1 << 31) - 1;
     /// The compound lock: `PG_locked` of the first tail page.
     pub const COMPOUND_LOCK_BIT: u32 = 0;
+    /// rmap-id: the atomic seqcount (in the word mm-id uses for slot 0).
+    pub const SEQCOUNT: usize = SLOT0;
 }
 
 /// `ENTIRELY_MAPPED`: added to `_nr_pages_mapped` while a PMD maps the folio.
@@ -222,6 +254,9 @@ impl PageMapcounts {
     /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
     /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
     fn add_large(&self, f: Folio, d: i32, mm: MmId) {
+        if self.f.rmap_sums {
+            return self.update_sums(f, d, mm);
+        }
         if !self.f.mm_ids {
             w(f, field::TOTAL).fetch_add(d, Relaxed);
             return;
@@ -254,6 +289,9 @@ impl PageMapcounts {
 
     /// `folio_sub_return_large_mapcount`.
     fn sub_large(&self, f: Folio, d: i32, mm: MmId) {
+        if self.f.rmap_sums {
+            return self.update_sums(f, -d, mm);
+        }
         if !self.f.mm_ids {
             w(f, field::TOTAL).fetch_sub(d, Relaxed);
             return;
@@ -281,9 +319,61 @@ impl PageMapcounts {
         }
     }
 
+    /// rmap-id: large mapcount += d, Σid += d·id, Σid² += d·id², inside the
+    /// atomic seqcount; plain updates when the writer is alone.
+    fn update_sums(&self, f: Folio, d: i32, mm: MmId) {
+        debug_assert!((mm as u64) < 1 << 24, "rmap IDs are 24-bit");
+        let id = mm as u64;
+        let d1 = (d as i64 as u64).wrapping_mul(id);
+        let d2 = (d as i64 as u64).wrapping_mul(id * id);
+        let (total, s1, s2) = (w(f, field::TOTAL), &f.page(1).ids, &f.page(2).ids);
+        let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
+        let exclusive = seq.write_begin();
+        if exclusive {
+            total.store(total.load(Relaxed) + d, Relaxed);
+            s1.store(s1.load(Relaxed).wrapping_add(d1), Relaxed);
+            s2.store(s2.load(Relaxed).wrapping_add(d2), Relaxed);
+        } else {
+            total.fetch_add(d, Relaxed);
+            s1.fetch_add(d1, Relaxed);
+            s2.fetch_add(d2, Relaxed);
+        }
+        seq.write_end(exclusive);
+    }
+
+    /// rmap-id: a consistent (mapcount, Σid, Σid²).
+    fn sums(&self, f: Folio) -> (u64, u64, u64) {
+        let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
+        seq.read(|| {
+            let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+            (m, f.page(1).ids.load(Relaxed), f.page(2).ids.load(Relaxed))
+        })
+    }
+
+    /// rmap-id: the MM that maps every mapping of the folio, if one does. With
+    /// n = mapcount <= nr_pages, Σid = n·a and Σid² = n·a² mean the squared
+    /// deviations from a sum to zero: every mapping is a's.
+    fn sole_owner(&self, f: Folio) -> Option<MmId> {
+        let (n, s1, s2) = self.sums(f);
+        if n == 0 || n > f.nr_pages() || s1 % n != 0 {
+            return None;
+        }
+        let a = s1 / n;
+        (s2 == n.wrapping_mul(a * a)).then_some(a as MmId)
+    }
+
     /// The compound lock, for the design that takes it around every update.
     fn lock<'a>(&self, f: Folio<'a>) -> Option<BitSpinLock<'a>> {
         self.f.compound_lock.then(|| BitSpinLock::lock(&f.page(1).flags, field::COMPOUND_LOCK_BIT))
+    }
+
+    /// The value `field::SLOT0` starts from: a free slot, or the seqcount.
+    fn slot0_init(&self) -> i32 {
+        if self.f.rmap_sums {
+            0
+        } else {
+            -1
+        }
     }
 
     /// The value `field::TOTAL` starts from.
@@ -307,9 +397,10 @@ impl MapcountDesign for PageMapcounts {
         ws[field::NR_PAGES_MAPPED].store(0, Relaxed);
         ws[field::ENTIRE].store(-1, Relaxed);
         ws[field::PINCOUNT].store(0, Relaxed);
-        ws[field::SLOT0].store(-1, Relaxed);
+        ws[field::SLOT0].store(self.slot0_init(), Relaxed);
         ws[field::SLOT0 + 1].store(-1, Relaxed);
         f.page(1).ids.store(0, Relaxed);
+        f.page(2).ids.store(0, Relaxed);
     }
 
     fn check_freeable(&self, f: Folio) -> Vec<String> {
@@ -320,7 +411,6 @@ impl MapcountDesign for PageMapcounts {
             (field::NR_PAGES_MAPPED, 0, "_nr_pages_mapped"),
             (field::ENTIRE, -1, "_entire_mapcount"),
             (field::PINCOUNT, 0, "_pincount"),
-            (field::SLOT0, -1, "_mm_id_mapcount[0]"),
             (field::SLOT0 + 1, -1, "_mm_id_mapcount[1]"),
         ];
         for (i, want, name) in expect {
@@ -329,9 +419,19 @@ impl MapcountDesign for PageMapcounts {
                 bad.push(format!("{name} is {v}, expected {want}"));
             }
         }
+        // The rmap seqcount's sequence may be anything; no writer may be inside.
+        let slot0 = ws[field::SLOT0].load(Relaxed);
+        let idle = if self.f.rmap_sums { AtomicSeqcount(&ws[field::SLOT0]).is_idle() } else { slot0 == -1 };
+        if !idle {
+            bad.push(format!("_mm_id_mapcount[0] / rmap seqcount is {slot0:#x}"));
+        }
         let ids = f.page(1).ids.load(Relaxed);
         if ids != 0 {
-            bad.push(format!("_mm_ids is {ids:#x}, expected 0"));
+            bad.push(format!("_mm_ids / rmap sum is {ids:#x}, expected 0"));
+        }
+        let sum2 = f.page(2).ids.load(Relaxed);
+        if sum2 != 0 {
+            bad.push(format!("rmap square sum is {sum2:#x}, expected 0"));
         }
         for i in 0..f.nr_pages() {
             let m = f.page(i).mapcount.load(Relaxed);
@@ -366,6 +466,11 @@ impl MapcountDesign for PageMapcounts {
         if self.f.mm_ids {
             w(f, field::SLOT0).store(all, Relaxed);
             set_slot_id(f, 0, mm);
+        }
+        if self.f.rmap_sums {
+            let n = (all + 1) as u64;
+            f.page(1).ids.store(n * mm as u64, Relaxed);
+            f.page(2).ids.store(n * (mm as u64 * mm as u64), Relaxed);
         }
     }
 
@@ -470,6 +575,9 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn maybe_mapped_shared(&self, f: Folio) -> bool {
+        if self.f.rmap_sums {
+            return self.mapcount(f) > 1 && self.sole_owner(f).is_none();
+        }
         let m = self.mapcount(f);
         if self.f.mm_ids {
             m > 1 && shared(f)
@@ -479,6 +587,11 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool {
+        if self.f.rmap_sums {
+            // Reuse when this MM maps every mapping and nothing else holds a
+            // reference (the seed's rule; no "large mapcount > 1" clause).
+            return self.sole_owner(f) == Some(mm) && self.mapcount(f) == f.refcount() as u64;
+        }
         if !self.f.mm_ids {
             return false; // before 6.15 a large anon folio is always copied
         }
@@ -562,6 +675,22 @@ impl MapcountDesign for PageMapcounts {
             }
             if slot_sum > total {
                 bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
+            }
+        }
+        if self.f.rmap_sums {
+            let want1: u64 = truth.per_mm.iter().map(|(&id, &c)| c as u64 * id as u64).sum();
+            let want2: u64 = truth.per_mm.iter().map(|(&id, &c)| c as u64 * (id as u64 * id as u64)).sum();
+            let (_, s1, s2) = self.sums(f);
+            if (s1, s2) != (want1, want2) {
+                bad.push(format!("rmap sums ({s1}, {s2}), page tables say ({want1}, {want2})"));
+            }
+            if !AtomicSeqcount(w(f, field::SEQCOUNT)).is_idle() {
+                bad.push("a writer is still inside the rmap seqcount".into());
+            }
+            let owner = self.sole_owner(f);
+            let truly = (truth.per_mm.len() == 1).then(|| *truth.per_mm.keys().next().unwrap());
+            if total > 0 && total <= f.nr_pages() as i64 && owner != truly {
+                bad.push(format!("sole owner {owner:?}, page tables say {truly:?}"));
             }
         }
         if truth.per_mm.len() > 1 && !self.maybe_mapped_shared(f) {

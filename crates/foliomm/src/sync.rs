@@ -46,6 +46,84 @@ impl Drop for BitSpinLock<'_> {
     }
 }
 
+/// Seed 000's "atomic seqcount": a sequence count whose write side is an
+/// atomic increment, so that several writers may be inside at once, while
+/// readers retry whenever a writer was inside or the sequence moved. A writer
+/// that finds nobody else inside enters exclusively and may update the
+/// protected values with plain loads and stores instead of atomic
+/// read-modify-writes; shared writers wait until it leaves.
+///
+/// The 32-bit word holds the number of writers inside (bits 0..15), the
+/// exclusive flag (bit 15) and the sequence (bits 16..32). Differs from the
+/// seed: the counter is one i32 of the memmap, and waiting spins and yields.
+pub struct AtomicSeqcount<'a>(pub &'a std::sync::atomic::AtomicI32);
+
+const WRITERS: u32 = 0x7fff;
+const EXCLUSIVE: u32 = 0x8000;
+const SEQ_ONE: u32 = 0x1_0000;
+
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins % 64 == 0 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+impl AtomicSeqcount<'_> {
+    /// Enters the write side; returns true if the writer is alone
+    /// (exclusive) and may use plain updates.
+    pub fn write_begin(&self) -> bool {
+        let mut spins = 0;
+        loop {
+            let s = self.0.load(Relaxed) as u32;
+            if s & EXCLUSIVE != 0 {
+                backoff(&mut spins);
+                continue;
+            }
+            let (new, exclusive) = if s & WRITERS == 0 { (s | EXCLUSIVE | 1, true) } else { (s + 1, false) };
+            if self.0.compare_exchange_weak(s as i32, new as i32, Acquire, Relaxed).is_ok() {
+                return exclusive;
+            }
+        }
+    }
+
+    /// Leaves the write side, moving the sequence on.
+    pub fn write_end(&self, exclusive: bool) {
+        if exclusive {
+            // Nobody else can be inside: a plain store ends the section.
+            let s = self.0.load(Relaxed) as u32;
+            self.0.store(((s & !(EXCLUSIVE | WRITERS)).wrapping_add(SEQ_ONE)) as i32, Release);
+        } else {
+            self.0.fetch_add(SEQ_ONE.wrapping_sub(1) as i32, Release);
+        }
+    }
+
+    /// Reads a consistent snapshot with `read`, retrying while writers are
+    /// inside or a write happened meanwhile.
+    pub fn read<T>(&self, read: impl Fn() -> T) -> T {
+        let mut spins = 0;
+        loop {
+            let s1 = self.0.load(Acquire) as u32;
+            if s1 & (WRITERS | EXCLUSIVE) != 0 {
+                backoff(&mut spins);
+                continue;
+            }
+            let v = read();
+            std::sync::atomic::fence(Acquire);
+            if self.0.load(Relaxed) as u32 == s1 {
+                return v;
+            }
+        }
+    }
+
+    /// Whether no writer is inside (for the checker at a quiescent point).
+    pub fn is_idle(&self) -> bool {
+        self.0.load(Acquire) as u32 & (WRITERS | EXCLUSIVE) == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +137,39 @@ mod tests {
         assert!(BitSpinLock::try_lock(&w, 4).is_some(), "other bits are independent");
         drop(g);
         assert!(BitSpinLock::try_lock(&w, 3).is_some());
+    }
+
+    #[test]
+    fn seqcount_readers_never_see_a_torn_pair() {
+        // Writers keep two values equal; readers must never see them differ.
+        let seq = std::sync::atomic::AtomicI32::new(0);
+        let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        let sc = AtomicSeqcount(&seq);
+                        let excl = sc.write_begin();
+                        if excl {
+                            a.store(a.load(Relaxed) + 1, Relaxed);
+                            b.store(b.load(Relaxed) + 1, Relaxed);
+                        } else {
+                            a.fetch_add(1, Relaxed);
+                            b.fetch_add(1, Relaxed);
+                        }
+                        sc.write_end(excl);
+                    }
+                });
+            }
+            s.spawn(|| {
+                for _ in 0..20_000 {
+                    let (x, y) = AtomicSeqcount(&seq).read(|| (a.load(Relaxed), b.load(Relaxed)));
+                    assert_eq!(x, y, "a reader saw a half-done update");
+                }
+            });
+        });
+        assert_eq!(a.load(Relaxed), 40_000, "no update was lost");
+        assert!(AtomicSeqcount(&seq).is_idle());
     }
 
     #[test]
