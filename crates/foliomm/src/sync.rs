@@ -22,12 +22,7 @@ impl<'a> BitSpinLock<'a> {
         let mut spins = 0u32;
         while word.fetch_or(bit, Acquire) & bit != 0 {
             while word.load(Relaxed) & bit != 0 {
-                spins += 1;
-                if spins.is_multiple_of(64) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                backoff(&mut spins);
             }
         }
         BitSpinLock { word, bit }
@@ -62,9 +57,11 @@ const WRITERS: u32 = 0x7fff;
 const EXCLUSIVE: u32 = 0x8000;
 const SEQ_ONE: u32 = 0x1_0000;
 
+/// One round of waiting: spin, and every 64th round yield the CPU (model
+/// threads may be preempted while holding what we wait for).
 fn backoff(spins: &mut u32) {
     *spins += 1;
-    if *spins % 64 == 0 {
+    if spins.is_multiple_of(64) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
