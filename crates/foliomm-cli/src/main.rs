@@ -28,6 +28,33 @@ enum Command {
     /// Run scenario files on the model and on the host kernel and set every
     /// observation side by side; exit status 1 on any mismatch.
     Compare(CompareArgs),
+    /// Check an rmap-ID construction (seed 000): exhaustively over small ID
+    /// ranges and mapping counts, at random over 24-bit IDs, and for
+    /// overflow. Prints a counterexample and exits 1 if there is one.
+    Prove(ProveArgs),
+}
+
+#[derive(clap::Args)]
+struct ProveArgs {
+    /// Constructions to check: powersum (shipped) or plain (known wrong).
+    /// Default: every shipped construction.
+    #[arg(long = "construction")]
+    constructions: Vec<String>,
+    /// Exhaustive search: IDs 1..=N.
+    #[arg(long, default_value_t = 8)]
+    max_id: u64,
+    /// Exhaustive search: up to this many mappings.
+    #[arg(long, default_value_t = 8)]
+    max_mappings: usize,
+    /// Random search: this many sets of 24-bit IDs.
+    #[arg(long, default_value_t = 1_000_000)]
+    trials: u64,
+    /// Random search: up to 2^ORDER mappings (the folio order).
+    #[arg(long, default_value_t = 9)]
+    order: u32,
+    /// Random seed (printed, so a failure can be replayed).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -96,6 +123,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run_files(a),
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
+        Command::Prove(a) => prove(a),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
@@ -129,6 +157,52 @@ fn run_files(a: RunArgs) -> Result<bool> {
         println!("{}", serde_json::to_string_pretty(&json)?);
     }
     Ok(all_ok)
+}
+
+fn prove(a: ProveArgs) -> Result<bool> {
+    use foliomm::construction::{check, Construction, SHIPPED};
+    let cs: Vec<Construction> = if a.constructions.is_empty() {
+        SHIPPED.to_vec()
+    } else {
+        a.constructions
+            .iter()
+            .map(|n| {
+                Construction::parse(n)
+                    .with_context(|| format!("--construction: expected powersum or plain, found '{n}'"))
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut ok = true;
+    for c in cs {
+        println!(
+            "{}: IDs 1..={}, up to {} mappings exhaustively; {} random sets of up to 2^{} mappings of 24-bit IDs (seed {})",
+            c.name(),
+            a.max_id,
+            a.max_mappings,
+            a.trials,
+            a.order,
+            a.seed
+        );
+        let max_order = c.max_order();
+        if a.order > max_order {
+            println!("  overflow: the sums wrap beyond order {max_order}");
+            ok = false;
+        } else {
+            println!("  no overflow up to order {max_order}");
+        }
+        match check(c, a.max_id, a.max_mappings, a.trials, a.order, a.seed) {
+            None => println!("  no counterexample"),
+            Some(ce) => {
+                ok = false;
+                let show = |o: Option<u64>| o.map_or("shared".to_string(), |x| format!("exclusive to ID {x}"));
+                let ids: Vec<String> = ce.ids.iter().take(16).map(|x| x.to_string()).collect();
+                let more = if ce.ids.len() > 16 { format!(" ... ({} mappings)", ce.ids.len()) } else { String::new() };
+                println!("  COUNTEREXAMPLE: mappings by IDs [{}{more}]", ids.join(", "));
+                println!("  the construction answers {}, the truth is {}", show(ce.answered), show(ce.truth));
+            }
+        }
+    }
+    Ok(ok)
 }
 
 fn compare_files(a: CompareArgs) -> Result<bool> {

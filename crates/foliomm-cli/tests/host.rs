@@ -137,3 +137,13 @@ fn settings_the_host_cannot_honour_are_skipped_not_failed() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("skipped on the host: cannot honour"), "{out}");
 }
+
+#[test]
+fn prove_passes_shipped_constructions_and_refutes_a_plain_sum() {
+    let (code, out) = foliomm(&["prove", "--trials", "20000"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("powersum") && out.contains("no counterexample"), "{out}");
+    let (code, out) = foliomm(&["prove", "--construction", "plain", "--trials", "0"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("COUNTEREXAMPLE"), "{out}");
+}

@@ -10,6 +10,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod check;
+pub mod construction;
 pub mod cpu;
 pub mod fault;
 pub mod folio;

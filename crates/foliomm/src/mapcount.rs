@@ -355,11 +355,10 @@ impl PageMapcounts {
     /// deviations from a sum to zero: every mapping is a's.
     fn sole_owner(&self, f: Folio) -> Option<MmId> {
         let (n, s1, s2) = self.sums(f);
-        if n == 0 || n > f.nr_pages() || s1 % n != 0 {
-            return None;
+        if n > f.nr_pages() {
+            return None; // more mappings than pages: obviously shared
         }
-        let a = s1 / n;
-        (s2 == n.wrapping_mul(a * a)).then_some(a as MmId)
+        crate::construction::Construction::PowerSum.owner(n, &[s1, s2]).map(|a| a as MmId)
     }
 
     /// The compound lock, for the design that takes it around every update.
