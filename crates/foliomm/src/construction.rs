@@ -48,7 +48,7 @@ impl Construction {
     /// The sole owner of `n` mappings with these sums, if the construction
     /// can name one.
     pub fn owner(self, n: u64, sums: &[u64]) -> Option<u64> {
-        if n == 0 || sums[0] % n != 0 {
+        if n == 0 || !sums[0].is_multiple_of(n) {
             return None;
         }
         let a = sums[0] / n;
