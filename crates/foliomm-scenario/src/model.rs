@@ -48,7 +48,8 @@ impl Backend for ModelBackend {
     }
 
     fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError> {
-        let mut config = Config::default();
+        // The precision report is cheap at scenario scale: always on.
+        let mut config = Config { precision: true, ..Config::default() };
         for s in settings {
             match s {
                 MachineSetting::Memory(m) => config.memory = *m,

@@ -75,3 +75,17 @@ fn unknown_names_are_clear_errors() {
     let out = run_src("set mapcount nonsense\nP: a = mmap 4K rw\n");
     assert!(out.failure.unwrap().message.contains("unknown mapcount design"));
 }
+
+#[test]
+fn a_reuse_of_a_shared_folio_is_caught_as_wrong_exclusive_and_by_bytes() {
+    let src = "set debug reuse-shared\nset thp 64K=always\nP: a = mmap 64K rw align 64K\nP: fill a = 1\nP: fork C\nP: write a = 2\nC: verify a\n";
+    let steps = parse(src).unwrap();
+    let mut backend = ModelBackend::new();
+    let out = run(&steps, &mut backend, RunOptions { check: true });
+    let f = out.failure.expect("a reuse of a shared folio must fail the run");
+    assert!(f.message.contains("wrong-exclusive"), "{}", f.message);
+    // Without the checker the bytes still catch it: the child sees the write.
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: false });
+    let f = out.failure.expect("the child's bytes must differ");
+    assert!(f.message.contains("data integrity"), "{}", f.message);
+}

@@ -194,7 +194,12 @@ fn do_wp_page(m: &Machine, mm: &Mm, vma: &Vma, table: Pfn, addr: u64, orig: Pte,
         let i = orig.pfn() - f.pfn;
         let reuse = f.anon_exclusive(i)
             || if f.is_large() {
-                !m.config.debug.no_large_reuse && m.design.can_reuse(f, mm.id)
+                {
+                    let reuse =
+                        m.config.debug.reuse_shared || (!m.config.debug.no_large_reuse && m.design.can_reuse(f, mm.id));
+                    crate::precision::judge_cow(m, f, mm.id, reuse);
+                    reuse
+                }
             } else {
                 f.trylock().is_some() && f.refcount() == 1
             };

@@ -23,6 +23,7 @@ pub mod mm;
 pub mod mmu_gather;
 pub mod pgtable;
 pub mod phys;
+pub mod precision;
 pub mod rmap;
 pub mod stats;
 pub mod sync;

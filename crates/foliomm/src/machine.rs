@@ -32,6 +32,8 @@ pub struct Config {
     pub gather_page_limit: Option<u64>,
     /// Deliberate bugs, for tests that prove the checks catch them.
     pub debug: DebugSwitches,
+    /// Keep the precision and safety report ([`crate::precision`]).
+    pub precision: bool,
 }
 
 /// Zap strategies (seed 001).
@@ -71,16 +73,21 @@ pub struct DebugSwitches {
     /// Write faults never reuse a large anon folio that is not AnonExclusive
     /// (Linux before 6.15): shows that comparisons with the host can fail.
     pub no_large_reuse: bool,
+    /// Write faults reuse a large anon folio without asking the design: a
+    /// data leak the precision report and the byte checks must catch.
+    pub reuse_shared: bool,
 }
 
 impl DebugSwitches {
     /// Names of the switches a scenario or the command line can set.
-    pub const NAMES: &'static [&'static str] = &["no-large-reuse", "skip-fork-flush", "free-before-flush"];
+    pub const NAMES: &'static [&'static str] =
+        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush"];
 
     /// Turns on the switch called `name`; false if there is none.
     pub fn set(&mut self, name: &str) -> bool {
         match name {
             "no-large-reuse" => self.no_large_reuse = true,
+            "reuse-shared" => self.reuse_shared = true,
             "skip-fork-flush" => self.skip_fork_flush = true,
             "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
             _ => return false,
@@ -99,6 +106,7 @@ impl Default for Config {
             poison: false,
             gather_page_limit: None,
             debug: DebugSwitches::default(),
+            precision: false,
         }
     }
 }
@@ -121,6 +129,8 @@ pub struct Machine {
     pub bad_pages: Mutex<Vec<String>>,
     /// Uses of stale TLB entries seen by CPUs (use after free).
     pub violations: Mutex<Vec<String>>,
+    /// Ground truth of mappings per folio and MM, when the precision report is on.
+    pub shadow: Option<crate::precision::Shadow>,
     /// GUP references per folio head, for the checker: (FOLL_PIN, FOLL_GET).
     gups: Mutex<std::collections::HashMap<Pfn, (u32, u32)>>,
     next_anon_vma: AtomicU64,
@@ -131,6 +141,7 @@ impl Machine {
     pub fn new(config: Config) -> Result<Arc<Machine>, Errno> {
         let design = design_by_name(&config.mapcount).ok_or(Errno::EINVAL)?;
         let phys = PhysMem::new(config.memory, config.poison)?;
+        let precision = config.precision;
         let zero_pfn = phys.alloc_pages_zeroed(0)?;
         let zp = phys.page(zero_pfn);
         zp.flags.store(pg::ZERO, Relaxed);
@@ -149,6 +160,7 @@ impl Machine {
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),
             gups: Mutex::new(std::collections::HashMap::new()),
+            shadow: precision.then(Default::default),
             next_anon_vma: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
         }))

@@ -605,6 +605,9 @@ impl Mm {
             let judged = if e.huge() { 0 } else { i };
             info.exclusive = rmap::page_mapcount(m, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(m, f);
+            if f.is_large() {
+                crate::precision::judge_answer(m, f, info.maybe_shared);
+            }
         }
         info
     }

@@ -21,6 +21,7 @@ use crate::Errno;
 /// Sets `PageAnonExclusive` on every page (PTE) or the head (PMD).
 pub fn folio_add_new_anon_rmap(m: &Machine, f: Folio, level: Level, mm: MmId, anon_vma: u64) {
     Stats::inc(&m.stats.rmap_add_new);
+    note(m, f, mm, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
     f.head().set(pg::ANON | pg::SWAPBACKED);
     f.head().link.store(anon_vma, Relaxed);
     if f.is_large() {
@@ -38,6 +39,7 @@ pub fn folio_add_new_anon_rmap(m: &Machine, f: Folio, level: Level, mm: MmId, an
 /// `first..first+nr` of an already anon folio (used by PMD split).
 pub fn folio_add_anon_rmap_ptes(m: &Machine, f: Folio, first: u64, nr: u64, mm: MmId, exclusive: bool) {
     Stats::inc(&m.stats.rmap_add);
+    note(m, f, mm, nr as i64);
     add_counts(m, f, first, nr, Level::Pte, mm);
     if exclusive {
         (first..first + nr).for_each(|i| f.set_anon_exclusive(i, true));
@@ -66,6 +68,7 @@ pub fn folio_try_dup_anon_rmap(
         return Err(Errno::EBUSY);
     }
     Stats::inc(&m.stats.rmap_dup);
+    note(m, f, child, if level == Level::Pte { nr as i64 } else { 1 });
     match level {
         Level::Pte => (first..first + nr).for_each(|i| f.set_anon_exclusive(i, false)),
         Level::Pmd => f.set_anon_exclusive(0, false),
@@ -77,6 +80,7 @@ pub fn folio_try_dup_anon_rmap(
 /// `folio_remove_rmap_ptes` / `folio_remove_rmap_pmd`.
 pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
     Stats::inc(&m.stats.rmap_remove);
+    note(m, f, mm, -(if level == Level::Pte { nr as i64 } else { 1 }));
     if f.is_large() {
         let r = m.design.remove(f, first, nr, level, mm);
         if r.partially_mapped && f.test_anon() {
@@ -138,4 +142,11 @@ fn deferred_split_folio(m: &Machine, f: Folio) {
         Stats::inc(&m.stats.thp_deferred_split_page);
     }
     Stats::inc(&m.stats.split_deferred[f.order() as usize]);
+}
+
+/// Keeps the precision report's ground truth (a no-op when it is off).
+fn note(m: &Machine, f: Folio, mm: MmId, delta: i64) {
+    if let Some(shadow) = &m.shadow {
+        shadow.note(f.pfn, mm, delta);
+    }
 }

@@ -85,6 +85,12 @@ counters! {
     pgtable_free,
     /// Fork calls.
     fork,
+    /// Answers "exclusive" (or COW reuses) while two MMs map the folio: must be 0.
+    precision_wrong_exclusive,
+    /// Answers "shared"/"maybe shared" while one MM maps the folio.
+    precision_missed_reuse,
+    /// COW copies the ground truth would have avoided by reusing.
+    precision_avoidable_copy,
     /// Errors returned as ENOMEM.
     oom,
 }

@@ -218,7 +218,8 @@ proptest! {
         design in 0..foliomm::mapcount::DESIGN_NAMES.len(),
     ) {
         let mapcount = foliomm::mapcount::DESIGN_NAMES[design].to_string();
-        let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, ..Config::default() }).unwrap();
+        let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, precision: true, ..Config::default() })
+            .unwrap();
         match mthp {
             1 => m.thp.set_order(4, ThpMode::Always).unwrap(),
             2 => { m.thp.set_order(2, ThpMode::Always).unwrap(); m.thp.set_order(6, ThpMode::Madvise).unwrap(); }

@@ -220,6 +220,13 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
             }
         }
         check_references(m, f, total, bad);
+        if let Some(shadow) = &m.shadow {
+            let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
+            let have = shadow.of(head);
+            if have != want {
+                bad.push(format!("folio {head:#x}: precision shadow {have:?}, page tables say {want:?}"));
+            }
+        }
         if !f.test_anon() {
             bad.push(format!("folio {head:#x}: mapped but not anon"));
         }
