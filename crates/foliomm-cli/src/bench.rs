@@ -2,6 +2,7 @@
 //! on the host kernel in the same run; reported as times and ratios, with a
 //! seed's published figures beside where the workload comes from a seed.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -435,65 +436,67 @@ const SEED_000_AMD: [(&str, [f64; 8]); 7] = [
     ("all", [-21.8, 16.1, 43.0, 3.2, 4.8, -50.2, -60.8, 5.8]),
 ];
 
+/// Time and the mapcount design's costs over the measured action.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    seconds: f64,
+    rmap_ops: u64,
+    rmw: u64,
+    lines: u64,
+}
+
+/// The counters a measurement brackets.
+fn costs(m: &Machine) -> [u64; 3] {
+    let s = &m.stats;
+    let ops = [&s.rmap_add_new, &s.rmap_add, &s.rmap_dup, &s.rmap_remove].iter().map(|c| c.load(Relaxed)).sum();
+    [ops, s.rmap_atomic_rmw.load(Relaxed), s.rmap_cache_lines.load(Relaxed)]
+}
+
 /// Runs micro benchmark `which` (an index into SEED_000_COLUMNS) once on a
 /// fresh MM of `m`: `size` bytes of folios of `order`, all PTE-mapped
 /// before the measured action, as the seed measures them. Returns the
-/// action's time, or None where it does not apply (remap without PMDs).
-fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Duration>> {
+/// action's time and costs, or None where it does not apply (remap without
+/// PMDs).
+fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Measured>> {
+    let name = SEED_000_COLUMNS[which];
     let (mm, a, _) = model_populate(m, cpu, size, order)?;
-    let remap = || model_split_pmds(&mm, a, size);
-    if which == 0 {
-        if order != 9 {
-            mm.munmap(a, size)?;
-            return Ok(None);
-        }
-        let t = Instant::now();
-        remap()?;
-        let d = t.elapsed();
+    if name == "remap" && order != 9 {
         mm.munmap(a, size)?;
-        return Ok(Some(d));
+        return Ok(None);
     }
-    if order == 9 {
-        remap()?;
+    if name != "remap" && order == 9 {
+        model_split_pmds(&mm, a, size)?;
     }
-    let t = Instant::now();
-    let d = match SEED_000_COLUMNS[which] {
-        "munmap" => {
-            mm.munmap(a, size)?;
-            return Ok(Some(t.elapsed()));
-        }
-        "fork" => {
-            let child = mm.fork()?;
-            let d = t.elapsed();
-            drop(child);
-            d
-        }
-        name => {
-            let child = mm.fork()?;
-            let reuse = name.starts_with("cow-reuse");
-            let child = if reuse {
-                drop(child);
-                None
-            } else {
-                Some(child)
-            };
-            let t = Instant::now();
-            if name.ends_with("-byte") {
-                cpu.write_byte_per_page(&mm, a, size, 2)?;
-            } else if name == "pte-dontneed" {
-                for off in (0..size).step_by(4096) {
-                    mm.madvise(a + off, 4096, Advice::DontNeed)?;
-                }
-            } else {
-                cpu.fill(&mm, a, size, 2)?;
+    // (4)-(7): a child shares everything; the reuse cases let it go first.
+    let mut child = name.starts_with("cow").then(|| mm.fork()).transpose()?;
+    if name.starts_with("cow-reuse") {
+        child = None;
+    }
+    let (before, t) = (costs(m), Instant::now());
+    match name {
+        "remap" => model_split_pmds(&mm, a, size)?,
+        "munmap" => mm.munmap(a, size)?,
+        "fork" => child = Some(mm.fork()?),
+        "cow" | "cow-reuse" => cpu.fill(&mm, a, size, 2)?,
+        "cow-byte" | "cow-reuse-byte" => cpu.write_byte_per_page(&mm, a, size, 2)?,
+        _ => {
+            for off in (0..size).step_by(4096) {
+                mm.madvise(a + off, 4096, Advice::DontNeed)?;
             }
-            let d = t.elapsed();
-            drop(child);
-            d
         }
-    };
-    mm.munmap(a, size)?;
-    Ok(Some(d))
+    }
+    let seconds = secs(t.elapsed());
+    let after = costs(m);
+    drop(child);
+    if name != "munmap" {
+        mm.munmap(a, size)?;
+    }
+    Ok(Some(Measured {
+        seconds,
+        rmap_ops: after[0] - before[0],
+        rmw: after[1] - before[1],
+        lines: after[2] - before[2],
+    }))
 }
 
 fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
@@ -501,8 +504,8 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
     let designs = foliomm::mapcount::DESIGN_NAMES;
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let bar = progress(orders.len() as u64 * designs.len() as u64 * 8 * runs as u64);
-    // times[order][design][bench]
-    let mut times = vec![vec![[None::<f64>; 8]; designs.len()]; orders.len()];
+    // runs[order][design][bench]: the fastest run's time and costs
+    let mut best_runs = vec![vec![[None::<Measured>; 8]; designs.len()]; orders.len()];
     for (oi, (order, oname)) in orders.iter().enumerate() {
         for (di, design) in designs.iter().enumerate() {
             // Room for a child's copy of everything (cow with the child alive).
@@ -514,18 +517,22 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
             let mut cpu = Cpu::new(&m);
             for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
                 bar.set_message(format!("{oname} {design} {bname}"));
-                let mut best: Option<f64> = None;
+                let mut best: Option<Measured> = None;
                 for _ in 0..runs {
-                    if let Some(d) = seed_000_once(&m, &mut cpu, size, *order, bi)? {
-                        best = Some(best.map_or(secs(d), |b: f64| b.min(secs(d))));
+                    if let Some(r) = seed_000_once(&m, &mut cpu, size, *order, bi)? {
+                        if best.is_none_or(|b| r.seconds < b.seconds) {
+                            best = Some(r);
+                        }
                     }
                     bar.inc(1);
                 }
-                times[oi][di][bi] = best;
+                best_runs[oi][di][bi] = best;
             }
         }
     }
     bar.finish_and_clear();
+    let times: Vec<Vec<[Option<f64>; 8]>> =
+        best_runs.iter().map(|o| o.iter().map(|d| d.map(|r| r.map(|r| r.seconds))).collect()).collect();
     let base = designs.iter().position(|d| *d == "nr-mapped").unwrap();
     let change = |oi: usize, di: usize, bi: usize| -> Option<f64> {
         Some(100.0 * (times[oi][di][bi]? - times[oi][base][bi]?) / times[oi][base][bi]?)
@@ -541,6 +548,7 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
                         bname.to_string(),
                         times[oi][di][bi],
                         change(oi, di, bi),
+                        best_runs[oi][di][bi].unwrap_or_default(),
                     ));
                 }
             }
@@ -548,14 +556,17 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         if a.json {
             let j: Vec<_> = rows
                 .iter()
-                .map(|(o, d, b, t, c)| serde_json::json!({ "folio": o, "design": d, "benchmark": b, "seconds": t, "change_pct": c }))
+                .map(|(o, d, b, t, c, r)| {
+                    serde_json::json!({ "folio": o, "design": d, "benchmark": b, "seconds": t, "change_pct": c,
+                        "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines })
+                })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&j)?);
         } else {
-            println!("folio,design,benchmark,seconds,change_pct");
-            for (o, d, b, t, c) in rows {
+            println!("folio,design,benchmark,seconds,change_pct,rmap_ops,atomic_rmw,cache_lines");
+            for (o, d, b, t, c, r) in rows {
                 let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
-                println!("{o},{d},{b},{},{}", f(t), f(c));
+                println!("{o},{d},{b},{},{},{},{},{}", f(t), f(c), r.rmap_ops, r.rmw, r.lines);
             }
         }
         return Ok(());
@@ -580,6 +591,28 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
             (0..8).map(|bi| times[oi][base][bi].map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", t))).collect();
         println!("{:<16}|{}|\n", "nr-mapped time", base_t.join(" |"));
     }
+    println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines); deterministic:");
+    header("design");
+    for (di, design) in designs.iter().enumerate() {
+        let cells: Vec<String> = (0..8)
+            .map(|bi| match best_runs[0][di][bi] {
+                Some(r) if r.rmap_ops > 0 => {
+                    let per = |v: u64| {
+                        let x = v as f64 / r.rmap_ops as f64;
+                        if x < 10.0 {
+                            format!("{x:.1}")
+                        } else {
+                            format!("{x:.0}")
+                        }
+                    };
+                    format!("{:>7}", format!("{}/{}", per(r.rmw), per(r.lines)))
+                }
+                _ => format!("{:>7}", "-"),
+            })
+            .collect();
+        println!("{design:<16}|{}|", cells.join(" |"));
+    }
+    println!();
     for (title, rows) in [
         ("Seed 000, Intel Xeon Silver 4210R (2 MiB THP)", &SEED_000_INTEL),
         ("Seed 000, AMD EPYC 7313 (2 MiB THP)", &SEED_000_AMD),

@@ -84,6 +84,25 @@ pub trait MapcountDesign: Send + Sync {
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool;
     /// Compares the design's fields with the ground truth; returns violations.
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String>;
+    /// What the last add or remove of `nr` pages (or one PMD) from `first`
+    /// cost, counted as the kernel's code for the design performs it.
+    fn cost(&self, f: Folio, first: u64, nr: u64, level: Level) -> Cost;
+}
+
+/// The cost of one rmap operation on a large folio.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    /// Atomic read-modify-writes (a bit-spinlock unlock is a plain store).
+    pub rmw: u64,
+    /// Lock acquisitions (bit spinlocks, atomic seqcount entries).
+    pub locks: u64,
+    /// Distinct memmap descriptors, each a 64-byte cache line.
+    pub lines: u64,
+}
+
+thread_local! {
+    /// Whether this thread's last rmap-id update entered the seqcount alone.
+    static LAST_EXCLUSIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Chooses a design by name.
@@ -329,6 +348,7 @@ impl PageMapcounts {
         let (total, s1, s2) = (w(f, field::TOTAL), &f.page(1).ids, &f.page(2).ids);
         let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
         let exclusive = seq.write_begin();
+        LAST_EXCLUSIVE.with(|e| e.set(exclusive));
         if exclusive {
             total.store(total.load(Relaxed) + d, Relaxed);
             s1.store(s1.load(Relaxed).wrapping_add(d1), Relaxed);
@@ -696,5 +716,85 @@ impl MapcountDesign for PageMapcounts {
             bad.push(format!("answered exclusive while {} MMs map the folio (wrong-exclusive)", truth.per_mm.len()));
         }
         bad
+    }
+
+    fn cost(&self, _f: Folio, first: u64, nr: u64, level: Level) -> Cost {
+        let pte = level == Level::Pte;
+        let mut c = Cost::default();
+        // Per-page _mapcount (PTE) or _entire_mapcount (PMD).
+        c.rmw += if pte { nr } else { 1 };
+        if self.f.nr_pages_mapped {
+            c.rmw += 1;
+        }
+        if self.f.compound_lock {
+            c.rmw += 1;
+            c.locks += 1;
+        }
+        match self.f.total {
+            Total::Ptes if pte => c.rmw += 1,
+            Total::All if self.f.mm_ids => {
+                // The bit lock is the only atomic; slots update under it.
+                c.rmw += 1;
+                c.locks += 1;
+            }
+            Total::All if self.f.rmap_sums => {
+                let exclusive = LAST_EXCLUSIVE.with(|e| e.get());
+                c.locks += 1;
+                // Entering (one compare-exchange); leaving and the three
+                // updates are plain when alone, atomic otherwise.
+                c.rmw += if exclusive { 1 } else { 1 + 1 + 3 };
+            }
+            Total::All => c.rmw += 1,
+            _ => {}
+        }
+        // Descriptors: the pages whose _mapcount changed, the second page
+        // (its fields), and for rmap-id the third (the square sum).
+        let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
+        let mut lines = if pte { nr } else { 0 };
+        let in_range = |p: u64| pte && first <= p && p < first + nr;
+        if touches_second && !in_range(1) {
+            lines += 1;
+        }
+        if self.f.rmap_sums && !in_range(2) {
+            lines += 1;
+        }
+        c.lines = lines;
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{Config, Machine};
+
+    /// (rmw, locks, lines) of adding a batch of 512 PTEs of an order-9 folio,
+    /// then a single PTE of page 5.
+    fn costs(name: &str) -> [(u64, u64, u64); 2] {
+        let m = Machine::new(Config { memory: 16 << 20, mapcount: name.into(), ..Config::default() }).unwrap();
+        let f = m.alloc_folio(9).unwrap();
+        let d = design_by_name(name).unwrap();
+        d.add(f, 0, 512, Level::Pte, 1);
+        let batch = d.cost(f, 0, 512, Level::Pte);
+        d.add(f, 5, 1, Level::Pte, 1);
+        let single = d.cost(f, 5, 1, Level::Pte);
+        d.remove(f, 5, 1, Level::Pte, 1);
+        d.remove(f, 0, 512, Level::Pte, 1);
+        m.folio_put_refs(f, 1);
+        [(batch.rmw, batch.locks, batch.lines), (single.rmw, single.locks, single.lines)]
+    }
+
+    #[test]
+    fn costs_follow_each_era_s_fields() {
+        assert_eq!(costs("subpage"), [(512, 0, 512), (1, 0, 1)], "per-page mapcounts only");
+        assert_eq!(costs("nr-mapped"), [(513, 0, 512), (2, 0, 2)], "+ _nr_pages_mapped in page 1");
+        assert_eq!(costs("large-mapcount"), [(514, 0, 512), (3, 0, 2)], "+ _large_mapcount");
+        assert_eq!(costs("compound-locked"), [(514, 1, 512), (3, 1, 2)], "+ the compound lock and subpages_mapcount");
+        assert_eq!(costs("mm-id"), [(514, 1, 512), (3, 1, 2)], "the bit lock replaces the large-mapcount atomic");
+        assert_eq!(
+            costs("rmap-id-powersum"),
+            [(514, 1, 512), (3, 1, 3)],
+            "alone in the seqcount: plain sums; page 2 too"
+        );
     }
 }

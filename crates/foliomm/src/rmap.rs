@@ -83,6 +83,7 @@ pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Leve
     note(m, f, mm, -(if level == Level::Pte { nr as i64 } else { 1 }));
     if f.is_large() {
         let r = m.design.remove(f, first, nr, level, mm);
+        account(m, m.design.cost(f, first, nr, level));
         if r.partially_mapped && f.test_anon() {
             deferred_split_folio(m, f);
         }
@@ -95,6 +96,7 @@ pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Leve
 fn add_counts(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
     if f.is_large() {
         m.design.add(f, first, nr, level, mm);
+        account(m, m.design.cost(f, first, nr, level));
     } else {
         f.head().mapcount.fetch_add(1, Relaxed);
     }
@@ -149,4 +151,12 @@ fn note(m: &Machine, f: Folio, mm: MmId, delta: i64) {
     if let Some(shadow) = &m.shadow {
         shadow.note(f.pfn, mm, delta);
     }
+}
+
+/// Adds one design operation's cost (and the spins it waited) to the counters.
+fn account(m: &Machine, c: crate::mapcount::Cost) {
+    Stats::add(&m.stats.rmap_atomic_rmw, c.rmw);
+    Stats::add(&m.stats.rmap_locks, c.locks);
+    Stats::add(&m.stats.rmap_cache_lines, c.lines);
+    Stats::add(&m.stats.rmap_lock_spins, crate::sync::take_spins());
 }

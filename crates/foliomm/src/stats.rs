@@ -85,6 +85,15 @@ counters! {
     pgtable_free,
     /// Fork calls.
     fork,
+    /// Atomic read-modify-writes the mapcount design performed (as its
+    /// kernel code does them: a bit-spinlock unlock is a plain store).
+    rmap_atomic_rmw,
+    /// Lock acquisitions by the mapcount design (bit spinlocks, seqcount entries).
+    rmap_locks,
+    /// Rounds spun waiting for them.
+    rmap_lock_spins,
+    /// Distinct memmap cache lines (64-byte descriptors) the design touched.
+    rmap_cache_lines,
     /// Answers "exclusive" (or COW reuses) while two MMs map the folio: must be 0.
     precision_wrong_exclusive,
     /// Answers "shared"/"maybe shared" while one MM maps the folio.

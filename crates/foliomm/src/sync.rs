@@ -57,9 +57,20 @@ const WRITERS: u32 = 0x7fff;
 const EXCLUSIVE: u32 = 0x8000;
 const SEQ_ONE: u32 = 0x1_0000;
 
+thread_local! {
+    static SPINS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Rounds this thread has spun waiting for locks and seqcounts since the
+/// last call (for the cost counters).
+pub fn take_spins() -> u64 {
+    SPINS.with(|s| s.replace(0))
+}
+
 /// One round of waiting: spin, and every 64th round yield the CPU (model
 /// threads may be preempted while holding what we wait for).
 fn backoff(spins: &mut u32) {
+    SPINS.with(|s| s.set(s.get() + 1));
     *spins += 1;
     if spins.is_multiple_of(64) {
         std::thread::yield_now();
