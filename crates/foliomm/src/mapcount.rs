@@ -378,7 +378,7 @@ impl PageMapcounts {
         if n > f.nr_pages() {
             return None; // more mappings than pages: obviously shared
         }
-        crate::construction::Construction::PowerSum.owner(n, &[s1, s2]).map(|a| a as MmId)
+        crate::construction::Construction::PowerSum.owner(n, &[s1, s2], f.order()).map(|a| a as MmId)
     }
 
     /// The compound lock, for the design that takes it around every update.
