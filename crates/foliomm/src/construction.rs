@@ -43,17 +43,32 @@ impl Construction {
         [Construction::PowerSum, Construction::Plain, Construction::SeedSubIds].into_iter().find(|c| c.name() == s)
     }
 
-    /// The sums for one mapping per entry of `ids`, in a folio of `order`.
-    pub fn sums(self, ids: &[u64], order: u32) -> Vec<u64> {
-        let add = |f: &dyn Fn(u64) -> u64| ids.iter().fold(0u64, |a, &x| a.wrapping_add(f(x)));
+    /// What one mapping by MM `id` adds to each sum, in a folio of `order`.
+    pub fn values(self, id: u64, order: u32) -> Vec<u64> {
         match self {
-            Construction::PowerSum => vec![add(&|x| x), add(&|x| x.wrapping_mul(x))],
-            Construction::Plain => vec![add(&|x| x)],
+            Construction::PowerSum => vec![id, id.wrapping_mul(id)],
+            Construction::Plain => vec![id],
             Construction::SeedSubIds => {
                 let (k, bits) = seed_digits(order);
-                (0..k).map(|v| add(&|x| seed_subid(order, (x >> (v * bits)) & ((1 << bits) - 1)))).collect()
+                (0..k).map(|v| seed_subid(order, (id >> (v * bits)) & ((1 << bits) - 1))).collect()
             }
         }
+    }
+
+    /// How many sums a folio of `order` keeps.
+    pub fn count(self, order: u32) -> usize {
+        self.values(0, order).len()
+    }
+
+    /// The sums for one mapping per entry of `ids`, in a folio of `order`.
+    pub fn sums(self, ids: &[u64], order: u32) -> Vec<u64> {
+        let mut sums = vec![0u64; self.count(order)];
+        for &id in ids {
+            for (s, v) in sums.iter_mut().zip(self.values(id, order)) {
+                *s = s.wrapping_add(v);
+            }
+        }
+        sums
     }
 
     /// The sole owner of `n` mappings with these sums in a folio of `order`,

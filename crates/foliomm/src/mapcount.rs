@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::*;
 
+use crate::construction::Construction;
 use crate::folio::Folio;
 use crate::sync::{AtomicSeqcount, BitSpinLock};
 
@@ -112,7 +113,7 @@ pub fn design_by_name(name: &str) -> Option<Box<dyn MapcountDesign>> {
 
 /// Names of the designs foliomm carries, oldest first.
 pub const DESIGN_NAMES: &[&str] =
-    &["subpage", "compound-locked", "nr-mapped", "large-mapcount", "rmap-id-powersum", "mm-id"];
+    &["subpage", "compound-locked", "nr-mapped", "large-mapcount", "rmap-id", "rmap-id-powersum", "mm-id"];
 
 /// What the counter in the second page counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,11 +139,10 @@ struct Features {
     /// Every update under a bit spinlock in the first tail page (6.2-rc,
     /// seed 003: `lock_compound_mapcounts`).
     compound_lock: bool,
-    /// Per-MM rmap-ID sums Σid and Σid² beside the large mapcount, under an
-    /// atomic seqcount (seed 000's tracking, with the power-sum construction
-    /// of DESIGN.md): exact "mapped exclusively by MM x" for folios up to
-    /// order 15 with 24-bit IDs.
-    rmap_sums: bool,
+    /// Per-MM rmap-ID sums beside the large mapcount, under an atomic
+    /// seqcount (seed 000's tracking), kept in the `ids` word of pages 1..=k:
+    /// exact "mapped exclusively by MM x" where the construction fits.
+    rmap_sums: Option<Construction>,
 }
 
 /// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
@@ -157,7 +157,7 @@ pub struct PageMapcounts {
     f: Features,
 }
 
-const DESIGNS: [PageMapcounts; 6] = [
+const DESIGNS: [PageMapcounts; 7] = [
     // Linux <= 6.1: per-page + compound mapcount; totals scan every page.
     PageMapcounts {
         name: "subpage",
@@ -166,41 +166,46 @@ const DESIGNS: [PageMapcounts; 6] = [
             total: Total::None,
             mm_ids: false,
             compound_lock: false,
-            rmap_sums: false,
+            rmap_sums: None,
         },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
     PageMapcounts {
         name: "compound-locked",
-        f: Features {
-            nr_pages_mapped: false,
-            total: Total::Ptes,
-            mm_ids: false,
-            compound_lock: true,
-            rmap_sums: false,
-        },
+        f: Features { nr_pages_mapped: false, total: Total::Ptes, mm_ids: false, compound_lock: true, rmap_sums: None },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
     PageMapcounts {
         name: "nr-mapped",
-        f: Features {
-            nr_pages_mapped: true,
-            total: Total::None,
-            mm_ids: false,
-            compound_lock: false,
-            rmap_sums: false,
-        },
+        f: Features { nr_pages_mapped: true, total: Total::None, mm_ids: false, compound_lock: false, rmap_sums: None },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
     PageMapcounts {
         name: "large-mapcount",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false, rmap_sums: false },
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false, rmap_sums: None },
     },
-    // Seed 000 (RFC, not merged) with the power-sum construction: + Σid, Σid²
-    // under an atomic seqcount; COW reuses PTE-mapped THP when exact.
+    // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
+    // COW reuses PTE-mapped THP when exact. With the RFC's sub-IDs, and with
+    // the power-sum construction of DESIGN.md.
+    PageMapcounts {
+        name: "rmap-id",
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: Some(Construction::SeedSubIds),
+        },
+    },
     PageMapcounts {
         name: "rmap-id-powersum",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false, rmap_sums: true },
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: Some(Construction::PowerSum),
+        },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
     // (include/linux/rmap.h folio_add_return_large_mapcount,
@@ -208,7 +213,7 @@ const DESIGNS: [PageMapcounts; 6] = [
     // __folio_remove_rmap).
     PageMapcounts {
         name: "mm-id",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: true, compound_lock: false, rmap_sums: false },
+        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: true, compound_lock: false, rmap_sums: None },
     },
 ];
 
@@ -273,8 +278,8 @@ impl PageMapcounts {
     /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
     /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
     fn add_large(&self, f: Folio, d: i32, mm: MmId) {
-        if self.f.rmap_sums {
-            return self.update_sums(f, d, mm);
+        if let Some(c) = self.f.rmap_sums {
+            return self.update_sums(c, f, d, mm);
         }
         if !self.f.mm_ids {
             w(f, field::TOTAL).fetch_add(d, Relaxed);
@@ -308,8 +313,8 @@ impl PageMapcounts {
 
     /// `folio_sub_return_large_mapcount`.
     fn sub_large(&self, f: Folio, d: i32, mm: MmId) {
-        if self.f.rmap_sums {
-            return self.update_sums(f, -d, mm);
+        if let Some(c) = self.f.rmap_sums {
+            return self.update_sums(c, f, -d, mm);
         }
         if !self.f.mm_ids {
             w(f, field::TOTAL).fetch_sub(d, Relaxed);
@@ -338,47 +343,50 @@ impl PageMapcounts {
         }
     }
 
-    /// rmap-id: large mapcount += d, Σid += d·id, Σid² += d·id², inside the
-    /// atomic seqcount; plain updates when the writer is alone.
-    fn update_sums(&self, f: Folio, d: i32, mm: MmId) {
+    /// rmap-id: large mapcount += d and each rmap sum += d·value(mm), inside
+    /// the atomic seqcount; plain updates when the writer is alone.
+    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: MmId) {
         debug_assert!((mm as u64) < 1 << 24, "rmap IDs are 24-bit");
-        let id = mm as u64;
-        let d1 = (d as i64 as u64).wrapping_mul(id);
-        let d2 = (d as i64 as u64).wrapping_mul(id * id);
-        let (total, s1, s2) = (w(f, field::TOTAL), &f.page(1).ids, &f.page(2).ids);
+        let values = c.values(mm as u64, f.order());
+        let total = w(f, field::TOTAL);
         let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
         let exclusive = seq.write_begin();
         LAST_EXCLUSIVE.with(|e| e.set(exclusive));
         if exclusive {
             total.store(total.load(Relaxed) + d, Relaxed);
-            s1.store(s1.load(Relaxed).wrapping_add(d1), Relaxed);
-            s2.store(s2.load(Relaxed).wrapping_add(d2), Relaxed);
         } else {
             total.fetch_add(d, Relaxed);
-            s1.fetch_add(d1, Relaxed);
-            s2.fetch_add(d2, Relaxed);
+        }
+        for (i, v) in values.into_iter().enumerate() {
+            let delta = (d as i64 as u64).wrapping_mul(v);
+            let sum = &f.page(1 + i as u64).ids;
+            if exclusive {
+                sum.store(sum.load(Relaxed).wrapping_add(delta), Relaxed);
+            } else {
+                sum.fetch_add(delta, Relaxed);
+            }
         }
         seq.write_end(exclusive);
     }
 
-    /// rmap-id: a consistent (mapcount, Σid, Σid²).
-    fn sums(&self, f: Folio) -> (u64, u64, u64) {
-        let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
-        seq.read(|| {
+    /// rmap-id: a consistent mapcount and rmap sums.
+    fn sums(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
+        let k = c.count(f.order()) as u64;
+        AtomicSeqcount(w(f, field::SEQCOUNT)).read(|| {
             let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
-            (m, f.page(1).ids.load(Relaxed), f.page(2).ids.load(Relaxed))
+            (m, (1..=k).map(|p| f.page(p).ids.load(Relaxed)).collect())
         })
     }
 
-    /// rmap-id: the MM that maps every mapping of the folio, if one does. With
-    /// n = mapcount <= nr_pages, Σid = n·a and Σid² = n·a² mean the squared
-    /// deviations from a sum to zero: every mapping is a's.
+    /// rmap-id: the MM that maps every mapping of the folio, if one does
+    /// (`__folio_has_large_matching_rmap_val` for every candidate at once).
     fn sole_owner(&self, f: Folio) -> Option<MmId> {
-        let (n, s1, s2) = self.sums(f);
+        let c = self.f.rmap_sums?;
+        let (n, sums) = self.sums(c, f);
         if n > f.nr_pages() {
             return None; // more mappings than pages: obviously shared
         }
-        crate::construction::Construction::PowerSum.owner(n, &[s1, s2], f.order()).map(|a| a as MmId)
+        c.owner(n, &sums, f.order()).map(|a| a as MmId)
     }
 
     /// The compound lock, for the design that takes it around every update.
@@ -386,9 +394,15 @@ impl PageMapcounts {
         self.f.compound_lock.then(|| BitSpinLock::lock(&f.page(1).flags, field::COMPOUND_LOCK_BIT))
     }
 
+    /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
+    /// the rmap sums in pages 1..=k.
+    fn sum_pages(&self, f: Folio) -> u64 {
+        self.f.rmap_sums.map_or(1, |c| c.count(f.order()) as u64)
+    }
+
     /// The value `field::SLOT0` starts from: a free slot, or the seqcount.
     fn slot0_init(&self) -> i32 {
-        if self.f.rmap_sums {
+        if self.f.rmap_sums.is_some() {
             0
         } else {
             -1
@@ -418,8 +432,9 @@ impl MapcountDesign for PageMapcounts {
         ws[field::PINCOUNT].store(0, Relaxed);
         ws[field::SLOT0].store(self.slot0_init(), Relaxed);
         ws[field::SLOT0 + 1].store(-1, Relaxed);
-        f.page(1).ids.store(0, Relaxed);
-        f.page(2).ids.store(0, Relaxed);
+        for p in 1..=self.sum_pages(f) {
+            f.page(p).ids.store(0, Relaxed);
+        }
     }
 
     fn check_freeable(&self, f: Folio) -> Vec<String> {
@@ -440,17 +455,15 @@ impl MapcountDesign for PageMapcounts {
         }
         // The rmap seqcount's sequence may be anything; no writer may be inside.
         let slot0 = ws[field::SLOT0].load(Relaxed);
-        let idle = if self.f.rmap_sums { AtomicSeqcount(&ws[field::SLOT0]).is_idle() } else { slot0 == -1 };
+        let idle = if self.f.rmap_sums.is_some() { AtomicSeqcount(&ws[field::SLOT0]).is_idle() } else { slot0 == -1 };
         if !idle {
             bad.push(format!("_mm_id_mapcount[0] / rmap seqcount is {slot0:#x}"));
         }
-        let ids = f.page(1).ids.load(Relaxed);
-        if ids != 0 {
-            bad.push(format!("_mm_ids / rmap sum is {ids:#x}, expected 0"));
-        }
-        let sum2 = f.page(2).ids.load(Relaxed);
-        if sum2 != 0 {
-            bad.push(format!("rmap square sum is {sum2:#x}, expected 0"));
+        for p in 1..=self.sum_pages(f) {
+            let ids = f.page(p).ids.load(Relaxed);
+            if ids != 0 {
+                bad.push(format!("page {p}: _mm_ids / rmap sum is {ids:#x}, expected 0"));
+            }
         }
         for i in 0..f.nr_pages() {
             let m = f.page(i).mapcount.load(Relaxed);
@@ -486,10 +499,11 @@ impl MapcountDesign for PageMapcounts {
             w(f, field::SLOT0).store(all, Relaxed);
             set_slot_id(f, 0, mm);
         }
-        if self.f.rmap_sums {
+        if let Some(c) = self.f.rmap_sums {
             let n = (all + 1) as u64;
-            f.page(1).ids.store(n * mm as u64, Relaxed);
-            f.page(2).ids.store(n * (mm as u64 * mm as u64), Relaxed);
+            for (i, v) in c.values(mm as u64, f.order()).into_iter().enumerate() {
+                f.page(1 + i as u64).ids.store(n.wrapping_mul(v), Relaxed);
+            }
         }
     }
 
@@ -594,7 +608,7 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn maybe_mapped_shared(&self, f: Folio) -> bool {
-        if self.f.rmap_sums {
+        if self.f.rmap_sums.is_some() {
             return self.mapcount(f) > 1 && self.sole_owner(f).is_none();
         }
         let m = self.mapcount(f);
@@ -606,7 +620,7 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool {
-        if self.f.rmap_sums {
+        if self.f.rmap_sums.is_some() {
             // Reuse when this MM maps every mapping and nothing else holds a
             // reference (the seed's rule; no "large mapcount > 1" clause).
             return self.sole_owner(f) == Some(mm) && self.mapcount(f) == f.refcount() as u64;
@@ -696,12 +710,16 @@ impl MapcountDesign for PageMapcounts {
                 bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
             }
         }
-        if self.f.rmap_sums {
-            let want1: u64 = truth.per_mm.iter().map(|(&id, &c)| c as u64 * id as u64).sum();
-            let want2: u64 = truth.per_mm.iter().map(|(&id, &c)| c as u64 * (id as u64 * id as u64)).sum();
-            let (_, s1, s2) = self.sums(f);
-            if (s1, s2) != (want1, want2) {
-                bad.push(format!("rmap sums ({s1}, {s2}), page tables say ({want1}, {want2})"));
+        if let Some(c) = self.f.rmap_sums {
+            let mut want = vec![0u64; c.count(f.order())];
+            for (&id, &n) in &truth.per_mm {
+                for (s, v) in want.iter_mut().zip(c.values(id as u64, f.order())) {
+                    *s = s.wrapping_add((n as u64).wrapping_mul(v));
+                }
+            }
+            let (_, have) = self.sums(c, f);
+            if have != want {
+                bad.push(format!("rmap sums {have:?}, page tables say {want:?}"));
             }
             if !AtomicSeqcount(w(f, field::SEQCOUNT)).is_idle() {
                 bad.push("a writer is still inside the rmap seqcount".into());
@@ -737,12 +755,12 @@ impl MapcountDesign for PageMapcounts {
                 c.rmw += 1;
                 c.locks += 1;
             }
-            Total::All if self.f.rmap_sums => {
+            Total::All if self.f.rmap_sums.is_some() => {
                 let exclusive = LAST_EXCLUSIVE.with(|e| e.get());
                 c.locks += 1;
-                // Entering (one compare-exchange); leaving and the three
-                // updates are plain when alone, atomic otherwise.
-                c.rmw += if exclusive { 1 } else { 1 + 1 + 3 };
+                // Entering (one compare-exchange); leaving, the mapcount and
+                // each sum are plain when alone, atomic otherwise.
+                c.rmw += if exclusive { 1 } else { 1 + 1 + 1 + self.sum_pages(_f) };
             }
             Total::All => c.rmw += 1,
             _ => {}
@@ -755,8 +773,8 @@ impl MapcountDesign for PageMapcounts {
         if touches_second && !in_range(1) {
             lines += 1;
         }
-        if self.f.rmap_sums && !in_range(2) {
-            lines += 1;
+        if self.f.rmap_sums.is_some() {
+            lines += (2..=self.sum_pages(_f)).filter(|&p| !in_range(p)).count() as u64;
         }
         c.lines = lines;
         c
