@@ -410,9 +410,23 @@ fn tlb_cost(a: &BenchArgs, size: u64) -> Result<()> {
     Ok(())
 }
 
-/// Seed 000's micro benchmarks, in the seed's order.
-const SEED_000_COLUMNS: [&str; 8] =
-    ["remap", "munmap", "fork", "cow", "cow-byte", "cow-reuse", "cow-reuse-byte", "pte-dontneed"];
+/// Seed 000's micro benchmarks, in the seed's order, then its two
+/// vm-scalability cases (on one thread here).
+const SEED_000_COLUMNS: [&str; 10] = [
+    "remap",
+    "munmap",
+    "fork",
+    "cow",
+    "cow-byte",
+    "cow-reuse",
+    "cow-reuse-byte",
+    "pte-dontneed",
+    "anon-cow-seq",
+    "anon-cow-rand",
+];
+
+/// How many of SEED_000_COLUMNS are micro benchmarks.
+const SEED_000_MICRO: usize = 8;
 
 /// Seed 000's published % change against v6.7-rc1 (Intel Xeon Silver 4210R).
 const SEED_000_INTEL: [(&str, [f64; 8]); 7] = [
@@ -436,6 +450,18 @@ const SEED_000_AMD: [(&str, [f64; 8]); 7] = [
     ("all", [-21.8, 16.1, 43.0, 3.2, 4.8, -50.2, -60.8, 5.8]),
 ];
 
+/// Seed 000's published vm-scalability % change in throughput (seq, rand),
+/// Intel Xeon Silver 4210R and AMD EPYC 7313, one instance per core.
+const SEED_000_VMSCAL: [(&str, [f64; 2], [f64; 2]); 7] = [
+    ("mapcount", [-8.2, -0.1], [-2.1, -0.1]),
+    ("rmap-id", [-16.2, -0.3], [-10.4, -0.1]),
+    ("123", [-12.3, -0.3], [-10.8, -0.7]),
+    ("batch", [-8.3, -0.4], [-3.8, -0.1]),
+    ("exclusive", [-7.1, 0.4], [-4.2, 0.0]),
+    ("nocmpxchg", [-6.6, -0.3], [-4.6, 0.0]),
+    ("all", [-5.6, -0.3], [-4.5, -0.5]),
+];
+
 /// Time and the mapcount design's costs over the measured action.
 #[derive(Clone, Copy, Default)]
 struct Measured {
@@ -452,11 +478,14 @@ fn costs(m: &Machine) -> [u64; 3] {
     [ops, s.rmap_atomic_rmw.load(Relaxed), s.rmap_cache_lines.load(Relaxed)]
 }
 
-/// Runs micro benchmark `which` (an index into SEED_000_COLUMNS) once on a
-/// fresh MM of `m`: `size` bytes of folios of `order`, all PTE-mapped
-/// before the measured action, as the seed measures them. Returns the
-/// action's time and costs, or None where it does not apply (remap without
-/// PMDs).
+/// Runs benchmark `which` (an index into SEED_000_COLUMNS) once on a
+/// fresh MM of `m`: `size` bytes of folios of `order`. The micro benchmarks
+/// PTE-map every folio before the measured action, as the seed does; the
+/// vm-scalability cases (usemem --prealloc --prefault, then a child writes
+/// every byte, page by page in address or in random order) leave 2 MiB THPs
+/// PMD-mapped, so the child's first write to each PTE-remaps it and every
+/// page is then copied. Returns the action's time and costs, or None where
+/// it does not apply (remap without PMDs).
 fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Measured>> {
     let name = SEED_000_COLUMNS[which];
     let (mm, a, _) = model_populate(m, cpu, size, order)?;
@@ -464,11 +493,12 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
         mm.munmap(a, size)?;
         return Ok(None);
     }
-    if name != "remap" && order == 9 {
+    let vm_scalability = which >= SEED_000_MICRO;
+    if name != "remap" && order == 9 && !vm_scalability {
         model_split_pmds(&mm, a, size)?;
     }
     // (4)-(7): a child shares everything; the reuse cases let it go first.
-    let mut child = name.starts_with("cow").then(|| mm.fork()).transpose()?;
+    let mut child = (name.starts_with("cow") || vm_scalability).then(|| mm.fork()).transpose()?;
     if name.starts_with("cow-reuse") {
         child = None;
     }
@@ -479,6 +509,19 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
         "fork" => child = Some(mm.fork()?),
         "cow" | "cow-reuse" => cpu.fill(&mm, a, size, 2)?,
         "cow-byte" | "cow-reuse-byte" => cpu.write_byte_per_page(&mm, a, size, 2)?,
+        "anon-cow-seq" => cpu.fill(child.as_ref().unwrap(), a, size, 2)?,
+        "anon-cow-rand" => {
+            let pages = size / 4096;
+            let mut order: Vec<u64> = (0..pages).collect();
+            let mut next = foliomm::xorshift(0x5eed);
+            for i in (1..order.len()).rev() {
+                order.swap(i, (next() % (i as u64 + 1)) as usize);
+            }
+            let child = child.as_ref().unwrap();
+            for p in order {
+                cpu.fill(child, a + p * 4096, 4096, 2)?;
+            }
+        }
         _ => {
             for off in (0..size).step_by(4096) {
                 mm.madvise(a + off, 4096, Advice::DontNeed)?;
@@ -503,9 +546,10 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
     let runs = a.runs.max(1);
     let designs = foliomm::mapcount::DESIGN_NAMES;
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
-    let bar = progress(orders.len() as u64 * designs.len() as u64 * 8 * runs as u64);
+    let columns = SEED_000_COLUMNS.len();
+    let bar = progress((orders.len() * designs.len() * columns) as u64 * runs as u64);
     // runs[order][design][bench]: the fastest run's time and costs
-    let mut best_runs = vec![vec![[None::<Measured>; 8]; designs.len()]; orders.len()];
+    let mut best_runs = vec![vec![[None::<Measured>; SEED_000_COLUMNS.len()]; designs.len()]; orders.len()];
     for (oi, (order, oname)) in orders.iter().enumerate() {
         for (di, design) in designs.iter().enumerate() {
             // Room for a child's copy of everything (cow with the child alive).
@@ -531,7 +575,7 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    let times: Vec<Vec<[Option<f64>; 8]>> =
+    let times: Vec<Vec<[Option<f64>; SEED_000_COLUMNS.len()]>> =
         best_runs.iter().map(|o| o.iter().map(|d| d.map(|r| r.map(|r| r.seconds))).collect()).collect();
     let base = designs.iter().position(|d| *d == "nr-mapped").unwrap();
     let change = |oi: usize, di: usize, bi: usize| -> Option<f64> {
@@ -572,9 +616,9 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         return Ok(());
     }
     let header = |label: &str| {
-        let cols: Vec<String> = (1..=8).map(|i| format!("{:>7}", format!("({i})"))).collect();
+        let cols: Vec<String> = (1..=SEED_000_MICRO).map(|i| format!("{:>7}", format!("({i})"))).collect();
         println!("{label:<16}|{}|", cols.join(" |"));
-        println!("{}", "-".repeat(16 + 9 * 8 + 1));
+        println!("{}", "-".repeat(16 + 9 * SEED_000_MICRO + 1));
     };
     let pct = |v: Option<f64>| v.map_or(format!("{:>7}", "-"), |v| format!("{v:>6.1}%"));
     println!("Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, best of {runs}.", size >> 20);
@@ -584,17 +628,18 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         println!("{oname}:");
         header("design");
         for (di, design) in designs.iter().enumerate() {
-            let cells: Vec<String> = (0..8).map(|bi| pct(change(oi, di, bi))).collect();
+            let cells: Vec<String> = (0..SEED_000_MICRO).map(|bi| pct(change(oi, di, bi))).collect();
             println!("{design:<16}|{}|", cells.join(" |"));
         }
-        let base_t: Vec<String> =
-            (0..8).map(|bi| times[oi][base][bi].map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", t))).collect();
+        let base_t: Vec<String> = (0..SEED_000_MICRO)
+            .map(|bi| times[oi][base][bi].map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", t)))
+            .collect();
         println!("{:<16}|{}|\n", "nr-mapped time", base_t.join(" |"));
     }
     println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines); deterministic:");
     header("design");
     for (di, design) in designs.iter().enumerate() {
-        let cells: Vec<String> = (0..8)
+        let cells: Vec<String> = (0..SEED_000_MICRO)
             .map(|bi| match best_runs[0][di][bi] {
                 Some(r) if r.rmap_ops > 0 => {
                     let per = |v: u64| {
@@ -624,6 +669,28 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
             println!("{name:<16}|{}|", cells.join(" |"));
         }
         println!();
+    }
+    // vm-scalability: the seed reports throughput, so positive is good.
+    let gain = |oi: usize, di: usize, bi: usize| -> Option<f64> {
+        Some(100.0 * (times[oi][base][bi]? / times[oi][di][bi]? - 1.0))
+    };
+    println!("vm-scalability anon-cow-seq / anon-cow-rand on one thread, {} MiB:", size >> 20);
+    println!("% change in throughput against nr-mapped; positive is better.\n");
+    println!("{:<16}|{}|", "design", orders.map(|(_, o)| format!("{:^21}", o)).join("|"));
+    println!("{:<16}|{}|", "", ["    seq   |   rand   "; 2].join("|"));
+    println!("{}", "-".repeat(16 + 2 * 22 + 1));
+    for (di, design) in designs.iter().enumerate() {
+        let cells: Vec<String> =
+            (0..orders.len()).map(|oi| format!("{:>9} |{:>9} ", pct(gain(oi, di, 8)), pct(gain(oi, di, 9)))).collect();
+        println!("{design:<16}|{}|", cells.join("|"));
+    }
+    println!("\nSeed 000's vm-scalability, one instance per core, 2 MiB THP (Intel / AMD):");
+    println!("{:<16}|{:^21}|{:^21}|", "stage", "Intel", "AMD");
+    println!("{}", "-".repeat(16 + 2 * 22 + 1));
+    for (name, intel, amd) in SEED_000_VMSCAL {
+        let cells: Vec<String> =
+            [intel, amd].iter().map(|v| format!("{:>9} |{:>9} ", pct(Some(v[0])), pct(Some(v[1])))).collect();
+        println!("{name:<16}|{}|", cells.join("|"));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
-//! The host backend against the running kernel, through the real `foliomm`
-//! binary. Skipped, with the reason printed, where the host backend is not
-//! permitted (not Linux, not root, no /proc/kpageflags or THP sysfs).
+//! The `foliomm` binary end to end: the host backend against the running
+//! kernel (skipped, with the reason printed, where it is not permitted: not
+//! Linux, not root, no /proc/kpageflags or THP sysfs), and the model-only
+//! `prove` and `bench` commands.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -146,4 +147,33 @@ fn prove_passes_shipped_constructions_and_refutes_a_plain_sum() {
     let (code, out) = foliomm(&["prove", "--construction", "plain", "--trials", "0"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("COUNTEREXAMPLE"), "{out}");
+}
+
+/// The seed-000 bench's cost counters are deterministic: a design that can
+/// tell the child is gone reuses every page of cow-reuse (no rmap work at
+/// all) where nr-mapped copies each one, and every design copies each page
+/// of the vm-scalability cases.
+#[test]
+fn seed_000_bench_costs_follow_each_design() {
+    let (code, out) = foliomm(&["bench", "seed-000", "--size", "8M", "--runs", "1", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let ops = |folio: &str, design: &str, bench: &str| {
+        let r = rows.iter().find(|r| r["folio"] == folio && r["design"] == design && r["benchmark"] == bench);
+        r.unwrap_or_else(|| panic!("no row {folio} {design} {bench}"))["rmap_ops"].as_u64().unwrap()
+    };
+    let pages = 8 << 20 >> 12;
+    for folio in ["2 MiB THP", "64 KiB mTHP"] {
+        for design in ["mm-id", "rmap-id", "rmap-id-powersum"] {
+            assert_eq!(ops(folio, design, "cow-reuse"), 0, "{folio} {design}");
+        }
+        for design in ["subpage", "compound-locked", "nr-mapped", "large-mapcount"] {
+            assert!(ops(folio, design, "cow-reuse") >= pages, "{folio} {design}");
+        }
+        for design in foliomm::mapcount::DESIGN_NAMES {
+            for bench in ["anon-cow-seq", "anon-cow-rand"] {
+                assert!(ops(folio, design, bench) >= pages, "{folio} {design} {bench}");
+            }
+        }
+    }
 }

@@ -205,14 +205,7 @@ pub fn check(c: Construction, max_id: u64, max_n: usize, trials: u64, order: u32
             return Some(ce);
         }
     }
-    // xorshift64*: reproducible from `seed`.
-    let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    };
+    let mut next = crate::xorshift(seed);
     let id_mask = (1u64 << ID_BITS) - 1;
     for _ in 0..trials {
         let n = 2 + (next() % ((1u64 << order) - 1)) as usize;

@@ -79,3 +79,16 @@ impl Errno {
 }
 
 pub type Result<T> = std::result::Result<T, Errno>;
+
+/// A xorshift64* generator: cheap, reproducible pseudo-random numbers from
+/// `seed` for searches and benchmark access orders (not for anything that
+/// needs statistical quality).
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed | 1;
+    move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
