@@ -209,6 +209,7 @@ impl Backend for HostBackend {
                 }
                 MachineSetting::Tlb(_) => Some("the host's TLB is hardware"),
                 MachineSetting::Debug(_) => Some("debug switches break the model, not the kernel"),
+                MachineSetting::MmIds(_) => Some("the host kernel's MM ID space cannot be limited"),
                 _ => None,
             };
             if let Some(why) = refuse {

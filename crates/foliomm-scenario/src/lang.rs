@@ -146,6 +146,9 @@ pub enum MachineSetting {
     Tlb(u64),
     /// A model debug switch (see `foliomm::machine::DebugSwitches::NAMES`).
     Debug(String),
+    /// The highest MM ID the allocator hands out (`set mm_ids N`), so that
+    /// a scenario can run out of IDs.
+    MmIds(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,11 +427,12 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
     match l.next("a command")? {
         "set" => {
             let col = l.col();
-            match l.next("a setting (memory, mapcount, zap, tlb, thp, check)")? {
+            match l.next("a setting (memory, mapcount, zap, tlb, debug, mm_ids, thp, check)")? {
                 "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
                 "mapcount" => Ok(Cmd::SetMachine(MachineSetting::Mapcount(l.ident("a mapcount design")?))),
                 "tlb" => Ok(Cmd::SetMachine(MachineSetting::Tlb(l.size("a number of TLB entries")?))),
                 "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
+                "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
                 "zap" => {
                     let col = l.col();
                     let t = l.next("a zap strategy (batched or per-page)")?;
@@ -446,7 +450,10 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                 }
                 "thp" => parse_thp(l),
-                t => l.err(col, format!("expected a setting (memory, mapcount, zap, tlb, thp, check), found '{t}'")),
+                t => l.err(
+                    col,
+                    format!("expected a setting (memory, mapcount, zap, tlb, debug, mm_ids, thp, check), found '{t}'"),
+                ),
             }
         }
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),

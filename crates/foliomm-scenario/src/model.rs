@@ -62,6 +62,10 @@ impl Backend for ModelBackend {
                 }
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
+                MachineSetting::MmIds(n) => {
+                    config.max_mm_id =
+                        Some(u32::try_from(*n).map_err(|_| BackendError(format!("mm_ids {n} is above 2^32")))?)
+                }
                 MachineSetting::Debug(d) => {
                     if !config.debug.set(d) {
                         let known = foliomm::machine::DebugSwitches::NAMES.join(", ");

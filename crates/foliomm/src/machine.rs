@@ -34,6 +34,9 @@ pub struct Config {
     pub debug: DebugSwitches,
     /// Keep the precision and safety report ([`crate::precision`]).
     pub precision: bool,
+    /// Fewer MM IDs than the design allows, to reach ID exhaustion in a test
+    /// (`set mm_ids N` in a scenario).
+    pub max_mm_id: Option<MmId>,
 }
 
 /// Zap strategies (seed 001).
@@ -107,6 +110,7 @@ impl Default for Config {
             gather_page_limit: None,
             debug: DebugSwitches::default(),
             precision: false,
+            max_mm_id: None,
         }
     }
 }
@@ -311,14 +315,22 @@ impl Machine {
         self.phys.free_pages(pfn, 0);
     }
 
-    /// Allocates the lowest free MM ID (`mm_alloc_id`: `ida_alloc_range`).
-    pub(crate) fn alloc_mm_id(&self) -> MmId {
+    /// Allocates the lowest free MM ID (`mm_alloc_id`: `ida_alloc_range`
+    /// from `MM_ID_MIN` to the design's maximum, or `Config::max_mm_id` if
+    /// lower); ENOMEM when all are taken, which fails the `mm_alloc` (and
+    /// so the fork) that asked.
+    pub(crate) fn alloc_mm_id(&self) -> Result<MmId, Errno> {
         let mut ids = self.free_ids.lock().unwrap();
         if let Some(id) = ids.0.pop_first() {
-            return id;
+            return Ok(id);
+        }
+        let design_max = self.design.max_mm_id();
+        let max = self.config.max_mm_id.map_or(design_max, |m| m.min(design_max));
+        if ids.1 > max {
+            return Err(Errno::ENOMEM);
         }
         ids.1 += 1;
-        ids.1 - 1
+        Ok(ids.1 - 1)
     }
 
     pub(crate) fn free_mm_id(&self, id: MmId) {

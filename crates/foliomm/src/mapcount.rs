@@ -58,6 +58,10 @@ impl FolioTruth {
 pub trait MapcountDesign: Send + Sync {
     /// The design's name (`--mapcount NAME`).
     fn name(&self) -> &'static str;
+    /// The largest MM ID the design can track: `MM_ID_MAX` (2^31 - 1) for
+    /// mm-id and, as the model allocates IDs for every design, for the ones
+    /// that do not use them; 2^24 - 1 ("up to 16M") for seed 000's rmap IDs.
+    fn max_mm_id(&self) -> MmId;
     /// Initialises the fields of a freshly allocated large folio (`prep_compound_head`).
     fn prep(&self, f: Folio);
     /// Returns a description of each field not back at its initial value
@@ -422,6 +426,13 @@ impl PageMapcounts {
 impl MapcountDesign for PageMapcounts {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn max_mm_id(&self) -> MmId {
+        match self.f.rmap_sums {
+            Some(_) => (1 << crate::construction::ID_BITS) - 1,
+            None => field::ID_MASK as MmId,
+        }
     }
 
     fn prep(&self, f: Folio) {

@@ -226,10 +226,11 @@ fn range_end(start: u64, len: u64) -> Result<u64> {
 impl Mm {
     /// A new empty address space (`mm_alloc`): a PGD and an MM ID.
     pub fn new(machine: &Arc<Machine>) -> Result<Arc<Mm>> {
-        let pgd = machine.alloc_table()?;
+        let id = machine.alloc_mm_id()?;
+        let pgd = machine.alloc_table().inspect_err(|_| machine.free_mm_id(id))?;
         let mm = Arc::new(Mm {
             machine: machine.clone(),
-            id: machine.alloc_mm_id(),
+            id,
             pgd,
             mmap_lock: RwLock::new(Vmas::default()),
             page_table_lock: Mutex::new(()),

@@ -172,6 +172,34 @@ fn out_of_memory_is_enomem() {
     assert_clean(&m);
 }
 
+/// Each design's MM ID space (rmap-id's 16M, mm-id's MM_ID_MAX), and fork
+/// failing cleanly with ENOMEM once a lower limit is reached.
+#[test]
+fn mm_ids_run_out_with_enomem_and_come_back_on_free() {
+    let design = |name: &str| foliomm::mapcount::design_by_name(name).unwrap().max_mm_id();
+    assert_eq!(design("rmap-id"), (1 << 24) - 1);
+    assert_eq!(design("rmap-id-powersum"), (1 << 24) - 1);
+    assert_eq!(design("mm-id"), (1 << 31) - 1);
+    let m = Machine::new(Config { memory: 16 * M, max_mm_id: Some(2), ..Config::default() }).unwrap();
+    let mut cpu = Cpu::new(&m);
+    let p = Mm::new(&m).unwrap();
+    let a = anon(&p, 64 * K);
+    cpu.fill(&p, a, 64 * K, 5).unwrap();
+    let c = p.fork().unwrap();
+    assert_eq!(p.fork().err(), Some(Errno::ENOMEM));
+    assert_clean(&m);
+    cpu.fill(&c, a, 4 * K, 6).unwrap();
+    drop(c);
+    let d = p.fork().unwrap();
+    assert_eq!(d.id, 2, "the freed ID is handed out again");
+    let mut byte = [0u8; 1];
+    cpu.read(&d, a, &mut byte).unwrap();
+    assert_eq!(byte[0], 5, "the child sees the parent's bytes, not the dead child's");
+    drop(d);
+    drop(p);
+    assert_clean(&m);
+}
+
 #[test]
 fn protection_errors() {
     let m = machine(8 * M);
