@@ -530,6 +530,20 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
     }
     let seconds = secs(t.elapsed());
     let after = costs(m);
+    // Where parent and child both live, one of them wrote 2 everywhere; the
+    // other must still read the 1 every page was populated with.
+    if let Some(c) = child.as_ref().filter(|_| name != "fork") {
+        let (writer, other) = if vm_scalability { (c, &mm) } else { (&mm, c) };
+        let mut byte = [0u8; 1];
+        for (who, want) in [(other, 1), (writer, 2)] {
+            for off in (0..size).step_by(4096) {
+                cpu.read(who, a + off, &mut byte)?;
+                if byte[0] != want {
+                    bail!("{name}: byte at offset {off:#x} reads {:#x}, expected {want:#x}: a COW leak", byte[0]);
+                }
+            }
+        }
+    }
     drop(child);
     if name != "munmap" {
         mm.munmap(a, size)?;
