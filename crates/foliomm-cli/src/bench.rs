@@ -481,10 +481,11 @@ fn costs(m: &Machine) -> [u64; 3] {
 /// Runs benchmark `which` (an index into SEED_000_COLUMNS) once on a
 /// fresh MM of `m`: `size` bytes of folios of `order`. The micro benchmarks
 /// PTE-map every folio before the measured action, as the seed does; the
-/// vm-scalability cases (usemem --prealloc --prefault, then a child writes
-/// every byte, page by page in address or in random order) leave 2 MiB THPs
-/// PMD-mapped, so the child's first write to each PTE-remaps it and every
-/// page is then copied. Returns the action's time and costs, or None where
+/// vm-scalability cases (usemem --prealloc --prefault, then one child per
+/// CPU writes every byte, page by page in address or in random order, all at
+/// once) leave 2 MiB THPs PMD-mapped, so a child's first write to each
+/// PTE-remaps it and every page is then copied, while the other children
+/// (un)map pages of the same folios. Returns the action's time and costs, or None where
 /// it does not apply (remap without PMDs).
 fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Measured>> {
     let name = SEED_000_COLUMNS[which];
@@ -498,7 +499,13 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
         model_split_pmds(&mm, a, size)?;
     }
     // (4)-(7): a child shares everything; the reuse cases let it go first.
-    let mut child = (name.starts_with("cow") || vm_scalability).then(|| mm.fork()).transpose()?;
+    let mut child = name.starts_with("cow").then(|| mm.fork()).transpose()?;
+    // vm-scalability: one child per CPU, all COWing the same folios.
+    let instances: Vec<Arc<Mm>> = if vm_scalability {
+        (0..vm_scalability_instances()).map(|_| mm.fork()).collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     if name.starts_with("cow-reuse") {
         child = None;
     }
@@ -509,19 +516,7 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
         "fork" => child = Some(mm.fork()?),
         "cow" | "cow-reuse" => cpu.fill(&mm, a, size, 2)?,
         "cow-byte" | "cow-reuse-byte" => cpu.write_byte_per_page(&mm, a, size, 2)?,
-        "anon-cow-seq" => cpu.fill(child.as_ref().unwrap(), a, size, 2)?,
-        "anon-cow-rand" => {
-            let pages = size / 4096;
-            let mut order: Vec<u64> = (0..pages).collect();
-            let mut next = foliomm::xorshift(0x5eed);
-            for i in (1..order.len()).rev() {
-                order.swap(i, (next() % (i as u64 + 1)) as usize);
-            }
-            let child = child.as_ref().unwrap();
-            for p in order {
-                cpu.fill(child, a + p * 4096, 4096, 2)?;
-            }
-        }
+        "anon-cow-seq" | "anon-cow-rand" => vm_scalability_run(m, &instances, a, size, name == "anon-cow-rand")?,
         _ => {
             for off in (0..size).step_by(4096) {
                 mm.madvise(a + off, 4096, Advice::DontNeed)?;
@@ -530,21 +525,24 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
     }
     let seconds = secs(t.elapsed());
     let after = costs(m);
-    // Where parent and child both live, one of them wrote 2 everywhere; the
-    // other must still read the 1 every page was populated with.
-    if let Some(c) = child.as_ref().filter(|_| name != "fork") {
-        let (writer, other) = if vm_scalability { (c, &mm) } else { (&mm, c) };
-        let mut byte = [0u8; 1];
-        for (who, want) in [(other, 1), (writer, 2)] {
-            for off in (0..size).step_by(4096) {
-                cpu.read(who, a + off, &mut byte)?;
-                if byte[0] != want {
-                    bail!("{name}: byte at offset {off:#x} reads {:#x}, expected {want:#x}: a COW leak", byte[0]);
-                }
+    // Every MM that wrote reads its 2 back; every other one still reads the
+    // 1 each page was populated with.
+    let readers: Vec<(&Mm, u8)> = match child.as_ref().filter(|_| name != "fork") {
+        Some(c) => vec![(&mm, 2), (c, 1)],
+        None if vm_scalability => std::iter::once((&*mm, 1)).chain(instances.iter().map(|c| (&**c, 2))).collect(),
+        None => Vec::new(),
+    };
+    let mut byte = [0u8; 1];
+    for (who, want) in readers {
+        for off in (0..size).step_by(4096) {
+            cpu.read(who, a + off, &mut byte)?;
+            if byte[0] != want {
+                bail!("{name}: byte at offset {off:#x} reads {:#x}, expected {want:#x}: a COW leak", byte[0]);
             }
         }
     }
     drop(child);
+    drop(instances);
     if name != "munmap" {
         mm.munmap(a, size)?;
     }
@@ -554,6 +552,41 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
         rmw: after[1] - before[1],
         lines: after[2] - before[2],
     }))
+}
+
+/// How many vm-scalability instances run at once: one per CPU, as the seed
+/// ran them.
+fn vm_scalability_instances() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// usemem's write pass in each of `instances` at once, each on its own CPU
+/// thread: every page of `[a, a+size)`, in address order or in a random
+/// order of its own.
+fn vm_scalability_run(m: &Arc<Machine>, instances: &[Arc<Mm>], a: u64, size: u64, random: bool) -> Result<()> {
+    std::thread::scope(|s| {
+        let workers: Vec<_> = instances
+            .iter()
+            .enumerate()
+            .map(|(i, mm)| {
+                s.spawn(move || -> Result<()> {
+                    let mut cpu = Cpu::new(m);
+                    let mut pages: Vec<u64> = (0..size / 4096).collect();
+                    if random {
+                        let mut next = foliomm::xorshift(0x5eed + i as u64);
+                        for j in (1..pages.len()).rev() {
+                            pages.swap(j, (next() % (j as u64 + 1)) as usize);
+                        }
+                    }
+                    for p in pages {
+                        cpu.fill(mm, a + p * 4096, 4096, 2)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().expect("vm-scalability worker panicked"))
+    })
 }
 
 fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
@@ -566,9 +599,9 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
     let mut best_runs = vec![vec![[None::<Measured>; SEED_000_COLUMNS.len()]; designs.len()]; orders.len()];
     for (oi, (order, oname)) in orders.iter().enumerate() {
         for (di, design) in designs.iter().enumerate() {
-            // Room for a child's copy of everything (cow with the child alive).
+            // Room for a copy of everything per child (cow, vm-scalability).
             let m = Machine::new(Config {
-                memory: 2 * size + (256 << 20),
+                memory: (1 + vm_scalability_instances().max(1) as u64) * size + (256 << 20),
                 mapcount: design.to_string(),
                 ..Config::default()
             })?;
@@ -688,7 +721,11 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
     let gain = |oi: usize, di: usize, bi: usize| -> Option<f64> {
         Some(100.0 * (times[oi][base][bi]? / times[oi][di][bi]? - 1.0))
     };
-    println!("vm-scalability anon-cow-seq / anon-cow-rand on one thread, {} MiB:", size >> 20);
+    println!(
+        "vm-scalability anon-cow-seq / anon-cow-rand, {} children COWing the same {} MiB at once:",
+        vm_scalability_instances(),
+        size >> 20
+    );
     println!("% change in throughput against nr-mapped; positive is better.\n");
     println!("{:<16}|{}|", "design", orders.map(|(_, o)| format!("{:^21}", o)).join("|"));
     println!("{:<16}|{}|", "", ["    seq   |   rand   "; 2].join("|"));
