@@ -411,7 +411,7 @@ fn tlb_cost(a: &BenchArgs, size: u64) -> Result<()> {
 }
 
 /// Seed 000's micro benchmarks, in the seed's order, then its two
-/// vm-scalability cases (on one thread here).
+/// vm-scalability cases.
 const SEED_000_COLUMNS: [&str; 10] = [
     "remap",
     "munmap",
@@ -485,8 +485,8 @@ fn costs(m: &Machine) -> [u64; 3] {
 /// CPU writes every byte, page by page in address or in random order, all at
 /// once) leave 2 MiB THPs PMD-mapped, so a child's first write to each
 /// PTE-remaps it and every page is then copied, while the other children
-/// (un)map pages of the same folios. Returns the action's time and costs, or None where
-/// it does not apply (remap without PMDs).
+/// (un)map pages of the same folios. Returns the action's time and costs,
+/// or None where it does not apply (remap without PMDs).
 fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Measured>> {
     let name = SEED_000_COLUMNS[which];
     let (mm, a, _) = model_populate(m, cpu, size, order)?;
@@ -500,9 +500,12 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
     }
     // (4)-(7): a child shares everything; the reuse cases let it go first.
     let mut child = name.starts_with("cow").then(|| mm.fork()).transpose()?;
-    // vm-scalability: one child per CPU, all COWing the same folios.
-    let instances: Vec<Arc<Mm>> = if vm_scalability {
-        (0..vm_scalability_instances()).map(|_| mm.fork()).collect::<Result<_, _>>()?
+    // vm-scalability: one child per CPU, all COWing the same folios, each
+    // with its page order made before the clock starts.
+    let instances: Vec<(Arc<Mm>, Vec<u64>)> = if vm_scalability {
+        (0..vm_scalability_instances())
+            .map(|i| Ok((mm.fork()?, usemem_page_order(size, name == "anon-cow-rand", i as u64))))
+            .collect::<Result<_>>()?
     } else {
         Vec::new()
     };
@@ -516,7 +519,7 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
         "fork" => child = Some(mm.fork()?),
         "cow" | "cow-reuse" => cpu.fill(&mm, a, size, 2)?,
         "cow-byte" | "cow-reuse-byte" => cpu.write_byte_per_page(&mm, a, size, 2)?,
-        "anon-cow-seq" | "anon-cow-rand" => vm_scalability_run(m, &instances, a, size, name == "anon-cow-rand")?,
+        "anon-cow-seq" | "anon-cow-rand" => vm_scalability_run(m, &instances, a)?,
         _ => {
             for off in (0..size).step_by(4096) {
                 mm.madvise(a + off, 4096, Advice::DontNeed)?;
@@ -529,7 +532,7 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
     // 1 each page was populated with.
     let readers: Vec<(&Mm, u8)> = match child.as_ref().filter(|_| name != "fork") {
         Some(c) => vec![(&mm, 2), (c, 1)],
-        None if vm_scalability => std::iter::once((&*mm, 1)).chain(instances.iter().map(|c| (&**c, 2))).collect(),
+        None if vm_scalability => std::iter::once((&*mm, 1)).chain(instances.iter().map(|(c, _)| (&**c, 2))).collect(),
         None => Vec::new(),
     };
     let mut byte = [0u8; 1];
@@ -560,24 +563,28 @@ fn vm_scalability_instances() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// usemem's write pass in each of `instances` at once, each on its own CPU
-/// thread: every page of `[a, a+size)`, in address order or in a random
-/// order of its own.
-fn vm_scalability_run(m: &Arc<Machine>, instances: &[Arc<Mm>], a: u64, size: u64, random: bool) -> Result<()> {
+/// The order in which usemem's instance `i` writes the pages of `size`
+/// bytes: by address, or shuffled with a seed of its own.
+fn usemem_page_order(size: u64, random: bool, i: u64) -> Vec<u64> {
+    let mut pages: Vec<u64> = (0..size / 4096).collect();
+    if random {
+        let mut next = foliomm::xorshift(0x5eed + i);
+        for j in (1..pages.len()).rev() {
+            pages.swap(j, (next() % (j as u64 + 1)) as usize);
+        }
+    }
+    pages
+}
+
+/// usemem's write pass in every instance at once, each on its own CPU
+/// thread, page by page in the instance's order, from `a`.
+fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u64) -> Result<()> {
     std::thread::scope(|s| {
         let workers: Vec<_> = instances
             .iter()
-            .enumerate()
-            .map(|(i, mm)| {
+            .map(|(mm, pages)| {
                 s.spawn(move || -> Result<()> {
                     let mut cpu = Cpu::new(m);
-                    let mut pages: Vec<u64> = (0..size / 4096).collect();
-                    if random {
-                        let mut next = foliomm::xorshift(0x5eed + i as u64);
-                        for j in (1..pages.len()).rev() {
-                            pages.swap(j, (next() % (j as u64 + 1)) as usize);
-                        }
-                    }
                     for p in pages {
                         cpu.fill(mm, a + p * 4096, 4096, 2)?;
                     }
@@ -601,7 +608,7 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         for (di, design) in designs.iter().enumerate() {
             // Room for a copy of everything per child (cow, vm-scalability).
             let m = Machine::new(Config {
-                memory: (1 + vm_scalability_instances().max(1) as u64) * size + (256 << 20),
+                memory: (1 + vm_scalability_instances() as u64) * size + (256 << 20),
                 mapcount: design.to_string(),
                 ..Config::default()
             })?;

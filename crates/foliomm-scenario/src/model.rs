@@ -63,8 +63,10 @@ impl Backend for ModelBackend {
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
                 MachineSetting::MmIds(n) => {
-                    config.max_mm_id =
-                        Some(u32::try_from(*n).map_err(|_| BackendError(format!("mm_ids {n} is above 2^32")))?)
+                    config.max_mm_id = Some(
+                        u32::try_from(*n)
+                            .map_err(|_| BackendError(format!("mm_ids {n} does not fit a 32-bit MM ID")))?,
+                    )
                 }
                 MachineSetting::Debug(d) => {
                     if !config.debug.set(d) {

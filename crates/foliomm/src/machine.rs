@@ -324,8 +324,7 @@ impl Machine {
         if let Some(id) = ids.0.pop_first() {
             return Ok(id);
         }
-        let design_max = self.design.max_mm_id();
-        let max = self.config.max_mm_id.map_or(design_max, |m| m.min(design_max));
+        let max = self.config.max_mm_id.unwrap_or(MmId::MAX).min(self.design.max_mm_id());
         if ids.1 > max {
             return Err(Errno::ENOMEM);
         }

@@ -64,17 +64,18 @@ pub(crate) fn judge_cow(m: &Machine, f: Folio, mm: MmId, reused: bool) {
     let mapcount = crate::rmap::folio_mapcount(m, f);
     let reusable = owner == Some(mm) && mapcount == f.refcount() as u64;
     if reused && owner != Some(mm) {
-        Stats::inc(&m.stats.precision_wrong_exclusive);
-        m.violations.lock().unwrap().push(format!(
-            "{}: COW reused folio {:#x} for MM {mm} while the page tables say {:?} map it (wrong-exclusive)",
-            m.design.name(),
-            f.pfn,
-            shadow.of(f.pfn)
-        ));
+        wrong_exclusive(m, format!("COW reused folio {:#x} for MM {mm} while {:?} map it", f.pfn, shadow.of(f.pfn)));
     }
     if !reused && reusable {
         Stats::inc(&m.stats.precision_avoidable_copy);
     }
+}
+
+/// Counts a wrong-exclusive judgement and records it as a violation, so
+/// the checker fails the run.
+fn wrong_exclusive(m: &Machine, what: String) {
+    Stats::inc(&m.stats.precision_wrong_exclusive);
+    m.violations.lock().unwrap().push(format!("{}: {what} (wrong-exclusive)", m.design.name()));
 }
 
 /// Judges the design's "maybe mapped shared?" answer for `f`.
@@ -82,13 +83,7 @@ pub(crate) fn judge_answer(m: &Machine, f: Folio, maybe_shared: bool) {
     let Some(shadow) = &m.shadow else { return };
     let exclusive = shadow.sole_mapper(f.pfn).is_some();
     if !maybe_shared && !exclusive && !shadow.of(f.pfn).is_empty() {
-        Stats::inc(&m.stats.precision_wrong_exclusive);
-        m.violations.lock().unwrap().push(format!(
-            "{}: answered exclusive for folio {:#x} mapped by {:?} (wrong-exclusive)",
-            m.design.name(),
-            f.pfn,
-            shadow.of(f.pfn)
-        ));
+        wrong_exclusive(m, format!("answered exclusive for folio {:#x} mapped by {:?}", f.pfn, shadow.of(f.pfn)));
     }
     if maybe_shared && exclusive {
         Stats::inc(&m.stats.precision_missed_reuse);
