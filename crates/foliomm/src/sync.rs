@@ -9,7 +9,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-/// A held bit lock; released on drop.
+/// A held bit lock (include/linux/bit_spinlock.h); released on drop
+/// (`__bit_spin_unlock`). Differs from Linux: no preemption to disable, so
+/// a waiter yields now and then instead of spinning forever.
 pub struct BitSpinLock<'a> {
     word: &'a AtomicU64,
     bit: u64,
