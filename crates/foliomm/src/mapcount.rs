@@ -31,8 +31,9 @@ pub enum Level {
 pub struct Removed {
     /// Pages that stopped being mapped (`NR_ANON_MAPPED` delta).
     pub unmapped_pages: u64,
-    /// The folio is still mapped but only in part (deferred split candidate).
-    pub partially_mapped: bool,
+    /// Queue the folio for deferred split: it stays mapped in part (6.10+),
+    /// or, in earlier eras, a PTE unmap unmapped one of its pages.
+    pub deferred_split: bool,
 }
 
 /// Ground truth for one folio, rebuilt by the checker from page-table walks.
@@ -147,6 +148,12 @@ struct Features {
     /// seqcount (seed 000's tracking), kept in the `ids` word of pages 1..=k:
     /// exact "mapped exclusively by MM x" where the construction fits.
     rmap_sums: Option<Construction>,
+    /// 6.10+ ("mm/rmap: do not add fully unmapped large folio to deferred
+    /// split list"): a PTE unmap queues the folio for deferred split only if
+    /// some page stays mapped. Before, every PTE unmap that unmapped a page
+    /// queued it (6.1 `page_remove_rmap`, 6.2-6.9 `__folio_remove_rmap`),
+    /// and freeing took it off the queue again.
+    split_queue_exact: bool,
 }
 
 /// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
@@ -171,22 +178,37 @@ const DESIGNS: [PageMapcounts; 7] = [
             mm_ids: false,
             compound_lock: false,
             rmap_sums: None,
+            split_queue_exact: false,
         },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
     PageMapcounts {
         name: "compound-locked",
-        f: Features { nr_pages_mapped: false, total: Total::Ptes, mm_ids: false, compound_lock: true, rmap_sums: None },
+        f: Features { nr_pages_mapped: false, total: Total::Ptes, mm_ids: false, compound_lock: true, rmap_sums: None, split_queue_exact: false },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
     PageMapcounts {
         name: "nr-mapped",
-        f: Features { nr_pages_mapped: true, total: Total::None, mm_ids: false, compound_lock: false, rmap_sums: None },
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::None,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: false,
+        },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
     PageMapcounts {
         name: "large-mapcount",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: false, compound_lock: false, rmap_sums: None },
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: true,
+        },
     },
     // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
     // COW reuses PTE-mapped THP when exact. With the RFC's sub-IDs, and with
@@ -199,6 +221,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             mm_ids: false,
             compound_lock: false,
             rmap_sums: Some(Construction::SeedSubIds),
+            split_queue_exact: false,
         },
     },
     PageMapcounts {
@@ -209,6 +232,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             mm_ids: false,
             compound_lock: false,
             rmap_sums: Some(Construction::PowerSum),
+            split_queue_exact: false,
         },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
@@ -217,7 +241,14 @@ const DESIGNS: [PageMapcounts; 7] = [
     // __folio_remove_rmap).
     PageMapcounts {
         name: "mm-id",
-        f: Features { nr_pages_mapped: true, total: Total::All, mm_ids: true, compound_lock: false, rmap_sums: None },
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: true,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: true,
+        },
     },
 ];
 
@@ -569,15 +600,17 @@ impl MapcountDesign for PageMapcounts {
                         last += 1;
                     }
                 }
-                if self.f.nr_pages_mapped {
-                    let after = nr_mapped.fetch_sub(last, Relaxed) - last;
-                    let unmapped = if after < ENTIRELY_MAPPED { last as u64 } else { 0 };
-                    return Removed { unmapped_pages: unmapped, partially_mapped: unmapped > 0 && after != 0 };
-                }
-                // Without _nr_pages_mapped the state is found by scanning.
-                let entire = self.entire_mapcount(f) > 0;
-                let unmapped = if entire { 0 } else { last as u64 };
-                Removed { unmapped_pages: unmapped, partially_mapped: unmapped > 0 && pages_mapped_by_ptes(f) > 0 }
+                let after = self.f.nr_pages_mapped.then(|| nr_mapped.fetch_sub(last, Relaxed) - last);
+                let unmapped = match after {
+                    Some(a) if a >= ENTIRELY_MAPPED => 0,
+                    None if self.entire_mapcount(f) > 0 => 0,
+                    _ => last as u64,
+                };
+                // Without _nr_pages_mapped, whether pages stay mapped takes a
+                // scan; only `split_queue_exact` eras ask.
+                let still_mapped = || after.map_or_else(|| pages_mapped_by_ptes(f) > 0, |a| a != 0);
+                let queue = unmapped > 0 && (!self.f.split_queue_exact || still_mapped());
+                Removed { unmapped_pages: unmapped, deferred_split: queue }
             }
             Level::Pmd => {
                 if self.f.total == Total::All {
@@ -591,7 +624,7 @@ impl MapcountDesign for PageMapcounts {
                         pages_mapped_by_ptes(f)
                     };
                     removed.unmapped_pages = f.nr_pages() - still;
-                    removed.partially_mapped = still > 0 && still < f.nr_pages();
+                    removed.deferred_split = still > 0 && still < f.nr_pages();
                 }
                 removed
             }

@@ -84,13 +84,13 @@ pub fn folio_remove_rmap(m: &Machine, f: Folio, first: u64, nr: u64, level: Leve
     if f.is_large() {
         let r = m.design.remove(f, first, nr, level, mm);
         account(m, m.design.cost(f, first, nr, level));
-        if r.partially_mapped && f.test_anon() {
+        if r.deferred_split && f.test_anon() {
             deferred_split_folio(m, f);
         }
         return r;
     }
     let last = f.head().mapcount.fetch_sub(1, Relaxed) == 0;
-    Removed { unmapped_pages: last as u64, partially_mapped: false }
+    Removed { unmapped_pages: last as u64, deferred_split: false }
 }
 
 fn add_counts(m: &Machine, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
@@ -130,10 +130,11 @@ pub fn folio_maybe_mapped_shared(m: &Machine, f: Folio) -> bool {
     }
 }
 
-/// `deferred_split_folio(folio, partially_mapped = true)`: marks a partially
-/// mapped anon folio once and counts it (`thp_deferred_split_page` for PMD
-/// size, `split_deferred` per order). foliomm keeps no split queue and never
-/// splits: the folio stays whole until freed.
+/// `deferred_split_folio(folio, partially_mapped = true)`: marks an anon
+/// folio queued for deferred split once and counts it
+/// (`thp_deferred_split_page` for PMD size, `split_deferred` per order).
+/// foliomm keeps no split queue and never splits: the folio stays whole
+/// until freed, and freeing clears the mark as it takes a folio off the queue.
 fn deferred_split_folio(m: &Machine, f: Folio) {
     let second = f.page(1);
     if second.test(pg::PARTIALLY_MAPPED) {
