@@ -302,8 +302,11 @@ fn print_counters(counters: &[(String, u64)]) {
         return;
     }
     println!("  counters:");
-    for chunk in nonzero.chunks(3) {
-        let row: Vec<String> = chunk.iter().map(|(n, v)| format!("{n:<24}{v:>10}")).collect();
+    let width = nonzero.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    // As many columns as fit in 112 characters, each `name value` plus 3 spaces.
+    let columns = (111 / (width + 13)).max(1);
+    for chunk in nonzero.chunks(columns) {
+        let row: Vec<String> = chunk.iter().map(|(n, v)| format!("{n:<width$}{v:>10}")).collect();
         println!("    {}", row.join("   "));
     }
 }

@@ -75,9 +75,9 @@ impl Observation {
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
-    /// mapcount, refcount, AnonExclusive or "maybe shared" per page).
+    /// mapcount, refcount, AnonExclusive, "maybe shared" or the policy guess).
     pub const MODEL_FIELDS: &'static [&'static str] =
-        &["writable", "mapcount", "folio_mapcount", "refcount", "anon_exclusive", "maybe_shared"];
+        &["writable", "mapcount", "folio_mapcount", "refcount", "anon_exclusive", "maybe_shared", "likely_shared"];
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
@@ -108,6 +108,7 @@ impl Observation {
             "refcount" => p.refcount,
             "anon_exclusive" => p.anon_exclusive as u64,
             "maybe_shared" => p.maybe_shared as u64,
+            "likely_shared" => p.likely_shared as u64,
             _ => return None,
         })
     }

@@ -85,6 +85,10 @@ pub trait MapcountDesign: Send + Sync {
     /// `folio_maybe_mapped_shared`: false only if one MM maps the folio; may be
     /// true although one MM maps it (imprecise designs).
     fn maybe_mapped_shared(&self, f: Folio) -> bool;
+    /// The era's guess whether the folio holding page `i` is mapped by more
+    /// than one MM, as policy code asks it; may be wrong either way before
+    /// 6.15 (see [`Guess`]).
+    fn likely_mapped_shared(&self, f: Folio, i: u64) -> bool;
     /// Whether a write fault by `mm` may reuse the whole large anon folio
     /// (`__wp_can_reuse_large_anon_folio`); false means copy.
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool;
@@ -154,6 +158,27 @@ struct Features {
     /// queued it (6.1 `page_remove_rmap`, 6.2-6.9 `__folio_remove_rmap`),
     /// and freeing took it off the queue again.
     split_queue_exact: bool,
+    /// How policy code guesses "mapped shared" for a large folio.
+    guess: Guess,
+}
+
+/// The guess an era's policy code (madvise cold/pageout/free, NUMA
+/// balancing, mempolicy, khugepaged) makes to skip folios other MMs use. Not
+/// a safety decision: before 6.15 it may be wrong both ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Guess {
+    /// Linux <= 6.3: `page_mapcount(page) != 1` of the page at hand.
+    Page,
+    /// 6.4-6.9 `folio_estimated_sharers`, renamed `folio_likely_mapped_shared`
+    /// in 6.9: `page_mapcount` of the first page > 1.
+    FirstPage,
+    /// 6.10-6.14 `folio_likely_mapped_shared`: total mapcount <= 1 means
+    /// exclusive; a PMD mapping or more mappings than pages means shared;
+    /// otherwise the first page decides.
+    Likely,
+    /// The design's own answer: seed 000's precise `folio_mapped_shared`,
+    /// 6.15+'s `folio_maybe_mapped_shared`.
+    Design,
 }
 
 /// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
@@ -179,12 +204,21 @@ const DESIGNS: [PageMapcounts; 7] = [
             compound_lock: false,
             rmap_sums: None,
             split_queue_exact: false,
+            guess: Guess::Page,
         },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
     PageMapcounts {
         name: "compound-locked",
-        f: Features { nr_pages_mapped: false, total: Total::Ptes, mm_ids: false, compound_lock: true, rmap_sums: None, split_queue_exact: false },
+        f: Features {
+            nr_pages_mapped: false,
+            total: Total::Ptes,
+            mm_ids: false,
+            compound_lock: true,
+            rmap_sums: None,
+            split_queue_exact: false,
+            guess: Guess::Page,
+        },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
     PageMapcounts {
@@ -196,6 +230,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             compound_lock: false,
             rmap_sums: None,
             split_queue_exact: false,
+            guess: Guess::FirstPage,
         },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
@@ -208,6 +243,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             compound_lock: false,
             rmap_sums: None,
             split_queue_exact: true,
+            guess: Guess::Likely,
         },
     },
     // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
@@ -222,6 +258,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             compound_lock: false,
             rmap_sums: Some(Construction::SeedSubIds),
             split_queue_exact: false,
+            guess: Guess::Design,
         },
     },
     PageMapcounts {
@@ -233,6 +270,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             compound_lock: false,
             rmap_sums: Some(Construction::PowerSum),
             split_queue_exact: false,
+            guess: Guess::Design,
         },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
@@ -248,6 +286,7 @@ const DESIGNS: [PageMapcounts; 7] = [
             compound_lock: false,
             rmap_sums: None,
             split_queue_exact: true,
+            guess: Guess::Design,
         },
     },
 ];
@@ -660,6 +699,19 @@ impl MapcountDesign for PageMapcounts {
             m > 1 && shared(f)
         } else {
             m > 1
+        }
+    }
+
+    fn likely_mapped_shared(&self, f: Folio, i: u64) -> bool {
+        let page_shared = |i| self.page_mapcount(f, i).is_some_and(|n| n > 1);
+        match self.f.guess {
+            Guess::Page => page_shared(i),
+            Guess::FirstPage => page_shared(0),
+            Guess::Likely => {
+                let m = self.mapcount(f);
+                m > 1 && (self.entire_mapcount(f) > 0 || m > f.nr_pages() || f.page(0).mapcount.load(Relaxed) > 0)
+            }
+            Guess::Design => self.maybe_mapped_shared(f),
         }
     }
 

@@ -566,8 +566,14 @@ impl Mm {
         memory::free_pgtables(m, self, &vmas, &mut tlb, 0, TASK_SIZE);
     }
 
-    /// What `/proc/self/pagemap` and `/proc/kpageflags` say of the page at `addr`.
+    /// What `/proc/self/pagemap` and `/proc/kpageflags` say of the page at
+    /// `addr`, plus the model's fields; the precision report (when on)
+    /// judges its "shared" answers as one observation.
     pub fn page_info(&self, addr: u64) -> PageInfo {
+        self.page_state(addr, true)
+    }
+
+    fn page_state(&self, addr: u64, judge: bool) -> PageInfo {
         let _vmas = self.read_lock();
         let m = &self.machine;
         let phys = &m.phys;
@@ -606,8 +612,10 @@ impl Mm {
             let judged = if e.huge() { 0 } else { i };
             info.exclusive = rmap::page_mapcount(m, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(m, f);
-            if f.is_large() {
+            info.likely_shared = rmap::folio_likely_mapped_shared(m, f, i);
+            if judge && f.is_large() {
                 crate::precision::judge_answer(m, f, info.maybe_shared);
+                crate::precision::judge_guess(m, f, info.likely_shared);
             }
         }
         info
@@ -618,7 +626,7 @@ impl Mm {
         let mut r = RangeInfo::default();
         let mut addr = start & !(PAGE_SIZE - 1);
         while addr < end {
-            let p = self.page_info(addr);
+            let p = self.page_state(addr, false);
             // smaps_pte_entry(): the zero pages have no vm_normal_page and
             // are not counted at all.
             if p.present && !p.zero_page {
@@ -669,6 +677,8 @@ pub struct PageInfo {
     pub folio_mapcount: u64,
     pub refcount: u64,
     pub maybe_shared: bool,
+    /// The era's policy guess "mapped shared" (`folio_likely_mapped_shared`).
+    pub likely_shared: bool,
 }
 
 /// smaps-style sums over a range, in KiB.

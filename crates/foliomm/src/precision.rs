@@ -78,6 +78,19 @@ fn wrong_exclusive(m: &Machine, what: String) {
     m.violations.lock().unwrap().push(format!("{}: {what} (wrong-exclusive)", m.design.name()));
 }
 
+/// Judges the era's policy guess for `f`: counted, not a violation, since
+/// policy code (madvise, NUMA balancing, khugepaged) only skips work on it.
+pub(crate) fn judge_guess(m: &Machine, f: Folio, likely_shared: bool) {
+    let Some(shadow) = &m.shadow else { return };
+    let mappers = shadow.of(f.pfn).len();
+    if !likely_shared && mappers > 1 {
+        Stats::inc(&m.stats.precision_guess_exclusive_wrong);
+    }
+    if likely_shared && mappers == 1 {
+        Stats::inc(&m.stats.precision_guess_shared_wrong);
+    }
+}
+
 /// Judges the design's "maybe mapped shared?" answer for `f`.
 pub(crate) fn judge_answer(m: &Machine, f: Folio, maybe_shared: bool) {
     let Some(shadow) = &m.shadow else { return };

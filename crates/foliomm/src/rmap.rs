@@ -130,6 +130,17 @@ pub fn folio_maybe_mapped_shared(m: &Machine, f: Folio) -> bool {
     }
 }
 
+/// The era's policy guess whether `f` (seen at page `i`) is mapped shared
+/// (`folio_likely_mapped_shared` and its forerunners; see
+/// [`crate::mapcount::MapcountDesign::likely_mapped_shared`]).
+pub fn folio_likely_mapped_shared(m: &Machine, f: Folio, i: u64) -> bool {
+    if f.is_large() {
+        m.design.likely_mapped_shared(f, i)
+    } else {
+        folio_mapcount(m, f) > 1
+    }
+}
+
 /// `deferred_split_folio(folio, partially_mapped = true)`: marks an anon
 /// folio queued for deferred split once and counts it
 /// (`thp_deferred_split_page` for PMD size, `split_deferred` per order).

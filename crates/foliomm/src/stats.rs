@@ -17,7 +17,7 @@ macro_rules! counters {
             pub anon_fault_alloc: [AtomicU64; ORDERS],
             /// Fallbacks from an order whose allocation failed (`anon_fault_fallback`).
             pub anon_fault_fallback: [AtomicU64; ORDERS],
-            /// Partially mapped anon folios queued for deferred split (`split_deferred`).
+            /// Anon folios queued for deferred split (`split_deferred`).
             pub split_deferred: [AtomicU64; ORDERS],
             /// Folios allocated, per order.
             pub folio_alloc: [AtomicU64; ORDERS],
@@ -47,7 +47,7 @@ counters! {
     thp_fault_fallback,
     /// PMD mappings split into PTE mappings (`thp_split_pmd`).
     thp_split_pmd,
-    /// PMD-sized anon folios that became partially mapped (`thp_deferred_split_page`).
+    /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).
     thp_deferred_split_page,
     /// Write faults that reused the mapped page (`pgreuse`).
     pgreuse,
@@ -100,6 +100,10 @@ counters! {
     precision_missed_reuse,
     /// COW copies the ground truth would have avoided by reusing.
     precision_avoidable_copy,
+    /// Policy guesses "likely exclusive" while two MMs map the folio.
+    precision_guess_exclusive_wrong,
+    /// Policy guesses "likely shared" while one MM maps the folio.
+    precision_guess_shared_wrong,
     /// Errors returned as ENOMEM.
     oom,
 }
