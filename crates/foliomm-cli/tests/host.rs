@@ -137,6 +137,14 @@ fn settings_the_host_cannot_honour_are_skipped_not_failed() {
     let (code, out) = foliomm(&["compare", "-q", "scenarios/16-enomem.fmm"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("skipped on the host: cannot honour"), "{out}");
+    // `run` names the refused `set` line.
+    let (code, out) = foliomm(&["run", "--backend", "host", "-q", "scenarios/16-enomem.fmm"]);
+    assert_eq!(code, 1, "{out}");
+    let line = std::fs::read_to_string(root().join("scenarios/16-enomem.fmm"))
+        .unwrap()
+        .lines()
+        .position(|l| l.starts_with("set memory"));
+    assert!(out.contains(&format!("FAIL at line {}: cannot honour", line.unwrap() + 1)), "{out}");
 }
 
 #[test]

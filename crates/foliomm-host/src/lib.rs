@@ -199,23 +199,20 @@ impl Backend for HostBackend {
         "host"
     }
 
-    fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError> {
-        for s in settings {
-            let refuse = match s {
-                MachineSetting::Memory(_) => Some("the host's memory size is fixed"),
-                MachineSetting::Mapcount(d) if d != "mm-id" => Some("the host kernel tracks mapcounts as mm-id"),
-                MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => {
-                    Some("the host kernel zaps batched")
-                }
-                MachineSetting::Tlb(_) => Some("the host's TLB is hardware"),
-                MachineSetting::Debug(_) => Some("debug switches break the model, not the kernel"),
-                MachineSetting::MmIds(_) => Some("the host kernel's MM ID space cannot be limited"),
-                _ => None,
-            };
-            if let Some(why) = refuse {
-                return Err(BackendError(format!("cannot honour {s:?}: {why}")));
-            }
-        }
+    fn refusal(&self, s: &MachineSetting) -> Option<String> {
+        let why = match s {
+            MachineSetting::Memory(_) => "the host's memory size is fixed",
+            MachineSetting::Mapcount(d) if d != "mm-id" => "the host kernel tracks mapcounts as mm-id",
+            MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",
+            MachineSetting::Tlb(_) => "the host's TLB is hardware",
+            MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
+            MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",
+            _ => return None,
+        };
+        Some(format!("cannot honour {s:?}: {why}"))
+    }
+
+    fn start(&mut self, _settings: &[MachineSetting]) -> Result<(), BackendError> {
         if std::fs::File::open("/proc/kpageflags").is_err() {
             return Err(BackendError("cannot read /proc/kpageflags: the host backend needs root".into()));
         }

@@ -124,8 +124,12 @@ pub struct BackendError(pub String);
 pub trait Backend {
     /// `model` or `host`.
     fn name(&self) -> &'static str;
-    /// Builds the machine from the `set` lines seen so far; called once,
-    /// before the first process step. A backend refuses settings it cannot honour.
+    /// Why the backend cannot honour `setting`, if it cannot (an unknown
+    /// name, or a setting the machine cannot take). Asked for each setting
+    /// in force before [`Backend::start`], so the refusal names its `set` line.
+    fn refusal(&self, setting: &MachineSetting) -> Option<String>;
+    /// Builds the machine from the `set` lines seen so far, none of them
+    /// refused; called once, before the first process step.
     fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError>;
     /// Applies THP settings (top-level mode, and modes per folio order).
     fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError>;

@@ -51,7 +51,10 @@ pub struct Outcome {
 struct State<'b> {
     backend: &'b mut dyn Backend,
     started: bool,
-    settings: Vec<MachineSetting>,
+    /// Machine settings in force, with the line that set each (0: the command line).
+    settings: Vec<(usize, MachineSetting)>,
+    /// The line a failure belongs to when it is not the current step's.
+    failed_line: Option<usize>,
     check: bool,
     maps: HashMap<String, (u64, u64)>,
     live: HashSet<String>,
@@ -81,6 +84,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         backend,
         started: false,
         settings: Vec::new(),
+        failed_line: None,
         check: opts.check,
         maps: HashMap::new(),
         live: HashSet::new(),
@@ -112,7 +116,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                 outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed })
             }
             Err(message) => {
-                failure = Some(Failure { line: step.line, message });
+                failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), message });
                 break;
             }
         }
@@ -163,7 +167,14 @@ impl State<'_> {
 
     fn start(&mut self) -> Result<(), String> {
         if !self.started {
-            self.backend.start(&self.settings).map_err(|e| e.0)?;
+            for (line, s) in &self.settings {
+                if let Some(why) = self.backend.refusal(s) {
+                    self.failed_line = Some(*line);
+                    return Err(if *line == 0 { format!("{why} (from the command line)") } else { why });
+                }
+            }
+            let settings: Vec<MachineSetting> = self.settings.iter().map(|(_, s)| s.clone()).collect();
+            self.backend.start(&settings).map_err(|e| e.0)?;
             self.started = true;
         }
         Ok(())
@@ -194,14 +205,14 @@ impl State<'_> {
             Cmd::SetMachine(setting) => {
                 if self.started {
                     return Err(
-                        "machine settings (memory, mapcount, zap, tlb) must come before the first process step".into(),
+                        "machine settings (memory, mapcount, zap, tlb, mm_ids, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
                     );
                 }
                 // A later line (or a command-line override) wins over an earlier one.
                 if !matches!(setting, MachineSetting::Debug(_)) {
-                    self.settings.retain(|s| std::mem::discriminant(s) != std::mem::discriminant(setting));
+                    self.settings.retain(|(_, s)| std::mem::discriminant(s) != std::mem::discriminant(setting));
                 }
-                self.settings.push(setting.clone());
+                self.settings.push((step.line, setting.clone()));
                 return Ok(format!("{setting:?}"));
             }
             Cmd::Measure(name) => {
@@ -438,7 +449,7 @@ impl State<'_> {
         self.settings
             .iter()
             .rev()
-            .find_map(|s| match s {
+            .find_map(|(_, s)| match s {
                 MachineSetting::Mapcount(d) => Some(d.clone()),
                 _ => None,
             })

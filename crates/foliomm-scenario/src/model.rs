@@ -47,32 +47,35 @@ impl Backend for ModelBackend {
         "model"
     }
 
+    fn refusal(&self, s: &MachineSetting) -> Option<String> {
+        match s {
+            MachineSetting::Mapcount(d) if foliomm::mapcount::design_by_name(d).is_none() => {
+                Some(format!("unknown mapcount design '{d}' (known: {})", foliomm::mapcount::DESIGN_NAMES.join(", ")))
+            }
+            MachineSetting::MmIds(n) if u32::try_from(*n).is_err() => {
+                Some(format!("mm_ids {n} does not fit a 32-bit MM ID"))
+            }
+            MachineSetting::Debug(d) if !foliomm::machine::DebugSwitches::default().set(d) => Some(format!(
+                "unknown debug switch '{d}' (known: {})",
+                foliomm::machine::DebugSwitches::NAMES.join(", ")
+            )),
+            _ => None,
+        }
+    }
+
     fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError> {
         // The precision report is cheap at scenario scale: always on.
         let mut config = Config { precision: true, ..Config::default() };
         for s in settings {
             match s {
                 MachineSetting::Memory(m) => config.memory = *m,
-                MachineSetting::Mapcount(d) => {
-                    if foliomm::mapcount::design_by_name(d).is_none() {
-                        let known = foliomm::mapcount::DESIGN_NAMES.join(", ");
-                        return Err(BackendError(format!("unknown mapcount design '{d}' (known: {known})")));
-                    }
-                    config.mapcount = d.clone();
-                }
+                MachineSetting::Mapcount(d) => config.mapcount = d.clone(),
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
-                MachineSetting::MmIds(n) => {
-                    config.max_mm_id = Some(
-                        u32::try_from(*n)
-                            .map_err(|_| BackendError(format!("mm_ids {n} does not fit a 32-bit MM ID")))?,
-                    )
-                }
+                // Refused above when it does not fit.
+                MachineSetting::MmIds(n) => config.max_mm_id = u32::try_from(*n).ok(),
                 MachineSetting::Debug(d) => {
-                    if !config.debug.set(d) {
-                        let known = foliomm::machine::DebugSwitches::NAMES.join(", ");
-                        return Err(BackendError(format!("unknown debug switch '{d}' (known: {known})")));
-                    }
+                    config.debug.set(d);
                 }
             }
         }

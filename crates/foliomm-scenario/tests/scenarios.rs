@@ -72,8 +72,11 @@ fn unknown_names_are_clear_errors() {
     assert!(out.failure.unwrap().message.contains("unknown mapping 'nothing'"));
     let out = run_src("P: a = mmap 4K rw\nP: observe a as x\nexpect x.colour == 1\n");
     assert!(out.failure.unwrap().message.contains("no field 'colour'"));
-    let out = run_src("set mapcount nonsense\nP: a = mmap 4K rw\n");
-    assert!(out.failure.unwrap().message.contains("unknown mapcount design"));
+    // A refused setting names its own line, not the step that built the machine.
+    let out = run_src("set memory 64M\nset mapcount nonsense\nset zap batched\nP: a = mmap 4K rw\n");
+    let f = out.failure.unwrap();
+    assert!(f.message.contains("unknown mapcount design"), "{}", f.message);
+    assert_eq!(f.line, 2);
 }
 
 #[test]
