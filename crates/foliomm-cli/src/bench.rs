@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// Print CSV instead of a table.
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+    /// seed-000's vm-scalability cases: how many children COW at once, each
+    /// on its own thread [default: one per CPU, as the seed ran them].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    instances: Option<u16>,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
@@ -487,7 +491,14 @@ fn costs(m: &Machine) -> [u64; 3] {
 /// PTE-remaps it and every page is then copied, while the other children
 /// (un)map pages of the same folios. Returns the action's time and costs,
 /// or None where it does not apply (remap without PMDs).
-fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: usize) -> Result<Option<Measured>> {
+fn seed_000_once(
+    m: &Arc<Machine>,
+    cpu: &mut Cpu,
+    size: u64,
+    order: u32,
+    which: usize,
+    children: usize,
+) -> Result<Option<Measured>> {
     let name = SEED_000_COLUMNS[which];
     let (mm, a, _) = model_populate(m, cpu, size, order)?;
     if name == "remap" && order != 9 {
@@ -503,7 +514,7 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
     // vm-scalability: one child per CPU, all COWing the same folios, each
     // with its page order made before the clock starts.
     let instances: Vec<(Arc<Mm>, Vec<u64>)> = if vm_scalability {
-        (0..vm_scalability_instances())
+        (0..children)
             .map(|i| Ok((mm.fork()?, usemem_page_order(size, name == "anon-cow-rand", i as u64))))
             .collect::<Result<_>>()?
     } else {
@@ -557,10 +568,10 @@ fn seed_000_once(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32, which: 
     }))
 }
 
-/// How many vm-scalability instances run at once: one per CPU, as the seed
-/// ran them.
-fn vm_scalability_instances() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// How many vm-scalability instances run at once: `--instances`, or one per
+/// CPU as the seed ran them.
+fn vm_scalability_instances(a: &BenchArgs) -> usize {
+    a.instances.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from)
 }
 
 /// The order in which usemem's instance `i` writes the pages of `size`
@@ -598,6 +609,7 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 
 fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
     let runs = a.runs.max(1);
+    let instances = vm_scalability_instances(a);
     let designs = foliomm::mapcount::DESIGN_NAMES;
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let columns = SEED_000_COLUMNS.len();
@@ -608,7 +620,7 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         for (di, design) in designs.iter().enumerate() {
             // Room for a copy of everything per child (cow, vm-scalability).
             let m = Machine::new(Config {
-                memory: (1 + vm_scalability_instances() as u64) * size + (256 << 20),
+                memory: (1 + instances as u64) * size + (256 << 20),
                 mapcount: design.to_string(),
                 ..Config::default()
             })?;
@@ -617,7 +629,7 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
                 bar.set_message(format!("{oname} {design} {bname}"));
                 let mut best: Option<Measured> = None;
                 for _ in 0..runs {
-                    if let Some(r) = seed_000_once(&m, &mut cpu, size, *order, bi)? {
+                    if let Some(r) = seed_000_once(&m, &mut cpu, size, *order, bi, instances)? {
                         if best.is_none_or(|b| r.seconds < b.seconds) {
                             best = Some(r);
                         }
@@ -636,6 +648,8 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         Some(100.0 * (times[oi][di][bi]? - times[oi][base][bi]?) / times[oi][base][bi]?)
     };
     if a.json || a.csv {
+        // The children COWing at once, for the vm-scalability rows.
+        let children = |bench: &str| bench.starts_with("anon-cow").then_some(instances);
         let mut rows = Vec::new();
         for (oi, (_, oname)) in orders.iter().enumerate() {
             for (di, design) in designs.iter().enumerate() {
@@ -656,15 +670,17 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
                 .iter()
                 .map(|(o, d, b, t, c, r)| {
                     serde_json::json!({ "folio": o, "design": d, "benchmark": b, "seconds": t, "change_pct": c,
-                        "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines })
+                        "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines,
+                        "instances": children(b) })
                 })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&j)?);
         } else {
-            println!("folio,design,benchmark,seconds,change_pct,rmap_ops,atomic_rmw,cache_lines");
+            println!("folio,design,benchmark,seconds,change_pct,rmap_ops,atomic_rmw,cache_lines,instances");
             for (o, d, b, t, c, r) in rows {
                 let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
-                println!("{o},{d},{b},{},{},{},{},{}", f(t), f(c), r.rmap_ops, r.rmw, r.lines);
+                let n = children(&b).map_or(String::new(), |n| n.to_string());
+                println!("{o},{d},{b},{},{},{},{},{},{n}", f(t), f(c), r.rmap_ops, r.rmw, r.lines);
             }
         }
         return Ok(());
@@ -730,7 +746,7 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
     };
     println!(
         "vm-scalability anon-cow-seq / anon-cow-rand, {} children COWing the same {} MiB at once:",
-        vm_scalability_instances(),
+        instances,
         size >> 20
     );
     println!("% change in throughput against nr-mapped; positive is better.\n");
