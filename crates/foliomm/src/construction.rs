@@ -30,6 +30,23 @@ pub const SHIPPED: &[Construction] = &[Construction::PowerSum];
 /// Bits of an rmap ID (the seed supports 16M MMs).
 pub const ID_BITS: u32 = 24;
 
+/// The most sums a folio keeps (the seed's 6 values for the largest orders).
+pub const MAX_VALUES: usize = 6;
+
+/// One mapping's contribution to each sum; derefs to a slice.
+#[derive(Clone, Copy, Debug)]
+pub struct Values {
+    len: usize,
+    v: [u64; MAX_VALUES],
+}
+
+impl std::ops::Deref for Values {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        &self.v[..self.len]
+    }
+}
+
 impl Construction {
     pub fn name(self) -> &'static str {
         match self {
@@ -44,15 +61,26 @@ impl Construction {
     }
 
     /// What one mapping by MM `id` adds to each sum, in a folio of `order`.
-    pub fn values(self, id: u64, order: u32) -> Vec<u64> {
+    /// Computed on the stack: the rmap hot path calls it for every update,
+    /// where the seed reads values it computed once per MM.
+    pub fn values(self, id: u64, order: u32) -> Values {
+        let mut out = Values { len: 0, v: [0; MAX_VALUES] };
+        let mut push = |x| {
+            out.v[out.len] = x;
+            out.len += 1;
+        };
         match self {
-            Construction::PowerSum => vec![id, id.wrapping_mul(id)],
-            Construction::Plain => vec![id],
+            Construction::PowerSum => {
+                push(id);
+                push(id.wrapping_mul(id));
+            }
+            Construction::Plain => push(id),
             Construction::SeedSubIds => {
                 let (k, bits) = seed_digits(order);
-                (0..k).map(|v| seed_subid(order, (id >> (v * bits)) & ((1 << bits) - 1))).collect()
+                (0..k).for_each(|v| push(seed_subid(order, (id >> (v * bits)) & ((1 << bits) - 1))));
             }
         }
+        out
     }
 
     /// How many sums a folio of `order` keeps.
@@ -64,7 +92,7 @@ impl Construction {
     pub fn sums(self, ids: &[u64], order: u32) -> Vec<u64> {
         let mut sums = vec![0u64; self.count(order)];
         for &id in ids {
-            for (s, v) in sums.iter_mut().zip(self.values(id, order)) {
+            for (s, &v) in sums.iter_mut().zip(self.values(id, order).iter()) {
                 *s = s.wrapping_add(v);
             }
         }

@@ -431,7 +431,7 @@ impl PageMapcounts {
         } else {
             total.fetch_add(d, Relaxed);
         }
-        for (i, v) in values.into_iter().enumerate() {
+        for (i, &v) in values.iter().enumerate() {
             let delta = (d as i64 as u64).wrapping_mul(v);
             let sum = &f.page(1 + i as u64).ids;
             if exclusive {
@@ -582,7 +582,7 @@ impl MapcountDesign for PageMapcounts {
         }
         if let Some(c) = self.f.rmap_sums {
             let n = (all + 1) as u64;
-            for (i, v) in c.values(mm as u64, f.order()).into_iter().enumerate() {
+            for (i, &v) in c.values(mm as u64, f.order()).iter().enumerate() {
                 f.page(1 + i as u64).ids.store(n.wrapping_mul(v), Relaxed);
             }
         }
@@ -809,7 +809,7 @@ impl MapcountDesign for PageMapcounts {
         if let Some(c) = self.f.rmap_sums {
             let mut want = vec![0u64; c.count(f.order())];
             for (&id, &n) in &truth.per_mm {
-                for (s, v) in want.iter_mut().zip(c.values(id as u64, f.order())) {
+                for (s, &v) in want.iter_mut().zip(c.values(id as u64, f.order()).iter()) {
                     *s = s.wrapping_add((n as u64).wrapping_mul(v));
                 }
             }
