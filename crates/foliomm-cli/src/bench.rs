@@ -745,8 +745,8 @@ fn seed_000(a: &BenchArgs, size: u64) -> Result<()> {
         Some(100.0 * (times[oi][base][bi]? / times[oi][di][bi]? - 1.0))
     };
     println!(
-        "vm-scalability anon-cow-seq / anon-cow-rand, {} children COWing the same {} MiB at once:",
-        instances,
+        "vm-scalability anon-cow-seq / anon-cow-rand, {} COWing the same {} MiB at once:",
+        if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },
         size >> 20
     );
     println!("% change in throughput against nr-mapped; positive is better.\n");
