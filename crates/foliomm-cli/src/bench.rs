@@ -224,16 +224,7 @@ fn fault(a: &BenchArgs, size: u64) -> Result<()> {
     if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
         println!("model 2M THP fault: {:.2}x of warm memset", thp.model_fault_s / memset_warm);
     }
-    for r in rows.iter().filter(|r| r.host_share_of_size.is_some_and(|s| s < 0.99)) {
-        println!(
-            "note: the host backed only {:.0}% of the {} run with folios of that size",
-            100.0 * r.host_share_of_size.unwrap(),
-            r.folio
-        );
-    }
-    if let Some(n) = note {
-        println!("{n}");
-    }
+    print_host_notes(rows.iter().map(|r| (r.folio.to_string(), r.host_share_of_size)), note);
     Ok(())
 }
 
@@ -357,17 +348,21 @@ fn seed_001(a: &BenchArgs, size: u64) -> Result<()> {
             r.seed_change_pct
         );
     }
-    for r in rows.iter().filter(|r| r.host_share_of_size.is_some_and(|s| s < 0.99)) {
-        println!(
-            "note: the host backed only {:.0}% of the {}K run with folios of that size",
-            100.0 * r.host_share_of_size.unwrap(),
-            r.folio_kb
-        );
+    print_host_notes(rows.iter().map(|r| (format!("{}K", r.folio_kb), r.host_share_of_size)), note);
+    Ok(())
+}
+
+/// Prints each folio size (label, share) the host backed less than the whole
+/// run with, then why the host was skipped, if it was.
+fn print_host_notes(shares: impl Iterator<Item = (String, Option<f64>)>, note: Option<String>) {
+    for (label, share) in shares {
+        if let Some(share) = share.filter(|&s| s < 0.99) {
+            println!("note: the host backed only {:.0}% of the {label} run with folios of that size", 100.0 * share);
+        }
     }
     if let Some(n) = note {
         println!("{n}");
     }
-    Ok(())
 }
 
 fn tlb_cost(a: &BenchArgs, size: u64) -> Result<()> {

@@ -182,11 +182,13 @@ enum Guess {
 }
 
 /// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
-/// All answer "mapped shared?" conservatively (mapcount > 1) except `mm-id`,
-/// which has the slots, and only `mm-id` lets COW reuse a large folio.
+/// Designs before 6.15 answer "maybe mapped shared?" conservatively
+/// (mapcount > 1) and always copy a large folio on COW; `mm-id` (its slots)
+/// and both `rmap-id`s (their sums) can prove a single owner and reuse it.
 /// Differs from Linux: statistics (NR_ANON_MAPPED) are returned to the
 /// caller instead of kept per node, and `subpage` has no DoubleMap (it
-/// counted PMD-split pages twice to spare work; the counts are the same).
+/// counted PMD-split pages twice to spare work; the counts are the same, but
+/// its PMD unmap scans every page where 6.1 scanned only with DoubleMap).
 #[derive(Clone, Copy, Debug)]
 pub struct PageMapcounts {
     name: &'static str,
