@@ -1,0 +1,207 @@
+//! The steps a process runs: mapping, protecting, advising, remapping,
+//! forking and exiting, writing and reading (checked against the reference
+//! byte model), observing and pinning.
+
+use foliomm::mm::Advice;
+use foliomm::Errno;
+
+use super::state::State;
+use super::StepResult;
+use crate::backend::Access;
+use crate::lang::{Cmd, Place, Step};
+
+fn errno(e: Errno) -> String {
+    e.name().to_string()
+}
+
+/// Compares a backend result with the reference's, given the expected failure.
+fn outcome<T>(step: &Step, r: Result<T, Errno>) -> Result<Option<T>, String> {
+    match (r, step.fails) {
+        (Ok(v), None) => Ok(Some(v)),
+        (Err(e), Some(want)) if e == want => Ok(None),
+        (Err(e), Some(want)) => Err(format!("failed with {}, expected {}", errno(e), errno(want))),
+        (Err(e), None) => Err(format!("failed with {e}")),
+        (Ok(_), Some(want)) => Err(format!("succeeded, expected it to fail with {}", errno(want))),
+    }
+}
+
+impl State<'_> {
+    /// Runs a step of process `p` (which exists by now).
+    pub(super) fn process(&mut self, step: &Step, p: String) -> StepResult {
+        match &step.cmd {
+            Cmd::Mmap { name, len, prot, populate, at, fixed, align } => {
+                // With `align`, map `len + align` and unmap what lies outside
+                // the aligned part, as the kernel selftests do.
+                let extra = align.unwrap_or(0);
+                let got = self.timed(|b| b.mmap(&p, *at, len + extra, *prot, *fixed, *populate));
+                let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
+                let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
+                let trim = |e: Errno| format!("trimming the aligned mapping failed with {e}");
+                if addr > raw {
+                    self.timed(|b| b.munmap(&p, raw, addr - raw)).map_err(trim)?;
+                }
+                if raw + len + extra > addr + len {
+                    self.timed(|b| b.munmap(&p, addr + len, raw + len + extra - (addr + len))).map_err(trim)?;
+                }
+                self.maps.insert(name.clone(), (addr, *len));
+                self.refs.get_mut(&p).unwrap().map(addr, *len, *prot);
+                Ok(format!("{name} = {addr:#x}"))
+            }
+            Cmd::Munmap(pl) => {
+                let (a, l) = self.place(pl)?;
+                if outcome(step, self.timed(|b| b.munmap(&p, a, l)))?.is_some() {
+                    self.refs.get_mut(&p).unwrap().unmap(a, l);
+                }
+                Ok("ok".into())
+            }
+            Cmd::Mprotect(pl, prot) => {
+                let (a, l) = self.place(pl)?;
+                if outcome(step, self.timed(|b| b.mprotect(&p, a, l, *prot)))?.is_some() {
+                    self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
+                }
+                Ok("ok".into())
+            }
+            Cmd::Madvise(pl, adv) => {
+                let (a, l) = self.place(pl)?;
+                let r = self.timed(|b| b.madvise(&p, a, l, *adv));
+                if *adv == Advice::DontNeed {
+                    self.refs.get_mut(&p).unwrap().zap(a, l);
+                }
+                outcome(step, r)?;
+                Ok("ok".into())
+            }
+            Cmd::Mremap { name, from, size, to } => {
+                let (a, l) = self.place(from)?;
+                let new_len = size.unwrap_or(l);
+                let target = match to {
+                    Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
+                    None => None,
+                };
+                let Some(n) = outcome(step, self.timed(|b| b.mremap(&p, a, l, new_len, target)))? else {
+                    return Ok("failed as expected".into());
+                };
+                let rs = self.refs.get_mut(&p).unwrap();
+                if target.is_some() {
+                    rs.unmap(n, new_len);
+                }
+                rs.remap(a, l.min(new_len), n, new_len);
+                if n != a {
+                    rs.unmap(a, l);
+                }
+                self.maps.insert(name.clone(), (n, new_len));
+                Ok(format!("{name} = {n:#x}"))
+            }
+            Cmd::Fork(child) => {
+                if self.live.contains(child) || self.exited.contains(child) {
+                    return Err(format!("process {child} already exists"));
+                }
+                if outcome(step, self.timed(|b| b.fork(&p, child)))?.is_some() {
+                    let copy = self.refs[&p].clone();
+                    self.refs.insert(child.clone(), copy);
+                    self.live.insert(child.clone());
+                }
+                Ok(format!("{child} forked"))
+            }
+            Cmd::Exit => {
+                self.timed(|b| b.exit(&p));
+                self.live.remove(&p);
+                self.refs.remove(&p);
+                self.exited.insert(p.clone());
+                Ok("exited".into())
+            }
+            Cmd::Wait(child) => {
+                if self.exited.contains(child) {
+                    Ok(format!("{child} reaped"))
+                } else {
+                    Err(format!("wait: process {child} has not exited"))
+                }
+            }
+            Cmd::Write { place, val, every_byte } => {
+                let (a, l) = self.place(place)?;
+                let val = val.unwrap_or((step.line % 251 + 1) as u8);
+                let r = self.timed(|b| b.access(&p, a, l, Access::Write { val, every_byte: *every_byte }));
+                if outcome(step, r)?.is_some() {
+                    let rs = self.refs.get_mut(&p).unwrap();
+                    let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
+                    if let Err(e) = expected {
+                        return Err(format!("the write succeeded but the reference model says it fails with {e}"));
+                    }
+                }
+                Ok(format!("wrote {val:#04x}"))
+            }
+            Cmd::Pattern { place, seed } => {
+                let (a, l) = self.place(place)?;
+                let origin = self.maps[&place.map].0;
+                if outcome(step, self.timed(|b| b.access(&p, a, l, Access::Pattern { origin, seed: *seed })))?.is_some()
+                {
+                    let data = crate::backend::pattern_bytes(origin, a, l, *seed);
+                    let rs = self.refs.get_mut(&p).unwrap();
+                    rs.write(a, &data)
+                        .map_err(|e| format!("the write succeeded but the reference model says it fails with {e}"))?;
+                }
+                Ok(format!("wrote pattern {seed}"))
+            }
+            Cmd::Read { place, every_byte } => {
+                let (a, l) = self.place(place)?;
+                let got = self.timed(|b| b.access(&p, a, l, Access::Read { every_byte: *every_byte }));
+                let Some(got) = outcome(step, got)? else {
+                    return Ok("failed as expected".into());
+                };
+                let rs = self.refs.get_mut(&p).unwrap();
+                let want = if *every_byte { rs.read(a, l) } else { rs.read_byte_per_page(a, l) };
+                let want =
+                    want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
+                compare_bytes(a, *every_byte, &got, &want)?;
+                Ok(format!("{} bytes as expected", got.len()))
+            }
+            Cmd::Observe { place, name } => {
+                let (a, l) = self.place(place)?;
+                let Some(o) = outcome(step, self.timed(|b| b.observe(&p, a, l)))? else {
+                    return Ok("failed as expected".into());
+                };
+                Ok(self.record(name, o))
+            }
+            Cmd::Pin { name, place, kind } => {
+                if !self.backend.supports_gup(*kind) {
+                    return Err(format!(
+                        "cannot honour {kind:?}: the {} backend cannot take that GUP reference",
+                        self.backend.name()
+                    ));
+                }
+                let (a, l) = self.place(place)?;
+                let Some(id) = outcome(step, self.timed(|b| b.pin(&p, a, l, *kind)))? else {
+                    return Ok("failed as expected".into());
+                };
+                self.pins.insert(name.clone(), id);
+                Ok(format!("{name} pinned"))
+            }
+            Cmd::Unpin(name) => {
+                let id = self.pins.remove(name).ok_or_else(|| format!("unknown pin '{name}'"))?;
+                outcome(step, self.timed(|b| b.unpin(id)))?;
+                Ok(format!("{name} unpinned"))
+            }
+            Cmd::ObservePin { pin, name } => {
+                let id = *self.pins.get(pin).ok_or_else(|| format!("unknown pin '{pin}'"))?;
+                let Some(o) = outcome(step, self.timed(|b| b.observe_pin(id)))? else {
+                    return Ok("failed as expected".into());
+                };
+                Ok(self.record(name, o))
+            }
+            _ => unreachable!("global commands have no process"),
+        }
+    }
+}
+
+fn compare_bytes(addr: u64, every_byte: bool, got: &[u8], want: &[u8]) -> Result<(), String> {
+    match got.iter().zip(want).position(|(g, w)| g != w) {
+        None if got.len() == want.len() => Ok(()),
+        None => Err(format!("read {} bytes, the reference has {}", got.len(), want.len())),
+        Some(i) => {
+            let at = addr + if every_byte { i as u64 } else { i as u64 * 4096 };
+            Err(format!(
+                "data integrity: the byte at {at:#x} reads {:#04x}, the reference model says {:#04x}",
+                got[i], want[i]
+            ))
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The state of a run: the backend, the machine settings, the mappings and
+//! processes with their reference byte models, observations, pins and the
+//! timing of `measure` blocks; and the dispatch of each step.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use foliomm::check::reference::RefSpace;
+
+use super::{Measure, StepResult};
+use crate::backend::{Backend, Observation};
+use crate::lang::{Cmd, MachineSetting, Place, Step};
+
+/// What a run keeps between steps.
+pub(super) struct State<'b> {
+    pub(super) backend: &'b mut dyn Backend,
+    pub(super) started: bool,
+    /// Machine settings in force, with the line that set each (0: the command line).
+    pub(super) settings: Vec<(usize, MachineSetting)>,
+    /// The line a failure belongs to when it is not the current step's.
+    pub(super) failed_line: Option<usize>,
+    pub(super) check: bool,
+    pub(super) maps: HashMap<String, (u64, u64)>,
+    pub(super) live: HashSet<String>,
+    pub(super) exited: HashSet<String>,
+    pub(super) refs: HashMap<String, RefSpace>,
+    pub(super) obs: Vec<(String, Observation)>,
+    pub(super) pins: HashMap<String, u64>,
+    /// Time spent inside the backend's calls.
+    pub(super) backend_time: Duration,
+    /// The open `measure` block: its name and the backend time at its start.
+    pub(super) measure: Option<(String, Duration)>,
+    pub(super) measures: Vec<Measure>,
+}
+
+impl<'b> State<'b> {
+    pub(super) fn new(backend: &'b mut dyn Backend, check: bool) -> Self {
+        State {
+            backend,
+            started: false,
+            settings: Vec::new(),
+            failed_line: None,
+            check,
+            maps: HashMap::new(),
+            live: HashSet::new(),
+            exited: HashSet::new(),
+            refs: HashMap::new(),
+            obs: Vec::new(),
+            pins: HashMap::new(),
+            backend_time: Duration::ZERO,
+            measure: None,
+            measures: Vec::new(),
+        }
+    }
+
+    /// Calls the backend, adding the time it takes to `backend_time`.
+    pub(super) fn timed<T>(&mut self, f: impl FnOnce(&mut dyn Backend) -> T) -> T {
+        let t = Instant::now();
+        let r = f(&mut *self.backend);
+        self.backend_time += t.elapsed();
+        r
+    }
+
+    fn start(&mut self) -> Result<(), String> {
+        if !self.started {
+            for (line, s) in &self.settings {
+                if let Some(why) = self.backend.refusal(s) {
+                    self.failed_line = Some(*line);
+                    return Err(if *line == 0 { format!("{why} (from the command line)") } else { why });
+                }
+            }
+            let settings: Vec<MachineSetting> = self.settings.iter().map(|(_, s)| s.clone()).collect();
+            self.backend.start(&settings).map_err(|e| e.0)?;
+            self.started = true;
+        }
+        Ok(())
+    }
+
+    pub(super) fn place(&self, p: &Place) -> Result<(u64, u64), String> {
+        let &(start, len) = self.maps.get(&p.map).ok_or_else(|| format!("unknown mapping '{}'", p.map))?;
+        match p.range {
+            None => Ok((start, len)),
+            Some((s, e)) if e <= len => Ok((start + s, e - s)),
+            Some((_, e)) => Err(format!("range end {e:#x} lies beyond mapping '{}' of {len:#x} bytes", p.map)),
+        }
+    }
+
+    fn proc(&mut self, name: &str) -> Result<(), String> {
+        if self.exited.contains(name) {
+            return Err(format!("process {name} has exited"));
+        }
+        if self.live.insert(name.to_string()) {
+            self.backend.spawn(name).map_err(|e| format!("cannot create process {name}: {e}"))?;
+            self.refs.insert(name.to_string(), RefSpace::default());
+        }
+        Ok(())
+    }
+
+    /// Runs one step: settings and `measure` blocks here, the rest once the
+    /// machine is started, as a process's step or a global one.
+    pub(super) fn step(&mut self, step: &Step) -> StepResult {
+        match &step.cmd {
+            Cmd::SetMachine(setting) => {
+                if self.started {
+                    return Err(
+                        "machine settings (memory, mapcount, zap, tlb, mm_ids, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
+                    );
+                }
+                // A later line (or a command-line override) wins over an earlier one.
+                if !matches!(setting, MachineSetting::Debug(_)) {
+                    self.settings.retain(|(_, s)| std::mem::discriminant(s) != std::mem::discriminant(setting));
+                }
+                self.settings.push((step.line, setting.clone()));
+                return Ok(format!("{setting:?}"));
+            }
+            Cmd::Measure(name) => {
+                if let Some((open, _)) = &self.measure {
+                    return Err(format!("measure {name} inside measure {open}: blocks do not nest"));
+                }
+                self.measure = Some((name.clone(), self.backend_time));
+                return Ok(format!("measuring {name}"));
+            }
+            Cmd::End => {
+                let Some((name, start)) = self.measure.take() else {
+                    return Err("'end' without a 'measure'".into());
+                };
+                let seconds = (self.backend_time - start).as_secs_f64();
+                self.measures.push(Measure { name: name.clone(), seconds });
+                return Ok(format!("{name}: {seconds:.6} s in the backend"));
+            }
+            Cmd::SetCheck(on) => {
+                self.check = *on;
+                return Ok(format!("checker {}", if *on { "on" } else { "off" }));
+            }
+            _ => {}
+        }
+        self.start()?;
+        let Some(p) = step.proc.clone() else {
+            return self.global(step);
+        };
+        self.proc(&p)?;
+        self.process(step, p)
+    }
+
+    fn global(&mut self, step: &Step) -> StepResult {
+        match &step.cmd {
+            Cmd::SetThp { enabled, sizes } => {
+                self.backend.set_thp(*enabled, sizes).map_err(|e| e.0)?;
+                Ok("thp set".into())
+            }
+            Cmd::Expect { lhs, op, rhs, designs } => self.expect(lhs, *op, rhs, designs),
+            _ => unreachable!("process commands have a process"),
+        }
+    }
+}

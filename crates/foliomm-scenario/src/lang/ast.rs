@@ -1,0 +1,169 @@
+//! The syntax tree of the workload language: one [`Step`] per line, its
+//! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
+
+use foliomm::machine::ZapStrategy;
+use foliomm::mm::{Advice, Prot};
+use foliomm::thp::ThpMode;
+use foliomm::Errno;
+
+use crate::backend::GupKind;
+
+/// A parse error with its position (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {col}: {msg}")]
+pub struct ParseError {
+    pub line: usize,
+    pub col: usize,
+    pub msg: String,
+}
+
+/// A place in a mapping: the whole mapping, one page at an offset, or a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub map: String,
+    /// Byte offsets into the mapping; `None` means the whole mapping.
+    pub range: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    /// A setting that shapes the machine; only before the first process step.
+    SetMachine(MachineSetting),
+    SetThp {
+        enabled: Option<ThpMode>,
+        sizes: Vec<(u32, ThpMode)>,
+    },
+    SetCheck(bool),
+    /// Start timing the following steps (`measure NAME`).
+    Measure(String),
+    /// Stop timing (`end`).
+    End,
+    Mmap {
+        name: String,
+        len: u64,
+        prot: Prot,
+        populate: bool,
+        at: Option<u64>,
+        fixed: bool,
+        /// Place the mapping at a multiple of this (over-allocate, then trim).
+        align: Option<u64>,
+    },
+    Munmap(Place),
+    Mprotect(Place, Prot),
+    Madvise(Place, Advice),
+    Mremap {
+        name: String,
+        from: Place,
+        size: Option<u64>,
+        to: Option<String>,
+    },
+    Fork(String),
+    Exit,
+    Wait(String),
+    /// One byte per page (`every_byte` false) or every byte.
+    Write {
+        place: Place,
+        val: Option<u8>,
+        every_byte: bool,
+    },
+    /// Every byte from the address pattern with a seed.
+    Pattern {
+        place: Place,
+        seed: u8,
+    },
+    Read {
+        place: Place,
+        every_byte: bool,
+    },
+    Observe {
+        place: Place,
+        name: String,
+    },
+    /// GUP references to a range: `NAME = pin PLACE [write] [longterm]`
+    /// (FOLL_PIN) or `NAME = get PLACE` (FOLL_GET, as vmsplice takes).
+    Pin {
+        name: String,
+        place: Place,
+        kind: GupKind,
+    },
+    Unpin(String),
+    /// Observe the first page a pin holds (`observe pin NAME as OBS`).
+    ObservePin {
+        pin: String,
+        name: String,
+    },
+    Expect {
+        lhs: Operand,
+        op: CmpOp,
+        rhs: Operand,
+        /// Only under these mapcount designs (`expect [mm-id] ...`); all if empty.
+        designs: Vec<String>,
+    },
+}
+
+/// Settings fixed when the machine is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineSetting {
+    /// Model RAM in bytes.
+    Memory(u64),
+    /// Mapcount design name.
+    Mapcount(String),
+    /// Zap strategy: `batched` or `per-page`.
+    Zap(ZapStrategy),
+    /// Entries per CPU TLB (0: no TLB).
+    Tlb(u64),
+    /// A model debug switch (see `foliomm::machine::DebugSwitches::NAMES`).
+    Debug(String),
+    /// The highest MM ID the allocator hands out (`set mm_ids N`), so that
+    /// a scenario can run out of IDs.
+    MmIds(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operand {
+    /// `name.field` of an observation, or `stat.counter`.
+    Field {
+        obj: String,
+        field: String,
+    },
+    Num(u64),
+    Bool(bool),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn holds(self, a: u64, b: u64) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+    pub fn symbol(self) -> &'static str {
+        ["==", "!=", "<", "<=", ">", ">="][self as usize]
+    }
+}
+
+/// One parsed line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub line: usize,
+    pub text: String,
+    /// The process that runs it (`None` for `set` and `expect`).
+    pub proc: Option<String>,
+    pub cmd: Cmd,
+    /// The step must fail with this error.
+    pub fails: Option<Errno>,
+}

@@ -1,0 +1,46 @@
+//! The workload language: one step per line.
+//!
+//! ```text
+//! # comment                          blank lines and comments are ignored
+//! set memory 64M                     model RAM (before the first process)
+//! set mapcount mm-id                 mapcount design (before the first process)
+//! set zap per-page                   zap strategy: batched or per-page (likewise)
+//! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
+//! set debug no-large-reuse           a model debug switch (likewise)
+//! set thp enabled=madvise 64K=always 2048K=inherit
+//! set check on|off                   run the invariant checker after each step
+//! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed] [align 64K]
+//! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
+//! P: mprotect a[0..4K] r             r, rw, rwx, none
+//! P: madvise a hugepage              hugepage nohugepage dontneed dontfork dofork
+//! P: b = mremap a[8K..16K] [size 16K] [to c]
+//! P: fork C                          C: exit        P: wait C
+//! P: write a [= 0x5a]                one byte per page (default value: line-derived)
+//! P: fill a[0..8K] [= 0x5a]          every byte
+//! P: fill a pattern [SEED]           every byte from its address (and a seed)
+//! P: read a                          one byte per page, checked against the reference
+//! P: verify a                        every byte, checked against the reference
+//! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
+//! P: p = pin a[0..4K] [write] [longterm]   GUP pin (FOLL_PIN); `unpin p` releases it
+//! P: g = get a[0..4K]                GUP reference (FOLL_GET, as vmsplice takes)
+//! P: observe pin p as x              the first pinned page: frame, order, byte
+//! expect after.frame == before.frame
+//! expect stat.pgreuse >= 1
+//! expect [mm-id] after.frame == before.frame   only under these mapcount designs
+//! measure fault-all                  time the steps up to `end` (backend time only)
+//! end
+//! P: write a fails ENOMEM            the step must fail with that error
+//! ```
+//! A parse error names the line and column and what was expected.
+//!
+//! `lexer` splits a line into tokens and reads sizes, names and places from
+//! them, `parser` turns each line into a [`Step`], and `ast` holds the types
+//! of the syntax tree.
+
+mod ast;
+mod lexer;
+mod parser;
+
+pub use ast::{Cmd, CmpOp, MachineSetting, Operand, ParseError, Place, Step};
+pub use lexer::parse_size;
+pub use parser::parse;
