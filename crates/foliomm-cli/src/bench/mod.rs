@@ -1,0 +1,239 @@
+//! `foliomm bench`: fixed workloads timed on the model and, where permitted,
+//! on the host kernel in the same run; reported as times and ratios, with a
+//! seed's published figures beside where the workload comes from a seed.
+//!
+//! One file per benchmark, the seeds' figures in `published`; here the
+//! arguments, the dispatch and the harness the benchmarks share.
+
+mod fault;
+mod published;
+mod seed_000;
+mod seed_001;
+mod tlb;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use foliomm::mm::Advice;
+use foliomm::thp::ThpMode;
+use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::host;
+
+#[derive(clap::Args)]
+#[command(subcommand_value_name = "BENCHMARK", subcommand_help_heading = "Benchmarks")]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(clap::Subcommand)]
+enum Bench {
+    /// Fault and munmap with 4K pages, 64K mTHP and 2M THP, model against host kernel
+    ///
+    /// memset is timed beside as the zeroing baseline.
+    Fault(CommonArgs),
+    /// munmap of PTE-mapped folios of each size, zap per-page and batched (seed 001)
+    ///
+    /// munmap of a region populated with PTE-mapped folios of each size,
+    /// zap strategies per-page and batched, host kernel beside (the table
+    /// of the "optimize unmap/zap with PTE-mapped THP" series).
+    #[command(name = "seed-001")]
+    Seed001(CommonArgs),
+    /// Faulting and writing a region with and without the software TLB
+    Tlb(CommonArgs),
+    /// Seed 000's micro benchmarks and vm-scalability cases, per mapcount design
+    ///
+    /// The 8 micro benchmarks of the "precise mapped shared" series on
+    /// PTE-mapped 2M THP and 64K mTHP, for every mapcount design, as %
+    /// change against nr-mapped, with the seed's published rows beside;
+    /// then its two vm-scalability cases as % change in throughput.
+    #[command(name = "seed-000")]
+    Seed000(Seed000Args),
+}
+
+/// The options every benchmark takes.
+#[derive(clap::Args)]
+struct CommonArgs {
+    /// Region size (a multiple of 2M, like 256M or 1G).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Repetitions; the fastest is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Skip the host-kernel measurements.
+    #[arg(long)]
+    no_host: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Print CSV instead of a table.
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
+}
+
+#[derive(clap::Args)]
+struct Seed000Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// The vm-scalability cases: how many children COW at once, each on its
+    /// own thread [default: one per CPU, as the seed ran them].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    instances: Option<u16>,
+}
+
+impl Bench {
+    fn common(&self) -> &CommonArgs {
+        match self {
+            Bench::Fault(c) | Bench::Seed001(c) | Bench::Tlb(c) => c,
+            Bench::Seed000(s) => &s.common,
+        }
+    }
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let c = a.bench.common();
+    let size = foliomm_scenario::lang::parse_size(&c.size).filter(|s| s % (2 << 20) == 0 && *s > 0);
+    let Some(size) = size else { bail!("--size: expected a multiple of 2M like 256M or 1G, found '{}'", c.size) };
+    match &a.bench {
+        Bench::Fault(c) => fault::run(c, size),
+        Bench::Seed001(c) => seed_001::run(c, size),
+        Bench::Seed000(s) => seed_000::run(s, size),
+        Bench::Tlb(c) => tlb::run(c, size),
+    }
+}
+
+fn progress(steps: u64) -> ProgressBar {
+    let bar = ProgressBar::new(steps);
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap());
+    bar
+}
+
+/// The fastest of `runs` runs of `f`, by the sum of its durations.
+fn best<const N: usize>(
+    runs: u32,
+    bar: &ProgressBar,
+    mut f: impl FnMut() -> Result<[Duration; N]>,
+) -> Result<[Duration; N]> {
+    let mut best: Option<[Duration; N]> = None;
+    for _ in 0..runs.max(1) {
+        let t = f()?;
+        bar.inc(1);
+        let sum = |d: &[Duration; N]| d.iter().sum::<Duration>();
+        if best.as_ref().is_none_or(|b| sum(&t) < sum(b)) {
+            best = Some(t);
+        }
+    }
+    Ok(best.unwrap())
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Prints `v` as pretty JSON.
+fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// A machine for one region of `size` with room to spare.
+fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
+    Ok(Machine::new(Config { memory: size + (256 << 20), ..config })?)
+}
+
+/// Maps `size` bytes in a new MM of `m` so that write faults use folios of
+/// `order` (PMD order through MADV_HUGEPAGE), and faults every page in with
+/// one write each. Returns the MM, the address and the fault time.
+fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Result<(Arc<Mm>, u64, Duration)> {
+    for o in foliomm::thp::anon_orders().filter(|&o| o != 9) {
+        m.thp.set_order(o, if o == order { ThpMode::Always } else { ThpMode::Never })?;
+    }
+    let mm = Mm::new(m)?;
+    let a = mm.mmap(0, size, Prot::RW, MmapFlags::default())?;
+    match order {
+        9 => mm.madvise(a, size, Advice::HugePage)?,
+        0 => mm.madvise(a, size, Advice::NoHugePage)?,
+        _ => {}
+    }
+    let t = Instant::now();
+    cpu.write_byte_per_page(&mm, a, size, 1)?;
+    let fault = t.elapsed();
+    let got = mm.page_info(a).folio_order;
+    if got != order {
+        bail!("model: expected folios of order {order}, got {got}");
+    }
+    Ok((mm, a, fault))
+}
+
+/// The fastest of `runs` runs on `m`, one CPU for all: each populates a new
+/// MM with folios of `order` (see `model_populate`), then `act` works on it,
+/// given the CPU, the MM, the address and the fault time, and returns the
+/// durations the run is judged by.
+fn model_best<const N: usize>(
+    m: &Arc<Machine>,
+    runs: u32,
+    bar: &ProgressBar,
+    size: u64,
+    order: u32,
+    mut act: impl FnMut(&mut Cpu, &Mm, u64, Duration) -> Result<[Duration; N]>,
+) -> Result<[Duration; N]> {
+    let mut cpu = Cpu::new(m);
+    best(runs, bar, || {
+        let (mm, addr, fault) = model_populate(m, &mut cpu, size, order)?;
+        act(&mut cpu, &mm, addr, fault)
+    })
+}
+
+/// Splits every PMD mapping of `[a, a+size)` into PTEs by an mprotect round
+/// trip on the first page of each 2 MiB, as the host side does.
+fn model_split_pmds(mm: &Mm, a: u64, size: u64) -> Result<()> {
+    for off in (0..size).step_by(2 << 20) {
+        mm.mprotect(a + off, 4096, Prot(Prot::READ))?;
+        mm.mprotect(a + off, 4096, Prot::RW)?;
+    }
+    Ok(())
+}
+
+/// The fastest of `runs` host-kernel runs that fault `size` bytes in with
+/// folios of `order` and unmap them (PTE-mapping the PMDs first with
+/// `split_pmds`), judged by what `pick` keeps of (fault, munmap) time; with
+/// the share of the region the host backed with that order in the last run.
+/// `None` if the host kernel cannot run it, with why in `note`.
+fn host_best<const N: usize>(
+    runs: u32,
+    bar: &ProgressBar,
+    size: u64,
+    order: u32,
+    split_pmds: bool,
+    pick: impl Fn(Duration, Duration) -> [Duration; N],
+    note: &mut Option<String>,
+) -> Option<([Duration; N], f64)> {
+    let mut share = 1.0;
+    match best(runs, bar, || {
+        let (fault, unmap, got) = host::fault_munmap(size as usize, order, split_pmds)?;
+        share = got;
+        Ok(pick(fault, unmap))
+    }) {
+        Ok(t) => Some((t, share)),
+        Err(e) => {
+            *note = Some(format!("host kernel skipped: {e:#}"));
+            None
+        }
+    }
+}
+
+/// Prints each folio size (label, share) the host backed less than the whole
+/// run with, then why the host was skipped, if it was.
+fn print_host_notes(shares: impl Iterator<Item = (String, Option<f64>)>, note: Option<String>) {
+    for (label, share) in shares {
+        if let Some(share) = share.filter(|&s| s < 0.99) {
+            println!("note: the host backed only {:.0}% of the {label} run with folios of that size", 100.0 * share);
+        }
+    }
+    if let Some(n) = note {
+        println!("{n}");
+    }
+}

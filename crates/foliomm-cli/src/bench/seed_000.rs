@@ -1,0 +1,319 @@
+//! `foliomm bench seed-000`: the 8 micro benchmarks of the "precise mapped
+//! shared" series on PTE-mapped 2M THP and 64K mTHP, for every mapcount
+//! design, as % change against nr-mapped, with the seed's published rows
+//! beside; then its two vm-scalability cases (usemem children COWing the
+//! memory they share with their parent, all at once).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use foliomm::mm::Advice;
+use foliomm::{Config, Cpu, Machine, Mm};
+
+use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
+use super::{model_populate, model_split_pmds, print_json, progress, secs, Seed000Args};
+
+/// Time and the mapcount design's costs over the measured action.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    seconds: f64,
+    rmap_ops: u64,
+    rmw: u64,
+    lines: u64,
+}
+
+/// The counters a measurement brackets.
+fn costs(m: &Machine) -> [u64; 3] {
+    let s = &m.stats;
+    let ops = [&s.rmap_add_new, &s.rmap_add, &s.rmap_dup, &s.rmap_remove].iter().map(|c| c.load(Relaxed)).sum();
+    [ops, s.rmap_atomic_rmw.load(Relaxed), s.rmap_cache_lines.load(Relaxed)]
+}
+
+/// Runs benchmark `which` (an index into SEED_000_COLUMNS) once on a
+/// fresh MM of `m`: `size` bytes of folios of `order`. The micro benchmarks
+/// PTE-map every folio before the measured action, as the seed does; the
+/// vm-scalability cases (usemem --prealloc --prefault, then one child per
+/// CPU writes every byte, page by page in address or in random order, all at
+/// once) leave 2 MiB THPs PMD-mapped, so a child's first write to each
+/// PTE-remaps it and every page is then copied, while the other children
+/// (un)map pages of the same folios. Returns the action's time and costs,
+/// or None where it does not apply (remap without PMDs).
+fn seed_000_once(
+    m: &Arc<Machine>,
+    cpu: &mut Cpu,
+    size: u64,
+    order: u32,
+    which: usize,
+    children: usize,
+) -> Result<Option<Measured>> {
+    let name = SEED_000_COLUMNS[which];
+    let (mm, a, _) = model_populate(m, cpu, size, order)?;
+    if name == "remap" && order != 9 {
+        mm.munmap(a, size)?;
+        return Ok(None);
+    }
+    let vm_scalability = which >= SEED_000_MICRO;
+    if name != "remap" && order == 9 && !vm_scalability {
+        model_split_pmds(&mm, a, size)?;
+    }
+    // (4)-(7): a child shares everything; the reuse cases let it go first.
+    let mut child = name.starts_with("cow").then(|| mm.fork()).transpose()?;
+    // vm-scalability: one child per CPU, all COWing the same folios, each
+    // with its page order made before the clock starts.
+    let instances: Vec<(Arc<Mm>, Vec<u64>)> = if vm_scalability {
+        (0..children)
+            .map(|i| Ok((mm.fork()?, usemem_page_order(size, name == "anon-cow-rand", i as u64))))
+            .collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    if name.starts_with("cow-reuse") {
+        child = None;
+    }
+    let (before, t) = (costs(m), Instant::now());
+    match name {
+        "remap" => model_split_pmds(&mm, a, size)?,
+        "munmap" => mm.munmap(a, size)?,
+        "fork" => child = Some(mm.fork()?),
+        "cow" | "cow-reuse" => cpu.fill(&mm, a, size, 2)?,
+        "cow-byte" | "cow-reuse-byte" => cpu.write_byte_per_page(&mm, a, size, 2)?,
+        "anon-cow-seq" | "anon-cow-rand" => vm_scalability_run(m, &instances, a)?,
+        _ => {
+            for off in (0..size).step_by(4096) {
+                mm.madvise(a + off, 4096, Advice::DontNeed)?;
+            }
+        }
+    }
+    let seconds = secs(t.elapsed());
+    let after = costs(m);
+    // Every MM that wrote reads its 2 back; every other one still reads the
+    // 1 each page was populated with.
+    let readers: Vec<(&Mm, u8)> = match child.as_ref().filter(|_| name != "fork") {
+        Some(c) => vec![(&mm, 2), (c, 1)],
+        None if vm_scalability => std::iter::once((&*mm, 1)).chain(instances.iter().map(|(c, _)| (&**c, 2))).collect(),
+        None => Vec::new(),
+    };
+    let mut byte = [0u8; 1];
+    for (who, want) in readers {
+        for off in (0..size).step_by(4096) {
+            cpu.read(who, a + off, &mut byte)?;
+            if byte[0] != want {
+                bail!("{name}: byte at offset {off:#x} reads {:#x}, expected {want:#x}: a COW leak", byte[0]);
+            }
+        }
+    }
+    drop(child);
+    drop(instances);
+    if name != "munmap" {
+        mm.munmap(a, size)?;
+    }
+    Ok(Some(Measured {
+        seconds,
+        rmap_ops: after[0] - before[0],
+        rmw: after[1] - before[1],
+        lines: after[2] - before[2],
+    }))
+}
+
+/// How many vm-scalability instances run at once: `--instances`, or one per
+/// CPU as the seed ran them.
+fn vm_scalability_instances(a: &Seed000Args) -> usize {
+    a.instances.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from)
+}
+
+/// The order in which usemem's instance `i` writes the pages of `size`
+/// bytes: by address, or shuffled with a seed of its own.
+fn usemem_page_order(size: u64, random: bool, i: u64) -> Vec<u64> {
+    let mut pages: Vec<u64> = (0..size / 4096).collect();
+    if random {
+        let mut next = foliomm::xorshift(0x5eed + i);
+        for j in (1..pages.len()).rev() {
+            pages.swap(j, (next() % (j as u64 + 1)) as usize);
+        }
+    }
+    pages
+}
+
+/// usemem's write pass in every instance at once, each on its own CPU
+/// thread, page by page in the instance's order, from `a`.
+fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u64) -> Result<()> {
+    std::thread::scope(|s| {
+        let workers: Vec<_> = instances
+            .iter()
+            .map(|(mm, pages)| {
+                s.spawn(move || -> Result<()> {
+                    let mut cpu = Cpu::new(m);
+                    for p in pages {
+                        cpu.fill(mm, a + p * 4096, 4096, 2)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().expect("vm-scalability worker panicked"))
+    })
+}
+
+pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
+    let runs = a.common.runs.max(1);
+    let instances = vm_scalability_instances(a);
+    let designs = foliomm::mapcount::DESIGN_NAMES;
+    let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
+    let columns = SEED_000_COLUMNS.len();
+    let bar = progress((orders.len() * designs.len() * columns) as u64 * runs as u64);
+    // runs[order][design][bench]: the fastest run's time and costs
+    let mut best_runs = vec![vec![[None::<Measured>; SEED_000_COLUMNS.len()]; designs.len()]; orders.len()];
+    for (oi, (order, oname)) in orders.iter().enumerate() {
+        for (di, design) in designs.iter().enumerate() {
+            // Room for a copy of everything per child (cow, vm-scalability).
+            let m = Machine::new(Config {
+                memory: (1 + instances as u64) * size + (256 << 20),
+                mapcount: design.to_string(),
+                ..Config::default()
+            })?;
+            let mut cpu = Cpu::new(&m);
+            for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
+                bar.set_message(format!("{oname} {design} {bname}"));
+                let mut best: Option<Measured> = None;
+                for _ in 0..runs {
+                    if let Some(r) = seed_000_once(&m, &mut cpu, size, *order, bi, instances)? {
+                        if best.is_none_or(|b| r.seconds < b.seconds) {
+                            best = Some(r);
+                        }
+                    }
+                    bar.inc(1);
+                }
+                best_runs[oi][di][bi] = best;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let times: Vec<Vec<[Option<f64>; SEED_000_COLUMNS.len()]>> =
+        best_runs.iter().map(|o| o.iter().map(|d| d.map(|r| r.map(|r| r.seconds))).collect()).collect();
+    let base = designs.iter().position(|d| *d == "nr-mapped").unwrap();
+    let change = |oi: usize, di: usize, bi: usize| -> Option<f64> {
+        Some(100.0 * (times[oi][di][bi]? - times[oi][base][bi]?) / times[oi][base][bi]?)
+    };
+    if a.common.json || a.common.csv {
+        // The children COWing at once, for the vm-scalability rows.
+        let children = |bench: &str| bench.starts_with("anon-cow").then_some(instances);
+        let mut rows = Vec::new();
+        for (oi, (_, oname)) in orders.iter().enumerate() {
+            for (di, design) in designs.iter().enumerate() {
+                for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
+                    rows.push((
+                        oname.to_string(),
+                        design.to_string(),
+                        bname.to_string(),
+                        times[oi][di][bi],
+                        change(oi, di, bi),
+                        best_runs[oi][di][bi].unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        if a.common.json {
+            let j: Vec<_> = rows
+                .iter()
+                .map(|(o, d, b, t, c, r)| {
+                    serde_json::json!({ "folio": o, "design": d, "benchmark": b, "seconds": t, "change_pct": c,
+                        "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines,
+                        "instances": children(b) })
+                })
+                .collect();
+            print_json(&j)?;
+        } else {
+            println!("folio,design,benchmark,seconds,change_pct,rmap_ops,atomic_rmw,cache_lines,instances");
+            for (o, d, b, t, c, r) in rows {
+                let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+                let n = children(&b).map_or(String::new(), |n| n.to_string());
+                println!("{o},{d},{b},{},{},{},{},{},{n}", f(t), f(c), r.rmap_ops, r.rmw, r.lines);
+            }
+        }
+        return Ok(());
+    }
+    let header = |label: &str| {
+        let cols: Vec<String> = (1..=SEED_000_MICRO).map(|i| format!("{:>7}", format!("({i})"))).collect();
+        println!("{label:<16}|{}|", cols.join(" |"));
+        println!("{}", "-".repeat(16 + 9 * SEED_000_MICRO + 1));
+    };
+    let pct = |v: Option<f64>| v.map_or(format!("{:>7}", "-"), |v| format!("{v:>6.1}%"));
+    println!("Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, best of {runs}.", size >> 20);
+    println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
+    println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster.\n");
+    for (oi, (_, oname)) in orders.iter().enumerate() {
+        println!("{oname}:");
+        header("design");
+        for (di, design) in designs.iter().enumerate() {
+            let cells: Vec<String> = (0..SEED_000_MICRO).map(|bi| pct(change(oi, di, bi))).collect();
+            println!("{design:<16}|{}|", cells.join(" |"));
+        }
+        let base_t: Vec<String> = (0..SEED_000_MICRO)
+            .map(|bi| times[oi][base][bi].map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", t)))
+            .collect();
+        println!("{:<16}|{}|\n", "nr-mapped time", base_t.join(" |"));
+    }
+    println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines); deterministic:");
+    header("design");
+    for (di, design) in designs.iter().enumerate() {
+        let cells: Vec<String> = (0..SEED_000_MICRO)
+            .map(|bi| match best_runs[0][di][bi] {
+                Some(r) if r.rmap_ops > 0 => {
+                    let per = |v: u64| {
+                        let x = v as f64 / r.rmap_ops as f64;
+                        if x < 10.0 {
+                            format!("{x:.1}")
+                        } else {
+                            format!("{x:.0}")
+                        }
+                    };
+                    format!("{:>7}", format!("{}/{}", per(r.rmw), per(r.lines)))
+                }
+                _ => format!("{:>7}", "-"),
+            })
+            .collect();
+        println!("{design:<16}|{}|", cells.join(" |"));
+    }
+    println!();
+    for (title, rows) in [
+        ("Seed 000, Intel Xeon Silver 4210R (2 MiB THP)", &SEED_000_INTEL),
+        ("Seed 000, AMD EPYC 7313 (2 MiB THP)", &SEED_000_AMD),
+    ] {
+        println!("{title}:");
+        header("stage");
+        for (name, vals) in rows.iter() {
+            let cells: Vec<String> = vals.iter().map(|v| pct(Some(*v))).collect();
+            println!("{name:<16}|{}|", cells.join(" |"));
+        }
+        println!();
+    }
+    // vm-scalability: the seed reports throughput, so positive is good.
+    let gain = |oi: usize, di: usize, bi: usize| -> Option<f64> {
+        Some(100.0 * (times[oi][base][bi]? / times[oi][di][bi]? - 1.0))
+    };
+    println!(
+        "vm-scalability anon-cow-seq / anon-cow-rand, {} COWing the same {} MiB at once:",
+        if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },
+        size >> 20
+    );
+    println!("% change in throughput against nr-mapped; positive is better.\n");
+    println!("{:<16}|{}|", "design", orders.map(|(_, o)| format!("{:^21}", o)).join("|"));
+    println!("{:<16}|{}|", "", ["    seq   |   rand   "; 2].join("|"));
+    println!("{}", "-".repeat(16 + 2 * 22 + 1));
+    for (di, design) in designs.iter().enumerate() {
+        let cells: Vec<String> =
+            (0..orders.len()).map(|oi| format!("{:>9} |{:>9} ", pct(gain(oi, di, 8)), pct(gain(oi, di, 9)))).collect();
+        println!("{design:<16}|{}|", cells.join("|"));
+    }
+    println!("\nSeed 000's vm-scalability, one instance per core, 2 MiB THP (Intel / AMD):");
+    println!("{:<16}|{:^21}|{:^21}|", "stage", "Intel", "AMD");
+    println!("{}", "-".repeat(16 + 2 * 22 + 1));
+    for (name, intel, amd) in SEED_000_VMSCAL {
+        let cells: Vec<String> =
+            [intel, amd].iter().map(|v| format!("{:>9} |{:>9} ", pct(Some(v[0])), pct(Some(v[1])))).collect();
+        println!("{name:<16}|{}|", cells.join("|"));
+    }
+    Ok(())
+}
