@@ -64,8 +64,8 @@ struct CompareArgs {
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Mapcount design of the model, overriding the files' `set mapcount`.
-    #[arg(long)]
-    mapcount: Option<String>,
+    #[arg(long, value_enum)]
+    mapcount: Option<foliomm::mapcount::Design>,
     /// Model debug switches (see `foliomm run --help`), applied to the model only.
     #[arg(long)]
     debug: Vec<String>,
@@ -83,14 +83,14 @@ struct RunArgs {
     #[arg(long)]
     check: bool,
     /// Mapcount design, overriding the file's `set mapcount`.
-    #[arg(long)]
-    mapcount: Option<String>,
+    #[arg(long, value_enum)]
+    mapcount: Option<foliomm::mapcount::Design>,
     /// Model RAM (like 512M or 4G), overriding the file's `set memory`.
     #[arg(long)]
     memory: Option<String>,
-    /// Zap strategy (batched or per-page), overriding the file's `set zap`.
-    #[arg(long)]
-    zap: Option<String>,
+    /// Zap strategy, overriding the file's `set zap`.
+    #[arg(long, value_enum)]
+    zap: Option<foliomm::machine::ZapStrategy>,
     /// Entries per CPU TLB (0 for none), overriding the file's `set tlb`.
     #[arg(long)]
     tlb: Option<u64>,
@@ -161,7 +161,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
 }
 
 fn prove(a: ProveArgs) -> Result<bool> {
-    use foliomm::construction::{check, Construction, SHIPPED};
+    use foliomm::mapcount::construction::{check, Construction, SHIPPED};
     let cs: Vec<Construction> = if a.constructions.is_empty() {
         SHIPPED.to_vec()
     } else {
@@ -216,7 +216,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
         let overrides = RunArgs {
             files: Vec::new(),
             check: false,
-            mapcount: a.mapcount.clone(),
+            mapcount: a.mapcount,
             memory: None,
             zap: None,
             tlb: None,
@@ -248,18 +248,16 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
 /// Command-line settings win over the file's own `set` lines: they go after
 /// the file's leading machine settings, before the step that builds the machine.
 fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -> Result<()> {
-    use foliomm::machine::ZapStrategy;
     use foliomm_scenario::lang::{parse_size, Cmd, MachineSetting, Step};
     let mut over = Vec::new();
     if let Some(m) = &a.memory {
         let bytes = parse_size(m).with_context(|| format!("--memory: expected a size like 512M or 4G, found '{m}'"))?;
         over.push(MachineSetting::Memory(bytes));
     }
-    if let Some(d) = &a.mapcount {
-        over.push(MachineSetting::Mapcount(d.clone()));
+    if let Some(d) = a.mapcount {
+        over.push(MachineSetting::Mapcount(d));
     }
-    if let Some(z) = &a.zap {
-        let z = ZapStrategy::parse(z).with_context(|| format!("--zap: expected batched or per-page, found '{z}'"))?;
+    if let Some(z) = a.zap {
         over.push(MachineSetting::Zap(z));
     }
     if let Some(n) = a.tlb {

@@ -178,7 +178,7 @@ fn seed_000_bench_costs_follow_each_design() {
         for design in ["subpage", "compound-locked", "nr-mapped", "large-mapcount"] {
             assert!(ops(folio, design, "cow-reuse") >= pages, "{folio} {design}");
         }
-        for design in foliomm::mapcount::DESIGN_NAMES {
+        for design in foliomm::mapcount::Design::ALL.iter().map(|d| d.name()) {
             // Every one of the 3 children copies every page it writes.
             for bench in ["anon-cow-seq", "anon-cow-rand"] {
                 assert!(ops(folio, design, bench) >= 3 * pages, "{folio} {design} {bench}");

@@ -16,8 +16,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 
-use foliomm::mm::{Advice, Prot};
-use foliomm::thp::ThpMode;
+use foliomm::folio::thp::ThpMode;
+use foliomm::mm::Advice;
+use foliomm::mm_types::Prot;
 use foliomm::Errno;
 use foliomm_scenario::backend::{Access, Backend, BackendError, GupKind, Observation};
 use foliomm_scenario::lang::MachineSetting;
@@ -202,7 +203,9 @@ impl Backend for HostBackend {
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
         let why = match s {
             MachineSetting::Memory(_) => "the host's memory size is fixed",
-            MachineSetting::Mapcount(d) if d != "mm-id" => "the host kernel tracks mapcounts as mm-id",
+            MachineSetting::Mapcount(d) if *d != foliomm::mapcount::Design::MmId => {
+                "the host kernel tracks mapcounts as mm-id"
+            }
             MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",
             MachineSetting::Tlb(_) => "the host's TLB is hardware",
             MachineSetting::Debug(_) => "debug switches break the model, not the kernel",

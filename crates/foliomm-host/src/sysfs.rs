@@ -4,7 +4,7 @@
 
 use std::sync::{Mutex, Once};
 
-use foliomm::thp::ThpMode;
+use foliomm::folio::thp::ThpMode;
 
 pub const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 

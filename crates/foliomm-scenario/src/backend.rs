@@ -2,8 +2,9 @@
 //! ([`crate::model::ModelBackend`]) or, later, the host kernel. Processes are
 //! named as in the scenario file.
 
-use foliomm::mm::{Advice, PageInfo, Prot, RangeInfo};
-use foliomm::thp::ThpMode;
+use foliomm::folio::thp::ThpMode;
+use foliomm::mm::{Advice, PageInfo, RangeInfo};
+use foliomm::mm_types::Prot;
 use foliomm::Errno;
 
 use crate::lang::MachineSetting;

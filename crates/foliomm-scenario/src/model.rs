@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use foliomm::check::check_machine;
-use foliomm::gup::Pin;
-use foliomm::mm::{Advice, Prot};
-use foliomm::thp::ThpMode;
+use foliomm::folio::thp::ThpMode;
+use foliomm::mm::gup::Pin;
+use foliomm::mm::Advice;
+use foliomm::mm_types::Prot;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{Access, Backend, BackendError, GupKind, Observation};
@@ -49,9 +49,6 @@ impl Backend for ModelBackend {
 
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
         match s {
-            MachineSetting::Mapcount(d) if foliomm::mapcount::design_by_name(d).is_none() => {
-                Some(format!("unknown mapcount design '{d}' (known: {})", foliomm::mapcount::DESIGN_NAMES.join(", ")))
-            }
             MachineSetting::MmIds(n) if u32::try_from(*n).is_err() => {
                 Some(format!("mm_ids {n} does not fit a 32-bit MM ID"))
             }
@@ -69,7 +66,7 @@ impl Backend for ModelBackend {
         for s in settings {
             match s {
                 MachineSetting::Memory(m) => config.memory = *m,
-                MachineSetting::Mapcount(d) => config.mapcount = d.clone(),
+                MachineSetting::Mapcount(d) => config.mapcount = *d,
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
                 // Refused above when it does not fit.
@@ -81,7 +78,7 @@ impl Backend for ModelBackend {
         }
         let m = Machine::new(config.clone())
             .map_err(|e| BackendError(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
-        let cpu = Cpu::new(&m);
+        let cpu = m.new_cpu();
         self.machine = Some((m, cpu));
         Ok(())
     }
@@ -102,7 +99,7 @@ impl Backend for ModelBackend {
     }
 
     fn spawn(&mut self, proc: &str) -> Result<(), Errno> {
-        let mm = Mm::new(self.m().0)?;
+        let mm = self.m().0.new_mm()?;
         self.procs.insert(proc.into(), mm);
         Ok(())
     }
@@ -222,6 +219,6 @@ impl Backend for ModelBackend {
     }
 
     fn check(&self) -> Vec<String> {
-        self.machine().map(|m| check_machine(m)).unwrap_or_default()
+        self.machine().map(|m| m.check()).unwrap_or_default()
     }
 }

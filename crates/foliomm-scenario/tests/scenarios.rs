@@ -25,7 +25,7 @@ fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     }
     files.sort();
     assert!(files.len() >= 35, "expected the core scenarios and the COW suite, found {}", files.len());
-    for (f, design) in files.iter().flat_map(|f| foliomm::mapcount::DESIGN_NAMES.iter().map(move |d| (f, *d))) {
+    for (f, design) in files.iter().flat_map(|f| foliomm::mapcount::Design::ALL.iter().map(move |d| (f, d.name()))) {
         // 256 MiB keeps the checker's frame walk short; a file's own
         // `set memory` (a later line) still wins.
         let src = format!("set mapcount {design}\nset memory 256M\n{}", std::fs::read_to_string(f).unwrap());
@@ -72,11 +72,10 @@ fn unknown_names_are_clear_errors() {
     assert!(out.failure.unwrap().message.contains("unknown mapping 'nothing'"));
     let out = run_src("P: a = mmap 4K rw\nP: observe a as x\nexpect x.colour == 1\n");
     assert!(out.failure.unwrap().message.contains("no field 'colour'"));
-    // A refused setting names its own line, not the step that built the machine.
-    let out = run_src("set memory 64M\nset mapcount nonsense\nset zap batched\nP: a = mmap 4K rw\n");
-    let f = out.failure.unwrap();
-    assert!(f.message.contains("unknown mapcount design"), "{}", f.message);
-    assert_eq!(f.line, 2);
+    // An unknown design is a parse error naming its line and column.
+    let e = parse("set memory 64M\nset mapcount nonsense\nset zap batched\nP: a = mmap 4K rw\n").unwrap_err();
+    assert!(e.to_string().contains("unknown mapcount design 'nonsense'"), "{e}");
+    assert_eq!((e.line, e.col), (2, 14));
 }
 
 #[test]

@@ -1,38 +1,40 @@
 //! foliomm: an executable model of the Linux memory manager's large-folio
 //! machinery.
 //!
-//! Layers, bottom up (each only calls the ones below it): [`phys`] (frames,
-//! memmap, buddy), [`folio`] and [`mapcount`] (folio handles and the mapcount
-//! designs), [`sync`] (bit spinlocks), [`pgtable`] (x86-64 4-level tables in
-//! frames), [`rmap`], [`tlb`] (mmu_gather), [`mm`] (address spaces and VMAs),
-//! [`fault`], [`cpu`] (memory accesses), [`check`] (ground truth, invariants
-//! and the reference byte model). A [`Machine`] ties one configuration together.
+//! The library is one folder per subsystem, layered bottom up as [`LAYERS`]
+//! lists them; a folder uses only the folders below it (the `layering` test
+//! enforces it; docs/ARCHITECTURE.md explains each). A [`Machine`] ties one
+//! configuration together.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod arch;
 pub mod check;
-pub mod construction;
 pub mod cpu;
-pub mod fault;
 pub mod folio;
-pub mod gup;
-pub mod huge_memory;
+pub mod kernel;
 pub mod machine;
 pub mod mapcount;
 pub mod memory;
 pub mod mm;
-pub mod mmu_gather;
+pub mod mm_types;
 pub mod pgtable;
 pub mod phys;
-pub mod precision;
 pub mod rmap;
-pub mod stats;
 pub mod sync;
-pub mod thp;
 pub mod tlb;
 
 pub use cpu::Cpu;
 pub use machine::{Config, Machine};
-pub use mm::{Mm, MmapFlags, Prot};
+pub use mm::MmapFlags;
+pub use mm_types::{Mm, Prot};
+
+/// The library's folders, bottom up: each may use the ones before it and
+/// itself, never one after it. The crate root (`Errno`, `Result`,
+/// `xorshift`) is below them all.
+pub const LAYERS: &[&str] = &[
+    "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "tlb", "mm_types", "memory", "mm", "cpu",
+    "check", "machine",
+];
 
 /// A Linux errno-like error returned by every memory operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize, serde::Deserialize)]

@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use foliomm::check::check_machine;
+use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
-use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 
 const K: u64 = 1024;
@@ -16,7 +15,7 @@ fn machine(mem: u64) -> Arc<Machine> {
 }
 
 fn assert_clean(m: &Machine) {
-    let bad = check_machine(m);
+    let bad = m.check();
     assert!(bad.is_empty(), "invariant violations:\n{}", bad.join("\n"));
 }
 
@@ -27,8 +26,8 @@ fn anon(mm: &Mm, len: u64) -> u64 {
 #[test]
 fn write_fault_4k_then_fork_and_child_write_copies() {
     let m = machine(64 * M);
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 64 * K);
     cpu.write(&p, a + 100, b"parent").unwrap();
     assert_eq!(p.page_info(a).folio_order, 0);
@@ -59,8 +58,8 @@ fn write_fault_4k_then_fork_and_child_write_copies() {
 #[test]
 fn pmd_thp_fault_split_by_mprotect_and_reuse_after_child_exit() {
     let m = machine(64 * M);
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 4 * M);
     assert_eq!(a % (2 * M), 0, "a 2 MiB-multiple mapping is PMD-aligned");
     p.madvise(a, 4 * M, Advice::HugePage).unwrap();
@@ -93,8 +92,8 @@ fn pmd_thp_fault_split_by_mprotect_and_reuse_after_child_exit() {
 fn mthp_64k_cow_reuse_and_copy() {
     let m = machine(64 * M);
     m.thp.set_order(4, ThpMode::Always).unwrap();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 256 * K);
     cpu.write(&p, a, &[1]).unwrap();
     assert_eq!(p.page_info(a + 60 * K).folio_order, 4, "one write faults a whole 64K folio");
@@ -117,8 +116,8 @@ fn mthp_64k_cow_reuse_and_copy() {
 fn munmap_partial_large_folio_and_dontneed() {
     let m = machine(64 * M);
     m.thp.set_order(4, ThpMode::Always).unwrap();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 128 * K);
     cpu.fill(&p, a, 128 * K, 0xaa).unwrap();
     p.munmap(a + 8 * K, 4 * K).unwrap();
@@ -138,8 +137,8 @@ fn munmap_partial_large_folio_and_dontneed() {
 fn mremap_moves_part_of_a_large_folio() {
     let m = machine(64 * M);
     m.thp.set_order(4, ThpMode::Always).unwrap();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 128 * K);
     cpu.fill(&p, a, 128 * K, 0x11).unwrap();
     cpu.write(&p, a + 8 * K, b"moved").unwrap();
@@ -163,8 +162,8 @@ fn mremap_moves_part_of_a_large_folio() {
 #[test]
 fn out_of_memory_is_enomem() {
     let m = machine(8 * M);
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 16 * M);
     assert_eq!(cpu.write_byte_per_page(&p, a, 16 * M, 1), Err(Errno::ENOMEM));
     assert_clean(&m);
@@ -176,13 +175,13 @@ fn out_of_memory_is_enomem() {
 /// failing cleanly with ENOMEM once a lower limit is reached.
 #[test]
 fn mm_ids_run_out_with_enomem_and_come_back_on_free() {
-    let design = |name: &str| foliomm::mapcount::design_by_name(name).unwrap().max_mm_id();
+    let design = |name: &str| foliomm::mapcount::Design::parse(name).unwrap().implementation().max_mm_id();
     assert_eq!(design("rmap-id"), (1 << 24) - 1);
     assert_eq!(design("rmap-id-powersum"), (1 << 24) - 1);
     assert_eq!(design("mm-id"), (1 << 31) - 1);
     let m = Machine::new(Config { memory: 16 * M, max_mm_id: Some(2), ..Config::default() }).unwrap();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 64 * K);
     cpu.fill(&p, a, 64 * K, 5).unwrap();
     let c = p.fork().unwrap();
@@ -203,8 +202,8 @@ fn mm_ids_run_out_with_enomem_and_come_back_on_free() {
 #[test]
 fn protection_errors() {
     let m = machine(8 * M);
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 8 * K, Prot(Prot::READ), MmapFlags::default()).unwrap();
     let mut b = [1u8];
     cpu.read(&p, a, &mut b).unwrap();
@@ -222,13 +221,13 @@ fn protection_errors() {
 fn two_threads_fault_disjoint_ranges_of_one_mm() {
     let m = machine(256 * M);
     m.thp.set_order(4, ThpMode::Always).unwrap();
-    let p = Mm::new(&m).unwrap();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 32 * M);
     std::thread::scope(|s| {
         for t in 0..2u64 {
             let (m, p) = (&m, &p);
             s.spawn(move || {
-                let mut cpu = Cpu::new(m);
+                let mut cpu = m.new_cpu();
                 let base = a + t * 16 * M;
                 for off in (0..16 * M).step_by(4096) {
                     cpu.write(p, base + off, &(off ^ t).to_le_bytes()).unwrap();
@@ -236,7 +235,7 @@ fn two_threads_fault_disjoint_ranges_of_one_mm() {
             });
         }
     });
-    let mut cpu = Cpu::new(&m);
+    let mut cpu = m.new_cpu();
     for t in 0..2u64 {
         for off in (0..16 * M).step_by(4096) {
             let mut b = [0u8; 8];
@@ -259,7 +258,7 @@ fn model_types_are_send_and_sync() {
 #[test]
 fn mprotect_round_trip_merges_vmas_back() {
     let m = machine(16 * M);
-    let p = Mm::new(&m).unwrap();
+    let p = m.new_mm().unwrap();
     let a = anon(&p, 64 * K);
     p.mprotect(a + 16 * K, 8 * K, Prot(Prot::READ)).unwrap();
     assert_eq!(p.vmas().len(), 3, "a protection change in the middle splits into three VMAs");
@@ -272,7 +271,7 @@ fn mprotect_round_trip_merges_vmas_back() {
 #[test]
 fn mmap_placement_fixed_hint_noreplace_and_populate() {
     let m = machine(16 * M);
-    let p = Mm::new(&m).unwrap();
+    let p = m.new_mm().unwrap();
     let hint = 0x5000_0000;
     assert_eq!(p.mmap(hint, 8 * K, Prot::RW, MmapFlags::default()), Ok(hint), "a free hint is taken");
     let other = p.mmap(hint, 8 * K, Prot::RW, MmapFlags::default()).unwrap();
@@ -280,7 +279,7 @@ fn mmap_placement_fixed_hint_noreplace_and_populate() {
     let noreplace = MmapFlags { noreplace: true, ..Default::default() };
     assert_eq!(p.mmap(hint, 4 * K, Prot::RW, noreplace), Err(Errno::EEXIST));
     let fixed = MmapFlags { fixed: true, ..Default::default() };
-    let mut cpu = Cpu::new(&m);
+    let mut cpu = m.new_cpu();
     cpu.write(&p, hint, &[7]).unwrap();
     assert_eq!(p.mmap(hint, 4 * K, Prot::RW, fixed), Ok(hint), "MAP_FIXED replaces");
     let mut b = [1];
@@ -305,13 +304,13 @@ fn fork_and_munmap_race_with_faults_in_other_threads() {
     // writer's bytes must survive and every invariant hold afterwards.
     let m = machine(128 * M);
     m.thp.set_order(4, ThpMode::Always).unwrap();
-    let p = Mm::new(&m).unwrap();
+    let p = m.new_mm().unwrap();
     let stable = anon(&p, 4 * M);
     let churn = anon(&p, 4 * M);
     std::thread::scope(|s| {
         let (m1, p1) = (&m, &p);
         s.spawn(move || {
-            let mut cpu = Cpu::new(m1);
+            let mut cpu = m1.new_cpu();
             for round in 0..20u8 {
                 for off in (0..4 * M).step_by(16 * 1024) {
                     cpu.write(p1, stable + off, &[round, (off >> 14) as u8]).unwrap();
@@ -320,7 +319,7 @@ fn fork_and_munmap_race_with_faults_in_other_threads() {
         });
         let (m2, p2) = (&m, &p);
         s.spawn(move || {
-            let mut cpu = Cpu::new(m2);
+            let mut cpu = m2.new_cpu();
             for i in 0..20u64 {
                 cpu.write_byte_per_page(p2, churn, 4 * M, i as u8).unwrap();
                 let child = p2.fork().unwrap();
@@ -332,7 +331,7 @@ fn fork_and_munmap_race_with_faults_in_other_threads() {
             }
         });
     });
-    let mut cpu = Cpu::new(&m);
+    let mut cpu = m.new_cpu();
     for off in (0..4 * M).step_by(16 * 1024) {
         let mut b = [0u8; 2];
         cpu.read(&p, stable + off, &mut b).unwrap();

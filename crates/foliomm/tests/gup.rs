@@ -5,9 +5,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use foliomm::check::check_machine;
+use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
-use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 
 fn machine() -> Arc<Machine> {
@@ -15,30 +14,30 @@ fn machine() -> Arc<Machine> {
 }
 
 fn clean(m: &Machine) {
-    let bad = check_machine(m);
+    let bad = m.check();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 /// A parent that wrote 0x11 to a page, and its child sharing it.
 fn shared_page() -> (Arc<Machine>, Cpu, Arc<Mm>, Arc<Mm>, u64) {
     let m = machine();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
     cpu.write(&p, a, &[0x11]).unwrap();
     let c = p.fork().unwrap();
     (m, cpu, p, c, a)
 }
 
-fn through_pin(m: &Machine, pin: &foliomm::gup::Pin, page: usize) -> u8 {
+fn through_pin(m: &Machine, pin: &foliomm::mm::gup::Pin, page: usize) -> u8 {
     m.phys.read_byte(pin.frames[page].expect("a pinned frame"), 0)
 }
 
 #[test]
 fn fork_copies_a_pinned_exclusive_page_for_the_child() {
     let m = machine();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
     cpu.write(&p, a, &[1]).unwrap();
     let pin = p.pin_user_pages(a, 4096, true, true).unwrap();
@@ -79,8 +78,8 @@ fn pinned_mthp_and_thp_are_copied_per_page_at_fork() {
         if order == 4 {
             m.thp.set_order(4, ThpMode::Always).unwrap();
         }
-        let mut cpu = Cpu::new(&m);
-        let p = Mm::new(&m).unwrap();
+        let mut cpu = m.new_cpu();
+        let p = m.new_mm().unwrap();
         let a = p.mmap(0, 2 << 20, Prot::RW, MmapFlags::default()).unwrap();
         if let Some(adv) = advice {
             p.madvise(a, 2 << 20, adv).unwrap();
@@ -111,8 +110,8 @@ fn pinned_mthp_and_thp_are_copied_per_page_at_fork() {
 #[test]
 fn a_longterm_read_only_pin_of_the_zero_page_unshares_it() {
     let m = machine();
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
     cpu.read(&p, a, &mut [0]).unwrap();
     assert!(p.page_info(a).zero_page);
@@ -131,7 +130,7 @@ fn a_longterm_read_only_pin_of_the_zero_page_unshares_it() {
 #[test]
 fn pinning_outside_a_mapping_or_writing_read_only_memory_fails() {
     let m = machine();
-    let p = Mm::new(&m).unwrap();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 8192, Prot(Prot::READ), MmapFlags::default()).unwrap();
     assert_eq!(p.pin_user_pages(a, 4096, true, false).unwrap_err(), foliomm::Errno::EFAULT);
     assert_eq!(p.pin_user_pages(0x1000, 4096, false, false).unwrap_err(), foliomm::Errno::EFAULT);

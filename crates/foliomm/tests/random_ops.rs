@@ -8,10 +8,9 @@
 
 use std::sync::Arc;
 
-use foliomm::check::check_machine;
 use foliomm::check::reference::RefSpace;
+use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
-use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use proptest::prelude::*;
 
@@ -102,7 +101,7 @@ impl World {
             | Op::Read { proc, .. } => *proc,
         };
         if self.procs[proc].is_none() {
-            self.procs[proc] = Some((Mm::new(&self.m).unwrap(), RefSpace::default()));
+            self.procs[proc] = Some((self.m.new_mm().unwrap(), RefSpace::default()));
         }
         let (mm, rs) = self.procs[proc].as_mut().unwrap();
         let mm = mm.clone();
@@ -136,7 +135,7 @@ impl World {
                 let (old, old_len, new, new_len) = (addr(page), pages * PAGE, addr(to), new_pages * PAGE);
                 let overlap = old < new + new_len && new < old + old_len;
                 let single_vma =
-                    rs.covers(old, old_len) && mm.vmas().iter().any(|v| v.start <= old && old + old_len <= v.end);
+                    rs.covers(old, old_len) && mm.vmas().iter().any(|v| v.start() <= old && old + old_len <= v.end());
                 let r = mm.mremap(old, old_len, new_len, true, Some(new));
                 if overlap {
                     prop_assert_eq!(r, Err(Errno::EINVAL));
@@ -189,13 +188,13 @@ impl World {
             let (mm, rs) = slot;
             for v in mm.vmas() {
                 if v.readable() {
-                    let mut buf = vec![0; (v.end - v.start) as usize];
-                    self.cpus[0].read(mm, v.start, &mut buf).unwrap();
+                    let mut buf = vec![0; (v.end() - v.start()) as usize];
+                    self.cpus[0].read(mm, v.start(), &mut buf).unwrap();
                     prop_assert!(
-                        buf == rs.read(v.start, v.end - v.start).unwrap(),
+                        buf == rs.read(v.start(), v.end() - v.start()).unwrap(),
                         "bytes of {:#x}..{:#x} differ",
-                        v.start,
-                        v.end
+                        v.start(),
+                        v.end()
                     );
                 }
             }
@@ -215,9 +214,9 @@ proptest! {
     fn random_operations_keep_every_invariant(
         ops in proptest::collection::vec(op(), 1..40),
         mthp in 0..3u32,
-        design in 0..foliomm::mapcount::DESIGN_NAMES.len(),
+        design in 0..foliomm::mapcount::Design::ALL.len(),
     ) {
-        let mapcount = foliomm::mapcount::DESIGN_NAMES[design].to_string();
+        let mapcount = foliomm::mapcount::Design::ALL[design];
         let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, precision: true, ..Config::default() })
             .unwrap();
         match mthp {
@@ -225,7 +224,7 @@ proptest! {
             2 => { m.thp.set_order(2, ThpMode::Always).unwrap(); m.thp.set_order(6, ThpMode::Madvise).unwrap(); }
             _ => {}
         }
-        let mut w = World { cpus: [Cpu::new(&m), Cpu::new(&m)], m, procs: vec![None, None, None, None] };
+        let mut w = World { cpus: [m.new_cpu(), m.new_cpu()], m, procs: vec![None, None, None, None] };
         // Every case starts from a process with the whole window mapped, part
         // of it written, and a child: the state where COW bugs live.
         let start = [
@@ -235,12 +234,12 @@ proptest! {
         ];
         for (i, op) in start.iter().chain(ops.iter()).enumerate() {
             w.step(i, op)?;
-            let bad = check_machine(&w.m);
+            let bad = w.m.check();
             prop_assert!(bad.is_empty(), "after step {} ({:?}):\n{}", i, op, bad.join("\n"));
         }
         w.verify_all_bytes()?;
         w.procs.clear();
-        let bad = check_machine(&w.m);
+        let bad = w.m.check();
         prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));
         prop_assert_eq!(w.m.frames_in_use(), 1 + w.m.zero_frames().count() as u64 - 1, "only the zero pages remain allocated");
     }

@@ -6,11 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
-use foliomm::check::check_machine;
+use foliomm::folio::thp::ThpMode;
 use foliomm::machine::{DebugSwitches, ZapStrategy};
 use foliomm::phys::POISON;
-use foliomm::thp::ThpMode;
-use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
+use foliomm::{Config, Errno, Machine, MmapFlags, Prot};
 
 fn machine(debug: DebugSwitches) -> Arc<Machine> {
     Machine::new(Config { memory: 64 << 20, poison: true, debug, ..Config::default() }).unwrap()
@@ -20,15 +19,15 @@ fn machine(debug: DebugSwitches) -> Arc<Machine> {
 /// writes again. Returns the byte the child then reads.
 fn parent_write_after_fork(debug: DebugSwitches) -> (u8, Vec<String>) {
     let m = machine(debug);
-    let mut cpu = Cpu::new(&m);
-    let p = Mm::new(&m).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
     cpu.write(&p, a, &[1]).unwrap();
     let c = p.fork().unwrap();
     cpu.write(&p, a, &[2]).unwrap();
     let mut b = [0];
-    Cpu::new(&m).read(&c, a, &mut b).unwrap();
-    (b[0], check_machine(&m))
+    m.new_cpu().read(&c, a, &mut b).unwrap();
+    (b[0], m.check())
 }
 
 #[test]
@@ -51,14 +50,14 @@ fn skipping_the_fork_flush_is_caught_by_bytes() {
 /// whether A ever read a byte P never wrote, and the checker's report.
 fn read_while_unmapped(debug: DebugSwitches) -> (bool, Vec<String>) {
     let m = machine(debug);
-    let p = Mm::new(&m).unwrap();
+    let p = m.new_mm().unwrap();
     let a = p.mmap(0, 64 << 10, Prot::RW, MmapFlags::default()).unwrap();
-    Cpu::new(&m).fill(&p, a, 64 << 10, 0x5c).unwrap();
+    m.new_cpu().fill(&p, a, 64 << 10, 0x5c).unwrap();
     let started = AtomicBool::new(false);
     let mut foreign = false;
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
-            let mut cpu = Cpu::new(&m);
+            let mut cpu = m.new_cpu();
             let mut seen_foreign = false;
             loop {
                 let mut b = [0];
@@ -79,7 +78,7 @@ fn read_while_unmapped(debug: DebugSwitches) -> (bool, Vec<String>) {
         p.munmap(a, 64 << 10).unwrap();
         foreign = reader.join().unwrap();
     });
-    (foreign, check_machine(&m))
+    (foreign, m.check())
 }
 
 #[test]
@@ -105,14 +104,14 @@ fn zap_strategies_differ_in_batches_not_in_results() {
     for (zap, batches) in [(ZapStrategy::Batched, 16), (ZapStrategy::PerPage, 256)] {
         let m = Machine::new(Config { memory: 64 << 20, zap, ..Config::default() }).unwrap();
         m.thp.set_order(4, ThpMode::Always).unwrap();
-        let p = Mm::new(&m).unwrap();
+        let p = m.new_mm().unwrap();
         let a = p.mmap(0, 1 << 20, Prot::RW, MmapFlags::default()).unwrap();
-        Cpu::new(&m).write_byte_per_page(&p, a, 1 << 20, 3).unwrap();
+        m.new_cpu().write_byte_per_page(&p, a, 1 << 20, 3).unwrap();
         let before = m.stats.zap_batches.load(Relaxed);
         p.munmap(a, 1 << 20).unwrap();
         assert_eq!(m.stats.zap_batches.load(Relaxed) - before, batches, "{zap:?}");
         assert_eq!(m.stats.rmap_remove.load(Relaxed), batches, "one rmap call per batch ({zap:?})");
-        assert!(check_machine(&m).is_empty());
+        assert!(m.check().is_empty());
     }
 }
 
@@ -120,9 +119,9 @@ fn zap_strategies_differ_in_batches_not_in_results() {
 fn tlb_hits_after_the_first_touch_and_can_be_turned_off() {
     for (entries, hits) in [(2048, true), (0, false)] {
         let m = Machine::new(Config { memory: 16 << 20, tlb_entries: entries, ..Config::default() }).unwrap();
-        let p = Mm::new(&m).unwrap();
+        let p = m.new_mm().unwrap();
         let a = p.mmap(0, 4096, Prot::RW, MmapFlags::default()).unwrap();
-        let mut cpu = Cpu::new(&m);
+        let mut cpu = m.new_cpu();
         for i in 0..10u8 {
             cpu.write(&p, a, &[i]).unwrap();
         }

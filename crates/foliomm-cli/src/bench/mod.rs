@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
-use foliomm::thp::ThpMode;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -148,10 +148,10 @@ fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
 /// `order` (PMD order through MADV_HUGEPAGE), and faults every page in with
 /// one write each. Returns the MM, the address and the fault time.
 fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Result<(Arc<Mm>, u64, Duration)> {
-    for o in foliomm::thp::anon_orders().filter(|&o| o != 9) {
+    for o in foliomm::folio::thp::anon_orders().filter(|&o| o != 9) {
         m.thp.set_order(o, if o == order { ThpMode::Always } else { ThpMode::Never })?;
     }
-    let mm = Mm::new(m)?;
+    let mm = m.new_mm()?;
     let a = mm.mmap(0, size, Prot::RW, MmapFlags::default())?;
     match order {
         9 => mm.madvise(a, size, Advice::HugePage)?,
@@ -180,7 +180,7 @@ fn model_best<const N: usize>(
     order: u32,
     mut act: impl FnMut(&mut Cpu, &Mm, u64, Duration) -> Result<[Duration; N]>,
 ) -> Result<[Duration; N]> {
-    let mut cpu = Cpu::new(m);
+    let mut cpu = m.new_cpu();
     best(runs, bar, || {
         let (mm, addr, fault) = model_populate(m, &mut cpu, size, order)?;
         act(&mut cpu, &mm, addr, fault)

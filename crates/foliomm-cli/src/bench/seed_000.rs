@@ -144,7 +144,7 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
             .iter()
             .map(|(mm, pages)| {
                 s.spawn(move || -> Result<()> {
-                    let mut cpu = Cpu::new(m);
+                    let mut cpu = m.new_cpu();
                     for p in pages {
                         cpu.fill(mm, a + p * 4096, 4096, 2)?;
                     }
@@ -159,7 +159,7 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     let runs = a.common.runs.max(1);
     let instances = vm_scalability_instances(a);
-    let designs = foliomm::mapcount::DESIGN_NAMES;
+    let designs = foliomm::mapcount::Design::ALL;
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let columns = SEED_000_COLUMNS.len();
     let bar = progress((orders.len() * designs.len() * columns) as u64 * runs as u64);
@@ -170,10 +170,10 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             // Room for a copy of everything per child (cow, vm-scalability).
             let m = Machine::new(Config {
                 memory: (1 + instances as u64) * size + (256 << 20),
-                mapcount: design.to_string(),
+                mapcount: *design,
                 ..Config::default()
             })?;
-            let mut cpu = Cpu::new(&m);
+            let mut cpu = m.new_cpu();
             for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
                 bar.set_message(format!("{oname} {design} {bname}"));
                 let mut best: Option<Measured> = None;
@@ -192,7 +192,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     bar.finish_and_clear();
     let times: Vec<Vec<[Option<f64>; SEED_000_COLUMNS.len()]>> =
         best_runs.iter().map(|o| o.iter().map(|d| d.map(|r| r.map(|r| r.seconds))).collect()).collect();
-    let base = designs.iter().position(|d| *d == "nr-mapped").unwrap();
+    let base = designs.iter().position(|d| *d == foliomm::mapcount::Design::NrMapped).unwrap();
     let change = |oi: usize, di: usize, bi: usize| -> Option<f64> {
         Some(100.0 * (times[oi][di][bi]? - times[oi][base][bi]?) / times[oi][base][bi]?)
     };

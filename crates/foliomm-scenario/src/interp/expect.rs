@@ -5,15 +5,17 @@ use super::state::State;
 use super::StepResult;
 use crate::backend::Observation;
 use crate::lang::{CmpOp, MachineSetting, Operand};
+use foliomm::mapcount::Design;
 
 impl State<'_> {
     /// Evaluates `expect LHS OP RHS`, skipped where the run's mapcount design
     /// is not among `designs` (when any are given) or the backend cannot see
     /// an operand.
-    pub(super) fn expect(&self, lhs: &Operand, op: CmpOp, rhs: &Operand, designs: &[String]) -> StepResult {
+    pub(super) fn expect(&self, lhs: &Operand, op: CmpOp, rhs: &Operand, designs: &[Design]) -> StepResult {
         let design = self.design();
         if !designs.is_empty() && !designs.contains(&design) {
-            return Ok(format!("skipped: only for {} (this run: {design})", designs.join(", ")));
+            let names: Vec<&str> = designs.iter().map(|d| d.name()).collect();
+            return Ok(format!("skipped: only for {} (this run: {design})", names.join(", ")));
         }
         let is_stat = |o: &Operand| matches!(o, Operand::Field { obj, .. } if obj == "stat");
         if !self.backend.exact_counters() && (is_stat(lhs) || is_stat(rhs)) {
@@ -40,15 +42,15 @@ impl State<'_> {
 
     /// The mapcount design of this run: the last `set mapcount`, or the
     /// backend's own (the host kernel, and the model's default, are mm-id).
-    fn design(&self) -> String {
+    fn design(&self) -> Design {
         self.settings
             .iter()
             .rev()
             .find_map(|(_, s)| match s {
-                MachineSetting::Mapcount(d) => Some(d.clone()),
+                MachineSetting::Mapcount(d) => Some(*d),
                 _ => None,
             })
-            .unwrap_or_else(|| foliomm::machine::Config::default().mapcount)
+            .unwrap_or_default()
     }
 
     /// Keeps an observation under `name`; returns a one-line summary.

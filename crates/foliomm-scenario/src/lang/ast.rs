@@ -1,9 +1,11 @@
 //! The syntax tree of the workload language: one [`Step`] per line, its
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
+use foliomm::folio::thp::ThpMode;
 use foliomm::machine::ZapStrategy;
-use foliomm::mm::{Advice, Prot};
-use foliomm::thp::ThpMode;
+use foliomm::mapcount::Design;
+use foliomm::mm::Advice;
+use foliomm::mm_types::Prot;
 use foliomm::Errno;
 
 use crate::backend::GupKind;
@@ -97,7 +99,7 @@ pub enum Cmd {
         op: CmpOp,
         rhs: Operand,
         /// Only under these mapcount designs (`expect [mm-id] ...`); all if empty.
-        designs: Vec<String>,
+        designs: Vec<Design>,
     },
 }
 
@@ -106,8 +108,8 @@ pub enum Cmd {
 pub enum MachineSetting {
     /// Model RAM in bytes.
     Memory(u64),
-    /// Mapcount design name.
-    Mapcount(String),
+    /// The mapcount design.
+    Mapcount(Design),
     /// Zap strategy: `batched` or `per-page`.
     Zap(ZapStrategy),
     /// Entries per CPU TLB (0: no TLB).

@@ -1,8 +1,10 @@
 //! The parser: each line's tokens into a [`Step`].
 
+use foliomm::folio::thp::ThpMode;
 use foliomm::machine::ZapStrategy;
-use foliomm::mm::{Advice, Prot};
-use foliomm::thp::ThpMode;
+use foliomm::mapcount::Design;
+use foliomm::mm::Advice;
+use foliomm::mm_types::Prot;
 use foliomm::Errno;
 
 use super::ast::{Cmd, CmpOp, MachineSetting, ParseError, Step};
@@ -61,7 +63,14 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             let col = l.col();
             match l.next("a setting (memory, mapcount, zap, tlb, debug, mm_ids, thp, check)")? {
                 "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
-                "mapcount" => Ok(Cmd::SetMachine(MachineSetting::Mapcount(l.ident("a mapcount design")?))),
+                "mapcount" => {
+                    let col = l.col();
+                    let t = l.next("a mapcount design")?;
+                    match Design::parse(t) {
+                        Some(d) => Ok(Cmd::SetMachine(MachineSetting::Mapcount(d))),
+                        None => l.err(col, format!("unknown mapcount design '{t}' (known: {})", Design::names())),
+                    }
+                }
                 "tlb" => Ok(Cmd::SetMachine(MachineSetting::Tlb(l.size("a number of TLB entries")?))),
                 "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
                 "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
@@ -100,15 +109,13 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 while !text.ends_with(']') {
                     text.push_str(l.next("a ']' closing the list of designs")?);
                 }
-                designs = text
-                    .trim_end_matches(']')
-                    .split(',')
-                    .map(|d| d.trim().to_string())
-                    .filter(|d| !d.is_empty())
-                    .collect();
-                if let Some(bad) = designs.iter().find(|d| !foliomm::mapcount::DESIGN_NAMES.contains(&d.as_str())) {
-                    let known = foliomm::mapcount::DESIGN_NAMES.join(", ");
-                    return l.err(col, format!("unknown mapcount design '{bad}' (known: {known})"));
+                for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
+                    match Design::parse(name) {
+                        Some(d) => designs.push(d),
+                        None => {
+                            return l.err(col, format!("unknown mapcount design '{name}' (known: {})", Design::names()))
+                        }
+                    }
                 }
             }
             let lhs = l.operand()?;

@@ -15,20 +15,28 @@
 //! - no "bad page" was reported when a folio was freed, and no CPU used a
 //!   TLB entry whose frame had been freed since it was filled.
 //!
-//! [`reference`] is the plain byte model every read is compared against.
+//! [`reference`] is the plain byte model every read is compared against;
+//! [`ledger`] keeps what the page tables cannot tell (GUP references, the
+//! precision report's shadow, [`precision`]).
 
+pub mod ledger;
+pub mod precision;
 pub mod reference;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::Ordering::Relaxed;
+pub use ledger::Ledger;
 
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
-use crate::machine::Machine;
+use crate::kernel::Kernel;
 use crate::mapcount::{FolioTruth, MmId};
-use crate::mm::{Mm, Vmas};
-use crate::pgtable::{load, Pte, PGDIR_SHIFT, PMD_SHIFT, PMD_SIZE, PUD_SHIFT};
-use crate::phys::{pg, Pfn, PAGE_SHIFT, PMD_ORDER};
+use crate::mm_types::{Mm, Vmas};
+use crate::pgtable::{walk_all, Visit};
+use crate::phys::pg;
 use crate::rmap;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::Arc;
 
 /// One leaf mapping found by the walk.
 struct Leaf {
@@ -38,15 +46,16 @@ struct Leaf {
     pmd: bool,
 }
 
-/// Runs every check; returns one line per violation (empty when all hold).
-/// Call it at a quiescent point: no thread may be inside an operation.
-pub fn check_machine(m: &Machine) -> Vec<String> {
+/// Runs every check over the kernel `m`, its address spaces `mms` and the
+/// `ledger` of what the page tables cannot tell; returns one line per
+/// violation (empty when all hold). Call it at a quiescent point: no thread
+/// may be inside an operation.
+pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<String> {
     let mut bad = Vec::new();
-    let mms = m.mms();
     let mut tables: HashSet<Pfn> = HashSet::new();
     let mut leaves = Vec::new();
-    for mm in &mms {
-        let vmas = mm.read_lock();
+    for mm in mms {
+        let vmas = mm.mmap_read_lock();
         tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
             if !tables.insert(t) {
@@ -68,69 +77,43 @@ pub fn check_machine(m: &Machine) -> Vec<String> {
         }
     }
     let truth = build_truth(m, &leaves, &mut bad);
-    check_folios(m, &truth, &mut bad);
-    check_frames(m, &truth, &tables, &mut bad);
+    check_folios(m, ledger, &truth, &mut bad);
+    check_frames(m, ledger, &truth, &tables, &mut bad);
     bad.extend(m.bad_pages.lock().unwrap().iter().map(|b| format!("bad page: {b}")));
     bad.extend(m.violations.lock().unwrap().iter().map(|v| format!("use after free: {v}")));
     bad
 }
 
 /// Walks one MM's tables, recording every table frame and every leaf.
-fn walk_tables(m: &Machine, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<String>) {
+fn walk_tables(m: &Kernel, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<String>) {
     let phys = &m.phys;
-    let mut note_table = |t: Pfn, bad: &mut Vec<String>| {
-        if !tables.insert(t) {
-            bad.push(format!("mm {}: table {t:#x} reachable twice", mm.id));
-        }
-        if !phys.page(t).test(pg::TABLE) {
-            bad.push(format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id));
-        }
-    };
-    for i in 0..512u64 {
-        let pgde = load(phys, mm.pgd, i as usize);
-        if pgde.is_none() {
-            continue;
-        }
-        note_table(pgde.pfn(), bad);
-        for j in 0..512u64 {
-            let pude = load(phys, pgde.pfn(), j as usize);
-            if pude.is_none() {
-                continue;
+    walk_all(phys, mm.pgd, |visit| match visit {
+        Visit::Table(t) => {
+            if !tables.insert(t) {
+                bad.push(format!("mm {}: table {t:#x} reachable twice", mm.id));
             }
-            note_table(pude.pfn(), bad);
-            for k in 0..512u64 {
-                let addr = (i << PGDIR_SHIFT) | (j << PUD_SHIFT) | (k << PMD_SHIFT);
-                let pmde = load(phys, pude.pfn(), k as usize);
-                if pmde.is_none() {
-                    continue;
-                }
-                if pmde.huge() {
-                    leaves.push(Leaf { mm: mm.id, addr, pte: pmde, pmd: true });
-                    if !mm.deposits.lock().unwrap().contains_key(&addr) {
-                        bad.push(format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id));
-                    }
-                    continue;
-                }
-                note_table(pmde.pfn(), bad);
-                for l in 0..512u64 {
-                    let pte = load(phys, pmde.pfn(), l as usize);
-                    if !pte.is_none() {
-                        leaves.push(Leaf { mm: mm.id, addr: addr | (l << PAGE_SHIFT), pte, pmd: false });
-                    }
-                }
+            if !phys.page(t).test(pg::TABLE) {
+                bad.push(format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id));
             }
         }
-    }
+        Visit::HugePmd { addr, pte } => {
+            leaves.push(Leaf { mm: mm.id, addr, pte, pmd: true });
+            if !mm.deposits.lock().unwrap().contains_key(&addr) {
+                bad.push(format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id));
+            }
+        }
+        Visit::Pte { addr, pte } => leaves.push(Leaf { mm: mm.id, addr, pte, pmd: false }),
+    });
 }
 
-fn check_leaf(m: &Machine, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
+fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
     let phys = &m.phys;
     let (mm, addr, pte) = (leaf.mm, leaf.addr, leaf.pte);
     let size = if leaf.pmd { PMD_SIZE } else { 1 << PAGE_SHIFT };
     match vmas.find(addr) {
         None => bad.push(format!("mm {mm}: {addr:#x} is mapped outside any VMA")),
-        Some(v) if addr + size > v.end => {
-            bad.push(format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end))
+        Some(v) if addr + size > v.end() => {
+            bad.push(format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end()))
         }
         Some(v) => {
             if pte.write() && !v.writable() {
@@ -165,7 +148,7 @@ fn check_leaf(m: &Machine, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
     }
 }
 
-fn build_truth(m: &Machine, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<Pfn, FolioTruth> {
+fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<Pfn, FolioTruth> {
     let phys = &m.phys;
     let mut truth: HashMap<Pfn, FolioTruth> = HashMap::new();
     let mut page_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
@@ -204,7 +187,7 @@ fn build_truth(m: &Machine, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<P
     truth
 }
 
-fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<String>) {
+fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<String>) {
     let phys = &m.phys;
     for (&head, t) in truth {
         let f = Folio::from_head(phys, head);
@@ -219,8 +202,8 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
                 bad.push(format!("folio {head:#x}: mapcount {mc}, page tables say {total}"));
             }
         }
-        check_references(m, f, total, bad);
-        if let Some(shadow) = &m.shadow {
+        check_references(ledger, f, total, bad);
+        if let Some(shadow) = &ledger.shadow {
             let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
             let have = shadow.of(head);
             if have != want {
@@ -235,8 +218,8 @@ fn check_folios(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Str
 
 /// `refcount` = one per mapping + the pins' references + one per FOLL_GET;
 /// `_pincount` = pins.
-fn check_references(m: &Machine, f: Folio, mappings: u64, bad: &mut Vec<String>) {
-    let (pins, gets) = m.gups_of(f.pfn);
+fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<String>) {
+    let (pins, gets) = ledger.gups_of(f.pfn);
     let (pins, gets) = (pins as u64, gets as u64);
     let per_pin = if f.is_large() { 1 } else { crate::folio::GUP_PIN_COUNTING_BIAS as u64 };
     let rc = f.refcount() as u64;
@@ -248,7 +231,13 @@ fn check_references(m: &Machine, f: Folio, mappings: u64, bad: &mut Vec<String>)
     }
 }
 
-fn check_frames(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, tables: &HashSet<Pfn>, bad: &mut Vec<String>) {
+fn check_frames(
+    m: &Kernel,
+    ledger: &Ledger,
+    truth: &HashMap<Pfn, FolioTruth>,
+    tables: &HashSet<Pfn>,
+    bad: &mut Vec<String>,
+) {
     let phys = &m.phys;
     let n = phys.nr_frames();
     let mut free = vec![false; n as usize];
@@ -296,9 +285,9 @@ fn check_frames(m: &Machine, truth: &HashMap<Pfn, FolioTruth>, tables: &HashSet<
             continue;
         }
         if !truth.contains_key(&pfn) {
-            if m.gups_of(pfn) != (0, 0) {
+            if ledger.gups_of(pfn) != (0, 0) {
                 // Pinned after its last unmap (the pin keeps it alive).
-                check_references(m, f, 0, bad);
+                check_references(ledger, f, 0, bad);
             } else {
                 bad.push(format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order()));
             }

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::mm::Prot;
-use crate::phys::PAGE_SIZE;
+use crate::arch::PAGE_SIZE;
+use crate::mm_types::Prot;
 use crate::{Errno, Result};
 
 const PS: usize = PAGE_SIZE as usize;

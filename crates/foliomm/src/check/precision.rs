@@ -1,0 +1,101 @@
+//! The precision and safety report: at every COW decision on a large anon
+//! folio and at every observation, the design's answer to "mapped by this
+//! MM only?" is set beside the ground truth, kept in a shadow table of
+//! mappings per folio and MM that the rmap functions update and that no
+//! design reads.
+//!
+//! - wrong-exclusive: the design said "exclusive" (or reused) while another
+//!   MM maps the folio. A correctness and security failure (a COW reuse of a
+//!   shared page leaks data); it is also recorded as a violation, so the
+//!   checker fails.
+//! - missed reuse: the design said "shared"/"maybe" while one MM maps it.
+//! - avoidable copy: a COW copied although the ground truth allowed reuse
+//!   (one MM maps it and no other reference exists).
+//!
+//! On only when [`crate::kernel::Config::precision`] is set (it costs a lock
+//! and a map update per rmap call); it hears of events through the
+//! [`super::Ledger`], the kernel's observer.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::arch::Pfn;
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::MmId;
+use crate::sync::Mutex;
+
+/// Mappings per MM of every mapped folio.
+#[derive(Default)]
+pub struct Shadow(Mutex<HashMap<Pfn, BTreeMap<MmId, i64>>>);
+
+impl Shadow {
+    /// Records `delta` mappings of folio `head` by `mm`.
+    pub(crate) fn note(&self, head: Pfn, mm: MmId, delta: i64) {
+        let mut map = self.0.lock().unwrap();
+        let per_mm = map.entry(head).or_default();
+        let n = per_mm.entry(mm).or_insert(0);
+        *n += delta;
+        if *n == 0 {
+            per_mm.remove(&mm);
+        }
+        if per_mm.is_empty() {
+            map.remove(&head);
+        }
+    }
+
+    /// The only MM mapping `head`, if exactly one does.
+    fn sole_mapper(&self, head: Pfn) -> Option<MmId> {
+        let map = self.0.lock().unwrap();
+        let per_mm = map.get(&head)?;
+        (per_mm.len() == 1).then(|| *per_mm.keys().next().unwrap())
+    }
+
+    /// Mappings per MM of `head`, for the checker.
+    pub fn of(&self, head: Pfn) -> BTreeMap<MmId, i64> {
+        self.0.lock().unwrap().get(&head).cloned().unwrap_or_default()
+    }
+}
+
+/// Judges a COW decision on a large anon folio that is not AnonExclusive:
+/// `reused` is what the design decided for `mm`.
+pub(crate) fn judge_cow(m: &Kernel, shadow: &Shadow, f: Folio, mm: MmId, reused: bool) {
+    let owner = shadow.sole_mapper(f.pfn);
+    let mapcount = crate::rmap::folio_mapcount(m, f);
+    let reusable = owner == Some(mm) && mapcount == f.refcount() as u64;
+    if reused && owner != Some(mm) {
+        wrong_exclusive(m, format!("COW reused folio {:#x} for MM {mm} while {:?} map it", f.pfn, shadow.of(f.pfn)));
+    }
+    if !reused && reusable {
+        Stats::inc(&m.stats.precision_avoidable_copy);
+    }
+}
+
+/// Counts a wrong-exclusive judgement and records it as a violation, so
+/// the checker fails the run.
+fn wrong_exclusive(m: &Kernel, what: String) {
+    Stats::inc(&m.stats.precision_wrong_exclusive);
+    m.violations.lock().unwrap().push(format!("{}: {what} (wrong-exclusive)", m.design.name()));
+}
+
+/// Judges the era's policy guess for `f`: counted, not a violation, since
+/// policy code (madvise, NUMA balancing, khugepaged) only skips work on it.
+pub(crate) fn judge_guess(m: &Kernel, shadow: &Shadow, f: Folio, likely_shared: bool) {
+    let mappers = shadow.of(f.pfn).len();
+    if !likely_shared && mappers > 1 {
+        Stats::inc(&m.stats.precision_guess_exclusive_wrong);
+    }
+    if likely_shared && mappers == 1 {
+        Stats::inc(&m.stats.precision_guess_shared_wrong);
+    }
+}
+
+/// Judges the design's "maybe mapped shared?" answer for `f`.
+pub(crate) fn judge_answer(m: &Kernel, shadow: &Shadow, f: Folio, maybe_shared: bool) {
+    let exclusive = shadow.sole_mapper(f.pfn).is_some();
+    if !maybe_shared && !exclusive && !shadow.of(f.pfn).is_empty() {
+        wrong_exclusive(m, format!("answered exclusive for folio {:#x} mapped by {:?}", f.pfn, shadow.of(f.pfn)));
+    }
+    if maybe_shared && exclusive {
+        Stats::inc(&m.stats.precision_missed_reuse);
+    }
+}

@@ -1,0 +1,129 @@
+//! A machine's configuration: memory size, the strategies (mapcount design,
+//! zap batching), the TLB size, and the deliberate bugs tests switch on.
+
+use crate::mapcount::{Design, MmId};
+
+/// How to build a machine: its size, strategies and switches.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of model RAM (rounded down to 4 MiB).
+    pub memory: u64,
+    /// The mapcount design.
+    pub mapcount: Design,
+    /// How zap unmaps PTE-mapped large folios.
+    pub zap: ZapStrategy,
+    /// How a fault locks its VMA.
+    pub vma_lock: VmaLockDesign,
+    /// Entries in each CPU's software TLB; 0 turns the TLB off (every access walks).
+    pub tlb_entries: usize,
+    /// Fill freed frames with a poison byte (costs a write of every freed page).
+    pub poison: bool,
+    /// Stop a gather after this many pages (the page-count limit weighed in
+    /// seed 001's discussion); `None` limits slots only, as Linux does.
+    pub gather_page_limit: Option<u64>,
+    /// Deliberate bugs, for tests that prove the checks catch them.
+    pub debug: DebugSwitches,
+    /// Keep the precision and safety report ([`crate::precision`]).
+    pub precision: bool,
+    /// Fewer MM IDs than the design allows, to reach ID exhaustion in a test
+    /// (`set mm_ids N` in a scenario).
+    pub max_mm_id: Option<MmId>,
+}
+
+/// Zap strategies (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum ZapStrategy {
+    /// Linux 6.9+: one rmap, refcount, PTE-clear and TLB-entry operation per
+    /// batch of consecutive pages of one folio (`folio_pte_batch`).
+    Batched,
+    /// Before 6.9: every PTE on its own.
+    PerPage,
+}
+
+impl ZapStrategy {
+    /// Every strategy, with its name (`set zap NAME`, `--zap NAME`).
+    pub const ALL: [(ZapStrategy, &'static str); 2] =
+        [(ZapStrategy::Batched, "batched"), (ZapStrategy::PerPage, "per-page")];
+
+    pub fn parse(s: &str) -> Option<ZapStrategy> {
+        Self::ALL.iter().find(|(_, n)| *n == s).map(|(z, _)| *z)
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(z, _)| *z == self).map(|(_, n)| *n).unwrap()
+    }
+}
+
+/// Deliberate bugs (all off by default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DebugSwitches {
+    /// mmu_gather frees its pages before the TLB flush, and waits this long
+    /// between the two so that other CPUs can use their stale entries.
+    pub free_before_flush: Option<std::time::Duration>,
+    /// fork write-protects the parent's PTEs without flushing its TLB.
+    pub skip_fork_flush: bool,
+    /// Write faults never reuse a large anon folio that is not AnonExclusive
+    /// (Linux before 6.15): shows that comparisons with the host can fail.
+    pub no_large_reuse: bool,
+    /// Write faults reuse a large anon folio without asking the design: a
+    /// data leak the precision report and the byte checks must catch.
+    pub reuse_shared: bool,
+}
+
+impl DebugSwitches {
+    /// Names of the switches a scenario or the command line can set.
+    pub const NAMES: &'static [&'static str] =
+        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush"];
+
+    /// Turns on the switch called `name`; false if there is none.
+    pub fn set(&mut self, name: &str) -> bool {
+        match name {
+            "no-large-reuse" => self.no_large_reuse = true,
+            "reuse-shared" => self.reuse_shared = true,
+            "skip-fork-flush" => self.skip_fork_flush = true,
+            "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
+            _ => return false,
+        }
+        true
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            memory: 4 << 30,
+            mapcount: Design::default(),
+            zap: ZapStrategy::Batched,
+            vma_lock: VmaLockDesign::default(),
+            tlb_entries: 2048,
+            poison: false,
+            gather_page_limit: None,
+            debug: DebugSwitches::default(),
+            precision: false,
+            max_mm_id: None,
+        }
+    }
+}
+
+/// How a fault locks its VMA (seed 004; see [`crate::mm_types::vma_lock`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum VmaLockDesign {
+    /// `mmap_read_lock` held for the whole fault (Linux before 6.4).
+    #[default]
+    MmapLock,
+}
+
+impl VmaLockDesign {
+    /// Every design, with its name.
+    pub const ALL: [(VmaLockDesign, &'static str); 1] = [(VmaLockDesign::MmapLock, "mmap-lock")];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()
+    }
+
+    pub fn parse(s: &str) -> Option<VmaLockDesign> {
+        Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
+    }
+}

@@ -1,0 +1,127 @@
+//! The kernel context every layer from page tables up receives: one
+//! machine's physical memory, mapcount design, THP policy, event counters,
+//! zero pages, MM-ID allocator, configuration, the reports of broken rules,
+//! and the observers ([`observer`]). It knows nothing of address spaces: the
+//! top [`crate::machine::Machine`] owns the list of MMs and the observers'
+//! state. Folio and page-table allocation live in [`page_alloc`].
+//!
+//! Linux keeps these as globals (the zone, vmstat, `ZERO_PAGE`, `mm_ida`,
+//! the sysfs knobs); a context object lets two configurations live in one
+//! process.
+
+pub mod config;
+pub mod observer;
+mod page_alloc;
+pub mod stats;
+
+pub use config::{Config, DebugSwitches, VmaLockDesign, ZapStrategy};
+pub use observer::Observer;
+pub use stats::Stats;
+
+use crate::arch::{Pfn, PMD_ORDER};
+use crate::folio::thp::ThpSettings;
+use crate::mapcount::{MapcountDesign, MmId, MmIds};
+use crate::phys::{pg, PhysMem};
+use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{Arc, Mutex};
+use crate::Errno;
+
+/// One machine's kernel-wide state.
+pub struct Kernel {
+    pub phys: PhysMem,
+    pub design: &'static dyn MapcountDesign,
+    pub thp: ThpSettings,
+    pub stats: Stats,
+    pub config: Config,
+    /// The shared zero page (`ZERO_PAGE(0)`).
+    pub zero_pfn: Pfn,
+    /// The huge zero folio once asked for (`mm_get_huge_zero_folio`); `None`
+    /// inside if that allocation failed.
+    huge_zero: Mutex<Option<Option<Pfn>>>,
+    /// MM IDs (`mm_ida`).
+    pub mm_ids: MmIds,
+    /// "Bad page" reports from frees whose fields were not reset.
+    pub bad_pages: Mutex<Vec<String>>,
+    /// Broken rules seen while running: stale TLB entries used after a free,
+    /// wrong-exclusive answers. The checker reports them.
+    pub violations: Mutex<Vec<String>>,
+    /// Told of mapping changes, GUP references and sharing decisions.
+    pub observer: Option<Arc<dyn Observer>>,
+    next_anon_vma: AtomicU64,
+    next_serial: AtomicU64,
+}
+
+impl Kernel {
+    /// Builds the memory, the zero page and the ID allocator of `config`;
+    /// EINVAL or ENOMEM when the memory cannot be had.
+    pub fn new(config: Config, observer: Option<Arc<dyn Observer>>) -> Result<Kernel, Errno> {
+        let design = config.mapcount.implementation();
+        let phys = PhysMem::new(config.memory, config.poison)?;
+        let zero_pfn = phys.alloc_pages_zeroed(0)?;
+        let zp = phys.page(zero_pfn);
+        zp.flags.store(pg::ZERO, Relaxed);
+        zp.refcount.store(1, Relaxed);
+        zp.mapcount.store(-1, Relaxed);
+        let max_id = config.max_mm_id.unwrap_or(MmId::MAX).min(design.max_mm_id());
+        Ok(Kernel {
+            phys,
+            design,
+            thp: ThpSettings::default(),
+            stats: Stats::default(),
+            config,
+            zero_pfn,
+            huge_zero: Mutex::new(None),
+            mm_ids: MmIds::new(max_id),
+            bad_pages: Mutex::new(Vec::new()),
+            violations: Mutex::new(Vec::new()),
+            observer,
+            next_anon_vma: AtomicU64::new(1),
+            next_serial: AtomicU64::new(1),
+        })
+    }
+
+    /// The huge zero folio's head pfn, allocating it on first use.
+    pub fn huge_zero_pfn(&self) -> Option<Pfn> {
+        *self.huge_zero.lock().unwrap().get_or_insert_with(|| {
+            let pfn = self.phys.alloc_pages_zeroed(PMD_ORDER).ok()?;
+            for i in 0..1u64 << PMD_ORDER {
+                let p = self.phys.page(pfn + i);
+                p.flags.store(pg::ZERO | if i == 0 { pg::HEAD } else { pg::TAIL }, Relaxed);
+                p.compound.store(pfn, Relaxed);
+                p.mapcount.store(-1, Relaxed);
+            }
+            self.phys.page(pfn + 1).flags.fetch_or((PMD_ORDER as u64) << pg::ORDER_SHIFT, Relaxed);
+            self.phys.page(pfn).refcount.store(1, Relaxed);
+            Some(pfn)
+        })
+    }
+
+    /// Frames held by the zero page and (if allocated) the huge zero folio.
+    pub fn zero_frames(&self) -> impl Iterator<Item = Pfn> + '_ {
+        let huge = self.huge_zero.lock().unwrap().flatten();
+        std::iter::once(self.zero_pfn).chain(huge.into_iter().flat_map(|p| p..p + (1 << PMD_ORDER)))
+    }
+
+    /// A number never handed out before: tags TLB entries with their MM (an
+    /// ASID that is never reused) and names CPUs.
+    pub fn new_serial(&self) -> u64 {
+        self.next_serial.fetch_add(1, Relaxed)
+    }
+
+    /// A fresh anon_vma identity (`anon_vma_alloc`).
+    pub fn new_anon_vma(&self) -> u64 {
+        self.next_anon_vma.fetch_add(1, Relaxed)
+    }
+
+    /// Frames in use: total minus free.
+    pub fn frames_in_use(&self) -> u64 {
+        self.phys.nr_frames() - self.phys.nr_free()
+    }
+
+    /// Runs `event` on the observer, if there is one.
+    pub fn observe(&self, event: impl FnOnce(&dyn Observer)) {
+        if let Some(o) = &self.observer {
+            event(o.as_ref());
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! The observer interface: how bookkeeping above the kernel (the checker's
+//! GUP table, the precision report's shadow of mappings) hears of events
+//! without the lower layers calling up. The rmap functions report every
+//! mapping change and every sharing decision, GUP every reference.
+//!
+//! Linux has no such hooks; it is the model's instrumentation. The trait is
+//! defined here, beside the [`super::Kernel`] that carries it to every call,
+//! because that context sits below rmap and GUP.
+
+use crate::arch::Pfn;
+use crate::folio::Folio;
+use crate::mapcount::MmId;
+
+use super::Kernel;
+
+/// Told of events as they happen; every method defaults to ignoring them.
+pub trait Observer: Send + Sync {
+    /// `delta` mappings (PTEs or one PMD each) of the folio headed by
+    /// `head` were added to (or, negative, removed from) MM `mm`.
+    fn mapped(&self, head: Pfn, mm: MmId, delta: i64) {
+        let _ = (head, mm, delta);
+    }
+
+    /// A GUP reference (FOLL_PIN, else FOLL_GET) on the folio headed by
+    /// `head` was taken (`delta` 1) or released (-1).
+    fn gup(&self, head: Pfn, foll_pin: bool, delta: i32) {
+        let _ = (head, foll_pin, delta);
+    }
+
+    /// A write fault by `mm` on the large anon folio `f`, not AnonExclusive,
+    /// decided to reuse it (`reused`) or to copy.
+    fn cow_decided(&self, k: &Kernel, f: Folio, mm: MmId, reused: bool) {
+        let _ = (k, f, mm, reused);
+    }
+
+    /// An observation of the large folio `f` got the design's "maybe mapped
+    /// shared?" answer and the era's policy guess.
+    fn shared_answered(&self, k: &Kernel, f: Folio, maybe_shared: bool, likely_shared: bool) {
+        let _ = (k, f, maybe_shared, likely_shared);
+    }
+}

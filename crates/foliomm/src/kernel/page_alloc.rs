@@ -1,0 +1,119 @@
+//! Folio and page-table allocation over the buddy allocator, with the
+//! design's fields set up and checked: `folio_alloc` + `prep_compound_page`,
+//! `folio_put_refs` → `free_frozen_pages` with the `free_tail_page_prepare`
+//! "bad page" checks, `pte_alloc_one` / `pte_free`.
+
+use crate::arch::Pfn;
+use crate::folio::{Folio, GUP_PIN_COUNTING_BIAS, PINCOUNT_WORD};
+use crate::phys::pg;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::Errno;
+
+use super::{Kernel, Stats};
+
+impl Kernel {
+    /// Allocates a folio of `2^order` pages with refcount 1, mapcounts reset
+    /// (`folio_alloc` + `prep_compound_page`); the bytes are not zeroed.
+    pub fn alloc_folio(&self, order: u32) -> Result<Folio<'_>, Errno> {
+        self.phys.alloc_pages(order).map(|pfn| self.prep_folio(pfn, order))
+    }
+
+    /// [`Kernel::alloc_folio`] with the bytes zeroed (`vma_alloc_zeroed_movable_folio`).
+    pub fn alloc_folio_zeroed(&self, order: u32) -> Result<Folio<'_>, Errno> {
+        self.phys.alloc_pages_zeroed(order).map(|pfn| self.prep_folio(pfn, order))
+    }
+
+    fn prep_folio(&self, pfn: Pfn, order: u32) -> Folio<'_> {
+        let nr = 1u64 << order;
+        for i in 0..nr {
+            let p = self.phys.page(pfn + i);
+            p.flags.store(
+                if order == 0 {
+                    0
+                } else if i == 0 {
+                    pg::HEAD
+                } else {
+                    pg::TAIL
+                },
+                Relaxed,
+            );
+            p.compound.store(if i == 0 { 0 } else { pfn }, Relaxed);
+            p.mapcount.store(-1, Relaxed);
+            p.refcount.store(0, Relaxed);
+            p.link.store(0, Relaxed);
+        }
+        let f = Folio::from_head(&self.phys, pfn);
+        if order > 0 {
+            f.page(1).flags.fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
+            self.design.prep(f);
+        }
+        f.head().refcount.store(1, Relaxed);
+        Stats::inc(&self.stats.folio_alloc[order as usize]);
+        f
+    }
+
+    /// Drops `n` references; frees the folio when they were the last
+    /// (`folio_put_refs` → `free_frozen_pages`).
+    pub fn folio_put_refs(&self, f: Folio, n: i32) {
+        if f.put_refs(n) {
+            self.free_folio(f);
+        }
+    }
+
+    /// Drops one FOLL_PIN reference (`gup_put_folio`); may free the folio.
+    pub fn unpin_folio(&self, f: Folio) {
+        if f.is_large() {
+            f.page(1).w[PINCOUNT_WORD].fetch_sub(1, Relaxed);
+            self.folio_put_refs(f, 1);
+        } else {
+            self.folio_put_refs(f, GUP_PIN_COUNTING_BIAS);
+        }
+    }
+
+    fn free_folio(&self, f: Folio) {
+        let order = f.order();
+        let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
+        let m = f.head().mapcount.load(Relaxed);
+        if order == 0 && m != -1 {
+            bad.push(format!("_mapcount is {m}, expected -1"));
+        }
+        if !bad.is_empty() {
+            self.bad_pages.lock().unwrap().push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
+        }
+        for i in 0..f.nr_pages() {
+            let p = f.page(i);
+            p.flags.store(0, Relaxed);
+            p.mapcount.store(0, Relaxed);
+            p.compound.store(0, Relaxed);
+            p.link.store(0, Relaxed);
+            for w in &p.w {
+                w.store(0, Relaxed);
+            }
+            p.ids.store(0, Relaxed);
+        }
+        Stats::inc(&self.stats.folio_free[order as usize]);
+        self.phys.free_pages(f.pfn, order);
+    }
+
+    /// Allocates a zeroed page-table page (`pte_alloc_one` and friends).
+    pub fn alloc_table(&self) -> Result<Pfn, Errno> {
+        let pfn = self.phys.alloc_pages_zeroed(0)?;
+        let p = self.phys.page(pfn);
+        p.flags.store(pg::TABLE, Relaxed);
+        p.refcount.store(1, Relaxed);
+        p.mapcount.store(-1, Relaxed);
+        Stats::inc(&self.stats.pgtable_alloc);
+        Ok(pfn)
+    }
+
+    /// Frees a page-table page.
+    pub fn free_table(&self, pfn: Pfn) {
+        let p = self.phys.page(pfn);
+        debug_assert!(p.test(pg::TABLE));
+        p.flags.store(0, Relaxed);
+        p.refcount.store(0, Relaxed);
+        p.mapcount.store(0, Relaxed);
+        Stats::inc(&self.stats.pgtable_free);
+        self.phys.free_pages(pfn, 0);
+    }
+}

@@ -1,0 +1,140 @@
+//! Event counters of one [`super::Kernel`], named after `/proc/vmstat` and
+//! the mTHP `stats/` files where Linux has a counter for the same event.
+
+use crate::arch::MAX_PAGE_ORDER;
+use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+const ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// Machine-wide event counters.
+        #[derive(Default)]
+        pub struct Stats {
+            $($(#[doc = $doc])* pub $name: AtomicU64,)*
+            /// Anonymous folios allocated by faults, per order (`anon_fault_alloc`).
+            pub anon_fault_alloc: [AtomicU64; ORDERS],
+            /// Fallbacks from an order whose allocation failed (`anon_fault_fallback`).
+            pub anon_fault_fallback: [AtomicU64; ORDERS],
+            /// Anon folios queued for deferred split (`split_deferred`).
+            pub split_deferred: [AtomicU64; ORDERS],
+            /// Folios allocated, per order.
+            pub folio_alloc: [AtomicU64; ORDERS],
+            /// Folios freed, per order.
+            pub folio_free: [AtomicU64; ORDERS],
+        }
+
+        impl Stats {
+            /// Every scalar counter with its name, in declaration order.
+            pub fn scalars(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.load(Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Page faults handled (`pgfault`).
+    pgfault,
+    /// Read faults that mapped the shared zero page.
+    zero_page_map,
+    /// Read faults that mapped the huge zero folio with a PMD.
+    huge_zero_map,
+    /// PMD-sized anonymous faults served by a THP (`thp_fault_alloc`).
+    thp_fault_alloc,
+    /// PMD-sized anonymous faults that fell back to PTEs (`thp_fault_fallback`).
+    thp_fault_fallback,
+    /// PMD mappings split into PTE mappings (`thp_split_pmd`).
+    thp_split_pmd,
+    /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).
+    thp_deferred_split_page,
+    /// Write faults that reused the mapped page (`pgreuse`).
+    pgreuse,
+    /// Write faults that copied a page (or the zero page) into a new folio.
+    cow_copy,
+    /// Write faults on a PMD-mapped THP that reused it in place.
+    thp_reuse_pmd,
+    /// `folio_add_new_anon_rmap` calls.
+    rmap_add_new,
+    /// `folio_add_anon_rmap_*` calls (PMD split).
+    rmap_add,
+    /// `folio_try_dup_anon_rmap_*` calls (fork), one per batch.
+    rmap_dup,
+    /// `folio_remove_rmap_*` calls, one per batch.
+    rmap_remove,
+    /// PTEs copied by fork.
+    fork_ptes,
+    /// PTE batches copied by fork.
+    fork_batches,
+    /// Pages fork copied for the child because they may be pinned (`copy_present_page`).
+    fork_copy_pinned,
+    /// PTEs cleared by zap.
+    zap_ptes,
+    /// PTE batches zapped.
+    zap_batches,
+    /// TLB flushes requested (`flush_tlb_mm_range` calls).
+    tlb_flush,
+    /// Flushes a CPU applied that dropped entries from its TLB.
+    tlb_shootdown,
+    /// TLB entries dropped by flushes.
+    tlb_entries_dropped,
+    /// Page-table pages allocated.
+    pgtable_alloc,
+    /// Page-table pages freed.
+    pgtable_free,
+    /// Fork calls.
+    fork,
+    /// Atomic read-modify-writes the mapcount design performed (as its
+    /// kernel code does them: a bit-spinlock unlock is a plain store).
+    rmap_atomic_rmw,
+    /// Lock acquisitions by the mapcount design (bit spinlocks, seqcount entries).
+    rmap_locks,
+    /// Rounds spun waiting for them.
+    rmap_lock_spins,
+    /// Distinct memmap cache lines (64-byte descriptors) the design touched.
+    rmap_cache_lines,
+    /// Answers "exclusive" (or COW reuses) while two MMs map the folio: must be 0.
+    precision_wrong_exclusive,
+    /// Answers "shared"/"maybe shared" while one MM maps the folio.
+    precision_missed_reuse,
+    /// COW copies the ground truth would have avoided by reusing.
+    precision_avoidable_copy,
+    /// Policy guesses "likely exclusive" while two MMs map the folio.
+    precision_guess_exclusive_wrong,
+    /// Policy guesses "likely shared" while one MM maps the folio.
+    precision_guess_shared_wrong,
+    /// Errors returned as ENOMEM.
+    oom,
+}
+
+impl Stats {
+    /// Every counter, scalars then per-order arrays as `name[order]`, omitting
+    /// per-order entries that are zero.
+    pub fn snapshot(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = self.scalars().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        let arrays = [
+            ("anon_fault_alloc", &self.anon_fault_alloc),
+            ("anon_fault_fallback", &self.anon_fault_fallback),
+            ("split_deferred", &self.split_deferred),
+            ("folio_alloc", &self.folio_alloc),
+            ("folio_free", &self.folio_free),
+        ];
+        for (name, arr) in arrays {
+            for (order, c) in arr.iter().enumerate() {
+                let v = c.load(Relaxed);
+                if v != 0 {
+                    out.push((format!("{name}[{}K]", 4u64 << order), v));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+}

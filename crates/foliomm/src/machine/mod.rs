@@ -1,0 +1,73 @@
+//! A [`Machine`]: the top of the model. It builds the [`Kernel`] context of
+//! one configuration, owns the list of its address spaces and the checker's
+//! [`Ledger`] (installed as the kernel's observer), creates MMs and CPUs, and
+//! runs the invariant checker. Two machines with different designs can live
+//! in one process.
+
+pub use crate::kernel::{Config, DebugSwitches, VmaLockDesign, ZapStrategy};
+
+use crate::check::{check_machine, Ledger};
+use crate::cpu::Cpu;
+use crate::kernel::Kernel;
+use crate::mm::gup::{unpin_user_pages, Pin};
+use crate::mm_types::{Mm, MmList};
+use crate::sync::Arc;
+use crate::Result;
+
+/// One model machine.
+pub struct Machine {
+    pub kernel: Arc<Kernel>,
+    /// Every address space of the machine.
+    pub mms: Arc<MmList>,
+    /// What the checker keeps beside the page tables.
+    pub ledger: Arc<Ledger>,
+}
+
+impl std::ops::Deref for Machine {
+    type Target = Kernel;
+
+    /// The machine's kernel context (memory, design, counters, settings).
+    fn deref(&self) -> &Kernel {
+        &self.kernel
+    }
+}
+
+impl Machine {
+    /// Builds a machine; EINVAL or ENOMEM when its memory cannot be had.
+    pub fn new(config: Config) -> Result<Arc<Machine>> {
+        let ledger = Arc::new(Ledger::new(config.precision));
+        let kernel = Arc::new(Kernel::new(config, Some(ledger.clone()))?);
+        Ok(Arc::new(Machine { kernel, mms: Arc::default(), ledger }))
+    }
+
+    /// A new empty address space (`mm_alloc`).
+    pub fn new_mm(&self) -> Result<Arc<Mm>> {
+        Mm::new(&self.kernel, &self.mms)
+    }
+
+    /// A new simulated CPU, with an empty TLB.
+    pub fn new_cpu(&self) -> Cpu {
+        Cpu::new(&self.kernel)
+    }
+
+    /// Every address space still alive (exited ones too, until dropped).
+    pub fn mms(&self) -> Vec<Arc<Mm>> {
+        self.mms.alive()
+    }
+
+    /// (FOLL_PIN, FOLL_GET) references held on the folio headed by `head`.
+    pub fn gups_of(&self, head: crate::arch::Pfn) -> (u32, u32) {
+        self.ledger.gups_of(head)
+    }
+
+    /// Releases the references of a GUP call (`unpin_user_pages`).
+    pub fn unpin_user_pages(&self, pin: Pin) {
+        unpin_user_pages(&self.kernel, pin)
+    }
+
+    /// Runs the invariant checker ([`crate::check`]); one line per
+    /// violation. Call it at a quiescent point.
+    pub fn check(&self) -> Vec<String> {
+        check_machine(&self.kernel, &self.mms(), &self.ledger)
+    }
+}

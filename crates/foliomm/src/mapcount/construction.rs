@@ -1,0 +1,279 @@
+//! Constructions of per-MM numbers whose sums tell whether one MM owns every
+//! mapping of a folio (seed 000's "rmap IDs"), and the means to check them.
+//!
+//! A construction turns the IDs of the mappings into a few u64 sums; given
+//! the mapcount n and the sums, it names the sole owner, or none. It is
+//! correct if it names an owner exactly when all n mappings are that MM's,
+//! for every n up to the folio's page count and every ID below 2^24.
+//! [`check`] searches for counterexamples exhaustively over small ID ranges
+//! and mapping counts, then at random over the full range.
+
+/// A way to derive rmap sums from MM IDs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Construction {
+    /// Σid and Σid²: n·a and n·a² leave zero squared deviation from a, so
+    /// every mapping is a's (DESIGN.md; shipped as `rmap-id-powersum`).
+    PowerSum,
+    /// Σid alone: known wrong (1 + 3 = 2 + 2), kept to show the check works.
+    Plain,
+    /// Seed 000's RFC (mm/rmap_id.c): the 24-bit ID is cut into k digits
+    /// (k by folio order as the seed's table gives), and each digit d becomes
+    /// the sub-ID Σ bit_j(d)·(P+1)^j for a folio of P pages: at most P
+    /// summands never carry between base-(P+1) places, so the sums count,
+    /// per bit, how many mappings have it set. One sum per digit.
+    SeedSubIds,
+}
+
+/// The constructions foliomm ships.
+pub const SHIPPED: &[Construction] = &[Construction::PowerSum];
+
+/// Bits of an rmap ID (the seed supports 16M MMs).
+pub const ID_BITS: u32 = 24;
+
+/// The most sums a folio keeps (the seed's 6 values for the largest orders).
+pub const MAX_VALUES: usize = 6;
+
+/// One mapping's contribution to each sum; derefs to a slice.
+#[derive(Clone, Copy, Debug)]
+pub struct Values {
+    len: usize,
+    v: [u64; MAX_VALUES],
+}
+
+impl std::ops::Deref for Values {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        &self.v[..self.len]
+    }
+}
+
+impl Construction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Construction::PowerSum => "powersum",
+            Construction::Plain => "plain",
+            Construction::SeedSubIds => "seed-subids",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Construction> {
+        [Construction::PowerSum, Construction::Plain, Construction::SeedSubIds].into_iter().find(|c| c.name() == s)
+    }
+
+    /// What one mapping by MM `id` adds to each sum, in a folio of `order`.
+    /// Computed on the stack: the rmap hot path calls it for every update,
+    /// where the seed reads values it computed once per MM.
+    pub fn values(self, id: u64, order: u32) -> Values {
+        let mut out = Values { len: 0, v: [0; MAX_VALUES] };
+        let mut push = |x| {
+            out.v[out.len] = x;
+            out.len += 1;
+        };
+        match self {
+            Construction::PowerSum => {
+                push(id);
+                push(id.wrapping_mul(id));
+            }
+            Construction::Plain => push(id),
+            Construction::SeedSubIds => {
+                let (k, bits) = seed_digits(order);
+                (0..k).for_each(|v| push(seed_subid(order, (id >> (v * bits)) & ((1 << bits) - 1))));
+            }
+        }
+        out
+    }
+
+    /// How many sums a folio of `order` keeps.
+    pub fn count(self, order: u32) -> usize {
+        self.values(0, order).len()
+    }
+
+    /// The sums for one mapping per entry of `ids`, in a folio of `order`.
+    pub fn sums(self, ids: &[u64], order: u32) -> Vec<u64> {
+        let mut sums = vec![0u64; self.count(order)];
+        for &id in ids {
+            for (s, &v) in sums.iter_mut().zip(self.values(id, order).iter()) {
+                *s = s.wrapping_add(v);
+            }
+        }
+        sums
+    }
+
+    /// The sole owner of `n` mappings with these sums in a folio of `order`,
+    /// if the construction can name one.
+    pub fn owner(self, n: u64, sums: &[u64], order: u32) -> Option<u64> {
+        if n == 0 || sums.iter().any(|s| !s.is_multiple_of(n)) {
+            return None;
+        }
+        let a = sums[0] / n;
+        match self {
+            Construction::PowerSum => (sums[1] == n.wrapping_mul(a.wrapping_mul(a))).then_some(a),
+            Construction::Plain => Some(a),
+            Construction::SeedSubIds => {
+                // Each sum / n must be one sub-ID: base-(P+1) digits all 0 or 1.
+                let (_, bits) = seed_digits(order);
+                let base = (1u64 << order) + 1;
+                let mut id = 0;
+                for (v, s) in sums.iter().enumerate() {
+                    let (mut q, mut digit) = (s / n, 0u64);
+                    for j in 0..bits {
+                        match q % base {
+                            0 => {}
+                            1 => digit |= 1 << j,
+                            _ => return None,
+                        }
+                        q /= base;
+                    }
+                    if q != 0 {
+                        return None;
+                    }
+                    id |= digit << (v as u32 * bits);
+                }
+                Some(id)
+            }
+        }
+    }
+
+    /// Whether `2^order` mappings (all a folio of that order is looked at
+    /// with) keep every sum below 2^64 for IDs below 2^ID_BITS.
+    pub fn fits(self, order: u32) -> bool {
+        let max_id = (1u128 << ID_BITS) - 1;
+        let term = match self {
+            Construction::PowerSum => max_id * max_id,
+            Construction::Plain => max_id,
+            Construction::SeedSubIds => {
+                let (_, bits) = seed_digits(order);
+                let base = (1u128 << order) + 1;
+                (0..bits).map(|j| base.pow(j)).sum()
+            }
+        };
+        (1u128 << order) * term <= u64::MAX as u128
+    }
+
+    /// The largest folio order (up to 15, the seed's limit) from order 2
+    /// up to which every order fits.
+    pub fn max_order(self) -> u32 {
+        (2..=16u32).take_while(|&o| self.fits(o)).last().unwrap_or(0)
+    }
+}
+
+/// Seed 000's table: how many 64-bit rmap values a folio of `order` gets
+/// (order 2: 1; <= 5: 2; <= 9: 3; 10: 4; <= 12: 5; <= 15: 6), and so how
+/// many bits of the 24-bit ID each value's digit holds.
+pub fn seed_digits(order: u32) -> (u32, u32) {
+    let k = match order {
+        0..=2 => 1,
+        3..=5 => 2,
+        6..=9 => 3,
+        10 => 4,
+        11..=12 => 5,
+        _ => 6,
+    };
+    (k, ID_BITS.div_ceil(k))
+}
+
+/// The sub-ID of digit `d` for a folio of `order` (`calc_rmap_subid`).
+pub fn seed_subid(order: u32, d: u64) -> u64 {
+    let base = (1u64 << order) + 1;
+    let mut place = 1u64;
+    let mut id = 0u64;
+    for j in 0..64 {
+        if d >> j == 0 {
+            break;
+        }
+        if d >> j & 1 == 1 {
+            id = id.wrapping_add(place);
+        }
+        place = place.wrapping_mul(base);
+    }
+    id
+}
+
+/// A set of mappings for which a construction answers wrongly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counterexample {
+    pub ids: Vec<u64>,
+    pub answered: Option<u64>,
+    pub truth: Option<u64>,
+}
+
+fn verdict(c: Construction, ids: &[u64], order: u32) -> Option<Counterexample> {
+    let truth = ids.iter().all(|&x| x == ids[0]).then_some(ids[0]);
+    let answered = c.owner(ids.len() as u64, &c.sums(ids, order), order);
+    (answered != truth).then(|| Counterexample { ids: ids.to_vec(), answered, truth })
+}
+
+/// Every multiset of `n` IDs from `1..=max_id`, for `n` in `1..=max_n`,
+/// then `trials` random sets of up to `2^order` IDs below 2^ID_BITS (seeded
+/// by `seed`). Returns the first counterexample.
+pub fn check(c: Construction, max_id: u64, max_n: usize, trials: u64, order: u32, seed: u64) -> Option<Counterexample> {
+    fn multisets(
+        c: Construction,
+        ids: &mut Vec<u64>,
+        from: u64,
+        max_id: u64,
+        left: usize,
+        order: u32,
+    ) -> Option<Counterexample> {
+        if left == 0 {
+            return verdict(c, ids, order);
+        }
+        for x in from..=max_id {
+            ids.push(x);
+            let found = multisets(c, ids, x, max_id, left - 1, order);
+            ids.pop();
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+    for n in 1..=max_n {
+        if let Some(ce) = multisets(c, &mut Vec::new(), 1, max_id, n, order) {
+            return Some(ce);
+        }
+    }
+    let mut next = crate::xorshift(seed);
+    let id_mask = (1u64 << ID_BITS) - 1;
+    for _ in 0..trials {
+        let n = 2 + (next() % ((1u64 << order) - 1)) as usize;
+        let a = (next() & id_mask).max(1);
+        let mut ids = vec![a; n];
+        // Mostly near-misses: one owner with a few mappings of others.
+        for _ in 0..(1 + next() % 3) {
+            let i = (next() % n as u64) as usize;
+            ids[i] = (next() & id_mask).max(1);
+        }
+        if let Some(ce) = verdict(c, &ids, order) {
+            return Some(ce);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn powersum_holds_and_plain_fails() {
+        assert_eq!(check(Construction::PowerSum, 7, 6, 20_000, 9, 1), None);
+        assert_eq!(
+            check(Construction::SeedSubIds, 7, 6, 20_000, 5, 1),
+            None,
+            "the seed's sub-IDs are exact where they fit"
+        );
+        // The RFC's own tables: subid_4 (order 10) index 3 is 1 + 1025.
+        assert_eq!(seed_subid(10, 3), 1026);
+        assert_eq!(seed_subid(10, 63), 1132513103723526);
+        assert_eq!(seed_subid(12, 31), 281818741907461);
+        assert!(Construction::SeedSubIds.fits(7), "order 7: 8-bit digits fit");
+        assert!(!Construction::SeedSubIds.fits(8), "order 8: 3 values of 8-bit digits overflow at P mappings");
+        let ce = check(Construction::Plain, 4, 3, 0, 9, 1).expect("plain sums must fail");
+        assert_ne!(ce.answered, ce.truth);
+        // DESIGN.md bounds the sums by 2^(48+k+1) and says order 15; exactly,
+        // 2^16 * (2^24 - 1)^2 < 2^64, so order 16 still fits.
+        assert_eq!(Construction::PowerSum.max_order(), 16);
+        assert!(Construction::PowerSum.max_order() >= crate::arch::MAX_PAGE_ORDER);
+    }
+}

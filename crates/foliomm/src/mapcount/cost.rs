@@ -1,0 +1,57 @@
+//! What each rmap operation costs a design, as its kernel code performs it:
+//! atomic read-modify-writes, lock acquisitions and spins, and memmap cache
+//! lines (seed 000's accounting of "4..9 additional atomic RMW operations").
+
+use super::eras::{PageMapcounts, Total};
+use super::large_mapcount::Entered;
+use super::{Cost, Level};
+use crate::folio::Folio;
+
+impl PageMapcounts {
+    /// What an add or remove of `nr` pages (or one PMD) from `first` cost,
+    /// counted as the kernel's code for the design performs it; `entered`
+    /// says how the large-mapcount update got in, `lock_spins` what the
+    /// compound lock cost to take.
+    pub(super) fn cost(&self, f: Folio, first: u64, nr: u64, level: Level, entered: Entered, lock_spins: u64) -> Cost {
+        let pte = level == Level::Pte;
+        let mut c = Cost { spins: lock_spins + entered.spins, ..Cost::default() };
+        // Per-page _mapcount (PTE) or _entire_mapcount (PMD).
+        c.rmw += if pte { nr } else { 1 };
+        if self.f.nr_pages_mapped {
+            c.rmw += 1;
+        }
+        if self.f.compound_lock {
+            c.rmw += 1;
+            c.locks += 1;
+        }
+        match self.f.total {
+            Total::Ptes if pte => c.rmw += 1,
+            Total::All if self.f.mm_ids => {
+                // The bit lock is the only atomic; slots update under it.
+                c.rmw += 1;
+                c.locks += 1;
+            }
+            Total::All if self.f.rmap_sums.is_some() => {
+                c.locks += 1;
+                // Entering and leaving the seqcount (the seed's 2 RMWs); the
+                // mapcount and each sum are plain when alone, atomic otherwise.
+                c.rmw += if entered.exclusive { 2 } else { 2 + 1 + self.sum_pages(f) };
+            }
+            Total::All => c.rmw += 1,
+            _ => {}
+        }
+        // Descriptors: the pages whose _mapcount changed, the second page
+        // (its fields), and for rmap-id the third (the square sum).
+        let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
+        let mut lines = if pte { nr } else { 0 };
+        let in_range = |p: u64| pte && first <= p && p < first + nr;
+        if touches_second && !in_range(1) {
+            lines += 1;
+        }
+        if self.f.rmap_sums.is_some() {
+            lines += (2..=self.sum_pages(f)).filter(|&p| !in_range(p)).count() as u64;
+        }
+        c.lines = lines;
+        c
+    }
+}

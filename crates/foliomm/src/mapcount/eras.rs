@@ -1,0 +1,175 @@
+//! The eras of Linux's mapcount: which counters each design keeps beside
+//! the per-page `_mapcount` and `_entire_mapcount` (KERNEL-REFERENCE §3),
+//! and the table of the seven designs.
+
+use super::construction::Construction;
+
+/// What the counter in the second page counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Total {
+    /// Nothing: the total mapcount is a scan over every page.
+    None,
+    /// `subpages_mapcount` (6.2-rc): the PTE mappings of all pages, unbiased.
+    Ptes,
+    /// `_large_mapcount` (6.10+): PTE and PMD mappings, biased by -1.
+    All,
+}
+
+/// The counters one era of Linux keeps beside the per-page `_mapcount` and
+/// `_entire_mapcount` (KERNEL-REFERENCE §3).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Features {
+    /// `_nr_pages_mapped`: pages mapped by PTEs + `ENTIRELY_MAPPED` (6.2+).
+    pub(super) nr_pages_mapped: bool,
+    pub(super) total: Total,
+    /// Two MM-ID slots with per-slot mapcounts and the "maybe shared" bit
+    /// under a bit spinlock in `_mm_ids` (6.15+).
+    pub(super) mm_ids: bool,
+    /// Every update under a bit spinlock in the first tail page (6.2-rc,
+    /// seed 003: `lock_compound_mapcounts`).
+    pub(super) compound_lock: bool,
+    /// Per-MM rmap-ID sums beside the large mapcount, under an atomic
+    /// seqcount (seed 000's tracking), kept in the `ids` word of pages 1..=k:
+    /// exact "mapped exclusively by MM x" where the construction fits.
+    pub(super) rmap_sums: Option<Construction>,
+    /// 6.10+ ("mm/rmap: do not add fully unmapped large folio to deferred
+    /// split list"): a PTE unmap queues the folio for deferred split only if
+    /// some page stays mapped. Before, every PTE unmap that unmapped a page
+    /// queued it (6.1 `page_remove_rmap`, 6.2-6.9 `__folio_remove_rmap`),
+    /// and freeing took it off the queue again.
+    pub(super) split_queue_exact: bool,
+    /// How policy code guesses "mapped shared" for a large folio.
+    pub(super) guess: Guess,
+}
+
+/// The guess an era's policy code (madvise cold/pageout/free, NUMA
+/// balancing, mempolicy, khugepaged) makes to skip folios other MMs use. Not
+/// a safety decision: before 6.15 it may be wrong both ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Guess {
+    /// Linux <= 6.3: `page_mapcount(page) != 1` of the page at hand.
+    Page,
+    /// 6.4-6.9 `folio_estimated_sharers`, renamed `folio_likely_mapped_shared`
+    /// in 6.9: `page_mapcount` of the first page > 1.
+    FirstPage,
+    /// 6.10-6.14 `folio_likely_mapped_shared`: total mapcount <= 1 means
+    /// exclusive; a PMD mapping or more mappings than pages means shared;
+    /// otherwise the first page decides.
+    Likely,
+    /// The design's own answer: seed 000's precise `folio_mapped_shared`,
+    /// 6.15+'s `folio_maybe_mapped_shared`.
+    Design,
+}
+
+/// The designs that keep a `_mapcount` per page, from Linux 6.1 to 6.15+.
+/// Designs before 6.15 answer "maybe mapped shared?" conservatively
+/// (mapcount > 1) and always copy a large folio on COW; `mm-id` (its slots)
+/// and both `rmap-id`s (their sums) can prove a single owner and reuse it.
+/// Differs from Linux: statistics (NR_ANON_MAPPED) are returned to the
+/// caller instead of kept per node, and `subpage` has no DoubleMap (it
+/// counted PMD-split pages twice to spare work; the counts are the same, but
+/// its PMD unmap scans every page where 6.1 scanned only with DoubleMap).
+#[derive(Clone, Copy, Debug)]
+pub struct PageMapcounts {
+    pub(super) name: &'static str,
+    pub(super) f: Features,
+}
+
+/// The designs, in [`super::Design`] order.
+pub(super) const DESIGNS: [PageMapcounts; 7] = [
+    // Linux <= 6.1: per-page + compound mapcount; totals scan every page.
+    PageMapcounts {
+        name: "subpage",
+        f: Features {
+            nr_pages_mapped: false,
+            total: Total::None,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: false,
+            guess: Guess::Page,
+        },
+    },
+    // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
+    PageMapcounts {
+        name: "compound-locked",
+        f: Features {
+            nr_pages_mapped: false,
+            total: Total::Ptes,
+            mm_ids: false,
+            compound_lock: true,
+            rmap_sums: None,
+            split_queue_exact: false,
+            guess: Guess::Page,
+        },
+    },
+    // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
+    PageMapcounts {
+        name: "nr-mapped",
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::None,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: false,
+            guess: Guess::FirstPage,
+        },
+    },
+    // Linux 6.10-6.14: + _large_mapcount (O(1) total).
+    PageMapcounts {
+        name: "large-mapcount",
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: true,
+            guess: Guess::Likely,
+        },
+    },
+    // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
+    // COW reuses PTE-mapped THP when exact. With the RFC's sub-IDs, and with
+    // the power-sum construction of DESIGN.md.
+    PageMapcounts {
+        name: "rmap-id",
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: Some(Construction::SeedSubIds),
+            split_queue_exact: false,
+            guess: Guess::Design,
+        },
+    },
+    PageMapcounts {
+        name: "rmap-id-powersum",
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: false,
+            compound_lock: false,
+            rmap_sums: Some(Construction::PowerSum),
+            split_queue_exact: false,
+            guess: Guess::Design,
+        },
+    },
+    // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
+    // (include/linux/rmap.h folio_add_return_large_mapcount,
+    // folio_sub_return_large_mapcount; mm/rmap.c __folio_add_rmap,
+    // __folio_remove_rmap).
+    PageMapcounts {
+        name: "mm-id",
+        f: Features {
+            nr_pages_mapped: true,
+            total: Total::All,
+            mm_ids: true,
+            compound_lock: false,
+            rmap_sums: None,
+            split_queue_exact: true,
+            guess: Guess::Design,
+        },
+    },
+];

@@ -1,0 +1,65 @@
+//! Where the designs keep their fields: the second page's descriptor
+//! (`folio->_large_mapcount`, `_nr_pages_mapped`, `_entire_mapcount`,
+//! `_pincount`, `_mm_id_mapcount[]`, `_mm_ids`), and helpers to read them.
+
+use crate::folio::Folio;
+use crate::sync::atomic::{AtomicI32, Ordering::*};
+
+use super::MmId;
+
+/// Field layout in the second page's descriptor (`folio->_large_mapcount` etc.).
+pub(super) mod field {
+    /// `_large_mapcount`, or `subpages_mapcount` in compound-locked.
+    pub const TOTAL: usize = 0;
+    pub const NR_PAGES_MAPPED: usize = 1;
+    pub const ENTIRE: usize = 2;
+    pub const PINCOUNT: usize = crate::folio::PINCOUNT_WORD;
+    pub const SLOT0: usize = 4;
+    /// `FOLIO_MM_IDS_LOCK_BITNUM`: top bit of `_mm_id[0]`.
+    pub const LOCK_BIT: u32 = 31;
+    /// `FOLIO_MM_IDS_SHARED_BITNUM`: top bit of `_mm_id[1]`.
+    pub const SHARED_BIT: u32 = 63;
+    pub const ID_MASK: u64 = (1 << 31) - 1;
+    /// The compound lock: `PG_locked` of the first tail page.
+    pub const COMPOUND_LOCK_BIT: u32 = 0;
+    /// rmap-id: the atomic seqcount (in the word mm-id uses for slot 0).
+    pub const SEQCOUNT: usize = SLOT0;
+}
+
+/// `ENTIRELY_MAPPED`: added to `_nr_pages_mapped` while a PMD maps the folio.
+pub const ENTIRELY_MAPPED: i32 = 0x80_0000;
+
+pub(super) fn w(f: Folio<'_>, i: usize) -> &AtomicI32 {
+    &f.page(1).w[i]
+}
+
+pub(super) fn slot_id(ids: u64, s: usize) -> MmId {
+    ((ids >> (32 * s)) & field::ID_MASK) as MmId
+}
+
+pub(super) fn set_slot_id(f: Folio, s: usize, id: MmId) {
+    let shift = 32 * s as u32;
+    let mask = field::ID_MASK << shift;
+    let ids = &f.page(1).ids;
+    let cur = ids.load(Relaxed);
+    // The caller holds the lock bit (or owns the new folio); keep every flag bit.
+    ids.store((cur & !mask) | ((id as u64) << shift), Relaxed);
+}
+
+pub(super) fn set_shared(f: Folio, on: bool) {
+    let bit = 1u64 << field::SHARED_BIT;
+    if on {
+        f.page(1).ids.fetch_or(bit, Relaxed);
+    } else {
+        f.page(1).ids.fetch_and(!bit, Relaxed);
+    }
+}
+
+pub(super) fn shared(f: Folio) -> bool {
+    f.page(1).ids.load(Relaxed) & (1 << field::SHARED_BIT) != 0
+}
+
+/// Pages mapped by at least one PTE, counted the slow way.
+pub(super) fn pages_mapped_by_ptes(f: Folio) -> u64 {
+    (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.load(Relaxed) >= 0).count() as u64
+}

@@ -1,0 +1,141 @@
+//! The large mapcount and what travels with it: `folio_add_return_large_mapcount`
+//! and `folio_sub_return_large_mapcount` with the MM-ID slots of 6.15+
+//! (KERNEL-REFERENCE §2.5), or seed 000's rmap-ID sums under the atomic
+//! seqcount.
+
+use super::construction::Construction;
+use super::eras::PageMapcounts;
+use super::fields::{field, set_shared, set_slot_id, slot_id, w};
+use super::MmId;
+use crate::folio::Folio;
+use crate::sync::atomic::Ordering::*;
+use crate::sync::{AtomicSeqcount, BitSpinLock};
+
+/// How an update of the large mapcount got in: alone in the rmap seqcount
+/// (the plain-update fast path), and the rounds it spun on locks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Entered {
+    pub exclusive: bool,
+    pub spins: u64,
+}
+
+impl PageMapcounts {
+    /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
+    /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
+    pub(super) fn add_large(&self, f: Folio, d: i32, mm: MmId) -> Entered {
+        if let Some(c) = self.f.rmap_sums {
+            return self.update_sums(c, f, d, mm);
+        }
+        if !self.f.mm_ids {
+            w(f, field::TOTAL).fetch_add(d, Relaxed);
+            return Entered::default();
+        }
+        let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
+        let entered = Entered { exclusive: false, spins: lock.spins() };
+        let large = w(f, field::TOTAL);
+        let t = large.load(Relaxed) + d;
+        large.store(t, Relaxed);
+        let ids = f.page(1).ids.load(Relaxed);
+        for s in 0..2 {
+            if slot_id(ids, s) == mm {
+                w(f, field::SLOT0 + s).fetch_add(d, Relaxed);
+                return entered;
+            }
+        }
+        if slot_id(ids, 0) == 0 {
+            set_slot_id(f, 0, mm);
+            w(f, field::SLOT0).store(d - 1, Relaxed);
+            if t != d - 1 {
+                set_shared(f, true);
+            }
+        } else if slot_id(ids, 1) == 0 {
+            set_slot_id(f, 1, mm);
+            w(f, field::SLOT0 + 1).store(d - 1, Relaxed);
+            set_shared(f, true);
+        }
+        // Else: both slots belong to other MMs; this MM is untracked and the
+        // shared bit is necessarily set already.
+        entered
+    }
+
+    /// `folio_sub_return_large_mapcount`.
+    pub(super) fn sub_large(&self, f: Folio, d: i32, mm: MmId) -> Entered {
+        if let Some(c) = self.f.rmap_sums {
+            return self.update_sums(c, f, -d, mm);
+        }
+        if !self.f.mm_ids {
+            w(f, field::TOTAL).fetch_sub(d, Relaxed);
+            return Entered::default();
+        }
+        let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
+        let entered = Entered { exclusive: false, spins: lock.spins() };
+        let large = w(f, field::TOTAL);
+        let t = large.load(Relaxed) - d;
+        large.store(t, Relaxed);
+        let ids = f.page(1).ids.load(Relaxed);
+        for s in 0..2 {
+            if slot_id(ids, s) == mm {
+                let c = w(f, field::SLOT0 + s);
+                let v = c.load(Relaxed) - d;
+                if v >= 0 {
+                    c.store(v, Relaxed);
+                    return entered;
+                }
+                c.store(-1, Relaxed);
+                set_slot_id(f, s, 0);
+                break;
+            }
+        }
+        if w(f, field::SLOT0).load(Relaxed) == t || w(f, field::SLOT0 + 1).load(Relaxed) == t {
+            set_shared(f, false);
+        }
+        entered
+    }
+
+    /// rmap-id: large mapcount += d and each rmap sum += d·value(mm), inside
+    /// the atomic seqcount; plain updates when the writer is alone.
+    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: MmId) -> Entered {
+        debug_assert!((mm as u64) < 1 << 24, "rmap IDs are 24-bit");
+        let values = c.values(mm as u64, f.order());
+        let total = w(f, field::TOTAL);
+        let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
+        let section = seq.write_begin();
+        let exclusive = section.exclusive;
+        if exclusive {
+            total.store(total.load(Relaxed) + d, Relaxed);
+        } else {
+            total.fetch_add(d, Relaxed);
+        }
+        for (i, &v) in values.iter().enumerate() {
+            let delta = (d as i64 as u64).wrapping_mul(v);
+            let sum = &f.page(1 + i as u64).ids;
+            if exclusive {
+                sum.store(sum.load(Relaxed).wrapping_add(delta), Relaxed);
+            } else {
+                sum.fetch_add(delta, Relaxed);
+            }
+        }
+        seq.write_end(section);
+        Entered { exclusive, spins: section.spins as u64 }
+    }
+
+    /// rmap-id: a consistent mapcount and rmap sums.
+    pub(super) fn sums(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
+        let k = c.count(f.order()) as u64;
+        AtomicSeqcount(w(f, field::SEQCOUNT)).read(|| {
+            let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+            (m, (1..=k).map(|p| f.page(p).ids.load(Relaxed)).collect())
+        })
+    }
+
+    /// rmap-id: the MM that maps every mapping of the folio, if one does
+    /// (`__folio_has_large_matching_rmap_val` for every candidate at once).
+    pub(super) fn sole_owner(&self, f: Folio) -> Option<MmId> {
+        let c = self.f.rmap_sums?;
+        let (n, sums) = self.sums(c, f);
+        if n > f.nr_pages() {
+            return None; // more mappings than pages: obviously shared
+        }
+        c.owner(n, &sums, f.order()).map(|a| a as MmId)
+    }
+}

@@ -1,0 +1,197 @@
+//! Mapcount designs: how a folio counts its page-table mappings and answers
+//! "is it mapped by more than one address space?".
+//!
+//! Small folios count in the head page's `_mapcount` the same way in every
+//! design (handled by [`crate::rmap`]); a [`MapcountDesign`] owns the fields of
+//! large folios. [`Design`] names the seven designs foliomm carries; all of
+//! them keep a mapcount per page and are one implementation with per-era
+//! features ([`eras`]): the fields ([`fields`]), the large mapcount with its
+//! MM-ID slots or rmap-ID sums ([`large_mapcount`]), the rmap operations
+//! ([`page_mapcounts`]), the checks against the ground truth ([`verify`]) and
+//! what each operation costs ([`cost`]). [`construction`] holds the rmap-ID
+//! constructions and their prover, [`mm_id`] the MM-ID allocator.
+
+pub mod construction;
+mod cost;
+mod eras;
+mod fields;
+mod large_mapcount;
+pub mod mm_id;
+mod page_mapcounts;
+mod verify;
+
+use std::collections::BTreeMap;
+
+use crate::folio::Folio;
+
+pub use eras::PageMapcounts;
+pub use fields::ENTIRELY_MAPPED;
+pub use mm_id::{MmId, MmIds};
+
+/// Which page-table level a mapping uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// `nr` PTEs mapping consecutive pages.
+    Pte,
+    /// One PMD mapping the whole (PMD-sized) folio.
+    Pmd,
+}
+
+/// What an rmap removal did to the folio (`__folio_remove_rmap` results).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Removed {
+    /// Pages that stopped being mapped (`NR_ANON_MAPPED` delta).
+    pub unmapped_pages: u64,
+    /// Queue the folio for deferred split: it stays mapped in part (6.10+),
+    /// or, in earlier eras, a PTE unmap unmapped one of its pages.
+    pub deferred_split: bool,
+    /// What the removal cost.
+    pub cost: Cost,
+}
+
+/// The mappings of one folio as the page tables hold them: what a design's
+/// fields must agree with. The checker builds it from page-table walks.
+#[derive(Clone, Debug, Default)]
+pub struct FolioTruth {
+    /// PTE mappings of each page.
+    pub pte: Vec<u32>,
+    /// PMD mappings of the whole folio.
+    pub pmd: u32,
+    /// Mappings (PTEs + PMDs) per address space.
+    pub per_mm: BTreeMap<MmId, u32>,
+}
+
+impl FolioTruth {
+    pub fn total(&self) -> u32 {
+        self.pte.iter().sum::<u32>() + self.pmd
+    }
+}
+
+/// The cost of one rmap operation on a large folio, counted as the kernel's
+/// code for the design performs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    /// Atomic read-modify-writes (a bit-spinlock unlock is a plain store).
+    pub rmw: u64,
+    /// Lock acquisitions (bit spinlocks, atomic seqcount entries).
+    pub locks: u64,
+    /// Distinct memmap descriptors, each a 64-byte cache line.
+    pub lines: u64,
+    /// Rounds spun waiting for those locks.
+    pub spins: u64,
+}
+
+/// The operations the rmap layer performs on a large folio's counters, and
+/// the queries it asks. Every method runs with the PTL of the table being
+/// changed held, as in Linux.
+pub trait MapcountDesign: Send + Sync {
+    /// The design's name (`--mapcount NAME`).
+    fn name(&self) -> &'static str;
+    /// The largest MM ID the design can track: `MM_ID_MAX` (2^31 - 1) for
+    /// mm-id and, as the model allocates IDs for every design, for the ones
+    /// that do not use them; 2^24 - 1 ("up to 16M") for seed 000's rmap IDs.
+    fn max_mm_id(&self) -> MmId;
+    /// Initialises the fields of a freshly allocated large folio (`prep_compound_head`).
+    fn prep(&self, f: Folio);
+    /// Returns a description of each field not back at its initial value
+    /// (`free_tail_page_prepare` "bad page" checks); empty when freeable.
+    fn check_freeable(&self, f: Folio) -> Vec<String>;
+    /// First mapping of a new folio by `mm`: all pages by PTEs, or one PMD
+    /// (`folio_add_new_anon_rmap`).
+    fn add_new(&self, f: Folio, level: Level, mm: MmId);
+    /// Adds `nr` PTE mappings of pages `first..first+nr`, or one PMD mapping;
+    /// returns what that cost.
+    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Cost;
+    /// Removes mappings, the mirror image of [`MapcountDesign::add`].
+    fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed;
+    /// `folio_mapcount`: page-table entries (PTEs and PMDs) mapping the folio.
+    fn mapcount(&self, f: Folio) -> u64;
+    /// `folio_entire_mapcount`: PMD mappings.
+    fn entire_mapcount(&self, f: Folio) -> u64;
+    /// `folio_precise_page_mapcount`: entries mapping page `i`, if the design
+    /// keeps per-page counts.
+    fn page_mapcount(&self, f: Folio, i: u64) -> Option<u64>;
+    /// `folio_maybe_mapped_shared`: false only if one MM maps the folio; may be
+    /// true although one MM maps it (imprecise designs).
+    fn maybe_mapped_shared(&self, f: Folio) -> bool;
+    /// The era's guess whether the folio holding page `i` is mapped by more
+    /// than one MM, as policy code asks it; may be wrong either way before
+    /// 6.15.
+    fn likely_mapped_shared(&self, f: Folio, i: u64) -> bool;
+    /// Whether a write fault by `mm` may reuse the whole large anon folio
+    /// (`__wp_can_reuse_large_anon_folio`); false means copy.
+    fn can_reuse(&self, f: Folio, mm: MmId) -> bool;
+    /// Compares the design's fields with the ground truth; returns violations.
+    fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String>;
+}
+
+macro_rules! designs {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal),* $(,)?) => {
+        /// The mapcount designs foliomm carries, oldest first: the one name
+        /// table the scenario parser, the command line and the benchmarks use.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+        #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+        pub enum Design {
+            $($(#[doc = $doc])* #[cfg_attr(feature = "clap", value(name = $name))] $variant,)*
+        }
+
+        impl Design {
+            /// Every design, oldest first.
+            pub const ALL: &'static [Design] = &[$(Design::$variant),*];
+
+            /// The design's name (`set mapcount NAME`, `--mapcount NAME`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Design::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+designs! {
+    /// Linux <= 6.1: per-page `_mapcount` + compound mapcount.
+    Subpage = "subpage",
+    /// Seed 003 (6.2-rc): + subpages mapcount, all under a bit spinlock.
+    CompoundLocked = "compound-locked",
+    /// Linux 6.2-6.9: `_nr_pages_mapped` + `ENTIRELY_MAPPED`, atomics only.
+    NrMapped = "nr-mapped",
+    /// Linux 6.10-6.14: + `_large_mapcount`.
+    LargeMapcount = "large-mapcount",
+    /// Seed 000's RFC: rmap-ID sums with the RFC's sub-IDs under an atomic seqcount.
+    RmapId = "rmap-id",
+    /// Seed 000's tracking with the power-sum construction.
+    RmapIdPowersum = "rmap-id-powersum",
+    /// Linux 6.15+ (the default): two MM-ID slots and the "maybe shared" bit.
+    MmId = "mm-id",
+}
+
+impl Design {
+    /// The design called `name`.
+    pub fn parse(name: &str) -> Option<Design> {
+        Design::ALL.iter().copied().find(|d| d.name() == name)
+    }
+
+    /// Every name, for error messages.
+    pub fn names() -> String {
+        Design::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The implementation of the design.
+    pub fn implementation(self) -> &'static dyn MapcountDesign {
+        &eras::DESIGNS[self as usize]
+    }
+}
+
+impl Default for Design {
+    /// The host kernel's design (Linux 6.15+).
+    fn default() -> Design {
+        Design::MmId
+    }
+}
+
+impl std::fmt::Display for Design {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

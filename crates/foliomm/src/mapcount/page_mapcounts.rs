@@ -1,0 +1,296 @@
+//! The rmap operations and queries of [`PageMapcounts`], the designs that
+//! keep a `_mapcount` per page (mm/rmap.c `__folio_add_rmap`,
+//! `__folio_remove_rmap`; include/linux/mm.h `folio_mapcount`,
+//! `folio_maybe_mapped_shared`; mm/memory.c `__wp_can_reuse_large_anon_folio`).
+
+use super::eras::{Guess, PageMapcounts, Total};
+use super::fields::{field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
+use super::large_mapcount::Entered;
+use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed};
+use crate::folio::Folio;
+use crate::sync::atomic::Ordering::*;
+use crate::sync::{AtomicSeqcount, BitSpinLock};
+
+impl PageMapcounts {
+    /// The compound lock, for the design that takes it around every update.
+    fn lock<'a>(&self, f: Folio<'a>) -> Option<BitSpinLock<'a>> {
+        self.f.compound_lock.then(|| BitSpinLock::lock(&f.page(1).flags, field::COMPOUND_LOCK_BIT))
+    }
+
+    /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
+    /// the rmap sums in pages 1..=k.
+    pub(super) fn sum_pages(&self, f: Folio) -> u64 {
+        self.f.rmap_sums.map_or(1, |c| c.count(f.order()) as u64)
+    }
+
+    /// The value `field::SLOT0` starts from: a free slot, or the seqcount.
+    fn slot0_init(&self) -> i32 {
+        if self.f.rmap_sums.is_some() {
+            0
+        } else {
+            -1
+        }
+    }
+
+    /// The value `field::TOTAL` starts from.
+    fn total_init(&self) -> i32 {
+        if self.f.total == Total::Ptes {
+            0
+        } else {
+            -1
+        }
+    }
+}
+
+impl MapcountDesign for PageMapcounts {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn max_mm_id(&self) -> MmId {
+        match self.f.rmap_sums {
+            Some(_) => (1 << super::construction::ID_BITS) - 1,
+            None => field::ID_MASK as MmId,
+        }
+    }
+
+    fn prep(&self, f: Folio) {
+        let ws = &f.page(1).w;
+        ws[field::TOTAL].store(self.total_init(), Relaxed);
+        ws[field::NR_PAGES_MAPPED].store(0, Relaxed);
+        ws[field::ENTIRE].store(-1, Relaxed);
+        ws[field::PINCOUNT].store(0, Relaxed);
+        ws[field::SLOT0].store(self.slot0_init(), Relaxed);
+        ws[field::SLOT0 + 1].store(-1, Relaxed);
+        for p in 1..=self.sum_pages(f) {
+            f.page(p).ids.store(0, Relaxed);
+        }
+    }
+
+    fn check_freeable(&self, f: Folio) -> Vec<String> {
+        let ws = &f.page(1).w;
+        let mut bad = Vec::new();
+        let expect = [
+            (field::TOTAL, self.total_init(), "_large_mapcount / subpages_mapcount"),
+            (field::NR_PAGES_MAPPED, 0, "_nr_pages_mapped"),
+            (field::ENTIRE, -1, "_entire_mapcount"),
+            (field::PINCOUNT, 0, "_pincount"),
+            (field::SLOT0 + 1, -1, "_mm_id_mapcount[1]"),
+        ];
+        for (i, want, name) in expect {
+            let v = ws[i].load(Relaxed);
+            if v != want {
+                bad.push(format!("{name} is {v}, expected {want}"));
+            }
+        }
+        // The rmap seqcount's sequence may be anything; no writer may be inside.
+        let slot0 = ws[field::SLOT0].load(Relaxed);
+        let idle = if self.f.rmap_sums.is_some() { AtomicSeqcount(&ws[field::SLOT0]).is_idle() } else { slot0 == -1 };
+        if !idle {
+            bad.push(format!("_mm_id_mapcount[0] / rmap seqcount is {slot0:#x}"));
+        }
+        for p in 1..=self.sum_pages(f) {
+            let ids = f.page(p).ids.load(Relaxed);
+            if ids != 0 {
+                bad.push(format!("page {p}: _mm_ids / rmap sum is {ids:#x}, expected 0"));
+            }
+        }
+        for i in 0..f.nr_pages() {
+            let m = f.page(i).mapcount.load(Relaxed);
+            if m != -1 {
+                bad.push(format!("page {i} _mapcount is {m}, expected -1"));
+            }
+        }
+        bad
+    }
+
+    fn add_new(&self, f: Folio, level: Level, mm: MmId) {
+        let nr = f.nr_pages() as i32;
+        let (entire, nr_mapped, all, ptes) = match level {
+            Level::Pte => {
+                for i in 0..f.nr_pages() {
+                    f.page(i).mapcount.store(0, Relaxed);
+                }
+                (-1, nr, nr - 1, nr)
+            }
+            Level::Pmd => (0, ENTIRELY_MAPPED, 0, 0),
+        };
+        // folio_set_large_mapcount(): the folio is not visible yet, no lock.
+        w(f, field::ENTIRE).store(entire, Relaxed);
+        if self.f.nr_pages_mapped {
+            w(f, field::NR_PAGES_MAPPED).store(nr_mapped, Relaxed);
+        }
+        match self.f.total {
+            Total::All => w(f, field::TOTAL).store(all, Relaxed),
+            Total::Ptes => w(f, field::TOTAL).store(ptes, Relaxed),
+            Total::None => {}
+        }
+        if self.f.mm_ids {
+            w(f, field::SLOT0).store(all, Relaxed);
+            set_slot_id(f, 0, mm);
+        }
+        if let Some(c) = self.f.rmap_sums {
+            let n = (all + 1) as u64;
+            for (i, &v) in c.values(mm as u64, f.order()).iter().enumerate() {
+                f.page(1 + i as u64).ids.store(n.wrapping_mul(v), Relaxed);
+            }
+        }
+    }
+
+    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Cost {
+        let lock = self.lock(f);
+        let entered = match level {
+            Level::Pte => {
+                let mut newly = 0;
+                for i in first..first + nr {
+                    if f.page(i).mapcount.fetch_add(1, Relaxed) == -1 {
+                        newly += 1;
+                    }
+                }
+                if self.f.nr_pages_mapped {
+                    w(f, field::NR_PAGES_MAPPED).fetch_add(newly, Relaxed);
+                }
+                match self.f.total {
+                    Total::All => self.add_large(f, nr as i32, mm),
+                    Total::Ptes => {
+                        w(f, field::TOTAL).fetch_add(nr as i32, Relaxed);
+                        Entered::default()
+                    }
+                    Total::None => Entered::default(),
+                }
+            }
+            Level::Pmd => {
+                let first_pmd = w(f, field::ENTIRE).fetch_add(1, Relaxed) == -1;
+                if first_pmd && self.f.nr_pages_mapped {
+                    w(f, field::NR_PAGES_MAPPED).fetch_add(ENTIRELY_MAPPED, Relaxed);
+                }
+                if self.f.total == Total::All {
+                    self.add_large(f, 1, mm)
+                } else {
+                    Entered::default()
+                }
+            }
+        };
+        self.cost(f, first, nr, level, entered, lock.map_or(0, |l| l.spins()))
+    }
+
+    fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+        let lock = self.lock(f);
+        let lock_spins = lock.as_ref().map_or(0, |l| l.spins());
+        let nr_mapped = w(f, field::NR_PAGES_MAPPED);
+        match level {
+            Level::Pte => {
+                let entered = match self.f.total {
+                    Total::All => self.sub_large(f, nr as i32, mm),
+                    Total::Ptes => {
+                        w(f, field::TOTAL).fetch_sub(nr as i32, Relaxed);
+                        Entered::default()
+                    }
+                    Total::None => Entered::default(),
+                };
+                let mut last = 0;
+                for i in first..first + nr {
+                    if f.page(i).mapcount.fetch_sub(1, Relaxed) == 0 {
+                        last += 1;
+                    }
+                }
+                let after = self.f.nr_pages_mapped.then(|| nr_mapped.fetch_sub(last, Relaxed) - last);
+                let unmapped = match after {
+                    Some(a) if a >= ENTIRELY_MAPPED => 0,
+                    None if self.entire_mapcount(f) > 0 => 0,
+                    _ => last as u64,
+                };
+                // Without _nr_pages_mapped, whether pages stay mapped takes a
+                // scan; only `split_queue_exact` eras ask.
+                let still_mapped = || after.map_or_else(|| pages_mapped_by_ptes(f) > 0, |a| a != 0);
+                let queue = unmapped > 0 && (!self.f.split_queue_exact || still_mapped());
+                let cost = self.cost(f, first, nr, level, entered, lock_spins);
+                Removed { unmapped_pages: unmapped, deferred_split: queue, cost }
+            }
+            Level::Pmd => {
+                let entered = if self.f.total == Total::All { self.sub_large(f, 1, mm) } else { Entered::default() };
+                let mut removed =
+                    Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
+                if w(f, field::ENTIRE).fetch_sub(1, Relaxed) == 0 {
+                    let still = if self.f.nr_pages_mapped {
+                        (nr_mapped.fetch_sub(ENTIRELY_MAPPED, Relaxed) - ENTIRELY_MAPPED) as u64
+                    } else {
+                        pages_mapped_by_ptes(f)
+                    };
+                    removed.unmapped_pages = f.nr_pages() - still;
+                    removed.deferred_split = still > 0 && still < f.nr_pages();
+                }
+                removed
+            }
+        }
+    }
+
+    fn mapcount(&self, f: Folio) -> u64 {
+        match self.f.total {
+            Total::All => (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
+            Total::Ptes => w(f, field::TOTAL).load(Relaxed) as u64 + self.entire_mapcount(f),
+            // folio_mapcount() before 6.10: a scan over every page.
+            Total::None => {
+                let ptes: u64 = (0..f.nr_pages()).map(|i| (f.page(i).mapcount.load(Relaxed) + 1) as u64).sum();
+                ptes + self.entire_mapcount(f)
+            }
+        }
+    }
+
+    fn entire_mapcount(&self, f: Folio) -> u64 {
+        (w(f, field::ENTIRE).load(Relaxed) + 1) as u64
+    }
+
+    fn page_mapcount(&self, f: Folio, i: u64) -> Option<u64> {
+        Some((f.page(i).mapcount.load(Relaxed) + 1) as u64 + self.entire_mapcount(f))
+    }
+
+    fn maybe_mapped_shared(&self, f: Folio) -> bool {
+        if self.f.rmap_sums.is_some() {
+            return self.mapcount(f) > 1 && self.sole_owner(f).is_none();
+        }
+        let m = self.mapcount(f);
+        if self.f.mm_ids {
+            m > 1 && shared(f)
+        } else {
+            m > 1
+        }
+    }
+
+    fn likely_mapped_shared(&self, f: Folio, i: u64) -> bool {
+        let page_shared = |i| self.page_mapcount(f, i).is_some_and(|n| n > 1);
+        match self.f.guess {
+            Guess::Page => page_shared(i),
+            Guess::FirstPage => page_shared(0),
+            Guess::Likely => {
+                let m = self.mapcount(f);
+                m > 1 && (self.entire_mapcount(f) > 0 || m > f.nr_pages() || f.page(0).mapcount.load(Relaxed) > 0)
+            }
+            Guess::Design => self.maybe_mapped_shared(f),
+        }
+    }
+
+    fn can_reuse(&self, f: Folio, mm: MmId) -> bool {
+        if self.f.rmap_sums.is_some() {
+            // Reuse when this MM maps every mapping and nothing else holds a
+            // reference (the seed's rule; no "large mapcount > 1" clause).
+            return self.sole_owner(f) == Some(mm) && self.mapcount(f) == f.refcount() as u64;
+        }
+        if !self.f.mm_ids {
+            return false; // before 6.15 a large anon folio is always copied
+        }
+        let m = self.mapcount(f);
+        if m <= 1 || shared(f) || m != f.refcount() as u64 {
+            return false;
+        }
+        let _lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
+        let ids = f.page(1).ids.load(Relaxed);
+        let ok = !shared(f) && self.mapcount(f) == f.refcount() as u64;
+        debug_assert!(!ok || slot_id(ids, 0) == mm || slot_id(ids, 1) == mm);
+        ok
+    }
+
+    fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String> {
+        self.verify_fields(f, truth)
+    }
+}

@@ -1,0 +1,109 @@
+//! A design's fields against the ground truth the checker rebuilt from the
+//! page tables (KERNEL-REFERENCE §2.5 and §11).
+
+use super::eras::{PageMapcounts, Total};
+use super::fields::{field, shared, slot_id, w, ENTIRELY_MAPPED};
+use super::{FolioTruth, MapcountDesign};
+use crate::folio::Folio;
+use crate::sync::atomic::Ordering::*;
+use crate::sync::AtomicSeqcount;
+
+impl PageMapcounts {
+    /// Compares every field the design keeps with the page tables' truth.
+    pub(super) fn verify_fields(&self, f: Folio, truth: &FolioTruth) -> Vec<String> {
+        let mut bad = Vec::new();
+        let total = truth.total() as i64;
+        let ptes: i64 = truth.pte.iter().map(|&n| n as i64).sum();
+        match self.f.total {
+            Total::All => {
+                let large = w(f, field::TOTAL).load(Relaxed) as i64 + 1;
+                if large != total {
+                    bad.push(format!("large mapcount {large}, page tables say {total}"));
+                }
+            }
+            Total::Ptes => {
+                let sub = w(f, field::TOTAL).load(Relaxed) as i64;
+                if sub != ptes {
+                    bad.push(format!("subpages mapcount {sub}, page tables say {ptes} PTE mappings"));
+                }
+            }
+            Total::None => {}
+        }
+        if self.mapcount(f) as i64 != total {
+            bad.push(format!("folio_mapcount {}, page tables say {total}", self.mapcount(f)));
+        }
+        let entire = self.entire_mapcount(f) as u32;
+        if entire != truth.pmd {
+            bad.push(format!("entire mapcount {entire}, page tables say {}", truth.pmd));
+        }
+        let mut pages_mapped = 0;
+        for (i, &n) in truth.pte.iter().enumerate() {
+            let m = f.page(i as u64).mapcount.load(Relaxed) + 1;
+            if m as u32 != n {
+                bad.push(format!("page {i} mapcount {m}, page tables say {n}"));
+            }
+            pages_mapped += (n > 0) as i32;
+        }
+        if self.f.nr_pages_mapped {
+            let want = pages_mapped + if truth.pmd > 0 { ENTIRELY_MAPPED } else { 0 };
+            let have = w(f, field::NR_PAGES_MAPPED).load(Relaxed);
+            if have != want {
+                bad.push(format!("_nr_pages_mapped {have:#x}, page tables say {want:#x}"));
+            }
+        }
+        if self.f.mm_ids {
+            // Slot rules (KERNEL-REFERENCE §2.5 sanity checks).
+            let ids = f.page(1).ids.load(Relaxed);
+            let mut occupied = 0;
+            let mut slot_sum = 0i64;
+            for s in 0..2 {
+                let id = slot_id(ids, s);
+                let c = w(f, field::SLOT0 + s).load(Relaxed);
+                if (id == 0) != (c == -1) {
+                    bad.push(format!("slot {s}: id {id} with count {c}"));
+                }
+                if id != 0 {
+                    occupied += 1;
+                    slot_sum += c as i64 + 1;
+                    if !truth.per_mm.contains_key(&id) {
+                        bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
+                    }
+                }
+            }
+            let sh = shared(f);
+            if total == 0 && sh {
+                bad.push("shared bit set on an unmapped folio".into());
+            }
+            if occupied == 2 && !sh {
+                bad.push("two occupied slots but the shared bit is clear".into());
+            }
+            if slot_sum > total {
+                bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
+            }
+        }
+        if let Some(c) = self.f.rmap_sums {
+            let mut want = vec![0u64; c.count(f.order())];
+            for (&id, &n) in &truth.per_mm {
+                for (s, &v) in want.iter_mut().zip(c.values(id as u64, f.order()).iter()) {
+                    *s = s.wrapping_add((n as u64).wrapping_mul(v));
+                }
+            }
+            let (_, have) = self.sums(c, f);
+            if have != want {
+                bad.push(format!("rmap sums {have:?}, page tables say {want:?}"));
+            }
+            if !AtomicSeqcount(w(f, field::SEQCOUNT)).is_idle() {
+                bad.push("a writer is still inside the rmap seqcount".into());
+            }
+            let owner = self.sole_owner(f);
+            let truly = (truth.per_mm.len() == 1).then(|| *truth.per_mm.keys().next().unwrap());
+            if total > 0 && total <= f.nr_pages() as i64 && owner != truly {
+                bad.push(format!("sole owner {owner:?}, page tables say {truly:?}"));
+            }
+        }
+        if truth.per_mm.len() > 1 && !self.maybe_mapped_shared(f) {
+            bad.push(format!("answered exclusive while {} MMs map the folio (wrong-exclusive)", truth.per_mm.len()));
+        }
+        bad
+    }
+}

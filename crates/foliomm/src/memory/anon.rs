@@ -1,0 +1,70 @@
+//! Anonymous faults on a none PTE (mm/memory.c `do_anonymous_page`,
+//! `alloc_anon_folio`): the zero page for a read, the largest allowed folio
+//! for a write.
+
+use super::fault::VmFault;
+use crate::arch::{pte_index, Pte, PAGE_SIZE, PMD_ORDER};
+use crate::folio::Folio;
+use crate::kernel::Stats;
+use crate::mapcount::Level;
+use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
+use crate::rmap::{self, anon_vma_prepare};
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::Result;
+
+/// `do_anonymous_page`: a read maps the shared zero page; a write allocates
+/// the largest allowed folio (`alloc_anon_folio`), zeroes it and maps all its
+/// pages with one batched rmap call, provided every PTE of the range is still
+/// none.
+pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
+    let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
+    if !vmf.write() {
+        let _ptl = pte_lockptr(phys, table).lock();
+        if load(phys, table, pte_index(addr)).is_none() {
+            let zero = Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED);
+            store(phys, table, pte_index(addr), zero);
+            Stats::inc(&k.stats.zero_page_map);
+        }
+        return Ok(());
+    }
+    let anon_vma = anon_vma_prepare(k, &vmf.vma.anon_vma);
+    let f = alloc_anon_folio(vmf)?;
+    let nr = f.nr_pages();
+    let base = addr & !(nr * PAGE_SIZE - 1);
+    let _ptl = pte_lockptr(phys, table).lock();
+    if !pte_range_none(phys, table, pte_index(base), nr as usize) {
+        drop(_ptl);
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
+    f.ref_add(nr as i32 - 1);
+    rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.id, anon_vma);
+    for i in 0..nr {
+        let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
+        store(phys, table, pte_index(base) + i as usize, e);
+    }
+    vmf.mm.rss_anon.fetch_add(nr as i64, Relaxed);
+    Stats::inc(&k.stats.anon_fault_alloc[f.order() as usize]);
+    Ok(())
+}
+
+/// `alloc_anon_folio`: from the highest allowed order below PMD order down,
+/// the first whose naturally aligned range lies inside the VMA, has only none
+/// PTEs and can be allocated; else order 0. The folio comes zeroed.
+fn alloc_anon_folio<'k>(vmf: &VmFault<'k>) -> Result<Folio<'k>> {
+    let k = vmf.k;
+    let orders = vmf.thp_orders() & ((1 << PMD_ORDER) - 1);
+    for order in (1..PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
+        let size = PAGE_SIZE << order;
+        let base = vmf.address & !(size - 1);
+        let inside = base >= vmf.vma.start() && base + size <= vmf.vma.end();
+        if !inside || !pte_range_none(&k.phys, vmf.table, pte_index(base), 1 << order) {
+            continue;
+        }
+        match k.alloc_folio_zeroed(order) {
+            Ok(f) => return Ok(f),
+            Err(_) => Stats::inc(&k.stats.anon_fault_fallback[order as usize]),
+        }
+    }
+    k.alloc_folio_zeroed(0)
+}

@@ -1,0 +1,51 @@
+//! mm/mprotect.c `change_protection`: a VMA's new protection applied to its
+//! entries. Write permission is granted only to AnonExclusive pages
+//! (`can_change_pte_writable`); PROT_NONE entries lose PRESENT and gain
+//! PROTNONE (`pte_modify`).
+
+use crate::arch::{pmd_addr_end, pte_index, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::kernel::Kernel;
+use crate::mm_types::{Mm, Vma};
+use crate::pgtable::{load, pte_lockptr, store, walk_pmd};
+
+/// `change_protection` over one VMA whose flags were just changed. Returns
+/// whether any entry changed (the caller then flushes the TLB).
+pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
+    let phys = &k.phys;
+    let mut changed = false;
+    let (start, end) = (vma.start(), vma.end());
+    let mut addr = start;
+    while addr < end {
+        let next = pmd_addr_end(addr, end);
+        let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else {
+            addr = next;
+            continue;
+        };
+        let e = pmd.load(phys);
+        if e.huge() {
+            changed |= super::huge_memory::change_huge_pmd(k, pmd, vma);
+        } else if !e.is_none() {
+            let table = e.pfn();
+            let _ptl = pte_lockptr(phys, table).lock();
+            for a in (addr..next).step_by(PAGE_SIZE as usize) {
+                let idx = pte_index(a);
+                let p = load(phys, table, idx);
+                if !p.present() {
+                    continue;
+                }
+                let can_write = !p.special() && {
+                    let f = Folio::containing(phys, p.pfn());
+                    f.anon_exclusive(p.pfn() - f.pfn)
+                };
+                let n = p.modify_prot(vma.readable(), vma.writable() && can_write);
+                if n != p {
+                    store(phys, table, idx, n);
+                    changed = true;
+                }
+            }
+        }
+        addr = next;
+    }
+    changed
+}

@@ -1,0 +1,136 @@
+//! Fork's page-table copy (mm/memory.c `copy_page_range` →
+//! `copy_pte_range` → `copy_present_ptes`, `copy_present_page`), with PTE
+//! batches per folio and the pinned-page copies of cow.c's pin cases.
+
+use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, Pfn, Pte, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::Level;
+use crate::mm_types::{Mm, Vma};
+use crate::pgtable::{alloc_pmd, alloc_pte_table, folio_pte_batch, load, pte_lockptr, store, walk_pmd};
+use crate::rmap;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::Result;
+
+/// One VMA's page-table copy at fork: the parent `src` and its VMA, the
+/// child `dst` and its copy of the VMA (Linux reaches both MMs through the
+/// two VMAs).
+pub(crate) struct CopyVma<'a> {
+    pub k: &'a Kernel,
+    pub dst: &'a Mm,
+    pub src: &'a Mm,
+    pub src_vma: &'a Vma,
+    pub dst_vma: &'a Vma,
+}
+
+impl CopyVma<'_> {
+    /// `copy_page_range` for a private anonymous VMA. A huge PMD that may be
+    /// pinned is split in the parent and copied by PTEs (`copy_huge_pmd`
+    /// returning -EAGAIN).
+    pub(crate) fn copy_page_range(&self) -> Result<()> {
+        let (k, dst, src) = (self.k, self.dst, self.src);
+        let phys = &k.phys;
+        let (start, end) = (self.src_vma.start(), self.src_vma.end());
+        let mut addr = start;
+        while addr < end {
+            let Some(spmd) = walk_pmd(phys, src.pgd, addr) else {
+                addr = pud_addr_end(addr, end);
+                continue;
+            };
+            let next = pmd_addr_end(addr, end);
+            let mut e = spmd.load(phys);
+            if e.huge() {
+                let dpmd = alloc_pmd(k, dst.pgd, addr, &dst.page_table_lock)?;
+                if super::huge_memory::copy_huge_pmd(k, dst, src, dpmd, spmd, addr)? {
+                    addr = next;
+                    continue;
+                }
+                super::huge_memory::split_huge_pmd(k, src, addr);
+                e = spmd.load(phys);
+            }
+            if !e.is_none() {
+                let dpmd = alloc_pmd(k, dst.pgd, addr, &dst.page_table_lock)?;
+                let dtable = alloc_pte_table(k, dpmd)?.expect("child PMD cannot be huge");
+                self.copy_pte_range(dtable, e.pfn(), addr, next)?;
+            }
+            addr = next;
+        }
+        Ok(())
+    }
+
+    /// `copy_pte_range` + `copy_present_ptes`: copies present PTEs in batches of
+    /// one folio (dirty respected, write merged), one reference add and one rmap
+    /// duplication per batch; write-protects the parent's PTEs and gives the child
+    /// old, read-only copies. The zero page is copied as it is. When duplication
+    /// refuses a batch (a page that may be pinned), the batch is redone page by
+    /// page and each such page is copied for the child (`copy_present_page`).
+    fn copy_pte_range(&self, dtable: Pfn, stable: Pfn, start: u64, end: u64) -> Result<()> {
+        let (k, dst, src) = (self.k, self.dst, self.src);
+        let phys = &k.phys;
+        let pinned = src.has_pinned.load(Relaxed);
+        let _dptl = pte_lockptr(phys, dtable).lock();
+        let _sptl = pte_lockptr(phys, stable).lock();
+        let mut addr = start;
+        let mut single = 0; // pages left to handle one by one after a refused batch
+        while addr < end {
+            let idx = pte_index(addr);
+            let pte = load(phys, stable, idx);
+            if pte.is_none() {
+                addr += PAGE_SIZE;
+                continue;
+            }
+            if pte.special() {
+                store(phys, dtable, idx, pte);
+                addr += PAGE_SIZE;
+                continue;
+            }
+            let f = Folio::containing(phys, pte.pfn());
+            let max_nr = ((end - addr) / PAGE_SIZE) as usize;
+            let (nr, any_writable) = if single == 0 && f.is_large() && max_nr > 1 {
+                folio_pte_batch(phys, f, stable, idx, pte, max_nr, true)
+            } else {
+                (1, pte.write())
+            };
+            single = usize::saturating_sub(single, 1);
+            f.ref_add(nr as i32);
+            if rmap::folio_try_dup_anon_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id, pinned).is_err() {
+                f.put_refs(nr as i32);
+                if nr > 1 {
+                    single = nr;
+                    continue;
+                }
+                self.copy_present_page(dtable, idx, pte)?;
+                addr += PAGE_SIZE;
+                continue;
+            }
+            let child = pte.without(Pte::RW | Pte::ACCESSED);
+            for i in 0..nr {
+                if any_writable {
+                    let s = load(phys, stable, idx + i);
+                    store(phys, stable, idx + i, s.without(Pte::RW));
+                }
+                store(phys, dtable, idx + i, child.next_pfn(i as u64));
+            }
+            dst.rss_anon.fetch_add(nr as i64, Relaxed);
+            Stats::add(&k.stats.fork_ptes, nr as u64);
+            Stats::inc(&k.stats.fork_batches);
+            addr += nr as u64 * PAGE_SIZE;
+        }
+        Ok(())
+    }
+
+    /// `copy_present_page`: the child gets its own copy of a page that may be
+    /// pinned, mapped writable if the VMA is; the parent's PTE stays as it was
+    /// (writable, exclusive), so the pin keeps seeing the parent's page.
+    fn copy_present_page(&self, dtable: Pfn, idx: usize, pte: Pte) -> Result<()> {
+        let (k, dst, dst_vma) = (self.k, self.dst, self.dst_vma);
+        let new = k.alloc_folio(0)?;
+        k.phys.copy_frame(new.pfn, pte.pfn());
+        rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.id, dst_vma.anon_vma());
+        let w = if dst_vma.writable() { Pte::RW | Pte::DIRTY } else { 0 };
+        store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w));
+        dst.rss_anon.fetch_add(1, Relaxed);
+        Stats::inc(&k.stats.fork_copy_pinned);
+        Ok(())
+    }
+}

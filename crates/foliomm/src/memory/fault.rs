@@ -1,0 +1,136 @@
+//! The page-fault entry (mm/memory.c `handle_mm_fault` → `__handle_mm_fault`
+//! → `handle_pte_fault`): walks to the PMD, lets the huge-PMD handlers try,
+//! else goes down to the PTE and dispatches to [`super::anon`] or
+//! [`super::wp`]. The caller holds the VMA stable (through
+//! [`crate::mm_types::vma_lock`]) and has checked the access against it.
+//!
+//! Differs from Linux: no LRU, swap, KSM, userfaultfd or memcg; a folio lock
+//! that is contended makes reuse fail instead of waiting.
+
+use super::huge_memory::{self, Huge};
+use super::{anon, wp};
+use crate::arch::{pte_index, Pfn, Pte, PMD_ORDER, PMD_SIZE};
+use crate::kernel::{Kernel, Stats};
+use crate::mm_types::{vm, Mm, Vma};
+use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lockptr, store, PmdSlot};
+use crate::Result;
+
+/// What a fault asks for (`FAULT_FLAG_WRITE`, `FAULT_FLAG_UNSHARE`, neither).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    Read,
+    Write,
+    /// Make an anon page exclusive to this MM without writing it (GUP R/O
+    /// pins): the COW paths run, but the entry stays read-only.
+    Unshare,
+}
+
+/// One fault as it travels down the handlers (`struct vm_fault`).
+#[derive(Clone, Copy)]
+pub struct VmFault<'a> {
+    pub k: &'a Kernel,
+    pub mm: &'a Mm,
+    pub vma: &'a Vma,
+    /// The faulting address (`vmf->address`, not rounded).
+    pub address: u64,
+    pub kind: FaultKind,
+    /// The PMD slot of the address (`vmf->pmd`).
+    pub pmd: PmdSlot,
+    /// The PTE table under it, once the fault reached PTE level.
+    pub table: Pfn,
+    /// The entry the handler decided on (`vmf->orig_pte` / `vmf->orig_pmd`).
+    pub orig: Pte,
+}
+
+impl VmFault<'_> {
+    pub fn write(&self) -> bool {
+        self.kind == FaultKind::Write
+    }
+    pub fn unshare(&self) -> bool {
+        self.kind == FaultKind::Unshare
+    }
+    /// The THP orders the VMA may use (`thp_vma_allowable_orders`).
+    pub fn thp_orders(&self) -> u32 {
+        let flags = self.vma.flags();
+        self.k.thp.allowable_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0)
+    }
+}
+
+/// `handle_mm_fault` for a read or write of `addr` in `vma`. Returns ENOMEM
+/// (`VM_FAULT_OOM`) when no order-0 page or page table can be allocated.
+pub fn handle_mm_fault(mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()> {
+    handle_fault(mm, vma, addr, if write { FaultKind::Write } else { FaultKind::Read })
+}
+
+/// `handle_mm_fault` with the fault's kind spelled out.
+pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
+    let k = &*mm.kernel;
+    Stats::inc(&k.stats.pgfault);
+    let r = __handle_mm_fault(k, mm, vma, addr, kind);
+    if r.is_err() {
+        Stats::inc(&k.stats.oom);
+    }
+    r
+}
+
+/// `__handle_mm_fault`: the PMD level, then [`handle_pte_fault`].
+fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
+    let pmd = alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock)?;
+    let mut vmf = VmFault { k, mm, vma, address: addr, kind, pmd, table: 0, orig: Pte::NONE };
+    loop {
+        let e = pmd.load(&k.phys);
+        vmf.orig = e;
+        if e.is_none() {
+            let haddr = addr & !(PMD_SIZE - 1);
+            let fits = haddr >= vma.start() && haddr + PMD_SIZE <= vma.end();
+            if fits
+                && vmf.thp_orders() & (1 << PMD_ORDER) != 0
+                && huge_memory::do_huge_pmd_anonymous_page(&vmf)? == Huge::Done
+            {
+                return Ok(());
+            }
+        } else if e.huge() {
+            if kind != FaultKind::Read && !e.write() {
+                if huge_memory::do_huge_pmd_wp_page(&vmf)? == Huge::Done {
+                    return Ok(());
+                }
+                continue;
+            }
+            touch(k, pmd.table, pmd.idx, e, vmf.write());
+            return Ok(());
+        }
+        let Some(table) = alloc_pte_table(k, pmd)? else {
+            continue;
+        };
+        vmf.table = table;
+        return handle_pte_fault(&mut vmf);
+    }
+}
+
+/// Sets accessed (and dirty for a write) on an entry that already allows the
+/// access, as the MMU would (`huge_pmd_set_accessed`, the `pte_mkyoung` tail
+/// of `handle_pte_fault`).
+fn touch(k: &Kernel, table: Pfn, idx: usize, orig: Pte, write: bool) {
+    let _ptl = pte_lockptr(&k.phys, table).lock();
+    if load(&k.phys, table, idx) == orig {
+        let bits = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
+        store(&k.phys, table, idx, orig.with(bits));
+    }
+}
+
+/// `handle_pte_fault`: a none PTE is an anonymous fault, a write (or
+/// unshare) to a read-only one is a write-protect fault, else the entry is
+/// only marked accessed.
+fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
+    let idx = pte_index(vmf.address);
+    let pte = load(&vmf.k.phys, vmf.table, idx);
+    vmf.orig = pte;
+    if pte.is_none() {
+        anon::do_anonymous_page(vmf)
+    } else if vmf.kind != FaultKind::Read && !pte.write() {
+        wp::do_wp_page(vmf)
+    } else {
+        touch(vmf.k, vmf.table, idx, pte, vmf.write());
+        Ok(())
+    }
+}

@@ -1,0 +1,277 @@
+//! PMD-mapped THP (mm/huge_memory.c): the PMD anonymous fault with the huge
+//! zero folio, write faults on a huge PMD, splitting a PMD into 512 PTEs,
+//! fork's `copy_huge_pmd`, `zap_huge_pmd`, `move_huge_pmd` and
+//! `change_huge_pmd`. Every PMD-mapped entry has a deposited PTE table
+//! (`pgtable_trans_huge_deposit`), used when the PMD is split.
+
+use super::fault::VmFault;
+use crate::arch::{Pte, PMD_ORDER, PMD_SIZE};
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::Level;
+use crate::mm_types::{Mm, Vma};
+use crate::pgtable::{self, pte_lockptr, walk_pmd, PmdSlot};
+use crate::phys::pg;
+use crate::rmap::{self, anon_vma_prepare};
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::tlb::MmuGather;
+use crate::Result;
+
+const HPAGE_NR: u64 = 1 << PMD_ORDER;
+
+/// What a huge-PMD handler did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Huge {
+    /// Handled (or raced with another fault: retry the access).
+    Done,
+    /// `VM_FAULT_FALLBACK`: handle at PTE level.
+    Fallback,
+}
+
+fn deposit(mm: &Mm, haddr: u64, table: u64) {
+    let old = mm.deposits.lock().unwrap().insert(haddr, table);
+    debug_assert!(old.is_none(), "two deposits for one PMD");
+}
+
+fn withdraw(mm: &Mm, haddr: u64) -> u64 {
+    mm.deposits.lock().unwrap().remove(&haddr).expect("huge PMD without a deposited table")
+}
+
+/// `do_huge_pmd_anonymous_page`: a read fault maps the huge zero folio; a
+/// write fault allocates, zeroes and maps a PMD-sized folio. Falls back to
+/// PTEs when no PMD-order block is free.
+pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
+    let (k, mm, vma, pmd) = (vmf.k, vmf.mm, vmf.vma, vmf.pmd);
+    let haddr = vmf.address & !(PMD_SIZE - 1);
+    let phys = &k.phys;
+    if !vmf.write() {
+        let Some(zero) = k.huge_zero_pfn() else {
+            return Ok(Huge::Fallback);
+        };
+        let table = k.alloc_table()?;
+        let _pl = pte_lockptr(phys, pmd.table).lock();
+        if !pmd.load(phys).is_none() {
+            drop(_pl);
+            k.free_table(table);
+            return Ok(Huge::Done);
+        }
+        deposit(mm, haddr, table);
+        pmd.store(phys, Pte::new(zero, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED));
+        Stats::inc(&k.stats.huge_zero_map);
+        return Ok(Huge::Done);
+    }
+    let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
+    let Ok(f) = k.alloc_folio_zeroed(PMD_ORDER) else {
+        Stats::inc(&k.stats.thp_fault_fallback);
+        Stats::inc(&k.stats.anon_fault_fallback[PMD_ORDER as usize]);
+        return Ok(Huge::Fallback);
+    };
+    let table = match k.alloc_table() {
+        Ok(t) => t,
+        Err(e) => {
+            k.folio_put_refs(f, 1);
+            return Err(e);
+        }
+    };
+    let pl = pte_lockptr(phys, pmd.table).lock();
+    if !pmd.load(phys).is_none() {
+        drop(pl);
+        k.folio_put_refs(f, 1);
+        k.free_table(table);
+        return Ok(Huge::Done);
+    }
+    rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, anon_vma);
+    deposit(mm, haddr, table);
+    map_anon_pmd(k, mm, pmd, f, vma);
+    drop(pl);
+    Stats::inc(&k.stats.thp_fault_alloc);
+    Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);
+    Ok(Huge::Done)
+}
+
+/// `map_anon_folio_pmd`: installs a new, writable, dirty PMD for `f`.
+fn map_anon_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
+    let w = if vma.writable() { Pte::RW } else { 0 };
+    pmd.store(&k.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY | w));
+    mm.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
+}
+
+/// `do_huge_pmd_wp_page`: a write to a read-only huge PMD. The huge zero
+/// folio is replaced by a new THP (`do_huge_zero_wp_pmd`); an anon THP is
+/// reused in place if its head is AnonExclusive or the PMD holds the only
+/// reference; otherwise the PMD is split and the fault falls back to PTEs.
+/// With `unshare` a reused PMD stays read-only.
+pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
+    let (k, mm, vma, pmd, addr, orig) = (vmf.k, vmf.mm, vmf.vma, vmf.pmd, vmf.address, vmf.orig);
+    let phys = &k.phys;
+    if orig.special() {
+        let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
+        let Ok(f) = k.alloc_folio_zeroed(PMD_ORDER) else {
+            Stats::inc(&k.stats.thp_fault_fallback);
+            split_huge_pmd(k, mm, addr);
+            return Ok(Huge::Fallback);
+        };
+        let pl = pte_lockptr(phys, pmd.table).lock();
+        if pmd.load(phys) != orig {
+            drop(pl);
+            k.folio_put_refs(f, 1);
+            return Ok(Huge::Done);
+        }
+        pmd.store(phys, Pte::NONE);
+        mm.tlb.flush_range(&k.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
+        rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, anon_vma);
+        map_anon_pmd(k, mm, pmd, f, vma);
+        Stats::inc(&k.stats.thp_fault_alloc);
+        Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);
+        return Ok(Huge::Done);
+    }
+    {
+        let _pl = pte_lockptr(phys, pmd.table).lock();
+        if pmd.load(phys) != orig {
+            return Ok(Huge::Done);
+        }
+        let f = Folio::from_head(phys, orig.pfn());
+        let reuse = f.anon_exclusive(0) || {
+            let locked = f.trylock();
+            let sole = locked.is_some() && f.refcount() == 1;
+            if sole {
+                f.set_anon_exclusive(0, true);
+            }
+            sole
+        };
+        if reuse {
+            if !vmf.unshare() {
+                pmd.store(phys, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+                Stats::inc(&k.stats.thp_reuse_pmd);
+            }
+            return Ok(Huge::Done);
+        }
+    }
+    split_huge_pmd(k, mm, addr);
+    Ok(Huge::Fallback)
+}
+
+/// `__split_huge_pmd`: splits the huge PMD covering `addr`, if any.
+pub(crate) fn split_huge_pmd(k: &Kernel, mm: &Mm, addr: u64) {
+    let phys = &k.phys;
+    let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else {
+        return;
+    };
+    let _pl = pte_lockptr(phys, pmd.table).lock();
+    let e = pmd.load(phys);
+    if e.huge() {
+        split_huge_pmd_locked(k, mm, pmd, addr & !(PMD_SIZE - 1), e);
+    }
+}
+
+/// `__split_huge_pmd_locked` without freezing: the deposited table is filled
+/// with 512 PTEs carrying the PMD's bits; for an anon THP the refcount grows
+/// by 511 and one batched rmap call adds the 512 PTE mappings (AnonExclusive
+/// propagated from the head) before the PMD mapping is removed. The huge zero
+/// folio becomes 512 zero-page PTEs.
+fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
+    let phys = &k.phys;
+    let table = withdraw(mm, haddr);
+    // pmdp_invalidate(): the huge entry goes away and the TLB is flushed
+    // before any PTE can be used.
+    pmd.store(phys, Pte::NONE);
+    mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
+    Stats::inc(&k.stats.thp_split_pmd);
+    let bits = e.without(Pte::PSE | Pte::PFN_MASK);
+    if e.special() {
+        for i in 0..HPAGE_NR as usize {
+            pgtable::store(phys, table, i, Pte::new(k.zero_pfn, bits.0));
+        }
+    } else {
+        let f = Folio::from_head(phys, e.pfn());
+        let exclusive = f.anon_exclusive(0);
+        f.ref_add(HPAGE_NR as i32 - 1);
+        rmap::folio_add_anon_rmap_ptes(k, f, 0, HPAGE_NR, mm.id, exclusive);
+        for i in 0..HPAGE_NR {
+            pgtable::store(phys, table, i as usize, Pte::new(f.pfn + i, bits.0));
+        }
+        rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+    }
+    pmd.store(phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
+}
+
+/// `copy_huge_pmd`: the child gets a read-only, old copy of the PMD and a
+/// deposited table of its own; the parent's PMD is write-protected.
+/// Returns false, changing nothing, when the THP may be pinned: the caller
+/// splits the parent's PMD and copies PTEs instead (-EAGAIN in Linux).
+pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<bool> {
+    let phys = &k.phys;
+    let table = k.alloc_table()?;
+    let dl = pte_lockptr(phys, dpmd.table).lock();
+    let sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
+    let e = spmd.load(phys);
+    if !e.special() {
+        let f = Folio::from_head(phys, e.pfn());
+        f.ref_add(1);
+        let pinned = src.has_pinned.load(Relaxed);
+        if rmap::folio_try_dup_anon_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id, pinned).is_err() {
+            f.put_refs(1);
+            drop((sl, dl));
+            k.free_table(table);
+            return Ok(false);
+        }
+        dst.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
+        spmd.store(phys, e.without(Pte::RW));
+    }
+    deposit(dst, addr & !(PMD_SIZE - 1), table);
+    dpmd.store(phys, e.without(Pte::RW | Pte::ACCESSED));
+    Ok(true)
+}
+
+/// `zap_huge_pmd`: clears a whole huge PMD, frees its deposited table and
+/// gathers the PMD's single folio reference (`tlb_remove_page_size`).
+pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64) {
+    let phys = &k.phys;
+    let full = {
+        let _pl = pte_lockptr(phys, pmd.table).lock();
+        let e = pmd.load(phys);
+        if !e.huge() {
+            return;
+        }
+        pmd.store(phys, Pte::NONE);
+        tlb.remove_tlb_entries(haddr, HPAGE_NR);
+        tlb.remove_table(withdraw(mm, haddr), haddr);
+        if e.special() {
+            false
+        } else {
+            let f = Folio::from_head(phys, e.pfn());
+            rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+            mm.rss_anon.fetch_sub(HPAGE_NR as i64, Relaxed);
+            Stats::add(&k.stats.zap_ptes, 1);
+            Stats::inc(&k.stats.zap_batches);
+            tlb.remove_folio_pages(f.pfn, 1, false)
+        }
+    };
+    if full {
+        tlb.flush_mmu();
+    }
+}
+
+/// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
+pub(crate) fn move_huge_pmd(k: &Kernel, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, src: u64, dst: u64) {
+    let phys = &k.phys;
+    let _sl = pte_lockptr(phys, spmd.table).lock();
+    let _dl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, dpmd.table).lock());
+    let e = spmd.load(phys);
+    debug_assert!(dpmd.load(phys).is_none());
+    spmd.store(phys, Pte::NONE);
+    dpmd.store(phys, e);
+    let t = withdraw(mm, src);
+    deposit(mm, dst, t);
+}
+
+/// `change_huge_pmd` (mprotect of a whole huge PMD). Returns whether it changed.
+pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
+    let phys = &k.phys;
+    let _pl = pte_lockptr(phys, pmd.table).lock();
+    let e = pmd.load(phys);
+    let can_write = !e.special() && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE);
+    let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
+    pmd.store(phys, n);
+    n != e
+}

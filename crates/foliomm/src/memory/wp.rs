@@ -1,0 +1,111 @@
+//! Write-protect faults on a present, read-only PTE of a private anonymous
+//! mapping (mm/memory.c `do_wp_page`, `wp_can_reuse_anon_folio`,
+//! `wp_page_copy`): reuse the page when this MM alone may own it, else copy.
+
+use super::fault::VmFault;
+use crate::arch::{pte_index, Pte, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::kernel::Stats;
+use crate::mapcount::Level;
+use crate::pgtable::{load, pte_lockptr, store};
+use crate::rmap::{self, anon_vma_prepare};
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::Result;
+
+/// `do_wp_page` for a private anonymous mapping: reuse the page if it is
+/// AnonExclusive, or if `wp_can_reuse_anon_folio` says so (small folio: sole
+/// reference; large folio: the design's answer); otherwise copy it. Reuse
+/// makes only the faulting PTE writable and marks only that page exclusive;
+/// an unshare fault (FAULT_FLAG_UNSHARE) leaves the PTE read-only.
+pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
+    let (k, phys, orig) = (vmf.k, &vmf.k.phys, vmf.orig);
+    if orig.special() {
+        return wp_page_copy(vmf, None);
+    }
+    let idx = pte_index(vmf.address);
+    let f = {
+        let _ptl = pte_lockptr(phys, vmf.table).lock();
+        if load(phys, vmf.table, idx) != orig {
+            return Ok(());
+        }
+        let f = Folio::containing(phys, orig.pfn());
+        let i = orig.pfn() - f.pfn;
+        let reuse = f.anon_exclusive(i)
+            || if f.is_large() {
+                let debug = &k.config.debug;
+                let reuse = debug.reuse_shared || (!debug.no_large_reuse && k.design.can_reuse(f, vmf.mm.id));
+                k.observe(|o| o.cow_decided(k, f, vmf.mm.id, reuse));
+                reuse
+            } else {
+                f.trylock().is_some() && f.refcount() == 1
+            };
+        if reuse {
+            f.set_anon_exclusive(i, true);
+            if !vmf.unshare() {
+                store(phys, vmf.table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+                Stats::inc(&k.stats.pgreuse);
+            }
+            return Ok(());
+        }
+        f.ref_add(1);
+        f
+    };
+    wp_page_copy(vmf, Some(f))
+}
+
+/// `wp_page_copy`: copies the page `old` (or zero-fills for the zero page)
+/// into a new order-0 folio and replaces the PTE; the old mapping's rmap is
+/// removed after the PTE is cleared and flushed, and the old folio's
+/// references (the mapping's and the one taken by the caller) are dropped
+/// last. An unshare fault maps the new page read-only and clean.
+fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
+    let (k, mm, phys, orig) = (vmf.k, vmf.mm, &vmf.k.phys, vmf.orig);
+    let anon_vma = anon_vma_prepare(k, &vmf.vma.anon_vma);
+    let new = match old {
+        Some(_) => k.alloc_folio(0),
+        None => k.alloc_folio_zeroed(0),
+    };
+    let new = match new {
+        Ok(f) => f,
+        Err(e) => {
+            if let Some(old) = old {
+                k.folio_put_refs(old, 1);
+            }
+            return Err(e);
+        }
+    };
+    if old.is_some() {
+        phys.copy_frame(new.pfn, orig.pfn());
+    }
+    let idx = pte_index(vmf.address);
+    let ptl = pte_lockptr(phys, vmf.table).lock();
+    if load(phys, vmf.table, idx) != orig {
+        drop(ptl);
+        k.folio_put_refs(new, 1);
+        if let Some(old) = old {
+            k.folio_put_refs(old, 1);
+        }
+        return Ok(());
+    }
+    // ptep_clear_flush(): no CPU may keep writing the old page.
+    store(phys, vmf.table, idx, Pte::NONE);
+    let page = vmf.address & !(PAGE_SIZE - 1);
+    mm.tlb.flush_range(&k.stats, page, page + PAGE_SIZE);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.id, anon_vma);
+    let writable = if vmf.unshare() { 0 } else { Pte::DIRTY | Pte::RW };
+    store(phys, vmf.table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | writable));
+    match old {
+        Some(old) => {
+            rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);
+        }
+        None => {
+            mm.rss_anon.fetch_add(1, Relaxed);
+        }
+    }
+    drop(ptl);
+    if let Some(old) = old {
+        k.folio_put_refs(old, 2);
+    }
+    Stats::inc(&k.stats.cow_copy);
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! Zap (mm/memory.c `unmap_page_range` → `zap_pte_range` →
+//! `zap_present_ptes`) and `free_pgtables`: unmapping a range's pages into
+//! an mmu_gather, batched per folio (seed 001), and freeing the page tables
+//! no VMA needs any more.
+
+use crate::arch::{
+    pgd_index, pmd_addr_end, pmd_index, pte_index, pud_addr_end, pud_index, Pfn, Pte, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE,
+    PUD_SIZE,
+};
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats, ZapStrategy};
+use crate::mapcount::Level;
+use crate::mm_types::{Mm, Vmas};
+use crate::pgtable::{folio_pte_batch, load, pte_lockptr, slot, store, walk_pmd};
+use crate::rmap;
+use crate::sync::atomic::Ordering::{AcqRel, Relaxed};
+use crate::tlb::MmuGather;
+
+/// `unmap_page_range` over `[start, end)` of `mm`: huge PMDs covered whole are
+/// zapped as one, partially covered ones are split first.
+pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: u64, end: u64) {
+    let mut addr = start;
+    while addr < end {
+        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
+            addr = pud_addr_end(addr, end);
+            continue;
+        };
+        let next = pmd_addr_end(addr, end);
+        let mut e = pmd.load(&k.phys);
+        if e.huge() {
+            if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
+                super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr);
+                addr = next;
+                continue;
+            }
+            super::huge_memory::split_huge_pmd(k, mm, addr);
+            e = pmd.load(&k.phys);
+        }
+        if !e.is_none() {
+            zap_pte_range(k, mm, tlb, e.pfn(), addr, next);
+        }
+        addr = next;
+    }
+}
+
+/// `zap_pte_range` + `zap_present_ptes`: clears present PTEs in batches of
+/// consecutive pages of one folio, with one rmap removal, one rss update, one
+/// TLB-range extension and one gather entry per batch. A full gather is
+/// flushed (TLB, then frees) after dropping the PTL and the walk resumes.
+fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u64, end: u64) {
+    let phys = &k.phys;
+    let mut addr = start;
+    while addr < end {
+        let mut full = false;
+        {
+            let _ptl = pte_lockptr(phys, table).lock();
+            while addr < end && !full {
+                let idx = pte_index(addr);
+                if load(phys, table, idx).is_none() {
+                    addr += PAGE_SIZE;
+                    continue;
+                }
+                // get_and_clear_full_ptes(): atomic exchanges, so that an
+                // accessed/dirty bit a CPU sets meanwhile is not lost.
+                let pte = Pte(slot(phys, table, idx).swap(0, AcqRel));
+                if pte.special() {
+                    tlb.remove_tlb_entries(addr, 1);
+                    addr += PAGE_SIZE;
+                    continue;
+                }
+                let f = Folio::containing(phys, pte.pfn());
+                let max_nr = ((end - addr) / PAGE_SIZE) as usize;
+                let batched = k.config.zap == ZapStrategy::Batched;
+                let nr = if batched && f.is_large() && max_nr > 1 {
+                    folio_pte_batch(phys, f, table, idx, pte, max_nr, false).0
+                } else {
+                    1
+                };
+                for i in 1..nr {
+                    slot(phys, table, idx + i).swap(0, AcqRel);
+                }
+                Stats::add(&k.stats.zap_ptes, nr as u64);
+                Stats::inc(&k.stats.zap_batches);
+                mm.rss_anon.fetch_sub(nr as i64, Relaxed);
+                tlb.remove_tlb_entries(addr, nr as u64);
+                rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
+                full = tlb.remove_folio_pages(pte.pfn(), nr as u32, false);
+                addr += nr as u64 * PAGE_SIZE;
+            }
+        }
+        if full {
+            tlb.flush_mmu();
+        }
+    }
+}
+
+/// `free_pgtables` / `free_pgd_range`: after `[start, end)` was unmapped,
+/// frees every page table below the PGD whose span no VMA intersects any more.
+pub(crate) fn free_pgtables(k: &Kernel, mm: &Mm, vmas: &Vmas, tlb: &mut MmuGather, start: u64, end: u64) {
+    let phys = &k.phys;
+    let unused = |lo: u64, size: u64| !vmas.any_in(lo, lo.saturating_add(size));
+    let mut a = start & !(PGDIR_SIZE - 1);
+    while a < end {
+        let pgde = load(phys, mm.pgd, pgd_index(a));
+        if !pgde.is_none() {
+            let pud_table = pgde.pfn();
+            let mut b = a.max(start & !(PUD_SIZE - 1));
+            let b_end = (a + PGDIR_SIZE).min(end);
+            while b < b_end {
+                let pude = load(phys, pud_table, pud_index(b));
+                if !pude.is_none() {
+                    let pmd_table = pude.pfn();
+                    let mut c = b.max(start & !(PMD_SIZE - 1));
+                    let c_end = (b + PUD_SIZE).min(end);
+                    while c < c_end {
+                        let pmde = load(phys, pmd_table, pmd_index(c));
+                        if !pmde.is_none() && !pmde.huge() && unused(c, PMD_SIZE) {
+                            store(phys, pmd_table, pmd_index(c), Pte::NONE);
+                            tlb.remove_table(pmde.pfn(), c);
+                        }
+                        c += PMD_SIZE;
+                    }
+                    if unused(b, PUD_SIZE) {
+                        store(phys, pud_table, pud_index(b), Pte::NONE);
+                        tlb.remove_table(pmd_table, b);
+                    }
+                }
+                b += PUD_SIZE;
+            }
+            if unused(a, PGDIR_SIZE) {
+                store(phys, mm.pgd, pgd_index(a), Pte::NONE);
+                tlb.remove_table(pud_table, a);
+            }
+        }
+        a = match a.checked_add(PGDIR_SIZE) {
+            Some(n) => n,
+            None => break,
+        };
+    }
+}

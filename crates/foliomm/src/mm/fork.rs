@@ -1,0 +1,46 @@
+//! kernel/fork.c `dup_mmap`: the child's VMAs and, through
+//! [`crate::memory::copy_page_range`], its page tables.
+
+use crate::kernel::Stats;
+use crate::memory::copy_page_range::CopyVma;
+use crate::mm_types::{vm, Mm};
+use crate::sync::Arc;
+use crate::Result;
+
+impl Mm {
+    /// `fork()`'s `dup_mmap`: a child MM (on the same MM list) with copies of
+    /// the VMAs (except `VM_DONTCOPY`) and, for VMAs with an anon_vma, of
+    /// their page tables (`copy_page_range`). On failure the half-built
+    /// child is torn down.
+    pub fn fork(&self) -> Result<Arc<Mm>> {
+        let k = &*self.kernel;
+        let vmas = self.mmap_write_lock();
+        let child = Mm::new(&self.kernel, &self.mmlist)?;
+        let result = (|| {
+            let mut cvmas = child.mmap_write_lock();
+            for v in vmas.iter().filter(|v| v.flags() & vm::DONTCOPY == 0) {
+                let c = v.dup();
+                if v.anon_vma() != 0 {
+                    c.anon_vma.set(k.new_anon_vma());
+                    CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
+                }
+                cvmas.insert(c);
+            }
+            Ok(())
+        })();
+        Stats::inc(&k.stats.fork);
+        // dup_mmap(): the parent's PTEs were write-protected; its TLBs must
+        // forget the writable translations before anyone writes again.
+        if !k.config.debug.skip_fork_flush {
+            self.tlb.flush_all(&k.stats);
+        }
+        drop(vmas);
+        match result {
+            Ok(()) => Ok(child),
+            Err(e) => {
+                child.exit();
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! mm/madvise.c `madvise`: MADV_DONTNEED zaps under the mmap_lock for read;
+//! the others change VMA flags under it for write.
+
+use super::range_end;
+use super::vma::merge_around;
+use crate::memory::zap::unmap_page_range;
+use crate::mm_types::{vm, Mm};
+use crate::tlb::MmuGather;
+use crate::{Errno, Result};
+
+/// `madvise` advice foliomm models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Advice {
+    DontNeed,
+    HugePage,
+    NoHugePage,
+    DontFork,
+    DoFork,
+}
+
+impl Advice {
+    pub fn parse(s: &str) -> Option<Advice> {
+        Some(match s {
+            "dontneed" => Advice::DontNeed,
+            "hugepage" => Advice::HugePage,
+            "nohugepage" => Advice::NoHugePage,
+            "dontfork" => Advice::DontFork,
+            "dofork" => Advice::DoFork,
+            _ => return None,
+        })
+    }
+}
+
+impl Mm {
+    /// `madvise(addr, len, advice)`. As in Linux, a range with holes is
+    /// handled where mapped and then fails with ENOMEM.
+    pub fn madvise(&self, addr: u64, len: u64, advice: Advice) -> Result<()> {
+        let end = range_end(addr, len)?;
+        if advice == Advice::DontNeed {
+            // MADV_DONTNEED needs only the mmap_lock for read.
+            let vmas = self.mmap_read_lock();
+            let k = &*self.kernel;
+            let mut tlb = MmuGather::new(k, &self.tlb, false);
+            for v in vmas.overlapping(addr, end) {
+                unmap_page_range(k, self, &mut tlb, v.start().max(addr), v.end().min(end));
+            }
+            return if vmas.covers(addr, end) { Ok(()) } else { Err(Errno::ENOMEM) };
+        }
+        let (set, clear) = match advice {
+            Advice::HugePage => (vm::HUGEPAGE, vm::NOHUGEPAGE),
+            Advice::NoHugePage => (vm::NOHUGEPAGE, vm::HUGEPAGE),
+            Advice::DontFork => (vm::DONTCOPY, 0),
+            Advice::DoFork => (0, vm::DONTCOPY),
+            Advice::DontNeed => unreachable!(),
+        };
+        let mut vmas = self.mmap_write_lock();
+        let covered = vmas.covers(addr, end);
+        self.split_vma(&mut vmas, addr);
+        self.split_vma(&mut vmas, end);
+        for v in vmas.overlapping(addr, end) {
+            v.set_flags((v.flags() | set) & !clear);
+        }
+        merge_around(&mut vmas, addr, end);
+        if covered {
+            Ok(())
+        } else {
+            Err(Errno::ENOMEM)
+        }
+    }
+}

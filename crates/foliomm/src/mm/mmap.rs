@@ -1,0 +1,137 @@
+//! mm/mmap.c: `mmap` for private anonymous memory with `MAP_POPULATE`,
+//! `get_unmapped_area`, and `exit_mmap` / `__mmdrop`.
+
+use super::vma::merge_around;
+use super::{page_align, range_end};
+use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::memory::handle_mm_fault;
+use crate::memory::zap::{free_pgtables, unmap_page_range};
+use crate::mm_types::{vm, Mm, Prot, Vma, Vmas};
+use crate::pgtable::leaf_slot;
+use crate::tlb::MmuGather;
+use crate::{Errno, Result};
+
+/// Flags of [`Mm::mmap`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MmapFlags {
+    /// `MAP_FIXED`: place exactly at the address, replacing what is there.
+    pub fixed: bool,
+    /// `MAP_FIXED_NOREPLACE`: place exactly, fail with EEXIST if taken.
+    pub noreplace: bool,
+    /// `MAP_POPULATE`: fault every page in now.
+    pub populate: bool,
+}
+
+/// Lowest address mmap hands out (`mmap_min_addr`).
+pub const MMAP_MIN_ADDR: u64 = 0x10000;
+/// Top of the top-down mmap area (`mm->mmap_base`, without randomisation).
+pub const MMAP_BASE: u64 = 0x7f00_0000_0000;
+
+impl Mm {
+    /// `mmap(addr, len, prot, MAP_PRIVATE|MAP_ANONYMOUS|flags)`. Without
+    /// `MAP_FIXED` the address is a hint; with no hint, a length that is a
+    /// multiple of 2 MiB gets a 2 MiB-aligned address (`__get_unmapped_area`
+    /// → `thp_get_unmapped_area_vmflags`).
+    pub fn mmap(&self, addr: u64, len: u64, prot: Prot, flags: MmapFlags) -> Result<u64> {
+        if len == 0 || prot.0 & !(Prot::READ | Prot::WRITE | Prot::EXEC) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let len = page_align(len)?;
+        if len > TASK_SIZE {
+            return Err(Errno::ENOMEM);
+        }
+        let mut vmas = self.mmap_write_lock();
+        let start = if flags.fixed || flags.noreplace {
+            let end = range_end(addr, len)?;
+            if addr < MMAP_MIN_ADDR {
+                return Err(Errno::EINVAL);
+            }
+            if vmas.any_in(addr, end) {
+                if flags.noreplace {
+                    return Err(Errno::EEXIST);
+                }
+                self.do_munmap(&mut vmas, addr, end)?;
+            }
+            addr
+        } else {
+            let hint = addr & !(PAGE_SIZE - 1);
+            let hint_ok =
+                hint >= MMAP_MIN_ADDR && hint.checked_add(len).is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
+            if hint != 0 && hint_ok {
+                hint
+            } else {
+                let align = if hint == 0 && len % PMD_SIZE == 0 { PMD_SIZE } else { PAGE_SIZE };
+                get_unmapped_area(&vmas, len, align)?
+            }
+        };
+        vmas.insert(Vma::new(start, start + len, prot.0 & vm::PROT_MASK, start / PAGE_SIZE, 0));
+        merge_around(&mut vmas, start, start + len);
+        if flags.populate {
+            self.populate(&vmas, start, start + len)?;
+        }
+        Ok(start)
+    }
+
+    /// `populate_vma_page_range`: faults in every page, for write if the VMA
+    /// is writable.
+    fn populate(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
+        let mut addr = start;
+        while addr < end {
+            let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
+            if vma.readable() && !self.translates(addr, vma.writable()) {
+                handle_mm_fault(self, vma, addr, vma.writable())?;
+            }
+            addr += PAGE_SIZE;
+        }
+        Ok(())
+    }
+
+    /// Whether `addr` has a present translation allowing the access.
+    fn translates(&self, addr: u64, write: bool) -> bool {
+        let phys = &self.kernel.phys;
+        leaf_slot(phys, self.pgd, addr).map(|s| s.load(phys)).is_some_and(|e| e.hw_present() && (!write || e.write()))
+    }
+
+    /// `exit_mmap`: unmaps everything and frees all page tables but the PGD.
+    pub fn exit(&self) {
+        if self.set_exited() {
+            return;
+        }
+        let mut vmas = self.mmap_write_lock();
+        let all = vmas.take_all();
+        let k = &*self.kernel;
+        let mut tlb = MmuGather::new(k, &self.tlb, true);
+        for v in &all {
+            unmap_page_range(k, self, &mut tlb, v.start(), v.end());
+        }
+        free_pgtables(k, self, &vmas, &mut tlb, 0, TASK_SIZE);
+    }
+}
+
+impl Drop for Mm {
+    /// `__mmdrop`: frees the PGD and the MM ID after `exit_mmap`.
+    fn drop(&mut self) {
+        self.exit();
+        self.kernel.free_table(self.pgd);
+        self.kernel.mm_ids.free(self.id);
+    }
+}
+
+/// Top-down search for a free range of `len` bytes aligned to `align`
+/// (`unmapped_area_topdown`).
+pub(super) fn get_unmapped_area(vmas: &Vmas, len: u64, align: u64) -> Result<u64> {
+    let fit = |lo: u64, hi: u64| -> Option<u64> {
+        let a = hi.checked_sub(len)? & !(align - 1);
+        (a >= lo.max(MMAP_MIN_ADDR)).then_some(a)
+    };
+    let mut hi = MMAP_BASE;
+    for v in vmas.iter().rev() {
+        if v.end() <= hi {
+            if let Some(a) = fit(v.end(), hi) {
+                return Ok(a);
+            }
+        }
+        hi = hi.min(v.start());
+    }
+    fit(MMAP_MIN_ADDR, hi).ok_or(Errno::ENOMEM)
+}

@@ -1,0 +1,39 @@
+//! mm/mprotect.c `mprotect`: the VMAs' protection, then their entries
+//! ([`crate::memory::change_protection`]).
+
+use super::range_end;
+use super::vma::merge_around;
+use crate::memory::change_protection::change_protection;
+use crate::mm_types::{vm, Mm, Prot};
+use crate::{Errno, Result};
+
+impl Mm {
+    /// `mprotect(addr, len, prot)`. Differs from Linux: a range with a hole
+    /// fails with ENOMEM before anything changes (Linux changes the VMAs up
+    /// to the hole first).
+    pub fn mprotect(&self, addr: u64, len: u64, prot: Prot) -> Result<()> {
+        let end = range_end(addr, len)?;
+        if addr == end {
+            return Ok(());
+        }
+        let mut vmas = self.mmap_write_lock();
+        if !vmas.covers(addr, end) {
+            return Err(Errno::ENOMEM);
+        }
+        self.split_vma(&mut vmas, addr);
+        self.split_vma(&mut vmas, end);
+        let mut changed = false;
+        for v in vmas.overlapping(addr, end) {
+            let flags = (v.flags() & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
+            if flags != v.flags() {
+                v.set_flags(flags);
+                changed |= change_protection(&self.kernel, self, v);
+            }
+        }
+        if changed {
+            self.tlb.flush_range(&self.kernel.stats, addr, end);
+        }
+        merge_around(&mut vmas, addr, end);
+        Ok(())
+    }
+}

@@ -1,0 +1,84 @@
+//! mm/mremap.c `mremap`: shrink, grow in place, or move a mapping, its
+//! page tables moved by [`crate::memory::move_page_tables`].
+
+use super::mmap::{get_unmapped_area, MMAP_MIN_ADDR};
+use super::vma::merge_around;
+use super::{page_align, range_end};
+use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::memory::move_page_tables::move_page_tables;
+use crate::memory::zap::free_pgtables;
+use crate::mm_types::{Mm, Vmas};
+use crate::tlb::MmuGather;
+use crate::{Errno, Result};
+
+impl Mm {
+    /// `mremap(old, old_len, new_len, flags, new_addr)` for private
+    /// anonymous memory: shrink in place, grow in place when the space after
+    /// the VMA is free, else move (`MREMAP_MAYMOVE`), or move to `fixed`
+    /// (`MREMAP_FIXED`). Page tables move without touching rmap
+    /// (`move_page_tables`); a huge PMD moves whole when both addresses are
+    /// PMD-aligned, else it is split first.
+    pub fn mremap(&self, old: u64, old_len: u64, new_len: u64, maymove: bool, fixed: Option<u64>) -> Result<u64> {
+        if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || (fixed.is_some() && !maymove) {
+            return Err(Errno::EINVAL);
+        }
+        let old_len = page_align(old_len)?;
+        let new_len = page_align(new_len)?;
+        let old_end = range_end(old, old_len)?;
+        // check_mremap_params(): the target is validated before any VMA lookup.
+        if let Some(new) = fixed {
+            let new_end = range_end(new, new_len)?;
+            if new < MMAP_MIN_ADDR || (new < old_end && old < new_end) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let mut vmas = self.mmap_write_lock();
+        let vma = vmas.find(old).cloned().ok_or(Errno::EFAULT)?;
+        let vma_end = vma.end();
+        if old_end > vma_end {
+            return Err(Errno::EFAULT);
+        }
+        if let Some(new) = fixed {
+            let new_end = new + new_len;
+            self.do_munmap(&mut vmas, new, new_end)?;
+            let moved_len = old_len.min(new_len);
+            self.do_munmap(&mut vmas, old + moved_len, old_end)?;
+            self.move_vma(&mut vmas, old, moved_len, new, new_len)?;
+            return Ok(new);
+        }
+        if new_len <= old_len {
+            self.do_munmap(&mut vmas, old + new_len, old_end)?;
+            return Ok(old);
+        }
+        let grow_end = old.checked_add(new_len).filter(|&e| e <= TASK_SIZE);
+        if let Some(grow_end) = grow_end.filter(|&e| vma_end == old_end && !vmas.any_in(old_end, e)) {
+            vma.set_range(vma.start(), grow_end, vma.pgoff());
+            merge_around(&mut vmas, old, grow_end);
+            return Ok(old);
+        }
+        if !maymove {
+            return Err(Errno::ENOMEM);
+        }
+        let align = if new_len % PMD_SIZE == 0 { PMD_SIZE } else { PAGE_SIZE };
+        let new = get_unmapped_area(&vmas, new_len, align)?;
+        self.move_vma(&mut vmas, old, old_len, new, new_len)?;
+        Ok(new)
+    }
+
+    /// `move_vma`: a new VMA at `new` with the old one's flags, pgoff and
+    /// anon_vma; page tables moved; the old range unmapped.
+    fn move_vma(&self, vmas: &mut Vmas, old: u64, old_len: u64, new: u64, new_len: u64) -> Result<()> {
+        self.split_vma(vmas, old);
+        self.split_vma(vmas, old + old_len);
+        let src = vmas.remove(old).expect("mremap source VMA");
+        move_page_tables(&self.kernel, self, old, new, old_len)?;
+        let moved = src.dup();
+        moved.set_range(new, new + new_len, src.pgoff());
+        vmas.insert(moved);
+        let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
+        free_pgtables(&self.kernel, self, vmas, &mut tlb, old, old + old_len);
+        drop(tlb);
+        merge_around(vmas, new, new + new_len);
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! What /proc shows of an address space (fs/proc/task_mmu.c): pagemap and
+//! kpageflags of one page, smaps sums over a range.
+
+use crate::arch::{Pfn, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::mm_types::Mm;
+use crate::pgtable::leaf_slot;
+use crate::rmap;
+
+impl Mm {
+    /// What `/proc/self/pagemap` and `/proc/kpageflags` say of the page at
+    /// `addr`, plus the model's fields; the precision report (when on)
+    /// judges its "shared" answers as one observation.
+    pub fn page_info(&self, addr: u64) -> PageInfo {
+        self.page_state(addr, true)
+    }
+
+    fn page_state(&self, addr: u64, judge: bool) -> PageInfo {
+        let _vmas = self.mmap_read_lock();
+        let k = &*self.kernel;
+        let phys = &k.phys;
+        let mut info = PageInfo::default();
+        let Some(slot) = leaf_slot(phys, self.pgd, addr) else {
+            return info;
+        };
+        let leaf = slot.load(phys);
+        if !leaf.present() || leaf.huge() != slot.huge {
+            return info;
+        }
+        let pfn = slot.page_pfn(leaf, addr);
+        let huge = slot.huge;
+        let f = Folio::containing(phys, pfn);
+        info.present = true;
+        info.pfn = pfn;
+        info.pmd_mapped = huge;
+        info.writable = leaf.write();
+        info.zero_page = f.is_zero_page();
+        info.folio_order = f.order();
+        if !info.zero_page {
+            let i = pfn - f.pfn;
+            info.anon_exclusive = f.anon_exclusive(if huge { 0 } else { i });
+            info.mapcount = rmap::page_mapcount(k, f, i).unwrap_or(0);
+            info.folio_mapcount = rmap::folio_mapcount(k, f);
+            info.refcount = f.refcount() as u64;
+            // pagemap_pmd_range_thp() asks about pmd_page(), the head, for
+            // every subpage of a PMD mapping; pte_to_pagemap_entry() about
+            // the page itself (__folio_page_mapped_exclusively).
+            let judged = if huge { 0 } else { i };
+            info.exclusive = rmap::page_mapcount(k, f, judged) == Some(1);
+            info.maybe_shared = rmap::folio_maybe_mapped_shared(k, f);
+            info.likely_shared = rmap::folio_likely_mapped_shared(k, f, i);
+            if judge && f.is_large() {
+                k.observe(|o| o.shared_answered(k, f, info.maybe_shared, info.likely_shared));
+            }
+        }
+        info
+    }
+
+    /// What `/proc/self/smaps` would sum for `[start, end)`.
+    pub fn range_info(&self, start: u64, end: u64) -> RangeInfo {
+        let mut r = RangeInfo::default();
+        let mut addr = start & !(PAGE_SIZE - 1);
+        while addr < end {
+            let p = self.page_state(addr, false);
+            // smaps_pte_entry(): the zero pages have no vm_normal_page and
+            // are not counted at all.
+            if p.present && !p.zero_page {
+                r.rss_kb += 4;
+                r.anonymous_kb += 4;
+                if p.pmd_mapped {
+                    r.anon_huge_kb += 4;
+                }
+                // Shared/private as pagemap's exclusive bit says, which both
+                // backends can tell; smaps counts per page and differs for a
+                // PMD-mapped THP whose head alone is shared.
+                if !p.exclusive {
+                    r.shared_kb += 4;
+                } else {
+                    r.private_kb += 4;
+                }
+            }
+            addr += PAGE_SIZE;
+        }
+        r
+    }
+}
+
+/// One page as pagemap/kpageflags report it, plus model-only fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PageInfo {
+    pub present: bool,
+    pub pfn: Pfn,
+    pub zero_page: bool,
+    pub pmd_mapped: bool,
+    pub writable: bool,
+    pub folio_order: u32,
+    /// `PM_MMAP_EXCLUSIVE`: the precise mapcount is 1 of the page, or of the
+    /// head page for every page of a PMD mapping (as Linux 6.18 reports it).
+    pub exclusive: bool,
+    /// `PageAnonExclusive` (of the head page when PMD-mapped).
+    pub anon_exclusive: bool,
+    pub mapcount: u64,
+    pub folio_mapcount: u64,
+    pub refcount: u64,
+    pub maybe_shared: bool,
+    /// The era's policy guess "mapped shared" (`folio_likely_mapped_shared`).
+    pub likely_shared: bool,
+}
+
+/// smaps-style sums over a range, in KiB.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RangeInfo {
+    pub rss_kb: u64,
+    pub anonymous_kb: u64,
+    pub anon_huge_kb: u64,
+    pub shared_kb: u64,
+    pub private_kb: u64,
+}

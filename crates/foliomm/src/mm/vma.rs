@@ -1,0 +1,94 @@
+//! VMA surgery of mm/vma.c: `munmap` (`do_vmi_munmap`), `split_vma` and
+//! `vma_merge`, all under the mmap_lock held for write.
+
+use super::range_end;
+use crate::arch::{PAGE_SIZE, PMD_SIZE};
+use crate::memory::huge_memory::split_huge_pmd;
+use crate::memory::zap::{free_pgtables, unmap_page_range};
+use crate::mm_types::{Mm, Vma, Vmas};
+use crate::sync::Arc;
+use crate::tlb::MmuGather;
+use crate::{Errno, Result};
+
+impl Mm {
+    /// `munmap(addr, len)`.
+    pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let end = range_end(addr, len).map_err(|_| Errno::EINVAL)?;
+        let mut vmas = self.mmap_write_lock();
+        self.do_munmap(&mut vmas, addr, end)
+    }
+
+    /// `do_vmi_munmap`: splits the VMAs at the range's edges, removes those
+    /// inside, zaps their pages and frees page tables no VMA needs any more.
+    pub(super) fn do_munmap(&self, vmas: &mut Vmas, start: u64, end: u64) -> Result<()> {
+        if !vmas.any_in(start, end) {
+            return Ok(());
+        }
+        self.split_vma(vmas, start);
+        self.split_vma(vmas, end);
+        let starts: Vec<u64> = vmas.overlapping(start, end).map(|v| v.start()).collect();
+        let removed: Vec<Arc<Vma>> = starts.iter().filter_map(|&s| vmas.remove(s)).collect();
+        let k = &*self.kernel;
+        let mut tlb = MmuGather::new(k, &self.tlb, false);
+        for v in &removed {
+            unmap_page_range(k, self, &mut tlb, v.start(), v.end());
+        }
+        free_pgtables(k, self, vmas, &mut tlb, start, end);
+        Ok(())
+    }
+
+    /// `split_vma` at `addr` if a VMA straddles it: the VMA keeps the part
+    /// below, a new one (`vm_area_dup`) takes the part above. First splits a
+    /// huge PMD that straddles the new boundary (`vma_adjust_trans_huge`).
+    pub(super) fn split_vma(&self, vmas: &mut Vmas, addr: u64) {
+        let Some(v) = vmas.find(addr).filter(|v| v.start() < addr).cloned() else {
+            return;
+        };
+        if !addr.is_multiple_of(PMD_SIZE) {
+            split_huge_pmd(&self.kernel, self, addr);
+        }
+        let tail = v.dup();
+        tail.set_range(addr, v.end(), v.pgoff() + (addr - v.start()) / PAGE_SIZE);
+        v.set_range(v.start(), addr, v.pgoff());
+        vmas.insert(tail);
+    }
+}
+
+/// `vma_merge`: merges neighbouring compatible VMAs whose shared boundary lies
+/// in `[start, end]`; the lower one grows and adopts the upper one's
+/// anon_vma if it had none.
+pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
+    let mut cur = vmas.prev(start).map_or(start, |v| v.start());
+    loop {
+        let Some(a) = vmas.get(cur).cloned() else {
+            match vmas.next_starting(cur, end) {
+                Some(v) => {
+                    cur = v.start();
+                    continue;
+                }
+                None => return,
+            }
+        };
+        let next_start = a.end();
+        if next_start > end {
+            return;
+        }
+        match vmas.get(next_start).cloned() {
+            Some(b) if a.can_merge_with(&b) => {
+                vmas.remove(next_start);
+                a.set_range(a.start(), b.end(), a.pgoff());
+                if a.anon_vma() == 0 {
+                    a.anon_vma.set(b.anon_vma());
+                }
+            }
+            Some(_) => cur = next_start,
+            None => match vmas.next_starting(cur, end) {
+                Some(v) => cur = v.start(),
+                None => return,
+            },
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! x86-64 4-level page tables stored in model frames: entry access, the
+//! split page-table locks, the walker ([`walk`]: lookups, allocation, a
+//! full walk), and batch scans over a PTE table ([`batch`]).
+//!
+//! Tables are 512 atomic entries in a frame. Upper levels are populated
+//! under `mm->page_table_lock` (`__pud_alloc`, `__pmd_alloc`); a PTE table is
+//! installed under the PMD table's lock (`pmd_install`). The PTL of a PTE
+//! table and the PMD lock are bit spinlocks on the table's own descriptor
+//! (`ptdesc->ptl` with `USE_SPLIT_PTE_PTLOCKS`). Nothing here knows of
+//! address spaces: callers pass the PGD and the lock that guards it.
+
+pub mod batch;
+pub mod walk;
+
+pub use batch::{folio_pte_batch, pte_range_none};
+pub use walk::{alloc_pmd, alloc_pte_table, leaf_slot, walk_all, walk_pmd, LeafSlot, PmdSlot, Visit};
+
+use std::sync::atomic::AtomicU64;
+
+use crate::arch::{Pfn, Pte};
+use crate::phys::PhysMem;
+use crate::sync::atomic::Ordering::*;
+use crate::sync::BitSpinLock;
+
+/// The entry slot `idx` of table `table`.
+pub fn slot(phys: &PhysMem, table: Pfn, idx: usize) -> &AtomicU64 {
+    phys.word(table, idx)
+}
+
+pub fn load(phys: &PhysMem, table: Pfn, idx: usize) -> Pte {
+    Pte(slot(phys, table, idx).load(Acquire))
+}
+
+pub fn store(phys: &PhysMem, table: Pfn, idx: usize, pte: Pte) {
+    slot(phys, table, idx).store(pte.0, Release)
+}
+
+/// The lock of a page-table page (`pte_lockptr` / `pmd_lockptr`): its split
+/// PTL, or the PMD lock of a PMD table, a bit of the table's own descriptor.
+pub fn pte_lockptr(phys: &PhysMem, table: Pfn) -> Ptl<'_> {
+    Ptl(&phys.page(table).flags)
+}
+
+/// A page-table lock, not yet taken.
+pub struct Ptl<'a>(&'a crate::sync::atomic::AtomicU64);
+
+impl<'a> Ptl<'a> {
+    /// Takes the lock (`spin_lock(ptl)`); dropping the guard releases it.
+    pub fn lock(self) -> BitSpinLock<'a> {
+        BitSpinLock::lock(self.0, 0)
+    }
+}

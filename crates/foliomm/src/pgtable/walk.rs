@@ -1,0 +1,186 @@
+//! The page-table walker: lookups of the PMD slot and of the leaf slot for
+//! an address, allocation of missing levels on the way (`pud_alloc`,
+//! `pmd_alloc`, `__pte_alloc`), and a walk of every table and leaf.
+
+use std::sync::atomic::AtomicU64;
+
+use super::{load, pte_lockptr, slot, store};
+use crate::arch::{
+    pgd_index, pmd_index, pte_index, pud_index, Pfn, Pte, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PTRS_PER_TABLE, PUD_SHIFT,
+};
+use crate::kernel::Kernel;
+use crate::phys::PhysMem;
+use crate::sync::Mutex;
+use crate::Errno;
+
+/// A walk result: the PMD table and index that cover an address.
+#[derive(Clone, Copy, Debug)]
+pub struct PmdSlot {
+    pub table: Pfn,
+    pub idx: usize,
+}
+
+impl PmdSlot {
+    pub fn load(self, phys: &PhysMem) -> Pte {
+        load(phys, self.table, self.idx)
+    }
+    pub fn store(self, phys: &PhysMem, pte: Pte) {
+        store(phys, self.table, self.idx, pte)
+    }
+}
+
+/// Walks from the PGD to the PMD slot of `addr`, without allocating.
+pub fn walk_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<PmdSlot> {
+    let pgde = load(phys, pgd, pgd_index(addr));
+    if pgde.is_none() {
+        return None;
+    }
+    let pude = load(phys, pgde.pfn(), pud_index(addr));
+    if pude.is_none() {
+        return None;
+    }
+    Some(PmdSlot { table: pude.pfn(), idx: pmd_index(addr) })
+}
+
+/// Walks to the PMD slot of `addr`, allocating the PUD and PMD tables on the
+/// way (`pud_alloc`, `pmd_alloc`); `ptl` is `mm->page_table_lock`.
+pub fn alloc_pmd(k: &Kernel, pgd: Pfn, addr: u64, ptl: &Mutex<()>) -> Result<PmdSlot, Errno> {
+    let pud = populate(k, pgd, pgd_index(addr), ptl)?;
+    let pmd = populate(k, pud, pud_index(addr), ptl)?;
+    Ok(PmdSlot { table: pmd, idx: pmd_index(addr) })
+}
+
+/// Returns the PTE table under a non-huge PMD slot, allocating and installing
+/// it if the slot is none (`__pte_alloc` / `pmd_install`). Returns `Ok(None)`
+/// if the slot holds a huge entry.
+pub fn alloc_pte_table(k: &Kernel, pmd: PmdSlot) -> Result<Option<Pfn>, Errno> {
+    let e = pmd.load(&k.phys);
+    if e.huge() {
+        return Ok(None);
+    }
+    if !e.is_none() {
+        return Ok(Some(e.pfn()));
+    }
+    let table = k.alloc_table()?;
+    let installed = {
+        let _pl = pte_lockptr(&k.phys, pmd.table).lock();
+        if pmd.load(&k.phys).is_none() {
+            pmd.store(&k.phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
+            true
+        } else {
+            false
+        }
+    };
+    if !installed {
+        k.free_table(table);
+    }
+    let e = pmd.load(&k.phys);
+    Ok(if e.huge() { None } else { Some(e.pfn()) })
+}
+
+/// Fills a none upper-level slot with a new table under `lock`.
+fn populate(k: &Kernel, table: Pfn, idx: usize, ptl: &Mutex<()>) -> Result<Pfn, Errno> {
+    let e = load(&k.phys, table, idx);
+    if !e.is_none() {
+        return Ok(e.pfn());
+    }
+    let new = k.alloc_table()?;
+    let guard = ptl.lock().unwrap();
+    let cur = load(&k.phys, table, idx);
+    let result = if cur.is_none() {
+        store(&k.phys, table, idx, Pte::new(new, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
+        new
+    } else {
+        k.free_table(new);
+        cur.pfn()
+    };
+    drop(guard);
+    Ok(result)
+}
+
+/// Where the leaf entry for an address sits: a PTE slot of a PTE table, or
+/// a huge PMD slot.
+#[derive(Clone, Copy, Debug)]
+pub struct LeafSlot {
+    pub table: Pfn,
+    pub idx: usize,
+    /// The slot is a PMD (it held a huge entry when looked up).
+    pub huge: bool,
+}
+
+impl LeafSlot {
+    pub fn entry<'p>(self, phys: &'p PhysMem) -> &'p AtomicU64 {
+        slot(phys, self.table, self.idx)
+    }
+    pub fn load(self, phys: &PhysMem) -> Pte {
+        load(phys, self.table, self.idx)
+    }
+    /// The frame `addr` reaches through `e`, this slot's entry (for a huge
+    /// entry, the page of `addr` inside it).
+    pub fn page_pfn(self, e: Pte, addr: u64) -> Pfn {
+        e.pfn() + if self.huge { pte_index(addr) as u64 } else { 0 }
+    }
+}
+
+/// The slot of the leaf entry for `addr` (`follow_page_mask`'s walk, the
+/// MMU's walk): a huge PMD, or the PTE slot under a table (which may be
+/// none). `None` when a level above has no table.
+pub fn leaf_slot(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<LeafSlot> {
+    let pmd = walk_pmd(phys, pgd, addr)?;
+    let e = pmd.load(phys);
+    if e.huge() {
+        Some(LeafSlot { table: pmd.table, idx: pmd.idx, huge: true })
+    } else if e.is_none() {
+        None
+    } else {
+        Some(LeafSlot { table: e.pfn(), idx: pte_index(addr), huge: false })
+    }
+}
+
+/// What [`walk_all`] meets.
+#[derive(Clone, Copy, Debug)]
+pub enum Visit {
+    /// A table below the PGD (a PUD, PMD or PTE table).
+    Table(Pfn),
+    /// A huge PMD at `addr`.
+    HugePmd { addr: u64, pte: Pte },
+    /// A PTE that is not none.
+    Pte { addr: u64, pte: Pte },
+}
+
+/// Visits every table and every non-none leaf reachable from `pgd`, in
+/// address order (`walk_page_range` over the whole address space).
+pub fn walk_all(phys: &PhysMem, pgd: Pfn, mut visit: impl FnMut(Visit)) {
+    for i in 0..PTRS_PER_TABLE {
+        let pgde = load(phys, pgd, i as usize);
+        if pgde.is_none() {
+            continue;
+        }
+        visit(Visit::Table(pgde.pfn()));
+        for j in 0..PTRS_PER_TABLE {
+            let pude = load(phys, pgde.pfn(), j as usize);
+            if pude.is_none() {
+                continue;
+            }
+            visit(Visit::Table(pude.pfn()));
+            for k in 0..PTRS_PER_TABLE {
+                let addr = (i << PGDIR_SHIFT) | (j << PUD_SHIFT) | (k << PMD_SHIFT);
+                let pmde = load(phys, pude.pfn(), k as usize);
+                if pmde.is_none() {
+                    continue;
+                }
+                if pmde.huge() {
+                    visit(Visit::HugePmd { addr, pte: pmde });
+                    continue;
+                }
+                visit(Visit::Table(pmde.pfn()));
+                for l in 0..PTRS_PER_TABLE {
+                    let pte = load(phys, pmde.pfn(), l as usize);
+                    if !pte.is_none() {
+                        visit(Visit::Pte { addr: addr | (l << PAGE_SHIFT), pte });
+                    }
+                }
+            }
+        }
+    }
+}

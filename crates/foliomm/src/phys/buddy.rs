@@ -1,0 +1,192 @@
+//! The buddy allocator of one zone (mm/page_alloc.c `__rmqueue_smallest`,
+//! `expand`, `__free_one_page`): free lists per order `0..=MAX_PAGE_ORDER`
+//! linked through the free blocks' descriptors, under one lock, with no
+//! per-CPU lists, watermarks or migratetypes.
+
+use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
+use crate::sync::atomic::Ordering::*;
+use crate::Errno;
+
+use super::{pg, PhysMem, POISON};
+
+/// A pfn that ends a free list.
+pub(super) const NO_PFN: u64 = u64::MAX;
+
+/// Free lists of the buddy allocator (`struct free_area[]` of one zone).
+pub(super) struct FreeArea {
+    pub(super) head: [Pfn; MAX_PAGE_ORDER as usize + 1],
+    pub(super) nr_free: [u64; MAX_PAGE_ORDER as usize + 1],
+    pub(super) free_pages: u64,
+}
+
+impl FreeArea {
+    /// Empty free lists.
+    pub(super) fn new() -> FreeArea {
+        FreeArea {
+            head: [NO_PFN; MAX_PAGE_ORDER as usize + 1],
+            nr_free: [0; MAX_PAGE_ORDER as usize + 1],
+            free_pages: 0,
+        }
+    }
+}
+
+impl PhysMem {
+    /// Allocates a naturally aligned block of `2^order` frames
+    /// (`__rmqueue_smallest` + `expand`). Returns ENOMEM when no block of that
+    /// order or larger is free. The frames are not zeroed.
+    pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
+        if order > MAX_PAGE_ORDER {
+            return Err(Errno::EINVAL);
+        }
+        let mut zone = self.zone.lock().unwrap();
+        let found = (order..=MAX_PAGE_ORDER).find(|&o| zone.head[o as usize] != NO_PFN);
+        let Some(mut cur) = found else {
+            return Err(Errno::ENOMEM);
+        };
+        let pfn = zone.head[cur as usize];
+        self.list_del(&mut zone, pfn, cur);
+        // expand(): return the upper halves to the lower free lists.
+        while cur > order {
+            cur -= 1;
+            self.list_add(&mut zone, pfn + (1 << cur), cur);
+        }
+        Ok(pfn)
+    }
+
+    /// The generation of frame `pfn`: how often it has been freed.
+    pub fn generation(&self, pfn: Pfn) -> u32 {
+        self.generation[pfn as usize].load(Acquire)
+    }
+
+    /// Frees a block of `2^order` frames, merging with free buddies
+    /// (`__free_one_page`). The caller has reset the descriptors. Each frame's
+    /// generation moves on, and with poisoning its bytes become [`POISON`].
+    pub fn free_pages(&self, pfn: Pfn, order: u32) {
+        for p in pfn..pfn + (1 << order) {
+            if self.poison {
+                self.fill(p, 0, PAGE_SIZE as usize, POISON);
+            }
+            self.generation[p as usize].fetch_add(1, Release);
+        }
+        let mut zone = self.zone.lock().unwrap();
+        let (mut pfn, mut order) = (pfn, order);
+        while order < MAX_PAGE_ORDER {
+            let buddy = pfn ^ (1 << order);
+            let bp = self.page(buddy);
+            if !bp.test(pg::BUDDY) || bp.order_field() != order {
+                break;
+            }
+            self.list_del(&mut zone, buddy, order);
+            pfn &= !(1 << order);
+            order += 1;
+        }
+        self.list_add(&mut zone, pfn, order);
+    }
+
+    /// Number of free frames.
+    pub fn nr_free(&self) -> u64 {
+        self.zone.lock().unwrap().free_pages
+    }
+
+    /// Free blocks per order (`/proc/buddyinfo`).
+    pub fn buddyinfo(&self) -> Vec<u64> {
+        self.zone.lock().unwrap().nr_free.to_vec()
+    }
+
+    /// Every free block as (pfn, order), walked through the free lists.
+    pub fn free_blocks(&self) -> Vec<(Pfn, u32)> {
+        let zone = self.zone.lock().unwrap();
+        let mut out = Vec::new();
+        for order in 0..=MAX_PAGE_ORDER {
+            let mut pfn = zone.head[order as usize];
+            let mut guard = 0;
+            while pfn != NO_PFN && guard <= self.nr_frames {
+                out.push((pfn, order));
+                pfn = self.page(pfn).compound.load(Relaxed);
+                guard += 1;
+            }
+        }
+        out
+    }
+
+    pub(super) fn list_add(&self, zone: &mut FreeArea, pfn: Pfn, order: u32) {
+        let p = self.page(pfn);
+        p.flags.store(pg::BUDDY, Relaxed);
+        p.set_order_field(order);
+        let old = zone.head[order as usize];
+        p.compound.store(old, Relaxed);
+        p.link.store(NO_PFN, Relaxed);
+        if old != NO_PFN {
+            self.page(old).link.store(pfn, Relaxed);
+        }
+        zone.head[order as usize] = pfn;
+        zone.nr_free[order as usize] += 1;
+        zone.free_pages += 1 << order;
+    }
+
+    fn list_del(&self, zone: &mut FreeArea, pfn: Pfn, order: u32) {
+        let p = self.page(pfn);
+        let next = p.compound.load(Relaxed);
+        let prev = p.link.load(Relaxed);
+        if prev == NO_PFN {
+            zone.head[order as usize] = next;
+        } else {
+            self.page(prev).compound.store(next, Relaxed);
+        }
+        if next != NO_PFN {
+            self.page(next).link.store(prev, Relaxed);
+        }
+        p.flags.store(0, Relaxed);
+        p.compound.store(0, Relaxed);
+        p.link.store(0, Relaxed);
+        zone.nr_free[order as usize] -= 1;
+        zone.free_pages -= 1 << order;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buddy_splits_and_merges_back() {
+        let phys = PhysMem::new(8 << 20, false).unwrap();
+        assert_eq!(phys.nr_free(), 2048);
+        let a = phys.alloc_pages(0).unwrap();
+        let b = phys.alloc_pages(3).unwrap();
+        assert_eq!(b % 8, 0, "order-3 block must be naturally aligned");
+        assert_eq!(phys.nr_free(), 2048 - 9);
+        phys.free_pages(a, 0);
+        phys.free_pages(b, 3);
+        assert_eq!(phys.nr_free(), 2048);
+        assert_eq!(phys.buddyinfo()[MAX_PAGE_ORDER as usize], 2, "blocks must merge back");
+    }
+
+    #[test]
+    fn exhaustion_is_enomem() {
+        let phys = PhysMem::new(4 << 20, false).unwrap();
+        let big = phys.alloc_pages(MAX_PAGE_ORDER).unwrap();
+        assert_eq!(phys.alloc_pages(0), Err(Errno::ENOMEM));
+        phys.free_pages(big, MAX_PAGE_ORDER);
+        assert!(phys.alloc_pages(0).is_ok());
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let phys = PhysMem::new(4 << 20, false).unwrap();
+        phys.write_bytes(5, 3, b"hello, frames");
+        let mut buf = [0u8; 13];
+        phys.read_bytes(5, 3, &mut buf);
+        assert_eq!(&buf, b"hello, frames");
+        phys.copy_frame(6, 5);
+        assert_eq!(phys.read_byte(6, 4), b'e');
+        let z = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
+        phys.fill(z + 3, 0, 4096, 0xee);
+        let g = phys.generation(z + 3);
+        phys.free_pages(z, MAX_PAGE_ORDER);
+        assert_eq!(phys.generation(z + 3), g + 1, "freeing moves the generation on");
+        let again = phys.alloc_pages_zeroed(MAX_PAGE_ORDER).unwrap();
+        assert_eq!(again, z);
+        assert_eq!(phys.read_byte(z + 3, 17), 0, "zeroed allocation clears old bytes");
+    }
+}

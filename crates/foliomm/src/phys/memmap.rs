@@ -1,0 +1,79 @@
+//! The memmap: one 64-byte descriptor per frame (`struct page`) and its flag
+//! bits (`enum pageflags`).
+
+use crate::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+
+/// Page descriptor flag bits (`enum pageflags`), stored in [`Page::flags`].
+pub mod pg {
+    /// `PG_locked`: the folio lock; on a page-table page, its split PTL.
+    pub const LOCKED: u64 = 1 << 0;
+    /// `PG_head`: first page of a large folio.
+    pub const HEAD: u64 = 1 << 1;
+    /// The page is a tail of a large folio (Linux encodes this in `compound_head`).
+    pub const TAIL: u64 = 1 << 2;
+    /// `PageAnon`: `folio->mapping` has `FOLIO_MAPPING_ANON` set.
+    pub const ANON: u64 = 1 << 3;
+    /// `PG_anon_exclusive`: this page is exclusive to one MM (per page).
+    pub const ANON_EXCLUSIVE: u64 = 1 << 4;
+    /// `PG_dirty`.
+    pub const DIRTY: u64 = 1 << 5;
+    /// `PageBuddy`: first page of a free block in the buddy allocator.
+    pub const BUDDY: u64 = 1 << 6;
+    /// `PageTable`: the frame is a page table.
+    pub const TABLE: u64 = 1 << 7;
+    /// The frame is (part of) the shared zero page or the huge zero folio.
+    pub const ZERO: u64 = 1 << 8;
+    /// `PG_swapbacked`.
+    pub const SWAPBACKED: u64 = 1 << 9;
+    /// `PG_partially_mapped` (on the second page): queued for deferred split.
+    pub const PARTIALLY_MAPPED: u64 = 1 << 10;
+    /// Bits 56..63 hold an order: of a free block on its first page, of a
+    /// large folio on its second page (`folio->_flags_1`).
+    pub const ORDER_SHIFT: u32 = 56;
+    pub const ORDER_MASK: u64 = 0xff << ORDER_SHIFT;
+}
+
+/// One `struct page`: 64 bytes, one cache line, all fields atomic.
+///
+/// The meaning of `compound`, `link`, `w` and `ids` depends on the role of the
+/// page, as Linux overlays its unions: on a free block they link the buddy free
+/// list; on a tail page `compound` names the head; on the second page of a large
+/// folio `w` and `ids` hold the mapcount design's fields (`_large_mapcount`,
+/// `_entire_mapcount`, `_mm_id[]`, ...).
+#[repr(C, align(64))]
+#[derive(Default)]
+pub struct Page {
+    pub flags: AtomicU64,
+    /// `_refcount` (unbiased); only meaningful on a head or small page.
+    pub refcount: AtomicI32,
+    /// `_mapcount`, raw (biased by -1: -1 means unmapped).
+    pub mapcount: AtomicI32,
+    /// Tail page: pfn of the head. Free block: next block in its free list.
+    pub compound: AtomicU64,
+    /// Free block: previous block in its free list. Anon folio head: the
+    /// `anon_vma` identity (`folio->mapping`).
+    pub link: AtomicU64,
+    /// Design-specific 32-bit counters (second page of a large folio).
+    pub w: [AtomicI32; 6],
+    /// Design-specific word (second page: `_mm_ids` with its lock and shared bits).
+    pub ids: AtomicU64,
+}
+
+impl Page {
+    pub fn test(&self, bit: u64) -> bool {
+        self.flags.load(Relaxed) & bit != 0
+    }
+    pub fn set(&self, bit: u64) {
+        self.flags.fetch_or(bit, Relaxed);
+    }
+    pub fn clear(&self, bit: u64) {
+        self.flags.fetch_and(!bit, Relaxed);
+    }
+    pub fn order_field(&self) -> u32 {
+        ((self.flags.load(Relaxed) & pg::ORDER_MASK) >> pg::ORDER_SHIFT) as u32
+    }
+    pub(super) fn set_order_field(&self, order: u32) {
+        let f = self.flags.load(Relaxed) & !pg::ORDER_MASK;
+        self.flags.store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
+    }
+}

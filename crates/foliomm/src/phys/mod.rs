@@ -1,0 +1,156 @@
+//! Simulated physical memory: a frame arena holding real bytes
+//! ([`arena`]), the memmap of page descriptors ([`memmap`]), and a buddy
+//! allocator for orders `0..=MAX_PAGE_ORDER` ([`buddy`]).
+//!
+//! Every word of the arena is accessed as an atomic: page tables live in
+//! frames and are updated concurrently, and user data may be written by
+//! several threads at once, exactly as on hardware.
+
+mod arena;
+mod buddy;
+mod memmap;
+
+pub use memmap::{pg, Page};
+
+use std::sync::atomic::AtomicU64;
+
+use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE, WORDS_PER_PAGE};
+use crate::sync::atomic::{AtomicU32, Ordering::*};
+use crate::sync::Mutex;
+use crate::Errno;
+
+/// Physical memory: arena, memmap and buddy allocator.
+pub struct PhysMem {
+    arena: arena::Arena,
+    memmap: Box<[Page]>,
+    nr_frames: u64,
+    zone: Mutex<buddy::FreeArea>,
+    /// Per-frame generation, bumped whenever the frame is freed: a TLB entry
+    /// remembers it, so a use after free is recognised (model-only).
+    generation: Box<[AtomicU32]>,
+    /// Fill freed frames with [`POISON`] (`page_poisoning` / `init_on_free`).
+    poison: bool,
+}
+
+/// The byte freed frames are filled with when poisoning is on (`PAGE_POISON`).
+pub const POISON: u8 = 0xaa;
+
+impl PhysMem {
+    /// Creates `bytes` of model RAM (rounded down to whole 4 MiB blocks), all
+    /// free; `poison` fills every freed frame with [`POISON`].
+    pub fn new(bytes: u64, poison: bool) -> Result<PhysMem, Errno> {
+        let block = PAGE_SIZE << MAX_PAGE_ORDER;
+        let nr_frames = (bytes / block) * (block / PAGE_SIZE);
+        if nr_frames == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let arena = arena::Arena::new((nr_frames * PAGE_SIZE) as usize)?;
+        let memmap = (0..nr_frames).map(|_| Page::default()).collect();
+        let phys = PhysMem {
+            arena,
+            memmap,
+            nr_frames,
+            zone: Mutex::new(buddy::FreeArea::new()),
+            generation: (0..nr_frames).map(|_| Default::default()).collect(),
+            poison,
+        };
+        {
+            let mut zone = phys.zone.lock().unwrap();
+            for pfn in (0..nr_frames).step_by(1 << MAX_PAGE_ORDER) {
+                phys.list_add(&mut zone, pfn, MAX_PAGE_ORDER);
+            }
+        }
+        Ok(phys)
+    }
+
+    pub fn nr_frames(&self) -> u64 {
+        self.nr_frames
+    }
+
+    /// The descriptor of `pfn` (`pfn_to_page`).
+    pub fn page(&self, pfn: Pfn) -> &Page {
+        &self.memmap[pfn as usize]
+    }
+
+    /// Word `idx` (0..512) of frame `pfn`: a page-table entry or 8 data bytes.
+    pub fn word(&self, pfn: Pfn, idx: usize) -> &AtomicU64 {
+        debug_assert!(idx < WORDS_PER_PAGE);
+        self.arena.word(pfn as usize * WORDS_PER_PAGE + idx)
+    }
+
+    /// Allocates like [`PhysMem::alloc_pages`] and zeroes the block
+    /// (`__GFP_ZERO`, `clear_page`).
+    pub fn alloc_pages_zeroed(&self, order: u32) -> Result<Pfn, Errno> {
+        let pfn = self.alloc_pages(order)?;
+        self.arena.zero(pfn as usize * WORDS_PER_PAGE, (PAGE_SIZE as usize) << order);
+        Ok(pfn)
+    }
+
+    /// Copies frame `src` to frame `dst` (`copy_user_highpage`).
+    pub fn copy_frame(&self, dst: Pfn, src: Pfn) {
+        for i in 0..WORDS_PER_PAGE {
+            let v = self.word(src, i).load(Relaxed);
+            self.word(dst, i).store(v, Relaxed);
+        }
+    }
+
+    /// Reads byte `off` (0..4096) of frame `pfn`.
+    pub fn read_byte(&self, pfn: Pfn, off: usize) -> u8 {
+        let w = self.word(pfn, off / 8).load(Relaxed);
+        (w >> ((off % 8) * 8)) as u8
+    }
+
+    /// Reads `buf.len()` bytes from frame `pfn` starting at `off`.
+    pub fn read_bytes(&self, pfn: Pfn, off: usize, buf: &mut [u8]) {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = self.read_byte(pfn, off + i);
+        }
+    }
+
+    /// Writes `data` into frame `pfn` at `off`; whole aligned words are stored
+    /// at once, partial words with an atomic read-modify-write.
+    pub fn write_bytes(&self, pfn: Pfn, off: usize, data: &[u8]) {
+        let mut i = 0;
+        while i < data.len() {
+            let pos = off + i;
+            if pos.is_multiple_of(8) && data.len() - i >= 8 {
+                let v = u64::from_le_bytes(data[i..i + 8].try_into().unwrap());
+                self.word(pfn, pos / 8).store(v, Relaxed);
+                i += 8;
+            } else {
+                self.write_byte(pfn, pos, data[i]);
+                i += 1;
+            }
+        }
+    }
+
+    /// Writes one byte of frame `pfn`.
+    pub fn write_byte(&self, pfn: Pfn, off: usize, val: u8) {
+        let shift = (off % 8) * 8;
+        let word = self.word(pfn, off / 8);
+        let mut cur = word.load(Relaxed);
+        loop {
+            let new = (cur & !(0xffu64 << shift)) | ((val as u64) << shift);
+            match word.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
+                Ok(_) => return,
+                Err(x) => cur = x,
+            }
+        }
+    }
+
+    /// Fills `len` bytes of frame `pfn` from `off` with `val` (`memset`).
+    pub fn fill(&self, pfn: Pfn, off: usize, len: usize, val: u8) {
+        let pattern = u64::from_le_bytes([val; 8]);
+        let mut pos = off;
+        let end = off + len;
+        while pos < end {
+            if pos.is_multiple_of(8) && end - pos >= 8 {
+                self.word(pfn, pos / 8).store(pattern, Relaxed);
+                pos += 8;
+            } else {
+                self.write_byte(pfn, pos, val);
+                pos += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Reverse-mapping bookkeeping of anonymous folios (mm/rmap.c,
+//! include/linux/rmap.h): every function here changes a folio's mapcounts for
+//! a batch of PTEs or one PMD, exactly once per batch.
+//!
+//! Small folios count in the head page's `_mapcount`; large folios delegate to
+//! the machine's [`crate::mapcount::MapcountDesign`]. foliomm keeps no anon_vma
+//! chains (nothing walks the rmap yet): `folio->mapping` only records the
+//! anon_vma identity ([`anon_vma`]). Every caller holds the PTL of the table
+//! it changes. Each function tells the kernel's observer what changed and
+//! adds what the design's update cost to the counters.
+
+pub mod anon_vma;
+
+pub use anon_vma::{anon_vma_prepare, AnonVmaSlot};
+
+use crate::arch::PMD_ORDER;
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::{Cost, Level, MmId, Removed};
+use crate::phys::pg;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::Errno;
+
+/// `folio_add_new_anon_rmap(folio, vma, addr, RMAP_EXCLUSIVE)`: first mapping
+/// of a freshly allocated anon folio, all pages by PTEs or the whole by a PMD.
+/// Sets `PageAnonExclusive` on every page (PTE) or the head (PMD).
+pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: MmId, anon_vma: u64) {
+    Stats::inc(&k.stats.rmap_add_new);
+    note(k, f, mm, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
+    f.head().set(pg::ANON | pg::SWAPBACKED);
+    f.head().link.store(anon_vma, Relaxed);
+    if f.is_large() {
+        k.design.add_new(f, level, mm);
+    } else {
+        f.head().mapcount.store(0, Relaxed);
+    }
+    match level {
+        Level::Pte => (0..f.nr_pages()).for_each(|i| f.set_anon_exclusive(i, true)),
+        Level::Pmd => f.set_anon_exclusive(0, true),
+    }
+}
+
+/// `folio_add_anon_rmap_ptes`: adds `nr` PTE mappings of pages
+/// `first..first+nr` of an already anon folio (used by PMD split).
+pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: MmId, exclusive: bool) {
+    Stats::inc(&k.stats.rmap_add);
+    note(k, f, mm, nr as i64);
+    add_counts(k, f, first, nr, Level::Pte, mm);
+    if exclusive {
+        (first..first + nr).for_each(|i| f.set_anon_exclusive(i, true));
+    }
+}
+
+/// `folio_try_dup_anon_rmap_ptes` / `_pmd` (fork): clears
+/// `PageAnonExclusive` and adds the mappings to the child's MM. Returns EBUSY,
+/// changing nothing, when the parent has pinned pages (`MMF_HAS_PINNED`), the
+/// folio may be pinned (`folio_maybe_dma_pinned`) and a page of the range is
+/// exclusive: the caller must give the child a copy instead.
+pub fn folio_try_dup_anon_rmap(
+    k: &Kernel,
+    f: Folio,
+    first: u64,
+    nr: u64,
+    level: Level,
+    child: MmId,
+    parent_has_pinned: bool,
+) -> Result<(), Errno> {
+    let exclusive = match level {
+        Level::Pte => (first..first + nr).any(|i| f.anon_exclusive(i)),
+        Level::Pmd => f.anon_exclusive(0),
+    };
+    if parent_has_pinned && exclusive && f.maybe_dma_pinned() {
+        return Err(Errno::EBUSY);
+    }
+    Stats::inc(&k.stats.rmap_dup);
+    note(k, f, child, if level == Level::Pte { nr as i64 } else { 1 });
+    match level {
+        Level::Pte => (first..first + nr).for_each(|i| f.set_anon_exclusive(i, false)),
+        Level::Pmd => f.set_anon_exclusive(0, false),
+    }
+    add_counts(k, f, first, nr, level, child);
+    Ok(())
+}
+
+/// `folio_remove_rmap_ptes` / `folio_remove_rmap_pmd`.
+pub fn folio_remove_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+    Stats::inc(&k.stats.rmap_remove);
+    note(k, f, mm, -(if level == Level::Pte { nr as i64 } else { 1 }));
+    if f.is_large() {
+        let r = k.design.remove(f, first, nr, level, mm);
+        account(k, r.cost);
+        if r.deferred_split && f.test_anon() {
+            deferred_split_folio(k, f);
+        }
+        return r;
+    }
+    let last = f.head().mapcount.fetch_sub(1, Relaxed) == 0;
+    Removed { unmapped_pages: last as u64, ..Removed::default() }
+}
+
+fn add_counts(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
+    if f.is_large() {
+        account(k, k.design.add(f, first, nr, level, mm));
+    } else {
+        f.head().mapcount.fetch_add(1, Relaxed);
+    }
+}
+
+/// `folio_mapcount`: page-table entries mapping any page of the folio.
+pub fn folio_mapcount(k: &Kernel, f: Folio) -> u64 {
+    if f.is_large() {
+        k.design.mapcount(f)
+    } else {
+        (f.head().mapcount.load(Relaxed) + 1) as u64
+    }
+}
+
+/// `folio_precise_page_mapcount`: entries mapping page `i`; `None` when the
+/// design keeps no per-page counts.
+pub fn page_mapcount(k: &Kernel, f: Folio, i: u64) -> Option<u64> {
+    if f.is_large() {
+        k.design.page_mapcount(f, i)
+    } else {
+        Some((f.head().mapcount.load(Relaxed) + 1) as u64)
+    }
+}
+
+/// `folio_maybe_mapped_shared`.
+pub fn folio_maybe_mapped_shared(k: &Kernel, f: Folio) -> bool {
+    if f.is_large() {
+        k.design.maybe_mapped_shared(f)
+    } else {
+        folio_mapcount(k, f) > 1
+    }
+}
+
+/// The era's policy guess whether `f` (seen at page `i`) is mapped shared
+/// (`folio_likely_mapped_shared` and its forerunners; see
+/// [`crate::mapcount::MapcountDesign::likely_mapped_shared`]).
+pub fn folio_likely_mapped_shared(k: &Kernel, f: Folio, i: u64) -> bool {
+    if f.is_large() {
+        k.design.likely_mapped_shared(f, i)
+    } else {
+        folio_mapcount(k, f) > 1
+    }
+}
+
+/// `deferred_split_folio(folio, partially_mapped = true)`: marks an anon
+/// folio queued for deferred split once and counts it
+/// (`thp_deferred_split_page` for PMD size, `split_deferred` per order).
+/// foliomm keeps no split queue and never splits: the folio stays whole
+/// until freed, and freeing clears the mark as it takes a folio off the queue.
+fn deferred_split_folio(k: &Kernel, f: Folio) {
+    let second = f.page(1);
+    if second.test(pg::PARTIALLY_MAPPED) {
+        return;
+    }
+    second.set(pg::PARTIALLY_MAPPED);
+    if f.order() == PMD_ORDER {
+        Stats::inc(&k.stats.thp_deferred_split_page);
+    }
+    Stats::inc(&k.stats.split_deferred[f.order() as usize]);
+}
+
+/// Tells the observer of `delta` mappings of `f` by `mm`.
+fn note(k: &Kernel, f: Folio, mm: MmId, delta: i64) {
+    k.observe(|o| o.mapped(f.pfn, mm, delta));
+}
+
+/// Adds one design operation's cost (and the spins it waited) to the counters.
+fn account(k: &Kernel, c: Cost) {
+    Stats::add(&k.stats.rmap_atomic_rmw, c.rmw);
+    Stats::add(&k.stats.rmap_locks, c.locks);
+    Stats::add(&k.stats.rmap_cache_lines, c.lines);
+    Stats::add(&k.stats.rmap_lock_spins, c.spins);
+}

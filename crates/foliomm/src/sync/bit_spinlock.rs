@@ -1,0 +1,47 @@
+//! `bit_spin_lock()` / `__bit_spin_unlock()` (include/linux/bit_spinlock.h):
+//! one bit of an atomic word is the lock. It serves as the split page-table
+//! lock (`ptdesc->ptl`, here `PG_locked` of the table's own descriptor), the
+//! folio lock, and the large-mapcount locks.
+
+use super::atomic::{AtomicU64, Ordering::*};
+use super::backoff;
+
+/// A held bit lock (include/linux/bit_spinlock.h); released on drop
+/// (`__bit_spin_unlock`). Differs from Linux: no preemption to disable, so
+/// a waiter yields now and then instead of spinning forever.
+pub struct BitSpinLock<'a> {
+    word: &'a AtomicU64,
+    bit: u64,
+    spins: u32,
+}
+
+impl<'a> BitSpinLock<'a> {
+    /// Spins until bit `bit` of `word` is acquired (`bit_spin_lock`).
+    pub fn lock(word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
+        let bit = 1u64 << bit;
+        let mut spins = 0u32;
+        while word.fetch_or(bit, Acquire) & bit != 0 {
+            while word.load(Relaxed) & bit != 0 {
+                backoff(&mut spins);
+            }
+        }
+        BitSpinLock { word, bit, spins }
+    }
+
+    /// Acquires the bit if it is free (`bit_spin_trylock`).
+    pub fn try_lock(word: &'a AtomicU64, bit: u32) -> Option<BitSpinLock<'a>> {
+        let bit = 1u64 << bit;
+        (word.fetch_or(bit, Acquire) & bit == 0).then_some(BitSpinLock { word, bit, spins: 0 })
+    }
+
+    /// Rounds spun waiting for the lock (for the cost counters).
+    pub fn spins(&self) -> u64 {
+        self.spins as u64
+    }
+}
+
+impl Drop for BitSpinLock<'_> {
+    fn drop(&mut self) {
+        self.word.fetch_and(!self.bit, Release);
+    }
+}

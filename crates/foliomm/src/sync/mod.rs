@@ -1,0 +1,74 @@
+//! The synchronisation facade and the kernel's lock primitives.
+//!
+//! Every atomic, lock, thread spawn and yield of the library comes from
+//! here: `std` normally, [loom](https://docs.rs/loom) under `cfg(loom)`, so
+//! that lock protocols can be checked over every interleaving (tokio's
+//! `src/loom/` follows the same pattern). `Arc`/`Weak` stay `std` in both
+//! (they are ownership, not a protocol, and loom's `Arc` has no `Weak`), and
+//! so do the words of the frame arena ([`crate::phys`]): they model RAM,
+//! which loom cannot map.
+//!
+//! The primitives: [`BitSpinLock`] (`bit_spin_lock`: split PTLs, the folio
+//! lock, the mapcount locks) and [`AtomicSeqcount`] (seed 000's seqcount
+//! with concurrent writers). Loom tests: [`loom_tests`] (run them with
+//! `RUSTFLAGS="--cfg loom" cargo test --release -p foliomm --lib loom`).
+
+mod bit_spinlock;
+#[cfg(all(test, loom))]
+mod loom_tests;
+mod seqcount;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use bit_spinlock::BitSpinLock;
+pub use seqcount::{AtomicSeqcount, SeqWrite};
+
+#[cfg(loom)]
+pub use loom::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(loom))]
+pub use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub use std::sync::{Arc, Weak};
+
+/// Atomic integers, fences and orderings.
+pub mod atomic {
+    #[cfg(loom)]
+    pub use loom::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+    #[cfg(not(loom))]
+    pub use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+}
+
+/// Threads: spawning, yielding and sleeping.
+pub mod thread {
+    #[cfg(loom)]
+    pub use loom::thread::{spawn, yield_now};
+    #[cfg(not(loom))]
+    pub use std::thread::{spawn, yield_now};
+
+    /// Sleeps `d` (under loom, a yield: loom has no clock).
+    pub fn sleep(d: std::time::Duration) {
+        #[cfg(loom)]
+        {
+            let _ = d;
+            yield_now();
+        }
+        #[cfg(not(loom))]
+        std::thread::sleep(d);
+    }
+}
+
+/// One round of waiting for a lock or a seqcount: spin, and every 64th round
+/// yield the CPU (model threads may be preempted while holding what we wait
+/// for). Under loom every round yields, as loom requires of spin loops.
+/// Counts the round in `spins`.
+pub(crate) fn backoff(spins: &mut u32) {
+    *spins += 1;
+    #[cfg(loom)]
+    thread::yield_now();
+    #[cfg(not(loom))]
+    if spins.is_multiple_of(64) {
+        thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
