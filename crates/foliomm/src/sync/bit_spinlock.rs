@@ -3,7 +3,7 @@
 //! lock (`ptdesc->ptl`, here `PG_locked` of the table's own descriptor), the
 //! folio lock, and the large-mapcount locks.
 
-use super::atomic::{AtomicU64, Ordering::*};
+use super::atomic::{AtomicU64, Ordering, Ordering::*};
 use super::backoff;
 
 /// A held bit lock (include/linux/bit_spinlock.h); released on drop
@@ -13,25 +13,38 @@ pub struct BitSpinLock<'a> {
     word: &'a AtomicU64,
     bit: u64,
     spins: u32,
+    /// The unlock's ordering: `Release` (`Relaxed` only in the broken lock).
+    release: Ordering,
 }
 
 impl<'a> BitSpinLock<'a> {
     /// Spins until bit `bit` of `word` is acquired (`bit_spin_lock`).
     pub fn lock(word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
+        Self::lock_ordered(word, bit, Acquire)
+    }
+
+    /// The broken lock for the loom tests: acquires with `Relaxed`, so a
+    /// holder need not see what the previous holder wrote.
+    #[cfg(all(test, loom))]
+    pub(crate) fn lock_relaxed(word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
+        Self::lock_ordered(word, bit, Relaxed)
+    }
+
+    fn lock_ordered(word: &'a AtomicU64, bit: u32, order: Ordering) -> BitSpinLock<'a> {
         let bit = 1u64 << bit;
         let mut spins = 0u32;
-        while word.fetch_or(bit, Acquire) & bit != 0 {
+        while word.fetch_or(bit, order) & bit != 0 {
             while word.load(Relaxed) & bit != 0 {
                 backoff(&mut spins);
             }
         }
-        BitSpinLock { word, bit, spins }
+        BitSpinLock { word, bit, spins, release: if order == Relaxed { Relaxed } else { Release } }
     }
 
     /// Acquires the bit if it is free (`bit_spin_trylock`).
     pub fn try_lock(word: &'a AtomicU64, bit: u32) -> Option<BitSpinLock<'a>> {
         let bit = 1u64 << bit;
-        (word.fetch_or(bit, Acquire) & bit == 0).then_some(BitSpinLock { word, bit, spins: 0 })
+        (word.fetch_or(bit, Acquire) & bit == 0).then_some(BitSpinLock { word, bit, spins: 0, release: Release })
     }
 
     /// Rounds spun waiting for the lock (for the cost counters).
@@ -42,6 +55,6 @@ impl<'a> BitSpinLock<'a> {
 
 impl Drop for BitSpinLock<'_> {
     fn drop(&mut self) {
-        self.word.fetch_and(!self.bit, Release);
+        self.word.fetch_and(!self.bit, self.release);
     }
 }

@@ -63,17 +63,6 @@ impl AtomicSeqcount<'_> {
     /// Reads a consistent snapshot with `read`, retrying while writers are
     /// inside or a write happened meanwhile.
     pub fn read<T>(&self, read: impl Fn() -> T) -> T {
-        self.read_checked(read, true)
-    }
-
-    /// The broken reader for the loom tests: takes the first snapshot it
-    /// reads, without checking the sequence again (a torn read).
-    #[cfg(all(test, loom))]
-    pub(crate) fn read_without_retry<T>(&self, read: impl Fn() -> T) -> T {
-        self.read_checked(read, false)
-    }
-
-    fn read_checked<T>(&self, read: impl Fn() -> T, retry: bool) -> T {
         let mut spins = 0;
         loop {
             let s1 = self.0.load(Acquire) as u32;
@@ -83,7 +72,7 @@ impl AtomicSeqcount<'_> {
             }
             let v = read();
             fence(Acquire);
-            if !retry || self.0.load(Relaxed) as u32 == s1 {
+            if self.0.load(Relaxed) as u32 == s1 {
                 return v;
             }
         }
