@@ -123,10 +123,11 @@ impl Cpu {
                 }
             }
             let held = mm.lock_vma_for_fault(addr)?;
-            if (write && !held.vma.writable()) || !held.vma.readable() {
+            let vma = held.vma();
+            if (write && !vma.writable()) || !vma.readable() {
                 return Err(Errno::EACCES);
             }
-            handle_mm_fault(mm, &held.vma, addr, write)?;
+            handle_mm_fault(mm, vma, addr, write)?;
         }
     }
 

@@ -10,9 +10,18 @@ use crate::sync::{Arc, RwLockReadGuard};
 use crate::{Errno, Result};
 
 /// A VMA held stable for a fault, and what holds it; released on drop.
+/// Under `mmap-lock` the guard is the mmap_lock itself, and the VMA is
+/// looked up in the tree it guards (no reference count is taken).
 pub struct FaultVma<'a> {
-    _mmap_lock: RwLockReadGuard<'a, Vmas>,
-    pub vma: Arc<Vma>,
+    mmap_lock: RwLockReadGuard<'a, Vmas>,
+    start: u64,
+}
+
+impl FaultVma<'_> {
+    /// The locked VMA.
+    pub fn vma(&self) -> &Arc<Vma> {
+        self.mmap_lock.get(self.start).expect("the mmap_lock keeps the VMA in the tree")
+    }
 }
 
 impl Mm {
@@ -23,8 +32,8 @@ impl Mm {
         match self.kernel.config.vma_lock {
             VmaLockDesign::MmapLock => {
                 let vmas = self.mmap_read_lock();
-                let vma = vmas.find(addr).ok_or(Errno::EFAULT)?.clone();
-                Ok(FaultVma { _mmap_lock: vmas, vma })
+                let start = vmas.find(addr).ok_or(Errno::EFAULT)?.start();
+                Ok(FaultVma { mmap_lock: vmas, start })
             }
         }
     }
