@@ -109,7 +109,7 @@ pub struct LeafSlot {
 }
 
 impl LeafSlot {
-    pub fn entry<'p>(self, phys: &'p PhysMem) -> &'p AtomicU64 {
+    pub fn entry(self, phys: &PhysMem) -> &AtomicU64 {
         slot(phys, self.table, self.idx)
     }
     pub fn load(self, phys: &PhysMem) -> Pte {
