@@ -64,24 +64,18 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             match l.next("a setting (memory, mapcount, zap, tlb, debug, mm_ids, thp, check)")? {
                 "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
                 "mapcount" => {
-                    let col = l.col();
-                    let t = l.next("a mapcount design")?;
-                    match Design::parse(t) {
-                        Some(d) => Ok(Cmd::SetMachine(MachineSetting::Mapcount(d))),
-                        None => l.err(col, format!("unknown mapcount design '{t}' (known: {})", Design::names())),
-                    }
+                    let d = named(l, "mapcount design", Design::parse, &Design::names())?;
+                    Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
                 }
                 "tlb" => Ok(Cmd::SetMachine(MachineSetting::Tlb(l.size("a number of TLB entries")?))),
                 "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
                 "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
-                "zap" => {
-                    let col = l.col();
-                    let t = l.next("a zap strategy (batched or per-page)")?;
-                    match ZapStrategy::parse(t) {
-                        Some(z) => Ok(Cmd::SetMachine(MachineSetting::Zap(z))),
-                        None => l.err(col, format!("expected a zap strategy (batched or per-page), found '{t}'")),
-                    }
-                }
+                "zap" => Ok(Cmd::SetMachine(MachineSetting::Zap(named(
+                    l,
+                    "zap strategy",
+                    ZapStrategy::parse,
+                    "batched, per-page",
+                )?))),
                 "check" => {
                     let col = l.col();
                     match l.next("on or off")? {
@@ -345,5 +339,16 @@ mod tests {
     fn trailing_fails_is_an_expected_error() {
         let s = &parse("P: write a fails ENOMEM\n").unwrap()[0];
         assert_eq!(s.fails, Some(Errno::ENOMEM));
+    }
+}
+
+/// The next token as one of a strategy's names (`parse`); an unknown one is
+/// an error at its column listing the `known` names.
+fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str) -> Result<T, ParseError> {
+    let col = l.col();
+    let t = l.next(&format!("a {what}"))?;
+    match parse(t) {
+        Some(v) => Ok(v),
+        None => l.err(col, format!("unknown {what} '{t}' (known: {known})")),
     }
 }
