@@ -169,8 +169,14 @@ fn note(k: &Kernel, f: Folio, mm: MmId, delta: i64) {
 
 /// Adds one design operation's cost (and the spins it waited) to the counters.
 fn account(k: &Kernel, c: Cost) {
-    Stats::add(&k.stats.rmap_atomic_rmw, c.rmw);
-    Stats::add(&k.stats.rmap_locks, c.locks);
-    Stats::add(&k.stats.rmap_cache_lines, c.lines);
-    Stats::add(&k.stats.rmap_lock_spins, c.spins);
+    for (counter, n) in [
+        (&k.stats.rmap_atomic_rmw, c.rmw),
+        (&k.stats.rmap_locks, c.locks),
+        (&k.stats.rmap_cache_lines, c.lines),
+        (&k.stats.rmap_lock_spins, c.spins),
+    ] {
+        if n != 0 {
+            Stats::add(counter, n);
+        }
+    }
 }
