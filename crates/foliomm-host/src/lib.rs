@@ -7,6 +7,7 @@
 
 pub mod gup;
 pub mod procfs;
+pub mod protocol;
 pub mod sysfs;
 pub mod worker;
 
@@ -15,92 +16,27 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::{Arc, Mutex, RwLock};
 
 use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
-use foliomm_scenario::backend::{Access, Backend, BackendError, GupKind, Observation};
+use foliomm_scenario::backend::{Access, Backend, BackendResult, GupKind, Observation, StepError, Thread};
 use foliomm_scenario::lang::MachineSetting;
 
+pub use protocol::{Request, Response};
 pub use worker::worker_main;
 
 /// The first argument that makes the foliomm binary run as a worker.
 pub const WORKER_ARG: &str = "__host-worker";
 
-/// A step sent to a worker.
-#[derive(serde::Serialize, serde::Deserialize, Debug)]
-pub enum Request {
-    Hello {
-        name: String,
-    },
-    Mmap {
-        at: Option<u64>,
-        len: u64,
-        prot: u32,
-        fixed: bool,
-        populate: bool,
-    },
-    Munmap {
-        addr: u64,
-        len: u64,
-    },
-    Mprotect {
-        addr: u64,
-        len: u64,
-        prot: u32,
-    },
-    Madvise {
-        addr: u64,
-        len: u64,
-        advice: Advice,
-    },
-    Mremap {
-        addr: u64,
-        len: u64,
-        new_len: u64,
-        to: Option<u64>,
-    },
-    Access {
-        addr: u64,
-        len: u64,
-        access: Access,
-    },
-    Observe {
-        addr: u64,
-        len: u64,
-    },
-    Fork {
-        child: String,
-    },
-    /// Take GUP references (handle `id`, chosen by the controller).
-    Gup {
-        id: u64,
-        addr: u64,
-        len: u64,
-        kind: GupKind,
-    },
-    /// The first byte the references of `id` hold.
-    GupByte {
-        id: u64,
-    },
-    Ungup {
-        id: u64,
-    },
-    Exit,
-}
+/// The controller's end of one worker thread's socket.
+type Conn = Arc<Mutex<BufReader<UnixStream>>>;
 
-/// A worker's answer.
-#[derive(serde::Serialize, serde::Deserialize, Debug)]
-pub enum Response {
-    Value(u64),
-    Bytes(Vec<u8>),
-    Observed(Observation),
-    Err(Errno),
-}
-
+/// A worker process: a socket per thread.
 struct Worker {
-    conn: BufReader<UnixStream>,
+    threads: HashMap<u32, Conn>,
     /// The process the controller started (the first of a fork tree).
     child: Option<Child>,
 }
@@ -109,15 +45,22 @@ struct Worker {
 const VMSTAT: &[&str] =
     &["thp_fault_alloc", "thp_fault_fallback", "thp_split_pmd", "thp_deferred_split_page", "pgreuse"];
 
-/// Runs scenarios on the running kernel.
+/// Runs scenarios on the running kernel. Calls of different threads go to
+/// different worker threads over their own sockets, and run at once.
 pub struct HostBackend {
     exe: PathBuf,
     dir: PathBuf,
-    listener: Option<UnixListener>,
-    procs: HashMap<String, Worker>,
+    /// Held from the request that makes a worker connect until its
+    /// connection is accepted, so that connections pair with their names.
+    listener: Mutex<Option<UnixListener>>,
+    procs: RwLock<HashMap<String, Worker>>,
     baseline: Vec<(String, u64)>,
-    /// GUP handle -> the process holding it.
-    gups: HashMap<u64, String>,
+    /// GUP handle -> the thread holding it.
+    gups: Mutex<HashMap<u64, (String, u32)>>,
+}
+
+fn broken(what: impl std::fmt::Display) -> StepError {
+    StepError::Backend(what.to_string())
 }
 
 impl HostBackend {
@@ -125,46 +68,81 @@ impl HostBackend {
     /// is [`WORKER_ARG`] (the foliomm binary).
     pub fn new(exe: PathBuf) -> HostBackend {
         let dir = std::env::temp_dir().join(format!("foliomm-host-{}-{}", std::process::id(), unique()));
-        HostBackend { exe, dir, listener: None, procs: HashMap::new(), baseline: Vec::new(), gups: HashMap::new() }
+        HostBackend {
+            exe,
+            dir,
+            listener: Mutex::new(None),
+            procs: RwLock::new(HashMap::new()),
+            baseline: Vec::new(),
+            gups: Mutex::new(HashMap::new()),
+        }
     }
 
     fn socket(&self) -> PathBuf {
         self.dir.join("ctl.sock")
     }
 
-    /// Accepts the next worker connection and checks that it is `name`.
-    fn accept(&self, name: &str) -> Result<BufReader<UnixStream>, Errno> {
-        let (s, _) = self.listener.as_ref().ok_or(Errno::EINVAL)?.accept().map_err(|_| Errno::EINVAL)?;
+    /// Runs `trigger` (which makes a worker thread connect), then accepts
+    /// the connection and checks that it says it is `name`.
+    fn connect(&self, name: &str, trigger: impl FnOnce() -> BackendResult<()>) -> BackendResult<Conn> {
+        let listener = self.listener.lock().unwrap();
+        let listener = listener.as_ref().ok_or_else(|| broken("the host backend is not started"))?;
+        trigger()?;
+        let (s, _) = listener.accept().map_err(|e| broken(format!("accepting worker {name}: {e}")))?;
         let mut conn = BufReader::new(s);
         let mut line = String::new();
-        conn.read_line(&mut line).map_err(|_| Errno::EINVAL)?;
+        conn.read_line(&mut line).map_err(|e| broken(format!("reading worker {name}'s hello: {e}")))?;
         match serde_json::from_str(&line) {
-            Ok(Request::Hello { name: n }) if n == name => Ok(conn),
-            _ => Err(Errno::EINVAL),
+            Ok(Request::Hello { name: n }) if n == name => Ok(Arc::new(Mutex::new(conn))),
+            _ => Err(broken(format!("expected worker {name} to connect, got {:?}", line.trim()))),
         }
     }
 
-    fn request(&mut self, proc: &str, req: &Request) -> Result<Response, Errno> {
-        let w = self.procs.get_mut(proc).ok_or(Errno::EINVAL)?;
+    fn conn(&self, t: Thread) -> BackendResult<Conn> {
+        let procs = self.procs.read().unwrap();
+        let w = procs.get(t.proc).ok_or_else(|| broken(format!("no process {}", t.proc)))?;
+        w.threads.get(&t.tid).cloned().ok_or_else(|| broken(format!("no thread {t}")))
+    }
+
+    /// Sends `req` to thread `t` and waits for its answer. A socket that
+    /// breaks, or an answer that makes no sense, is a backend failure.
+    fn request(&self, t: Thread, req: &Request) -> BackendResult<Response> {
+        let conn = self.conn(t)?;
+        let mut conn = conn.lock().unwrap();
         let mut line = serde_json::to_string(req).unwrap();
         line.push('\n');
-        w.conn.get_mut().write_all(line.as_bytes()).map_err(|_| Errno::EINVAL)?;
+        conn.get_mut().write_all(line.as_bytes()).map_err(|e| broken(format!("worker {t} went away: {e}")))?;
         line.clear();
-        if w.conn.read_line(&mut line).unwrap_or(0) == 0 {
-            return Err(Errno::EINVAL);
+        match conn.read_line(&mut line) {
+            Ok(0) => return Err(broken(format!("worker {t} closed its socket during {req:?}"))),
+            Err(e) => return Err(broken(format!("worker {t}: {e}"))),
+            Ok(_) => {}
         }
         match serde_json::from_str(&line) {
-            Ok(Response::Err(e)) => Err(e),
+            Ok(Response::Err(e)) => Err(StepError::Errno(e)),
+            Ok(Response::OsError(n)) => Err(StepError::Unsupported(format!(
+                "the host kernel failed {req:?} with errno {n} ({}), which foliomm does not model",
+                std::io::Error::from_raw_os_error(n)
+            ))),
             Ok(r) => Ok(r),
-            Err(_) => Err(Errno::EINVAL),
+            Err(e) => Err(broken(format!("worker {t} answered {:?}: {e}", line.trim()))),
         }
     }
 
-    fn value(&mut self, proc: &str, req: Request) -> Result<u64, Errno> {
-        match self.request(proc, &req)? {
+    fn value(&self, t: Thread, req: Request) -> BackendResult<u64> {
+        match self.request(t, &req)? {
             Response::Value(v) => Ok(v),
-            _ => Err(Errno::EINVAL),
+            r => Err(broken(format!("worker {t} answered {req:?} with {r:?}"))),
         }
+    }
+
+    /// Waits until the worker at the other end of `conn` is gone (its
+    /// socket closes after its address space is: do_exit runs exit_mm
+    /// before exit_files).
+    fn wait_closed(conn: &Conn) {
+        let mut conn = conn.lock().unwrap();
+        let mut rest = String::new();
+        while conn.read_line(&mut rest).unwrap_or(0) > 0 {}
     }
 
     fn raw_counters() -> Vec<(String, u64)> {
@@ -215,95 +193,112 @@ impl Backend for HostBackend {
         Some(format!("cannot honour {s:?}: {why}"))
     }
 
-    fn start(&mut self, _settings: &[MachineSetting]) -> Result<(), BackendError> {
+    fn start(&mut self, _settings: &[MachineSetting]) -> BackendResult<()> {
         if std::fs::File::open("/proc/kpageflags").is_err() {
-            return Err(BackendError("cannot read /proc/kpageflags: the host backend needs root".into()));
+            return Err(StepError::Unsupported("cannot read /proc/kpageflags: the host backend needs root".into()));
         }
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| BackendError(format!("cannot create {}: {e}", self.dir.display())))?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| broken(format!("cannot create {}: {e}", self.dir.display())))?;
         let listener = UnixListener::bind(self.socket())
-            .map_err(|e| BackendError(format!("cannot listen on {}: {e}", self.socket().display())))?;
-        self.listener = Some(listener);
+            .map_err(|e| broken(format!("cannot listen on {}: {e}", self.socket().display())))?;
+        *self.listener.lock().unwrap() = Some(listener);
         self.baseline = Self::raw_counters();
         Ok(())
     }
 
-    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError> {
+    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
         if let Some(m) = enabled {
-            sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)).map_err(BackendError)?;
+            sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
         }
         for &(order, m) in sizes {
-            sysfs::set(&sysfs::thp_path(Some(order)), sysfs::mode_name(m)).map_err(BackendError)?;
+            sysfs::set(&sysfs::thp_path(Some(order)), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
         }
         Ok(())
     }
 
-    fn spawn(&mut self, proc: &str) -> Result<(), Errno> {
-        let child =
-            Command::new(&self.exe).arg(WORKER_ARG).arg(self.socket()).arg(proc).spawn().map_err(|_| Errno::EINVAL)?;
-        let conn = self.accept(proc)?;
-        self.procs.insert(proc.into(), Worker { conn, child: Some(child) });
+    fn spawn(&self, proc: &str) -> BackendResult<()> {
+        let mut child = None;
+        let conn = self.connect(proc, || {
+            let c = Command::new(&self.exe).arg(WORKER_ARG).arg(self.socket()).arg(proc).spawn();
+            child = Some(c.map_err(|e| broken(format!("cannot start worker {}: {e}", self.exe.display())))?);
+            Ok(())
+        })?;
+        self.procs.write().unwrap().insert(proc.into(), Worker { threads: HashMap::from([(0, conn)]), child });
         Ok(())
     }
 
-    fn fork(&mut self, parent: &str, child: &str) -> Result<(), Errno> {
-        self.value(parent, Request::Fork { child: child.into() })?;
-        let conn = self.accept(child)?;
-        self.procs.insert(child.into(), Worker { conn, child: None });
+    fn spawn_thread(&self, t: Thread) -> BackendResult<()> {
+        let conn = self.connect(&t.to_string(), || self.value(Thread::main(t.proc), Request::SpawnThread { tid: t.tid }).map(|_| ()))?;
+        let mut procs = self.procs.write().unwrap();
+        let w = procs.get_mut(t.proc).ok_or_else(|| broken(format!("no process {}", t.proc)))?;
+        w.threads.insert(t.tid, conn);
         Ok(())
     }
 
-    fn exit(&mut self, proc: &str) {
-        let Some(mut w) = self.procs.remove(proc) else { return };
-        let _ = w.conn.get_mut().write_all(b"\"Exit\"\n");
-        // The socket closes after the process's address space is gone
-        // (do_exit: exit_mm before exit_files).
-        let mut rest = String::new();
-        while w.conn.read_line(&mut rest).unwrap_or(0) > 0 {}
+    fn exit_thread(&self, t: Thread) -> BackendResult<()> {
+        if t.tid == 0 {
+            return Err(broken(format!("thread {t} is the process's first; exit the process")));
+        }
+        let conn = self.conn(t)?;
+        conn.lock().unwrap().get_mut().write_all(b"\"Exit\"\n").map_err(|e| broken(format!("worker {t}: {e}")))?;
+        Self::wait_closed(&conn);
+        if let Some(w) = self.procs.write().unwrap().get_mut(t.proc) {
+            w.threads.remove(&t.tid);
+        }
+        Ok(())
+    }
+
+    fn fork(&self, t: Thread, child: &str) -> BackendResult<()> {
+        let conn = self.connect(child, || self.value(t, Request::Fork { child: child.into() }).map(|_| ()))?;
+        self.procs.write().unwrap().insert(child.into(), Worker { threads: HashMap::from([(0, conn)]), child: None });
+        Ok(())
+    }
+
+    fn exit(&self, proc: &str) -> BackendResult<()> {
+        let w = self.procs.write().unwrap().remove(proc).ok_or_else(|| broken(format!("no process {proc}")))?;
+        let main = w.threads.get(&0).ok_or_else(|| broken(format!("process {proc} has no thread 0")))?;
+        // A worker that is gone already has exited too; its socket reads EOF.
+        let _ = main.lock().unwrap().get_mut().write_all(b"\"Exit\"\n");
+        for conn in w.threads.values() {
+            Self::wait_closed(conn);
+        }
         if let Some(mut c) = w.child {
             let _ = c.wait();
         }
+        Ok(())
     }
 
-    fn mmap(
-        &mut self,
-        proc: &str,
-        at: Option<u64>,
-        len: u64,
-        prot: Prot,
-        fixed: bool,
-        populate: bool,
-    ) -> Result<u64, Errno> {
-        self.value(proc, Request::Mmap { at, len, prot: prot.0, fixed, populate })
+    fn mmap(&self, t: Thread, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool) -> BackendResult<u64> {
+        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate })
     }
 
-    fn munmap(&mut self, proc: &str, addr: u64, len: u64) -> Result<(), Errno> {
-        self.value(proc, Request::Munmap { addr, len }).map(|_| ())
+    fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {
+        self.value(t, Request::Munmap { addr, len }).map(|_| ())
     }
 
-    fn mprotect(&mut self, proc: &str, addr: u64, len: u64, prot: Prot) -> Result<(), Errno> {
-        self.value(proc, Request::Mprotect { addr, len, prot: prot.0 }).map(|_| ())
+    fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()> {
+        self.value(t, Request::Mprotect { addr, len, prot: prot.0 }).map(|_| ())
     }
 
-    fn madvise(&mut self, proc: &str, addr: u64, len: u64, advice: Advice) -> Result<(), Errno> {
-        self.value(proc, Request::Madvise { addr, len, advice }).map(|_| ())
+    fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()> {
+        self.value(t, Request::Madvise { addr, len, advice }).map(|_| ())
     }
 
-    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno> {
-        self.value(proc, Request::Mremap { addr, len, new_len, to })
+    fn mremap(&self, t: Thread, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> BackendResult<u64> {
+        self.value(t, Request::Mremap { addr, len, new_len, to })
     }
 
-    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno> {
-        match self.request(proc, &Request::Access { addr, len, access })? {
+    fn access(&self, t: Thread, addr: u64, len: u64, access: Access) -> BackendResult<Vec<u8>> {
+        match self.request(t, &Request::Access { addr, len, access })? {
             Response::Bytes(b) => Ok(b),
-            _ => Ok(Vec::new()),
+            Response::Value(_) => Ok(Vec::new()),
+            r => Err(broken(format!("worker {t} answered an access with {r:?}"))),
         }
     }
 
-    fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno> {
-        match self.request(proc, &Request::Observe { addr, len })? {
+    fn observe(&self, t: Thread, addr: u64, len: u64) -> BackendResult<Observation> {
+        match self.request(t, &Request::Observe { addr, len })? {
             Response::Observed(o) => Ok(o),
-            _ => Err(Errno::EINVAL),
+            r => Err(broken(format!("worker {t} answered observe with {r:?}"))),
         }
     }
 
@@ -314,22 +309,22 @@ impl Backend for HostBackend {
         matches!(kind, GupKind::Get | GupKind::Pin { write: true, longterm: true })
     }
 
-    fn pin(&mut self, proc: &str, addr: u64, len: u64, kind: GupKind) -> Result<u64, Errno> {
-        let id = self.gups.len() as u64 + unique() + 1;
-        self.value(proc, Request::Gup { id, addr, len, kind })?;
-        self.gups.insert(id, proc.to_string());
+    fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {
+        let id = unique() + 1;
+        self.value(t, Request::Gup { id, addr, len, kind })?;
+        self.gups.lock().unwrap().insert(id, (t.proc.to_string(), t.tid));
         Ok(id)
     }
 
-    fn unpin(&mut self, pin: u64) -> Result<(), Errno> {
-        let proc = self.gups.remove(&pin).ok_or(Errno::EINVAL)?;
-        self.value(&proc, Request::Ungup { id: pin }).map(|_| ())
+    fn unpin(&self, pin: u64) -> BackendResult<()> {
+        let (proc, tid) = self.gups.lock().unwrap().remove(&pin).ok_or(Errno::EINVAL)?;
+        self.value(Thread { proc: &proc, tid }, Request::Ungup { id: pin }).map(|_| ())
     }
 
     /// Only the byte: the kernel shows no frame for a GUP reference.
-    fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno> {
-        let proc = self.gups.get(&pin).ok_or(Errno::EINVAL)?.clone();
-        let byte = self.value(&proc, Request::GupByte { id: pin })? as u8;
+    fn observe_pin(&self, pin: u64) -> BackendResult<Observation> {
+        let (proc, tid) = self.gups.lock().unwrap().get(&pin).cloned().ok_or(Errno::EINVAL)?;
+        let byte = self.value(Thread { proc: &proc, tid }, Request::GupByte { id: pin })? as u8;
         Ok(Observation { byte, via_gup: true, ..Default::default() })
     }
 
@@ -363,9 +358,9 @@ impl Backend for HostBackend {
 
 impl Drop for HostBackend {
     fn drop(&mut self) {
-        let names: Vec<String> = self.procs.keys().cloned().collect();
+        let names: Vec<String> = self.procs.read().unwrap().keys().cloned().collect();
         for p in names {
-            self.exit(&p);
+            let _ = self.exit(&p);
         }
         sysfs::restore_all();
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -1,11 +1,14 @@
-//! The worker: the program each scenario process runs. It reads one request
-//! per line from its socket, performs it on its own address space with real
-//! system calls and memory accesses, and answers one line. `fork` forks the
-//! worker itself: the child connects to the controller with a new socket.
+//! The worker: the program each scenario process runs. Each of its threads
+//! reads one request per line from its own socket, performs it on the
+//! process's address space with real system calls and memory accesses, and
+//! answers one line. `SpawnThread` starts an OS thread with a socket of its
+//! own; `fork` forks the worker itself: the child connects to the controller
+//! with a new socket.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use foliomm::mm::Advice;
 use foliomm::Errno;
@@ -20,22 +23,26 @@ use crate::{Request, Response};
 
 const PAGE: u64 = 4096;
 
-fn errno() -> Errno {
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::ENOMEM) => Errno::ENOMEM,
-        Some(libc::EFAULT) => Errno::EFAULT,
-        Some(libc::EACCES) => Errno::EACCES,
-        Some(libc::EBUSY) => Errno::EBUSY,
-        Some(libc::EEXIST) => Errno::EEXIST,
-        _ => Errno::EINVAL,
+/// The last OS error as the model's errno, or its raw number when foliomm
+/// does not model it.
+fn errno() -> Response {
+    let n = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    match n {
+        libc::ENOMEM => Response::Err(Errno::ENOMEM),
+        libc::EFAULT => Response::Err(Errno::EFAULT),
+        libc::EACCES => Response::Err(Errno::EACCES),
+        libc::EBUSY => Response::Err(Errno::EBUSY),
+        libc::EEXIST => Response::Err(Errno::EEXIST),
+        libc::EINVAL => Response::Err(Errno::EINVAL),
+        n => Response::OsError(n),
     }
 }
 
-fn check(r: libc::c_int) -> Result<u64, Errno> {
+fn check(r: libc::c_int) -> Response {
     if r == 0 {
-        Ok(0)
+        Response::Value(0)
     } else {
-        Err(errno())
+        errno()
     }
 }
 
@@ -46,35 +53,67 @@ fn connect(socket: &Path, name: &str) -> BufReader<UnixStream> {
     BufReader::new(s)
 }
 
+/// What the threads of one worker process share.
+struct Process {
+    socket: PathBuf,
+    name: String,
+    procfs: Procfs,
+}
+
+impl Process {
+    fn new(socket: &Path, name: &str) -> Arc<Process> {
+        // An open /proc/self/pagemap stays bound to the process that opened
+        // it: a forked child opens its own.
+        let procfs = Procfs::open().expect("cannot open /proc/self/pagemap or /proc/kpageflags (needs root)");
+        Arc::new(Process { socket: socket.into(), name: name.into(), procfs })
+    }
+}
+
 /// Runs the worker until the controller says `Exit` or goes away.
 pub fn worker_main(socket: &Path, name: &str) -> ! {
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
     // SAFETY: setting SIGCHLD to SIG_IGN has no preconditions.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
-    let mut conn = connect(socket, name);
-    let open = || Procfs::open().expect("cannot open /proc/self/pagemap or /proc/kpageflags (needs root)");
-    let mut procfs = open();
+    serve(Process::new(socket, name), 0);
+    std::process::exit(0)
+}
+
+/// Serves thread `tid` of the worker process: one request per line from its
+/// own socket, until `Exit` (the thread ends; for thread 0 the process) or
+/// until the controller goes away.
+fn serve(mut proc: Arc<Process>, mut tid: u32) {
+    let thread_name = |p: &Process, tid: u32| if tid == 0 { p.name.clone() } else { format!("{}/{tid}", p.name) };
+    let mut conn = connect(&proc.socket, &thread_name(&proc, tid));
     let mut gups: HashMap<u64, HostGup> = HashMap::new();
     let mut line = String::new();
     loop {
         line.clear();
         if conn.read_line(&mut line).unwrap_or(0) == 0 {
-            std::process::exit(0);
+            return;
         }
         let req: Request = serde_json::from_str(&line).expect("bad request from the controller");
         let resp = match req {
-            Request::Exit => std::process::exit(0),
+            Request::Exit if tid == 0 => std::process::exit(0),
+            Request::Exit => return,
+            Request::SpawnThread { tid: new } => {
+                let p = proc.clone();
+                match std::thread::Builder::new().name(thread_name(&p, new)).spawn(move || serve(p, new)) {
+                    Ok(_) => Response::Value(new as u64),
+                    Err(_) => Response::Err(Errno::ENOMEM),
+                }
+            }
             Request::Fork { child } => {
-                // SAFETY: the worker is single-threaded, so the child may
-                // continue running ordinary code after fork().
+                // SAFETY: fork() in a process that may have other threads:
+                // the child has only this one, and continues with what this
+                // thread owns (its socket is replaced, the procfs files are
+                // reopened); it takes no lock another thread may hold.
                 match unsafe { libc::fork() } {
-                    -1 => Response::Err(errno()),
+                    -1 => errno(),
                     0 => {
-                        conn = connect(socket, &child);
-                        // An open /proc/self/pagemap stays bound to the
-                        // process that opened it: the child needs its own.
-                        procfs = open();
+                        proc = Process::new(&proc.socket, &child);
+                        tid = 0;
+                        conn = connect(&proc.socket, &child);
                         continue;
                     }
                     pid => Response::Value(pid as u64),
@@ -84,7 +123,7 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
                 let maps = maps();
                 let mapped = (addr..addr + len).step_by(PAGE as usize).all(|a| check_access(&maps, a, false).is_ok());
                 let taken = match kind {
-                    _ if !mapped => Err(Errno::EFAULT),
+                    _ if !mapped => Err(Response::Err(Errno::EFAULT)),
                     GupKind::Get => HostGup::vmsplice(addr, len).map_err(|_| errno()),
                     GupKind::Pin { .. } => Uring::register(addr, len).map(HostGup::Uring).map_err(|_| errno()),
                 };
@@ -93,7 +132,7 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
                         gups.insert(id, g);
                         Response::Value(id)
                     }
-                    Err(e) => Response::Err(e),
+                    Err(e) => e,
                 }
             }
             Request::GupByte { id } => match gups.get(&id).map(|g| g.first_byte()) {
@@ -104,18 +143,18 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
                 Some(_) => Response::Value(0),
                 None => Response::Err(Errno::EINVAL),
             },
-            other => perform(&procfs, other),
+            other => perform(&proc.procfs, other),
         };
         let mut out = serde_json::to_string(&resp).unwrap();
         out.push('\n');
         if conn.get_mut().write_all(out.as_bytes()).is_err() {
-            std::process::exit(0);
+            return;
         }
     }
 }
 
 fn perform(procfs: &Procfs, req: Request) -> Response {
-    let r = match req {
+    match req {
         Request::Mmap { at, len, prot, fixed, populate } => {
             let flags = libc::MAP_PRIVATE
                 | libc::MAP_ANONYMOUS
@@ -125,9 +164,9 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
             // mappings, which no Rust reference of the worker points into.
             let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot as i32, flags, -1, 0) };
             if p == libc::MAP_FAILED {
-                Err(errno())
+                errno()
             } else {
-                Ok(p as u64)
+                Response::Value(p as u64)
             }
         }
         // SAFETY (munmap, mprotect, madvise, mremap): they act on scenario
@@ -155,26 +194,22 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void)
             };
             if p == libc::MAP_FAILED {
-                Err(errno())
+                errno()
             } else {
-                Ok(p as u64)
+                Response::Value(p as u64)
             }
         }
-        Request::Access { addr, len, access } => return access_memory(addr, len, access),
+        Request::Access { addr, len, access } => access_memory(addr, len, access),
         Request::Observe { addr, len } => {
             let page = procfs.page_info(addr);
             let range = procfs.range_info(addr, len);
             let readable = check_access(&maps(), addr, false).is_ok();
             // SAFETY: the page is mapped and readable (checked just above).
             let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
-            return Response::Observed(Observation { page, range, byte, via_gup: false });
+            Response::Observed(Observation { page, range, byte, via_gup: false })
         }
-        Request::Hello { .. } | Request::Exit | Request::Fork { .. } => unreachable!(),
+        Request::Hello { .. } | Request::Exit | Request::Fork { .. } | Request::SpawnThread { .. } => unreachable!(),
         Request::Gup { .. } | Request::GupByte { .. } | Request::Ungup { .. } => unreachable!(),
-    };
-    match r {
-        Ok(v) => Response::Value(v),
-        Err(e) => Response::Err(e),
     }
 }
 

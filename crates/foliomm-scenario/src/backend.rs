@@ -115,14 +115,60 @@ impl Observation {
     }
 }
 
-/// A backend error that is not a memory-operation errno: a setting it cannot
-/// apply, or a feature it lacks.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct BackendError(pub String);
+/// Why a backend call failed. Only an [`StepError::Errno`] is a result a
+/// scenario can expect (`fails EINVAL`); the other two stop the run whatever
+/// the step says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The operation failed as the kernel fails it.
+    #[error("{0}")]
+    Errno(Errno),
+    /// The backend's machinery broke: a worker died, a socket closed, a
+    /// setting could not be written. The run fails.
+    #[error("backend failure: {0}")]
+    Backend(String),
+    /// The backend cannot do this (a setting, a GUP kind, an errno foliomm
+    /// does not model): the scenario is skipped on this backend.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
 
-/// What runs a scenario.
-pub trait Backend {
+impl From<Errno> for StepError {
+    fn from(e: Errno) -> StepError {
+        StepError::Errno(e)
+    }
+}
+
+/// What a backend call returns.
+pub type BackendResult<T> = Result<T, StepError>;
+
+/// A thread of a scenario process: the process's name and the thread's
+/// number in it. Thread 0 is the one the process starts with (the
+/// thread-group leader); others come from [`Backend::spawn_thread`]. Every
+/// system call and memory access is made by one thread, as in Linux.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Thread<'a> {
+    pub proc: &'a str,
+    pub tid: u32,
+}
+
+impl<'a> Thread<'a> {
+    /// The thread process `proc` started with.
+    pub fn main(proc: &'a str) -> Thread<'a> {
+        Thread { proc, tid: 0 }
+    }
+}
+
+impl std::fmt::Display for Thread<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.proc, self.tid)
+    }
+}
+
+/// What runs a scenario. Calls of different threads may run at once (from
+/// different OS threads of the caller); calls of one thread come one at a
+/// time, as a thread makes its system calls.
+pub trait Backend: Send + Sync {
     /// `model` or `host`.
     fn name(&self) -> &'static str;
     /// Why the backend cannot honour `setting`, if it cannot (an unknown
@@ -131,31 +177,31 @@ pub trait Backend {
     fn refusal(&self, setting: &MachineSetting) -> Option<String>;
     /// Builds the machine from the `set` lines seen so far, none of them
     /// refused; called once, before the first process step.
-    fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError>;
+    fn start(&mut self, settings: &[MachineSetting]) -> BackendResult<()>;
     /// Applies THP settings (top-level mode, and modes per folio order).
-    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError>;
-    /// Creates a process with an empty address space.
-    fn spawn(&mut self, proc: &str) -> Result<(), Errno>;
-    fn fork(&mut self, parent: &str, child: &str) -> Result<(), Errno>;
-    fn exit(&mut self, proc: &str);
+    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
+    /// Creates a process with an empty address space and one thread (0).
+    fn spawn(&self, proc: &str) -> BackendResult<()>;
+    /// Creates thread `t.tid` in process `t.proc`, sharing its address space
+    /// (`clone(CLONE_VM | CLONE_THREAD)`).
+    fn spawn_thread(&self, t: Thread) -> BackendResult<()>;
+    /// Ends thread `t` (not thread 0: a process ends with [`Backend::exit`]).
+    fn exit_thread(&self, t: Thread) -> BackendResult<()>;
+    /// `t` forks: the child is a process named `child` with one thread, the copy of `t`.
+    fn fork(&self, t: Thread, child: &str) -> BackendResult<()>;
+    /// Ends the process with all its threads (`exit_group`).
+    fn exit(&self, proc: &str) -> BackendResult<()>;
     /// Anonymous private mmap; `at` is a hint, or the exact place with `fixed`.
-    fn mmap(
-        &mut self,
-        proc: &str,
-        at: Option<u64>,
-        len: u64,
-        prot: Prot,
-        fixed: bool,
-        populate: bool,
-    ) -> Result<u64, Errno>;
-    fn munmap(&mut self, proc: &str, addr: u64, len: u64) -> Result<(), Errno>;
-    fn mprotect(&mut self, proc: &str, addr: u64, len: u64, prot: Prot) -> Result<(), Errno>;
-    fn madvise(&mut self, proc: &str, addr: u64, len: u64, advice: Advice) -> Result<(), Errno>;
+    fn mmap(&self, t: Thread, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool)
+        -> BackendResult<u64>;
+    fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()>;
+    fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()>;
+    fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()>;
     /// mremap with MREMAP_MAYMOVE, and MREMAP_FIXED when `to` is given.
-    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno>;
-    /// Performs an access; a read returns the bytes read.
-    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno>;
-    fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno>;
+    fn mremap(&self, t: Thread, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> BackendResult<u64>;
+    /// Performs an access on `t`'s CPU; a read returns the bytes read.
+    fn access(&self, t: Thread, addr: u64, len: u64, access: Access) -> BackendResult<Vec<u8>>;
+    fn observe(&self, t: Thread, addr: u64, len: u64) -> BackendResult<Observation>;
     /// Whether the backend can take GUP references of this kind; a scenario
     /// that needs one it cannot take is skipped there.
     fn supports_gup(&self, kind: GupKind) -> bool {
@@ -163,11 +209,11 @@ pub trait Backend {
         true
     }
     /// Takes GUP references to the pages of a range; returns a handle.
-    fn pin(&mut self, proc: &str, addr: u64, len: u64, kind: GupKind) -> Result<u64, Errno>;
-    fn unpin(&mut self, pin: u64) -> Result<(), Errno>;
+    fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64>;
+    fn unpin(&self, pin: u64) -> BackendResult<()>;
     /// The first referenced page as it is now: frame, folio order (where
     /// the backend can tell), and the byte at the referenced address.
-    fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno>;
+    fn observe_pin(&self, pin: u64) -> BackendResult<Observation>;
     /// Whether an observation through a GUP reference carries `field`.
     fn observes_through_gup(&self, field: &str) -> bool {
         self.observes(field)

@@ -7,7 +7,7 @@ pub mod interp;
 pub mod lang;
 pub mod model;
 
-pub use backend::{Access, Backend, BackendError, Observation};
+pub use backend::{Access, Backend, BackendResult, Observation, StepError, Thread};
 pub use interp::{run, Outcome, RunOptions};
 pub use lang::{parse, ParseError};
 pub use model::ModelBackend;

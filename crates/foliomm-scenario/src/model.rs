@@ -1,8 +1,10 @@
 //! The model backend: a [`foliomm::Machine`] with one [`foliomm::Mm`] per
-//! scenario process and one [`foliomm::Cpu`] for the interpreter's thread.
+//! scenario process and one [`foliomm::Cpu`] (with its own TLB) per thread
+//! of a process. Calls of different threads run at once; each thread's CPU
+//! is locked only by its own calls.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use foliomm::folio::thp::ThpMode;
 use foliomm::mm::gup::Pin;
@@ -10,16 +12,21 @@ use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{Access, Backend, BackendError, GupKind, Observation};
+use crate::backend::{Access, Backend, BackendResult, GupKind, Observation, StepError, Thread};
 use crate::lang::MachineSetting;
+
+/// A scenario process on the model: its address space and its threads' CPUs.
+struct Process {
+    mm: Arc<Mm>,
+    threads: HashMap<u32, Arc<Mutex<Cpu>>>,
+}
 
 /// Runs scenarios on the model.
 #[derive(Default)]
 pub struct ModelBackend {
-    machine: Option<(Arc<Machine>, Cpu)>,
-    procs: HashMap<String, Arc<Mm>>,
-    pins: HashMap<u64, Pin>,
-    next_pin: u64,
+    machine: OnceLock<Arc<Machine>>,
+    procs: RwLock<HashMap<String, Process>>,
+    pins: Mutex<(u64, HashMap<u64, Pin>)>,
 }
 
 impl ModelBackend {
@@ -29,16 +36,34 @@ impl ModelBackend {
 
     /// The machine, once started.
     pub fn machine(&self) -> Option<&Arc<Machine>> {
-        self.machine.as_ref().map(|(m, _)| m)
+        self.machine.get()
     }
 
-    fn mm(&self, proc: &str) -> Result<Arc<Mm>, Errno> {
-        self.procs.get(proc).cloned().ok_or(Errno::EINVAL)
+    /// The address space of process `proc`, if it exists.
+    pub fn mm(&self, proc: &str) -> Option<Arc<Mm>> {
+        self.procs.read().unwrap().get(proc).map(|p| p.mm.clone())
     }
 
-    fn m(&mut self) -> (&Arc<Machine>, &mut Cpu) {
-        let (m, c) = self.machine.as_mut().expect("the interpreter starts the backend first");
-        (m, c)
+    fn m(&self) -> &Arc<Machine> {
+        self.machine.get().expect("the interpreter starts the backend first")
+    }
+
+    fn mm_of(&self, t: Thread) -> BackendResult<Arc<Mm>> {
+        self.thread(t).map(|(mm, _)| mm)
+    }
+
+    /// The address space and the CPU of thread `t`; a thread that does not
+    /// exist is the caller's mistake, not an errno.
+    fn thread(&self, t: Thread) -> BackendResult<(Arc<Mm>, Arc<Mutex<Cpu>>)> {
+        let procs = self.procs.read().unwrap();
+        let p = procs.get(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
+        let cpu = p.threads.get(&t.tid).ok_or_else(|| StepError::Backend(format!("no thread {t}")))?;
+        Ok((p.mm.clone(), cpu.clone()))
+    }
+
+    fn add_process(&self, name: &str, mm: Arc<Mm>) {
+        let cpu = Arc::new(Mutex::new(self.m().new_cpu()));
+        self.procs.write().unwrap().insert(name.into(), Process { mm, threads: HashMap::from([(0, cpu)]) });
     }
 }
 
@@ -60,7 +85,7 @@ impl Backend for ModelBackend {
         }
     }
 
-    fn start(&mut self, settings: &[MachineSetting]) -> Result<(), BackendError> {
+    fn start(&mut self, settings: &[MachineSetting]) -> BackendResult<()> {
         // The precision report is cheap at scenario scale: always on.
         let mut config = Config { precision: true, ..Config::default() };
         for s in settings {
@@ -76,78 +101,90 @@ impl Backend for ModelBackend {
                 }
             }
         }
-        let m = Machine::new(config.clone())
-            .map_err(|e| BackendError(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
-        let cpu = m.new_cpu();
-        self.machine = Some((m, cpu));
-        Ok(())
+        let m = Machine::new(config.clone()).map_err(|e| {
+            StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory))
+        })?;
+        self.machine.set(m).map_err(|_| StepError::Backend("the machine was started twice".into()))
     }
 
-    fn set_thp(&mut self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> Result<(), BackendError> {
-        let (m, _) = self.m();
+    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
+        let m = self.m();
         if let Some(e) = enabled {
             m.thp
                 .set_enabled(e)
-                .map_err(|_| BackendError(format!("'{}' is not a valid top-level THP mode", e.name())))?;
+                .map_err(|_| StepError::Unsupported(format!("'{}' is not a valid top-level THP mode", e.name())))?;
         }
         for &(order, mode) in sizes {
             m.thp
                 .set_order(order, mode)
-                .map_err(|_| BackendError(format!("no anonymous mTHP size {}K", 4 << order)))?;
+                .map_err(|_| StepError::Unsupported(format!("no anonymous mTHP size {}K", 4 << order)))?;
         }
         Ok(())
     }
 
-    fn spawn(&mut self, proc: &str) -> Result<(), Errno> {
-        let mm = self.m().0.new_mm()?;
-        self.procs.insert(proc.into(), mm);
+    fn spawn(&self, proc: &str) -> BackendResult<()> {
+        let mm = self.m().new_mm()?;
+        self.add_process(proc, mm);
         Ok(())
     }
 
-    fn fork(&mut self, parent: &str, child: &str) -> Result<(), Errno> {
-        let c = self.mm(parent)?.fork()?;
-        self.procs.insert(child.into(), c);
+    fn spawn_thread(&self, t: Thread) -> BackendResult<()> {
+        let cpu = Arc::new(Mutex::new(self.m().new_cpu()));
+        let mut procs = self.procs.write().unwrap();
+        let p = procs.get_mut(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
+        if p.threads.insert(t.tid, cpu).is_some() {
+            return Err(StepError::Backend(format!("thread {t} exists already")));
+        }
         Ok(())
     }
 
-    fn exit(&mut self, proc: &str) {
-        if let Some(mm) = self.procs.remove(proc) {
-            mm.exit();
+    fn exit_thread(&self, t: Thread) -> BackendResult<()> {
+        let mut procs = self.procs.write().unwrap();
+        let p = procs.get_mut(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
+        match (t.tid, p.threads.remove(&t.tid)) {
+            (0, _) => Err(StepError::Backend(format!("thread {t} is the process's first; exit the process"))),
+            (_, Some(_)) => Ok(()),
+            (_, None) => Err(StepError::Backend(format!("no thread {t}"))),
         }
     }
 
-    fn mmap(
-        &mut self,
-        proc: &str,
-        at: Option<u64>,
-        len: u64,
-        prot: Prot,
-        fixed: bool,
-        populate: bool,
-    ) -> Result<u64, Errno> {
-        self.mm(proc)?.mmap(at.unwrap_or(0), len, prot, MmapFlags { fixed, populate, noreplace: false })
+    fn fork(&self, t: Thread, child: &str) -> BackendResult<()> {
+        let c = self.mm_of(t)?.fork()?;
+        self.add_process(child, c);
+        Ok(())
     }
 
-    fn munmap(&mut self, proc: &str, addr: u64, len: u64) -> Result<(), Errno> {
-        self.mm(proc)?.munmap(addr, len)
+    fn exit(&self, proc: &str) -> BackendResult<()> {
+        let p = self.procs.write().unwrap().remove(proc);
+        let p = p.ok_or_else(|| StepError::Backend(format!("no process {proc}")))?;
+        p.mm.exit();
+        Ok(())
     }
 
-    fn mprotect(&mut self, proc: &str, addr: u64, len: u64, prot: Prot) -> Result<(), Errno> {
-        self.mm(proc)?.mprotect(addr, len, prot)
+    fn mmap(&self, t: Thread, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool) -> BackendResult<u64> {
+        Ok(self.mm_of(t)?.mmap(at.unwrap_or(0), len, prot, MmapFlags { fixed, populate, noreplace: false })?)
     }
 
-    fn madvise(&mut self, proc: &str, addr: u64, len: u64, advice: Advice) -> Result<(), Errno> {
-        self.mm(proc)?.madvise(addr, len, advice)
+    fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {
+        Ok(self.mm_of(t)?.munmap(addr, len)?)
     }
 
-    fn mremap(&mut self, proc: &str, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Result<u64, Errno> {
-        self.mm(proc)?.mremap(addr, len, new_len, true, to)
+    fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()> {
+        Ok(self.mm_of(t)?.mprotect(addr, len, prot)?)
     }
 
-    fn access(&mut self, proc: &str, addr: u64, len: u64, access: Access) -> Result<Vec<u8>, Errno> {
-        let mm = self.mm(proc)?;
-        let (_, cpu) = self.m();
-        match access {
+    fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()> {
+        Ok(self.mm_of(t)?.madvise(addr, len, advice)?)
+    }
+
+    fn mremap(&self, t: Thread, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> BackendResult<u64> {
+        Ok(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)
+    }
+
+    fn access(&self, t: Thread, addr: u64, len: u64, access: Access) -> BackendResult<Vec<u8>> {
+        let (mm, cpu) = self.thread(t)?;
+        let mut cpu = cpu.lock().unwrap();
+        let r = match access {
             Access::Write { val, every_byte: true } => cpu.fill(&mm, addr, len, val).map(|_| Vec::new()),
             Access::Write { val, every_byte: false } => {
                 cpu.write_byte_per_page(&mm, addr, len, val).map(|_| Vec::new())
@@ -160,41 +197,44 @@ impl Backend for ModelBackend {
                 cpu.read(&mm, addr, &mut buf).map(|_| buf)
             }
             Access::Read { every_byte: false } => cpu.read_byte_per_page(&mm, addr, len),
-        }
+        };
+        Ok(r?)
     }
 
-    fn observe(&mut self, proc: &str, addr: u64, len: u64) -> Result<Observation, Errno> {
-        let mm = self.mm(proc)?;
+    fn observe(&self, t: Thread, addr: u64, len: u64) -> BackendResult<Observation> {
+        let (mm, cpu) = self.thread(t)?;
         let page = mm.page_info(addr);
         let range = mm.range_info(addr, addr + len);
         let mut byte = [0u8];
         if page.present {
-            let (_, cpu) = self.m();
-            cpu.read(&mm, addr, &mut byte)?;
+            cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         Ok(Observation { page, range, byte: byte[0], via_gup: false })
     }
 
-    fn pin(&mut self, proc: &str, addr: u64, len: u64, kind: GupKind) -> Result<u64, Errno> {
-        let mm = self.mm(proc)?;
+    fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {
+        let mm = self.mm_of(t)?;
         let pin = match kind {
             GupKind::Get => mm.get_user_pages(addr, len)?,
             GupKind::Pin { write, longterm } => mm.pin_user_pages(addr, len, write, longterm)?,
         };
-        self.next_pin += 1;
-        self.pins.insert(self.next_pin, pin);
-        Ok(self.next_pin)
+        let mut pins = self.pins.lock().unwrap();
+        pins.0 += 1;
+        let id = pins.0;
+        pins.1.insert(id, pin);
+        Ok(id)
     }
 
-    fn unpin(&mut self, pin: u64) -> Result<(), Errno> {
-        let pin = self.pins.remove(&pin).ok_or(Errno::EINVAL)?;
-        self.m().0.unpin_user_pages(pin);
+    fn unpin(&self, pin: u64) -> BackendResult<()> {
+        let pin = self.pins.lock().unwrap().1.remove(&pin).ok_or(Errno::EINVAL)?;
+        self.m().unpin_user_pages(pin);
         Ok(())
     }
 
-    fn observe_pin(&mut self, pin: u64) -> Result<Observation, Errno> {
-        let p = self.pins.get(&pin).ok_or(Errno::EINVAL)?;
-        let m = &self.machine.as_ref().expect("started").0;
+    fn observe_pin(&self, pin: u64) -> BackendResult<Observation> {
+        let pins = self.pins.lock().unwrap();
+        let p = pins.1.get(&pin).ok_or(Errno::EINVAL)?;
+        let m = self.m();
         let pfn = p.frames.first().copied().flatten().unwrap_or(m.zero_pfn);
         let f = foliomm::folio::Folio::containing(&m.phys, pfn);
         let page = foliomm::mm::PageInfo {

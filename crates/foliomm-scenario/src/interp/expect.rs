@@ -36,7 +36,7 @@ impl State<'_> {
         if op.holds(a, b) {
             Ok(format!("{an} {} {bn}", op.symbol()))
         } else {
-            Err(format!("expectation failed: {an} {} {bn}", op.symbol()))
+            Err(format!("expectation failed: {an} {} {bn}", op.symbol()).into())
         }
     }
 

@@ -11,7 +11,7 @@ mod expect;
 mod process;
 mod state;
 
-use crate::backend::{Backend, Observation};
+use crate::backend::{Backend, Observation, StepError};
 use crate::lang::{Cmd, Step};
 use state::State;
 
@@ -36,7 +36,61 @@ pub struct StepOutcome {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Failure {
     pub line: usize,
+    pub kind: FailureKind,
     pub message: String,
+}
+
+/// What kind of failure stopped a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// What the scenario says did not hold: a result or errno, an `expect`,
+    /// a byte read, or a mistake in the scenario itself.
+    Scenario,
+    /// The invariant checker found violations after a step.
+    Invariant,
+    /// The backend cannot run this scenario (a setting, a GUP kind, an
+    /// errno foliomm does not model): it is skipped on that backend.
+    Unsupported,
+    /// The backend's machinery broke (a dead worker, a closed socket).
+    Backend,
+}
+
+/// A step's failure inside the interpreter.
+#[derive(Debug)]
+struct Failed {
+    kind: FailureKind,
+    message: String,
+}
+
+impl Failed {
+    /// The same failure, its message prefixed with what was being done.
+    fn context(self, what: &str) -> Failed {
+        Failed { kind: self.kind, message: format!("{what}: {}", self.message) }
+    }
+}
+
+impl From<String> for Failed {
+    fn from(message: String) -> Failed {
+        Failed { kind: FailureKind::Scenario, message }
+    }
+}
+
+impl From<&str> for Failed {
+    fn from(message: &str) -> Failed {
+        message.to_string().into()
+    }
+}
+
+impl From<StepError> for Failed {
+    fn from(e: StepError) -> Failed {
+        let kind = match e {
+            StepError::Errno(_) => FailureKind::Scenario,
+            StepError::Backend(_) => FailureKind::Backend,
+            StepError::Unsupported(_) => FailureKind::Unsupported,
+        };
+        Failed { kind, message: e.to_string() }
+    }
 }
 
 /// The result of a run.
@@ -57,7 +111,7 @@ pub struct Measure {
     pub seconds: f64,
 }
 
-type StepResult = Result<String, String>;
+type StepResult = Result<String, Failed>;
 
 /// Runs `steps` on `backend`.
 pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outcome {
@@ -69,7 +123,8 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             if st.check && st.started && st.measure.is_none() {
                 let bad = st.backend.check();
                 if !bad.is_empty() {
-                    return Err(format!("invariant checker after this step:\n  {}", bad.join("\n  ")));
+                    let message = format!("invariant checker after this step:\n  {}", bad.join("\n  "));
+                    return Err(Failed { kind: FailureKind::Invariant, message });
                 }
             }
             Ok(msg)
@@ -81,8 +136,8 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                     .flatten();
                 outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed })
             }
-            Err(message) => {
-                failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), message });
+            Err(Failed { kind, message }) => {
+                failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), kind, message });
                 break;
             }
         }
@@ -91,11 +146,14 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut live: Vec<String> = st.live.drain().collect();
     live.sort();
     for p in live {
-        st.backend.exit(&p);
+        if let Err(e) = st.backend.exit(&p) {
+            let f = Failure { line: steps.last().map_or(0, |s| s.line), kind: FailureKind::Backend, message: e.to_string() };
+            failure.get_or_insert(f);
+        }
     }
     if let (Some((name, _)), None) = (&st.measure, &failure) {
         failure =
-            Some(Failure { line: steps.last().map_or(0, |s| s.line), message: format!("measure {name} has no 'end'") });
+            Some(Failure { line: steps.last().map_or(0, |s| s.line), kind: FailureKind::Scenario, message: format!("measure {name} has no 'end'") });
     }
     Outcome {
         backend: st.backend.name().into(),

@@ -6,42 +6,48 @@ use foliomm::mm::Advice;
 use foliomm::Errno;
 
 use super::state::State;
-use super::StepResult;
-use crate::backend::Access;
+use super::{Failed, StepResult};
+use crate::backend::{Access, BackendResult, StepError, Thread};
 use crate::lang::{Cmd, Place, Step};
 
 fn errno(e: Errno) -> String {
     e.name().to_string()
 }
 
-/// Compares a backend result with the reference's, given the expected failure.
-fn outcome<T>(step: &Step, r: Result<T, Errno>) -> Result<Option<T>, String> {
+/// Compares a backend result with the step's expected failure. Only an
+/// errno can be expected: a backend failure or an unsupported call fails
+/// the run whatever the step's `fails` clause says.
+fn outcome<T>(step: &Step, r: BackendResult<T>) -> Result<Option<T>, Failed> {
     match (r, step.fails) {
         (Ok(v), None) => Ok(Some(v)),
-        (Err(e), Some(want)) if e == want => Ok(None),
-        (Err(e), Some(want)) => Err(format!("failed with {}, expected {}", errno(e), errno(want))),
-        (Err(e), None) => Err(format!("failed with {e}")),
-        (Ok(_), Some(want)) => Err(format!("succeeded, expected it to fail with {}", errno(want))),
+        (Err(StepError::Errno(e)), Some(want)) if e == want => Ok(None),
+        (Err(StepError::Errno(e)), Some(want)) => {
+            Err(format!("failed with {}, expected {}", errno(e), errno(want)).into())
+        }
+        (Err(StepError::Errno(e)), None) => Err(format!("failed with {e}").into()),
+        (Err(e), _) => Err(e.into()),
+        (Ok(_), Some(want)) => Err(format!("succeeded, expected it to fail with {}", errno(want)).into()),
     }
 }
 
 impl State<'_> {
     /// Runs a step of process `p` (which exists by now).
     pub(super) fn process(&mut self, step: &Step, p: String) -> StepResult {
+        let t = Thread::main(&p);
         match &step.cmd {
             Cmd::Mmap { name, len, prot, populate, at, fixed, align } => {
                 // With `align`, map `len + align` and unmap what lies outside
                 // the aligned part, as the kernel selftests do.
                 let extra = align.unwrap_or(0);
-                let got = self.timed(|b| b.mmap(&p, *at, len + extra, *prot, *fixed, *populate));
+                let got = self.timed(|b| b.mmap(t, *at, len + extra, *prot, *fixed, *populate));
                 let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
                 let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
-                let trim = |e: Errno| format!("trimming the aligned mapping failed with {e}");
+                let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
                 if addr > raw {
-                    self.timed(|b| b.munmap(&p, raw, addr - raw)).map_err(trim)?;
+                    self.timed(|b| b.munmap(t, raw, addr - raw)).map_err(trim)?;
                 }
                 if raw + len + extra > addr + len {
-                    self.timed(|b| b.munmap(&p, addr + len, raw + len + extra - (addr + len))).map_err(trim)?;
+                    self.timed(|b| b.munmap(t, addr + len, raw + len + extra - (addr + len))).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
                 self.refs.get_mut(&p).unwrap().map(addr, *len, *prot);
@@ -49,21 +55,21 @@ impl State<'_> {
             }
             Cmd::Munmap(pl) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.timed(|b| b.munmap(&p, a, l)))?.is_some() {
+                if outcome(step, self.timed(|b| b.munmap(t, a, l)))?.is_some() {
                     self.refs.get_mut(&p).unwrap().unmap(a, l);
                 }
                 Ok("ok".into())
             }
             Cmd::Mprotect(pl, prot) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.timed(|b| b.mprotect(&p, a, l, *prot)))?.is_some() {
+                if outcome(step, self.timed(|b| b.mprotect(t, a, l, *prot)))?.is_some() {
                     self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
                 }
                 Ok("ok".into())
             }
             Cmd::Madvise(pl, adv) => {
                 let (a, l) = self.place(pl)?;
-                let r = self.timed(|b| b.madvise(&p, a, l, *adv));
+                let r = self.timed(|b| b.madvise(t, a, l, *adv));
                 if *adv == Advice::DontNeed {
                     self.refs.get_mut(&p).unwrap().zap(a, l);
                 }
@@ -77,7 +83,7 @@ impl State<'_> {
                     Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
                     None => None,
                 };
-                let Some(n) = outcome(step, self.timed(|b| b.mremap(&p, a, l, new_len, target)))? else {
+                let Some(n) = outcome(step, self.timed(|b| b.mremap(t, a, l, new_len, target)))? else {
                     return Ok("failed as expected".into());
                 };
                 let rs = self.refs.get_mut(&p).unwrap();
@@ -93,9 +99,9 @@ impl State<'_> {
             }
             Cmd::Fork(child) => {
                 if self.live.contains(child) || self.exited.contains(child) {
-                    return Err(format!("process {child} already exists"));
+                    return Err(format!("process {child} already exists").into());
                 }
-                if outcome(step, self.timed(|b| b.fork(&p, child)))?.is_some() {
+                if outcome(step, self.timed(|b| b.fork(t, child)))?.is_some() {
                     let copy = self.refs[&p].clone();
                     self.refs.insert(child.clone(), copy);
                     self.live.insert(child.clone());
@@ -103,7 +109,7 @@ impl State<'_> {
                 Ok(format!("{child} forked"))
             }
             Cmd::Exit => {
-                self.timed(|b| b.exit(&p));
+                self.timed(|b| b.exit(&p))?;
                 self.live.remove(&p);
                 self.refs.remove(&p);
                 self.exited.insert(p.clone());
@@ -113,18 +119,18 @@ impl State<'_> {
                 if self.exited.contains(child) {
                     Ok(format!("{child} reaped"))
                 } else {
-                    Err(format!("wait: process {child} has not exited"))
+                    Err(format!("wait: process {child} has not exited").into())
                 }
             }
             Cmd::Write { place, val, every_byte } => {
                 let (a, l) = self.place(place)?;
                 let val = val.unwrap_or((step.line % 251 + 1) as u8);
-                let r = self.timed(|b| b.access(&p, a, l, Access::Write { val, every_byte: *every_byte }));
+                let r = self.timed(|b| b.access(t, a, l, Access::Write { val, every_byte: *every_byte }));
                 if outcome(step, r)?.is_some() {
                     let rs = self.refs.get_mut(&p).unwrap();
                     let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
                     if let Err(e) = expected {
-                        return Err(format!("the write succeeded but the reference model says it fails with {e}"));
+                        return Err(format!("the write succeeded but the reference model says it fails with {e}").into());
                     }
                 }
                 Ok(format!("wrote {val:#04x}"))
@@ -132,7 +138,7 @@ impl State<'_> {
             Cmd::Pattern { place, seed } => {
                 let (a, l) = self.place(place)?;
                 let origin = self.maps[&place.map].0;
-                if outcome(step, self.timed(|b| b.access(&p, a, l, Access::Pattern { origin, seed: *seed })))?.is_some()
+                if outcome(step, self.timed(|b| b.access(t, a, l, Access::Pattern { origin, seed: *seed })))?.is_some()
                 {
                     let data = crate::backend::pattern_bytes(origin, a, l, *seed);
                     let rs = self.refs.get_mut(&p).unwrap();
@@ -143,7 +149,7 @@ impl State<'_> {
             }
             Cmd::Read { place, every_byte } => {
                 let (a, l) = self.place(place)?;
-                let got = self.timed(|b| b.access(&p, a, l, Access::Read { every_byte: *every_byte }));
+                let got = self.timed(|b| b.access(t, a, l, Access::Read { every_byte: *every_byte }));
                 let Some(got) = outcome(step, got)? else {
                     return Ok("failed as expected".into());
                 };
@@ -156,20 +162,18 @@ impl State<'_> {
             }
             Cmd::Observe { place, name } => {
                 let (a, l) = self.place(place)?;
-                let Some(o) = outcome(step, self.timed(|b| b.observe(&p, a, l)))? else {
+                let Some(o) = outcome(step, self.timed(|b| b.observe(t, a, l)))? else {
                     return Ok("failed as expected".into());
                 };
                 Ok(self.record(name, o))
             }
             Cmd::Pin { name, place, kind } => {
                 if !self.backend.supports_gup(*kind) {
-                    return Err(format!(
-                        "cannot honour {kind:?}: the {} backend cannot take that GUP reference",
-                        self.backend.name()
-                    ));
+                    let why = format!("cannot honour {kind:?}: the {} backend cannot take that GUP reference", self.backend.name());
+                    return Err(StepError::Unsupported(why).into());
                 }
                 let (a, l) = self.place(place)?;
-                let Some(id) = outcome(step, self.timed(|b| b.pin(&p, a, l, *kind)))? else {
+                let Some(id) = outcome(step, self.timed(|b| b.pin(t, a, l, *kind)))? else {
                     return Ok("failed as expected".into());
                 };
                 self.pins.insert(name.clone(), id);

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use foliomm::check::reference::RefSpace;
 
-use super::{Measure, StepResult};
-use crate::backend::{Backend, Observation};
+use super::{Failed, Measure, StepResult};
+use crate::backend::{Backend, Observation, StepError};
 use crate::lang::{Cmd, MachineSetting, Place, Step};
 
 /// What a run keeps between steps.
@@ -61,16 +61,17 @@ impl<'b> State<'b> {
         r
     }
 
-    fn start(&mut self) -> Result<(), String> {
+    fn start(&mut self) -> Result<(), Failed> {
         if !self.started {
             for (line, s) in &self.settings {
                 if let Some(why) = self.backend.refusal(s) {
                     self.failed_line = Some(*line);
-                    return Err(if *line == 0 { format!("{why} (from the command line)") } else { why });
+                    let why = if *line == 0 { format!("{why} (from the command line)") } else { why };
+                    return Err(StepError::Unsupported(why).into());
                 }
             }
             let settings: Vec<MachineSetting> = self.settings.iter().map(|(_, s)| s.clone()).collect();
-            self.backend.start(&settings).map_err(|e| e.0)?;
+            self.backend.start(&settings)?;
             self.started = true;
         }
         Ok(())
@@ -85,12 +86,12 @@ impl<'b> State<'b> {
         }
     }
 
-    fn proc(&mut self, name: &str) -> Result<(), String> {
+    fn proc(&mut self, name: &str) -> Result<(), Failed> {
         if self.exited.contains(name) {
-            return Err(format!("process {name} has exited"));
+            return Err(format!("process {name} has exited").into());
         }
         if self.live.insert(name.to_string()) {
-            self.backend.spawn(name).map_err(|e| format!("cannot create process {name}: {e}"))?;
+            self.backend.spawn(name).map_err(|e| Failed::from(e).context(&format!("cannot create process {name}")))?;
             self.refs.insert(name.to_string(), RefSpace::default());
         }
         Ok(())
@@ -115,7 +116,7 @@ impl<'b> State<'b> {
             }
             Cmd::Measure(name) => {
                 if let Some((open, _)) = &self.measure {
-                    return Err(format!("measure {name} inside measure {open}: blocks do not nest"));
+                    return Err(format!("measure {name} inside measure {open}: blocks do not nest").into());
                 }
                 self.measure = Some((name.clone(), self.backend_time));
                 return Ok(format!("measuring {name}"));
@@ -145,7 +146,7 @@ impl<'b> State<'b> {
     fn global(&mut self, step: &Step) -> StepResult {
         match &step.cmd {
             Cmd::SetThp { enabled, sizes } => {
-                self.backend.set_thp(*enabled, sizes).map_err(|e| e.0)?;
+                self.backend.set_thp(*enabled, sizes)?;
                 Ok("thp set".into())
             }
             Cmd::Expect { lhs, op, rhs, designs } => self.expect(lhs, *op, rhs, designs),

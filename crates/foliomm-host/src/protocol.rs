@@ -1,0 +1,85 @@
+//! What the controller and a worker thread say to each other: one JSON
+//! request per line, one JSON response per line, on the thread's own socket.
+
+use foliomm::mm::Advice;
+use foliomm::Errno;
+use foliomm_scenario::backend::{Access, GupKind, Observation};
+
+/// A step sent to a worker.
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+pub enum Request {
+    Hello {
+        name: String,
+    },
+    Mmap {
+        at: Option<u64>,
+        len: u64,
+        prot: u32,
+        fixed: bool,
+        populate: bool,
+    },
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mprotect {
+        addr: u64,
+        len: u64,
+        prot: u32,
+    },
+    Madvise {
+        addr: u64,
+        len: u64,
+        advice: Advice,
+    },
+    Mremap {
+        addr: u64,
+        len: u64,
+        new_len: u64,
+        to: Option<u64>,
+    },
+    Access {
+        addr: u64,
+        len: u64,
+        access: Access,
+    },
+    Observe {
+        addr: u64,
+        len: u64,
+    },
+    Fork {
+        child: String,
+    },
+    /// Take GUP references (handle `id`, chosen by the controller).
+    Gup {
+        id: u64,
+        addr: u64,
+        len: u64,
+        kind: GupKind,
+    },
+    /// The first byte the references of `id` hold.
+    GupByte {
+        id: u64,
+    },
+    Ungup {
+        id: u64,
+    },
+    /// Start thread `tid` of this process; it connects with its own socket.
+    SpawnThread {
+        tid: u32,
+    },
+    /// End this thread; on thread 0, the whole process.
+    Exit,
+}
+
+/// A worker's answer.
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+pub enum Response {
+    Value(u64),
+    Bytes(Vec<u8>),
+    Observed(Observation),
+    Err(Errno),
+    /// A system call failed with an errno foliomm does not model.
+    OsError(i32),
+}
+
