@@ -302,6 +302,18 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
     })
 }
 
+
+/// The next token as one of a strategy's names (`parse`); an unknown one is
+/// an error at its column listing the `known` names.
+fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str) -> Result<T, ParseError> {
+    let col = l.col();
+    let t = l.next(&format!("a {what}"))?;
+    match parse(t) {
+        Some(v) => Ok(v),
+        None => l.err(col, format!("unknown {what} '{t}' (known: {known})")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,16 +351,5 @@ mod tests {
     fn trailing_fails_is_an_expected_error() {
         let s = &parse("P: write a fails ENOMEM\n").unwrap()[0];
         assert_eq!(s.fails, Some(Errno::ENOMEM));
-    }
-}
-
-/// The next token as one of a strategy's names (`parse`); an unknown one is
-/// an error at its column listing the `known` names.
-fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str) -> Result<T, ParseError> {
-    let col = l.col();
-    let t = l.next(&format!("a {what}"))?;
-    match parse(t) {
-        Some(v) => Ok(v),
-        None => l.err(col, format!("unknown {what} '{t}' (known: {known})")),
     }
 }
