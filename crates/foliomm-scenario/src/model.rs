@@ -259,6 +259,6 @@ impl Backend for ModelBackend {
     }
 
     fn check(&self) -> Vec<String> {
-        self.machine().map(|m| m.check()).unwrap_or_default()
+        self.machine().map(|m| m.check().iter().map(ToString::to_string).collect()).unwrap_or_default()
     }
 }

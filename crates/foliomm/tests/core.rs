@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
+use foliomm::check::{Subject, ViolationKind};
 use foliomm::folio::thp::ThpMode;
+use foliomm::machine::DebugSwitches;
 use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 
@@ -15,7 +17,7 @@ fn machine(mem: u64) -> Arc<Machine> {
 }
 
 fn assert_clean(m: &Machine) {
-    let bad = m.check();
+    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
     assert!(bad.is_empty(), "invariant violations:\n{}", bad.join("\n"));
 }
 
@@ -110,6 +112,29 @@ fn mthp_64k_cow_reuse_and_copy() {
     cpu.write(&p, a + 4 * K, &[3]).unwrap();
     assert_eq!(p.page_info(a + 4 * K).pfn, before.pfn, "reuse once the child is gone");
     assert_clean(&m);
+}
+
+/// The typed report: reusing a folio another MM maps is an Exclusive
+/// violation of that folio and of its written page.
+#[test]
+fn a_reused_shared_folio_is_reported_as_exclusive_violations_of_it() {
+    let debug = DebugSwitches { reuse_shared: true, ..Default::default() };
+    let m = Machine::new(Config { memory: 64 * M, precision: true, debug, ..Config::default() }).unwrap();
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
+    let a = anon(&p, 256 * K);
+    assert_eq!(a % (64 * K), 0);
+    cpu.write(&p, a, &[1]).unwrap();
+    let _c = p.fork().unwrap();
+    let head = p.page_info(a).pfn;
+    cpu.write(&p, a, &[2]).unwrap();
+    assert_eq!(p.page_info(a).pfn, head, "the switch reuses the folio the child still maps");
+    let bad = m.check();
+    let found = |kind, subject| bad.iter().any(|v| v.kind == kind && v.subject == subject);
+    assert!(found(ViolationKind::Exclusive, Subject::Folio(head)), "the COW decision: {bad:#?}");
+    assert!(found(ViolationKind::Exclusive, Subject::Frame(head)), "the AnonExclusive page: {bad:#?}");
+    assert!(bad.iter().all(|v| v.kind == ViolationKind::Exclusive), "{bad:#?}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ fn machine() -> Arc<Machine> {
 }
 
 fn clean(m: &Machine) {
-    let bad = m.check();
+    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 

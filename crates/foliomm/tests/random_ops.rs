@@ -234,12 +234,12 @@ proptest! {
         ];
         for (i, op) in start.iter().chain(ops.iter()).enumerate() {
             w.step(i, op)?;
-            let bad = w.m.check();
+            let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
             prop_assert!(bad.is_empty(), "after step {} ({:?}):\n{}", i, op, bad.join("\n"));
         }
         w.verify_all_bytes()?;
         w.procs.clear();
-        let bad = w.m.check();
+        let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
         prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));
         prop_assert_eq!(w.m.frames_in_use(), 1 + w.m.zero_frames().count() as u64 - 1, "only the zero pages remain allocated");
     }

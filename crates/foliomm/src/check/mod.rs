@@ -22,14 +22,16 @@
 pub mod ledger;
 pub mod precision;
 pub mod reference;
+pub mod violation;
 
 pub use ledger::Ledger;
+pub use violation::{Subject, Violation, ViolationKind};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
-use crate::kernel::Kernel;
+use crate::kernel::{Incident, Kernel};
 use crate::mapcount::{FolioTruth, MmId};
 use crate::mm_types::{Mm, Vmas};
 use crate::pgtable::{walk_all, Visit};
@@ -37,6 +39,7 @@ use crate::phys::pg;
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
+use ViolationKind::*;
 
 /// One leaf mapping found by the walk.
 struct Leaf {
@@ -47,10 +50,10 @@ struct Leaf {
 }
 
 /// Runs every check over the kernel `m`, its address spaces `mms` and the
-/// `ledger` of what the page tables cannot tell; returns one line per
-/// violation (empty when all hold). Call it at a quiescent point: no thread
-/// may be inside an operation.
-pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<String> {
+/// `ledger` of what the page tables cannot tell; returns every violation
+/// (none when all hold). Call it at a quiescent point: no thread may be
+/// inside an operation.
+pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<Violation> {
     let mut bad = Vec::new();
     let mut tables: HashSet<Pfn> = HashSet::new();
     let mut leaves = Vec::new();
@@ -59,7 +62,9 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<String
         tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
             if !tables.insert(t) {
-                bad.push(format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id));
+                let at = Subject::Mm { mm: mm.id, addr: Some(haddr) };
+                let what = format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id);
+                bad.push(Violation::new(PageTable, at, what));
             }
         }
         let before = leaves.len();
@@ -73,94 +78,107 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<String
         }
         let have = mm.rss_anon.load(Relaxed);
         if have != rss {
-            bad.push(format!("mm {}: MM_ANONPAGES is {have}, page tables map {rss} anon pages", mm.id));
+            let what = format!("mm {}: MM_ANONPAGES is {have}, page tables map {rss} anon pages", mm.id);
+            bad.push(Violation::new(Rss, Subject::Mm { mm: mm.id, addr: None }, what));
         }
     }
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, ledger, &truth, &mut bad);
     check_frames(m, ledger, &truth, &tables, &mut bad);
-    bad.extend(m.bad_pages.lock().unwrap().iter().map(|b| format!("bad page: {b}")));
-    bad.extend(m.violations.lock().unwrap().iter().map(|v| format!("use after free: {v}")));
+    for (pfn, what) in m.bad_pages.lock().unwrap().iter() {
+        bad.push(Violation::new(BadPage, Subject::Folio(*pfn), format!("bad page: folio {pfn:#x}: {what}")));
+    }
+    for incident in m.violations.lock().unwrap().iter() {
+        let (kind, subject, what) = match incident {
+            Incident::UseAfterFree { mm, addr, what } => {
+                (UseAfterFree, Subject::Mm { mm: *mm, addr: Some(*addr) }, what)
+            }
+            Incident::WrongExclusive { folio, what } => (Exclusive, Subject::Folio(*folio), what),
+        };
+        // Both kinds keep the line they printed before, under one prefix.
+        bad.push(Violation::new(kind, subject, format!("use after free: {what}")));
+    }
     bad
 }
 
 /// Walks one MM's tables, recording every table frame and every leaf.
-fn walk_tables(m: &Kernel, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<String>) {
+fn walk_tables(m: &Kernel, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<Violation>) {
     let phys = &m.phys;
     walk_all(phys, mm.pgd, |visit| match visit {
         Visit::Table(t) => {
+            let at = Subject::Mm { mm: mm.id, addr: None };
             if !tables.insert(t) {
-                bad.push(format!("mm {}: table {t:#x} reachable twice", mm.id));
+                bad.push(Violation::new(PageTable, at, format!("mm {}: table {t:#x} reachable twice", mm.id)));
             }
             if !phys.page(t).test(pg::TABLE) {
-                bad.push(format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id));
+                let what = format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id);
+                bad.push(Violation::new(PageTable, at, what));
             }
         }
         Visit::HugePmd { addr, pte } => {
             leaves.push(Leaf { mm: mm.id, addr, pte, pmd: true });
             if !mm.deposits.lock().unwrap().contains_key(&addr) {
-                bad.push(format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id));
+                let what = format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id);
+                bad.push(Violation::new(PageTable, Subject::Mm { mm: mm.id, addr: Some(addr) }, what));
             }
         }
         Visit::Pte { addr, pte } => leaves.push(Leaf { mm: mm.id, addr, pte, pmd: false }),
     });
 }
 
-fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<String>) {
+fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
     let phys = &m.phys;
     let (mm, addr, pte) = (leaf.mm, leaf.addr, leaf.pte);
     let size = if leaf.pmd { PMD_SIZE } else { 1 << PAGE_SHIFT };
+    let mut push = |kind, what| bad.push(Violation::new(kind, Subject::Mm { mm, addr: Some(addr) }, what));
     match vmas.find(addr) {
-        None => bad.push(format!("mm {mm}: {addr:#x} is mapped outside any VMA")),
+        None => push(Vma, format!("mm {mm}: {addr:#x} is mapped outside any VMA")),
         Some(v) if addr + size > v.end() => {
-            bad.push(format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end()))
+            push(Vma, format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end()))
         }
         Some(v) => {
             if pte.write() && !v.writable() {
-                bad.push(format!("mm {mm}: {addr:#x} is writable in a VMA without VM_WRITE"));
+                push(Vma, format!("mm {mm}: {addr:#x} is writable in a VMA without VM_WRITE"));
             }
             if pte.hw_present() && !v.readable() {
-                bad.push(format!("mm {mm}: {addr:#x} is accessible in a PROT_NONE VMA"));
+                push(Vma, format!("mm {mm}: {addr:#x} is accessible in a PROT_NONE VMA"));
             }
         }
     }
     if !pte.present() {
-        bad.push(format!("mm {mm}: {addr:#x} holds a non-present entry {:#x}", pte.0));
+        push(PageTable, format!("mm {mm}: {addr:#x} holds a non-present entry {:#x}", pte.0));
         return;
     }
     if pte.special() {
         let ok = if leaf.pmd { m.huge_zero_pfn() == Some(pte.pfn()) } else { pte.pfn() == m.zero_pfn };
         if !ok || pte.write() {
-            bad.push(format!("mm {mm}: special entry at {addr:#x} is not a read-only zero page"));
+            push(PageTable, format!("mm {mm}: special entry at {addr:#x} is not a read-only zero page"));
         }
         return;
     }
     let f = Folio::containing(phys, pte.pfn());
     if leaf.pmd && (f.pfn != pte.pfn() || f.order() != PMD_ORDER) {
-        bad.push(format!(
-            "mm {mm}: huge PMD at {addr:#x} maps pfn {:#x}, not the head of a PMD-sized folio",
-            pte.pfn()
-        ));
+        push(
+            PageTable,
+            format!("mm {mm}: huge PMD at {addr:#x} maps pfn {:#x}, not the head of a PMD-sized folio", pte.pfn()),
+        );
     }
     let page = if leaf.pmd { 0 } else { pte.pfn() - f.pfn };
     if pte.write() && f.test_anon() && !f.anon_exclusive(page) {
-        bad.push(format!("mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive", pte.pfn()));
+        push(Exclusive, format!("mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive", pte.pfn()));
     }
 }
 
-fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<Pfn, FolioTruth> {
+fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> HashMap<Pfn, FolioTruth> {
     let phys = &m.phys;
     let mut truth: HashMap<Pfn, FolioTruth> = HashMap::new();
     let mut page_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
     for leaf in leaves.iter().filter(|l| !l.pte.special()) {
         let f = Folio::containing(phys, leaf.pte.pfn());
         if f.refcount() <= 0 || f.head().test(pg::BUDDY) || f.head().test(pg::TABLE) {
-            bad.push(format!(
-                "mm {}: {:#x} maps pfn {:#x}, which is not an allocated folio",
-                leaf.mm,
-                leaf.addr,
-                leaf.pte.pfn()
-            ));
+            let (mm, addr, pfn) = (leaf.mm, leaf.addr, leaf.pte.pfn());
+            let what = format!("mm {mm}: {addr:#x} maps pfn {pfn:#x}, which is not an allocated folio");
+            bad.push(Violation::new(PageTable, Subject::Mm { mm, addr: Some(addr) }, what));
             continue;
         }
         let t = truth
@@ -181,25 +199,39 @@ fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<String>) -> HashMap<Pf
         let f = Folio::containing(phys, pfn);
         let flag_page = if truth.get(&f.pfn).is_some_and(|t| t.pmd > 0) { f.pfn } else { pfn };
         if mms.len() > 1 && phys.page(flag_page).test(pg::ANON_EXCLUSIVE) {
-            bad.push(format!("page {pfn:#x} is AnonExclusive but mapped by MMs {mms:?}"));
+            let what = format!("page {pfn:#x} is AnonExclusive but mapped by MMs {mms:?}");
+            bad.push(Violation::new(Exclusive, Subject::Frame(pfn), what));
         }
     }
     truth
 }
 
-fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<String>) {
+fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Violation>) {
     let phys = &m.phys;
     for (&head, t) in truth {
         let f = Folio::from_head(phys, head);
         let total = t.total() as u64;
+        let at = Subject::Folio(head);
         if f.is_large() {
-            bad.extend(
-                m.design.verify(f, t).into_iter().map(|v| format!("folio {head:#x} ({}): {v}", m.design.name())),
-            );
+            let design = m.design.name();
+            for v in m.design.verify(f, t) {
+                bad.push(Violation::new(Mapcount, at, format!("folio {head:#x} ({design}): {v}")));
+            }
+            if t.per_mm.len() > 1 && !m.design.maybe_mapped_shared(f) {
+                let n = t.per_mm.len();
+                let what = format!(
+                    "folio {head:#x} ({design}): answered exclusive while {n} MMs map the folio (wrong-exclusive)"
+                );
+                bad.push(Violation::new(Exclusive, at, what));
+            }
         } else {
             let mc = rmap::folio_mapcount(m, f);
             if mc != total {
-                bad.push(format!("folio {head:#x}: mapcount {mc}, page tables say {total}"));
+                bad.push(Violation::new(
+                    Mapcount,
+                    at,
+                    format!("folio {head:#x}: mapcount {mc}, page tables say {total}"),
+                ));
             }
         }
         check_references(ledger, f, total, bad);
@@ -207,27 +239,29 @@ fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, b
             let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
             let have = shadow.of(head);
             if have != want {
-                bad.push(format!("folio {head:#x}: precision shadow {have:?}, page tables say {want:?}"));
+                let what = format!("folio {head:#x}: precision shadow {have:?}, page tables say {want:?}");
+                bad.push(Violation::new(Precision, at, what));
             }
         }
         if !f.test_anon() {
-            bad.push(format!("folio {head:#x}: mapped but not anon"));
+            bad.push(Violation::new(Mapcount, at, format!("folio {head:#x}: mapped but not anon")));
         }
     }
 }
 
 /// `refcount` = one per mapping + the pins' references + one per FOLL_GET;
 /// `_pincount` = pins.
-fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<String>) {
+fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Violation>) {
     let (pins, gets) = ledger.gups_of(f.pfn);
     let (pins, gets) = (pins as u64, gets as u64);
     let per_pin = if f.is_large() { 1 } else { crate::folio::GUP_PIN_COUNTING_BIAS as u64 };
     let rc = f.refcount() as u64;
+    let mut push = |what| bad.push(Violation::new(Refcount, Subject::Folio(f.pfn), what));
     if rc != mappings + pins * per_pin + gets {
-        bad.push(format!("folio {:#x}: refcount {rc} != {mappings} mappings + {pins} pins + {gets} gets", f.pfn));
+        push(format!("folio {:#x}: refcount {rc} != {mappings} mappings + {pins} pins + {gets} gets", f.pfn));
     }
     if f.is_large() && f.pincount() as u64 != pins {
-        bad.push(format!("folio {:#x}: _pincount {} != {pins} pins", f.pfn, f.pincount()));
+        push(format!("folio {:#x}: _pincount {} != {pins} pins", f.pfn, f.pincount()));
     }
 }
 
@@ -236,7 +270,7 @@ fn check_frames(
     ledger: &Ledger,
     truth: &HashMap<Pfn, FolioTruth>,
     tables: &HashSet<Pfn>,
-    bad: &mut Vec<String>,
+    bad: &mut Vec<Violation>,
 ) {
     let phys = &m.phys;
     let n = phys.nr_frames();
@@ -245,13 +279,14 @@ fn check_frames(
     for (pfn, order) in phys.free_blocks() {
         for p in pfn..pfn + (1 << order) {
             if std::mem::replace(&mut free[p as usize], true) {
-                bad.push(format!("frame {p:#x} is in two free blocks"));
+                bad.push(Violation::new(Allocator, Subject::Frame(p), format!("frame {p:#x} is in two free blocks")));
             }
         }
         nr_free += 1 << order;
     }
     if nr_free != phys.nr_free() {
-        bad.push(format!("free lists hold {nr_free} frames, the zone counts {}", phys.nr_free()));
+        let what = format!("free lists hold {nr_free} frames, the zone counts {}", phys.nr_free());
+        bad.push(Violation::new(Allocator, Subject::Machine, what));
     }
     let zero: HashSet<Pfn> = m.zero_frames().collect();
     let mut pfn = 0;
@@ -260,7 +295,7 @@ fn check_frames(
         let p = phys.page(pfn);
         if free[pfn as usize] {
             if tables.contains(&pfn) || truth.contains_key(&pfn) {
-                bad.push(format!("frame {pfn:#x} is free but in use"));
+                bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is free but in use")));
             }
             pfn += 1;
             continue;
@@ -272,7 +307,8 @@ fn check_frames(
         }
         if p.test(pg::TABLE) {
             if !tables.contains(&pfn) {
-                bad.push(format!("page table {pfn:#x} is allocated but reachable from no MM (leak)"));
+                let what = format!("page table {pfn:#x} is allocated but reachable from no MM (leak)");
+                bad.push(Violation::new(Leak, Subject::Frame(pfn), what));
             }
             allocated += 1;
             pfn += 1;
@@ -280,7 +316,8 @@ fn check_frames(
         }
         let f = Folio::from_head(phys, pfn);
         if p.test(pg::TAIL) {
-            bad.push(format!("frame {pfn:#x} is a tail page without its head"));
+            let what = format!("frame {pfn:#x} is a tail page without its head");
+            bad.push(Violation::new(Allocator, Subject::Frame(pfn), what));
             pfn += 1;
             continue;
         }
@@ -289,13 +326,15 @@ fn check_frames(
                 // Pinned after its last unmap (the pin keeps it alive).
                 check_references(ledger, f, 0, bad);
             } else {
-                bad.push(format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order()));
+                let what = format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order());
+                bad.push(Violation::new(Leak, Subject::Folio(pfn), what));
             }
         }
         allocated += f.nr_pages();
         pfn += f.nr_pages();
     }
     if allocated + nr_free != n {
-        bad.push(format!("{allocated} allocated + {nr_free} free frames != {n} total"));
+        let what = format!("{allocated} allocated + {nr_free} free frames != {n} total");
+        bad.push(Violation::new(Allocator, Subject::Machine, what));
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::arch::Pfn;
 use crate::folio::Folio;
-use crate::kernel::{Kernel, Stats};
+use crate::kernel::{Incident, Kernel, Stats};
 use crate::mapcount::MmId;
 use crate::sync::Mutex;
 
@@ -63,7 +63,7 @@ pub(crate) fn judge_cow(m: &Kernel, shadow: &Shadow, f: Folio, mm: MmId, reused:
     let mapcount = crate::rmap::folio_mapcount(m, f);
     let reusable = owner == Some(mm) && mapcount == f.refcount() as u64;
     if reused && owner != Some(mm) {
-        wrong_exclusive(m, format!("COW reused folio {:#x} for MM {mm} while {:?} map it", f.pfn, shadow.of(f.pfn)));
+        wrong_exclusive(m, f, format!("COW reused folio {:#x} for MM {mm} while {:?} map it", f.pfn, shadow.of(f.pfn)));
     }
     if !reused && reusable {
         Stats::inc(&m.stats.precision_avoidable_copy);
@@ -72,9 +72,10 @@ pub(crate) fn judge_cow(m: &Kernel, shadow: &Shadow, f: Folio, mm: MmId, reused:
 
 /// Counts a wrong-exclusive judgement and records it as a violation, so
 /// the checker fails the run.
-fn wrong_exclusive(m: &Kernel, what: String) {
+fn wrong_exclusive(m: &Kernel, f: Folio, what: String) {
     Stats::inc(&m.stats.precision_wrong_exclusive);
-    m.violations.lock().unwrap().push(format!("{}: {what} (wrong-exclusive)", m.design.name()));
+    let what = format!("{}: {what} (wrong-exclusive)", m.design.name());
+    m.violations.lock().unwrap().push(Incident::WrongExclusive { folio: f.pfn, what });
 }
 
 /// Judges the era's policy guess for `f`: counted, not a violation, since
@@ -93,7 +94,7 @@ pub(crate) fn judge_guess(m: &Kernel, shadow: &Shadow, f: Folio, likely_shared: 
 pub(crate) fn judge_answer(m: &Kernel, shadow: &Shadow, f: Folio, maybe_shared: bool) {
     let exclusive = shadow.sole_mapper(f.pfn).is_some();
     if !maybe_shared && !exclusive && !shadow.of(f.pfn).is_empty() {
-        wrong_exclusive(m, format!("answered exclusive for folio {:#x} mapped by {:?}", f.pfn, shadow.of(f.pfn)));
+        wrong_exclusive(m, f, format!("answered exclusive for folio {:#x} mapped by {:?}", f.pfn, shadow.of(f.pfn)));
     }
     if maybe_shared && exclusive {
         Stats::inc(&m.stats.precision_missed_reuse);

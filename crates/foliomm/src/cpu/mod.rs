@@ -13,7 +13,7 @@
 //! hardware, still performed.
 
 use crate::arch::{Pfn, Pte, PAGE_SIZE};
-use crate::kernel::Kernel;
+use crate::kernel::{Incident, Kernel};
 use crate::memory::handle_mm_fault;
 use crate::mm_types::Mm;
 use crate::pgtable::leaf_slot;
@@ -141,10 +141,11 @@ impl Cpu {
                 let pfn = e.pfn + if huge { crate::arch::pte_index(addr) as u64 } else { 0 };
                 let now = m.phys.generation(e.pfn);
                 if now != e.generation {
-                    m.violations.lock().unwrap().push(format!(
+                    let what = format!(
                         "CPU {}: stale TLB entry for {addr:#x} in mm {} used frame {:#x} after it was freed (generation {} -> {now})",
                         self.id, mm.id, e.pfn, e.generation
-                    ));
+                    );
+                    m.violations.lock().unwrap().push(Incident::UseAfterFree { mm: mm.id, addr, what });
                 }
                 return Some(pfn);
             }

@@ -40,15 +40,25 @@ pub struct Kernel {
     huge_zero: Mutex<Option<Option<Pfn>>>,
     /// MM IDs (`mm_ida`).
     pub mm_ids: MmIds,
-    /// "Bad page" reports from frees whose fields were not reset.
-    pub bad_pages: Mutex<Vec<String>>,
-    /// Broken rules seen while running: stale TLB entries used after a free,
-    /// wrong-exclusive answers. The checker reports them.
-    pub violations: Mutex<Vec<String>>,
+    /// "Bad page" reports from frees whose fields were not reset: the folio
+    /// and what was wrong with it.
+    pub bad_pages: Mutex<Vec<(Pfn, String)>>,
+    /// Broken rules seen while running. The checker reports them.
+    pub violations: Mutex<Vec<Incident>>,
     /// Told of mapping changes, GUP references and sharing decisions.
     pub observer: Option<Arc<dyn Observer>>,
     next_anon_vma: AtomicU64,
     next_serial: AtomicU64,
+}
+
+/// A rule broken while running, as recorded for the checker; `what` is its
+/// report line.
+#[derive(Debug)]
+pub enum Incident {
+    /// A CPU used a stale TLB entry for `addr` in `mm` whose frame had been freed.
+    UseAfterFree { mm: MmId, addr: u64, what: String },
+    /// The design called `folio` exclusive (or reused it) while another MM maps it.
+    WrongExclusive { folio: Pfn, what: String },
 }
 
 impl Kernel {

@@ -78,7 +78,7 @@ impl Kernel {
             bad.push(format!("_mapcount is {m}, expected -1"));
         }
         if !bad.is_empty() {
-            self.bad_pages.lock().unwrap().push(format!("folio {:#x}: {}", f.pfn, bad.join("; ")));
+            self.bad_pages.lock().unwrap().push((f.pfn, bad.join("; ")));
         }
         for i in 0..f.nr_pages() {
             let p = f.page(i);

@@ -6,7 +6,7 @@
 
 pub use crate::kernel::{Config, DebugSwitches, VmaLockDesign, ZapStrategy};
 
-use crate::check::{check_machine, Ledger};
+use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;
 use crate::kernel::Kernel;
 use crate::mm::gup::{unpin_user_pages, Pin};
@@ -65,9 +65,9 @@ impl Machine {
         unpin_user_pages(&self.kernel, pin)
     }
 
-    /// Runs the invariant checker ([`crate::check`]); one line per
-    /// violation. Call it at a quiescent point.
-    pub fn check(&self) -> Vec<String> {
+    /// Runs the invariant checker ([`crate::check`]); every violation
+    /// found. Call it at a quiescent point.
+    pub fn check(&self) -> Vec<Violation> {
         check_machine(&self.kernel, &self.mms(), &self.ledger)
     }
 }

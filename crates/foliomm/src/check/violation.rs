@@ -1,0 +1,89 @@
+//! A broken invariant as the checker reports it: a category to filter on,
+//! what it concerns, and the line it prints.
+
+use std::fmt;
+
+use crate::arch::Pfn;
+use crate::mapcount::MmId;
+
+/// One violation found by [`super::check_machine`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    pub subject: Subject,
+    /// The whole report line, subject included, as `Display` prints it.
+    pub detail: String,
+}
+
+impl Violation {
+    /// A violation of `kind` about `subject` that prints as `detail`.
+    pub fn new(kind: ViolationKind, subject: Subject, detail: String) -> Violation {
+        Violation { kind, subject, detail }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+/// The kind of rule broken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    /// Table frames, deposits and leaf entries: shape and what they point to.
+    PageTable,
+    /// A mapping outside any VMA or beyond what its protection allows.
+    Vma,
+    /// `MM_ANONPAGES` against the page tables.
+    Rss,
+    /// Folio and page mapcounts, the design's fields, the anon rmap.
+    Mapcount,
+    /// AnonExclusive pages, and "exclusive" answers for a shared folio.
+    Exclusive,
+    /// The precision report's shadow against the page tables.
+    Precision,
+    /// `refcount` and `_pincount` against mappings and GUP references.
+    Refcount,
+    /// The buddy free lists and the frame accounting.
+    Allocator,
+    /// An allocated folio or page table that nothing reaches.
+    Leak,
+    /// A "bad page" report from a free.
+    BadPage,
+    /// A CPU used a TLB entry whose frame had been freed.
+    UseAfterFree,
+}
+
+impl ViolationKind {
+    /// The kind's snake_case name (as serialized).
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::PageTable => "page_table",
+            ViolationKind::Vma => "vma",
+            ViolationKind::Rss => "rss",
+            ViolationKind::Mapcount => "mapcount",
+            ViolationKind::Exclusive => "exclusive",
+            ViolationKind::Precision => "precision",
+            ViolationKind::Refcount => "refcount",
+            ViolationKind::Allocator => "allocator",
+            ViolationKind::Leak => "leak",
+            ViolationKind::BadPage => "bad_page",
+            ViolationKind::UseAfterFree => "use_after_free",
+        }
+    }
+}
+
+/// What a violation concerns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Subject {
+    /// An address space, at `addr` when the violation has one.
+    Mm { mm: MmId, addr: Option<u64> },
+    /// The folio headed by this frame.
+    Folio(Pfn),
+    /// One frame: a page, a page table, a free frame.
+    Frame(Pfn),
+    /// The machine's totals.
+    Machine,
+}
