@@ -351,7 +351,7 @@ impl Backend for HostBackend {
         field == "frame" || Observation::KERNEL_FIELDS.contains(&field)
     }
 
-    fn check(&self) -> Vec<String> {
+    fn check(&self) -> Vec<foliomm::check::Violation> {
         Vec::new()
     }
 }

@@ -5,6 +5,7 @@
 use foliomm::folio::thp::ThpMode;
 use foliomm::mm::{Advice, PageInfo, RangeInfo};
 use foliomm::mm_types::Prot;
+use foliomm::check::Violation;
 use foliomm::Errno;
 
 use crate::lang::MachineSetting;
@@ -232,5 +233,5 @@ pub trait Backend: Send + Sync {
         Observation::field_names().any(|f| f == field)
     }
     /// Invariant violations (a backend that cannot check returns none).
-    fn check(&self) -> Vec<String>;
+    fn check(&self) -> Vec<Violation>;
 }

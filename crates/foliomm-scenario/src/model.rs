@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use foliomm::folio::thp::ThpMode;
+use foliomm::check::Violation;
 use foliomm::mm::gup::Pin;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -258,7 +259,7 @@ impl Backend for ModelBackend {
         c
     }
 
-    fn check(&self) -> Vec<String> {
-        self.machine().map(|m| m.check().iter().map(ToString::to_string).collect()).unwrap_or_default()
+    fn check(&self) -> Vec<Violation> {
+        self.machine().map(|m| m.check()).unwrap_or_default()
     }
 }

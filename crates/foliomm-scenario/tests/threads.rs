@@ -60,7 +60,7 @@ fn a_thread_faults_while_another_threads_fault_is_in_flight() {
     // Both threads see both writes: one address space.
     assert_eq!(b.access(t1, at + 4096, 4096, Access::Read { every_byte: true }).unwrap(), vec![2; 4096]);
     assert_eq!(b.access(t0, at + 2 * MB, 2 * MB, Access::Read { every_byte: true }).unwrap(), vec![3; 2 * MB as usize]);
-    assert_eq!(b.check(), Vec::<String>::new());
+    assert_eq!(b.check(), Vec::new());
 }
 
 /// Many rounds of both threads faulting disjoint pages of one mapping at
@@ -87,7 +87,7 @@ fn two_threads_fault_in_parallel_and_every_byte_lands() {
         let got = b.access(threads[1], at, 1024 * 4096, Access::Read { every_byte: false }).unwrap();
         let want: Vec<u8> = (0..1024u64).map(|page| round.wrapping_mul(7) ^ page as u8).collect();
         assert_eq!(got, want, "round {round}");
-        assert_eq!(b.check(), Vec::<String>::new(), "round {round}");
+        assert_eq!(b.check(), Vec::new(), "round {round}");
     }
     b.exit_thread(threads[1]).unwrap();
     assert!(b.access(threads[1], at, 1, Access::Read { every_byte: false }).is_err(), "an exited thread cannot run");

@@ -123,7 +123,8 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             if st.check && st.started && st.measure.is_none() {
                 let bad = st.backend.check();
                 if !bad.is_empty() {
-                    let message = format!("invariant checker after this step:\n  {}", bad.join("\n  "));
+                    let lines: Vec<String> = bad.iter().map(|v| format!("[{}] {v}", v.kind.name())).collect();
+                    let message = format!("invariant checker after this step:\n  {}", lines.join("\n  "));
                     return Err(Failed { kind: FailureKind::Invariant, message });
                 }
             }

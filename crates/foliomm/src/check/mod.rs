@@ -89,14 +89,16 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<Violat
         bad.push(Violation::new(BadPage, Subject::Folio(*pfn), format!("bad page: folio {pfn:#x}: {what}")));
     }
     for incident in m.violations.lock().unwrap().iter() {
-        let (kind, subject, what) = match incident {
-            Incident::UseAfterFree { mm, addr, what } => {
-                (UseAfterFree, Subject::Mm { mm: *mm, addr: Some(*addr) }, what)
+        bad.push(match incident {
+            Incident::UseAfterFree { mm, addr, what } => Violation::new(
+                UseAfterFree,
+                Subject::Mm { mm: *mm, addr: Some(*addr) },
+                format!("use after free: {what}"),
+            ),
+            Incident::WrongExclusive { folio, what } => {
+                Violation::new(Exclusive, Subject::Folio(*folio), what.clone())
             }
-            Incident::WrongExclusive { folio, what } => (Exclusive, Subject::Folio(*folio), what),
-        };
-        // Both kinds keep the line they printed before, under one prefix.
-        bad.push(Violation::new(kind, subject, format!("use after free: {what}")));
+        });
     }
     bad
 }
