@@ -186,3 +186,58 @@ fn seed_000_bench_costs_follow_each_design() {
         }
     }
 }
+
+/// Two threads of one host worker process: thread 1's calls (an observe, a
+/// write and its faults) complete while thread 0 is still inside a long
+/// faulting write; both threads see each other's bytes (one address space).
+#[test]
+fn two_threads_of_a_host_process_fault_in_parallel() {
+    use foliomm::mm_types::Prot;
+    use foliomm_scenario::backend::{Access, Backend, Thread};
+    require_host!();
+    let mut b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
+    b.start(&[]).unwrap();
+    b.spawn("p").unwrap();
+    let (t0, t1) = (Thread::main("p"), Thread { proc: "p", tid: 1 });
+    b.spawn_thread(t1).unwrap();
+    const MB: u64 = 1 << 20;
+    let big = b.mmap(t0, None, 512 * MB, Prot::RW, false, false).unwrap();
+    let small = b.mmap(t0, None, 4 * MB, Prot::RW, false, false).unwrap();
+    let b = &b;
+    std::thread::scope(|s| {
+        let first = s.spawn(move || b.access(t0, big, 512 * MB, Access::Write { val: 7, every_byte: true }));
+        // Thread 0 writes in address order: once the first 2M are resident, it is inside its write.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while b.observe(t1, big, 2 * MB).unwrap().range.rss_kb == 0 {
+            assert!(std::time::Instant::now() < deadline, "thread 0 never started writing");
+        }
+        b.access(t1, small, 4 * MB, Access::Write { val: 9, every_byte: false }).unwrap();
+        assert!(!first.is_finished(), "thread 1's calls waited for thread 0's 512M write: calls are serialized");
+        first.join().unwrap().unwrap();
+    });
+    let last = big + 512 * MB - 4096;
+    assert_eq!(b.access(t1, last, 4096, Access::Read { every_byte: false }).unwrap(), vec![7]);
+    assert_eq!(b.access(t0, small, 4 * MB, Access::Read { every_byte: false }).unwrap(), vec![9; 1024]);
+    b.exit_thread(t1).unwrap();
+    b.exit("p").unwrap();
+}
+
+/// A worker that dies is a backend failure, never an errno: a step written
+/// `fails EINVAL` must not pass because the socket broke.
+#[test]
+fn a_dead_worker_is_a_backend_failure_not_an_errno() {
+    use foliomm_scenario::backend::{Backend, StepError, Thread};
+    require_host!();
+    let mut b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
+    b.start(&[]).unwrap();
+    b.spawn("p").unwrap();
+    // A real EINVAL first: munmap of an unaligned address.
+    assert_eq!(b.munmap(Thread::main("p"), 0x1001, 4096), Err(StepError::Errno(foliomm::Errno::EINVAL)));
+    let pid = b.pid("p").unwrap();
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    match b.munmap(Thread::main("p"), 0x1001, 4096) {
+        Err(StepError::Backend(why)) => assert!(why.contains("p/0"), "{why}"),
+        other => panic!("a dead worker answered {other:?}"),
+    }
+}

@@ -37,6 +37,7 @@ type Conn = Arc<Mutex<BufReader<UnixStream>>>;
 /// A worker process: a socket per thread.
 struct Worker {
     threads: HashMap<u32, Conn>,
+    pid: u32,
     /// The process the controller started (the first of a fork tree).
     child: Option<Child>,
 }
@@ -76,6 +77,11 @@ impl HostBackend {
             baseline: Vec::new(),
             gups: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The host process id of scenario process `proc`.
+    pub fn pid(&self, proc: &str) -> Option<u32> {
+        self.procs.read().unwrap().get(proc).map(|w| w.pid)
     }
 
     fn socket(&self) -> PathBuf {
@@ -222,12 +228,15 @@ impl Backend for HostBackend {
             child = Some(c.map_err(|e| broken(format!("cannot start worker {}: {e}", self.exe.display())))?);
             Ok(())
         })?;
-        self.procs.write().unwrap().insert(proc.into(), Worker { threads: HashMap::from([(0, conn)]), child });
+        let pid = child.as_ref().map_or(0, Child::id);
+        self.procs.write().unwrap().insert(proc.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child });
         Ok(())
     }
 
     fn spawn_thread(&self, t: Thread) -> BackendResult<()> {
-        let conn = self.connect(&t.to_string(), || self.value(Thread::main(t.proc), Request::SpawnThread { tid: t.tid }).map(|_| ()))?;
+        let conn = self.connect(&t.to_string(), || {
+            self.value(Thread::main(t.proc), Request::SpawnThread { tid: t.tid }).map(|_| ())
+        })?;
         let mut procs = self.procs.write().unwrap();
         let w = procs.get_mut(t.proc).ok_or_else(|| broken(format!("no process {}", t.proc)))?;
         w.threads.insert(t.tid, conn);
@@ -248,8 +257,15 @@ impl Backend for HostBackend {
     }
 
     fn fork(&self, t: Thread, child: &str) -> BackendResult<()> {
-        let conn = self.connect(child, || self.value(t, Request::Fork { child: child.into() }).map(|_| ()))?;
-        self.procs.write().unwrap().insert(child.into(), Worker { threads: HashMap::from([(0, conn)]), child: None });
+        let mut pid = 0;
+        let conn = self.connect(child, || {
+            pid = self.value(t, Request::Fork { child: child.into() })? as u32;
+            Ok(())
+        })?;
+        self.procs
+            .write()
+            .unwrap()
+            .insert(child.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child: None });
         Ok(())
     }
 
@@ -267,7 +283,15 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn mmap(&self, t: Thread, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool) -> BackendResult<u64> {
+    fn mmap(
+        &self,
+        t: Thread,
+        at: Option<u64>,
+        len: u64,
+        prot: Prot,
+        fixed: bool,
+        populate: bool,
+    ) -> BackendResult<u64> {
         self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate })
     }
 

@@ -82,4 +82,3 @@ pub enum Response {
     /// A system call failed with an errno foliomm does not model.
     OsError(i32),
 }
-

@@ -2,10 +2,10 @@
 //! ([`crate::model::ModelBackend`]) or, later, the host kernel. Processes are
 //! named as in the scenario file.
 
+use foliomm::check::Violation;
 use foliomm::folio::thp::ThpMode;
 use foliomm::mm::{Advice, PageInfo, RangeInfo};
 use foliomm::mm_types::Prot;
-use foliomm::check::Violation;
 use foliomm::Errno;
 
 use crate::lang::MachineSetting;

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use foliomm::folio::thp::ThpMode;
 use foliomm::check::Violation;
+use foliomm::folio::thp::ThpMode;
 use foliomm::mm::gup::Pin;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -102,9 +102,8 @@ impl Backend for ModelBackend {
                 }
             }
         }
-        let m = Machine::new(config.clone()).map_err(|e| {
-            StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory))
-        })?;
+        let m = Machine::new(config.clone())
+            .map_err(|e| StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
         self.machine.set(m).map_err(|_| StepError::Backend("the machine was started twice".into()))
     }
 
@@ -162,7 +161,15 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
-    fn mmap(&self, t: Thread, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool) -> BackendResult<u64> {
+    fn mmap(
+        &self,
+        t: Thread,
+        at: Option<u64>,
+        len: u64,
+        prot: Prot,
+        fixed: bool,
+        populate: bool,
+    ) -> BackendResult<u64> {
         Ok(self.mm_of(t)?.mmap(at.unwrap_or(0), len, prot, MmapFlags { fixed, populate, noreplace: false })?)
     }
 

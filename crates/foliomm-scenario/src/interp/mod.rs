@@ -148,13 +148,20 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     live.sort();
     for p in live {
         if let Err(e) = st.backend.exit(&p) {
-            let f = Failure { line: steps.last().map_or(0, |s| s.line), kind: FailureKind::Backend, message: e.to_string() };
+            let f = Failure {
+                line: steps.last().map_or(0, |s| s.line),
+                kind: FailureKind::Backend,
+                message: e.to_string(),
+            };
             failure.get_or_insert(f);
         }
     }
     if let (Some((name, _)), None) = (&st.measure, &failure) {
-        failure =
-            Some(Failure { line: steps.last().map_or(0, |s| s.line), kind: FailureKind::Scenario, message: format!("measure {name} has no 'end'") });
+        failure = Some(Failure {
+            line: steps.last().map_or(0, |s| s.line),
+            kind: FailureKind::Scenario,
+            message: format!("measure {name} has no 'end'"),
+        });
     }
     Outcome {
         backend: st.backend.name().into(),

@@ -130,7 +130,9 @@ impl State<'_> {
                     let rs = self.refs.get_mut(&p).unwrap();
                     let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
                     if let Err(e) = expected {
-                        return Err(format!("the write succeeded but the reference model says it fails with {e}").into());
+                        return Err(
+                            format!("the write succeeded but the reference model says it fails with {e}").into()
+                        );
                     }
                 }
                 Ok(format!("wrote {val:#04x}"))
@@ -169,7 +171,10 @@ impl State<'_> {
             }
             Cmd::Pin { name, place, kind } => {
                 if !self.backend.supports_gup(*kind) {
-                    let why = format!("cannot honour {kind:?}: the {} backend cannot take that GUP reference", self.backend.name());
+                    let why = format!(
+                        "cannot honour {kind:?}: the {} backend cannot take that GUP reference",
+                        self.backend.name()
+                    );
                     return Err(StepError::Unsupported(why).into());
                 }
                 let (a, l) = self.place(place)?;
@@ -207,5 +212,23 @@ fn compare_bytes(addr: u64, every_byte: bool, got: &[u8], want: &[u8]) -> Result
                 got[i], want[i]
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::FailureKind;
+
+    /// Only an errno can be expected: a backend failure or an unsupported
+    /// call fails a step written `fails EINVAL`.
+    #[test]
+    fn only_an_errno_matches_a_fails_clause() {
+        let step = &crate::lang::parse("P: munmap a fails EINVAL\n").unwrap()[0];
+        assert!(matches!(outcome::<()>(step, Err(StepError::Errno(Errno::EINVAL))), Ok(None)));
+        let kind = |e: StepError| outcome::<()>(step, Err(e)).unwrap_err().kind;
+        assert_eq!(kind(StepError::Errno(Errno::ENOMEM)), FailureKind::Scenario);
+        assert_eq!(kind(StepError::Backend("worker P/0 closed its socket".into())), FailureKind::Backend);
+        assert_eq!(kind(StepError::Unsupported("errno 75".into())), FailureKind::Unsupported);
     }
 }

@@ -302,7 +302,6 @@ fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
     })
 }
 
-
 /// The next token as one of a strategy's names (`parse`); an unknown one is
 /// an error at its column listing the `known` names.
 fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str) -> Result<T, ParseError> {

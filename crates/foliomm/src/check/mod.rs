@@ -95,9 +95,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<Violat
                 Subject::Mm { mm: *mm, addr: Some(*addr) },
                 format!("use after free: {what}"),
             ),
-            Incident::WrongExclusive { folio, what } => {
-                Violation::new(Exclusive, Subject::Folio(*folio), what.clone())
-            }
+            Incident::WrongExclusive { folio, what } => Violation::new(Exclusive, Subject::Folio(*folio), what.clone()),
         });
     }
     bad
