@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use foliomm::Config;
 
-use super::{best, host_best, machine_for, model_best, print_host_notes, print_json, progress, secs, CommonArgs};
+use super::{best, host_best, machine_for, model_best, print_host_notes, print_json, progress, secs, HostArgs};
 use crate::host;
 
 #[derive(serde::Serialize)]
@@ -19,7 +19,7 @@ struct FaultRow {
     host_share_of_size: Option<f64>,
 }
 
-pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
+pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
     let runs = a.runs.max(1);
     let bar = progress(SIZES.len() as u64 * runs as u64 * (1 + !a.no_host as u64) + 2 * runs as u64);

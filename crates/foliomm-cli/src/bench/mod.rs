@@ -34,14 +34,14 @@ enum Bench {
     /// Fault and munmap with 4K pages, 64K mTHP and 2M THP, model against host kernel
     ///
     /// memset is timed beside as the zeroing baseline.
-    Fault(CommonArgs),
+    Fault(HostArgs),
     /// munmap of PTE-mapped folios of each size, zap per-page and batched (seed 001)
     ///
     /// munmap of a region populated with PTE-mapped folios of each size,
     /// zap strategies per-page and batched, host kernel beside (the table
     /// of the "optimize unmap/zap with PTE-mapped THP" series).
     #[command(name = "seed-001")]
-    Seed001(CommonArgs),
+    Seed001(HostArgs),
     /// Faulting and writing a region with and without the software TLB
     Tlb(CommonArgs),
     /// Seed 000's micro benchmarks and vm-scalability cases, per mapcount design
@@ -63,15 +63,29 @@ struct CommonArgs {
     /// Repetitions; the fastest is reported.
     #[arg(long, default_value_t = 3)]
     runs: u32,
-    /// Skip the host-kernel measurements.
-    #[arg(long)]
-    no_host: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     /// Print CSV instead of a table.
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+}
+
+/// The options of a benchmark that measures the host kernel beside the model.
+#[derive(clap::Args)]
+struct HostArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Skip the host-kernel measurements.
+    #[arg(long)]
+    no_host: bool,
+}
+
+impl std::ops::Deref for HostArgs {
+    type Target = CommonArgs;
+    fn deref(&self) -> &CommonArgs {
+        &self.common
+    }
 }
 
 #[derive(clap::Args)]
@@ -87,7 +101,8 @@ struct Seed000Args {
 impl Bench {
     fn common(&self) -> &CommonArgs {
         match self {
-            Bench::Fault(c) | Bench::Seed001(c) | Bench::Tlb(c) => c,
+            Bench::Fault(h) | Bench::Seed001(h) => &h.common,
+            Bench::Tlb(c) => c,
             Bench::Seed000(s) => &s.common,
         }
     }

@@ -10,7 +10,7 @@ use foliomm::Config;
 
 use super::published::SEED_001;
 use super::{
-    host_best, machine_for, model_best, model_split_pmds, print_host_notes, print_json, progress, secs, CommonArgs,
+    host_best, machine_for, model_best, model_split_pmds, print_host_notes, print_json, progress, secs, HostArgs,
 };
 
 #[derive(serde::Serialize)]
@@ -26,7 +26,7 @@ struct ZapRow {
     seed_change_pct: i32,
 }
 
-pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
+pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     let runs = a.runs.max(1);
     let bar = progress(SEED_001.len() as u64 * runs as u64 * (2 + !a.no_host as u64));
     let mut rows = Vec::new();

@@ -29,6 +29,13 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     if a.json {
         return print_json(&rows);
     }
+    if a.csv {
+        println!("config,fault_s,write_all_bytes_s");
+        for r in &rows {
+            println!("{},{},{}", r["config"].as_str().unwrap(), r["fault_s"], r["write_all_bytes_s"]);
+        }
+        return Ok(());
+    }
     println!(
         "Faulting {} MiB with 4K pages (one write per page), then writing every byte, best of {runs}:\n",
         size >> 20
