@@ -187,6 +187,16 @@ fn seed_000_bench_costs_follow_each_design() {
     }
 }
 
+/// A started host backend with one process, `name`, driven directly (not
+/// through a scenario).
+fn host_process(name: &str) -> foliomm_host::HostBackend {
+    use foliomm_scenario::backend::Backend;
+    let mut b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
+    b.start(&[]).unwrap();
+    b.spawn(name).unwrap();
+    b
+}
+
 /// Two threads of one host worker process: thread 1's calls (an observe, a
 /// write and its faults) complete while thread 0 is still inside a long
 /// faulting write; both threads see each other's bytes (one address space).
@@ -195,9 +205,7 @@ fn two_threads_of_a_host_process_fault_in_parallel() {
     use foliomm::mm_types::Prot;
     use foliomm_scenario::backend::{Access, Backend, Thread};
     require_host!();
-    let mut b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
-    b.start(&[]).unwrap();
-    b.spawn("p").unwrap();
+    let b = host_process("p");
     let (t0, t1) = (Thread::main("p"), Thread { proc: "p", tid: 1 });
     b.spawn_thread(t1).unwrap();
     const MB: u64 = 1 << 20;
@@ -228,9 +236,7 @@ fn two_threads_of_a_host_process_fault_in_parallel() {
 fn a_dead_worker_is_a_backend_failure_not_an_errno() {
     use foliomm_scenario::backend::{Backend, StepError, Thread};
     require_host!();
-    let mut b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
-    b.start(&[]).unwrap();
-    b.spawn("p").unwrap();
+    let b = host_process("p");
     // A real EINVAL first: munmap of an unaligned address.
     assert_eq!(b.munmap(Thread::main("p"), 0x1001, 4096), Err(StepError::Errno(foliomm::Errno::EINVAL)));
     let pid = b.pid("p").unwrap();
