@@ -269,6 +269,7 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
         line: 0,
         text: format!("(command line) {s:?}"),
         proc: None,
+        thread: None,
         cmd: Cmd::SetMachine(s),
         fails: None,
     });

@@ -19,7 +19,7 @@ fn run_src(src: &str) -> foliomm_scenario::Outcome {
 #[test]
 fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     let mut files = Vec::new();
-    for dir in [scenario_dir(), scenario_dir().join("cow")] {
+    for dir in [scenario_dir(), scenario_dir().join("cow"), scenario_dir().join("threads")] {
         let found = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
         files.extend(found.filter(|p| p.extension().is_some_and(|e| e == "fmm")));
     }

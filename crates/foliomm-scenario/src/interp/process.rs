@@ -31,9 +31,9 @@ fn outcome<T>(step: &Step, r: BackendResult<T>) -> Result<Option<T>, Failed> {
 }
 
 impl State<'_> {
-    /// Runs a step of process `p` (which exists by now).
-    pub(super) fn process(&mut self, step: &Step, p: String) -> StepResult {
-        let t = Thread::main(&p);
+    /// Runs a step of thread `tid` of process `p` (both exist by now).
+    pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
+        let t = Thread { proc: &p, tid };
         match &step.cmd {
             Cmd::Mmap { name, len, prot, populate, at, fixed, align } => {
                 // With `align`, map `len + align` and unmap what lies outside
@@ -108,8 +108,17 @@ impl State<'_> {
                 }
                 Ok(format!("{child} forked"))
             }
+            Cmd::Exit if tid != 0 => {
+                self.timed(|b| b.exit_thread(t))?;
+                let name = step.thread.as_deref().unwrap_or_default();
+                if let Some(slot) = self.threads.get_mut(&p).and_then(|ts| ts.get_mut(name)) {
+                    *slot = None;
+                }
+                Ok("thread exited".into())
+            }
             Cmd::Exit => {
                 self.timed(|b| b.exit(&p))?;
+                self.threads.remove(&p);
                 self.live.remove(&p);
                 self.refs.remove(&p);
                 self.exited.insert(p.clone());

@@ -22,6 +22,8 @@ pub(super) struct State<'b> {
     pub(super) check: bool,
     pub(super) maps: HashMap<String, (u64, u64)>,
     pub(super) live: HashSet<String>,
+    /// Named threads of each process: their numbers, `None` once exited.
+    pub(super) threads: HashMap<String, HashMap<String, Option<u32>>>,
     pub(super) exited: HashSet<String>,
     pub(super) refs: HashMap<String, RefSpace>,
     pub(super) obs: Vec<(String, Observation)>,
@@ -43,6 +45,7 @@ impl<'b> State<'b> {
             check,
             maps: HashMap::new(),
             live: HashSet::new(),
+            threads: HashMap::new(),
             exited: HashSet::new(),
             refs: HashMap::new(),
             obs: Vec::new(),
@@ -140,7 +143,30 @@ impl<'b> State<'b> {
             return self.global(step);
         };
         self.proc(&p)?;
-        self.process(step, p)
+        let tid = match &step.thread {
+            None => 0,
+            Some(name) => self.thread(&p, name, matches!(step.cmd, Cmd::Exit))?,
+        };
+        self.process(step, p, tid)
+    }
+
+    /// The number of thread `name` of process `p`, started at its first line
+    /// (unless that line is its `exit`).
+    fn thread(&mut self, p: &str, name: &str, exiting: bool) -> Result<u32, Failed> {
+        let threads = self.threads.entry(p.to_string()).or_default();
+        match threads.get(name) {
+            Some(Some(tid)) => return Ok(*tid),
+            Some(None) => return Err(format!("thread {p}.{name} has exited").into()),
+            None if exiting => return Err(format!("thread {p}.{name} has not started").into()),
+            None => {}
+        }
+        // Numbers are never reused: 0 is the first thread, named threads count from 1.
+        let tid = threads.len() as u32 + 1;
+        threads.insert(name.to_string(), Some(tid));
+        let t = crate::backend::Thread { proc: p, tid };
+        self.timed(|b| b.spawn_thread(t))
+            .map_err(|e| Failed::from(e).context(&format!("cannot start thread {p}.{name}")))?;
+        Ok(tid)
     }
 
     fn global(&mut self, step: &Step) -> StepResult {

@@ -165,6 +165,9 @@ pub struct Step {
     pub text: String,
     /// The process that runs it (`None` for `set` and `expect`).
     pub proc: Option<String>,
+    /// The named thread of `proc` that runs it (`P.t1:`); `None` for the
+    /// thread the process started with (`P:`).
+    pub thread: Option<String>,
     pub cmd: Cmd,
     /// The step must fail with this error.
     pub fails: Option<Errno>,

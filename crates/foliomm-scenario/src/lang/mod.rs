@@ -15,6 +15,8 @@
 //! P: madvise a hugepage              hugepage nohugepage dontneed dontfork dofork
 //! P: b = mremap a[8K..16K] [size 16K] [to c]
 //! P: fork C                          C: exit        P: wait C
+//! P.t1: write a                      a line of thread t1 of P (started at its first
+//!                                    line; `P.t1: exit` ends it); `P:` is P's first thread
 //! P: write a [= 0x5a]                one byte per page (default value: line-derived)
 //! P: fill a[0..8K] [= 0x5a]          every byte
 //! P: fill a pattern [SEED]           every byte from its address (and a seed)

@@ -28,14 +28,15 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
 
 fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
     let first = l.peek().unwrap();
-    let proc = match first.strip_suffix(':') {
-        Some(p) if is_ident(p) => {
-            l.pos += 1;
-            Some(p.to_string())
-        }
-        Some(_) => return l.err(1, format!("expected a process name before ':', found '{first}'")),
-        None => None,
+    let (proc, thread) = match first.strip_suffix(':').map(|p| (p, p.split_once('.'))) {
+        Some((p, None)) if is_ident(p) => (Some(p.to_string()), None),
+        Some((_, Some((p, t)))) if is_ident(p) && is_ident(t) => (Some(p.to_string()), Some(t.to_string())),
+        Some(_) => return l.err(1, format!("expected a process name or PROCESS.THREAD before ':', found '{first}'")),
+        None => (None, None),
     };
+    if proc.is_some() {
+        l.pos += 1;
+    }
     // A trailing "fails ERRNO".
     let mut fails = None;
     let n = l.toks.len();
@@ -53,7 +54,7 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
         Some(_) => parse_proc_cmd(l)?,
     };
     l.done()?;
-    Ok(Step { line: l.line, text: text.to_string(), proc, cmd, fails })
+    Ok(Step { line: l.line, text: text.to_string(), proc, thread, cmd, fails })
 }
 
 fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -344,6 +345,19 @@ mod tests {
         assert!(e.msg.contains("empty range"));
         let e = parse("P: observe a\n").unwrap_err();
         assert_eq!(e.col, 13, "{e}");
+    }
+
+    #[test]
+    fn a_thread_line_names_process_and_thread() {
+        let s = &parse("P.t1: write a\n").unwrap()[0];
+        assert_eq!((s.proc.as_deref(), s.thread.as_deref()), (Some("P"), Some("t1")));
+        let s = &parse("P: write a\n").unwrap()[0];
+        assert_eq!((s.proc.as_deref(), s.thread.as_deref()), (Some("P"), None));
+        for bad in ["P.: write a\n", "P.t1.x: write a\n", ".t1: write a\n"] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!((e.line, e.col), (1, 1), "{bad}");
+            assert!(e.msg.contains("PROCESS.THREAD"), "{}", e.msg);
+        }
     }
 
     #[test]
