@@ -40,6 +40,8 @@ pub enum Cmd {
     Measure(String),
     /// Stop timing (`end`).
     End,
+    /// `repeat N`: the lines up to its `end` run N times (unrolled by the parser).
+    Repeat(u64),
     Mmap {
         name: String,
         len: u64,

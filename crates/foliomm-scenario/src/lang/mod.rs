@@ -31,6 +31,8 @@
 //! expect [mm-id] after.frame == before.frame   only under these mapcount designs
 //! measure fault-all                  time the steps up to `end` (backend time only)
 //! end
+//! repeat 40                          the lines up to its `end` run 40 times (blocks nest)
+//! end
 //! P: write a fails ENOMEM            the step must fail with that error
 //! ```
 //! A parse error names the line and column and what was expected.

@@ -11,9 +11,20 @@ use super::ast::{Cmd, CmpOp, MachineSetting, ParseError, Step};
 use super::lexer::{is_ident, parse_size, tokenize, Line};
 use crate::backend::GupKind;
 
-/// Parses a whole scenario file.
+/// The most steps `repeat` blocks may unroll to.
+const MAX_STEPS: usize = 1 << 20;
+
+/// A block open at some line: `measure` (kept as steps for the interpreter)
+/// or `repeat` (unrolled here at its `end`).
+enum Open {
+    Measure,
+    Repeat { times: u64, first: usize, line: usize },
+}
+
+/// Parses a whole scenario file, unrolling `repeat N` ... `end` blocks.
 pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
     let mut steps = Vec::new();
+    let mut open = Vec::new();
     for (i, raw) in src.lines().enumerate() {
         let text = raw.split('#').next().unwrap_or("");
         let toks = tokenize(text);
@@ -21,9 +32,33 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
             continue;
         }
         let mut l = Line { line: i + 1, toks, pos: 0, end_col: text.trim_end().len() + 1 };
-        steps.push(parse_line(&mut l, text.trim())?);
+        let step = parse_line(&mut l, text.trim())?;
+        match (&step.cmd, open.last()) {
+            (Cmd::Repeat(times), _) => open.push(Open::Repeat { times: *times, first: steps.len(), line: l.line }),
+            (Cmd::End, Some(Open::Repeat { times, first, .. })) => {
+                let body = steps[*first..].to_vec();
+                if body.len().saturating_mul(*times as usize) > MAX_STEPS {
+                    return l.err(1, format!("repeat blocks unroll to more than {MAX_STEPS} steps"));
+                }
+                for _ in 1..*times {
+                    steps.extend(body.iter().cloned());
+                }
+                open.pop();
+            }
+            (cmd, _) => {
+                match cmd {
+                    Cmd::Measure(_) => open.push(Open::Measure),
+                    Cmd::End => drop(open.pop()),
+                    _ => {}
+                }
+                steps.push(step);
+            }
+        }
     }
-    Ok(steps)
+    match open.into_iter().find_map(|o| if let Open::Repeat { line, .. } = o { Some(line) } else { None }) {
+        Some(line) => Err(ParseError { line, col: 1, msg: "expected an 'end' closing this repeat".into() }),
+        None => Ok(steps),
+    }
 }
 
 fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
@@ -94,6 +129,13 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
         "end" => Ok(Cmd::End),
+        "repeat" => {
+            let col = l.col();
+            match l.size("a repeat count")? {
+                0 => l.err(col, "expected a repeat count of 1 or more, found 0".to_string()),
+                n => Ok(Cmd::Repeat(n)),
+            }
+        }
         "expect" => {
             let mut designs = Vec::new();
             if let Some(list) = l.peek().and_then(|t| t.strip_prefix('[')) {
@@ -126,7 +168,10 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             };
             Ok(Cmd::Expect { lhs, op, rhs: l.operand()?, designs })
         }
-        t => l.err(col, format!("expected 'set', 'expect', 'measure', 'end' or 'NAME:' (a process), found '{t}'")),
+        t => l.err(
+            col,
+            format!("expected 'set', 'expect', 'measure', 'repeat', 'end' or 'NAME:' (a process), found '{t}'"),
+        ),
     }
 }
 
@@ -358,6 +403,20 @@ mod tests {
             assert_eq!((e.line, e.col), (1, 1), "{bad}");
             assert!(e.msg.contains("PROCESS.THREAD"), "{}", e.msg);
         }
+    }
+
+    #[test]
+    fn repeat_unrolls_its_block_and_nests() {
+        let src = "repeat 3\nP: write a\nrepeat 2\nP: read a\nend\nend\nmeasure m\nP: read a\nend\n";
+        let steps = parse(src).unwrap();
+        let lines: Vec<usize> = steps.iter().map(|s| s.line).collect();
+        assert_eq!(lines, [2, 4, 4, 2, 4, 4, 2, 4, 4, 7, 8, 9]);
+        let e = parse("P: write a\nrepeat 2\nP: read a\n").unwrap_err();
+        assert_eq!((e.line, e.col), (2, 1), "{e}");
+        let e = parse("repeat 0\nend\n").unwrap_err();
+        assert_eq!((e.line, e.col), (1, 8), "{e}");
+        let e = parse("repeat 1000000\nrepeat 1000000\nP: read a\nend\nend\n").unwrap_err();
+        assert!(e.msg.contains("unroll"), "{e}");
     }
 
     #[test]
