@@ -60,6 +60,13 @@ pub struct HostBackend {
     gups: Mutex<HashMap<u64, (String, u32)>>,
 }
 
+/// Writes `req` as one line of JSON.
+fn write_request(s: &mut UnixStream, req: &Request) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(req).unwrap();
+    line.push('\n');
+    s.write_all(line.as_bytes())
+}
+
 fn broken(what: impl std::fmt::Display) -> StepError {
     StepError::Backend(what.to_string())
 }
@@ -115,10 +122,8 @@ impl HostBackend {
     fn request(&self, t: Thread, req: &Request) -> BackendResult<Response> {
         let conn = self.conn(t)?;
         let mut conn = conn.lock().unwrap();
-        let mut line = serde_json::to_string(req).unwrap();
-        line.push('\n');
-        conn.get_mut().write_all(line.as_bytes()).map_err(|e| broken(format!("worker {t} went away: {e}")))?;
-        line.clear();
+        write_request(conn.get_mut(), req).map_err(|e| broken(format!("worker {t} went away: {e}")))?;
+        let mut line = String::new();
         match conn.read_line(&mut line) {
             Ok(0) => return Err(broken(format!("worker {t} closed its socket during {req:?}"))),
             Err(e) => return Err(broken(format!("worker {t}: {e}"))),
@@ -140,6 +145,11 @@ impl HostBackend {
             Response::Value(v) => Ok(v),
             r => Err(broken(format!("worker {t} answered {req:?} with {r:?}"))),
         }
+    }
+
+    /// Sends `req` without waiting for an answer (`Exit` has none).
+    fn send(conn: &Conn, req: &Request) -> std::io::Result<()> {
+        write_request(conn.lock().unwrap().get_mut(), req)
     }
 
     /// Waits until the worker at the other end of `conn` is gone (its
@@ -248,7 +258,7 @@ impl Backend for HostBackend {
             return Err(broken(format!("thread {t} is the process's first; exit the process")));
         }
         let conn = self.conn(t)?;
-        conn.lock().unwrap().get_mut().write_all(b"\"Exit\"\n").map_err(|e| broken(format!("worker {t}: {e}")))?;
+        Self::send(&conn, &Request::Exit).map_err(|e| broken(format!("worker {t}: {e}")))?;
         Self::wait_closed(&conn);
         if let Some(w) = self.procs.write().unwrap().get_mut(t.proc) {
             w.threads.remove(&t.tid);
@@ -273,7 +283,7 @@ impl Backend for HostBackend {
         let w = self.procs.write().unwrap().remove(proc).ok_or_else(|| broken(format!("no process {proc}")))?;
         let main = w.threads.get(&0).ok_or_else(|| broken(format!("process {proc} has no thread 0")))?;
         // A worker that is gone already has exited too; its socket reads EOF.
-        let _ = main.lock().unwrap().get_mut().write_all(b"\"Exit\"\n");
+        let _ = Self::send(main, &Request::Exit);
         for conn in w.threads.values() {
             Self::wait_closed(conn);
         }
