@@ -67,6 +67,9 @@ struct CompareArgs {
     /// Mapcount design of the model, overriding the files' `set mapcount`.
     #[arg(long, value_enum)]
     mapcount: Option<foliomm::mapcount::Design>,
+    /// VMA-lock design of the model, overriding the files' `set vma_lock`.
+    #[arg(long, value_enum)]
+    vma_lock: Option<foliomm::machine::VmaLockDesign>,
     /// Model debug switches (see `foliomm run --help`), applied to the model only.
     #[arg(long)]
     debug: Vec<String>,
@@ -92,10 +95,13 @@ struct RunArgs {
     /// Zap strategy, overriding the file's `set zap`.
     #[arg(long, value_enum)]
     zap: Option<foliomm::machine::ZapStrategy>,
+    /// How faults lock their VMA, overriding the file's `set vma_lock`.
+    #[arg(long, value_enum)]
+    vma_lock: Option<foliomm::machine::VmaLockDesign>,
     /// Entries per CPU TLB (0 for none), overriding the file's `set tlb`.
     #[arg(long)]
     tlb: Option<u64>,
-    /// Model debug switches: no-large-reuse, skip-fork-flush, free-before-flush.
+    /// Model debug switches: no-large-reuse, reuse-shared, skip-fork-flush, free-before-flush, no-vma-revalidate.
     #[arg(long)]
     debug: Vec<String>,
     /// Print JSON (one object per file, in an array) instead of tables.
@@ -221,6 +227,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             mapcount: a.mapcount,
             memory: None,
             zap: None,
+            vma_lock: a.vma_lock,
             tlb: None,
             debug: a.debug.clone(),
             json: false,
@@ -259,6 +266,9 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     }
     if let Some(z) = a.zap {
         over.push(MachineSetting::Zap(z));
+    }
+    if let Some(d) = a.vma_lock {
+        over.push(MachineSetting::VmaLock(d));
     }
     if let Some(n) = a.tlb {
         over.push(MachineSetting::Tlb(n));

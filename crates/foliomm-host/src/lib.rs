@@ -201,6 +201,9 @@ impl Backend for HostBackend {
                 "the host kernel tracks mapcounts as mm-id"
             }
             MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",
+            MachineSetting::VmaLock(d) if *d != foliomm::machine::VmaLockDesign::VmaRefcount => {
+                "the host kernel locks VMAs by reference count (vma-refcount)"
+            }
             MachineSetting::Tlb(_) => "the host's TLB is hardware",
             MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
             MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",

@@ -94,6 +94,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Memory(m) => config.memory = *m,
                 MachineSetting::Mapcount(d) => config.mapcount = *d,
                 MachineSetting::Zap(z) => config.zap = *z,
+                MachineSetting::VmaLock(d) => config.vma_lock = *d,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
                 // Refused above when it does not fit.
                 MachineSetting::MmIds(n) => config.max_mm_id = u32::try_from(*n).ok(),

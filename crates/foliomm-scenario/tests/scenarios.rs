@@ -16,8 +16,8 @@ fn run_src(src: &str) -> foliomm_scenario::Outcome {
     run(&steps, &mut ModelBackend::new(), RunOptions { check: true })
 }
 
-#[test]
-fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
+/// Every shipped scenario file (scenarios/, cow/, threads/), sorted.
+fn shipped() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in [scenario_dir(), scenario_dir().join("cow"), scenario_dir().join("threads")] {
         let found = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
@@ -25,19 +25,41 @@ fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     }
     files.sort();
     assert!(files.len() >= 35, "expected the core scenarios and the COW suite, found {}", files.len());
-    for (f, design) in files.iter().flat_map(|f| foliomm::mapcount::Design::ALL.iter().map(move |d| (f, d.name()))) {
-        // 256 MiB keeps the checker's frame walk short; a file's own
-        // `set memory` (a later line) still wins.
-        let src = format!("set mapcount {design}\nset memory 256M\n{}", std::fs::read_to_string(f).unwrap());
-        let steps = parse(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        assert!(
-            steps.iter().any(|s| s.fails.is_some() || matches!(s.cmd, foliomm_scenario::lang::Cmd::Expect { .. })),
-            "{} has no expect line",
-            f.display()
-        );
-        let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
-        if let Some(fail) = out.failure {
-            panic!("{} ({design}) failed at line {}: {}", f.display(), fail.line - 2, fail.message);
+    files
+}
+
+/// Runs `f` with the checker after every step under `setting` (a `set`
+/// line put first); panics naming the file, the setting and the line.
+fn passes_with(f: &PathBuf, setting: &str) {
+    // 256 MiB keeps the checker's frame walk short; a file's own
+    // `set memory` (a later line) still wins.
+    let src = format!("{setting}\nset memory 256M\n{}", std::fs::read_to_string(f).unwrap());
+    let steps = parse(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    assert!(
+        steps.iter().any(|s| s.fails.is_some() || matches!(s.cmd, foliomm_scenario::lang::Cmd::Expect { .. })),
+        "{} has no expect line",
+        f.display()
+    );
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
+    if let Some(fail) = out.failure {
+        panic!("{} ({setting}) failed at line {}: {}", f.display(), fail.line - 2, fail.message);
+    }
+}
+
+#[test]
+fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
+    for f in shipped() {
+        for d in foliomm::mapcount::Design::ALL {
+            passes_with(&f, &format!("set mapcount {}", d.name()));
+        }
+    }
+}
+
+#[test]
+fn every_shipped_scenario_passes_under_every_vma_lock_design_with_the_checker() {
+    for f in shipped() {
+        for (_, name) in foliomm::machine::VmaLockDesign::ALL {
+            passes_with(&f, &format!("set vma_lock {name}"));
         }
     }
 }

@@ -107,7 +107,7 @@ impl<'b> State<'b> {
             Cmd::SetMachine(setting) => {
                 if self.started {
                     return Err(
-                        "machine settings (memory, mapcount, zap, tlb, mm_ids, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
+                        "machine settings (memory, mapcount, zap, vma_lock, tlb, mm_ids, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
                     );
                 }
                 // A later line (or a command-line override) wins over an earlier one.

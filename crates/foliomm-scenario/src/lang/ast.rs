@@ -2,7 +2,7 @@
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
 use foliomm::folio::thp::ThpMode;
-use foliomm::machine::ZapStrategy;
+use foliomm::machine::{VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -114,6 +114,8 @@ pub enum MachineSetting {
     Mapcount(Design),
     /// Zap strategy: `batched` or `per-page`.
     Zap(ZapStrategy),
+    /// How faults lock their VMA: `mmap-lock`, `vma-rwsem` or `vma-refcount`.
+    VmaLock(VmaLockDesign),
     /// Entries per CPU TLB (0: no TLB).
     Tlb(u64),
     /// A model debug switch (see `foliomm::machine::DebugSwitches::NAMES`).

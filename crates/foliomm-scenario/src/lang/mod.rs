@@ -5,6 +5,7 @@
 //! set memory 64M                     model RAM (before the first process)
 //! set mapcount mm-id                 mapcount design (before the first process)
 //! set zap per-page                   zap strategy: batched or per-page (likewise)
+//! set vma_lock vma-rwsem             how faults lock their VMA: mmap-lock, vma-rwsem, vma-refcount (likewise)
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
 //! set debug no-large-reuse           a model debug switch (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit

@@ -1,7 +1,7 @@
 //! The parser: each line's tokens into a [`Step`].
 
 use foliomm::folio::thp::ThpMode;
-use foliomm::machine::ZapStrategy;
+use foliomm::machine::{VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -97,7 +97,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
     match l.next("a command")? {
         "set" => {
             let col = l.col();
-            match l.next("a setting (memory, mapcount, zap, tlb, debug, mm_ids, thp, check)")? {
+            match l.next("a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, check)")? {
                 "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
                 "mapcount" => {
                     let d = named(l, "mapcount design", Design::parse, &Design::names())?;
@@ -112,6 +112,12 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     ZapStrategy::parse,
                     "batched, per-page",
                 )?))),
+                "vma_lock" => Ok(Cmd::SetMachine(MachineSetting::VmaLock(named(
+                    l,
+                    "VMA-lock design",
+                    VmaLockDesign::parse,
+                    "mmap-lock, vma-rwsem, vma-refcount",
+                )?))),
                 "check" => {
                     let col = l.col();
                     match l.next("on or off")? {
@@ -123,7 +129,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 "thp" => parse_thp(l),
                 t => l.err(
                     col,
-                    format!("expected a setting (memory, mapcount, zap, tlb, debug, mm_ids, thp, check), found '{t}'"),
+                    format!("expected a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, check), found '{t}'"),
                 ),
             }
         }

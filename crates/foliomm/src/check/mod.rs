@@ -23,6 +23,7 @@ pub mod ledger;
 pub mod precision;
 pub mod reference;
 pub mod violation;
+mod vma;
 
 pub use ledger::Ledger;
 pub use violation::{Subject, Violation, ViolationKind};
@@ -59,6 +60,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<Violat
     let mut leaves = Vec::new();
     for mm in mms {
         let vmas = mm.mmap_read_lock();
+        vma::check_vma_tree(mm, &vmas, &mut bad);
         tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
             if !tables.insert(t) {

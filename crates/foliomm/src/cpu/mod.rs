@@ -15,7 +15,7 @@
 use crate::arch::{Pfn, Pte, PAGE_SIZE};
 use crate::kernel::{Incident, Kernel};
 use crate::memory::handle_mm_fault;
-use crate::mm_types::Mm;
+use crate::mm_types::{Mm, Vma};
 use crate::pgtable::leaf_slot;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::Arc;
@@ -122,12 +122,7 @@ impl Cpu {
                     return Ok((f.take().unwrap())(pfn));
                 }
             }
-            let held = mm.lock_vma_for_fault(addr)?;
-            let vma = held.vma();
-            if (write && !vma.writable()) || !vma.readable() {
-                return Err(Errno::EACCES);
-            }
-            handle_mm_fault(mm, vma, addr, write)?;
+            do_user_addr_fault(mm, addr, write)?;
         }
     }
 
@@ -173,6 +168,31 @@ impl Cpu {
         self.tlb.insert(serial, addr, huge, entry);
         Some(at.page_pfn(leaf, addr))
     }
+}
+
+/// `do_user_addr_fault` (arch/x86/mm/fault.c): the VMA under its own lock
+/// if the design allows (`lock_vma_under_rcu`), else, or when the fault
+/// must be retried, under the mmap_lock (`lock_mm_and_find_vma`); the
+/// access checked against the VMA (`access_error`), then `handle_mm_fault`.
+fn do_user_addr_fault(mm: &Mm, addr: u64, write: bool) -> Result<()> {
+    if let Some(held) = mm.lock_vma_under_rcu(addr) {
+        access_error(held.vma(), write)?;
+        if held.anon_prepare(write) {
+            return handle_mm_fault(mm, held.vma(), addr, write);
+        }
+        held.retry();
+    }
+    let held = mm.lock_mm_and_find_vma(addr)?;
+    access_error(held.vma(), write)?;
+    handle_mm_fault(mm, held.vma(), addr, write)
+}
+
+/// `access_error`: EACCES if the VMA does not allow the access.
+fn access_error(vma: &Vma, write: bool) -> Result<()> {
+    if (write && !vma.writable()) || !vma.readable() {
+        return Err(Errno::EACCES);
+    }
+    Ok(())
 }
 
 fn pages(addr: u64, len: u64) -> impl Iterator<Item = u64> {

@@ -69,12 +69,16 @@ pub struct DebugSwitches {
     /// Write faults reuse a large anon folio without asking the design: a
     /// data leak the precision report and the byte checks must catch.
     pub reuse_shared: bool,
+    /// `lock_vma_under_rcu` trusts the VMA it found without checking, once
+    /// it holds it, that the VMA still belongs to this MM and covers the
+    /// address (seed 004's revalidation): wrong once VMAs are reused.
+    pub no_vma_revalidate: bool,
 }
 
 impl DebugSwitches {
     /// Names of the switches a scenario or the command line can set.
     pub const NAMES: &'static [&'static str] =
-        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush"];
+        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush", "no-vma-revalidate"];
 
     /// Turns on the switch called `name`; false if there is none.
     pub fn set(&mut self, name: &str) -> bool {
@@ -82,6 +86,7 @@ impl DebugSwitches {
             "no-large-reuse" => self.no_large_reuse = true,
             "reuse-shared" => self.reuse_shared = true,
             "skip-fork-flush" => self.skip_fork_flush = true,
+            "no-vma-revalidate" => self.no_vma_revalidate = true,
             "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
             _ => return false,
         }
@@ -111,13 +116,23 @@ impl Default for Config {
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum VmaLockDesign {
     /// `mmap_read_lock` held for the whole fault (Linux before 6.4).
-    #[default]
     MmapLock,
+    /// A separately allocated rw semaphore per VMA (`vma->vm_lock`), a
+    /// `detached` flag, VMAs freed after an RCU grace period (6.4 to 6.14).
+    VmaRwsem,
+    /// Seed 004 (6.15+): `vm_refcnt` inside the VMA, 0 meaning detached, the
+    /// writer's `VMA_LOCK_OFFSET`, VMAs reused at once (`SLAB_TYPESAFE_BY_RCU`).
+    #[default]
+    VmaRefcount,
 }
 
 impl VmaLockDesign {
     /// Every design, with its name.
-    pub const ALL: [(VmaLockDesign, &'static str); 1] = [(VmaLockDesign::MmapLock, "mmap-lock")];
+    pub const ALL: [(VmaLockDesign, &'static str); 3] = [
+        (VmaLockDesign::MmapLock, "mmap-lock"),
+        (VmaLockDesign::VmaRwsem, "vma-rwsem"),
+        (VmaLockDesign::VmaRefcount, "vma-refcount"),
+    ];
 
     pub fn name(self) -> &'static str {
         Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()

@@ -105,6 +105,17 @@ counters! {
     precision_guess_shared_wrong,
     /// Errors returned as ENOMEM.
     oom,
+    /// Faults handled under a per-VMA lock alone (`VMA_LOCK_SUCCESS`).
+    vma_lock_success,
+    /// Per-VMA lock attempts given up for the mmap_lock: no VMA, VMA being
+    /// written, or revalidation failed (`VMA_LOCK_ABORT`).
+    vma_lock_abort,
+    /// Faults begun under a per-VMA lock and redone under the mmap_lock
+    /// (`VMA_LOCK_RETRY`).
+    vma_lock_retry,
+    /// Lookups that found a VMA detached after the walk and walked again
+    /// (`VMA_LOCK_MISS`).
+    vma_lock_miss,
 }
 
 impl Stats {

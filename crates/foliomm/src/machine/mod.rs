@@ -10,7 +10,7 @@ use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;
 use crate::kernel::Kernel;
 use crate::mm::gup::{unpin_user_pages, Pin};
-use crate::mm_types::{Mm, MmList};
+use crate::mm_types::{Mm, MmList, VmaCache};
 use crate::sync::Arc;
 use crate::Result;
 
@@ -36,8 +36,9 @@ impl Machine {
     /// Builds a machine; EINVAL or ENOMEM when its memory cannot be had.
     pub fn new(config: Config) -> Result<Arc<Machine>> {
         let ledger = Arc::new(Ledger::new(config.precision));
+        let mms = Arc::new(MmList::new(VmaCache::new(config.vma_lock)));
         let kernel = Arc::new(Kernel::new(config, Some(ledger.clone()))?);
-        Ok(Arc::new(Machine { kernel, mms: Arc::default(), ledger }))
+        Ok(Arc::new(Machine { kernel, mms, ledger }))
     }
 
     /// A new empty address space (`mm_alloc`).

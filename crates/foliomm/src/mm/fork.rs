@@ -19,7 +19,10 @@ impl Mm {
         let result = (|| {
             let mut cvmas = child.mmap_write_lock();
             for v in vmas.iter().filter(|v| v.flags() & vm::DONTCOPY == 0) {
-                let c = v.dup();
+                // copy_page_range() write-protects the parent's PTEs: no
+                // fault may run in the VMA meanwhile.
+                vmas.start_write(v);
+                let c = cvmas.dup(v);
                 if v.anon_vma() != 0 {
                     c.anon_vma.set(k.new_anon_vma());
                     CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;

@@ -58,7 +58,11 @@ impl Mm {
         self.split_vma(&mut vmas, addr);
         self.split_vma(&mut vmas, end);
         for v in vmas.overlapping(addr, end) {
-            v.set_flags((v.flags() | set) & !clear);
+            let flags = (v.flags() | set) & !clear;
+            if flags != v.flags() {
+                vmas.start_write(v);
+                v.set_flags(flags);
+            }
         }
         merge_around(&mut vmas, addr, end);
         if covered {

@@ -6,7 +6,7 @@ use super::{page_align, range_end};
 use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::memory::handle_mm_fault;
 use crate::memory::zap::{free_pgtables, unmap_page_range};
-use crate::mm_types::{vm, Mm, Prot, Vma, Vmas};
+use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -64,7 +64,8 @@ impl Mm {
                 get_unmapped_area(&vmas, len, align)?
             }
         };
-        vmas.insert(Vma::new(start, start + len, prot.0 & vm::PROT_MASK, start / PAGE_SIZE, 0));
+        let vma = vmas.alloc(start, start + len, prot.0 & vm::PROT_MASK, start / PAGE_SIZE, 0);
+        vmas.insert(vma);
         merge_around(&mut vmas, start, start + len);
         if flags.populate {
             self.populate(&vmas, start, start + len)?;
@@ -105,6 +106,7 @@ impl Mm {
             unmap_page_range(k, self, &mut tlb, v.start(), v.end());
         }
         free_pgtables(k, self, &vmas, &mut tlb, 0, TASK_SIZE);
+        all.into_iter().for_each(|v| vmas.free(v));
     }
 }
 

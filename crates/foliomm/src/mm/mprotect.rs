@@ -26,6 +26,7 @@ impl Mm {
         for v in vmas.overlapping(addr, end) {
             let flags = (v.flags() & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
             if flags != v.flags() {
+                vmas.start_write(v);
                 v.set_flags(flags);
                 changed |= change_protection(&self.kernel, self, v);
             }

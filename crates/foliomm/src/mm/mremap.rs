@@ -52,6 +52,7 @@ impl Mm {
         }
         let grow_end = old.checked_add(new_len).filter(|&e| e <= TASK_SIZE);
         if let Some(grow_end) = grow_end.filter(|&e| vma_end == old_end && !vmas.any_in(old_end, e)) {
+            vmas.start_write(&vma);
             vma.set_range(vma.start(), grow_end, vma.pgoff());
             merge_around(&mut vmas, old, grow_end);
             return Ok(old);
@@ -72,9 +73,10 @@ impl Mm {
         self.split_vma(vmas, old + old_len);
         let src = vmas.remove(old).expect("mremap source VMA");
         move_page_tables(&self.kernel, self, old, new, old_len)?;
-        let moved = src.dup();
+        let moved = vmas.dup(&src);
         moved.set_range(new, new + new_len, src.pgoff());
         vmas.insert(moved);
+        vmas.free(src);
         let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
         free_pgtables(&self.kernel, self, vmas, &mut tlb, old, old + old_len);
         drop(tlb);

@@ -1,5 +1,7 @@
 //! VMA surgery of mm/vma.c: `munmap` (`do_vmi_munmap`), `split_vma` and
-//! `vma_merge`, all under the mmap_lock held for write.
+//! `vma_merge`, all under the mmap_lock held for write, each VMA it
+//! changes write-locked first (`vma_start_write`), each it removes
+//! detached before it is freed.
 
 use super::range_end;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
@@ -37,6 +39,7 @@ impl Mm {
             unmap_page_range(k, self, &mut tlb, v.start(), v.end());
         }
         free_pgtables(k, self, vmas, &mut tlb, start, end);
+        removed.into_iter().for_each(|v| vmas.free(v));
         Ok(())
     }
 
@@ -47,10 +50,11 @@ impl Mm {
         let Some(v) = vmas.find(addr).filter(|v| v.start() < addr).cloned() else {
             return;
         };
+        vmas.start_write(&v);
         if !addr.is_multiple_of(PMD_SIZE) {
             split_huge_pmd(&self.kernel, self, addr);
         }
-        let tail = v.dup();
+        let tail = vmas.dup(&v);
         tail.set_range(addr, v.end(), v.pgoff() + (addr - v.start()) / PAGE_SIZE);
         v.set_range(v.start(), addr, v.pgoff());
         vmas.insert(tail);
@@ -78,11 +82,13 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
         }
         match vmas.get(next_start).cloned() {
             Some(b) if a.can_merge_with(&b) => {
-                vmas.remove(next_start);
+                vmas.start_write(&a);
+                let b = vmas.remove(next_start).expect("the VMA just found");
                 a.set_range(a.start(), b.end(), a.pgoff());
                 if a.anon_vma() == 0 {
                     a.anon_vma.set(b.anon_vma());
                 }
+                vmas.free(b);
             }
             Some(_) => cur = next_start,
             None => match vmas.next_starting(cur, end) {

@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 
-use super::Vmas;
+use super::mmap_lock::{MmapLock, MmapWriteGuard};
+use super::{VmaCache, Vmas};
 use crate::arch::Pfn;
 use crate::kernel::Kernel;
 use crate::mapcount::MmId;
 use crate::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
-use crate::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use crate::sync::{Arc, Mutex, RwLockReadGuard, Weak};
 use crate::tlb::MmTlb;
 use crate::Result;
 
@@ -19,9 +20,12 @@ pub struct Mm {
     pub(crate) mmlist: Arc<MmList>,
     /// `mm->mm_id`.
     pub id: MmId,
+    /// A number no other MM of the machine ever has (what `vm_mm`, a
+    /// pointer in Linux, compares).
+    pub serial: u64,
     pub pgd: Pfn,
-    /// `mm->mmap_lock`, guarding the VMA tree.
-    mmap_lock: RwLock<Vmas>,
+    /// `mm->mmap_lock` with `mm_lock_seq`, guarding the VMA tree.
+    pub(super) mmap_lock: MmapLock,
     /// `mm->page_table_lock`: guards populating upper-level tables.
     pub page_table_lock: Mutex<()>,
     /// PTE tables deposited for PMD-mapped THPs (`pgtable_trans_huge_deposit`),
@@ -41,16 +45,18 @@ impl Mm {
     pub fn new(kernel: &Arc<Kernel>, list: &Arc<MmList>) -> Result<Arc<Mm>> {
         let id = kernel.mm_ids.alloc()?;
         let pgd = kernel.alloc_table().inspect_err(|_| kernel.mm_ids.free(id))?;
+        let serial = kernel.new_serial();
         let mm = Arc::new(Mm {
             kernel: kernel.clone(),
             mmlist: list.clone(),
             id,
+            serial,
             pgd,
-            mmap_lock: RwLock::new(Vmas::default()),
+            mmap_lock: MmapLock::new(serial, list.vma_cache.clone()),
             page_table_lock: Mutex::new(()),
             deposits: Mutex::new(HashMap::new()),
             rss_anon: AtomicI64::new(0),
-            tlb: MmTlb::new(kernel.new_serial()),
+            tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
             exited: AtomicBool::new(false),
         });
@@ -60,12 +66,18 @@ impl Mm {
 
     /// `mmap_read_lock`.
     pub fn mmap_read_lock(&self) -> RwLockReadGuard<'_, Vmas> {
-        self.mmap_lock.read().unwrap()
+        self.mmap_lock.read()
     }
 
-    /// `mmap_write_lock`.
-    pub fn mmap_write_lock(&self) -> RwLockWriteGuard<'_, Vmas> {
-        self.mmap_lock.write().unwrap()
+    /// `mmap_read_trylock`.
+    pub fn mmap_read_trylock(&self) -> Option<RwLockReadGuard<'_, Vmas>> {
+        self.mmap_lock.try_read()
+    }
+
+    /// `mmap_write_lock`; VMAs to change are then write-locked with
+    /// [`Vmas::start_write`] (insert and remove do it themselves).
+    pub fn mmap_write_lock(&self) -> MmapWriteGuard<'_> {
+        self.mmap_lock.write()
     }
 
     pub fn has_exited(&self) -> bool {
@@ -85,19 +97,26 @@ impl Mm {
 
 /// Every address space of a machine, for walkers such as the checker (the
 /// model's counterpart of `init_mm.mmlist`): weak, so an MM goes away when
-/// its last user drops it.
-#[derive(Default)]
-pub struct MmList(Mutex<Vec<Weak<Mm>>>);
+/// its last user drops it; and the VMA cache they share.
+pub struct MmList {
+    mms: Mutex<Vec<Weak<Mm>>>,
+    pub vma_cache: Arc<VmaCache>,
+}
 
 impl MmList {
+    /// An empty list whose MMs take VMAs from `vma_cache`.
+    pub fn new(vma_cache: VmaCache) -> MmList {
+        MmList { mms: Mutex::default(), vma_cache: Arc::new(vma_cache) }
+    }
+
     fn add(&self, mm: &Arc<Mm>) {
-        let mut mms = self.0.lock().unwrap();
+        let mut mms = self.mms.lock().unwrap();
         mms.retain(|w| w.strong_count() > 0);
         mms.push(Arc::downgrade(mm));
     }
 
     /// Every address space still alive (exited ones too, until dropped).
     pub fn alive(&self) -> Vec<Arc<Mm>> {
-        self.0.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+        self.mms.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
     }
 }

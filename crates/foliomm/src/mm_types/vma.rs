@@ -1,18 +1,22 @@
 //! A virtual memory area (`struct vm_area_struct`, include/linux/mm_types.h)
 //! and its flags.
 //!
-//! Each VMA is allocated on its own and shared (`Arc`): the VMA tree holds
-//! one reference, and a fault holds another while it works, so a VMA outlives
-//! its removal from the tree for as long as someone still looks at it (what
-//! Linux gets from RCU-freed VMAs). Its bounds and flags are atomics changed
-//! in place by writers holding the mmap_lock for write (`vma_set_range`,
-//! `vm_flags_reset`), as Linux changes them with the VMA write-locked; readers
-//! hold the mmap_lock (or, with the coming per-VMA locks, the VMA's lock).
+//! Each VMA comes from the machine's VMA cache ([`super::VmaCache`]) and is
+//! shared (`Arc`): the VMA tree holds one reference, and a lockless lookup
+//! (`lock_vma_under_rcu`) another, so the object outlives its removal from
+//! the tree for as long as someone still looks at it, which is what Linux
+//! gets from RCU. Under `vma-refcount` the cache hands a freed VMA out again
+//! at once, so the object a lookup found may by then be another VMA, of
+//! another MM (`SLAB_TYPESAFE_BY_RCU`). Every field is therefore an atomic:
+//! changed in place by writers that hold the mmap_lock for write and have
+//! write-locked the VMA (`vma_set_range`, `vm_flags_reset`), read by faults
+//! that hold the VMA's lock ([`super::vma_lock`]) or the mmap_lock.
 
+use super::vma_lock::VmaLock;
 use crate::arch::PAGE_SIZE;
+use crate::kernel::VmaLockDesign;
 use crate::rmap::AnonVmaSlot;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use crate::sync::Arc;
 
 /// Mapping protection (`PROT_*` values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -60,31 +64,47 @@ pub mod vm {
 /// A virtual memory area.
 #[derive(Debug)]
 pub struct Vma {
+    /// `vm_mm`: the serial number ([`super::Mm::serial`]) of the owning MM.
+    mm: AtomicU64,
     start: AtomicU64,
     end: AtomicU64,
     flags: AtomicU32,
     /// `vm_pgoff`: for anonymous memory the page index of the original start.
     pgoff: AtomicU64,
     pub anon_vma: AnonVmaSlot,
+    /// The per-VMA lock and `vm_lock_seq`.
+    pub(crate) lock: VmaLock,
 }
 
 impl Vma {
-    /// A new VMA (`vm_area_alloc` + `vma_set_range`).
-    pub fn new(start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) -> Arc<Vma> {
-        Arc::new(Vma {
-            start: AtomicU64::new(start),
-            end: AtomicU64::new(end),
-            flags: AtomicU32::new(flags),
-            pgoff: AtomicU64::new(pgoff),
-            anon_vma: AnonVmaSlot::new(anon_vma),
-        })
+    /// A new, detached VMA locked the way `design` says (`vm_area_alloc`
+    /// + `vma_set_range`); only [`super::VmaCache`] makes them.
+    pub(super) fn new(design: VmaLockDesign) -> Vma {
+        Vma {
+            mm: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+            end: AtomicU64::new(0),
+            flags: AtomicU32::new(0),
+            pgoff: AtomicU64::new(0),
+            anon_vma: AnonVmaSlot::new(0),
+            lock: VmaLock::new(design),
+        }
     }
 
-    /// A copy with the same range, flags, pgoff and anon_vma (`vm_area_dup`).
-    pub fn dup(&self) -> Arc<Vma> {
-        Vma::new(self.start(), self.end(), self.flags(), self.pgoff(), self.anon_vma())
+    /// Gives a free VMA its owner, range, flags, pgoff and anon_vma (`vma_init`).
+    pub(super) fn init(&self, mm: u64, start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) {
+        self.mm.store(mm, Relaxed);
+        self.set_range(start, end, pgoff);
+        self.set_flags(flags);
+        self.anon_vma.set(anon_vma);
+        self.lock.init();
     }
 
+    /// The serial number of the MM the VMA belongs to (`vm_mm`); may be
+    /// another MM's by the time a lockless reader looks.
+    pub fn mm(&self) -> u64 {
+        self.mm.load(Relaxed)
+    }
     pub fn start(&self) -> u64 {
         self.start.load(Relaxed)
     }

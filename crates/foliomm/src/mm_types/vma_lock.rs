@@ -1,40 +1,229 @@
-//! The seam through which a page fault gets its VMA (seed 004). A VMA-lock
-//! design decides what keeps the VMA stable while the fault works: the whole
-//! `mmap_lock` for read (before 6.4: the only design so far), a per-VMA
-//! rwsem (6.4-6.14) or the VMA's reference count (6.15+), each falling back
-//! to the `mmap_lock` when the VMA cannot be locked alone.
+//! The per-VMA lock (seed 004): `vma_start_read`, `vma_end_read`,
+//! `vma_start_write`, `vma_mark_attached`, `vma_mark_detached`
+//! (include/linux/mmap_lock.h, mm/mmap_lock.c), in the two designs that
+//! have one. Both keep `vm_lock_seq`: a VMA is write-locked while it equals
+//! the MM's `mm_lock_seq`, so `mmap_write_unlock`, which moves the sequence
+//! on, drops every VMA write lock of the MM at once.
+//!
+//! - `vma-rwsem` (6.4 to 6.14): a separately allocated rw semaphore
+//!   (`vma->vm_lock`) that readers try-lock and a writer takes only long
+//!   enough to set `vm_lock_seq`, plus a `detached` flag.
+//! - `vma-refcount` (6.15+): `vm_refcnt`, where 0 means detached, each
+//!   reader adds 1 (never from 0, never past `VMA_REF_LIMIT`), and a writer
+//!   adds `VMA_LOCK_OFFSET` to shut readers out and waits for those inside.
+//!
+//! Differs from Linux: a writer waiting for readers spins and yields
+//! instead of sleeping on `mm->vma_writer_wait`, so readers wake no one.
 
-use super::{Mm, Vma, Vmas};
+use super::Vma;
 use crate::kernel::VmaLockDesign;
-use crate::sync::{Arc, RwLockReadGuard};
-use crate::{Errno, Result};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use crate::sync::{backoff, RwSem};
 
-/// A VMA held stable for a fault, and what holds it; released on drop.
-/// Under `mmap-lock` the guard is the mmap_lock itself, and the VMA is
-/// looked up in the tree it guards (no reference count is taken).
-pub struct FaultVma<'a> {
-    mmap_lock: RwLockReadGuard<'a, Vmas>,
-    start: u64,
+/// The writer's share of `vm_refcnt` (`VMA_LOCK_OFFSET`, bit 30).
+pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
+/// Readers a VMA admits at most (`VMA_REF_LIMIT`).
+pub const VMA_REF_LIMIT: u32 = VMA_LOCK_OFFSET - 1;
+/// `vm_lock_seq` of a VMA not write-locked since it was made (`UINT_MAX`).
+const NEVER_LOCKED: u64 = u64::MAX;
+
+/// A VMA's lock state: `vm_lock_seq` and the design's lock.
+#[derive(Debug)]
+pub struct VmaLock {
+    /// `vm_lock_seq`.
+    seq: AtomicU64,
+    kind: Kind,
 }
 
-impl FaultVma<'_> {
-    /// The locked VMA.
-    pub fn vma(&self) -> &Arc<Vma> {
-        self.mmap_lock.get(self.start).expect("the mmap_lock keeps the VMA in the tree")
+#[derive(Debug)]
+enum Kind {
+    /// `mmap-lock`: faults hold the mmap_lock; the VMA has no lock of its own.
+    None,
+    /// `vma-rwsem`: `vma->vm_lock` (its own allocation) and `vma->detached`.
+    Rwsem { sem: Box<RwSem>, detached: AtomicBool },
+    /// `vma-refcount`: `vm_refcnt`.
+    Refcount(AtomicU32),
+}
+
+/// Why `vma_start_read` failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFailure {
+    /// The VMA was detached after the lookup found it (`-EAGAIN`): look again.
+    Detached,
+    /// Write-locked, reused by another MM, or at the reader limit (NULL):
+    /// fall back to the mmap_lock.
+    Busy,
+}
+
+impl VmaLock {
+    /// A detached VMA's lock.
+    pub(super) fn new(design: VmaLockDesign) -> VmaLock {
+        let kind = match design {
+            VmaLockDesign::MmapLock => Kind::None,
+            VmaLockDesign::VmaRwsem => Kind::Rwsem { sem: Box::default(), detached: AtomicBool::new(true) },
+            VmaLockDesign::VmaRefcount => Kind::Refcount(AtomicU32::new(0)),
+        };
+        VmaLock { seq: AtomicU64::new(NEVER_LOCKED), kind }
+    }
+
+    /// `vma_lock_init` for a VMA handed out by the cache (still detached).
+    pub(super) fn init(&self) {
+        self.seq.store(NEVER_LOCKED, Relaxed);
+    }
+
+    /// Whether no lockless reader can find and lock the VMA (`refcnt == 0`,
+    /// or `detached`); always false under `mmap-lock`, which has no state.
+    pub fn is_detached(&self) -> bool {
+        match &self.kind {
+            Kind::None => false,
+            Kind::Rwsem { detached, .. } => detached.load(Acquire),
+            Kind::Refcount(r) => r.load(Acquire) == 0,
+        }
+    }
+
+    /// Readers holding the VMA, or `None` under `mmap-lock`. Exact only
+    /// when no thread is between its lookup and its revalidation.
+    pub fn readers(&self) -> Option<u32> {
+        match &self.kind {
+            Kind::None => None,
+            Kind::Rwsem { sem, .. } => Some(sem.is_locked() as u32),
+            Kind::Refcount(r) => Some(r.load(Relaxed).saturating_sub(1)),
+        }
     }
 }
 
-impl Mm {
-    /// The VMA containing `addr`, locked for a fault as the machine's
-    /// VMA-lock design says (`lock_vma_under_rcu`, or `mmap_read_lock` +
-    /// `vma_lookup`); EFAULT when no VMA contains it.
-    pub fn lock_vma_for_fault(&self, addr: u64) -> Result<FaultVma<'_>> {
-        match self.kernel.config.vma_lock {
-            VmaLockDesign::MmapLock => {
-                let vmas = self.mmap_read_lock();
-                let start = vmas.find(addr).ok_or(Errno::EFAULT)?.start();
-                Ok(FaultVma { mmap_lock: vmas, start })
+impl Vma {
+    /// `vma_start_read`: read-locks the VMA for a fault of the MM whose
+    /// `mm_lock_seq` is `mm_seq` and whose serial is `mm`. With
+    /// `revalidate` (always, but for the seed-004 debug switch) a VMA now
+    /// owned by another MM is refused (the `vm_mm` check Linux 6.17 moved
+    /// here from `lock_vma_under_rcu`).
+    pub fn start_read(&self, mm: u64, mm_seq: &AtomicU64, revalidate: bool) -> Result<(), ReadFailure> {
+        let seq = &self.lock.seq;
+        if seq.load(Relaxed) == mm_seq.load(Relaxed) {
+            return Err(ReadFailure::Busy);
+        }
+        match &self.lock.kind {
+            Kind::None => return Err(ReadFailure::Busy),
+            Kind::Rwsem { sem, .. } => {
+                if !sem.down_read_trylock() {
+                    return Err(ReadFailure::Busy);
+                }
+            }
+            Kind::Refcount(r) => {
+                inc_not_zero_limited(r, VMA_REF_LIMIT)?;
+                if revalidate && self.mm() != mm {
+                    self.end_read();
+                    return Err(ReadFailure::Busy);
+                }
+            }
+        }
+        // A writer may have locked it between the first check and the hold.
+        if seq.load(Relaxed) == mm_seq.load(Acquire) {
+            self.end_read();
+            return Err(ReadFailure::Busy);
+        }
+        Ok(())
+    }
+
+    /// `vma_end_read` (`vma_refcount_put` / `up_read`).
+    pub fn end_read(&self) {
+        match &self.lock.kind {
+            Kind::None => {}
+            Kind::Rwsem { sem, .. } => sem.up_read(),
+            Kind::Refcount(r) => {
+                r.fetch_sub(1, Release);
             }
         }
     }
+
+    /// `vma_start_write` in the write epoch `mm_seq` (the MM's odd
+    /// `mm_lock_seq` while its mmap_lock is held for write): waits for the
+    /// VMA's readers to leave and marks it write-locked until the epoch
+    /// ends. Nothing to wait for on a detached VMA.
+    pub(super) fn start_write(&self, mm_seq: u64) {
+        let seq = &self.lock.seq;
+        if seq.load(Relaxed) == mm_seq {
+            return;
+        }
+        match &self.lock.kind {
+            Kind::None => seq.store(mm_seq, Relaxed),
+            Kind::Rwsem { sem, .. } => {
+                sem.down_write();
+                seq.store(mm_seq, Relaxed);
+                sem.up_write();
+            }
+            Kind::Refcount(r) => {
+                // __vma_enter_locked(), the VMA's own reference being the 1.
+                let locked = wait_readers_out(r, VMA_LOCK_OFFSET + 1);
+                seq.store(mm_seq, Relaxed);
+                if locked {
+                    r.fetch_sub(VMA_LOCK_OFFSET, Release);
+                }
+            }
+        }
+    }
+
+    /// `vma_mark_attached`: the write-locked VMA goes into the tree.
+    pub(super) fn mark_attached(&self) {
+        match &self.lock.kind {
+            Kind::None => {}
+            Kind::Rwsem { detached, .. } => detached.store(false, Release),
+            Kind::Refcount(r) => r.store(1, Release),
+        }
+    }
+
+    /// `vma_mark_detached`: the write-locked VMA has left the tree; once
+    /// this returns no reader holds it or can take it.
+    pub(super) fn mark_detached(&self) {
+        match &self.lock.kind {
+            Kind::None => {}
+            Kind::Rwsem { detached, .. } => detached.store(true, Release),
+            Kind::Refcount(r) => {
+                if r.fetch_sub(1, AcqRel) != 1 && wait_readers_out(r, VMA_LOCK_OFFSET) {
+                    // The readers that were passing through have left.
+                    r.fetch_sub(VMA_LOCK_OFFSET, Release);
+                }
+            }
+        }
+    }
+}
+
+/// `__refcount_inc_not_zero_limited_acquire`: one more reader unless the
+/// VMA is detached (0) or the count would pass `limit` (a writer's offset).
+fn inc_not_zero_limited(r: &AtomicU32, limit: u32) -> Result<(), ReadFailure> {
+    let mut old = r.load(Relaxed);
+    loop {
+        if old == 0 {
+            return Err(ReadFailure::Detached);
+        }
+        if old >= limit {
+            return Err(ReadFailure::Busy);
+        }
+        match r.compare_exchange_weak(old, old + 1, Acquire, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(now) => old = now,
+        }
+    }
+}
+
+/// `__vma_enter_locked`: adds the writer's offset unless the count is 0
+/// (returns false: detached, nothing to wait for), then waits until only
+/// `target` is left (the readers are gone).
+fn wait_readers_out(r: &AtomicU32, target: u32) -> bool {
+    let mut old = r.load(Relaxed);
+    loop {
+        if old == 0 {
+            return false;
+        }
+        match r.compare_exchange_weak(old, old + VMA_LOCK_OFFSET, Acquire, Relaxed) {
+            Ok(_) => break,
+            Err(now) => old = now,
+        }
+    }
+    let mut spins = 0;
+    while r.load(Acquire) != target {
+        backoff(&mut spins);
+    }
+    true
 }

@@ -1,24 +1,47 @@
 //! The VMA tree of one MM (the maple tree, lib/maple_tree.c, as mm/vma.c
 //! uses it), keyed by start address and holding shared [`Vma`]s.
+//!
+//! Writers change it under the mmap_lock held for write ([`Vmas`] is what
+//! that lock guards) and publish every change at once to lockless readers,
+//! as the maple tree does in RCU mode: the published tree is a persistent
+//! map ([imbl](https://docs.rs/imbl)'s B-tree, so a change copies one path,
+//! and a lookup in a small tree allocates nothing) behind an
+//! [arc-swap](https://docs.rs/arc-swap) pointer, whose load, like
+//! `rcu_read_lock`, writes no shared cache line.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
+use arc_swap::ArcSwap;
 
-use super::Vma;
+use super::{Vma, VmaCache};
 use crate::sync::Arc;
 
-/// The VMAs of one address space, in address order.
-#[derive(Default)]
-pub struct Vmas(BTreeMap<u64, Arc<Vma>>);
+/// A tree of VMAs by start address.
+pub(super) type VmaMap = imbl::OrdMap<u64, Arc<Vma>>;
+
+/// The VMAs of one address space, in address order, as the mmap_lock
+/// holder sees them; every change is published to lockless readers.
+pub struct Vmas {
+    map: VmaMap,
+    /// The tree lockless readers walk (`mm->mm_mt` under RCU).
+    published: Arc<ArcSwap<VmaMap>>,
+    cache: Arc<VmaCache>,
+    /// The owning MM's serial (`vm_mm` of its VMAs).
+    mm: u64,
+    /// The MM's odd `mm_lock_seq` while the mmap_lock is held for write; 0 otherwise.
+    pub(super) write_seq: u64,
+}
 
 impl Vmas {
+    pub(super) fn new(mm: u64, cache: Arc<VmaCache>, published: Arc<ArcSwap<VmaMap>>) -> Vmas {
+        Vmas { map: VmaMap::new(), published, cache, mm, write_seq: 0 }
+    }
+
     /// The VMA containing `addr` (`vma_lookup`).
     pub fn find(&self, addr: u64) -> Option<&Arc<Vma>> {
-        self.0.range(..=addr).next_back().map(|(_, v)| v).filter(|v| addr < v.end())
+        find(&self.map, addr)
     }
     /// The VMA starting at `start`.
     pub fn get(&self, start: u64) -> Option<&Arc<Vma>> {
-        self.0.get(&start)
+        self.map.get(&start)
     }
     /// Whether any VMA intersects `[start, end)`.
     pub fn any_in(&self, start: u64, end: u64) -> bool {
@@ -27,18 +50,21 @@ impl Vmas {
     /// VMAs intersecting `[start, end)`, in address order.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &Arc<Vma>> {
         let first = self.find(start).map(|v| v.start()).unwrap_or(start);
-        self.0.range(first..end).map(|(_, v)| v).filter(move |v| v.end() > start)
+        self.map.range(first..end.max(first)).map(|(_, v)| v).filter(move |v| v.end() > start)
     }
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Arc<Vma>> {
-        self.0.values()
+        self.map.values()
     }
     /// The VMA before `addr` (`vma_prev`), by start address.
     pub fn prev(&self, addr: u64) -> Option<&Arc<Vma>> {
-        self.0.range(..addr).next_back().map(|(_, v)| v)
+        self.map.range(..addr).next_back().map(|(_, v)| v)
     }
     /// The first VMA starting in `(after, until]`.
     pub fn next_starting(&self, after: u64, until: u64) -> Option<&Arc<Vma>> {
-        self.0.range((Bound::Excluded(after), Bound::Included(until))).next().map(|(_, v)| v)
+        if until <= after {
+            return None;
+        }
+        self.map.range(after + 1..=until).next().map(|(_, v)| v)
     }
     /// Whether `[start, end)` is covered by VMAs without holes.
     pub fn covers(&self, start: u64, end: u64) -> bool {
@@ -51,16 +77,58 @@ impl Vmas {
         }
         at >= end
     }
-    /// Adds `v` under its start (`vma_iter_store`).
+
+    /// `vm_area_alloc`: a new detached VMA of this MM.
+    pub fn alloc(&self, start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) -> Arc<Vma> {
+        self.cache.alloc(self.mm, start, end, flags, pgoff, anon_vma)
+    }
+    /// `vm_area_dup`: a detached copy of `v` (of this MM or, for fork, of the parent).
+    pub fn dup(&self, v: &Vma) -> Arc<Vma> {
+        self.cache.dup(self.mm, v)
+    }
+    /// `vm_area_free` of a VMA [`Self::remove`] returned, once nothing uses it.
+    pub fn free(&self, v: Arc<Vma>) {
+        self.cache.free(v)
+    }
+
+    /// `vma_start_write`: waits for the VMA's readers and keeps new ones
+    /// out until the mmap_lock is released. Panics outside a write epoch.
+    pub fn start_write(&self, v: &Vma) {
+        assert!(self.write_seq & 1 == 1, "vma_start_write without the mmap_lock held for write");
+        v.start_write(self.write_seq)
+    }
+
+    /// Adds `v` under its start, write-locked and attached
+    /// (`vma_iter_store_new`: `vma_start_write` + `vma_mark_attached`).
     pub fn insert(&mut self, v: Arc<Vma>) {
-        self.0.insert(v.start(), v);
+        self.start_write(&v);
+        v.mark_attached();
+        self.map.insert(v.start(), v);
+        self.publish();
     }
-    /// Removes the VMA starting at `start` (`vma_iter_clear`).
+    /// Removes the VMA starting at `start`, write-locked, and detaches it
+    /// (`vma_iter_clear` + `vma_mark_detached`); give it to [`Self::free`]
+    /// after use.
     pub fn remove(&mut self, start: u64) -> Option<Arc<Vma>> {
-        self.0.remove(&start)
+        let v = self.map.get(&start)?.clone();
+        self.start_write(&v);
+        self.map.remove(&start);
+        self.publish();
+        v.mark_detached();
+        Some(v)
     }
-    /// Removes every VMA.
+    /// Removes every VMA, each detached (`exit_mmap`).
     pub fn take_all(&mut self) -> Vec<Arc<Vma>> {
-        std::mem::take(&mut self.0).into_values().collect()
+        let starts: Vec<u64> = self.map.keys().copied().collect();
+        starts.into_iter().filter_map(|s| self.remove(s)).collect()
     }
+
+    fn publish(&self) {
+        self.published.store(Arc::new(self.map.clone()));
+    }
+}
+
+/// The VMA of `map` containing `addr` (`mas_walk`).
+pub(super) fn find(map: &VmaMap, addr: u64) -> Option<&Arc<Vma>> {
+    map.get_prev(&addr).map(|(_, v)| v).filter(|v| addr < v.end())
 }

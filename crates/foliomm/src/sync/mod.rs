@@ -9,18 +9,21 @@
 //! which loom cannot map.
 //!
 //! The primitives: [`BitSpinLock`] (`bit_spin_lock`: split PTLs, the folio
-//! lock, the mapcount locks) and [`AtomicSeqcount`] (seed 000's seqcount
+//! lock, the mapcount locks), [`RwSem`] (a VMA's `vm_lock` in the 6.4-6.14
+//! per-VMA lock design) and [`AtomicSeqcount`] (seed 000's seqcount
 //! with concurrent writers). Loom tests: [`loom_tests`] (run them with
 //! `RUSTFLAGS="--cfg loom" cargo test --release -p foliomm --lib loom`).
 
 mod bit_spinlock;
 #[cfg(all(test, loom))]
 mod loom_tests;
+mod rwsem;
 mod seqcount;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use bit_spinlock::BitSpinLock;
+pub use rwsem::RwSem;
 pub use seqcount::{AtomicSeqcount, SeqWrite};
 
 #[cfg(loom)]

@@ -1,0 +1,40 @@
+//! Invariants of one MM's VMA tree and VMA locks (seed 004), checked at a
+//! quiescent point: VMAs are ordered, non-empty and disjoint; each belongs
+//! to the MM (`vm_mm`), is attached and has no reader left (a leaked
+//! `vma_start_read`); lockless readers see the same tree as the mmap_lock
+//! holder; the MM is not write-locked.
+
+use super::{Subject, Violation, ViolationKind::Vma as VmaKind};
+use crate::mm_types::{Mm, Vmas};
+use crate::sync::Arc;
+
+/// Appends a violation for every broken VMA-tree invariant of `mm`, whose
+/// tree `vmas` the caller holds.
+pub(super) fn check_vma_tree(mm: &Mm, vmas: &Vmas, bad: &mut Vec<Violation>) {
+    let mut push = |addr: Option<u64>, what: String| {
+        bad.push(Violation::new(VmaKind, Subject::Mm { mm: mm.id, addr }, format!("mm {}: {what}", mm.id)))
+    };
+    let mut prev_end = 0;
+    for v in vmas.iter() {
+        let (start, end) = (v.start(), v.end());
+        if start >= end || start < prev_end {
+            push(Some(start), format!("VMA [{start:#x}, {end:#x}) is empty or overlaps the one before"));
+        }
+        prev_end = end;
+        if v.mm() != mm.serial {
+            push(Some(start), format!("VMA at {start:#x} belongs to mm serial {}, not {}", v.mm(), mm.serial));
+        }
+        if v.lock.is_detached() {
+            push(Some(start), format!("VMA at {start:#x} is in the tree but detached"));
+        }
+        if let Some(n) = v.lock.readers().filter(|&n| n != 0) {
+            push(Some(start), format!("VMA at {start:#x} still has {n} reader(s) of its lock"));
+        }
+    }
+    let published = mm.published_vmas();
+    let same =
+        published.len() == vmas.iter().count() && published.iter().zip(vmas.iter()).all(|(a, b)| Arc::ptr_eq(a, b));
+    if !same {
+        push(None, "the tree lockless readers see differs from the mmap_lock holder's".into());
+    }
+}

@@ -1,0 +1,147 @@
+//! How a page fault gets its VMA held stable (seed 004): `lock_vma_under_rcu`
+//! (mm/mmap_lock.c) under the per-VMA lock designs, `lock_mm_and_find_vma`
+//! (the mmap_lock for read) under `mmap-lock` and as every design's
+//! fallback, and `vmf_anon_prepare`'s trip back to the mmap_lock. Counts
+//! the kernel's `VMA_LOCK_*` events.
+
+use super::vma_lock::ReadFailure;
+use super::{vma_tree, Mm, Vma, Vmas};
+use crate::kernel::{Kernel, Stats, VmaLockDesign};
+use crate::rmap::anon_vma_prepare;
+use crate::sync::{Arc, RwLockReadGuard};
+use crate::{Errno, Result};
+
+/// A VMA held stable for a fault, and what holds it; released on drop.
+pub struct FaultVma<'a> {
+    vma: Arc<Vma>,
+    hold: Hold<'a>,
+}
+
+enum Hold<'a> {
+    /// The mmap_lock for read.
+    MmapLock { _vmas: RwLockReadGuard<'a, Vmas> },
+    /// The VMA's own lock, read-held; dropping it counts `VMA_LOCK_SUCCESS`.
+    VmaLock(&'a Mm),
+    /// The VMA lock given up for a retry.
+    Released,
+}
+
+impl FaultVma<'_> {
+    /// The locked VMA.
+    pub fn vma(&self) -> &Arc<Vma> {
+        &self.vma
+    }
+
+    /// Whether only the VMA's lock is held (`FAULT_FLAG_VMA_LOCK`).
+    pub fn vma_locked(&self) -> bool {
+        matches!(self.hold, Hold::VmaLock(_))
+    }
+
+    /// `vmf_anon_prepare` for a fault that will allocate an anonymous
+    /// folio (`allocates`): a VMA without an anon_vma gets one, which under
+    /// the VMA lock alone needs the mmap_lock too (setting it up may look
+    /// at neighbouring VMAs). Returns false if that lock was busy: the
+    /// fault must be redone under the mmap_lock (`VM_FAULT_RETRY`; the
+    /// caller drops this and counts the retry with [`Mm::lock_mm_and_find_vma`]).
+    /// foliomm asks at the start of the fault rather than at the allocation.
+    pub fn anon_prepare(&self, allocates: bool) -> bool {
+        let Hold::VmaLock(mm) = self.hold else {
+            return true;
+        };
+        if !allocates || self.vma.anon_vma() != 0 {
+            return true;
+        }
+        match mm.mmap_read_trylock() {
+            Some(_held) => {
+                anon_vma_prepare(&mm.kernel, &self.vma.anon_vma);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives up the VMA lock for a retry under the mmap_lock (`VMA_LOCK_RETRY`).
+    pub fn retry(mut self) {
+        if let Hold::VmaLock(mm) = self.hold {
+            Stats::inc(&mm.kernel.stats.vma_lock_retry);
+            self.vma.end_read();
+            self.hold = Hold::Released;
+        }
+    }
+}
+
+impl Drop for FaultVma<'_> {
+    fn drop(&mut self) {
+        if let Hold::VmaLock(mm) = self.hold {
+            self.vma.end_read();
+            Stats::inc(&mm.kernel.stats.vma_lock_success);
+        }
+    }
+}
+
+impl Mm {
+    /// The VMA containing `addr`, held for a fault: by its own lock
+    /// ([`Self::lock_vma_under_rcu`]) if the design has one and it can be
+    /// had, else by the mmap_lock ([`Self::lock_mm_and_find_vma`]).
+    pub fn lock_vma_for_fault(&self, addr: u64) -> Result<FaultVma<'_>> {
+        match self.lock_vma_under_rcu(addr) {
+            Some(held) => Ok(held),
+            None => self.lock_mm_and_find_vma(addr),
+        }
+    }
+
+    /// `lock_mm_and_find_vma`: the mmap_lock for read and the VMA containing
+    /// `addr`; EFAULT if none does.
+    pub fn lock_mm_and_find_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
+        let vmas = self.mmap_read_lock();
+        let vma = vmas.find(addr).ok_or(Errno::EFAULT)?.clone();
+        Ok(FaultVma { vma, hold: Hold::MmapLock { _vmas: vmas } })
+    }
+
+    /// `lock_vma_under_rcu`: finds the VMA containing `addr` in the
+    /// published tree without the mmap_lock and read-locks it; `None` (and
+    /// `VMA_LOCK_ABORT`) if there is none, it is write-locked, or once held
+    /// it turns out to be another VMA now (reused for another MM or range:
+    /// the revalidation the `no-vma-revalidate` switch skips). A VMA
+    /// detached under our feet is looked up again (`VMA_LOCK_MISS`).
+    /// Always `None` under `mmap-lock`.
+    pub fn lock_vma_under_rcu(&self, addr: u64) -> Option<FaultVma<'_>> {
+        let k: &Kernel = &self.kernel;
+        if k.config.vma_lock == VmaLockDesign::MmapLock {
+            return None;
+        }
+        let revalidate = !k.config.debug.no_vma_revalidate;
+        loop {
+            let vma = vma_tree::find(&self.mmap_lock.published.load(), addr).cloned();
+            let Some(vma) = vma else { break };
+            match vma.start_read(self.serial, self.mmap_lock.seq(), revalidate) {
+                Err(ReadFailure::Detached) => {
+                    Stats::inc(&k.stats.vma_lock_miss);
+                    continue;
+                }
+                Err(ReadFailure::Busy) => break,
+                Ok(()) => {}
+            }
+            // vma-rwsem: the VMA may have left the tree since the walk.
+            if vma.lock.is_detached() {
+                vma.end_read();
+                Stats::inc(&k.stats.vma_lock_miss);
+                continue;
+            }
+            if revalidate && !vma.contains(addr) {
+                vma.end_read();
+                break;
+            }
+            return Some(FaultVma { vma, hold: Hold::VmaLock(self) });
+        }
+        Stats::inc(&k.stats.vma_lock_abort);
+        None
+    }
+}
+
+impl Mm {
+    /// The VMAs lockless readers see now (the published tree), in address order.
+    pub fn published_vmas(&self) -> Vec<Arc<Vma>> {
+        self.mmap_lock.published.load().values().cloned().collect()
+    }
+}

@@ -1,0 +1,82 @@
+//! `mm->mmap_lock` (include/linux/mmap_lock.h): a reader/writer semaphore
+//! guarding the VMA tree, with `mm->mm_lock_seq`, the sequence that is odd
+//! while the lock is held for write. `mmap_write_unlock` moves the sequence
+//! on (`vma_end_write_all`), which releases every VMA write lock
+//! (`vma_start_write`) taken under it at once.
+//!
+//! Differs from Linux: the semaphore is `std`'s (or loom's) `RwLock`, whose
+//! guard also gives access to what it guards ([`Vmas`]).
+
+use arc_swap::ArcSwap;
+
+use super::vma_tree::VmaMap;
+use super::{VmaCache, Vmas};
+use crate::sync::atomic::{AtomicU64, Ordering::*};
+use crate::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The mmap_lock, its sequence, and the tree it publishes to lockless readers.
+pub(super) struct MmapLock {
+    sem: RwLock<Vmas>,
+    /// `mm_lock_seq`.
+    seq: AtomicU64,
+    /// The VMA tree as `lock_vma_under_rcu` walks it.
+    pub(super) published: Arc<ArcSwap<VmaMap>>,
+}
+
+impl MmapLock {
+    pub(super) fn new(mm: u64, cache: Arc<VmaCache>) -> MmapLock {
+        let published = Arc::new(ArcSwap::from_pointee(VmaMap::new()));
+        MmapLock { sem: RwLock::new(Vmas::new(mm, cache, published.clone())), seq: AtomicU64::new(0), published }
+    }
+
+    /// `mmap_read_lock`.
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, Vmas> {
+        self.sem.read().unwrap()
+    }
+
+    /// `mmap_read_trylock`.
+    pub(super) fn try_read(&self) -> Option<RwLockReadGuard<'_, Vmas>> {
+        self.sem.try_read().ok()
+    }
+
+    /// `mmap_write_lock`: the semaphore, then a new (odd) sequence
+    /// (`mm_lock_seqcount_begin`).
+    pub(super) fn write(&self) -> MmapWriteGuard<'_> {
+        let mut vmas = self.sem.write().unwrap();
+        vmas.write_seq = self.seq.fetch_add(1, AcqRel) + 1;
+        MmapWriteGuard { vmas, seq: &self.seq }
+    }
+
+    /// `mm_lock_seq`, for `vma_start_read`.
+    pub(super) fn seq(&self) -> &AtomicU64 {
+        &self.seq
+    }
+}
+
+/// The mmap_lock held for write; dropping it is `mmap_write_unlock`.
+pub struct MmapWriteGuard<'a> {
+    vmas: RwLockWriteGuard<'a, Vmas>,
+    seq: &'a AtomicU64,
+}
+
+impl std::ops::Deref for MmapWriteGuard<'_> {
+    type Target = Vmas;
+    fn deref(&self) -> &Vmas {
+        &self.vmas
+    }
+}
+
+impl std::ops::DerefMut for MmapWriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Vmas {
+        &mut self.vmas
+    }
+}
+
+impl Drop for MmapWriteGuard<'_> {
+    /// `vma_end_write_all` (the sequence becomes even: every VMA write lock
+    /// of the epoch is released), then `up_write`.
+    fn drop(&mut self) {
+        self.vmas.write_seq = 0;
+        self.seq.fetch_add(1, Release);
+    }
+}

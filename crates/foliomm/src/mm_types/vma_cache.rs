@@ -1,0 +1,60 @@
+//! The VMA slab cache of a machine (`vm_area_cachep`; kernel/fork.c
+//! `vm_area_alloc`, `vm_area_dup`, `vm_area_free`).
+//!
+//! Under `vma-refcount` the cache is `SLAB_TYPESAFE_BY_RCU`: a freed VMA is
+//! handed out again at once (last freed, first reused), possibly to another
+//! MM, while a lockless reader may still be looking at it, so readers must
+//! revalidate what they locked. Under the other designs a freed VMA is
+//! dropped, and lives on only while a reader still holds it (what
+//! `call_rcu` freeing gives Linux).
+
+use super::Vma;
+use crate::kernel::VmaLockDesign;
+use crate::sync::{Arc, Mutex};
+
+/// Free VMAs kept for reuse at most; more are dropped.
+const KEEP: usize = 1024;
+
+/// Where a machine's VMAs come from and go back to.
+#[derive(Debug)]
+pub struct VmaCache {
+    design: VmaLockDesign,
+    free: Mutex<Vec<Arc<Vma>>>,
+}
+
+impl VmaCache {
+    pub fn new(design: VmaLockDesign) -> VmaCache {
+        VmaCache { design, free: Mutex::new(Vec::new()) }
+    }
+
+    /// The VMA-lock design the cache's VMAs carry.
+    pub fn design(&self) -> VmaLockDesign {
+        self.design
+    }
+
+    /// A detached VMA of MM `mm` with the given range and flags
+    /// (`vm_area_alloc` + `vma_set_range`): a freed one when the cache is
+    /// type-safe and has one.
+    pub fn alloc(&self, mm: u64, start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) -> Arc<Vma> {
+        let reused = self.free.lock().unwrap().pop();
+        let vma = reused.unwrap_or_else(|| Arc::new(Vma::new(self.design)));
+        vma.init(mm, start, end, flags, pgoff, anon_vma);
+        vma
+    }
+
+    /// A detached copy of `v` for MM `mm` (`vm_area_dup`).
+    pub fn dup(&self, mm: u64, v: &Vma) -> Arc<Vma> {
+        self.alloc(mm, v.start(), v.end(), v.flags(), v.pgoff(), v.anon_vma())
+    }
+
+    /// `vm_area_free` of a detached VMA.
+    pub fn free(&self, v: Arc<Vma>) {
+        debug_assert!(self.design == VmaLockDesign::MmapLock || v.lock.is_detached(), "freeing an attached VMA");
+        if self.design == VmaLockDesign::VmaRefcount {
+            let mut free = self.free.lock().unwrap();
+            if free.len() < KEEP {
+                free.push(v);
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! A reader/writer semaphore as one atomic count (`struct rw_semaphore`,
+//! kernel/locking/rwsem.c), with the kernel's unguarded calls: a holder
+//! may keep it across functions (as a fault keeps a VMA's `vm_lock`).
+//!
+//! Differs from Linux: waiters spin and yield instead of sleeping on a wait
+//! list, and there is no writer preference or optimistic spinning.
+
+use super::atomic::{AtomicI64, Ordering::*};
+use super::backoff;
+
+/// The count: the number of readers, or [`RwSem::WRITER`] while a writer holds it.
+#[derive(Debug, Default)]
+pub struct RwSem(AtomicI64);
+
+impl RwSem {
+    const WRITER: i64 = -1;
+
+    /// `down_read_trylock`: true if a read hold was taken (no writer holds it).
+    pub fn down_read_trylock(&self) -> bool {
+        let mut c = self.0.load(Relaxed);
+        while c >= 0 {
+            match self.0.compare_exchange_weak(c, c + 1, Acquire, Relaxed) {
+                Ok(_) => return true,
+                Err(now) => c = now,
+            }
+        }
+        false
+    }
+
+    /// `up_read`.
+    pub fn up_read(&self) {
+        let before = self.0.fetch_sub(1, Release);
+        debug_assert!(before > 0, "up_read without a reader");
+    }
+
+    /// `down_write`: waits until no reader or writer holds it.
+    pub fn down_write(&self) {
+        let mut spins = 0;
+        while self.0.compare_exchange_weak(0, Self::WRITER, Acquire, Relaxed).is_err() {
+            backoff(&mut spins);
+        }
+    }
+
+    /// `up_write`.
+    pub fn up_write(&self) {
+        debug_assert_eq!(self.0.load(Relaxed), Self::WRITER, "up_write without the writer");
+        self.0.store(0, Release);
+    }
+
+    /// Whether anyone holds it (`rwsem_is_locked`).
+    pub fn is_locked(&self) -> bool {
+        self.0.load(Relaxed) != 0
+    }
+}
