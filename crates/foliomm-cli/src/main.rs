@@ -297,7 +297,12 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
         print_counters(&out.counters);
     }
     for m in &out.measures {
-        println!("  measure {}: {:.6} s", m.name, m.seconds);
+        println!("  measure {}: {:.6} s, {} lines, {:.0} lines/s", m.name, m.seconds, m.ops, m.ops_per_second());
+        if m.threads.len() > 1 {
+            for t in &m.threads {
+                println!("    {:<12} {:>8} lines {:>12.0} lines/s", t.thread, t.ops, t.ops_per_second());
+            }
+        }
     }
     match &out.failure {
         None => println!("  PASS ({} steps)", out.steps.len()),

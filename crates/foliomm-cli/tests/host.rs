@@ -191,7 +191,7 @@ fn seed_000_bench_costs_follow_each_design() {
 /// through a scenario).
 fn host_process(name: &str) -> foliomm_host::HostBackend {
     use foliomm_scenario::backend::Backend;
-    let mut b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
+    let b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
     b.start(&[]).unwrap();
     b.spawn(name).unwrap();
     b

@@ -55,7 +55,7 @@ pub struct HostBackend {
     /// connection is accepted, so that connections pair with their names.
     listener: Mutex<Option<UnixListener>>,
     procs: RwLock<HashMap<String, Worker>>,
-    baseline: Vec<(String, u64)>,
+    baseline: Mutex<Vec<(String, u64)>>,
     /// GUP handle -> the thread holding it.
     gups: Mutex<HashMap<u64, (String, u32)>>,
 }
@@ -81,7 +81,7 @@ impl HostBackend {
             dir,
             listener: Mutex::new(None),
             procs: RwLock::new(HashMap::new()),
-            baseline: Vec::new(),
+            baseline: Mutex::default(),
             gups: Mutex::new(HashMap::new()),
         }
     }
@@ -212,7 +212,7 @@ impl Backend for HostBackend {
         Some(format!("cannot honour {s:?}: {why}"))
     }
 
-    fn start(&mut self, _settings: &[MachineSetting]) -> BackendResult<()> {
+    fn start(&self, _settings: &[MachineSetting]) -> BackendResult<()> {
         if std::fs::File::open("/proc/kpageflags").is_err() {
             return Err(StepError::Unsupported("cannot read /proc/kpageflags: the host backend needs root".into()));
         }
@@ -220,7 +220,7 @@ impl Backend for HostBackend {
         let listener = UnixListener::bind(self.socket())
             .map_err(|e| broken(format!("cannot listen on {}: {e}", self.socket().display())))?;
         *self.listener.lock().unwrap() = Some(listener);
-        self.baseline = Self::raw_counters();
+        *self.baseline.lock().unwrap() = Self::raw_counters();
         Ok(())
     }
 
@@ -371,10 +371,11 @@ impl Backend for HostBackend {
 
     /// Deltas since `start` of the system-wide counters the model also keeps.
     fn counters(&self) -> Vec<(String, u64)> {
+        let baseline = self.baseline.lock().unwrap();
         Self::raw_counters()
             .into_iter()
             .map(|(k, v)| {
-                let base = self.baseline.iter().find(|(b, _)| *b == k).map_or(0, |(_, b)| *b);
+                let base = baseline.iter().find(|(b, _)| *b == k).map_or(0, |(_, b)| *b);
                 (k, v.saturating_sub(base))
             })
             .collect()

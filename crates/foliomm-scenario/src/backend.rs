@@ -178,7 +178,7 @@ pub trait Backend: Send + Sync {
     fn refusal(&self, setting: &MachineSetting) -> Option<String>;
     /// Builds the machine from the `set` lines seen so far, none of them
     /// refused; called once, before the first process step.
-    fn start(&mut self, settings: &[MachineSetting]) -> BackendResult<()>;
+    fn start(&self, settings: &[MachineSetting]) -> BackendResult<()>;
     /// Applies THP settings (top-level mode, and modes per folio order).
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
     /// Creates a process with an empty address space and one thread (0).

@@ -8,6 +8,6 @@ pub mod lang;
 pub mod model;
 
 pub use backend::{Access, Backend, BackendResult, Observation, StepError, Thread};
-pub use interp::{run, Outcome, RunOptions};
+pub use interp::{run, Failure, FailureKind, Measure, Outcome, RunOptions, ThreadOps};
 pub use lang::{parse, ParseError};
 pub use model::ModelBackend;

@@ -86,7 +86,7 @@ impl Backend for ModelBackend {
         }
     }
 
-    fn start(&mut self, settings: &[MachineSetting]) -> BackendResult<()> {
+    fn start(&self, settings: &[MachineSetting]) -> BackendResult<()> {
         // The precision report is cheap at scenario scale: always on.
         let mut config = Config { precision: true, ..Config::default() };
         for s in settings {

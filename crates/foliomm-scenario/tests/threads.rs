@@ -16,7 +16,7 @@ const MB: u64 = 1 << 20;
 /// second thread, and a 4M mapping whose two 2M halves have their own PTE
 /// tables.
 fn two_threads() -> (ModelBackend, u64) {
-    let mut b = ModelBackend::new();
+    let b = ModelBackend::new();
     b.start(&[]).unwrap();
     b.set_thp(Some(ThpMode::Never), &[]).unwrap();
     b.spawn("p").unwrap();

@@ -8,6 +8,7 @@
 //! reference, and `expect` records observations and evaluates `expect` lines.
 
 mod expect;
+mod parallel;
 mod process;
 mod state;
 
@@ -104,18 +105,47 @@ pub struct Outcome {
     pub failure: Option<Failure>,
 }
 
-/// A `measure` block's result: time spent in the backend by its steps.
+/// A `measure` block's result: time spent in the backend by its steps
+/// (a `parallel` block counts its wall time), and the lines each thread
+/// ran with their own time in the backend, for throughput.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Measure {
     pub name: String,
     pub seconds: f64,
+    /// Process lines run inside the block (each repetition counts).
+    pub ops: u64,
+    pub threads: Vec<ThreadOps>,
+}
+
+impl Measure {
+    /// Lines per second over the block's time.
+    pub fn ops_per_second(&self) -> f64 {
+        self.ops as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// One thread's share of a [`Measure`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ThreadOps {
+    /// `P/tid`.
+    pub thread: String,
+    pub ops: u64,
+    /// Its time in the backend.
+    pub seconds: f64,
+}
+
+impl ThreadOps {
+    /// Lines per second of this thread's own time.
+    pub fn ops_per_second(&self) -> f64 {
+        self.ops as f64 / self.seconds.max(f64::MIN_POSITIVE)
+    }
 }
 
 type StepResult = Result<String, Failed>;
 
 /// Runs `steps` on `backend`.
 pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outcome {
-    let mut st = State::new(backend, opts.check);
+    let mut st = State::new(&*backend, opts.check);
     let mut outcomes = Vec::new();
     let mut failure = None;
     for step in steps {
@@ -156,7 +186,8 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             failure.get_or_insert(f);
         }
     }
-    if let (Some((name, _)), None) = (&st.measure, &failure) {
+    if let (Some(open), None) = (&st.measure, &failure) {
+        let name = &open.name;
         failure = Some(Failure {
             line: steps.last().map_or(0, |s| s.line),
             kind: FailureKind::Scenario,

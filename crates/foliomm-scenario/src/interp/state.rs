@@ -2,18 +2,28 @@
 //! processes with their reference byte models, observations, pins and the
 //! timing of `measure` blocks; and the dispatch of each step.
 
-use std::collections::{HashMap, HashSet};
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use foliomm::check::reference::RefSpace;
 
-use super::{Failed, Measure, StepResult};
+use super::{Failed, Measure, StepResult, ThreadOps};
 use crate::backend::{Backend, Observation, StepError};
 use crate::lang::{Cmd, MachineSetting, Place, Step};
 
+/// A `measure` block being timed.
+pub(super) struct OpenMeasure {
+    pub(super) name: String,
+    /// The backend time when it opened.
+    start: Duration,
+    /// Per thread ("P/tid"): lines run and their time in the backend.
+    ops: BTreeMap<String, (u64, Duration)>,
+}
+
 /// What a run keeps between steps.
 pub(super) struct State<'b> {
-    pub(super) backend: &'b mut dyn Backend,
+    pub(super) backend: &'b dyn Backend,
     pub(super) started: bool,
     /// Machine settings in force, with the line that set each (0: the command line).
     pub(super) settings: Vec<(usize, MachineSetting)>,
@@ -30,13 +40,19 @@ pub(super) struct State<'b> {
     pub(super) pins: HashMap<String, u64>,
     /// Time spent inside the backend's calls.
     pub(super) backend_time: Duration,
-    /// The open `measure` block: its name and the backend time at its start.
-    pub(super) measure: Option<(String, Duration)>,
+    /// The open `measure` block.
+    pub(super) measure: Option<OpenMeasure>,
     pub(super) measures: Vec<Measure>,
+    /// While a `parallel` block's threads run: every backend result, kept
+    /// to be replayed (see [`super::parallel`]).
+    pub(super) record: Option<Vec<Box<dyn Any + Send>>>,
+    /// While a `parallel` block's steps are checked: the results to return
+    /// instead of calling the backend.
+    pub(super) replay: Option<VecDeque<Box<dyn Any + Send>>>,
 }
 
 impl<'b> State<'b> {
-    pub(super) fn new(backend: &'b mut dyn Backend, check: bool) -> Self {
+    pub(super) fn new(backend: &'b dyn Backend, check: bool) -> Self {
         State {
             backend,
             started: false,
@@ -53,15 +69,49 @@ impl<'b> State<'b> {
             backend_time: Duration::ZERO,
             measure: None,
             measures: Vec::new(),
+            record: None,
+            replay: None,
         }
     }
 
-    /// Calls the backend, adding the time it takes to `backend_time`.
-    pub(super) fn timed<T>(&mut self, f: impl FnOnce(&mut dyn Backend) -> T) -> T {
+    /// Calls the backend, adding the time it takes to `backend_time`;
+    /// records the result, or returns a recorded one instead of calling.
+    pub(super) fn timed<T: Clone + Send + 'static>(&mut self, f: impl FnOnce(&dyn Backend) -> T) -> T {
+        if let Some(log) = &mut self.replay {
+            let r = log.pop_front().expect("a replayed step makes the calls it made when it ran");
+            return *r.downcast::<T>().expect("a replayed call returns what it returned when it ran");
+        }
         let t = Instant::now();
-        let r = f(&mut *self.backend);
+        let r = f(self.backend);
         self.backend_time += t.elapsed();
+        if let Some(log) = &mut self.record {
+            log.push(Box::new(r.clone()));
+        }
         r
+    }
+
+    /// A copy of what process `proc`'s lines read and change, calling the
+    /// same backend: where a `parallel` thread runs its lines.
+    pub(super) fn scratch(&self, proc: &str) -> State<'b> {
+        let mut s = State::new(self.backend, false);
+        s.started = true;
+        s.maps = self.maps.clone();
+        s.live = self.live.clone();
+        s.threads = self.threads.clone();
+        s.exited = self.exited.clone();
+        s.pins = self.pins.clone();
+        s.refs = self.refs.get(proc).map(|r| (proc.to_string(), r.clone())).into_iter().collect();
+        s
+    }
+
+    /// Counts `n` lines of `thread` that spent `time` in the backend
+    /// towards the open `measure` block, if any.
+    pub(super) fn count_ops(&mut self, thread: String, n: u64, time: Duration) {
+        if let Some(m) = &mut self.measure {
+            let e = m.ops.entry(thread).or_default();
+            e.0 += n;
+            e.1 += time;
+        }
     }
 
     fn start(&mut self) -> Result<(), Failed> {
@@ -118,19 +168,30 @@ impl<'b> State<'b> {
                 return Ok(format!("{setting:?}"));
             }
             Cmd::Measure(name) => {
-                if let Some((open, _)) = &self.measure {
-                    return Err(format!("measure {name} inside measure {open}: blocks do not nest").into());
+                if let Some(open) = &self.measure {
+                    return Err(format!("measure {name} inside measure {}: blocks do not nest", open.name).into());
                 }
-                self.measure = Some((name.clone(), self.backend_time));
+                self.measure = Some(OpenMeasure { name: name.clone(), start: self.backend_time, ops: BTreeMap::new() });
                 return Ok(format!("measuring {name}"));
             }
             Cmd::End => {
-                let Some((name, start)) = self.measure.take() else {
+                let Some(m) = self.measure.take() else {
                     return Err("'end' without a 'measure'".into());
                 };
-                let seconds = (self.backend_time - start).as_secs_f64();
-                self.measures.push(Measure { name: name.clone(), seconds });
-                return Ok(format!("{name}: {seconds:.6} s in the backend"));
+                let seconds = (self.backend_time - m.start).as_secs_f64();
+                let threads: Vec<ThreadOps> = m
+                    .ops
+                    .into_iter()
+                    .map(|(thread, (ops, t))| ThreadOps { thread, ops, seconds: t.as_secs_f64() })
+                    .collect();
+                let ops = threads.iter().map(|t| t.ops).sum();
+                let done = format!("{}: {seconds:.6} s in the backend, {ops} lines", m.name);
+                self.measures.push(Measure { name: m.name, seconds, ops, threads });
+                return Ok(done);
+            }
+            Cmd::Parallel(body) => {
+                self.start()?;
+                return self.parallel(body);
             }
             Cmd::SetCheck(on) => {
                 self.check = *on;
@@ -142,12 +203,21 @@ impl<'b> State<'b> {
         let Some(p) = step.proc.clone() else {
             return self.global(step);
         };
-        self.proc(&p)?;
-        let tid = match &step.thread {
-            None => 0,
-            Some(name) => self.thread(&p, name, matches!(step.cmd, Cmd::Exit))?,
-        };
-        self.process(step, p, tid)
+        let tid = self.thread_of(step, &p)?;
+        let before = self.backend_time;
+        let r = self.process(step, p.clone(), tid)?;
+        self.count_ops(format!("{p}/{tid}"), 1, self.backend_time - before);
+        Ok(r)
+    }
+
+    /// The number of the thread that runs `step` of process `p`, starting
+    /// the process and the thread if they do not exist yet.
+    pub(super) fn thread_of(&mut self, step: &Step, p: &str) -> Result<u32, Failed> {
+        self.proc(p)?;
+        match &step.thread {
+            None => Ok(0),
+            Some(name) => self.thread(p, name, matches!(step.cmd, Cmd::Exit)),
+        }
     }
 
     /// The number of thread `name` of process `p`, started at its first line

@@ -42,6 +42,10 @@ pub enum Cmd {
     End,
     /// `repeat N`: the lines up to its `end` run N times (unrolled by the parser).
     Repeat(u64),
+    /// `parallel` ... `end`: each thread's lines of the block run on their
+    /// own OS thread, all threads starting together; the block ends when
+    /// all have finished. The parser gathers the lines into this step.
+    Parallel(Vec<Step>),
     Mmap {
         name: String,
         len: u64,

@@ -30,9 +30,13 @@
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
 //! expect [mm-id] after.frame == before.frame   only under these mapcount designs
-//! measure fault-all                  time the steps up to `end` (backend time only)
+//! measure fault-all                  time the steps up to `end` (backend time only; lines/s)
 //! end
 //! repeat 40                          the lines up to its `end` run 40 times (blocks nest)
+//! end
+//! parallel                           each thread's lines up to `end` on an OS thread of
+//! P.t1: write a                      their own, all at once (process lines only; repeat
+//! P.t2: write b                      may nest inside); see crate::interp::parallel
 //! end
 //! P: write a fails ENOMEM            the step must fail with that error
 //! ```

@@ -14,14 +14,17 @@ use crate::backend::GupKind;
 /// The most steps `repeat` blocks may unroll to.
 const MAX_STEPS: usize = 1 << 20;
 
-/// A block open at some line: `measure` (kept as steps for the interpreter)
-/// or `repeat` (unrolled here at its `end`).
+/// A block open at some line: `measure` (kept as steps for the
+/// interpreter), `repeat` (unrolled here at its `end`) or `parallel` (its
+/// steps gathered into one step at its `end`).
 enum Open {
     Measure,
     Repeat { times: u64, first: usize, line: usize },
+    Parallel { first: usize, line: usize },
 }
 
-/// Parses a whole scenario file, unrolling `repeat N` ... `end` blocks.
+/// Parses a whole scenario file, unrolling `repeat N` ... `end` blocks and
+/// gathering each `parallel` ... `end` block into one step.
 pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
     let mut steps = Vec::new();
     let mut open = Vec::new();
@@ -33,8 +36,29 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
         }
         let mut l = Line { line: i + 1, toks, pos: 0, end_col: text.trim_end().len() + 1 };
         let step = parse_line(&mut l, text.trim())?;
+        let in_parallel = open.iter().any(|o| matches!(o, Open::Parallel { .. }));
+        if in_parallel && step.proc.is_none() && !matches!(step.cmd, Cmd::End | Cmd::Repeat(_)) {
+            return l.err(1, "a parallel block holds only process lines (P: or P.t:), repeat and end");
+        }
         match (&step.cmd, open.last()) {
             (Cmd::Repeat(times), _) => open.push(Open::Repeat { times: *times, first: steps.len(), line: l.line }),
+            (Cmd::Parallel(_), _) => open.push(Open::Parallel { first: steps.len(), line: l.line }),
+            (Cmd::End, Some(Open::Parallel { first, line })) => {
+                let body: Vec<Step> = steps.drain(*first..).collect();
+                if body.is_empty() {
+                    return l.err(1, "an empty parallel block");
+                }
+                let line = *line;
+                steps.push(Step {
+                    line,
+                    text: "parallel".into(),
+                    proc: None,
+                    thread: None,
+                    cmd: Cmd::Parallel(body),
+                    fails: None,
+                });
+                open.pop();
+            }
             (Cmd::End, Some(Open::Repeat { times, first, .. })) => {
                 let body = steps[*first..].to_vec();
                 if body.len().saturating_mul(*times as usize) > MAX_STEPS {
@@ -55,8 +79,13 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
             }
         }
     }
-    match open.into_iter().find_map(|o| if let Open::Repeat { line, .. } = o { Some(line) } else { None }) {
-        Some(line) => Err(ParseError { line, col: 1, msg: "expected an 'end' closing this repeat".into() }),
+    let unclosed = open.into_iter().find_map(|o| match o {
+        Open::Repeat { line, .. } => Some((line, "repeat")),
+        Open::Parallel { line, .. } => Some((line, "parallel block")),
+        Open::Measure => None,
+    });
+    match unclosed {
+        Some((line, what)) => Err(ParseError { line, col: 1, msg: format!("expected an 'end' closing this {what}") }),
         None => Ok(steps),
     }
 }
@@ -135,6 +164,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
         "end" => Ok(Cmd::End),
+        "parallel" => Ok(Cmd::Parallel(Vec::new())),
         "repeat" => {
             let col = l.col();
             match l.size("a repeat count")? {
