@@ -8,6 +8,7 @@ use super::vma_lock::ReadFailure;
 use super::{vma_tree, Mm, Vma, Vmas};
 use crate::kernel::{Kernel, Stats, VmaLockDesign};
 use crate::rmap::anon_vma_prepare;
+use crate::sync::atomic::AtomicU64;
 use crate::sync::{Arc, RwLockReadGuard};
 use crate::{Errno, Result};
 
@@ -111,31 +112,53 @@ impl Mm {
             return None;
         }
         let revalidate = !k.config.debug.no_vma_revalidate;
-        loop {
-            let vma = vma_tree::find(&self.mmap_lock.published.load(), addr).cloned();
-            let Some(vma) = vma else { break };
-            match vma.start_read(self.serial, self.mmap_lock.seq(), revalidate) {
-                Err(ReadFailure::Detached) => {
-                    Stats::inc(&k.stats.vma_lock_miss);
-                    continue;
-                }
-                Err(ReadFailure::Busy) => break,
-                Ok(()) => {}
+        let lookup = || vma_tree::find(&self.mmap_lock.published.load(), addr).cloned();
+        let mut misses = 0;
+        let got = lock_under_rcu(lookup, self.serial, self.mmap_lock.seq(), addr, revalidate, &mut misses);
+        Stats::add(&k.stats.vma_lock_miss, misses);
+        match got {
+            Some(vma) => Some(FaultVma { vma, hold: Hold::VmaLock(self) }),
+            None => {
+                Stats::inc(&k.stats.vma_lock_abort);
+                None
             }
-            // vma-rwsem: the VMA may have left the tree since the walk.
-            if vma.lock.is_detached() {
-                vma.end_read();
-                Stats::inc(&k.stats.vma_lock_miss);
+        }
+    }
+}
+
+/// The body of `lock_vma_under_rcu` for MM `mm` (serial) whose
+/// `mm_lock_seq` is `mm_seq`, with `lookup` as the lockless tree walk:
+/// the VMA containing `addr`, read-locked, or `None` (abort). Counts the
+/// lookups repeated because the VMA was detached in `misses`.
+pub(super) fn lock_under_rcu(
+    lookup: impl Fn() -> Option<Arc<Vma>>,
+    mm: u64,
+    mm_seq: &AtomicU64,
+    addr: u64,
+    revalidate: bool,
+    misses: &mut u64,
+) -> Option<Arc<Vma>> {
+    loop {
+        let vma = lookup()?;
+        match vma.start_read(mm, mm_seq, revalidate) {
+            Err(ReadFailure::Detached) => {
+                *misses += 1;
                 continue;
             }
-            if revalidate && !vma.contains(addr) {
-                vma.end_read();
-                break;
-            }
-            return Some(FaultVma { vma, hold: Hold::VmaLock(self) });
+            Err(ReadFailure::Busy) => return None,
+            Ok(()) => {}
         }
-        Stats::inc(&k.stats.vma_lock_abort);
-        None
+        // vma-rwsem: the VMA may have left the tree since the walk.
+        if vma.lock.is_detached() {
+            vma.end_read();
+            *misses += 1;
+            continue;
+        }
+        if revalidate && !vma.contains(addr) {
+            vma.end_read();
+            return None;
+        }
+        return Some(vma);
     }
 }
 

@@ -7,6 +7,8 @@
 //! [`crate::memory`].
 
 pub mod fault_vma;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub mod mm;
 pub mod mmap_lock;
 pub mod vma;
