@@ -3,7 +3,9 @@
 //! Every atomic, lock, thread spawn and yield of the library comes from
 //! here: `std` normally, [loom](https://docs.rs/loom) under `cfg(loom)`, so
 //! that lock protocols can be checked over every interleaving (tokio's
-//! `src/loom/` follows the same pattern). `Arc`/`Weak` stay `std` in both
+//! `src/loom/` follows the same pattern), and
+//! [shuttle](https://docs.rs/shuttle) under `cfg(shuttle)`, so that whole
+//! workloads run under randomized, replayable schedules (tests/shuttle.rs). `Arc`/`Weak` stay `std` in both
 //! (they are ownership, not a protocol, and loom's `Arc` has no `Weak`), and
 //! so do the words of the frame arena ([`crate::phys`]): they model RAM,
 //! which loom cannot map.
@@ -28,7 +30,9 @@ pub use seqcount::{AtomicSeqcount, SeqWrite};
 
 #[cfg(loom)]
 pub use loom::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-#[cfg(not(loom))]
+#[cfg(all(shuttle, not(loom)))]
+pub use shuttle::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(any(loom, shuttle)))]
 pub use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use std::sync::{Arc, Weak};
@@ -37,7 +41,11 @@ pub use std::sync::{Arc, Weak};
 pub mod atomic {
     #[cfg(loom)]
     pub use loom::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
-    #[cfg(not(loom))]
+    #[cfg(all(shuttle, not(loom)))]
+    pub use shuttle::sync::atomic::{
+        fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering,
+    };
+    #[cfg(not(any(loom, shuttle)))]
     pub use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 }
 
@@ -45,30 +53,32 @@ pub mod atomic {
 pub mod thread {
     #[cfg(loom)]
     pub use loom::thread::{spawn, yield_now};
-    #[cfg(not(loom))]
+    #[cfg(all(shuttle, not(loom)))]
+    pub use shuttle::thread::{spawn, yield_now};
+    #[cfg(not(any(loom, shuttle)))]
     pub use std::thread::{spawn, yield_now};
 
-    /// Sleeps `d` (under loom, a yield: loom has no clock).
+    /// Sleeps `d` (under loom or shuttle, a yield: neither has a clock).
     pub fn sleep(d: std::time::Duration) {
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
             let _ = d;
             yield_now();
         }
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         std::thread::sleep(d);
     }
 }
 
 /// One round of waiting for a lock or a seqcount: spin, and every 64th round
 /// yield the CPU (model threads may be preempted while holding what we wait
-/// for). Under loom every round yields, as loom requires of spin loops.
-/// Counts the round in `spins`.
+/// for). Under loom and shuttle every round yields, as their schedulers
+/// require of spin loops. Counts the round in `spins`.
 pub(crate) fn backoff(spins: &mut u32) {
     *spins += 1;
-    #[cfg(loom)]
+    #[cfg(any(loom, shuttle))]
     thread::yield_now();
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     if spins.is_multiple_of(64) {
         thread::yield_now();
     } else {

@@ -1,0 +1,162 @@
+//! Whole threaded workloads under randomized schedules
+//! ([shuttle](https://docs.rs/shuttle)), under every VMA-lock design: three
+//! threads of one process fault, write, munmap, mprotect, mremap and fork
+//! at once, and after every schedule the bytes each thread wrote read back,
+//! and the invariant checker finds nothing. A failing schedule is printed
+//! by shuttle and can be replayed with `shuttle::replay`.
+//!
+//! Needs `--cfg shuttle` (every lock and atomic of the library then comes
+//! from shuttle; see `foliomm::sync`):
+//! `RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle cargo test --release -p foliomm --test shuttle`.
+//! `FOLIOMM_SHUTTLE_SCHEDULES` sets the schedules per design (default 500;
+//! the long run is 100000).
+#![cfg(shuttle)]
+
+use std::sync::Arc;
+
+use foliomm::folio::thp::ThpMode;
+use foliomm::machine::VmaLockDesign;
+use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
+use shuttle::thread;
+
+const K: u64 = 1024;
+
+fn schedules() -> usize {
+    std::env::var("FOLIOMM_SHUTTLE_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(500)
+}
+
+fn machine(design: VmaLockDesign, no_revalidate: bool) -> Arc<Machine> {
+    let mut config = Config { memory: 8 << 20, vma_lock: design, ..Config::default() };
+    config.debug.no_vma_revalidate = no_revalidate;
+    let m = Machine::new(config).expect("a small machine");
+    m.thp.set_enabled(ThpMode::Never).unwrap();
+    m
+}
+
+fn map(mm: &Mm, len: u64) -> u64 {
+    mm.mmap(0, len, Prot::RW, MmapFlags::default()).expect("mmap")
+}
+
+/// Writes `val` to the first byte of every page of `[at, at+len)` and
+/// reads it back.
+fn write_and_check(cpu: &mut Cpu, mm: &Mm, at: u64, len: u64, val: u8) {
+    cpu.write_byte_per_page(mm, at, len, val).expect("write");
+    let got = cpu.read_byte_per_page(mm, at, len).expect("read back");
+    assert!(got.iter().all(|&b| b == val), "a thread read {got:?} where it wrote {val:#x}");
+}
+
+/// The workload: see the module documentation.
+fn workload(design: VmaLockDesign) {
+    let m = machine(design, false);
+    let mm = m.new_mm().unwrap();
+    let (a, b, c, d) = (map(&mm, 16 * K), map(&mm, 16 * K), map(&mm, 16 * K), map(&mm, 16 * K));
+    let faulter = {
+        let (m, mm) = (m.clone(), mm.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            write_and_check(&mut cpu, &mm, a, 16 * K, 0x11);
+            // B may be read-only for a while: a write either lands or fails EACCES.
+            match cpu.write_byte_per_page(&mm, b, 4 * K, 0x22) {
+                Ok(()) | Err(Errno::EACCES) => {}
+                Err(e) => panic!("write to B: {e}"),
+            }
+        })
+    };
+    let changer = {
+        let (m, mm) = (m.clone(), mm.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            mm.mprotect(b + 8 * K, 8 * K, Prot(Prot::READ)).unwrap();
+            mm.munmap(c, 16 * K).unwrap();
+            let e = map(&mm, 8 * K);
+            write_and_check(&mut cpu, &mm, e, 8 * K, 0x33);
+            mm.mprotect(b + 8 * K, 8 * K, Prot::RW).unwrap();
+            e
+        })
+    };
+    let mover = {
+        let (m, mm) = (m.clone(), mm.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            write_and_check(&mut cpu, &mm, d, 16 * K, 0x44);
+            let moved = mm.mremap(d, 16 * K, 32 * K, true, None).unwrap();
+            write_and_check(&mut cpu, &mm, moved + 16 * K, 16 * K, 0x45);
+            let child = mm.fork().unwrap();
+            // The child sees what this thread wrote before the fork; A is
+            // being written meanwhile: each page is old or new.
+            let mut ccpu = m.new_cpu();
+            let got = ccpu.read_byte_per_page(&child, moved, 32 * K).unwrap();
+            assert!(got[..4].iter().all(|&x| x == 0x44) && got[4..].iter().all(|&x| x == 0x45), "child read {got:?}");
+            let got = ccpu.read_byte_per_page(&child, a, 16 * K).unwrap();
+            assert!(got.iter().all(|&x| x == 0 || x == 0x11), "child read {got:?} in A");
+            child.exit();
+            moved
+        })
+    };
+    faulter.join().unwrap();
+    let (e, moved) = (changer.join().unwrap(), mover.join().unwrap());
+    let mut cpu = m.new_cpu();
+    let expect = [(a, 16 * K, 0x11), (e, 8 * K, 0x33), (moved, 16 * K, 0x44), (moved + 16 * K, 16 * K, 0x45)];
+    for (at, len, val) in expect {
+        let got = cpu.read_byte_per_page(&mm, at, len).unwrap();
+        assert!(got.iter().all(|&x| x == val), "{at:#x} reads {got:?} after the threads, expected {val:#x}");
+    }
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker after a schedule: {bad:?}");
+    mm.exit();
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker after exit: {bad:?}");
+}
+
+#[test]
+fn shuttle_threads_fault_munmap_mprotect_mremap_and_fork_under_every_design() {
+    for (design, _) in VmaLockDesign::ALL {
+        shuttle::check_random(move || workload(design), schedules());
+        shuttle::check_pct(move || workload(design), schedules(), 3);
+    }
+}
+
+/// One thread writes X again and again while another unmaps X and maps a
+/// new region, which under `vma-refcount` reuses X's VMA object at once.
+/// With `no_revalidate` the writer can fault X's address in through the
+/// reused VMA: a page lands outside any VMA, and the checker says so.
+fn reuse_race(no_revalidate: bool) {
+    let m = machine(VmaLockDesign::VmaRefcount, no_revalidate);
+    let mm = m.new_mm().unwrap();
+    let x = map(&mm, 8 * K);
+    let writer = {
+        let (m, mm) = (m.clone(), mm.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            for _ in 0..2 {
+                match cpu.write_byte_per_page(&mm, x, 8 * K, 0x55) {
+                    Ok(()) | Err(Errno::EFAULT) => {}
+                    Err(e) => panic!("write to X: {e}"),
+                }
+            }
+        })
+    };
+    mm.munmap(x, 8 * K).unwrap();
+    let y = mm.mmap(x + (1 << 30), 8 * K, Prot::RW, MmapFlags::default()).unwrap();
+    assert_ne!(y, x);
+    writer.join().unwrap();
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker found: {bad:?}");
+}
+
+// The race needs the writer preempted once, between its lookup and its
+// read lock, for as long as the unmap and the new map take: a few
+// preemptions with long runs between them, which PCT schedules find and
+// uniformly random ones almost never do.
+
+#[test]
+fn shuttle_lookup_with_revalidation_survives_vma_reuse() {
+    shuttle::check_pct(|| reuse_race(false), schedules(), 3);
+    shuttle::check_random(|| reuse_race(false), schedules());
+}
+
+#[test]
+#[should_panic(expected = "the checker found")]
+fn shuttle_lookup_without_revalidation_is_caught() {
+    shuttle::check_pct(|| reuse_race(true), schedules().max(2000), 3);
+}
