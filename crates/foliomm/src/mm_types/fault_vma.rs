@@ -33,11 +33,6 @@ impl FaultVma<'_> {
         &self.vma
     }
 
-    /// Whether only the VMA's lock is held (`FAULT_FLAG_VMA_LOCK`).
-    pub fn vma_locked(&self) -> bool {
-        matches!(self.hold, Hold::VmaLock(_))
-    }
-
     /// `vmf_anon_prepare` for a fault that will allocate an anonymous
     /// folio (`allocates`): a VMA without an anon_vma gets one, which under
     /// the VMA lock alone needs the mmap_lock too (setting it up may look
@@ -81,16 +76,6 @@ impl Drop for FaultVma<'_> {
 }
 
 impl Mm {
-    /// The VMA containing `addr`, held for a fault: by its own lock
-    /// ([`Self::lock_vma_under_rcu`]) if the design has one and it can be
-    /// had, else by the mmap_lock ([`Self::lock_mm_and_find_vma`]).
-    pub fn lock_vma_for_fault(&self, addr: u64) -> Result<FaultVma<'_>> {
-        match self.lock_vma_under_rcu(addr) {
-            Some(held) => Ok(held),
-            None => self.lock_mm_and_find_vma(addr),
-        }
-    }
-
     /// `lock_mm_and_find_vma`: the mmap_lock for read and the VMA containing
     /// `addr`; EFAULT if none does.
     pub fn lock_mm_and_find_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
