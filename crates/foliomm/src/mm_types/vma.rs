@@ -77,8 +77,8 @@ pub struct Vma {
 }
 
 impl Vma {
-    /// A new, detached VMA locked the way `design` says (`vm_area_alloc`
-    /// + `vma_set_range`); only [`super::VmaCache`] makes them.
+    /// A new, empty, detached VMA with the lock `design` gives it (the
+    /// slab constructor); only [`super::VmaCache`] makes them.
     pub(super) fn new(design: VmaLockDesign) -> Vma {
         Vma {
             mm: AtomicU64::new(0),

@@ -86,7 +86,7 @@ impl VmaLock {
     pub fn readers(&self) -> Option<u32> {
         match &self.kind {
             Kind::None => None,
-            Kind::Rwsem { sem, .. } => Some(sem.is_locked() as u32),
+            Kind::Rwsem { sem, .. } => Some(sem.readers()),
             Kind::Refcount(r) => Some(r.load(Relaxed).saturating_sub(1)),
         }
     }

@@ -47,8 +47,8 @@ impl RwSem {
         self.0.store(0, Release);
     }
 
-    /// Whether anyone holds it (`rwsem_is_locked`).
-    pub fn is_locked(&self) -> bool {
-        self.0.load(Relaxed) != 0
+    /// Readers holding it now (0 while a writer holds it).
+    pub fn readers(&self) -> u32 {
+        self.0.load(Relaxed).max(0) as u32
     }
 }
