@@ -6,9 +6,11 @@
 //! arguments, the dispatch and the harness the benchmarks share.
 
 mod fault;
+mod page_fault1;
 mod published;
 mod seed_000;
 mod seed_001;
+mod seed_004;
 mod tlb;
 
 use std::sync::Arc;
@@ -52,6 +54,15 @@ enum Bench {
     /// then its two vm-scalability cases as % change in throughput.
     #[command(name = "seed-000")]
     Seed000(Seed000Args),
+    /// Page-fault scalability of the three VMA-lock designs (seed 004)
+    ///
+    /// will-it-scale page_fault1 in thread mode (a VMA per thread) and a
+    /// contended variant (one VMA for all threads), for each thread count
+    /// and VMA-lock design, as faults per CPU-second and per second with
+    /// the host kernel beside; then the cache-line transfers per fault the
+    /// model counts, by structure, and the seed's published rows.
+    #[command(name = "seed-004")]
+    Seed004(seed_004::Seed004Args),
 }
 
 /// The options every benchmark takes.
@@ -98,25 +109,26 @@ struct Seed000Args {
     instances: Option<u16>,
 }
 
-impl Bench {
-    fn common(&self) -> &CommonArgs {
-        match self {
-            Bench::Fault(h) | Bench::Seed001(h) => &h.common,
-            Bench::Tlb(c) => c,
-            Bench::Seed000(s) => &s.common,
-        }
+impl CommonArgs {
+    fn size(&self) -> Result<u64> {
+        region_size(&self.size)
     }
 }
 
+/// A `--size` argument in bytes: a multiple of 2M.
+fn region_size(arg: &str) -> Result<u64> {
+    let size = foliomm_scenario::lang::parse_size(arg).filter(|s| s % (2 << 20) == 0 && *s > 0);
+    let Some(size) = size else { bail!("--size: expected a multiple of 2M like 128M or 1G, found '{arg}'") };
+    Ok(size)
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
-    let c = a.bench.common();
-    let size = foliomm_scenario::lang::parse_size(&c.size).filter(|s| s % (2 << 20) == 0 && *s > 0);
-    let Some(size) = size else { bail!("--size: expected a multiple of 2M like 256M or 1G, found '{}'", c.size) };
     match &a.bench {
-        Bench::Fault(c) => fault::run(c, size),
-        Bench::Seed001(c) => seed_001::run(c, size),
-        Bench::Seed000(s) => seed_000::run(s, size),
-        Bench::Tlb(c) => tlb::run(c, size),
+        Bench::Fault(c) => fault::run(c, c.size()?),
+        Bench::Seed001(c) => seed_001::run(c, c.size()?),
+        Bench::Seed000(s) => seed_000::run(s, s.common.size()?),
+        Bench::Tlb(c) => tlb::run(c, c.size()?),
+        Bench::Seed004(s) => seed_004::run(s),
     }
 }
 

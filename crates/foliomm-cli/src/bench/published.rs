@@ -1,10 +1,11 @@
-//! The seeds' published figures, which `foliomm bench seed-001` and
-//! `foliomm bench seed-000` print beside the model's. They are copied from
+//! The seeds' published figures, which `foliomm bench seed-001`,
+//! `seed-000` and `seed-004` print beside the model's. They are copied from
 //! the results the seed series reported: seed 001 is the "optimize unmap/zap
 //! with PTE-mapped THP" series (munmap times per folio size), seed 000 the
 //! "precise mapped shared" series (% change per stage of the series for its
-//! micro benchmarks and for vm-scalability), each measured on the machines
-//! named below.
+//! micro benchmarks and for vm-scalability), seed 004 the "per-vma lock as a
+//! refcount" series (page faults per CPU-second and per second, 1 to 56
+//! CPUs), each measured on the machines named below.
 
 /// Seed 001's published munmap times (Intel Xeon Silver 4210R, 1 GiB):
 /// (folio KiB, mm-unstable s, with the series s, change %).
@@ -70,4 +71,19 @@ pub(super) const SEED_000_VMSCAL: [(&str, [f64; 2], [f64; 2]); 7] = [
     ("exclusive", [-7.1, 0.4], [-4.2, 0.0]),
     ("nocmpxchg", [-6.6, -0.3], [-4.6, 0.0]),
     ("all", [-5.6, -0.3], [-4.5, -0.5]),
+];
+
+/// Seed 004's mmtests page-fault figures (the "reimplement per-vma lock as
+/// a refcount" series): (CPUs, faults/cpu before, after, faults/sec before,
+/// after), harmonic means; "before" is the separate `vm_lock` rwsem
+/// (`vma-rwsem`), "after" the refcount (`vma-refcount`).
+pub(super) const SEED_004: [(u32, f64, f64, f64, f64); 8] = [
+    (1, 507926.5547, 506519.3692, 507566.1468, 506139.0811),
+    (4, 479119.7051, 481333.6802, 1880478.2402, 1886795.6329),
+    (7, 452880.2961, 455845.6211, 3106394.3438, 3140550.7485),
+    (12, 347639.1021, 352004.2254, 4061358.4795, 4112477.0206),
+    (21, 200061.2238, 229597.0317, 3988619.1169, 4577747.1436),
+    (30, 145251.2001, 164202.5067, 3909839.5449, 4311052.2787),
+    (48, 106848.4434, 120641.5504, 4761108.4691, 5283790.5026),
+    (56, 92472.3835, 103464.7916, 4885561.4590, 5415839.4045),
 ];

@@ -11,6 +11,7 @@ pub mod thp;
 use crate::arch::Pfn;
 use crate::phys::{pg, Page, PhysMem};
 use crate::sync::atomic::Ordering::*;
+use crate::sync::cacheline::{self, Structure};
 use crate::sync::BitSpinLock;
 
 /// `GUP_PIN_COUNTING_BIAS`: refcount added per FOLL_PIN of a small folio.
@@ -74,11 +75,13 @@ impl<'a> Folio<'a> {
 
     /// `folio_ref_add`.
     pub fn ref_add(&self, n: i32) {
+        cacheline::write(Structure::Folio, self.head());
         self.head().refcount.fetch_add(n, AcqRel);
     }
 
     /// Drops `n` references (`folio_put_refs`); returns true if that was the last.
     pub fn put_refs(&self, n: i32) -> bool {
+        cacheline::write(Structure::Folio, self.head());
         let old = self.head().refcount.fetch_sub(n, AcqRel);
         assert!(old >= n, "folio {:#x}: refcount underflow ({old} - {n})", self.pfn);
         old == n

@@ -112,7 +112,7 @@ impl Default for Config {
 }
 
 /// How a fault locks its VMA (seed 004; see [`crate::mm_types::vma_lock`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum VmaLockDesign {
     /// `mmap_read_lock` held for the whole fault (Linux before 6.4).

@@ -7,6 +7,7 @@ use crate::arch::Pfn;
 use crate::folio::{Folio, GUP_PIN_COUNTING_BIAS, PINCOUNT_WORD};
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::cacheline::{self, Structure};
 use crate::Errno;
 
 use super::{Kernel, Stats};
@@ -27,6 +28,7 @@ impl Kernel {
         let nr = 1u64 << order;
         for i in 0..nr {
             let p = self.phys.page(pfn + i);
+            cacheline::write(Structure::Folio, p);
             p.flags.store(
                 if order == 0 {
                     0

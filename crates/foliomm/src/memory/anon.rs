@@ -9,7 +9,6 @@ use crate::kernel::Stats;
 use crate::mapcount::Level;
 use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
 use crate::rmap::{self, anon_vma_prepare};
-use crate::sync::atomic::Ordering::Relaxed;
 use crate::Result;
 
 /// `do_anonymous_page`: a read maps the shared zero page; a write allocates
@@ -43,7 +42,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
         store(phys, table, pte_index(base) + i as usize, e);
     }
-    vmf.mm.rss_anon.fetch_add(nr as i64, Relaxed);
+    vmf.mm.add_anon_rss(nr as i64);
     Stats::inc(&k.stats.anon_fault_alloc[f.order() as usize]);
     Ok(())
 }

@@ -111,7 +111,7 @@ impl CopyVma<'_> {
                 }
                 store(phys, dtable, idx + i, child.next_pfn(i as u64));
             }
-            dst.rss_anon.fetch_add(nr as i64, Relaxed);
+            dst.add_anon_rss(nr as i64);
             Stats::add(&k.stats.fork_ptes, nr as u64);
             Stats::inc(&k.stats.fork_batches);
             addr += nr as u64 * PAGE_SIZE;
@@ -129,7 +129,7 @@ impl CopyVma<'_> {
         rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.id, dst_vma.anon_vma());
         let w = if dst_vma.writable() { Pte::RW | Pte::DIRTY } else { 0 };
         store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w));
-        dst.rss_anon.fetch_add(1, Relaxed);
+        dst.add_anon_rss(1);
         Stats::inc(&k.stats.fork_copy_pinned);
         Ok(())
     }

@@ -93,7 +93,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
 fn map_anon_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
     let w = if vma.writable() { Pte::RW } else { 0 };
     pmd.store(&k.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY | w));
-    mm.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
+    mm.add_anon_rss(HPAGE_NR as i64);
 }
 
 /// `do_huge_pmd_wp_page`: a write to a read-only huge PMD. The huge zero
@@ -215,7 +215,7 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
             k.free_table(table);
             return Ok(false);
         }
-        dst.rss_anon.fetch_add(HPAGE_NR as i64, Relaxed);
+        dst.add_anon_rss(HPAGE_NR as i64);
         spmd.store(phys, e.without(Pte::RW));
     }
     deposit(dst, addr & !(PMD_SIZE - 1), table);
@@ -241,7 +241,7 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
         } else {
             let f = Folio::from_head(phys, e.pfn());
             rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
-            mm.rss_anon.fetch_sub(HPAGE_NR as i64, Relaxed);
+            mm.add_anon_rss(-(HPAGE_NR as i64));
             Stats::add(&k.stats.zap_ptes, 1);
             Stats::inc(&k.stats.zap_batches);
             tlb.remove_folio_pages(f.pfn, 1, false)

@@ -9,7 +9,6 @@ use crate::kernel::Stats;
 use crate::mapcount::Level;
 use crate::pgtable::{load, pte_lockptr, store};
 use crate::rmap::{self, anon_vma_prepare};
-use crate::sync::atomic::Ordering::Relaxed;
 use crate::Result;
 
 /// `do_wp_page` for a private anonymous mapping: reuse the page if it is
@@ -99,7 +98,7 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
             rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);
         }
         None => {
-            mm.rss_anon.fetch_add(1, Relaxed);
+            mm.add_anon_rss(1);
         }
     }
     drop(ptl);

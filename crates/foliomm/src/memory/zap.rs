@@ -13,7 +13,7 @@ use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vmas};
 use crate::pgtable::{folio_pte_batch, load, pte_lockptr, slot, store, walk_pmd};
 use crate::rmap;
-use crate::sync::atomic::Ordering::{AcqRel, Relaxed};
+use crate::sync::atomic::Ordering::AcqRel;
 use crate::tlb::MmuGather;
 
 /// `unmap_page_range` over `[start, end)` of `mm`: huge PMDs covered whole are
@@ -81,7 +81,7 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u6
                 }
                 Stats::add(&k.stats.zap_ptes, nr as u64);
                 Stats::inc(&k.stats.zap_batches);
-                mm.rss_anon.fetch_sub(nr as i64, Relaxed);
+                mm.add_anon_rss(-(nr as i64));
                 tlb.remove_tlb_entries(addr, nr as u64);
                 rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
                 full = tlb.remove_folio_pages(pte.pfn(), nr as u32, false);

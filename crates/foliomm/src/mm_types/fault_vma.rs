@@ -5,11 +5,11 @@
 //! the kernel's `VMA_LOCK_*` events.
 
 use super::vma_lock::ReadFailure;
-use super::{vma_tree, Mm, Vma, Vmas};
+use super::{vma_tree, Mm, MmapReadGuard, Vma};
 use crate::kernel::{Kernel, Stats, VmaLockDesign};
 use crate::rmap::anon_vma_prepare;
 use crate::sync::atomic::AtomicU64;
-use crate::sync::{Arc, RwLockReadGuard};
+use crate::sync::Arc;
 use crate::{Errno, Result};
 
 /// A VMA held stable for a fault, and what holds it; released on drop.
@@ -20,7 +20,7 @@ pub struct FaultVma<'a> {
 
 enum Hold<'a> {
     /// The mmap_lock for read.
-    MmapLock { _vmas: RwLockReadGuard<'a, Vmas> },
+    MmapLock { _vmas: MmapReadGuard<'a> },
     /// The VMA's own lock, read-held; dropping it counts `VMA_LOCK_SUCCESS`.
     VmaLock(&'a Mm),
     /// The VMA lock given up for a retry.

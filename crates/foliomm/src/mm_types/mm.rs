@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 
-use super::mmap_lock::{MmapLock, MmapWriteGuard};
-use super::{VmaCache, Vmas};
+use super::mmap_lock::{MmapLock, MmapReadGuard, MmapWriteGuard};
+use super::VmaCache;
 use crate::arch::Pfn;
 use crate::kernel::Kernel;
 use crate::mapcount::MmId;
 use crate::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
-use crate::sync::{Arc, Mutex, RwLockReadGuard, Weak};
+use crate::sync::cacheline::{self, Structure};
+use crate::sync::{Arc, Mutex, Weak};
 use crate::tlb::MmTlb;
 use crate::Result;
 
@@ -64,13 +65,20 @@ impl Mm {
         Ok(mm)
     }
 
+    /// `add_mm_counter(mm, MM_ANONPAGES, n)`: a per-CPU counter in Linux
+    /// (accounted so), one shared atomic here.
+    pub fn add_anon_rss(&self, n: i64) {
+        cacheline::percpu_add(Structure::MmCounters, &self.rss_anon, n);
+        self.rss_anon.fetch_add(n, Relaxed);
+    }
+
     /// `mmap_read_lock`.
-    pub fn mmap_read_lock(&self) -> RwLockReadGuard<'_, Vmas> {
+    pub fn mmap_read_lock(&self) -> MmapReadGuard<'_> {
         self.mmap_lock.read()
     }
 
     /// `mmap_read_trylock`.
-    pub fn mmap_read_trylock(&self) -> Option<RwLockReadGuard<'_, Vmas>> {
+    pub fn mmap_read_trylock(&self) -> Option<MmapReadGuard<'_>> {
         self.mmap_lock.try_read()
     }
 

@@ -5,20 +5,23 @@
 //! (`vma_start_write`) taken under it at once.
 //!
 //! Differs from Linux: the semaphore is `std`'s (or loom's) `RwLock`, whose
-//! guard also gives access to what it guards ([`Vmas`]).
+//! guard also gives access to what it guards ([`Vmas`]). The semaphore and
+//! the sequence are in separate cache lines, as in `struct mm_struct`; both
+//! are accounted ([`cacheline`]).
 
 use arc_swap::ArcSwap;
 
 use super::vma_tree::VmaMap;
 use super::{VmaCache, Vmas};
 use crate::sync::atomic::{AtomicU64, Ordering::*};
+use crate::sync::cacheline::{self, Aligned, Structure};
 use crate::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The mmap_lock, its sequence, and the tree it publishes to lockless readers.
 pub(super) struct MmapLock {
     sem: RwLock<Vmas>,
     /// `mm_lock_seq`.
-    seq: AtomicU64,
+    seq: Aligned<AtomicU64>,
     /// The VMA tree as `lock_vma_under_rcu` walks it.
     pub(super) published: Arc<ArcSwap<VmaMap>>,
 }
@@ -26,25 +29,33 @@ pub(super) struct MmapLock {
 impl MmapLock {
     pub(super) fn new(mm: u64, cache: Arc<VmaCache>) -> MmapLock {
         let published = Arc::new(ArcSwap::from_pointee(VmaMap::new()));
-        MmapLock { sem: RwLock::new(Vmas::new(mm, cache, published.clone())), seq: AtomicU64::new(0), published }
+        MmapLock {
+            sem: RwLock::new(Vmas::new(mm, cache, published.clone())),
+            seq: Aligned(AtomicU64::new(0)),
+            published,
+        }
     }
 
     /// `mmap_read_lock`.
-    pub(super) fn read(&self) -> RwLockReadGuard<'_, Vmas> {
-        self.sem.read().unwrap()
+    pub(super) fn read(&self) -> MmapReadGuard<'_> {
+        cacheline::write(Structure::MmapLock, &self.sem);
+        MmapReadGuard { vmas: self.sem.read().unwrap(), sem: &self.sem }
     }
 
     /// `mmap_read_trylock`.
-    pub(super) fn try_read(&self) -> Option<RwLockReadGuard<'_, Vmas>> {
-        self.sem.try_read().ok()
+    pub(super) fn try_read(&self) -> Option<MmapReadGuard<'_>> {
+        cacheline::write(Structure::MmapLock, &self.sem);
+        Some(MmapReadGuard { vmas: self.sem.try_read().ok()?, sem: &self.sem })
     }
 
     /// `mmap_write_lock`: the semaphore, then a new (odd) sequence
     /// (`mm_lock_seqcount_begin`).
     pub(super) fn write(&self) -> MmapWriteGuard<'_> {
+        cacheline::write(Structure::MmapLock, &self.sem);
         let mut vmas = self.sem.write().unwrap();
+        cacheline::write(Structure::MmLockSeq, &self.seq.0);
         vmas.write_seq = self.seq.fetch_add(1, AcqRel) + 1;
-        MmapWriteGuard { vmas, seq: &self.seq }
+        MmapWriteGuard { vmas, sem: &self.sem, seq: &self.seq }
     }
 
     /// `mm_lock_seq`, for `vma_start_read`.
@@ -53,9 +64,30 @@ impl MmapLock {
     }
 }
 
+/// The mmap_lock held for read; dropping it is `mmap_read_unlock`.
+pub struct MmapReadGuard<'a> {
+    vmas: RwLockReadGuard<'a, Vmas>,
+    sem: &'a RwLock<Vmas>,
+}
+
+impl std::ops::Deref for MmapReadGuard<'_> {
+    type Target = Vmas;
+    fn deref(&self) -> &Vmas {
+        &self.vmas
+    }
+}
+
+impl Drop for MmapReadGuard<'_> {
+    /// `up_read`: another write of the semaphore's line.
+    fn drop(&mut self) {
+        cacheline::write(Structure::MmapLock, self.sem);
+    }
+}
+
 /// The mmap_lock held for write; dropping it is `mmap_write_unlock`.
 pub struct MmapWriteGuard<'a> {
     vmas: RwLockWriteGuard<'a, Vmas>,
+    sem: &'a RwLock<Vmas>,
     seq: &'a AtomicU64,
 }
 
@@ -77,6 +109,8 @@ impl Drop for MmapWriteGuard<'_> {
     /// of the epoch is released), then `up_write`.
     fn drop(&mut self) {
         self.vmas.write_seq = 0;
+        cacheline::write(Structure::MmLockSeq, self.seq);
         self.seq.fetch_add(1, Release);
+        cacheline::write(Structure::MmapLock, self.sem);
     }
 }

@@ -14,10 +14,15 @@
 //!
 //! Differs from Linux: a writer waiting for readers spins and yields
 //! instead of sleeping on `mm->vma_writer_wait`, so readers wake no one.
+//!
+//! Cache lines ([`cacheline`]): `vm_refcnt` has a line of its own, as 6.15
+//! aligns it; the `vm_lock` rwsems are separate small allocations that may
+//! share lines, as the 6.4 slab of 40-byte `struct vma_lock` packed them.
 
 use super::Vma;
 use crate::kernel::VmaLockDesign;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use crate::sync::cacheline::{self, Aligned, Structure::VmaLock as Line};
 use crate::sync::{backoff, RwSem};
 
 /// The writer's share of `vm_refcnt` (`VMA_LOCK_OFFSET`, bit 30).
@@ -42,7 +47,7 @@ enum Kind {
     /// `vma-rwsem`: `vma->vm_lock` (its own allocation) and `vma->detached`.
     Rwsem { sem: Box<RwSem>, detached: AtomicBool },
     /// `vma-refcount`: `vm_refcnt`.
-    Refcount(AtomicU32),
+    Refcount(Aligned<AtomicU32>),
 }
 
 /// Why `vma_start_read` failed.
@@ -61,7 +66,7 @@ impl VmaLock {
         let kind = match design {
             VmaLockDesign::MmapLock => Kind::None,
             VmaLockDesign::VmaRwsem => Kind::Rwsem { sem: Box::default(), detached: AtomicBool::new(true) },
-            VmaLockDesign::VmaRefcount => Kind::Refcount(AtomicU32::new(0)),
+            VmaLockDesign::VmaRefcount => Kind::Refcount(Aligned(AtomicU32::new(0))),
         };
         VmaLock { seq: AtomicU64::new(NEVER_LOCKED), kind }
     }
@@ -75,10 +80,30 @@ impl VmaLock {
     /// or `detached`); always false under `mmap-lock`, which has no state.
     pub fn is_detached(&self) -> bool {
         match &self.kind {
+            Kind::Rwsem { detached, .. } => cacheline::read(Line, detached),
+            Kind::Refcount(r) => cacheline::read(Line, &r.0),
+            Kind::None => {}
+        }
+        match &self.kind {
             Kind::None => false,
             Kind::Rwsem { detached, .. } => detached.load(Acquire),
             Kind::Refcount(r) => r.load(Acquire) == 0,
         }
+    }
+
+    /// Accounts a write of the line of the design's lock word.
+    fn account_write(&self) {
+        match &self.kind {
+            Kind::None => {}
+            Kind::Rwsem { sem, .. } => cacheline::write(Line, &**sem),
+            Kind::Refcount(r) => cacheline::write(Line, &r.0),
+        }
+    }
+
+    /// Accounts reads of `vm_lock_seq` and `mm_lock_seq`.
+    fn account_seq_reads(&self, mm_seq: &AtomicU64) {
+        cacheline::read(Line, &self.seq);
+        cacheline::read(cacheline::Structure::MmLockSeq, mm_seq);
     }
 
     /// Readers holding the VMA, or `None` under `mmap-lock`. Exact only
@@ -100,9 +125,11 @@ impl Vma {
     /// here from `lock_vma_under_rcu`).
     pub fn start_read(&self, mm: u64, mm_seq: &AtomicU64, revalidate: bool) -> Result<(), ReadFailure> {
         let seq = &self.lock.seq;
+        self.lock.account_seq_reads(mm_seq);
         if seq.load(Relaxed) == mm_seq.load(Relaxed) {
             return Err(ReadFailure::Busy);
         }
+        self.lock.account_write();
         match &self.lock.kind {
             Kind::None => return Err(ReadFailure::Busy),
             Kind::Rwsem { sem, .. } => {
@@ -119,6 +146,7 @@ impl Vma {
             }
         }
         // A writer may have locked it between the first check and the hold.
+        self.lock.account_seq_reads(mm_seq);
         if seq.load(Relaxed) == mm_seq.load(Acquire) {
             self.end_read();
             return Err(ReadFailure::Busy);
@@ -128,6 +156,7 @@ impl Vma {
 
     /// `vma_end_read` (`vma_refcount_put` / `up_read`).
     pub fn end_read(&self) {
+        self.lock.account_write();
         match &self.lock.kind {
             Kind::None => {}
             Kind::Rwsem { sem, .. } => sem.up_read(),
@@ -146,6 +175,8 @@ impl Vma {
         if seq.load(Relaxed) == mm_seq {
             return;
         }
+        self.lock.account_write();
+        cacheline::write(Line, seq);
         match &self.lock.kind {
             Kind::None => seq.store(mm_seq, Relaxed),
             Kind::Rwsem { sem, .. } => {
@@ -166,6 +197,7 @@ impl Vma {
 
     /// `vma_mark_attached`: the write-locked VMA goes into the tree.
     pub(super) fn mark_attached(&self) {
+        self.lock.account_write();
         match &self.lock.kind {
             Kind::None => {}
             Kind::Rwsem { detached, .. } => detached.store(false, Release),
@@ -176,6 +208,7 @@ impl Vma {
     /// `vma_mark_detached`: the write-locked VMA has left the tree; once
     /// this returns no reader holds it or can take it.
     pub(super) fn mark_detached(&self) {
+        self.lock.account_write();
         match &self.lock.kind {
             Kind::None => {}
             Kind::Rwsem { detached, .. } => detached.store(true, Release),

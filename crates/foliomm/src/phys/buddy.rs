@@ -5,6 +5,7 @@
 
 use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
 use crate::sync::atomic::Ordering::*;
+use crate::sync::cacheline::{self, Structure};
 use crate::Errno;
 
 use super::{pg, PhysMem, POISON};
@@ -38,6 +39,7 @@ impl PhysMem {
         if order > MAX_PAGE_ORDER {
             return Err(Errno::EINVAL);
         }
+        cacheline::write(Structure::ZoneLock, &self.zone);
         let mut zone = self.zone.lock().unwrap();
         let found = (order..=MAX_PAGE_ORDER).find(|&o| zone.head[o as usize] != NO_PFN);
         let Some(mut cur) = found else {
@@ -68,6 +70,7 @@ impl PhysMem {
             }
             self.generation[p as usize].fetch_add(1, Release);
         }
+        cacheline::write(Structure::ZoneLock, &self.zone);
         let mut zone = self.zone.lock().unwrap();
         let (mut pfn, mut order) = (pfn, order);
         while order < MAX_PAGE_ORDER {

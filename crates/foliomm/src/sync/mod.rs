@@ -13,10 +13,13 @@
 //! The primitives: [`BitSpinLock`] (`bit_spin_lock`: split PTLs, the folio
 //! lock, the mapcount locks), [`RwSem`] (a VMA's `vm_lock` in the 6.4-6.14
 //! per-VMA lock design) and [`AtomicSeqcount`] (seed 000's seqcount
-//! with concurrent writers). Loom tests: [`loom_tests`] (run them with
+//! with concurrent writers). [`cacheline`] accounts the cache-line
+//! transfers between simulated CPUs of the words the fault path shares
+//! (its owner records are `std` atomics: instrumentation, not protocol). Loom tests: [`loom_tests`] (run them with
 //! `RUSTFLAGS="--cfg loom" cargo test --release -p foliomm --lib loom`).
 
 mod bit_spinlock;
+pub mod cacheline;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod rwsem;

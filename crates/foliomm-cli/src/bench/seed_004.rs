@@ -1,0 +1,279 @@
+//! `foliomm bench seed-004`: page-fault scalability of the three VMA-lock
+//! designs (seed 004's mmtests table), `page_fault1` in thread mode and its
+//! contended variant, model and host kernel, with the cache-line transfers
+//! per fault the model counts for each design and thread count.
+//!
+//! Every configuration runs once per round and the rounds interleave them,
+//! so that the machine's drift spreads over all; figures are harmonic means
+//! over the rounds (as mmtests reports them) with the spread (max-min over
+//! mean). A change is starred, as mmtests stars it, only when the two
+//! configurations' ranges do not overlap.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use foliomm::machine::VmaLockDesign;
+use foliomm::sync::cacheline::{Structure, Transfers};
+use foliomm::{Config, Machine};
+
+use super::page_fault1::{self, Layout, Sample};
+use super::published::SEED_004;
+use super::{print_json, progress, region_size};
+
+#[derive(clap::Args)]
+pub(super) struct Seed004Args {
+    /// Region each thread faults (a multiple of 2M).
+    #[arg(long, default_value = "128M")]
+    size: String,
+    /// Thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    threads: Vec<usize>,
+    /// Loops over its region each thread makes per round.
+    #[arg(long, default_value_t = 2)]
+    loops: u32,
+    /// Rounds (each runs every configuration once).
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Only this layout: `separate` (page_fault1) or `shared` (contended).
+    #[arg(long, value_parser = ["separate", "shared"])]
+    layout: Option<String>,
+    /// Skip the host kernel.
+    #[arg(long)]
+    no_host: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Who serves the faults: a model design, or the host kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Backend {
+    Model(VmaLockDesign),
+    Host,
+}
+
+impl Backend {
+    fn name(self) -> String {
+        match self {
+            Backend::Model(d) => d.name().to_string(),
+            Backend::Host => "host".to_string(),
+        }
+    }
+}
+
+/// The baseline design first (the seed's "before"), then the others.
+const DESIGNS: [VmaLockDesign; 3] = [VmaLockDesign::VmaRwsem, VmaLockDesign::MmapLock, VmaLockDesign::VmaRefcount];
+
+/// What the rounds of one configuration measured.
+#[derive(Default, serde::Serialize)]
+struct Figures {
+    /// Per round: faults per CPU-second, and per wall-second.
+    per_cpu: Vec<f64>,
+    per_sec: Vec<f64>,
+    faults: u64,
+    #[serde(skip)]
+    transfers: Transfers,
+}
+
+type Key = (Layout, usize, Backend);
+
+pub(super) fn run(a: &Seed004Args) -> Result<()> {
+    let size = region_size(&a.size)?;
+    if a.threads.is_empty() || a.threads.contains(&0) {
+        bail!("--threads: expected thread counts of 1 or more, like 1,2,4");
+    }
+    let layouts: Vec<Layout> = match a.layout.as_deref() {
+        Some("separate") => vec![Layout::Separate],
+        Some(_) => vec![Layout::Shared],
+        None => vec![Layout::Separate, Layout::Shared],
+    };
+    let most = *a.threads.iter().max().unwrap();
+    let mut backends: Vec<Backend> = DESIGNS.iter().map(|&d| Backend::Model(d)).collect();
+    if !a.no_host {
+        backends.push(Backend::Host);
+    }
+    let machines: HashMap<VmaLockDesign, Arc<Machine>> = DESIGNS
+        .iter()
+        .map(|&d| {
+            Ok((
+                d,
+                Machine::new(Config { memory: most as u64 * size + (256 << 20), vma_lock: d, ..Config::default() })?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let steps = (a.runs.max(1) as usize * layouts.len() * a.threads.len() * backends.len() + DESIGNS.len()) as u64;
+    let bar = progress(steps);
+    // Warm each arena once: the first touch of model memory is host faults.
+    for (d, m) in &machines {
+        bar.set_message(format!("warming {}", d.name()));
+        page_fault1::model(m, Layout::Shared, most, size, 1)?;
+        bar.inc(1);
+    }
+    let mut figures: HashMap<Key, Figures> = HashMap::new();
+    let mut host_note = None;
+    for round in 0..a.runs.max(1) {
+        for &layout in &layouts {
+            for &threads in &a.threads {
+                for &b in &backends {
+                    bar.set_message(format!("round {} {:?} {threads} threads {}", round + 1, layout, b.name()));
+                    bar.inc(1);
+                    let samples = match b {
+                        Backend::Model(d) => page_fault1::model(&machines[&d], layout, threads, size, a.loops)?,
+                        Backend::Host if host_note.is_some() => continue,
+                        Backend::Host => match page_fault1::host(layout, threads, size, a.loops) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                host_note = Some(format!("host kernel skipped: {e:#}"));
+                                continue;
+                            }
+                        },
+                    };
+                    record(figures.entry((layout, threads, b)).or_default(), &samples, size, a.loops);
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if a.json {
+        let rows: Vec<_> = figures
+            .iter()
+            .map(|((l, t, b), f)| {
+                let transfers: HashMap<&str, f64> =
+                    Structure::ALL.iter().map(|&s| (s.name(), f.transfers.of(s) as f64 / f.faults as f64)).collect();
+                serde_json::json!({
+                    "layout": l, "threads": t, "backend": b.name(),
+                    "faults_per_cpu_hmean": hmean(&f.per_cpu), "faults_per_sec_hmean": hmean(&f.per_sec),
+                    "faults_per_cpu": f.per_cpu, "faults_per_sec": f.per_sec,
+                    "transfers_per_fault": if matches!(b, Backend::Host) { None } else { Some(transfers) },
+                })
+            })
+            .collect();
+        return print_json(
+            &serde_json::json!({ "size": size, "loops": a.loops, "runs": a.runs, "rows": rows, "note": host_note }),
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for &layout in &layouts {
+        print_scaling(&figures, layout, &a.threads, &backends, cores, size, a);
+        print_transfers(&figures, layout, &a.threads, cores);
+    }
+    print_seed();
+    if let Some(n) = host_note {
+        println!("\n{n}");
+    }
+    Ok(())
+}
+
+/// Adds one round's samples to `f`.
+fn record(f: &mut Figures, samples: &[Sample], size: u64, loops: u32) {
+    let faults = samples.len() as u64 * loops as u64 * (size / 4096);
+    let cpu: f64 = samples.iter().map(|s| s.cpu.as_secs_f64()).sum();
+    let wall = samples.iter().map(|s| s.wall.as_secs_f64()).fold(0.0, f64::max);
+    f.per_cpu.push(faults as f64 / cpu);
+    f.per_sec.push(faults as f64 / wall);
+    f.faults += faults;
+    for s in samples {
+        f.transfers.add(&s.transfers);
+    }
+}
+
+fn hmean(v: &[f64]) -> f64 {
+    v.len() as f64 / v.iter().map(|x| 1.0 / x).sum::<f64>()
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
+}
+
+/// `hmean (±spread%)`, or `hmean (+x.xx%)` against `base`, starred when
+/// the two ranges do not overlap.
+fn cell(v: &[f64], base: Option<&[f64]>) -> String {
+    let h = hmean(v);
+    let (lo, hi) = range(v);
+    match base {
+        None => format!("{h:>10.0} (±{:>4.1}%)", 100.0 * (hi - lo) / h),
+        Some(b) => {
+            let (blo, bhi) = range(b);
+            let star = if hi < blo || lo > bhi { '*' } else { ' ' };
+            format!("{h:>10.0} {star}{:>+6.2}%{star}", 100.0 * (h / hmean(b) - 1.0))
+        }
+    }
+}
+
+fn print_scaling(
+    figures: &HashMap<Key, Figures>,
+    layout: Layout,
+    threads: &[usize],
+    backends: &[Backend],
+    cores: usize,
+    size: u64,
+    a: &Seed004Args,
+) {
+    println!(
+        "\nSeed 004 page-fault scalability, {}: {} MiB per thread, {} loops, harmonic mean of {} interleaved rounds",
+        layout.name(),
+        size >> 20,
+        a.loops,
+        a.runs.max(1)
+    );
+    println!(
+        "(the first column is the base, with its spread; the others as % change, * where the ranges do not overlap;"
+    );
+    println!(" rows marked ! have more threads than this machine's {cores} CPUs)\n");
+    let mut head = format!("{:<22}", "");
+    for b in backends {
+        let name = if *b == Backend::Host { "host kernel".to_string() } else { b.name() };
+        head += &format!(" | {name:>20}");
+    }
+    println!("{head}");
+    for (metric, pick) in [("faults/cpu", 0), ("faults/sec", 1)] {
+        for &t in threads {
+            let mark = if t > cores { '!' } else { ' ' };
+            let mut line = format!("Hmean {metric}-{t:<4}{mark:<3}");
+            let get =
+                |b: Backend| figures.get(&(layout, t, b)).map(|f| if pick == 0 { &f.per_cpu } else { &f.per_sec });
+            let base = get(Backend::Model(DESIGNS[0]));
+            for &b in backends {
+                let text = match get(b) {
+                    Some(v) if b == Backend::Model(DESIGNS[0]) || b == Backend::Host => cell(v, None),
+                    Some(v) => cell(v, base.map(|v| v.as_slice())),
+                    None => "-".to_string(),
+                };
+                line += &format!(" | {text:>20}");
+            }
+            println!("{line}");
+        }
+    }
+}
+
+fn print_transfers(figures: &HashMap<Key, Figures>, layout: Layout, threads: &[usize], cores: usize) {
+    println!("\nCache-line transfers per fault, {} (model; each thread one simulated CPU):\n", layout.name());
+    let mut head = format!("{:<8} {:<13}", "threads", "design");
+    for s in Structure::ALL {
+        head += &format!(" {:>11}", s.name());
+    }
+    println!("{head} {:>8}", "total");
+    for &t in threads {
+        for d in DESIGNS {
+            let Some(f) = figures.get(&(layout, t, Backend::Model(d))) else { continue };
+            let mark = if t > cores { "!" } else { "" };
+            let mut line = format!("{:<8} {:<13}", format!("{t}{mark}"), d.name());
+            let per = |n: u64| n as f64 / f.faults as f64;
+            for s in Structure::ALL {
+                line += &format!(" {:>11.4}", per(f.transfers.of(s)));
+            }
+            println!("{line} {:>8.4}", per(f.transfers.transfers.iter().sum()));
+        }
+    }
+}
+
+fn print_seed() {
+    println!("\nThe seed's published rows (mmtests, vma-rwsem → vma-refcount, up to 56 CPUs):\n");
+    for (metric, pick) in [("faults/cpu", 0), ("faults/sec", 1)] {
+        for (cpus, cpu_before, cpu_after, sec_before, sec_after) in SEED_004 {
+            let (b, a) = if pick == 0 { (cpu_before, cpu_after) } else { (sec_before, sec_after) };
+            println!("Hmean {metric}-{cpus:<3} {b:>14.4} ( 0.00%) {a:>14.4} {:>+7.2}%", 100.0 * (a / b - 1.0));
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Cache-line transfer accounting: which simulated CPU last wrote each cache
+//! line the fault path shares, and how often a line moves from one simulated
+//! CPU to another, grouped by the kernel structure it belongs to (as
+//! `perf c2c` groups its HITM records). It lets a 2-core machine read the
+//! scaling of a design at 16 or 56 CPUs from counts that do not depend on the
+//! cores it runs on.
+//!
+//! The coherence model is MESI reduced to two states: a line is modified in
+//! one CPU, or clean (shared by any number). An access by CPU `c` to a line
+//! modified in another CPU is a transfer; a write leaves the line modified in
+//! `c`, a read leaves it clean. Writes to a clean line are not transfers (the
+//! invalidations they send move no data), so a line written by one CPU and
+//! read by many costs one transfer per reader per write.
+//!
+//! A line is the 64-byte line the accessed word occupies in the model's own
+//! memory, so words sharing a line in the model share its history; the model
+//! mirrors the kernel's alignment where it matters ([`Aligned`] is
+//! `____cacheline_aligned_in_smp`). Owner records live in a direct-mapped,
+//! tagged table: a collision forgets a line's history (a transfer may go
+//! uncounted), never invents one. Updates of a record are not atomic with one
+//! another: two CPUs racing for a line may both count, or neither.
+//!
+//! Accounting is per OS thread and opt-in ([`account_as`]): each thread is one
+//! simulated CPU, whatever core runs it. Threads that have not opted in pay
+//! one thread-local load per accounted access.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The kernel structure a shared line belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Structure {
+    /// `mm->mmap_lock`'s count.
+    MmapLock,
+    /// `mm->mm_lock_seq`.
+    MmLockSeq,
+    /// A VMA's lock: `vm_refcnt`, or the `vm_lock` rwsem, `vm_lock_seq` and `detached`.
+    VmaLock,
+    /// Split page-table locks.
+    Ptl,
+    /// `mm->rss_stat`, a per-CPU counter that folds into the shared count once per batch.
+    MmCounters,
+    /// A folio's head `struct page` (refcount, mapcount, flags).
+    Folio,
+    /// The zone lock of the page allocator.
+    ZoneLock,
+}
+
+impl Structure {
+    pub const ALL: [Structure; 7] = [
+        Structure::MmapLock,
+        Structure::MmLockSeq,
+        Structure::VmaLock,
+        Structure::Ptl,
+        Structure::MmCounters,
+        Structure::Folio,
+        Structure::ZoneLock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Structure::MmapLock => "mmap_lock",
+            Structure::MmLockSeq => "mm_lock_seq",
+            Structure::VmaLock => "vma_lock",
+            Structure::Ptl => "ptl",
+            Structure::MmCounters => "mm_counters",
+            Structure::Folio => "folio",
+            Structure::ZoneLock => "zone_lock",
+        }
+    }
+}
+
+const N: usize = Structure::ALL.len();
+
+/// A value alone in its cache line (`____cacheline_aligned_in_smp`).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct Aligned<T>(pub T);
+
+impl<T> std::ops::Deref for Aligned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Accesses and transfers one simulated CPU made, per [`Structure`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transfers {
+    pub accesses: [u64; N],
+    pub transfers: [u64; N],
+}
+
+impl Transfers {
+    /// Transfers into this CPU of lines of `s`.
+    pub fn of(&self, s: Structure) -> u64 {
+        self.transfers[s as usize]
+    }
+
+    /// Accesses to lines of `s`.
+    pub fn accesses_of(&self, s: Structure) -> u64 {
+        self.accesses[s as usize]
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Transfers) {
+        for i in 0..N {
+            self.accesses[i] += other.accesses[i];
+            self.transfers[i] += other.transfers[i];
+        }
+    }
+}
+
+/// `percpu_counter_batch` on a machine of up to 16 CPUs.
+const PERCPU_BATCH: u32 = 32;
+const TABLE_BITS: u32 = 20;
+const LINE_SHIFT: u32 = 6;
+/// Owner records: the line's tag (its number above the index bits, plus 1)
+/// in the high half, the CPU that holds it modified (0: clean) in the low.
+static OWNERS: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 << TABLE_BITS];
+
+thread_local! {
+    static CPU: Cell<u32> = const { Cell::new(0) };
+    static COUNTS: Cell<Transfers> = const { Cell::new(Transfers { accesses: [0; N], transfers: [0; N] }) };
+    static PENDING: Cell<[u32; N]> = const { Cell::new([0; N]) };
+}
+
+/// Makes this OS thread simulated CPU `cpu` (1 or more) from now on, or
+/// stops its accounting (0).
+pub fn account_as(cpu: u32) {
+    CPU.set(cpu);
+}
+
+/// Forgets every line's owner: all caches start cold (call it between
+/// benchmark runs, while no thread accounts).
+pub fn forget() {
+    OWNERS.iter().for_each(|r| r.store(0, Relaxed));
+}
+
+/// This thread's counts since the last call, which resets them.
+pub fn take() -> Transfers {
+    COUNTS.take()
+}
+
+/// A write (or atomic read-modify-write) of `word`, a word of a line of `s`.
+#[inline]
+pub fn write<T>(s: Structure, word: &T) {
+    access(s, word as *const T as usize, true);
+}
+
+/// A read of `word`, a word of a line of `s`.
+#[inline]
+pub fn read<T>(s: Structure, word: &T) {
+    access(s, word as *const T as usize, false);
+}
+
+/// An update by `amount` of a per-CPU counter whose shared count is `word`
+/// (`percpu_counter_add_batch`): the shared line is written when this CPU's
+/// pending amount reaches the batch. Differs from Linux: one pending amount
+/// per structure and thread, not per counter, and its sign is ignored.
+#[inline]
+pub fn percpu_add<T>(s: Structure, word: &T, amount: i64) {
+    if CPU.get() == 0 {
+        return;
+    }
+    let mut pending = PENDING.get();
+    pending[s as usize] += amount.unsigned_abs().min(PERCPU_BATCH as u64) as u32;
+    if pending[s as usize] >= PERCPU_BATCH {
+        pending[s as usize] = 0;
+        write(s, word);
+    }
+    PENDING.set(pending);
+}
+
+#[inline]
+fn access(s: Structure, addr: usize, write: bool) {
+    let cpu = CPU.get();
+    if cpu == 0 {
+        return;
+    }
+    let line = addr >> LINE_SHIFT;
+    let record = &OWNERS[line & ((1 << TABLE_BITS) - 1)];
+    let tag = ((line >> TABLE_BITS) as u64 + 1) << 32;
+    let old = record.load(Relaxed);
+    let owner = if old & !0xffff_ffff == tag { old as u32 } else { 0 };
+    let transfer = owner != 0 && owner != cpu;
+    let new = match (write, transfer) {
+        (true, _) => cpu,
+        (false, true) => 0,
+        (false, false) => owner,
+    };
+    if old != tag | new as u64 {
+        record.store(tag | new as u64, Relaxed);
+    }
+    let mut c = COUNTS.get();
+    c.accesses[s as usize] += 1;
+    c.transfers[s as usize] += transfer as u64;
+    COUNTS.set(c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Structure::*;
+
+    #[test]
+    fn ping_pong_of_writes_transfers_every_time() {
+        let word = Aligned(0u64);
+        take();
+        for i in 0..10 {
+            account_as(1 + i % 2);
+            write(VmaLock, &word.0);
+        }
+        account_as(0);
+        let t = take();
+        assert_eq!((t.accesses_of(VmaLock), t.of(VmaLock)), (10, 9));
+    }
+
+    #[test]
+    fn readers_share_a_clean_line_and_pay_once_per_write() {
+        let word = Aligned(0u64);
+        take();
+        account_as(1);
+        write(MmLockSeq, &word.0);
+        for cpu in [2, 3, 2, 3] {
+            account_as(cpu);
+            read(MmLockSeq, &word.0);
+        }
+        account_as(1);
+        read(MmLockSeq, &word.0);
+        account_as(0);
+        // Only the first read finds the line modified elsewhere.
+        assert_eq!(take().of(MmLockSeq), 1);
+    }
+
+    #[test]
+    fn separate_lines_do_not_interfere_but_shared_ones_do() {
+        let apart = [Aligned(0u32), Aligned(0u32)];
+        let packed = Aligned([0u32, 0u32]);
+        take();
+        for _ in 0..4 {
+            for cpu in [1, 2] {
+                account_as(cpu);
+                write(Ptl, &apart[cpu as usize - 1].0);
+                write(Folio, &packed.0[cpu as usize - 1]);
+            }
+        }
+        account_as(0);
+        let t = take();
+        assert_eq!(t.of(Ptl), 0, "each CPU writes its own line");
+        assert_eq!(t.of(Folio), 7, "false sharing: one line, two writers");
+    }
+
+    #[test]
+    fn percpu_counters_touch_the_shared_line_once_per_batch() {
+        let word = Aligned(0i64);
+        take();
+        for i in 0..(4 * PERCPU_BATCH) {
+            account_as(1 + (i / PERCPU_BATCH) % 2);
+            percpu_add(MmCounters, &word.0, 1);
+        }
+        account_as(0);
+        let t = take();
+        assert_eq!(t.accesses_of(MmCounters), 4);
+    }
+
+    #[test]
+    fn nothing_is_counted_without_opting_in() {
+        let word = 0u64;
+        account_as(0);
+        take();
+        write(ZoneLock, &word);
+        assert_eq!(take(), Transfers::default());
+    }
+}

@@ -1,0 +1,71 @@
+//! Cache-line accounting of the fault path (seed 004): two simulated CPUs
+//! fault in turn on one OS thread, so the interleaving, and with it every
+//! transfer, is fixed. One test: the owner table is global, and tests run
+//! in parallel.
+
+use foliomm::machine::VmaLockDesign;
+use foliomm::mm::Advice;
+use foliomm::sync::cacheline::{self, Structure::*, Transfers};
+use foliomm::{Config, Machine, MmapFlags, Prot};
+
+const PAGES: u64 = 256;
+const REGION: u64 = PAGES * 4096;
+
+/// Two CPUs write one byte to each page of their own region in turn,
+/// page by page: regions in two VMAs 4 MiB apart, or halves of one VMA.
+/// Returns the transfers and the faults taken.
+fn faults_in_turn(design: VmaLockDesign, shared: bool) -> (Transfers, u64) {
+    let m = Machine::new(Config { memory: 64 << 20, vma_lock: design, ..Config::default() }).unwrap();
+    let mm = m.new_mm().unwrap();
+    let fixed = MmapFlags { noreplace: true, ..MmapFlags::default() };
+    let regions = if shared {
+        let a = mm.mmap(0x4000_0000, 2 * REGION, Prot::RW, fixed).unwrap();
+        [a, a + REGION]
+    } else {
+        [0x4000_0000, 0x4040_0000].map(|a| mm.mmap(a, REGION, Prot::RW, fixed).unwrap())
+    };
+    for a in regions {
+        mm.madvise(a, REGION, Advice::NoHugePage).unwrap();
+    }
+    let mut cpus = [m.new_cpu(), m.new_cpu()];
+    cacheline::forget();
+    cacheline::take();
+    for page in 0..PAGES {
+        for (i, cpu) in cpus.iter_mut().enumerate() {
+            cacheline::account_as(i as u32 + 1);
+            cpu.write(&mm, regions[i] + page * 4096, &[1]).unwrap();
+        }
+    }
+    cacheline::account_as(0);
+    let t = cacheline::take();
+    assert!(m.check().is_empty());
+    (t, m.stats.pgfault.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+#[test]
+fn the_mmap_lock_moves_on_every_fault_and_a_shared_vma_lock_on_every_shared_fault() {
+    for design in [VmaLockDesign::MmapLock, VmaLockDesign::VmaRwsem, VmaLockDesign::VmaRefcount] {
+        for shared in [false, true] {
+            let (t, faults) = faults_in_turn(design, shared);
+            assert_eq!(faults, 2 * PAGES);
+            let per = |s| t.of(s) as f64 / faults as f64;
+            let what = format!("{design:?}, shared VMA {shared}: {t:?}");
+            // Each fault finds the line the other CPU's fault wrote last.
+            let per_vma = design != VmaLockDesign::MmapLock;
+            let (mmap_lock, vma_lock) = if per_vma { (0.0, shared as u32 as f64) } else { (1.0, 0.0) };
+            assert!((per(MmapLock) - mmap_lock).abs() < 0.02, "mmap_lock {}: {what}", per(MmapLock));
+            if shared || design == VmaLockDesign::VmaRefcount {
+                assert!((per(VmaLock) - vma_lock).abs() < 0.02, "vma_lock {}: {what}", per(VmaLock));
+            }
+            // Nobody writes mm_lock_seq while faults run. Separate PTE
+            // tables have separate PTLs: only the PMD table's lock, taken
+            // to install each region's PTE table, may move.
+            assert_eq!(t.of(MmLockSeq), 0, "{what}");
+            if !shared {
+                assert!(t.of(Ptl) <= 2, "{what}");
+            }
+            // Every fault takes the model's zone lock (no per-CPU lists).
+            assert!(per(ZoneLock) > 0.9, "zone_lock {}: {what}", per(ZoneLock));
+        }
+    }
+}
