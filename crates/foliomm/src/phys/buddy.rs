@@ -1,14 +1,17 @@
 //! The buddy allocator of one zone (mm/page_alloc.c `__rmqueue_smallest`,
 //! `expand`, `__free_one_page`): free lists per order `0..=MAX_PAGE_ORDER`
-//! linked through the free blocks' descriptors, under one lock, with no
-//! per-CPU lists, watermarks or migratetypes.
+//! linked through the free blocks' descriptors, under one lock, without
+//! watermarks or migratetypes. The per-CPU lists in front of it are in
+//! [`super::pcp`].
 
-use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
+use crate::arch::{Pfn, MAX_PAGE_ORDER};
 use crate::sync::atomic::Ordering::*;
 use crate::sync::cacheline::{self, Structure};
+use crate::sync::MutexGuard;
+#[cfg(test)]
 use crate::Errno;
 
-use super::{pg, PhysMem, POISON};
+use super::{pg, PhysMem};
 
 /// A pfn that ends a free list.
 pub(super) const NO_PFN: u64 = u64::MAX;
@@ -32,27 +35,19 @@ impl FreeArea {
 }
 
 impl PhysMem {
-    /// Allocates a naturally aligned block of `2^order` frames
-    /// (`__rmqueue_smallest` + `expand`). Returns ENOMEM when no block of that
-    /// order or larger is free. The frames are not zeroed.
-    pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
-        if order > MAX_PAGE_ORDER {
-            return Err(Errno::EINVAL);
-        }
-        cacheline::write(Structure::ZoneLock, &self.zone);
-        let mut zone = self.zone.lock().unwrap();
-        let found = (order..=MAX_PAGE_ORDER).find(|&o| zone.head[o as usize] != NO_PFN);
-        let Some(mut cur) = found else {
-            return Err(Errno::ENOMEM);
-        };
+    /// Takes a naturally aligned block of `2^order` frames off the free lists
+    /// of the locked zone (`__rmqueue_smallest` + `expand`), or `None` when no
+    /// block of that order or larger is free.
+    pub(super) fn rmqueue(&self, zone: &mut FreeArea, order: u32) -> Option<Pfn> {
+        let mut cur = (order..=MAX_PAGE_ORDER).find(|&o| zone.head[o as usize] != NO_PFN)?;
         let pfn = zone.head[cur as usize];
-        self.list_del(&mut zone, pfn, cur);
+        self.list_del(zone, pfn, cur);
         // expand(): return the upper halves to the lower free lists.
         while cur > order {
             cur -= 1;
-            self.list_add(&mut zone, pfn + (1 << cur), cur);
+            self.list_add(zone, pfn + (1 << cur), cur);
         }
-        Ok(pfn)
+        Some(pfn)
     }
 
     /// The generation of frame `pfn`: how often it has been freed.
@@ -60,18 +55,9 @@ impl PhysMem {
         self.generation[pfn as usize].load(Acquire)
     }
 
-    /// Frees a block of `2^order` frames, merging with free buddies
-    /// (`__free_one_page`). The caller has reset the descriptors. Each frame's
-    /// generation moves on, and with poisoning its bytes become [`POISON`].
-    pub fn free_pages(&self, pfn: Pfn, order: u32) {
-        for p in pfn..pfn + (1 << order) {
-            if self.poison {
-                self.fill(p, 0, PAGE_SIZE as usize, POISON);
-            }
-            self.generation[p as usize].fetch_add(1, Release);
-        }
-        cacheline::write(Structure::ZoneLock, &self.zone);
-        let mut zone = self.zone.lock().unwrap();
+    /// Returns a block of `2^order` frames to the free lists of the locked
+    /// zone, merging it with free buddies (`__free_one_page`).
+    pub(super) fn free_one_page(&self, zone: &mut FreeArea, pfn: Pfn, order: u32) {
         let (mut pfn, mut order) = (pfn, order);
         while order < MAX_PAGE_ORDER {
             let buddy = pfn ^ (1 << order);
@@ -79,15 +65,21 @@ impl PhysMem {
             if !bp.test(pg::BUDDY) || bp.order_field() != order {
                 break;
             }
-            self.list_del(&mut zone, buddy, order);
+            self.list_del(zone, buddy, order);
             pfn &= !(1 << order);
             order += 1;
         }
-        self.list_add(&mut zone, pfn, order);
+        self.list_add(zone, pfn, order);
     }
 
-    /// Number of free frames.
-    pub fn nr_free(&self) -> u64 {
+    /// The zone lock (`zone->lock`), accounted as a write of its line.
+    pub(super) fn lock_zone(&self) -> MutexGuard<'_, FreeArea> {
+        cacheline::write(Structure::ZoneLock, &self.zone);
+        self.zone.lock().unwrap()
+    }
+
+    /// Free frames in the buddy free lists.
+    pub(super) fn nr_free_buddy(&self) -> u64 {
         self.zone.lock().unwrap().free_pages
     }
 
@@ -96,8 +88,8 @@ impl PhysMem {
         self.zone.lock().unwrap().nr_free.to_vec()
     }
 
-    /// Every free block as (pfn, order), walked through the free lists.
-    pub fn free_blocks(&self) -> Vec<(Pfn, u32)> {
+    /// Every block in the buddy free lists as (pfn, order).
+    pub(super) fn buddy_blocks(&self) -> Vec<(Pfn, u32)> {
         let zone = self.zone.lock().unwrap();
         let mut out = Vec::new();
         for order in 0..=MAX_PAGE_ORDER {
@@ -162,7 +154,26 @@ mod tests {
         phys.free_pages(a, 0);
         phys.free_pages(b, 3);
         assert_eq!(phys.nr_free(), 2048);
-        assert_eq!(phys.buddyinfo()[MAX_PAGE_ORDER as usize], 2, "blocks must merge back");
+        assert!(phys.buddyinfo()[MAX_PAGE_ORDER as usize] < 2, "small blocks wait on the per-CPU lists");
+        assert!(phys.drain_all_pages());
+        assert_eq!(phys.nr_free(), 2048);
+        assert_eq!(phys.buddyinfo()[MAX_PAGE_ORDER as usize], 2, "drained blocks must merge back");
+    }
+
+    #[test]
+    fn a_cpu_reuses_the_page_it_freed_and_takes_the_zone_lock_once_per_batch() {
+        let phys = PhysMem::new(8 << 20, false).unwrap();
+        let a = phys.alloc_pages(0).unwrap();
+        let held = phys.nr_free_buddy();
+        phys.free_pages(a, 0);
+        assert_eq!(phys.alloc_pages(0), Ok(a), "the hottest page comes back first");
+        let batch: Vec<_> = (0..62).map(|_| phys.alloc_pages(0).unwrap()).collect();
+        assert_eq!(phys.nr_free_buddy(), held, "one refill served the batch");
+        phys.alloc_pages(0).unwrap();
+        assert!(phys.nr_free_buddy() < held, "an empty list refills from the zone");
+        for pfn in batch {
+            phys.free_pages(pfn, 0);
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Simulated physical memory: a frame arena holding real bytes
 //! ([`arena`]), the memmap of page descriptors ([`memmap`]), and a buddy
-//! allocator for orders `0..=MAX_PAGE_ORDER` ([`buddy`]).
+//! allocator for orders `0..=MAX_PAGE_ORDER` ([`buddy`]) behind per-CPU
+//! page lists ([`pcp`]).
 //!
 //! Every word of the arena is accessed as an atomic: page tables live in
 //! frames and are updated concurrently, and user data may be written by
@@ -9,8 +10,10 @@
 mod arena;
 mod buddy;
 mod memmap;
+mod pcp;
 
 pub use memmap::{pg, Page};
+pub use pcp::NR_PCP;
 
 use std::sync::atomic::AtomicU64;
 
@@ -25,6 +28,8 @@ pub struct PhysMem {
     memmap: Box<[Page]>,
     nr_frames: u64,
     zone: Mutex<buddy::FreeArea>,
+    /// The per-CPU page lists, one slot per simulated CPU (modulo [`NR_PCP`]).
+    pcp: Box<[Mutex<pcp::PerCpuPages>]>,
     /// Per-frame generation, bumped whenever the frame is freed: a TLB entry
     /// remembers it, so a use after free is recognised (model-only).
     generation: Box<[AtomicU32]>,
@@ -51,6 +56,7 @@ impl PhysMem {
             memmap,
             nr_frames,
             zone: Mutex::new(buddy::FreeArea::new()),
+            pcp: pcp::new_lists(),
             generation: (0..nr_frames).map(|_| Default::default()).collect(),
             poison,
         };

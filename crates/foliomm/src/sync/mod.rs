@@ -73,6 +73,23 @@ pub mod thread {
     }
 }
 
+/// The simulated CPU this thread runs as (`smp_processor_id`): its
+/// accounting CPU when it has one ([`cacheline::account_as`]), else a
+/// number it gets on first use. Under loom and shuttle all model threads
+/// share their OS thread's number.
+pub fn this_cpu() -> usize {
+    thread_local! {
+        static OWN: usize = {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        };
+    }
+    match cacheline::cpu() {
+        0 => OWN.with(|c| *c),
+        c => c as usize,
+    }
+}
+
 /// One round of waiting for a lock or a seqcount: spin, and every 64th round
 /// yield the CPU (model threads may be preempted while holding what we wait
 /// for). Under loom and shuttle every round yields, as their schedulers

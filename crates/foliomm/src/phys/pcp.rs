@@ -1,0 +1,173 @@
+//! Per-CPU page lists in front of the buddy allocator (`struct
+//! per_cpu_pages`, mm/page_alloc.c): blocks of the orders a pcp list keeps
+//! (up to `PAGE_ALLOC_COSTLY_ORDER`, and the THP order) are freed to the
+//! freeing CPU's list and allocated from the allocating CPU's list, hottest
+//! first; the zone lock is taken once per batch, to refill an empty list
+//! (`rmqueue_bulk`) or to trim one past its high mark (`free_pcppages_bulk`).
+//! So a CPU reuses the pages it freed, still in its cache, and CPUs meet on
+//! the zone lock once per batch instead of once per page.
+//!
+//! Differs from Linux: a fixed batch and high mark (no `pcp->high` tuning),
+//! one list per order (no migratetypes), slots indexed by the simulated CPU
+//! ([`crate::sync::this_cpu`]) modulo [`NR_PCP`], and an allocation that
+//! finds no free block drains every list and tries once more
+//! (`drain_all_pages`, which Linux does on its reclaim path).
+
+use std::collections::VecDeque;
+
+use super::PhysMem;
+use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
+use crate::sync::atomic::Ordering::*;
+use crate::sync::{this_cpu, Mutex};
+use crate::Errno;
+
+/// Slots of per-CPU lists; simulated CPUs beyond share them.
+pub const NR_PCP: usize = 64;
+/// Pages moved to or from the zone at once (`pcp->batch` of a large zone).
+const BATCH: u64 = 63;
+/// Pages a CPU's lists may hold before a batch goes back (`pcp->high`).
+const HIGH: u64 = 6 * BATCH;
+/// `PAGE_ALLOC_COSTLY_ORDER`.
+const COSTLY_ORDER: u32 = 3;
+/// The THP order, which has a list of its own (`pageblock_order`).
+const THP_ORDER: u32 = 9;
+const LISTS: usize = COSTLY_ORDER as usize + 2;
+
+/// One CPU's lists: blocks per kept order, hottest at the front.
+#[derive(Default)]
+pub(super) struct PerCpuPages {
+    /// Pages held, over all lists (`pcp->count`).
+    count: u64,
+    lists: [VecDeque<Pfn>; LISTS],
+}
+
+/// The pcp list of `order`, if it has one (`order_to_pindex`).
+fn pindex(order: u32) -> Option<usize> {
+    match order {
+        0..=COSTLY_ORDER => Some(order as usize),
+        THP_ORDER => Some(LISTS - 1),
+        _ => None,
+    }
+}
+
+fn order_of(pindex: usize) -> u32 {
+    if pindex == LISTS - 1 {
+        THP_ORDER
+    } else {
+        pindex as u32
+    }
+}
+
+pub(super) fn new_lists() -> Box<[Mutex<PerCpuPages>]> {
+    (0..NR_PCP).map(|_| Mutex::default()).collect()
+}
+
+impl PhysMem {
+    /// Allocates a naturally aligned block of `2^order` frames (`rmqueue`):
+    /// from this CPU's list for the orders that have one, else from the
+    /// zone. ENOMEM when no block of that order or larger is free even after
+    /// draining the lists. The frames are not zeroed.
+    pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
+        if order > MAX_PAGE_ORDER {
+            return Err(Errno::EINVAL);
+        }
+        for attempt in 0..2 {
+            if let Some(pfn) = self.alloc_pcp(order).or_else(|| self.rmqueue(&mut self.lock_zone(), order)) {
+                return Ok(pfn);
+            }
+            if attempt == 0 && !self.drain_all_pages() {
+                break;
+            }
+        }
+        Err(Errno::ENOMEM)
+    }
+
+    /// `rmqueue_pcplist`: the hottest block of this CPU's list, refilled
+    /// with a batch from the zone when empty.
+    fn alloc_pcp(&self, order: u32) -> Option<Pfn> {
+        let i = pindex(order)?;
+        let mut pcp = self.pcp[this_cpu() % NR_PCP].lock().unwrap();
+        if pcp.lists[i].is_empty() {
+            let mut zone = self.lock_zone();
+            for _ in 0..(BATCH >> order).max(1) {
+                let Some(pfn) = self.rmqueue(&mut zone, order) else { break };
+                pcp.lists[i].push_back(pfn);
+                pcp.count += 1 << order;
+            }
+        }
+        let pfn = pcp.lists[i].pop_front()?;
+        pcp.count -= 1 << order;
+        Some(pfn)
+    }
+
+    /// Frees a block of `2^order` frames (`free_frozen_pages`): to this
+    /// CPU's list for the orders that have one, trimming it by a batch past
+    /// its high mark; else to the zone, merging with free buddies. The
+    /// caller has reset the descriptors. Each frame's generation moves on,
+    /// and with poisoning its bytes become [`super::POISON`].
+    pub fn free_pages(&self, pfn: Pfn, order: u32) {
+        for p in pfn..pfn + (1 << order) {
+            if self.poison {
+                self.fill(p, 0, PAGE_SIZE as usize, super::POISON);
+            }
+            self.generation[p as usize].fetch_add(1, Release);
+        }
+        let Some(i) = pindex(order) else {
+            return self.free_one_page(&mut self.lock_zone(), pfn, order);
+        };
+        let mut pcp = self.pcp[this_cpu() % NR_PCP].lock().unwrap();
+        pcp.lists[i].push_front(pfn);
+        pcp.count += 1 << order;
+        if pcp.count >= HIGH {
+            self.free_pcppages_bulk(&mut pcp, BATCH);
+        }
+    }
+
+    /// Returns at least `pages` pages of `pcp` to the zone, coldest first,
+    /// taking from each list in turn.
+    fn free_pcppages_bulk(&self, pcp: &mut PerCpuPages, pages: u64) {
+        let mut zone = self.lock_zone();
+        let mut freed = 0;
+        while freed < pages && pcp.count > 0 {
+            for i in 0..LISTS {
+                if let Some(pfn) = pcp.lists[i].pop_back() {
+                    let order = order_of(i);
+                    self.free_one_page(&mut zone, pfn, order);
+                    pcp.count -= 1 << order;
+                    freed += 1 << order;
+                }
+            }
+        }
+    }
+
+    /// Returns every CPU's list to the zone (`drain_all_pages`); true if
+    /// that freed anything.
+    pub fn drain_all_pages(&self) -> bool {
+        let mut any = false;
+        for slot in self.pcp.iter() {
+            let mut pcp = slot.lock().unwrap();
+            any |= pcp.count > 0;
+            let all = pcp.count;
+            self.free_pcppages_bulk(&mut pcp, all);
+        }
+        any
+    }
+
+    /// Number of free frames, in the zone and on the per-CPU lists.
+    pub fn nr_free(&self) -> u64 {
+        self.nr_free_buddy() + self.pcp.iter().map(|s| s.lock().unwrap().count).sum::<u64>()
+    }
+
+    /// Every free block as (pfn, order): the zone's free lists, then the
+    /// per-CPU lists. Exact only while no CPU allocates or frees.
+    pub fn free_blocks(&self) -> Vec<(Pfn, u32)> {
+        let mut out = self.buddy_blocks();
+        for slot in self.pcp.iter() {
+            let pcp = slot.lock().unwrap();
+            for (i, list) in pcp.lists.iter().enumerate() {
+                out.extend(list.iter().map(|&pfn| (pfn, order_of(i))));
+            }
+        }
+        out
+    }
+}
