@@ -104,10 +104,15 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         .collect::<Result<_>>()?;
     let steps = (a.runs.max(1) as usize * layouts.len() * a.threads.len() * backends.len() + DESIGNS.len()) as u64;
     let bar = progress(steps);
-    // Warm each arena once: the first touch of model memory is host faults.
+    // Warm each machine with both layouts at the most threads: the first
+    // touch of model memory is host faults, and until the free lists have
+    // been churned once, allocations walk memory in order (faster than ever
+    // after).
     for (d, m) in &machines {
         bar.set_message(format!("warming {}", d.name()));
-        page_fault1::model(m, Layout::Shared, most, size, 1)?;
+        for layout in [Layout::Shared, Layout::Separate] {
+            page_fault1::model(m, layout, most, size, 1)?;
+        }
         bar.inc(1);
     }
     let mut figures: HashMap<Key, Figures> = HashMap::new();
