@@ -171,7 +171,12 @@ impl Backend for ModelBackend {
         fixed: bool,
         populate: bool,
     ) -> BackendResult<u64> {
-        Ok(self.mm_of(t)?.mmap(at.unwrap_or(0), len, prot, MmapFlags { fixed, populate, noreplace: false })?)
+        Ok(self.mm_of(t)?.mmap(
+            at.unwrap_or(0),
+            len,
+            prot,
+            MmapFlags { fixed, populate, noreplace: false, shared: false },
+        )?)
     }
 
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {

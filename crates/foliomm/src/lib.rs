@@ -20,6 +20,7 @@ pub mod mm_types;
 pub mod pgtable;
 pub mod phys;
 pub mod rmap;
+pub mod shmem;
 pub mod sync;
 pub mod tlb;
 
@@ -32,8 +33,8 @@ pub use mm_types::{Mm, Prot};
 /// itself, never one after it. The crate root (`Errno`, `Result`,
 /// `xorshift`) is below them all.
 pub const LAYERS: &[&str] = &[
-    "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "tlb", "mm_types", "memory", "mm", "cpu",
-    "check", "machine",
+    "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb", "mm_types", "memory",
+    "mm", "cpu", "check", "machine",
 ];
 
 /// A Linux errno-like error returned by every memory operation.
@@ -57,6 +58,9 @@ pub enum Errno {
     /// The range is already mapped (`-EEXIST`, `MAP_FIXED_NOREPLACE`).
     #[error("EEXIST: range already mapped")]
     EEXIST,
+    /// An access to a file mapping past the end of the file (`SIGBUS`).
+    #[error("SIGBUS: access past the end of the mapped file")]
+    SIGBUS,
 }
 
 impl Errno {
@@ -69,12 +73,13 @@ impl Errno {
             Errno::EACCES => "EACCES",
             Errno::EBUSY => "EBUSY",
             Errno::EEXIST => "EEXIST",
+            Errno::SIGBUS => "SIGBUS",
         }
     }
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
-        [Errno::ENOMEM, Errno::EINVAL, Errno::EFAULT, Errno::EACCES, Errno::EBUSY, Errno::EEXIST]
+        [Errno::ENOMEM, Errno::EINVAL, Errno::EFAULT, Errno::EACCES, Errno::EBUSY, Errno::EEXIST, Errno::SIGBUS]
             .into_iter()
             .find(|e| e.name() == s)
     }

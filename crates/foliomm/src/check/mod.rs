@@ -10,6 +10,8 @@
 //! - a writable anon entry maps an AnonExclusive page; an AnonExclusive page
 //!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
 //! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
+//! - shmem page caches hold allocated shmem folios of their inode, each
+//!   once, with one reference per page; a mapped file folio is cached;
 //! - every frame is free (in exactly one buddy list), a reachable page table,
 //!   a zero page, or part of a mapped folio; free + allocated = total;
 //! - no "bad page" was reported when a folio was freed, and no CPU used a
@@ -20,6 +22,7 @@
 //! precision report's shadow, [`precision`]).
 
 pub mod ledger;
+mod page_cache;
 pub mod precision;
 pub mod reference;
 pub mod violation;
@@ -38,6 +41,7 @@ use crate::mm_types::{Mm, Vmas};
 use crate::pgtable::{walk_all, Visit};
 use crate::phys::pg;
 use crate::rmap;
+use crate::shmem::Inode;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 use ViolationKind::*;
@@ -54,8 +58,9 @@ struct Leaf {
 /// `ledger` of what the page tables cannot tell; returns every violation
 /// (none when all hold). Call it at a quiescent point: no thread may be
 /// inside an operation.
-pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<Violation> {
+pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
     let mut bad = Vec::new();
+    let cached = page_cache::check_page_caches(m, inodes, &mut bad);
     let mut tables: HashSet<Pfn> = HashSet::new();
     let mut leaves = Vec::new();
     for mm in mms {
@@ -71,22 +76,28 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], ledger: &Ledger) -> Vec<Violat
         }
         let before = leaves.len();
         walk_tables(m, mm, &mut tables, &mut leaves, &mut bad);
-        let mut rss = 0i64;
+        let (mut anon, mut shmem) = (0i64, 0i64);
         for leaf in &leaves[before..] {
             check_leaf(m, &vmas, leaf, &mut bad);
             if !leaf.pte.special() {
-                rss += if leaf.pmd { 1 << PMD_ORDER } else { 1 };
+                let n = if leaf.pmd { 1 << PMD_ORDER } else { 1 };
+                match Folio::containing(&m.phys, leaf.pte.pfn()).test_anon() {
+                    true => anon += n,
+                    false => shmem += n,
+                }
             }
         }
-        let have = mm.rss_anon.load(Relaxed);
-        if have != rss {
-            let what = format!("mm {}: MM_ANONPAGES is {have}, page tables map {rss} anon pages", mm.id);
-            bad.push(Violation::new(Rss, Subject::Mm { mm: mm.id, addr: None }, what));
+        for (name, have, want) in [("MM_ANONPAGES", &mm.rss_anon, anon), ("MM_SHMEMPAGES", &mm.rss_shmem, shmem)] {
+            let have = have.load(Relaxed);
+            if have != want {
+                let what = format!("mm {}: {name} is {have}, page tables map {want} such pages", mm.id);
+                bad.push(Violation::new(Rss, Subject::Mm { mm: mm.id, addr: None }, what));
+            }
         }
     }
     let truth = build_truth(m, &leaves, &mut bad);
-    check_folios(m, ledger, &truth, &mut bad);
-    check_frames(m, ledger, &truth, &tables, &mut bad);
+    check_folios(m, ledger, &truth, &cached, &mut bad);
+    check_frames(m, ledger, &truth, &cached, &tables, &mut bad);
     for (pfn, what) in m.bad_pages.lock().unwrap().iter() {
         bad.push(Violation::new(BadPage, Subject::Folio(*pfn), format!("bad page: folio {pfn:#x}: {what}")));
     }
@@ -208,7 +219,13 @@ fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> HashMap
     truth
 }
 
-fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, bad: &mut Vec<Violation>) {
+fn check_folios(
+    m: &Kernel,
+    ledger: &Ledger,
+    truth: &HashMap<Pfn, FolioTruth>,
+    cached: &HashMap<Pfn, (u64, u64)>,
+    bad: &mut Vec<Violation>,
+) {
     let phys = &m.phys;
     for (&head, t) in truth {
         let f = Folio::from_head(phys, head);
@@ -236,7 +253,8 @@ fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, b
                 ));
             }
         }
-        check_references(ledger, f, total, bad);
+        let cache_refs = if cached.contains_key(&head) { f.nr_pages() } else { 0 };
+        check_references(ledger, f, total + cache_refs, bad);
         if let Some(shadow) = &ledger.shadow {
             let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
             let have = shadow.of(head);
@@ -245,14 +263,18 @@ fn check_folios(m: &Kernel, ledger: &Ledger, truth: &HashMap<Pfn, FolioTruth>, b
                 bad.push(Violation::new(Precision, at, what));
             }
         }
-        if !f.test_anon() {
-            bad.push(Violation::new(Mapcount, at, format!("folio {head:#x}: mapped but not anon")));
+        if !f.test_anon() && !cached.contains_key(&head) && ledger.gups_of(head) == (0, 0) {
+            bad.push(Violation::new(
+                PageCache,
+                at,
+                format!("folio {head:#x}: a file folio mapped but in no page cache"),
+            ));
         }
     }
 }
 
-/// `refcount` = one per mapping + the pins' references + one per FOLL_GET;
-/// `_pincount` = pins.
+/// `refcount` = one per mapping (and per page a page cache holds) + the
+/// pins' references + one per FOLL_GET; `_pincount` = pins.
 fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Violation>) {
     let (pins, gets) = ledger.gups_of(f.pfn);
     let (pins, gets) = (pins as u64, gets as u64);
@@ -271,6 +293,7 @@ fn check_frames(
     m: &Kernel,
     ledger: &Ledger,
     truth: &HashMap<Pfn, FolioTruth>,
+    cached: &HashMap<Pfn, (u64, u64)>,
     tables: &HashSet<Pfn>,
     bad: &mut Vec<Violation>,
 ) {
@@ -324,7 +347,10 @@ fn check_frames(
             continue;
         }
         if !truth.contains_key(&pfn) {
-            if ledger.gups_of(pfn) != (0, 0) {
+            if cached.contains_key(&pfn) {
+                // In a page cache and mapped nowhere.
+                check_references(ledger, f, f.nr_pages(), bad);
+            } else if ledger.gups_of(pfn) != (0, 0) {
                 // Pinned after its last unmap (the pin keeps it alive).
                 check_references(ledger, f, 0, bad);
             } else {

@@ -36,8 +36,10 @@ pub enum ViolationKind {
     PageTable,
     /// A mapping outside any VMA or beyond what its protection allows.
     Vma,
-    /// `MM_ANONPAGES` against the page tables.
+    /// `MM_ANONPAGES` and `MM_SHMEMPAGES` against the page tables.
     Rss,
+    /// shmem page caches: their folios, and file folios mapped from none.
+    PageCache,
     /// Folio and page mapcounts, the design's fields, the anon rmap.
     Mapcount,
     /// AnonExclusive pages, and "exclusive" answers for a shared folio.
@@ -63,6 +65,7 @@ impl ViolationKind {
             ViolationKind::PageTable => "page_table",
             ViolationKind::Vma => "vma",
             ViolationKind::Rss => "rss",
+            ViolationKind::PageCache => "page_cache",
             ViolationKind::Mapcount => "mapcount",
             ViolationKind::Exclusive => "exclusive",
             ViolationKind::Precision => "precision",

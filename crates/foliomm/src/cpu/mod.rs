@@ -177,7 +177,7 @@ impl Cpu {
 fn do_user_addr_fault(mm: &Mm, addr: u64, write: bool) -> Result<()> {
     if let Some(held) = mm.lock_vma_under_rcu(addr) {
         access_error(held.vma(), write)?;
-        if held.anon_prepare(write) {
+        if held.anon_prepare(write && !held.vma().shared()) {
             return handle_mm_fault(mm, held.vma(), addr, write);
         }
         held.retry();

@@ -11,6 +11,7 @@ use crate::cpu::Cpu;
 use crate::kernel::Kernel;
 use crate::mm::gup::{unpin_user_pages, Pin};
 use crate::mm_types::{Mm, MmList, VmaCache};
+use crate::shmem::Inode;
 use crate::sync::Arc;
 use crate::Result;
 
@@ -66,9 +67,19 @@ impl Machine {
         unpin_user_pages(&self.kernel, pin)
     }
 
+    /// A new shmem file of `size` bytes (`memfd_create` + `ftruncate`).
+    pub fn memfd_create(&self, size: u64) -> Result<Arc<Inode>> {
+        self.mms.new_inode(&self.kernel, size)
+    }
+
+    /// `ftruncate(fd, size)` of a shmem file (see [`MmList::truncate`]).
+    pub fn ftruncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
+        self.mms.truncate(inode, size)
+    }
+
     /// Runs the invariant checker ([`crate::check`]); every violation
     /// found. Call it at a quiescent point.
     pub fn check(&self) -> Vec<Violation> {
-        check_machine(&self.kernel, &self.mms(), &self.ledger)
+        check_machine(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
     }
 }

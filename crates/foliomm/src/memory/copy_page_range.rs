@@ -24,7 +24,8 @@ pub(crate) struct CopyVma<'a> {
 }
 
 impl CopyVma<'_> {
-    /// `copy_page_range` for a private anonymous VMA. A huge PMD that may be
+    /// `copy_page_range` for a private VMA with an anon_vma (anonymous, or a
+    /// file mapping some of whose pages were copied on write). A huge PMD that may be
     /// pinned is split in the parent and copied by PTEs (`copy_huge_pmd`
     /// returning -EAGAIN).
     pub(crate) fn copy_page_range(&self) -> Result<()> {
@@ -93,6 +94,18 @@ impl CopyVma<'_> {
             };
             single = usize::saturating_sub(single, 1);
             f.ref_add(nr as i32);
+            if !f.test_anon() {
+                // A file page of a private mapping: read-only, shared with the
+                // child as it is (folio_dup_file_rmap_ptes).
+                rmap::folio_add_file_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id);
+                let child = pte.without(Pte::ACCESSED);
+                (0..nr).for_each(|i| store(phys, dtable, idx + i, child.next_pfn(i as u64)));
+                dst.add_rss(f, nr as i64);
+                Stats::add(&k.stats.fork_ptes, nr as u64);
+                Stats::inc(&k.stats.fork_batches);
+                addr += nr as u64 * PAGE_SIZE;
+                continue;
+            }
             if rmap::folio_try_dup_anon_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id, pinned).is_err() {
                 f.put_refs(nr as i32);
                 if nr > 1 {

@@ -8,7 +8,7 @@
 //! that is contended makes reuse fail instead of waiting.
 
 use super::huge_memory::{self, Huge};
-use super::{anon, wp};
+use super::{anon, file, wp};
 use crate::arch::{pte_index, Pfn, Pte, PMD_ORDER, PMD_SIZE};
 use crate::kernel::{Kernel, Stats};
 use crate::mm_types::{vm, Mm, Vma};
@@ -49,9 +49,13 @@ impl VmFault<'_> {
     pub fn unshare(&self) -> bool {
         self.kind == FaultKind::Unshare
     }
-    /// The THP orders the VMA may use (`thp_vma_allowable_orders`).
+    /// The THP orders the VMA may use (`thp_vma_allowable_orders`); none
+    /// for a file VMA (shmem folios are order 0 for now).
     pub fn thp_orders(&self) -> u32 {
         let flags = self.vma.flags();
+        if self.vma.file().is_some() {
+            return 0;
+        }
         self.k.thp.allowable_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0)
     }
 }
@@ -118,16 +122,22 @@ fn touch(k: &Kernel, table: Pfn, idx: usize, orig: Pte, write: bool) {
     }
 }
 
-/// `handle_pte_fault`: a none PTE is an anonymous fault, a write (or
-/// unshare) to a read-only one is a write-protect fault, else the entry is
-/// only marked accessed.
+/// `handle_pte_fault`: a none PTE is an anonymous or a file fault
+/// (`do_fault`), a write (or unshare) to a read-only one is a
+/// write-protect fault, else the entry is only marked accessed.
 fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
     let idx = pte_index(vmf.address);
     let pte = load(&vmf.k.phys, vmf.table, idx);
     vmf.orig = pte;
     if pte.is_none() {
-        anon::do_anonymous_page(vmf)
+        match vmf.vma.file() {
+            Some(inode) => file::do_fault(vmf, &inode),
+            None => anon::do_anonymous_page(vmf),
+        }
     } else if vmf.kind != FaultKind::Read && !pte.write() {
+        if vmf.vma.shared() {
+            return file::wp_page_shared(vmf);
+        }
         wp::do_wp_page(vmf)
     } else {
         touch(vmf.k, vmf.table, idx, pte, vmf.write());

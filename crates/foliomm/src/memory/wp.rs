@@ -1,6 +1,7 @@
-//! Write-protect faults on a present, read-only PTE of a private anonymous
-//! mapping (mm/memory.c `do_wp_page`, `wp_can_reuse_anon_folio`,
-//! `wp_page_copy`): reuse the page when this MM alone may own it, else copy.
+//! Write-protect faults on a present, read-only PTE of a private mapping
+//! (mm/memory.c `do_wp_page`, `wp_can_reuse_anon_folio`, `wp_page_copy`):
+//! reuse an anon page when this MM alone may own it, else copy (a file
+//! page is always copied).
 
 use super::fault::VmFault;
 use crate::arch::{pte_index, Pte, PAGE_SIZE};
@@ -29,15 +30,17 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
         }
         let f = Folio::containing(phys, orig.pfn());
         let i = orig.pfn() - f.pfn;
-        let reuse = f.anon_exclusive(i)
-            || if f.is_large() {
-                let debug = &k.config.debug;
-                let reuse = debug.reuse_shared || (!debug.no_large_reuse && k.design.can_reuse(f, vmf.mm.id));
-                k.observe(|o| o.cow_decided(k, f, vmf.mm.id, reuse));
-                reuse
-            } else {
-                f.trylock().is_some() && f.refcount() == 1
-            };
+        // A file page in a private mapping is always copied.
+        let reuse = f.test_anon()
+            && (f.anon_exclusive(i)
+                || if f.is_large() {
+                    let debug = &k.config.debug;
+                    let reuse = debug.reuse_shared || (!debug.no_large_reuse && k.design.can_reuse(f, vmf.mm.id));
+                    k.observe(|o| o.cow_decided(k, f, vmf.mm.id, reuse));
+                    reuse
+                } else {
+                    f.trylock().is_some() && f.refcount() == 1
+                });
         if reuse {
             f.set_anon_exclusive(i, true);
             if !vmf.unshare() {
@@ -96,6 +99,10 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     match old {
         Some(old) => {
             rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);
+            if !old.test_anon() {
+                mm.add_rss(old, -1);
+                mm.add_anon_rss(1);
+            }
         }
         None => {
             mm.add_anon_rss(1);

@@ -81,7 +81,7 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u6
                 }
                 Stats::add(&k.stats.zap_ptes, nr as u64);
                 Stats::inc(&k.stats.zap_batches);
-                mm.add_anon_rss(-(nr as i64));
+                mm.add_rss(f, -(nr as i64));
                 tlb.remove_tlb_entries(addr, nr as u64);
                 rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
                 full = tlb.remove_folio_pages(pte.pfn(), nr as u32, false);

@@ -1,5 +1,6 @@
-//! mm/mmap.c: `mmap` for private anonymous memory with `MAP_POPULATE`,
-//! `get_unmapped_area`, and `exit_mmap` / `__mmdrop`.
+//! mm/mmap.c: `mmap` of anonymous memory and of shmem files, private or
+//! shared, with `MAP_POPULATE`; `get_unmapped_area`, and `exit_mmap` /
+//! `__mmdrop`.
 
 use super::vma::merge_around;
 use super::{page_align, range_end};
@@ -8,6 +9,8 @@ use crate::memory::handle_mm_fault;
 use crate::memory::zap::{free_pgtables, unmap_page_range};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
+use crate::shmem::Inode;
+use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -20,6 +23,9 @@ pub struct MmapFlags {
     pub noreplace: bool,
     /// `MAP_POPULATE`: fault every page in now.
     pub populate: bool,
+    /// `MAP_SHARED` (else `MAP_PRIVATE`): writes reach the file and every
+    /// other mapping of it; anonymous shared memory is a new shmem file.
+    pub shared: bool,
 }
 
 /// Lowest address mmap hands out (`mmap_min_addr`).
@@ -28,17 +34,41 @@ pub const MMAP_MIN_ADDR: u64 = 0x10000;
 pub const MMAP_BASE: u64 = 0x7f00_0000_0000;
 
 impl Mm {
-    /// `mmap(addr, len, prot, MAP_PRIVATE|MAP_ANONYMOUS|flags)`. Without
-    /// `MAP_FIXED` the address is a hint; with no hint, a length that is a
-    /// multiple of 2 MiB gets a 2 MiB-aligned address (`__get_unmapped_area`
-    /// → `thp_get_unmapped_area_vmflags`).
+    /// `mmap(addr, len, prot, MAP_ANONYMOUS|flags)`. Without `MAP_FIXED`
+    /// the address is a hint; with no hint, a length that is a multiple of
+    /// 2 MiB gets a 2 MiB-aligned address (`__get_unmapped_area` →
+    /// `thp_get_unmapped_area_vmflags`). `MAP_SHARED` anonymous memory is a
+    /// new shmem file of `len` bytes (`shmem_zero_setup`).
     pub fn mmap(&self, addr: u64, len: u64, prot: Prot, flags: MmapFlags) -> Result<u64> {
+        if !flags.shared {
+            return self.mmap_file(addr, len, prot, flags, None);
+        }
+        let inode = self.mmlist.new_inode(&self.kernel, page_align(len)?)?;
+        self.mmap_file(addr, len, prot, flags, Some((&inode, 0)))
+    }
+
+    /// `mmap(addr, len, prot, flags, fd, offset)` of a shmem `file` from byte
+    /// `offset` (a page multiple), or of anonymous memory without one.
+    /// The mapping may reach past the end of the file; accesses there fail.
+    pub fn mmap_file(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: Prot,
+        flags: MmapFlags,
+        file: Option<(&Arc<Inode>, u64)>,
+    ) -> Result<u64> {
         if len == 0 || prot.0 & !(Prot::READ | Prot::WRITE | Prot::EXEC) != 0 {
             return Err(Errno::EINVAL);
         }
         let len = page_align(len)?;
         if len > TASK_SIZE {
             return Err(Errno::ENOMEM);
+        }
+        if let Some((_, offset)) = file {
+            if offset % PAGE_SIZE != 0 || offset.checked_add(len).is_none_or(|e| e > crate::shmem::MAX_FILE_SIZE) {
+                return Err(Errno::EINVAL);
+            }
         }
         let mut vmas = self.mmap_write_lock();
         let start = if flags.fixed || flags.noreplace {
@@ -64,7 +94,12 @@ impl Mm {
                 get_unmapped_area(&vmas, len, align)?
             }
         };
-        let vma = vmas.alloc(start, start + len, prot.0 & vm::PROT_MASK, start / PAGE_SIZE, 0);
+        let shared = if flags.shared { vm::SHARED } else { 0 };
+        let flags_vm = prot.0 & vm::PROT_MASK | shared;
+        let vma = match file {
+            Some((inode, offset)) => vmas.alloc(start, start + len, flags_vm, offset / PAGE_SIZE, Some(inode.clone())),
+            None => vmas.alloc(start, start + len, flags_vm, start / PAGE_SIZE, None),
+        };
         vmas.insert(vma);
         merge_around(&mut vmas, start, start + len);
         if flags.populate {

@@ -1,8 +1,9 @@
 //! What a process asks of its address space: mmap and exit ([`mmap`]),
 //! munmap and VMA split/merge ([`vma`]), [`mprotect`], [`madvise`],
-//! [`mremap`], [`fork`], GUP ([`gup`]) and the /proc views ([`proc`]). The
+//! [`mremap`], [`fork`], GUP ([`gup`]), the /proc views ([`proc`]) and
+//! the truncation of a shmem file under its mappings ([`truncate`]). The
 //! VMA changes happen here, under the mmap_lock; the page tables change
-//! through [`crate::memory`]. Only private anonymous mappings exist so far.
+//! through [`crate::memory`].
 
 pub mod fork;
 pub mod gup;
@@ -11,6 +12,7 @@ pub mod mmap;
 pub mod mprotect;
 pub mod mremap;
 pub mod proc;
+pub mod truncate;
 pub mod vma;
 
 pub use madvise::Advice;

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use super::mmap_lock::{MmapLock, MmapReadGuard, MmapWriteGuard};
 use super::VmaCache;
 use crate::arch::Pfn;
+use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::MmId;
+use crate::shmem::Inode;
 use crate::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
 use crate::sync::cacheline::{self, Structure};
 use crate::sync::{Arc, Mutex, Weak};
@@ -34,6 +36,8 @@ pub struct Mm {
     pub deposits: Mutex<HashMap<u64, Pfn>>,
     /// `MM_ANONPAGES`: anonymous pages mapped.
     pub rss_anon: AtomicI64,
+    /// `MM_SHMEMPAGES`: shmem pages mapped.
+    pub rss_shmem: AtomicI64,
     /// TLB flush state shared with every CPU that runs this MM.
     pub tlb: MmTlb,
     /// `MMF_HAS_PINNED`: a page of this MM was ever pinned with FOLL_PIN.
@@ -57,6 +61,7 @@ impl Mm {
             page_table_lock: Mutex::new(()),
             deposits: Mutex::new(HashMap::new()),
             rss_anon: AtomicI64::new(0),
+            rss_shmem: AtomicI64::new(0),
             tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
             exited: AtomicBool::new(false),
@@ -70,6 +75,17 @@ impl Mm {
     pub fn add_anon_rss(&self, n: i64) {
         cacheline::percpu_add(Structure::MmCounters, &self.rss_anon, n);
         self.rss_anon.fetch_add(n, Relaxed);
+    }
+
+    /// `add_mm_counter(mm, mm_counter(folio), n)`: `MM_ANONPAGES` for an
+    /// anon folio, `MM_SHMEMPAGES` for a shmem one.
+    pub fn add_rss(&self, f: Folio, n: i64) {
+        if f.test_anon() {
+            self.add_anon_rss(n);
+        } else {
+            cacheline::percpu_add(Structure::MmCounters, &self.rss_shmem, n);
+            self.rss_shmem.fetch_add(n, Relaxed);
+        }
     }
 
     /// `mmap_read_lock`.
@@ -105,16 +121,32 @@ impl Mm {
 
 /// Every address space of a machine, for walkers such as the checker (the
 /// model's counterpart of `init_mm.mmlist`): weak, so an MM goes away when
-/// its last user drops it; and the VMA cache they share.
+/// its last user drops it; the VMA cache they share; and every shmem inode
+/// (the superblock's inode list), weak too.
 pub struct MmList {
     mms: Mutex<Vec<Weak<Mm>>>,
     pub vma_cache: Arc<VmaCache>,
+    inodes: Mutex<Vec<Weak<Inode>>>,
 }
 
 impl MmList {
     /// An empty list whose MMs take VMAs from `vma_cache`.
     pub fn new(vma_cache: VmaCache) -> MmList {
-        MmList { mms: Mutex::default(), vma_cache: Arc::new(vma_cache) }
+        MmList { mms: Mutex::default(), vma_cache: Arc::new(vma_cache), inodes: Mutex::default() }
+    }
+
+    /// A new shmem inode of `size` bytes, on the list ([`Inode::new`]).
+    pub fn new_inode(&self, k: &Arc<Kernel>, size: u64) -> Result<Arc<Inode>> {
+        let inode = Inode::new(k, size)?;
+        let mut inodes = self.inodes.lock().unwrap();
+        inodes.retain(|w| w.strong_count() > 0);
+        inodes.push(Arc::downgrade(&inode));
+        Ok(inode)
+    }
+
+    /// Every shmem inode still alive.
+    pub fn inodes(&self) -> Vec<Arc<Inode>> {
+        self.inodes.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
     }
 
     fn add(&self, mm: &Arc<Mm>) {

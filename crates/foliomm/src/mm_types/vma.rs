@@ -12,11 +12,15 @@
 //! write-locked the VMA (`vma_set_range`, `vm_flags_reset`), read by faults
 //! that hold the VMA's lock ([`super::vma_lock`]) or the mmap_lock.
 
+use arc_swap::ArcSwapOption;
+
 use super::vma_lock::VmaLock;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
 use crate::rmap::AnonVmaSlot;
+use crate::shmem::Inode;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use crate::sync::Arc;
 
 /// Mapping protection (`PROT_*` values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -52,6 +56,8 @@ pub mod vm {
     pub const READ: u32 = 1;
     pub const WRITE: u32 = 2;
     pub const EXEC: u32 = 4;
+    /// `VM_SHARED` (`MAP_SHARED`): writes reach the file and every mapping of it.
+    pub const SHARED: u32 = 8;
     /// `VM_HUGEPAGE` (MADV_HUGEPAGE).
     pub const HUGEPAGE: u32 = 1 << 8;
     /// `VM_NOHUGEPAGE` (MADV_NOHUGEPAGE).
@@ -69,8 +75,11 @@ pub struct Vma {
     start: AtomicU64,
     end: AtomicU64,
     flags: AtomicU32,
-    /// `vm_pgoff`: for anonymous memory the page index of the original start.
+    /// `vm_pgoff`: the file page mapped at `start`; for anonymous memory
+    /// the page index of the original start.
     pgoff: AtomicU64,
+    /// `vm_file`: the shmem inode mapped, if any.
+    file: ArcSwapOption<Inode>,
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
     pub(crate) lock: VmaLock,
@@ -86,14 +95,27 @@ impl Vma {
             end: AtomicU64::new(0),
             flags: AtomicU32::new(0),
             pgoff: AtomicU64::new(0),
+            file: ArcSwapOption::empty(),
             anon_vma: AnonVmaSlot::new(0),
             lock: VmaLock::new(design),
         }
     }
 
-    /// Gives a free VMA its owner, range, flags, pgoff and anon_vma (`vma_init`).
-    pub(super) fn init(&self, mm: u64, start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) {
+    /// Gives a free VMA its owner, range, flags, pgoff, file and anon_vma
+    /// (`vma_init`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn init(
+        &self,
+        mm: u64,
+        start: u64,
+        end: u64,
+        flags: u32,
+        pgoff: u64,
+        file: Option<Arc<Inode>>,
+        anon_vma: u64,
+    ) {
         self.mm.store(mm, Relaxed);
+        self.file.store(file);
         self.set_range(start, end, pgoff);
         self.set_flags(flags);
         self.anon_vma.set(anon_vma);
@@ -119,6 +141,22 @@ impl Vma {
     }
     pub fn anon_vma(&self) -> u64 {
         self.anon_vma.get()
+    }
+    /// `vm_file`.
+    pub fn file(&self) -> Option<Arc<Inode>> {
+        self.file.load_full()
+    }
+    /// Drops the file reference of a freed VMA (`fput` in `vm_area_free`).
+    pub(super) fn clear_file(&self) {
+        self.file.store(None);
+    }
+    /// Whether writes go to the file (`VM_SHARED`).
+    pub fn shared(&self) -> bool {
+        self.flags() & vm::SHARED != 0
+    }
+    /// The file page mapped at `addr` (`linear_page_index`).
+    pub fn page_index(&self, addr: u64) -> u64 {
+        self.pgoff() + (addr - self.start()) / PAGE_SIZE
     }
     pub fn readable(&self) -> bool {
         self.flags() & (vm::READ | vm::WRITE) != 0
@@ -146,7 +184,13 @@ impl Vma {
     /// `is_mergeable_vma` + `is_mergeable_anon_vma` for `self` followed by `next`.
     pub fn can_merge_with(&self, next: &Vma) -> bool {
         let (a, b) = (self.anon_vma(), next.anon_vma());
-        self.end() == next.start()
+        let same_file = match (self.file.load().as_ref(), next.file.load().as_ref()) {
+            (None, None) => true,
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        same_file
+            && self.end() == next.start()
             && self.flags() == next.flags()
             && self.pgoff() + (self.end() - self.start()) / PAGE_SIZE == next.pgoff()
             && (a == 0 || b == 0 || a == b)

@@ -10,6 +10,7 @@
 
 use super::Vma;
 use crate::kernel::VmaLockDesign;
+use crate::shmem::Inode;
 use crate::sync::{Arc, Mutex};
 
 /// Free VMAs kept for reuse at most; more are dropped.
@@ -32,24 +33,35 @@ impl VmaCache {
         self.design
     }
 
-    /// A detached VMA of MM `mm` with the given range and flags
+    /// A detached VMA of MM `mm` with the given range, flags and file
     /// (`vm_area_alloc` + `vma_set_range`): a freed one when the cache is
     /// type-safe and has one.
-    pub fn alloc(&self, mm: u64, start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) -> Arc<Vma> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc(
+        &self,
+        mm: u64,
+        start: u64,
+        end: u64,
+        flags: u32,
+        pgoff: u64,
+        file: Option<Arc<Inode>>,
+        anon_vma: u64,
+    ) -> Arc<Vma> {
         let reused = self.free.lock().unwrap().pop();
         let vma = reused.unwrap_or_else(|| Arc::new(Vma::new(self.design)));
-        vma.init(mm, start, end, flags, pgoff, anon_vma);
+        vma.init(mm, start, end, flags, pgoff, file, anon_vma);
         vma
     }
 
     /// A detached copy of `v` for MM `mm` (`vm_area_dup`).
     pub fn dup(&self, mm: u64, v: &Vma) -> Arc<Vma> {
-        self.alloc(mm, v.start(), v.end(), v.flags(), v.pgoff(), v.anon_vma())
+        self.alloc(mm, v.start(), v.end(), v.flags(), v.pgoff(), v.file(), v.anon_vma())
     }
 
     /// `vm_area_free` of a detached VMA.
     pub fn free(&self, v: Arc<Vma>) {
         debug_assert!(self.design == VmaLockDesign::MmapLock || v.lock.is_detached(), "freeing an attached VMA");
+        v.clear_file();
         if self.design == VmaLockDesign::VmaRefcount {
             let mut free = self.free.lock().unwrap();
             if free.len() < KEEP {

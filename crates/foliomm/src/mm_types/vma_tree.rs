@@ -12,6 +12,7 @@
 use arc_swap::ArcSwap;
 
 use super::{Vma, VmaCache};
+use crate::shmem::Inode;
 use crate::sync::Arc;
 
 /// A tree of VMAs by start address.
@@ -78,9 +79,10 @@ impl Vmas {
         at >= end
     }
 
-    /// `vm_area_alloc`: a new detached VMA of this MM.
-    pub fn alloc(&self, start: u64, end: u64, flags: u32, pgoff: u64, anon_vma: u64) -> Arc<Vma> {
-        self.cache.alloc(self.mm, start, end, flags, pgoff, anon_vma)
+    /// `vm_area_alloc`: a new detached VMA of this MM, mapping `file` (from
+    /// page `pgoff`) or anonymous memory.
+    pub fn alloc(&self, start: u64, end: u64, flags: u32, pgoff: u64, file: Option<Arc<Inode>>) -> Arc<Vma> {
+        self.cache.alloc(self.mm, start, end, flags, pgoff, file, 0)
     }
     /// `vm_area_dup`: a detached copy of `v` (of this MM or, for fork, of the parent).
     pub fn dup(&self, v: &Vma) -> Arc<Vma> {

@@ -1,4 +1,4 @@
-//! Reverse-mapping bookkeeping of anonymous folios (mm/rmap.c,
+//! Reverse-mapping bookkeeping of anonymous and file folios (mm/rmap.c,
 //! include/linux/rmap.h): every function here changes a folio's mapcounts for
 //! a batch of PTEs or one PMD, exactly once per batch.
 //!
@@ -49,6 +49,16 @@ pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: M
     if exclusive {
         (first..first + nr).for_each(|i| f.set_anon_exclusive(i, true));
     }
+}
+
+/// `folio_add_file_rmap_ptes` / `_pmd`, and `folio_dup_file_rmap_ptes` at
+/// fork: adds `nr` PTE mappings of pages `first..first+nr` of a file
+/// folio, or one PMD mapping, for `mm`. No exclusivity: file pages are
+/// never AnonExclusive.
+pub fn folio_add_file_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
+    Stats::inc(&k.stats.rmap_add);
+    note(k, f, mm, if level == Level::Pte { nr as i64 } else { 1 });
+    add_counts(k, f, first, nr, level, mm);
 }
 
 /// `folio_try_dup_anon_rmap_ptes` / `_pmd` (fork): clears

@@ -1,0 +1,43 @@
+//! shmem page caches against the folios they hold: each cached page is an
+//! allocated, swap-backed, non-anon folio whose mapping names the inode,
+//! held by one cache at one index.
+
+use std::collections::HashMap;
+
+use super::{Subject, Violation, ViolationKind::PageCache};
+use crate::arch::Pfn;
+use crate::folio::Folio;
+use crate::kernel::Kernel;
+use crate::phys::pg;
+use crate::shmem::Inode;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::Arc;
+
+/// Checks every inode's cache; returns each cached folio head with the
+/// inode and index that hold it.
+pub(super) fn check_page_caches(
+    m: &Kernel,
+    inodes: &[Arc<Inode>],
+    bad: &mut Vec<Violation>,
+) -> HashMap<Pfn, (u64, u64)> {
+    let mut cached = HashMap::new();
+    for inode in inodes {
+        for (index, pfn) in inode.cached() {
+            let f = Folio::containing(&m.phys, pfn);
+            let head = f.head();
+            let ino = inode.ino;
+            let mut push = |what| bad.push(Violation::new(PageCache, Subject::Folio(f.pfn), what));
+            if f.refcount() <= 0 || head.test(pg::BUDDY) || head.test(pg::TABLE) {
+                push(format!("inode {ino}: index {index} holds pfn {pfn:#x}, which is not an allocated folio"));
+                continue;
+            }
+            if f.test_anon() || !head.test(pg::SWAPBACKED) || head.link.load(Relaxed) != ino {
+                push(format!("inode {ino}: folio {:#x} at index {index} is not a shmem folio of this inode", f.pfn));
+            }
+            if let Some((other, at)) = cached.insert(f.pfn, (ino, index)) {
+                push(format!("folio {:#x} is cached by inode {ino} at {index} and by inode {other} at {at}", f.pfn));
+            }
+        }
+    }
+    cached
+}

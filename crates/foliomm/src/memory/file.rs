@@ -1,0 +1,168 @@
+//! Faults on a none PTE of a file mapping (mm/memory.c `do_fault` →
+//! `do_read_fault` / `do_shared_fault` / `do_cow_fault`, `finish_fault`,
+//! `set_pte_range`, `do_fault_around`; mm/filemap.c `filemap_map_pages`),
+//! and the write-protect fault of a shared mapping (`wp_page_shared`).
+//!
+//! Differs from Linux: shmem folios are order 0, so `finish_fault` maps one
+//! PTE and never a PMD; no `page_mkwrite` (shmem has none), no readahead.
+//! A PTE of a shared writable mapping is made writable at once, as shmem's
+//! `vm_page_prot` allows (no write notification).
+
+use super::fault::VmFault;
+use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PTRS_PER_TABLE};
+use crate::folio::Folio;
+use crate::kernel::Stats;
+use crate::mapcount::Level;
+use crate::pgtable::{load, pte_lockptr, store};
+use crate::rmap::{self, anon_vma_prepare};
+use crate::shmem::Inode;
+use crate::{Errno, Result};
+
+/// `fault_around_bytes` / PAGE_SIZE: pages a read fault maps around itself.
+pub const FAULT_AROUND_PAGES: u64 = 16;
+
+/// `do_fault` for a none PTE of a file VMA: a read maps the file's page
+/// (and cached neighbours); a write to a shared mapping maps it writable;
+/// a write to a private mapping maps a private copy. SIGBUS past the end
+/// of the file.
+pub(super) fn do_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
+    if !vmf.write() {
+        return do_read_fault(vmf, inode);
+    }
+    if vmf.vma.shared() {
+        return do_shared_fault(vmf, inode);
+    }
+    do_cow_fault(vmf, inode)
+}
+
+/// `do_read_fault`: fault-around first; if that did not map the address,
+/// the page itself (allocated into the cache when a hole).
+fn do_read_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
+    if FAULT_AROUND_PAGES > 1 && do_fault_around(vmf, inode) {
+        return Ok(());
+    }
+    let (f, pfn) = get_folio(vmf, inode)?;
+    finish_fault(vmf, f, pfn)
+}
+
+/// `do_shared_fault`: the page, mapped writable and dirty.
+fn do_shared_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
+    let (f, pfn) = get_folio(vmf, inode)?;
+    f.head().set(crate::phys::pg::DIRTY);
+    finish_fault(vmf, f, pfn)
+}
+
+/// `do_cow_fault`: a private copy of the file's page (read into the cache
+/// first if a hole) in a new anon folio, mapped writable; the file's folio
+/// stays in the cache, unmapped here.
+fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
+    let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
+    let anon_vma = anon_vma_prepare(k, &vmf.vma.anon_vma);
+    let new = k.alloc_folio(0)?;
+    let (f, pfn) = match get_folio(vmf, inode) {
+        Ok(got) => got,
+        Err(e) => {
+            k.folio_put_refs(new, 1);
+            return Err(e);
+        }
+    };
+    phys.copy_frame(new.pfn, pfn);
+    k.folio_put_refs(f, 1);
+    let _ptl = pte_lockptr(phys, table).lock();
+    if !load(phys, table, pte_index(addr)).is_none() {
+        drop(_ptl);
+        k.folio_put_refs(new, 1);
+        return Ok(());
+    }
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.id, anon_vma);
+    let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
+    store(phys, table, pte_index(addr), e);
+    vmf.mm.add_anon_rss(1);
+    Stats::inc(&k.stats.cow_copy);
+    Ok(())
+}
+
+/// `__do_fault` → `shmem_fault`: the file's folio for the faulting page,
+/// with a reference; SIGBUS past the end of the file.
+fn get_folio<'k>(vmf: &VmFault<'k>, inode: &Inode) -> Result<(Folio<'k>, Pfn)> {
+    let index = vmf.vma.page_index(vmf.address);
+    match inode.get_folio(index) {
+        Ok((f, pfn)) => Ok((Folio::from_head(&vmf.k.phys, f.pfn), pfn)),
+        Err(Errno::EINVAL) => Err(Errno::SIGBUS),
+        Err(e) => Err(e),
+    }
+}
+
+/// The PTE `set_pte_range` makes for a page of this VMA: writable for a
+/// write, or in a shared writable mapping; dirty for a write.
+fn file_pte(vmf: &VmFault, pfn: Pfn, write: bool) -> Pte {
+    let mut bits = Pte::PRESENT | Pte::USER | Pte::ACCESSED;
+    if vmf.vma.shared() && vmf.vma.writable() {
+        bits |= Pte::RW;
+    }
+    if write {
+        bits |= Pte::DIRTY;
+    }
+    Pte::new(pfn, bits)
+}
+
+/// `finish_fault` + `set_pte_range` for one page: maps `pfn` of `f` unless
+/// the PTE was filled meanwhile; the fault's reference becomes the mapping's.
+fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
+    let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
+    let _ptl = pte_lockptr(phys, table).lock();
+    if !load(phys, table, pte_index(addr)).is_none() {
+        drop(_ptl);
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
+    rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, vmf.mm.id);
+    store(phys, table, pte_index(addr), file_pte(vmf, pfn, vmf.write()));
+    vmf.mm.add_rss(f, 1);
+    Ok(())
+}
+
+/// `do_fault_around` + `filemap_map_pages`: maps every page already in the
+/// cache in the aligned block of [`FAULT_AROUND_PAGES`] around the fault,
+/// clipped to the VMA, the page table and the file, where the PTE is none;
+/// returns true if the faulting address got mapped.
+fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
+    let (k, phys, table, vma) = (vmf.k, &vmf.k.phys, vmf.table, vmf.vma);
+    let nr = FAULT_AROUND_PAGES;
+    let pte_off = pte_index(vmf.address) as u64;
+    let vma_off = (vmf.address - vma.start()) / PAGE_SIZE;
+    let vma_pages = (vma.end() - vma.start()) / PAGE_SIZE;
+    let from = (pte_off & !(nr - 1)).max(pte_off - pte_off.min(vma_off));
+    let to = (from + nr).min(PTRS_PER_TABLE).min(pte_off + vma_pages - vma_off);
+    let index0 = vma.page_index(vmf.address) - pte_off;
+    let file_pages = inode.nr_pages();
+    let _ptl = pte_lockptr(phys, table).lock();
+    let mut mapped_fault = false;
+    for i in from..to {
+        let index = index0 + i;
+        if index >= file_pages || !load(phys, table, i as usize).is_none() {
+            continue;
+        }
+        let Some(pfn) = inode.lookup(index) else { continue };
+        let f = Folio::containing(phys, pfn);
+        f.ref_add(1);
+        rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, vmf.mm.id);
+        store(phys, table, i as usize, file_pte(vmf, pfn, false));
+        vmf.mm.add_rss(f, 1);
+        mapped_fault |= i == pte_off;
+    }
+    mapped_fault
+}
+
+/// `wp_page_shared` → `wp_page_reuse`: a write to a read-only PTE of a
+/// shared mapping makes it writable and dirty in place.
+pub(super) fn wp_page_shared(vmf: &VmFault) -> Result<()> {
+    let (phys, table, orig) = (&vmf.k.phys, vmf.table, vmf.orig);
+    let idx = pte_index(vmf.address);
+    let _ptl = pte_lockptr(phys, table).lock();
+    if load(phys, table, idx) == orig {
+        Folio::containing(phys, orig.pfn()).head().set(crate::phys::pg::DIRTY);
+        store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+    }
+    Ok(())
+}

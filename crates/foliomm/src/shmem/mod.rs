@@ -1,0 +1,141 @@
+//! shmem files (mm/shmem.c): an inode with a size and a page cache of
+//! folios (`struct address_space`'s `i_pages`), made by `memfd_create`, by
+//! a tmpfs path, or behind `MAP_SHARED|MAP_ANONYMOUS`.
+//!
+//! The page cache maps a page index to the folio holding it; a folio of
+//! `2^order` pages occupies the aligned index range it covers, as the
+//! xarray's multi-index entries do. A folio in the cache holds one
+//! reference per page (`filemap_add_folio`), is swap-backed and not anon,
+//! and its `mapping` (the head's `link`) names the inode.
+//!
+//! Differs from Linux: no swap, no LRU, no writeback, no `i_mmap` here (the
+//! VMAs that map a file are found through the MMs); folios are order 0 for
+//! now; the inode's bytes live only in its folios (holes read as zeros).
+
+use std::collections::BTreeMap;
+
+use crate::arch::{Pfn, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::kernel::Kernel;
+use crate::phys::pg;
+use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{Arc, Mutex};
+use crate::{Errno, Result};
+
+/// Largest file size (`MAX_LFS_FILESIZE`, rounded to pages).
+pub const MAX_FILE_SIZE: u64 = 1 << 52;
+
+/// A shmem inode and its page cache.
+pub struct Inode {
+    k: Arc<Kernel>,
+    /// The inode number; also the folios' `mapping` identity.
+    pub ino: u64,
+    /// `i_size` in bytes.
+    size: AtomicU64,
+    /// `i_pages`: page index to the pfn of the page at that index.
+    pages: Mutex<BTreeMap<u64, Pfn>>,
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Inode({}, {} bytes)", self.ino, self.size())
+    }
+}
+
+impl Inode {
+    /// A new, empty shmem inode of `size` bytes (`shmem_file_setup`,
+    /// `memfd_create` + `ftruncate`). EINVAL past [`MAX_FILE_SIZE`].
+    pub fn new(k: &Arc<Kernel>, size: u64) -> Result<Arc<Inode>> {
+        if size > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        let ino = k.new_serial();
+        Ok(Arc::new(Inode { k: k.clone(), ino, size: AtomicU64::new(size), pages: Mutex::new(BTreeMap::new()) }))
+    }
+
+    /// `i_size`.
+    pub fn size(&self) -> u64 {
+        self.size.load(Relaxed)
+    }
+
+    /// Pages the file spans (`i_size` rounded up).
+    pub fn nr_pages(&self) -> u64 {
+        self.size().div_ceil(PAGE_SIZE)
+    }
+
+    /// The cached page at `index`, if any (`filemap_get_entry`).
+    pub fn lookup(&self, index: u64) -> Option<Pfn> {
+        self.pages.lock().unwrap().get(&index).copied()
+    }
+
+    /// `shmem_get_folio(index, SGP_CACHE)` for a fault: the folio holding
+    /// page `index`, allocated zeroed and added to the cache when absent,
+    /// with one reference for the caller and the pfn of the page. EINVAL
+    /// (`SIGBUS`) at or past `i_size`; ENOMEM when no folio can be had.
+    pub fn get_folio(&self, index: u64) -> Result<(Folio<'_>, Pfn)> {
+        if index >= self.nr_pages() {
+            return Err(Errno::EINVAL);
+        }
+        let mut pages = self.pages.lock().unwrap();
+        let pfn = match pages.get(&index) {
+            Some(&pfn) => pfn,
+            None => {
+                let f = self.k.alloc_folio_zeroed(0)?;
+                // shmem_add_to_page_cache(): the cache's reference is the one
+                // the allocation made; the folio names its inode.
+                f.head().set(pg::SWAPBACKED | pg::DIRTY);
+                f.head().link.store(self.ino, Relaxed);
+                pages.insert(index, f.pfn);
+                f.pfn
+            }
+        };
+        let f = Folio::containing(&self.k.phys, pfn);
+        f.ref_add(1);
+        Ok((f, pfn))
+    }
+
+    /// Every cached page as (index, pfn), in index order.
+    pub fn cached(&self) -> Vec<(u64, Pfn)> {
+        self.pages.lock().unwrap().iter().map(|(&i, &p)| (i, p)).collect()
+    }
+
+    /// `shmem_truncate_range` from page `first` to the end, after the
+    /// caller unmapped those pages everywhere (`truncate_pagecache`), then
+    /// sets `i_size` to `size`. The removed folios lose their mapping and
+    /// the cache's references; pinned ones live on until unpinned.
+    pub(crate) fn truncate(&self, size: u64) -> Result<()> {
+        if size > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        let first = size.div_ceil(PAGE_SIZE);
+        let gone = self.pages.lock().unwrap().split_off(&first);
+        self.size.store(size, Relaxed);
+        for pfn in gone.into_values() {
+            self.remove_from_cache(pfn);
+        }
+        Ok(())
+    }
+
+    /// `filemap_remove_folio` + `folio_put_refs`: drops the cache's reference.
+    fn remove_from_cache(&self, pfn: Pfn) {
+        let f = Folio::containing(&self.k.phys, pfn);
+        f.head().link.store(0, Relaxed);
+        self.k.folio_put_refs(f, f.nr_pages() as i32);
+    }
+}
+
+impl Drop for Inode {
+    /// `shmem_evict_inode`: the last reference is gone; the cache is emptied.
+    fn drop(&mut self) {
+        let pages = std::mem::take(&mut *self.pages.lock().unwrap());
+        for pfn in pages.into_values() {
+            self.remove_from_cache(pfn);
+        }
+    }
+}
+
+/// Whether `f` is a file folio still in a page cache: not anon, and with a
+/// mapping.
+pub fn in_page_cache(f: Folio) -> bool {
+    !f.test_anon() && f.head().link.load(Relaxed) != 0
+}

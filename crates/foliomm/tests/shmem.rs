@@ -1,0 +1,141 @@
+//! shmem files and file mappings through the library API (issue #12, first
+//! slice): shared and private mappings of a memfd, shared anonymous memory,
+//! fork, fault-around, SIGBUS past the end, truncate under a mapping. Every
+//! test checks bytes and runs the invariant checker.
+
+use std::sync::Arc;
+
+use foliomm::mm::Advice;
+use foliomm::shmem::Inode;
+use foliomm::{Config, Errno, Machine, Mm, MmapFlags, Prot};
+
+const K: u64 = 1024;
+const M: u64 = 1024 * K;
+
+fn machine() -> Arc<Machine> {
+    Machine::new(Config { memory: 64 * M, ..Config::default() }).unwrap()
+}
+
+fn assert_clean(m: &Machine) {
+    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
+    assert!(bad.is_empty(), "invariant violations:\n{}", bad.join("\n"));
+}
+
+fn map(mm: &Mm, inode: &Arc<Inode>, len: u64, offset: u64, shared: bool) -> u64 {
+    let flags = MmapFlags { shared, ..MmapFlags::default() };
+    mm.mmap_file(0, len, Prot::RW, flags, Some((inode, offset))).unwrap()
+}
+
+fn byte(m: &Machine, mm: &Mm, addr: u64) -> u8 {
+    let mut b = [0u8];
+    m.new_cpu().read(mm, addr, &mut b).unwrap();
+    b[0]
+}
+
+#[test]
+fn a_shared_mapping_shows_writes_to_every_process_and_survives_unmap() {
+    let m = machine();
+    let f = m.memfd_create(64 * K).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 64 * K, 0, true);
+    let mut cpu = m.new_cpu();
+    cpu.write(&p, a + 5 * 4096 + 7, b"shared").unwrap();
+    assert_eq!(p.rss_shmem.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let c = p.fork().unwrap();
+    assert!(!c.page_info(a + 5 * 4096).present, "fork copies no PTE of a shared file VMA");
+    assert_eq!(byte(&m, &c, a + 5 * 4096 + 7), b's');
+    cpu.write(&c, a + 5 * 4096 + 7, b"S").unwrap();
+    assert_eq!(byte(&m, &p, a + 5 * 4096 + 7), b'S', "the child's write reaches the parent");
+    assert_eq!(p.page_info(a + 5 * 4096).pfn, c.page_info(a + 5 * 4096).pfn);
+    assert_clean(&m);
+    p.munmap(a, 64 * K).unwrap();
+    c.exit();
+    assert_clean(&m);
+    let b = map(&p, &f, 16 * K, 4 * 4096, true);
+    assert_eq!(byte(&m, &p, b + 4096 + 8), b'h', "the file kept its bytes");
+    assert_clean(&m);
+}
+
+#[test]
+fn a_private_mapping_copies_on_write_and_never_writes_the_file() {
+    let m = machine();
+    let f = m.memfd_create(16 * K).unwrap();
+    let p = m.new_mm().unwrap();
+    let shared = map(&p, &f, 16 * K, 0, true);
+    let private = map(&p, &f, 16 * K, 0, false);
+    let mut cpu = m.new_cpu();
+    cpu.write(&p, shared, b"file").unwrap();
+    assert_eq!(byte(&m, &p, private), b'f', "a private mapping reads the file");
+    assert!(!p.page_info(private).writable);
+    cpu.write(&p, private, b"mine").unwrap();
+    assert_eq!(byte(&m, &p, shared), b'f', "a private write never reaches the file");
+    assert_ne!(p.page_info(private).pfn, p.page_info(shared).pfn);
+    // A write fault on a hole of a private mapping copies from the file.
+    cpu.write(&p, private + 8 * K, b"x").unwrap();
+    assert_eq!(byte(&m, &p, shared + 8 * K), 0);
+    let c = p.fork().unwrap();
+    assert_eq!(byte(&m, &c, private), b'm', "the child inherits the private copy");
+    cpu.write(&p, shared + 4 * K, b"later").unwrap();
+    assert_eq!(byte(&m, &c, private + 4 * K), b'l', "pages not copied still read the file");
+    assert_clean(&m);
+}
+
+#[test]
+fn read_faults_map_cached_neighbours_and_past_the_end_is_sigbus() {
+    let m = machine();
+    let f = m.memfd_create(128 * K).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 128 * K, 0, true);
+    let mut cpu = m.new_cpu();
+    cpu.write_byte_per_page(&p, a, 128 * K, 1).unwrap();
+    let q = m.new_mm().unwrap();
+    let b = map(&q, &f, 192 * K, 0, true);
+    assert_eq!(byte(&m, &q, b + 20 * K), 1);
+    let present: Vec<bool> = (0..32).map(|i| q.page_info(b + i * 4096).present).collect();
+    assert!(present[..16].iter().all(|&p| p) && !present[16], "fault-around maps the aligned 64K block");
+    assert_eq!(cpu.write(&q, b + 128 * K, b"x"), Err(Errno::SIGBUS));
+    assert_clean(&m);
+}
+
+#[test]
+fn truncate_unmaps_every_mapping_of_the_pages_it_drops() {
+    let m = machine();
+    let f = m.memfd_create(64 * K).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 64 * K, 0, true);
+    let private = map(&p, &f, 64 * K, 0, false);
+    let mut cpu = m.new_cpu();
+    cpu.fill(&p, a, 64 * K, 0x5a).unwrap();
+    cpu.write(&p, private + 40 * K, b"cow").unwrap();
+    let c = p.fork().unwrap();
+    assert_eq!(byte(&m, &c, a + 60 * K), 0x5a);
+    m.ftruncate(&f, 32 * K).unwrap();
+    assert_clean(&m);
+    assert!(!p.page_info(a + 40 * K).present && !c.page_info(a + 60 * K).present);
+    assert!(!p.page_info(private + 40 * K).present, "truncation takes COWed copies too");
+    assert_eq!(cpu.read(&p, a + 40 * K, &mut [0]), Err(Errno::SIGBUS));
+    assert_eq!(byte(&m, &c, a + 4 * K), 0x5a, "pages before the end stay");
+    m.ftruncate(&f, 64 * K).unwrap();
+    assert_eq!(byte(&m, &p, a + 40 * K), 0, "a grown file reads zeros");
+    assert_clean(&m);
+}
+
+#[test]
+fn shared_anonymous_memory_is_shared_across_fork_and_dontneed_keeps_it() {
+    let m = machine();
+    let base = m.frames_in_use();
+    let p = m.new_mm().unwrap();
+    let flags = MmapFlags { shared: true, ..MmapFlags::default() };
+    let a = p.mmap(0, 32 * K, Prot::RW, flags).unwrap();
+    let c = p.fork().unwrap();
+    let mut cpu = m.new_cpu();
+    cpu.write(&c, a + 8 * K, b"from the child").unwrap();
+    assert_eq!(byte(&m, &p, a + 8 * K), b'f');
+    p.madvise(a, 32 * K, Advice::DontNeed).unwrap();
+    assert!(!p.page_info(a + 8 * K).present);
+    assert_eq!(byte(&m, &p, a + 8 * K), b'f', "MADV_DONTNEED keeps shared memory");
+    drop(c);
+    drop(p);
+    assert_clean(&m);
+    assert_eq!(m.frames_in_use(), base, "the memory goes with its last mapping");
+}
