@@ -203,14 +203,14 @@ fn host_process(name: &str) -> foliomm_host::HostBackend {
 #[test]
 fn two_threads_of_a_host_process_fault_in_parallel() {
     use foliomm::mm_types::Prot;
-    use foliomm_scenario::backend::{Access, Backend, Thread};
+    use foliomm_scenario::backend::{Access, Backend, MmapRequest, Thread};
     require_host!();
     let b = host_process("p");
     let (t0, t1) = (Thread::main("p"), Thread { proc: "p", tid: 1 });
     b.spawn_thread(t1).unwrap();
     const MB: u64 = 1 << 20;
-    let big = b.mmap(t0, None, 512 * MB, Prot::RW, false, false).unwrap();
-    let small = b.mmap(t0, None, 4 * MB, Prot::RW, false, false).unwrap();
+    let big = b.mmap(t0, MmapRequest::anon(512 * MB, Prot::RW)).unwrap();
+    let small = b.mmap(t0, MmapRequest::anon(4 * MB, Prot::RW)).unwrap();
     let b = &b;
     std::thread::scope(|s| {
         let first = s.spawn(move || b.access(t0, big, 512 * MB, Access::Write { val: 7, every_byte: true }));

@@ -22,7 +22,7 @@ use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
-use foliomm_scenario::backend::{Access, Backend, BackendResult, GupKind, Observation, StepError, Thread};
+use foliomm_scenario::backend::{Access, Backend, BackendResult, GupKind, MmapRequest, Observation, StepError, Thread};
 use foliomm_scenario::lang::MachineSetting;
 
 pub use protocol::{Request, Response};
@@ -296,16 +296,17 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn mmap(
-        &self,
-        t: Thread,
-        at: Option<u64>,
-        len: u64,
-        prot: Prot,
-        fixed: bool,
-        populate: bool,
-    ) -> BackendResult<u64> {
-        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate })
+    fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
+        let MmapRequest { at, len, prot, fixed, populate, shared, file } = req;
+        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, file })
+    }
+
+    fn memfd(&self, t: Thread, size: u64) -> BackendResult<u64> {
+        self.value(t, Request::Memfd { size })
+    }
+
+    fn ftruncate(&self, t: Thread, file: u64, size: u64) -> BackendResult<()> {
+        self.value(t, Request::Ftruncate { fd: file, size }).map(|_| ())
     }
 
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {

@@ -19,6 +19,7 @@ const PM_PFN: u64 = (1 << 55) - 1;
 const KPF_COMPOUND_HEAD: u64 = 1 << 15;
 const KPF_COMPOUND_TAIL: u64 = 1 << 16;
 const KPF_ZERO_PAGE: u64 = 1 << 24;
+const KPF_ANON: u64 = 1 << 12;
 
 /// include/uapi/linux/fs.h, not in older libc headers.
 #[repr(C)]
@@ -162,6 +163,7 @@ impl Procfs {
             present: true,
             pfn: f.pfn,
             zero_page: f.zero || kpf & KPF_ZERO_PAGE != 0,
+            anon: kpf & KPF_ANON != 0,
             pmd_mapped: f.huge,
             folio_order: self.folio_order(f.pfn),
             exclusive: f.exclusive,
@@ -176,9 +178,11 @@ impl Procfs {
         let mut r = RangeInfo::default();
         for f in self.facts(start, end - start).iter().filter(|f| f.present && !f.zero) {
             r.rss_kb += 4;
-            r.anonymous_kb += 4;
-            if f.huge {
-                r.anon_huge_kb += 4;
+            if self.kpageflags(f.pfn, 1)[0] & KPF_ANON != 0 {
+                r.anonymous_kb += 4;
+                if f.huge {
+                    r.anon_huge_kb += 4;
+                }
             }
             if f.exclusive {
                 r.private_kb += 4;
@@ -197,6 +201,10 @@ pub struct MapsEntry {
     pub end: u64,
     pub read: bool,
     pub write: bool,
+    /// The file offset mapped at `start`.
+    pub offset: u64,
+    /// Whether a file backs it (a non-zero inode).
+    pub file: bool,
 }
 
 pub fn maps() -> Vec<MapsEntry> {
@@ -206,24 +214,39 @@ pub fn maps() -> Vec<MapsEntry> {
             let mut it = l.split_whitespace();
             let (s, e) = it.next()?.split_once('-')?;
             let perms = it.next()?.as_bytes();
+            let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+            let _dev = it.next()?;
+            let inode: u64 = it.next()?.parse().ok()?;
             Some(MapsEntry {
                 start: u64::from_str_radix(s, 16).ok()?,
                 end: u64::from_str_radix(e, 16).ok()?,
                 read: perms[0] == b'r',
                 write: perms[1] == b'w',
+                offset,
+                file: inode != 0,
             })
         })
         .collect()
 }
 
 /// Whether an access to the page at `addr` is allowed: EFAULT outside any
-/// VMA, EACCES where the VMA forbids it (the model's convention).
+/// VMA, EACCES where the VMA forbids it (the model's convention), SIGBUS
+/// past the end of the file a VMA maps.
 pub fn check_access(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Errno> {
     let v = maps.iter().find(|v| v.start <= addr && addr < v.end).ok_or(Errno::EFAULT)?;
     // x86: write permission implies read permission.
     let allowed = if write { v.write } else { v.read || v.write };
     if !allowed {
         return Err(Errno::EACCES);
+    }
+    if v.file {
+        // The file's size, through the mapping's own link (so that no
+        // descriptor is needed).
+        let link = format!("/proc/self/map_files/{:x}-{:x}", v.start, v.end);
+        let size = std::fs::metadata(link).map(|m| m.len()).unwrap_or(0);
+        if v.offset + (addr & !(PAGE - 1)) - v.start >= size.div_ceil(PAGE) * PAGE {
+            return Err(Errno::SIGBUS);
+        }
     }
     Ok(())
 }

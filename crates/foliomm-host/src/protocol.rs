@@ -17,6 +17,17 @@ pub enum Request {
         prot: u32,
         fixed: bool,
         populate: bool,
+        shared: bool,
+        /// A file descriptor and a byte offset; anonymous memory if none.
+        file: Option<(u64, u64)>,
+    },
+    /// `memfd_create` + `ftruncate`; answers the descriptor.
+    Memfd {
+        size: u64,
+    },
+    Ftruncate {
+        fd: u64,
+        size: u64,
     },
     Munmap {
         addr: u64,

@@ -155,20 +155,36 @@ fn serve(mut proc: Arc<Process>, mut tid: u32) {
 
 fn perform(procfs: &Procfs, req: Request) -> Response {
     match req {
-        Request::Mmap { at, len, prot, fixed, populate } => {
-            let flags = libc::MAP_PRIVATE
-                | libc::MAP_ANONYMOUS
+        Request::Mmap { at, len, prot, fixed, populate, shared, file } => {
+            let flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE }
+                | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
                 | if fixed { libc::MAP_FIXED } else { 0 }
                 | if populate { libc::MAP_POPULATE } else { 0 };
-            // SAFETY: an anonymous mapping; MAP_FIXED may replace scenario
-            // mappings, which no Rust reference of the worker points into.
-            let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot as i32, flags, -1, 0) };
+            let (fd, offset) = file.map_or((-1, 0), |(fd, off)| (fd as i32, off as libc::off_t));
+            // SAFETY: an anonymous or memfd mapping; MAP_FIXED may replace
+            // scenario mappings, which no Rust reference of the worker points into.
+            let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot as i32, flags, fd, offset) };
             if p == libc::MAP_FAILED {
                 errno()
             } else {
                 Response::Value(p as u64)
             }
         }
+        Request::Memfd { size } => {
+            // SAFETY: the name is a NUL-terminated string; the descriptor
+            // stays open for the process's life and is inherited by forks.
+            let fd = unsafe { libc::memfd_create(c"foliomm".as_ptr(), 0) };
+            if fd < 0 {
+                return errno();
+            }
+            // SAFETY: a descriptor this process just made.
+            match unsafe { libc::ftruncate(fd, size as libc::off_t) } {
+                0 => Response::Value(fd as u64),
+                _ => errno(),
+            }
+        }
+        // SAFETY: ftruncate of a scenario file's descriptor.
+        Request::Ftruncate { fd, size } => check(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) }),
         // SAFETY (munmap, mprotect, madvise, mremap): they act on scenario
         // mappings only; the kernel validates the ranges.
         Request::Munmap { addr, len } => check(unsafe { libc::munmap(addr as *mut _, len as usize) }),

@@ -166,6 +166,26 @@ impl std::fmt::Display for Thread<'_> {
     }
 }
 
+/// An `mmap` call: `at` is a hint, or the exact place with `fixed`; `file`
+/// is a file handle and a byte offset, `None` for anonymous memory.
+#[derive(Clone, Copy, Debug)]
+pub struct MmapRequest {
+    pub at: Option<u64>,
+    pub len: u64,
+    pub prot: Prot,
+    pub fixed: bool,
+    pub populate: bool,
+    pub shared: bool,
+    pub file: Option<(u64, u64)>,
+}
+
+impl MmapRequest {
+    /// Private anonymous memory of `len` bytes anywhere.
+    pub fn anon(len: u64, prot: Prot) -> MmapRequest {
+        MmapRequest { at: None, len, prot, fixed: false, populate: false, shared: false, file: None }
+    }
+}
+
 /// What runs a scenario. Calls of different threads may run at once (from
 /// different OS threads of the caller); calls of one thread come one at a
 /// time, as a thread makes its system calls.
@@ -192,9 +212,13 @@ pub trait Backend: Send + Sync {
     fn fork(&self, t: Thread, child: &str) -> BackendResult<()>;
     /// Ends the process with all its threads (`exit_group`).
     fn exit(&self, proc: &str) -> BackendResult<()>;
-    /// Anonymous private mmap; `at` is a hint, or the exact place with `fixed`.
-    fn mmap(&self, t: Thread, at: Option<u64>, len: u64, prot: Prot, fixed: bool, populate: bool)
-        -> BackendResult<u64>;
+    /// mmap of anonymous memory or of a file, private or shared.
+    fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64>;
+    /// A new shmem file of `size` bytes (`memfd_create` + `ftruncate`) in
+    /// `t`'s process, inherited by children it forks later; returns its handle.
+    fn memfd(&self, t: Thread, size: u64) -> BackendResult<u64>;
+    /// `ftruncate` of file `file` (a handle [`Backend::memfd`] returned).
+    fn ftruncate(&self, t: Thread, file: u64, size: u64) -> BackendResult<()>;
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()>;
     fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()>;
     fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()>;

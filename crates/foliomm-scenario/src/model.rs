@@ -11,9 +11,10 @@ use foliomm::folio::thp::ThpMode;
 use foliomm::mm::gup::Pin;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
+use foliomm::shmem::Inode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{Access, Backend, BackendResult, GupKind, Observation, StepError, Thread};
+use crate::backend::{Access, Backend, BackendResult, GupKind, MmapRequest, Observation, StepError, Thread};
 use crate::lang::MachineSetting;
 
 /// A scenario process on the model: its address space and its threads' CPUs.
@@ -28,6 +29,8 @@ pub struct ModelBackend {
     machine: OnceLock<Arc<Machine>>,
     procs: RwLock<HashMap<String, Process>>,
     pins: Mutex<(u64, HashMap<u64, Pin>)>,
+    /// Files by handle (kept for the whole run, as if never closed).
+    files: Mutex<HashMap<u64, Arc<Inode>>>,
 }
 
 impl ModelBackend {
@@ -60,6 +63,12 @@ impl ModelBackend {
         let p = procs.get(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
         let cpu = p.threads.get(&t.tid).ok_or_else(|| StepError::Backend(format!("no thread {t}")))?;
         Ok((p.mm.clone(), cpu.clone()))
+    }
+
+    /// The file behind handle `h`.
+    fn file(&self, h: u64) -> BackendResult<Arc<Inode>> {
+        let files = self.files.lock().unwrap();
+        files.get(&h).cloned().ok_or_else(|| StepError::Backend(format!("no file {h}")))
     }
 
     fn add_process(&self, name: &str, mm: Arc<Mm>) {
@@ -162,21 +171,25 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
-    fn mmap(
-        &self,
-        t: Thread,
-        at: Option<u64>,
-        len: u64,
-        prot: Prot,
-        fixed: bool,
-        populate: bool,
-    ) -> BackendResult<u64> {
-        Ok(self.mm_of(t)?.mmap(
-            at.unwrap_or(0),
-            len,
-            prot,
-            MmapFlags { fixed, populate, noreplace: false, shared: false },
-        )?)
+    fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
+        let flags = MmapFlags { fixed: req.fixed, populate: req.populate, noreplace: false, shared: req.shared };
+        let file = match req.file {
+            Some((h, off)) => Some((self.file(h)?, off)),
+            None => None,
+        };
+        let file = file.as_ref().map(|(inode, off)| (inode, *off));
+        Ok(self.mm_of(t)?.mmap_file(req.at.unwrap_or(0), req.len, req.prot, flags, file)?)
+    }
+
+    fn memfd(&self, _t: Thread, size: u64) -> BackendResult<u64> {
+        let inode = self.m().memfd_create(size)?;
+        let h = inode.ino;
+        self.files.lock().unwrap().insert(h, inode);
+        Ok(h)
+    }
+
+    fn ftruncate(&self, _t: Thread, file: u64, size: u64) -> BackendResult<()> {
+        Ok(self.m().ftruncate(&self.file(file)?, size)?)
     }
 
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use foliomm::folio::thp::ThpMode;
 use foliomm::mm_types::Prot;
 use foliomm::pgtable::{pte_lockptr, walk_pmd};
-use foliomm_scenario::backend::{Access, Backend, Thread};
+use foliomm_scenario::backend::{Access, Backend, MmapRequest, Thread};
 use foliomm_scenario::ModelBackend;
 
 const MB: u64 = 1 << 20;
@@ -21,7 +21,12 @@ fn two_threads() -> (ModelBackend, u64) {
     b.set_thp(Some(ThpMode::Never), &[]).unwrap();
     b.spawn("p").unwrap();
     b.spawn_thread(Thread { proc: "p", tid: 1 }).unwrap();
-    let at = b.mmap(Thread::main("p"), Some(0x4000_0000), 4 * MB, Prot::RW, true, false).unwrap();
+    let at = b
+        .mmap(
+            Thread::main("p"),
+            MmapRequest { at: Some(0x4000_0000), fixed: true, ..MmapRequest::anon(4 * MB, Prot::RW) },
+        )
+        .unwrap();
     (b, at)
 }
 

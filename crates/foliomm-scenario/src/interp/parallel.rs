@@ -172,6 +172,9 @@ impl State<'_> {
                 touch(place, false, &mut f)?
             }
             Cmd::Fork(_) => f.forks = true,
+            Cmd::Memfd { .. } | Cmd::Truncate { .. } => {
+                return Err("memfd and truncate cannot run inside a parallel block".into())
+            }
             _ => {}
         }
         Ok(f)

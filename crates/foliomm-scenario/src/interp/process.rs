@@ -7,7 +7,7 @@ use foliomm::Errno;
 
 use super::state::State;
 use super::{Failed, StepResult};
-use crate::backend::{Access, BackendResult, StepError, Thread};
+use crate::backend::{Access, BackendResult, MmapRequest, StepError, Thread};
 use crate::lang::{Cmd, Place, Step};
 
 fn errno(e: Errno) -> String {
@@ -35,11 +35,24 @@ impl State<'_> {
     pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
         let t = Thread { proc: &p, tid };
         match &step.cmd {
-            Cmd::Mmap { name, len, prot, populate, at, fixed, align } => {
+            Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset } => {
                 // With `align`, map `len + align` and unmap what lies outside
                 // the aligned part, as the kernel selftests do.
                 let extra = align.unwrap_or(0);
-                let got = self.timed(|b| b.mmap(t, *at, len + extra, *prot, *fixed, *populate));
+                let handle = match file {
+                    Some(f) => Some(self.file(f, &p)?),
+                    None => None,
+                };
+                let req = MmapRequest {
+                    at: *at,
+                    len: len + extra,
+                    prot: *prot,
+                    fixed: *fixed,
+                    populate: *populate,
+                    shared: *shared,
+                    file: handle.map(|h| (h, *offset)),
+                };
+                let got = self.timed(|b| b.mmap(t, req));
                 let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
                 let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
                 let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
@@ -50,8 +63,36 @@ impl State<'_> {
                     self.timed(|b| b.munmap(t, addr + len, raw + len + extra - (addr + len))).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
-                self.refs.get_mut(&p).unwrap().map(addr, *len, *prot);
+                let rs = self.refs.get_mut(&p).unwrap();
+                match handle {
+                    Some(h) => rs.map_file(addr, *len, *prot, h, (offset + (addr - raw)) / 4096, *shared),
+                    // Shared anonymous memory is a file of its own.
+                    None if *shared => {
+                        let id = self.ref_files.create_anonymous(*len);
+                        rs.map_file(addr, *len, *prot, id, 0, true)
+                    }
+                    None => rs.map(addr, *len, *prot),
+                }
                 Ok(format!("{name} = {addr:#x}"))
+            }
+            Cmd::Memfd { name, size } => {
+                let Some(h) = outcome(step, self.timed(|b| b.memfd(t, *size)))? else {
+                    return Ok("failed as expected".into());
+                };
+                self.files.insert(name.clone(), h);
+                self.holders.insert(name.clone(), [p.clone()].into());
+                self.ref_files.create(h, *size);
+                Ok(format!("{name} = file {h}"))
+            }
+            Cmd::Truncate { file, size } => {
+                let h = self.file(file, &p)?;
+                if outcome(step, self.timed(|b| b.ftruncate(t, h, *size)))?.is_some() {
+                    self.ref_files.truncate(h, *size);
+                    for rs in self.refs.values_mut() {
+                        rs.truncate_file(h, size.div_ceil(4096));
+                    }
+                }
+                Ok("truncated".into())
             }
             Cmd::Munmap(pl) => {
                 let (a, l) = self.place(pl)?;
@@ -104,6 +145,9 @@ impl State<'_> {
                 if outcome(step, self.timed(|b| b.fork(t, child)))?.is_some() {
                     let copy = self.refs[&p].clone();
                     self.refs.insert(child.clone(), copy);
+                    for ps in self.holders.values_mut().filter(|ps| ps.contains(&p)) {
+                        ps.insert(child.clone());
+                    }
                     self.live.insert(child.clone());
                 }
                 Ok(format!("{child} forked"))

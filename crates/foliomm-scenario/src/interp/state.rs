@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use foliomm::check::reference::RefSpace;
+use foliomm::check::reference::{RefFiles, RefSpace};
 
 use super::{Failed, Measure, StepResult, ThreadOps};
 use crate::backend::{Backend, Observation, StepError};
@@ -31,6 +31,14 @@ pub(super) struct State<'b> {
     pub(super) failed_line: Option<usize>,
     pub(super) check: bool,
     pub(super) maps: HashMap<String, (u64, u64)>,
+    /// Files by name: the backend's handle (a descriptor every process
+    /// forked after its creation holds too).
+    pub(super) files: HashMap<String, u64>,
+    /// The processes holding a descriptor of each file: its creator and the
+    /// children forked after.
+    pub(super) holders: HashMap<String, HashSet<String>>,
+    /// The files' bytes in the reference model, shared by the processes.
+    pub(super) ref_files: RefFiles,
     pub(super) live: HashSet<String>,
     /// Named threads of each process: their numbers, `None` once exited.
     pub(super) threads: HashMap<String, HashMap<String, Option<u32>>>,
@@ -60,6 +68,9 @@ impl<'b> State<'b> {
             failed_line: None,
             check,
             maps: HashMap::new(),
+            files: HashMap::new(),
+            holders: HashMap::new(),
+            ref_files: RefFiles::default(),
             live: HashSet::new(),
             threads: HashMap::new(),
             exited: HashSet::new(),
@@ -96,11 +107,16 @@ impl<'b> State<'b> {
         let mut s = State::new(self.backend, false);
         s.started = true;
         s.maps = self.maps.clone();
+        s.files = self.files.clone();
+        s.holders = self.holders.clone();
+        // The scratch copy writes files of its own, not the run's.
+        s.ref_files = self.ref_files.snapshot();
         s.live = self.live.clone();
         s.threads = self.threads.clone();
         s.exited = self.exited.clone();
         s.pins = self.pins.clone();
-        s.refs = self.refs.get(proc).map(|r| (proc.to_string(), r.clone())).into_iter().collect();
+        let refs = self.refs.get(proc).map(|r| (proc.to_string(), r.with_files_of(&s.ref_files)));
+        s.refs = refs.into_iter().collect();
         s
     }
 
@@ -130,6 +146,17 @@ impl<'b> State<'b> {
         Ok(())
     }
 
+    /// The handle of file `name`, which process `p` must hold a descriptor of.
+    pub(super) fn file(&self, name: &str, p: &str) -> Result<u64, String> {
+        let h = *self.files.get(name).ok_or_else(|| format!("unknown file '{name}'"))?;
+        if !self.holders.get(name).is_some_and(|ps| ps.contains(p)) {
+            return Err(format!(
+                "process {p} holds no descriptor of file '{name}' (it is inherited by children forked after the memfd)"
+            ));
+        }
+        Ok(h)
+    }
+
     pub(super) fn place(&self, p: &Place) -> Result<(u64, u64), String> {
         let &(start, len) = self.maps.get(&p.map).ok_or_else(|| format!("unknown mapping '{}'", p.map))?;
         match p.range {
@@ -145,7 +172,7 @@ impl<'b> State<'b> {
         }
         if self.live.insert(name.to_string()) {
             self.backend.spawn(name).map_err(|e| Failed::from(e).context(&format!("cannot create process {name}")))?;
-            self.refs.insert(name.to_string(), RefSpace::default());
+            self.refs.insert(name.to_string(), RefSpace::with_files(self.ref_files.clone()));
         }
         Ok(())
     }

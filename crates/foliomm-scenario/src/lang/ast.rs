@@ -55,6 +55,22 @@ pub enum Cmd {
         fixed: bool,
         /// Place the mapping at a multiple of this (over-allocate, then trim).
         align: Option<u64>,
+        /// `MAP_SHARED` (else `MAP_PRIVATE`).
+        shared: bool,
+        /// The file mapped (`file F`), from byte `offset`; anonymous if none.
+        file: Option<String>,
+        offset: u64,
+    },
+    /// `NAME = memfd SIZE`: a new shmem file (`memfd_create` + `ftruncate`),
+    /// its descriptor inherited by children forked later.
+    Memfd {
+        name: String,
+        size: u64,
+    },
+    /// `truncate FILE SIZE` (`ftruncate`).
+    Truncate {
+        file: String,
+        size: u64,
     },
     Munmap(Place),
     Mprotect(Place, Prot),

@@ -11,6 +11,10 @@
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set check on|off                   run the invariant checker after each step
 //! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed] [align 64K]
+//! P: f = memfd 64K                   a shmem file; later forks inherit it
+//! P: s = mmap 64K rw shared file f [offset 16K]   shared or private file mapping
+//! P: m = mmap 64K rw shared          shared anonymous memory
+//! P: truncate f 32K                  ftruncate
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
 //! P: madvise a hugepage              hugepage nohugepage dontneed dontfork dofork
@@ -49,6 +53,7 @@
 mod ast;
 mod lexer;
 mod parser;
+mod proc_cmd;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Operand, ParseError, Place, Step};
 pub use lexer::parse_size;

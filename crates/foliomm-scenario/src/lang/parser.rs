@@ -3,13 +3,11 @@
 use foliomm::folio::thp::ThpMode;
 use foliomm::machine::{VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
-use foliomm::mm::Advice;
-use foliomm::mm_types::Prot;
 use foliomm::Errno;
 
 use super::ast::{Cmd, CmpOp, MachineSetting, ParseError, Step};
 use super::lexer::{is_ident, parse_size, tokenize, Line};
-use crate::backend::GupKind;
+use super::proc_cmd::parse_proc_cmd;
 
 /// The most steps `repeat` blocks may unroll to.
 const MAX_STEPS: usize = 1 << 20;
@@ -237,153 +235,6 @@ fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {
     Ok(Cmd::SetThp { enabled, sizes })
 }
 
-fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
-    // "NAME = mmap ..." or "NAME = mremap ..."
-    if l.toks.get(l.pos + 1).is_some_and(|t| t.text == "=") {
-        let name = l.ident("a mapping name")?;
-        l.pos += 1;
-        let col = l.col();
-        return match l.next("mmap or mremap")? {
-            "mmap" => {
-                let len = l.size("a length")?;
-                let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
-                while let Some(t) = l.peek() {
-                    match t {
-                        _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
-                        "populate" => populate = true,
-                        "fixed" => fixed = true,
-                        "anon" | "private" => {}
-                        "at" => {
-                            l.pos += 1;
-                            at = Some(l.size("an address")?);
-                            continue;
-                        }
-                        "align" => {
-                            l.pos += 1;
-                            let col = l.col();
-                            let a = l.size("an alignment")?;
-                            if !a.is_power_of_two() || a < 4096 {
-                                return l.err(col, format!("expected a power-of-two alignment of at least 4K, found {a:#x}"));
-                            }
-                            align = Some(a);
-                            continue;
-                        }
-                        _ => {
-                            return l.err(
-                                l.col(),
-                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, 'at ADDR' or 'align SIZE', found '{t}'"),
-                            )
-                        }
-                    }
-                    l.pos += 1;
-                }
-                if fixed && at.is_none() {
-                    return l.err(col, "'fixed' needs 'at ADDR'");
-                }
-                if align.is_some() && at.is_some() {
-                    return l.err(col, "'align' and 'at' exclude each other");
-                }
-                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align })
-            }
-            "mremap" => {
-                let from = l.place()?;
-                let (mut size, mut to) = (None, None);
-                while let Some(t) = l.peek() {
-                    l.pos += 1;
-                    match t {
-                        "size" => size = Some(l.size("a new size")?),
-                        "to" => to = Some(l.ident("a mapping to move onto")?),
-                        _ => {
-                            return l.err(
-                                l.col() - t.len() - 1,
-                                format!("expected 'size LEN' or 'to MAPPING', found '{t}'"),
-                            )
-                        }
-                    }
-                }
-                Ok(Cmd::Mremap { name, from, size, to })
-            }
-            "pin" => {
-                let place = l.place()?;
-                let (mut write, mut longterm) = (false, false);
-                while let Some(t) = l.peek() {
-                    match t {
-                        "write" => write = true,
-                        "longterm" => longterm = true,
-                        _ => return l.err(l.col(), format!("expected 'write' or 'longterm', found '{t}'")),
-                    }
-                    l.pos += 1;
-                }
-                Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
-            }
-            "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
-            t => l.err(col, format!("expected mmap, mremap, pin or get, found '{t}'")),
-        };
-    }
-    let col = l.col();
-    let verb = l.next("a command")?;
-    Ok(match verb {
-        "munmap" => Cmd::Munmap(l.place()?),
-        "mprotect" => Cmd::Mprotect(l.place()?, l.prot()?),
-        "madvise" => {
-            let p = l.place()?;
-            let col = l.col();
-            let t = l.next("an advice")?;
-            match Advice::parse(t) {
-                Some(a) => Cmd::Madvise(p, a),
-                None => return l.err(col, format!("expected hugepage, nohugepage, dontneed, dontfork or dofork, found '{t}'")),
-            }
-        }
-        "fork" => Cmd::Fork(l.ident("the child's name")?),
-        "exit" => Cmd::Exit,
-        "wait" => Cmd::Wait(l.ident("the child's name")?),
-        "write" | "fill" => {
-            let place = l.place()?;
-            if verb == "fill" && l.eat("pattern") {
-                let col = l.col();
-                let seed = match l.peek() {
-                    None => 0,
-                    Some(t) => match parse_size(t).filter(|&v| v <= 255) {
-                        Some(v) => {
-                            l.pos += 1;
-                            v as u8
-                        }
-                        None => return l.err(col, format!("expected a pattern seed 0..=255, found '{t}'")),
-                    },
-                };
-                Cmd::Pattern { place, seed }
-            } else {
-                Cmd::Write { place, val: l.value()?, every_byte: verb == "fill" }
-            }
-        }
-        "read" | "verify" => Cmd::Read { place: l.place()?, every_byte: verb == "verify" },
-        "unpin" => Cmd::Unpin(l.ident("the pin to release")?),
-        "observe" if l.peek() == Some("pin") => {
-            l.pos += 1;
-            let pin = l.ident("a pin")?;
-            let col = l.col();
-            if !l.eat("as") {
-                return l.err(col, "expected 'as NAME' after the pin to observe");
-            }
-            Cmd::ObservePin { pin, name: l.ident("an observation name")? }
-        }
-        "observe" => {
-            let place = l.place()?;
-            let col = l.col();
-            if !l.eat("as") {
-                return l.err(col, "expected 'as NAME' after the place to observe");
-            }
-            Cmd::Observe { place, name: l.ident("an observation name")? }
-        }
-        t => {
-            return l.err(
-                col,
-                format!("expected a command (mmap, munmap, mprotect, madvise, mremap, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
-            )
-        }
-    })
-}
-
 /// The next token as one of a strategy's names (`parse`); an unknown one is
 /// an error at its column listing the `known` names.
 fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str) -> Result<T, ParseError> {
@@ -399,6 +250,7 @@ fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str)
 mod tests {
     use super::*;
     use crate::lang::Place;
+    use foliomm::mm_types::Prot;
 
     #[test]
     fn parses_the_design_example() {

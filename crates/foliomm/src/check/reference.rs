@@ -1,27 +1,90 @@
 //! The reference model: what every byte must read, computed the plainest way.
 //! One [`RefSpace`] per process maps pages to their protection and bytes;
-//! fork is a deep copy. It knows nothing of folios, page tables or COW, so a
-//! model bug that leaks or loses a byte shows as a difference.
+//! fork is a deep copy. Files ([`RefFiles`]) are shared by every space made
+//! from the same store: a page of a shared file mapping reads and writes the
+//! file; a page of a private one reads the file until its first write gives
+//! it bytes of its own. It knows nothing of folios, page tables, caches or
+//! COW, so a model bug that leaks or loses a byte shows as a difference.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use crate::arch::PAGE_SIZE;
 use crate::mm_types::Prot;
 use crate::{Errno, Result};
 
 const PS: usize = PAGE_SIZE as usize;
+type Bytes = Box<[u8; PS]>;
+
+/// The file behind a page: which, at which page index, and whether writes
+/// go to it.
+#[derive(Clone, Copy)]
+struct Backing {
+    file: u64,
+    index: u64,
+    shared: bool,
+}
 
 #[derive(Clone)]
 struct RefPage {
     prot: u32,
-    /// `None` reads as zeros.
-    data: Option<Box<[u8; PS]>>,
+    file: Option<Backing>,
+    /// The page's own bytes (anonymous, or a private copy of a file page);
+    /// `None` reads as zeros, or as the file.
+    data: Option<Bytes>,
+}
+
+/// One file: its size and the bytes of the pages ever written.
+#[derive(Clone, Default)]
+struct RefFile {
+    size: u64,
+    pages: BTreeMap<u64, Bytes>,
+}
+
+/// The files of a run, shared by the spaces that map them.
+#[derive(Clone, Default)]
+pub struct RefFiles(Arc<Mutex<HashMap<u64, RefFile>>>);
+
+impl RefFiles {
+    /// A separate copy of every file as it is now.
+    pub fn snapshot(&self) -> RefFiles {
+        RefFiles(Arc::new(Mutex::new(self.0.lock().unwrap().clone())))
+    }
+
+    /// A new file of `size` bytes for shared anonymous memory; returns its
+    /// id (from 2^63 up, apart from the backends' file handles).
+    pub fn create_anonymous(&self, size: u64) -> u64 {
+        let mut files = self.0.lock().unwrap();
+        let id = (1 << 63) + files.keys().filter(|&&k| k >= 1 << 63).count() as u64;
+        files.insert(id, RefFile { size, pages: BTreeMap::new() });
+        id
+    }
+
+    /// A new file `id` of `size` bytes, all zeros.
+    pub fn create(&self, id: u64, size: u64) {
+        self.0.lock().unwrap().insert(id, RefFile { size, pages: BTreeMap::new() });
+    }
+
+    /// `ftruncate`: pages past the new end are gone (and read as zeros if
+    /// the file grows again).
+    pub fn truncate(&self, id: u64, size: u64) {
+        let mut files = self.0.lock().unwrap();
+        let f = files.entry(id).or_default();
+        f.pages.split_off(&size.div_ceil(PAGE_SIZE));
+        if let Some(last) =
+            (!size.is_multiple_of(PAGE_SIZE)).then_some(size / PAGE_SIZE).and_then(|i| f.pages.get_mut(&i))
+        {
+            last[(size % PAGE_SIZE) as usize..].fill(0);
+        }
+        f.size = size;
+    }
 }
 
 /// The bytes and protections of one process's address space.
 #[derive(Clone, Default)]
 pub struct RefSpace {
     pages: BTreeMap<u64, RefPage>,
+    files: RefFiles,
 }
 
 fn page_range(start: u64, len: u64) -> impl Iterator<Item = u64> {
@@ -30,10 +93,28 @@ fn page_range(start: u64, len: u64) -> impl Iterator<Item = u64> {
 }
 
 impl RefSpace {
+    /// An empty space whose file mappings use `files`.
+    pub fn with_files(files: RefFiles) -> RefSpace {
+        RefSpace { pages: BTreeMap::new(), files }
+    }
+
+    /// A copy of this space whose file mappings use `files` instead.
+    pub fn with_files_of(&self, files: &RefFiles) -> RefSpace {
+        RefSpace { pages: self.pages.clone(), files: files.clone() }
+    }
+
     /// A new mapping of zero pages (replacing whatever was there).
     pub fn map(&mut self, start: u64, len: u64, prot: Prot) {
         for p in page_range(start, len) {
-            self.pages.insert(p, RefPage { prot: prot.0, data: None });
+            self.pages.insert(p, RefPage { prot: prot.0, file: None, data: None });
+        }
+    }
+
+    /// A new mapping of file `file` from page `index`, shared or private.
+    pub fn map_file(&mut self, start: u64, len: u64, prot: Prot, file: u64, index: u64, shared: bool) {
+        for (i, p) in page_range(start, len).enumerate() {
+            let backing = Backing { file, index: index + i as u64, shared };
+            self.pages.insert(p, RefPage { prot: prot.0, file: Some(backing), data: None });
         }
     }
 
@@ -60,7 +141,8 @@ impl RefSpace {
         }
     }
 
-    /// MADV_DONTNEED on private anonymous memory: mapped pages read zero again.
+    /// MADV_DONTNEED: private pages read zero again (or the file, for a
+    /// private file mapping); shared file pages keep their bytes.
     pub fn zap(&mut self, start: u64, len: u64) {
         for p in page_range(start, len) {
             if let Some(pg) = self.pages.get_mut(&p) {
@@ -69,13 +151,26 @@ impl RefSpace {
         }
     }
 
-    /// mremap: `old_len` bytes move to `new`; a longer new range is zero-filled.
+    /// Truncation of `file` to `pages` pages zaps even the private copies
+    /// of the pages past the end (`unmap_mapping_range(.., even_cows)`).
+    pub fn truncate_file(&mut self, file: u64, pages: u64) {
+        for pg in self.pages.values_mut() {
+            if pg.file.is_some_and(|b| b.file == file && b.index >= pages) {
+                pg.data = None;
+            }
+        }
+    }
+
+    /// mremap: `old_len` bytes move to `new`; a longer new range is
+    /// zero-filled, or continues the file a file mapping maps.
     pub fn remap(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
         let moved: Vec<(u64, RefPage)> =
             page_range(old, old_len).filter_map(|p| self.pages.remove(&p).map(|pg| (p, pg))).collect();
-        let prot = moved.first().map(|(_, p)| p.prot).unwrap_or(0);
-        for p in page_range(new, new_len) {
-            self.pages.insert(p, RefPage { prot, data: None });
+        let first = moved.first().map(|(_, p)| (p.prot, p.file));
+        let (prot, file) = first.unwrap_or((0, None));
+        for (i, p) in page_range(new, new_len).enumerate() {
+            let file = file.map(|b| Backing { index: b.index + i as u64, ..b });
+            self.pages.insert(p, RefPage { prot, file, data: None });
         }
         for (p, pg) in moved {
             if p - old < new_len {
@@ -84,48 +179,63 @@ impl RefSpace {
         }
     }
 
-    fn page_mut(&mut self, addr: u64, write: bool) -> Result<&mut RefPage> {
+    /// Runs `f` on the bytes the page at `addr` reads and writes (its own,
+    /// or its file's), checking the access; a write to a private page of a
+    /// file first copies the file's page. SIGBUS past the end of the file.
+    fn with_bytes<R>(&mut self, addr: u64, write: bool, f: impl FnOnce(&mut [u8; PS]) -> R) -> Result<R> {
         let pg = self.pages.get_mut(&(addr & !(PAGE_SIZE - 1))).ok_or(Errno::EFAULT)?;
         let need = if write { Prot::WRITE } else { Prot::READ | Prot::WRITE };
         if pg.prot & need == 0 {
             return Err(Errno::EACCES);
         }
-        Ok(pg)
+        // Reads of bytes never written see zeros without storing any.
+        let zeros = || Box::new([0; PS]);
+        let Some(b) = pg.file else {
+            return Ok(match (&mut pg.data, write) {
+                (None, false) => f(&mut zeros()),
+                (data, _) => f(data.get_or_insert_with(zeros)),
+            });
+        };
+        let mut files = self.files.0.lock().unwrap();
+        let file = files.get_mut(&b.file).ok_or(Errno::SIGBUS)?;
+        if b.index >= file.size.div_ceil(PAGE_SIZE) {
+            return Err(Errno::SIGBUS);
+        }
+        let file_page = |pages: &BTreeMap<u64, Bytes>| pages.get(&b.index).cloned().unwrap_or_else(zeros);
+        Ok(match (b.shared, &mut pg.data, write) {
+            (true, _, true) => f(file.pages.entry(b.index).or_insert_with(zeros)),
+            (true, _, false) | (false, None, false) => f(&mut file_page(&file.pages)),
+            (false, data, _) => f(data.get_or_insert_with(|| file_page(&file.pages))),
+        })
     }
 
     /// Writes `data` at `addr`, page by page, stopping at the first page that
     /// is unmapped or not writable (as a real access would).
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<()> {
-        self.each_piece(addr, data.len() as u64, true, |pg, off, pos, n| {
-            pg.data.get_or_insert_with(|| Box::new([0; PS]))[off..off + n].copy_from_slice(&data[pos..pos + n]);
+        self.each_piece(addr, data.len() as u64, true, |d, off, pos, n| {
+            d[off..off + n].copy_from_slice(&data[pos..pos + n]);
         })
     }
 
     pub fn fill(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
-        self.each_piece(addr, len, true, |pg, off, _, n| {
-            pg.data.get_or_insert_with(|| Box::new([0; PS]))[off..off + n].fill(val);
-        })
+        self.each_piece(addr, len, true, |d, off, _, n| d[off..off + n].fill(val))
     }
 
     pub fn write_byte_per_page(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
         for p in page_range(addr, len) {
-            self.page_mut(p, true)?.data.get_or_insert_with(|| Box::new([0; PS]))[0] = val;
+            self.with_bytes(p, true, |d| d[0] = val)?;
         }
         Ok(())
     }
 
     pub fn read(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
         let mut out = vec![0; len as usize];
-        self.each_piece(addr, len, false, |pg, off, pos, n| {
-            if let Some(d) = &pg.data {
-                out[pos..pos + n].copy_from_slice(&d[off..off + n]);
-            }
-        })?;
+        self.each_piece(addr, len, false, |d, off, pos, n| out[pos..pos + n].copy_from_slice(&d[off..off + n]))?;
         Ok(out)
     }
 
     pub fn read_byte_per_page(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
-        page_range(addr, len).map(|p| Ok(self.page_mut(p, false)?.data.as_ref().map_or(0, |d| d[0]))).collect()
+        page_range(addr, len).map(|p| self.with_bytes(p, false, |d| d[0])).collect()
     }
 
     fn each_piece(
@@ -133,15 +243,14 @@ impl RefSpace {
         addr: u64,
         len: u64,
         write: bool,
-        mut f: impl FnMut(&mut RefPage, usize, usize, usize),
+        mut f: impl FnMut(&mut [u8; PS], usize, usize, usize),
     ) -> Result<()> {
         let end = addr + len;
         let mut at = addr;
         while at < end {
             let next = (at / PAGE_SIZE + 1) * PAGE_SIZE;
             let n = (next.min(end) - at) as usize;
-            let pg = self.page_mut(at, write)?;
-            f(pg, (at % PAGE_SIZE) as usize, (at - addr) as usize, n);
+            self.with_bytes(at, write, |d| f(d, (at % PAGE_SIZE) as usize, (at - addr) as usize, n))?;
             at = next;
         }
         Ok(())

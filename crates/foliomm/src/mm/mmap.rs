@@ -40,16 +40,13 @@ impl Mm {
     /// `thp_get_unmapped_area_vmflags`). `MAP_SHARED` anonymous memory is a
     /// new shmem file of `len` bytes (`shmem_zero_setup`).
     pub fn mmap(&self, addr: u64, len: u64, prot: Prot, flags: MmapFlags) -> Result<u64> {
-        if !flags.shared {
-            return self.mmap_file(addr, len, prot, flags, None);
-        }
-        let inode = self.mmlist.new_inode(&self.kernel, page_align(len)?)?;
-        self.mmap_file(addr, len, prot, flags, Some((&inode, 0)))
+        self.mmap_file(addr, len, prot, flags, None)
     }
 
     /// `mmap(addr, len, prot, flags, fd, offset)` of a shmem `file` from byte
-    /// `offset` (a page multiple), or of anonymous memory without one.
-    /// The mapping may reach past the end of the file; accesses there fail.
+    /// `offset` (a page multiple), or of anonymous memory without one (see
+    /// [`Mm::mmap`]). The mapping may reach past the end of the file;
+    /// accesses there fail with SIGBUS.
     pub fn mmap_file(
         &self,
         addr: u64,
@@ -64,6 +61,10 @@ impl Mm {
         let len = page_align(len)?;
         if len > TASK_SIZE {
             return Err(Errno::ENOMEM);
+        }
+        if file.is_none() && flags.shared {
+            let inode = self.mmlist.new_inode(&self.kernel, len)?;
+            return self.mmap_file(addr, len, prot, flags, Some((&inode, 0)));
         }
         if let Some((_, offset)) = file {
             if offset % PAGE_SIZE != 0 || offset.checked_add(len).is_none_or(|e| e > crate::shmem::MAX_FILE_SIZE) {

@@ -35,6 +35,7 @@ impl Mm {
         info.pmd_mapped = huge;
         info.writable = leaf.write();
         info.zero_page = f.is_zero_page();
+        info.anon = f.test_anon();
         info.folio_order = f.order();
         if !info.zero_page {
             let i = pfn - f.pfn;
@@ -66,9 +67,11 @@ impl Mm {
             // are not counted at all.
             if p.present && !p.zero_page {
                 r.rss_kb += 4;
-                r.anonymous_kb += 4;
-                if p.pmd_mapped {
-                    r.anon_huge_kb += 4;
+                if p.anon {
+                    r.anonymous_kb += 4;
+                    if p.pmd_mapped {
+                        r.anon_huge_kb += 4;
+                    }
                 }
                 // Shared/private as pagemap's exclusive bit says, which both
                 // backends can tell; smaps counts per page and differs for a
@@ -91,6 +94,8 @@ pub struct PageInfo {
     pub present: bool,
     pub pfn: Pfn,
     pub zero_page: bool,
+    /// `PageAnon` (kpageflags `KPF_ANON`): else a file (shmem) page.
+    pub anon: bool,
     pub pmd_mapped: bool,
     pub writable: bool,
     pub folio_order: u32,

@@ -108,7 +108,15 @@ impl Inode {
             return Err(Errno::EINVAL);
         }
         let first = size.div_ceil(PAGE_SIZE);
-        let gone = self.pages.lock().unwrap().split_off(&first);
+        let mut pages = self.pages.lock().unwrap();
+        let gone = pages.split_off(&first);
+        // truncate_inode_partial_folio(): the bytes past the end of the
+        // last page are zeroed.
+        if let Some(&pfn) = (!size.is_multiple_of(PAGE_SIZE)).then(|| pages.get(&(size / PAGE_SIZE))).flatten() {
+            let off = (size % PAGE_SIZE) as usize;
+            self.k.phys.fill(pfn, off, PAGE_SIZE as usize - off, 0);
+        }
+        drop(pages);
         self.size.store(size, Relaxed);
         for pfn in gone.into_values() {
             self.remove_from_cache(pfn);
