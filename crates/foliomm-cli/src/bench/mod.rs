@@ -6,7 +6,7 @@
 //! arguments, the dispatch and the harness the benchmarks share.
 
 mod fault;
-mod page_fault1;
+mod page_fault;
 mod published;
 mod seed_000;
 mod seed_001;

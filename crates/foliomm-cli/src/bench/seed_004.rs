@@ -1,7 +1,8 @@
 //! `foliomm bench seed-004`: page-fault scalability of the three VMA-lock
-//! designs (seed 004's mmtests table), `page_fault1` in thread mode and its
-//! contended variant, model and host kernel, with the cache-line transfers
-//! per fault the model counts for each design and thread count.
+//! designs (seed 004's mmtests table): will-it-scale `page_fault1`, `2` and
+//! `3` in thread mode and their contended variants, model and host kernel,
+//! with the cache-line transfers per fault the model counts for each design
+//! and thread count.
 //!
 //! Every configuration runs once per round and the rounds interleave them,
 //! so that the machine's drift spreads over all; figures are harmonic means
@@ -12,12 +13,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use foliomm::machine::VmaLockDesign;
 use foliomm::sync::cacheline::{Structure, Transfers};
 use foliomm::{Config, Machine};
 
-use super::page_fault1::{self, Layout, Sample};
+use super::page_fault::{self, Layout, Sample, Test};
 use super::published::SEED_004;
 use super::{print_json, progress, region_size};
 
@@ -35,9 +36,12 @@ pub(super) struct Seed004Args {
     /// Rounds (each runs every configuration once).
     #[arg(long, default_value_t = 3)]
     runs: u32,
-    /// Only this layout: `separate` (page_fault1) or `shared` (contended).
+    /// Only this layout: `separate` (a VMA per thread) or `shared` (contended).
     #[arg(long, value_parser = ["separate", "shared"])]
     layout: Option<String>,
+    /// The will-it-scale tests to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "page_fault1,page_fault2,page_fault3")]
+    tests: Vec<Test>,
     /// Skip the host kernel.
     #[arg(long)]
     no_host: bool,
@@ -76,7 +80,7 @@ struct Figures {
     transfers: Transfers,
 }
 
-type Key = (Layout, usize, Backend);
+type Key = (Test, Layout, usize, Backend);
 
 pub(super) fn run(a: &Seed004Args) -> Result<()> {
     let size = region_size(&a.size)?;
@@ -98,11 +102,17 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         .map(|&d| {
             Ok((
                 d,
-                Machine::new(Config { memory: most as u64 * size + (256 << 20), vma_lock: d, ..Config::default() })?,
+                // A file test holds a thread's file and its private copies at once.
+                Machine::new(Config {
+                    memory: 2 * most as u64 * size + (256 << 20),
+                    vma_lock: d,
+                    ..Config::default()
+                })?,
             ))
         })
         .collect::<Result<_>>()?;
-    let steps = (a.runs.max(1) as usize * layouts.len() * a.threads.len() * backends.len() + DESIGNS.len()) as u64;
+    let configs = a.tests.len() * layouts.len() * a.threads.len() * backends.len();
+    let steps = (a.runs.max(1) as usize * configs + DESIGNS.len()) as u64;
     let bar = progress(steps);
     // Warm each machine with both layouts at the most threads: the first
     // touch of model memory is host faults, and until the free lists have
@@ -111,43 +121,47 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
     for (d, m) in &machines {
         bar.set_message(format!("warming {}", d.name()));
         for layout in [Layout::Shared, Layout::Separate] {
-            page_fault1::model(m, layout, most, size, 1)?;
+            page_fault::model(m, Test::PageFault1, layout, most, size, 1)?;
         }
         bar.inc(1);
     }
     let mut figures: HashMap<Key, Figures> = HashMap::new();
     let mut host_note = None;
+    let keys: Vec<Key> = a
+        .tests
+        .iter()
+        .flat_map(|&t| layouts.iter().map(move |&l| (t, l)))
+        .flat_map(|(t, l)| a.threads.iter().map(move |&n| (t, l, n)))
+        .flat_map(|(t, l, n)| backends.iter().map(move |&b| (t, l, n, b)))
+        .collect();
     for round in 0..a.runs.max(1) {
-        for &layout in &layouts {
-            for &threads in &a.threads {
-                for &b in &backends {
-                    bar.set_message(format!("round {} {:?} {threads} threads {}", round + 1, layout, b.name()));
-                    bar.inc(1);
-                    let samples = match b {
-                        Backend::Model(d) => page_fault1::model(&machines[&d], layout, threads, size, a.loops)?,
-                        Backend::Host if host_note.is_some() => continue,
-                        Backend::Host => match page_fault1::host(layout, threads, size, a.loops) {
-                            Ok(s) => s,
-                            Err(e) => {
-                                host_note = Some(format!("host kernel skipped: {e:#}"));
-                                continue;
-                            }
-                        },
-                    };
-                    record(figures.entry((layout, threads, b)).or_default(), &samples, size, a.loops);
-                }
-            }
+        for &(test, layout, threads, b) in &keys {
+            bar.set_message(format!("round {} {test:?} {layout:?} {threads} threads {}", round + 1, b.name()));
+            bar.inc(1);
+            let samples = match b {
+                Backend::Model(d) => page_fault::model(&machines[&d], test, layout, threads, size, a.loops)
+                    .with_context(|| format!("model, {}: {test:?}, {layout:?}, {threads} threads", d.name()))?,
+                Backend::Host if host_note.is_some() => continue,
+                Backend::Host => match page_fault::host(test, layout, threads, size, a.loops) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        host_note = Some(format!("host kernel skipped: {e:#}"));
+                        continue;
+                    }
+                },
+            };
+            record(figures.entry((test, layout, threads, b)).or_default(), &samples, size, a.loops);
         }
     }
     bar.finish_and_clear();
     if a.json {
         let rows: Vec<_> = figures
             .iter()
-            .map(|((l, t, b), f)| {
+            .map(|((test, l, t, b), f)| {
                 let transfers: HashMap<&str, f64> =
                     Structure::ALL.iter().map(|&s| (s.name(), f.transfers.of(s) as f64 / f.faults as f64)).collect();
                 serde_json::json!({
-                    "layout": l, "threads": t, "backend": b.name(),
+                    "test": test, "layout": l, "threads": t, "backend": b.name(),
                     "faults_per_cpu_hmean": hmean(&f.per_cpu), "faults_per_sec_hmean": hmean(&f.per_sec),
                     "faults_per_cpu": f.per_cpu, "faults_per_sec": f.per_sec,
                     "transfers_per_fault": if matches!(b, Backend::Host) { None } else { Some(transfers) },
@@ -159,9 +173,11 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         );
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for &layout in &layouts {
-        print_scaling(&figures, layout, &a.threads, &backends, cores, size, a);
-        print_transfers(&figures, layout, &a.threads, cores);
+    for &test in &a.tests {
+        for &layout in &layouts {
+            print_scaling(&figures, (test, layout), &a.threads, &backends, cores, size, a);
+            print_transfers(&figures, (test, layout), &a.threads, cores);
+        }
     }
     print_seed();
     if let Some(n) = host_note {
@@ -208,7 +224,7 @@ fn cell(v: &[f64], base: Option<&[f64]>) -> String {
 
 fn print_scaling(
     figures: &HashMap<Key, Figures>,
-    layout: Layout,
+    (test, layout): (Test, Layout),
     threads: &[usize],
     backends: &[Backend],
     cores: usize,
@@ -216,7 +232,8 @@ fn print_scaling(
     a: &Seed004Args,
 ) {
     println!(
-        "\nSeed 004 page-fault scalability, {}: {} MiB per thread, {} loops, harmonic mean of {} interleaved rounds",
+        "\nSeed 004 page-fault scalability, {}, {}: {} MiB per thread, {} loops, harmonic mean of {} interleaved rounds",
+        test.name(),
         layout.name(),
         size >> 20,
         a.loops,
@@ -236,8 +253,9 @@ fn print_scaling(
         for &t in threads {
             let mark = if t > cores { '!' } else { ' ' };
             let mut line = format!("Hmean {metric}-{t:<4}{mark:<3}");
-            let get =
-                |b: Backend| figures.get(&(layout, t, b)).map(|f| if pick == 0 { &f.per_cpu } else { &f.per_sec });
+            let get = |b: Backend| {
+                figures.get(&(test, layout, t, b)).map(|f| if pick == 0 { &f.per_cpu } else { &f.per_sec })
+            };
             let base = get(Backend::Model(DESIGNS[0]));
             for &b in backends {
                 let text = match get(b) {
@@ -252,8 +270,12 @@ fn print_scaling(
     }
 }
 
-fn print_transfers(figures: &HashMap<Key, Figures>, layout: Layout, threads: &[usize], cores: usize) {
-    println!("\nCache-line transfers per fault, {} (model; each thread one simulated CPU):\n", layout.name());
+fn print_transfers(figures: &HashMap<Key, Figures>, (test, layout): (Test, Layout), threads: &[usize], cores: usize) {
+    println!(
+        "\nCache-line transfers per fault, {}, {} (model; each thread one simulated CPU):\n",
+        test.name(),
+        layout.name()
+    );
     let mut head = format!("{:<8} {:<13}", "threads", "design");
     for s in Structure::ALL {
         head += &format!(" {:>11}", s.name());
@@ -261,7 +283,7 @@ fn print_transfers(figures: &HashMap<Key, Figures>, layout: Layout, threads: &[u
     println!("{head} {:>8}", "total");
     for &t in threads {
         for d in DESIGNS {
-            let Some(f) = figures.get(&(layout, t, Backend::Model(d))) else { continue };
+            let Some(f) = figures.get(&(test, layout, t, Backend::Model(d))) else { continue };
             let mark = if t > cores { "!" } else { "" };
             let mut line = format!("{:<8} {:<13}", format!("{t}{mark}"), d.name());
             let per = |n: u64| n as f64 / f.faults as f64;

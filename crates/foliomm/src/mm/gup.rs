@@ -3,7 +3,8 @@
 //!
 //! Each page is faulted in as needed; a write pin needs a writable entry (a
 //! write fault breaks COW first); a read-only pin of an anon page that is not
-//! AnonExclusive, or (longterm, in a private mapping) of the zero page, first
+//! AnonExclusive, or (longterm, in a private mapping) of the zero page or a
+//! file page, first
 //! takes an unshare fault (`gup_must_unshare`), so that the pin and the page
 //! tables keep seeing the same page. The pin is taken under the page-table
 //! lock (`try_grab_folio`): refcount + 1024 for a small folio, refcount + 1
@@ -36,12 +37,18 @@ pub struct Pin {
     pub longterm: bool,
 }
 
-/// Whether a read-only FOLL_PIN of this entry must unshare first.
-fn must_unshare(f: Folio, page: u64, longterm: bool) -> bool {
+/// Whether a read-only FOLL_PIN of this entry must unshare first
+/// (`gup_must_unshare`): an anon page that is not AnonExclusive; the zero
+/// page or a file page in a private mapping when the pin is longterm (so
+/// that the pin sees what the process writes there later).
+fn must_unshare(f: Folio, page: u64, longterm: bool, cow_mapping: bool) -> bool {
     if f.is_zero_page() {
         return longterm;
     }
-    f.test_anon() && !f.anon_exclusive(page)
+    if !f.test_anon() {
+        return longterm && cow_mapping;
+    }
+    !f.anon_exclusive(page)
 }
 
 impl Mm {
@@ -99,7 +106,7 @@ impl Mm {
                 let pfn = slot.page_pfn(leaf, addr);
                 let f = Folio::containing(phys, pfn);
                 let judged = if slot.huge { 0 } else { pfn - f.pfn };
-                if foll_pin && !write && must_unshare(f, judged, longterm) {
+                if foll_pin && !write && must_unshare(f, judged, longterm, !vma.shared()) {
                     return Some(Err(FaultKind::Unshare));
                 }
                 if f.is_zero_page() {

@@ -1,14 +1,18 @@
-//! will-it-scale's `page_fault1` in thread mode, on the model and on the host
-//! kernel: every thread maps a region, writes one byte per 4K page with
-//! `MADV_NOHUGEPAGE`, and unmaps it, in a loop; and the contended variant,
-//! where all threads fault their own chunk of one shared VMA and drop it
-//! with `MADV_DONTNEED` (as mmtests' `pft` faults one mapping from many
-//! threads).
+//! will-it-scale's `page_fault1`, `page_fault2` and `page_fault3` in
+//! thread mode, on the model and on the host kernel: every thread maps a
+//! region, writes one byte per 4K page, and unmaps it, in a loop. The
+//! region is anonymous (`page_fault1`, with `MADV_NOHUGEPAGE`), a private
+//! mapping of the thread's own shmem file (`page_fault2`: every fault
+//! copies the file's page, `do_cow_fault`), or a shared one (`page_fault3`:
+//! `do_shared_fault`). The contended variant has all threads fault their
+//! own chunk of one shared VMA and drop it with `MADV_DONTNEED` (as
+//! mmtests' `pft` faults one mapping from many threads).
 //!
 //! Differs from will-it-scale: each thread maps at its own address with a
-//! gap below, so its region stays a VMA of its own. will-it-scale lets
-//! `mmap` choose, and adjacent regions of different threads then merge into
-//! one VMA, which makes the run a mix of the two variants.
+//! gap below, so its region stays a VMA of its own (will-it-scale lets
+//! `mmap` choose, and adjacent anonymous regions of different threads then
+//! merge into one VMA); the files are memfds, where will-it-scale makes
+//! them in `/tmp` (tmpfs on most systems).
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -22,11 +26,38 @@ const PAGE: u64 = 4096;
 /// Where the first thread's region goes; each next one 2 regions lower.
 const BASE: u64 = 0x6000_0000_0000;
 
+/// Which will-it-scale test: what backs the faulted memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub(super) enum Test {
+    /// Anonymous memory.
+    PageFault1,
+    /// A private mapping of a shmem file.
+    PageFault2,
+    /// A shared mapping of a shmem file.
+    PageFault3,
+}
+
+impl Test {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Test::PageFault1 => "page_fault1 (anonymous)",
+            Test::PageFault2 => "page_fault2 (private file, copy on write)",
+            Test::PageFault3 => "page_fault3 (shared file)",
+        }
+    }
+
+    fn shared(self) -> bool {
+        self == Test::PageFault3
+    }
+}
+
 /// Which address-space layout the threads fault in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(super) enum Layout {
-    /// A VMA per thread, mapped and unmapped every loop (`page_fault1`).
+    /// A VMA per thread, mapped and unmapped every loop.
     Separate,
     /// One VMA for all, each thread its own chunk, dropped with MADV_DONTNEED.
     Shared,
@@ -35,7 +66,7 @@ pub(super) enum Layout {
 impl Layout {
     pub(super) fn name(self) -> &'static str {
         match self {
-            Layout::Separate => "separate VMAs (page_fault1)",
+            Layout::Separate => "separate VMAs",
             Layout::Shared => "one shared VMA (contended)",
         }
     }
@@ -58,12 +89,27 @@ pub(super) struct Sample {
 }
 
 /// One run of `threads` threads, `loops` loops each over `size` bytes, on
-/// the model machine `m`. Checks the faults the model counted.
-pub(super) fn model(m: &Arc<Machine>, layout: Layout, threads: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
+/// the model machine `m`. Checks the faults the model counted, then runs
+/// the invariant checker.
+pub(super) fn model(
+    m: &Arc<Machine>,
+    test: Test,
+    layout: Layout,
+    threads: usize,
+    size: u64,
+    loops: u32,
+) -> Result<Vec<Sample>> {
     let mm = m.new_mm()?;
+    let flags = MmapFlags { shared: test.shared(), ..MmapFlags::default() };
+    // One file per thread, or one for the shared VMA.
+    let file_size = if layout == Layout::Shared { size * threads as u64 } else { size };
+    let files = (0..if layout == Layout::Shared { 1 } else { threads })
+        .map(|_| (test != Test::PageFault1).then(|| m.memfd_create(file_size)).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
     let shared = match layout {
         Layout::Shared => {
-            let a = mm.mmap(0, size * threads as u64, Prot::RW, MmapFlags::default())?;
+            let file = files[0].as_ref().map(|f| (f, 0));
+            let a = mm.mmap_file(0, size * threads as u64, Prot::RW, flags, file)?;
             mm.madvise(a, size * threads as u64, Advice::NoHugePage)?;
             a
         }
@@ -75,11 +121,11 @@ pub(super) fn model(m: &Arc<Machine>, layout: Layout, threads: usize, size: u64,
         cacheline::account_as(i as u32 + 1);
         let cpu = m.new_cpu();
         let a = layout.region(i, size, shared);
-        let mm = mm.clone();
+        let (mm, file) = (mm.clone(), files.get(i).cloned().flatten());
         (cpu, move |cpu: &mut foliomm::Cpu| -> Result<()> {
             if layout == Layout::Separate {
-                let flags = MmapFlags { noreplace: true, ..MmapFlags::default() };
-                mm.mmap(a, size, Prot::RW, flags)?;
+                let flags = MmapFlags { noreplace: true, ..flags };
+                mm.mmap_file(a, size, Prot::RW, flags, file.as_ref().map(|f| (f, 0)))?;
                 mm.madvise(a, size, Advice::NoHugePage)?;
             }
             cpu.write_byte_per_page(&mm, a, size, 1)?;
@@ -99,11 +145,16 @@ pub(super) fn model(m: &Arc<Machine>, layout: Layout, threads: usize, size: u64,
 }
 
 /// The same run on the host kernel, through its system calls.
-pub(super) fn host(layout: Layout, threads: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
+pub(super) fn host(test: Test, layout: Layout, threads: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
     let len = size as usize;
+    let flags = if test.shared() { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+    let file_len = if layout == Layout::Shared { len * threads } else { len };
+    let files = (0..if layout == Layout::Shared { 1 } else { threads })
+        .map(|_| if test == Test::PageFault1 { Ok(-1) } else { memfd(file_len) })
+        .collect::<Result<Vec<_>>>()?;
     let shared = match layout {
         Layout::Shared => {
-            let a = map(std::ptr::null_mut(), len * threads, 0)?;
+            let a = map(std::ptr::null_mut(), len * threads, flags, files[0])?;
             advise(a, len * threads, libc::MADV_NOHUGEPAGE)?;
             a as u64
         }
@@ -111,10 +162,11 @@ pub(super) fn host(layout: Layout, threads: usize, size: u64, loops: u32) -> Res
     };
     let samples = run_threads(threads, loops, |i| {
         let a = layout.region(i, size, shared) as *mut u8;
+        let fd = files.get(i).copied().unwrap_or(-1);
         ((), move |_: &mut ()| -> Result<()> {
             let before = minor_faults();
             if layout == Layout::Separate {
-                map(a, len, libc::MAP_FIXED_NOREPLACE)?;
+                map(a, len, flags | libc::MAP_FIXED_NOREPLACE, fd)?;
                 advise(a, len, libc::MADV_NOHUGEPAGE)?;
             }
             for off in (0..len).step_by(PAGE as usize) {
@@ -135,6 +187,10 @@ pub(super) fn host(layout: Layout, threads: usize, size: u64, loops: u32) -> Res
     if shared != 0 {
         // SAFETY: the shared region mapped above; the threads have finished.
         unsafe { libc::munmap(shared as *mut libc::c_void, len * threads) };
+    }
+    for fd in files.into_iter().filter(|&fd| fd >= 0) {
+        // SAFETY: a descriptor made above, no longer mapped.
+        unsafe { libc::close(fd) };
     }
     samples
 }
@@ -172,18 +228,21 @@ where
     })
 }
 
-fn map(at: *mut u8, len: usize, flags: i32) -> Result<*mut u8> {
-    // SAFETY: a new anonymous private mapping; NOREPLACE keeps it off existing ones.
-    let a = unsafe {
-        libc::mmap(
-            at.cast(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
-            -1,
-            0,
-        )
-    };
+/// A memfd of `len` bytes.
+fn memfd(len: usize) -> Result<i32> {
+    // SAFETY: a NUL-terminated name; the descriptor is closed after the run.
+    let fd = unsafe { libc::memfd_create(c"foliomm-bench".as_ptr(), 0) };
+    ensure!(fd >= 0, "host memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: the descriptor made above.
+    ensure!(unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0, "host ftruncate failed");
+    Ok(fd)
+}
+
+fn map(at: *mut u8, len: usize, flags: i32, fd: i32) -> Result<*mut u8> {
+    let anon = if fd < 0 { libc::MAP_ANONYMOUS } else { 0 };
+    // SAFETY: a new mapping of anonymous memory or of a memfd this benchmark
+    // made; NOREPLACE keeps it off existing ones.
+    let a = unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags | anon, fd, 0) };
     if a == libc::MAP_FAILED {
         bail!("host mmap of {len} bytes: {}", std::io::Error::last_os_error());
     }
