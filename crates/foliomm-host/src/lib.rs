@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, RwLock};
 
-use foliomm::folio::thp::ThpMode;
+use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
@@ -230,6 +230,16 @@ impl Backend for HostBackend {
         }
         for &(order, m) in sizes {
             sysfs::set(&sysfs::thp_path(Some(order)), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
+        }
+        Ok(())
+    }
+
+    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
+        if let Some(m) = enabled {
+            sysfs::set(&sysfs::shmem_path(None), m.name()).map_err(StepError::Unsupported)?;
+        }
+        for &(order, m) in sizes {
+            sysfs::set(&sysfs::shmem_path(Some(order)), m.name()).map_err(StepError::Unsupported)?;
         }
         Ok(())
     }

@@ -59,6 +59,14 @@ pub fn thp_path(order: Option<u32>) -> String {
     }
 }
 
+/// The path of `shmem_enabled` or of one folio order's shmem mode.
+pub fn shmem_path(order: Option<u32>) -> String {
+    match order {
+        None => format!("{THP}/shmem_enabled"),
+        Some(o) => format!("{THP}/hugepages-{}kB/shmem_enabled", 4u64 << o),
+    }
+}
+
 pub fn mode_name(m: ThpMode) -> &'static str {
     m.name()
 }

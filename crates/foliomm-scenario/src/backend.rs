@@ -3,7 +3,7 @@
 //! named as in the scenario file.
 
 use foliomm::check::Violation;
-use foliomm::folio::thp::ThpMode;
+use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::mm::{Advice, PageInfo, RangeInfo};
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
@@ -201,6 +201,8 @@ pub trait Backend: Send + Sync {
     fn start(&self, settings: &[MachineSetting]) -> BackendResult<()>;
     /// Applies THP settings (top-level mode, and modes per folio order).
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
+    /// Applies shmem THP settings (`shmem_enabled`, and modes per folio order).
+    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()>;
     /// Creates a process with an empty address space and one thread (0).
     fn spawn(&self, proc: &str) -> BackendResult<()>;
     /// Creates thread `t.tid` in process `t.proc`, sharing its address space

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use foliomm::check::Violation;
-use foliomm::folio::thp::ThpMode;
+use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::mm::gup::Pin;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -115,6 +115,19 @@ impl Backend for ModelBackend {
         let m = Machine::new(config.clone())
             .map_err(|e| StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
         self.machine.set(m).map_err(|_| StepError::Backend("the machine was started twice".into()))
+    }
+
+    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
+        let m = self.m();
+        if let Some(e) = enabled {
+            m.thp.set_shmem_enabled(e);
+        }
+        for &(order, mode) in sizes {
+            m.thp
+                .set_shmem_order(order, mode)
+                .map_err(|_| StepError::Unsupported(format!("no shmem setting for {}K folios", 4u64 << order)))?;
+        }
+        Ok(())
     }
 
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {

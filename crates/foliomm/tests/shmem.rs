@@ -139,3 +139,42 @@ fn shared_anonymous_memory_is_shared_across_fork_and_dontneed_keeps_it() {
     assert_clean(&m);
     assert_eq!(m.frames_in_use(), base, "the memory goes with its last mapping");
 }
+
+#[test]
+fn shmem_thp_is_pmd_mapped_and_splitting_the_pmd_unmaps_it() {
+    use foliomm::folio::thp::ShmemHuge;
+    let m = machine();
+    m.thp.set_shmem_enabled(ShmemHuge::Always);
+    let f = m.memfd_create(4 * M).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 4 * M, 0, true);
+    assert_eq!(a % (2 * M), 0);
+    let mut cpu = m.new_cpu();
+    cpu.write(&p, a + 5, b"huge").unwrap();
+    let info = p.page_info(a + 4096);
+    assert!(info.pmd_mapped && info.folio_order == 9, "{info:?}");
+    assert_eq!(p.rss_shmem.load(std::sync::atomic::Ordering::Relaxed), 512);
+    let c = p.fork().unwrap();
+    assert!(!c.page_info(a).present, "fork copies no file PMD");
+    assert_eq!(byte(&m, &c, a + 5), b'h');
+    assert!(c.page_info(a).pmd_mapped, "the child refaults the PMD");
+    assert_clean(&m);
+    // mprotect of one page splits the PMD: it is unmapped and refaults by PTEs.
+    p.mprotect(a + 8192, 4096, Prot(Prot::READ)).unwrap();
+    assert!(!p.page_info(a).pmd_mapped);
+    assert_eq!(byte(&m, &p, a + 5), b'h');
+    let info = p.page_info(a);
+    assert!(info.present && !info.pmd_mapped && info.folio_order == 9);
+    assert_clean(&m);
+    // A private mapping reads the THP by PMD and copies one page on write.
+    let private = map(&p, &f, 2 * M, 0, false);
+    assert_eq!(byte(&m, &p, private + 5), b'h');
+    assert!(p.page_info(private).pmd_mapped);
+    cpu.write(&p, private + 5, b"mine").unwrap();
+    assert!(!p.page_info(private).pmd_mapped && p.page_info(private).folio_order == 0);
+    assert_eq!(byte(&m, &c, a + 5), b'h', "the file keeps its byte");
+    m.ftruncate(&f, 3 * M).unwrap();
+    assert_clean(&m);
+    drop((c, p));
+    assert_clean(&m);
+}

@@ -272,6 +272,10 @@ impl<'b> State<'b> {
                 self.backend.set_thp(*enabled, sizes)?;
                 Ok("thp set".into())
             }
+            Cmd::SetShmem { enabled, sizes } => {
+                self.backend.set_shmem(*enabled, sizes)?;
+                Ok("shmem set".into())
+            }
             Cmd::Expect { lhs, op, rhs, designs } => self.expect(lhs, *op, rhs, designs),
             _ => unreachable!("process commands have a process"),
         }

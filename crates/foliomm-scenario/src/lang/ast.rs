@@ -1,7 +1,7 @@
 //! The syntax tree of the workload language: one [`Step`] per line, its
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
-use foliomm::folio::thp::ThpMode;
+use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::{VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
@@ -34,6 +34,11 @@ pub enum Cmd {
     SetThp {
         enabled: Option<ThpMode>,
         sizes: Vec<(u32, ThpMode)>,
+    },
+    /// `set shmem`: `shmem_enabled` and per-size shmem modes.
+    SetShmem {
+        enabled: Option<ShmemHuge>,
+        sizes: Vec<(u32, ShmemMode)>,
     },
     SetCheck(bool),
     /// Start timing the following steps (`measure NAME`).

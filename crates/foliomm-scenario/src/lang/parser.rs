@@ -1,6 +1,6 @@
 //! The parser: each line's tokens into a [`Step`].
 
-use foliomm::folio::thp::ThpMode;
+use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::{VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::Errno;
@@ -154,9 +154,10 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                 }
                 "thp" => parse_thp(l),
+                "shmem" => parse_shmem(l),
                 t => l.err(
                     col,
-                    format!("expected a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, check), found '{t}'"),
+                    format!("expected a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, shmem, check), found '{t}'"),
                 ),
             }
         }
@@ -207,6 +208,39 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             format!("expected 'set', 'expect', 'measure', 'repeat', 'end' or 'NAME:' (a process), found '{t}'"),
         ),
     }
+}
+
+/// `set shmem enabled=MODE SIZE=MODE...`: `shmem_enabled` (always,
+/// within_size, advise, never, deny, force) and the per-size modes
+/// (always, inherit, within_size, advise, never) for 8K to 2M.
+fn parse_shmem(l: &mut Line) -> Result<Cmd, ParseError> {
+    let (mut enabled, mut sizes) = (None, Vec::new());
+    while l.peek().is_some() {
+        let col = l.col();
+        let t = l.next("a shmem setting")?;
+        let Some((k, v)) = t.split_once('=') else {
+            return l.err(col, format!("expected KEY=MODE (enabled=always, 2048K=inherit), found '{t}'"));
+        };
+        let vcol = col + k.len() + 1;
+        if k == "enabled" {
+            let Some(mode) = ShmemHuge::parse(v) else {
+                return l.err(vcol, format!("expected always, within_size, advise, never, deny or force, found '{v}'"));
+            };
+            enabled = Some(mode);
+            continue;
+        }
+        let order = parse_size(k)
+            .filter(|s| s.is_power_of_two() && *s >= 8 << 10 && *s <= 2 << 20)
+            .map(|s| s.trailing_zeros() - 12);
+        let Some(order) = order else {
+            return l.err(col, format!("expected 'enabled' or a folio size from 8K to 2M, found '{k}'"));
+        };
+        match ShmemMode::parse(v) {
+            Some(m) => sizes.push((order, m)),
+            None => return l.err(vcol, format!("expected always, inherit, within_size, advise or never, found '{v}'")),
+        }
+    }
+    Ok(Cmd::SetShmem { enabled, sizes })
 }
 
 fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {

@@ -130,8 +130,9 @@ fn walk_tables(m: &Kernel, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<
         }
         Visit::HugePmd { addr, pte } => {
             leaves.push(Leaf { mm: mm.id, addr, pte, pmd: true });
-            if !mm.deposits.lock().unwrap().contains_key(&addr) {
-                let what = format!("mm {}: huge PMD at {addr:#x} has no deposited table", mm.id);
+            let anon = pte.special() || Folio::containing(phys, pte.pfn()).test_anon();
+            if anon != mm.deposits.lock().unwrap().contains_key(&addr) {
+                let what = format!("mm {}: huge PMD at {addr:#x}: a deposited table if and only if anon", mm.id);
                 bad.push(Violation::new(PageTable, Subject::Mm { mm: mm.id, addr: Some(addr) }, what));
             }
         }

@@ -1,6 +1,6 @@
-//! shmem page caches against the folios they hold: each cached page is an
-//! allocated, swap-backed, non-anon folio whose mapping names the inode,
-//! held by one cache at one index.
+//! shmem page caches against the folios they hold: each cached page is part
+//! of an allocated, swap-backed, non-anon folio whose mapping names the
+//! inode, held by one cache at consecutive indexes from an aligned one.
 
 use std::collections::HashMap;
 
@@ -14,7 +14,7 @@ use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 
 /// Checks every inode's cache; returns each cached folio head with the
-/// inode and index that hold it.
+/// inode and the index of its first page.
 pub(super) fn check_page_caches(
     m: &Kernel,
     inodes: &[Arc<Inode>],
@@ -34,8 +34,22 @@ pub(super) fn check_page_caches(
             if f.test_anon() || !head.test(pg::SWAPBACKED) || head.link.load(Relaxed) != ino {
                 push(format!("inode {ino}: folio {:#x} at index {index} is not a shmem folio of this inode", f.pfn));
             }
-            if let Some((other, at)) = cached.insert(f.pfn, (ino, index)) {
-                push(format!("folio {:#x} is cached by inode {ino} at {index} and by inode {other} at {at}", f.pfn));
+            // The folio's first index: its pages sit at consecutive indexes
+            // from an index aligned to its size.
+            let first = index - (pfn - f.pfn);
+            if !first.is_multiple_of(f.nr_pages()) {
+                push(format!(
+                    "inode {ino}: folio {:#x} of order {} starts at unaligned index {first}",
+                    f.pfn,
+                    f.order()
+                ));
+            }
+            match cached.insert(f.pfn, (ino, first)) {
+                Some(prev) if prev != (ino, first) => {
+                    let (other, at) = prev;
+                    push(format!("folio {:#x} is cached by inode {ino} at {first} and by inode {other} at {at}", f.pfn))
+                }
+                _ => {}
             }
         }
     }

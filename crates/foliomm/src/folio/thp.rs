@@ -2,7 +2,10 @@
 //! presents it: a top-level `enabled` mode and a mode per folio size, with the
 //! per-VMA `MADV_HUGEPAGE` / `MADV_NOHUGEPAGE` flags. Models
 //! `thp_vma_allowable_orders()` for anonymous VMAs (mm/huge_memory.c,
-//! include/linux/huge_mm.h) without prctl, hardware or file-backed cases.
+//! include/linux/huge_mm.h) without prctl or hardware cases, and
+//! `shmem_allowable_huge_orders()` (mm/shmem.c) for memfd and shared
+//! anonymous mappings, the ones whose per-size `shmem_enabled` apply.
+//! Differs from Linux: no tmpfs mounts (their `huge=` option).
 
 use crate::arch::{MAX_PAGE_ORDER, PMD_ORDER};
 use crate::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -35,6 +38,66 @@ impl ThpMode {
     }
 }
 
+/// The top-level shmem mode (`transparent_hugepage/shmem_enabled`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ShmemHuge {
+    Always = 0,
+    WithinSize = 1,
+    Advise = 2,
+    Never = 3,
+    Deny = 4,
+    Force = 5,
+}
+
+impl ShmemHuge {
+    const ALL: [ShmemHuge; 6] = [
+        ShmemHuge::Always,
+        ShmemHuge::WithinSize,
+        ShmemHuge::Advise,
+        ShmemHuge::Never,
+        ShmemHuge::Deny,
+        ShmemHuge::Force,
+    ];
+    const NAMES: [&'static str; 6] = ["always", "within_size", "advise", "never", "deny", "force"];
+
+    pub fn parse(s: &str) -> Option<ShmemHuge> {
+        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
+    }
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// A per-size shmem mode (`hugepages-<N>kB/shmem_enabled`): `always`,
+/// `inherit`, `within_size`, `advise` or `never`; shares the top-level
+/// names but for `inherit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ShmemMode {
+    Always = 0,
+    WithinSize = 1,
+    Advise = 2,
+    Never = 3,
+    Inherit = 4,
+}
+
+impl ShmemMode {
+    const ALL: [ShmemMode; 5] =
+        [ShmemMode::Always, ShmemMode::WithinSize, ShmemMode::Advise, ShmemMode::Never, ShmemMode::Inherit];
+    const NAMES: [&'static str; 5] = ["always", "within_size", "advise", "never", "inherit"];
+
+    pub fn parse(s: &str) -> Option<ShmemMode> {
+        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
+    }
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// Orders a shmem file may use: 1..=PMD_ORDER (`THP_ORDERS_ALL_FILE_DEFAULT`).
+pub fn file_orders() -> impl DoubleEndedIterator<Item = u32> {
+    1..=PMD_ORDER
+}
+
 /// Orders that anonymous memory may use: 2..=PMD_ORDER (`THP_ORDERS_ALL_ANON`).
 pub fn anon_orders() -> impl DoubleEndedIterator<Item = u32> {
     2..=PMD_ORDER
@@ -44,16 +107,25 @@ pub fn anon_orders() -> impl DoubleEndedIterator<Item = u32> {
 pub struct ThpSettings {
     enabled: AtomicU8,
     per_order: [AtomicU8; MAX_PAGE_ORDER as usize + 1],
+    shmem: AtomicU8,
+    shmem_order: [AtomicU8; MAX_PAGE_ORDER as usize + 1],
 }
 
 impl Default for ThpSettings {
     /// Linux's defaults on this host: `enabled=madvise`, the PMD size
     /// `inherit`, every other size `never`.
     fn default() -> Self {
-        let s = ThpSettings { enabled: AtomicU8::new(ThpMode::Madvise as u8), per_order: Default::default() };
+        let s = ThpSettings {
+            enabled: AtomicU8::new(ThpMode::Madvise as u8),
+            per_order: Default::default(),
+            shmem: AtomicU8::new(ShmemHuge::Never as u8),
+            shmem_order: Default::default(),
+        };
         for o in 0..=MAX_PAGE_ORDER {
             let m = if o == PMD_ORDER { ThpMode::Inherit } else { ThpMode::Never };
             s.per_order[o as usize].store(m as u8, Relaxed);
+            let m = if o == PMD_ORDER { ShmemMode::Inherit } else { ShmemMode::Never };
+            s.shmem_order[o as usize].store(m as u8, Relaxed);
         }
         s
     }
@@ -84,6 +156,60 @@ impl ThpSettings {
         }
         self.per_order[order as usize].store(mode as u8, Relaxed);
         Ok(())
+    }
+
+    pub fn shmem_enabled(&self) -> ShmemHuge {
+        ShmemHuge::ALL[self.shmem.load(Relaxed) as usize]
+    }
+
+    /// Sets `shmem_enabled`.
+    pub fn set_shmem_enabled(&self, mode: ShmemHuge) {
+        self.shmem.store(mode as u8, Relaxed);
+    }
+
+    pub fn shmem_order_mode(&self, order: u32) -> ShmemMode {
+        ShmemMode::ALL[self.shmem_order[order as usize].load(Relaxed) as usize]
+    }
+
+    /// Sets the shmem mode of one folio order (`hugepages-<N>kB/shmem_enabled`).
+    pub fn set_shmem_order(&self, order: u32, mode: ShmemMode) -> Result<(), Errno> {
+        if !file_orders().any(|o| o == order) {
+            return Err(Errno::EINVAL);
+        }
+        self.shmem_order[order as usize].store(mode as u8, Relaxed);
+        Ok(())
+    }
+
+    /// Bitmask of orders a fault on page `index` of a shmem file of
+    /// `size_pages` pages may use (`shmem_allowable_huge_orders` for a
+    /// memfd or shared anonymous VMA, before the range checks): the
+    /// per-size modes, with `inherit` following the top level.
+    pub fn shmem_orders(&self, vma_hugepage: bool, vma_nohugepage: bool, index: u64, size_pages: u64) -> u32 {
+        let top = self.shmem_enabled();
+        if vma_nohugepage || top == ShmemHuge::Deny {
+            return 0;
+        }
+        let fits = |o: u32| (index + 1).next_multiple_of(1 << o) <= size_pages;
+        let mut mask = 0;
+        for o in file_orders() {
+            let allowed = match self.shmem_order_mode(o) {
+                ShmemMode::Inherit => match top {
+                    ShmemHuge::Always | ShmemHuge::Force => true,
+                    ShmemHuge::WithinSize => fits(o),
+                    ShmemHuge::Advise => vma_hugepage,
+                    ShmemHuge::Never | ShmemHuge::Deny => false,
+                },
+                _ if top == ShmemHuge::Force => false,
+                ShmemMode::Always => true,
+                ShmemMode::WithinSize => fits(o),
+                ShmemMode::Advise => vma_hugepage,
+                ShmemMode::Never => false,
+            };
+            if allowed {
+                mask |= 1 << o;
+            }
+        }
+        mask
     }
 
     /// Bitmask of orders a fault in a VMA may use, before the range checks
@@ -123,5 +249,20 @@ mod tests {
         assert_eq!(s.allowable_orders(false, false), 1 << 4);
         assert_eq!(s.set_order(1, ThpMode::Always), Err(Errno::EINVAL));
         assert_eq!(s.set_enabled(ThpMode::Inherit), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn shmem_pmd_size_inherits_the_top_level() {
+        let s = ThpSettings::default();
+        assert_eq!(s.shmem_orders(false, false, 0, 1024), 0);
+        s.set_shmem_enabled(ShmemHuge::Always);
+        assert_eq!(s.shmem_orders(false, false, 0, 1024), 1 << PMD_ORDER);
+        assert_eq!(s.shmem_orders(false, true, 0, 1024), 0, "MADV_NOHUGEPAGE");
+        s.set_shmem_enabled(ShmemHuge::WithinSize);
+        assert_eq!(s.shmem_orders(false, false, 0, 511), 0, "the 2M block passes the end");
+        s.set_shmem_order(4, ShmemMode::Always).unwrap();
+        assert_eq!(s.shmem_orders(false, false, 0, 511), 1 << 4);
+        s.set_shmem_enabled(ShmemHuge::Deny);
+        assert_eq!(s.shmem_orders(true, false, 0, 1024), 0);
     }
 }

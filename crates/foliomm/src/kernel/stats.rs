@@ -44,6 +44,12 @@ counters! {
     thp_fault_alloc,
     /// PMD-sized anonymous faults that fell back to PTEs (`thp_fault_fallback`).
     thp_fault_fallback,
+    /// PMD-sized shmem folios allocated (`thp_file_alloc`).
+    thp_file_alloc,
+    /// PMD-sized shmem allocations that fell back to smaller folios (`thp_file_fallback`).
+    thp_file_fallback,
+    /// shmem folios mapped by a PMD (`thp_file_mapped`).
+    thp_file_mapped,
     /// PMD mappings split into PTE mappings (`thp_split_pmd`).
     thp_split_pmd,
     /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).

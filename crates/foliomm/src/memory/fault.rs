@@ -85,6 +85,13 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind)
         let e = pmd.load(&k.phys);
         vmf.orig = e;
         if e.is_none() {
+            if let Some(inode) = vma.file() {
+                let haddr = addr & !(PMD_SIZE - 1);
+                let fits = haddr >= vma.start() && haddr + PMD_SIZE <= vma.end();
+                if fits && kind != FaultKind::Unshare && file::do_fault_pmd(&vmf, &inode)? == Huge::Done {
+                    return Ok(());
+                }
+            }
             let haddr = addr & !(PMD_SIZE - 1);
             let fits = haddr >= vma.start() && haddr + PMD_SIZE <= vma.end();
             if fits

@@ -3,17 +3,24 @@
 //! `set_pte_range`, `do_fault_around`; mm/filemap.c `filemap_map_pages`),
 //! and the write-protect fault of a shared mapping (`wp_page_shared`).
 //!
-//! Differs from Linux: shmem folios are order 0, so `finish_fault` maps one
-//! PTE and never a PMD; no `page_mkwrite` (shmem has none), no readahead.
-//! A PTE of a shared writable mapping is made writable at once, as shmem's
-//! `vm_page_prot` allows (no write notification).
+//! A PMD-sized folio is mapped by a PMD when the PMD is none and the VMA
+//! allows it (`do_set_pmd`); another large folio by all its PTEs at once
+//! when it fits the VMA and the page table (`finish_fault`).
+//!
+//! Differs from Linux: no `page_mkwrite` (shmem has none), no readahead;
+//! fault-around maps pages one by one within its window (newer kernels map
+//! a whole large folio). A PTE of a shared writable mapping is made
+//! writable at once, as shmem's `vm_page_prot` allows (no write
+//! notification).
 
 use super::fault::VmFault;
-use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PTRS_PER_TABLE};
+use super::huge_memory::Huge;
+use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PTRS_PER_TABLE};
 use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
-use crate::pgtable::{load, pte_lockptr, store};
+use crate::mm_types::vm;
+use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
 use crate::rmap::{self, anon_vma_prepare};
 use crate::shmem::Inode;
 use crate::{Errno, Result};
@@ -82,11 +89,31 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
     Ok(())
 }
 
+/// The folio orders a new shmem folio for the faulting page may take: the
+/// policy's, among those whose aligned block lies inside the VMA at the
+/// same alignment as in the file (`thp_vma_suitable_order`).
+fn suitable_orders(vmf: &VmFault, inode: &Inode, index: u64) -> u32 {
+    let vma = vmf.vma;
+    let flags = vma.flags();
+    let policy =
+        vmf.k.thp.shmem_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0, index, inode.nr_pages());
+    (1..=PMD_ORDER).filter(|&o| policy & (1 << o) != 0 && block_fits(vmf, index, o)).fold(0, |m, o| m | 1 << o)
+}
+
+/// Whether the aligned block of `2^order` pages around page `index`, mapped
+/// at the faulting address, lies inside the VMA and starts aligned.
+fn block_fits(vmf: &VmFault, index: u64, order: u32) -> bool {
+    let nr = 1u64 << order;
+    let first = index & !(nr - 1);
+    let start = vmf.address / PAGE_SIZE * PAGE_SIZE - (index - first) * PAGE_SIZE;
+    (start / PAGE_SIZE).is_multiple_of(nr) && start >= vmf.vma.start() && start + nr * PAGE_SIZE <= vmf.vma.end()
+}
+
 /// `__do_fault` → `shmem_fault`: the file's folio for the faulting page,
 /// with a reference; SIGBUS past the end of the file.
 fn get_folio<'k>(vmf: &VmFault<'k>, inode: &Inode) -> Result<(Folio<'k>, Pfn)> {
     let index = vmf.vma.page_index(vmf.address);
-    match inode.get_folio(index) {
+    match inode.get_folio(index, suitable_orders(vmf, inode, index)) {
         Ok((f, pfn)) => Ok((Folio::from_head(&vmf.k.phys, f.pfn), pfn)),
         Err(Errno::EINVAL) => Err(Errno::SIGBUS),
         Err(e) => Err(e),
@@ -106,11 +133,29 @@ fn file_pte(vmf: &VmFault, pfn: Pfn, write: bool) -> Pte {
     Pte::new(pfn, bits)
 }
 
-/// `finish_fault` + `set_pte_range` for one page: maps `pfn` of `f` unless
-/// the PTE was filled meanwhile; the fault's reference becomes the mapping's.
+/// `finish_fault` + `set_pte_range`: maps every page of a large `f` when
+/// the folio lies inside the VMA and this page table and all its PTEs are
+/// none, else the page `pfn` alone, unless its PTE was filled meanwhile.
+/// The fault's reference becomes a mapping's; each further page adds one.
 fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
+    let nr = f.nr_pages();
+    let first_addr = addr / PAGE_SIZE * PAGE_SIZE - (pfn - f.pfn) * PAGE_SIZE;
+    let whole = nr > 1
+        && first_addr >= vmf.vma.start()
+        && first_addr + nr * PAGE_SIZE <= vmf.vma.end()
+        && first_addr / PMD_SIZE == (first_addr + nr * PAGE_SIZE - 1) / PMD_SIZE;
     let _ptl = pte_lockptr(phys, table).lock();
+    if whole && pte_range_none(phys, table, pte_index(first_addr), nr as usize) {
+        f.ref_add(nr as i32 - 1);
+        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pte, vmf.mm.id);
+        for i in 0..nr {
+            let write = vmf.write() && f.pfn + i == pfn;
+            store(phys, table, pte_index(first_addr) + i as usize, file_pte(vmf, f.pfn + i, write));
+        }
+        vmf.mm.add_rss(f, nr as i64);
+        return Ok(());
+    }
     if !load(phys, table, pte_index(addr)).is_none() {
         drop(_ptl);
         k.folio_put_refs(f, 1);
@@ -120,6 +165,40 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
     store(phys, table, pte_index(addr), file_pte(vmf, pfn, vmf.write()));
     vmf.mm.add_rss(f, 1);
     Ok(())
+}
+
+/// The PMD-level part of `do_fault` while the PMD is none: the faulting
+/// page's folio (cached, or allocated for a read or a shared write), mapped
+/// by a PMD if it is PMD-sized and the VMA allows (`do_set_pmd`, from
+/// fault-around's `filemap_map_pmd` or from `finish_fault`); else the fault
+/// goes on at PTE level. A private write always does.
+pub(super) fn do_fault_pmd(vmf: &VmFault, inode: &Inode) -> Result<Huge> {
+    if vmf.write() && !vmf.vma.shared() {
+        return Ok(Huge::Fallback);
+    }
+    let (f, _) = get_folio(vmf, inode)?;
+    if f.order() != PMD_ORDER || vmf.vma.flags() & vm::NOHUGEPAGE != 0 {
+        vmf.k.folio_put_refs(f, 1);
+        return Ok(Huge::Fallback);
+    }
+    do_set_pmd(vmf, f)
+}
+
+/// `do_set_pmd`: maps the PMD-sized `f` by the none PMD of the fault,
+/// writable as the PTEs would be; the fault's reference becomes the PMD's.
+fn do_set_pmd(vmf: &VmFault, f: Folio) -> Result<Huge> {
+    let (k, phys, pmd) = (vmf.k, &vmf.k.phys, vmf.pmd);
+    let _pl = pte_lockptr(phys, pmd.table).lock();
+    if !pmd.load(phys).is_none() {
+        drop(_pl);
+        k.folio_put_refs(f, 1);
+        return Ok(Huge::Done);
+    }
+    rmap::folio_add_file_rmap(k, f, 0, 1 << PMD_ORDER, Level::Pmd, vmf.mm.id);
+    pmd.store(phys, file_pte(vmf, f.pfn, vmf.write()).with(Pte::PSE));
+    vmf.mm.add_rss(f, 1 << PMD_ORDER);
+    Stats::inc(&k.stats.thp_file_mapped);
+    Ok(Huge::Done)
 }
 
 /// `do_fault_around` + `filemap_map_pages`: maps every page already in the

@@ -1,8 +1,10 @@
 //! PMD-mapped THP (mm/huge_memory.c): the PMD anonymous fault with the huge
 //! zero folio, write faults on a huge PMD, splitting a PMD into 512 PTEs,
 //! fork's `copy_huge_pmd`, `zap_huge_pmd`, `move_huge_pmd` and
-//! `change_huge_pmd`. Every PMD-mapped entry has a deposited PTE table
-//! (`pgtable_trans_huge_deposit`), used when the PMD is split.
+//! `change_huge_pmd`. Every PMD-mapped anon entry has a deposited PTE table
+//! (`pgtable_trans_huge_deposit`), used when the PMD is split; a PMD-mapped
+//! shmem folio has none (x86 deposits only for anon): splitting its PMD
+//! unmaps it, and fork leaves it to be refaulted.
 
 use super::fault::VmFault;
 use crate::arch::{Pte, PMD_ORDER, PMD_SIZE};
@@ -131,9 +133,10 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
             return Ok(Huge::Done);
         }
         let f = Folio::from_head(phys, orig.pfn());
-        let reuse = f.anon_exclusive(0) || {
+        // wp_huge_pmd(): a file PMD is split (unmapped) and refaulted.
+        let reuse = f.test_anon() && f.anon_exclusive(0) || {
             let locked = f.trylock();
-            let sole = locked.is_some() && f.refcount() == 1;
+            let sole = f.test_anon() && locked.is_some() && f.refcount() == 1;
             if sole {
                 f.set_anon_exclusive(0, true);
             }
@@ -171,6 +174,9 @@ pub(crate) fn split_huge_pmd(k: &Kernel, mm: &Mm, addr: u64) {
 /// folio becomes 512 zero-page PTEs.
 fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
     let phys = &k.phys;
+    if !e.special() && !Folio::from_head(phys, e.pfn()).test_anon() {
+        return unmap_file_pmd(k, mm, pmd, haddr, e);
+    }
     let table = withdraw(mm, haddr);
     // pmdp_invalidate(): the huge entry goes away and the TLB is flushed
     // before any PTE can be used.
@@ -195,12 +201,29 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
     pmd.store(phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
 }
 
+/// `__split_huge_pmd_locked` for a shmem folio: the PMD is cleared and
+/// flushed and its mapping, reference and RSS dropped; the pages refault.
+fn unmap_file_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
+    let f = Folio::from_head(&k.phys, e.pfn());
+    pmd.store(&k.phys, Pte::NONE);
+    mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
+    Stats::inc(&k.stats.thp_split_pmd);
+    rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+    mm.add_rss(f, -(HPAGE_NR as i64));
+    k.folio_put_refs(f, 1);
+}
+
 /// `copy_huge_pmd`: the child gets a read-only, old copy of the PMD and a
 /// deposited table of its own; the parent's PMD is write-protected.
 /// Returns false, changing nothing, when the THP may be pinned: the caller
 /// splits the parent's PMD and copies PTEs instead (-EAGAIN in Linux).
 pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<bool> {
     let phys = &k.phys;
+    let e = spmd.load(phys);
+    if !e.special() && !Folio::from_head(phys, e.pfn()).test_anon() {
+        // A file PMD is not copied: the child refaults it.
+        return Ok(true);
+    }
     let table = k.alloc_table()?;
     let dl = pte_lockptr(phys, dpmd.table).lock();
     let sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
@@ -235,13 +258,16 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
         }
         pmd.store(phys, Pte::NONE);
         tlb.remove_tlb_entries(haddr, HPAGE_NR);
-        tlb.remove_table(withdraw(mm, haddr), haddr);
+        let table = mm.deposits.lock().unwrap().remove(&haddr);
+        if let Some(table) = table {
+            tlb.remove_table(table, haddr);
+        }
         if e.special() {
             false
         } else {
             let f = Folio::from_head(phys, e.pfn());
             rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
-            mm.add_anon_rss(-(HPAGE_NR as i64));
+            mm.add_rss(f, -(HPAGE_NR as i64));
             Stats::add(&k.stats.zap_ptes, 1);
             Stats::inc(&k.stats.zap_batches);
             tlb.remove_folio_pages(f.pfn, 1, false)
@@ -261,8 +287,10 @@ pub(crate) fn move_huge_pmd(k: &Kernel, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, s
     debug_assert!(dpmd.load(phys).is_none());
     spmd.store(phys, Pte::NONE);
     dpmd.store(phys, e);
-    let t = withdraw(mm, src);
-    deposit(mm, dst, t);
+    let table = mm.deposits.lock().unwrap().remove(&src);
+    if let Some(t) = table {
+        deposit(mm, dst, t);
+    }
 }
 
 /// `change_huge_pmd` (mprotect of a whole huge PMD). Returns whether it changed.
@@ -270,7 +298,10 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
     let phys = &k.phys;
     let _pl = pte_lockptr(phys, pmd.table).lock();
     let e = pmd.load(phys);
-    let can_write = !e.special() && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE);
+    let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
+    // A shared file PMD may become writable where it is dirty already.
+    let can_write =
+        !e.special() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() && e.dirty() };
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     n != e

@@ -9,14 +9,15 @@
 //! and its `mapping` (the head's `link`) names the inode.
 //!
 //! Differs from Linux: no swap, no LRU, no writeback, no `i_mmap` here (the
-//! VMAs that map a file are found through the MMs); folios are order 0 for
-//! now; the inode's bytes live only in its folios (holes read as zeros).
+//! VMAs that map a file are found through the MMs); a large folio is never
+//! split (truncation keeps one that straddles the new end whole); the
+//! inode's bytes live only in its folios (holes read as zeros).
 
 use std::collections::BTreeMap;
 
-use crate::arch::{Pfn, PAGE_SIZE};
+use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Stats};
 use crate::phys::pg;
 use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::sync::{Arc, Mutex};
@@ -70,9 +71,12 @@ impl Inode {
 
     /// `shmem_get_folio(index, SGP_CACHE)` for a fault: the folio holding
     /// page `index`, allocated zeroed and added to the cache when absent,
-    /// with one reference for the caller and the pfn of the page. EINVAL
+    /// with one reference for the caller, and the pfn of the page. A new
+    /// folio takes the highest order of `orders` whose aligned index range
+    /// holds no cached page and can be allocated, else order 0
+    /// (`shmem_suitable_orders`, `shmem_alloc_and_add_folio`). EINVAL
     /// (`SIGBUS`) at or past `i_size`; ENOMEM when no folio can be had.
-    pub fn get_folio(&self, index: u64) -> Result<(Folio<'_>, Pfn)> {
+    pub fn get_folio(&self, index: u64, orders: u32) -> Result<(Folio<'_>, Pfn)> {
         if index >= self.nr_pages() {
             return Err(Errno::EINVAL);
         }
@@ -80,18 +84,46 @@ impl Inode {
         let pfn = match pages.get(&index) {
             Some(&pfn) => pfn,
             None => {
-                let f = self.k.alloc_folio_zeroed(0)?;
-                // shmem_add_to_page_cache(): the cache's reference is the one
-                // the allocation made; the folio names its inode.
+                let f = self.alloc(&pages, index, orders)?;
+                // shmem_add_to_page_cache(): the cache's references are the
+                // allocation's plus one per further page; the folio names
+                // its inode; one entry per page it covers.
+                f.ref_add(f.nr_pages() as i32 - 1);
                 f.head().set(pg::SWAPBACKED | pg::DIRTY);
                 f.head().link.store(self.ino, Relaxed);
-                pages.insert(index, f.pfn);
-                f.pfn
+                let first = index & !(f.nr_pages() - 1);
+                for i in 0..f.nr_pages() {
+                    pages.insert(first + i, f.pfn + i);
+                }
+                f.pfn + (index - first)
             }
         };
         let f = Folio::containing(&self.k.phys, pfn);
         f.ref_add(1);
         Ok((f, pfn))
+    }
+
+    /// A zeroed folio for `index`: the highest order of `orders` whose
+    /// aligned range is free of cached pages and can be allocated, else
+    /// order 0. Counts `thp_file_alloc` / `thp_file_fallback`.
+    fn alloc(&self, pages: &BTreeMap<u64, Pfn>, index: u64, orders: u32) -> Result<Folio<'_>> {
+        for order in (1..=PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
+            let first = index & !((1 << order) - 1);
+            if pages.range(first..first + (1 << order)).next().is_some() {
+                continue;
+            }
+            match self.k.alloc_folio_zeroed(order) {
+                Ok(f) => {
+                    if order == PMD_ORDER {
+                        Stats::inc(&self.k.stats.thp_file_alloc);
+                    }
+                    return Ok(f);
+                }
+                Err(_) if order == PMD_ORDER => Stats::inc(&self.k.stats.thp_file_fallback),
+                Err(_) => {}
+            }
+        }
+        self.k.alloc_folio_zeroed(0)
     }
 
     /// Every cached page as (index, pfn), in index order.
@@ -109,7 +141,16 @@ impl Inode {
         }
         let first = size.div_ceil(PAGE_SIZE);
         let mut pages = self.pages.lock().unwrap();
-        let gone = pages.split_off(&first);
+        let mut gone = pages.split_off(&first);
+        // A large folio that straddles the new end stays whole (Linux
+        // splits it when it can); its pages past the end stay cached.
+        let head_of = |pfn: Pfn| Folio::containing(&self.k.phys, pfn).pfn;
+        if let Some(last) = first.checked_sub(1).and_then(|i| pages.get(&i)).map(|&p| head_of(p)) {
+            while let Some((&i, &p)) = gone.first_key_value().filter(|(_, &p)| head_of(p) == last) {
+                gone.remove(&i);
+                pages.insert(i, p);
+            }
+        }
         // truncate_inode_partial_folio(): the bytes past the end of the
         // last page are zeroed.
         if let Some(&pfn) = (!size.is_multiple_of(PAGE_SIZE)).then(|| pages.get(&(size / PAGE_SIZE))).flatten() {
@@ -118,8 +159,10 @@ impl Inode {
         }
         drop(pages);
         self.size.store(size, Relaxed);
-        for pfn in gone.into_values() {
-            self.remove_from_cache(pfn);
+        let heads: std::collections::BTreeSet<Pfn> =
+            gone.into_values().map(|pfn| Folio::containing(&self.k.phys, pfn).pfn).collect();
+        for head in heads {
+            self.remove_from_cache(head);
         }
         Ok(())
     }
@@ -136,8 +179,10 @@ impl Drop for Inode {
     /// `shmem_evict_inode`: the last reference is gone; the cache is emptied.
     fn drop(&mut self) {
         let pages = std::mem::take(&mut *self.pages.lock().unwrap());
-        for pfn in pages.into_values() {
-            self.remove_from_cache(pfn);
+        let heads: std::collections::BTreeSet<Pfn> =
+            pages.into_values().map(|pfn| Folio::containing(&self.k.phys, pfn).pfn).collect();
+        for head in heads {
+            self.remove_from_cache(head);
         }
     }
 }
