@@ -10,6 +10,7 @@ mod page_fault;
 mod published;
 mod seed_000;
 mod seed_001;
+mod seed_003;
 mod seed_004;
 mod tlb;
 
@@ -63,6 +64,14 @@ enum Bench {
     /// model counts, by structure, and the seed's published rows.
     #[command(name = "seed-004")]
     Seed004(seed_004::Seed004Args),
+    /// munmap(mmap(2G, MAP_SHARED|MAP_POPULATE, memfd)) per mapcount design (seed 003)
+    ///
+    /// With 4K pages and with 2M shmem folios, and with the file already
+    /// PMD-mapped, or already PTE-mapped, elsewhere; under subpage,
+    /// compound-locked, nr-mapped and mm-id; with the rmap cost per pair,
+    /// the seed's figures and the host kernel beside.
+    #[command(name = "seed-003")]
+    Seed003(seed_003::Seed003Args),
 }
 
 /// The options every benchmark takes.
@@ -129,6 +138,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Seed000(s) => seed_000::run(s, s.common.size()?),
         Bench::Tlb(c) => tlb::run(c, c.size()?),
         Bench::Seed004(s) => seed_004::run(s),
+        Bench::Seed003(s) => seed_003::run(s),
     }
 }
 

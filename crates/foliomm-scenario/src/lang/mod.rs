@@ -9,6 +9,7 @@
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
 //! set debug no-large-reuse           a model debug switch (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
+//! set shmem enabled=always 64K=inherit   shmem_enabled and per-size shmem modes
 //! set check on|off                   run the invariant checker after each step
 //! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed] [align 64K]
 //! P: f = memfd 64K                   a shmem file; later forks inherit it

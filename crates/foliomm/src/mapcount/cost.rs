@@ -3,6 +3,7 @@
 //! lines (seed 000's accounting of "4..9 additional atomic RMW operations").
 
 use super::eras::{PageMapcounts, Total};
+use super::fields::{field, w};
 use super::large_mapcount::Entered;
 use super::{Cost, Level};
 use crate::folio::Folio;
@@ -55,5 +56,35 @@ impl PageMapcounts {
         }
         c.lines = lines;
         c
+    }
+}
+
+impl PageMapcounts {
+    /// What a PMD map or unmap of a file folio costs beyond the common
+    /// part (seed 003): Linux 6.1 (`subpage`, `page_add_file_rmap` with
+    /// `compound`) updates every page's `_mapcount` as well; the 6.2-rc
+    /// compound-lock design scans every page when the first PMD map, or the
+    /// last PMD unmap (`edge`), finds pages mapped by PTEs
+    /// (`nr_subpages_unmapped`); later eras count with one atomic. Called
+    /// before the PMD counters change.
+    pub(super) fn file_pmd_extra(&self, f: Folio, edge: bool) -> Cost {
+        let nr = f.nr_pages();
+        let subpage = self.f.total == Total::None && !self.f.nr_pages_mapped;
+        if subpage {
+            Cost { rmw: nr, lines: nr, ..Cost::default() }
+        } else if self.f.compound_lock && edge && w(f, field::TOTAL).load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            Cost { lines: nr, ..Cost::default() }
+        } else {
+            Cost::default()
+        }
+    }
+}
+
+impl std::ops::AddAssign for super::Cost {
+    fn add_assign(&mut self, o: super::Cost) {
+        self.rmw += o.rmw;
+        self.locks += o.locks;
+        self.lines += o.lines;
+        self.spins += o.spins;
     }
 }

@@ -139,6 +139,7 @@ impl MapcountDesign for PageMapcounts {
 
     fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Cost {
         let lock = self.lock(f);
+        let mut extra = Cost::default();
         let entered = match level {
             Level::Pte => {
                 let mut newly = 0;
@@ -160,6 +161,10 @@ impl MapcountDesign for PageMapcounts {
                 }
             }
             Level::Pmd => {
+                if !f.test_anon() {
+                    let first = w(f, field::ENTIRE).load(Relaxed) == -1;
+                    extra = self.file_pmd_extra(f, first);
+                }
                 let first_pmd = w(f, field::ENTIRE).fetch_add(1, Relaxed) == -1;
                 if first_pmd && self.f.nr_pages_mapped {
                     w(f, field::NR_PAGES_MAPPED).fetch_add(ENTIRELY_MAPPED, Relaxed);
@@ -171,7 +176,9 @@ impl MapcountDesign for PageMapcounts {
                 }
             }
         };
-        self.cost(f, first, nr, level, entered, lock.map_or(0, |l| l.spins()))
+        let mut cost = self.cost(f, first, nr, level, entered, lock.map_or(0, |l| l.spins()));
+        cost += extra;
+        cost
     }
 
     fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
@@ -208,12 +215,18 @@ impl MapcountDesign for PageMapcounts {
                 Removed { unmapped_pages: unmapped, deferred_split: queue, cost }
             }
             Level::Pmd => {
+                let last = w(f, field::ENTIRE).load(Relaxed) == 0;
+                let extra = if f.test_anon() { Cost::default() } else { self.file_pmd_extra(f, last) };
                 let entered = if self.f.total == Total::All { self.sub_large(f, 1, mm) } else { Entered::default() };
                 let mut removed =
                     Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
+                removed.cost += extra;
                 if w(f, field::ENTIRE).fetch_sub(1, Relaxed) == 0 {
                     let still = if self.f.nr_pages_mapped {
                         (nr_mapped.fetch_sub(ENTIRELY_MAPPED, Relaxed) - ENTIRELY_MAPPED) as u64
+                    } else if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 {
+                        // subpages_mapcount says no page is PTE-mapped: no scan.
+                        0
                     } else {
                         pages_mapped_by_ptes(f)
                     };

@@ -110,23 +110,29 @@ impl Mm {
     }
 
     /// `populate_vma_page_range`: faults in every page, for write if the VMA
-    /// is writable.
+    /// is writable; a PMD mapping is stepped over whole, as GUP does.
     fn populate(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
         let mut addr = start;
         while addr < end {
             let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
-            if vma.readable() && !self.translates(addr, vma.writable()) {
+            if vma.readable() && self.translates(addr, vma.writable()).is_none() {
                 handle_mm_fault(self, vma, addr, vma.writable())?;
             }
-            addr += PAGE_SIZE;
+            addr = match self.translates(addr, false) {
+                Some(true) => (addr | (PMD_SIZE - 1)) + 1,
+                _ => addr + PAGE_SIZE,
+            };
         }
         Ok(())
     }
 
-    /// Whether `addr` has a present translation allowing the access.
-    fn translates(&self, addr: u64, write: bool) -> bool {
+    /// Whether `addr` has a present translation allowing the access, and
+    /// then whether it is a PMD mapping.
+    fn translates(&self, addr: u64, write: bool) -> Option<bool> {
         let phys = &self.kernel.phys;
-        leaf_slot(phys, self.pgd, addr).map(|s| s.load(phys)).is_some_and(|e| e.hw_present() && (!write || e.write()))
+        let slot = leaf_slot(phys, self.pgd, addr)?;
+        let e = slot.load(phys);
+        (e.hw_present() && (!write || e.write())).then_some(slot.huge)
     }
 
     /// `exit_mmap`: unmaps everything and frees all page tables but the PGD.

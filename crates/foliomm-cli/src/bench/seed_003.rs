@@ -1,0 +1,278 @@
+//! `foliomm bench seed-003`: Hugh Dickins' measurement from the seed 003
+//! thread (the compound mapcount of shmem THPs under a bit spinlock):
+//! `munmap(mmap(SIZE, MAP_SHARED|MAP_POPULATE, shmem fd))` repeated, with
+//! 4K pages and with 2M folios, and two 2M variants: the file already mapped
+//! by PMDs elsewhere (PMD-mapped a second time), and already mapped by PTEs
+//! elsewhere (PMD-mapped after PTE-mapped, when the 6.2-rc design scans).
+//! Under the `subpage`, `compound-locked`, `nr-mapped` and `mm-id` mapcount
+//! designs, in interleaved rounds; with the rmap cost per PMD map and unmap
+//! each design's kernel code pays (atomic RMWs, memmap cache lines), the
+//! seed's figures, and the host kernel (a memfd, `shmem_enabled` set to
+//! `always` or `never` and restored).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use foliomm::folio::thp::ShmemHuge;
+use foliomm::mapcount::Design;
+use foliomm::mm::Advice;
+use foliomm::sync::atomic::Ordering::Relaxed;
+use foliomm::{Config, Machine, MmapFlags, Prot};
+
+use super::{print_json, progress, region_size};
+
+#[derive(clap::Args)]
+pub(super) struct Seed003Args {
+    /// The shmem file mapped (the seed's 2G).
+    #[arg(long, default_value = "2G")]
+    size: String,
+    /// Timed munmap(mmap()) pairs per round, after one that fills the file
+    /// (the seed made 100, the first of which filled it).
+    #[arg(long, default_value_t = 3)]
+    iterations: u32,
+    /// Rounds, each running every configuration once; the fastest counts.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Skip the host kernel.
+    #[arg(long)]
+    no_host: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+const DESIGNS: [Design; 4] = [Design::Subpage, Design::CompoundLocked, Design::NrMapped, Design::MmId];
+
+/// The four cases, with the seed's times per 100 pairs of 2 GiB before and
+/// after the series (the 4K case was only measured before).
+const CASES: [(&str, Case, f64, Option<f64>); 4] = [
+    ("4K pages", Case::Small, 18.0, None),
+    ("2M folios", Case::Huge, 1.0, Some(0.115)),
+    ("2M, PMD-mapped a second time", Case::Again, 0.860, Some(0.086)),
+    ("2M, PMD-mapped after PTE-mapped", Case::AfterPte, 0.870, Some(0.495)),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+enum Case {
+    Small,
+    Huge,
+    Again,
+    AfterPte,
+}
+
+/// One configuration's best round: seconds per munmap(mmap()) pair, and
+/// (model) the rmap cost per pair.
+#[derive(Clone, Copy, Default, serde::Serialize)]
+struct Figure {
+    seconds: f64,
+    rmw: f64,
+    lines: f64,
+    locks: f64,
+}
+
+pub(super) fn run(a: &Seed003Args) -> Result<()> {
+    let size = region_size(&a.size)?;
+    let iterations = a.iterations.max(1);
+    let machines: Vec<Arc<Machine>> = DESIGNS
+        .iter()
+        .map(|&d| Machine::new(Config { memory: size + (256 << 20), mapcount: d, ..Config::default() }))
+        .collect::<Result<_, _>>()?;
+    let host_cols = if a.no_host { 0 } else { 1 };
+    let bar = progress((a.runs.max(1) as usize * CASES.len() * (DESIGNS.len() + host_cols)) as u64);
+    let mut model = vec![[None::<Figure>; DESIGNS.len()]; CASES.len()];
+    let mut host: Vec<Option<f64>> = vec![None; CASES.len()];
+    let mut host_note = None;
+    for round in 0..a.runs.max(1) {
+        for (c, &(name, case, ..)) in CASES.iter().enumerate() {
+            for (d, m) in machines.iter().enumerate() {
+                bar.set_message(format!("round {} {name} {}", round + 1, DESIGNS[d].name()));
+                let fig = model_case(m, case, size, iterations)?;
+                let best = &mut model[c][d];
+                if best.is_none_or(|b| fig.seconds < b.seconds) {
+                    *best = Some(fig);
+                }
+                bar.inc(1);
+            }
+            if !a.no_host && host_note.is_none() {
+                bar.set_message(format!("round {} {name} host", round + 1));
+                match host_case(case, size as usize, iterations) {
+                    Ok(s) => host[c] = Some(host[c].map_or(s, |b| b.min(s))),
+                    Err(e) => host_note = Some(format!("host kernel skipped: {e:#}")),
+                }
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if a.json {
+        let rows: Vec<_> = CASES
+            .iter()
+            .enumerate()
+            .map(|(c, (name, case, before, after))| {
+                let designs: Vec<_> =
+                    DESIGNS.iter().enumerate().map(|(d, des)| serde_json::json!({ "design": des.name(), "model": model[c][d] })).collect();
+                serde_json::json!({ "case": name, "kind": case, "designs": designs, "host_s": host[c], "seed_before_s": before, "seed_after_s": after })
+            })
+            .collect();
+        return print_json(
+            &serde_json::json!({ "size": size, "iterations": iterations, "rows": rows, "note": host_note }),
+        );
+    }
+    print_table(&model, &host, size, iterations, a.runs.max(1));
+    if let Some(n) = host_note {
+        println!("\n{n}");
+    }
+    Ok(())
+}
+
+/// Sets the machine's shmem policy for `case`, maps what the case keeps
+/// mapped beside, then times `iterations` munmap(mmap(populate)) pairs.
+fn model_case(m: &Arc<Machine>, case: Case, size: u64, iterations: u32) -> Result<Figure> {
+    m.thp.set_shmem_enabled(if case == Case::Small { ShmemHuge::Never } else { ShmemHuge::Always });
+    let f = m.memfd_create(size)?;
+    let mm = m.new_mm()?;
+    let shared = MmapFlags { shared: true, ..MmapFlags::default() };
+    // The mapping a variant keeps: by PMDs (populated first), or by PTEs.
+    let keep = match case {
+        Case::Again => Some(mm.mmap_file(0, size, Prot::RW, MmapFlags { populate: true, ..shared }, Some((&f, 0)))?),
+        Case::AfterPte => {
+            // Fill the file with THPs through a PMD mapping, then map them
+            // by PTEs through a mapping that refuses PMDs.
+            let first = mm.mmap_file(0, size, Prot::RW, MmapFlags { populate: true, ..shared }, Some((&f, 0)))?;
+            mm.munmap(first, size)?;
+            let k = mm.mmap_file(0, size, Prot::RW, shared, Some((&f, 0)))?;
+            mm.madvise(k, size, Advice::NoHugePage)?;
+            m.new_cpu().read_byte_per_page(&mm, k, size)?;
+            Some(k)
+        }
+        Case::Small | Case::Huge => None,
+    };
+    if let (Case::AfterPte, Some(k)) = (case, keep) {
+        let info = mm.page_info(k);
+        ensure!(!info.pmd_mapped && info.folio_order == 9, "model: the kept mapping does not map THPs by PTEs");
+    }
+    // One pair fills the file (for the variants, the kept mapping did).
+    let a = mm.mmap_file(0, size, Prot::RW, MmapFlags { populate: true, ..shared }, Some((&f, 0)))?;
+    mm.munmap(a, size)?;
+    let stats = &m.stats;
+    let before =
+        (stats.rmap_atomic_rmw.load(Relaxed), stats.rmap_cache_lines.load(Relaxed), stats.rmap_locks.load(Relaxed));
+    let t = Instant::now();
+    for _ in 0..iterations {
+        let a = mm.mmap_file(0, size, Prot::RW, MmapFlags { populate: true, ..shared }, Some((&f, 0)))?;
+        if case != Case::Small {
+            ensure!(mm.page_info(a).pmd_mapped, "model: the file is not PMD-mapped");
+        }
+        mm.munmap(a, size)?;
+    }
+    let seconds = t.elapsed().as_secs_f64() / iterations as f64;
+    let per = |now: u64, then: u64| (now - then) as f64 / iterations as f64;
+    let fig = Figure {
+        seconds,
+        rmw: per(stats.rmap_atomic_rmw.load(Relaxed), before.0),
+        lines: per(stats.rmap_cache_lines.load(Relaxed), before.1),
+        locks: per(stats.rmap_locks.load(Relaxed), before.2),
+    };
+    drop(mm);
+    ensure!(m.check().is_empty(), "model: the checker found {:?}", m.check());
+    Ok(fig)
+}
+
+/// The same on the host: a memfd, `shmem_enabled` for the case (restored
+/// afterwards, also on interruption), the kept mapping, the timed pairs.
+fn host_case(case: Case, size: usize, iterations: u32) -> Result<f64> {
+    use foliomm_host::sysfs;
+    let mode = if case == Case::Small { "never" } else { "always" };
+    sysfs::set(&sysfs::shmem_path(None), mode).map_err(anyhow::Error::msg)?;
+    let r = host_pairs(case, size, iterations);
+    sysfs::restore_all();
+    r
+}
+
+fn host_pairs(case: Case, size: usize, iterations: u32) -> Result<f64> {
+    // SAFETY: a NUL-terminated name; the descriptor is closed below.
+    let fd = unsafe { libc::memfd_create(c"foliomm-seed-003".as_ptr(), 0) };
+    ensure!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: the descriptor made above.
+    ensure!(unsafe { libc::ftruncate(fd, size as libc::off_t) } == 0, "ftruncate failed");
+    let map = |populate: bool| -> Result<*mut libc::c_void> {
+        let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
+        // SAFETY: a new shared mapping of the memfd above.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+        ensure!(p != libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        Ok(p)
+    };
+    let keep = match case {
+        Case::Again => Some(map(true)?),
+        Case::AfterPte => {
+            // SAFETY: a populated mapping made just before, unmapped at once.
+            unsafe { libc::munmap(map(true)?, size) };
+            let k = map(false)?;
+            // SAFETY: advice on, and reads of, the mapping made just above.
+            unsafe {
+                libc::madvise(k, size, libc::MADV_NOHUGEPAGE);
+                for off in (0..size).step_by(4096) {
+                    (k as *const u8).add(off).read_volatile();
+                }
+            }
+            Some(k)
+        }
+        Case::Small | Case::Huge => None,
+    };
+    // SAFETY: a populated mapping made just before, unmapped at once: one
+    // pair fills the file.
+    unsafe { libc::munmap(map(true)?, size) };
+    let t = Instant::now();
+    for _ in 0..iterations {
+        let a = map(true)?;
+        // SAFETY: the mapping made just above.
+        unsafe { libc::munmap(a, size) };
+    }
+    let seconds = t.elapsed().as_secs_f64() / iterations as f64;
+    // SAFETY: the kept mapping and the descriptor, no longer used.
+    unsafe {
+        if let Some(k) = keep {
+            libc::munmap(k, size);
+        }
+        libc::close(fd);
+    }
+    Ok(seconds)
+}
+
+fn print_table(model: &[[Option<Figure>; 4]], host: &[Option<f64>], size: u64, iterations: u32, runs: u32) {
+    let scale = 100.0 * (2u64 << 30) as f64 / size as f64;
+    let ms = |s: f64| format!("{:.3}", s * 1e3);
+    println!(
+        "\nSeed 003: munmap(mmap({} MiB, MAP_SHARED|MAP_POPULATE, memfd)), ms per pair, best of {runs} rounds of {iterations} pairs\n",
+        size >> 20
+    );
+    let mut head = format!("{:<32}", "case");
+    for d in DESIGNS {
+        head += &format!(" | {:>15}", d.name());
+    }
+    println!("{head} | {:>8} | seed (100 x 2G, before -> after)", "host");
+    for (c, (name, _, before, after)) in CASES.iter().enumerate() {
+        let mut line = format!("{name:<32}");
+        for fig in &model[c] {
+            line += &format!(" | {:>15}", fig.map_or("-".into(), |f| ms(f.seconds)));
+        }
+        let seed = after.map_or(format!("{before} s"), |a| format!("{before} s -> {a} s"));
+        println!("{line} | {:>8} | {seed}", host[c].map_or("-".into(), ms));
+    }
+    println!(
+        "\nThe seed's times are for 100 pairs of 2 GiB, the first filling the file; one pair here is {scale:.0}x less work."
+    );
+    println!(
+        "\nrmap cost per pair, as each design's kernel code pays it (atomic RMWs / memmap cache lines / locks):\n"
+    );
+    println!("{head}");
+    for (c, (name, ..)) in CASES.iter().enumerate() {
+        let mut line = format!("{name:<32}");
+        for fig in &model[c] {
+            let cell = fig.map_or("-".into(), |f| format!("{:.0}/{:.0}/{:.0}", f.rmw, f.lines, f.locks));
+            line += &format!(" | {cell:>15}");
+        }
+        println!("{line}");
+    }
+}
