@@ -319,6 +319,10 @@ impl Backend for HostBackend {
         self.value(t, Request::Ftruncate { fd: file, size }).map(|_| ())
     }
 
+    fn punch_hole(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()> {
+        self.value(t, Request::PunchHole { fd: file, offset, len }).map(|_| ())
+    }
+
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {
         self.value(t, Request::Munmap { addr, len }).map(|_| ())
     }

@@ -29,6 +29,12 @@ pub enum Request {
         fd: u64,
         size: u64,
     },
+    /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`.
+    PunchHole {
+        fd: u64,
+        offset: u64,
+        len: u64,
+    },
     Munmap {
         addr: u64,
         len: u64,

@@ -185,6 +185,11 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
         }
         // SAFETY: ftruncate of a scenario file's descriptor.
         Request::Ftruncate { fd, size } => check(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) }),
+        Request::PunchHole { fd, offset, len } => {
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            // SAFETY: fallocate on a scenario file's descriptor.
+            check(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
+        }
         // SAFETY (munmap, mprotect, madvise, mremap): they act on scenario
         // mappings only; the kernel validates the ranges.
         Request::Munmap { addr, len } => check(unsafe { libc::munmap(addr as *mut _, len as usize) }),
@@ -198,6 +203,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
                 Advice::DontFork => libc::MADV_DONTFORK,
                 Advice::DoFork => libc::MADV_DOFORK,
+                Advice::Remove => libc::MADV_REMOVE,
             };
             check(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
         }

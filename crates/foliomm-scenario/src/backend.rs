@@ -221,6 +221,8 @@ pub trait Backend: Send + Sync {
     fn memfd(&self, t: Thread, size: u64) -> BackendResult<u64>;
     /// `ftruncate` of file `file` (a handle [`Backend::memfd`] returned).
     fn ftruncate(&self, t: Thread, file: u64, size: u64) -> BackendResult<()>;
+    /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)` of file `file`.
+    fn punch_hole(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()>;
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()>;
     fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()>;
     fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()>;

@@ -205,6 +205,10 @@ impl Backend for ModelBackend {
         Ok(self.m().ftruncate(&self.file(file)?, size)?)
     }
 
+    fn punch_hole(&self, _t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()> {
+        Ok(self.m().punch_hole(&self.file(file)?, offset, len)?)
+    }
+
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {
         Ok(self.mm_of(t)?.munmap(addr, len)?)
     }

@@ -178,3 +178,31 @@ fn shmem_thp_is_pmd_mapped_and_splitting_the_pmd_unmaps_it() {
     drop((c, p));
     assert_clean(&m);
 }
+
+#[test]
+fn a_punched_hole_unmaps_file_pages_everywhere_but_keeps_private_copies() {
+    let m = machine();
+    let f = m.memfd_create(32 * K).unwrap();
+    let p = m.new_mm().unwrap();
+    let s = map(&p, &f, 32 * K, 0, true);
+    let private = map(&p, &f, 32 * K, 0, false);
+    let mut cpu = m.new_cpu();
+    cpu.fill(&p, s, 32 * K, 0x44).unwrap();
+    cpu.write(&p, private + 4 * K, b"cow").unwrap();
+    assert_eq!(byte(&m, &p, private + 8 * K), 0x44);
+    let c = p.fork().unwrap();
+    assert_eq!(byte(&m, &c, s + 8 * K), 0x44);
+    m.punch_hole(&f, 2 * K, 14 * K).unwrap();
+    assert_clean(&m);
+    assert!(!p.page_info(s + 8 * K).present && !c.page_info(s + 8 * K).present);
+    assert!(!p.page_info(private + 8 * K).present, "file pages of a private mapping go");
+    assert_eq!(byte(&m, &p, private + 4 * K), b'c', "a private copy stays");
+    assert_eq!(byte(&m, &c, s + 8 * K), 0, "the hole reads zeros");
+    assert_eq!(byte(&m, &c, s + K), 0x44, "bytes before the hole stay");
+    assert_eq!(byte(&m, &c, s + 2 * K), 0, "a partly covered page is zeroed where covered");
+    assert_eq!(f.size(), 32 * K, "the size stays");
+    assert_eq!(p.madvise(private, 4 * K, foliomm::mm::Advice::Remove), Err(Errno::EACCES));
+    p.madvise(s + 16 * K, 8 * K, foliomm::mm::Advice::Remove).unwrap();
+    assert_eq!(byte(&m, &c, s + 20 * K), 0);
+    assert_clean(&m);
+}

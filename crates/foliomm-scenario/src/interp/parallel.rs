@@ -172,8 +172,8 @@ impl State<'_> {
                 touch(place, false, &mut f)?
             }
             Cmd::Fork(_) => f.forks = true,
-            Cmd::Memfd { .. } | Cmd::Truncate { .. } => {
-                return Err("memfd and truncate cannot run inside a parallel block".into())
+            Cmd::Memfd { .. } | Cmd::Truncate { .. } | Cmd::Punch { .. } => {
+                return Err("memfd, truncate and punch cannot run inside a parallel block".into())
             }
             _ => {}
         }

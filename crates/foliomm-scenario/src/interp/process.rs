@@ -84,6 +84,13 @@ impl State<'_> {
                 self.ref_files.create(h, *size);
                 Ok(format!("{name} = file {h}"))
             }
+            Cmd::Punch { file, offset, len } => {
+                let h = self.file(file, &p)?;
+                if outcome(step, self.timed(|b| b.punch_hole(t, h, *offset, *len)))?.is_some() {
+                    self.ref_files.punch(h, *offset, offset + len);
+                }
+                Ok("hole punched".into())
+            }
             Cmd::Truncate { file, size } => {
                 let h = self.file(file, &p)?;
                 if outcome(step, self.timed(|b| b.ftruncate(t, h, *size)))?.is_some() {
@@ -113,6 +120,9 @@ impl State<'_> {
                 let r = self.timed(|b| b.madvise(t, a, l, *adv));
                 if *adv == Advice::DontNeed {
                     self.refs.get_mut(&p).unwrap().zap(a, l);
+                }
+                if *adv == Advice::Remove && r.is_ok() {
+                    self.refs.get_mut(&p).unwrap().remove(a, l);
                 }
                 outcome(step, r)?;
                 Ok("ok".into())

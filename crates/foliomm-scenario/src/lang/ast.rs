@@ -77,6 +77,12 @@ pub enum Cmd {
         file: String,
         size: u64,
     },
+    /// `punch FILE[START..END]` (`fallocate(PUNCH_HOLE | KEEP_SIZE)`).
+    Punch {
+        file: String,
+        offset: u64,
+        len: u64,
+    },
     Munmap(Place),
     Mprotect(Place, Prot),
     Madvise(Place, Advice),

@@ -16,9 +16,10 @@
 //! P: s = mmap 64K rw shared file f [offset 16K]   shared or private file mapping
 //! P: m = mmap 64K rw shared          shared anonymous memory
 //! P: truncate f 32K                  ftruncate
+//! P: punch f[4K..12K]                fallocate(PUNCH_HOLE | KEEP_SIZE)
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
-//! P: madvise a hugepage              hugepage nohugepage dontneed dontfork dofork
+//! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
 //! P: b = mremap a[8K..16K] [size 16K] [to c]
 //! P: fork C                          C: exit        P: wait C
 //! P.t1: write a                      a line of thread t1 of P (started at its first

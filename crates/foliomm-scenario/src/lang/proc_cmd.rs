@@ -123,10 +123,18 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             let t = l.next("an advice")?;
             match Advice::parse(t) {
                 Some(a) => Cmd::Madvise(p, a),
-                None => return l.err(col, format!("expected hugepage, nohugepage, dontneed, dontfork or dofork, found '{t}'")),
+                None => return l.err(col, format!("expected hugepage, nohugepage, dontneed, remove, dontfork or dofork, found '{t}'")),
             }
         }
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },
+        "punch" => {
+            let col = l.col();
+            let p = l.place()?;
+            let Some((s, e)) = p.range.filter(|(s, e)| s < e) else {
+                return l.err(col, "expected a file range like f[4K..12K]");
+            };
+            Cmd::Punch { file: p.map, offset: s, len: e - s }
+        }
         "fork" => Cmd::Fork(l.ident("the child's name")?),
         "exit" => Cmd::Exit,
         "wait" => Cmd::Wait(l.ident("the child's name")?),
@@ -171,7 +179,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         t => {
             return l.err(
                 col,
-                format!("expected a command (mmap, memfd, munmap, mprotect, madvise, mremap, truncate, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
+                format!("expected a command (mmap, memfd, munmap, mprotect, madvise, mremap, truncate, punch, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
             )
         }
     })

@@ -51,6 +51,19 @@ impl RefFiles {
         RefFiles(Arc::new(Mutex::new(self.0.lock().unwrap().clone())))
     }
 
+    /// A punched hole: the bytes of `[offset, end)` read zero.
+    pub fn punch(&self, id: u64, offset: u64, end: u64) {
+        let mut files = self.0.lock().unwrap();
+        let Some(f) = files.get_mut(&id) else { return };
+        for i in offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE) {
+            let lo = offset.max(i * PAGE_SIZE) - i * PAGE_SIZE;
+            let hi = end.min((i + 1) * PAGE_SIZE) - i * PAGE_SIZE;
+            if let Some(page) = f.pages.get_mut(&i) {
+                page[lo as usize..hi as usize].fill(0);
+            }
+        }
+    }
+
     /// A new file of `size` bytes for shared anonymous memory; returns its
     /// id (from 2^63 up, apart from the backends' file handles).
     pub fn create_anonymous(&self, size: u64) -> u64 {
@@ -147,6 +160,16 @@ impl RefSpace {
         for p in page_range(start, len) {
             if let Some(pg) = self.pages.get_mut(&p) {
                 pg.data = None;
+            }
+        }
+    }
+
+    /// MADV_REMOVE: punches the whole pages of the range out of the shared
+    /// file mapped there.
+    pub fn remove(&mut self, start: u64, len: u64) {
+        for p in page_range(start, len) {
+            if let Some(b) = self.pages.get(&p).and_then(|pg| pg.file).filter(|b| b.shared) {
+                self.files.punch(b.file, b.index * PAGE_SIZE, (b.index + 1) * PAGE_SIZE);
             }
         }
     }

@@ -77,6 +77,12 @@ impl Machine {
         self.mms.truncate(inode, size)
     }
 
+    /// `fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, ...)` of a
+    /// shmem file (see [`MmList::punch_hole`]).
+    pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {
+        self.mms.punch_hole(inode, offset, len)
+    }
+
     /// Runs the invariant checker ([`crate::check`]); every violation
     /// found. Call it at a quiescent point.
     pub fn check(&self) -> Vec<Violation> {

@@ -17,8 +17,10 @@ use crate::sync::atomic::Ordering::AcqRel;
 use crate::tlb::MmuGather;
 
 /// `unmap_page_range` over `[start, end)` of `mm`: huge PMDs covered whole are
-/// zapped as one, partially covered ones are split first.
-pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: u64, end: u64) {
+/// zapped as one, partially covered ones are split first. With `skip_cows`
+/// (`zap_details.skip_cows`, a hole punch) anon pages stay: only file pages
+/// are unmapped.
+pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: u64, end: u64, skip_cows: bool) {
     let mut addr = start;
     while addr < end {
         let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
@@ -37,7 +39,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             e = pmd.load(&k.phys);
         }
         if !e.is_none() {
-            zap_pte_range(k, mm, tlb, e.pfn(), addr, next);
+            zap_pte_range(k, mm, tlb, e.pfn(), (addr, next), skip_cows);
         }
         addr = next;
     }
@@ -47,7 +49,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
 /// consecutive pages of one folio, with one rmap removal, one rss update, one
 /// TLB-range extension and one gather entry per batch. A full gather is
 /// flushed (TLB, then frees) after dropping the PTL and the walk resumes.
-fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u64, end: u64) {
+fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, end): (u64, u64), skip_cows: bool) {
     let phys = &k.phys;
     let mut addr = start;
     while addr < end {
@@ -56,7 +58,9 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, start: u6
             let _ptl = pte_lockptr(phys, table).lock();
             while addr < end && !full {
                 let idx = pte_index(addr);
-                if load(phys, table, idx).is_none() {
+                let now = load(phys, table, idx);
+                let cow = || !now.special() && Folio::containing(phys, now.pfn()).test_anon();
+                if now.is_none() || (skip_cows && cow()) {
                     addr += PAGE_SIZE;
                     continue;
                 }

@@ -12,6 +12,8 @@ use crate::{Errno, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Advice {
     DontNeed,
+    /// `MADV_REMOVE`: punch a hole in the shared file mapped there.
+    Remove,
     HugePage,
     NoHugePage,
     DontFork,
@@ -22,6 +24,7 @@ impl Advice {
     pub fn parse(s: &str) -> Option<Advice> {
         Some(match s {
             "dontneed" => Advice::DontNeed,
+            "remove" => Advice::Remove,
             "hugepage" => Advice::HugePage,
             "nohugepage" => Advice::NoHugePage,
             "dontfork" => Advice::DontFork,
@@ -36,13 +39,16 @@ impl Mm {
     /// handled where mapped and then fails with ENOMEM.
     pub fn madvise(&self, addr: u64, len: u64, advice: Advice) -> Result<()> {
         let end = range_end(addr, len)?;
+        if advice == Advice::Remove {
+            return self.madvise_remove(addr, end - addr);
+        }
         if advice == Advice::DontNeed {
             // MADV_DONTNEED needs only the mmap_lock for read.
             let vmas = self.mmap_read_lock();
             let k = &*self.kernel;
             let mut tlb = MmuGather::new(k, &self.tlb, false);
             for v in vmas.overlapping(addr, end) {
-                unmap_page_range(k, self, &mut tlb, v.start().max(addr), v.end().min(end));
+                unmap_page_range(k, self, &mut tlb, v.start().max(addr), v.end().min(end), false);
             }
             return if vmas.covers(addr, end) { Ok(()) } else { Err(Errno::ENOMEM) };
         }
@@ -51,7 +57,7 @@ impl Mm {
             Advice::NoHugePage => (vm::NOHUGEPAGE, vm::HUGEPAGE),
             Advice::DontFork => (vm::DONTCOPY, 0),
             Advice::DoFork => (0, vm::DONTCOPY),
-            Advice::DontNeed => unreachable!(),
+            Advice::DontNeed | Advice::Remove => unreachable!(),
         };
         let mut vmas = self.mmap_write_lock();
         let covered = vmas.covers(addr, end);

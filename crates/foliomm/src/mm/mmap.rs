@@ -145,7 +145,7 @@ impl Mm {
         let k = &*self.kernel;
         let mut tlb = MmuGather::new(k, &self.tlb, true);
         for v in &all {
-            unmap_page_range(k, self, &mut tlb, v.start(), v.end());
+            unmap_page_range(k, self, &mut tlb, v.start(), v.end(), false);
         }
         free_pgtables(k, self, &vmas, &mut tlb, 0, TASK_SIZE);
         all.into_iter().for_each(|v| vmas.free(v));

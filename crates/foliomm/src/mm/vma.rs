@@ -36,7 +36,7 @@ impl Mm {
         let k = &*self.kernel;
         let mut tlb = MmuGather::new(k, &self.tlb, false);
         for v in &removed {
-            unmap_page_range(k, self, &mut tlb, v.start(), v.end());
+            unmap_page_range(k, self, &mut tlb, v.start(), v.end(), false);
         }
         free_pgtables(k, self, vmas, &mut tlb, start, end);
         removed.into_iter().for_each(|v| vmas.free(v));

@@ -167,6 +167,35 @@ impl Inode {
         Ok(())
     }
 
+    /// `shmem_truncate_range(offset, end - 1)` after the caller unmapped the
+    /// whole pages of the range everywhere: folios wholly inside leave the
+    /// cache; the covered bytes of the others read zero (a large folio is
+    /// never split). The size stays.
+    pub(crate) fn punch_hole(&self, offset: u64, end: u64) {
+        let phys = &self.k.phys;
+        let mut pages = self.pages.lock().unwrap();
+        let (mut whole, mut partial) = (std::collections::BTreeSet::new(), Vec::new());
+        for (&i, &pfn) in pages.range(offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE)) {
+            let f = Folio::containing(phys, pfn);
+            let first = i - (pfn - f.pfn);
+            if first * PAGE_SIZE >= offset && (first + f.nr_pages()) * PAGE_SIZE <= end {
+                whole.insert(f.pfn);
+            } else {
+                partial.push((i, pfn));
+            }
+        }
+        for (i, pfn) in partial {
+            let lo = offset.max(i * PAGE_SIZE) - i * PAGE_SIZE;
+            let hi = end.min((i + 1) * PAGE_SIZE) - i * PAGE_SIZE;
+            phys.fill(pfn, lo as usize, (hi - lo) as usize, 0);
+        }
+        pages.retain(|_, &mut p| !whole.contains(&Folio::containing(phys, p).pfn));
+        drop(pages);
+        for head in whole {
+            self.remove_from_cache(head);
+        }
+    }
+
     /// `filemap_remove_folio` + `folio_put_refs`: drops the cache's reference.
     fn remove_from_cache(&self, pfn: Pfn) {
         let f = Folio::containing(&self.k.phys, pfn);
