@@ -178,11 +178,11 @@ impl Procfs {
         let mut r = RangeInfo::default();
         for f in self.facts(start, end - start).iter().filter(|f| f.present && !f.zero) {
             r.rss_kb += 4;
-            if self.kpageflags(f.pfn, 1)[0] & KPF_ANON != 0 {
-                r.anonymous_kb += 4;
-                if f.huge {
-                    r.anon_huge_kb += 4;
-                }
+            let anon = self.kpageflags(f.pfn, 1)[0] & KPF_ANON != 0;
+            // Every file page a scenario maps is shmem (memfd, shared anonymous).
+            *(if anon { &mut r.anonymous_kb } else { &mut r.shmem_kb }) += 4;
+            if f.huge {
+                *(if anon { &mut r.anon_huge_kb } else { &mut r.shmem_pmd_kb }) += 4;
             }
             if f.exclusive {
                 r.private_kb += 4;

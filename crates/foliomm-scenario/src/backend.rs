@@ -72,6 +72,8 @@ impl Observation {
         "rss_kb",
         "anonymous_kb",
         "anon_huge_kb",
+        "shmem_kb",
+        "shmem_pmd_kb",
         "shared_kb",
         "private_kb",
     ];
@@ -103,6 +105,8 @@ impl Observation {
             "rss_kb" => r.rss_kb,
             "anonymous_kb" => r.anonymous_kb,
             "anon_huge_kb" => r.anon_huge_kb,
+            "shmem_kb" => r.shmem_kb,
+            "shmem_pmd_kb" => r.shmem_pmd_kb,
             "shared_kb" => r.shared_kb,
             "private_kb" => r.private_kb,
             "mapcount" => p.mapcount,

@@ -181,10 +181,11 @@ impl ThpSettings {
     }
 
     /// Bitmask of orders a fault on page `index` of a shmem file of
-    /// `size_pages` pages may use (`shmem_allowable_huge_orders` for a
-    /// memfd or shared anonymous VMA, before the range checks): the
-    /// per-size modes, with `inherit` following the top level.
-    pub fn shmem_orders(&self, vma_hugepage: bool, vma_nohugepage: bool, index: u64, size_pages: u64) -> u32 {
+    /// `size_pages` pages may use, before the range checks
+    /// (`shmem_allowable_huge_orders` for a memfd or shared anonymous VMA):
+    /// the per-size modes, `inherit` following the top level.
+    pub fn shmem_orders(&self, vma: (bool, bool), index: u64, size_pages: u64) -> u32 {
+        let (vma_hugepage, vma_nohugepage) = vma;
         let top = self.shmem_enabled();
         if vma_nohugepage || top == ShmemHuge::Deny {
             return 0;
@@ -254,15 +255,16 @@ mod tests {
     #[test]
     fn shmem_pmd_size_inherits_the_top_level() {
         let s = ThpSettings::default();
-        assert_eq!(s.shmem_orders(false, false, 0, 1024), 0);
+        let plain = (false, false);
+        assert_eq!(s.shmem_orders(plain, 0, 1024), 0);
         s.set_shmem_enabled(ShmemHuge::Always);
-        assert_eq!(s.shmem_orders(false, false, 0, 1024), 1 << PMD_ORDER);
-        assert_eq!(s.shmem_orders(false, true, 0, 1024), 0, "MADV_NOHUGEPAGE");
+        assert_eq!(s.shmem_orders(plain, 0, 1024), 1 << PMD_ORDER);
+        assert_eq!(s.shmem_orders((false, true), 0, 1024), 0, "MADV_NOHUGEPAGE");
         s.set_shmem_enabled(ShmemHuge::WithinSize);
-        assert_eq!(s.shmem_orders(false, false, 0, 511), 0, "the 2M block passes the end");
+        assert_eq!(s.shmem_orders(plain, 0, 511), 0, "the 2M block passes the end");
         s.set_shmem_order(4, ShmemMode::Always).unwrap();
-        assert_eq!(s.shmem_orders(false, false, 0, 511), 1 << 4);
+        assert_eq!(s.shmem_orders(plain, 0, 511), 1 << 4);
         s.set_shmem_enabled(ShmemHuge::Deny);
-        assert_eq!(s.shmem_orders(true, false, 0, 1024), 0);
+        assert_eq!(s.shmem_orders((true, false), 0, 1024), 0);
     }
 }

@@ -95,8 +95,8 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
 fn suitable_orders(vmf: &VmFault, inode: &Inode, index: u64) -> u32 {
     let vma = vmf.vma;
     let flags = vma.flags();
-    let policy =
-        vmf.k.thp.shmem_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0, index, inode.nr_pages());
+    let vma_flags = (flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0);
+    let policy = vmf.k.thp.shmem_orders(vma_flags, index, inode.nr_pages());
     (1..=PMD_ORDER).filter(|&o| policy & (1 << o) != 0 && block_fits(vmf, index, o)).fold(0, |m, o| m | 1 << o)
 }
 

@@ -67,12 +67,11 @@ impl Mm {
             // are not counted at all.
             if p.present && !p.zero_page {
                 r.rss_kb += 4;
-                if p.anon {
-                    r.anonymous_kb += 4;
-                    if p.pmd_mapped {
-                        r.anon_huge_kb += 4;
-                    }
+                let huge = if p.anon { &mut r.anon_huge_kb } else { &mut r.shmem_pmd_kb };
+                if p.pmd_mapped {
+                    *huge += 4;
                 }
+                *(if p.anon { &mut r.anonymous_kb } else { &mut r.shmem_kb }) += 4;
                 // Shared/private as pagemap's exclusive bit says, which both
                 // backends can tell; smaps counts per page and differs for a
                 // PMD-mapped THP whose head alone is shared.
@@ -118,6 +117,10 @@ pub struct RangeInfo {
     pub rss_kb: u64,
     pub anonymous_kb: u64,
     pub anon_huge_kb: u64,
+    /// shmem pages mapped (`RssShmem` of the range).
+    pub shmem_kb: u64,
+    /// shmem pages mapped by a PMD (`ShmemPmdMapped`).
+    pub shmem_pmd_kb: u64,
     pub shared_kb: u64,
     pub private_kb: u64,
 }

@@ -44,14 +44,16 @@ impl std::fmt::Debug for Inode {
 }
 
 impl Inode {
-    /// A new, empty shmem inode of `size` bytes (`shmem_file_setup`,
-    /// `memfd_create` + `ftruncate`). EINVAL past [`MAX_FILE_SIZE`].
+    /// A new, empty shmem inode of `size` bytes (`memfd_create` +
+    /// `ftruncate`, or `shmem_zero_setup` for shared anonymous memory).
+    /// EINVAL past [`MAX_FILE_SIZE`].
     pub fn new(k: &Arc<Kernel>, size: u64) -> Result<Arc<Inode>> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
         }
         let ino = k.new_serial();
-        Ok(Arc::new(Inode { k: k.clone(), ino, size: AtomicU64::new(size), pages: Mutex::new(BTreeMap::new()) }))
+        let pages = Mutex::new(BTreeMap::new());
+        Ok(Arc::new(Inode { k: k.clone(), ino, size: AtomicU64::new(size), pages }))
     }
 
     /// `i_size`.
