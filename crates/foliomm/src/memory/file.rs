@@ -213,12 +213,15 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
     let vma_pages = (vma.end() - vma.start()) / PAGE_SIZE;
     let from = (pte_off & !(nr - 1)).max(pte_off - pte_off.min(vma_off));
     let to = (from + nr).min(PTRS_PER_TABLE).min(pte_off + vma_pages - vma_off);
-    let index0 = vma.page_index(vmf.address) - pte_off;
+    // The file page at entry `i`; the window starts inside the VMA, so
+    // it never precedes the VMA's first page.
+    let base = vma.page_index(vmf.address);
+    let index_at = |i: u64| if i >= pte_off { base + (i - pte_off) } else { base - (pte_off - i) };
     let file_pages = inode.nr_pages();
     let _ptl = pte_lockptr(phys, table).lock();
     let mut mapped_fault = false;
     for i in from..to {
-        let index = index0 + i;
+        let index = index_at(i);
         if index >= file_pages || !load(phys, table, i as usize).is_none() {
             continue;
         }
