@@ -38,59 +38,39 @@ impl ThpMode {
     }
 }
 
-/// The top-level shmem mode (`transparent_hugepage/shmem_enabled`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum ShmemHuge {
-    Always = 0,
-    WithinSize = 1,
-    Advise = 2,
-    Never = 3,
-    Deny = 4,
-    Force = 5,
+/// A sysfs mode enum: its variants in order with their sysfs names, `ALL`,
+/// `parse` and `name`.
+macro_rules! sysfs_modes {
+    ($(#[$doc:meta])* $t:ident { $($v:ident = $n:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+        pub enum $t {
+            $($v,)*
+        }
+
+        impl $t {
+            const ALL: &'static [$t] = &[$($t::$v),*];
+
+            pub fn parse(s: &str) -> Option<$t> {
+                Self::ALL.iter().copied().find(|m| m.name() == s)
+            }
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($t::$v => $n,)*
+                }
+            }
+        }
+    };
 }
 
-impl ShmemHuge {
-    const ALL: [ShmemHuge; 6] = [
-        ShmemHuge::Always,
-        ShmemHuge::WithinSize,
-        ShmemHuge::Advise,
-        ShmemHuge::Never,
-        ShmemHuge::Deny,
-        ShmemHuge::Force,
-    ];
-    const NAMES: [&'static str; 6] = ["always", "within_size", "advise", "never", "deny", "force"];
-
-    pub fn parse(s: &str) -> Option<ShmemHuge> {
-        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
-    }
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
+sysfs_modes! {
+    /// The top-level shmem mode (`transparent_hugepage/shmem_enabled`).
+    ShmemHuge { Always = "always", WithinSize = "within_size", Advise = "advise", Never = "never", Deny = "deny", Force = "force" }
 }
 
-/// A per-size shmem mode (`hugepages-<N>kB/shmem_enabled`): `always`,
-/// `inherit`, `within_size`, `advise` or `never`; shares the top-level
-/// names but for `inherit`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum ShmemMode {
-    Always = 0,
-    WithinSize = 1,
-    Advise = 2,
-    Never = 3,
-    Inherit = 4,
-}
-
-impl ShmemMode {
-    const ALL: [ShmemMode; 5] =
-        [ShmemMode::Always, ShmemMode::WithinSize, ShmemMode::Advise, ShmemMode::Never, ShmemMode::Inherit];
-    const NAMES: [&'static str; 5] = ["always", "within_size", "advise", "never", "inherit"];
-
-    pub fn parse(s: &str) -> Option<ShmemMode> {
-        Self::NAMES.iter().position(|n| *n == s).map(|i| Self::ALL[i])
-    }
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
+sysfs_modes! {
+    /// A per-size shmem mode (`hugepages-<N>kB/shmem_enabled`).
+    ShmemMode { Always = "always", WithinSize = "within_size", Advise = "advise", Never = "never", Inherit = "inherit" }
 }
 
 /// Orders a shmem file may use: 1..=PMD_ORDER (`THP_ORDERS_ALL_FILE_DEFAULT`).
