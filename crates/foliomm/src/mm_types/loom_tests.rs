@@ -8,14 +8,14 @@
 //! `RUSTFLAGS="--cfg loom" cargo test --release -p foliomm --lib loom`.
 
 use super::fault_vma::lock_under_rcu;
-use super::{Vma, VmaCache};
+use super::{Vma, VmaCache, VmaInit};
 use crate::kernel::VmaLockDesign;
 use crate::sync::atomic::{AtomicU64, Ordering::*};
 use crate::sync::{thread, Arc, Mutex};
 
 /// A VMA of MM `mm` over `[start, end)`, attached in write epoch `seq`.
 fn attached(cache: &VmaCache, mm: u64, start: u64, end: u64, seq: u64) -> Arc<Vma> {
-    let v = cache.alloc(mm, start, end, 0, 0, None, 0);
+    let v = cache.alloc(VmaInit { mm, start, end, flags: 0, pgoff: 0, file: None, anon_vma: 0 });
     v.start_write(seq);
     v.mark_attached();
     v

@@ -19,7 +19,7 @@ pub mod vma_tree;
 pub use fault_vma::FaultVma;
 pub use mm::{Mm, MmList};
 pub use mmap_lock::{MmapReadGuard, MmapWriteGuard};
-pub use vma::{vm, Prot, Vma};
+pub use vma::{vm, Prot, Vma, VmaInit};
 pub use vma_cache::VmaCache;
 pub use vma_lock::{ReadFailure, VMA_LOCK_OFFSET, VMA_REF_LIMIT};
 pub use vma_tree::Vmas;

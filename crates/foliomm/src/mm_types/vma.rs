@@ -67,6 +67,19 @@ pub mod vm {
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
 
+/// What a new VMA is made with: its MM's serial, range, flags, the file
+/// page mapped at its start (or the page index of an anonymous start), the
+/// file, and the anon_vma identity.
+pub struct VmaInit {
+    pub mm: u64,
+    pub start: u64,
+    pub end: u64,
+    pub flags: u32,
+    pub pgoff: u64,
+    pub file: Option<Arc<Inode>>,
+    pub anon_vma: u64,
+}
+
 /// A virtual memory area.
 #[derive(Debug)]
 pub struct Vma {
@@ -101,24 +114,13 @@ impl Vma {
         }
     }
 
-    /// Gives a free VMA its owner, range, flags, pgoff, file and anon_vma
-    /// (`vma_init`).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn init(
-        &self,
-        mm: u64,
-        start: u64,
-        end: u64,
-        flags: u32,
-        pgoff: u64,
-        file: Option<Arc<Inode>>,
-        anon_vma: u64,
-    ) {
-        self.mm.store(mm, Relaxed);
-        self.file.store(file);
-        self.set_range(start, end, pgoff);
-        self.set_flags(flags);
-        self.anon_vma.set(anon_vma);
+    /// Gives a free VMA what `v` says (`vma_init`).
+    pub(super) fn init(&self, v: VmaInit) {
+        self.mm.store(v.mm, Relaxed);
+        self.file.store(v.file);
+        self.set_range(v.start, v.end, v.pgoff);
+        self.set_flags(v.flags);
+        self.anon_vma.set(v.anon_vma);
         self.lock.init();
     }
 

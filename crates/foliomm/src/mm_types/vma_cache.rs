@@ -8,9 +8,9 @@
 //! dropped, and lives on only while a reader still holds it (what
 //! `call_rcu` freeing gives Linux).
 
+use super::vma::VmaInit;
 use super::Vma;
 use crate::kernel::VmaLockDesign;
-use crate::shmem::Inode;
 use crate::sync::{Arc, Mutex};
 
 /// Free VMAs kept for reuse at most; more are dropped.
@@ -33,29 +33,19 @@ impl VmaCache {
         self.design
     }
 
-    /// A detached VMA of MM `mm` with the given range, flags and file
-    /// (`vm_area_alloc` + `vma_set_range`): a freed one when the cache is
-    /// type-safe and has one.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alloc(
-        &self,
-        mm: u64,
-        start: u64,
-        end: u64,
-        flags: u32,
-        pgoff: u64,
-        file: Option<Arc<Inode>>,
-        anon_vma: u64,
-    ) -> Arc<Vma> {
+    /// A detached VMA made as `init` says (`vm_area_alloc` +
+    /// `vma_set_range`): a freed one when the cache is type-safe and has one.
+    pub fn alloc(&self, init: VmaInit) -> Arc<Vma> {
         let reused = self.free.lock().unwrap().pop();
         let vma = reused.unwrap_or_else(|| Arc::new(Vma::new(self.design)));
-        vma.init(mm, start, end, flags, pgoff, file, anon_vma);
+        vma.init(init);
         vma
     }
 
     /// A detached copy of `v` for MM `mm` (`vm_area_dup`).
     pub fn dup(&self, mm: u64, v: &Vma) -> Arc<Vma> {
-        self.alloc(mm, v.start(), v.end(), v.flags(), v.pgoff(), v.file(), v.anon_vma())
+        let (start, end, flags, pgoff) = (v.start(), v.end(), v.flags(), v.pgoff());
+        self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file(), anon_vma: v.anon_vma() })
     }
 
     /// `vm_area_free` of a detached VMA.

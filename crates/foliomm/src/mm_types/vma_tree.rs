@@ -11,6 +11,7 @@
 
 use arc_swap::ArcSwap;
 
+use super::vma::VmaInit;
 use super::{Vma, VmaCache};
 use crate::shmem::Inode;
 use crate::sync::Arc;
@@ -82,7 +83,7 @@ impl Vmas {
     /// `vm_area_alloc`: a new detached VMA of this MM, mapping `file` (from
     /// page `pgoff`) or anonymous memory.
     pub fn alloc(&self, start: u64, end: u64, flags: u32, pgoff: u64, file: Option<Arc<Inode>>) -> Arc<Vma> {
-        self.cache.alloc(self.mm, start, end, flags, pgoff, file, 0)
+        self.cache.alloc(VmaInit { mm: self.mm, start, end, flags, pgoff, file, anon_vma: 0 })
     }
     /// `vm_area_dup`: a detached copy of `v` (of this MM or, for fork, of the parent).
     pub fn dup(&self, v: &Vma) -> Arc<Vma> {
