@@ -206,3 +206,24 @@ fn a_punched_hole_unmaps_file_pages_everywhere_but_keeps_private_copies() {
     assert_eq!(byte(&m, &c, s + 20 * K), 0);
     assert_clean(&m);
 }
+
+#[test]
+fn zapping_dirty_file_ptes_removes_their_rmap_after_the_tlb_flush() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = machine();
+    let f = m.memfd_create(64 * K).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 64 * K, 0, true);
+    let mut cpu = m.new_cpu();
+    cpu.read_byte_per_page(&p, a, 32 * K).unwrap();
+    cpu.write_byte_per_page(&p, a + 32 * K, 32 * K, 1).unwrap();
+    let anon = p.mmap(0, 16 * K, Prot::RW, MmapFlags::default()).unwrap();
+    cpu.write_byte_per_page(&p, anon, 16 * K, 1).unwrap();
+    p.munmap(anon, 16 * K).unwrap();
+    assert_eq!(m.stats.rmap_delayed.load(Relaxed), 0, "anon pages are never delayed");
+    p.munmap(a, 64 * K).unwrap();
+    assert_eq!(m.stats.rmap_delayed.load(Relaxed), 8, "the 8 written pages, not the 8 only read");
+    assert_clean(&m);
+    let b = map(&p, &f, 64 * K, 0, true);
+    assert_eq!(byte(&m, &p, b + 32 * K), 1);
+}

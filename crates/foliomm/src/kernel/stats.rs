@@ -68,6 +68,9 @@ counters! {
     rmap_dup,
     /// `folio_remove_rmap_*` calls, one per batch.
     rmap_remove,
+    /// Zap batches of a file folio under a dirty PTE whose rmap removal
+    /// waited for the TLB flush (seed 001's delayed rmap).
+    rmap_delayed,
     /// PTEs copied by fork.
     fork_ptes,
     /// PTE batches copied by fork.

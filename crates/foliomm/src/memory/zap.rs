@@ -49,11 +49,13 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
 /// consecutive pages of one folio, with one rmap removal, one rss update, one
 /// TLB-range extension and one gather entry per batch. A full gather is
 /// flushed (TLB, then frees) after dropping the PTL and the walk resumes.
+/// The rmap of a file folio mapped by a dirty PTE is removed after the
+/// TLB flush, still under the PTL (`tlb_flush_rmaps`).
 fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, end): (u64, u64), skip_cows: bool) {
     let phys = &k.phys;
     let mut addr = start;
     while addr < end {
-        let mut full = false;
+        let (mut full, mut force_flush) = (false, false);
         {
             let _ptl = pte_lockptr(phys, table).lock();
             while addr < end && !full {
@@ -80,19 +82,36 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, e
                 } else {
                     1
                 };
+                let mut dirty = pte.dirty();
                 for i in 1..nr {
-                    slot(phys, table, idx + i).swap(0, AcqRel);
+                    dirty |= Pte(slot(phys, table, idx + i).swap(0, AcqRel)).dirty();
                 }
                 Stats::add(&k.stats.zap_ptes, nr as u64);
                 Stats::inc(&k.stats.zap_batches);
                 mm.add_rss(f, -(nr as i64));
                 tlb.remove_tlb_entries(addr, nr as u64);
-                rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
-                full = tlb.remove_folio_pages(pte.pfn(), nr as u32, false);
+                // zap_present_folio_ptes(): a dirty PTE dirties a file folio,
+                // and its rmap goes only after the TLB flush (seed 001's
+                // delayed rmap), so that no CPU writes through a stale entry
+                // once the rmap no longer shows the mapping.
+                let delay = dirty && !f.test_anon();
+                if delay {
+                    f.head().set(crate::phys::pg::DIRTY);
+                    Stats::inc(&k.stats.rmap_delayed);
+                    force_flush = true;
+                } else {
+                    rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
+                }
+                full = tlb.remove_folio_pages(pte.pfn(), nr as u32, delay);
                 addr += nr as u64 * PAGE_SIZE;
             }
+            // The TLB flush, then the delayed rmaps, before the PTL goes.
+            if force_flush {
+                tlb.flush_tlb();
+                tlb.flush_rmaps(mm.id);
+            }
         }
-        if full {
+        if full || force_flush {
             tlb.flush_mmu();
         }
     }
