@@ -4,7 +4,7 @@
 
 use super::vma::merge_around;
 use super::{page_align, range_end};
-use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::arch::{PAGE_SIZE, PMD_ORDER, PMD_SIZE, TASK_SIZE};
 use crate::memory::handle_mm_fault;
 use crate::memory::zap::{free_pgtables, unmap_page_range};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
@@ -63,14 +63,34 @@ impl Mm {
             return Err(Errno::ENOMEM);
         }
         if file.is_none() && flags.shared {
+            // shmem_get_unmapped_area(): shared anonymous memory is placed
+            // at a multiple of the largest shmem folio size it may use.
+            let orders = self.kernel.thp.shmem_orders((false, false), 0, len / PAGE_SIZE);
+            let fitting = (0..=PMD_ORDER).rev().find(|&o| orders & (1 << o) != 0 && PAGE_SIZE << o <= len);
             let inode = self.mmlist.new_inode(&self.kernel, len)?;
-            return self.mmap_file(addr, len, prot, flags, Some((&inode, 0)));
+            let align = PAGE_SIZE << fitting.unwrap_or(0);
+            return self.mmap_region(addr, len, prot, flags, Some((&inode, 0)), align);
         }
         if let Some((_, offset)) = file {
             if offset % PAGE_SIZE != 0 || offset.checked_add(len).is_none_or(|e| e > crate::shmem::MAX_FILE_SIZE) {
                 return Err(Errno::EINVAL);
             }
         }
+        self.mmap_region(addr, len, prot, flags, file, PAGE_SIZE)
+    }
+
+    /// `mmap_region` for a checked, page-aligned `len`: without `MAP_FIXED`
+    /// a free range at a multiple of `align` (of 2 MiB for a length that is
+    /// a multiple of it) unless the hint is free.
+    fn mmap_region(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: Prot,
+        flags: MmapFlags,
+        file: Option<(&Arc<Inode>, u64)>,
+        align: u64,
+    ) -> Result<u64> {
         let mut vmas = self.mmap_write_lock();
         let start = if flags.fixed || flags.noreplace {
             let end = range_end(addr, len)?;
@@ -91,7 +111,7 @@ impl Mm {
             if hint != 0 && hint_ok {
                 hint
             } else {
-                let align = if hint == 0 && len % PMD_SIZE == 0 { PMD_SIZE } else { PAGE_SIZE };
+                let align = if hint == 0 && len % PMD_SIZE == 0 { PMD_SIZE.max(align) } else { align };
                 get_unmapped_area(&vmas, len, align)?
             }
         };
