@@ -111,7 +111,7 @@ impl Mm {
             if hint != 0 && hint_ok {
                 hint
             } else {
-                let align = if hint == 0 && len % PMD_SIZE == 0 { PMD_SIZE.max(align) } else { align };
+                let align = if hint == 0 && len.is_multiple_of(PMD_SIZE) { PMD_SIZE.max(align) } else { align };
                 get_unmapped_area(&vmas, len, align)?
             }
         };
