@@ -1,9 +1,8 @@
 //! The precision and safety report: at every COW decision on a large anon
 //! folio and at every observation of a large folio, anon or shmem, the
 //! design's answer to "mapped by this MM only?" is set beside the ground
-//! truth, kept in a shadow table of
-//! mappings per folio and MM that the rmap functions update and that no
-//! design reads.
+//! truth, kept in a shadow table of mappings per folio and MM that the rmap
+//! functions update and that no design reads.
 //!
 //! - wrong-exclusive: the design said "exclusive" (or reused) while another
 //!   MM maps the folio. A correctness and security failure (a COW reuse of a
