@@ -61,13 +61,18 @@ pub(super) enum Layout {
     Separate,
     /// One VMA for all, each thread its own chunk, dropped with MADV_DONTNEED.
     Shared,
+    /// will-it-scale's process mode: every worker a process of its own
+    /// (its own MM on the model, a forked child on the host), mapping and
+    /// unmapping its region every loop.
+    Processes,
 }
 
 impl Layout {
     pub(super) fn name(self) -> &'static str {
         match self {
-            Layout::Separate => "separate VMAs",
-            Layout::Shared => "one shared VMA (contended)",
+            Layout::Separate => "threads, separate VMAs",
+            Layout::Shared => "threads, one shared VMA (contended)",
+            Layout::Processes => "processes",
         }
     }
 
@@ -76,7 +81,13 @@ impl Layout {
         match self {
             Layout::Separate => BASE - (i as u64 + 1) * 2 * size,
             Layout::Shared => shared + i as u64 * size,
+            Layout::Processes => BASE - 2 * size,
         }
+    }
+
+    /// Whether each worker maps and unmaps a region of its own every loop.
+    fn maps_per_loop(self) -> bool {
+        self != Layout::Shared
     }
 }
 
@@ -113,7 +124,7 @@ pub(super) fn model(
             mm.madvise(a, size * threads as u64, Advice::NoHugePage)?;
             a
         }
-        Layout::Separate => 0,
+        Layout::Separate | Layout::Processes => 0,
     };
     let faults_before = m.stats.pgfault.load(std::sync::atomic::Ordering::Relaxed);
     cacheline::forget();
@@ -121,17 +132,18 @@ pub(super) fn model(
         cacheline::account_as(i as u32 + 1);
         let cpu = m.new_cpu();
         let a = layout.region(i, size, shared);
-        let (mm, file) = (mm.clone(), files.get(i).cloned().flatten());
+        let mm = if layout == Layout::Processes { m.new_mm().expect("a worker's MM") } else { mm.clone() };
+        let file = files.get(i).cloned().flatten();
         (cpu, move |cpu: &mut foliomm::Cpu| -> Result<()> {
-            if layout == Layout::Separate {
+            if layout.maps_per_loop() {
                 let flags = MmapFlags { noreplace: true, ..flags };
                 mm.mmap_file(a, size, Prot::RW, flags, file.as_ref().map(|f| (f, 0)))?;
                 mm.madvise(a, size, Advice::NoHugePage)?;
             }
             cpu.write_byte_per_page(&mm, a, size, 1)?;
-            match layout {
-                Layout::Separate => mm.munmap(a, size)?,
-                Layout::Shared => mm.madvise(a, size, Advice::DontNeed)?,
+            match layout.maps_per_loop() {
+                true => mm.munmap(a, size)?,
+                false => mm.madvise(a, size, Advice::DontNeed)?,
             }
             Ok(())
         })
@@ -148,6 +160,9 @@ pub(super) fn model(
 pub(super) fn host(test: Test, layout: Layout, threads: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
     let len = size as usize;
     let flags = if test.shared() { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+    if layout == Layout::Processes {
+        return host_processes(test, flags, threads, size, loops);
+    }
     let file_len = if layout == Layout::Shared { len * threads } else { len };
     let files = (0..if layout == Layout::Shared { 1 } else { threads })
         .map(|_| if test == Test::PageFault1 { Ok(-1) } else { memfd(file_len) })
@@ -158,31 +173,12 @@ pub(super) fn host(test: Test, layout: Layout, threads: usize, size: u64, loops:
             advise(a, len * threads, libc::MADV_NOHUGEPAGE)?;
             a as u64
         }
-        Layout::Separate => 0,
+        Layout::Separate | Layout::Processes => 0,
     };
     let samples = run_threads(threads, loops, |i| {
         let a = layout.region(i, size, shared) as *mut u8;
         let fd = files.get(i).copied().unwrap_or(-1);
-        ((), move |_: &mut ()| -> Result<()> {
-            let before = minor_faults();
-            if layout == Layout::Separate {
-                map(a, len, flags | libc::MAP_FIXED_NOREPLACE, fd)?;
-                advise(a, len, libc::MADV_NOHUGEPAGE)?;
-            }
-            for off in (0..len).step_by(PAGE as usize) {
-                // SAFETY: `a` maps `len` writable bytes (mapped above, or this
-                // thread's chunk of the shared region).
-                unsafe { a.add(off).write_volatile(1) };
-            }
-            match layout {
-                // SAFETY: the region mapped above, used by this thread only.
-                Layout::Separate => ensure!(unsafe { libc::munmap(a.cast(), len) } == 0, "munmap failed"),
-                Layout::Shared => advise(a, len, libc::MADV_DONTNEED)?,
-            }
-            let faults = minor_faults() - before;
-            ensure!(faults >= size / PAGE, "host: {faults} faults for {} pages (were THPs used?)", size / PAGE);
-            Ok(())
-        })
+        ((), move |_: &mut ()| host_loop(layout, flags, a, size, fd))
     });
     if shared != 0 {
         // SAFETY: the shared region mapped above; the threads have finished.
@@ -193,6 +189,93 @@ pub(super) fn host(test: Test, layout: Layout, threads: usize, size: u64, loops:
         unsafe { libc::close(fd) };
     }
     samples
+}
+
+/// One loop of a host worker over its `size` bytes at `a`: map them (unless
+/// they are a chunk of the shared VMA), write one byte per page, unmap (or
+/// MADV_DONTNEED); checks that every page took a fault.
+fn host_loop(layout: Layout, flags: i32, a: *mut u8, size: u64, fd: i32) -> Result<()> {
+    let len = size as usize;
+    let before = minor_faults();
+    if layout.maps_per_loop() {
+        map(a, len, flags | libc::MAP_FIXED_NOREPLACE, fd)?;
+        advise(a, len, libc::MADV_NOHUGEPAGE)?;
+    }
+    for off in (0..len).step_by(PAGE as usize) {
+        // SAFETY: `a` maps `len` writable bytes (mapped above, or this
+        // worker's chunk of the shared region).
+        unsafe { a.add(off).write_volatile(1) };
+    }
+    match layout.maps_per_loop() {
+        // SAFETY: the region mapped above, used by this worker only.
+        true => ensure!(unsafe { libc::munmap(a.cast(), len) } == 0, "munmap failed"),
+        false => advise(a, len, libc::MADV_DONTNEED)?,
+    }
+    let faults = minor_faults() - before;
+    ensure!(faults >= size / PAGE, "host: {faults} faults for {} pages (were THPs used?)", size / PAGE);
+    Ok(())
+}
+
+/// will-it-scale's process mode on the host: `procs` forked children, each
+/// with its own memfd for the file tests, released together through a
+/// pipe, each reporting its wall and CPU time through another. A child
+/// calls only system calls and allocation-free code (the parent may have
+/// other threads), and leaves with `_exit`.
+fn host_processes(test: Test, flags: i32, procs: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
+    let (go, report) = (pipe()?, pipe()?);
+    let mut pids = Vec::with_capacity(procs);
+    for _ in 0..procs {
+        // SAFETY: the child runs only the code below and ends in _exit.
+        match unsafe { libc::fork() } {
+            -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+            0 => {
+                let fd = if test == Test::PageFault1 { Ok(-1) } else { memfd(size as usize) };
+                let mut byte = 0u8;
+                // SAFETY: a read of one byte into a local, from the go pipe.
+                unsafe { libc::read(go[0], (&mut byte as *mut u8).cast(), 1) };
+                let (t, c) = (Instant::now(), process_cpu_time());
+                let a = Layout::Processes.region(0, size, 0) as *mut u8;
+                let ok =
+                    fd.is_ok_and(|fd| (0..loops).all(|_| host_loop(Layout::Processes, flags, a, size, fd).is_ok()));
+                let out: [u64; 3] =
+                    [t.elapsed().as_nanos() as u64, (process_cpu_time() - c).as_nanos() as u64, ok as u64];
+                // SAFETY: 24 bytes from a local array into the report pipe
+                // (atomic: below PIPE_BUF), then the child ends.
+                unsafe {
+                    libc::write(report[1], out.as_ptr().cast(), 24);
+                    libc::_exit(0);
+                }
+            }
+            pid => pids.push(pid),
+        }
+    }
+    // SAFETY: one byte per child into the go pipe; a buffer of them.
+    unsafe { libc::write(go[1], vec![1u8; procs].as_ptr().cast(), procs) };
+    let mut samples = Vec::with_capacity(procs);
+    for _ in 0..procs {
+        let mut out = [0u64; 3];
+        // SAFETY: 24 bytes into a local array from the report pipe.
+        let n = unsafe { libc::read(report[0], out.as_mut_ptr().cast(), 24) };
+        ensure!(n == 24 && out[2] == 1, "host: a worker process failed");
+        let ns = |v: u64| Duration::from_nanos(v);
+        samples.push(Sample { wall: ns(out[0]), cpu: ns(out[1]), transfers: Transfers::default() });
+    }
+    for pid in pids {
+        // SAFETY: reaping a child forked above.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    for fd in go.into_iter().chain(report) {
+        // SAFETY: the pipe ends made above.
+        unsafe { libc::close(fd) };
+    }
+    Ok(samples)
+}
+
+fn pipe() -> Result<[i32; 2]> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two descriptors into the array.
+    ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe: {}", std::io::Error::last_os_error());
+    Ok(fds)
 }
 
 /// Runs `threads` threads: each makes its state with `setup(i)`, waits for
@@ -257,9 +340,18 @@ fn advise(a: *mut u8, len: usize, advice: i32) -> Result<()> {
 
 /// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
 fn thread_cpu_time() -> Duration {
+    cpu_time(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the calling process (`CLOCK_PROCESS_CPUTIME_ID`).
+fn process_cpu_time() -> Duration {
+    cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_time(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 

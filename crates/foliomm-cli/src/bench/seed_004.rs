@@ -36,8 +36,9 @@ pub(super) struct Seed004Args {
     /// Rounds (each runs every configuration once).
     #[arg(long, default_value_t = 3)]
     runs: u32,
-    /// Only this layout: `separate` (a VMA per thread) or `shared` (contended).
-    #[arg(long, value_parser = ["separate", "shared"])]
+    /// Only this layout: `separate` (threads, a VMA each), `shared`
+    /// (threads, one VMA: contended) or `processes` (a process each).
+    #[arg(long, value_parser = ["separate", "shared", "processes"])]
     layout: Option<String>,
     /// The will-it-scale tests to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "page_fault1,page_fault2,page_fault3")]
@@ -89,8 +90,9 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
     }
     let layouts: Vec<Layout> = match a.layout.as_deref() {
         Some("separate") => vec![Layout::Separate],
-        Some(_) => vec![Layout::Shared],
-        None => vec![Layout::Separate, Layout::Shared],
+        Some("shared") => vec![Layout::Shared],
+        Some(_) => vec![Layout::Processes],
+        None => vec![Layout::Separate, Layout::Shared, Layout::Processes],
     };
     let most = *a.threads.iter().max().unwrap();
     let mut backends: Vec<Backend> = DESIGNS.iter().map(|&d| Backend::Model(d)).collect();
@@ -232,7 +234,7 @@ fn print_scaling(
     a: &Seed004Args,
 ) {
     println!(
-        "\nSeed 004 page-fault scalability, {}, {}: {} MiB per thread, {} loops, harmonic mean of {} interleaved rounds",
+        "\nSeed 004 page-fault scalability, {}, {}: {} MiB per worker, {} loops, harmonic mean of {} interleaved rounds",
         test.name(),
         layout.name(),
         size >> 20,
