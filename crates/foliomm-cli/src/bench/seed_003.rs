@@ -175,7 +175,8 @@ fn model_case(m: &Arc<Machine>, case: Case, size: u64, iterations: u32) -> Resul
         locks: per(stats.rmap_locks.load(Relaxed), before.2),
     };
     drop(mm);
-    ensure!(m.check().is_empty(), "model: the checker found {:?}", m.check());
+    let violations = m.check();
+    ensure!(violations.is_empty(), "model: the checker found {violations:?}");
     Ok(fig)
 }
 

@@ -53,7 +53,7 @@ impl VmFault<'_> {
     /// for a file VMA (shmem folios are order 0 for now).
     pub fn thp_orders(&self) -> u32 {
         let flags = self.vma.flags();
-        if self.vma.file().is_some() {
+        if self.vma.with_file(|f| f.is_some()) {
             return 0;
         }
         self.k.thp.allowable_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0)
@@ -85,15 +85,15 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind)
         let e = pmd.load(&k.phys);
         vmf.orig = e;
         if e.is_none() {
-            if let Some(inode) = vma.file() {
-                let haddr = addr & !(PMD_SIZE - 1);
-                let fits = haddr >= vma.start() && haddr + PMD_SIZE <= vma.end();
-                if fits && kind != FaultKind::Unshare && file::do_fault_pmd(&vmf, &inode)? == Huge::Done {
-                    return Ok(());
-                }
-            }
             let haddr = addr & !(PMD_SIZE - 1);
             let fits = haddr >= vma.start() && haddr + PMD_SIZE <= vma.end();
+            let pmd_mapped = vma.with_file(|f| match f {
+                Some(inode) if fits && kind != FaultKind::Unshare => file::do_fault_pmd(&vmf, inode),
+                _ => Ok(Huge::Fallback),
+            })?;
+            if pmd_mapped == Huge::Done {
+                return Ok(());
+            }
             if fits
                 && vmf.thp_orders() & (1 << PMD_ORDER) != 0
                 && huge_memory::do_huge_pmd_anonymous_page(&vmf)? == Huge::Done
@@ -137,10 +137,11 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
     let pte = load(&vmf.k.phys, vmf.table, idx);
     vmf.orig = pte;
     if pte.is_none() {
-        match vmf.vma.file() {
-            Some(inode) => file::do_fault(vmf, &inode),
+        let vmf = &*vmf;
+        vmf.vma.with_file(|f| match f {
+            Some(inode) => file::do_fault(vmf, inode),
             None => anon::do_anonymous_page(vmf),
-        }
+        })
     } else if vmf.kind != FaultKind::Read && !pte.write() {
         if vmf.vma.shared() {
             return file::wp_page_shared(vmf);

@@ -62,35 +62,23 @@ impl Mm {
         if len > TASK_SIZE {
             return Err(Errno::ENOMEM);
         }
-        if file.is_none() && flags.shared {
-            // shmem_get_unmapped_area(): shared anonymous memory is placed
-            // at a multiple of the largest shmem folio size it may use.
+        // shmem_get_unmapped_area(): shared anonymous memory, a shmem file
+        // of its own, is placed at a multiple of the largest shmem folio
+        // size it may use; other mappings at a page (2 MiB for a length
+        // that is a multiple of it).
+        let (anon_inode, align) = if file.is_none() && flags.shared {
             let orders = self.kernel.thp.shmem_orders((false, false), 0, len / PAGE_SIZE);
             let fitting = (0..=PMD_ORDER).rev().find(|&o| orders & (1 << o) != 0 && PAGE_SIZE << o <= len);
-            let inode = self.mmlist.new_inode(&self.kernel, len)?;
-            let align = PAGE_SIZE << fitting.unwrap_or(0);
-            return self.mmap_region(addr, len, prot, flags, Some((&inode, 0)), align);
-        }
+            (Some(self.mmlist.new_inode(&self.kernel, len)?), PAGE_SIZE << fitting.unwrap_or(0))
+        } else {
+            (None, PAGE_SIZE)
+        };
+        let file = file.or(anon_inode.as_ref().map(|inode| (inode, 0)));
         if let Some((_, offset)) = file {
             if offset % PAGE_SIZE != 0 || offset.checked_add(len).is_none_or(|e| e > crate::shmem::MAX_FILE_SIZE) {
                 return Err(Errno::EINVAL);
             }
         }
-        self.mmap_region(addr, len, prot, flags, file, PAGE_SIZE)
-    }
-
-    /// `mmap_region` for a checked, page-aligned `len`: without `MAP_FIXED`
-    /// a free range at a multiple of `align` (of 2 MiB for a length that is
-    /// a multiple of it) unless the hint is free.
-    fn mmap_region(
-        &self,
-        addr: u64,
-        len: u64,
-        prot: Prot,
-        flags: MmapFlags,
-        file: Option<(&Arc<Inode>, u64)>,
-        align: u64,
-    ) -> Result<u64> {
         let mut vmas = self.mmap_write_lock();
         let start = if flags.fixed || flags.noreplace {
             let end = range_end(addr, len)?;

@@ -144,9 +144,14 @@ impl Vma {
     pub fn anon_vma(&self) -> u64 {
         self.anon_vma.get()
     }
-    /// `vm_file`.
+    /// `vm_file`, with a reference of its own.
     pub fn file(&self) -> Option<Arc<Inode>> {
         self.file.load_full()
+    }
+    /// Runs `f` on `vm_file` without taking a reference (the fault path's
+    /// way: no shared count to write).
+    pub fn with_file<R>(&self, f: impl FnOnce(Option<&Arc<Inode>>) -> R) -> R {
+        f(self.file.load().as_ref())
     }
     /// Drops the file reference of a freed VMA (`fput` in `vm_area_free`).
     pub(super) fn clear_file(&self) {
