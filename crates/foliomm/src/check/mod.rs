@@ -11,7 +11,8 @@
 //!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
 //! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
 //! - shmem page caches hold allocated shmem folios of their inode, each
-//!   once, with one reference per page; a mapped file folio is cached;
+//!   once, with one reference per page; a mapped file folio is cached; a
+//!   file's `i_mmap` holds exactly the VMAs that map it;
 //! - every frame is free (in exactly one buddy list), a reachable page table,
 //!   a zero page, or part of a mapped folio; free + allocated = total;
 //! - no "bad page" was reported when a folio was freed, and no CPU used a
@@ -63,9 +64,10 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     let cached = page_cache::check_page_caches(m, inodes, &mut bad);
     let mut tables: HashSet<Pfn> = HashSet::new();
     let mut leaves = Vec::new();
+    let mut linked = HashSet::new();
     for mm in mms {
         let vmas = mm.mmap_read_lock();
-        vma::check_vma_tree(mm, &vmas, &mut bad);
+        vma::check_vma_tree(mm, &vmas, &mut linked, &mut bad);
         tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
             if !tables.insert(t) {
@@ -95,6 +97,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
             }
         }
     }
+    vma::check_i_mmap(inodes, &linked, &mut bad);
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, ledger, &truth, &cached, &mut bad);
     check_frames(m, ledger, &truth, &cached, &tables, &mut bad);

@@ -22,7 +22,7 @@ use crate::mapcount::Level;
 use crate::mm_types::vm;
 use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
 use crate::rmap::{self, anon_vma_prepare};
-use crate::shmem::Inode;
+use crate::shmem::{in_page_cache, Inode};
 use crate::{Errno, Result};
 
 /// `fault_around_bytes` / PAGE_SIZE: pages a read fault maps around itself.
@@ -74,13 +74,14 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
         }
     };
     phys.copy_frame(new.pfn, pfn);
-    k.folio_put_refs(f, 1);
     let _ptl = pte_lockptr(phys, table).lock();
-    if !load(phys, table, pte_index(addr)).is_none() {
+    if !load(phys, table, pte_index(addr)).is_none() || !in_page_cache(f) {
         drop(_ptl);
+        k.folio_put_refs(f, 1);
         k.folio_put_refs(new, 1);
         return Ok(());
     }
+    k.folio_put_refs(f, 1);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.id, anon_vma);
     let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
     store(phys, table, pte_index(addr), e);
@@ -137,6 +138,7 @@ fn file_pte(vmf: &VmFault, pfn: Pfn, write: bool) -> Pte {
 /// the folio lies inside the VMA and this page table and all its PTEs are
 /// none, else the page `pfn` alone, unless its PTE was filled meanwhile.
 /// The fault's reference becomes a mapping's; each further page adds one.
+/// Maps nothing if `f` left the cache meanwhile (the fault is retried).
 fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
     let nr = f.nr_pages();
@@ -146,6 +148,11 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
         && first_addr + nr * PAGE_SIZE <= vmf.vma.end()
         && first_addr / PMD_SIZE == (first_addr + nr * PAGE_SIZE - 1) / PMD_SIZE;
     let _ptl = pte_lockptr(phys, table).lock();
+    if !in_page_cache(f) {
+        drop(_ptl);
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
     if whole && pte_range_none(phys, table, pte_index(first_addr), nr as usize) {
         f.ref_add(nr as i32 - 1);
         rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pte, vmf.mm.id);
@@ -186,10 +193,11 @@ pub(super) fn do_fault_pmd(vmf: &VmFault, inode: &Inode) -> Result<Huge> {
 
 /// `do_set_pmd`: maps the PMD-sized `f` by the none PMD of the fault,
 /// writable as the PTEs would be; the fault's reference becomes the PMD's.
+/// Maps nothing if `f` left the cache meanwhile.
 fn do_set_pmd(vmf: &VmFault, f: Folio) -> Result<Huge> {
     let (k, phys, pmd) = (vmf.k, &vmf.k.phys, vmf.pmd);
     let _pl = pte_lockptr(phys, pmd.table).lock();
-    if !pmd.load(phys).is_none() {
+    if !pmd.load(phys).is_none() || !in_page_cache(f) {
         drop(_pl);
         k.folio_put_refs(f, 1);
         return Ok(Huge::Done);
@@ -225,9 +233,8 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
         if index >= file_pages || !load(phys, table, i as usize).is_none() {
             continue;
         }
-        let Some(pfn) = inode.lookup(index) else { continue };
-        let f = Folio::containing(phys, pfn);
-        f.ref_add(1);
+        let Some((f, pfn)) = inode.get_cached(index) else { continue };
+        let f = Folio::from_head(phys, f.pfn);
         rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, vmf.mm.id);
         store(phys, table, i as usize, file_pte(vmf, pfn, false));
         vmf.mm.add_rss(f, 1);

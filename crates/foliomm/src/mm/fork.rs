@@ -23,11 +23,13 @@ impl Mm {
                 // fault may run in the VMA meanwhile.
                 vmas.start_write(v);
                 let c = cvmas.dup(v);
+                // Linked (to its file) before its PTEs exist, after the
+                // parent's VMA, as dup_mmap does.
+                cvmas.insert(c.clone());
                 if v.anon_vma() != 0 {
                     c.anon_vma.set(k.new_anon_vma());
                     CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
                 }
-                cvmas.insert(c);
             }
             Ok(())
         })();

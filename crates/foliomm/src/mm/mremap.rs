@@ -71,11 +71,26 @@ impl Mm {
     fn move_vma(&self, vmas: &mut Vmas, old: u64, old_len: u64, new: u64, new_len: u64) -> Result<()> {
         self.split_vma(vmas, old);
         self.split_vma(vmas, old + old_len);
-        let src = vmas.remove(old).expect("mremap source VMA");
-        move_page_tables(&self.kernel, self, old, new, old_len)?;
+        let src = vmas.get(old).cloned().expect("mremap source VMA");
         let moved = vmas.dup(&src);
         moved.set_range(new, new + new_len, src.pgoff());
+        // The destination is linked to the file after the source, and the
+        // source unlinked after the move, so an `i_mmap` walker (which
+        // takes them in that order) finds each page at one end or the
+        // other (Linux: `need_rmap_locks` false).
         vmas.insert(moved);
+        if let Err(e) = move_page_tables(&self.kernel, self, old, new, old_len) {
+            // Out of page tables midway: the entries moved go back, into
+            // tables the source still has, and the destination goes
+            // (move_vma's error path); the source VMA stays.
+            move_page_tables(&self.kernel, self, new, old, old_len).expect("the source's tables still exist");
+            let moved = vmas.remove(new).expect("mremap destination VMA");
+            vmas.free(moved);
+            let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
+            free_pgtables(&self.kernel, self, vmas, &mut tlb, new, new + new_len);
+            return Err(e);
+        }
+        let src = vmas.remove(src.start()).expect("mremap source VMA");
         vmas.free(src);
         let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
         free_pgtables(&self.kernel, self, vmas, &mut tlb, old, old + old_len);

@@ -6,9 +6,15 @@
 //! Truncation takes the private copies of those pages too (`even_cows`); a
 //! hole punch leaves them.
 //!
-//! Differs from Linux: the VMAs that map the file are found by walking the
-//! machine's MMs (no `i_mmap` interval tree), each under its mmap_lock for
-//! read instead of `i_mmap_rwsem`.
+//! Every fault maps a file page, or a private copy of one, only while the
+//! folio is still in the cache (checked under the PTL), and truncation and
+//! hole punch unmap again once the folios left the cache, so no PTE
+//! outlives its page's place in the cache.
+//!
+//! Differs from Linux: no folio lock; the fault's check under the PTL and
+//! the second unmap stand in for it (Linux's hole punch unmaps a folio
+//! still mapped when it drops it, `truncate_cleanup_folio`; here the
+//! whole range is unmapped again).
 
 use crate::arch::PAGE_SIZE;
 use crate::memory::zap::unmap_page_range;
@@ -19,15 +25,21 @@ use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
 impl MmList {
-    /// `ftruncate(fd, size)` on a shmem file (`shmem_setattr`): unmaps the
-    /// pages past `size` everywhere, then drops them from the cache and
-    /// sets the size. EINVAL past the largest file size.
+    /// `ftruncate(fd, size)` on a shmem file (`shmem_setattr` →
+    /// `truncate_pagecache`): sets the size, unmaps the pages past it
+    /// everywhere, private copies too, drops them from the cache, and
+    /// unmaps again what faults mapped meanwhile. EINVAL past the largest
+    /// file size.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
-        let first = size.div_ceil(PAGE_SIZE);
-        if first < inode.nr_pages() {
+        let shrinks = size < inode.size();
+        inode.set_size(size)?;
+        if shrinks {
+            let first = size.div_ceil(PAGE_SIZE);
+            self.unmap_mapping_pages(inode, first, u64::MAX, true);
+            inode.truncate(size);
             self.unmap_mapping_pages(inode, first, u64::MAX, true);
         }
-        inode.truncate(size)
+        Ok(())
     }
 
     /// `fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset,
@@ -37,31 +49,39 @@ impl MmList {
     pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
         let (first, last) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
-        if first < last {
+        let whole_pages = first < last;
+        if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }
         inode.punch_hole(offset, end);
+        if whole_pages {
+            self.unmap_mapping_pages(inode, first, last, false);
+        }
         Ok(())
     }
 
-    /// `unmap_mapping_pages(mapping, first, last - first, even_cows)`: zaps,
-    /// in every VMA of every MM that maps `inode`, the pages of file pages
-    /// `first..last`; private copies too if `even_cows`.
-    fn unmap_mapping_pages(&self, inode: &Arc<Inode>, first: u64, last: u64, even_cows: bool) {
-        for mm in self.alive() {
-            let vmas = mm.mmap_read_lock();
+    /// `unmap_mapping_pages(mapping, first, last - first, even_cows)`: under
+    /// `i_mmap_rwsem` for read, zaps in every VMA linked to `inode` the
+    /// pages that map file pages `first..last`, private copies too if
+    /// `even_cows` (`unmap_mapping_range_tree` → `zap_page_range_single`).
+    /// No mmap_lock is taken: the VMAs found keep their ranges and page
+    /// tables until the walk ends.
+    fn unmap_mapping_pages(&self, inode: &Inode, first: u64, last: u64, even_cows: bool) {
+        // MMs are let go after the walk: dropping the last reference to one
+        // exits it, which unlinks its VMAs.
+        let mut mms = Vec::new();
+        let i_mmap = inode.i_mmap.read();
+        for m in i_mmap.iter() {
+            let Some((start, end)) = m.addresses(first, last) else { continue };
+            // An MM being dropped unmaps everything itself.
+            let Some(mm) = self.get(m.mm) else { continue };
             let k = &*mm.kernel;
             let mut tlb = MmuGather::new(k, &mm.tlb, false);
-            for v in vmas.iter().filter(|v| v.file().is_some_and(|f| Arc::ptr_eq(&f, inode))) {
-                let (lo, hi) = (v.pgoff(), v.pgoff() + (v.end() - v.start()) / PAGE_SIZE);
-                if hi <= first || lo >= last {
-                    continue;
-                }
-                let start = v.start() + first.saturating_sub(lo) * PAGE_SIZE;
-                let end = v.start() + (last.min(hi) - lo) * PAGE_SIZE;
-                unmap_page_range(k, &mm, &mut tlb, start, end, !even_cows);
-            }
+            unmap_page_range(k, &mm, &mut tlb, start, end, !even_cows);
+            drop(tlb);
+            mms.push(mm);
         }
+        drop(i_mmap);
     }
 }
 

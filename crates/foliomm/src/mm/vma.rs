@@ -56,8 +56,11 @@ impl Mm {
         }
         let tail = vmas.dup(&v);
         tail.set_range(addr, v.end(), v.pgoff() + (addr - v.start()) / PAGE_SIZE);
-        v.set_range(v.start(), addr, v.pgoff());
+        // The tail is linked to the file before the head shrinks, so an
+        // `i_mmap` walker always finds every mapped page (Linux holds
+        // `i_mmap_rwsem` across both; this order needs no lock across).
         vmas.insert(tail);
+        v.set_range(v.start(), addr, v.pgoff());
     }
 }
 
@@ -83,8 +86,9 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
         match vmas.get(next_start).cloned() {
             Some(b) if a.can_merge_with(&b) => {
                 vmas.start_write(&a);
-                let b = vmas.remove(next_start).expect("the VMA just found");
+                // `a` covers `b`'s pages in `i_mmap` before `b` leaves it.
                 a.set_range(a.start(), b.end(), a.pgoff());
+                let b = vmas.remove(next_start).expect("the VMA just found");
                 if a.anon_vma() == 0 {
                     a.anon_vma.set(b.anon_vma());
                 }

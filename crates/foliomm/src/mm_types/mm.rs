@@ -124,7 +124,8 @@ impl Mm {
 /// its last user drops it; the VMA cache they share; and every shmem inode
 /// (the superblock's inode list), weak too.
 pub struct MmList {
-    mms: Mutex<Vec<Weak<Mm>>>,
+    /// Each MM by serial.
+    mms: Mutex<Vec<(u64, Weak<Mm>)>>,
     pub vma_cache: Arc<VmaCache>,
     inodes: Mutex<Vec<Weak<Inode>>>,
 }
@@ -151,12 +152,20 @@ impl MmList {
 
     fn add(&self, mm: &Arc<Mm>) {
         let mut mms = self.mms.lock().unwrap();
-        mms.retain(|w| w.strong_count() > 0);
-        mms.push(Arc::downgrade(mm));
+        mms.retain(|(_, w)| w.strong_count() > 0);
+        mms.push((mm.serial, Arc::downgrade(mm)));
+    }
+
+    /// The address space with serial `serial`, if still alive.
+    pub fn get(&self, serial: u64) -> Option<Arc<Mm>> {
+        // Only that one is upgraded: letting go of another could drop its
+        // last reference here.
+        let mms = self.mms.lock().unwrap();
+        mms.iter().find(|(s, _)| *s == serial).and_then(|(_, w)| w.upgrade())
     }
 
     /// Every address space still alive (exited ones too, until dropped).
     pub fn alive(&self) -> Vec<Arc<Mm>> {
-        self.mms.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+        self.mms.lock().unwrap().iter().filter_map(|(_, w)| w.upgrade()).collect()
     }
 }

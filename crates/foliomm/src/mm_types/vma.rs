@@ -18,7 +18,7 @@ use super::vma_lock::VmaLock;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
 use crate::rmap::AnonVmaSlot;
-use crate::shmem::Inode;
+use crate::shmem::{FileMapping, Inode};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sync::Arc;
 
@@ -177,10 +177,35 @@ impl Vma {
 
     /// `vma_set_range`: new bounds and pgoff; the caller holds the mmap_lock
     /// for write and keeps the tree's key (the start) in step.
+    /// A linked file VMA's `i_mmap` record changes with it.
     pub fn set_range(&self, start: u64, end: u64, pgoff: u64) {
         self.start.store(start, Relaxed);
         self.end.store(end, Relaxed);
         self.pgoff.store(pgoff, Relaxed);
+        self.with_file(|f| f.map(|f| f.i_mmap.update(self.id(), start, pgoff, (end - start) / PAGE_SIZE)));
+    }
+
+    /// The VMA's identity in its file's `i_mmap`: its address.
+    fn id(&self) -> usize {
+        self as *const Vma as usize
+    }
+
+    /// What the file's `i_mmap` holds of this VMA while it is linked.
+    pub fn file_mapping(&self) -> FileMapping {
+        let pages = (self.end() - self.start()) / PAGE_SIZE;
+        FileMapping { vma: self.id(), mm: self.mm(), start: self.start(), pgoff: self.pgoff(), pages }
+    }
+
+    /// `vma_link_file`: a file VMA entering its MM's tree joins the file's
+    /// `i_mmap`.
+    pub(super) fn link_file(&self) {
+        self.with_file(|f| f.map(|f| f.i_mmap.link(self.file_mapping())));
+    }
+
+    /// `unlink_file_vma`: a file VMA leaving its MM's tree leaves the
+    /// file's `i_mmap`, once no walker looks at it.
+    pub(super) fn unlink_file(&self) {
+        self.with_file(|f| f.map(|f| f.i_mmap.unlink(self.id())));
     }
 
     /// `vm_flags_reset`; the caller holds the mmap_lock for write.

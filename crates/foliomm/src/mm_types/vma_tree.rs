@@ -101,20 +101,24 @@ impl Vmas {
         v.start_write(self.write_seq)
     }
 
-    /// Adds `v` under its start, write-locked and attached
-    /// (`vma_iter_store_new`: `vma_start_write` + `vma_mark_attached`).
+    /// Adds `v` under its start, write-locked, attached and, for a file VMA,
+    /// linked to the file (`vma_iter_store_new`: `vma_start_write` +
+    /// `vma_mark_attached`; `vma_link_file`).
     pub fn insert(&mut self, v: Arc<Vma>) {
         self.start_write(&v);
         v.mark_attached();
+        v.link_file();
         self.map.insert(v.start(), v);
         self.publish();
     }
-    /// Removes the VMA starting at `start`, write-locked, and detaches it
-    /// (`vma_iter_clear` + `vma_mark_detached`); give it to [`Self::free`]
-    /// after use.
+    /// Removes the VMA starting at `start`, write-locked, unlinked from its
+    /// file, and detaches it (`unlink_file_vma`, `vma_iter_clear` +
+    /// `vma_mark_detached`); give it to [`Self::free`] after use. Its page
+    /// tables may be freed from then on: no `i_mmap` walker finds it.
     pub fn remove(&mut self, start: u64) -> Option<Arc<Vma>> {
         let v = self.map.get(&start)?.clone();
         self.start_write(&v);
+        v.unlink_file();
         self.map.remove(&start);
         self.publish();
         v.mark_detached();

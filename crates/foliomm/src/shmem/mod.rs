@@ -8,12 +8,15 @@
 //! reference per page (`filemap_add_folio`), is swap-backed and not anon,
 //! and its `mapping` (the head's `link`) names the inode.
 //!
-//! Differs from Linux: no swap, no LRU, no writeback, no `i_mmap` here (the
-//! VMAs that map a file are found through the MMs); a large folio is never
+//! Differs from Linux: no swap, no LRU, no writeback; a large folio is never
 //! split (truncation keeps one that straddles the new end whole); the
 //! inode's bytes live only in its folios (holes read as zeros).
 
+mod i_mmap;
+
 use std::collections::BTreeMap;
+
+pub use i_mmap::{FileMapping, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
@@ -35,6 +38,8 @@ pub struct Inode {
     size: AtomicU64,
     /// `i_pages`: page index to the pfn of the page at that index.
     pages: Mutex<BTreeMap<u64, Pfn>>,
+    /// `i_mmap`: the VMAs mapping the file.
+    pub i_mmap: IMmap,
 }
 
 impl std::fmt::Debug for Inode {
@@ -53,7 +58,7 @@ impl Inode {
         }
         let ino = k.new_serial();
         let pages = Mutex::new(BTreeMap::new());
-        Ok(Arc::new(Inode { k: k.clone(), ino, size: AtomicU64::new(size), pages }))
+        Ok(Arc::new(Inode { k: k.clone(), ino, size: AtomicU64::new(size), pages, i_mmap: IMmap::default() }))
     }
 
     /// `i_size`.
@@ -66,9 +71,16 @@ impl Inode {
         self.size().div_ceil(PAGE_SIZE)
     }
 
-    /// The cached page at `index`, if any (`filemap_get_entry`).
-    pub fn lookup(&self, index: u64) -> Option<Pfn> {
-        self.pages.lock().unwrap().get(&index).copied()
+    /// The cached folio holding page `index`, with a reference, and the
+    /// page's pfn (`filemap_map_pages`' `next_uptodate_folio`:
+    /// `folio_try_get` under RCU); None for a hole. Once it is taken, the
+    /// folio may still leave the cache: see [`in_page_cache`].
+    pub fn get_cached(&self, index: u64) -> Option<(Folio<'_>, Pfn)> {
+        let pages = self.pages.lock().unwrap();
+        let &pfn = pages.get(&index)?;
+        let f = Folio::containing(&self.k.phys, pfn);
+        f.ref_add(1);
+        Some((f, pfn))
     }
 
     /// `shmem_get_folio(index, SGP_CACHE)` for a fault: the folio holding
@@ -133,14 +145,21 @@ impl Inode {
         self.pages.lock().unwrap().iter().map(|(&i, &p)| (i, p)).collect()
     }
 
-    /// `shmem_truncate_range` from page `first` to the end, after the
-    /// caller unmapped those pages everywhere (`truncate_pagecache`), then
-    /// sets `i_size` to `size`. The removed folios lose their mapping and
-    /// the cache's references; pinned ones live on until unpinned.
-    pub(crate) fn truncate(&self, size: u64) -> Result<()> {
+    /// Sets `i_size` (`i_size_write`); faults past it fail from now on.
+    /// EINVAL past [`MAX_FILE_SIZE`].
+    pub(crate) fn set_size(&self, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
         }
+        self.size.store(size, Relaxed);
+        Ok(())
+    }
+
+    /// `shmem_truncate_range` from byte `size` to the end, after `i_size`
+    /// became `size` and the caller unmapped those pages everywhere
+    /// (`truncate_pagecache`). The removed folios lose their mapping and
+    /// the cache's references; pinned ones live on until unpinned.
+    pub(crate) fn truncate(&self, size: u64) {
         let first = size.div_ceil(PAGE_SIZE);
         let mut pages = self.pages.lock().unwrap();
         let mut gone = pages.split_off(&first);
@@ -160,13 +179,11 @@ impl Inode {
             self.k.phys.fill(pfn, off, PAGE_SIZE as usize - off, 0);
         }
         drop(pages);
-        self.size.store(size, Relaxed);
         let heads: std::collections::BTreeSet<Pfn> =
             gone.into_values().map(|pfn| Folio::containing(&self.k.phys, pfn).pfn).collect();
         for head in heads {
             self.remove_from_cache(head);
         }
-        Ok(())
     }
 
     /// `shmem_truncate_range(offset, end - 1)` after the caller unmapped the

@@ -1,0 +1,89 @@
+//! The mappings of a file (`address_space.i_mmap` under `i_mmap_rwsem`,
+//! mm/interval_tree.c, mm/vma.c `vma_link_file` / `unlink_file_vma` /
+//! `vma_prepare`): for each VMA that maps the file, the fields an rmap walk
+//! or `unmap_mapping_range` reads from it.
+//!
+//! A VMA is linked when it enters its MM's tree and unlinked when it
+//! leaves; a change of its range updates it under the write lock. Walkers
+//! hold the read lock for their whole walk, so a linked VMA keeps its
+//! range and its page tables (which `free_pgtables` frees only after the
+//! unlink) while they look.
+//!
+//! Differs from Linux: the shmem layer sits below the VMAs, so it holds a
+//! record of each VMA (its identity, MM, start and file range) instead of
+//! the VMA; records are kept in link order and a walk scans them all
+//! (Linux's interval tree, ordered by `vm_pgoff` and then by insertion,
+//! finds the overlapping ones in O(log n)). Link order keeps what Linux's
+//! order is for: a VMA linked after another (mremap's destination, fork's
+//! child) is walked after it.
+
+use crate::arch::PAGE_SIZE;
+use crate::sync::{RwLock, RwLockReadGuard};
+
+/// One VMA mapping the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileMapping {
+    /// The VMA's identity (its address while it is linked).
+    pub vma: usize,
+    /// `vm_mm`: the serial of the MM the VMA belongs to.
+    pub mm: u64,
+    /// `vm_start`.
+    pub start: u64,
+    /// `vm_pgoff`: the file page mapped at `start`.
+    pub pgoff: u64,
+    /// Pages the VMA spans.
+    pub pages: u64,
+}
+
+impl FileMapping {
+    /// The part of the file pages `first..last` this VMA maps, as the
+    /// address range `[start, end)` mapping it; None if it maps none of them
+    /// (`vma_interval_tree_foreach` + the address clipping of
+    /// `unmap_mapping_range_tree`).
+    pub fn addresses(&self, first: u64, last: u64) -> Option<(u64, u64)> {
+        let (lo, hi) = (self.pgoff, self.pgoff + self.pages);
+        if hi <= first || lo >= last {
+            return None;
+        }
+        let start = self.start + first.saturating_sub(lo) * PAGE_SIZE;
+        let end = self.start + (last.min(hi) - lo) * PAGE_SIZE;
+        Some((start, end))
+    }
+}
+
+/// `i_mmap` and `i_mmap_rwsem`.
+#[derive(Debug, Default)]
+pub struct IMmap(RwLock<Vec<FileMapping>>);
+
+impl IMmap {
+    /// `vma_link_file`: adds a VMA, after every VMA linked before it.
+    pub fn link(&self, m: FileMapping) {
+        self.0.write().unwrap().push(m);
+    }
+
+    /// `unlink_file_vma`: removes the VMA `vma`; waits for every walker.
+    pub fn unlink(&self, vma: usize) {
+        self.0.write().unwrap().retain(|m| m.vma != vma);
+    }
+
+    /// `vma_prepare` .. `vma_complete` around `vma_set_range`: the linked
+    /// VMA `vma` now maps `pages` pages from `pgoff` at `start`. Does
+    /// nothing for a VMA not linked (yet).
+    pub fn update(&self, vma: usize, start: u64, pgoff: u64, pages: u64) {
+        let mut tree = self.0.write().unwrap();
+        if let Some(m) = tree.iter_mut().find(|m| m.vma == vma) {
+            (m.start, m.pgoff, m.pages) = (start, pgoff, pages);
+        }
+    }
+
+    /// `i_mmap_lock_read`: the linked VMAs in walk order, fixed until the
+    /// guard is dropped.
+    pub fn read(&self) -> RwLockReadGuard<'_, Vec<FileMapping>> {
+        self.0.read().unwrap()
+    }
+
+    /// A copy of the records (for the checker).
+    pub fn snapshot(&self) -> Vec<FileMapping> {
+        self.read().clone()
+    }
+}
