@@ -160,3 +160,71 @@ fn shuttle_lookup_with_revalidation_survives_vma_reuse() {
 fn shuttle_lookup_without_revalidation_is_caught() {
     shuttle::check_pct(|| reuse_race(true), schedules().max(2000), 3);
 }
+
+/// Truncation and hole punches race faults (issue #12): one thread writes
+/// a shared mapping of a memfd and reads a private one, a thread of another
+/// process maps the file, mremaps the mapping and forks, while a third
+/// truncates the file to nothing, grows it back and punches a hole. Each
+/// read is the byte written, zero (a page refaulted after the truncation)
+/// or SIGBUS (the size was 0); afterwards the checker finds no PTE left on
+/// a page that left the cache and every i_mmap record matches its VMA.
+fn truncate_race(design: VmaLockDesign) {
+    let m = machine(design, false);
+    let f = m.memfd_create(16 * K).unwrap();
+    let (p, q) = (m.new_mm().unwrap(), m.new_mm().unwrap());
+    let shared = MmapFlags { shared: true, ..MmapFlags::default() };
+    let a = p.mmap_file(0, 16 * K, Prot::RW, shared, Some((&f, 0))).unwrap();
+    let b = p.mmap_file(0, 16 * K, Prot::RW, MmapFlags::default(), Some((&f, 0))).unwrap();
+    let writer = {
+        let (m, p) = (m.clone(), p.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            for (at, val) in [(a, 0x61u8), (b, 0x62)] {
+                match cpu.write_byte_per_page(&p, at, 16 * K, val) {
+                    Ok(()) | Err(Errno::SIGBUS) => {}
+                    Err(e) => panic!("write at {at:#x}: {e}"),
+                }
+            }
+            match cpu.read_byte_per_page(&p, b, 16 * K) {
+                Ok(got) => assert!(got.iter().all(|&x| [0, 0x61, 0x62].contains(&x)), "private read {got:?}"),
+                Err(e) => assert_eq!(e, Errno::SIGBUS),
+            }
+        })
+    };
+    let mapper = {
+        let (m, q, f) = (m.clone(), q.clone(), f.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            let c = q.mmap_file(0, 16 * K, Prot::RW, shared, Some((&f, 0))).unwrap();
+            match cpu.read_byte_per_page(&q, c, 16 * K) {
+                Ok(got) => assert!(got.iter().all(|&x| x == 0 || x == 0x61), "shared read {got:?}"),
+                Err(e) => assert_eq!(e, Errno::SIGBUS),
+            }
+            let moved = q.mremap(c, 16 * K, 16 * K, true, Some(c + (1 << 30))).unwrap();
+            let child = q.fork().unwrap();
+            match cpu.read_byte_per_page(&child, moved, 16 * K) {
+                Ok(_) | Err(Errno::SIGBUS) => {}
+                Err(e) => panic!("child read: {e}"),
+            }
+            child.exit();
+        })
+    };
+    m.ftruncate(&f, 0).unwrap();
+    m.ftruncate(&f, 16 * K).unwrap();
+    m.punch_hole(&f, 4 * K, 8 * K).unwrap();
+    writer.join().unwrap();
+    mapper.join().unwrap();
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker after a schedule: {bad:?}");
+    drop((p, q));
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker after exit: {bad:?}");
+}
+
+#[test]
+fn shuttle_truncate_and_punch_race_faults_mremap_and_fork() {
+    for (design, _) in VmaLockDesign::ALL {
+        shuttle::check_random(move || truncate_race(design), schedules());
+        shuttle::check_pct(move || truncate_race(design), schedules(), 3);
+    }
+}
