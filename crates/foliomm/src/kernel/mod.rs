@@ -10,6 +10,7 @@
 //! process.
 
 pub mod config;
+mod folio_split;
 pub mod observer;
 mod page_alloc;
 pub mod stats;

@@ -25,6 +25,15 @@ impl Kernel {
     }
 
     fn prep_folio(&self, pfn: Pfn, order: u32) -> Folio<'_> {
+        let f = self.prep_compound(pfn, order);
+        f.head().refcount.store(1, Relaxed);
+        Stats::inc(&self.stats.folio_alloc[order as usize]);
+        f
+    }
+
+    /// `prep_compound_page`: makes `2^order` frames from `pfn` one folio
+    /// with refcount 0, no flags but the compound ones, mapcounts reset.
+    pub(super) fn prep_compound(&self, pfn: Pfn, order: u32) -> Folio<'_> {
         let nr = 1u64 << order;
         for i in 0..nr {
             let p = self.phys.page(pfn + i);
@@ -49,8 +58,6 @@ impl Kernel {
             f.page(1).flags.fetch_or((order as u64) << pg::ORDER_SHIFT, Relaxed);
             self.design.prep(f);
         }
-        f.head().refcount.store(1, Relaxed);
-        Stats::inc(&self.stats.folio_alloc[order as usize]);
         f
     }
 
@@ -82,17 +89,7 @@ impl Kernel {
         if !bad.is_empty() {
             self.bad_pages.lock().unwrap().push((f.pfn, bad.join("; ")));
         }
-        for i in 0..f.nr_pages() {
-            let p = f.page(i);
-            p.flags.store(0, Relaxed);
-            p.mapcount.store(0, Relaxed);
-            p.compound.store(0, Relaxed);
-            p.link.store(0, Relaxed);
-            for w in &p.w {
-                w.store(0, Relaxed);
-            }
-            p.ids.store(0, Relaxed);
-        }
+        clear_descriptors(f);
         Stats::inc(&self.stats.folio_free[order as usize]);
         self.phys.free_pages(f.pfn, order);
     }
@@ -117,5 +114,20 @@ impl Kernel {
         p.mapcount.store(0, Relaxed);
         Stats::inc(&self.stats.pgtable_free);
         self.phys.free_pages(pfn, 0);
+    }
+}
+
+/// Resets every descriptor of `f` to what a free frame has.
+pub(super) fn clear_descriptors(f: Folio) {
+    for i in 0..f.nr_pages() {
+        let p = f.page(i);
+        p.flags.store(0, Relaxed);
+        p.mapcount.store(0, Relaxed);
+        p.compound.store(0, Relaxed);
+        p.link.store(0, Relaxed);
+        for w in &p.w {
+            w.store(0, Relaxed);
+        }
+        p.ids.store(0, Relaxed);
     }
 }

@@ -18,6 +18,8 @@ macro_rules! counters {
             pub anon_fault_fallback: [AtomicU64; ORDERS],
             /// Anon folios queued for deferred split (`split_deferred`).
             pub split_deferred: [AtomicU64; ORDERS],
+            /// Large folios split, per order before the split (the mTHP `split` stat).
+            pub split: [AtomicU64; ORDERS],
             /// Folios allocated, per order.
             pub folio_alloc: [AtomicU64; ORDERS],
             /// Folios freed, per order.
@@ -52,6 +54,8 @@ counters! {
     thp_file_mapped,
     /// PMD mappings split into PTE mappings (`thp_split_pmd`).
     thp_split_pmd,
+    /// PMD-sized folios split (`thp_split_page`).
+    thp_split_page,
     /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).
     thp_deferred_split_page,
     /// Write faults that reused the mapped page (`pgreuse`).
@@ -136,6 +140,7 @@ impl Stats {
             ("anon_fault_alloc", &self.anon_fault_alloc),
             ("anon_fault_fallback", &self.anon_fault_fallback),
             ("split_deferred", &self.split_deferred),
+            ("split", &self.split),
             ("folio_alloc", &self.folio_alloc),
             ("folio_free", &self.folio_free),
         ];

@@ -27,8 +27,9 @@ use crate::{Errno, Result};
 impl MmList {
     /// `ftruncate(fd, size)` on a shmem file (`shmem_setattr` →
     /// `truncate_pagecache`): sets the size, unmaps the pages past it
-    /// everywhere, private copies too, drops them from the cache, and
-    /// unmaps again what faults mapped meanwhile. EINVAL past the largest
+    /// everywhere, private copies too, drops them from the cache (a large
+    /// folio across the new end split if it can be), and unmaps again what
+    /// faults mapped meanwhile. EINVAL past the largest
     /// file size.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
         let shrinks = size < inode.size();
@@ -36,7 +37,8 @@ impl MmList {
         if shrinks {
             let first = size.div_ceil(PAGE_SIZE);
             self.unmap_mapping_pages(inode, first, u64::MAX, true);
-            inode.truncate(size);
+            self.unmap_to_split(inode, size, u64::MAX);
+            inode.undo_range(size, u64::MAX);
             self.unmap_mapping_pages(inode, first, u64::MAX, true);
         }
         Ok(())
@@ -44,8 +46,10 @@ impl MmList {
 
     /// `fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset,
     /// len)`: the whole pages of the range are unmapped from every shared
-    /// and private mapping (private copies stay) and dropped from the cache;
-    /// the bytes of partly covered pages read zero. The size stays.
+    /// and private mapping (private copies stay) and dropped from the cache,
+    /// large folios split where the range ends inside them
+    /// ([`Inode::undo_range`]); the bytes of partly covered pages read zero.
+    /// The size stays.
     pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
         let (first, last) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
@@ -53,11 +57,20 @@ impl MmList {
         if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }
-        inode.punch_hole(offset, end);
+        self.unmap_to_split(inode, offset, end);
+        inode.undo_range(offset, end);
         if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }
         Ok(())
+    }
+
+    /// Unmaps the large folios `[offset, end)` covers in part and could
+    /// split (`unmap_folio`, which Linux's split does itself).
+    fn unmap_to_split(&self, inode: &Inode, offset: u64, end: u64) {
+        for (first, nr) in inode.splittable_partial_folios(offset, end) {
+            self.unmap_mapping_pages(inode, first, first + nr, false);
+        }
     }
 
     /// `unmap_mapping_pages(mapping, first, last - first, even_cows)`: under

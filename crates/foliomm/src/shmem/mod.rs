@@ -8,11 +8,11 @@
 //! reference per page (`filemap_add_folio`), is swap-backed and not anon,
 //! and its `mapping` (the head's `link`) names the inode.
 //!
-//! Differs from Linux: no swap, no LRU, no writeback; a large folio is never
-//! split (truncation keeps one that straddles the new end whole); the
-//! inode's bytes live only in its folios (holes read as zeros).
+//! Differs from Linux: no swap, no LRU, no writeback; the inode's bytes
+//! live only in its folios (holes read as zeros).
 
 mod i_mmap;
+mod truncate;
 
 use std::collections::BTreeMap;
 
@@ -31,13 +31,13 @@ pub const MAX_FILE_SIZE: u64 = 1 << 52;
 
 /// A shmem inode and its page cache.
 pub struct Inode {
-    k: Arc<Kernel>,
+    pub(crate) k: Arc<Kernel>,
     /// The inode number; also the folios' `mapping` identity.
     pub ino: u64,
     /// `i_size` in bytes.
     size: AtomicU64,
     /// `i_pages`: page index to the pfn of the page at that index.
-    pages: Mutex<BTreeMap<u64, Pfn>>,
+    pub(crate) pages: Mutex<BTreeMap<u64, Pfn>>,
     /// `i_mmap`: the VMAs mapping the file.
     pub i_mmap: IMmap,
 }
@@ -153,73 +153,6 @@ impl Inode {
         }
         self.size.store(size, Relaxed);
         Ok(())
-    }
-
-    /// `shmem_truncate_range` from byte `size` to the end, after `i_size`
-    /// became `size` and the caller unmapped those pages everywhere
-    /// (`truncate_pagecache`). The removed folios lose their mapping and
-    /// the cache's references; pinned ones live on until unpinned.
-    pub(crate) fn truncate(&self, size: u64) {
-        let first = size.div_ceil(PAGE_SIZE);
-        let mut pages = self.pages.lock().unwrap();
-        let mut gone = pages.split_off(&first);
-        // A large folio that straddles the new end stays whole (Linux
-        // splits it when it can); its pages past the end stay cached.
-        let head_of = |pfn: Pfn| Folio::containing(&self.k.phys, pfn).pfn;
-        if let Some(last) = first.checked_sub(1).and_then(|i| pages.get(&i)).map(|&p| head_of(p)) {
-            while let Some((&i, &p)) = gone.first_key_value().filter(|(_, &p)| head_of(p) == last) {
-                gone.remove(&i);
-                pages.insert(i, p);
-            }
-        }
-        // truncate_inode_partial_folio(): the bytes past the end of the
-        // last page are zeroed.
-        if let Some(&pfn) = (!size.is_multiple_of(PAGE_SIZE)).then(|| pages.get(&(size / PAGE_SIZE))).flatten() {
-            let off = (size % PAGE_SIZE) as usize;
-            self.k.phys.fill(pfn, off, PAGE_SIZE as usize - off, 0);
-        }
-        drop(pages);
-        let heads: std::collections::BTreeSet<Pfn> =
-            gone.into_values().map(|pfn| Folio::containing(&self.k.phys, pfn).pfn).collect();
-        for head in heads {
-            self.remove_from_cache(head);
-        }
-    }
-
-    /// `shmem_truncate_range(offset, end - 1)` after the caller unmapped the
-    /// whole pages of the range everywhere: folios wholly inside leave the
-    /// cache; the covered bytes of the others read zero (a large folio is
-    /// never split). The size stays.
-    pub(crate) fn punch_hole(&self, offset: u64, end: u64) {
-        let phys = &self.k.phys;
-        let mut pages = self.pages.lock().unwrap();
-        let (mut whole, mut partial) = (std::collections::BTreeSet::new(), Vec::new());
-        for (&i, &pfn) in pages.range(offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE)) {
-            let f = Folio::containing(phys, pfn);
-            let first = i - (pfn - f.pfn);
-            if first * PAGE_SIZE >= offset && (first + f.nr_pages()) * PAGE_SIZE <= end {
-                whole.insert(f.pfn);
-            } else {
-                partial.push((i, pfn));
-            }
-        }
-        for (i, pfn) in partial {
-            let lo = offset.max(i * PAGE_SIZE) - i * PAGE_SIZE;
-            let hi = end.min((i + 1) * PAGE_SIZE) - i * PAGE_SIZE;
-            phys.fill(pfn, lo as usize, (hi - lo) as usize, 0);
-        }
-        pages.retain(|_, &mut p| !whole.contains(&Folio::containing(phys, p).pfn));
-        drop(pages);
-        for head in whole {
-            self.remove_from_cache(head);
-        }
-    }
-
-    /// `filemap_remove_folio` + `folio_put_refs`: drops the cache's reference.
-    fn remove_from_cache(&self, pfn: Pfn) {
-        let f = Folio::containing(&self.k.phys, pfn);
-        f.head().link.store(0, Relaxed);
-        self.k.folio_put_refs(f, f.nr_pages() as i32);
     }
 }
 

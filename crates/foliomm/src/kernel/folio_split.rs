@@ -1,0 +1,64 @@
+//! Splitting a large folio that nothing maps (mm/huge_memory.c
+//! `__split_unmapped_folio` with `uniform_split == false`, as `folio_split`
+//! does it for truncation): the folio is halved again and again around one
+//! page until that page is a folio of its own, each half that does not
+//! hold it becoming a folio of that order (a "buddy" split). Splitting an
+//! order-9 folio at page 5 leaves folios of orders 2, 0, 0 (page 5), 1, 3,
+//! 4, 5, 6, 7 and 8.
+//!
+//! Differs from Linux: only unmapped folios held by nothing but the page
+//! cache are split (`can_split_folio` with no extra pins, and the caller
+//! has unmapped the folio, which `unmap_folio` does in Linux); no LRU, no
+//! memcg, no swap cache.
+
+use crate::arch::Pfn;
+use crate::folio::Folio;
+use crate::phys::pg;
+use crate::sync::atomic::Ordering::Relaxed;
+
+use super::{Kernel, Stats};
+
+impl Kernel {
+    /// Splits the large, unmapped `f`, whose `refs_per_page` references per
+    /// page are its only ones (the page cache's), so that page `at` of it
+    /// is a folio of order 0; returns the new folios as (head, order) in
+    /// address order. Each keeps the flags and mapping of `f` and its
+    /// share of the references. Panics if `f` is small or still mapped: a
+    /// caller's bug, not a state the kernel reaches.
+    pub fn split_unmapped_folio(&self, f: Folio, at: u64, refs_per_page: i32) -> Vec<(Pfn, u32)> {
+        let order = f.order();
+        assert!(order > 0 && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
+        let bad = self.design.check_freeable(f);
+        assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
+        let keep = f.head().flags.load(Relaxed) & (pg::SWAPBACKED | pg::DIRTY);
+        let mapping = f.head().link.load(Relaxed);
+        Stats::inc(&self.stats.split[order as usize]);
+        if order == crate::arch::PMD_ORDER {
+            Stats::inc(&self.stats.thp_split_page);
+        }
+        let mut pieces = Vec::new();
+        let (mut first, mut o) = (f.pfn, order);
+        while o > 0 {
+            o -= 1;
+            let half = 1 << o;
+            // The half without page `at` becomes a folio; the other is
+            // halved again.
+            if f.pfn + at < first + half {
+                pieces.push((first + half, o));
+            } else {
+                pieces.push((first, o));
+                first += half;
+            }
+        }
+        pieces.push((first, 0));
+        pieces.sort_unstable();
+        super::page_alloc::clear_descriptors(f);
+        for &(pfn, o) in &pieces {
+            let piece = self.prep_compound(pfn, o);
+            piece.head().set(keep);
+            piece.head().link.store(mapping, Relaxed);
+            piece.head().refcount.store(refs_per_page * piece.nr_pages() as i32, Relaxed);
+        }
+        pieces
+    }
+}

@@ -1,0 +1,115 @@
+//! Dropping a byte range of a shmem file from its page cache (mm/shmem.c
+//! `shmem_undo_range`, mm/truncate.c `truncate_inode_partial_folio`), for
+//! truncation (the range runs to the end) and hole punches, after the
+//! caller unmapped the range.
+//!
+//! Folios wholly inside the range leave the cache. A folio the range only
+//! partly covers has the covered bytes zeroed; if it is large and held by
+//! the cache alone (unmapped, unpinned), it is split around the range's
+//! first page and, if the range ends inside it, around the page where the
+//! range ends (`try_folio_split_to_order`, a non-uniform split), and the
+//! pieces the range now covers wholly leave too. A folio that cannot be
+//! split stays whole, zeroed where covered.
+//!
+//! Differs from Linux: no folio lock (the cache lock is held throughout);
+//! the split needs the caller to have unmapped the folio first (Linux's
+//! split unmaps it itself).
+
+use std::collections::BTreeSet;
+
+use super::Inode;
+use crate::arch::{Pfn, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::rmap::folio_mapcount;
+use crate::sync::atomic::Ordering::Relaxed;
+
+impl Inode {
+    /// The large folios that byte range `[offset, end)` covers only in part
+    /// and that nothing but the cache and their mappings holds, so that a
+    /// split may follow once they are unmapped: each as its first index
+    /// and number of pages.
+    pub fn splittable_partial_folios(&self, offset: u64, end: u64) -> Vec<(u64, u64)> {
+        let pages = self.pages.lock().unwrap();
+        let mut out = Vec::new();
+        for (first, f) in self.boundary_folios(&pages, offset, end) {
+            let held = f.nr_pages() as i32 + folio_mapcount(&self.k, f) as i32;
+            if f.is_large() && f.refcount() == held {
+                out.push((first, f.nr_pages()));
+            }
+        }
+        out
+    }
+
+    /// `shmem_undo_range(offset, end - 1)` (`end` is `u64::MAX` for a
+    /// truncation): see the module documentation. The size is not changed.
+    pub(crate) fn undo_range(&self, offset: u64, end: u64) {
+        let phys = &self.k.phys;
+        let mut pages = self.pages.lock().unwrap();
+        for (first, f) in self.boundary_folios(&pages, offset, end) {
+            let (start, stop) = (first * PAGE_SIZE, (first + f.nr_pages()) * PAGE_SIZE);
+            let (lo, hi) = (offset.max(start), end.min(stop));
+            // folio_zero_range(): the covered bytes, page by page.
+            let mut at = lo;
+            while at < hi {
+                let page = at / PAGE_SIZE;
+                let n = hi.min((page + 1) * PAGE_SIZE) - at;
+                phys.fill(f.pfn + page - first, (at % PAGE_SIZE) as usize, n as usize, 0);
+                at += n;
+            }
+            if !f.is_large() || f.refcount() != f.nr_pages() as i32 {
+                continue;
+            }
+            self.k.split_unmapped_folio(f, (lo - start) / PAGE_SIZE, 1);
+            if hi != stop {
+                let pfn = f.pfn + (hi - start) / PAGE_SIZE;
+                let rest = Folio::containing(phys, pfn);
+                if rest.is_large() {
+                    self.k.split_unmapped_folio(rest, pfn - rest.pfn, 1);
+                }
+            }
+        }
+        let mut whole = BTreeSet::new();
+        for (&i, &pfn) in pages.range(offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE)) {
+            let f = Folio::containing(phys, pfn);
+            let first = i - (pfn - f.pfn);
+            if first * PAGE_SIZE >= offset && (first + f.nr_pages()).saturating_mul(PAGE_SIZE) <= end {
+                whole.insert(f.pfn);
+            }
+        }
+        pages.retain(|_, &mut p| !whole.contains(&Folio::containing(phys, p).pfn));
+        drop(pages);
+        for head in whole {
+            self.remove_from_cache(head);
+        }
+    }
+
+    /// The cached folios holding the first and the last byte of `[offset,
+    /// end)` that the range does not cover wholly, each once, with the
+    /// index of their first page.
+    fn boundary_folios(
+        &self,
+        pages: &std::collections::BTreeMap<u64, Pfn>,
+        offset: u64,
+        end: u64,
+    ) -> Vec<(u64, Folio<'_>)> {
+        let mut out: Vec<(u64, Folio)> = Vec::new();
+        let last = (end < u64::MAX).then(|| end.saturating_sub(1) / PAGE_SIZE);
+        for index in [Some(offset / PAGE_SIZE), last].into_iter().flatten() {
+            let Some(&pfn) = pages.get(&index) else { continue };
+            let f = Folio::containing(&self.k.phys, pfn);
+            let first = index - (pfn - f.pfn);
+            let covered = first * PAGE_SIZE >= offset && (first + f.nr_pages()) * PAGE_SIZE <= end;
+            if !covered && out.iter().all(|(_, g)| g.pfn != f.pfn) {
+                out.push((first, f));
+            }
+        }
+        out
+    }
+
+    /// `filemap_remove_folio` + `folio_put_refs`: drops the cache's reference.
+    pub(super) fn remove_from_cache(&self, pfn: Pfn) {
+        let f = Folio::containing(&self.k.phys, pfn);
+        f.head().link.store(0, Relaxed);
+        self.k.folio_put_refs(f, f.nr_pages() as i32);
+    }
+}
