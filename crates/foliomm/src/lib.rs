@@ -61,6 +61,9 @@ pub enum Errno {
     /// An access to a file mapping past the end of the file (`SIGBUS`).
     #[error("SIGBUS: access past the end of the mapped file")]
     SIGBUS,
+    /// A file would grow past the largest size (`-EFBIG`).
+    #[error("EFBIG: file too large")]
+    EFBIG,
 }
 
 impl Errno {
@@ -74,14 +77,14 @@ impl Errno {
             Errno::EBUSY => "EBUSY",
             Errno::EEXIST => "EEXIST",
             Errno::SIGBUS => "SIGBUS",
+            Errno::EFBIG => "EFBIG",
         }
     }
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
-        [Errno::ENOMEM, Errno::EINVAL, Errno::EFAULT, Errno::EACCES, Errno::EBUSY, Errno::EEXIST, Errno::SIGBUS]
-            .into_iter()
-            .find(|e| e.name() == s)
+        use Errno::*;
+        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG].into_iter().find(|e| e.name() == s)
     }
 }
 

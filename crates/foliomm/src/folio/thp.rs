@@ -3,9 +3,9 @@
 //! per-VMA `MADV_HUGEPAGE` / `MADV_NOHUGEPAGE` flags. Models
 //! `thp_vma_allowable_orders()` for anonymous VMAs (mm/huge_memory.c,
 //! include/linux/huge_mm.h) without prctl or hardware cases, and
-//! `shmem_allowable_huge_orders()` (mm/shmem.c) for memfd and shared
-//! anonymous mappings, the ones whose per-size `shmem_enabled` apply.
-//! Differs from Linux: no tmpfs mounts (their `huge=` option).
+//! the shmem settings that [`shmem_policy`] applies.
+
+pub mod shmem_policy;
 
 use crate::arch::{MAX_PAGE_ORDER, PMD_ORDER};
 use crate::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -160,39 +160,6 @@ impl ThpSettings {
         Ok(())
     }
 
-    /// Bitmask of orders a fault on page `index` of a shmem file of
-    /// `size_pages` pages may use, before the range checks
-    /// (`shmem_allowable_huge_orders` for a memfd or shared anonymous VMA):
-    /// the per-size modes, `inherit` following the top level.
-    pub fn shmem_orders(&self, vma: (bool, bool), index: u64, size_pages: u64) -> u32 {
-        let (vma_hugepage, vma_nohugepage) = vma;
-        let top = self.shmem_enabled();
-        if vma_nohugepage || top == ShmemHuge::Deny {
-            return 0;
-        }
-        let fits = |o: u32| (index + 1).next_multiple_of(1 << o) <= size_pages;
-        let mut mask = 0;
-        for o in file_orders() {
-            let allowed = match self.shmem_order_mode(o) {
-                ShmemMode::Inherit => match top {
-                    ShmemHuge::Always | ShmemHuge::Force => true,
-                    ShmemHuge::WithinSize => fits(o),
-                    ShmemHuge::Advise => vma_hugepage,
-                    ShmemHuge::Never | ShmemHuge::Deny => false,
-                },
-                _ if top == ShmemHuge::Force => false,
-                ShmemMode::Always => true,
-                ShmemMode::WithinSize => fits(o),
-                ShmemMode::Advise => vma_hugepage,
-                ShmemMode::Never => false,
-            };
-            if allowed {
-                mask |= 1 << o;
-            }
-        }
-        mask
-    }
-
     /// Bitmask of orders a fault in a VMA may use, before the range checks
     /// (`thp_vma_allowable_orders` with `TVA_PAGEFAULT` for an anonymous VMA).
     pub fn allowable_orders(&self, vma_hugepage: bool, vma_nohugepage: bool) -> u32 {
@@ -230,21 +197,5 @@ mod tests {
         assert_eq!(s.allowable_orders(false, false), 1 << 4);
         assert_eq!(s.set_order(1, ThpMode::Always), Err(Errno::EINVAL));
         assert_eq!(s.set_enabled(ThpMode::Inherit), Err(Errno::EINVAL));
-    }
-
-    #[test]
-    fn shmem_pmd_size_inherits_the_top_level() {
-        let s = ThpSettings::default();
-        let plain = (false, false);
-        assert_eq!(s.shmem_orders(plain, 0, 1024), 0);
-        s.set_shmem_enabled(ShmemHuge::Always);
-        assert_eq!(s.shmem_orders(plain, 0, 1024), 1 << PMD_ORDER);
-        assert_eq!(s.shmem_orders((false, true), 0, 1024), 0, "MADV_NOHUGEPAGE");
-        s.set_shmem_enabled(ShmemHuge::WithinSize);
-        assert_eq!(s.shmem_orders(plain, 0, 511), 0, "the 2M block passes the end");
-        s.set_shmem_order(4, ShmemMode::Always).unwrap();
-        assert_eq!(s.shmem_orders(plain, 0, 511), 1 << 4);
-        s.set_shmem_enabled(ShmemHuge::Deny);
-        assert_eq!(s.shmem_orders((true, false), 0, 1024), 0);
     }
 }

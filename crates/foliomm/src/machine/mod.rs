@@ -8,12 +8,13 @@ pub use crate::kernel::{Config, DebugSwitches, VmaLockDesign, ZapStrategy};
 
 use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;
+use crate::folio::thp::ShmemHuge;
 use crate::kernel::Kernel;
 use crate::mm::gup::{unpin_user_pages, Pin};
 use crate::mm_types::{Mm, MmList, VmaCache};
-use crate::shmem::Inode;
+use crate::shmem::{Inode, Mount};
 use crate::sync::Arc;
-use crate::Result;
+use crate::{Errno, Result};
 
 /// One model machine.
 pub struct Machine {
@@ -69,7 +70,17 @@ impl Machine {
 
     /// A new shmem file of `size` bytes (`memfd_create` + `ftruncate`).
     pub fn memfd_create(&self, size: u64) -> Result<Arc<Inode>> {
-        self.mms.new_inode(&self.kernel, size)
+        self.mms.new_inode(&self.kernel, size, Mount::Shm)
+    }
+
+    /// A new file of `size` bytes on a tmpfs mount with option `huge=`
+    /// (`open(O_CREAT)`, or `O_TMPFILE` when not `named`, + `ftruncate`).
+    /// EINVAL for a setting a mount cannot have (`deny`, `force`).
+    pub fn tmpfs_create(&self, size: u64, huge: ShmemHuge, named: bool) -> Result<Arc<Inode>> {
+        if matches!(huge, ShmemHuge::Deny | ShmemHuge::Force) {
+            return Err(Errno::EINVAL);
+        }
+        self.mms.new_inode(&self.kernel, size, Mount::Tmpfs { huge, named })
     }
 
     /// `ftruncate(fd, size)` of a shmem file (see [`MmList::truncate`]).

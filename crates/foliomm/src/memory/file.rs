@@ -97,7 +97,7 @@ fn suitable_orders(vmf: &VmFault, inode: &Inode, index: u64) -> u32 {
     let vma = vmf.vma;
     let flags = vma.flags();
     let vma_flags = (flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0);
-    let policy = vmf.k.thp.shmem_orders(vma_flags, index, inode.nr_pages());
+    let policy = inode.fault_orders(vma_flags, index);
     (1..=PMD_ORDER).filter(|&o| policy & (1 << o) != 0 && block_fits(vmf, index, o)).fold(0, |m, o| m | 1 << o)
 }
 

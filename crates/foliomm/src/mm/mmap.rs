@@ -4,12 +4,12 @@
 
 use super::vma::merge_around;
 use super::{page_align, range_end};
-use crate::arch::{PAGE_SIZE, PMD_ORDER, PMD_SIZE, TASK_SIZE};
+use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::memory::handle_mm_fault;
 use crate::memory::zap::{free_pgtables, unmap_page_range};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
-use crate::shmem::Inode;
+use crate::shmem::{Inode, Mount};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -62,16 +62,9 @@ impl Mm {
         if len > TASK_SIZE {
             return Err(Errno::ENOMEM);
         }
-        // shmem_get_unmapped_area(): shared anonymous memory, a shmem file
-        // of its own, is placed at a multiple of the largest shmem folio
-        // size it may use; other mappings at a page (2 MiB for a length
-        // that is a multiple of it).
-        let (anon_inode, align) = if file.is_none() && flags.shared {
-            let orders = self.kernel.thp.shmem_orders((false, false), 0, len / PAGE_SIZE);
-            let fitting = (0..=PMD_ORDER).rev().find(|&o| orders & (1 << o) != 0 && PAGE_SIZE << o <= len);
-            (Some(self.mmlist.new_inode(&self.kernel, len)?), PAGE_SIZE << fitting.unwrap_or(0))
-        } else {
-            (None, PAGE_SIZE)
+        let anon_inode = match file.is_none() && flags.shared {
+            true => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Shm)?),
+            false => None,
         };
         let file = file.or(anon_inode.as_ref().map(|inode| (inode, 0)));
         if let Some((_, offset)) = file {
@@ -99,8 +92,17 @@ impl Mm {
             if hint != 0 && hint_ok {
                 hint
             } else {
-                let align = if hint == 0 && len.is_multiple_of(PMD_SIZE) { PMD_SIZE.max(align) } else { align };
-                get_unmapped_area(&vmas, len, align)?
+                // shmem_get_unmapped_area() for shmem; for anonymous memory
+                // thp_get_unmapped_area(), when the length is a multiple of
+                // 2 MiB and no hint was given.
+                let (align, offset) = match file {
+                    Some((inode, off)) => inode
+                        .unmapped_area_alignment(anon_inode.is_some(), off / PAGE_SIZE, len)
+                        .unwrap_or((PAGE_SIZE, 0)),
+                    None if hint == 0 && len.is_multiple_of(PMD_SIZE) => (PMD_SIZE, 0),
+                    None => (PAGE_SIZE, 0),
+                };
+                get_unmapped_area(&vmas, len, align, offset)?
             }
         };
         let shared = if flags.shared { vm::SHARED } else { 0 };
@@ -169,11 +171,13 @@ impl Drop for Mm {
     }
 }
 
-/// Top-down search for a free range of `len` bytes aligned to `align`
-/// (`unmapped_area_topdown`).
-pub(super) fn get_unmapped_area(vmas: &Vmas, len: u64, align: u64) -> Result<u64> {
+/// Top-down search for a free range of `len` bytes that starts `offset`
+/// bytes past a multiple of `align` (`unmapped_area_topdown` with
+/// `align_mask` and `align_offset`).
+pub(super) fn get_unmapped_area(vmas: &Vmas, len: u64, align: u64, offset: u64) -> Result<u64> {
     let fit = |lo: u64, hi: u64| -> Option<u64> {
-        let a = hi.checked_sub(len)? & !(align - 1);
+        let top = hi.checked_sub(len)?;
+        let a = (top.checked_sub(offset)? & !(align - 1)) + offset;
         (a >= lo.max(MMAP_MIN_ADDR)).then_some(a)
     };
     let mut hi = MMAP_BASE;

@@ -61,7 +61,7 @@ impl Mm {
             return Err(Errno::ENOMEM);
         }
         let align = if new_len % PMD_SIZE == 0 { PMD_SIZE } else { PAGE_SIZE };
-        let new = get_unmapped_area(&vmas, new_len, align)?;
+        let new = get_unmapped_area(&vmas, new_len, align, 0)?;
         self.move_vma(&mut vmas, old, old_len, new, new_len)?;
         Ok(new)
     }

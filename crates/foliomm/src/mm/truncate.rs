@@ -32,6 +32,7 @@ impl MmList {
     /// faults mapped meanwhile. EINVAL past the largest
     /// file size.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
+        let _inode_lock = inode.i_rwsem.lock().unwrap();
         let shrinks = size < inode.size();
         inode.set_size(size)?;
         if shrinks {
@@ -54,6 +55,7 @@ impl MmList {
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
         let (first, last) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
         let whole_pages = first < last;
+        let _inode_lock = inode.i_rwsem.lock().unwrap();
         if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }

@@ -9,7 +9,7 @@ use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::MmId;
-use crate::shmem::Inode;
+use crate::shmem::{Inode, Mount};
 use crate::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
 use crate::sync::cacheline::{self, Structure};
 use crate::sync::{Arc, Mutex, Weak};
@@ -136,9 +136,10 @@ impl MmList {
         MmList { mms: Mutex::default(), vma_cache: Arc::new(vma_cache), inodes: Mutex::default() }
     }
 
-    /// A new shmem inode of `size` bytes, on the list ([`Inode::new`]).
-    pub fn new_inode(&self, k: &Arc<Kernel>, size: u64) -> Result<Arc<Inode>> {
-        let inode = Inode::new(k, size)?;
+    /// A new shmem inode of `size` bytes on `mount`, on the list
+    /// ([`Inode::new`]).
+    pub fn new_inode(&self, k: &Arc<Kernel>, size: u64, mount: Mount) -> Result<Arc<Inode>> {
+        let inode = Inode::new(k, size, mount)?;
         let mut inodes = self.inodes.lock().unwrap();
         inodes.retain(|w| w.strong_count() > 0);
         inodes.push(Arc::downgrade(&inode));

@@ -12,6 +12,8 @@
 //! live only in its folios (holes read as zeros).
 
 mod i_mmap;
+mod placement;
+mod rw;
 mod truncate;
 
 use std::collections::BTreeMap;
@@ -19,6 +21,8 @@ use std::collections::BTreeMap;
 pub use i_mmap::{FileMapping, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
+use crate::folio::thp::shmem_policy::Asker;
+use crate::folio::thp::ShmemHuge;
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::phys::pg;
@@ -28,6 +32,19 @@ use crate::{Errno, Result};
 
 /// Largest file size (`MAX_LFS_FILESIZE`, rounded to pages).
 pub const MAX_FILE_SIZE: u64 = 1 << 52;
+
+/// The mount an inode lives on, whose `huge` setting decides its folio
+/// sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mount {
+    /// The kernel's internal `shm_mnt`, behind memfd and shared anonymous
+    /// memory: its `huge` is `shmem_enabled`; its files have no name.
+    Shm,
+    /// A tmpfs mount with its `huge=` option (never, always, within_size,
+    /// advise), and whether the file has a name (`i_nlink > 0`; an
+    /// `O_TMPFILE` file has none).
+    Tmpfs { huge: ShmemHuge, named: bool },
+}
 
 /// A shmem inode and its page cache.
 pub struct Inode {
@@ -40,6 +57,10 @@ pub struct Inode {
     pub(crate) pages: Mutex<BTreeMap<u64, Pfn>>,
     /// `i_mmap`: the VMAs mapping the file.
     pub i_mmap: IMmap,
+    pub mount: Mount,
+    /// `i_rwsem` (`inode_lock`): serializes writes, fallocate, truncation
+    /// and hole punches.
+    pub(crate) i_rwsem: Mutex<()>,
 }
 
 impl std::fmt::Debug for Inode {
@@ -49,16 +70,52 @@ impl std::fmt::Debug for Inode {
 }
 
 impl Inode {
-    /// A new, empty shmem inode of `size` bytes (`memfd_create` +
-    /// `ftruncate`, or `shmem_zero_setup` for shared anonymous memory).
-    /// EINVAL past [`MAX_FILE_SIZE`].
-    pub fn new(k: &Arc<Kernel>, size: u64) -> Result<Arc<Inode>> {
+    /// A new, empty shmem inode of `size` bytes on `mount` (`memfd_create`
+    /// or `open(O_CREAT)` + `ftruncate`, or `shmem_zero_setup` for shared
+    /// anonymous memory). EINVAL past [`MAX_FILE_SIZE`].
+    pub fn new(k: &Arc<Kernel>, size: u64, mount: Mount) -> Result<Arc<Inode>> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
         }
-        let ino = k.new_serial();
-        let pages = Mutex::new(BTreeMap::new());
-        Ok(Arc::new(Inode { k: k.clone(), ino, size: AtomicU64::new(size), pages, i_mmap: IMmap::default() }))
+        Ok(Arc::new(Inode {
+            k: k.clone(),
+            ino: k.new_serial(),
+            size: AtomicU64::new(size),
+            pages: Mutex::new(BTreeMap::new()),
+            i_mmap: IMmap::default(),
+            mount,
+            i_rwsem: Mutex::new(()),
+        }))
+    }
+
+    /// The superblock's `huge` setting (`SHMEM_SB(sb)->huge`).
+    fn sb_huge(&self) -> ShmemHuge {
+        match self.mount {
+            Mount::Shm => self.k.thp.shmem_enabled(),
+            Mount::Tmpfs { huge, .. } => huge,
+        }
+    }
+
+    /// The folio orders a fault on page `index` in a VMA with flags
+    /// (`VM_HUGEPAGE`, `VM_NOHUGEPAGE`) may allocate, before the VMA's
+    /// range checks: the per-size knobs for a file without a name, the
+    /// mount's setting for a named one (`shmem_allowable_huge_orders`).
+    pub fn fault_orders(&self, vma: (bool, bool), index: u64) -> u32 {
+        match self.mount {
+            Mount::Tmpfs { named: true, .. } if !vma.1 => {
+                let asker = Asker::Fault { vm_hugepage: vma.0 };
+                self.k.thp.shmem_global_orders(self.sb_huge(), asker, index, self.nr_pages())
+            }
+            Mount::Tmpfs { named: true, .. } => 0,
+            _ => self.k.thp.shmem_anon_orders(self.sb_huge(), vma, index, self.nr_pages()),
+        }
+    }
+
+    /// The folio orders a write or fallocate ending at page `end_pages`
+    /// may allocate for page `index`: the mount's setting, every file
+    /// order (`shmem_allowable_huge_orders` without a VMA).
+    fn write_orders(&self, index: u64, end_pages: u64) -> u32 {
+        self.k.thp.shmem_global_orders(self.sb_huge(), Asker::Write, index, end_pages.max(self.nr_pages()))
     }
 
     /// `i_size`.
@@ -95,26 +152,31 @@ impl Inode {
             return Err(Errno::EINVAL);
         }
         let mut pages = self.pages.lock().unwrap();
-        let pfn = match pages.get(&index) {
-            Some(&pfn) => pfn,
-            None => {
-                let f = self.alloc(&pages, index, orders)?;
-                // shmem_add_to_page_cache(): the cache's references are the
-                // allocation's plus one per further page; the folio names
-                // its inode; one entry per page it covers.
-                f.ref_add(f.nr_pages() as i32 - 1);
-                f.head().set(pg::SWAPBACKED | pg::DIRTY);
-                f.head().link.store(self.ino, Relaxed);
-                let first = index & !(f.nr_pages() - 1);
-                for i in 0..f.nr_pages() {
-                    pages.insert(first + i, f.pfn + i);
-                }
-                f.pfn + (index - first)
-            }
-        };
+        let pfn = self.find_or_add(&mut pages, index, orders)?.1;
         let f = Folio::containing(&self.k.phys, pfn);
         f.ref_add(1);
         Ok((f, pfn))
+    }
+
+    /// The pfn of page `index` in the cache `pages`, after adding a new
+    /// zeroed folio of one of `orders` (or order 0) if it was a hole
+    /// (`shmem_alloc_and_add_folio` + `shmem_add_to_page_cache`); whether
+    /// the folio is new.
+    fn find_or_add(&self, pages: &mut BTreeMap<u64, Pfn>, index: u64, orders: u32) -> Result<(bool, Pfn)> {
+        if let Some(&pfn) = pages.get(&index) {
+            return Ok((false, pfn));
+        }
+        let f = self.alloc(pages, index, orders)?;
+        // The cache's references are the allocation's plus one per further
+        // page; the folio names its inode; one entry per page it covers.
+        f.ref_add(f.nr_pages() as i32 - 1);
+        f.head().set(pg::SWAPBACKED | pg::DIRTY);
+        f.head().link.store(self.ino, Relaxed);
+        let first = index & !(f.nr_pages() - 1);
+        for i in 0..f.nr_pages() {
+            pages.insert(first + i, f.pfn + i);
+        }
+        Ok((true, f.pfn + (index - first)))
     }
 
     /// A zeroed folio for `index`: the highest order of `orders` whose
