@@ -5,6 +5,7 @@
 //! THP settings go through sysfs and are restored afterwards ([`sysfs`]).
 //! Linux only; needs root for frame numbers, kpageflags and sysfs.
 
+pub mod files;
 pub mod gup;
 pub mod procfs;
 pub mod protocol;
@@ -22,7 +23,9 @@ use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
-use foliomm_scenario::backend::{Access, Backend, BackendResult, GupKind, MmapRequest, Observation, StepError, Thread};
+use foliomm_scenario::backend::{
+    Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread,
+};
 use foliomm_scenario::lang::MachineSetting;
 
 pub use protocol::{Request, Response};
@@ -183,7 +186,7 @@ impl HostBackend {
     }
 }
 
-fn unique() -> u64 {
+pub(crate) fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
@@ -311,8 +314,30 @@ impl Backend for HostBackend {
         self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, file })
     }
 
-    fn memfd(&self, t: Thread, size: u64) -> BackendResult<u64> {
-        self.value(t, Request::Memfd { size })
+    fn create_file(&self, t: Thread, kind: FileKind, size: u64) -> BackendResult<u64> {
+        self.value(t, Request::CreateFile { kind, size })
+    }
+
+    fn fallocate(&self, t: Thread, file: u64, offset: u64, len: u64, keep_size: bool) -> BackendResult<()> {
+        self.value(t, Request::Fallocate { fd: file, offset, len, keep_size }).map(|_| ())
+    }
+
+    fn pwrite(&self, t: Thread, file: u64, offset: u64, data: &[u8]) -> BackendResult<u64> {
+        self.value(t, Request::Pwrite { fd: file, offset, data: data.to_vec() })
+    }
+
+    fn pread(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        match self.request(t, &Request::Pread { fd: file, offset, len })? {
+            Response::Bytes(b) => Ok(b),
+            r => Err(broken(format!("worker {t} answered pread with {r:?}"))),
+        }
+    }
+
+    fn observe_file(&self, t: Thread, file: u64, offset: u64) -> BackendResult<Observation> {
+        match self.request(t, &Request::ObserveFile { fd: file, offset })? {
+            Response::Observed(o) => Ok(o),
+            r => Err(broken(format!("worker {t} answered a file observation with {r:?}"))),
+        }
     }
 
     fn ftruncate(&self, t: Thread, file: u64, size: u64) -> BackendResult<()> {

@@ -3,7 +3,7 @@
 
 use foliomm::mm::Advice;
 use foliomm::Errno;
-use foliomm_scenario::backend::{Access, GupKind, Observation};
+use foliomm_scenario::backend::{Access, FileKind, GupKind, Observation};
 
 /// A step sent to a worker.
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
@@ -21,9 +21,30 @@ pub enum Request {
         /// A file descriptor and a byte offset; anonymous memory if none.
         file: Option<(u64, u64)>,
     },
-    /// `memfd_create` + `ftruncate`; answers the descriptor.
-    Memfd {
+    /// `memfd_create` or a tmpfs file, + `ftruncate`; answers the descriptor.
+    CreateFile {
+        kind: FileKind,
         size: u64,
+    },
+    Fallocate {
+        fd: u64,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    Pwrite {
+        fd: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Pread {
+        fd: u64,
+        offset: u64,
+        len: u64,
+    },
+    ObserveFile {
+        fd: u64,
+        offset: u64,
     },
     Ftruncate {
         fd: u64,

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use foliomm_scenario::backend::{pattern_byte, Access, GupKind, Observation};
 
+use crate::files;
 use crate::gup::{HostGup, Uring};
 
 use crate::procfs::{check_access, maps, Procfs};
@@ -25,7 +26,7 @@ const PAGE: u64 = 4096;
 
 /// The last OS error as the model's errno, or its raw number when foliomm
 /// does not model it.
-fn errno() -> Response {
+pub(crate) fn errno() -> Response {
     let n = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     match n {
         libc::ENOMEM => Response::Err(Errno::ENOMEM),
@@ -34,11 +35,12 @@ fn errno() -> Response {
         libc::EBUSY => Response::Err(Errno::EBUSY),
         libc::EEXIST => Response::Err(Errno::EEXIST),
         libc::EINVAL => Response::Err(Errno::EINVAL),
+        libc::EFBIG => Response::Err(Errno::EFBIG),
         n => Response::OsError(n),
     }
 }
 
-fn check(r: libc::c_int) -> Response {
+pub(crate) fn check(r: libc::c_int) -> Response {
     if r == 0 {
         Response::Value(0)
     } else {
@@ -170,19 +172,11 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 Response::Value(p as u64)
             }
         }
-        Request::Memfd { size } => {
-            // SAFETY: the name is a NUL-terminated string; the descriptor
-            // stays open for the process's life and is inherited by forks.
-            let fd = unsafe { libc::memfd_create(c"foliomm".as_ptr(), 0) };
-            if fd < 0 {
-                return errno();
-            }
-            // SAFETY: a descriptor this process just made.
-            match unsafe { libc::ftruncate(fd, size as libc::off_t) } {
-                0 => Response::Value(fd as u64),
-                _ => errno(),
-            }
-        }
+        Request::CreateFile { kind, size } => files::create_file(kind, size),
+        Request::Fallocate { fd, offset, len, keep_size } => files::fallocate(fd, offset, len, keep_size),
+        Request::Pwrite { fd, offset, data } => files::pwrite(fd, offset, &data),
+        Request::Pread { fd, offset, len } => files::pread(fd, offset, len),
+        Request::ObserveFile { fd, offset } => files::observe_file(procfs, fd, offset),
         // SAFETY: ftruncate of a scenario file's descriptor.
         Request::Ftruncate { fd, size } => check(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) }),
         Request::PunchHole { fd, offset, len } => {

@@ -170,6 +170,17 @@ impl std::fmt::Display for Thread<'_> {
     }
 }
 
+/// What kind of file a scenario makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FileKind {
+    /// `memfd_create` (the internal shm mount, whose `huge` follows
+    /// `shmem_enabled`).
+    Memfd,
+    /// A file on a tmpfs mount of its own with option `huge=`; `named`
+    /// false for an `O_TMPFILE` file, which has no name.
+    Tmpfs { huge: ShmemHuge, named: bool },
+}
+
 /// An `mmap` call: `at` is a hint, or the exact place with `fixed`; `file`
 /// is a file handle and a byte offset, `None` for anonymous memory.
 #[derive(Clone, Copy, Debug)]
@@ -220,13 +231,24 @@ pub trait Backend: Send + Sync {
     fn exit(&self, proc: &str) -> BackendResult<()>;
     /// mmap of anonymous memory or of a file, private or shared.
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64>;
-    /// A new shmem file of `size` bytes (`memfd_create` + `ftruncate`) in
-    /// `t`'s process, inherited by children it forks later; returns its handle.
-    fn memfd(&self, t: Thread, size: u64) -> BackendResult<u64>;
-    /// `ftruncate` of file `file` (a handle [`Backend::memfd`] returned).
+    /// A new shmem file of `kind` and `size` bytes (`memfd_create`, or an
+    /// `open` on a tmpfs mount, + `ftruncate`) in `t`'s process, inherited
+    /// by children it forks later; returns its handle.
+    fn create_file(&self, t: Thread, kind: FileKind, size: u64) -> BackendResult<u64>;
+    /// `ftruncate` of file `file` (a handle [`Backend::create_file`] returned).
     fn ftruncate(&self, t: Thread, file: u64, size: u64) -> BackendResult<()>;
     /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)` of file `file`.
     fn punch_hole(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()>;
+    /// `fallocate(keep_size ? FALLOC_FL_KEEP_SIZE : 0)` of file `file`.
+    fn fallocate(&self, t: Thread, file: u64, offset: u64, len: u64, keep_size: bool) -> BackendResult<()>;
+    /// `pwrite` of `data` at `offset`; returns the bytes written.
+    fn pwrite(&self, t: Thread, file: u64, offset: u64, data: &[u8]) -> BackendResult<u64>;
+    /// `pread` of up to `len` bytes at `offset`; returns the bytes read.
+    fn pread(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<Vec<u8>>;
+    /// The file's page at `offset` in the page cache, mapped nowhere for
+    /// the purpose: `present` if cached, its frame and folio order, and the
+    /// byte at `offset`. Allocates nothing.
+    fn observe_file(&self, t: Thread, file: u64, offset: u64) -> BackendResult<Observation>;
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()>;
     fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()>;
     fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()>;

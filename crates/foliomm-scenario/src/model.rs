@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+use foliomm::arch::PAGE_SIZE;
 use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::mm::gup::Pin;
@@ -14,7 +15,7 @@ use foliomm::mm_types::Prot;
 use foliomm::shmem::Inode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{Access, Backend, BackendResult, GupKind, MmapRequest, Observation, StepError, Thread};
+use crate::backend::{Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread};
 use crate::lang::MachineSetting;
 
 /// A scenario process on the model: its address space and its threads' CPUs.
@@ -194,8 +195,11 @@ impl Backend for ModelBackend {
         Ok(self.mm_of(t)?.mmap_file(req.at.unwrap_or(0), req.len, req.prot, flags, file)?)
     }
 
-    fn memfd(&self, _t: Thread, size: u64) -> BackendResult<u64> {
-        let inode = self.m().memfd_create(size)?;
+    fn create_file(&self, _t: Thread, kind: FileKind, size: u64) -> BackendResult<u64> {
+        let inode = match kind {
+            FileKind::Memfd => self.m().memfd_create(size)?,
+            FileKind::Tmpfs { huge, named } => self.m().tmpfs_create(size, huge, named)?,
+        };
         let h = inode.ino;
         self.files.lock().unwrap().insert(h, inode);
         Ok(h)
@@ -207,6 +211,34 @@ impl Backend for ModelBackend {
 
     fn punch_hole(&self, _t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()> {
         Ok(self.m().punch_hole(&self.file(file)?, offset, len)?)
+    }
+
+    fn fallocate(&self, _t: Thread, file: u64, offset: u64, len: u64, keep_size: bool) -> BackendResult<()> {
+        Ok(self.file(file)?.fallocate(offset, len, keep_size)?)
+    }
+
+    fn pwrite(&self, _t: Thread, file: u64, offset: u64, data: &[u8]) -> BackendResult<u64> {
+        Ok(self.file(file)?.write(offset, data)? as u64)
+    }
+
+    fn pread(&self, _t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
+        let mut buf = vec![0; len as usize];
+        let n = self.file(file)?.read(offset, &mut buf);
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    fn observe_file(&self, _t: Thread, file: u64, offset: u64) -> BackendResult<Observation> {
+        let inode = self.file(file)?;
+        let mut o = Observation::default();
+        if let Some((f, pfn)) = inode.get_cached(offset / PAGE_SIZE) {
+            o.page.present = true;
+            o.page.pfn = pfn;
+            o.page.folio_order = f.order();
+            o.byte = self.m().kernel.phys.read_byte(pfn, (offset % PAGE_SIZE) as usize);
+            self.m().kernel.folio_put_refs(f, 1);
+        }
+        Ok(o)
     }
 
     fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {

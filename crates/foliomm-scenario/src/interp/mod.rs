@@ -8,6 +8,7 @@
 //! reference, and `expect` records observations and evaluates `expect` lines.
 
 mod expect;
+mod file_cmd;
 mod parallel;
 mod process;
 mod state;

@@ -172,9 +172,12 @@ impl State<'_> {
                 touch(place, false, &mut f)?
             }
             Cmd::Fork(_) => f.forks = true,
-            Cmd::Memfd { .. } | Cmd::Truncate { .. } | Cmd::Punch { .. } => {
-                return Err("memfd, truncate and punch cannot run inside a parallel block".into())
-            }
+            Cmd::CreateFile { .. }
+            | Cmd::Truncate { .. }
+            | Cmd::Punch { .. }
+            | Cmd::Fallocate { .. }
+            | Cmd::Pwrite { .. }
+            | Cmd::Pread { .. } => return Err("file commands cannot run inside a parallel block".into()),
             _ => {}
         }
         Ok(f)

@@ -10,14 +10,14 @@ use super::{Failed, StepResult};
 use crate::backend::{Access, BackendResult, MmapRequest, StepError, Thread};
 use crate::lang::{Cmd, Place, Step};
 
-fn errno(e: Errno) -> String {
+pub(super) fn errno(e: Errno) -> String {
     e.name().to_string()
 }
 
 /// Compares a backend result with the step's expected failure. Only an
 /// errno can be expected: a backend failure or an unsupported call fails
 /// the run whatever the step's `fails` clause says.
-fn outcome<T>(step: &Step, r: BackendResult<T>) -> Result<Option<T>, Failed> {
+pub(super) fn outcome<T>(step: &Step, r: BackendResult<T>) -> Result<Option<T>, Failed> {
     match (r, step.fails) {
         (Ok(v), None) => Ok(Some(v)),
         (Err(StepError::Errno(e)), Some(want)) if e == want => Ok(None),
@@ -75,32 +75,13 @@ impl State<'_> {
                 }
                 Ok(format!("{name} = {addr:#x}"))
             }
-            Cmd::Memfd { name, size } => {
-                let Some(h) = outcome(step, self.timed(|b| b.memfd(t, *size)))? else {
-                    return Ok("failed as expected".into());
-                };
-                self.files.insert(name.clone(), h);
-                self.holders.insert(name.clone(), [p.clone()].into());
-                self.ref_files.create(h, *size);
-                Ok(format!("{name} = file {h}"))
-            }
-            Cmd::Punch { file, offset, len } => {
-                let h = self.file(file, &p)?;
-                if outcome(step, self.timed(|b| b.punch_hole(t, h, *offset, *len)))?.is_some() {
-                    self.ref_files.punch(h, *offset, offset + len);
-                }
-                Ok("hole punched".into())
-            }
-            Cmd::Truncate { file, size } => {
-                let h = self.file(file, &p)?;
-                if outcome(step, self.timed(|b| b.ftruncate(t, h, *size)))?.is_some() {
-                    self.ref_files.truncate(h, *size);
-                    for rs in self.refs.values_mut() {
-                        rs.truncate_file(h, size.div_ceil(4096));
-                    }
-                }
-                Ok("truncated".into())
-            }
+            Cmd::CreateFile { .. }
+            | Cmd::Truncate { .. }
+            | Cmd::Punch { .. }
+            | Cmd::Fallocate { .. }
+            | Cmd::Pwrite { .. }
+            | Cmd::Pread { .. } => self.file_step(step, t),
+            Cmd::Observe { place, name } if self.files.contains_key(&place.map) => self.file_step(step, t),
             Cmd::Munmap(pl) => {
                 let (a, l) = self.place(pl)?;
                 if outcome(step, self.timed(|b| b.munmap(t, a, l)))?.is_some() {
@@ -264,7 +245,7 @@ impl State<'_> {
     }
 }
 
-fn compare_bytes(addr: u64, every_byte: bool, got: &[u8], want: &[u8]) -> Result<(), String> {
+pub(super) fn compare_bytes(addr: u64, every_byte: bool, got: &[u8], want: &[u8]) -> Result<(), String> {
     match got.iter().zip(want).position(|(g, w)| g != w) {
         None if got.len() == want.len() => Ok(()),
         None => Err(format!("read {} bytes, the reference has {}", got.len(), want.len())),

@@ -8,7 +8,7 @@ use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
 
-use crate::backend::GupKind;
+use crate::backend::{FileKind, GupKind};
 
 /// A parse error with its position (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,11 +66,35 @@ pub enum Cmd {
         file: Option<String>,
         offset: u64,
     },
-    /// `NAME = memfd SIZE`: a new shmem file (`memfd_create` + `ftruncate`),
-    /// its descriptor inherited by children forked later.
-    Memfd {
+    /// `NAME = memfd SIZE` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
+    /// new shmem file (`memfd_create`, or a file on a tmpfs mount of its
+    /// own, + `ftruncate`), its descriptor inherited by children forked
+    /// later.
+    CreateFile {
         name: String,
         size: u64,
+        kind: FileKind,
+    },
+    /// `pwrite FILE[START..END] = VAL`: writes `len` bytes of `val`.
+    Pwrite {
+        file: String,
+        offset: u64,
+        len: u64,
+        val: u8,
+    },
+    /// `pread FILE[START..END]`: reads and checks the bytes (a short read
+    /// at the end of the file).
+    Pread {
+        file: String,
+        offset: u64,
+        len: u64,
+    },
+    /// `fallocate FILE[START..END] [keep_size]`.
+    Fallocate {
+        file: String,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
     },
     /// `truncate FILE SIZE` (`ftruncate`).
     Truncate {

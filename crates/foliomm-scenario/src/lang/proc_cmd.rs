@@ -2,12 +2,13 @@
 //! files, protection and advice, remapping, fork and exit, accesses,
 //! observations and pins.
 
+use foliomm::folio::thp::ShmemHuge;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 
 use super::ast::{Cmd, ParseError};
 use super::lexer::{parse_size, Line};
-use crate::backend::GupKind;
+use crate::backend::{FileKind, GupKind};
 
 pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
     // "NAME = mmap ..." or "NAME = mremap ..."
@@ -76,7 +77,26 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset })
             }
-            "memfd" => Ok(Cmd::Memfd { name, size: l.size("a file size")? }),
+            "memfd" => Ok(Cmd::CreateFile { name, size: l.size("a file size")?, kind: FileKind::Memfd }),
+            "tmpfs" => {
+                let size = l.size("a file size")?;
+                let (mut huge, mut named) = (ShmemHuge::Never, true);
+                while let Some(t) = l.peek() {
+                    let col = l.col();
+                    match t.strip_prefix("huge=").map(ShmemHuge::parse) {
+                        Some(Some(h)) if !matches!(h, ShmemHuge::Deny | ShmemHuge::Force) => huge = h,
+                        _ if t == "unlinked" => named = false,
+                        _ => {
+                            return l.err(
+                                col,
+                                format!("expected huge=never|always|within_size|advise or unlinked, found '{t}'"),
+                            )
+                        }
+                    }
+                    l.pos += 1;
+                }
+                Ok(Cmd::CreateFile { name, size, kind: FileKind::Tmpfs { huge, named } })
+            }
             "mremap" => {
                 let from = l.place()?;
                 let (mut size, mut to) = (None, None);
@@ -109,7 +129,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
             }
             "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
-            t => l.err(col, format!("expected mmap, memfd, mremap, pin or get, found '{t}'")),
+            t => l.err(col, format!("expected mmap, memfd, tmpfs, mremap, pin or get, found '{t}'")),
         };
     }
     let col = l.col();
@@ -128,12 +148,24 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },
         "punch" => {
+            let (file, offset, len) = file_range(l)?;
+            Cmd::Punch { file, offset, len }
+        }
+        "fallocate" => {
+            let (file, offset, len) = file_range(l)?;
+            Cmd::Fallocate { file, offset, len, keep_size: l.eat("keep_size") }
+        }
+        "pread" => {
+            let (file, offset, len) = file_range(l)?;
+            Cmd::Pread { file, offset, len }
+        }
+        "pwrite" => {
+            let (file, offset, len) = file_range(l)?;
             let col = l.col();
-            let p = l.place()?;
-            let Some((s, e)) = p.range.filter(|(s, e)| s < e) else {
-                return l.err(col, "expected a file range like f[4K..12K]");
-            };
-            Cmd::Punch { file: p.map, offset: s, len: e - s }
+            match l.value()? {
+                Some(val) => Cmd::Pwrite { file, offset, len, val },
+                None => return l.err(col, "expected '= VALUE' after the file range"),
+            }
         }
         "fork" => Cmd::Fork(l.ident("the child's name")?),
         "exit" => Cmd::Exit,
@@ -179,8 +211,18 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         t => {
             return l.err(
                 col,
-                format!("expected a command (mmap, memfd, munmap, mprotect, madvise, mremap, truncate, punch, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
+                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mremap, truncate, punch, fallocate, pwrite, pread, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
             )
         }
     })
+}
+
+/// A file and a non-empty byte range of it, written `f[4K..12K]`.
+fn file_range(l: &mut Line) -> Result<(String, u64, u64), ParseError> {
+    let col = l.col();
+    let p = l.place()?;
+    match p.range.filter(|(s, e)| s < e) {
+        Some((s, e)) => Ok((p.map, s, e - s)),
+        None => l.err(col, "expected a file range like f[4K..12K]"),
+    }
 }

@@ -78,6 +78,32 @@ impl RefFiles {
         self.0.lock().unwrap().insert(id, RefFile { size, pages: BTreeMap::new() });
     }
 
+    /// `pwrite`: the bytes of `data` from `offset`; the size grows to cover them.
+    pub fn write(&self, id: u64, offset: u64, data: &[u8]) {
+        let mut files = self.0.lock().unwrap();
+        let f = files.entry(id).or_default();
+        for (i, &b) in data.iter().enumerate() {
+            let at = offset + i as u64;
+            f.pages.entry(at / PAGE_SIZE).or_insert_with(|| Box::new([0; PS]))[(at % PAGE_SIZE) as usize] = b;
+        }
+        f.size = f.size.max(offset + data.len() as u64);
+    }
+
+    /// `pread`: up to `len` bytes from `offset`, stopping at the end of the file.
+    pub fn read(&self, id: u64, offset: u64, len: u64) -> Vec<u8> {
+        let files = self.0.lock().unwrap();
+        let Some(f) = files.get(&id) else { return Vec::new() };
+        let end = f.size.min(offset.saturating_add(len));
+        (offset..end).map(|at| f.pages.get(&(at / PAGE_SIZE)).map_or(0, |p| p[(at % PAGE_SIZE) as usize])).collect()
+    }
+
+    /// `fallocate` without `KEEP_SIZE`: the size grows to `size` if smaller.
+    pub fn extend(&self, id: u64, size: u64) {
+        let mut files = self.0.lock().unwrap();
+        let f = files.entry(id).or_default();
+        f.size = f.size.max(size);
+    }
+
     /// `ftruncate`: pages past the new end are gone (and read as zeros if
     /// the file grows again).
     pub fn truncate(&self, id: u64, size: u64) {

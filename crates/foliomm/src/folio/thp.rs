@@ -43,7 +43,7 @@ impl ThpMode {
 macro_rules! sysfs_modes {
     ($(#[$doc:meta])* $t:ident { $($v:ident = $n:literal),* $(,)? }) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
         pub enum $t {
             $($v,)*
         }

@@ -30,7 +30,7 @@ impl Kernel {
         assert!(order > 0 && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
-        let keep = f.head().flags.load(Relaxed) & (pg::SWAPBACKED | pg::DIRTY);
+        let keep = f.head().flags.load(Relaxed) & (pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
         let mapping = f.head().link.load(Relaxed);
         Stats::inc(&self.stats.split[order as usize]);
         if order == crate::arch::PMD_ORDER {

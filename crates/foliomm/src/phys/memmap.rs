@@ -27,6 +27,9 @@ pub mod pg {
     pub const SWAPBACKED: u64 = 1 << 9;
     /// `PG_partially_mapped` (on the second page): queued for deferred split.
     pub const PARTIALLY_MAPPED: u64 = 1 << 10;
+    /// `PG_uptodate` (of a page-cache folio): its bytes are valid; a
+    /// fallocated shmem folio has none until written or faulted.
+    pub const UPTODATE: u64 = 1 << 11;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

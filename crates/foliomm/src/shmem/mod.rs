@@ -130,12 +130,17 @@ impl Inode {
 
     /// The cached folio holding page `index`, with a reference, and the
     /// page's pfn (`filemap_map_pages`' `next_uptodate_folio`:
-    /// `folio_try_get` under RCU); None for a hole. Once it is taken, the
+    /// `folio_try_get` under RCU); None for a hole or a folio not uptodate
+    /// (fallocated, never written: `mincore` and fault-around skip those
+    /// too). Once it is taken, the
     /// folio may still leave the cache: see [`in_page_cache`].
     pub fn get_cached(&self, index: u64) -> Option<(Folio<'_>, Pfn)> {
         let pages = self.pages.lock().unwrap();
         let &pfn = pages.get(&index)?;
         let f = Folio::containing(&self.k.phys, pfn);
+        if !f.head().test(pg::UPTODATE) {
+            return None;
+        }
         f.ref_add(1);
         Some((f, pfn))
     }
@@ -152,7 +157,7 @@ impl Inode {
             return Err(Errno::EINVAL);
         }
         let mut pages = self.pages.lock().unwrap();
-        let pfn = self.find_or_add(&mut pages, index, orders)?.1;
+        let pfn = self.find_or_add(&mut pages, index, orders, false)?.1;
         let f = Folio::containing(&self.k.phys, pfn);
         f.ref_add(1);
         Ok((f, pfn))
@@ -161,12 +166,23 @@ impl Inode {
     /// The pfn of page `index` in the cache `pages`, after adding a new
     /// zeroed folio of one of `orders` (or order 0) if it was a hole
     /// (`shmem_alloc_and_add_folio` + `shmem_add_to_page_cache`); whether
-    /// the folio is new.
-    fn find_or_add(&self, pages: &mut BTreeMap<u64, Pfn>, index: u64, orders: u32) -> Result<(bool, Pfn)> {
+    /// the folio is new. The folio is uptodate afterwards, unless new for
+    /// a `fallocate` (`shmem_get_folio_gfp`'s `clear:`).
+    fn find_or_add(
+        &self,
+        pages: &mut BTreeMap<u64, Pfn>,
+        index: u64,
+        orders: u32,
+        falloc: bool,
+    ) -> Result<(bool, Pfn)> {
         if let Some(&pfn) = pages.get(&index) {
+            Folio::containing(&self.k.phys, pfn).head().set(pg::UPTODATE);
             return Ok((false, pfn));
         }
         let f = self.alloc(pages, index, orders)?;
+        if !falloc {
+            f.head().set(pg::UPTODATE);
+        }
         // The cache's references are the allocation's plus one per further
         // page; the folio names its inode; one entry per page it covers.
         f.ref_add(f.nr_pages() as i32 - 1);

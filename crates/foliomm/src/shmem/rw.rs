@@ -8,8 +8,11 @@
 //! file order for a write (`shmem_allowable_huge_orders` without a VMA),
 //! the highest whose aligned block holds no cached page.
 //!
-//! Differs from Linux: a fallocated folio is zeroed at once (Linux leaves it
-//! not uptodate, which reads as zeros); no seals, no `RLIMIT_FSIZE`, no
+//! A fallocated folio is not uptodate until written or faulted: reads and
+//! `mincore` see a hole.
+//!
+//! Differs from Linux: a fallocated folio is zeroed at once (Linux clears
+//! it when it becomes uptodate); no seals, no `RLIMIT_FSIZE`, no
 //! block accounting (`ENOSPC`); a write copies page by page under the
 //! cache lock rather than folio by folio under the folio lock.
 
@@ -57,7 +60,7 @@ impl Inode {
             // 2M boundary: the write end `within_size` looks at.
             let chunk_end = end.min((at / PMD_SIZE + 1) * PMD_SIZE);
             let orders = self.write_orders(at / PAGE_SIZE, chunk_end.div_ceil(PAGE_SIZE));
-            match self.find_or_add(&mut pages, at / PAGE_SIZE, orders) {
+            match self.find_or_add(&mut pages, at / PAGE_SIZE, orders, false) {
                 Ok((_, pfn)) => {
                     self.k.phys.write_bytes(pfn, (at % PAGE_SIZE) as usize, &data[range.clone()]);
                     Folio::containing(&self.k.phys, pfn).head().set(pg::DIRTY);
@@ -95,7 +98,7 @@ impl Inode {
         let mut added: Vec<Pfn> = Vec::new();
         while index < last {
             let orders = self.write_orders(index, last);
-            match self.find_or_add(&mut pages, index, orders) {
+            match self.find_or_add(&mut pages, index, orders, true) {
                 Ok((new, pfn)) => {
                     let f = Folio::containing(&self.k.phys, pfn);
                     if new {

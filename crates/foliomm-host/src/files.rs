@@ -1,0 +1,134 @@
+//! The worker's file steps: making a memfd or a tmpfs file, fallocate,
+//! pwrite, pread, and observing a file's page in the page cache.
+//!
+//! A tmpfs file lives on a mount of its own with the scenario's `huge=`
+//! option: the worker mounts a tmpfs on a fresh directory, creates the file
+//! (named, or `O_TMPFILE`), and detaches the mount at once
+//! (`umount2(MNT_DETACH)`): the open descriptor keeps it alive, nothing is
+//! left in the mount table, and it goes away with the last descriptor.
+
+use std::ffi::CString;
+
+use foliomm::folio::thp::ShmemHuge;
+use foliomm_scenario::backend::{FileKind, Observation};
+
+use crate::procfs::Procfs;
+use crate::worker::{check, errno};
+use crate::Response;
+
+const PAGE: u64 = 4096;
+
+/// `memfd_create` or a tmpfs file, then `ftruncate` to `size`; answers the
+/// descriptor, inherited by children forked later.
+pub fn create_file(kind: FileKind, size: u64) -> Response {
+    let fd = match kind {
+        // SAFETY: the name is NUL-terminated.
+        FileKind::Memfd => unsafe { libc::memfd_create(c"foliomm".as_ptr(), 0) },
+        FileKind::Tmpfs { huge, named } => match tmpfs_file(huge, named) {
+            Ok(fd) => fd,
+            Err(r) => return r,
+        },
+    };
+    if fd < 0 {
+        return errno();
+    }
+    // SAFETY: a descriptor this process just made.
+    match unsafe { libc::ftruncate(fd, size as libc::off_t) } {
+        0 => Response::Value(fd as u64),
+        _ => errno(),
+    }
+}
+
+/// A file on a new tmpfs mount with `huge=`, the mount already detached.
+fn tmpfs_file(huge: ShmemHuge, named: bool) -> Result<i32, Response> {
+    let dir = std::env::temp_dir().join(format!("foliomm-tmpfs-{}-{}", std::process::id(), crate::unique()));
+    std::fs::create_dir(&dir).map_err(|e| Response::OsError(e.raw_os_error().unwrap_or(0)))?;
+    let cdir = CString::new(dir.as_os_str().as_encoded_bytes()).expect("a path without NUL");
+    let opts = CString::new(format!("huge={}", huge.name())).expect("no NUL");
+    // SAFETY: NUL-terminated strings; a fresh, empty directory.
+    let mounted = unsafe { libc::mount(c"tmpfs".as_ptr(), cdir.as_ptr(), c"tmpfs".as_ptr(), 0, opts.as_ptr().cast()) };
+    if mounted != 0 {
+        let e = errno();
+        let _ = std::fs::remove_dir(&dir);
+        return Err(e);
+    }
+    let fd = if named {
+        let path = CString::new(dir.join("file").into_os_string().into_encoded_bytes()).expect("no NUL");
+        // SAFETY: a NUL-terminated path on the new mount.
+        unsafe { libc::open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) }
+    } else {
+        // SAFETY: a NUL-terminated directory path.
+        unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) }
+    };
+    let open_err = (fd < 0).then(errno);
+    // SAFETY: the mount this function made; MNT_DETACH leaves it to the descriptor.
+    unsafe { libc::umount2(cdir.as_ptr(), libc::MNT_DETACH) };
+    let _ = std::fs::remove_dir(&dir);
+    open_err.map_or(Ok(fd), Err)
+}
+
+/// `fallocate(keep_size ? FALLOC_FL_KEEP_SIZE : 0)`.
+pub fn fallocate(fd: u64, offset: u64, len: u64, keep_size: bool) -> Response {
+    let mode = if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
+    // SAFETY: fallocate on a scenario file's descriptor.
+    check(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
+}
+
+/// `pwrite`; answers the bytes written.
+pub fn pwrite(fd: u64, offset: u64, data: &[u8]) -> Response {
+    // SAFETY: the buffer is `data`, valid for its length.
+    let n = unsafe { libc::pwrite(fd as i32, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
+    if n < 0 {
+        errno()
+    } else {
+        Response::Value(n as u64)
+    }
+}
+
+/// `pread` of up to `len` bytes; answers the bytes read.
+pub fn pread(fd: u64, offset: u64, len: u64) -> Response {
+    let mut buf = vec![0u8; len as usize];
+    // SAFETY: the buffer is valid for `len` bytes.
+    let n = unsafe { libc::pread(fd as i32, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
+    if n < 0 {
+        return errno();
+    }
+    buf.truncate(n as usize);
+    Response::Bytes(buf)
+}
+
+/// The page at `offset` in the file's page cache: `mincore` on a one-page
+/// mapping says whether it is cached without bringing it in; a cached page
+/// inside the file is then read through the mapping (which maps the cached
+/// folio, allocating nothing) to learn its frame and folio order.
+pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Response {
+    let page_off = offset & !(PAGE - 1);
+    // SAFETY: a new read-only shared mapping of a scenario file, unmapped below.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), PAGE as usize, libc::PROT_READ, libc::MAP_SHARED, fd as i32, page_off as i64)
+    };
+    if p == libc::MAP_FAILED {
+        return errno();
+    }
+    let mut vec = 0u8;
+    // SAFETY: `p` is a one-page mapping; `vec` holds its one entry.
+    let r = unsafe { libc::mincore(p, PAGE as usize, &mut vec) };
+    // SAFETY: fstat into a zeroed stat buffer.
+    let size = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd as i32, &mut st);
+        st.st_size as u64
+    };
+    let mut o = Observation::default();
+    if r == 0 && vec & 1 != 0 && offset < size {
+        // SAFETY: the page is inside the file and cached: the read maps it.
+        o.byte = unsafe { (p as *const u8).add((offset - page_off) as usize).read_volatile() };
+        let info = procfs.page_info(p as u64);
+        (o.page.present, o.page.pfn, o.page.folio_order) = (true, info.pfn, info.folio_order);
+    } else {
+        o.page.present = r == 0 && vec & 1 != 0;
+    }
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, PAGE as usize) };
+    Response::Observed(o)
+}

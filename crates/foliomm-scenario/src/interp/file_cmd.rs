@@ -1,0 +1,82 @@
+//! The steps on files through their descriptors: creating a memfd or a
+//! tmpfs file, truncating, punching holes, fallocate, pwrite and pread
+//! (checked against the reference byte model), and observing a file's
+//! page in the page cache.
+
+use super::process::{compare_bytes, outcome};
+use super::state::State;
+use super::StepResult;
+use crate::backend::Thread;
+use crate::lang::{Cmd, Step};
+
+impl State<'_> {
+    /// Runs a file step of thread `t`.
+    pub(super) fn file_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        match &step.cmd {
+            Cmd::CreateFile { name, size, kind } => {
+                let Some(h) = outcome(step, self.timed(|b| b.create_file(t, *kind, *size)))? else {
+                    return Ok("failed as expected".into());
+                };
+                self.files.insert(name.clone(), h);
+                self.holders.insert(name.clone(), [p].into());
+                self.ref_files.create(h, *size);
+                Ok(format!("{name} = file {h}"))
+            }
+            Cmd::Punch { file, offset, len } => {
+                let h = self.file(file, &p)?;
+                if outcome(step, self.timed(|b| b.punch_hole(t, h, *offset, *len)))?.is_some() {
+                    self.ref_files.punch(h, *offset, offset + len);
+                }
+                Ok("hole punched".into())
+            }
+            Cmd::Truncate { file, size } => {
+                let h = self.file(file, &p)?;
+                if outcome(step, self.timed(|b| b.ftruncate(t, h, *size)))?.is_some() {
+                    self.ref_files.truncate(h, *size);
+                    for rs in self.refs.values_mut() {
+                        rs.truncate_file(h, size.div_ceil(4096));
+                    }
+                }
+                Ok("truncated".into())
+            }
+            Cmd::Fallocate { file, offset, len, keep_size } => {
+                let h = self.file(file, &p)?;
+                let r = self.timed(|b| b.fallocate(t, h, *offset, *len, *keep_size));
+                if outcome(step, r)?.is_some() && !keep_size {
+                    self.ref_files.extend(h, offset + len);
+                }
+                Ok("allocated".into())
+            }
+            Cmd::Pwrite { file, offset, len, val } => {
+                let h = self.file(file, &p)?;
+                let data = vec![*val; *len as usize];
+                let Some(n) = outcome(step, self.timed(|b| b.pwrite(t, h, *offset, &data)))? else {
+                    return Ok("failed as expected".into());
+                };
+                if n != *len {
+                    return Err(format!("pwrite wrote {n} of {len} bytes").into());
+                }
+                self.ref_files.write(h, *offset, &data);
+                Ok(format!("wrote {len} bytes of {val:#04x}"))
+            }
+            Cmd::Pread { file, offset, len } => {
+                let h = self.file(file, &p)?;
+                let Some(got) = outcome(step, self.timed(|b| b.pread(t, h, *offset, *len)))? else {
+                    return Ok("failed as expected".into());
+                };
+                compare_bytes(*offset, true, &got, &self.ref_files.read(h, *offset, *len))?;
+                Ok(format!("read {} bytes as expected", got.len()))
+            }
+            Cmd::Observe { place, name } => {
+                let h = self.file(&place.map, &p)?;
+                let offset = place.range.map_or(0, |r| r.0);
+                let Some(o) = outcome(step, self.timed(|b| b.observe_file(t, h, offset)))? else {
+                    return Ok("failed as expected".into());
+                };
+                Ok(self.record(name, o))
+            }
+            _ => unreachable!("not a file step"),
+        }
+    }
+}
