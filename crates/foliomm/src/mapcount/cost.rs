@@ -62,15 +62,15 @@ impl PageMapcounts {
 impl PageMapcounts {
     /// What a PMD map or unmap of a file folio costs beyond the common
     /// part (seed 003): Linux 6.1 (`subpage`, `page_add_file_rmap` with
-    /// `compound`) updates every page's `_mapcount` as well; the 6.2-rc
+    /// `compound`) updates every page's `_mapcount` as well (performed in
+    /// `add`/`remove`, counted here); the 6.2-rc
     /// compound-lock design scans every page when the first PMD map, or the
     /// last PMD unmap (`edge`), finds pages mapped by PTEs
     /// (`nr_subpages_unmapped`); later eras count with one atomic. Called
     /// before the PMD counters change.
     pub(super) fn file_pmd_extra(&self, f: Folio, edge: bool) -> Cost {
         let nr = f.nr_pages();
-        let subpage = self.f.total == Total::None && !self.f.nr_pages_mapped;
-        if subpage {
+        if self.pmd_in_pages(f) {
             Cost { rmw: nr, lines: nr, ..Cost::default() }
         } else if self.f.compound_lock && edge && w(f, field::TOTAL).load(std::sync::atomic::Ordering::Relaxed) > 0 {
             Cost { lines: nr, ..Cost::default() }

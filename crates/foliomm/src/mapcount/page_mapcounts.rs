@@ -32,6 +32,13 @@ impl PageMapcounts {
         }
     }
 
+    /// Whether a PMD mapping of `f` counts in every page's `_mapcount`
+    /// too, as Linux 6.1 counts it for a file THP (`page_add_file_rmap`
+    /// with `compound`: the `subpage` design).
+    pub(super) fn pmd_in_pages(&self, f: Folio) -> bool {
+        !f.test_anon() && self.f.total == Total::None && !self.f.nr_pages_mapped
+    }
+
     /// The value `field::TOTAL` starts from.
     fn total_init(&self) -> i32 {
         if self.f.total == Total::Ptes {
@@ -165,6 +172,9 @@ impl MapcountDesign for PageMapcounts {
                     let first = w(f, field::ENTIRE).load(Relaxed) == -1;
                     extra = self.file_pmd_extra(f, first);
                 }
+                if self.pmd_in_pages(f) {
+                    (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_add(1, Relaxed));
+                }
                 let first_pmd = w(f, field::ENTIRE).fetch_add(1, Relaxed) == -1;
                 if first_pmd && self.f.nr_pages_mapped {
                     w(f, field::NR_PAGES_MAPPED).fetch_add(ENTIRELY_MAPPED, Relaxed);
@@ -217,6 +227,9 @@ impl MapcountDesign for PageMapcounts {
             Level::Pmd => {
                 let last = w(f, field::ENTIRE).load(Relaxed) == 0;
                 let extra = if f.test_anon() { Cost::default() } else { self.file_pmd_extra(f, last) };
+                if self.pmd_in_pages(f) {
+                    (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_sub(1, Relaxed));
+                }
                 let entered = if self.f.total == Total::All { self.sub_large(f, 1, mm) } else { Entered::default() };
                 let mut removed =
                     Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
@@ -242,10 +255,13 @@ impl MapcountDesign for PageMapcounts {
         match self.f.total {
             Total::All => (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
             Total::Ptes => w(f, field::TOTAL).load(Relaxed) as u64 + self.entire_mapcount(f),
-            // folio_mapcount() before 6.10: a scan over every page.
+            // folio_mapcount() before 6.10 (total_mapcount()): a scan over
+            // every page, whose counts hold a file folio's PMD mappings too.
             Total::None => {
-                let ptes: u64 = (0..f.nr_pages()).map(|i| (f.page(i).mapcount.load(Relaxed) + 1) as u64).sum();
-                ptes + self.entire_mapcount(f)
+                let pages: u64 = (0..f.nr_pages()).map(|i| (f.page(i).mapcount.load(Relaxed) + 1) as u64).sum();
+                let entire = self.entire_mapcount(f);
+                let in_pages = if self.pmd_in_pages(f) { entire * f.nr_pages() } else { 0 };
+                pages + entire - in_pages
             }
         }
     }
@@ -255,7 +271,8 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn page_mapcount(&self, f: Folio, i: u64) -> Option<u64> {
-        Some((f.page(i).mapcount.load(Relaxed) + 1) as u64 + self.entire_mapcount(f))
+        let entire = if self.pmd_in_pages(f) { 0 } else { self.entire_mapcount(f) };
+        Some((f.page(i).mapcount.load(Relaxed) + 1) as u64 + entire)
     }
 
     fn maybe_mapped_shared(&self, f: Folio) -> bool {
