@@ -227,3 +227,54 @@ fn zapping_dirty_file_ptes_removes_their_rmap_after_the_tlb_flush() {
     let b = map(&p, &f, 64 * K, 0, true);
     assert_eq!(byte(&m, &p, b + 32 * K), 1);
 }
+
+/// Running out of memory in fallocate loses nothing and keeps nothing:
+/// the folios it added leave again, the size stays, the bytes already in
+/// the file stay. A pwrite that runs out stops short and keeps what it
+/// wrote.
+#[test]
+fn fallocate_and_pwrite_out_of_memory_lose_nothing() {
+    let m = Machine::new(Config { memory: 8 * M, ..Config::default() }).unwrap();
+    let f = m.memfd_create(8 * K).unwrap();
+    assert_eq!(f.write(100, b"kept"), Ok(4));
+    let in_use = m.kernel.frames_in_use();
+    assert_eq!(f.fallocate(0, 64 * M, false), Err(Errno::ENOMEM));
+    assert_eq!(f.size(), 8 * K, "fallocate's size change waits for success");
+    assert_eq!(m.kernel.frames_in_use(), in_use, "the folios fallocate added were freed");
+    let mut buf = [0u8; 4];
+    assert_eq!(f.read(100, &mut buf), 4);
+    assert_eq!(&buf, b"kept");
+    assert_clean(&m);
+    let big = vec![0x61u8; 64 * M as usize];
+    let written = f.write(0, &big).unwrap();
+    assert!(written > 0 && written < big.len(), "a short write: {written} bytes");
+    assert_eq!(f.size(), written as u64, "the size covers what was written");
+    let mut back = vec![0u8; written];
+    assert_eq!(f.read(0, &mut back), written);
+    assert!(back.iter().all(|&b| b == 0x61));
+    assert_clean(&m);
+    assert_eq!(f.fallocate(0, 0, false), Err(Errno::EINVAL));
+    assert_eq!(f.write(foliomm::shmem::MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
+}
+
+/// A hole punched in a THP that a mapping maps by a PMD splits it: the
+/// pieces the hole covers are freed, the rest stays cached with its bytes,
+/// and every i_mmap record matches its VMA throughout.
+#[test]
+fn a_hole_in_a_mapped_thp_splits_it_and_frees_the_covered_pieces() {
+    let m = machine();
+    m.thp.set_shmem_enabled(foliomm::folio::thp::ShmemHuge::Always);
+    let f = m.memfd_create(2 * M).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 2 * M, 0, true);
+    m.new_cpu().write(&p, a + 200 * K, b"around").unwrap();
+    assert!(p.page_info(a).pmd_mapped);
+    let in_use = m.kernel.frames_in_use();
+    m.punch_hole(&f, 64 * K, 64 * K).unwrap();
+    assert_eq!(m.kernel.frames_in_use(), in_use - 16, "the 16 pages of the hole were freed");
+    assert!(!p.page_info(a).present, "the split unmapped the whole folio");
+    assert_eq!(byte(&m, &p, a + 200 * K), b'a');
+    assert_eq!(p.page_info(a + 200 * K).folio_order, 4, "pages 48..63 form an order-4 piece");
+    assert_eq!(byte(&m, &p, a + 64 * K), 0);
+    assert_clean(&m);
+}
