@@ -8,8 +8,8 @@
 //! when it fits the VMA and the page table (`finish_fault`).
 //!
 //! Differs from Linux: no `page_mkwrite` (shmem has none), no readahead;
-//! fault-around maps pages one by one within its window (newer kernels map
-//! a whole large folio). A PTE of a shared writable mapping is made
+//! fault-around never skips a folio it cannot lock (Linux does, so it maps
+//! a varying number of pages). A PTE of a shared writable mapping is made
 //! writable at once, as shmem's `vm_page_prot` allows (no write
 //! notification).
 
@@ -209,10 +209,12 @@ fn do_set_pmd(vmf: &VmFault, f: Folio) -> Result<Huge> {
     Ok(Huge::Done)
 }
 
-/// `do_fault_around` + `filemap_map_pages`: maps every page already in the
-/// cache in the aligned block of [`FAULT_AROUND_PAGES`] around the fault,
-/// clipped to the VMA, the page table and the file, where the PTE is none;
-/// returns true if the faulting address got mapped.
+/// `do_fault_around` + `filemap_map_pages`: maps every uptodate page
+/// already in the cache in the aligned block of [`FAULT_AROUND_PAGES`]
+/// around the fault, clipped to the VMA, the page table and the file, where
+/// the PTE is none, each folio's run of pages as one batch (one rmap call,
+/// one reference and RSS update: `filemap_map_folio_range`); returns true
+/// if the faulting address got mapped.
 fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
     let (k, phys, table, vma) = (vmf.k, &vmf.k.phys, vmf.table, vmf.vma);
     let nr = FAULT_AROUND_PAGES;
@@ -228,17 +230,31 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
     let file_pages = inode.nr_pages();
     let _ptl = pte_lockptr(phys, table).lock();
     let mut mapped_fault = false;
-    for i in from..to {
+    let mut i = from;
+    while i < to && index_at(i) < file_pages {
         let index = index_at(i);
-        if index >= file_pages || !load(phys, table, i as usize).is_none() {
+        let Some((f, pfn)) = inode.get_cached(index) else {
+            i += 1;
+            continue;
+        };
+        let f = Folio::from_head(phys, f.pfn);
+        // filemap_map_folio_range(): the folio's pages from here on, within
+        // the window and the file, whose PTEs are none, as one batch.
+        let end = to.min(i + f.nr_pages() - (pfn - f.pfn)).min(i + file_pages - index);
+        let n = (i..end).take_while(|&j| load(phys, table, j as usize).is_none()).count() as u64;
+        if n == 0 {
+            k.folio_put_refs(f, 1);
+            i += 1;
             continue;
         }
-        let Some((f, pfn)) = inode.get_cached(index) else { continue };
-        let f = Folio::from_head(phys, f.pfn);
-        rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, vmf.mm.id);
-        store(phys, table, i as usize, file_pte(vmf, pfn, false));
-        vmf.mm.add_rss(f, 1);
-        mapped_fault |= i == pte_off;
+        f.ref_add(n as i32 - 1);
+        rmap::folio_add_file_rmap(k, f, pfn - f.pfn, n, Level::Pte, vmf.mm.id);
+        for j in 0..n {
+            store(phys, table, (i + j) as usize, file_pte(vmf, pfn + j, false));
+        }
+        vmf.mm.add_rss(f, n as i64);
+        mapped_fault |= (i..i + n).contains(&pte_off);
+        i += n;
     }
     mapped_fault
 }
