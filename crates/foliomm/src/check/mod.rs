@@ -10,6 +10,9 @@
 //! - a writable anon entry maps an AnonExclusive page; an AnonExclusive page
 //!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
 //! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
+//! - hugetlb: a shared PMD table is reached by exactly 1 + its share count
+//!   MMs; the pool's total and free counts match its folios, and its
+//!   reservations do not exceed its free pages;
 //! - shmem page caches hold allocated shmem folios of their inode, each
 //!   once, with one reference per page; a mapped file folio is cached; a
 //!   file's `i_mmap` holds exactly the VMAs that map it;
@@ -22,6 +25,7 @@
 //! [`ledger`] keeps what the page tables cannot tell (GUP references, the
 //! precision report's shadow, [`precision`]).
 
+mod hugetlb;
 pub mod ledger;
 mod page_cache;
 pub mod precision;
@@ -39,10 +43,10 @@ use crate::folio::Folio;
 use crate::kernel::{Incident, Kernel};
 use crate::mapcount::{FolioTruth, MmId};
 use crate::mm_types::{Mm, Vmas};
-use crate::pgtable::{walk_all, Visit};
+use crate::pgtable::{pt_share_count, walk_all, Visit};
 use crate::phys::pg;
 use crate::rmap;
-use crate::shmem::Inode;
+use crate::shmem::{self, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 use ViolationKind::*;
@@ -62,28 +66,29 @@ struct Leaf {
 pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
     let mut bad = Vec::new();
     let cached = page_cache::check_page_caches(m, inodes, &mut bad);
-    let mut tables: HashSet<Pfn> = HashSet::new();
-    let mut leaves = Vec::new();
+    let mut walked = Walked::default();
     let mut linked = HashSet::new();
     for mm in mms {
         let vmas = mm.mmap_read_lock();
         vma::check_vma_tree(mm, &vmas, &mut linked, &mut bad);
-        tables.insert(mm.pgd);
+        walked.tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
-            if !tables.insert(t) {
+            if !walked.tables.insert(t) {
                 let at = Subject::Mm { mm: mm.id, addr: Some(haddr) };
                 let what = format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id);
                 bad.push(Violation::new(PageTable, at, what));
             }
         }
-        let before = leaves.len();
-        walk_tables(m, mm, &mut tables, &mut leaves, &mut bad);
+        let before = walked.leaves.len();
+        walk_tables(m, mm, &mut walked, &mut bad);
         let (mut anon, mut shmem) = (0i64, 0i64);
-        for leaf in &leaves[before..] {
+        for leaf in &walked.leaves[before..] {
             check_leaf(m, &vmas, leaf, &mut bad);
-            if !leaf.pte.special() {
+            let f = Folio::containing(&m.phys, leaf.pte.pfn());
+            // hugetlb pages count in no RSS counter.
+            if !leaf.pte.special() && !f.head().test(pg::HUGETLB) {
                 let n = if leaf.pmd { 1 << PMD_ORDER } else { 1 };
-                match Folio::containing(&m.phys, leaf.pte.pfn()).test_anon() {
+                match f.test_anon() {
                     true => anon += n,
                     false => shmem += n,
                 }
@@ -98,6 +103,8 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
         }
     }
     vma::check_i_mmap(inodes, &linked, &mut bad);
+    hugetlb::check_shared_tables(m, &walked.tables, &walked.shared, &mut bad);
+    let (tables, leaves) = (walked.tables, walked.leaves);
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, ledger, &truth, &cached, &mut bad);
     check_frames(m, ledger, &truth, &cached, &tables, &mut bad);
@@ -117,30 +124,53 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     bad
 }
 
-/// Walks one MM's tables, recording every table frame and every leaf.
-fn walk_tables(m: &Kernel, mm: &Mm, tables: &mut HashSet<Pfn>, leaves: &mut Vec<Leaf>, bad: &mut Vec<Violation>) {
+/// Walks one MM's tables, recording every table frame and every leaf. A
+/// PMD table shared with MMs walked before (hugetlb PMD sharing) is
+/// counted in `shared`, not walked again: its leaves are one set of
+/// mappings, however many MMs reach them.
+fn walk_tables(m: &Kernel, mm: &Mm, walked: &mut Walked, bad: &mut Vec<Violation>) {
     let phys = &m.phys;
     walk_all(phys, mm.pgd, |visit| match visit {
         Visit::Table(t) => {
             let at = Subject::Mm { mm: mm.id, addr: None };
-            if !tables.insert(t) {
-                bad.push(Violation::new(PageTable, at, format!("mm {}: table {t:#x} reachable twice", mm.id)));
-            }
             if !phys.page(t).test(pg::TABLE) {
                 let what = format!("mm {}: frame {t:#x} used as a page table lacks PageTable", mm.id);
                 bad.push(Violation::new(PageTable, at, what));
             }
+            if walked.tables.insert(t) {
+                return true;
+            }
+            if pt_share_count(phys, t).load(Relaxed) > 0 {
+                *walked.shared.entry(t).or_insert(1) += 1;
+            } else {
+                bad.push(Violation::new(PageTable, at, format!("mm {}: table {t:#x} reachable twice", mm.id)));
+            }
+            false
         }
         Visit::HugePmd { addr, pte } => {
-            leaves.push(Leaf { mm: mm.id, addr, pte, pmd: true });
-            let anon = pte.special() || Folio::containing(phys, pte.pfn()).test_anon();
-            if anon != mm.deposits.lock().unwrap().contains_key(&addr) {
-                let what = format!("mm {}: huge PMD at {addr:#x}: a deposited table if and only if anon", mm.id);
+            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pmd: true });
+            let f = Folio::containing(phys, pte.pfn());
+            let deposit = pte.special() || (f.test_anon() && !f.head().test(pg::HUGETLB));
+            if deposit != mm.deposits.lock().unwrap().contains_key(&addr) {
+                let what = format!("mm {}: huge PMD at {addr:#x}: a deposited table if and only if anon THP", mm.id);
                 bad.push(Violation::new(PageTable, Subject::Mm { mm: mm.id, addr: Some(addr) }, what));
             }
+            true
         }
-        Visit::Pte { addr, pte } => leaves.push(Leaf { mm: mm.id, addr, pte, pmd: false }),
+        Visit::Pte { addr, pte } => {
+            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pmd: false });
+            true
+        }
     });
+}
+
+/// What the walks of every MM found: table frames, leaves, and each
+/// shared PMD table with the number of MMs that reach it.
+#[derive(Default)]
+struct Walked {
+    tables: HashSet<Pfn>,
+    leaves: Vec<Leaf>,
+    shared: HashMap<Pfn, i32>,
 }
 
 fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
@@ -257,7 +287,7 @@ fn check_folios(
                 ));
             }
         }
-        let cache_refs = if cached.contains_key(&head) { f.nr_pages() } else { 0 };
+        let cache_refs = if cached.contains_key(&head) { shmem::cache_refs(f) as u64 } else { 0 };
         check_references(ledger, f, total + cache_refs, bad);
         if let Some(shadow) = &ledger.shadow {
             let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
@@ -319,7 +349,7 @@ fn check_frames(
     }
     let zero: HashSet<Pfn> = m.zero_frames().collect();
     let mut pfn = 0;
-    let mut allocated = 0;
+    let (mut allocated, mut hugetlb_folios, mut hugetlb_free) = (0, 0, 0);
     while pfn < n {
         let p = phys.page(pfn);
         if free[pfn as usize] {
@@ -350,10 +380,19 @@ fn check_frames(
             pfn += 1;
             continue;
         }
+        if p.test(pg::HUGETLB) {
+            hugetlb_folios += 1;
+        }
         if !truth.contains_key(&pfn) {
-            if cached.contains_key(&pfn) {
+            if p.test(pg::HUGETLB) && m.is_free_huge_page(pfn) {
+                hugetlb_free += 1;
+                if f.refcount() != 0 {
+                    let what = format!("free huge page {pfn:#x} has refcount {}", f.refcount());
+                    bad.push(Violation::new(Refcount, Subject::Folio(pfn), what));
+                }
+            } else if cached.contains_key(&pfn) {
                 // In a page cache and mapped nowhere.
-                check_references(ledger, f, f.nr_pages(), bad);
+                check_references(ledger, f, shmem::cache_refs(f) as u64, bad);
             } else if ledger.gups_of(pfn) != (0, 0) {
                 // Pinned after its last unmap (the pin keeps it alive).
                 check_references(ledger, f, 0, bad);
@@ -365,6 +404,7 @@ fn check_frames(
         allocated += f.nr_pages();
         pfn += f.nr_pages();
     }
+    hugetlb::check_pool(m, hugetlb_folios, hugetlb_free, bad);
     if allocated + nr_free != n {
         let what = format!("{allocated} allocated + {nr_free} free frames != {n} total");
         bad.push(Violation::new(Allocator, Subject::Machine, what));

@@ -31,7 +31,8 @@ pub(super) fn check_page_caches(
                 push(format!("inode {ino}: index {index} holds pfn {pfn:#x}, which is not an allocated folio"));
                 continue;
             }
-            if f.test_anon() || !head.test(pg::SWAPBACKED) || head.link.load(Relaxed) != ino {
+            let kind = if inode.is_hugetlbfs() { pg::HUGETLB } else { pg::SWAPBACKED };
+            if f.test_anon() || !head.test(kind) || head.link.load(Relaxed) != ino {
                 push(format!("inode {ino}: folio {:#x} at index {index} is not a shmem folio of this inode", f.pfn));
             }
             // The folio's first index: its pages sit at consecutive indexes

@@ -11,6 +11,7 @@
 
 pub mod config;
 mod folio_split;
+pub mod hugetlb_pool;
 pub mod observer;
 mod page_alloc;
 pub mod stats;
@@ -41,6 +42,8 @@ pub struct Kernel {
     huge_zero: Mutex<Option<Option<Pfn>>>,
     /// MM IDs (`mm_ida`).
     pub mm_ids: MmIds,
+    /// The 2 MiB huge page pool.
+    pub hugetlb: hugetlb_pool::HugePool,
     /// "Bad page" reports from frees whose fields were not reset: the folio
     /// and what was wrong with it.
     pub bad_pages: Mutex<Vec<(Pfn, String)>>,
@@ -83,6 +86,7 @@ impl Kernel {
             zero_pfn,
             huge_zero: Mutex::new(None),
             mm_ids: MmIds::new(max_id),
+            hugetlb: hugetlb_pool::HugePool::default(),
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),
             observer,

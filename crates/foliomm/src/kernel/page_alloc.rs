@@ -89,6 +89,9 @@ impl Kernel {
         if !bad.is_empty() {
             self.bad_pages.lock().unwrap().push((f.pfn, bad.join("; ")));
         }
+        if f.head().test(pg::HUGETLB) {
+            return self.free_huge_folio(f);
+        }
         clear_descriptors(f);
         Stats::inc(&self.stats.folio_free[order as usize]);
         self.phys.free_pages(f.pfn, order);

@@ -19,7 +19,7 @@
 use crate::arch::PAGE_SIZE;
 use crate::memory::zap::unmap_page_range;
 use crate::mm_types::{vm, Mm, MmList};
-use crate::shmem::Inode;
+use crate::shmem::{Inode, HPAGE_SIZE};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -32,6 +32,9 @@ impl MmList {
     /// faults mapped meanwhile. EINVAL past the largest
     /// file size.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
+        if inode.is_hugetlbfs() && !size.is_multiple_of(HPAGE_SIZE) {
+            return Err(Errno::EINVAL);
+        }
         let _inode_lock = inode.i_rwsem.lock().unwrap();
         let shrinks = size < inode.size();
         inode.set_size(size)?;

@@ -54,3 +54,11 @@ impl<'a> Ptl<'a> {
         BitSpinLock::lock(self.0, 0)
     }
 }
+
+/// `ptdesc->pt_share_count` of a PMD table (6.13+; a page refcount
+/// before): how many MMs beyond the first map it through their PUD (hugetlb
+/// PMD sharing); 0 when not shared. Kept in the table page's first
+/// design word, which page tables do not otherwise use.
+pub fn pt_share_count(phys: &PhysMem, table: Pfn) -> &crate::sync::atomic::AtomicI32 {
+    &phys.page(table).w[0]
+}

@@ -149,20 +149,20 @@ pub enum Visit {
 }
 
 /// Visits every table and every non-none leaf reachable from `pgd`, in
-/// address order (`walk_page_range` over the whole address space).
-pub fn walk_all(phys: &PhysMem, pgd: Pfn, mut visit: impl FnMut(Visit)) {
+/// address order (`walk_page_range` over the whole address space). The
+/// visitor's answer for a table says whether to walk into it; for a leaf
+/// it is ignored.
+pub fn walk_all(phys: &PhysMem, pgd: Pfn, mut visit: impl FnMut(Visit) -> bool) {
     for i in 0..PTRS_PER_TABLE {
         let pgde = load(phys, pgd, i as usize);
-        if pgde.is_none() {
+        if pgde.is_none() || !visit(Visit::Table(pgde.pfn())) {
             continue;
         }
-        visit(Visit::Table(pgde.pfn()));
         for j in 0..PTRS_PER_TABLE {
             let pude = load(phys, pgde.pfn(), j as usize);
-            if pude.is_none() {
+            if pude.is_none() || !visit(Visit::Table(pude.pfn())) {
                 continue;
             }
-            visit(Visit::Table(pude.pfn()));
             for k in 0..PTRS_PER_TABLE {
                 let addr = (i << PGDIR_SHIFT) | (j << PUD_SHIFT) | (k << PMD_SHIFT);
                 let pmde = load(phys, pude.pfn(), k as usize);
@@ -170,14 +170,16 @@ pub fn walk_all(phys: &PhysMem, pgd: Pfn, mut visit: impl FnMut(Visit)) {
                     continue;
                 }
                 if pmde.huge() {
-                    visit(Visit::HugePmd { addr, pte: pmde });
+                    _ = visit(Visit::HugePmd { addr, pte: pmde });
                     continue;
                 }
-                visit(Visit::Table(pmde.pfn()));
+                if !visit(Visit::Table(pmde.pfn())) {
+                    continue;
+                }
                 for l in 0..PTRS_PER_TABLE {
                     let pte = load(phys, pmde.pfn(), l as usize);
                     if !pte.is_none() {
-                        visit(Visit::Pte { addr: addr | (l << PAGE_SHIFT), pte });
+                        _ = visit(Visit::Pte { addr: addr | (l << PAGE_SHIFT), pte });
                     }
                 }
             }

@@ -30,6 +30,8 @@ pub mod pg {
     /// `PG_uptodate` (of a page-cache folio): its bytes are valid; a
     /// fallocated shmem folio has none until written or faulted.
     pub const UPTODATE: u64 = 1 << 11;
+    /// `PG_hugetlb` (a folio of the hugetlb pool): freed back to the pool.
+    pub const HUGETLB: u64 = 1 << 12;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

@@ -11,6 +11,7 @@
 //! Differs from Linux: no swap, no LRU, no writeback; the inode's bytes
 //! live only in its folios (holes read as zeros).
 
+mod hugetlbfs;
 mod i_mmap;
 mod placement;
 mod rw;
@@ -18,6 +19,7 @@ mod truncate;
 
 use std::collections::BTreeMap;
 
+pub use hugetlbfs::HPAGE_SIZE;
 pub use i_mmap::{FileMapping, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
@@ -44,6 +46,9 @@ pub enum Mount {
     /// advise), and whether the file has a name (`i_nlink > 0`; an
     /// `O_TMPFILE` file has none).
     Tmpfs { huge: ShmemHuge, named: bool },
+    /// A hugetlbfs mount of 2 MiB pages (behind `MAP_HUGETLB` and
+    /// `memfd_create(MFD_HUGETLB)`): folios come from the huge page pool.
+    Hugetlbfs,
 }
 
 /// A shmem inode and its page cache.
@@ -61,6 +66,9 @@ pub struct Inode {
     /// `i_rwsem` (`inode_lock`): serializes writes, fallocate, truncation
     /// and hole punches.
     pub(crate) i_rwsem: Mutex<()>,
+    /// hugetlbfs's `resv_map`: the first page index of each huge page
+    /// reserved for, or instantiated in, the file.
+    resv_map: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for Inode {
@@ -85,6 +93,7 @@ impl Inode {
             i_mmap: IMmap::default(),
             mount,
             i_rwsem: Mutex::new(()),
+            resv_map: Mutex::default(),
         }))
     }
 
@@ -93,6 +102,7 @@ impl Inode {
         match self.mount {
             Mount::Shm => self.k.thp.shmem_enabled(),
             Mount::Tmpfs { huge, .. } => huge,
+            Mount::Hugetlbfs => ShmemHuge::Never,
         }
     }
 
@@ -185,7 +195,7 @@ impl Inode {
         }
         // The cache's references are the allocation's plus one per further
         // page; the folio names its inode; one entry per page it covers.
-        f.ref_add(f.nr_pages() as i32 - 1);
+        f.ref_add(cache_refs(f) - 1);
         f.head().set(pg::SWAPBACKED | pg::DIRTY);
         f.head().link.store(self.ino, Relaxed);
         let first = index & !(f.nr_pages() - 1);
@@ -235,14 +245,20 @@ impl Inode {
 }
 
 impl Drop for Inode {
-    /// `shmem_evict_inode`: the last reference is gone; the cache is emptied.
+    /// `shmem_evict_inode` / `hugetlbfs_evict_inode`: the last reference is
+    /// gone; the cache is emptied and reservations given back.
     fn drop(&mut self) {
-        let pages = std::mem::take(&mut *self.pages.lock().unwrap());
-        let heads: std::collections::BTreeSet<Pfn> =
-            pages.into_values().map(|pfn| Folio::containing(&self.k.phys, pfn).pfn).collect();
-        for head in heads {
-            self.remove_from_cache(head);
-        }
+        self.undo_range(0, u64::MAX);
+    }
+}
+
+/// The references the page cache holds on `f`: one per page, or one for a
+/// hugetlb folio (`__filemap_add_folio`).
+pub fn cache_refs(f: Folio) -> i32 {
+    if f.head().test(pg::HUGETLB) {
+        1
+    } else {
+        f.nr_pages() as i32
     }
 }
 

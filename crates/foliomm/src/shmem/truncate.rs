@@ -11,15 +11,20 @@
 //! pieces the range now covers wholly leave too. A folio that cannot be
 //! split stays whole, zeroed where covered.
 //!
+//! A hugetlbfs file's huge pages are never split: a partly covered one is
+//! only zeroed (`hugetlbfs_zero_partial_page`); the reservations of the
+//! huge pages the range covers wholly are given back.
+//!
 //! Differs from Linux: no folio lock (the cache lock is held throughout);
 //! the split needs the caller to have unmapped the folio first (Linux's
 //! split unmaps it itself).
 
 use std::collections::BTreeSet;
 
-use super::Inode;
+use super::{cache_refs, Inode, Mount};
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
+use crate::phys::pg;
 use crate::rmap::folio_mapcount;
 use crate::sync::atomic::Ordering::Relaxed;
 
@@ -32,8 +37,8 @@ impl Inode {
         let pages = self.pages.lock().unwrap();
         let mut out = Vec::new();
         for (first, f) in self.boundary_folios(&pages, offset, end) {
-            let held = f.nr_pages() as i32 + folio_mapcount(&self.k, f) as i32;
-            if f.is_large() && f.refcount() == held {
+            let held = cache_refs(f) + folio_mapcount(&self.k, f) as i32;
+            if splittable(f) && f.refcount() == held {
                 out.push((first, f.nr_pages()));
             }
         }
@@ -56,7 +61,7 @@ impl Inode {
                 phys.fill(f.pfn + page - first, (at % PAGE_SIZE) as usize, n as usize, 0);
                 at += n;
             }
-            if !f.is_large() || f.refcount() != f.nr_pages() as i32 {
+            if !splittable(f) || f.refcount() != cache_refs(f) {
                 continue;
             }
             self.k.split_unmapped_folio(f, (lo - start) / PAGE_SIZE, 1);
@@ -78,8 +83,12 @@ impl Inode {
         }
         pages.retain(|_, &mut p| !whole.contains(&Folio::containing(phys, p).pfn));
         drop(pages);
+        let freed = whole.len() as u64;
         for head in whole {
             self.remove_from_cache(head);
+        }
+        if self.mount == Mount::Hugetlbfs {
+            self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE, freed);
         }
     }
 
@@ -110,6 +119,11 @@ impl Inode {
     pub(super) fn remove_from_cache(&self, pfn: Pfn) {
         let f = Folio::containing(&self.k.phys, pfn);
         f.head().link.store(0, Relaxed);
-        self.k.folio_put_refs(f, f.nr_pages() as i32);
+        self.k.folio_put_refs(f, cache_refs(f));
     }
+}
+
+/// Whether truncation may split `f`: a large folio, not a hugetlb one.
+fn splittable(f: Folio) -> bool {
+    f.is_large() && !f.head().test(pg::HUGETLB)
 }

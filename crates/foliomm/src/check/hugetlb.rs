@@ -1,0 +1,45 @@
+//! hugetlb invariants: every shared PMD table is reached by exactly one MM
+//! more than its `pt_share_count`; the huge page pool's counts match the
+//! hugetlb folios that exist, free and in use.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Subject, Violation, ViolationKind::Allocator, ViolationKind::PageTable};
+use crate::arch::Pfn;
+use crate::kernel::Kernel;
+use crate::pgtable::pt_share_count;
+use crate::sync::atomic::Ordering::Relaxed;
+
+/// Checks the share count of every table walked against `shared`, the
+/// number of MMs that reached each table reached more than once.
+pub(super) fn check_shared_tables(
+    m: &Kernel,
+    tables: &HashSet<Pfn>,
+    shared: &HashMap<Pfn, i32>,
+    bad: &mut Vec<Violation>,
+) {
+    for &t in tables {
+        let count = pt_share_count(&m.phys, t).load(Relaxed);
+        let reached = shared.get(&t).copied().unwrap_or(1);
+        if reached != count + 1 {
+            let what = format!("PMD table {t:#x}: share count {count}, reached from {reached} MM(s)");
+            bad.push(Violation::new(PageTable, Subject::Frame(t), what));
+        }
+    }
+}
+
+/// Checks the pool's counts against the `folios` hugetlb folios found in
+/// memory, `free` of them on the free list.
+pub(super) fn check_pool(m: &Kernel, folios: u64, free: u64, bad: &mut Vec<Violation>) {
+    let c = m.huge_counts();
+    let mut push = |what: String| bad.push(Violation::new(Allocator, Subject::Machine, what));
+    if c.total != folios {
+        push(format!("the huge page pool counts {} pages, memory holds {folios} hugetlb folios", c.total));
+    }
+    if c.free != free {
+        push(format!("the huge page pool counts {} free pages, {free} hugetlb folios are free", c.free));
+    }
+    if c.resv > c.free {
+        push(format!("{} huge pages reserved, only {} free", c.resv, c.free));
+    }
+}

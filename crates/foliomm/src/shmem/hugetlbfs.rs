@@ -1,0 +1,89 @@
+//! hugetlbfs files (fs/hugetlbfs/inode.c, mm/hugetlb.c): an [`Inode`] on
+//! [`Mount::Hugetlbfs`] whose page cache holds 2 MiB folios of the huge
+//! page pool, with the file's reservation map (`resv_map`).
+//!
+//! A shared mapping reserves, at mmap, every huge page of its range the map
+//! does not already hold (`hugetlb_reserve_pages`); a fault allocating a
+//! page the map holds consumes that promise, and any fault adds its page to
+//! the map. Truncation and hole punches drop the huge pages they cover
+//! wholly and give back the promises of those not instantiated
+//! (`hugetlb_unreserve_pages`).
+//!
+//! Differs from Linux: 2 MiB pages only; no `MAP_NORESERVE`, no subpool
+//! (`size=` mount option) accounting; no `fallocate` preallocation.
+
+use super::{Inode, Mount};
+use crate::arch::{PAGE_SIZE, PMD_ORDER};
+use crate::folio::Folio;
+use crate::phys::pg;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::{Errno, Result};
+
+/// Pages in a huge page.
+const HPAGE_PAGES: u64 = 1 << PMD_ORDER;
+
+impl Inode {
+    /// `hugetlb_reserve_pages` for a shared mapping of file pages
+    /// `first..last` (huge-page aligned): promises every huge page of the
+    /// range not yet in the reservation map. ENOMEM if the pool cannot.
+    pub fn hugetlb_reserve(&self, first: u64, last: u64) -> Result<()> {
+        let mut map = self.resv_map.lock().unwrap();
+        let missing: Vec<u64> = (first..last).step_by(HPAGE_PAGES as usize).filter(|i| !map.contains(i)).collect();
+        self.k.hugetlb_reserve(missing.len() as u64)?;
+        map.extend(missing);
+        Ok(())
+    }
+
+    /// `hugetlb_no_page`'s page-cache part for a shared mapping: the huge
+    /// folio holding page `index`, with a reference for the caller; a new
+    /// one (zeroed, from the pool, a reserved page if the map promised
+    /// one) when the file has none there. SIGBUS past the end of the file
+    /// or when the pool has no page to give.
+    pub fn hugetlb_get_folio(&self, index: u64) -> Result<Folio<'_>> {
+        let first = index & !(HPAGE_PAGES - 1);
+        let mut pages = self.pages.lock().unwrap();
+        if let Some(&pfn) = pages.get(&first) {
+            let f = Folio::from_head(&self.k.phys, pfn);
+            f.ref_add(1);
+            return Ok(f);
+        }
+        if index >= self.nr_pages() {
+            return Err(Errno::SIGBUS);
+        }
+        let mut map = self.resv_map.lock().unwrap();
+        let f = self.k.alloc_hugetlb_folio(map.contains(&first)).map_err(|_| Errno::SIGBUS)?;
+        map.insert(first);
+        (0..HPAGE_PAGES).for_each(|i| self.k.phys.fill(f.pfn + i, 0, PAGE_SIZE as usize, 0));
+        f.head().set(pg::UPTODATE);
+        f.head().link.store(self.ino, Relaxed);
+        for i in 0..HPAGE_PAGES {
+            pages.insert(first + i, f.pfn + i);
+        }
+        // The cache's reference, and the caller's.
+        f.ref_add(1);
+        Ok(f)
+    }
+
+    /// `hugetlb_unreserve_pages` after `freed` huge pages of file pages
+    /// `first..last` left the cache: the huge pages wholly inside leave the
+    /// reservation map, and the promises of those never instantiated go
+    /// back to the pool.
+    pub(super) fn hugetlb_unreserve(&self, first: u64, last: u64, freed: u64) {
+        debug_assert_eq!(self.mount, Mount::Hugetlbfs);
+        let mut map = self.resv_map.lock().unwrap();
+        let gone: Vec<u64> =
+            map.range(first..).take_while(|&&i| i.saturating_add(HPAGE_PAGES) <= last).copied().collect();
+        for i in &gone {
+            map.remove(i);
+        }
+        self.k.hugetlb_unreserve(gone.len() as u64 - freed);
+    }
+
+    /// Whether the file's pages are 2 MiB hugetlb pages.
+    pub fn is_hugetlbfs(&self) -> bool {
+        self.mount == Mount::Hugetlbfs
+    }
+}
+
+/// The size of a hugetlbfs file's pages.
+pub const HPAGE_SIZE: u64 = HPAGE_PAGES * PAGE_SIZE;
