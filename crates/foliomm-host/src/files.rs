@@ -24,6 +24,8 @@ pub fn create_file(kind: FileKind, size: u64) -> Response {
     let fd = match kind {
         // SAFETY: the name is NUL-terminated.
         FileKind::Memfd => unsafe { libc::memfd_create(c"foliomm".as_ptr(), 0) },
+        // SAFETY: the name is NUL-terminated.
+        FileKind::Hugetlbfs => unsafe { libc::memfd_create(c"foliomm".as_ptr(), libc::MFD_HUGETLB) },
         FileKind::Tmpfs { huge, named } => match tmpfs_file(huge, named) {
             Ok(fd) => fd,
             Err(r) => return r,

@@ -247,6 +247,16 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    fn set_hugetlb(&self, pages: u64) -> BackendResult<()> {
+        let path = sysfs::hugetlb_path();
+        sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
+        match sysfs::read_selected(&path).map_err(broken)?.parse::<u64>() {
+            Ok(got) if got == pages => Ok(()),
+            Ok(got) => Err(StepError::Unsupported(format!("the host kernel gave only {got} of {pages} huge pages"))),
+            Err(e) => Err(broken(format!("{path}: {e}"))),
+        }
+    }
+
     fn spawn(&self, proc: &str) -> BackendResult<()> {
         let mut child = None;
         let conn = self.connect(proc, || {
@@ -310,8 +320,8 @@ impl Backend for HostBackend {
     }
 
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
-        let MmapRequest { at, len, prot, fixed, populate, shared, file } = req;
-        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, file })
+        let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, file } = req;
+        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, hugetlb, file })
     }
 
     fn create_file(&self, t: Thread, kind: FileKind, size: u64) -> BackendResult<u64> {

@@ -18,6 +18,7 @@ pub enum Request {
         fixed: bool,
         populate: bool,
         shared: bool,
+        hugetlb: bool,
         /// A file descriptor and a byte offset; anonymous memory if none.
         file: Option<(u64, u64)>,
     },

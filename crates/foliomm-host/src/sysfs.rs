@@ -1,4 +1,5 @@
-//! THP settings in `/sys/kernel/mm/transparent_hugepage`, changed only with a
+//! THP settings in `/sys/kernel/mm/transparent_hugepage` and the huge page
+//! pool's size, changed only with a
 //! record of the old value, and put back when the backend is dropped, when the
 //! process is interrupted (SIGINT, SIGTERM, SIGHUP), or by [`restore_all`].
 
@@ -12,13 +13,21 @@ pub const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 static SAVED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 static SIGNALS: Once = Once::new();
 
-/// The selected value of a sysfs "a [b] c" file.
+/// The selected value of a sysfs "a [b] c" file, or the value of a file
+/// holding one word (`nr_hugepages`).
 pub fn read_selected(path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    text.split_whitespace()
-        .find(|w| w.starts_with('['))
-        .map(|w| w.trim_matches(['[', ']']).to_string())
-        .ok_or_else(|| format!("cannot parse {path}: '{}'", text.trim()))
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.iter().find(|w| w.starts_with('[')) {
+        Some(w) => Ok(w.trim_matches(['[', ']']).to_string()),
+        None if words.len() == 1 => Ok(words[0].to_string()),
+        None => Err(format!("cannot parse {path}: '{}'", text.trim())),
+    }
+}
+
+/// The 2 MiB huge page pool's size.
+pub fn hugetlb_path() -> String {
+    "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages".to_string()
 }
 
 /// Writes `value` to `path`, remembering the old value the first time.

@@ -80,8 +80,16 @@ impl Observation {
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
     /// mapcount, refcount, AnonExclusive, "maybe shared" or the policy guess).
-    pub const MODEL_FIELDS: &'static [&'static str] =
-        &["writable", "mapcount", "folio_mapcount", "refcount", "anon_exclusive", "maybe_shared", "likely_shared"];
+    pub const MODEL_FIELDS: &'static [&'static str] = &[
+        "writable",
+        "mapcount",
+        "folio_mapcount",
+        "refcount",
+        "anon_exclusive",
+        "maybe_shared",
+        "likely_shared",
+        "pmd_shared",
+    ];
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
@@ -115,6 +123,7 @@ impl Observation {
             "anon_exclusive" => p.anon_exclusive as u64,
             "maybe_shared" => p.maybe_shared as u64,
             "likely_shared" => p.likely_shared as u64,
+            "pmd_shared" => p.pmd_shared as u64,
             _ => return None,
         })
     }
@@ -179,6 +188,8 @@ pub enum FileKind {
     /// A file on a tmpfs mount of its own with option `huge=`; `named`
     /// false for an `O_TMPFILE` file, which has no name.
     Tmpfs { huge: ShmemHuge, named: bool },
+    /// `memfd_create(MFD_HUGETLB)`: a hugetlbfs file of 2 MiB pages.
+    Hugetlbfs,
 }
 
 /// An `mmap` call: `at` is a hint, or the exact place with `fixed`; `file`
@@ -191,13 +202,15 @@ pub struct MmapRequest {
     pub fixed: bool,
     pub populate: bool,
     pub shared: bool,
+    /// `MAP_HUGETLB`.
+    pub hugetlb: bool,
     pub file: Option<(u64, u64)>,
 }
 
 impl MmapRequest {
     /// Private anonymous memory of `len` bytes anywhere.
     pub fn anon(len: u64, prot: Prot) -> MmapRequest {
-        MmapRequest { at: None, len, prot, fixed: false, populate: false, shared: false, file: None }
+        MmapRequest { at: None, len, prot, fixed: false, populate: false, shared: false, hugetlb: false, file: None }
     }
 }
 
@@ -218,6 +231,9 @@ pub trait Backend: Send + Sync {
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
     /// Applies shmem THP settings (`shmem_enabled`, and modes per folio order).
     fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()>;
+    /// Sets the 2 MiB huge page pool's size (`nr_hugepages`); the backend
+    /// cannot if it gets fewer pages.
+    fn set_hugetlb(&self, pages: u64) -> BackendResult<()>;
     /// Creates a process with an empty address space and one thread (0).
     fn spawn(&self, proc: &str) -> BackendResult<()>;
     /// Creates thread `t.tid` in process `t.proc`, sharing its address space

@@ -131,6 +131,13 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
+    fn set_hugetlb(&self, pages: u64) -> BackendResult<()> {
+        match self.m().kernel.set_nr_hugepages(pages) {
+            got if got == pages => Ok(()),
+            got => Err(StepError::Unsupported(format!("the model's memory holds only {got} of {pages} huge pages"))),
+        }
+    }
+
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
         let m = self.m();
         if let Some(e) = enabled {
@@ -186,7 +193,8 @@ impl Backend for ModelBackend {
     }
 
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
-        let flags = MmapFlags { fixed: req.fixed, populate: req.populate, noreplace: false, shared: req.shared };
+        let (fixed, populate, shared, hugetlb) = (req.fixed, req.populate, req.shared, req.hugetlb);
+        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb };
         let file = match req.file {
             Some((h, off)) => Some((self.file(h)?, off)),
             None => None,
@@ -199,6 +207,7 @@ impl Backend for ModelBackend {
         let inode = match kind {
             FileKind::Memfd => self.m().memfd_create(size)?,
             FileKind::Tmpfs { huge, named } => self.m().tmpfs_create(size, huge, named)?,
+            FileKind::Hugetlbfs => self.m().hugetlbfs_create(size)?,
         };
         let h = inode.ino;
         self.files.lock().unwrap().insert(h, inode);
@@ -331,6 +340,12 @@ impl Backend for ModelBackend {
         };
         let mut c = m.stats.snapshot();
         c.push(("frames_in_use".into(), m.frames_in_use()));
+        let h = m.huge_counts();
+        c.extend([
+            ("hugepages_total".into(), h.total),
+            ("hugepages_free".into(), h.free),
+            ("hugepages_rsvd".into(), h.resv),
+        ]);
         c
     }
 

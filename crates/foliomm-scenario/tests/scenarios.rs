@@ -16,10 +16,10 @@ fn run_src(src: &str) -> foliomm_scenario::Outcome {
     run(&steps, &mut ModelBackend::new(), RunOptions { check: true })
 }
 
-/// Every shipped scenario file (scenarios/, cow/, threads/, shmem/), sorted.
+/// Every shipped scenario file (scenarios/, cow/, threads/, shmem/, hugetlb/), sorted.
 fn shipped() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for dir in ["", "cow", "threads", "shmem"].map(|d| scenario_dir().join(d)) {
+    for dir in ["", "cow", "threads", "shmem", "hugetlb"].map(|d| scenario_dir().join(d)) {
         let found = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
         files.extend(found.filter(|p| p.extension().is_some_and(|e| e == "fmm")));
     }

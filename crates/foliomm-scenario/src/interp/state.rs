@@ -272,6 +272,10 @@ impl<'b> State<'b> {
                 self.backend.set_thp(*enabled, sizes)?;
                 Ok("thp set".into())
             }
+            Cmd::SetHugetlb { pages } => {
+                self.backend.set_hugetlb(*pages)?;
+                Ok(format!("{pages} huge pages"))
+            }
             Cmd::SetShmem { enabled, sizes } => {
                 self.backend.set_shmem(*enabled, sizes)?;
                 Ok("shmem set".into())

@@ -40,6 +40,10 @@ pub enum Cmd {
         enabled: Option<ShmemHuge>,
         sizes: Vec<(u32, ShmemMode)>,
     },
+    /// `set hugetlb pages=N`: `nr_hugepages` of the 2 MiB pool.
+    SetHugetlb {
+        pages: u64,
+    },
     SetCheck(bool),
     /// Start timing the following steps (`measure NAME`).
     Measure(String),
@@ -65,8 +69,10 @@ pub enum Cmd {
         /// The file mapped (`file F`), from byte `offset`; anonymous if none.
         file: Option<String>,
         offset: u64,
+        /// `MAP_HUGETLB` (`hugetlb`).
+        hugetlb: bool,
     },
-    /// `NAME = memfd SIZE` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
+    /// `NAME = memfd SIZE [hugetlb]` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
     /// new shmem file (`memfd_create`, or a file on a tmpfs mount of its
     /// own, + `ftruncate`), its descriptor inherited by children forked
     /// later.

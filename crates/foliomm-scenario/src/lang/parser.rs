@@ -155,9 +155,17 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 "thp" => parse_thp(l),
                 "shmem" => parse_shmem(l),
+                "hugetlb" => {
+                    let col = l.col();
+                    let t = l.next("pages=N")?;
+                    match t.strip_prefix("pages=").and_then(parse_size) {
+                        Some(pages) => Ok(Cmd::SetHugetlb { pages }),
+                        None => l.err(col, format!("expected pages=N (the 2 MiB pool's nr_hugepages), found '{t}'")),
+                    }
+                }
                 t => l.err(
                     col,
-                    format!("expected a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, shmem, check), found '{t}'"),
+                    format!("expected a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
                 ),
             }
         }

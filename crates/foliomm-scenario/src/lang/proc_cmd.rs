@@ -20,13 +20,14 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             "mmap" => {
                 let len = l.size("a length")?;
                 let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
-                let (mut shared, mut file, mut offset) = (false, None, 0);
+                let (mut shared, mut file, mut offset, mut hugetlb) = (false, None, 0, false);
                 while let Some(t) = l.peek() {
                     match t {
                         _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
                         "populate" => populate = true,
                         "fixed" => fixed = true,
                         "shared" => shared = true,
+                        "hugetlb" => hugetlb = true,
                         "anon" | "private" => {}
                         "file" => {
                             l.pos += 1;
@@ -60,7 +61,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                         _ => {
                             return l.err(
                                 l.col(),
-                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
+                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, hugetlb, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
                             )
                         }
                     }
@@ -75,9 +76,13 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 if offset != 0 && file.is_none() {
                     return l.err(col, "'offset' needs 'file F'");
                 }
-                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset })
+                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb })
             }
-            "memfd" => Ok(Cmd::CreateFile { name, size: l.size("a file size")?, kind: FileKind::Memfd }),
+            "memfd" => {
+                let size = l.size("a file size")?;
+                let kind = if l.eat("hugetlb") { FileKind::Hugetlbfs } else { FileKind::Memfd };
+                Ok(Cmd::CreateFile { name, size, kind })
+            }
             "tmpfs" => {
                 let size = l.size("a file size")?;
                 let (mut huge, mut named) = (ShmemHuge::Never, true);

@@ -289,7 +289,7 @@ fn check_folios(
         }
         let cache_refs = if cached.contains_key(&head) { shmem::cache_refs(f) as u64 } else { 0 };
         check_references(ledger, f, total + cache_refs, bad);
-        if let Some(shadow) = &ledger.shadow {
+        if let Some(shadow) = ledger.shadow.as_ref().filter(|_| !f.head().test(pg::HUGETLB)) {
             let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
             let have = shadow.of(head);
             if have != want {

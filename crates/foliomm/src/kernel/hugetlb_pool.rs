@@ -30,8 +30,21 @@ pub struct HugeCounts {
 }
 
 /// The pool; see the module documentation.
-#[derive(Default)]
-pub struct HugePool(Mutex<Pool>);
+pub struct HugePool {
+    pool: Mutex<Pool>,
+    /// `hugetlb_fault_mutex_table`: faults, allocations and removals of one
+    /// file page are serialized by the mutex its (mapping, index) hashes to.
+    fault_mutexes: Vec<Mutex<()>>,
+}
+
+impl Default for HugePool {
+    fn default() -> HugePool {
+        HugePool { pool: Mutex::default(), fault_mutexes: (0..FAULT_MUTEXES).map(|_| Mutex::new(())).collect() }
+    }
+}
+
+/// Fault mutexes: a power of two (Linux: 8 per possible CPU, rounded up).
+const FAULT_MUTEXES: usize = 64;
 
 #[derive(Default)]
 struct Pool {
@@ -46,7 +59,7 @@ impl Kernel {
     /// freeing free pages not promised to a mapping. Returns the size
     /// reached, which may fall short as in Linux.
     pub fn set_nr_hugepages(&self, want: u64) -> u64 {
-        let mut pool = self.hugetlb.0.lock().unwrap();
+        let mut pool = self.hugetlb.pool.lock().unwrap();
         while pool.total < want {
             let Ok(f) = self.alloc_folio(PMD_ORDER) else { break };
             f.head().set(pg::HUGETLB);
@@ -67,14 +80,14 @@ impl Kernel {
 
     /// The pool's counts.
     pub fn huge_counts(&self) -> HugeCounts {
-        let pool = self.hugetlb.0.lock().unwrap();
+        let pool = self.hugetlb.pool.lock().unwrap();
         HugeCounts { total: pool.total, free: pool.free.len() as u64, resv: pool.resv }
     }
 
     /// `hugetlb_acct_memory(delta > 0)`: promises `n` free pages to a
     /// mapping; ENOMEM if fewer than `n` free pages are unpromised.
     pub fn hugetlb_reserve(&self, n: u64) -> Result<(), Errno> {
-        let mut pool = self.hugetlb.0.lock().unwrap();
+        let mut pool = self.hugetlb.pool.lock().unwrap();
         if (pool.free.len() as u64) < pool.resv + n {
             return Err(Errno::ENOMEM);
         }
@@ -84,7 +97,7 @@ impl Kernel {
 
     /// Takes back `n` promises (`hugetlb_acct_memory(delta < 0)`).
     pub fn hugetlb_unreserve(&self, n: u64) {
-        let mut pool = self.hugetlb.0.lock().unwrap();
+        let mut pool = self.hugetlb.pool.lock().unwrap();
         assert!(n <= pool.resv, "unreserving {n} of {} reserved huge pages", pool.resv);
         pool.resv -= n;
     }
@@ -93,7 +106,7 @@ impl Kernel {
     /// bytes not cleared; `reserved` consumes a promise made earlier,
     /// otherwise only an unpromised page will do. ENOMEM if none.
     pub fn alloc_hugetlb_folio(&self, reserved: bool) -> Result<Folio<'_>, Errno> {
-        let mut pool = self.hugetlb.0.lock().unwrap();
+        let mut pool = self.hugetlb.pool.lock().unwrap();
         let unpromised = pool.free.len() as u64 - pool.resv;
         if !reserved && unpromised == 0 {
             return Err(Errno::ENOMEM);
@@ -114,11 +127,18 @@ impl Kernel {
         let head = f.head();
         head.flags.store(pg::HEAD | pg::HUGETLB, Relaxed);
         head.link.store(0, Relaxed);
-        self.hugetlb.0.lock().unwrap().free.push(f.pfn);
+        self.hugetlb.pool.lock().unwrap().free.push(f.pfn);
+    }
+
+    /// `hugetlb_fault_mutex_hash` + the table: the mutex of page `index`
+    /// of the file with inode number `ino`.
+    pub fn hugetlb_fault_mutex(&self, ino: u64, index: u64) -> &Mutex<()> {
+        let h = (ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ index).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        &self.hugetlb.fault_mutexes[(h >> 58) as usize % FAULT_MUTEXES]
     }
 
     /// Whether `pfn` heads a free pool page (for the checker).
     pub fn is_free_huge_page(&self, pfn: Pfn) -> bool {
-        self.hugetlb.0.lock().unwrap().free.contains(&pfn)
+        self.hugetlb.pool.lock().unwrap().free.contains(&pfn)
     }
 }

@@ -83,6 +83,15 @@ impl Machine {
         self.mms.new_inode(&self.kernel, size, Mount::Tmpfs { huge, named })
     }
 
+    /// A new hugetlbfs file of `size` bytes (`memfd_create(MFD_HUGETLB)` +
+    /// `ftruncate`); EINVAL unless `size` is a multiple of 2 MiB.
+    pub fn hugetlbfs_create(&self, size: u64) -> Result<Arc<Inode>> {
+        if !size.is_multiple_of(crate::shmem::HPAGE_SIZE) {
+            return Err(Errno::EINVAL);
+        }
+        self.mms.new_inode(&self.kernel, size, Mount::Hugetlbfs)
+    }
+
     /// `ftruncate(fd, size)` of a shmem file (see [`MmList::truncate`]).
     pub fn ftruncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
         self.mms.truncate(inode, size)

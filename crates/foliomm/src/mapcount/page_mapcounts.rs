@@ -36,7 +36,17 @@ impl PageMapcounts {
     /// too, as Linux 6.1 counts it for a file THP (`page_add_file_rmap`
     /// with `compound`: the `subpage` design).
     pub(super) fn pmd_in_pages(&self, f: Folio) -> bool {
-        !f.test_anon() && self.f.total == Total::None && !self.f.nr_pages_mapped
+        !f.test_anon() && !is_hugetlb(f) && self.f.total == Total::None && !self.f.nr_pages_mapped
+    }
+
+    /// `hugetlb_add_file_rmap` / `hugetlb_remove_rmap`: a hugetlb folio
+    /// counts its mappings in `_entire_mapcount` and `_large_mapcount`
+    /// only: no MM IDs, no `_nr_pages_mapped`, no page counts.
+    fn hugetlb_add(&self, f: Folio, delta: i32) {
+        w(f, field::ENTIRE).fetch_add(delta, Relaxed);
+        if self.f.total == Total::All {
+            w(f, field::TOTAL).fetch_add(delta, Relaxed);
+        }
     }
 
     /// The value `field::TOTAL` starts from.
@@ -112,6 +122,9 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn add_new(&self, f: Folio, level: Level, mm: MmId) {
+        if is_hugetlb(f) {
+            return self.hugetlb_add(f, 1);
+        }
         let nr = f.nr_pages() as i32;
         let (entire, nr_mapped, all, ptes) = match level {
             Level::Pte => {
@@ -145,6 +158,10 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Cost {
+        if is_hugetlb(f) {
+            self.hugetlb_add(f, 1);
+            return Cost { rmw: 1 + (self.f.total == Total::All) as u64, lines: 1, ..Cost::default() };
+        }
         let lock = self.lock(f);
         let mut extra = Cost::default();
         let entered = match level {
@@ -192,6 +209,12 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+        if is_hugetlb(f) {
+            self.hugetlb_add(f, -1);
+            let unmapped = if self.entire_mapcount(f) == 0 { f.nr_pages() } else { 0 };
+            let cost = Cost { rmw: 1 + (self.f.total == Total::All) as u64, lines: 1, ..Cost::default() };
+            return Removed { unmapped_pages: unmapped, cost, ..Removed::default() };
+        }
         let lock = self.lock(f);
         let lock_spins = lock.as_ref().map_or(0, |l| l.spins());
         let nr_mapped = w(f, field::NR_PAGES_MAPPED);
@@ -276,6 +299,9 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn maybe_mapped_shared(&self, f: Folio) -> bool {
+        if is_hugetlb(f) {
+            return self.mapcount(f) > 1;
+        }
         if self.f.rmap_sums.is_some() {
             return self.mapcount(f) > 1 && self.sole_owner(f).is_none();
         }
@@ -323,4 +349,9 @@ impl MapcountDesign for PageMapcounts {
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String> {
         self.verify_fields(f, truth)
     }
+}
+
+/// Whether `f` is a hugetlb folio (`folio_test_hugetlb`).
+pub(super) fn is_hugetlb(f: Folio) -> bool {
+    f.head().test(crate::phys::pg::HUGETLB)
 }

@@ -36,6 +36,10 @@ impl PageMapcounts {
         if entire != truth.pmd {
             bad.push(format!("entire mapcount {entire}, page tables say {}", truth.pmd));
         }
+        if super::page_mapcounts::is_hugetlb(f) {
+            // Only the entire and large mapcounts count hugetlb mappings.
+            return bad;
+        }
         let mut pages_mapped = 0;
         let pmd_in_pages = if self.pmd_in_pages(f) { truth.pmd } else { 0 };
         for (i, &n) in truth.pte.iter().enumerate() {

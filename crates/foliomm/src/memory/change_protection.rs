@@ -3,11 +3,12 @@
 //! (`can_change_pte_writable`); PROT_NONE entries lose PRESENT and gain
 //! PROTNONE (`pte_modify`).
 
-use crate::arch::{pmd_addr_end, pte_index, PAGE_SIZE};
+use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{load, pte_lockptr, store, walk_pmd};
+use crate::tlb::MmuGather;
 
 /// `change_protection` over one VMA whose flags were just changed. Returns
 /// whether any entry changed (the caller then flushes the TLB).
@@ -16,7 +17,15 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
     let mut changed = false;
     let (start, end) = (vma.start(), vma.end());
     let mut addr = start;
+    let mut tlb = MmuGather::new(k, &mm.tlb, false);
     while addr < end {
+        // hugetlb_change_protection(): a shared PMD table is let go of; the
+        // pages refault with the new protection.
+        if vma.is_hugetlb() && super::hugetlb::huge_pmd_unshare(k, mm, &mut tlb, addr) {
+            addr = pud_addr_end(addr, end);
+            changed = true;
+            continue;
+        }
         let next = pmd_addr_end(addr, end);
         let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else {
             addr = next;

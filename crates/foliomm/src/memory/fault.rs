@@ -70,8 +70,11 @@ pub fn handle_mm_fault(mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()>
 pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let k = &*mm.kernel;
     Stats::inc(&k.stats.pgfault);
-    let r = __handle_mm_fault(k, mm, vma, addr, kind);
-    if r.is_err() {
+    let r = match vma.is_hugetlb() {
+        true => super::hugetlb::hugetlb_fault(mm, vma, addr, kind),
+        false => __handle_mm_fault(k, mm, vma, addr, kind),
+    };
+    if r == Err(crate::Errno::ENOMEM) {
         Stats::inc(&k.stats.oom);
     }
     r

@@ -10,11 +10,20 @@ use crate::arch::{
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats, ZapStrategy};
 use crate::mapcount::Level;
-use crate::mm_types::{Mm, Vmas};
+use crate::mm_types::{Mm, Vma, Vmas};
 use crate::pgtable::{folio_pte_batch, load, pte_lockptr, slot, store, walk_pmd};
 use crate::rmap;
 use crate::sync::atomic::Ordering::AcqRel;
 use crate::tlb::MmuGather;
+
+/// `unmap_single_vma`: [`unmap_page_range`] over `[start, end)` of the VMA
+/// `v`; for a hugetlb VMA under its file's `i_mmap_rwsem` held for write
+/// (`hugetlb_zap_begin`), as unsharing a PMD table needs.
+pub(crate) fn unmap_vma_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, v: &Vma, start: u64, end: u64) {
+    let file = v.file().filter(|_| v.is_hugetlb());
+    let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
+    unmap_page_range(k, mm, tlb, start, end, false);
+}
 
 /// `unmap_page_range` over `[start, end)` of `mm`: huge PMDs covered whole are
 /// zapped as one, partially covered ones are split first. With `skip_cows`
@@ -23,6 +32,12 @@ use crate::tlb::MmuGather;
 pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: u64, end: u64, skip_cows: bool) {
     let mut addr = start;
     while addr < end {
+        // A shared hugetlb PMD table is only let go of (the caller holds
+        // the file's i_mmap_rwsem for write).
+        if super::hugetlb::huge_pmd_unshare(k, mm, tlb, addr) {
+            addr = pud_addr_end(addr, end);
+            continue;
+        }
         let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
             addr = pud_addr_end(addr, end);
             continue;

@@ -3,6 +3,7 @@
 
 use crate::kernel::Stats;
 use crate::memory::copy_page_range::CopyVma;
+use crate::memory::hugetlb::copy_hugetlb_page_range;
 use crate::mm_types::{vm, Mm};
 use crate::sync::Arc;
 use crate::Result;
@@ -26,9 +27,15 @@ impl Mm {
                 // Linked (to its file) before its PTEs exist, after the
                 // parent's VMA, as dup_mmap does.
                 cvmas.insert(c.clone());
+                // copy_page_range() → vma_needs_copy(): only a VMA with an
+                // anon_vma (hugetlb ones too); the rest refault.
                 if v.anon_vma() != 0 {
                     c.anon_vma.set(k.new_anon_vma());
-                    CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
+                    if v.is_hugetlb() {
+                        copy_hugetlb_page_range(k, &child, self, &c, v)?;
+                    } else {
+                        CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
+                    }
                 }
             }
             Ok(())

@@ -3,7 +3,7 @@
 
 use super::range_end;
 use super::vma::merge_around;
-use crate::memory::zap::unmap_page_range;
+use crate::memory::zap::unmap_vma_range;
 use crate::mm_types::{vm, Mm};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -48,7 +48,7 @@ impl Mm {
             let k = &*self.kernel;
             let mut tlb = MmuGather::new(k, &self.tlb, false);
             for v in vmas.overlapping(addr, end) {
-                unmap_page_range(k, self, &mut tlb, v.start().max(addr), v.end().min(end), false);
+                unmap_vma_range(k, self, &mut tlb, v, v.start().max(addr), v.end().min(end));
             }
             return if vmas.covers(addr, end) { Ok(()) } else { Err(Errno::ENOMEM) };
         }

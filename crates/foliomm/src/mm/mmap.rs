@@ -6,10 +6,10 @@ use super::vma::merge_around;
 use super::{page_align, range_end};
 use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::memory::handle_mm_fault;
-use crate::memory::zap::{free_pgtables, unmap_page_range};
+use crate::memory::zap::{free_pgtables, unmap_vma_range};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
-use crate::shmem::{Inode, Mount};
+use crate::shmem::{Inode, Mount, HPAGE_SIZE};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -26,6 +26,9 @@ pub struct MmapFlags {
     /// `MAP_SHARED` (else `MAP_PRIVATE`): writes reach the file and every
     /// other mapping of it; anonymous shared memory is a new shmem file.
     pub shared: bool,
+    /// `MAP_HUGETLB`: anonymous memory of 2 MiB hugetlb pages (a new
+    /// hugetlbfs file); a hugetlbfs file's mappings are hugetlb anyway.
+    pub hugetlb: bool,
 }
 
 /// Lowest address mmap hands out (`mmap_min_addr`).
@@ -62,13 +65,22 @@ impl Mm {
         if len > TASK_SIZE {
             return Err(Errno::ENOMEM);
         }
-        let anon_inode = match file.is_none() && flags.shared {
-            true => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Shm)?),
-            false => None,
+        // hugetlb: whole huge pages at huge-page-aligned addresses and
+        // offsets (hugetlbfs_file_mmap, hugetlb_get_unmapped_area).
+        let huge = flags.hugetlb || file.is_some_and(|(f, _)| f.is_hugetlbfs());
+        let len = if huge { len.checked_next_multiple_of(HPAGE_SIZE).ok_or(Errno::ENOMEM)? } else { len };
+        let unit = if huge { HPAGE_SIZE } else { PAGE_SIZE };
+        if (flags.fixed || flags.noreplace) && !addr.is_multiple_of(unit) {
+            return Err(Errno::EINVAL);
+        }
+        let anon_inode = match (file.is_none(), huge, flags.shared) {
+            (true, true, _) => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Hugetlbfs)?),
+            (true, false, true) => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Shm)?),
+            _ => None,
         };
         let file = file.or(anon_inode.as_ref().map(|inode| (inode, 0)));
         if let Some((_, offset)) = file {
-            if offset % PAGE_SIZE != 0 || offset.checked_add(len).is_none_or(|e| e > crate::shmem::MAX_FILE_SIZE) {
+            if offset % unit != 0 || offset.checked_add(len).is_none_or(|e| e > crate::shmem::MAX_FILE_SIZE) {
                 return Err(Errno::EINVAL);
             }
         }
@@ -96,6 +108,7 @@ impl Mm {
                 // thp_get_unmapped_area(), when the length is a multiple of
                 // 2 MiB and no hint was given.
                 let (align, offset) = match file {
+                    Some(_) if huge => (HPAGE_SIZE, 0),
                     Some((inode, off)) => inode
                         .unmapped_area_alignment(anon_inode.is_some(), off / PAGE_SIZE, len)
                         .unwrap_or((PAGE_SIZE, 0)),
@@ -106,7 +119,12 @@ impl Mm {
             }
         };
         let shared = if flags.shared { vm::SHARED } else { 0 };
-        let flags_vm = prot.0 & vm::PROT_MASK | shared;
+        let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB } else { 0 };
+        // hugetlb_reserve_pages(): a shared mapping's huge pages are
+        // promised now, or the mmap fails.
+        if let Some((inode, offset)) = file.filter(|_| huge && flags.shared) {
+            inode.hugetlb_reserve(offset / PAGE_SIZE, (offset + len) / PAGE_SIZE)?;
+        }
         let vma = match file {
             Some((inode, offset)) => vmas.alloc(start, start + len, flags_vm, offset / PAGE_SIZE, Some(inode.clone())),
             None => vmas.alloc(start, start + len, flags_vm, start / PAGE_SIZE, None),
@@ -155,7 +173,7 @@ impl Mm {
         let k = &*self.kernel;
         let mut tlb = MmuGather::new(k, &self.tlb, true);
         for v in &all {
-            unmap_page_range(k, self, &mut tlb, v.start(), v.end(), false);
+            unmap_vma_range(k, self, &mut tlb, v, v.start(), v.end());
         }
         free_pgtables(k, self, &vmas, &mut tlb, 0, TASK_SIZE);
         all.into_iter().for_each(|v| vmas.free(v));

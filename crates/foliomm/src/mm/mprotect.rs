@@ -2,7 +2,7 @@
 //! ([`crate::memory::change_protection`]).
 
 use super::range_end;
-use super::vma::merge_around;
+use super::vma::{hugetlb_may_split, merge_around};
 use crate::memory::change_protection::change_protection;
 use crate::mm_types::{vm, Mm, Prot};
 use crate::{Errno, Result};
@@ -20,6 +20,9 @@ impl Mm {
         if !vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }
+        if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
+            return Err(Errno::EINVAL);
+        }
         self.split_vma(&mut vmas, addr);
         self.split_vma(&mut vmas, end);
         let mut changed = false;
@@ -28,6 +31,9 @@ impl Mm {
             if flags != v.flags() {
                 vmas.start_write(v);
                 v.set_flags(flags);
+                // hugetlb_change_protection() unshares under i_mmap_rwsem.
+                let file = v.file().filter(|_| v.is_hugetlb());
+                let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
                 changed |= change_protection(&self.kernel, self, v);
             }
         }

@@ -34,6 +34,10 @@ impl Mm {
         }
         let mut vmas = self.mmap_write_lock();
         let vma = vmas.find(old).cloned().ok_or(Errno::EFAULT)?;
+        if vma.is_hugetlb() {
+            // Differs from Linux, which moves hugetlb mappings in huge-page units.
+            return Err(Errno::EINVAL);
+        }
         let vma_end = vma.end();
         if old_end > vma_end {
             return Err(Errno::EFAULT);

@@ -4,7 +4,7 @@
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::mm_types::Mm;
-use crate::pgtable::leaf_slot;
+use crate::pgtable::{leaf_slot, pt_share_count};
 use crate::rmap;
 
 impl Mm {
@@ -33,6 +33,7 @@ impl Mm {
         info.present = true;
         info.pfn = pfn;
         info.pmd_mapped = huge;
+        info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
         info.zero_page = f.is_zero_page();
         info.anon = f.test_anon();
@@ -49,6 +50,11 @@ impl Mm {
             let judged = if huge { 0 } else { i };
             info.exclusive = rmap::page_mapcount(k, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(k, f);
+            if f.head().test(crate::phys::pg::HUGETLB) {
+                // pagemap_hugetlb_range(): exclusive unless maybe mapped
+                // shared or in a shared PMD table.
+                info.exclusive = !info.maybe_shared && !info.pmd_shared;
+            }
             info.likely_shared = rmap::folio_likely_mapped_shared(k, f, i);
             if judge && f.is_large() {
                 k.observe(|o| o.shared_answered(k, f, info.maybe_shared, info.likely_shared));
@@ -109,6 +115,10 @@ pub struct PageInfo {
     pub maybe_shared: bool,
     /// The era's policy guess "mapped shared" (`folio_likely_mapped_shared`).
     pub likely_shared: bool,
+    /// The huge entry sits in a PMD table shared with other MMs (hugetlb
+    /// PMD sharing).
+    #[serde(default)]
+    pub pmd_shared: bool,
 }
 
 /// smaps-style sums over a range, in KiB.

@@ -19,7 +19,7 @@
 use crate::arch::PAGE_SIZE;
 use crate::memory::zap::unmap_page_range;
 use crate::mm_types::{vm, Mm, MmList};
-use crate::shmem::{Inode, HPAGE_SIZE};
+use crate::shmem::{FileMapping, Inode, HPAGE_SIZE};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -88,8 +88,20 @@ impl MmList {
         // MMs are let go after the walk: dropping the last reference to one
         // exits it, which unlinks its VMAs.
         let mut mms = Vec::new();
-        let i_mmap = inode.i_mmap.read();
-        for m in i_mmap.iter() {
+        // hugetlb_vmdelete_list() holds it for write: unsharing needs that.
+        if inode.is_hugetlbfs() {
+            let i_mmap = inode.i_mmap.write();
+            self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
+        } else {
+            let i_mmap = inode.i_mmap.read();
+            self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
+        }
+    }
+
+    /// Zaps in each of `mappings` the pages that map file pages
+    /// `first..last`; the MMs it zapped in go to `mms`.
+    fn zap_mappings(&self, mappings: &[FileMapping], first: u64, last: u64, even_cows: bool, mms: &mut Vec<Arc<Mm>>) {
+        for m in mappings {
             let Some((start, end)) = m.addresses(first, last) else { continue };
             // An MM being dropped unmaps everything itself.
             let Some(mm) = self.get(m.mm) else { continue };
@@ -99,7 +111,6 @@ impl MmList {
             drop(tlb);
             mms.push(mm);
         }
-        drop(i_mmap);
     }
 }
 

@@ -6,7 +6,7 @@
 use super::range_end;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::memory::huge_memory::split_huge_pmd;
-use crate::memory::zap::{free_pgtables, unmap_page_range};
+use crate::memory::zap::{free_pgtables, unmap_vma_range};
 use crate::mm_types::{Mm, Vma, Vmas};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
@@ -20,6 +20,9 @@ impl Mm {
         }
         let end = range_end(addr, len).map_err(|_| Errno::EINVAL)?;
         let mut vmas = self.mmap_write_lock();
+        if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
+            return Err(Errno::EINVAL);
+        }
         self.do_munmap(&mut vmas, addr, end)
     }
 
@@ -36,7 +39,7 @@ impl Mm {
         let k = &*self.kernel;
         let mut tlb = MmuGather::new(k, &self.tlb, false);
         for v in &removed {
-            unmap_page_range(k, self, &mut tlb, v.start(), v.end(), false);
+            unmap_vma_range(k, self, &mut tlb, v, v.start(), v.end());
         }
         free_pgtables(k, self, vmas, &mut tlb, start, end);
         removed.into_iter().for_each(|v| vmas.free(v));
@@ -101,4 +104,10 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
             },
         }
     }
+}
+
+/// `hugetlb_vm_op_split`: a hugetlb VMA can be split only at a huge page
+/// boundary; true if splitting at `addr` is allowed (or splits nothing).
+pub(super) fn hugetlb_may_split(vmas: &Vmas, addr: u64) -> bool {
+    vmas.find(addr).is_none_or(|v| !v.is_hugetlb() || addr.is_multiple_of(crate::shmem::HPAGE_SIZE))
 }

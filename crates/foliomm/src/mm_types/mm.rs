@@ -78,9 +78,11 @@ impl Mm {
     }
 
     /// `add_mm_counter(mm, mm_counter(folio), n)`: `MM_ANONPAGES` for an
-    /// anon folio, `MM_SHMEMPAGES` for a shmem one.
+    /// anon folio, `MM_SHMEMPAGES` for a shmem one, none for hugetlb.
     pub fn add_rss(&self, f: Folio, n: i64) {
-        if f.test_anon() {
+        if f.head().test(crate::phys::pg::HUGETLB) {
+            // hugetlb pages count in no RSS counter.
+        } else if f.test_anon() {
             self.add_anon_rss(n);
         } else {
             cacheline::percpu_add(Structure::MmCounters, &self.rss_shmem, n);

@@ -64,6 +64,8 @@ pub mod vm {
     pub const NOHUGEPAGE: u32 = 1 << 9;
     /// `VM_DONTCOPY` (MADV_DONTFORK).
     pub const DONTCOPY: u32 = 1 << 10;
+    /// `VM_HUGETLB`: a mapping of a hugetlbfs file.
+    pub const HUGETLB: u32 = 1 << 11;
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
 
@@ -193,7 +195,8 @@ impl Vma {
     /// What the file's `i_mmap` holds of this VMA while it is linked.
     pub fn file_mapping(&self) -> FileMapping {
         let pages = (self.end() - self.start()) / PAGE_SIZE;
-        FileMapping { vma: self.id(), mm: self.mm(), start: self.start(), pgoff: self.pgoff(), pages }
+        let (vma, mm, start, pgoff, flags) = (self.id(), self.mm(), self.start(), self.pgoff(), self.flags());
+        FileMapping { vma, mm, start, pgoff, pages, flags }
     }
 
     /// `vma_link_file`: a file VMA entering its MM's tree joins the file's
@@ -208,9 +211,16 @@ impl Vma {
         self.with_file(|f| f.map(|f| f.i_mmap.unlink(self.id())));
     }
 
-    /// `vm_flags_reset`; the caller holds the mmap_lock for write.
+    /// `vm_flags_reset`; the caller holds the mmap_lock for write. A linked
+    /// file VMA's `i_mmap` record changes with it.
     pub fn set_flags(&self, flags: u32) {
         self.flags.store(flags, Relaxed);
+        self.with_file(|f| f.map(|f| f.i_mmap.update_flags(self.id(), flags)));
+    }
+
+    /// `is_vm_hugetlb_page`.
+    pub fn is_hugetlb(&self) -> bool {
+        self.flags() & vm::HUGETLB != 0
     }
 
     /// `is_mergeable_vma` + `is_mergeable_anon_vma` for `self` followed by `next`.
@@ -221,7 +231,9 @@ impl Vma {
             (Some(x), Some(y)) => Arc::ptr_eq(x, y),
             _ => false,
         };
+        // hugetlb VMAs have a close operation: never merged.
         same_file
+            && !self.is_hugetlb()
             && self.end() == next.start()
             && self.flags() == next.flags()
             && self.pgoff() + (self.end() - self.start()) / PAGE_SIZE == next.pgoff()

@@ -42,6 +42,17 @@ pub fn walk_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<PmdSlot> {
     Some(PmdSlot { table: pude.pfn(), idx: pmd_index(addr) })
 }
 
+/// The PUD slot of `addr` (table and index), if the PGD has a PUD table.
+pub fn walk_pud(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<(Pfn, usize)> {
+    let pgde = load(phys, pgd, pgd_index(addr));
+    (!pgde.is_none()).then(|| (pgde.pfn(), pud_index(addr)))
+}
+
+/// The PUD slot of `addr`, allocating the PUD table if missing (`pud_alloc`).
+pub fn alloc_pud(k: &Kernel, pgd: Pfn, addr: u64, ptl: &Mutex<()>) -> Result<(Pfn, usize), Errno> {
+    Ok((populate(k, pgd, pgd_index(addr), ptl)?, pud_index(addr)))
+}
+
 /// Walks to the PMD slot of `addr`, allocating the PUD and PMD tables on the
 /// way (`pud_alloc`, `pmd_alloc`); `ptl` is `mm->page_table_lock`.
 pub fn alloc_pmd(k: &Kernel, pgd: Pfn, addr: u64, ptl: &Mutex<()>) -> Result<PmdSlot, Errno> {

@@ -172,9 +172,13 @@ fn deferred_split_folio(k: &Kernel, f: Folio) {
     Stats::inc(&k.stats.split_deferred[f.order() as usize]);
 }
 
-/// Tells the observer of `delta` mappings of `f` by `mm`.
+/// Tells the observer of `delta` mappings of `f` by `mm`; not for hugetlb
+/// folios, whose mappings belong to no MM in particular (a shared PMD table
+/// maps them for every MM that shares it).
 fn note(k: &Kernel, f: Folio, mm: MmId, delta: i64) {
-    k.observe(|o| o.mapped(f.pfn, mm, delta));
+    if !f.head().test(pg::HUGETLB) {
+        k.observe(|o| o.mapped(f.pfn, mm, delta));
+    }
 }
 
 /// Adds one design operation's cost (and the spins it waited) to the counters.

@@ -18,7 +18,7 @@
 //! child) is walked after it.
 
 use crate::arch::PAGE_SIZE;
-use crate::sync::{RwLock, RwLockReadGuard};
+use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One VMA mapping the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,6 +33,8 @@ pub struct FileMapping {
     pub pgoff: u64,
     /// Pages the VMA spans.
     pub pages: u64,
+    /// `vm_flags`.
+    pub flags: u32,
 }
 
 impl FileMapping {
@@ -80,6 +82,19 @@ impl IMmap {
     /// guard is dropped.
     pub fn read(&self) -> RwLockReadGuard<'_, Vec<FileMapping>> {
         self.0.read().unwrap()
+    }
+
+    /// `i_mmap_lock_write`: the records, with no walker and no change
+    /// until the guard is dropped.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<FileMapping>> {
+        self.0.write().unwrap()
+    }
+
+    /// The linked VMA `vma` has new flags (`vm_flags_reset`).
+    pub fn update_flags(&self, vma: usize, flags: u32) {
+        if let Some(m) = self.0.write().unwrap().iter_mut().find(|m| m.vma == vma) {
+            m.flags = flags;
+        }
     }
 
     /// A copy of the records (for the checker).

@@ -1,0 +1,284 @@
+//! hugetlb faults, fork and PMD sharing (mm/hugetlb.c `hugetlb_fault`,
+//! `hugetlb_no_page`, `hugetlb_wp`, `huge_pte_alloc`, `huge_pmd_share`,
+//! `huge_pmd_unshare`, `copy_hugetlb_page_range`).
+//!
+//! A hugetlb page is mapped by a PMD entry. A shared mapping whose VMA
+//! covers a whole 1 GiB PUD window shares the PMD table of that window
+//! with the other VMAs of the file that map the same file pages at the
+//! same offset within their window, in any MM (`huge_pmd_share`): its PUD
+//! points at their table and the table's `pt_share_count` grows. An
+//! unmap, a protection change or a truncation that meets a shared table
+//! only drops this MM's PUD entry (`huge_pmd_unshare`).
+//!
+//! Synchronization (5.7 to 6.0, `i_mmap_rwsem` design): a fault holds the
+//! fault mutex of its file page and the file's `i_mmap_rwsem` for read from
+//! before it looks up its PMD until it is done; unsharing holds
+//! `i_mmap_rwsem` for write, so no fault keeps a pointer into a table this
+//! MM stops using.
+//!
+//! Differs from Linux: 2 MiB pages only; no userfaultfd, migration or
+//! poison entries; a private mapping reserves nothing, so its faults fail
+//! (SIGBUS) when the pool has no unpromised page; a COW of the owner of a
+//! private mapping never steals a child's page.
+
+use super::fault::FaultKind;
+use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PUD_SIZE};
+use crate::folio::Folio;
+use crate::kernel::Kernel;
+use crate::mapcount::Level;
+use crate::mm_types::{Mm, Vma};
+use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pud, PmdSlot};
+use crate::rmap::{self, anon_vma_prepare};
+use crate::shmem::{FileMapping, Inode};
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::tlb::MmuGather;
+use crate::{Errno, Result};
+
+const HPAGE_NR: u64 = 1 << PMD_ORDER;
+
+/// `hugetlb_fault` for an access to `addr` in the hugetlb VMA `vma`.
+/// SIGBUS past the end of the file or when the pool has no page.
+pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
+    let k = &*mm.kernel;
+    let inode = vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
+    let haddr = addr & !(PMD_SIZE - 1);
+    let index = vma.page_index(haddr);
+    let _mutex = k.hugetlb_fault_mutex(inode.ino, index).lock().unwrap();
+    let i_mmap = inode.i_mmap.read();
+    let pmd = huge_pte_alloc(k, mm, vma, haddr, &i_mmap)?;
+    let e = pmd.load(&k.phys);
+    if e.is_none() {
+        return hugetlb_no_page(k, mm, vma, &inode, pmd, haddr, kind);
+    }
+    if kind != FaultKind::Read && !e.write() {
+        return hugetlb_wp(k, mm, vma, pmd, haddr, e, kind);
+    }
+    let _pl = pte_lockptr(&k.phys, pmd.table).lock();
+    if pmd.load(&k.phys) == e {
+        let bits = Pte::ACCESSED | if kind == FaultKind::Write { Pte::DIRTY } else { 0 };
+        pmd.store(&k.phys, e.with(bits));
+    }
+    Ok(())
+}
+
+/// `want_pmd_share`: a shared VMA covering the whole PUD window of `addr`.
+fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
+    let start = addr & !(PUD_SIZE - 1);
+    vma.shared() && start >= vma.start() && start + PUD_SIZE <= vma.end()
+}
+
+/// `huge_pte_alloc`: the PMD slot of `haddr`, first trying to share
+/// another mapping's PMD table when the PUD entry is none.
+fn huge_pte_alloc(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, i_mmap: &[FileMapping]) -> Result<PmdSlot> {
+    let (pud_table, pud_idx) = alloc_pud(k, mm.pgd, haddr, &mm.page_table_lock)?;
+    if want_pmd_share(vma, haddr) && load(&k.phys, pud_table, pud_idx).is_none() {
+        huge_pmd_share(k, mm, vma, haddr, (pud_table, pud_idx), i_mmap);
+    }
+    alloc_pmd(k, mm.pgd, haddr, &mm.page_table_lock)
+}
+
+/// `huge_pmd_share`: looks through the file's other mappings for one that
+/// maps the file page of `haddr` at the same offset within a PUD window it
+/// covers whole, with the same flags (`page_table_shareable`), and whose MM
+/// has a PMD table there; if found, this MM's PUD entry points at that
+/// table and its share count grows.
+fn huge_pmd_share(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, pud: (u64, usize), i_mmap: &[FileMapping]) {
+    let phys = &k.phys;
+    let idx = vma.page_index(haddr);
+    let me = vma.file_mapping();
+    for s in i_mmap.iter().filter(|s| s.vma != me.vma && s.flags == me.flags) {
+        let Some(saddr) = idx.checked_sub(s.pgoff).map(|off| s.start + off * PAGE_SIZE) else { continue };
+        let window = saddr & !(PUD_SIZE - 1);
+        let covers = s.pgoff <= idx && window >= s.start && window + PUD_SIZE <= s.start + s.pages * PAGE_SIZE;
+        if !covers || pmd_index(saddr) != pmd_index(haddr) {
+            continue;
+        }
+        let Some(smm) = mm.mmlist.get(s.mm) else { continue };
+        let Some((st, si)) = walk_pud(phys, smm.pgd, saddr) else { continue };
+        let spud = load(phys, st, si);
+        if spud.is_none() || spud.huge() {
+            continue;
+        }
+        let table = spud.pfn();
+        pt_share_count(phys, table).fetch_add(1, Relaxed);
+        let _ptl = mm.page_table_lock.lock().unwrap();
+        if load(phys, pud.0, pud.1).is_none() {
+            store(phys, pud.0, pud.1, spud);
+        } else {
+            pt_share_count(phys, table).fetch_sub(1, Relaxed);
+        }
+        return;
+    }
+}
+
+/// `huge_pmd_unshare`: if the PMD table of `addr` in `mm` is shared, this
+/// MM stops using it (its PUD entry is cleared, the share count drops, the
+/// TLB forgets the whole window) and true is returned: the caller skips the
+/// window. The caller holds the file's `i_mmap_rwsem` for write.
+pub(crate) fn huge_pmd_unshare(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, addr: u64) -> bool {
+    let phys = &k.phys;
+    let Some((pud_table, pud_idx)) = walk_pud(phys, mm.pgd, addr) else { return false };
+    let pude = load(phys, pud_table, pud_idx);
+    if pude.is_none() || pt_share_count(phys, pude.pfn()).load(Relaxed) == 0 {
+        return false;
+    }
+    let _ptl = mm.page_table_lock.lock().unwrap();
+    store(phys, pud_table, pud_idx, Pte::NONE);
+    pt_share_count(phys, pude.pfn()).fetch_sub(1, Relaxed);
+    tlb.remove_tlb_entries(addr & !(PUD_SIZE - 1), PUD_SIZE / PAGE_SIZE);
+    true
+}
+
+/// `hugetlb_no_page`: maps the file's huge page (a shared mapping, or a
+/// private one reading a cached page), or a new anonymous huge page (a
+/// private mapping), by the none PMD slot `pmd`. A private write to the
+/// file's page copies it (`hugetlb_wp`).
+fn hugetlb_no_page(
+    k: &Kernel,
+    mm: &Mm,
+    vma: &Vma,
+    inode: &Inode,
+    pmd: PmdSlot,
+    haddr: u64,
+    kind: FaultKind,
+) -> Result<()> {
+    let phys = &k.phys;
+    let index = vma.page_index(haddr);
+    let (f, anon) = if vma.shared() {
+        (inode.hugetlb_get_folio(index)?, false)
+    } else if let Some((f, _)) = inode.get_cached(index) {
+        (Folio::from_head(phys, f.pfn), false)
+    } else {
+        if index >= inode.nr_pages() {
+            return Err(Errno::SIGBUS);
+        }
+        let f = k.alloc_hugetlb_folio(false).map_err(|_| Errno::SIGBUS)?;
+        (0..HPAGE_NR).for_each(|i| phys.fill(f.pfn + i, 0, PAGE_SIZE as usize, 0));
+        (Folio::from_head(phys, f.pfn), true)
+    };
+    let anon_vma = anon.then(|| anon_vma_prepare(k, &vma.anon_vma));
+    let _pl = pte_lockptr(phys, pmd.table).lock();
+    if !pmd.load(phys).is_none() {
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
+    let writable = vma.writable() && (vma.shared() || (anon && kind == FaultKind::Write));
+    let mut bits = Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED;
+    if writable {
+        bits |= Pte::RW | Pte::DIRTY;
+    }
+    match anon_vma {
+        Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, av),
+        None => rmap::folio_add_file_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id),
+    }
+    pmd.store(phys, Pte::new(f.pfn, bits));
+    drop(_pl);
+    if kind == FaultKind::Write && !vma.shared() && !anon {
+        return hugetlb_wp(k, mm, vma, pmd, haddr, pmd.load(phys), kind);
+    }
+    Ok(())
+}
+
+/// `hugetlb_wp`: a write (or unshare) to a read-only huge PMD. A shared
+/// mapping's entry becomes writable; an anonymous page only this MM maps
+/// is reused; otherwise the page is copied into a new anonymous huge page.
+/// SIGBUS when the pool has none.
+fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, pmd: PmdSlot, haddr: u64, orig: Pte, kind: FaultKind) -> Result<()> {
+    let phys = &k.phys;
+    let old = Folio::from_head(phys, orig.pfn());
+    {
+        let _pl = pte_lockptr(phys, pmd.table).lock();
+        if pmd.load(phys) != orig {
+            return Ok(());
+        }
+        // An anon page this MM alone maps is reused, and becomes exclusive
+        // again (`folio_move_anon_rmap`).
+        let sole = old.test_anon() && rmap::folio_mapcount(k, old) == 1;
+        if sole {
+            old.set_anon_exclusive(0, true);
+        }
+        if vma.shared() || sole || (old.test_anon() && old.anon_exclusive(0)) {
+            if kind == FaultKind::Write {
+                pmd.store(phys, orig.with(Pte::RW | Pte::DIRTY | Pte::ACCESSED));
+            }
+            return Ok(());
+        }
+    }
+    let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
+    let new = k.alloc_hugetlb_folio(false).map_err(|_| Errno::SIGBUS)?;
+    (0..HPAGE_NR).for_each(|i| phys.copy_frame(new.pfn + i, old.pfn + i));
+    let _pl = pte_lockptr(phys, pmd.table).lock();
+    if pmd.load(phys) != orig {
+        k.folio_put_refs(new, 1);
+        return Ok(());
+    }
+    rmap::folio_remove_rmap(k, old, 0, HPAGE_NR, Level::Pmd, mm.id);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.id, anon_vma);
+    let w = if kind == FaultKind::Write { Pte::RW | Pte::DIRTY } else { 0 };
+    pmd.store(phys, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | w));
+    mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
+    k.folio_put_refs(old, 1);
+    Ok(())
+}
+
+/// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb
+/// VMA `src_vma` (its copy `dst_vma` linked already). Where the child's
+/// table can be shared with the parent's, nothing is copied; a shared
+/// mapping's pages gain the child's references; a private mapping's
+/// anonymous pages become read-only in both (a pinned one is copied for
+/// the child at once). ENOMEM without page tables; SIGBUS-free: a copy
+/// that finds no pool page leaves the child's entry none.
+pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &Vma, src_vma: &Vma) -> Result<()> {
+    let phys = &k.phys;
+    let inode = src_vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
+    let i_mmap = inode.i_mmap.read();
+    let mut addr = src_vma.start();
+    while addr < src_vma.end() {
+        let Some(spmd) = crate::pgtable::walk_pmd(phys, src.pgd, addr) else {
+            addr = pud_addr_end(addr, src_vma.end());
+            continue;
+        };
+        let dpmd = huge_pte_alloc(k, dst, dst_vma, addr, &i_mmap)?;
+        if dpmd.table == spmd.table {
+            // The child shares the parent's table: nothing to copy.
+            addr = pud_addr_end(addr, src_vma.end());
+            continue;
+        }
+        let e = spmd.load(phys);
+        if e.huge() {
+            copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, dpmd, spmd, addr, e);
+        }
+        addr += PMD_SIZE;
+    }
+    Ok(())
+}
+
+/// Copies one huge entry `e` of the parent at `addr` into the child `dst`
+/// (with the anon_vma of its VMA).
+fn copy_huge_entry(k: &Kernel, dst: (&Mm, u64), src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64, e: Pte) {
+    let phys = &k.phys;
+    let (dst, anon_vma) = dst;
+    let f = Folio::from_head(phys, e.pfn());
+    let _dl = pte_lockptr(phys, dpmd.table).lock();
+    let _sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
+    if !f.test_anon() {
+        f.ref_add(1);
+        rmap::folio_add_file_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id);
+        dpmd.store(phys, e);
+        return;
+    }
+    let pinned = src.has_pinned.load(Relaxed);
+    f.ref_add(1);
+    if rmap::folio_try_dup_anon_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id, pinned).is_ok() {
+        spmd.store(phys, e.without(Pte::RW));
+        dpmd.store(phys, e.without(Pte::RW));
+        src.tlb.flush_range(&k.stats, addr, addr + PMD_SIZE);
+        return;
+    }
+    f.put_refs(1);
+    // A maybe-pinned exclusive page: the child gets its own copy now.
+    let Ok(new) = k.alloc_hugetlb_folio(false) else { return };
+    (0..HPAGE_NR).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.id, anon_vma);
+    dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
+}
