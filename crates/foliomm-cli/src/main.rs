@@ -98,6 +98,10 @@ struct RunArgs {
     /// How faults lock their VMA, overriding the file's `set vma_lock`.
     #[arg(long, value_enum)]
     vma_lock: Option<foliomm::machine::VmaLockDesign>,
+    /// How hugetlb faults and PMD unsharing synchronize, overriding the
+    /// file's `set hugetlb_sync`.
+    #[arg(long, value_enum)]
+    hugetlb_sync: Option<foliomm::machine::HugetlbSync>,
     /// Entries per CPU TLB (0 for none), overriding the file's `set tlb`.
     #[arg(long)]
     tlb: Option<u64>,
@@ -228,6 +232,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             memory: None,
             zap: None,
             vma_lock: a.vma_lock,
+            hugetlb_sync: None,
             tlb: None,
             debug: a.debug.clone(),
             json: false,
@@ -269,6 +274,9 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     }
     if let Some(d) = a.vma_lock {
         over.push(MachineSetting::VmaLock(d));
+    }
+    if let Some(d) = a.hugetlb_sync {
+        over.push(MachineSetting::HugetlbSync(d));
     }
     if let Some(n) = a.tlb {
         over.push(MachineSetting::Tlb(n));

@@ -207,6 +207,9 @@ impl Backend for HostBackend {
             MachineSetting::VmaLock(d) if *d != foliomm::machine::VmaLockDesign::VmaRefcount => {
                 "the host kernel locks VMAs by reference count (vma-refcount)"
             }
+            MachineSetting::HugetlbSync(d) if *d != foliomm::machine::HugetlbSync::VmaLock => {
+                "the host kernel synchronizes hugetlb faults with the hugetlb VMA lock (vma-lock)"
+            }
             MachineSetting::Tlb(_) => "the host's TLB is hardware",
             MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
             MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",

@@ -105,6 +105,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Mapcount(d) => config.mapcount = *d,
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::VmaLock(d) => config.vma_lock = *d,
+                MachineSetting::HugetlbSync(d) => config.hugetlb_sync = *d,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
                 // Refused above when it does not fit.
                 MachineSetting::MmIds(n) => config.max_mm_id = u32::try_from(*n).ok(),
@@ -194,7 +195,7 @@ impl Backend for ModelBackend {
 
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
         let (fixed, populate, shared, hugetlb) = (req.fixed, req.populate, req.shared, req.hugetlb);
-        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb };
+        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb, noreserve: false };
         let file = match req.file {
             Some((h, off)) => Some((self.file(h)?, off)),
             None => None,

@@ -65,6 +65,15 @@ fn every_shipped_scenario_passes_under_every_vma_lock_design_with_the_checker() 
 }
 
 #[test]
+fn every_hugetlb_scenario_passes_under_every_hugetlb_sync_design_with_the_checker() {
+    for f in shipped().iter().filter(|f| f.parent().is_some_and(|d| d.ends_with("hugetlb"))) {
+        for (_, name) in foliomm::machine::HugetlbSync::ALL {
+            passes_with(f, &format!("set hugetlb_sync {name}"));
+        }
+    }
+}
+
+#[test]
 fn a_wrong_expectation_fails_the_run() {
     let out = run_src("P: a = mmap 4K rw\nP: write a\nP: observe a as x\nexpect x.folio_order == 9\n");
     let f = out.failure.expect("must fail");

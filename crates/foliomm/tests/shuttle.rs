@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use foliomm::folio::thp::ThpMode;
-use foliomm::machine::VmaLockDesign;
+use foliomm::machine::{HugetlbSync, VmaLockDesign};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use shuttle::thread;
 
@@ -227,4 +227,52 @@ fn shuttle_truncate_and_punch_race_faults_mremap_and_fork() {
         shuttle::check_random(move || truncate_race(design), schedules());
         shuttle::check_pct(move || truncate_race(design), schedules(), 3);
     }
+}
+
+/// Seed 002's race: a thread of MM A faults a page of a shared hugetlb
+/// mapping whose PMD table it shares with MM B, while the file is
+/// truncated, which unshares A's table. Under `no-lock` the fault can keep
+/// its pointer into the table after A stopped using it and write through
+/// it; the fault's last check records that as a use after free, and the
+/// checker reports it. The safe designs hold the table for the fault.
+fn hugetlb_unshare_race(sync: HugetlbSync) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let config = Config { memory: 16 << 20, hugetlb_sync: sync, ..Config::default() };
+    let m = Machine::new(config).expect("a small machine");
+    assert_eq!(m.kernel.set_nr_hugepages(4), 4);
+    let f = m.hugetlbfs_create(1 << 30).unwrap();
+    let (a, b) = (m.new_mm().unwrap(), m.new_mm().unwrap());
+    let flags = MmapFlags { shared: true, hugetlb: true, noreserve: true, ..MmapFlags::default() };
+    let xa = a.mmap_file(1 << 30, 1 << 30, Prot::RW, flags, Some((&f, 0))).unwrap();
+    let xb = b.mmap_file(2 << 30, 1 << 30, Prot::RW, flags, Some((&f, 0))).unwrap();
+    m.new_cpu().write_byte_per_page(&b, xb, 4 * K, 0x0b).unwrap();
+    let faulter = {
+        let (m, a) = (m.clone(), a.clone());
+        thread::spawn(move || match m.new_cpu().write_byte_per_page(&a, xa + (2 << 20), 4 * K, 0x0a) {
+            Ok(()) | Err(Errno::SIGBUS) => {}
+            Err(e) => panic!("fault in A: {e}"),
+        })
+    };
+    m.ftruncate(&f, 0).unwrap();
+    faulter.join().unwrap();
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker found (schedule {run} of this process): {bad:?}");
+    drop((a, b, f));
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker found after exit: {bad:?}");
+}
+
+#[test]
+fn shuttle_hugetlb_unshare_race_is_safe_under_i_mmap_rwsem_and_vma_lock() {
+    for sync in [HugetlbSync::IMmapRwsem, HugetlbSync::VmaLock] {
+        shuttle::check_random(move || hugetlb_unshare_race(sync), schedules());
+        shuttle::check_pct(move || hugetlb_unshare_race(sync), schedules(), 3);
+    }
+}
+
+#[test]
+#[should_panic(expected = "the checker found")]
+fn shuttle_hugetlb_unshare_race_is_found_under_no_lock() {
+    shuttle::check_pct(|| hugetlb_unshare_race(HugetlbSync::NoLock), schedules().max(2000), 3);
 }

@@ -2,7 +2,7 @@
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{VmaLockDesign, ZapStrategy};
+use foliomm::machine::{HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -177,6 +177,9 @@ pub enum MachineSetting {
     Zap(ZapStrategy),
     /// How faults lock their VMA: `mmap-lock`, `vma-rwsem` or `vma-refcount`.
     VmaLock(VmaLockDesign),
+    /// How hugetlb faults and unsharing synchronize: `i-mmap-rwsem`,
+    /// `vma-lock` or `no-lock`.
+    HugetlbSync(HugetlbSync),
     /// Entries per CPU TLB (0: no TLB).
     Tlb(u64),
     /// A model debug switch (see `foliomm::machine::DebugSwitches::NAMES`).

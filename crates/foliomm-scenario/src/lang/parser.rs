@@ -1,7 +1,7 @@
 //! The parser: each line's tokens into a [`Step`].
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{VmaLockDesign, ZapStrategy};
+use foliomm::machine::{HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::Errno;
 
@@ -145,6 +145,12 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     VmaLockDesign::parse,
                     "mmap-lock, vma-rwsem, vma-refcount",
                 )?))),
+                "hugetlb_sync" => Ok(Cmd::SetMachine(MachineSetting::HugetlbSync(named(
+                    l,
+                    "hugetlb synchronization design",
+                    HugetlbSync::parse,
+                    "i-mmap-rwsem, vma-lock, no-lock",
+                )?))),
                 "check" => {
                     let col = l.col();
                     match l.next("on or off")? {
@@ -165,7 +171,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 t => l.err(
                     col,
-                    format!("expected a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
+                    format!("expected a setting (memory, mapcount, zap, vma_lock, hugetlb_sync, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
                 ),
             }
         }

@@ -14,6 +14,8 @@ pub struct Config {
     pub zap: ZapStrategy,
     /// How a fault locks its VMA.
     pub vma_lock: VmaLockDesign,
+    /// How hugetlb faults and PMD unsharing synchronize (seed 002).
+    pub hugetlb_sync: HugetlbSync,
     /// Entries in each CPU's software TLB; 0 turns the TLB off (every access walks).
     pub tlb_entries: usize,
     /// Fill freed frames with a poison byte (costs a write of every freed page).
@@ -101,6 +103,7 @@ impl Default for Config {
             mapcount: Design::default(),
             zap: ZapStrategy::Batched,
             vma_lock: VmaLockDesign::default(),
+            hugetlb_sync: HugetlbSync::default(),
             tlb_entries: 2048,
             poison: false,
             gather_page_limit: None,
@@ -139,6 +142,40 @@ impl VmaLockDesign {
     }
 
     pub fn parse(s: &str) -> Option<VmaLockDesign> {
+        Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
+    }
+}
+
+/// How a hugetlb fault keeps the PMD table it found from being unshared
+/// under it (seed 002; see [`crate::memory::hugetlb`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum HugetlbSync {
+    /// `i_mmap_rwsem` held for read across the whole fault (5.7 to 6.0).
+    IMmapRwsem,
+    /// The seed (6.1+): the hugetlb VMA lock held for read across the
+    /// fault and for write around unsharing; `i_mmap_rwsem` only to set
+    /// sharing up and to unshare.
+    #[default]
+    VmaLock,
+    /// Neither across the fault (the reverted state the seed measured as
+    /// "No locking"): racy, kept to show the race.
+    NoLock,
+}
+
+impl HugetlbSync {
+    /// Every design, with its name.
+    pub const ALL: [(HugetlbSync, &'static str); 3] = [
+        (HugetlbSync::IMmapRwsem, "i-mmap-rwsem"),
+        (HugetlbSync::VmaLock, "vma-lock"),
+        (HugetlbSync::NoLock, "no-lock"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()
+    }
+
+    pub fn parse(s: &str) -> Option<HugetlbSync> {
         Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
     }
 }

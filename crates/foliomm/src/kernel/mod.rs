@@ -16,7 +16,7 @@ pub mod observer;
 mod page_alloc;
 pub mod stats;
 
-pub use config::{Config, DebugSwitches, VmaLockDesign, ZapStrategy};
+pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy};
 pub use observer::Observer;
 pub use stats::Stats;
 

@@ -4,7 +4,7 @@
 //! runs the invariant checker. Two machines with different designs can live
 //! in one process.
 
-pub use crate::kernel::{Config, DebugSwitches, VmaLockDesign, ZapStrategy};
+pub use crate::kernel::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy};
 
 use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;

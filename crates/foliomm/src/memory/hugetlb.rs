@@ -24,12 +24,12 @@
 use super::fault::FaultKind;
 use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PUD_SIZE};
 use crate::folio::Folio;
-use crate::kernel::Kernel;
+use crate::kernel::{HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pud, PmdSlot};
 use crate::rmap::{self, anon_vma_prepare};
-use crate::shmem::{FileMapping, Inode};
+use crate::shmem::{in_page_cache, FileMapping, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -44,21 +44,60 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
     let haddr = addr & !(PMD_SIZE - 1);
     let index = vma.page_index(haddr);
     let _mutex = k.hugetlb_fault_mutex(inode.ino, index).lock().unwrap();
-    let i_mmap = inode.i_mmap.read();
-    let pmd = huge_pte_alloc(k, mm, vma, haddr, &i_mmap)?;
+    let design = k.config.hugetlb_sync;
+    let vma_lock = vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
+    let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
+    let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
+    let pmd = huge_pte_alloc(k, mm, vma, &inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
+    let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr };
     let e = pmd.load(&k.phys);
     if e.is_none() {
-        return hugetlb_no_page(k, mm, vma, &inode, pmd, haddr, kind);
+        return hugetlb_no_page(k, mm, vma, &inode, &walked, kind);
     }
     if kind != FaultKind::Read && !e.write() {
-        return hugetlb_wp(k, mm, vma, pmd, haddr, e, kind);
+        return hugetlb_wp(k, mm, vma, &walked, e, kind);
     }
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
-    if pmd.load(&k.phys) == e {
+    if pmd.load(&k.phys) == e && walked.still_ours(k, mm) {
         let bits = Pte::ACCESSED | if kind == FaultKind::Write { Pte::DIRTY } else { 0 };
         pmd.store(&k.phys, e.with(bits));
     }
     Ok(())
+}
+
+/// The PMD slot a fault found, with what it takes to tell, when it comes to
+/// write it, whether the table is still this MM's.
+struct Walked {
+    pmd: PmdSlot,
+    /// The table frame's generation when found (it moves on when freed).
+    generation: u32,
+    haddr: u64,
+}
+
+impl Walked {
+    /// Whether the table is still the one `mm` maps `haddr` through, and
+    /// was not freed (and maybe reused) since it was found; if not, the
+    /// write the fault was about to make goes through a table the MM no
+    /// longer uses: the seed-002 race, recorded for the checker and not
+    /// made. The caller holds the table's PTL.
+    fn still_ours(&self, k: &Kernel, mm: &Mm) -> bool {
+        let phys = &k.phys;
+        let freed = phys.generation(self.pmd.table) != self.generation;
+        let pud = walk_pud(phys, mm.pgd, self.haddr).map(|(t, i)| load(phys, t, i));
+        let ours = pud.is_some_and(|e| !e.is_none() && e.pfn() == self.pmd.table);
+        if !freed && ours {
+            return true;
+        }
+        let what = format!(
+            "hugetlb fault at {:#x} in mm {} about to write PMD table {:#x}, which {} since the fault found it",
+            self.haddr,
+            mm.id,
+            self.pmd.table,
+            if freed { "was freed" } else { "this MM stopped using" }
+        );
+        k.violations.lock().unwrap().push(Incident::UseAfterFree { mm: mm.id, addr: self.haddr, what });
+        false
+    }
 }
 
 /// `want_pmd_share`: a shared VMA covering the whole PUD window of `addr`.
@@ -68,11 +107,23 @@ fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
 }
 
 /// `huge_pte_alloc`: the PMD slot of `haddr`, first trying to share
-/// another mapping's PMD table when the PUD entry is none.
-fn huge_pte_alloc(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, i_mmap: &[FileMapping]) -> Result<PmdSlot> {
+/// another mapping's PMD table when the PUD entry is none; `i_mmap` is the
+/// file's mappings when the caller holds `i_mmap_rwsem`, else it is taken
+/// for read to share.
+fn huge_pte_alloc(
+    k: &Kernel,
+    mm: &Mm,
+    vma: &Vma,
+    inode: &Inode,
+    haddr: u64,
+    i_mmap: Option<&[FileMapping]>,
+) -> Result<PmdSlot> {
     let (pud_table, pud_idx) = alloc_pud(k, mm.pgd, haddr, &mm.page_table_lock)?;
     if want_pmd_share(vma, haddr) && load(&k.phys, pud_table, pud_idx).is_none() {
-        huge_pmd_share(k, mm, vma, haddr, (pud_table, pud_idx), i_mmap);
+        match i_mmap {
+            Some(records) => huge_pmd_share(k, mm, vma, haddr, (pud_table, pud_idx), records),
+            None => huge_pmd_share(k, mm, vma, haddr, (pud_table, pud_idx), &inode.i_mmap.read()),
+        }
     }
     alloc_pmd(k, mm.pgd, haddr, &mm.page_table_lock)
 }
@@ -111,6 +162,18 @@ fn huge_pmd_share(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, pud: (u64, usize),
     }
 }
 
+/// `hugetlb_zap_begin` .. `hugetlb_zap_end`: runs `f` with what unsharing
+/// the PMD tables of the VMA `v` needs held, if it is hugetlb: its VMA lock
+/// for write (under `vma-lock`, while it is linked), then its file's
+/// `i_mmap_rwsem` for write.
+pub(crate) fn with_unshare_locks<R>(k: &Kernel, v: &Vma, f: impl FnOnce() -> R) -> R {
+    let file = v.file().filter(|_| v.is_hugetlb());
+    let vma_lock = v.hugetlb_vma_lock().filter(|_| k.config.hugetlb_sync == HugetlbSync::VmaLock);
+    let _vma_lock = vma_lock.as_ref().map(|l| l.write().unwrap());
+    let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
+    f()
+}
+
 /// `huge_pmd_unshare`: if the PMD table of `addr` in `mm` is shared, this
 /// MM stops using it (its PUD entry is cleared, the share count drops, the
 /// TLB forgets the whole window) and true is returned: the caller skips the
@@ -133,16 +196,9 @@ pub(crate) fn huge_pmd_unshare(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, addr: u
 /// private one reading a cached page), or a new anonymous huge page (a
 /// private mapping), by the none PMD slot `pmd`. A private write to the
 /// file's page copies it (`hugetlb_wp`).
-fn hugetlb_no_page(
-    k: &Kernel,
-    mm: &Mm,
-    vma: &Vma,
-    inode: &Inode,
-    pmd: PmdSlot,
-    haddr: u64,
-    kind: FaultKind,
-) -> Result<()> {
+fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walked, kind: FaultKind) -> Result<()> {
     let phys = &k.phys;
+    let (pmd, haddr) = (walked.pmd, walked.haddr);
     let index = vma.page_index(haddr);
     let (f, anon) = if vma.shared() {
         (inode.hugetlb_get_folio(index)?, false)
@@ -158,7 +214,9 @@ fn hugetlb_no_page(
     };
     let anon_vma = anon.then(|| anon_vma_prepare(k, &vma.anon_vma));
     let _pl = pte_lockptr(phys, pmd.table).lock();
-    if !pmd.load(phys).is_none() {
+    // A shared page truncated away meanwhile is not mapped (the fault is
+    // retried and finds the new size).
+    if !pmd.load(phys).is_none() || !walked.still_ours(k, mm) || (!anon && !in_page_cache(f)) {
         k.folio_put_refs(f, 1);
         return Ok(());
     }
@@ -174,7 +232,7 @@ fn hugetlb_no_page(
     pmd.store(phys, Pte::new(f.pfn, bits));
     drop(_pl);
     if kind == FaultKind::Write && !vma.shared() && !anon {
-        return hugetlb_wp(k, mm, vma, pmd, haddr, pmd.load(phys), kind);
+        return hugetlb_wp(k, mm, vma, walked, pmd.load(phys), kind);
     }
     Ok(())
 }
@@ -183,12 +241,13 @@ fn hugetlb_no_page(
 /// mapping's entry becomes writable; an anonymous page only this MM maps
 /// is reused; otherwise the page is copied into a new anonymous huge page.
 /// SIGBUS when the pool has none.
-fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, pmd: PmdSlot, haddr: u64, orig: Pte, kind: FaultKind) -> Result<()> {
+fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: FaultKind) -> Result<()> {
     let phys = &k.phys;
+    let (pmd, haddr) = (walked.pmd, walked.haddr);
     let old = Folio::from_head(phys, orig.pfn());
     {
         let _pl = pte_lockptr(phys, pmd.table).lock();
-        if pmd.load(phys) != orig {
+        if pmd.load(phys) != orig || !walked.still_ours(k, mm) {
             return Ok(());
         }
         // An anon page this MM alone maps is reused, and becomes exclusive
@@ -208,7 +267,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, pmd: PmdSlot, haddr: u64, orig: Pt
     let new = k.alloc_hugetlb_folio(false).map_err(|_| Errno::SIGBUS)?;
     (0..HPAGE_NR).for_each(|i| phys.copy_frame(new.pfn + i, old.pfn + i));
     let _pl = pte_lockptr(phys, pmd.table).lock();
-    if pmd.load(phys) != orig {
+    if pmd.load(phys) != orig || !walked.still_ours(k, mm) {
         k.folio_put_refs(new, 1);
         return Ok(());
     }
@@ -238,7 +297,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         };
-        let dpmd = huge_pte_alloc(k, dst, dst_vma, addr, &i_mmap)?;
+        let dpmd = huge_pte_alloc(k, dst, dst_vma, &inode, addr, Some(&i_mmap))?;
         if dpmd.table == spmd.table {
             // The child shares the parent's table: nothing to copy.
             addr = pud_addr_end(addr, src_vma.end());

@@ -17,12 +17,10 @@ use crate::sync::atomic::Ordering::AcqRel;
 use crate::tlb::MmuGather;
 
 /// `unmap_single_vma`: [`unmap_page_range`] over `[start, end)` of the VMA
-/// `v`; for a hugetlb VMA under its file's `i_mmap_rwsem` held for write
-/// (`hugetlb_zap_begin`), as unsharing a PMD table needs.
+/// `v`; for a hugetlb VMA with the locks unsharing a PMD table needs
+/// ([`super::hugetlb::with_unshare_locks`]).
 pub(crate) fn unmap_vma_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, v: &Vma, start: u64, end: u64) {
-    let file = v.file().filter(|_| v.is_hugetlb());
-    let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
-    unmap_page_range(k, mm, tlb, start, end, false);
+    super::hugetlb::with_unshare_locks(k, v, || unmap_page_range(k, mm, tlb, start, end, false));
 }
 
 /// `unmap_page_range` over `[start, end)` of `mm`: huge PMDs covered whole are

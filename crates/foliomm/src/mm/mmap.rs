@@ -29,6 +29,9 @@ pub struct MmapFlags {
     /// `MAP_HUGETLB`: anonymous memory of 2 MiB hugetlb pages (a new
     /// hugetlbfs file); a hugetlbfs file's mappings are hugetlb anyway.
     pub hugetlb: bool,
+    /// `MAP_NORESERVE`: a shared hugetlb mapping promises no pages at
+    /// mmap; its faults fail (SIGBUS) when the pool has none.
+    pub noreserve: bool,
 }
 
 /// Lowest address mmap hands out (`mmap_min_addr`).
@@ -122,7 +125,7 @@ impl Mm {
         let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB } else { 0 };
         // hugetlb_reserve_pages(): a shared mapping's huge pages are
         // promised now, or the mmap fails.
-        if let Some((inode, offset)) = file.filter(|_| huge && flags.shared) {
+        if let Some((inode, offset)) = file.filter(|_| huge && flags.shared && !flags.noreserve) {
             inode.hugetlb_reserve(offset / PAGE_SIZE, (offset + len) / PAGE_SIZE)?;
         }
         let vma = match file {

@@ -4,6 +4,7 @@
 use super::range_end;
 use super::vma::{hugetlb_may_split, merge_around};
 use crate::memory::change_protection::change_protection;
+use crate::memory::hugetlb::with_unshare_locks;
 use crate::mm_types::{vm, Mm, Prot};
 use crate::{Errno, Result};
 
@@ -31,10 +32,8 @@ impl Mm {
             if flags != v.flags() {
                 vmas.start_write(v);
                 v.set_flags(flags);
-                // hugetlb_change_protection() unshares under i_mmap_rwsem.
-                let file = v.file().filter(|_| v.is_hugetlb());
-                let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
-                changed |= change_protection(&self.kernel, self, v);
+                // hugetlb_change_protection() may unshare PMD tables.
+                changed |= with_unshare_locks(&self.kernel, v, || change_protection(&self.kernel, self, v));
             }
         }
         if changed {

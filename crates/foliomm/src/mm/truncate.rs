@@ -17,9 +17,10 @@
 //! whole range is unmapped again).
 
 use crate::arch::PAGE_SIZE;
+use crate::kernel::HugetlbSync;
 use crate::memory::zap::unmap_page_range;
 use crate::mm_types::{vm, Mm, MmList};
-use crate::shmem::{FileMapping, Inode, HPAGE_SIZE};
+use crate::shmem::{FileMapping, HugetlbVmaLock, Inode, HPAGE_SIZE};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -88,8 +89,19 @@ impl MmList {
         // MMs are let go after the walk: dropping the last reference to one
         // exits it, which unlinks its VMAs.
         let mut mms = Vec::new();
-        // hugetlb_vmdelete_list() holds it for write: unsharing needs that.
         if inode.is_hugetlbfs() {
+            // hugetlb_vmdelete_list(): unsharing needs `i_mmap_rwsem` for
+            // write and, under `vma-lock`, each VMA's lock for write, which
+            // comes first in the lock order: they are collected under the
+            // read lock, taken, then the write lock (Linux tries them under
+            // the write lock and backs out when one is contended).
+            let vma_locks: Vec<HugetlbVmaLock> = match inode.k.config.hugetlb_sync {
+                HugetlbSync::VmaLock => {
+                    inode.i_mmap.read().iter().filter_map(|m| inode.i_mmap.vma_lock(m.vma)).collect()
+                }
+                _ => Vec::new(),
+            };
+            let _held: Vec<_> = vma_locks.iter().map(|l| l.write().unwrap()).collect();
             let i_mmap = inode.i_mmap.write();
             self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
         } else {

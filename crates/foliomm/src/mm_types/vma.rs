@@ -18,7 +18,7 @@ use super::vma_lock::VmaLock;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
 use crate::rmap::AnonVmaSlot;
-use crate::shmem::{FileMapping, Inode};
+use crate::shmem::{FileMapping, HugetlbVmaLock, Inode};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sync::Arc;
 
@@ -200,9 +200,15 @@ impl Vma {
     }
 
     /// `vma_link_file`: a file VMA entering its MM's tree joins the file's
-    /// `i_mmap`.
+    /// `i_mmap`, a shared hugetlb one with a new hugetlb VMA lock.
     pub(super) fn link_file(&self) {
-        self.with_file(|f| f.map(|f| f.i_mmap.link(self.file_mapping())));
+        let vma_lock = self.is_hugetlb() && self.shared();
+        self.with_file(|f| f.map(|f| f.i_mmap.link(self.file_mapping(), vma_lock)));
+    }
+
+    /// The hugetlb VMA lock of a linked shared hugetlb VMA.
+    pub fn hugetlb_vma_lock(&self) -> Option<HugetlbVmaLock> {
+        self.with_file(|f| f.and_then(|f| f.i_mmap.vma_lock(self.id())))
     }
 
     /// `unlink_file_vma`: a file VMA leaving its MM's tree leaves the

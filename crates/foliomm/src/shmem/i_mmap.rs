@@ -17,8 +17,10 @@
 //! order is for: a VMA linked after another (mremap's destination, fork's
 //! child) is walked after it.
 
+use std::collections::HashMap;
+
 use crate::arch::PAGE_SIZE;
-use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One VMA mapping the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,19 +55,36 @@ impl FileMapping {
     }
 }
 
-/// `i_mmap` and `i_mmap_rwsem`.
+/// The hugetlb VMA lock (`struct hugetlb_vma_lock`'s `rw_sema`) of a
+/// shared hugetlb VMA.
+pub type HugetlbVmaLock = Arc<RwLock<()>>;
+
+/// `i_mmap` and `i_mmap_rwsem`, with the hugetlb VMA locks of the linked
+/// shared hugetlb VMAs (`vm_private_data` in Linux, kept here beside the
+/// records for want of the VMA).
 #[derive(Debug, Default)]
-pub struct IMmap(RwLock<Vec<FileMapping>>);
+pub struct IMmap(RwLock<Vec<FileMapping>>, Mutex<HashMap<usize, HugetlbVmaLock>>);
 
 impl IMmap {
-    /// `vma_link_file`: adds a VMA, after every VMA linked before it.
-    pub fn link(&self, m: FileMapping) {
+    /// `vma_link_file`: adds a VMA, after every VMA linked before it; with
+    /// `vma_lock`, a new hugetlb VMA lock for it (`hugetlb_vma_lock_alloc`).
+    pub fn link(&self, m: FileMapping, vma_lock: bool) {
+        if vma_lock {
+            self.1.lock().unwrap().insert(m.vma, Arc::new(RwLock::new(())));
+        }
         self.0.write().unwrap().push(m);
     }
 
-    /// `unlink_file_vma`: removes the VMA `vma`; waits for every walker.
+    /// `unlink_file_vma`: removes the VMA `vma` and its VMA lock (which a
+    /// holder keeps alive); waits for every walker.
     pub fn unlink(&self, vma: usize) {
         self.0.write().unwrap().retain(|m| m.vma != vma);
+        self.1.lock().unwrap().remove(&vma);
+    }
+
+    /// The hugetlb VMA lock of the linked VMA `vma`, if it has one.
+    pub fn vma_lock(&self, vma: usize) -> Option<HugetlbVmaLock> {
+        self.1.lock().unwrap().get(&vma).cloned()
     }
 
     /// `vma_prepare` .. `vma_complete` around `vma_set_range`: the linked

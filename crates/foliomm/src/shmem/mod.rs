@@ -20,7 +20,7 @@ mod truncate;
 use std::collections::BTreeMap;
 
 pub use hugetlbfs::HPAGE_SIZE;
-pub use i_mmap::{FileMapping, IMmap};
+pub use i_mmap::{FileMapping, HugetlbVmaLock, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::folio::thp::shmem_policy::Asker;
