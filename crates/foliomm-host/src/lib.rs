@@ -323,8 +323,8 @@ impl Backend for HostBackend {
     }
 
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
-        let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, file } = req;
-        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, hugetlb, file })
+        let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } = req;
+        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, hugetlb, noreserve, file })
     }
 
     fn create_file(&self, t: Thread, kind: FileKind, size: u64) -> BackendResult<u64> {

@@ -19,6 +19,7 @@ pub enum Request {
         populate: bool,
         shared: bool,
         hugetlb: bool,
+        noreserve: bool,
         /// A file descriptor and a byte offset; anonymous memory if none.
         file: Option<(u64, u64)>,
     },

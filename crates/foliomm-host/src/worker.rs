@@ -157,9 +157,10 @@ fn serve(mut proc: Arc<Process>, mut tid: u32) {
 
 fn perform(procfs: &Procfs, req: Request) -> Response {
     match req {
-        Request::Mmap { at, len, prot, fixed, populate, shared, hugetlb, file } => {
+        Request::Mmap { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } => {
             let flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE }
                 | if hugetlb { libc::MAP_HUGETLB } else { 0 }
+                | if noreserve { libc::MAP_NORESERVE } else { 0 }
                 | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
                 | if fixed { libc::MAP_FIXED } else { 0 }
                 | if populate { libc::MAP_POPULATE } else { 0 };

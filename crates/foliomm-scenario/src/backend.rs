@@ -204,13 +204,25 @@ pub struct MmapRequest {
     pub shared: bool,
     /// `MAP_HUGETLB`.
     pub hugetlb: bool,
+    /// `MAP_NORESERVE`.
+    pub noreserve: bool,
     pub file: Option<(u64, u64)>,
 }
 
 impl MmapRequest {
     /// Private anonymous memory of `len` bytes anywhere.
     pub fn anon(len: u64, prot: Prot) -> MmapRequest {
-        MmapRequest { at: None, len, prot, fixed: false, populate: false, shared: false, hugetlb: false, file: None }
+        MmapRequest {
+            at: None,
+            len,
+            prot,
+            fixed: false,
+            populate: false,
+            shared: false,
+            hugetlb: false,
+            noreserve: false,
+            file: None,
+        }
     }
 }
 

@@ -194,8 +194,9 @@ impl Backend for ModelBackend {
     }
 
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
-        let (fixed, populate, shared, hugetlb) = (req.fixed, req.populate, req.shared, req.hugetlb);
-        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb, noreserve: false };
+        let (fixed, populate, shared, hugetlb, noreserve) =
+            (req.fixed, req.populate, req.shared, req.hugetlb, req.noreserve);
+        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb, noreserve };
         let file = match req.file {
             Some((h, off)) => Some((self.file(h)?, off)),
             None => None,

@@ -35,7 +35,7 @@ impl State<'_> {
     pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
         let t = Thread { proc: &p, tid };
         match &step.cmd {
-            Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb } => {
+            Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve } => {
                 // With `align`, map `len + align` and unmap what lies outside
                 // the aligned part, as the kernel selftests do.
                 let extra = align.unwrap_or(0);
@@ -51,6 +51,7 @@ impl State<'_> {
                     populate: *populate,
                     shared: *shared,
                     hugetlb: *hugetlb,
+                    noreserve: *noreserve,
                     file: handle.map(|h| (h, *offset)),
                 };
                 let got = self.timed(|b| b.mmap(t, req));

@@ -71,6 +71,8 @@ pub enum Cmd {
         offset: u64,
         /// `MAP_HUGETLB` (`hugetlb`).
         hugetlb: bool,
+        /// `MAP_NORESERVE` (`noreserve`).
+        noreserve: bool,
     },
     /// `NAME = memfd SIZE [hugetlb]` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
     /// new shmem file (`memfd_create`, or a file on a tmpfs mount of its

@@ -20,7 +20,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             "mmap" => {
                 let len = l.size("a length")?;
                 let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
-                let (mut shared, mut file, mut offset, mut hugetlb) = (false, None, 0, false);
+                let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, false, false);
                 while let Some(t) = l.peek() {
                     match t {
                         _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
@@ -28,6 +28,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                         "fixed" => fixed = true,
                         "shared" => shared = true,
                         "hugetlb" => hugetlb = true,
+                        "noreserve" => noreserve = true,
                         "anon" | "private" => {}
                         "file" => {
                             l.pos += 1;
@@ -61,7 +62,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                         _ => {
                             return l.err(
                                 l.col(),
-                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, hugetlb, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
+                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, hugetlb, noreserve, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
                             )
                         }
                     }
@@ -76,7 +77,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 if offset != 0 && file.is_none() {
                     return l.err(col, "'offset' needs 'file F'");
                 }
-                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb })
+                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve })
             }
             "memfd" => {
                 let size = l.size("a file size")?;

@@ -17,9 +17,8 @@
 //! MM stops using.
 //!
 //! Differs from Linux: 2 MiB pages only; no userfaultfd, migration or
-//! poison entries; a private mapping reserves nothing, so its faults fail
-//! (SIGBUS) when the pool has no unpromised page; a COW of the owner of a
-//! private mapping never steals a child's page.
+//! poison entries; a COW never uses a reservation, and the owner of a
+//! private mapping never steals a child's page when the pool is empty.
 
 use super::fault::FaultKind;
 use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PUD_SIZE};
@@ -208,7 +207,7 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
         if index >= inode.nr_pages() {
             return Err(Errno::SIGBUS);
         }
-        let f = k.alloc_hugetlb_folio(false).map_err(|_| Errno::SIGBUS)?;
+        let f = inode.hugetlb_alloc_private(index).map_err(|_| Errno::SIGBUS)?;
         (0..HPAGE_NR).for_each(|i| phys.fill(f.pfn + i, 0, PAGE_SIZE as usize, 0));
         (Folio::from_head(phys, f.pfn), true)
     };

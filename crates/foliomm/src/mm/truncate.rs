@@ -57,7 +57,10 @@ impl MmList {
     /// The size stays.
     pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
-        let (first, last) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
+        // Whole pages are unmapped: huge pages for hugetlbfs, which never
+        // splits one (hugetlbfs_punch_hole).
+        let unit = if inode.is_hugetlbfs() { HPAGE_SIZE } else { PAGE_SIZE };
+        let (first, last) = (offset.div_ceil(unit) * unit / PAGE_SIZE, end / unit * unit / PAGE_SIZE);
         let whole_pages = first < last;
         let _inode_lock = inode.i_rwsem.lock().unwrap();
         if whole_pages {

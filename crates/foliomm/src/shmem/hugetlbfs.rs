@@ -9,8 +9,15 @@
 //! wholly and give back the promises of those not instantiated
 //! (`hugetlb_unreserve_pages`).
 //!
-//! Differs from Linux: 2 MiB pages only; no `MAP_NORESERVE`, no subpool
-//! (`size=` mount option) accounting; no `fallocate` preallocation.
+//! An anonymous private mapping (`MAP_PRIVATE|MAP_HUGETLB`) has a file of
+//! its own: its mmap reserves every page in the same map, and a page it
+//! allocates uses up its page's reservation.
+//!
+//! Differs from Linux: 2 MiB pages only; no subpool (`size=` mount option)
+//! accounting; no `fallocate` preallocation; a private mapping of a named
+//! hugetlbfs file reserves nothing; an anonymous private mapping's unused
+//! reservations go back when its file goes (with the last mapping, a
+//! child's too), not when the owner unmaps.
 
 use super::{Inode, Mount};
 use crate::arch::{PAGE_SIZE, PMD_ORDER};
@@ -62,6 +69,21 @@ impl Inode {
         // The cache's reference, and the caller's.
         f.ref_add(1);
         Ok(f)
+    }
+
+    /// A new anonymous huge page for page `index` of a private mapping of
+    /// this (unnamed, `MAP_HUGETLB`) file, not zeroed: the page reserved
+    /// for it at mmap if any is left (the reservation is used up), else an
+    /// unpromised one. ENOMEM when the pool has none.
+    pub fn hugetlb_alloc_private(&self, index: u64) -> Result<Folio<'_>> {
+        let first = index & !(HPAGE_PAGES - 1);
+        let mut map = self.resv_map.lock().unwrap();
+        let reserved = map.remove(&first);
+        self.k.alloc_hugetlb_folio(reserved).inspect_err(|_| {
+            if reserved {
+                map.insert(first);
+            }
+        })
     }
 
     /// `hugetlb_unreserve_pages` after `freed` huge pages of file pages
