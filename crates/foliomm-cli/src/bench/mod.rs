@@ -10,6 +10,7 @@ mod page_fault;
 mod published;
 mod seed_000;
 mod seed_001;
+mod seed_002;
 mod seed_003;
 mod seed_004;
 mod tlb;
@@ -72,6 +73,16 @@ enum Bench {
     /// the seed's figures and the host kernel beside.
     #[command(name = "seed-003")]
     Seed003(seed_003::Seed003Args),
+    /// hugetlb fault and fork scalability of the PMD-sharing synchronization designs (seed 002)
+    ///
+    /// The seed's two programs over one shared hugetlb area: the faulting
+    /// one (map, write-fault every page, unmap: faults per second) and the
+    /// forking one (map, write-fault a few pages, fork, the child exits:
+    /// forks per second), with 1 and N instances and combined, under
+    /// i-mmap-rwsem, vma-lock and no-lock, with the host kernel, the
+    /// seed's combined numbers and the model's cache-line transfers beside.
+    #[command(name = "seed-002")]
+    Seed002(seed_002::Seed002Args),
 }
 
 /// The options every benchmark takes.
@@ -139,6 +150,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Tlb(c) => tlb::run(c, c.size()?),
         Bench::Seed004(s) => seed_004::run(s),
         Bench::Seed003(s) => seed_003::run(s),
+        Bench::Seed002(s) => seed_002::run(s),
     }
 }
 

@@ -271,7 +271,7 @@ fn host_processes(test: Test, flags: i32, procs: usize, size: u64, loops: u32) -
     Ok(samples)
 }
 
-fn pipe() -> Result<[i32; 2]> {
+pub(super) fn pipe() -> Result<[i32; 2]> {
     let mut fds = [0; 2];
     // SAFETY: pipe writes two descriptors into the array.
     ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe: {}", std::io::Error::last_os_error());
@@ -280,7 +280,11 @@ fn pipe() -> Result<[i32; 2]> {
 
 /// Runs `threads` threads: each makes its state with `setup(i)`, waits for
 /// the others, then runs its loop `loops` times, timed.
-fn run_threads<S, L>(threads: usize, loops: u32, setup: impl Fn(usize) -> (S, L) + Sync) -> Result<Vec<Sample>>
+pub(super) fn run_threads<S, L>(
+    threads: usize,
+    loops: u32,
+    setup: impl Fn(usize) -> (S, L) + Sync,
+) -> Result<Vec<Sample>>
 where
     L: FnMut(&mut S) -> Result<()>,
 {

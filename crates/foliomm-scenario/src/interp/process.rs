@@ -52,7 +52,7 @@ impl State<'_> {
                     shared: *shared,
                     hugetlb: *hugetlb,
                     noreserve: *noreserve,
-                    file: handle.map(|h| (h, *offset)),
+                    file: handle.map(|(h, _)| (h, *offset)),
                 };
                 let got = self.timed(|b| b.mmap(t, req));
                 let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
@@ -67,10 +67,10 @@ impl State<'_> {
                 self.maps.insert(name.clone(), (addr, *len));
                 let rs = self.refs.get_mut(&p).unwrap();
                 match handle {
-                    Some(h) => rs.map_file(addr, *len, *prot, h, (offset + (addr - raw)) / 4096, *shared),
+                    Some((_, id)) => rs.map_file(addr, *len, *prot, id, (offset + (addr - raw)) / 4096, *shared),
                     // Shared anonymous memory is a file of its own.
                     None if *shared => {
-                        let id = self.ref_files.create_anonymous(*len);
+                        let id = self.ref_files.new_file(*len);
                         rs.map_file(addr, *len, *prot, id, 0, true)
                     }
                     None => rs.map(addr, *len, *prot),

@@ -33,7 +33,8 @@ pub(super) struct State<'b> {
     pub(super) maps: HashMap<String, (u64, u64)>,
     /// Files by name: the backend's handle (a descriptor every process
     /// forked after its creation holds too).
-    pub(super) files: HashMap<String, u64>,
+    /// Each file by name: the backend's handle and the reference model's id.
+    pub(super) files: HashMap<String, (u64, u64)>,
     /// The processes holding a descriptor of each file: its creator and the
     /// children forked after.
     pub(super) holders: HashMap<String, HashSet<String>>,
@@ -146,15 +147,16 @@ impl<'b> State<'b> {
         Ok(())
     }
 
-    /// The handle of file `name`, which process `p` must hold a descriptor of.
-    pub(super) fn file(&self, name: &str, p: &str) -> Result<u64, String> {
-        let h = *self.files.get(name).ok_or_else(|| format!("unknown file '{name}'"))?;
+    /// The backend handle and the reference model's id of file `name`,
+    /// which process `p` must hold a descriptor of.
+    pub(super) fn file(&self, name: &str, p: &str) -> Result<(u64, u64), String> {
+        let ids = *self.files.get(name).ok_or_else(|| format!("unknown file '{name}'"))?;
         if !self.holders.get(name).is_some_and(|ps| ps.contains(p)) {
             return Err(format!(
                 "process {p} holds no descriptor of file '{name}' (it is inherited by children forked after the memfd)"
             ));
         }
-        Ok(h)
+        Ok(ids)
     }
 
     pub(super) fn place(&self, p: &Place) -> Result<(u64, u64), String> {

@@ -64,18 +64,13 @@ impl RefFiles {
         }
     }
 
-    /// A new file of `size` bytes for shared anonymous memory; returns its
-    /// id (from 2^63 up, apart from the backends' file handles).
-    pub fn create_anonymous(&self, size: u64) -> u64 {
+    /// A new file of `size` bytes, all zeros; returns its id (the
+    /// backends' file handles may repeat across processes, the ids do not).
+    pub fn new_file(&self, size: u64) -> u64 {
         let mut files = self.0.lock().unwrap();
-        let id = (1 << 63) + files.keys().filter(|&&k| k >= 1 << 63).count() as u64;
+        let id = files.len() as u64 + 1;
         files.insert(id, RefFile { size, pages: BTreeMap::new() });
         id
-    }
-
-    /// A new file `id` of `size` bytes, all zeros.
-    pub fn create(&self, id: u64, size: u64) {
-        self.0.lock().unwrap().insert(id, RefFile { size, pages: BTreeMap::new() });
     }
 
     /// `pwrite`: the bytes of `data` from `offset`; the size grows to cover them.

@@ -30,6 +30,7 @@ use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, st
 use crate::rmap::{self, anon_vma_prepare};
 use crate::shmem::{in_page_cache, FileMapping, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::cacheline::{self, Structure};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -42,10 +43,15 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
     let inode = vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
     let haddr = addr & !(PMD_SIZE - 1);
     let index = vma.page_index(haddr);
-    let _mutex = k.hugetlb_fault_mutex(inode.ino, index).lock().unwrap();
+    let mutex = k.hugetlb_fault_mutex(inode.ino, index);
+    cacheline::write(Structure::FaultMutex, mutex);
+    let _mutex = mutex.lock().unwrap();
     let design = k.config.hugetlb_sync;
     let vma_lock = vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
+    let _vma_lock = vma_lock.as_ref().map(|l| {
+        cacheline::write(Structure::HugetlbVmaLock, &**l);
+        l.read().unwrap()
+    });
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd = huge_pte_alloc(k, mm, vma, &inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
     let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr };
@@ -168,7 +174,10 @@ fn huge_pmd_share(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, pud: (u64, usize),
 pub(crate) fn with_unshare_locks<R>(k: &Kernel, v: &Vma, f: impl FnOnce() -> R) -> R {
     let file = v.file().filter(|_| v.is_hugetlb());
     let vma_lock = v.hugetlb_vma_lock().filter(|_| k.config.hugetlb_sync == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| l.write().unwrap());
+    let _vma_lock = vma_lock.as_ref().map(|l| {
+        cacheline::write(Structure::HugetlbVmaLock, &**l);
+        l.write().unwrap()
+    });
     let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
     f()
 }
@@ -280,7 +289,8 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
 }
 
 /// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb
-/// VMA `src_vma` (its copy `dst_vma` linked already). Where the child's
+/// VMA `src_vma` (its copy `dst_vma` linked already): a private one with
+/// an anon_vma, or, in the eras before 6.1, any. Where the child's
 /// table can be shared with the parent's, nothing is copied; a shared
 /// mapping's pages gain the child's references; a private mapping's
 /// anonymous pages become read-only in both (a pinned one is copied for
@@ -289,14 +299,20 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
 pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &Vma, src_vma: &Vma) -> Result<()> {
     let phys = &k.phys;
     let inode = src_vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
-    let i_mmap = inode.i_mmap.read();
+    // No sharing may be set up or torn down while the copy runs: under
+    // i-mmap-rwsem `i_mmap_rwsem` is held for read across it, under
+    // vma-lock the parent VMA's lock.
+    let design = k.config.hugetlb_sync;
+    let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
+    let vma_lock = src_vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
+    let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
     let mut addr = src_vma.start();
     while addr < src_vma.end() {
         let Some(spmd) = crate::pgtable::walk_pmd(phys, src.pgd, addr) else {
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         };
-        let dpmd = huge_pte_alloc(k, dst, dst_vma, &inode, addr, Some(&i_mmap))?;
+        let dpmd = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(Vec::as_slice))?;
         if dpmd.table == spmd.table {
             // The child shares the parent's table: nothing to copy.
             addr = pud_addr_end(addr, src_vma.end());

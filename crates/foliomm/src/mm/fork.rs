@@ -1,7 +1,7 @@
 //! kernel/fork.c `dup_mmap`: the child's VMAs and, through
 //! [`crate::memory::copy_page_range`], its page tables.
 
-use crate::kernel::Stats;
+use crate::kernel::{HugetlbSync, Stats};
 use crate::memory::copy_page_range::CopyVma;
 use crate::memory::hugetlb::copy_hugetlb_page_range;
 use crate::mm_types::{vm, Mm};
@@ -28,14 +28,17 @@ impl Mm {
                 // parent's VMA, as dup_mmap does.
                 cvmas.insert(c.clone());
                 // copy_page_range() → vma_needs_copy(): only a VMA with an
-                // anon_vma (hugetlb ones too); the rest refault.
+                // anon_vma; the rest refault. Before 6.1 ("hugetlb: lazy page
+                // table copies in fork()"), every hugetlb VMA was copied: the
+                // eras of the i-mmap-rwsem and no-lock designs.
                 if v.anon_vma() != 0 {
                     c.anon_vma.set(k.new_anon_vma());
-                    if v.is_hugetlb() {
-                        copy_hugetlb_page_range(k, &child, self, &c, v)?;
-                    } else {
-                        CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
-                    }
+                }
+                let lazy_hugetlb = k.config.hugetlb_sync == HugetlbSync::VmaLock;
+                if v.is_hugetlb() && (v.anon_vma() != 0 || !lazy_hugetlb) {
+                    copy_hugetlb_page_range(k, &child, self, &c, v)?;
+                } else if v.anon_vma() != 0 {
+                    CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
                 }
             }
             Ok(())

@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 
 use crate::arch::PAGE_SIZE;
+use crate::sync::cacheline::{self, Structure};
 use crate::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One VMA mapping the file.
@@ -100,12 +101,14 @@ impl IMmap {
     /// `i_mmap_lock_read`: the linked VMAs in walk order, fixed until the
     /// guard is dropped.
     pub fn read(&self) -> RwLockReadGuard<'_, Vec<FileMapping>> {
+        cacheline::write(Structure::IMmapRwsem, &self.0);
         self.0.read().unwrap()
     }
 
     /// `i_mmap_lock_write`: the records, with no walker and no change
     /// until the guard is dropped.
     pub fn write(&self) -> RwLockWriteGuard<'_, Vec<FileMapping>> {
+        cacheline::write(Structure::IMmapRwsem, &self.0);
         self.0.write().unwrap()
     }
 

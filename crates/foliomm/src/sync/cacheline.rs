@@ -44,10 +44,16 @@ pub enum Structure {
     Folio,
     /// The zone lock of the page allocator.
     ZoneLock,
+    /// A file's `i_mmap_rwsem`.
+    IMmapRwsem,
+    /// A shared hugetlb VMA's lock (`hugetlb_vma_lock`'s `rw_sema`).
+    HugetlbVmaLock,
+    /// A hugetlb fault mutex (`hugetlb_fault_mutex_table[hash]`).
+    FaultMutex,
 }
 
 impl Structure {
-    pub const ALL: [Structure; 7] = [
+    pub const ALL: [Structure; 10] = [
         Structure::MmapLock,
         Structure::MmLockSeq,
         Structure::VmaLock,
@@ -55,6 +61,9 @@ impl Structure {
         Structure::MmCounters,
         Structure::Folio,
         Structure::ZoneLock,
+        Structure::IMmapRwsem,
+        Structure::HugetlbVmaLock,
+        Structure::FaultMutex,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +75,9 @@ impl Structure {
             Structure::MmCounters => "mm_counters",
             Structure::Folio => "folio",
             Structure::ZoneLock => "zone_lock",
+            Structure::IMmapRwsem => "i_mmap_rwsem",
+            Structure::HugetlbVmaLock => "hugetlb_vma_lock",
+            Structure::FaultMutex => "fault_mutex",
         }
     }
 }

@@ -1,0 +1,365 @@
+//! `foliomm bench seed-002`: seed 002's two programs over a shared hugetlb
+//! area, for the three hugetlb synchronization designs and the host kernel.
+//!
+//! The faulting program maps the area (`MAP_SHARED` of one hugetlbfs file
+//! that every instance maps), write-faults every huge page and unmaps it,
+//! in a loop: faults per second. The forking program maps the area,
+//! write-faults a few pages, forks, and the child exits: forks per second.
+//! Each runs with 1 and N instances (processes), then half the instances
+//! fork while half fault. The seed ran 24 instances on 48 CPUs over 250 GB;
+//! the area here is `--size` (1 GiB: one PMD table to share), and the
+//! instance counts `--instances`.
+//!
+//! Every configuration runs once per round and the rounds interleave them;
+//! min, max and avg are over every instance of every round. The model's
+//! cache-line transfers per operation show which lines the instances fight
+//! over (`i_mmap_rwsem`, the hugetlb VMA lock, the fault mutexes).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use foliomm::machine::HugetlbSync;
+use foliomm::shmem::{Inode, HPAGE_SIZE};
+use foliomm::sync::cacheline::{self, Structure, Transfers};
+use foliomm::{Config, Machine, MmapFlags, Prot};
+
+use super::page_fault::{pipe, run_threads};
+use super::{print_json, progress, region_size};
+
+#[derive(clap::Args)]
+pub(super) struct Seed002Args {
+    /// The shared hugetlb area (a multiple of 1G, so that PMD tables can
+    /// be shared; the seed's was 250G).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Instance counts (processes), comma-separated; the combined run uses
+    /// the largest, half forking and half faulting.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    instances: Vec<usize>,
+    /// Loops each instance makes per round.
+    #[arg(long, default_value_t = 3)]
+    loops: u32,
+    /// Huge pages the forking program write-faults before each fork.
+    #[arg(long, default_value_t = 4)]
+    touched: u64,
+    /// Rounds (each runs every configuration once).
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Skip the host kernel.
+    #[arg(long)]
+    no_host: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+enum Program {
+    Fork,
+    Fault,
+}
+
+/// Who runs the programs: a model design, or the host kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+enum Runner {
+    Model(#[serde(serialize_with = "design_name")] HugetlbSync),
+    Host,
+}
+
+fn design_name<S: serde::Serializer>(d: &HugetlbSync, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(d.name())
+}
+
+/// The rates (operations per second) of every instance of one
+/// configuration over every round, and the model's transfers per operation.
+#[derive(serde::Serialize)]
+struct Figures {
+    runner: Runner,
+    /// The programs the instances ran, one per instance.
+    programs: Vec<Program>,
+    /// Per program: every instance's rate in every round.
+    rates: Vec<(Program, Vec<f64>)>,
+    /// Per structure: line transfers per operation (model only).
+    transfers: Vec<(&'static str, f64)>,
+}
+
+/// The seed's combined numbers: forks/s and faults/s under i_mmap_rwsem,
+/// no locking and the VMA lock (24 instances, 48 CPUs).
+const SEED_COMBINED: [(&str, [f64; 3]); 2] = [("forks", [448.0, 76.0, 151.0]), ("faults", [2144.0, 83110.0, 65596.0])];
+
+pub(super) fn run(a: &Seed002Args) -> Result<()> {
+    let size = region_size(&a.size)?;
+    ensure!(size.is_multiple_of(1 << 30), "--size: expected a multiple of 1G, found {}", a.size);
+    let max = a.instances.iter().copied().max().unwrap_or(1).max(2);
+    let mut configs: Vec<Vec<Program>> = Vec::new();
+    for p in [Program::Fork, Program::Fault] {
+        configs.extend(a.instances.iter().map(|&n| vec![p; n]));
+    }
+    configs.push((0..max).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
+    let mut runners: Vec<Runner> = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).collect();
+    if !a.no_host {
+        runners.push(Runner::Host);
+    }
+    let mut figs: Vec<Figures> = Vec::new();
+    for &runner in &runners {
+        for programs in &configs {
+            let rates = [Program::Fork, Program::Fault].map(|p| (p, Vec::new())).to_vec();
+            figs.push(Figures { runner, programs: programs.clone(), rates, transfers: Vec::new() });
+        }
+    }
+    let bar = progress(a.runs as u64 * figs.len() as u64);
+    let mut host_note = None;
+    for _ in 0..a.runs {
+        for f in figs.iter_mut() {
+            let (rates, transfers) = match f.runner {
+                Runner::Model(d) => model(d, &f.programs, size, a)?,
+                Runner::Host if host_note.is_some() => (Vec::new(), Transfers::default()),
+                Runner::Host => host(&f.programs, size, a).unwrap_or_else(|e| {
+                    host_note = Some(format!("{e:#}"));
+                    (Vec::new(), Transfers::default())
+                }),
+            };
+            for (p, r) in rates {
+                f.rates.iter_mut().find(|(q, _)| *q == p).unwrap().1.push(r);
+            }
+            let ops = f.rates.iter().map(|(_, r)| r.len()).sum::<usize>().max(1) as f64;
+            f.transfers = Structure::ALL.iter().map(|&s| (s.name(), transfers.of(s) as f64 / ops)).collect();
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    if a.json {
+        return print_json(&figs);
+    }
+    print_tables(&figs, size, max, host_note);
+    Ok(())
+}
+
+/// One round of `programs` (an instance each) on a new model machine.
+fn model(
+    design: HugetlbSync,
+    programs: &[Program],
+    size: u64,
+    a: &Seed002Args,
+) -> Result<(Vec<(Program, f64)>, Transfers)> {
+    let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..Config::default() };
+    let m = Machine::new(config)?;
+    let pages = size / HPAGE_SIZE;
+    ensure!(m.kernel.set_nr_hugepages(pages) == pages, "the model's memory holds no {pages} huge pages");
+    let file = m.hugetlbfs_create(size)?;
+    cacheline::forget();
+    let samples = run_threads(programs.len(), a.loops, |i| {
+        cacheline::account_as(i as u32 + 1);
+        let (file, program) = (file.clone(), programs[i]);
+        let mm = m.new_mm().expect("an instance's MM");
+        (m.new_cpu(), move |cpu: &mut foliomm::Cpu| model_loop(&mm, &file, cpu, program, size, a.touched))
+    })?;
+    let violations = m.check();
+    ensure!(violations.is_empty(), "model: the checker found {violations:?}");
+    let mut transfers = Transfers::default();
+    let rates = samples
+        .iter()
+        .zip(programs)
+        .map(|(s, &p)| {
+            transfers.add(&s.transfers);
+            let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE_SIZE) as f64 } else { 1.0 };
+            (p, ops / s.wall.as_secs_f64())
+        })
+        .collect();
+    Ok((rates, transfers))
+}
+
+/// One loop of `program` by the MM `mm`: map the area at a 1 GiB boundary,
+/// fault it all (or `touched` pages and fork), unmap.
+fn model_loop(
+    mm: &Arc<foliomm::Mm>,
+    file: &Arc<Inode>,
+    cpu: &mut foliomm::Cpu,
+    program: Program,
+    size: u64,
+    touched: u64,
+) -> Result<()> {
+    let flags = MmapFlags { shared: true, ..MmapFlags::default() };
+    let a = mm.mmap_file(1 << 30, size, Prot::RW, flags, Some((file, 0)))?;
+    let faulted = if program == Program::Fault { size } else { touched * HPAGE_SIZE };
+    for page in (a..a + faulted).step_by(HPAGE_SIZE as usize) {
+        cpu.write_byte_per_page(mm, page, 1, 1)?;
+    }
+    if program == Program::Fork {
+        mm.fork()?.exit();
+    }
+    mm.munmap(a, size)?;
+    Ok(())
+}
+
+/// One round of `programs` on the host: a hugetlbfs memfd every instance
+/// maps, the pool set to hold it (and restored), an instance per process.
+fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Program, f64)>, Transfers)> {
+    use foliomm_host::sysfs;
+    sysfs::set(&sysfs::hugetlb_path(), &(size / HPAGE_SIZE).to_string()).map_err(anyhow::Error::msg)?;
+    let r = host_round(programs, size, a);
+    sysfs::restore_all();
+    Ok((r?, Transfers::default()))
+}
+
+fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
+    // SAFETY: a NUL-terminated name; the descriptor is closed below.
+    let fd = unsafe { libc::memfd_create(c"foliomm-seed-002".as_ptr(), libc::MFD_HUGETLB) };
+    ensure!(fd >= 0, "memfd_create(MFD_HUGETLB): {}", std::io::Error::last_os_error());
+    // SAFETY: the descriptor made above.
+    ensure!(unsafe { libc::ftruncate(fd, size as libc::off_t) } == 0, "ftruncate of the hugetlbfs file failed");
+    let (go, report) = (pipe()?, pipe()?);
+    let mut pids = Vec::new();
+    for &p in programs {
+        // SAFETY: the child runs host_loop only and ends in _exit.
+        match unsafe { libc::fork() } {
+            -1 => anyhow::bail!("fork: {}", std::io::Error::last_os_error()),
+            0 => {
+                let mut byte = 0u8;
+                // SAFETY: one byte into a local from the go pipe.
+                unsafe { libc::read(go[0], (&mut byte as *mut u8).cast(), 1) };
+                let t = Instant::now();
+                let ok = (0..a.loops).all(|_| host_loop(fd, p, size, a.touched));
+                let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE_SIZE) as f64 } else { 1.0 };
+                let rate = if ok { ops / t.elapsed().as_secs_f64() } else { -1.0 };
+                // SAFETY: 8 bytes from a local into the report pipe, then the child ends.
+                unsafe {
+                    libc::write(report[1], rate.to_bits().to_ne_bytes().as_ptr().cast(), 8);
+                    libc::_exit(0);
+                }
+            }
+            pid => pids.push(pid),
+        }
+    }
+    // SAFETY: one byte per child into the go pipe.
+    unsafe { libc::write(go[1], vec![1u8; programs.len()].as_ptr().cast(), programs.len()) };
+    let mut rates = Vec::new();
+    for &p in programs {
+        let mut out = [0u8; 8];
+        // SAFETY: 8 bytes into a local from the report pipe.
+        let n = unsafe { libc::read(report[0], out.as_mut_ptr().cast(), 8) };
+        let rate = f64::from_bits(u64::from_ne_bytes(out));
+        ensure!(n == 8 && rate > 0.0, "host: an instance failed (is the huge page pool large enough?)");
+        rates.push((p, rate));
+    }
+    for pid in pids {
+        // SAFETY: reaping a child forked above.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    for f in go.into_iter().chain(report).chain([fd]) {
+        // SAFETY: descriptors made above.
+        unsafe { libc::close(f) };
+    }
+    Ok(rates)
+}
+
+/// The host side of [`model_loop`]; false if a system call failed.
+fn host_loop(fd: i32, program: Program, size: u64, touched: u64) -> bool {
+    let flags = libc::MAP_SHARED;
+    // SAFETY: a new shared mapping of the hugetlbfs file, unmapped below.
+    let a =
+        unsafe { libc::mmap((1u64 << 30) as *mut _, size as usize, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+    if a == libc::MAP_FAILED {
+        return false;
+    }
+    let faulted = if program == Program::Fault { size } else { touched * HPAGE_SIZE };
+    for off in (0..faulted).step_by(HPAGE_SIZE as usize) {
+        // SAFETY: inside the mapping made above.
+        unsafe { (a as *mut u8).add(off as usize).write_volatile(1) };
+    }
+    if program == Program::Fork {
+        // SAFETY: the child exits at once.
+        match unsafe { libc::fork() } {
+            0 => unsafe { libc::_exit(0) },
+            -1 => return false,
+            // SAFETY: reaping the child forked above.
+            pid => unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) },
+        };
+    }
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(a, size as usize) == 0 }
+}
+
+/// The seed's tables for each runner, then the combined numbers beside the
+/// seed's, then the model's transfers per operation in the combined run.
+fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<String>) {
+    let stats = |v: &[f64]| {
+        let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        (min, v.iter().copied().fold(0.0, f64::max), avg)
+    };
+    let name = |r: Runner| match r {
+        Runner::Model(d) => format!("model, {}", d.name()),
+        Runner::Host => "host kernel".to_string(),
+    };
+    println!("\nSeed 002: shared hugetlb area of {} MiB, instances as processes\n", size >> 20);
+    let mut current = None;
+    for f in figs.iter().filter(|f| f.rates.iter().any(|(_, r)| !r.is_empty())) {
+        if current != Some(f.runner) {
+            current = Some(f.runner);
+            println!("{}\n{}", name(f.runner), "=".repeat(name(f.runner).len()));
+        }
+        let mixed = f.programs.iter().any(|&p| p != f.programs[0]);
+        let title = match (mixed, f.programs[0]) {
+            (true, _) => "combine forking and faulting",
+            (false, Program::Fork) => "fork program (forks per second)",
+            (false, Program::Fault) => "faulting program (faults per second)",
+        };
+        println!("{title}\ninstances min max avg");
+        for (p, r) in f.rates.iter().filter(|(_, r)| !r.is_empty()) {
+            let (min, max, avg) = stats(r);
+            let n = f.programs.iter().filter(|&&q| q == *p).count();
+            let label = if mixed {
+                format!(" ({})", if *p == Program::Fork { "forks" } else { "faults" })
+            } else {
+                String::new()
+            };
+            println!("{n} {min:.1} {max:.1} {avg:.1}{label}");
+        }
+        println!();
+    }
+    let combined_avg = |runner: Runner, p: Program| {
+        figs.iter()
+            .find(|f| {
+                f.runner == runner && f.programs.len() == combined && f.programs.iter().any(|&q| q != f.programs[0])
+            })
+            .and_then(|f| f.rates.iter().find(|(q, _)| *q == p))
+            .filter(|(_, r)| !r.is_empty())
+            .map_or("-".to_string(), |(_, r)| format!("{:.0}", stats(r).2))
+    };
+    println!("Just looking at the combined numbers ({combined} instances; the seed: 24 instances on 48 CPUs):");
+    println!(
+        "{:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12} {:>10} {:>11}",
+        "", "i-mmap-rwsem", "no-lock", "vma-lock", "host", "i_mmap_rwsem", "No locking", "vma locking"
+    );
+    for (i, (label, seed)) in SEED_COMBINED.iter().enumerate() {
+        let p = if i == 0 { Program::Fork } else { Program::Fault };
+        let cols: Vec<String> = [
+            Runner::Model(HugetlbSync::IMmapRwsem),
+            Runner::Model(HugetlbSync::NoLock),
+            Runner::Model(HugetlbSync::VmaLock),
+            Runner::Host,
+        ]
+        .iter()
+        .map(|&r| combined_avg(r, p))
+        .collect();
+        println!(
+            "{label:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12} {:>10} {:>11}",
+            cols[0], cols[1], cols[2], cols[3], seed[0], seed[1], seed[2]
+        );
+    }
+    println!("\nModel: cache-line transfers per operation in the combined run:");
+    for f in figs.iter().filter(|f| {
+        matches!(f.runner, Runner::Model(_))
+            && f.programs.len() == combined
+            && f.programs.iter().any(|&q| q != f.programs[0])
+    }) {
+        let shown: Vec<String> =
+            f.transfers.iter().filter(|(_, v)| *v >= 0.005).map(|(n, v)| format!("{n} {v:.2}")).collect();
+        println!("  {:24} {}", name(f.runner), shown.join(", "));
+    }
+    if let Some(n) = host_note {
+        println!("host kernel skipped: {n}");
+    }
+}
