@@ -102,6 +102,21 @@ struct CommonArgs {
     csv: bool,
 }
 
+/// The options of a benchmark that runs its configurations in interleaved
+/// rounds, the host kernel among them.
+#[derive(clap::Args)]
+struct RoundArgs {
+    /// Rounds, each running every configuration once.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Skip the host kernel.
+    #[arg(long)]
+    no_host: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
 /// The options of a benchmark that measures the host kernel beside the model.
 #[derive(clap::Args)]
 struct HostArgs {

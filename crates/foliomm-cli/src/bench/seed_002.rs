@@ -43,15 +43,8 @@ pub(super) struct Seed002Args {
     /// Huge pages the forking program write-faults before each fork.
     #[arg(long, default_value_t = 4)]
     touched: u64,
-    /// Rounds (each runs every configuration once).
-    #[arg(long, default_value_t = 3)]
-    runs: u32,
-    /// Skip the host kernel.
-    #[arg(long)]
-    no_host: bool,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    rounds: super::RoundArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -98,7 +91,7 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
     }
     configs.push((0..max).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
     let mut runners: Vec<Runner> = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).collect();
-    if !a.no_host {
+    if !a.rounds.no_host {
         runners.push(Runner::Host);
     }
     let mut figs: Vec<Figures> = Vec::new();
@@ -108,9 +101,9 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
             figs.push(Figures { runner, programs: programs.clone(), rates, transfers: Vec::new() });
         }
     }
-    let bar = progress(a.runs as u64 * figs.len() as u64);
+    let bar = progress(a.rounds.runs as u64 * figs.len() as u64);
     let mut host_note = None;
-    for _ in 0..a.runs {
+    for _ in 0..a.rounds.runs {
         for f in figs.iter_mut() {
             let (rates, transfers) = match f.runner {
                 Runner::Model(d) => model(d, &f.programs, size, a)?,
@@ -129,7 +122,7 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    if a.json {
+    if a.rounds.json {
         return print_json(&figs);
     }
     print_tables(&figs, size, max, host_note);

@@ -31,15 +31,8 @@ pub(super) struct Seed003Args {
     /// (the seed made 100, the first of which filled it).
     #[arg(long, default_value_t = 3)]
     iterations: u32,
-    /// Rounds, each running every configuration once; the fastest counts.
-    #[arg(long, default_value_t = 3)]
-    runs: u32,
-    /// Skip the host kernel.
-    #[arg(long)]
-    no_host: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    rounds: super::RoundArgs,
 }
 
 const DESIGNS: [Design; 4] = [Design::Subpage, Design::CompoundLocked, Design::NrMapped, Design::MmId];
@@ -78,12 +71,12 @@ pub(super) fn run(a: &Seed003Args) -> Result<()> {
         .iter()
         .map(|&d| Machine::new(Config { memory: size + (256 << 20), mapcount: d, ..Config::default() }))
         .collect::<Result<_, _>>()?;
-    let host_cols = if a.no_host { 0 } else { 1 };
-    let bar = progress((a.runs.max(1) as usize * CASES.len() * (DESIGNS.len() + host_cols)) as u64);
+    let host_cols = if a.rounds.no_host { 0 } else { 1 };
+    let bar = progress((a.rounds.runs.max(1) as usize * CASES.len() * (DESIGNS.len() + host_cols)) as u64);
     let mut model = vec![[None::<Figure>; DESIGNS.len()]; CASES.len()];
     let mut host: Vec<Option<f64>> = vec![None; CASES.len()];
     let mut host_note = None;
-    for round in 0..a.runs.max(1) {
+    for round in 0..a.rounds.runs.max(1) {
         for (c, &(name, case, ..)) in CASES.iter().enumerate() {
             for (d, m) in machines.iter().enumerate() {
                 bar.set_message(format!("round {} {name} {}", round + 1, DESIGNS[d].name()));
@@ -94,7 +87,7 @@ pub(super) fn run(a: &Seed003Args) -> Result<()> {
                 }
                 bar.inc(1);
             }
-            if !a.no_host && host_note.is_none() {
+            if !a.rounds.no_host && host_note.is_none() {
                 bar.set_message(format!("round {} {name} host", round + 1));
                 match host_case(case, size as usize, iterations) {
                     Ok(s) => host[c] = Some(host[c].map_or(s, |b| b.min(s))),
@@ -105,7 +98,7 @@ pub(super) fn run(a: &Seed003Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    if a.json {
+    if a.rounds.json {
         let rows: Vec<_> = CASES
             .iter()
             .enumerate()
@@ -119,7 +112,7 @@ pub(super) fn run(a: &Seed003Args) -> Result<()> {
             &serde_json::json!({ "size": size, "iterations": iterations, "rows": rows, "note": host_note }),
         );
     }
-    print_table(&model, &host, size, iterations, a.runs.max(1));
+    print_table(&model, &host, size, iterations, a.rounds.runs.max(1));
     if let Some(n) = host_note {
         println!("\n{n}");
     }
