@@ -33,6 +33,20 @@ enum Command {
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
     Prove(ProveArgs),
+    /// Host-kernel settings foliomm changes (THP, shmem, the huge page pool).
+    #[command(subcommand)]
+    Host(HostCommand),
+}
+
+#[derive(Subcommand)]
+enum HostCommand {
+    /// Put back every host setting a foliomm run changed and did not put
+    /// back (a run killed with SIGKILL), from the state file; `--force`
+    /// also those of runs still alive.
+    Restore {
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -131,11 +145,30 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // What a run killed without a chance to restore left changed.
+    if !matches!(cli.cmd, Command::Host(_)) {
+        for c in foliomm_host::sysfs::restore_left_behind(false) {
+            eprintln!("foliomm: put back {} = {} (left changed by process {})", c.path, c.value, c.pid);
+        }
+    }
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove(a),
+        Command::Host(HostCommand::Restore { force }) => {
+            let restored = foliomm_host::sysfs::restore_left_behind(force);
+            for c in &restored {
+                println!("put back {} = {} (changed by process {})", c.path, c.value, c.pid);
+            }
+            if restored.is_empty() {
+                println!(
+                    "nothing to put back ({} lists no setting of a finished run)",
+                    foliomm_host::sysfs::state_path().display()
+                );
+            }
+            Ok(true)
+        }
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,

@@ -247,3 +247,56 @@ fn a_dead_worker_is_a_backend_failure_not_an_errno() {
         other => panic!("a dead worker answered {other:?}"),
     }
 }
+
+/// A run interrupted by SIGINT or SIGTERM puts the host settings it changed
+/// back itself; one killed by SIGKILL cannot, and `foliomm host restore`
+/// puts them back from the state file. Here the setting is the huge page
+/// pool's size, which a hugetlb scenario changes.
+#[test]
+fn interrupted_runs_leave_no_host_setting_changed() {
+    require_host!();
+    let pool = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages");
+    let Ok(before) = std::fs::read_to_string(pool) else {
+        eprintln!("skipping: no 2 MiB huge page pool");
+        return;
+    };
+    let file = std::env::temp_dir().join(format!("foliomm-interrupt-{}.fmm", std::process::id()));
+    let steps = "set hugetlb pages=2\nP: a = mmap 2M rw shared hugetlb\nrepeat 1000000\nP: write a\nend\n";
+    std::fs::write(&file, steps).unwrap();
+    let exe = env!("CARGO_BIN_EXE_foliomm");
+    let wait_for = |want_changed: bool| {
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(30) {
+            if (std::fs::read_to_string(pool).unwrap() != before) == want_changed {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    };
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL] {
+        let mut child = Command::new(exe)
+            .args(["run", "--backend", "host", "-q"])
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(wait_for(true), "the run never changed {}", pool.display());
+        // SAFETY: a signal to the child spawned above.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        child.wait().unwrap();
+        if sig == libc::SIGKILL {
+            let out = Command::new(exe).args(["host", "restore"]).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("put back"), "host restore after SIGKILL said: {text}");
+        }
+        // In-use huge pages count in the pool until the workers are gone.
+        assert!(
+            wait_for(false),
+            "after signal {sig}: {} is {}, was {before}",
+            pool.display(),
+            std::fs::read_to_string(pool).unwrap()
+        );
+    }
+    let _ = std::fs::remove_file(file);
+}

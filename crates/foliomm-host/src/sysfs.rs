@@ -1,7 +1,9 @@
 //! THP settings in `/sys/kernel/mm/transparent_hugepage` and the huge page
-//! pool's size, changed only with a
-//! record of the old value, and put back when the backend is dropped, when the
-//! process is interrupted (SIGINT, SIGTERM, SIGHUP), or by [`restore_all`].
+//! pool's size, changed only with a record of the old value, in memory and
+//! in a state file ([`state_path`]), and put back when the backend is
+//! dropped, when the process is interrupted (SIGINT, SIGTERM, SIGHUP), or by
+//! [`restore_all`]; what a killed run left changed, the next `foliomm` puts
+//! back ([`restore_left_behind`]).
 
 use std::sync::{Mutex, Once};
 
@@ -12,6 +14,62 @@ pub const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 /// (path, value before our first change), oldest first.
 static SAVED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 static SIGNALS: Once = Once::new();
+
+/// A setting changed and not yet put back, as the state file keeps it: so
+/// that a run killed without a chance to restore (`kill -9`) can be undone
+/// by the next `foliomm` or by `foliomm host restore`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Changed {
+    pub path: String,
+    /// The value before the change.
+    pub value: String,
+    /// The process that changed it.
+    pub pid: u32,
+}
+
+/// The state file of changed host settings.
+pub fn state_path() -> std::path::PathBuf {
+    std::env::temp_dir().join("foliomm-host-settings.json")
+}
+
+fn load_state() -> Vec<Changed> {
+    std::fs::read(state_path()).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// Writes the state file whole (through a rename, so a reader never sees
+/// half of it), or removes it when nothing is left.
+fn store_state(entries: &[Changed]) {
+    let path = state_path();
+    if entries.is_empty() {
+        let _ = std::fs::remove_file(path);
+        return;
+    }
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    if std::fs::write(&tmp, serde_json::to_vec_pretty(entries).unwrap()).is_ok() {
+        let _ = std::fs::rename(tmp, path);
+    }
+}
+
+/// Whether process `pid` is alive: it exists and is not a zombie (a
+/// killed run whose parent has not reaped it yet is gone for our purpose).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which ends with the last ')'.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|s| s != "Z")
+}
+
+/// Puts back what processes that are gone left changed (all of it with
+/// `force`, live processes' changes too); returns what was put back.
+pub fn restore_left_behind(force: bool) -> Vec<Changed> {
+    let state = load_state();
+    let (gone, kept): (Vec<Changed>, Vec<Changed>) = state.into_iter().partition(|c| force || !alive(c.pid));
+    // Newest first, as restore_all does.
+    for c in gone.iter().rev() {
+        let _ = std::fs::write(&c.path, &c.value);
+    }
+    store_state(&kept);
+    gone
+}
 
 /// The selected value of a sysfs "a [b] c" file, or the value of a file
 /// holding one word (`nr_hugepages`).
@@ -44,20 +102,34 @@ pub fn set(path: &str, value: &str) -> Result<(), String> {
     });
     let old = read_selected(path)?;
     let mut saved = SAVED.lock().unwrap();
-    std::fs::write(path, value)
-        .map_err(|e| format!("cannot write '{value}' to {path}: {e} (changing THP settings needs root)"))?;
     if !saved.iter().any(|(p, _)| p == path) {
+        // Recorded before the change: a kill at any later instant leaves
+        // the original value on disk. A setting another live run changed
+        // first keeps that run's original.
+        let mut state = load_state();
+        if !state.iter().any(|c| c.path == path) {
+            state.push(Changed { path: path.to_string(), value: old.clone(), pid: std::process::id() });
+            store_state(&state);
+        }
         saved.push((path.to_string(), old));
     }
+    std::fs::write(path, value)
+        .map_err(|e| format!("cannot write '{value}' to {path}: {e} (changing host settings needs root)"))?;
     Ok(())
 }
 
-/// Puts every changed setting back, newest first.
+/// Puts every setting this process changed back, newest first, and takes
+/// them off the state file.
 pub fn restore_all() {
     let mut saved = SAVED.lock().unwrap();
+    if saved.is_empty() {
+        return;
+    }
     while let Some((p, v)) = saved.pop() {
         let _ = std::fs::write(&p, v);
     }
+    let pid = std::process::id();
+    store_state(&load_state().into_iter().filter(|c| c.pid != pid).collect::<Vec<_>>());
 }
 
 /// The path of the top-level mode or of one folio order's mode.
