@@ -225,9 +225,7 @@ fn host_processes(test: Test, flags: i32, procs: usize, size: u64, loops: u32) -
     let (go, report) = (pipe()?, pipe()?);
     let mut pids = Vec::with_capacity(procs);
     for _ in 0..procs {
-        // SAFETY: the child runs only the code below and ends in _exit.
-        match unsafe { libc::fork() } {
-            -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        match fork_worker()? {
             0 => {
                 let fd = if test == Test::PageFault1 { Ok(-1) } else { memfd(size as usize) };
                 let mut byte = 0u8;
@@ -269,6 +267,32 @@ fn host_processes(test: Test, flags: i32, procs: usize, size: u64, loops: u32) -
         unsafe { libc::close(fd) };
     }
     Ok(samples)
+}
+
+/// Forks a worker process that dies with this one (`PR_SET_PDEATHSIG`):
+/// a benchmark killed mid-run leaves no worker waiting on its pipes.
+/// Returns 0 in the worker, its PID in the caller. The worker may only run
+/// code that takes no lock another thread of the caller may hold, and must
+/// end in `_exit`.
+pub(super) fn fork_worker() -> Result<libc::pid_t> {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: see the function's documentation for the child's obligations.
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: prctl and getppid on the calling process; if the
+            // parent died before the prctl, the worker ends at once.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+            }
+            Ok(0)
+        }
+        pid => Ok(pid),
+    }
 }
 
 pub(super) fn pipe() -> Result<[i32; 2]> {

@@ -26,7 +26,7 @@ use foliomm::shmem::{Inode, HPAGE_SIZE};
 use foliomm::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
-use super::page_fault::{pipe, run_threads};
+use super::page_fault::{fork_worker, pipe, run_threads};
 use super::{print_json, progress, region_size};
 
 #[derive(clap::Args)]
@@ -212,9 +212,7 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
     let (go, report) = (pipe()?, pipe()?);
     let mut pids = Vec::new();
     for (i, &p) in programs.iter().enumerate() {
-        // SAFETY: the child runs host_loop only and ends in _exit.
-        match unsafe { libc::fork() } {
-            -1 => anyhow::bail!("fork: {}", std::io::Error::last_os_error()),
+        match fork_worker()? {
             0 => {
                 let mut byte = 0u8;
                 // SAFETY: one byte into a local from the go pipe.
