@@ -196,6 +196,42 @@ fn out_of_memory_is_enomem() {
     assert_clean(&m);
 }
 
+/// An mremap move that runs out of page tables midway (or at once) fails
+/// with ENOMEM and loses nothing: the source keeps its VMA, its pages and
+/// its bytes, nothing is mapped at the destination, and the checker finds
+/// no page outside a VMA (#15: the source VMA used to be lost). Every
+/// number of free frames from none to a few is tried, so that the failure
+/// comes at each level of the destination's tables.
+#[test]
+fn mremap_move_out_of_page_tables_loses_nothing() {
+    for spare in 0..6 {
+        let m = machine(8 * M);
+        m.thp.set_enabled(ThpMode::Never).unwrap();
+        let mut cpu = m.new_cpu();
+        let p = m.new_mm().unwrap();
+        let a = anon(&p, 4 * M);
+        cpu.write_byte_per_page(&p, a, 4 * M, 0x5a).unwrap();
+        // Fill memory, then give back `spare` pages.
+        let fill = anon(&p, 64 * M);
+        let filled = (0..64 * M / 4096)
+            .take_while(|i| cpu.write_byte_per_page(&p, fill + i * 4096, 4096, 1).is_ok())
+            .count() as u64;
+        if spare > 0 {
+            p.munmap(fill + (filled - spare) * 4096, spare * 4096).unwrap();
+        }
+        let far = 0x7e00_0000_0000;
+        match p.mremap(a, 4 * M, 4 * M, true, Some(far)) {
+            Ok(to) => assert_eq!(to, far, "spare {spare}"),
+            Err(e) => {
+                assert_eq!(e, Errno::ENOMEM, "spare {spare}");
+                assert!(cpu.read_byte_per_page(&p, a, 4 * M).unwrap().iter().all(|&b| b == 0x5a), "spare {spare}");
+                assert_eq!(cpu.read_byte_per_page(&p, far, 4096), Err(Errno::EFAULT), "spare {spare}");
+            }
+        }
+        assert_clean(&m);
+    }
+}
+
 /// Each design's MM ID space (rmap-id's 16M, mm-id's MM_ID_MAX), and fork
 /// failing cleanly with ENOMEM once a lower limit is reached.
 #[test]

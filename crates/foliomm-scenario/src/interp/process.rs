@@ -39,13 +39,16 @@ impl State<'_> {
                 // With `align`, map `len + align` and unmap what lies outside
                 // the aligned part, as the kernel selftests do.
                 let extra = align.unwrap_or(0);
+                let Some(total) = len.checked_add(extra) else {
+                    return Err(format!("mmap of {len:#x} bytes aligned to {extra:#x}: the sum overflows").into());
+                };
                 let handle = match file {
                     Some(f) => Some(self.file(f, &p)?),
                     None => None,
                 };
                 let req = MmapRequest {
                     at: *at,
-                    len: len + extra,
+                    len: total,
                     prot: *prot,
                     fixed: *fixed,
                     populate: *populate,
@@ -61,8 +64,8 @@ impl State<'_> {
                 if addr > raw {
                     self.timed(|b| b.munmap(t, raw, addr - raw)).map_err(trim)?;
                 }
-                if raw + len + extra > addr + len {
-                    self.timed(|b| b.munmap(t, addr + len, raw + len + extra - (addr + len))).map_err(trim)?;
+                if raw + total > addr + len {
+                    self.timed(|b| b.munmap(t, addr + len, raw + total - (addr + len))).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
                 let rs = self.refs.get_mut(&p).unwrap();

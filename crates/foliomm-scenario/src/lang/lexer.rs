@@ -160,7 +160,7 @@ fn parse_place(t: &str) -> Result<Place, String> {
         }
         None => {
             let o = parse_size(inner).ok_or_else(bad)?;
-            (o, o + 1)
+            (o, o.checked_add(1).ok_or_else(|| format!("offset {o:#x} in '{t}' is past the end of any mapping"))?)
         }
     };
     Ok(Place { map: map.into(), range: Some(range) })
