@@ -254,10 +254,23 @@ fn prove(a: ProveArgs) -> Result<bool> {
 }
 
 fn compare_files(a: CompareArgs) -> Result<bool> {
-    let mut total = 0;
+    let (mut total, mut agree, mut differ) = (0, 0, 0);
+    let mut skipped: Vec<String> = Vec::new();
+    let mut bad: Vec<String> = Vec::new();
     for file in &a.files {
-        let src = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-        let mut steps = parse(&src).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let name = file.display().to_string();
+        // A file that cannot be read or parsed is reported; the batch goes on.
+        let parsed = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read it: {e}"))
+            .and_then(|src| parse(&src).map_err(|e| e.to_string()));
+        let mut steps = match parsed {
+            Ok(steps) => steps,
+            Err(e) => {
+                println!("== {name}\n  bad file: {e}");
+                bad.push(name);
+                continue;
+            }
+        };
         let overrides = RunArgs {
             files: Vec::new(),
             check: false,
@@ -276,18 +289,34 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
         apply_overrides(&mut steps, &overrides)?;
         let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
         if let Some(f) = host.failure.as_ref().filter(|f| f.kind == FailureKind::Unsupported) {
-            println!(
-                "== {}
-  skipped on the host: {}",
-                file.display(),
-                f.message
-            );
+            println!("== {name}\n  skipped on the host: {}", f.message);
+            skipped.push(format!("{name}: {}", f.message));
             continue;
         }
-        total += compare::report(&file.display().to_string(), &model, &host, a.quiet);
+        let n = compare::report(&name, &model, &host, a.quiet);
+        total += n;
+        if n == 0 {
+            agree += 1;
+        } else {
+            differ += 1;
+        }
     }
     println!("{total} mismatches in all");
-    Ok(total == 0)
+    println!(
+        "compared {} of {} files: {agree} agree, {differ} differ, {} skipped on the host, {} bad",
+        agree + differ,
+        a.files.len(),
+        skipped.len(),
+        bad.len()
+    );
+    // A file the host kernel cannot run (a setting it cannot take) is a
+    // skip, not a failure; a host backend that cannot run at all (no root)
+    // compared nothing, and says so with a failing status.
+    let unavailable = skipped.iter().any(|s| s.contains("needs root"));
+    if agree + differ == 0 && unavailable {
+        println!("nothing was compared: the host backend cannot run here");
+    }
+    Ok(total == 0 && differ == 0 && bad.is_empty() && !(agree + differ == 0 && unavailable))
 }
 
 /// Command-line settings win over the file's own `set` lines: they go after
