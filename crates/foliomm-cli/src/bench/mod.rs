@@ -7,6 +7,7 @@
 
 mod fault;
 mod page_fault;
+mod pmd_sharing;
 mod published;
 mod seed_000;
 mod seed_001;
@@ -83,6 +84,14 @@ enum Bench {
     /// seed's combined numbers and the model's cache-line transfers beside.
     #[command(name = "seed-002")]
     Seed002(seed_002::Seed002Args),
+    /// Page-table memory hugetlb PMD sharing saves per forked child (seed 002)
+    ///
+    /// A parent maps 1 GiB VMAs of one hugetlbfs file at 1 GiB boundaries
+    /// (shareable) or 2 MiB past them (unshareable); children write a page
+    /// of each; the page-table memory gained per child, model (live table
+    /// frames) and host (/proc/meminfo PageTables).
+    #[command(name = "pmd-sharing")]
+    PmdSharing(pmd_sharing::PmdSharingArgs),
 }
 
 /// The options every benchmark takes.
@@ -166,6 +175,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Seed004(s) => seed_004::run(s),
         Bench::Seed003(s) => seed_003::run(s),
         Bench::Seed002(s) => seed_002::run(s),
+        Bench::PmdSharing(s) => pmd_sharing::run(s),
     }
 }
 

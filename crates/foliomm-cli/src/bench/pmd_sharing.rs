@@ -1,0 +1,207 @@
+//! `foliomm bench pmd-sharing`: what hugetlb PMD sharing saves in page-table
+//! memory (seed 002's subject), on the model and on the host kernel.
+//!
+//! A parent maps `--vmas` 1 GiB VMAs of one hugetlbfs file, at 1 GiB
+//! boundaries (shareable: each covers a whole PUD window) or 2 MiB past
+//! them (unshareable), and writes one huge page in each. `--children`
+//! forked children then write the same page of every VMA and wait. The
+//! page-table memory the machine gained per child is the figure: the
+//! model's live page-table frames, the host's `PageTables` in
+//! /proc/meminfo. A child sharing the parent's tables needs none for the
+//! VMAs; one that cannot share needs a PMD table per VMA.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use foliomm::shmem::HPAGE_SIZE;
+use foliomm::sync::atomic::Ordering::Relaxed;
+use foliomm::{Config, Machine, MmapFlags, Prot};
+
+use super::page_fault::{fork_worker, pipe};
+use super::print_json;
+
+#[derive(clap::Args)]
+pub(super) struct PmdSharingArgs {
+    /// 1 GiB VMAs the parent maps.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=256))]
+    vmas: u64,
+    /// Children forked.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    children: u64,
+    /// Skip the host kernel.
+    #[arg(long)]
+    no_host: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+const GIB: u64 = 1 << 30;
+/// How long `PageTables` takes to show a change (vmstat folds its per-CPU
+/// differences every second).
+const SETTLE: Duration = Duration::from_millis(1500);
+/// Where the parent's VMAs start: a PGD slot of their own.
+const BASE: u64 = 1 << 40;
+
+/// Page-table KiB per child, shareable and unshareable, for one runner.
+#[derive(serde::Serialize)]
+struct Row {
+    runner: &'static str,
+    shareable_kb: Option<f64>,
+    unshareable_kb: Option<f64>,
+}
+
+pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
+    let mut rows = vec![Row {
+        runner: "model (vma-lock)",
+        shareable_kb: Some(model(a, true)?),
+        unshareable_kb: Some(model(a, false)?),
+    }];
+    let mut note = None;
+    if !a.no_host {
+        let mut host = |aligned| host(a, aligned).inspect_err(|e| note = Some(format!("{e:#}"))).ok();
+        let (shareable_kb, unshareable_kb) = (host(true), host(false));
+        rows.push(Row { runner: "host kernel", shareable_kb, unshareable_kb });
+    }
+    if a.json {
+        return print_json(&rows);
+    }
+    println!(
+        "\nPage-table memory gained per child: {} VMAs of 1 GiB of one hugetlbfs file, {} children",
+        a.vmas, a.children
+    );
+    println!("{:18} | {:>16} | {:>18} | {:>10}", "", "shareable (KiB)", "unshareable (KiB)", "difference");
+    let kb = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+    for r in &rows {
+        let diff = r.shareable_kb.zip(r.unshareable_kb).map(|(s, u)| u - s);
+        println!("{:18} | {:>16} | {:>18} | {:>10}", r.runner, kb(r.shareable_kb), kb(r.unshareable_kb), kb(diff));
+    }
+    if let Some(n) = note {
+        println!("host kernel skipped: {n}");
+    }
+    Ok(())
+}
+
+/// The address of VMA `i`: at a 1 GiB boundary, or 2 MiB past it.
+fn vma_addr(i: u64, aligned: bool) -> u64 {
+    BASE + i * 2 * GIB + if aligned { 0 } else { HPAGE_SIZE }
+}
+
+/// The model's page-table KiB gained per child.
+fn model(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
+    let m = Machine::new(Config { memory: a.vmas * HPAGE_SIZE + (64 << 20), ..Config::default() })?;
+    ensure!(m.kernel.set_nr_hugepages(a.vmas) == a.vmas, "the model's memory holds no {} huge pages", a.vmas);
+    let file = m.hugetlbfs_create(a.vmas * 2 * GIB)?;
+    let parent = m.new_mm()?;
+    let flags = MmapFlags { shared: true, noreserve: true, fixed: true, ..MmapFlags::default() };
+    let mut cpu = m.new_cpu();
+    for i in 0..a.vmas {
+        let at = parent.mmap_file(vma_addr(i, aligned), GIB, Prot::RW, flags, Some((&file, i * 2 * GIB)))?;
+        cpu.write_byte_per_page(&parent, at, 1, 1)?;
+    }
+    let tables = || m.stats.pgtable_alloc.load(Relaxed) - m.stats.pgtable_free.load(Relaxed);
+    let before = tables();
+    let mut children = Vec::new();
+    for _ in 0..a.children {
+        let child = parent.fork()?;
+        for i in 0..a.vmas {
+            cpu.write_byte_per_page(&child, vma_addr(i, aligned), 1, 2)?;
+        }
+        children.push(child);
+    }
+    let per_child = (tables() - before) as f64 * 4.0 / a.children as f64;
+    let violations = m.check();
+    ensure!(violations.is_empty(), "model: the checker found {violations:?}");
+    Ok(per_child)
+}
+
+/// `PageTables` of /proc/meminfo, in KiB.
+fn page_tables_kb() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo")?;
+    let line = text.lines().find(|l| l.starts_with("PageTables:")).context("no PageTables in /proc/meminfo")?;
+    line.split_whitespace().nth(1).context("bad PageTables line")?.parse().context("bad PageTables value")
+}
+
+/// The host's page-table KiB gained per child (the pool set to the pages
+/// touched and restored).
+fn host(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
+    use foliomm_host::sysfs;
+    sysfs::set(&sysfs::hugetlb_path(), &a.vmas.to_string()).map_err(anyhow::Error::msg)?;
+    let r = host_children(a, aligned);
+    sysfs::restore_all();
+    r
+}
+
+fn host_children(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
+    // SAFETY: a NUL-terminated name; the descriptor is closed below.
+    let fd = unsafe { libc::memfd_create(c"foliomm-pmd-sharing".as_ptr(), libc::MFD_HUGETLB) };
+    ensure!(fd >= 0, "memfd_create(MFD_HUGETLB): {}", std::io::Error::last_os_error());
+    // SAFETY: the descriptor made above.
+    ensure!(unsafe { libc::ftruncate(fd, (a.vmas * 2 * GIB) as libc::off_t) } == 0, "ftruncate failed");
+    let flags = libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE;
+    let mut maps = Vec::new();
+    for i in 0..a.vmas {
+        let want = vma_addr(i, aligned);
+        // SAFETY: a new mapping at an address no mapping of this process
+        // uses (MAP_FIXED_NOREPLACE), unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                want as *mut _,
+                GIB as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                (i * 2 * GIB) as i64,
+            )
+        };
+        ensure!(p as u64 == want, "mmap at {want:#x}: {}", std::io::Error::last_os_error());
+        // SAFETY: the first byte of the mapping just made.
+        unsafe { (p as *mut u8).write_volatile(1) };
+        maps.push(p);
+    }
+    let (ready, release) = (pipe()?, pipe()?);
+    // The counter is folded from per-CPU differences about once a second.
+    std::thread::sleep(SETTLE);
+    let before = page_tables_kb()?;
+    let mut pids = Vec::new();
+    for _ in 0..a.children {
+        match fork_worker()? {
+            0 => {
+                for &p in &maps {
+                    // SAFETY: the inherited mapping's first byte.
+                    unsafe { (p as *mut u8).write_volatile(2) };
+                }
+                let mut b = 0u8;
+                // SAFETY: one byte out, one byte in, on the pipes made above; then the child ends.
+                unsafe {
+                    libc::write(ready[1], (&b as *const u8).cast(), 1);
+                    libc::read(release[0], (&mut b as *mut u8).cast(), 1);
+                    libc::_exit(0);
+                }
+            }
+            pid => pids.push(pid),
+        }
+    }
+    for _ in 0..a.children {
+        let mut b = 0u8;
+        // SAFETY: one byte into a local from the ready pipe.
+        ensure!(unsafe { libc::read(ready[0], (&mut b as *mut u8).cast(), 1) } == 1, "a child failed");
+    }
+    std::thread::sleep(SETTLE);
+    let after = page_tables_kb()?;
+    // SAFETY: one byte per child into the release pipe.
+    unsafe { libc::write(release[1], vec![0u8; a.children as usize].as_ptr().cast(), a.children as usize) };
+    for pid in pids {
+        // SAFETY: reaping a child forked above.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    for p in maps {
+        // SAFETY: the mappings made above.
+        unsafe { libc::munmap(p, GIB as usize) };
+    }
+    for f in ready.into_iter().chain(release).chain([fd]) {
+        // SAFETY: descriptors made above.
+        unsafe { libc::close(f) };
+    }
+    Ok(after.saturating_sub(before) as f64 / a.children as f64)
+}
