@@ -250,7 +250,10 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn set_hugetlb(&self, pages: u64) -> BackendResult<()> {
+    fn set_hugetlb(&self, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
+        if let Some(n) = overcommit {
+            sysfs::set(&sysfs::hugetlb_overcommit_path(), &n.to_string()).map_err(StepError::Unsupported)?;
+        }
         let path = sysfs::hugetlb_path();
         sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
         match sysfs::read_selected(&path).map_err(broken)?.parse::<u64>() {

@@ -88,6 +88,11 @@ pub fn hugetlb_path() -> String {
     "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages".to_string()
 }
 
+/// The 2 MiB pool's surplus limit.
+pub fn hugetlb_overcommit_path() -> String {
+    "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_overcommit_hugepages".to_string()
+}
+
 /// Writes `value` to `path`, remembering the old value the first time.
 pub fn set(path: &str, value: &str) -> Result<(), String> {
     SIGNALS.call_once(|| {

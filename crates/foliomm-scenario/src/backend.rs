@@ -243,9 +243,9 @@ pub trait Backend: Send + Sync {
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
     /// Applies shmem THP settings (`shmem_enabled`, and modes per folio order).
     fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()>;
-    /// Sets the 2 MiB huge page pool's size (`nr_hugepages`); the backend
-    /// cannot if it gets fewer pages.
-    fn set_hugetlb(&self, pages: u64) -> BackendResult<()>;
+    /// Sets the 2 MiB huge page pool's size (`nr_hugepages`), and its
+    /// `nr_overcommit_hugepages`; the backend cannot if it gets fewer pages.
+    fn set_hugetlb(&self, pages: u64, overcommit: Option<u64>) -> BackendResult<()>;
     /// Creates a process with an empty address space and one thread (0).
     fn spawn(&self, proc: &str) -> BackendResult<()>;
     /// Creates thread `t.tid` in process `t.proc`, sharing its address space

@@ -132,7 +132,10 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
-    fn set_hugetlb(&self, pages: u64) -> BackendResult<()> {
+    fn set_hugetlb(&self, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
+        if let Some(n) = overcommit {
+            self.m().kernel.set_nr_overcommit_hugepages(n);
+        }
         match self.m().kernel.set_nr_hugepages(pages) {
             got if got == pages => Ok(()),
             got => Err(StepError::Unsupported(format!("the model's memory holds only {got} of {pages} huge pages"))),
@@ -347,6 +350,7 @@ impl Backend for ModelBackend {
             ("hugepages_total".into(), h.total),
             ("hugepages_free".into(), h.free),
             ("hugepages_rsvd".into(), h.resv),
+            ("hugepages_surp".into(), h.surplus),
         ]);
         c
     }

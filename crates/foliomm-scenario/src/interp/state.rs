@@ -274,8 +274,8 @@ impl<'b> State<'b> {
                 self.backend.set_thp(*enabled, sizes)?;
                 Ok("thp set".into())
             }
-            Cmd::SetHugetlb { pages } => {
-                self.backend.set_hugetlb(*pages)?;
+            Cmd::SetHugetlb { pages, overcommit } => {
+                self.backend.set_hugetlb(*pages, *overcommit)?;
                 Ok(format!("{pages} huge pages"))
             }
             Cmd::SetShmem { enabled, sizes } => {

@@ -40,9 +40,11 @@ pub enum Cmd {
         enabled: Option<ShmemHuge>,
         sizes: Vec<(u32, ShmemMode)>,
     },
-    /// `set hugetlb pages=N`: `nr_hugepages` of the 2 MiB pool.
+    /// `set hugetlb pages=N [overcommit=M]`: `nr_hugepages` of the 2 MiB
+    /// pool, and `nr_overcommit_hugepages`.
     SetHugetlb {
         pages: u64,
+        overcommit: Option<u64>,
     },
     SetCheck(bool),
     /// Start timing the following steps (`measure NAME`).

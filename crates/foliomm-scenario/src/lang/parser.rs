@@ -164,10 +164,19 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 "hugetlb" => {
                     let col = l.col();
                     let t = l.next("pages=N")?;
-                    match t.strip_prefix("pages=").and_then(parse_size) {
-                        Some(pages) => Ok(Cmd::SetHugetlb { pages }),
-                        None => l.err(col, format!("expected pages=N (the 2 MiB pool's nr_hugepages), found '{t}'")),
+                    let Some(pages) = t.strip_prefix("pages=").and_then(parse_size) else {
+                        return l.err(col, format!("expected pages=N (the 2 MiB pool's nr_hugepages), found '{t}'"));
+                    };
+                    let mut overcommit = None;
+                    if let Some(t) = l.peek() {
+                        let col = l.col();
+                        overcommit = t.strip_prefix("overcommit=").and_then(parse_size);
+                        if overcommit.is_none() {
+                            return l.err(col, format!("expected overcommit=N (nr_overcommit_hugepages), found '{t}'"));
+                        }
+                        l.pos += 1;
                     }
+                    Ok(Cmd::SetHugetlb { pages, overcommit })
                 }
                 t => l.err(
                     col,

@@ -5,9 +5,14 @@
 //! last reference goes returns to the pool (`free_huge_folio`), not to the
 //! buddy allocator.
 //!
+//! Beyond `nr_hugepages`, up to `nr_overcommit_hugepages` surplus pages
+//! come from the buddy allocator when a reservation or an unreserved
+//! allocation finds the pool short, and go back to it when freed or no
+//! longer promised.
+//!
 //! Differs from Linux: one pool (2 MiB; no 1 GiB pages, no per-node
-//! pools), no surplus pages (`nr_overcommit_hugepages` is 0), no cgroup
-//! accounting.
+//! pools), no cgroup accounting; shrinking `nr_hugepages` below the pages
+//! in use stops there instead of turning them into surplus pages.
 
 use crate::arch::{Pfn, PMD_ORDER};
 use crate::folio::Folio;
@@ -27,6 +32,10 @@ pub struct HugeCounts {
     pub free: u64,
     /// `HugePages_Rsvd`: free pages promised to mappings.
     pub resv: u64,
+    /// `HugePages_Surp`: pages beyond `nr_hugepages`, taken from the buddy
+    /// allocator on demand (up to `nr_overcommit_hugepages`) and given
+    /// back when freed.
+    pub surplus: u64,
 }
 
 /// The pool; see the module documentation.
@@ -51,6 +60,9 @@ struct Pool {
     total: u64,
     free: Vec<Pfn>,
     resv: u64,
+    surplus: u64,
+    /// `nr_overcommit_hugepages`: the most surplus pages there may be.
+    overcommit: u64,
 }
 
 impl Kernel {
@@ -78,37 +90,74 @@ impl Kernel {
         pool.total
     }
 
+    /// Writes `nr_overcommit_hugepages`.
+    pub fn set_nr_overcommit_hugepages(&self, n: u64) {
+        self.hugetlb.pool.lock().unwrap().overcommit = n;
+    }
+
     /// The pool's counts.
     pub fn huge_counts(&self) -> HugeCounts {
         let pool = self.hugetlb.pool.lock().unwrap();
-        HugeCounts { total: pool.total, free: pool.free.len() as u64, resv: pool.resv }
+        HugeCounts { total: pool.total, free: pool.free.len() as u64, resv: pool.resv, surplus: pool.surplus }
+    }
+
+    /// `alloc_surplus_hugetlb_folio`: one more free page, a surplus one
+    /// from the buddy allocator, if the overcommit limit and memory allow.
+    fn alloc_surplus(&self, pool: &mut Pool) -> bool {
+        if pool.surplus >= pool.overcommit {
+            return false;
+        }
+        let Ok(f) = self.alloc_folio(PMD_ORDER) else { return false };
+        f.head().set(pg::HUGETLB);
+        f.head().refcount.store(0, Relaxed);
+        pool.free.push(f.pfn);
+        (pool.total, pool.surplus) = (pool.total + 1, pool.surplus + 1);
+        true
+    }
+
+    /// Gives free surplus pages back to the buddy allocator while there are
+    /// more free pages than promised (`return_unused_surplus_pages`).
+    fn return_unused_surplus(&self, pool: &mut Pool) {
+        while pool.surplus > 0 && pool.free.len() as u64 > pool.resv {
+            let f = Folio::from_head(&self.phys, pool.free.pop().expect("a free page"));
+            (pool.total, pool.surplus) = (pool.total - 1, pool.surplus - 1);
+            f.head().clear(pg::HUGETLB);
+            self.free_folio(f);
+        }
     }
 
     /// `hugetlb_acct_memory(delta > 0)`: promises `n` free pages to a
-    /// mapping; ENOMEM if fewer than `n` free pages are unpromised.
+    /// mapping, adding surplus pages if the pool has too few
+    /// (`gather_surplus_pages`, all or none); ENOMEM if they cannot be had.
     pub fn hugetlb_reserve(&self, n: u64) -> Result<(), Errno> {
         let mut pool = self.hugetlb.pool.lock().unwrap();
-        if (pool.free.len() as u64) < pool.resv + n {
-            return Err(Errno::ENOMEM);
+        while (pool.free.len() as u64) < pool.resv + n {
+            if !self.alloc_surplus(&mut pool) {
+                self.return_unused_surplus(&mut pool);
+                return Err(Errno::ENOMEM);
+            }
         }
         pool.resv += n;
         Ok(())
     }
 
-    /// Takes back `n` promises (`hugetlb_acct_memory(delta < 0)`).
+    /// Takes back `n` promises (`hugetlb_acct_memory(delta < 0)`); free
+    /// surplus pages go back to the buddy allocator.
     pub fn hugetlb_unreserve(&self, n: u64) {
         let mut pool = self.hugetlb.pool.lock().unwrap();
         assert!(n <= pool.resv, "unreserving {n} of {} reserved huge pages", pool.resv);
         pool.resv -= n;
+        self.return_unused_surplus(&mut pool);
     }
 
     /// `alloc_hugetlb_folio`: a free huge folio with one reference, its
     /// bytes not cleared; `reserved` consumes a promise made earlier,
-    /// otherwise only an unpromised page will do. ENOMEM if none.
+    /// otherwise only an unpromised page will do, a surplus one if the
+    /// overcommit limit allows. ENOMEM if none.
     pub fn alloc_hugetlb_folio(&self, reserved: bool) -> Result<Folio<'_>, Errno> {
         let mut pool = self.hugetlb.pool.lock().unwrap();
         let unpromised = pool.free.len() as u64 - pool.resv;
-        if !reserved && unpromised == 0 {
+        if !reserved && unpromised == 0 && !self.alloc_surplus(&mut pool) {
             return Err(Errno::ENOMEM);
         }
         let pfn = pool.free.pop().ok_or(Errno::ENOMEM)?;
@@ -127,7 +176,10 @@ impl Kernel {
         let head = f.head();
         head.flags.store(pg::HEAD | pg::HUGETLB, Relaxed);
         head.link.store(0, Relaxed);
-        self.hugetlb.pool.lock().unwrap().free.push(f.pfn);
+        let mut pool = self.hugetlb.pool.lock().unwrap();
+        pool.free.push(f.pfn);
+        // A surplus page goes back to the buddy allocator.
+        self.return_unused_surplus(&mut pool);
     }
 
     /// `hugetlb_fault_mutex_hash` + the table: the mutex of page `index`

@@ -79,7 +79,7 @@ impl Kernel {
         }
     }
 
-    fn free_folio(&self, f: Folio) {
+    pub(super) fn free_folio(&self, f: Folio) {
         let order = f.order();
         let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
         let m = f.head().mapcount.load(Relaxed);
