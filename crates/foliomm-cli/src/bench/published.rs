@@ -87,3 +87,14 @@ pub(super) const SEED_004: [(u32, f64, f64, f64, f64); 8] = [
     (48, 106848.4434, 120641.5504, 4761108.4691, 5283790.5026),
     (56, 92472.3835, 103464.7916, 4885561.4590, 5415839.4045),
 ];
+
+/// Seed 002's figures (48-CPU VM, 250 GB shared hugetlb area), avg per
+/// instance, for i_mmap_rwsem (next-20220629 unmodified), no locking (the
+/// revert) and the VMA lock (the series): fork program with 1 and 24
+/// instances (forks/s), faulting program with 1 and 24 (faults/s), and the
+/// combined run of 24 + 24 (forks/s, faults/s).
+pub(super) const SEED_002: [(&str, [f64; 6]); 3] = [
+    ("i-mmap-rwsem", [3546.4, 581.428, 491609.0, 75485.1, 448.606, 2144.06]),
+    ("no-lock", [3494.16, 739.105, 495693.0, 95231.3, 76.0802, 83110.8]),
+    ("vma-lock", [3467.29, 663.257, 477994.0, 90512.1, 151.34, 65596.6]),
+];

@@ -27,6 +27,7 @@ use foliomm::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 use super::page_fault::{fork_worker, pipe, run_threads};
+use super::published::SEED_002;
 use super::{print_json, progress, region_size};
 
 #[derive(clap::Args)]
@@ -78,10 +79,6 @@ struct Figures {
     /// Per structure: line transfers per operation (model only).
     transfers: Vec<(&'static str, f64)>,
 }
-
-/// The seed's combined numbers: forks/s and faults/s under i_mmap_rwsem,
-/// no locking and the VMA lock (24 instances, 48 CPUs).
-const SEED_COMBINED: [(&str, [f64; 3]); 2] = [("forks", [448.0, 76.0, 151.0]), ("faults", [2144.0, 83110.0, 65596.0])];
 
 pub(super) fn run(a: &Seed002Args) -> Result<()> {
     let size = region_size(&a.size)?;
@@ -307,7 +304,17 @@ fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<
             (false, Program::Fork) => "fork program (forks per second)",
             (false, Program::Fault) => "faulting program (faults per second)",
         };
-        println!("{title}\ninstances min max avg");
+        let seed = match f.runner {
+            Runner::Model(d) => SEED_002.iter().find(|(n, _)| *n == d.name()).map(|(_, v)| v),
+            Runner::Host => None,
+        };
+        let seed_note = match (seed, mixed, f.programs[0]) {
+            (Some(v), false, Program::Fork) => format!("   (seed: 1: {:.0}, 24: {:.0})", v[0], v[1]),
+            (Some(v), false, Program::Fault) => format!("   (seed: 1: {:.0}, 24: {:.0})", v[2], v[3]),
+            (Some(v), true, _) => format!("   (seed, 24 + 24: {:.0} forks, {:.0} faults)", v[4], v[5]),
+            (None, ..) => String::new(),
+        };
+        println!("{title}{seed_note}\ninstances min max avg");
         for (p, r) in f.rates.iter().filter(|(_, r)| !r.is_empty()) {
             let (min, max, avg) = stats(r);
             let n = f.programs.iter().filter(|&&q| q == *p).count();
@@ -334,8 +341,9 @@ fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<
         "{:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12} {:>10} {:>11}",
         "", "i-mmap-rwsem", "no-lock", "vma-lock", "host", "i_mmap_rwsem", "No locking", "vma locking"
     );
-    for (i, (label, seed)) in SEED_COMBINED.iter().enumerate() {
+    for (i, label) in ["forks", "faults"].into_iter().enumerate() {
         let p = if i == 0 { Program::Fork } else { Program::Fault };
+        let seed: Vec<f64> = SEED_002.iter().map(|(_, v)| v[4 + i]).collect();
         let cols: Vec<String> = [
             Runner::Model(HugetlbSync::IMmapRwsem),
             Runner::Model(HugetlbSync::NoLock),
@@ -346,7 +354,7 @@ fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<
         .map(|&r| combined_avg(r, p))
         .collect();
         println!(
-            "{label:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12} {:>10} {:>11}",
+            "{label:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12.0} {:>10.0} {:>11.0}",
             cols[0], cols[1], cols[2], cols[3], seed[0], seed[1], seed[2]
         );
     }
