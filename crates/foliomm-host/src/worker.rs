@@ -224,7 +224,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
             let readable = check_access(&maps(), addr, false).is_ok();
             // SAFETY: the page is mapped and readable (checked just above).
             let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
-            Response::Observed(Observation { page, range, byte, via_gup: false })
+            Response::Observed(Observation { page, range, byte, ..Default::default() })
         }
         Request::Hello { .. } | Request::Exit | Request::Fork { .. } | Request::SpawnThread { .. } => unreachable!(),
         Request::Gup { .. } | Request::GupByte { .. } | Request::Ungup { .. } => unreachable!(),

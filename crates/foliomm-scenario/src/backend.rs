@@ -56,6 +56,10 @@ pub struct Observation {
     /// Observed through a GUP reference rather than the page tables.
     #[serde(default)]
     pub via_gup: bool,
+    /// The process's page-table memory (`VmPTE`) in KiB (model only: the
+    /// host worker's own tables would count too).
+    #[serde(default)]
+    pub pgtables_kb: u64,
 }
 
 impl Observation {
@@ -89,6 +93,7 @@ impl Observation {
         "maybe_shared",
         "likely_shared",
         "pmd_shared",
+        "pgtables_kb",
     ];
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
@@ -124,6 +129,7 @@ impl Observation {
             "maybe_shared" => p.maybe_shared as u64,
             "likely_shared" => p.likely_shared as u64,
             "pmd_shared" => p.pmd_shared as u64,
+            "pgtables_kb" => self.pgtables_kb,
             _ => return None,
         })
     }

@@ -299,7 +299,7 @@ impl Backend for ModelBackend {
         if page.present {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
-        Ok(Observation { page, range, byte: byte[0], via_gup: false })
+        Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb: mm.pgtables_kb() })
     }
 
     fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {
@@ -336,7 +336,7 @@ impl Backend for ModelBackend {
             ..Default::default()
         };
         let byte = m.phys.read_byte(pfn, (p.addr % 4096) as usize);
-        Ok(Observation { page, range: Default::default(), byte, via_gup: true })
+        Ok(Observation { page, byte, via_gup: true, ..Default::default() })
     }
 
     fn counters(&self) -> Vec<(String, u64)> {

@@ -63,6 +63,19 @@ impl Mm {
         info
     }
 
+    /// `VmPTE` (`mm_pgtables_bytes`) in KiB: the page tables this MM
+    /// uses below its PGD, deposited ones included; a PMD table shared with
+    /// other MMs counts in each (as `huge_pmd_share` counts it).
+    pub fn pgtables_kb(&self) -> u64 {
+        let _vmas = self.mmap_read_lock();
+        let mut tables = self.deposits.lock().unwrap().len() as u64;
+        crate::pgtable::walk_all(&self.kernel.phys, self.pgd, |v| {
+            tables += matches!(v, crate::pgtable::Visit::Table(_)) as u64;
+            true
+        });
+        tables * 4
+    }
+
     /// What `/proc/self/smaps` would sum for `[start, end)`.
     pub fn range_info(&self, start: u64, end: u64) -> RangeInfo {
         let mut r = RangeInfo::default();
