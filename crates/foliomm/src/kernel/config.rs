@@ -129,22 +129,25 @@ pub enum VmaLockDesign {
     VmaRefcount,
 }
 
-impl VmaLockDesign {
-    /// Every design, with its name.
-    pub const ALL: [(VmaLockDesign, &'static str); 3] = [
-        (VmaLockDesign::MmapLock, "mmap-lock"),
-        (VmaLockDesign::VmaRwsem, "vma-rwsem"),
-        (VmaLockDesign::VmaRefcount, "vma-refcount"),
-    ];
+/// `ALL` (every design with its name), `name` and `parse` of a design enum.
+macro_rules! design_names {
+    ($t:ident { $($v:ident = $n:literal),* $(,)? }) => {
+        impl $t {
+            /// Every design, with its name.
+            pub const ALL: [($t, &'static str); [$($n),*].len()] = [$(($t::$v, $n)),*];
 
-    pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()
-    }
+            pub fn name(self) -> &'static str {
+                Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()
+            }
 
-    pub fn parse(s: &str) -> Option<VmaLockDesign> {
-        Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
-    }
+            pub fn parse(s: &str) -> Option<$t> {
+                Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
+            }
+        }
+    };
 }
+
+design_names!(VmaLockDesign { MmapLock = "mmap-lock", VmaRwsem = "vma-rwsem", VmaRefcount = "vma-refcount" });
 
 /// How a hugetlb fault keeps the PMD table it found from being unshared
 /// under it (seed 002; see [`crate::memory::hugetlb`]).
@@ -163,19 +166,4 @@ pub enum HugetlbSync {
     NoLock,
 }
 
-impl HugetlbSync {
-    /// Every design, with its name.
-    pub const ALL: [(HugetlbSync, &'static str); 3] = [
-        (HugetlbSync::IMmapRwsem, "i-mmap-rwsem"),
-        (HugetlbSync::VmaLock, "vma-lock"),
-        (HugetlbSync::NoLock, "no-lock"),
-    ];
-
-    pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()
-    }
-
-    pub fn parse(s: &str) -> Option<HugetlbSync> {
-        Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
-    }
-}
+design_names!(HugetlbSync { IMmapRwsem = "i-mmap-rwsem", VmaLock = "vma-lock", NoLock = "no-lock" });
