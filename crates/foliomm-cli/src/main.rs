@@ -181,18 +181,35 @@ fn main() -> ExitCode {
 }
 
 fn run_files(a: RunArgs) -> Result<bool> {
-    let mut all_ok = true;
+    let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
     let mut json = Vec::new();
     for file in &a.files {
-        let src = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-        let mut steps = parse(&src).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        // A file that cannot be read or parsed is reported; the batch goes on.
+        let parsed = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read it: {e}"))
+            .and_then(|src| parse(&src).map_err(|e| e.to_string()));
+        let mut steps = match parsed {
+            Ok(steps) => steps,
+            Err(e) => {
+                bad += 1;
+                match a.json {
+                    true => json.push(serde_json::json!({ "file": file.display().to_string(), "error": e })),
+                    false => println!("== {}\n  bad file: {e}", file.display()),
+                }
+                continue;
+            }
+        };
         apply_overrides(&mut steps, &a)?;
         let out = match a.backend.as_str() {
             "host" => run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions { check: false }),
             _ => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check }),
         };
         // A scenario the backend cannot run is skipped, as kselftest's KSFT_SKIP.
-        all_ok &= out.failure.as_ref().is_none_or(|f| f.kind == FailureKind::Unsupported);
+        match &out.failure {
+            None => passed += 1,
+            Some(f) if f.kind == FailureKind::Unsupported => skipped += 1,
+            Some(_) => failed += 1,
+        }
         if a.json {
             json.push(serde_json::json!({ "file": file.display().to_string(), "outcome": out }));
         } else {
@@ -201,8 +218,10 @@ fn run_files(a: RunArgs) -> Result<bool> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
+    } else if a.files.len() > 1 {
+        println!("{} files: {passed} passed, {failed} failed, {skipped} skipped, {bad} bad", a.files.len());
     }
-    Ok(all_ok)
+    Ok(failed == 0 && bad == 0)
 }
 
 fn prove(a: ProveArgs) -> Result<bool> {
