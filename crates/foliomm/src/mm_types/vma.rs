@@ -33,21 +33,21 @@ impl Prot {
     pub const EXEC: u32 = 4;
     pub const RW: Prot = Prot(Self::READ | Self::WRITE);
 
-    /// Parses `r`, `rw`, `rwx`, `none`, ...
+    /// Parses `none` or the letters of `rwx` in that order, each at most
+    /// once (`r`, `rw`, `rx`, `rwx`, `w`, `wx`, `x`: every combination of
+    /// `PROT_*` bits Linux accepts); None for anything else.
     pub fn parse(s: &str) -> Option<Prot> {
         if s == "none" {
             return Some(Prot::NONE);
         }
+        let mut rest = s;
         let mut p = 0;
-        for c in s.chars() {
-            p |= match c {
-                'r' => Self::READ,
-                'w' => Self::WRITE,
-                'x' => Self::EXEC,
-                _ => return None,
-            };
+        for (letter, bit) in [('r', Self::READ), ('w', Self::WRITE), ('x', Self::EXEC)] {
+            if let Some(r) = rest.strip_prefix(letter) {
+                (rest, p) = (r, p | bit);
+            }
         }
-        Some(Prot(p))
+        (rest.is_empty() && p != 0).then_some(Prot(p))
     }
 }
 
@@ -244,5 +244,20 @@ impl Vma {
             && self.flags() == next.flags()
             && self.pgoff() + (self.end() - self.start()) / PAGE_SIZE == next.pgoff()
             && (a == 0 || b == 0 || a == b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Prot;
+
+    #[test]
+    fn protections_are_rwx_letters_in_order_at_most_once() {
+        for (s, p) in [("none", 0), ("r", 1), ("rw", 3), ("rwx", 7), ("rx", 5), ("w", 2), ("wx", 6), ("x", 4)] {
+            assert_eq!(Prot::parse(s), Some(Prot(p)), "{s}");
+        }
+        for s in ["", "rr", "wr", "rrw", "xw", "rwxr", "ro", "RW"] {
+            assert_eq!(Prot::parse(s), None, "{s}");
+        }
     }
 }
