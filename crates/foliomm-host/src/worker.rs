@@ -48,11 +48,14 @@ pub(crate) fn check(r: libc::c_int) -> Response {
     }
 }
 
+/// Connects to the controller and says hello; a worker whose controller is
+/// gone (killed) has no one to serve and exits.
 fn connect(socket: &Path, name: &str) -> BufReader<UnixStream> {
-    let mut s = UnixStream::connect(socket).expect("worker cannot reach the controller");
     let hello = serde_json::to_string(&Request::Hello { name: name.into() }).unwrap();
-    writeln!(s, "{hello}").unwrap();
-    BufReader::new(s)
+    match UnixStream::connect(socket).and_then(|mut s| writeln!(s, "{hello}").map(|()| s)) {
+        Ok(s) => BufReader::new(s),
+        Err(_) => std::process::exit(1),
+    }
 }
 
 /// What the threads of one worker process share.
