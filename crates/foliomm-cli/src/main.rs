@@ -65,8 +65,9 @@ struct ProveArgs {
     /// Random search: this many sets of 24-bit IDs.
     #[arg(long, default_value_t = 1_000_000)]
     trials: u64,
-    /// Random search: up to 2^ORDER mappings (the folio order).
-    #[arg(long, default_value_t = 9)]
+    /// Random search: up to 2^ORDER mappings (the folio order, 2 to 15:
+    /// the seed's largest).
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(2..=15))]
     order: u32,
     /// Random seed (printed, so a failure can be replayed).
     #[arg(long, default_value_t = 1)]
@@ -116,8 +117,8 @@ struct RunArgs {
     /// file's `set hugetlb_sync`.
     #[arg(long, value_enum)]
     hugetlb_sync: Option<foliomm::machine::HugetlbSync>,
-    /// Entries per CPU TLB (0 for none), overriding the file's `set tlb`.
-    #[arg(long)]
+    /// Entries per CPU TLB (0 for none, at most 2^20), overriding the file's `set tlb`.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=foliomm_scenario::lang::MAX_TLB_ENTRIES))]
     tlb: Option<u64>,
     /// Model debug switches: no-large-reuse, reuse-shared, skip-fork-flush, free-before-flush, no-vma-revalidate.
     #[arg(long)]

@@ -59,4 +59,4 @@ mod proc_cmd;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Operand, ParseError, Place, Step};
 pub use lexer::parse_size;
-pub use parser::parse;
+pub use parser::{parse, MAX_TLB_ENTRIES};

@@ -23,6 +23,10 @@ enum Open {
 
 /// Parses a whole scenario file, unrolling `repeat N` ... `end` blocks and
 /// gathering each `parallel` ... `end` block into one step.
+/// The most TLB entries per CPU `set tlb` takes (real TLBs hold a few
+/// thousand; the table is allocated per CPU).
+pub const MAX_TLB_ENTRIES: u64 = 1 << 20;
+
 pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
     let mut steps = Vec::new();
     let mut open = Vec::new();
@@ -130,7 +134,13 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     let d = named(l, "mapcount design", Design::parse, &Design::names())?;
                     Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
                 }
-                "tlb" => Ok(Cmd::SetMachine(MachineSetting::Tlb(l.size("a number of TLB entries")?))),
+                "tlb" => {
+                    let col = l.col();
+                    match l.size("a number of TLB entries")? {
+                        n if n <= MAX_TLB_ENTRIES => Ok(Cmd::SetMachine(MachineSetting::Tlb(n))),
+                        n => l.err(col, format!("expected at most {MAX_TLB_ENTRIES} TLB entries per CPU, found {n}")),
+                    }
+                }
                 "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
                 "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
                 "zap" => Ok(Cmd::SetMachine(MachineSetting::Zap(named(
