@@ -186,9 +186,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
     let mut json = Vec::new();
     for file in &a.files {
         // A file that cannot be read or parsed is reported; the batch goes on.
-        let parsed = std::fs::read_to_string(file)
-            .map_err(|e| format!("cannot read it: {e}"))
-            .and_then(|src| parse(&src).map_err(|e| e.to_string()));
+        let parsed = read_scenario(file).and_then(|src| parse(&src).map_err(|e| e.to_string()));
         let mut steps = match parsed {
             Ok(steps) => steps,
             Err(e) => {
@@ -223,6 +221,18 @@ fn run_files(a: RunArgs) -> Result<bool> {
         println!("{} files: {passed} passed, {failed} failed, {skipped} skipped, {bad} bad", a.files.len());
     }
     Ok(failed == 0 && bad == 0)
+}
+
+/// A scenario file's text; an error names what is wrong, with the line and
+/// column of the first byte that is not UTF-8.
+fn read_scenario(file: &std::path::Path) -> Result<String, String> {
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read it: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+        let col = good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+        format!("line {line}, column {col}: not UTF-8 text")
+    })
 }
 
 fn prove(a: ProveArgs) -> Result<bool> {
@@ -280,9 +290,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
     for file in &a.files {
         let name = file.display().to_string();
         // A file that cannot be read or parsed is reported; the batch goes on.
-        let parsed = std::fs::read_to_string(file)
-            .map_err(|e| format!("cannot read it: {e}"))
-            .and_then(|src| parse(&src).map_err(|e| e.to_string()));
+        let parsed = read_scenario(file).and_then(|src| parse(&src).map_err(|e| e.to_string()));
         let mut steps = match parsed {
             Ok(steps) => steps,
             Err(e) => {
