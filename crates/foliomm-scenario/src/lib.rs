@@ -3,6 +3,7 @@
 //! same scenario file is meant to run on the model and on the host kernel.
 
 pub mod backend;
+pub mod fuzz;
 pub mod interp;
 pub mod lang;
 pub mod model;

@@ -19,6 +19,9 @@ impl State<'_> {
                     return Ok("failed as expected".into());
                 };
                 self.files.insert(name.clone(), (h, self.ref_files.new_file(*size)));
+                if *kind == crate::backend::FileKind::Hugetlbfs {
+                    self.hugetlb.insert(name.clone());
+                }
                 self.holders.insert(name.clone(), [p].into());
                 Ok(format!("{name} = file {h}"))
             }

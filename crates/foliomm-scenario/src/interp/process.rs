@@ -68,6 +68,9 @@ impl State<'_> {
                     self.timed(|b| b.munmap(t, addr + len, raw + total - (addr + len))).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
+                if *hugetlb || file.as_ref().is_some_and(|f| self.hugetlb.contains(f)) {
+                    self.hugetlb.insert(name.clone());
+                }
                 let rs = self.refs.get_mut(&p).unwrap();
                 match handle {
                     Some((_, id)) => rs.map_file(addr, *len, *prot, id, (offset + (addr - raw)) / 4096, *shared),
@@ -109,6 +112,13 @@ impl State<'_> {
                 // mapped parts.
                 let acted = matches!(r, Ok(()) | Err(StepError::Errno(Errno::ENOMEM)));
                 if *adv == Advice::DontNeed && acted {
+                    // On hugetlb the range's end is rounded down to a huge page.
+                    let huge = 2 << 20;
+                    let l = if self.hugetlb.contains(&pl.map) {
+                        (a + l) / huge * huge - a.min((a + l) / huge * huge)
+                    } else {
+                        l
+                    };
                     self.refs.get_mut(&p).unwrap().zap(a, l);
                 }
                 if *adv == Advice::Remove && r.is_ok() {

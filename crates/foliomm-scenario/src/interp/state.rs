@@ -31,6 +31,9 @@ pub(super) struct State<'b> {
     pub(super) failed_line: Option<usize>,
     pub(super) check: bool,
     pub(super) maps: HashMap<String, (u64, u64)>,
+    /// Mappings and files of 2 MiB hugetlb pages, by name (MADV_DONTNEED
+    /// on them acts on whole huge pages only).
+    pub(super) hugetlb: HashSet<String>,
     /// Files by name: the backend's handle (a descriptor every process
     /// forked after its creation holds too).
     /// Each file by name: the backend's handle and the reference model's id.
@@ -69,6 +72,7 @@ impl<'b> State<'b> {
             failed_line: None,
             check,
             maps: HashMap::new(),
+            hugetlb: HashSet::new(),
             files: HashMap::new(),
             holders: HashMap::new(),
             ref_files: RefFiles::default(),
@@ -108,6 +112,7 @@ impl<'b> State<'b> {
         let mut s = State::new(self.backend, false);
         s.started = true;
         s.maps = self.maps.clone();
+        s.hugetlb = self.hugetlb.clone();
         s.files = self.files.clone();
         s.holders = self.holders.clone();
         // The scratch copy writes files of its own, not the run's.

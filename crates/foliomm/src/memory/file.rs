@@ -180,11 +180,15 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
 /// fault-around's `filemap_map_pmd` or from `finish_fault`); else the fault
 /// goes on at PTE level. A private write always does.
 pub(super) fn do_fault_pmd(vmf: &VmFault, inode: &Inode) -> Result<Huge> {
-    if vmf.write() && !vmf.vma.shared() {
+    // thp_vma_suitable_order(): the PMD's first page must be a PMD-aligned
+    // file page, or no PMD-sized folio can sit under it.
+    let haddr = vmf.address & !(PMD_SIZE - 1);
+    if (vmf.write() && !vmf.vma.shared()) || !vmf.vma.page_index(haddr).is_multiple_of(1 << PMD_ORDER) {
         return Ok(Huge::Fallback);
     }
-    let (f, _) = get_folio(vmf, inode)?;
-    if f.order() != PMD_ORDER || vmf.vma.flags() & vm::NOHUGEPAGE != 0 {
+    let (f, pfn) = get_folio(vmf, inode)?;
+    let at_head = pfn - f.pfn == (vmf.address - haddr) / PAGE_SIZE;
+    if f.order() != PMD_ORDER || !at_head || vmf.vma.flags() & vm::NOHUGEPAGE != 0 {
         vmf.k.folio_put_refs(f, 1);
         return Ok(Huge::Fallback);
     }

@@ -31,6 +31,7 @@ use crate::rmap::{self, anon_vma_prepare};
 use crate::shmem::{in_page_cache, FileMapping, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::cacheline::{self, Structure};
+use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -47,13 +48,16 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
     cacheline::write(Structure::FaultMutex, mutex);
     let _mutex = mutex.lock().unwrap();
     let design = k.config.hugetlb_sync;
+    // Declared before the locks, so let go after them.
+    let _other_mm;
     let vma_lock = vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
     let _vma_lock = vma_lock.as_ref().map(|l| {
         cacheline::write(Structure::HugetlbVmaLock, &**l);
         l.read().unwrap()
     });
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
-    let pmd = huge_pte_alloc(k, mm, vma, &inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
+    let pmd;
+    (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, &inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
     let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr };
     let e = pmd.load(&k.phys);
     if e.is_none() {
@@ -114,7 +118,8 @@ fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
 /// `huge_pte_alloc`: the PMD slot of `haddr`, first trying to share
 /// another mapping's PMD table when the PUD entry is none; `i_mmap` is the
 /// file's mappings when the caller holds `i_mmap_rwsem`, else it is taken
-/// for read to share.
+/// for read to share. Also the MM whose table was looked at, to be let go
+/// after `i_mmap_rwsem` (see [`huge_pmd_share`]).
 fn huge_pte_alloc(
     k: &Kernel,
     mm: &Mm,
@@ -122,15 +127,16 @@ fn huge_pte_alloc(
     inode: &Inode,
     haddr: u64,
     i_mmap: Option<&[FileMapping]>,
-) -> Result<PmdSlot> {
+) -> Result<(PmdSlot, Option<Arc<Mm>>)> {
     let (pud_table, pud_idx) = alloc_pud(k, mm.pgd, haddr, &mm.page_table_lock)?;
+    let mut other = None;
     if want_pmd_share(vma, haddr) && load(&k.phys, pud_table, pud_idx).is_none() {
-        match i_mmap {
+        other = match i_mmap {
             Some(records) => huge_pmd_share(k, mm, vma, haddr, (pud_table, pud_idx), records),
             None => huge_pmd_share(k, mm, vma, haddr, (pud_table, pud_idx), &inode.i_mmap.read()),
-        }
+        };
     }
-    alloc_pmd(k, mm.pgd, haddr, &mm.page_table_lock)
+    Ok((alloc_pmd(k, mm.pgd, haddr, &mm.page_table_lock)?, other))
 }
 
 /// `huge_pmd_share`: looks through the file's other mappings for one that
@@ -138,7 +144,14 @@ fn huge_pte_alloc(
 /// covers whole, with the same flags (`page_table_shareable`), and whose MM
 /// has a PMD table there; if found, this MM's PUD entry points at that
 /// table and its share count grows.
-fn huge_pmd_share(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, pud: (u64, usize), i_mmap: &[FileMapping]) {
+fn huge_pmd_share(
+    k: &Kernel,
+    mm: &Mm,
+    vma: &Vma,
+    haddr: u64,
+    pud: (u64, usize),
+    i_mmap: &[FileMapping],
+) -> Option<Arc<Mm>> {
     let phys = &k.phys;
     let idx = vma.page_index(haddr);
     let me = vma.file_mapping();
@@ -149,11 +162,13 @@ fn huge_pmd_share(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, pud: (u64, usize),
         if !covers || pmd_index(saddr) != pmd_index(haddr) {
             continue;
         }
+        // The MM is handed back, to be let go once i_mmap_rwsem is: the
+        // last reference to an MM exits it, which takes that lock.
         let Some(smm) = mm.mmlist.get(s.mm) else { continue };
-        let Some((st, si)) = walk_pud(phys, smm.pgd, saddr) else { continue };
+        let Some((st, si)) = walk_pud(phys, smm.pgd, saddr) else { return Some(smm) };
         let spud = load(phys, st, si);
         if spud.is_none() || spud.huge() {
-            continue;
+            return Some(smm);
         }
         let table = spud.pfn();
         pt_share_count(phys, table).fetch_add(1, Relaxed);
@@ -163,8 +178,9 @@ fn huge_pmd_share(k: &Kernel, mm: &Mm, vma: &Vma, haddr: u64, pud: (u64, usize),
         } else {
             pt_share_count(phys, table).fetch_sub(1, Relaxed);
         }
-        return;
+        return Some(smm);
     }
+    None
 }
 
 /// `hugetlb_zap_begin` .. `hugetlb_zap_end`: runs `f` with what unsharing
@@ -303,6 +319,8 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
     // i-mmap-rwsem `i_mmap_rwsem` is held for read across it, under
     // vma-lock the parent VMA's lock.
     let design = k.config.hugetlb_sync;
+    // MMs looked at, let go after the locks.
+    let mut others = Vec::new();
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let vma_lock = src_vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
     let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
@@ -312,29 +330,33 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         };
-        let dpmd = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(Vec::as_slice))?;
-        if dpmd.table == spmd.table {
-            // The child shares the parent's table: nothing to copy.
+        let (dpmd, other) = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(Vec::as_slice))?;
+        others.extend(other);
+        if pt_share_count(phys, dpmd.table).load(Relaxed) > 0 {
+            // The child shares a table (the parent's, or another sharer's
+            // of the same file pages): nothing to copy.
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         }
-        let e = spmd.load(phys);
-        if e.huge() {
-            copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, dpmd, spmd, addr, e);
-        }
+        copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, dpmd, spmd, addr);
         addr += PMD_SIZE;
     }
     Ok(())
 }
 
-/// Copies one huge entry `e` of the parent at `addr` into the child `dst`
+/// Copies the parent's huge entry at `addr`, read under both page-table
+/// locks (a truncation may have zapped it meanwhile), into the child `dst`
 /// (with the anon_vma of its VMA).
-fn copy_huge_entry(k: &Kernel, dst: (&Mm, u64), src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64, e: Pte) {
+fn copy_huge_entry(k: &Kernel, dst: (&Mm, u64), src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) {
     let phys = &k.phys;
     let (dst, anon_vma) = dst;
-    let f = Folio::from_head(phys, e.pfn());
     let _dl = pte_lockptr(phys, dpmd.table).lock();
     let _sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
+    let e = spmd.load(phys);
+    if !e.huge() {
+        return;
+    }
+    let f = Folio::from_head(phys, e.pfn());
     if !f.test_anon() {
         f.ref_add(1);
         rmap::folio_add_file_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id);

@@ -2,9 +2,10 @@
 //! the others change VMA flags under it for write.
 
 use super::range_end;
-use super::vma::merge_around;
+use super::vma::{hugetlb_may_split, merge_around};
 use crate::memory::zap::unmap_vma_range;
-use crate::mm_types::{vm, Mm};
+use crate::mm_types::{vm, Mm, Vma};
+use crate::shmem::HPAGE_SIZE;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -45,10 +46,22 @@ impl Mm {
         if advice == Advice::DontNeed {
             // MADV_DONTNEED needs only the mmap_lock for read.
             let vmas = self.mmap_read_lock();
+            // madvise_dontneed_free_valid_vma(): in a hugetlb VMA the range
+            // starts on a huge page (else EINVAL, checked before anything
+            // changes) and its end is rounded down to one.
+            let huge = |v: &Vma| v.is_hugetlb().then_some(HPAGE_SIZE);
+            if vmas.overlapping(addr, end).any(|v| huge(v).is_some_and(|h| !v.start().max(addr).is_multiple_of(h))) {
+                return Err(Errno::EINVAL);
+            }
             let k = &*self.kernel;
             let mut tlb = MmuGather::new(k, &self.tlb, false);
             for v in vmas.overlapping(addr, end) {
-                unmap_vma_range(k, self, &mut tlb, v, v.start().max(addr), v.end().min(end));
+                let stop = v.end().min(end);
+                let stop = huge(v).map_or(stop, |h| stop / h * h);
+                let start = v.start().max(addr);
+                if start < stop {
+                    unmap_vma_range(k, self, &mut tlb, v, start, stop);
+                }
             }
             return if vmas.covers(addr, end) { Ok(()) } else { Err(Errno::ENOMEM) };
         }
@@ -60,6 +73,9 @@ impl Mm {
             Advice::DontNeed | Advice::Remove => unreachable!(),
         };
         let mut vmas = self.mmap_write_lock();
+        if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
+            return Err(Errno::EINVAL);
+        }
         let covered = vmas.covers(addr, end);
         self.split_vma(&mut vmas, addr);
         self.split_vma(&mut vmas, end);

@@ -101,7 +101,9 @@ impl Mm {
             }
             addr
         } else {
-            let hint = addr & !(PAGE_SIZE - 1);
+            // hugetlb_get_unmapped_area() rounds a hint up to a huge page.
+            let hint =
+                if huge { addr.checked_next_multiple_of(HPAGE_SIZE).unwrap_or(0) } else { addr & !(PAGE_SIZE - 1) };
             let hint_ok =
                 hint >= MMAP_MIN_ADDR && hint.checked_add(len).is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
             if hint != 0 && hint_ok {
@@ -128,6 +130,12 @@ impl Mm {
         let reserves = huge && !flags.noreserve && (flags.shared || anon_inode.is_some());
         if let Some((inode, offset)) = file.filter(|_| reserves) {
             inode.hugetlb_reserve(offset / PAGE_SIZE, (offset + len) / PAGE_SIZE)?;
+        }
+        // hugetlbfs_file_mmap(): a writable mapping grows the file to cover it.
+        if let Some((inode, offset)) = file.filter(|(f, _)| f.is_hugetlbfs() && prot.0 & Prot::WRITE != 0) {
+            if inode.size() < offset + len {
+                inode.set_size(offset + len)?;
+            }
         }
         let vma = match file {
             Some((inode, offset)) => vmas.alloc(start, start + len, flags_vm, offset / PAGE_SIZE, Some(inode.clone())),

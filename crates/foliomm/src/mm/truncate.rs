@@ -96,17 +96,25 @@ impl MmList {
             // hugetlb_vmdelete_list(): unsharing needs `i_mmap_rwsem` for
             // write and, under `vma-lock`, each VMA's lock for write, which
             // comes first in the lock order: they are collected under the
-            // read lock, taken, then the write lock (Linux tries them under
-            // the write lock and backs out when one is contended).
-            let vma_locks: Vec<HugetlbVmaLock> = match inode.k.config.hugetlb_sync {
-                HugetlbSync::VmaLock => {
-                    inode.i_mmap.read().iter().filter_map(|m| inode.i_mmap.vma_lock(m.vma)).collect()
+            // read lock, taken, then the write lock, and it all starts again
+            // if a VMA was linked in between (Linux tries them under the
+            // write lock and backs out when one is contended).
+            let locks_of = |records: &[FileMapping]| -> Vec<HugetlbVmaLock> {
+                match inode.k.config.hugetlb_sync {
+                    HugetlbSync::VmaLock => records.iter().filter_map(|m| inode.i_mmap.vma_lock(m.vma)).collect(),
+                    _ => Vec::new(),
                 }
-                _ => Vec::new(),
             };
-            let _held: Vec<_> = vma_locks.iter().map(|l| l.write().unwrap()).collect();
-            let i_mmap = inode.i_mmap.write();
-            self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
+            loop {
+                let vma_locks = locks_of(&inode.i_mmap.read());
+                let _held: Vec<_> = vma_locks.iter().map(|l| l.write().unwrap()).collect();
+                let i_mmap = inode.i_mmap.write();
+                let all_held = locks_of(&i_mmap).iter().all(|l| vma_locks.iter().any(|h| Arc::ptr_eq(h, l)));
+                if all_held {
+                    self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
+                    break;
+                }
+            }
         } else {
             let i_mmap = inode.i_mmap.read();
             self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);

@@ -6,8 +6,8 @@
 //! does not already hold (`hugetlb_reserve_pages`); a fault allocating a
 //! page the map holds consumes that promise, and any fault adds its page to
 //! the map. Truncation and hole punches drop the huge pages they cover
-//! wholly and give back the promises of those not instantiated
-//! (`hugetlb_unreserve_pages`).
+//! wholly; truncation gives back the promises of those never instantiated
+//! too (`hugetlb_unreserve_pages`), a hole punch keeps them.
 //!
 //! An anonymous private mapping (`MAP_PRIVATE|MAP_HUGETLB`) has a file of
 //! its own: its mmap reserves every page in the same map, and a page it
@@ -99,6 +99,34 @@ impl Inode {
             map.remove(i);
         }
         self.k.hugetlb_unreserve(gone.len() as u64 - freed);
+    }
+
+    /// `hugetlbfs_fallocate`: every huge page `[offset, end)` touches is
+    /// instantiated from the pool (a promised one where the map promised
+    /// it); without `keep_size` the size covers the range. ENOMEM when the
+    /// pool runs out (Linux: ENOSPC); the pages added before stay.
+    pub(super) fn hugetlb_fallocate(&self, offset: u64, end: u64, keep_size: bool) -> Result<()> {
+        let _inode_lock = self.i_rwsem.lock().unwrap();
+        if !keep_size && end > self.size() {
+            self.set_size(end.next_multiple_of(HPAGE_SIZE))?;
+        }
+        let last = end.div_ceil(PAGE_SIZE).min(self.nr_pages());
+        for index in (offset / PAGE_SIZE / HPAGE_PAGES * HPAGE_PAGES..last).step_by(HPAGE_PAGES as usize) {
+            let f = self.hugetlb_get_folio(index).map_err(|_| Errno::ENOMEM)?;
+            self.k.folio_put_refs(f, 1);
+        }
+        Ok(())
+    }
+
+    /// The huge pages at `firsts` (their first page indexes) left the
+    /// cache by a hole punch: they leave the reservation map, whose
+    /// promises they had used (`hugetlb_unreserve_pages(index, index + 1,
+    /// 1)` per page).
+    pub(super) fn hugetlb_forget(&self, firsts: &[u64]) {
+        let mut map = self.resv_map.lock().unwrap();
+        for first in firsts {
+            map.remove(first);
+        }
     }
 
     /// Whether the file's pages are 2 MiB hugetlb pages.

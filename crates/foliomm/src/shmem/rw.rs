@@ -43,10 +43,14 @@ impl Inode {
 
     /// `pwrite(fd, data, offset)`: copies `data` into the file from
     /// `offset`, allocating folios for holes, and extends `i_size` past the
-    /// last byte written; returns the bytes written. EFBIG past the largest
-    /// file size; ENOMEM when a folio cannot be had (what was written
+    /// last byte written; returns the bytes written. EINVAL on hugetlbfs
+    /// (it has no `write`); EFBIG past the largest file size; ENOMEM when a folio cannot be had (what was written
     /// before stays, and the size covers it).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        if self.is_hugetlbfs() {
+            // hugetlbfs has no write_iter.
+            return Err(Errno::EINVAL);
+        }
         let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
         let _inode_lock = self.i_rwsem.lock().unwrap();
         let mut pages = self.pages.lock().unwrap();
@@ -92,6 +96,9 @@ impl Inode {
             return Err(Errno::EINVAL);
         }
         let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
+        if self.is_hugetlbfs() {
+            return self.hugetlb_fallocate(offset, end, keep_size);
+        }
         let _inode_lock = self.i_rwsem.lock().unwrap();
         let mut pages = self.pages.lock().unwrap();
         let (mut index, last) = (offset / PAGE_SIZE, end.div_ceil(PAGE_SIZE));

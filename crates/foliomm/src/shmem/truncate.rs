@@ -73,12 +73,15 @@ impl Inode {
                 }
             }
         }
-        let mut whole = BTreeSet::new();
+        let (mut whole, mut firsts) = (BTreeSet::new(), Vec::new());
         for (&i, &pfn) in pages.range(offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE)) {
             let f = Folio::containing(phys, pfn);
             let first = i - (pfn - f.pfn);
-            if first * PAGE_SIZE >= offset && (first + f.nr_pages()).saturating_mul(PAGE_SIZE) <= end {
-                whole.insert(f.pfn);
+            if first * PAGE_SIZE >= offset
+                && (first + f.nr_pages()).saturating_mul(PAGE_SIZE) <= end
+                && whole.insert(f.pfn)
+            {
+                firsts.push(first);
             }
         }
         pages.retain(|_, &mut p| !whole.contains(&Folio::containing(phys, p).pfn));
@@ -87,8 +90,13 @@ impl Inode {
         for head in whole {
             self.remove_from_cache(head);
         }
-        if self.mount == Mount::Hugetlbfs {
-            self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE, freed);
+        match (self.mount, end) {
+            // Truncation gives back every reservation past the new end
+            // (remove_inode_hugepages' truncate_op); a hole punch only those
+            // of the pages it freed.
+            (Mount::Hugetlbfs, u64::MAX) => self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), u64::MAX, freed),
+            (Mount::Hugetlbfs, _) => self.hugetlb_forget(&firsts),
+            _ => {}
         }
     }
 
