@@ -13,7 +13,6 @@ use foliomm::folio::thp::ShmemHuge;
 use foliomm_scenario::backend::{FileKind, Observation};
 
 use crate::procfs::Procfs;
-use crate::worker::{check, errno};
 use crate::Response;
 
 const PAGE: u64 = 4096;
@@ -32,12 +31,12 @@ pub fn create_file(kind: FileKind, size: u64) -> Response {
         },
     };
     if fd < 0 {
-        return errno();
+        return Response::os_error();
     }
     // SAFETY: a descriptor this process just made.
     match unsafe { libc::ftruncate(fd, size as libc::off_t) } {
         0 => Response::Value(fd as u64),
-        _ => errno(),
+        _ => Response::os_error(),
     }
 }
 
@@ -50,7 +49,7 @@ fn tmpfs_file(huge: ShmemHuge, named: bool) -> Result<i32, Response> {
     // SAFETY: NUL-terminated strings; a fresh, empty directory.
     let mounted = unsafe { libc::mount(c"tmpfs".as_ptr(), cdir.as_ptr(), c"tmpfs".as_ptr(), 0, opts.as_ptr().cast()) };
     if mounted != 0 {
-        let e = errno();
+        let e = Response::os_error();
         let _ = std::fs::remove_dir(&dir);
         return Err(e);
     }
@@ -62,7 +61,7 @@ fn tmpfs_file(huge: ShmemHuge, named: bool) -> Result<i32, Response> {
         // SAFETY: a NUL-terminated directory path.
         unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) }
     };
-    let open_err = (fd < 0).then(errno);
+    let open_err = (fd < 0).then(Response::os_error);
     // SAFETY: the mount this function made; MNT_DETACH leaves it to the descriptor.
     unsafe { libc::umount2(cdir.as_ptr(), libc::MNT_DETACH) };
     let _ = std::fs::remove_dir(&dir);
@@ -73,7 +72,7 @@ fn tmpfs_file(huge: ShmemHuge, named: bool) -> Result<i32, Response> {
 pub fn fallocate(fd: u64, offset: u64, len: u64, keep_size: bool) -> Response {
     let mode = if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
     // SAFETY: fallocate on a scenario file's descriptor.
-    check(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
+    Response::of_status(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
 }
 
 /// `pwrite`; answers the bytes written.
@@ -81,7 +80,7 @@ pub fn pwrite(fd: u64, offset: u64, data: &[u8]) -> Response {
     // SAFETY: the buffer is `data`, valid for its length.
     let n = unsafe { libc::pwrite(fd as i32, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
     if n < 0 {
-        errno()
+        Response::os_error()
     } else {
         Response::Value(n as u64)
     }
@@ -93,7 +92,7 @@ pub fn pread(fd: u64, offset: u64, len: u64) -> Response {
     // SAFETY: the buffer is valid for `len` bytes.
     let n = unsafe { libc::pread(fd as i32, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
     if n < 0 {
-        return errno();
+        return Response::os_error();
     }
     buf.truncate(n as usize);
     Response::Bytes(buf)
@@ -110,7 +109,7 @@ pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Response {
         libc::mmap(std::ptr::null_mut(), PAGE as usize, libc::PROT_READ, libc::MAP_SHARED, fd as i32, page_off as i64)
     };
     if p == libc::MAP_FAILED {
-        return errno();
+        return Response::os_error();
     }
     let mut vec = 0u8;
     // SAFETY: `p` is a one-page mapping; `vec` holds its one entry.

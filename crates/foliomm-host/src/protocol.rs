@@ -122,3 +122,31 @@ pub enum Response {
     /// A system call failed with an errno foliomm does not model.
     OsError(i32),
 }
+
+impl Response {
+    /// The last OS error as the model's errno, or its raw number when
+    /// foliomm does not model it.
+    pub fn os_error() -> Response {
+        let n = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        match n {
+            libc::ENOMEM => Response::Err(Errno::ENOMEM),
+            libc::EFAULT => Response::Err(Errno::EFAULT),
+            libc::EACCES => Response::Err(Errno::EACCES),
+            libc::EBUSY => Response::Err(Errno::EBUSY),
+            libc::EEXIST => Response::Err(Errno::EEXIST),
+            libc::EINVAL => Response::Err(Errno::EINVAL),
+            libc::EFBIG => Response::Err(Errno::EFBIG),
+            n => Response::OsError(n),
+        }
+    }
+
+    /// The answer to a system call that returned `r`: 0 is success, else
+    /// the OS error.
+    pub fn of_status(r: libc::c_int) -> Response {
+        if r == 0 {
+            Response::Value(0)
+        } else {
+            Response::os_error()
+        }
+    }
+}

@@ -24,30 +24,6 @@ use crate::{Request, Response};
 
 const PAGE: u64 = 4096;
 
-/// The last OS error as the model's errno, or its raw number when foliomm
-/// does not model it.
-pub(crate) fn errno() -> Response {
-    let n = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    match n {
-        libc::ENOMEM => Response::Err(Errno::ENOMEM),
-        libc::EFAULT => Response::Err(Errno::EFAULT),
-        libc::EACCES => Response::Err(Errno::EACCES),
-        libc::EBUSY => Response::Err(Errno::EBUSY),
-        libc::EEXIST => Response::Err(Errno::EEXIST),
-        libc::EINVAL => Response::Err(Errno::EINVAL),
-        libc::EFBIG => Response::Err(Errno::EFBIG),
-        n => Response::OsError(n),
-    }
-}
-
-pub(crate) fn check(r: libc::c_int) -> Response {
-    if r == 0 {
-        Response::Value(0)
-    } else {
-        errno()
-    }
-}
-
 /// Connects to the controller and says hello; a worker whose controller is
 /// gone (killed) has no one to serve and exits.
 fn connect(socket: &Path, name: &str) -> BufReader<UnixStream> {
@@ -114,7 +90,7 @@ fn serve(mut proc: Arc<Process>, mut tid: u32) {
                 // thread owns (its socket is replaced, the procfs files are
                 // reopened); it takes no lock another thread may hold.
                 match unsafe { libc::fork() } {
-                    -1 => errno(),
+                    -1 => Response::os_error(),
                     0 => {
                         proc = Process::new(&proc.socket, &child);
                         tid = 0;
@@ -129,8 +105,10 @@ fn serve(mut proc: Arc<Process>, mut tid: u32) {
                 let mapped = (addr..addr + len).step_by(PAGE as usize).all(|a| check_access(&maps, a, false).is_ok());
                 let taken = match kind {
                     _ if !mapped => Err(Response::Err(Errno::EFAULT)),
-                    GupKind::Get => HostGup::vmsplice(addr, len).map_err(|_| errno()),
-                    GupKind::Pin { .. } => Uring::register(addr, len).map(HostGup::Uring).map_err(|_| errno()),
+                    GupKind::Get => HostGup::vmsplice(addr, len).map_err(|_| Response::os_error()),
+                    GupKind::Pin { .. } => {
+                        Uring::register(addr, len).map(HostGup::Uring).map_err(|_| Response::os_error())
+                    }
                 };
                 match taken {
                     Ok(g) => {
@@ -172,7 +150,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
             // scenario mappings, which no Rust reference of the worker points into.
             let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot as i32, flags, fd, offset) };
             if p == libc::MAP_FAILED {
-                errno()
+                Response::os_error()
             } else {
                 Response::Value(p as u64)
             }
@@ -183,17 +161,19 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
         Request::Pread { fd, offset, len } => files::pread(fd, offset, len),
         Request::ObserveFile { fd, offset } => files::observe_file(procfs, fd, offset),
         // SAFETY: ftruncate of a scenario file's descriptor.
-        Request::Ftruncate { fd, size } => check(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) }),
+        Request::Ftruncate { fd, size } => {
+            Response::of_status(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) })
+        }
         Request::PunchHole { fd, offset, len } => {
             let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
             // SAFETY: fallocate on a scenario file's descriptor.
-            check(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
+            Response::of_status(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
         }
         // SAFETY (munmap, mprotect, madvise, mremap): they act on scenario
         // mappings only; the kernel validates the ranges.
-        Request::Munmap { addr, len } => check(unsafe { libc::munmap(addr as *mut _, len as usize) }),
+        Request::Munmap { addr, len } => Response::of_status(unsafe { libc::munmap(addr as *mut _, len as usize) }),
         Request::Mprotect { addr, len, prot } => {
-            check(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
+            Response::of_status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
         }
         Request::Madvise { addr, len, advice } => {
             let a = match advice {
@@ -204,7 +184,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 Advice::DoFork => libc::MADV_DOFORK,
                 Advice::Remove => libc::MADV_REMOVE,
             };
-            check(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
+            Response::of_status(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
         }
         Request::Mremap { addr, len, new_len, to } => {
             let (flags, target) = match to {
@@ -215,7 +195,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void)
             };
             if p == libc::MAP_FAILED {
-                errno()
+                Response::os_error()
             } else {
                 Response::Value(p as u64)
             }
