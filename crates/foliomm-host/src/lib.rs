@@ -256,10 +256,13 @@ impl Backend for HostBackend {
         }
         let path = sysfs::hugetlb_path();
         sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
-        match sysfs::read_selected(&path).map_err(broken)?.parse::<u64>() {
-            Ok(got) if got == pages => Ok(()),
-            Ok(got) => Err(StepError::Unsupported(format!("the host kernel gave only {got} of {pages} huge pages"))),
-            Err(e) => Err(broken(format!("{path}: {e}"))),
+        // Pages in use beyond the new size stay, as surplus pages.
+        let surplus_path = path.replace("nr_hugepages", "surplus_hugepages");
+        let read =
+            |p: &str| sysfs::read_selected(p).map_err(broken)?.parse::<u64>().map_err(|e| broken(format!("{p}: {e}")));
+        match read(&path)?.checked_sub(read(&surplus_path)?) {
+            Some(got) if got == pages => Ok(()),
+            got => Err(StepError::Unsupported(format!("the host kernel gave {got:?} of {pages} huge pages"))),
         }
     }
 

@@ -11,8 +11,7 @@
 //! longer promised.
 //!
 //! Differs from Linux: one pool (2 MiB; no 1 GiB pages, no per-node
-//! pools), no cgroup accounting; shrinking `nr_hugepages` below the pages
-//! in use stops there instead of turning them into surplus pages.
+//! pools), no cgroup accounting.
 
 use crate::arch::{Pfn, PMD_ORDER};
 use crate::folio::Folio;
@@ -66,20 +65,27 @@ struct Pool {
 }
 
 impl Kernel {
-    /// Writes `nr_hugepages` (`set_max_huge_pages`): grows the pool with
-    /// 2 MiB folios from the buddy allocator while it can, or shrinks it by
-    /// freeing free pages not promised to a mapping. Returns the size
-    /// reached, which may fall short as in Linux.
+    /// Writes `nr_hugepages` (`set_max_huge_pages`): the pool's persistent
+    /// pages (all but the surplus ones) become `want`. Surplus pages in use
+    /// turn persistent first; then 2 MiB folios come from the buddy
+    /// allocator while it can. Shrinking frees free pages not promised to a
+    /// mapping, and pages still in use beyond `want` turn into surplus
+    /// pages, freed when released (`adjust_pool_surplus`). Returns the
+    /// pool's total (`nr_hugepages` as read back, surplus included), which
+    /// may fall short as in Linux.
     pub fn set_nr_hugepages(&self, want: u64) -> u64 {
         let mut pool = self.hugetlb.pool.lock().unwrap();
-        while pool.total < want {
+        while pool.surplus > 0 && pool.total - pool.surplus < want {
+            pool.surplus -= 1;
+        }
+        while pool.total - pool.surplus < want {
             let Ok(f) = self.alloc_folio(PMD_ORDER) else { break };
             f.head().set(pg::HUGETLB);
             f.head().refcount.store(0, Relaxed);
             pool.free.push(f.pfn);
             pool.total += 1;
         }
-        while pool.total > want && pool.free.len() as u64 > pool.resv {
+        while pool.total - pool.surplus > want && pool.free.len() as u64 > pool.resv {
             let pfn = pool.free.pop().expect("a free page beyond the reserved ones");
             let f = Folio::from_head(&self.phys, pfn);
             f.head().clear(pg::HUGETLB);
@@ -87,7 +93,11 @@ impl Kernel {
             self.folio_put_refs(f, 1);
             pool.total -= 1;
         }
-        pool.total
+        let in_use = pool.total - pool.free.len() as u64;
+        while pool.total - pool.surplus > want && pool.surplus < in_use {
+            pool.surplus += 1;
+        }
+        pool.total - pool.surplus
     }
 
     /// Writes `nr_overcommit_hugepages`.
