@@ -278,3 +278,24 @@ fn a_hole_in_a_mapped_thp_splits_it_and_frees_the_covered_pieces() {
     assert_eq!(byte(&m, &p, a + 64 * K), 0);
     assert_clean(&m);
 }
+
+/// A private MAP_HUGETLB mapping reserves its pages for itself: its own
+/// faults use the reservation, a child's do not (hugetlb_dup_vma_private).
+/// With a pool of exactly the reserved pages, the child's first fault on a
+/// page the parent never touched fails with SIGBUS while the parent's
+/// succeeds.
+#[test]
+fn a_private_hugetlb_reservation_belongs_to_the_mapping_that_made_it() {
+    let m = machine();
+    assert_eq!(m.kernel.set_nr_hugepages(2), 2);
+    let p = m.new_mm().unwrap();
+    let flags = MmapFlags { hugetlb: true, ..MmapFlags::default() };
+    let a = p.mmap(0, 4 * M, Prot::RW, flags).unwrap();
+    let mut cpu = m.new_cpu();
+    cpu.write(&p, a, b"owner").unwrap();
+    let c = p.fork().unwrap();
+    assert_eq!(cpu.write(&c, a + 2 * M, b"child"), Err(Errno::SIGBUS), "the child has no reservation");
+    cpu.write(&p, a + 2 * M, b"owner").unwrap();
+    assert_eq!(byte(&m, &c, a), b'o', "the child reads the parent's page");
+    assert_clean(&m);
+}

@@ -19,13 +19,15 @@
 //! Differs from Linux: 2 MiB pages only; no userfaultfd, migration or
 //! poison entries; a COW never uses a reservation, and the owner of a
 //! private mapping never steals a child's page when the pool is empty.
+//! Only the mapping that reserved (not a child's copy) uses a private
+//! mapping's reservations.
 
 use super::fault::FaultKind;
 use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PUD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
-use crate::mm_types::{Mm, Vma};
+use crate::mm_types::{vm, Mm, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pud, PmdSlot};
 use crate::rmap::{self, anon_vma_prepare};
 use crate::shmem::{in_page_cache, FileMapping, Inode};
@@ -232,7 +234,8 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
         if index >= inode.nr_pages() {
             return Err(Errno::SIGBUS);
         }
-        let f = inode.hugetlb_alloc_private(index).map_err(|_| Errno::SIGBUS)?;
+        let owner = vma.flags() & vm::HUGETLB_RESV_OWNER != 0;
+        let f = inode.hugetlb_alloc_private(index, owner).map_err(|_| Errno::SIGBUS)?;
         (0..HPAGE_NR).for_each(|i| phys.fill(f.pfn + i, 0, PAGE_SIZE as usize, 0));
         (Folio::from_head(phys, f.pfn), true)
     };

@@ -124,10 +124,12 @@ impl Mm {
             }
         };
         let shared = if flags.shared { vm::SHARED } else { 0 };
-        let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB } else { 0 };
         // hugetlb_reserve_pages(): the huge pages of a shared mapping, or of
-        // an anonymous private one, are promised now, or the mmap fails.
+        // an anonymous private one (which then owns them), are promised now,
+        // or the mmap fails.
         let reserves = huge && !flags.noreserve && (flags.shared || anon_inode.is_some());
+        let owner = if reserves && !flags.shared { vm::HUGETLB_RESV_OWNER } else { 0 };
+        let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB | owner } else { 0 };
         if let Some((inode, offset)) = file.filter(|_| reserves) {
             inode.hugetlb_reserve(offset / PAGE_SIZE, (offset + len) / PAGE_SIZE)?;
         }

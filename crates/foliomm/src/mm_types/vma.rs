@@ -66,6 +66,10 @@ pub mod vm {
     pub const DONTCOPY: u32 = 1 << 10;
     /// `VM_HUGETLB`: a mapping of a hugetlbfs file.
     pub const HUGETLB: u32 = 1 << 11;
+    /// `HPAGE_RESV_OWNER` (kept in `vm_private_data` in Linux): this
+    /// private hugetlb mapping made the reservations its faults may use;
+    /// a child's copy made at fork did not.
+    pub const HUGETLB_RESV_OWNER: u32 = 1 << 12;
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
 

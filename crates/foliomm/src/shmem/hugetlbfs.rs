@@ -72,13 +72,13 @@ impl Inode {
     }
 
     /// A new anonymous huge page for page `index` of a private mapping of
-    /// this (unnamed, `MAP_HUGETLB`) file, not zeroed: the page reserved
-    /// for it at mmap if any is left (the reservation is used up), else an
-    /// unpromised one. ENOMEM when the pool has none.
-    pub fn hugetlb_alloc_private(&self, index: u64) -> Result<Folio<'_>> {
+    /// this file, not zeroed: for the mapping that reserved (`owner`), the
+    /// page reserved for it at mmap if any is left (the reservation is used
+    /// up), else an unpromised one. ENOMEM when the pool has none.
+    pub fn hugetlb_alloc_private(&self, index: u64, owner: bool) -> Result<Folio<'_>> {
         let first = index & !(HPAGE_PAGES - 1);
         let mut map = self.resv_map.lock().unwrap();
-        let reserved = map.remove(&first);
+        let reserved = owner && map.remove(&first);
         self.k.alloc_hugetlb_folio(reserved).inspect_err(|_| {
             if reserved {
                 map.insert(first);
