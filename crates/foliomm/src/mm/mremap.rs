@@ -86,8 +86,13 @@ impl Mm {
         if let Err(e) = move_page_tables(&self.kernel, self, old, new, old_len) {
             // Out of page tables midway: the entries moved go back, into
             // tables the source still has, and the destination goes
-            // (move_vma's error path); the source VMA stays.
+            // (move_vma's error path); the source VMA stays. Moving back
+            // runs against the i_mmap walk order (source first), so it
+            // holds i_mmap_rwsem for write (take_rmap_locks).
+            let file = src.file();
+            let i_mmap = file.as_ref().map(|f| f.i_mmap.write());
             move_page_tables(&self.kernel, self, new, old, old_len).expect("the source's tables still exist");
+            drop(i_mmap);
             let moved = vmas.remove(new).expect("mremap destination VMA");
             vmas.free(moved);
             let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
