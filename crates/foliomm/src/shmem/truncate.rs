@@ -85,18 +85,20 @@ impl Inode {
             }
         }
         pages.retain(|_, &mut p| !whole.contains(&Folio::containing(phys, p).pfn));
-        drop(pages);
         let freed = whole.len() as u64;
-        for head in whole {
-            self.remove_from_cache(head);
-        }
+        // The reservation map changes with the cache, under its lock, so no
+        // fault sees a page gone from the cache but still in the map (as
+        // the fault mutex ensures in Linux). Truncation gives back every
+        // reservation past the new end (remove_inode_hugepages'
+        // truncate_op); a hole punch only those of the pages it freed.
         match (self.mount, end) {
-            // Truncation gives back every reservation past the new end
-            // (remove_inode_hugepages' truncate_op); a hole punch only those
-            // of the pages it freed.
             (Mount::Hugetlbfs, u64::MAX) => self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), u64::MAX, freed),
             (Mount::Hugetlbfs, _) => self.hugetlb_forget(&firsts),
             _ => {}
+        }
+        drop(pages);
+        for head in whole {
+            self.remove_from_cache(head);
         }
     }
 
