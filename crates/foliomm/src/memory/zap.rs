@@ -31,8 +31,10 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
     let mut addr = start;
     while addr < end {
         // A shared hugetlb PMD table is only let go of (the caller holds
-        // the file's i_mmap_rwsem for write).
-        if super::hugetlb::huge_pmd_unshare(k, mm, tlb, addr) {
+        // the file's i_mmap_rwsem for write). Sharing is per PUD window:
+        // one look as the walk enters each, not one per PMD step.
+        let enters_window = addr == start || addr.is_multiple_of(PUD_SIZE);
+        if enters_window && super::hugetlb::huge_pmd_unshare(k, mm, tlb, addr) {
             addr = pud_addr_end(addr, end);
             continue;
         }
