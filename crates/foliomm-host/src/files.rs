@@ -10,6 +10,7 @@
 use std::ffi::CString;
 
 use foliomm::folio::thp::ShmemHuge;
+use foliomm::machine::HugeSize;
 use foliomm_scenario::backend::{FileKind, Observation};
 
 use crate::procfs::Procfs;
@@ -24,7 +25,9 @@ pub fn create_file(kind: FileKind, size: u64) -> Response {
         // SAFETY: the name is NUL-terminated.
         FileKind::Memfd => unsafe { libc::memfd_create(c"foliomm".as_ptr(), 0) },
         // SAFETY: the name is NUL-terminated.
-        FileKind::Hugetlbfs => unsafe { libc::memfd_create(c"foliomm".as_ptr(), libc::MFD_HUGETLB) },
+        FileKind::Hugetlbfs(page) => unsafe {
+            libc::memfd_create(c"foliomm".as_ptr(), libc::MFD_HUGETLB | huge_size_bits(page) as libc::c_uint)
+        },
         FileKind::Tmpfs { huge, named } => match tmpfs_file(huge, named) {
             Ok(fd) => fd,
             Err(r) => return r,
@@ -132,4 +135,11 @@ pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Response {
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(p, PAGE as usize) };
     Response::Observed(o)
+}
+
+/// The page size bits of `MAP_HUGETLB` and `MFD_HUGETLB` (`MAP_HUGE_2MB`,
+/// `MAP_HUGE_1GB`: log2 of the size, shifted by `MAP_HUGE_SHIFT`, which
+/// equals `MFD_HUGE_SHIFT`).
+pub fn huge_size_bits(size: HugeSize) -> libc::c_int {
+    (size.bytes().trailing_zeros() as libc::c_int) << libc::MAP_HUGE_SHIFT
 }

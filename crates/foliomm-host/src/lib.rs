@@ -20,11 +20,12 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, RwLock};
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::machine::HugeSize;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
 use foliomm_scenario::backend::{
-    Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread,
+    hugepage_counters, Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread,
 };
 use foliomm_scenario::lang::MachineSetting;
 
@@ -200,6 +201,7 @@ impl Backend for HostBackend {
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
         let why = match s {
             MachineSetting::Memory(_) => "the host's memory size is fixed",
+            MachineSetting::MemoryAtLeast(m) if procfs::mem_total() < *m => "the host has less memory",
             MachineSetting::Mapcount(d) if *d != foliomm::mapcount::Design::MmId => {
                 "the host kernel tracks mapcounts as mm-id"
             }
@@ -250,19 +252,22 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn set_hugetlb(&self, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
+    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
         if let Some(n) = overcommit {
-            sysfs::set(&sysfs::hugetlb_overcommit_path(), &n.to_string()).map_err(StepError::Unsupported)?;
+            sysfs::set(&sysfs::hugetlb_path(size, "nr_overcommit_hugepages"), &n.to_string())
+                .map_err(StepError::Unsupported)?;
         }
-        let path = sysfs::hugetlb_path();
+        let path = sysfs::hugetlb_path(size, "nr_hugepages");
         sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
         // Pages in use beyond the new size stay, as surplus pages.
-        let surplus_path = path.replace("nr_hugepages", "surplus_hugepages");
         let read =
             |p: &str| sysfs::read_selected(p).map_err(broken)?.parse::<u64>().map_err(|e| broken(format!("{p}: {e}")));
-        match read(&path)?.checked_sub(read(&surplus_path)?) {
+        match read(&path)?.checked_sub(read(&sysfs::hugetlb_path(size, "surplus_hugepages"))?) {
             Some(got) if got == pages => Ok(()),
-            got => Err(StepError::Unsupported(format!("the host kernel gave {got:?} of {pages} huge pages"))),
+            got => Err(StepError::Unsupported(format!(
+                "the host kernel gave {got:?} of {pages} huge pages of {}",
+                size.name()
+            ))),
         }
     }
 
@@ -431,17 +436,24 @@ impl Backend for HostBackend {
     /// Deltas since `start` of the system-wide counters the model also keeps.
     fn counters(&self) -> Vec<(String, u64)> {
         let baseline = self.baseline.lock().unwrap();
-        Self::raw_counters()
+        let mut counters: Vec<(String, u64)> = Self::raw_counters()
             .into_iter()
             .map(|(k, v)| {
                 let base = baseline.iter().find(|(b, _)| *b == k).map_or(0, |(_, b)| *b);
                 (k, v.saturating_sub(base))
             })
-            .collect()
+            .collect();
+        // The pools' counts are states, not events: as they are.
+        for size in HugeSize::ALL {
+            counters.extend(hugepage_counters(size, sysfs::huge_counts(size)));
+        }
+        counters
     }
 
-    fn exact_counters(&self) -> bool {
-        false
+    /// Only the huge page pools' counts: the runs own the pools (they set
+    /// them up from nothing), while other counters count the whole system.
+    fn exact_counter(&self, name: &str) -> bool {
+        name.starts_with("hugepages_")
     }
 
     fn observes(&self, field: &str) -> bool {

@@ -134,20 +134,26 @@ impl Procfs {
             .collect()
     }
 
-    /// The order of the folio containing `pfn`, from compound head/tail flags.
+    /// The order of the folio containing `pfn`, from compound head/tail
+    /// flags: looked for within 4 MiB first, then within 1 GiB (a gigantic
+    /// hugetlb folio).
     fn folio_order(&self, pfn: u64) -> u32 {
-        const MAX: u64 = 1 << 10;
-        let first = pfn.saturating_sub(MAX);
-        let back = self.kpageflags(first, pfn - first + 1);
-        let here = *back.last().unwrap();
-        if here & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) == 0 {
-            return 0;
+        for max in [1u64 << 10, 1 << 18] {
+            let first = pfn.saturating_sub(max);
+            let back = self.kpageflags(first, pfn - first + 1);
+            let here = *back.last().unwrap();
+            if here & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) == 0 {
+                return 0;
+            }
+            let Some(head_pos) = back.iter().rposition(|f| f & KPF_COMPOUND_HEAD != 0) else { continue };
+            let head = first + head_pos as u64;
+            let fwd = self.kpageflags(head + 1, max);
+            let tails = fwd.iter().take_while(|f| *f & KPF_COMPOUND_TAIL != 0).count() as u64;
+            if tails < max {
+                return (1 + tails).next_power_of_two().trailing_zeros();
+            }
         }
-        let head_pos = back.iter().rposition(|f| f & KPF_COMPOUND_HEAD != 0).unwrap_or(back.len() - 1);
-        let head = first + head_pos as u64;
-        let fwd = self.kpageflags(head + 1, MAX);
-        let nr = 1 + fwd.iter().take_while(|f| *f & KPF_COMPOUND_TAIL != 0).count() as u64;
-        nr.next_power_of_two().trailing_zeros()
+        0
     }
 
     /// pagemap/kpageflags/PAGEMAP_SCAN facts of the page at `addr`. Fields
@@ -249,4 +255,14 @@ pub fn check_access(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Er
         }
     }
     Ok(())
+}
+
+/// The host's RAM in bytes (`MemTotal` of /proc/meminfo; 0 if unreadable).
+pub fn mem_total() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kb = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.unwrap_or(0) << 10
 }

@@ -1,6 +1,7 @@
 //! What the controller and a worker thread say to each other: one JSON
 //! request per line, one JSON response per line, on the thread's own socket.
 
+use foliomm::machine::HugeSize;
 use foliomm::mm::Advice;
 use foliomm::Errno;
 use foliomm_scenario::backend::{Access, FileKind, GupKind, Observation};
@@ -18,7 +19,8 @@ pub enum Request {
         fixed: bool,
         populate: bool,
         shared: bool,
-        hugetlb: bool,
+        /// `MAP_HUGETLB` with the page size.
+        hugetlb: Option<HugeSize>,
         noreserve: bool,
         /// A file descriptor and a byte offset; anonymous memory if none.
         file: Option<(u64, u64)>,

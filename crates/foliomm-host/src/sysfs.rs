@@ -8,6 +8,7 @@
 use std::sync::{Mutex, Once};
 
 use foliomm::folio::thp::ThpMode;
+use foliomm::machine::{HugeCounts, HugeSize};
 
 pub const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 
@@ -83,14 +84,23 @@ pub fn read_selected(path: &str) -> Result<String, String> {
     }
 }
 
-/// The 2 MiB huge page pool's size.
-pub fn hugetlb_path() -> String {
-    "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages".to_string()
+/// The file `name` (`nr_hugepages`, `free_hugepages`, ...) of the huge
+/// page pool of `size`.
+pub fn hugetlb_path(size: HugeSize, name: &str) -> String {
+    format!("/sys/kernel/mm/hugepages/hugepages-{}kB/{name}", size.bytes() >> 10)
 }
 
-/// The 2 MiB pool's surplus limit.
-pub fn hugetlb_overcommit_path() -> String {
-    "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_overcommit_hugepages".to_string()
+/// The counts of the pool of `size` (zero where unreadable).
+pub fn huge_counts(size: HugeSize) -> HugeCounts {
+    let read = |name: &str| {
+        std::fs::read_to_string(hugetlb_path(size, name)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    };
+    HugeCounts {
+        total: read("nr_hugepages"),
+        free: read("free_hugepages"),
+        resv: read("resv_hugepages"),
+        surplus: read("surplus_hugepages"),
+    }
 }
 
 /// Writes `value` to `path`, remembering the old value the first time.

@@ -140,7 +140,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
     match req {
         Request::Mmap { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } => {
             let flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE }
-                | if hugetlb { libc::MAP_HUGETLB } else { 0 }
+                | hugetlb.map_or(0, |size| libc::MAP_HUGETLB | crate::files::huge_size_bits(size))
                 | if noreserve { libc::MAP_NORESERVE } else { 0 }
                 | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
                 | if fixed { libc::MAP_FIXED } else { 0 }

@@ -4,6 +4,7 @@
 
 use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::machine::{HugeCounts, HugeSize};
 use foliomm::mm::{Advice, PageInfo, RangeInfo};
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
@@ -194,8 +195,9 @@ pub enum FileKind {
     /// A file on a tmpfs mount of its own with option `huge=`; `named`
     /// false for an `O_TMPFILE` file, which has no name.
     Tmpfs { huge: ShmemHuge, named: bool },
-    /// `memfd_create(MFD_HUGETLB)`: a hugetlbfs file of 2 MiB pages.
-    Hugetlbfs,
+    /// `memfd_create(MFD_HUGETLB)` with the size flag of its pages: a
+    /// hugetlbfs file.
+    Hugetlbfs(HugeSize),
 }
 
 /// An `mmap` call: `at` is a hint, or the exact place with `fixed`; `file`
@@ -208,8 +210,8 @@ pub struct MmapRequest {
     pub fixed: bool,
     pub populate: bool,
     pub shared: bool,
-    /// `MAP_HUGETLB`.
-    pub hugetlb: bool,
+    /// `MAP_HUGETLB` with a page size (`MAP_HUGE_2MB`, `MAP_HUGE_1GB`).
+    pub hugetlb: Option<HugeSize>,
     /// `MAP_NORESERVE`.
     pub noreserve: bool,
     pub file: Option<(u64, u64)>,
@@ -225,7 +227,7 @@ impl MmapRequest {
             fixed: false,
             populate: false,
             shared: false,
-            hugetlb: false,
+            hugetlb: None,
             noreserve: false,
             file: None,
         }
@@ -249,9 +251,10 @@ pub trait Backend: Send + Sync {
     fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
     /// Applies shmem THP settings (`shmem_enabled`, and modes per folio order).
     fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()>;
-    /// Sets the 2 MiB huge page pool's size (`nr_hugepages`), and its
-    /// `nr_overcommit_hugepages`; the backend cannot if it gets fewer pages.
-    fn set_hugetlb(&self, pages: u64, overcommit: Option<u64>) -> BackendResult<()>;
+    /// Sets the size (`nr_hugepages`) of the huge page pool of `size`, and
+    /// its `nr_overcommit_hugepages`; the backend cannot if it gets fewer
+    /// pages.
+    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()>;
     /// Creates a process with an empty address space and one thread (0).
     fn spawn(&self, proc: &str) -> BackendResult<()>;
     /// Creates thread `t.tid` in process `t.proc`, sharing its address space
@@ -309,10 +312,10 @@ pub trait Backend: Send + Sync {
     }
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;
-    /// Whether the counters count only this run's events (the model) rather
-    /// than the whole system's (the host): `stat.` expectations are checked
-    /// only where they are exact.
-    fn exact_counters(&self) -> bool {
+    /// Whether counter `name` counts only this run's events or state (every
+    /// counter of the model) rather than the whole system's (most of the
+    /// host's): `stat.` expectations are checked only where they are exact.
+    fn exact_counter(&self, _name: &str) -> bool {
         true
     }
     /// Whether observations carry `field` (the host lacks the model-only
@@ -322,4 +325,17 @@ pub trait Backend: Send + Sync {
     }
     /// Invariant violations (a backend that cannot check returns none).
     fn check(&self) -> Vec<Violation>;
+}
+
+/// The counters of the pool of `size`, named as scenarios read them:
+/// `hugepages_total`, `_free`, `_rsvd`, `_surp` for 2 MiB pages (the
+/// default size, as `/proc/meminfo` shows it), `hugepages_1g_...` for
+/// 1 GiB ones.
+pub fn hugepage_counters(size: HugeSize, h: HugeCounts) -> [(String, u64); 4] {
+    let prefix = match size {
+        HugeSize::Pmd => "hugepages",
+        HugeSize::Pud => "hugepages_1g",
+    };
+    [("total", h.total), ("free", h.free), ("rsvd", h.resv), ("surp", h.surplus)]
+        .map(|(n, v)| (format!("{prefix}_{n}"), v))
 }

@@ -21,7 +21,12 @@ pub fn check(src: &str) -> Result<(), String> {
         return Ok(());
     }
     // The machine is bounded whatever the text asks.
-    steps.retain(|s| !matches!(s.cmd, Cmd::SetMachine(MachineSetting::Memory(_) | MachineSetting::Tlb(_))));
+    steps.retain(|s| {
+        !matches!(
+            s.cmd,
+            Cmd::SetMachine(MachineSetting::Memory(_) | MachineSetting::MemoryAtLeast(_) | MachineSetting::Tlb(_))
+        )
+    });
     let memory = MachineSetting::Memory(FUZZ_MEMORY);
     let first =
         Step { line: 0, text: "(fuzz)".into(), proc: None, thread: None, cmd: Cmd::SetMachine(memory), fails: None };

@@ -9,13 +9,16 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use foliomm::arch::PAGE_SIZE;
 use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::machine::HugeSize;
 use foliomm::mm::gup::Pin;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::shmem::Inode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread};
+use crate::backend::{
+    hugepage_counters, Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread,
+};
 use crate::lang::MachineSetting;
 
 /// A scenario process on the model: its address space and its threads' CPUs.
@@ -102,6 +105,7 @@ impl Backend for ModelBackend {
         for s in settings {
             match s {
                 MachineSetting::Memory(m) => config.memory = *m,
+                MachineSetting::MemoryAtLeast(m) => config.memory = config.memory.max(*m),
                 MachineSetting::Mapcount(d) => config.mapcount = *d,
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::VmaLock(d) => config.vma_lock = *d,
@@ -132,13 +136,16 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
-    fn set_hugetlb(&self, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
+    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
         if let Some(n) = overcommit {
             self.m().kernel.set_nr_overcommit_hugepages(n);
         }
-        match self.m().kernel.set_nr_hugepages(pages) {
+        match self.m().kernel.set_nr_hugepages(size, pages) {
             got if got == pages => Ok(()),
-            got => Err(StepError::Unsupported(format!("the model's memory holds only {got} of {pages} huge pages"))),
+            got => Err(StepError::Unsupported(format!(
+                "the model's memory holds only {got} of {pages} huge pages of {}",
+                size.name()
+            ))),
         }
     }
 
@@ -212,7 +219,7 @@ impl Backend for ModelBackend {
         let inode = match kind {
             FileKind::Memfd => self.m().memfd_create(size)?,
             FileKind::Tmpfs { huge, named } => self.m().tmpfs_create(size, huge, named)?,
-            FileKind::Hugetlbfs => self.m().hugetlbfs_create(size)?,
+            FileKind::Hugetlbfs(page) => self.m().hugetlbfs_create(size, page)?,
         };
         let h = inode.ino;
         self.files.lock().unwrap().insert(h, inode);
@@ -345,13 +352,10 @@ impl Backend for ModelBackend {
         };
         let mut c = m.stats.snapshot();
         c.push(("frames_in_use".into(), m.frames_in_use()));
-        let h = m.huge_counts();
-        c.extend([
-            ("hugepages_total".into(), h.total),
-            ("hugepages_free".into(), h.free),
-            ("hugepages_rsvd".into(), h.resv),
-            ("hugepages_surp".into(), h.surplus),
-        ]);
+        for size in HugeSize::ALL {
+            let h = m.huge_counts(size);
+            c.extend(hugepage_counters(size, h));
+        }
         c
     }
 

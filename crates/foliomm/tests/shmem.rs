@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use foliomm::machine::HugeSize;
 use foliomm::mm::Advice;
 use foliomm::shmem::Inode;
 use foliomm::{Config, Errno, Machine, Mm, MmapFlags, Prot};
@@ -287,9 +288,9 @@ fn a_hole_in_a_mapped_thp_splits_it_and_frees_the_covered_pieces() {
 #[test]
 fn a_private_hugetlb_reservation_belongs_to_the_mapping_that_made_it() {
     let m = machine();
-    assert_eq!(m.kernel.set_nr_hugepages(2), 2);
+    assert_eq!(m.kernel.set_nr_hugepages(HugeSize::Pmd, 2), 2);
     let p = m.new_mm().unwrap();
-    let flags = MmapFlags { hugetlb: true, ..MmapFlags::default() };
+    let flags = MmapFlags { hugetlb: Some(HugeSize::Pmd), ..MmapFlags::default() };
     let a = p.mmap(0, 4 * M, Prot::RW, flags).unwrap();
     let mut cpu = m.new_cpu();
     cpu.write(&p, a, b"owner").unwrap();

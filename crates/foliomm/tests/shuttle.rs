@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use foliomm::folio::thp::ThpMode;
-use foliomm::machine::{HugetlbSync, VmaLockDesign};
+use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use shuttle::thread;
 
@@ -240,10 +240,10 @@ fn hugetlb_unshare_race(sync: HugetlbSync) {
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let config = Config { memory: 16 << 20, hugetlb_sync: sync, ..Config::default() };
     let m = Machine::new(config).expect("a small machine");
-    assert_eq!(m.kernel.set_nr_hugepages(4), 4);
-    let f = m.hugetlbfs_create(1 << 30).unwrap();
+    assert_eq!(m.kernel.set_nr_hugepages(HugeSize::Pmd, 4), 4);
+    let f = m.hugetlbfs_create(1 << 30, HugeSize::Pmd).unwrap();
     let (a, b) = (m.new_mm().unwrap(), m.new_mm().unwrap());
-    let flags = MmapFlags { shared: true, hugetlb: true, noreserve: true, ..MmapFlags::default() };
+    let flags = MmapFlags { shared: true, hugetlb: Some(HugeSize::Pmd), noreserve: true, ..MmapFlags::default() };
     let xa = a.mmap_file(1 << 30, 1 << 30, Prot::RW, flags, Some((&f, 0))).unwrap();
     let xb = b.mmap_file(2 << 30, 1 << 30, Prot::RW, flags, Some((&f, 0))).unwrap();
     m.new_cpu().write_byte_per_page(&b, xb, 4 * K, 0x0b).unwrap();

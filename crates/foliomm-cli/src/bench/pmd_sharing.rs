@@ -13,12 +13,15 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use foliomm::shmem::HPAGE_SIZE;
+use foliomm::machine::HugeSize;
 use foliomm::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 use super::page_fault::{fork_worker, pipe};
 use super::print_json;
+
+/// The 2 MiB huge pages the benchmark uses.
+const HPAGE: u64 = 1 << 21;
 
 #[derive(clap::Args)]
 pub(super) struct PmdSharingArgs {
@@ -84,14 +87,18 @@ pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
 
 /// The address of VMA `i`: at a 1 GiB boundary, or 2 MiB past it.
 fn vma_addr(i: u64, aligned: bool) -> u64 {
-    BASE + i * 2 * GIB + if aligned { 0 } else { HPAGE_SIZE }
+    BASE + i * 2 * GIB + if aligned { 0 } else { HPAGE }
 }
 
 /// The model's page-table KiB gained per child.
 fn model(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
-    let m = Machine::new(Config { memory: a.vmas * HPAGE_SIZE + (64 << 20), ..Config::default() })?;
-    ensure!(m.kernel.set_nr_hugepages(a.vmas) == a.vmas, "the model's memory holds no {} huge pages", a.vmas);
-    let file = m.hugetlbfs_create(a.vmas * 2 * GIB)?;
+    let m = Machine::new(Config { memory: a.vmas * HPAGE + (64 << 20), ..Config::default() })?;
+    ensure!(
+        m.kernel.set_nr_hugepages(HugeSize::Pmd, a.vmas) == a.vmas,
+        "the model's memory holds no {} huge pages",
+        a.vmas
+    );
+    let file = m.hugetlbfs_create(a.vmas * 2 * GIB, HugeSize::Pmd)?;
     let parent = m.new_mm()?;
     let flags = MmapFlags { shared: true, noreserve: true, fixed: true, ..MmapFlags::default() };
     let mut cpu = m.new_cpu();
@@ -126,7 +133,7 @@ fn page_tables_kb() -> Result<u64> {
 /// touched and restored).
 fn host(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
     use foliomm_host::sysfs;
-    sysfs::set(&sysfs::hugetlb_path(), &a.vmas.to_string()).map_err(anyhow::Error::msg)?;
+    sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &a.vmas.to_string()).map_err(anyhow::Error::msg)?;
     let r = host_children(a, aligned);
     sysfs::restore_all();
     r

@@ -21,14 +21,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
-use foliomm::machine::HugetlbSync;
-use foliomm::shmem::{Inode, HPAGE_SIZE};
+use foliomm::machine::{HugeSize, HugetlbSync};
+use foliomm::shmem::Inode;
 use foliomm::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 use super::page_fault::{fork_worker, pipe, run_threads};
 use super::published::SEED_002;
 use super::{print_json, progress, region_size};
+
+/// The 2 MiB huge pages the benchmark uses.
+const HPAGE: u64 = 1 << 21;
 
 #[derive(clap::Args)]
 pub(super) struct Seed002Args {
@@ -137,9 +140,9 @@ fn model(
 ) -> Result<(Vec<(Program, f64)>, Transfers)> {
     let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..Config::default() };
     let m = Machine::new(config)?;
-    let pages = size / HPAGE_SIZE;
-    ensure!(m.kernel.set_nr_hugepages(pages) == pages, "the model's memory holds no {pages} huge pages");
-    let file = m.hugetlbfs_create(size)?;
+    let pages = size / HPAGE;
+    ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
+    let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;
     // The file's pages exist before the clock starts, as in the seed's
     // long runs (one untimed faulting loop).
     model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, size, 0)?;
@@ -158,7 +161,7 @@ fn model(
         .zip(programs)
         .map(|(s, &p)| {
             transfers.add(&s.transfers);
-            let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE_SIZE) as f64 } else { 1.0 };
+            let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
             (p, ops / s.wall.as_secs_f64())
         })
         .collect();
@@ -177,8 +180,8 @@ fn model_loop(
 ) -> Result<()> {
     let flags = MmapFlags { shared: true, ..MmapFlags::default() };
     let a = mm.mmap_file(1 << 30, size, Prot::RW, flags, Some((file, 0)))?;
-    let faulted = if program == Program::Fault { size } else { touched * HPAGE_SIZE };
-    for page in (a..a + faulted).step_by(HPAGE_SIZE as usize) {
+    let faulted = if program == Program::Fault { size } else { touched * HPAGE };
+    for page in (a..a + faulted).step_by(HPAGE as usize) {
         cpu.write_byte_per_page(mm, page, 1, 1)?;
     }
     if program == Program::Fork {
@@ -192,7 +195,8 @@ fn model_loop(
 /// maps, the pool set to hold it (and restored), an instance per process.
 fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Program, f64)>, Transfers)> {
     use foliomm_host::sysfs;
-    sysfs::set(&sysfs::hugetlb_path(), &(size / HPAGE_SIZE).to_string()).map_err(anyhow::Error::msg)?;
+    sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
+        .map_err(anyhow::Error::msg)?;
     let r = host_round(programs, size, a);
     sysfs::restore_all();
     Ok((r?, Transfers::default()))
@@ -216,7 +220,7 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
                 unsafe { libc::read(go[0], (&mut byte as *mut u8).cast(), 1) };
                 let t = Instant::now();
                 let ok = (0..a.loops).all(|_| host_loop(fd, p, size, a.touched));
-                let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE_SIZE) as f64 } else { 1.0 };
+                let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
                 let rate = if ok { ops / t.elapsed().as_secs_f64() } else { -1.0 };
                 // Which instance, and its rate: the reports come in any order.
                 let out = [i as u64, rate.to_bits()];
@@ -261,8 +265,8 @@ fn host_loop(fd: i32, program: Program, size: u64, touched: u64) -> bool {
     if a == libc::MAP_FAILED {
         return false;
     }
-    let faulted = if program == Program::Fault { size } else { touched * HPAGE_SIZE };
-    for off in (0..faulted).step_by(HPAGE_SIZE as usize) {
+    let faulted = if program == Program::Fault { size } else { touched * HPAGE };
+    for off in (0..faulted).step_by(HPAGE as usize) {
         // SAFETY: inside the mapping made above.
         unsafe { (a as *mut u8).add(off as usize).write_volatile(1) };
     }

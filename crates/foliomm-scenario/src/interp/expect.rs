@@ -17,8 +17,8 @@ impl State<'_> {
             let names: Vec<&str> = designs.iter().map(|d| d.name()).collect();
             return Ok(format!("skipped: only for {} (this run: {design})", names.join(", ")));
         }
-        let is_stat = |o: &Operand| matches!(o, Operand::Field { obj, .. } if obj == "stat");
-        if !self.backend.exact_counters() && (is_stat(lhs) || is_stat(rhs)) {
+        let inexact = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj == "stat" && !self.backend.exact_counter(field));
+        if inexact(lhs) || inexact(rhs) {
             return Ok(format!("skipped: counters on the {} backend are system-wide", self.backend.name()));
         }
         let hidden = |o: &Operand| match o {

@@ -19,8 +19,8 @@ impl State<'_> {
                     return Ok("failed as expected".into());
                 };
                 self.files.insert(name.clone(), (h, self.ref_files.new_file(*size)));
-                if *kind == crate::backend::FileKind::Hugetlbfs {
-                    self.hugetlb.insert(name.clone());
+                if let crate::backend::FileKind::Hugetlbfs(size) = kind {
+                    self.hugetlb.insert(name.clone(), *size);
                 }
                 self.holders.insert(name.clone(), [p].into());
                 Ok(format!("{name} = file {h}"))

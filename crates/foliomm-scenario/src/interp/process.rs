@@ -68,8 +68,9 @@ impl State<'_> {
                     self.timed(|b| b.munmap(t, addr + len, raw + total - (addr + len))).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
-                if *hugetlb || file.as_ref().is_some_and(|f| self.hugetlb.contains(f)) {
-                    self.hugetlb.insert(name.clone());
+                let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
+                if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
+                    self.hugetlb.insert(name.clone(), size);
                 }
                 let rs = self.refs.get_mut(&p).unwrap();
                 match handle {
@@ -113,8 +114,7 @@ impl State<'_> {
                 let acted = matches!(r, Ok(()) | Err(StepError::Errno(Errno::ENOMEM)));
                 if *adv == Advice::DontNeed && acted {
                     // On hugetlb the range's end is rounded down to a huge page.
-                    let huge = 2 << 20;
-                    let l = if self.hugetlb.contains(&pl.map) {
+                    let l = if let Some(huge) = self.hugetlb.get(&pl.map).map(|s| s.bytes()) {
                         (a + l) / huge * huge - a.min((a + l) / huge * huge)
                     } else {
                         l
@@ -191,7 +191,7 @@ impl State<'_> {
                 let r = self.timed(|b| b.access(t, a, l, Access::Write { val, every_byte: *every_byte }));
                 let got = errno_of(&r);
                 outcome(step, r)?;
-                if let Some(got) = got.filter(|g| mirrored(*g)) {
+                if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
                     let rs = self.refs.get_mut(&p).unwrap();
                     let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
                     same_result("write", got, expected)?;
@@ -204,7 +204,7 @@ impl State<'_> {
                 let r = self.timed(|b| b.access(t, a, l, Access::Pattern { origin, seed: *seed }));
                 let got = errno_of(&r);
                 outcome(step, r)?;
-                if let Some(got) = got.filter(|g| mirrored(*g)) {
+                if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
                     let data = crate::backend::pattern_bytes(origin, a, l, *seed);
                     same_result("write", got, self.refs.get_mut(&p).unwrap().write(a, &data))?;
                 }
@@ -276,9 +276,10 @@ fn errno_of<T>(r: &BackendResult<T>) -> Option<Option<Errno>> {
 /// Whether the reference model can follow an access that ended so: it
 /// succeeded, or stopped at the first page the mappings forbid (having
 /// written the pages before, as a CPU does). Running out of memory part
-/// way it cannot follow.
-fn mirrored(got: Option<Errno>) -> bool {
-    matches!(got, None | Some(Errno::EFAULT | Errno::EACCES | Errno::SIGBUS))
+/// way it cannot follow, nor a SIGBUS on a hugetlb mapping (`hugetlb`),
+/// which may mean the pool had no page.
+fn mirrored(got: Option<Errno>, hugetlb: bool) -> bool {
+    matches!(got, None | Some(Errno::EFAULT | Errno::EACCES)) || (got == Some(Errno::SIGBUS) && !hugetlb)
 }
 
 /// Checks that the reference model's access ended as the backend's did.

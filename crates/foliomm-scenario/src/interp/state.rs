@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use foliomm::check::reference::{RefFiles, RefSpace};
+use foliomm::machine::HugeSize;
 
 use super::{Failed, Measure, StepResult, ThreadOps};
 use crate::backend::{Backend, Observation, StepError};
@@ -31,9 +32,9 @@ pub(super) struct State<'b> {
     pub(super) failed_line: Option<usize>,
     pub(super) check: bool,
     pub(super) maps: HashMap<String, (u64, u64)>,
-    /// Mappings and files of 2 MiB hugetlb pages, by name (MADV_DONTNEED
-    /// on them acts on whole huge pages only).
-    pub(super) hugetlb: HashSet<String>,
+    /// Mappings and files of hugetlb pages by name, with their page size
+    /// (MADV_DONTNEED on them acts on whole huge pages only).
+    pub(super) hugetlb: HashMap<String, HugeSize>,
     /// Files by name: the backend's handle (a descriptor every process
     /// forked after its creation holds too).
     /// Each file by name: the backend's handle and the reference model's id.
@@ -72,7 +73,7 @@ impl<'b> State<'b> {
             failed_line: None,
             check,
             maps: HashMap::new(),
-            hugetlb: HashSet::new(),
+            hugetlb: HashMap::new(),
             files: HashMap::new(),
             holders: HashMap::new(),
             ref_files: RefFiles::default(),
@@ -279,9 +280,9 @@ impl<'b> State<'b> {
                 self.backend.set_thp(*enabled, sizes)?;
                 Ok("thp set".into())
             }
-            Cmd::SetHugetlb { pages, overcommit } => {
-                self.backend.set_hugetlb(*pages, *overcommit)?;
-                Ok(format!("{pages} huge pages"))
+            Cmd::SetHugetlb { pages, overcommit, size } => {
+                self.backend.set_hugetlb(*size, *pages, *overcommit)?;
+                Ok(format!("{pages} huge pages of {}", size.name()))
             }
             Cmd::SetShmem { enabled, sizes } => {
                 self.backend.set_shmem(*enabled, sizes)?;

@@ -2,7 +2,7 @@
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{HugetlbSync, VmaLockDesign, ZapStrategy};
+use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
@@ -40,11 +40,13 @@ pub enum Cmd {
         enabled: Option<ShmemHuge>,
         sizes: Vec<(u32, ShmemMode)>,
     },
-    /// `set hugetlb pages=N [overcommit=M]`: `nr_hugepages` of the 2 MiB
-    /// pool, and `nr_overcommit_hugepages`.
+    /// `set hugetlb pages=N [overcommit=M] [size=2M|1G]`: `nr_hugepages`
+    /// of the pool of that page size (2 MiB unless said), and its
+    /// `nr_overcommit_hugepages`.
     SetHugetlb {
         pages: u64,
         overcommit: Option<u64>,
+        size: HugeSize,
     },
     SetCheck(bool),
     /// Start timing the following steps (`measure NAME`).
@@ -71,12 +73,12 @@ pub enum Cmd {
         /// The file mapped (`file F`), from byte `offset`; anonymous if none.
         file: Option<String>,
         offset: u64,
-        /// `MAP_HUGETLB` (`hugetlb`).
-        hugetlb: bool,
+        /// `MAP_HUGETLB` (`hugetlb`, or `hugetlb=1G` for `MAP_HUGE_1GB`).
+        hugetlb: Option<HugeSize>,
         /// `MAP_NORESERVE` (`noreserve`).
         noreserve: bool,
     },
-    /// `NAME = memfd SIZE [hugetlb]` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
+    /// `NAME = memfd SIZE [hugetlb[=1G]]` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
     /// new shmem file (`memfd_create`, or a file on a tmpfs mount of its
     /// own, + `ftruncate`), its descriptor inherited by children forked
     /// later.
@@ -175,6 +177,10 @@ pub enum Cmd {
 pub enum MachineSetting {
     /// Model RAM in bytes.
     Memory(u64),
+    /// `set memory at least SIZE`: model RAM of at least that many bytes
+    /// (the scenario needs room, not a limit); a host with that much RAM
+    /// honours it.
+    MemoryAtLeast(u64),
     /// The mapcount design.
     Mapcount(Design),
     /// Zap strategy: `batched` or `per-page`.

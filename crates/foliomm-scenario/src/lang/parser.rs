@@ -1,7 +1,7 @@
 //! The parser: each line's tokens into a [`Step`].
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{HugetlbSync, VmaLockDesign, ZapStrategy};
+use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::Design;
 use foliomm::Errno;
 
@@ -129,6 +129,13 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         "set" => {
             let col = l.col();
             match l.next("a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, check)")? {
+                "memory" if l.eat("at") => {
+                    let col = l.col();
+                    if !l.eat("least") {
+                        return l.err(col, "expected 'least' (set memory at least SIZE)");
+                    }
+                    Ok(Cmd::SetMachine(MachineSetting::MemoryAtLeast(l.size("a memory size")?)))
+                }
                 "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
                 "mapcount" => {
                     let d = named(l, "mapcount design", Design::parse, &Design::names())?;
@@ -175,18 +182,31 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     let col = l.col();
                     let t = l.next("pages=N")?;
                     let Some(pages) = t.strip_prefix("pages=").and_then(parse_size) else {
-                        return l.err(col, format!("expected pages=N (the 2 MiB pool's nr_hugepages), found '{t}'"));
+                        return l.err(col, format!("expected pages=N (the pool's nr_hugepages), found '{t}'"));
                     };
-                    let mut overcommit = None;
-                    if let Some(t) = l.peek() {
+                    let (mut overcommit, mut size) = (None, HugeSize::Pmd);
+                    while let Some(t) = l.peek() {
                         let col = l.col();
-                        overcommit = t.strip_prefix("overcommit=").and_then(parse_size);
-                        if overcommit.is_none() {
-                            return l.err(col, format!("expected overcommit=N (nr_overcommit_hugepages), found '{t}'"));
+                        if let Some(v) = t.strip_prefix("size=") {
+                            let Some(s) = parse_size(v).and_then(HugeSize::of_bytes) else {
+                                return l.err(col, format!("expected size=2M or size=1G, found '{t}'"));
+                            };
+                            size = s;
+                        } else {
+                            overcommit = t.strip_prefix("overcommit=").and_then(parse_size);
+                            if overcommit.is_none() {
+                                return l.err(
+                                    col,
+                                    format!("expected overcommit=N (nr_overcommit_hugepages) or size=2M|1G, found '{t}'"),
+                                );
+                            }
                         }
                         l.pos += 1;
                     }
-                    Ok(Cmd::SetHugetlb { pages, overcommit })
+                    if size == HugeSize::Pud && overcommit.is_some_and(|n| n > 0) {
+                        return l.err(col, "1 GiB huge pages cannot be overcommitted (Linux: EINVAL)");
+                    }
+                    Ok(Cmd::SetHugetlb { pages, overcommit, size })
                 }
                 t => l.err(
                     col,

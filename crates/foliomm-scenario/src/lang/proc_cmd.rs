@@ -3,6 +3,7 @@
 //! observations and pins.
 
 use foliomm::folio::thp::ShmemHuge;
+use foliomm::machine::HugeSize;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 
@@ -20,14 +21,17 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             "mmap" => {
                 let len = l.size("a length")?;
                 let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
-                let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, false, false);
+                let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, None, false);
                 while let Some(t) = l.peek() {
                     match t {
                         _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
                         "populate" => populate = true,
                         "fixed" => fixed = true,
                         "shared" => shared = true,
-                        "hugetlb" => hugetlb = true,
+                        _ if t.starts_with("hugetlb") => {
+                            hugetlb = Some(huge_size(l)?);
+                            continue;
+                        }
                         "noreserve" => noreserve = true,
                         "anon" | "private" => {}
                         "file" => {
@@ -81,7 +85,10 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             }
             "memfd" => {
                 let size = l.size("a file size")?;
-                let kind = if l.eat("hugetlb") { FileKind::Hugetlbfs } else { FileKind::Memfd };
+                let kind = match l.peek() {
+                    Some(t) if t.starts_with("hugetlb") => FileKind::Hugetlbfs(huge_size(l)?),
+                    _ => FileKind::Memfd,
+                };
                 Ok(Cmd::CreateFile { name, size, kind })
             }
             "tmpfs" => {
@@ -230,5 +237,20 @@ fn file_range(l: &mut Line) -> Result<(String, u64, u64), ParseError> {
     match p.range.filter(|(s, e)| s < e) {
         Some((s, e)) => Ok((p.map, s, e - s)),
         None => l.err(col, "expected a file range like f[4K..12K]"),
+    }
+}
+
+/// `hugetlb` (2 MiB pages) or `hugetlb=2M` / `hugetlb=1G`: the page size
+/// of a hugetlb mapping or file.
+fn huge_size(l: &mut Line) -> Result<HugeSize, ParseError> {
+    let col = l.col();
+    let t = l.next("hugetlb")?;
+    match t.strip_prefix("hugetlb") {
+        Some("") => Ok(HugeSize::Pmd),
+        Some(v) => match v.strip_prefix('=').and_then(parse_size).and_then(HugeSize::of_bytes) {
+            Some(size) => Ok(size),
+            None => l.err(col, format!("expected hugetlb, hugetlb=2M or hugetlb=1G, found '{t}'")),
+        },
+        None => l.err(col, format!("expected hugetlb, found '{t}'")),
     }
 }

@@ -25,6 +25,8 @@ pub const WORDS_PER_PAGE: usize = (PAGE_SIZE / 8) as usize;
 pub const MAX_PAGE_ORDER: u32 = 10;
 /// Order of a PMD-sized folio (`HPAGE_PMD_ORDER`).
 pub const PMD_ORDER: u32 = 9;
+/// Order of a PUD-sized folio (a 1 GiB huge page, `PUD_ORDER`).
+pub const PUD_ORDER: u32 = 18;
 /// `TASK_SIZE` of a 4-level x86-64 address space.
 pub const TASK_SIZE: u64 = (1 << 47) - 4096;
 

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{Subject, Violation, ViolationKind::Allocator, ViolationKind::PageTable};
 use crate::arch::Pfn;
-use crate::kernel::Kernel;
+use crate::kernel::{HugeSize, Kernel};
 use crate::pgtable::pt_share_count;
 use crate::sync::atomic::Ordering::Relaxed;
 
@@ -28,18 +28,19 @@ pub(super) fn check_shared_tables(
     }
 }
 
-/// Checks the pool's counts against the `folios` hugetlb folios found in
-/// memory, `free` of them on the free list.
-pub(super) fn check_pool(m: &Kernel, folios: u64, free: u64, bad: &mut Vec<Violation>) {
-    let c = m.huge_counts();
+/// Checks the counts of the pool of `size` against the `folios` hugetlb
+/// folios of that size found in memory, `free` of them on the free list.
+pub(super) fn check_pool(m: &Kernel, size: HugeSize, folios: u64, free: u64, bad: &mut Vec<Violation>) {
+    let c = m.huge_counts(size);
+    let name = size.name();
     let mut push = |what: String| bad.push(Violation::new(Allocator, Subject::Machine, what));
     if c.total != folios {
-        push(format!("the huge page pool counts {} pages, memory holds {folios} hugetlb folios", c.total));
+        push(format!("the {name} huge page pool counts {} pages, memory holds {folios} such hugetlb folios", c.total));
     }
     if c.free != free {
-        push(format!("the huge page pool counts {} free pages, {free} hugetlb folios are free", c.free));
+        push(format!("the {name} huge page pool counts {} free pages, {free} such hugetlb folios are free", c.free));
     }
     if c.resv > c.free {
-        push(format!("{} huge pages reserved, only {} free", c.resv, c.free));
+        push(format!("{} {name} huge pages reserved, only {} free", c.resv, c.free));
     }
 }

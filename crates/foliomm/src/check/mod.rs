@@ -38,9 +38,9 @@ pub use violation::{Subject, Violation, ViolationKind};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PMD_SIZE};
+use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
-use crate::kernel::{Incident, Kernel};
+use crate::kernel::{HugeSize, Incident, Kernel};
 use crate::mapcount::{FolioTruth, MmId};
 use crate::mm_types::{Mm, Vmas};
 use crate::pgtable::{pt_share_count, walk_all, Visit};
@@ -56,7 +56,14 @@ struct Leaf {
     mm: MmId,
     addr: u64,
     pte: Pte,
-    pmd: bool,
+    /// Base pages the entry maps: 1 for a PTE, more for a huge PMD or PUD.
+    pages: u64,
+}
+
+impl Leaf {
+    fn huge(&self) -> bool {
+        self.pages > 1
+    }
 }
 
 /// Runs every check over the kernel `m`, its address spaces `mms` and the
@@ -87,7 +94,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
             let f = Folio::containing(&m.phys, leaf.pte.pfn());
             // hugetlb pages count in no RSS counter.
             if !leaf.pte.special() && !f.head().test(pg::HUGETLB) {
-                let n = if leaf.pmd { 1 << PMD_ORDER } else { 1 };
+                let n = leaf.pages as i64;
                 match f.test_anon() {
                     true => anon += n,
                     false => shmem += n,
@@ -148,7 +155,7 @@ fn walk_tables(m: &Kernel, mm: &Mm, walked: &mut Walked, bad: &mut Vec<Violation
             false
         }
         Visit::HugePmd { addr, pte } => {
-            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pmd: true });
+            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pages: 1 << PMD_ORDER });
             let f = Folio::containing(phys, pte.pfn());
             let deposit = pte.special() || (f.test_anon() && !f.head().test(pg::HUGETLB));
             if deposit != mm.deposits.lock().unwrap().contains_key(&addr) {
@@ -157,8 +164,12 @@ fn walk_tables(m: &Kernel, mm: &Mm, walked: &mut Walked, bad: &mut Vec<Violation
             }
             true
         }
+        Visit::HugePud { addr, pte } => {
+            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pages: 1 << PUD_ORDER });
+            true
+        }
         Visit::Pte { addr, pte } => {
-            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pmd: false });
+            walked.leaves.push(Leaf { mm: mm.id, addr, pte, pages: 1 });
             true
         }
     });
@@ -176,12 +187,12 @@ struct Walked {
 fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
     let phys = &m.phys;
     let (mm, addr, pte) = (leaf.mm, leaf.addr, leaf.pte);
-    let size = if leaf.pmd { PMD_SIZE } else { 1 << PAGE_SHIFT };
+    let size = leaf.pages << PAGE_SHIFT;
     let mut push = |kind, what| bad.push(Violation::new(kind, Subject::Mm { mm, addr: Some(addr) }, what));
     match vmas.find(addr) {
         None => push(Vma, format!("mm {mm}: {addr:#x} is mapped outside any VMA")),
         Some(v) if addr + size > v.end() => {
-            push(Vma, format!("mm {mm}: huge PMD at {addr:#x} crosses the VMA end {:#x}", v.end()))
+            push(Vma, format!("mm {mm}: huge entry at {addr:#x} crosses the VMA end {:#x}", v.end()))
         }
         Some(v) => {
             if pte.write() && !v.writable() {
@@ -197,20 +208,20 @@ fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
         return;
     }
     if pte.special() {
-        let ok = if leaf.pmd { m.huge_zero_pfn() == Some(pte.pfn()) } else { pte.pfn() == m.zero_pfn };
+        let ok = if leaf.huge() { m.huge_zero_pfn() == Some(pte.pfn()) } else { pte.pfn() == m.zero_pfn };
         if !ok || pte.write() {
             push(PageTable, format!("mm {mm}: special entry at {addr:#x} is not a read-only zero page"));
         }
         return;
     }
     let f = Folio::containing(phys, pte.pfn());
-    if leaf.pmd && (f.pfn != pte.pfn() || f.order() != PMD_ORDER) {
+    if leaf.huge() && (f.pfn != pte.pfn() || f.nr_pages() != leaf.pages) {
         push(
             PageTable,
-            format!("mm {mm}: huge PMD at {addr:#x} maps pfn {:#x}, not the head of a PMD-sized folio", pte.pfn()),
+            format!("mm {mm}: huge entry at {addr:#x} maps pfn {:#x}, not the head of a folio of its size", pte.pfn()),
         );
     }
-    let page = if leaf.pmd { 0 } else { pte.pfn() - f.pfn };
+    let page = if leaf.huge() { 0 } else { pte.pfn() - f.pfn };
     if pte.write() && f.test_anon() && !f.anon_exclusive(page) {
         push(Exclusive, format!("mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive", pte.pfn()));
     }
@@ -219,7 +230,10 @@ fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
 fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> HashMap<Pfn, FolioTruth> {
     let phys = &m.phys;
     let mut truth: HashMap<Pfn, FolioTruth> = HashMap::new();
+    // The MMs mapping each page by PTE, and each folio mapped by a huge
+    // entry (whose AnonExclusive flag is its head's).
     let mut page_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
+    let mut huge_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
     for leaf in leaves.iter().filter(|l| !l.pte.special()) {
         let f = Folio::containing(phys, leaf.pte.pfn());
         if f.refcount() <= 0 || f.head().test(pg::BUDDY) || f.head().test(pg::TABLE) {
@@ -232,20 +246,24 @@ fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> HashMap
             .entry(f.pfn)
             .or_insert_with(|| FolioTruth { pte: vec![0; f.nr_pages() as usize], ..Default::default() });
         *t.per_mm.entry(leaf.mm).or_default() += 1;
-        if leaf.pmd {
+        if leaf.huge() {
             t.pmd += 1;
-            (0..f.nr_pages()).for_each(|i| {
-                page_mms.entry(f.pfn + i).or_default().insert(leaf.mm);
-            });
+            huge_mms.entry(f.pfn).or_default().insert(leaf.mm);
         } else {
             t.pte[(leaf.pte.pfn() - f.pfn) as usize] += 1;
             page_mms.entry(leaf.pte.pfn()).or_default().insert(leaf.mm);
         }
     }
+    let mut exclusive_flags: Vec<(Pfn, BTreeSet<MmId>)> = Vec::new();
     for (pfn, mms) in page_mms {
-        let f = Folio::containing(phys, pfn);
-        let flag_page = if truth.get(&f.pfn).is_some_and(|t| t.pmd > 0) { f.pfn } else { pfn };
-        if mms.len() > 1 && phys.page(flag_page).test(pg::ANON_EXCLUSIVE) {
+        let head = Folio::containing(phys, pfn).pfn;
+        match huge_mms.get_mut(&head) {
+            Some(huge) => huge.extend(mms),
+            None => exclusive_flags.push((pfn, mms)),
+        }
+    }
+    for (pfn, mms) in exclusive_flags.into_iter().chain(huge_mms) {
+        if mms.len() > 1 && phys.page(pfn).test(pg::ANON_EXCLUSIVE) {
             let what = format!("page {pfn:#x} is AnonExclusive but mapped by MMs {mms:?}");
             bad.push(Violation::new(Exclusive, Subject::Frame(pfn), what));
         }
@@ -349,7 +367,9 @@ fn check_frames(
     }
     let zero: HashSet<Pfn> = m.zero_frames().collect();
     let mut pfn = 0;
-    let (mut allocated, mut hugetlb_folios, mut hugetlb_free) = (0, 0, 0);
+    let mut allocated = 0;
+    // Per huge page size (in the order of HugeSize::ALL): folios, free ones.
+    let mut hugetlb = [(0, 0); 2];
     while pfn < n {
         let p = phys.page(pfn);
         if free[pfn as usize] {
@@ -380,12 +400,13 @@ fn check_frames(
             pfn += 1;
             continue;
         }
-        if p.test(pg::HUGETLB) {
-            hugetlb_folios += 1;
+        let huge_size = HugeSize::of_order(f.order()).filter(|_| p.test(pg::HUGETLB));
+        if let Some(size) = huge_size {
+            hugetlb[size as usize].0 += 1;
         }
         if !truth.contains_key(&pfn) {
-            if p.test(pg::HUGETLB) && m.is_free_huge_page(pfn) {
-                hugetlb_free += 1;
+            if let Some(size) = huge_size.filter(|_| m.is_free_huge_page(pfn)) {
+                hugetlb[size as usize].1 += 1;
                 if f.refcount() != 0 {
                     let what = format!("free huge page {pfn:#x} has refcount {}", f.refcount());
                     bad.push(Violation::new(Refcount, Subject::Folio(pfn), what));
@@ -404,7 +425,10 @@ fn check_frames(
         allocated += f.nr_pages();
         pfn += f.nr_pages();
     }
-    hugetlb::check_pool(m, hugetlb_folios, hugetlb_free, bad);
+    for size in HugeSize::ALL {
+        let (folios, free) = hugetlb[size as usize];
+        hugetlb::check_pool(m, size, folios, free, bad);
+    }
     if allocated + nr_free != n {
         let what = format!("{allocated} allocated + {nr_free} free frames != {n} total");
         bad.push(Violation::new(Allocator, Subject::Machine, what));

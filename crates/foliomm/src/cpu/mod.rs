@@ -150,7 +150,7 @@ impl Cpu {
         self.misses += 1;
         let phys = &m.phys;
         let at = leaf_slot(phys, mm.pgd, addr)?;
-        let (slot, huge) = (at.entry(phys), at.huge);
+        let (slot, huge) = (at.entry(phys), at.huge());
         let leaf = Pte(slot.load(Acquire));
         if !leaf.hw_present() || (write && !leaf.write()) || leaf.huge() != huge {
             return None;
@@ -159,11 +159,14 @@ impl Cpu {
         if leaf.0 & bits != bits && slot.compare_exchange(leaf.0, leaf.with(bits).0, AcqRel, Acquire).is_err() {
             return None;
         }
+        // A 1 GiB entry is cached as the 2 MiB entry of `addr` (as CPUs
+        // without 1 GiB TLB entries splinter it).
+        let base = at.page_pfn(leaf, addr & !(crate::arch::PMD_SIZE - 1));
         let entry = TlbEntry {
-            pfn: leaf.pfn(),
+            pfn: base,
             writable: leaf.write(),
             dirty: write || leaf.dirty(),
-            generation: phys.generation(leaf.pfn()),
+            generation: phys.generation(base),
         };
         self.tlb.insert(serial, addr, huge, entry);
         Some(at.page_pfn(leaf, addr))

@@ -1,6 +1,7 @@
-//! The pool of 2 MiB huge pages (mm/hugetlb.c `struct hstate` for
-//! `HPAGE_PMD_ORDER`): `nr_hugepages` folios taken from the buddy allocator
-//! and kept on a free list, the part of the free ones promised to mappings
+//! The pools of huge pages, one per size (mm/hugetlb.c `struct hstate`:
+//! 2 MiB, `HPAGE_PMD_ORDER`, and 1 GiB, `PUD_ORDER`): `nr_hugepages`
+//! folios taken from the page allocator (1 GiB ones as contiguous runs,
+//! `alloc_contig_pages`) and kept on a free list, the part of the free ones promised to mappings
 //! (`resv_huge_pages`), and the folios handed out. A hugetlb folio whose
 //! last reference goes returns to the pool (`free_huge_folio`), not to the
 //! buddy allocator.
@@ -10,10 +11,11 @@
 //! allocation finds the pool short, and go back to it when freed or no
 //! longer promised.
 //!
-//! Differs from Linux: one pool (2 MiB; no 1 GiB pages, no per-node
-//! pools), no cgroup accounting.
+//! Differs from Linux: no per-node pools, no cgroup accounting, no
+//! surplus 1 GiB pages (Linux allows them only with a CMA area; here
+//! `nr_overcommit_hugepages` of the 1 GiB pool is ignored as well).
 
-use crate::arch::{Pfn, PMD_ORDER};
+use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::Relaxed;
@@ -37,9 +39,61 @@ pub struct HugeCounts {
     pub surplus: u64,
 }
 
-/// The pool; see the module documentation.
+/// A huge page size (which `struct hstate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum HugeSize {
+    /// 2 MiB pages, mapped by PMD entries (the default size).
+    #[default]
+    Pmd,
+    /// 1 GiB pages, mapped by PUD entries.
+    Pud,
+}
+
+impl HugeSize {
+    /// Both sizes.
+    pub const ALL: [HugeSize; 2] = [HugeSize::Pmd, HugeSize::Pud];
+
+    /// The folio order of a page of this size.
+    pub fn order(self) -> u32 {
+        match self {
+            HugeSize::Pmd => PMD_ORDER,
+            HugeSize::Pud => PUD_ORDER,
+        }
+    }
+
+    /// Base pages in a page of this size.
+    pub fn pages(self) -> u64 {
+        1 << self.order()
+    }
+
+    /// Bytes in a page of this size.
+    pub fn bytes(self) -> u64 {
+        self.pages() * PAGE_SIZE
+    }
+
+    /// The size of a folio of `order`, if a huge page has it.
+    pub fn of_order(order: u32) -> Option<HugeSize> {
+        HugeSize::ALL.into_iter().find(|s| s.order() == order)
+    }
+
+    /// The size with `bytes` bytes (2 MiB or 1 GiB), if any.
+    pub fn of_bytes(bytes: u64) -> Option<HugeSize> {
+        HugeSize::ALL.into_iter().find(|s| s.bytes() == bytes)
+    }
+
+    /// `2M` or `1G`, as scenarios write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            HugeSize::Pmd => "2M",
+            HugeSize::Pud => "1G",
+        }
+    }
+}
+
+/// The pools; see the module documentation.
 pub struct HugePool {
-    pool: Mutex<Pool>,
+    /// One pool per [`HugeSize`], in the order of [`HugeSize::ALL`].
+    pools: [Mutex<Pool>; 2],
     /// `hugetlb_fault_mutex_table`: faults, allocations and removals of one
     /// file page are serialized by the mutex its (mapping, index) hashes to.
     fault_mutexes: Vec<Mutex<()>>,
@@ -47,7 +101,7 @@ pub struct HugePool {
 
 impl Default for HugePool {
     fn default() -> HugePool {
-        HugePool { pool: Mutex::default(), fault_mutexes: (0..FAULT_MUTEXES).map(|_| Mutex::new(())).collect() }
+        HugePool { pools: Default::default(), fault_mutexes: (0..FAULT_MUTEXES).map(|_| Mutex::new(())).collect() }
     }
 }
 
@@ -73,13 +127,13 @@ impl Kernel {
     /// pages, freed when released (`adjust_pool_surplus`). Returns the
     /// pool's total (`nr_hugepages` as read back, surplus included), which
     /// may fall short as in Linux.
-    pub fn set_nr_hugepages(&self, want: u64) -> u64 {
-        let mut pool = self.hugetlb.pool.lock().unwrap();
+    pub fn set_nr_hugepages(&self, size: HugeSize, want: u64) -> u64 {
+        let mut pool = self.pool(size);
         while pool.surplus > 0 && pool.total - pool.surplus < want {
             pool.surplus -= 1;
         }
         while pool.total - pool.surplus < want {
-            let Ok(f) = self.alloc_folio(PMD_ORDER) else { break };
+            let Ok(f) = self.alloc_folio(size.order()) else { break };
             f.head().set(pg::HUGETLB);
             f.head().refcount.store(0, Relaxed);
             pool.free.push(f.pfn);
@@ -100,14 +154,20 @@ impl Kernel {
         pool.total - pool.surplus
     }
 
-    /// Writes `nr_overcommit_hugepages`.
+    /// Writes `nr_overcommit_hugepages` of the 2 MiB pool (the 1 GiB
+    /// pool has no surplus pages).
     pub fn set_nr_overcommit_hugepages(&self, n: u64) {
-        self.hugetlb.pool.lock().unwrap().overcommit = n;
+        self.pool(HugeSize::Pmd).overcommit = n;
     }
 
-    /// The pool's counts.
-    pub fn huge_counts(&self) -> HugeCounts {
-        let pool = self.hugetlb.pool.lock().unwrap();
+    /// The pool of `size`, locked.
+    fn pool(&self, size: HugeSize) -> crate::sync::MutexGuard<'_, Pool> {
+        self.hugetlb.pools[size as usize].lock().unwrap()
+    }
+
+    /// The counts of the pool of `size`.
+    pub fn huge_counts(&self, size: HugeSize) -> HugeCounts {
+        let pool = self.pool(size);
         HugeCounts { total: pool.total, free: pool.free.len() as u64, resv: pool.resv, surplus: pool.surplus }
     }
 
@@ -117,6 +177,7 @@ impl Kernel {
         if pool.surplus >= pool.overcommit {
             return false;
         }
+        // Only the 2 MiB pool has an overcommit limit above 0.
         let Ok(f) = self.alloc_folio(PMD_ORDER) else { return false };
         f.head().set(pg::HUGETLB);
         f.head().refcount.store(0, Relaxed);
@@ -136,11 +197,11 @@ impl Kernel {
         }
     }
 
-    /// `hugetlb_acct_memory(delta > 0)`: promises `n` free pages to a
-    /// mapping, adding surplus pages if the pool has too few
+    /// `hugetlb_acct_memory(delta > 0)`: promises `n` free pages of `size`
+    /// to a mapping, adding surplus pages if the pool has too few
     /// (`gather_surplus_pages`, all or none); ENOMEM if they cannot be had.
-    pub fn hugetlb_reserve(&self, n: u64) -> Result<(), Errno> {
-        let mut pool = self.hugetlb.pool.lock().unwrap();
+    pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
+        let mut pool = self.pool(size);
         while (pool.free.len() as u64) < pool.resv + n {
             if !self.alloc_surplus(&mut pool) {
                 self.return_unused_surplus(&mut pool);
@@ -153,19 +214,19 @@ impl Kernel {
 
     /// Takes back `n` promises (`hugetlb_acct_memory(delta < 0)`); free
     /// surplus pages go back to the buddy allocator.
-    pub fn hugetlb_unreserve(&self, n: u64) {
-        let mut pool = self.hugetlb.pool.lock().unwrap();
+    pub fn hugetlb_unreserve(&self, size: HugeSize, n: u64) {
+        let mut pool = self.pool(size);
         assert!(n <= pool.resv, "unreserving {n} of {} reserved huge pages", pool.resv);
         pool.resv -= n;
         self.return_unused_surplus(&mut pool);
     }
 
-    /// `alloc_hugetlb_folio`: a free huge folio with one reference, its
-    /// bytes not cleared; `reserved` consumes a promise made earlier,
-    /// otherwise only an unpromised page will do, a surplus one if the
-    /// overcommit limit allows. ENOMEM if none.
-    pub fn alloc_hugetlb_folio(&self, reserved: bool) -> Result<Folio<'_>, Errno> {
-        let mut pool = self.hugetlb.pool.lock().unwrap();
+    /// `alloc_hugetlb_folio`: a free huge folio of `size` with one
+    /// reference, its bytes not cleared; `reserved` consumes a promise made
+    /// earlier, otherwise only an unpromised page will do, a surplus one if
+    /// the overcommit limit allows. ENOMEM if none.
+    pub fn alloc_hugetlb_folio(&self, size: HugeSize, reserved: bool) -> Result<Folio<'_>, Errno> {
+        let mut pool = self.pool(size);
         let unpromised = pool.free.len() as u64 - pool.resv;
         if !reserved && unpromised == 0 && !self.alloc_surplus(&mut pool) {
             return Err(Errno::ENOMEM);
@@ -186,7 +247,8 @@ impl Kernel {
         let head = f.head();
         head.flags.store(pg::HEAD | pg::HUGETLB, Relaxed);
         head.link.store(0, Relaxed);
-        let mut pool = self.hugetlb.pool.lock().unwrap();
+        let size = HugeSize::of_order(f.order()).expect("a hugetlb folio has a huge page's order");
+        let mut pool = self.pool(size);
         pool.free.push(f.pfn);
         // A surplus page goes back to the buddy allocator.
         self.return_unused_surplus(&mut pool);
@@ -201,6 +263,6 @@ impl Kernel {
 
     /// Whether `pfn` heads a free pool page (for the checker).
     pub fn is_free_huge_page(&self, pfn: Pfn) -> bool {
-        self.hugetlb.pool.lock().unwrap().free.contains(&pfn)
+        HugeSize::ALL.into_iter().any(|size| self.pool(size).free.contains(&pfn))
     }
 }

@@ -17,6 +17,7 @@ mod page_alloc;
 pub mod stats;
 
 pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy};
+pub use hugetlb_pool::{HugeCounts, HugeSize};
 pub use observer::Observer;
 pub use stats::Stats;
 

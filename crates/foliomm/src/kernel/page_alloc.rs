@@ -27,7 +27,10 @@ impl Kernel {
     fn prep_folio(&self, pfn: Pfn, order: u32) -> Folio<'_> {
         let f = self.prep_compound(pfn, order);
         f.head().refcount.store(1, Relaxed);
-        Stats::inc(&self.stats.folio_alloc[order as usize]);
+        // Gigantic folios (1 GiB hugetlb pages) are not counted per order.
+        if let Some(count) = self.stats.folio_alloc.get(order as usize) {
+            Stats::inc(count);
+        }
         f
     }
 
@@ -93,7 +96,9 @@ impl Kernel {
             return self.free_huge_folio(f);
         }
         clear_descriptors(f);
-        Stats::inc(&self.stats.folio_free[order as usize]);
+        if let Some(count) = self.stats.folio_free.get(order as usize) {
+            Stats::inc(count);
+        }
         self.phys.free_pages(f.pfn, order);
     }
 

@@ -4,7 +4,7 @@
 //! runs the invariant checker. Two machines with different designs can live
 //! in one process.
 
-pub use crate::kernel::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy};
+pub use crate::kernel::{Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 
 use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;
@@ -83,13 +83,14 @@ impl Machine {
         self.mms.new_inode(&self.kernel, size, Mount::Tmpfs { huge, named })
     }
 
-    /// A new hugetlbfs file of `size` bytes (`memfd_create(MFD_HUGETLB)` +
-    /// `ftruncate`); EINVAL unless `size` is a multiple of 2 MiB.
-    pub fn hugetlbfs_create(&self, size: u64) -> Result<Arc<Inode>> {
-        if !size.is_multiple_of(crate::shmem::HPAGE_SIZE) {
+    /// A new hugetlbfs file of `size` bytes with pages of `page`
+    /// (`memfd_create(MFD_HUGETLB | MFD_HUGE_2MB or _1GB)` + `ftruncate`);
+    /// EINVAL unless `size` is a multiple of the page size.
+    pub fn hugetlbfs_create(&self, size: u64, page: HugeSize) -> Result<Arc<Inode>> {
+        if !size.is_multiple_of(page.bytes()) {
             return Err(Errno::EINVAL);
         }
-        self.mms.new_inode(&self.kernel, size, Mount::Hugetlbfs)
+        self.mms.new_inode(&self.kernel, size, Mount::Hugetlbfs(page))
     }
 
     /// `ftruncate(fd, size)` of a shmem file (see [`MmList::truncate`]).

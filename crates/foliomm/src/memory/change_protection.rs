@@ -7,7 +7,7 @@ use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mm_types::{Mm, Vma};
-use crate::pgtable::{load, pte_lockptr, store, walk_pmd};
+use crate::pgtable::{huge_pud, load, pte_lockptr, store, walk_pmd};
 use crate::tlb::MmuGather;
 
 /// `change_protection` over one VMA whose flags were just changed. Returns
@@ -24,6 +24,11 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         if vma.is_hugetlb() && super::hugetlb::huge_pmd_unshare(k, mm, &mut tlb, addr) {
             addr = pud_addr_end(addr, end);
             changed = true;
+            continue;
+        }
+        if let Some(pud) = huge_pud(phys, mm.pgd, addr) {
+            changed |= super::huge_memory::change_huge_pmd(k, pud, vma);
+            addr = pud_addr_end(addr, end);
             continue;
         }
         let next = pmd_addr_end(addr, end);

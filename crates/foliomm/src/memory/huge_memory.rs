@@ -248,6 +248,8 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
 
 /// `zap_huge_pmd`: clears a whole huge PMD, frees its deposited table and
 /// gathers the PMD's single folio reference (`tlb_remove_page_size`).
+/// Also clears a 1 GiB hugetlb page's PUD (`__unmap_hugepage_range`),
+/// which has no deposit.
 pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64) {
     let phys = &k.phys;
     let full = {
@@ -257,17 +259,19 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
             return;
         }
         pmd.store(phys, Pte::NONE);
-        tlb.remove_tlb_entries(haddr, HPAGE_NR);
         let table = mm.deposits.lock().unwrap().remove(&haddr);
         if let Some(table) = table {
             tlb.remove_table(table, haddr);
         }
         if e.special() {
+            tlb.remove_tlb_entries(haddr, HPAGE_NR);
             false
         } else {
             let f = Folio::from_head(phys, e.pfn());
-            rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
-            mm.add_rss(f, -(HPAGE_NR as i64));
+            let nr = f.nr_pages();
+            tlb.remove_tlb_entries(haddr, nr);
+            rmap::folio_remove_rmap(k, f, 0, nr, Level::Pmd, mm.id);
+            mm.add_rss(f, -(nr as i64));
             Stats::add(&k.stats.zap_ptes, 1);
             Stats::inc(&k.stats.zap_batches);
             tlb.remove_folio_pages(f.pfn, 1, false)
@@ -293,7 +297,8 @@ pub(crate) fn move_huge_pmd(k: &Kernel, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, s
     }
 }
 
-/// `change_huge_pmd` (mprotect of a whole huge PMD). Returns whether it changed.
+/// `change_huge_pmd` (mprotect of a whole huge PMD, or of a 1 GiB hugetlb
+/// page's PUD). Returns whether it changed.
 pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
     let phys = &k.phys;
     let _pl = pte_lockptr(phys, pmd.table).lock();

@@ -2,7 +2,9 @@
 //! `hugetlb_no_page`, `hugetlb_wp`, `huge_pte_alloc`, `huge_pmd_share`,
 //! `huge_pmd_unshare`, `copy_hugetlb_page_range`).
 //!
-//! A hugetlb page is mapped by a PMD entry. A shared mapping whose VMA
+//! A 2 MiB hugetlb page is mapped by a PMD entry, a 1 GiB one by a PUD
+//! entry (its lock is the PUD table's own, where Linux takes
+//! `mm->page_table_lock`). A shared mapping of 2 MiB pages whose VMA
 //! covers a whole 1 GiB PUD window shares the PMD table of that window
 //! with the other VMAs of the file that map the same file pages at the
 //! same offset within their window, in any MM (`huge_pmd_share`): its PUD
@@ -16,19 +18,19 @@
 //! `i_mmap_rwsem` for write, so no fault keeps a pointer into a table this
 //! MM stops using.
 //!
-//! Differs from Linux: 2 MiB pages only; no userfaultfd, migration or
+//! Differs from Linux: no userfaultfd, migration or
 //! poison entries; a COW never uses a reservation, and the owner of a
 //! private mapping never steals a child's page when the pool is empty.
 //! Only the mapping that reserved (not a child's copy) uses a private
 //! mapping's reservations.
 
 use super::fault::FaultKind;
-use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PUD_SIZE};
+use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::folio::Folio;
-use crate::kernel::{HugetlbSync, Incident, Kernel};
+use crate::kernel::{HugeSize, HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
 use crate::mm_types::{vm, Mm, Vma};
-use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pud, PmdSlot};
+use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pmd, walk_pud, PmdSlot};
 use crate::rmap::{self, anon_vma_prepare};
 use crate::shmem::{in_page_cache, FileMapping, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
@@ -37,14 +39,13 @@ use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
-const HPAGE_NR: u64 = 1 << PMD_ORDER;
-
 /// `hugetlb_fault` for an access to `addr` in the hugetlb VMA `vma`.
 /// SIGBUS past the end of the file or when the pool has no page.
 pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let k = &*mm.kernel;
     let inode = vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
-    let haddr = addr & !(PMD_SIZE - 1);
+    let size = inode.huge_size().expect("a hugetlbfs file");
+    let haddr = addr & !(size.bytes() - 1);
     let index = vma.page_index(haddr);
     let mutex = k.hugetlb_fault_mutex(inode.ino, index);
     cacheline::write(Structure::FaultMutex, mutex);
@@ -60,7 +61,7 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd;
     (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, &inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
-    let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr };
+    let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr, size };
     let e = pmd.load(&k.phys);
     if e.is_none() {
         return hugetlb_no_page(k, mm, vma, &inode, &walked, kind);
@@ -76,13 +77,15 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
     Ok(())
 }
 
-/// The PMD slot a fault found, with what it takes to tell, when it comes to
-/// write it, whether the table is still this MM's.
+/// The PMD (or, for a 1 GiB page, PUD) slot a fault found, with what it
+/// takes to tell, when it comes to write it, whether the table is still
+/// this MM's.
 struct Walked {
     pmd: PmdSlot,
     /// The table frame's generation when found (it moves on when freed).
     generation: u32,
     haddr: u64,
+    size: HugeSize,
 }
 
 impl Walked {
@@ -94,8 +97,11 @@ impl Walked {
     fn still_ours(&self, k: &Kernel, mm: &Mm) -> bool {
         let phys = &k.phys;
         let freed = phys.generation(self.pmd.table) != self.generation;
-        let pud = walk_pud(phys, mm.pgd, self.haddr).map(|(t, i)| load(phys, t, i));
-        let ours = pud.is_some_and(|e| !e.is_none() && e.pfn() == self.pmd.table);
+        let table_now = match self.size {
+            HugeSize::Pmd => walk_pmd(phys, mm.pgd, self.haddr).map(|s| s.table),
+            HugeSize::Pud => walk_pud(phys, mm.pgd, self.haddr).map(|(t, _)| t),
+        };
+        let ours = table_now == Some(self.pmd.table);
         if !freed && ours {
             return true;
         }
@@ -111,17 +117,28 @@ impl Walked {
     }
 }
 
-/// `want_pmd_share`: a shared VMA covering the whole PUD window of `addr`.
+/// `want_pmd_share`: a shared VMA of 2 MiB pages covering the whole PUD
+/// window of `addr`.
 fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
     let start = addr & !(PUD_SIZE - 1);
-    vma.shared() && start >= vma.start() && start + PUD_SIZE <= vma.end()
+    vma.huge_page_size() == Some(PMD_SIZE) && vma.shared() && start >= vma.start() && start + PUD_SIZE <= vma.end()
 }
 
-/// `huge_pte_alloc`: the PMD slot of `haddr`, first trying to share
-/// another mapping's PMD table when the PUD entry is none; `i_mmap` is the
-/// file's mappings when the caller holds `i_mmap_rwsem`, else it is taken
-/// for read to share. Also the MM whose table was looked at, to be let go
-/// after `i_mmap_rwsem` (see [`huge_pmd_share`]).
+/// `huge_pte_offset`: the slot of the huge entry of `addr` in `mm` for
+/// pages of `size`, if the tables down to it exist.
+fn huge_pte_offset(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) -> Option<PmdSlot> {
+    match size {
+        HugeSize::Pmd => walk_pmd(&k.phys, mm.pgd, addr),
+        HugeSize::Pud => walk_pud(&k.phys, mm.pgd, addr).map(|(table, idx)| PmdSlot { table, idx }),
+    }
+}
+
+/// `huge_pte_alloc`: the slot of `haddr`'s huge entry (its PUD slot for a
+/// 1 GiB page); for a 2 MiB page first trying to share another mapping's
+/// PMD table when the PUD entry is none; `i_mmap` is the file's mappings
+/// when the caller holds `i_mmap_rwsem`, else it is taken for read to
+/// share. Also the MM whose table was looked at, to be let go after
+/// `i_mmap_rwsem` (see [`huge_pmd_share`]).
 fn huge_pte_alloc(
     k: &Kernel,
     mm: &Mm,
@@ -131,6 +148,9 @@ fn huge_pte_alloc(
     i_mmap: Option<&[FileMapping]>,
 ) -> Result<(PmdSlot, Option<Arc<Mm>>)> {
     let (pud_table, pud_idx) = alloc_pud(k, mm.pgd, haddr, &mm.page_table_lock)?;
+    if inode.huge_size() == Some(HugeSize::Pud) {
+        return Ok((PmdSlot { table: pud_table, idx: pud_idx }, None));
+    }
     let mut other = None;
     if want_pmd_share(vma, haddr) && load(&k.phys, pud_table, pud_idx).is_none() {
         other = match i_mmap {
@@ -208,7 +228,7 @@ pub(crate) fn huge_pmd_unshare(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, addr: u
     let phys = &k.phys;
     let Some((pud_table, pud_idx)) = walk_pud(phys, mm.pgd, addr) else { return false };
     let pude = load(phys, pud_table, pud_idx);
-    if pude.is_none() || pt_share_count(phys, pude.pfn()).load(Relaxed) == 0 {
+    if pude.is_none() || pude.huge() || pt_share_count(phys, pude.pfn()).load(Relaxed) == 0 {
         return false;
     }
     let _ptl = mm.page_table_lock.lock().unwrap();
@@ -224,7 +244,7 @@ pub(crate) fn huge_pmd_unshare(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, addr: u
 /// file's page copies it (`hugetlb_wp`).
 fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walked, kind: FaultKind) -> Result<()> {
     let phys = &k.phys;
-    let (pmd, haddr) = (walked.pmd, walked.haddr);
+    let (pmd, haddr, nr) = (walked.pmd, walked.haddr, walked.size.pages());
     let index = vma.page_index(haddr);
     let (f, anon) = if vma.shared() {
         (inode.hugetlb_get_folio(index)?, false)
@@ -236,7 +256,7 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
         }
         let owner = vma.flags() & vm::HUGETLB_RESV_OWNER != 0;
         let f = inode.hugetlb_alloc_private(index, owner).map_err(|_| Errno::SIGBUS)?;
-        (0..HPAGE_NR).for_each(|i| phys.fill(f.pfn + i, 0, PAGE_SIZE as usize, 0));
+        phys.clear_frames(f.pfn, nr);
         (Folio::from_head(phys, f.pfn), true)
     };
     let anon_vma = anon.then(|| anon_vma_prepare(k, &vma.anon_vma));
@@ -254,7 +274,7 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
     }
     match anon_vma {
         Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, av),
-        None => rmap::folio_add_file_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id),
+        None => rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, mm.id),
     }
     pmd.store(phys, Pte::new(f.pfn, bits));
     drop(_pl);
@@ -270,7 +290,7 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
 /// SIGBUS when the pool has none.
 fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: FaultKind) -> Result<()> {
     let phys = &k.phys;
-    let (pmd, haddr) = (walked.pmd, walked.haddr);
+    let (pmd, haddr, size) = (walked.pmd, walked.haddr, walked.size);
     let old = Folio::from_head(phys, orig.pfn());
     {
         let _pl = pte_lockptr(phys, pmd.table).lock();
@@ -291,18 +311,18 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
         }
     }
     let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
-    let new = k.alloc_hugetlb_folio(false).map_err(|_| Errno::SIGBUS)?;
-    (0..HPAGE_NR).for_each(|i| phys.copy_frame(new.pfn + i, old.pfn + i));
+    let new = k.alloc_hugetlb_folio(size, false).map_err(|_| Errno::SIGBUS)?;
+    (0..size.pages()).for_each(|i| phys.copy_frame(new.pfn + i, old.pfn + i));
     let _pl = pte_lockptr(phys, pmd.table).lock();
     if pmd.load(phys) != orig || !walked.still_ours(k, mm) {
         k.folio_put_refs(new, 1);
         return Ok(());
     }
-    rmap::folio_remove_rmap(k, old, 0, HPAGE_NR, Level::Pmd, mm.id);
+    rmap::folio_remove_rmap(k, old, 0, size.pages(), Level::Pmd, mm.id);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.id, anon_vma);
     let w = if kind == FaultKind::Write { Pte::RW | Pte::DIRTY } else { 0 };
     pmd.store(phys, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | w));
-    mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
+    mm.tlb.flush_range(&k.stats, haddr, haddr + size.bytes());
     k.folio_put_refs(old, 1);
     Ok(())
 }
@@ -318,6 +338,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
 pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &Vma, src_vma: &Vma) -> Result<()> {
     let phys = &k.phys;
     let inode = src_vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
+    let size = inode.huge_size().expect("a hugetlbfs file");
     // No sharing may be set up or torn down while the copy runs: under
     // i-mmap-rwsem `i_mmap_rwsem` is held for read across it, under
     // vma-lock the parent VMA's lock.
@@ -329,7 +350,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
     let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
     let mut addr = src_vma.start();
     while addr < src_vma.end() {
-        let Some(spmd) = crate::pgtable::walk_pmd(phys, src.pgd, addr) else {
+        let Some(spmd) = huge_pte_offset(k, src, addr, size) else {
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         };
@@ -341,18 +362,26 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         }
-        copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, dpmd, spmd, addr);
-        addr += PMD_SIZE;
+        copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, (dpmd, spmd), addr, size);
+        addr += size.bytes();
     }
     Ok(())
 }
 
-/// Copies the parent's huge entry at `addr`, read under both page-table
-/// locks (a truncation may have zapped it meanwhile), into the child `dst`
-/// (with the anon_vma of its VMA).
-fn copy_huge_entry(k: &Kernel, dst: (&Mm, u64), src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) {
+/// Copies the parent's huge entry for a page of `size` at `addr` (slots
+/// `(child's, parent's)`), read under both page-table locks (a truncation
+/// may have zapped it meanwhile), into the child `dst` (with the anon_vma
+/// of its VMA).
+fn copy_huge_entry(
+    k: &Kernel,
+    (dst, anon_vma): (&Mm, u64),
+    src: &Mm,
+    (dpmd, spmd): (PmdSlot, PmdSlot),
+    addr: u64,
+    size: HugeSize,
+) {
     let phys = &k.phys;
-    let (dst, anon_vma) = dst;
+    let nr = size.pages();
     let _dl = pte_lockptr(phys, dpmd.table).lock();
     let _sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
     let e = spmd.load(phys);
@@ -362,22 +391,22 @@ fn copy_huge_entry(k: &Kernel, dst: (&Mm, u64), src: &Mm, dpmd: PmdSlot, spmd: P
     let f = Folio::from_head(phys, e.pfn());
     if !f.test_anon() {
         f.ref_add(1);
-        rmap::folio_add_file_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id);
+        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.id);
         dpmd.store(phys, e);
         return;
     }
     let pinned = src.has_pinned.load(Relaxed);
     f.ref_add(1);
-    if rmap::folio_try_dup_anon_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id, pinned).is_ok() {
+    if rmap::folio_try_dup_anon_rmap(k, f, 0, nr, Level::Pmd, dst.id, pinned).is_ok() {
         spmd.store(phys, e.without(Pte::RW));
         dpmd.store(phys, e.without(Pte::RW));
-        src.tlb.flush_range(&k.stats, addr, addr + PMD_SIZE);
+        src.tlb.flush_range(&k.stats, addr, addr + size.bytes());
         return;
     }
     f.put_refs(1);
     // A maybe-pinned exclusive page: the child gets its own copy now.
-    let Ok(new) = k.alloc_hugetlb_folio(false) else { return };
-    (0..HPAGE_NR).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
+    let Ok(new) = k.alloc_hugetlb_folio(size, false) else { return };
+    (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.id, anon_vma);
     dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
 }

@@ -11,7 +11,7 @@ use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats, ZapStrategy};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma, Vmas};
-use crate::pgtable::{folio_pte_batch, load, pte_lockptr, slot, store, walk_pmd};
+use crate::pgtable::{folio_pte_batch, huge_pud, load, pte_lockptr, slot, store, walk_pmd};
 use crate::rmap;
 use crate::sync::atomic::Ordering::AcqRel;
 use crate::tlb::MmuGather;
@@ -35,6 +35,12 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
         // one look as the walk enters each, not one per PMD step.
         let enters_window = addr == start || addr.is_multiple_of(PUD_SIZE);
         if enters_window && super::hugetlb::huge_pmd_unshare(k, mm, tlb, addr) {
+            addr = pud_addr_end(addr, end);
+            continue;
+        }
+        // A 1 GiB hugetlb page: its VMA's ranges are whole pages.
+        if let Some(pud) = huge_pud(&k.phys, mm.pgd, addr) {
+            super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1));
             addr = pud_addr_end(addr, end);
             continue;
         }

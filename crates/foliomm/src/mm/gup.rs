@@ -97,7 +97,7 @@ impl Mm {
                 let slot = leaf_slot(phys, self.pgd, addr)?;
                 let _ptl = pte_lockptr(phys, slot.table).lock();
                 let leaf = slot.load(phys);
-                if !leaf.present() || leaf.huge() != slot.huge {
+                if !leaf.present() || leaf.huge() != slot.huge() {
                     return Some(Err(FaultKind::Read));
                 }
                 if write && !leaf.write() {
@@ -105,7 +105,7 @@ impl Mm {
                 }
                 let pfn = slot.page_pfn(leaf, addr);
                 let f = Folio::containing(phys, pfn);
-                let judged = if slot.huge { 0 } else { pfn - f.pfn };
+                let judged = if slot.huge() { 0 } else { pfn - f.pfn };
                 if foll_pin && !write && must_unshare(f, judged, longterm, !vma.shared()) {
                     return Some(Err(FaultKind::Unshare));
                 }

@@ -5,7 +5,6 @@ use super::range_end;
 use super::vma::{hugetlb_may_split, merge_around};
 use crate::memory::zap::unmap_vma_range;
 use crate::mm_types::{vm, Mm, Vma};
-use crate::shmem::HPAGE_SIZE;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -49,7 +48,7 @@ impl Mm {
             // madvise_dontneed_free_valid_vma(): in a hugetlb VMA the range
             // starts on a huge page (else EINVAL, checked before anything
             // changes) and its end is rounded down to one.
-            let huge = |v: &Vma| v.is_hugetlb().then_some(HPAGE_SIZE);
+            let huge = |v: &Vma| v.huge_page_size();
             if vmas.overlapping(addr, end).any(|v| huge(v).is_some_and(|h| !v.start().max(addr).is_multiple_of(h))) {
                 return Err(Errno::EINVAL);
             }

@@ -5,11 +5,12 @@
 use super::vma::merge_around;
 use super::{page_align, range_end};
 use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::kernel::HugeSize;
 use crate::memory::handle_mm_fault;
 use crate::memory::zap::{free_pgtables, unmap_vma_range};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
-use crate::shmem::{Inode, Mount, HPAGE_SIZE};
+use crate::shmem::{Inode, Mount};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -26,9 +27,10 @@ pub struct MmapFlags {
     /// `MAP_SHARED` (else `MAP_PRIVATE`): writes reach the file and every
     /// other mapping of it; anonymous shared memory is a new shmem file.
     pub shared: bool,
-    /// `MAP_HUGETLB`: anonymous memory of 2 MiB hugetlb pages (a new
-    /// hugetlbfs file); a hugetlbfs file's mappings are hugetlb anyway.
-    pub hugetlb: bool,
+    /// `MAP_HUGETLB` with its page size (`MAP_HUGE_2MB`, `MAP_HUGE_1GB`):
+    /// anonymous memory of hugetlb pages (a new hugetlbfs file); ignored
+    /// for a file, whose own pages decide.
+    pub hugetlb: Option<HugeSize>,
     /// `MAP_NORESERVE`: a shared hugetlb mapping promises no pages at
     /// mmap; its faults fail (SIGBUS) when the pool has none.
     pub noreserve: bool,
@@ -70,14 +72,18 @@ impl Mm {
         }
         // hugetlb: whole huge pages at huge-page-aligned addresses and
         // offsets (hugetlbfs_file_mmap, hugetlb_get_unmapped_area).
-        let huge = flags.hugetlb || file.is_some_and(|(f, _)| f.is_hugetlbfs());
-        let len = if huge { len.checked_next_multiple_of(HPAGE_SIZE).ok_or(Errno::ENOMEM)? } else { len };
-        let unit = if huge { HPAGE_SIZE } else { PAGE_SIZE };
+        let huge_size = match file {
+            Some((f, _)) => f.huge_size(),
+            None => flags.hugetlb,
+        };
+        let huge = huge_size.is_some();
+        let unit = huge_size.map_or(PAGE_SIZE, HugeSize::bytes);
+        let len = len.checked_next_multiple_of(unit).ok_or(Errno::ENOMEM)?;
         if (flags.fixed || flags.noreplace) && !addr.is_multiple_of(unit) {
             return Err(Errno::EINVAL);
         }
         let anon_inode = match (file.is_none(), huge, flags.shared) {
-            (true, true, _) => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Hugetlbfs)?),
+            (true, true, _) => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Hugetlbfs(huge_size.unwrap()))?),
             (true, false, true) => Some(self.mmlist.new_inode(&self.kernel, len, Mount::Shm)?),
             _ => None,
         };
@@ -102,8 +108,7 @@ impl Mm {
             addr
         } else {
             // hugetlb_get_unmapped_area() rounds a hint up to a huge page.
-            let hint =
-                if huge { addr.checked_next_multiple_of(HPAGE_SIZE).unwrap_or(0) } else { addr & !(PAGE_SIZE - 1) };
+            let hint = if huge { addr.checked_next_multiple_of(unit).unwrap_or(0) } else { addr & !(PAGE_SIZE - 1) };
             let hint_ok =
                 hint >= MMAP_MIN_ADDR && hint.checked_add(len).is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
             if hint != 0 && hint_ok {
@@ -113,7 +118,7 @@ impl Mm {
                 // thp_get_unmapped_area(), when the length is a multiple of
                 // 2 MiB and no hint was given.
                 let (align, offset) = match file {
-                    Some(_) if huge => (HPAGE_SIZE, 0),
+                    Some(_) if huge => (unit, 0),
                     Some((inode, off)) => inode
                         .unmapped_area_alignment(anon_inode.is_some(), off / PAGE_SIZE, len)
                         .unwrap_or((PAGE_SIZE, 0)),
@@ -176,7 +181,7 @@ impl Mm {
         let phys = &self.kernel.phys;
         let slot = leaf_slot(phys, self.pgd, addr)?;
         let e = slot.load(phys);
-        (e.hw_present() && (!write || e.write())).then_some(slot.huge)
+        (e.hw_present() && (!write || e.write())).then_some(slot.huge())
     }
 
     /// `exit_mmap`: unmaps everything and frees all page tables but the PGD.

@@ -24,11 +24,11 @@ impl Mm {
             return info;
         };
         let leaf = slot.load(phys);
-        if !leaf.present() || leaf.huge() != slot.huge {
+        if !leaf.present() || leaf.huge() != slot.huge() {
             return info;
         }
         let pfn = slot.page_pfn(leaf, addr);
-        let huge = slot.huge;
+        let huge = slot.huge();
         let f = Folio::containing(phys, pfn);
         info.present = true;
         info.pfn = pfn;

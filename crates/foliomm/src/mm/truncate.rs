@@ -20,7 +20,7 @@ use crate::arch::PAGE_SIZE;
 use crate::kernel::HugetlbSync;
 use crate::memory::zap::unmap_page_range;
 use crate::mm_types::{vm, Mm, MmList};
-use crate::shmem::{FileMapping, HugetlbVmaLock, Inode, HPAGE_SIZE};
+use crate::shmem::{FileMapping, HugetlbVmaLock, Inode};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -33,7 +33,7 @@ impl MmList {
     /// faults mapped meanwhile. EINVAL past the largest
     /// file size.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
-        if inode.is_hugetlbfs() && !size.is_multiple_of(HPAGE_SIZE) {
+        if !size.is_multiple_of(inode.page_unit()) {
             return Err(Errno::EINVAL);
         }
         let _inode_lock = inode.i_rwsem.lock().unwrap();
@@ -59,7 +59,7 @@ impl MmList {
         let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
         // Whole pages are unmapped: huge pages for hugetlbfs, which never
         // splits one (hugetlbfs_punch_hole).
-        let unit = if inode.is_hugetlbfs() { HPAGE_SIZE } else { PAGE_SIZE };
+        let unit = inode.page_unit();
         let (first, last) = (offset.div_ceil(unit) * unit / PAGE_SIZE, end / unit * unit / PAGE_SIZE);
         let whole_pages = first < last;
         let _inode_lock = inode.i_rwsem.lock().unwrap();

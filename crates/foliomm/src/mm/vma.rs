@@ -106,8 +106,8 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
     }
 }
 
-/// `hugetlb_vm_op_split`: a hugetlb VMA can be split only at a huge page
-/// boundary; true if splitting at `addr` is allowed (or splits nothing).
+/// `hugetlb_vm_op_split`: a hugetlb VMA can be split only at a boundary of
+/// its huge pages; true if splitting at `addr` is allowed (or splits nothing).
 pub(super) fn hugetlb_may_split(vmas: &Vmas, addr: u64) -> bool {
-    vmas.find(addr).is_none_or(|v| !v.is_hugetlb() || addr.is_multiple_of(crate::shmem::HPAGE_SIZE))
+    vmas.find(addr).and_then(|v| v.huge_page_size()).is_none_or(|h| addr.is_multiple_of(h))
 }

@@ -233,6 +233,12 @@ impl Vma {
         self.flags() & vm::HUGETLB != 0
     }
 
+    /// `huge_page_size(hstate_vma(vma))`: the size of a hugetlb VMA's pages
+    /// (2 MiB or 1 GiB), `None` for any other VMA.
+    pub fn huge_page_size(&self) -> Option<u64> {
+        self.with_file(|f| f.and_then(|f| f.huge_size())).filter(|_| self.is_hugetlb()).map(|s| s.bytes())
+    }
+
     /// `is_mergeable_vma` + `is_mergeable_anon_vma` for `self` followed by `next`.
     pub fn can_merge_with(&self, next: &Vma) -> bool {
         let (a, b) = (self.anon_vma(), next.anon_vma());

@@ -14,7 +14,7 @@ pub mod walk;
 
 pub use batch::{folio_pte_batch, pte_range_none};
 pub use walk::{
-    alloc_pmd, alloc_pte_table, alloc_pud, leaf_slot, walk_all, walk_pmd, walk_pud, LeafSlot, PmdSlot, Visit,
+    alloc_pmd, alloc_pte_table, alloc_pud, huge_pud, leaf_slot, walk_all, walk_pmd, walk_pud, LeafSlot, PmdSlot, Visit,
 };
 
 use std::sync::atomic::AtomicU64;

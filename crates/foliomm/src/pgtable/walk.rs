@@ -13,7 +13,8 @@ use crate::phys::PhysMem;
 use crate::sync::Mutex;
 use crate::Errno;
 
-/// A walk result: the PMD table and index that cover an address.
+/// A walk result: the PMD table and index that cover an address (for a
+/// 1 GiB hugetlb page, the PUD table and index that map it).
 #[derive(Clone, Copy, Debug)]
 pub struct PmdSlot {
     pub table: Pfn,
@@ -29,14 +30,16 @@ impl PmdSlot {
     }
 }
 
-/// Walks from the PGD to the PMD slot of `addr`, without allocating.
+/// Walks from the PGD to the PMD slot of `addr`, without allocating;
+/// `None` when a level above has no table, or the PUD entry maps a 1 GiB
+/// page itself (see [`huge_pud`]).
 pub fn walk_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<PmdSlot> {
     let pgde = load(phys, pgd, pgd_index(addr));
     if pgde.is_none() {
         return None;
     }
     let pude = load(phys, pgde.pfn(), pud_index(addr));
-    if pude.is_none() {
+    if pude.is_none() || pude.huge() {
         return None;
     }
     Some(PmdSlot { table: pude.pfn(), idx: pmd_index(addr) })
@@ -46,6 +49,12 @@ pub fn walk_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<PmdSlot> {
 pub fn walk_pud(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<(Pfn, usize)> {
     let pgde = load(phys, pgd, pgd_index(addr));
     (!pgde.is_none()).then(|| (pgde.pfn(), pud_index(addr)))
+}
+
+/// The PUD slot of `addr` if it holds a huge entry (a 1 GiB page).
+pub fn huge_pud(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<PmdSlot> {
+    let (table, idx) = walk_pud(phys, pgd, addr)?;
+    load(phys, table, idx).huge().then_some(PmdSlot { table, idx })
 }
 
 /// The PUD slot of `addr`, allocating the PUD table if missing (`pud_alloc`).
@@ -92,6 +101,7 @@ pub fn alloc_pte_table(k: &Kernel, pmd: PmdSlot) -> Result<Option<Pfn>, Errno> {
 /// Fills a none upper-level slot with a new table under `lock`.
 fn populate(k: &Kernel, table: Pfn, idx: usize, ptl: &Mutex<()>) -> Result<Pfn, Errno> {
     let e = load(&k.phys, table, idx);
+    debug_assert!(!e.huge(), "a table wanted where a huge entry maps a page");
     if !e.is_none() {
         return Ok(e.pfn());
     }
@@ -110,13 +120,14 @@ fn populate(k: &Kernel, table: Pfn, idx: usize, ptl: &Mutex<()>) -> Result<Pfn, 
 }
 
 /// Where the leaf entry for an address sits: a PTE slot of a PTE table, or
-/// a huge PMD slot.
+/// a huge PMD or PUD slot.
 #[derive(Clone, Copy, Debug)]
 pub struct LeafSlot {
     pub table: Pfn,
     pub idx: usize,
-    /// The slot is a PMD (it held a huge entry when looked up).
-    pub huge: bool,
+    /// Base pages the entry maps: 1 for a PTE, more for a huge PMD or PUD
+    /// (it held a huge entry when looked up).
+    pub pages: u64,
 }
 
 impl LeafSlot {
@@ -126,25 +137,32 @@ impl LeafSlot {
     pub fn load(self, phys: &PhysMem) -> Pte {
         load(phys, self.table, self.idx)
     }
+    /// Whether the slot is a huge PMD or PUD.
+    pub fn huge(self) -> bool {
+        self.pages > 1
+    }
     /// The frame `addr` reaches through `e`, this slot's entry (for a huge
     /// entry, the page of `addr` inside it).
     pub fn page_pfn(self, e: Pte, addr: u64) -> Pfn {
-        e.pfn() + if self.huge { pte_index(addr) as u64 } else { 0 }
+        e.pfn() + ((addr >> PAGE_SHIFT) & (self.pages - 1))
     }
 }
 
 /// The slot of the leaf entry for `addr` (`follow_page_mask`'s walk, the
-/// MMU's walk): a huge PMD, or the PTE slot under a table (which may be
-/// none). `None` when a level above has no table.
+/// MMU's walk): a huge PUD or PMD, or the PTE slot under a table (which
+/// may be none). `None` when a level above has no table.
 pub fn leaf_slot(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<LeafSlot> {
+    if let Some(pud) = huge_pud(phys, pgd, addr) {
+        return Some(LeafSlot { table: pud.table, idx: pud.idx, pages: 1 << (PUD_SHIFT - PAGE_SHIFT) });
+    }
     let pmd = walk_pmd(phys, pgd, addr)?;
     let e = pmd.load(phys);
     if e.huge() {
-        Some(LeafSlot { table: pmd.table, idx: pmd.idx, huge: true })
+        Some(LeafSlot { table: pmd.table, idx: pmd.idx, pages: 1 << (PMD_SHIFT - PAGE_SHIFT) })
     } else if e.is_none() {
         None
     } else {
-        Some(LeafSlot { table: e.pfn(), idx: pte_index(addr), huge: false })
+        Some(LeafSlot { table: e.pfn(), idx: pte_index(addr), pages: 1 })
     }
 }
 
@@ -155,6 +173,8 @@ pub enum Visit {
     Table(Pfn),
     /// A huge PMD at `addr`.
     HugePmd { addr: u64, pte: Pte },
+    /// A huge PUD (a 1 GiB hugetlb page) at `addr`.
+    HugePud { addr: u64, pte: Pte },
     /// A PTE that is not none.
     Pte { addr: u64, pte: Pte },
 }
@@ -171,6 +191,10 @@ pub fn walk_all(phys: &PhysMem, pgd: Pfn, mut visit: impl FnMut(Visit) -> bool) 
         }
         for j in 0..PTRS_PER_TABLE {
             let pude = load(phys, pgde.pfn(), j as usize);
+            if pude.huge() {
+                _ = visit(Visit::HugePud { addr: (i << PGDIR_SHIFT) | (j << PUD_SHIFT), pte: pude });
+                continue;
+            }
             if pude.is_none() || !visit(Visit::Table(pude.pfn())) {
                 continue;
             }

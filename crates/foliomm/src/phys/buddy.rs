@@ -119,7 +119,7 @@ impl PhysMem {
         zone.free_pages += 1 << order;
     }
 
-    fn list_del(&self, zone: &mut FreeArea, pfn: Pfn, order: u32) {
+    pub(super) fn list_del(&self, zone: &mut FreeArea, pfn: Pfn, order: u32) {
         let p = self.page(pfn);
         let next = p.compound.load(Relaxed);
         let prev = p.link.load(Relaxed);

@@ -9,6 +9,7 @@
 
 mod arena;
 mod buddy;
+mod contig;
 mod memmap;
 mod pcp;
 
@@ -90,6 +91,11 @@ impl PhysMem {
         let pfn = self.alloc_pages(order)?;
         self.arena.zero(pfn as usize * WORDS_PER_PAGE, (PAGE_SIZE as usize) << order);
         Ok(pfn)
+    }
+
+    /// Zeroes `nr` frames from `pfn`, word by word (`folio_zero_user`).
+    pub fn clear_frames(&self, pfn: Pfn, nr: u64) {
+        (pfn..pfn + nr).for_each(|p| self.fill(p, 0, PAGE_SIZE as usize, 0));
     }
 
     /// Copies frame `src` to frame `dst` (`copy_user_highpage`).

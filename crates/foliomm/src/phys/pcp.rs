@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 
 use super::PhysMem;
-use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
+use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE, PUD_ORDER};
 use crate::sync::atomic::Ordering::*;
 use crate::sync::{this_cpu, Mutex};
 use crate::Errno;
@@ -65,11 +65,16 @@ pub(super) fn new_lists() -> Box<[Mutex<PerCpuPages>]> {
 impl PhysMem {
     /// Allocates a naturally aligned block of `2^order` frames (`rmqueue`):
     /// from this CPU's list for the orders that have one, else from the
-    /// zone. ENOMEM when no block of that order or larger is free even after
-    /// draining the lists. The frames are not zeroed.
+    /// zone; above `MAX_PAGE_ORDER` (up to a 1 GiB block), a free run of
+    /// the zone ([`PhysMem::alloc_contig`]). ENOMEM when no block of that
+    /// order or larger is free even after draining the lists. The frames
+    /// are not zeroed.
     pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
-        if order > MAX_PAGE_ORDER {
+        if order > PUD_ORDER {
             return Err(Errno::EINVAL);
+        }
+        if order > MAX_PAGE_ORDER {
+            return self.alloc_contig(order);
         }
         for attempt in 0..2 {
             if let Some(pfn) = self.alloc_pcp(order).or_else(|| self.rmqueue(&mut self.lock_zone(), order)) {
@@ -111,6 +116,9 @@ impl PhysMem {
                 self.fill(p, 0, PAGE_SIZE as usize, super::POISON);
             }
             self.generation[p as usize].fetch_add(1, Release);
+        }
+        if order > MAX_PAGE_ORDER {
+            return self.free_contig(pfn, order);
         }
         let Some(i) = pindex(order) else {
             return self.free_one_page(&mut self.lock_zone(), pfn, order);

@@ -1,6 +1,7 @@
 //! hugetlbfs files (fs/hugetlbfs/inode.c, mm/hugetlb.c): an [`Inode`] on
-//! [`Mount::Hugetlbfs`] whose page cache holds 2 MiB folios of the huge
-//! page pool, with the file's reservation map (`resv_map`).
+//! [`Mount::Hugetlbfs`] whose page cache holds huge folios (2 MiB or
+//! 1 GiB, the mount's page size) of the huge page pool of that size, with
+//! the file's reservation map (`resv_map`).
 //!
 //! A shared mapping reserves, at mmap, every huge page of its range the map
 //! does not already hold (`hugetlb_reserve_pages`); a fault allocating a
@@ -13,30 +14,42 @@
 //! its own: its mmap reserves every page in the same map, and a page it
 //! allocates uses up its page's reservation.
 //!
-//! Differs from Linux: 2 MiB pages only; no subpool (`size=` mount option)
+//! Differs from Linux: no subpool (`size=` mount option)
 //! accounting; no `fallocate` preallocation; a private mapping of a named
 //! hugetlbfs file reserves nothing; an anonymous private mapping's unused
 //! reservations go back when its file goes (with the last mapping, a
 //! child's too), not when the owner unmaps.
 
 use super::{Inode, Mount};
-use crate::arch::{PAGE_SIZE, PMD_ORDER};
+use crate::arch::PAGE_SIZE;
 use crate::folio::Folio;
+use crate::kernel::HugeSize;
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
 
-/// Pages in a huge page.
-const HPAGE_PAGES: u64 = 1 << PMD_ORDER;
-
 impl Inode {
+    /// The size of the file's pages if it is a hugetlbfs file.
+    pub fn huge_size(&self) -> Option<HugeSize> {
+        match self.mount {
+            Mount::Hugetlbfs(size) => Some(size),
+            _ => None,
+        }
+    }
+
+    /// Base pages in one of this hugetlbfs file's pages.
+    fn hpage_pages(&self) -> u64 {
+        self.huge_size().expect("a hugetlbfs file").pages()
+    }
+
     /// `hugetlb_reserve_pages` for a shared mapping of file pages
     /// `first..last` (huge-page aligned): promises every huge page of the
     /// range not yet in the reservation map. ENOMEM if the pool cannot.
     pub fn hugetlb_reserve(&self, first: u64, last: u64) -> Result<()> {
         let mut map = self.resv_map.lock().unwrap();
-        let missing: Vec<u64> = (first..last).step_by(HPAGE_PAGES as usize).filter(|i| !map.contains(i)).collect();
-        self.k.hugetlb_reserve(missing.len() as u64)?;
+        let step = self.hpage_pages() as usize;
+        let missing: Vec<u64> = (first..last).step_by(step).filter(|i| !map.contains(i)).collect();
+        self.k.hugetlb_reserve(self.huge_size().expect("a hugetlbfs file"), missing.len() as u64)?;
         map.extend(missing);
         Ok(())
     }
@@ -47,7 +60,8 @@ impl Inode {
     /// one) when the file has none there. SIGBUS past the end of the file
     /// or when the pool has no page to give.
     pub fn hugetlb_get_folio(&self, index: u64) -> Result<Folio<'_>> {
-        let first = index & !(HPAGE_PAGES - 1);
+        let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
+        let first = index & !(nr - 1);
         let mut pages = self.pages.lock().unwrap();
         if let Some(&pfn) = pages.get(&first) {
             let f = Folio::from_head(&self.k.phys, pfn);
@@ -58,12 +72,12 @@ impl Inode {
             return Err(Errno::SIGBUS);
         }
         let mut map = self.resv_map.lock().unwrap();
-        let f = self.k.alloc_hugetlb_folio(map.contains(&first)).map_err(|_| Errno::SIGBUS)?;
+        let f = self.k.alloc_hugetlb_folio(size, map.contains(&first)).map_err(|_| Errno::SIGBUS)?;
         map.insert(first);
-        (0..HPAGE_PAGES).for_each(|i| self.k.phys.fill(f.pfn + i, 0, PAGE_SIZE as usize, 0));
+        self.k.phys.clear_frames(f.pfn, nr);
         f.head().set(pg::UPTODATE);
         f.head().link.store(self.ino, Relaxed);
-        for i in 0..HPAGE_PAGES {
+        for i in 0..nr {
             pages.insert(first + i, f.pfn + i);
         }
         // The cache's reference, and the caller's.
@@ -76,10 +90,10 @@ impl Inode {
     /// page reserved for it at mmap if any is left (the reservation is used
     /// up), else an unpromised one. ENOMEM when the pool has none.
     pub fn hugetlb_alloc_private(&self, index: u64, owner: bool) -> Result<Folio<'_>> {
-        let first = index & !(HPAGE_PAGES - 1);
+        let first = index & !(self.hpage_pages() - 1);
         let mut map = self.resv_map.lock().unwrap();
         let reserved = owner && map.remove(&first);
-        self.k.alloc_hugetlb_folio(reserved).inspect_err(|_| {
+        self.k.alloc_hugetlb_folio(self.huge_size().expect("a hugetlbfs file"), reserved).inspect_err(|_| {
             if reserved {
                 map.insert(first);
             }
@@ -91,14 +105,13 @@ impl Inode {
     /// reservation map, and the promises of those never instantiated go
     /// back to the pool.
     pub(super) fn hugetlb_unreserve(&self, first: u64, last: u64, freed: u64) {
-        debug_assert_eq!(self.mount, Mount::Hugetlbfs);
+        let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let mut map = self.resv_map.lock().unwrap();
-        let gone: Vec<u64> =
-            map.range(first..).take_while(|&&i| i.saturating_add(HPAGE_PAGES) <= last).copied().collect();
+        let gone: Vec<u64> = map.range(first..).take_while(|&&i| i.saturating_add(nr) <= last).copied().collect();
         for i in &gone {
             map.remove(i);
         }
-        self.k.hugetlb_unreserve(gone.len() as u64 - freed);
+        self.k.hugetlb_unreserve(size, gone.len() as u64 - freed);
     }
 
     /// `hugetlbfs_fallocate`: every huge page `[offset, end)` touches is
@@ -107,11 +120,12 @@ impl Inode {
     /// pool runs out (Linux: ENOSPC); the pages added before stay.
     pub(super) fn hugetlb_fallocate(&self, offset: u64, end: u64, keep_size: bool) -> Result<()> {
         let _inode_lock = self.i_rwsem.lock().unwrap();
+        let nr = self.hpage_pages();
         if !keep_size && end > self.size() {
-            self.set_size(end.next_multiple_of(HPAGE_SIZE))?;
+            self.set_size(end.next_multiple_of(nr * PAGE_SIZE))?;
         }
         let last = end.div_ceil(PAGE_SIZE).min(self.nr_pages());
-        for index in (offset / PAGE_SIZE / HPAGE_PAGES * HPAGE_PAGES..last).step_by(HPAGE_PAGES as usize) {
+        for index in (offset / PAGE_SIZE / nr * nr..last).step_by(nr as usize) {
             let f = self.hugetlb_get_folio(index).map_err(|_| Errno::ENOMEM)?;
             self.k.folio_put_refs(f, 1);
         }
@@ -129,11 +143,14 @@ impl Inode {
         }
     }
 
-    /// Whether the file's pages are 2 MiB hugetlb pages.
+    /// Whether the file is a hugetlbfs file.
     pub fn is_hugetlbfs(&self) -> bool {
-        self.mount == Mount::Hugetlbfs
+        self.huge_size().is_some()
+    }
+
+    /// The unit the file's offsets and sizes must be multiples of: its
+    /// huge page size on hugetlbfs, else a base page.
+    pub fn page_unit(&self) -> u64 {
+        self.huge_size().map_or(PAGE_SIZE, HugeSize::bytes)
     }
 }
-
-/// The size of a hugetlbfs file's pages.
-pub const HPAGE_SIZE: u64 = HPAGE_PAGES * PAGE_SIZE;

@@ -19,14 +19,13 @@ mod truncate;
 
 use std::collections::BTreeMap;
 
-pub use hugetlbfs::HPAGE_SIZE;
 pub use i_mmap::{FileMapping, HugetlbVmaLock, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::folio::thp::shmem_policy::Asker;
 use crate::folio::thp::ShmemHuge;
 use crate::folio::Folio;
-use crate::kernel::{Kernel, Stats};
+use crate::kernel::{HugeSize, Kernel, Stats};
 use crate::phys::pg;
 use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::sync::{Arc, Mutex};
@@ -46,9 +45,10 @@ pub enum Mount {
     /// advise), and whether the file has a name (`i_nlink > 0`; an
     /// `O_TMPFILE` file has none).
     Tmpfs { huge: ShmemHuge, named: bool },
-    /// A hugetlbfs mount of 2 MiB pages (behind `MAP_HUGETLB` and
-    /// `memfd_create(MFD_HUGETLB)`): folios come from the huge page pool.
-    Hugetlbfs,
+    /// A hugetlbfs mount of pages of a size (`pagesize=`; behind
+    /// `MAP_HUGETLB` and `memfd_create(MFD_HUGETLB)` with their size
+    /// flags): folios come from the huge page pool of that size.
+    Hugetlbfs(HugeSize),
 }
 
 /// A shmem inode and its page cache.
@@ -102,7 +102,7 @@ impl Inode {
         match self.mount {
             Mount::Shm => self.k.thp.shmem_enabled(),
             Mount::Tmpfs { huge, .. } => huge,
-            Mount::Hugetlbfs => ShmemHuge::Never,
+            Mount::Hugetlbfs(_) => ShmemHuge::Never,
         }
     }
 

@@ -92,8 +92,8 @@ impl Inode {
         // reservation past the new end (remove_inode_hugepages'
         // truncate_op); a hole punch only those of the pages it freed.
         match (self.mount, end) {
-            (Mount::Hugetlbfs, u64::MAX) => self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), u64::MAX, freed),
-            (Mount::Hugetlbfs, _) => self.hugetlb_forget(&firsts),
+            (Mount::Hugetlbfs(_), u64::MAX) => self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), u64::MAX, freed),
+            (Mount::Hugetlbfs(_), _) => self.hugetlb_forget(&firsts),
             _ => {}
         }
         drop(pages);
