@@ -19,7 +19,7 @@ use foliomm_scenario::backend::{pattern_byte, Access, GupKind, Observation};
 use crate::files;
 use crate::gup::{HostGup, Uring};
 
-use crate::procfs::{check_access, maps, Procfs};
+use crate::procfs::{check_access, maps, MapsEntry, Procfs};
 use crate::{Request, Response};
 
 const PAGE: u64 = 4096;
@@ -214,6 +214,25 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
     }
 }
 
+/// Faults in the page at `addr` of a file mapping the way the access would
+/// (`MADV_POPULATE_READ` / `_WRITE`), so that a fault ending in SIGBUS
+/// (a hugetlb pool with no page) comes back as an error (EFAULT from
+/// madvise) instead of killing the worker. Other mappings need nothing.
+fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Response> {
+    if !maps.iter().any(|v| v.start <= addr && addr < v.end && v.file) {
+        return Ok(());
+    }
+    let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
+    // SAFETY: madvise only faults in the page, which lies in a VMA the
+    // access may use (checked by the caller); no memory is freed.
+    let r = unsafe { libc::madvise((addr & !(PAGE - 1)) as *mut libc::c_void, PAGE as usize, advice) };
+    match r {
+        0 => Ok(()),
+        _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) => Err(Response::Err(Errno::SIGBUS)),
+        _ => Err(Response::os_error()),
+    }
+}
+
 /// Performs an access page by page, stopping at the first page the VMAs
 /// forbid, as a CPU would (with an error instead of SIGSEGV).
 fn access_memory(addr: u64, len: u64, access: Access) -> Response {
@@ -227,8 +246,9 @@ fn access_memory(addr: u64, len: u64, access: Access) -> Response {
     let end = addr + len;
     let mut at = if every_byte { addr } else { addr & !(PAGE - 1) };
     while at < end {
-        if let Err(e) = check_access(&maps, at, write) {
-            return Response::Err(e);
+        let allowed = check_access(&maps, at, write).map_err(Response::Err);
+        if let Err(r) = allowed.and_then(|()| fault_in_file_page(&maps, at, write)) {
+            return r;
         }
         let next = if every_byte { ((at / PAGE) + 1) * PAGE } else { at + PAGE };
         let span = if every_byte { at..next.min(end) } else { at..at + 1 };

@@ -278,6 +278,8 @@ impl MapcountDesign for PageMapcounts {
         match self.f.total {
             Total::All => (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
             Total::Ptes => w(f, field::TOTAL).load(Relaxed) as u64 + self.entire_mapcount(f),
+            // total_mapcount() of a hugetlb page: its compound mapcount.
+            Total::None if is_hugetlb(f) => self.entire_mapcount(f),
             // folio_mapcount() before 6.10 (total_mapcount()): a scan over
             // every page, whose counts hold a file folio's PMD mappings too.
             Total::None => {
