@@ -225,6 +225,9 @@ impl Backend for HostBackend {
             return Err(StepError::Unsupported("cannot read /proc/kpageflags: the host backend needs root".into()));
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| broken(format!("cannot create {}: {e}", self.dir.display())))?;
+        // The directory is named after this process: a socket left there
+        // is a killed run's whose process id came round again.
+        let _ = std::fs::remove_file(self.socket());
         let listener = UnixListener::bind(self.socket())
             .map_err(|e| broken(format!("cannot listen on {}: {e}", self.socket().display())))?;
         *self.listener.lock().unwrap() = Some(listener);

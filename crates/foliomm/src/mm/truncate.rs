@@ -33,7 +33,7 @@ impl MmList {
     /// faults mapped meanwhile. EINVAL past the largest
     /// file size.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
-        if !size.is_multiple_of(inode.page_unit()) {
+        if inode.is_hugetlbfs() && !size.is_multiple_of(inode.page_unit()) {
             return Err(Errno::EINVAL);
         }
         let _inode_lock = inode.i_rwsem.lock().unwrap();
