@@ -8,6 +8,7 @@
 mod fault;
 mod page_fault;
 mod pmd_sharing;
+mod progress;
 mod published;
 mod seed_000;
 mod seed_001;
@@ -23,9 +24,9 @@ use anyhow::{bail, Result};
 use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::host;
+use progress::Progress;
 
 #[derive(clap::Args)]
 #[command(subcommand_value_name = "BENCHMARK", subcommand_help_heading = "Benchmarks")]
@@ -179,16 +180,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
 }
 
-fn progress(steps: u64) -> ProgressBar {
-    let bar = ProgressBar::new(steps);
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap());
-    bar
+/// Progress over `steps` steps on stderr (see [`Progress`]).
+fn progress(steps: u64) -> Progress {
+    Progress::new(steps)
 }
 
 /// The fastest of `runs` runs of `f`, by the sum of its durations.
 fn best<const N: usize>(
     runs: u32,
-    bar: &ProgressBar,
+    bar: &Progress,
     mut f: impl FnMut() -> Result<[Duration; N]>,
 ) -> Result<[Duration; N]> {
     let mut best: Option<[Duration; N]> = None;
@@ -249,7 +249,7 @@ fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Res
 fn model_best<const N: usize>(
     m: &Arc<Machine>,
     runs: u32,
-    bar: &ProgressBar,
+    bar: &Progress,
     size: u64,
     order: u32,
     mut act: impl FnMut(&mut Cpu, &Mm, u64, Duration) -> Result<[Duration; N]>,
@@ -278,7 +278,7 @@ fn model_split_pmds(mm: &Mm, a: u64, size: u64) -> Result<()> {
 /// `None` if the host kernel cannot run it, with why in `note`.
 fn host_best<const N: usize>(
     runs: u32,
-    bar: &ProgressBar,
+    bar: &Progress,
     size: u64,
     order: u32,
     split_pmds: bool,
