@@ -29,6 +29,10 @@ enum Command {
     /// Run scenario files on the model and on the host kernel and set every
     /// observation side by side; exit status 1 on any mismatch.
     Compare(CompareArgs),
+    /// Compare saved benchmark runs (`bench ... --save NAME`) in the manner
+    /// of mmtests: each run's mean, its gain against the first, and whether
+    /// that is more than noise.
+    CompareRuns(bench::CompareRunsArgs),
     /// Check an rmap-ID construction (seed 000): exhaustively over small ID
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove(a),
+        Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Host(HostCommand::Restore { force }) => {
             let restored = foliomm_host::sysfs::restore_left_behind(force);
             for c in &restored {

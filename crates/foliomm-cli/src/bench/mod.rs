@@ -5,16 +5,20 @@
 //! One file per benchmark, the seeds' figures in `published`; here the
 //! arguments, the dispatch and the harness the benchmarks share.
 
+mod compare_runs;
 mod fault;
+mod harness;
 mod page_fault;
 mod pmd_sharing;
 mod progress;
 mod published;
+mod saved;
 mod seed_000;
 mod seed_001;
 mod seed_002;
 mod seed_003;
 mod seed_004;
+mod stats;
 mod tlb;
 
 use std::sync::Arc;
@@ -26,6 +30,7 @@ use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 
 use crate::host;
+pub use compare_runs::{run as compare_runs, CompareRunsArgs};
 use progress::Progress;
 
 #[derive(clap::Args)]
@@ -47,7 +52,7 @@ enum Bench {
     /// zap strategies per-page and batched, host kernel beside (the table
     /// of the "optimize unmap/zap with PTE-mapped THP" series).
     #[command(name = "seed-001")]
-    Seed001(HostArgs),
+    Seed001(seed_001::Seed001Args),
     /// Faulting and writing a region with and without the software TLB
     Tlb(CommonArgs),
     /// Seed 000's micro benchmarks and vm-scalability cases, per mapcount design
@@ -170,7 +175,7 @@ fn region_size(arg: &str) -> Result<u64> {
 pub fn run(a: BenchArgs) -> Result<()> {
     match &a.bench {
         Bench::Fault(c) => fault::run(c, c.size()?),
-        Bench::Seed001(c) => seed_001::run(c, c.size()?),
+        Bench::Seed001(s) => seed_001::run(s),
         Bench::Seed000(s) => seed_000::run(s, s.common.size()?),
         Bench::Tlb(c) => tlb::run(c, c.size()?),
         Bench::Seed004(s) => seed_004::run(s),

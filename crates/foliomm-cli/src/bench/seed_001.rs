@@ -1,114 +1,211 @@
 //! `foliomm bench seed-001`: munmap of a region populated with PTE-mapped
 //! folios of each size, zap strategies per-page and batched, host kernel
 //! beside (the table of the "optimize unmap/zap with PTE-mapped THP" series).
+//! The configurations run in interleaved rounds; each change comes with its
+//! 95% confidence interval. The model runs the `nr-mapped` design by
+//! default: the seed measured a 6.8-era kernel.
 
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
 use foliomm::machine::ZapStrategy;
-use foliomm::Config;
+use foliomm::mapcount::Design;
+use foliomm::{Config, Machine};
 
+use super::harness::{interleaved, metric};
 use super::published::SEED_001;
-use super::{
-    host_best, machine_for, model_best, model_split_pmds, print_host_notes, print_json, progress, secs, HostArgs,
-};
+use super::saved::{Row, SavedRun, Series, Table};
+use super::stats::{change, summarize, Change, Summary};
+use super::{machine_for, model_populate, model_split_pmds, print_host_notes, print_json, progress, secs, HostArgs};
+use crate::host;
+
+/// `bench seed-001`'s options.
+#[derive(clap::Args)]
+pub struct Seed001Args {
+    #[command(flatten)]
+    host: HostArgs,
+    /// Mapcount design of the model [default: nr-mapped, the design of the
+    /// 6.8-era kernel the seed measured].
+    #[arg(long)]
+    mapcount: Option<Design>,
+    /// Save every sample, the machine and the settings as NAME.json (for
+    /// `foliomm compare-runs` and `foliomm report`).
+    #[arg(long, value_name = "NAME")]
+    save: Option<PathBuf>,
+}
+
+/// What one row measures in each round.
+enum Setup {
+    Model(ZapStrategy, Arc<Machine>),
+    Host,
+}
 
 #[derive(serde::Serialize)]
 struct ZapRow {
     folio_kb: u64,
-    per_page_s: f64,
-    batched_s: f64,
-    change_pct: f64,
-    host_s: Option<f64>,
+    /// Every sample, per-page and batched (and host), in round order.
+    per_page_samples: Vec<f64>,
+    batched_samples: Vec<f64>,
+    host_samples: Vec<f64>,
+    per_page: Summary,
+    batched: Summary,
+    /// Batched against per-page (means), with its 95% interval.
+    change: Change,
+    host: Option<Summary>,
     host_share_of_size: Option<f64>,
     seed_before_s: f64,
     seed_after_s: f64,
     seed_change_pct: i32,
 }
 
-pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
-    let runs = a.runs.max(1);
-    let bar = progress(SEED_001.len() as u64 * runs as u64 * (2 + !a.no_host as u64));
-    let mut rows = Vec::new();
-    let mut note = None;
-    for (kb, before, after, change) in SEED_001 {
+pub(super) fn run(a: &Seed001Args) -> Result<()> {
+    let size = a.host.size()?;
+    let rounds = a.host.runs.max(2);
+    let design = a.mapcount.unwrap_or(Design::NrMapped);
+    let with_host = !a.host.no_host;
+    let bar = progress(SEED_001.len() as u64 * (rounds as u64 + 1) * (2 + with_host as u64));
+    let seed: u64 = rand::random();
+    let (mut rows, mut note) = (Vec::new(), None);
+    let host_failed = Cell::new(!with_host);
+    for (kb, before, after, seed_change) in SEED_001 {
         let order = (kb / 4).trailing_zeros();
-        let mut times = [0.0; 2];
-        for (i, zap) in [ZapStrategy::PerPage, ZapStrategy::Batched].into_iter().enumerate() {
-            bar.set_message(format!("{kb}K {}", zap.name()));
-            let m = machine_for(size, Config { zap, ..Config::default() })?;
-            times[i] = secs(
-                model_best(&m, runs, &bar, size, order, |_, mm, addr, _| {
-                    if order == 9 {
-                        model_split_pmds(mm, addr, size)?;
-                    }
-                    let t = Instant::now();
-                    mm.munmap(addr, size)?;
-                    Ok([t.elapsed()])
-                })?[0],
-            );
+        let mut setups = Vec::new();
+        for zap in [ZapStrategy::PerPage, ZapStrategy::Batched] {
+            setups.push(Setup::Model(zap, machine_for(size, Config { zap, mapcount: design, ..Config::default() })?));
         }
-        let mut host = None;
-        if !a.no_host {
-            bar.set_message(format!("{kb}K host"));
-            host = host_best(runs, &bar, size, order, order == 9, |_, unmap| [unmap], &mut note)
-                .map(|(h, share)| (secs(h[0]), share));
+        if !host_failed.get() {
+            setups.push(Setup::Host);
         }
+        let mut share = None;
+        let label = |s: &Setup| match s {
+            Setup::Model(zap, _) => format!("{kb}K {}", zap.name()),
+            Setup::Host => format!("{kb}K host"),
+        };
+        let samples = interleaved(&setups, rounds, &bar, label, |s| match s {
+            Setup::Model(_, m) => {
+                let (mm, addr, _) = model_populate(m, &mut m.new_cpu(), size, order)?;
+                if order == 9 {
+                    model_split_pmds(&mm, addr, size)?;
+                }
+                let t = Instant::now();
+                mm.munmap(addr, size)?;
+                Ok([secs(t.elapsed())])
+            }
+            Setup::Host if host_failed.get() => Ok([f64::NAN]),
+            Setup::Host => match host::fault_munmap(size as usize, order, order == 9) {
+                Ok((_, unmap, got)) => {
+                    share = Some(got);
+                    Ok([secs(unmap)])
+                }
+                Err(e) => {
+                    note = Some(format!("host kernel skipped: {e:#}"));
+                    host_failed.set(true);
+                    Ok([f64::NAN])
+                }
+            },
+        })?;
+        let per_page_samples = metric(&samples[0], 0);
+        let batched_samples = metric(&samples[1], 0);
+        let host_samples: Vec<f64> =
+            samples.get(2).map(|s| metric(s, 0)).unwrap_or_default().into_iter().filter(|v| !v.is_nan()).collect();
         rows.push(ZapRow {
             folio_kb: kb,
-            per_page_s: times[0],
-            batched_s: times[1],
-            change_pct: 100.0 * (times[1] - times[0]) / times[0],
-            host_s: host.map(|h| h.0),
-            host_share_of_size: host.map(|h| h.1),
+            per_page: summarize(&per_page_samples),
+            batched: summarize(&batched_samples),
+            change: change(&per_page_samples, &batched_samples, seed),
+            host: (!host_samples.is_empty()).then(|| summarize(&host_samples)),
+            host_share_of_size: share,
+            per_page_samples,
+            batched_samples,
+            host_samples,
             seed_before_s: before,
             seed_after_s: after,
-            seed_change_pct: change,
+            seed_change_pct: seed_change,
         });
     }
     bar.finish_and_clear();
-    if a.json {
-        return print_json(&serde_json::json!({ "size": size, "rows": rows, "note": note }));
+    let settings =
+        serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name(), "bootstrap_seed": seed });
+    if let Some(name) = &a.save {
+        let path = saved(&rows, settings.clone()).save(name)?;
+        eprintln!("saved {}", path.display());
     }
-    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
-    if a.csv {
-        println!("folio_kb,per_page_s,batched_s,change_pct,host_s,seed_before_s,seed_after_s,seed_change_pct");
-        for r in &rows {
-            println!(
-                "{},{:.6},{:.6},{:.1},{},{},{},{}",
-                r.folio_kb,
-                r.per_page_s,
-                r.batched_s,
-                r.change_pct,
-                opt(r.host_s),
-                r.seed_before_s,
-                r.seed_after_s,
-                r.seed_change_pct
-            );
-        }
+    if a.host.json {
+        return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note }));
+    }
+    if a.host.csv {
+        print_csv(&rows);
         return Ok(());
     }
-    println!(
-        "munmap() of a {} MiB VMA backed by PTE-mapped folios of one size, best of {runs}, in seconds:\n",
-        size >> 20
-    );
-    println!("           |               model                |      host      |   seed 001 (Xeon 4210R, 1 GiB)");
-    println!("Folio Size | per-page |  batched | Change | batched/host |    host  | mm-unstable |      New | Change");
-    println!("-----------|----------|----------|--------|--------------|----------|-------------|----------|-------");
-    for r in &rows {
+    print_table(&rows, size, rounds, design, seed);
+    print_host_notes(rows.iter().map(|r| (format!("{}K", r.folio_kb), r.host_share_of_size)), note);
+    Ok(())
+}
+
+/// The run as a saved run: one table, a row per folio size.
+fn saved(rows: &[ZapRow], settings: serde_json::Value) -> SavedRun {
+    let series = |name: &str, samples: &[f64]| Series { name: name.into(), samples: samples.to_vec() };
+    let rows = rows
+        .iter()
+        .map(|r| Row {
+            label: format!("{}KiB", r.folio_kb),
+            series: [series("per-page", &r.per_page_samples), series("batched", &r.batched_samples)]
+                .into_iter()
+                .chain((!r.host_samples.is_empty()).then(|| series("host", &r.host_samples)))
+                .collect(),
+            published: vec![("mm-unstable".into(), r.seed_before_s), ("New".into(), r.seed_after_s)],
+        })
+        .collect();
+    let table = Table { name: "munmap of PTE-mapped folios".into(), unit: "s".into(), higher_is_better: false, rows };
+    SavedRun::new("seed-001", settings, vec![table])
+}
+
+fn print_csv(rows: &[ZapRow]) {
+    let opt = |v: Option<Summary>| v.map_or(String::new(), |s| format!("{:.6}", s.mean));
+    println!("folio_kb,per_page_mean_s,batched_mean_s,change_pct,change_lo,change_hi,host_mean_s,seed_before_s,seed_after_s,seed_change_pct");
+    for r in rows {
+        let c = r.change;
         println!(
-            "{:>7}KiB | {:.6} | {:.6} | {:>+5.0}% | {:>12} | {:>8} | {:>11.6} | {:.6} | {:>+5}%",
+            "{},{:.6},{:.6},{:.1},{:.1},{:.1},{},{},{},{}",
             r.folio_kb,
-            r.per_page_s,
-            r.batched_s,
-            r.change_pct,
-            r.host_s.map_or("-".into(), |h| format!("{:.2}x", r.batched_s / h)),
-            opt(r.host_s),
+            r.per_page.mean,
+            r.batched.mean,
+            c.pct,
+            c.lo,
+            c.hi,
+            opt(r.host),
             r.seed_before_s,
             r.seed_after_s,
             r.seed_change_pct
         );
     }
-    print_host_notes(rows.iter().map(|r| (format!("{}K", r.folio_kb), r.host_share_of_size)), note);
-    Ok(())
+}
+
+fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design, seed: u64) {
+    println!(
+        "munmap() of a {} MiB VMA backed by PTE-mapped folios of one size, model design {design} (the seed ran a\n\
+         6.8-era kernel); mean of {rounds} interleaved rounds after a warm-up, in seconds. Change: batched against\n\
+         per-page with its 95% bootstrap interval (seed {seed}); '~' marks an interval holding 0 (noise).\n",
+        size >> 20
+    );
+    println!("           |                model                 |      host      |   seed 001 (Xeon 4210R, 1 GiB)");
+    println!("Folio Size | per-page |  batched | Change           | batched/host |    host  | mm-unstable |      New | Change");
+    println!("-----------|----------|----------|------------------|--------------|----------|-------------|----------|-------");
+    for r in rows {
+        println!(
+            "{:>7}KiB | {:.6} | {:.6} | {:<16} | {:>12} | {:>8} | {:>11.6} | {:.6} | {:>+5}%",
+            r.folio_kb,
+            r.per_page.mean,
+            r.batched.mean,
+            r.change.to_string(),
+            r.host.map_or("-".into(), |h| format!("{:.2}x", r.batched.mean / h.mean)),
+            r.host.map_or("-".into(), |h| format!("{:.6}", h.mean)),
+            r.seed_before_s,
+            r.seed_after_s,
+            r.seed_change_pct
+        );
+    }
 }

@@ -1,0 +1,77 @@
+//! `foliomm compare-runs A.json B.json ...`: saved runs side by side, in
+//! the manner of mmtests' compare-kernels: for each table, row and series
+//! found in the first run, each run's mean (harmonic mean for rates) and
+//! its gain against the first run, marked `*` where the 95% bootstrap
+//! interval of the change excludes 0 and `~` where it does not.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+use super::saved::{SavedRun, Table};
+use super::stats::{change, summarize};
+
+/// `compare-runs`' arguments.
+#[derive(clap::Args)]
+pub struct CompareRunsArgs {
+    /// Saved runs (`bench ... --save NAME`); the first is the baseline.
+    #[arg(required = true, num_args = 2..)]
+    runs: Vec<PathBuf>,
+    /// Seed of the bootstrap intervals [default: fixed, so that the output
+    /// is the same every time].
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Prints the comparison; an error if the runs are of different benchmarks.
+pub fn run(a: &CompareRunsArgs) -> Result<()> {
+    let runs: Vec<SavedRun> = a.runs.iter().map(|p| SavedRun::load(p)).collect::<Result<_>>()?;
+    let base = &runs[0];
+    if let Some((p, r)) = a.runs.iter().zip(&runs).find(|(_, r)| r.bench != base.bench) {
+        bail!("{} is a run of {}, the first is of {}", p.display(), r.bench, base.bench);
+    }
+    println!("foliomm bench {}", base.bench);
+    for (i, (p, r)) in a.runs.iter().zip(&runs).enumerate() {
+        let m = &r.machine;
+        println!("  [{i}] {}: commit {}, {} ({} cores), Linux {}", p.display(), r.commit, m.cpu, m.cores, m.kernel);
+    }
+    for table in &base.tables {
+        print_table(table, &runs, a.seed);
+    }
+    Ok(())
+}
+
+fn print_table(table: &Table, runs: &[SavedRun], seed: u64) {
+    let stat = if table.higher_is_better { "Hmean" } else { "Amean" };
+    let better = if table.higher_is_better { "higher" } else { "lower" };
+    println!("\n{} ({}, {better} is better); gain against [0], '*' significant, '~' noise", table.name, table.unit);
+    let head: String = (0..runs.len()).map(|i| format!("{:>22}", format!("[{i}]"))).collect();
+    println!("{:<6} {:<24}{head}", "", "");
+    for row in &table.rows {
+        for series in &row.series {
+            let find = |r: &SavedRun| {
+                let t = r.tables.iter().find(|t| t.name == table.name)?;
+                let row = t.rows.iter().find(|x| x.label == row.label)?;
+                row.series.iter().find(|s| s.name == series.name).map(|s| s.samples.clone())
+            };
+            let mut line = format!("{stat:<6} {:<24}", format!("{} {}", row.label, series.name));
+            for (i, r) in runs.iter().enumerate() {
+                let Some(samples) = find(r).filter(|s| !s.is_empty()) else {
+                    line += &format!("{:>22}", "-");
+                    continue;
+                };
+                let s = summarize(&samples);
+                let value = if table.higher_is_better { s.hmean } else { s.mean };
+                if i == 0 {
+                    line += &format!("{value:>12.6} ({:>7}) ", "base");
+                    continue;
+                }
+                let c = change(&series.samples, &samples, seed);
+                let gain = if table.higher_is_better { c.pct } else { -c.pct };
+                let mark = if c.significant() { '*' } else { '~' };
+                line += &format!("{value:>12.6} ({gain:>+6.2}%){mark}");
+            }
+            println!("{line}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Saved benchmark runs (`bench ... --save NAME`): one self-contained JSON
+//! file per run, with the machine, the foliomm commit, the settings, every
+//! sample and the seed's published figures, so that runs from several
+//! builds and machines can be compared (`foliomm compare-runs`) and drawn
+//! (`foliomm report`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// The format's version; a file of another version is refused.
+pub const SCHEMA: u32 = 1;
+
+/// One benchmark run.
+#[derive(Serialize, Deserialize)]
+pub struct SavedRun {
+    pub schema: u32,
+    /// The `bench` subcommand (`seed-001`).
+    pub bench: String,
+    pub machine: MachineInfo,
+    /// `git describe` of the build (`unknown` outside a checkout).
+    pub commit: String,
+    /// The benchmark's options and the model's settings.
+    pub settings: serde_json::Value,
+    pub tables: Vec<Table>,
+}
+
+/// Where a run ran.
+#[derive(Serialize, Deserialize)]
+pub struct MachineInfo {
+    pub cpu: String,
+    pub cores: usize,
+    pub kernel: String,
+    /// THP `enabled` and `shmem_enabled` as selected on the host.
+    pub thp: String,
+    pub shmem_thp: String,
+}
+
+/// A table of the benchmark: rows (a folio size, a thread count) by series
+/// (a design, the host kernel).
+#[derive(Serialize, Deserialize)]
+pub struct Table {
+    pub name: String,
+    /// Unit of the samples (`s`, `ops/s`).
+    pub unit: String,
+    /// Whether more is better (rates) rather than less (times).
+    pub higher_is_better: bool,
+    pub rows: Vec<Row>,
+}
+
+/// One row: its samples per series, and the seed's published figures.
+#[derive(Serialize, Deserialize)]
+pub struct Row {
+    pub label: String,
+    pub series: Vec<Series>,
+    /// The seed's figures for this row, by the seed's column names.
+    pub published: Vec<(String, f64)>,
+}
+
+/// Every sample of one series in one row, in the order taken.
+#[derive(Serialize, Deserialize)]
+pub struct Series {
+    pub name: String,
+    pub samples: Vec<f64>,
+}
+
+impl SavedRun {
+    /// A run of `bench` on this machine and build.
+    pub fn new(bench: &str, settings: serde_json::Value, tables: Vec<Table>) -> SavedRun {
+        let commit = option_env!("FOLIOMM_COMMIT").unwrap_or("unknown").to_string();
+        SavedRun { schema: SCHEMA, bench: bench.into(), machine: MachineInfo::here(), commit, settings, tables }
+    }
+
+    /// Writes the run to `name` (`.json` added if missing); returns the path.
+    pub fn save(&self, name: &Path) -> Result<PathBuf> {
+        let path =
+            if name.extension().is_some_and(|e| e == "json") { name.into() } else { name.with_extension("json") };
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Reads a saved run, refusing another schema version.
+    pub fn load(path: &Path) -> Result<SavedRun> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+        match value.get("schema").and_then(|s| s.as_u64()) {
+            Some(v) if v == SCHEMA as u64 => {}
+            Some(v) => bail!("{}: schema version {v}, this foliomm reads version {SCHEMA}", path.display()),
+            None => bail!("{}: not a saved foliomm run (no schema version)", path.display()),
+        }
+        serde_json::from_value(value).with_context(|| format!("{}: not a saved foliomm run", path.display()))
+    }
+}
+
+impl MachineInfo {
+    /// This machine, from /proc and sysfs.
+    fn here() -> MachineInfo {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let cpu =
+            cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|v| v.trim_start_matches([' ', '\t', ':']));
+        let selected = |p: &str| foliomm_host::sysfs::read_selected(p).unwrap_or_else(|_| "unknown".into());
+        MachineInfo {
+            cpu: cpu.unwrap_or("unknown").to_string(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            thp: selected("/sys/kernel/mm/transparent_hugepage/enabled"),
+            shmem_thp: selected("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
+        }
+    }
+}
