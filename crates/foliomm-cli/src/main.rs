@@ -33,6 +33,9 @@ enum Command {
     /// of mmtests: each run's mean, its gain against the first, and whether
     /// that is more than noise.
     CompareRuns(bench::CompareRunsArgs),
+    /// Write saved benchmark runs as one self-contained HTML file: their
+    /// tables and plots of them, with the seeds' figures.
+    Report(bench::ReportArgs),
     /// Check an rmap-ID construction (seed 000): exhaustively over small ID
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
@@ -162,6 +165,7 @@ fn main() -> ExitCode {
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove(a),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
+        Command::Report(a) => bench::report(&a).map(|_| true),
         Command::Host(HostCommand::Restore { force }) => {
             let restored = foliomm_host::sysfs::restore_left_behind(force);
             for c in &restored {

@@ -12,6 +12,7 @@ mod page_fault;
 mod pmd_sharing;
 mod progress;
 mod published;
+mod report;
 mod saved;
 mod seed_000;
 mod seed_001;
@@ -32,6 +33,7 @@ use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 use crate::host;
 pub use compare_runs::{run as compare_runs, CompareRunsArgs};
 use progress::Progress;
+pub use report::{run as report, ReportArgs};
 
 #[derive(clap::Args)]
 #[command(subcommand_value_name = "BENCHMARK", subcommand_help_heading = "Benchmarks")]

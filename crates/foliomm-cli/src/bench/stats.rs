@@ -68,6 +68,17 @@ pub fn change(a: &[f64], b: &[f64], seed: u64) -> Change {
     Change { pct: pct(mean(a), mean(b)), lo: at(0.025), hi: at(0.975) }
 }
 
+/// The 95% percentile bootstrap interval of the mean of `samples`.
+pub fn mean_interval(samples: &[f64], seed: u64) -> (f64, f64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = samples.len();
+    let mut boot: Vec<f64> =
+        (0..RESAMPLES).map(|_| (0..n).map(|_| samples[rng.gen_range(0..n)]).sum::<f64>() / n as f64).collect();
+    boot.sort_by(f64::total_cmp);
+    let at = |q: f64| boot[((RESAMPLES - 1) as f64 * q).round() as usize];
+    (at(0.025), at(0.975))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +98,8 @@ mod tests {
         let c = change(&a, &same, 1);
         assert!(!c.significant(), "{c}");
         assert!(c.to_string().starts_with('~'));
+        let (lo, hi) = mean_interval(&a, 1);
+        assert!(lo < 1.0125 && 1.0125 < hi && hi - lo < 0.1, "[{lo}, {hi}]");
         let c = change(&a, &faster, 1);
         assert!(c.significant() && c.hi < -30.0 && (c.pct + 40.0).abs() < 1e-9, "{c}");
     }
