@@ -131,7 +131,15 @@ fn write_table(html: &mut String, table: &Table, lines: &[Line]) -> Result<()> {
 /// The table as an SVG line plot over its rows, with error bars.
 fn plot(table: &Table, lines: &[Line]) -> Result<String, Box<dyn std::error::Error>> {
     let labels: Vec<&str> = table.rows.iter().map(|r| r.label.as_str()).collect();
-    let top = lines.iter().flat_map(|(_, p)| p.iter().flatten().map(|&(_, _, hi)| hi)).fold(0.0, f64::max) * 1.1;
+    let values = || lines.iter().flat_map(|(_, p)| p.iter().flatten().flat_map(|&(m, lo, hi)| [m, lo, hi]));
+    let top = values().fold(0.0, f64::max);
+    let bottom = values().filter(|v| *v > 0.0).fold(top, f64::min);
+    // Figures spanning more than 20x (the seed's machine against this one)
+    // are drawn on a log scale: each value as its log10.
+    let log = bottom > 0.0 && top / bottom > 20.0;
+    let scale = move |v: f64| if log { v.max(bottom).log10() } else { v };
+    let (y0, y1) = if log { (scale(bottom) - 0.1, scale(top) + 0.1) } else { (0.0, top * 1.1) };
+    let y_label = move |v: &f64| if log { format!("{:.3e}", 10f64.powf(*v)) } else { format!("{v:.4}") };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (960, 440)).into_drawing_area();
@@ -141,12 +149,22 @@ fn plot(table: &Table, lines: &[Line]) -> Result<String, Box<dyn std::error::Err
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(80)
-            .build_cartesian_2d(-0.5f64..labels.len() as f64 - 0.5, 0f64..top.max(f64::MIN_POSITIVE))?;
+            .build_cartesian_2d(-0.5f64..labels.len() as f64 - 0.5, y0..y1.max(y0 + f64::EPSILON))?;
         let label_of = |x: &f64| labels.get(x.round().max(0.0) as usize).map_or(String::new(), |l| l.to_string());
-        chart.configure_mesh().x_labels(labels.len()).x_label_formatter(&label_of).y_desc(&table.unit).draw()?;
+        let unit = if log { format!("{} (log scale)", table.unit) } else { table.unit.clone() };
+        chart
+            .configure_mesh()
+            .x_labels(labels.len())
+            .x_label_formatter(&label_of)
+            .y_label_formatter(&y_label)
+            .y_desc(unit)
+            .draw()?;
         for (k, (name, points)) in lines.iter().enumerate() {
             let color = Palette99::pick(k).to_rgba();
-            let xy = || points.iter().enumerate().filter_map(|(i, p)| p.map(|p| (i as f64, p)));
+            let xy = || {
+                let scaled = |(m, lo, hi)| (scale(m), scale(lo), scale(hi));
+                points.iter().enumerate().filter_map(move |(i, p)| p.map(|p| (i as f64, scaled(p))))
+            };
             let style = if name.starts_with("seed:") { color.stroke_width(1) } else { color.stroke_width(2) };
             chart
                 .draw_series(LineSeries::new(xy().map(|(x, (m, _, _))| (x, m)), style))?

@@ -1,0 +1,68 @@
+//! Saved benchmark runs end to end: two small `bench seed-001 --save` runs
+//! on the model, `compare-runs` of them, and `report` of them checked in
+//! headless Chromium where it is installed (Debian's `chromium` package):
+//! no console error, every plot drew.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn foliomm(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
+    assert!(out.status.success(), "foliomm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Two saved seed-001 runs (16 MiB, model only) in a fresh directory.
+fn two_runs(dir: &Path) -> [PathBuf; 2] {
+    std::fs::create_dir_all(dir).unwrap();
+    ["a", "b"].map(|n| {
+        let path = dir.join(n);
+        foliomm(&["bench", "seed-001", "--size", "16M", "--runs", "2", "--no-host", "--save", path.to_str().unwrap()]);
+        path.with_extension("json")
+    })
+}
+
+#[test]
+fn saved_runs_compare_and_report() {
+    let dir = std::env::temp_dir().join(format!("foliomm-report-test-{}", std::process::id()));
+    let [a, b] = two_runs(&dir);
+    let run: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    assert_eq!(run["schema"], 1);
+    assert_eq!(run["tables"][0]["rows"].as_array().unwrap().len(), 9, "a row per folio size");
+    assert_eq!(run["tables"][0]["rows"][0]["series"][0]["samples"].as_array().unwrap().len(), 2);
+    let cmp = foliomm(&["compare-runs", a.to_str().unwrap(), b.to_str().unwrap()]);
+    let text = String::from_utf8(cmp.stdout).unwrap();
+    assert_eq!(text.lines().filter(|l| l.starts_with("Amean")).count(), 18, "{text}");
+    let html = dir.join("r.html");
+    foliomm(&["report", a.to_str().unwrap(), b.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(!page.contains("http://") || page.matches("http://").all(|_| page.contains("xmlns")), "no network");
+    assert_eq!(page.matches("<svg").count(), 1, "one plot per table");
+    check_in_browser(&html, &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Renders `html` in headless Chromium: no console error, and the plot's
+/// lines have points. Skipped, saying so, without Chromium.
+fn check_in_browser(html: &Path, dir: &Path) {
+    let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| Path::new(p).exists())
+    else {
+        eprintln!("skipped the browser check: no Chromium (apt-get install chromium)");
+        return;
+    };
+    let url = format!("file://{}", html.display());
+    let profile = dir.join("profile");
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--dump-dom", &url])
+        .output()
+        .unwrap();
+    let (dom, log) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "chromium failed: {log}");
+    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let drawn = dom.matches("<polyline").count() + dom.matches("<path").count();
+    assert!(drawn > 0, "no line drawn in the rendered plot");
+    assert!(!dom.contains("points=\"\""), "an empty line in the plot");
+}
