@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm};
 
+use super::harness::{interleaved, metric};
 use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
+use super::stats::{change, summarize, Change};
 use super::{model_populate, model_split_pmds, print_json, progress, secs, Seed000Args};
 
 /// Time and the mapcount design's costs over the measured action.
@@ -157,44 +160,51 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 }
 
 pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
-    let runs = a.common.runs.max(1);
+    let rounds = a.common.runs.max(2);
     let instances = vm_scalability_instances(a);
-    let designs = foliomm::mapcount::Design::ALL;
+    let designs = Design::ALL;
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let columns = SEED_000_COLUMNS.len();
-    let bar = progress((orders.len() * designs.len() * columns) as u64 * runs as u64);
-    // runs[order][design][bench]: the fastest run's time and costs
-    let mut best_runs = vec![vec![[None::<Measured>; SEED_000_COLUMNS.len()]; designs.len()]; orders.len()];
-    for (oi, (order, oname)) in orders.iter().enumerate() {
-        for (di, design) in designs.iter().enumerate() {
-            // Room for a copy of everything per child (cow, vm-scalability).
-            let m = Machine::new(Config {
-                memory: (1 + instances as u64) * size + (256 << 20),
-                mapcount: *design,
-                ..Config::default()
+    let bar = progress((orders.len() * designs.len() * columns) as u64 * (rounds as u64 + 1));
+    let seed: u64 = rand::random();
+    // samples[order][bench][design]: every kept round's time and costs
+    // (None where the benchmark does not apply).
+    let mut samples = Vec::new();
+    for (order, oname) in orders {
+        let mut per_bench = Vec::new();
+        for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
+            // The designs in interleaved rounds, so that load on the machine
+            // lands on all of them; a fresh machine for each sample (built
+            // outside the timed part), so that only one holds memory at once.
+            let label = |d: &Design| format!("{oname} {bname} {d}");
+            let got = interleaved(&designs, rounds, &bar, label, |d| {
+                // Room for a copy of everything per child (cow, vm-scalability).
+                let memory = (1 + instances as u64) * size + (256 << 20);
+                let m = Machine::new(Config { memory, mapcount: *d, ..Config::default() })?;
+                let r = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, instances)?;
+                let costs = r.map_or([0.0; 3], |r| [r.rmap_ops as f64, r.rmw as f64, r.lines as f64]);
+                Ok([r.map_or(f64::NAN, |r| r.seconds), costs[0], costs[1], costs[2]])
             })?;
-            let mut cpu = m.new_cpu();
-            for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
-                bar.set_message(format!("{oname} {design} {bname}"));
-                let mut best: Option<Measured> = None;
-                for _ in 0..runs {
-                    if let Some(r) = seed_000_once(&m, &mut cpu, size, *order, bi, instances)? {
-                        if best.is_none_or(|b| r.seconds < b.seconds) {
-                            best = Some(r);
-                        }
-                    }
-                    bar.inc(1);
-                }
-                best_runs[oi][di][bi] = best;
-            }
+            per_bench.push(got);
         }
+        samples.push(per_bench);
     }
     bar.finish_and_clear();
-    let times: Vec<Vec<[Option<f64>; SEED_000_COLUMNS.len()]>> =
-        best_runs.iter().map(|o| o.iter().map(|d| d.map(|r| r.map(|r| r.seconds))).collect()).collect();
-    let base = designs.iter().position(|d| *d == foliomm::mapcount::Design::NrMapped).unwrap();
-    let change = |oi: usize, di: usize, bi: usize| -> Option<f64> {
-        Some(100.0 * (times[oi][di][bi]? - times[oi][base][bi]?) / times[oi][base][bi]?)
+    let base = designs.iter().position(|d| *d == Design::NrMapped).unwrap();
+    // Times of (order, bench, design), None where the benchmark does not apply.
+    let times = |oi: usize, bi: usize, di: usize| -> Option<Vec<f64>> {
+        let t = metric(&samples[oi][bi][di], 0);
+        (!t.iter().any(|v| v.is_nan())).then_some(t)
+    };
+    let change_of = |oi: usize, di: usize, bi: usize| Some(change(&times(oi, bi, base)?, &times(oi, bi, di)?, seed));
+    // The deterministic costs: of the last round.
+    let costs_of = |oi: usize, di: usize, bi: usize| {
+        samples[oi][bi][di].last().map(|s| Measured {
+            seconds: s[0],
+            rmap_ops: s[1] as u64,
+            rmw: s[2] as u64,
+            lines: s[3] as u64,
+        })
     };
     if a.common.json || a.common.csv {
         // The children COWing at once, for the vm-scalability rows.
@@ -203,13 +213,16 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         for (oi, (_, oname)) in orders.iter().enumerate() {
             for (di, design) in designs.iter().enumerate() {
                 for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
+                    let t = times(oi, bi, di);
+                    let mean = t.as_ref().map(|t| summarize(t).mean);
                     rows.push((
                         oname.to_string(),
                         design.to_string(),
                         bname.to_string(),
-                        times[oi][di][bi],
-                        change(oi, di, bi),
-                        best_runs[oi][di][bi].unwrap_or_default(),
+                        t,
+                        mean,
+                        change_of(oi, di, bi),
+                        costs_of(oi, di, bi).unwrap_or_default(),
                     ));
                 }
             }
@@ -217,19 +230,20 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         if a.common.json {
             let j: Vec<_> = rows
                 .iter()
-                .map(|(o, d, b, t, c, r)| {
-                    serde_json::json!({ "folio": o, "design": d, "benchmark": b, "seconds": t, "change_pct": c,
-                        "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines,
+                .map(|(o, d, b, t, mean, c, r)| {
+                    serde_json::json!({ "folio": o, "design": d, "benchmark": b, "samples_s": t, "mean_s": mean,
+                        "change": c, "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines,
                         "instances": children(b) })
                 })
                 .collect();
-            print_json(&j)?;
+            print_json(&serde_json::json!({ "bootstrap_seed": seed, "rounds": rounds, "rows": j }))?;
         } else {
-            println!("folio,design,benchmark,seconds,change_pct,rmap_ops,atomic_rmw,cache_lines,instances");
-            for (o, d, b, t, c, r) in rows {
+            println!("folio,design,benchmark,mean_s,change_pct,change_lo,change_hi,rmap_ops,atomic_rmw,cache_lines,instances");
+            for (o, d, b, _, mean, c, r) in rows {
                 let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
                 let n = children(&b).map_or(String::new(), |n| n.to_string());
-                println!("{o},{d},{b},{},{},{},{},{},{n}", f(t), f(c), r.rmap_ops, r.rmw, r.lines);
+                let (p, lo, hi) = (f(c.map(|c| c.pct)), f(c.map(|c| c.lo)), f(c.map(|c| c.hi)));
+                println!("{o},{d},{b},{},{p},{lo},{hi},{},{},{},{n}", f(mean), r.rmap_ops, r.rmw, r.lines);
             }
         }
         return Ok(());
@@ -240,18 +254,27 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         println!("{}", "-".repeat(16 + 9 * SEED_000_MICRO + 1));
     };
     let pct = |v: Option<f64>| v.map_or(format!("{:>7}", "-"), |v| format!("{v:>6.1}%"));
-    println!("Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, best of {runs}.", size >> 20);
+    // A change inside the noise (its 95% interval holds 0) is marked '~'.
+    let cell = |c: Option<Change>| match c {
+        Some(c) if !c.significant() => format!("{:>7}", format!("~{:.0}%", c.pct)),
+        c => pct(c.map(|c| c.pct)),
+    };
+    println!(
+        "Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, mean of {rounds} interleaved rounds.",
+        size >> 20
+    );
     println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
-    println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster.\n");
+    println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster;");
+    println!("'~' where the 95% bootstrap interval holds 0 (noise; bootstrap seed {seed}).\n");
     for (oi, (_, oname)) in orders.iter().enumerate() {
         println!("{oname}:");
         header("design");
         for (di, design) in designs.iter().enumerate() {
-            let cells: Vec<String> = (0..SEED_000_MICRO).map(|bi| pct(change(oi, di, bi))).collect();
+            let cells: Vec<String> = (0..SEED_000_MICRO).map(|bi| cell(change_of(oi, di, bi))).collect();
             println!("{design:<16}|{}|", cells.join(" |"));
         }
         let base_t: Vec<String> = (0..SEED_000_MICRO)
-            .map(|bi| times[oi][base][bi].map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", t)))
+            .map(|bi| times(oi, bi, base).map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", summarize(&t).mean)))
             .collect();
         println!("{:<16}|{}|\n", "nr-mapped time", base_t.join(" |"));
     }
@@ -259,7 +282,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     header("design");
     for (di, design) in designs.iter().enumerate() {
         let cells: Vec<String> = (0..SEED_000_MICRO)
-            .map(|bi| match best_runs[0][di][bi] {
+            .map(|bi| match costs_of(0, di, bi) {
                 Some(r) if r.rmap_ops > 0 => {
                     let per = |v: u64| {
                         let x = v as f64 / r.rmap_ops as f64;
@@ -290,9 +313,8 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         println!();
     }
     // vm-scalability: the seed reports throughput, so positive is good.
-    let gain = |oi: usize, di: usize, bi: usize| -> Option<f64> {
-        Some(100.0 * (times[oi][base][bi]? / times[oi][di][bi]? - 1.0))
-    };
+    let rates = |oi, bi, di| times(oi, bi, di).map(|t| t.iter().map(|v| 1.0 / v).collect::<Vec<f64>>());
+    let gain = |oi: usize, di: usize, bi: usize| Some(change(&rates(oi, bi, base)?, &rates(oi, bi, di)?, seed));
     println!(
         "vm-scalability anon-cow-seq / anon-cow-rand, {} COWing the same {} MiB at once:",
         if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },
@@ -303,8 +325,9 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     println!("{:<16}|{}|", "", ["    seq   |   rand   "; 2].join("|"));
     println!("{}", "-".repeat(16 + 2 * 22 + 1));
     for (di, design) in designs.iter().enumerate() {
-        let cells: Vec<String> =
-            (0..orders.len()).map(|oi| format!("{:>9} |{:>9} ", pct(gain(oi, di, 8)), pct(gain(oi, di, 9)))).collect();
+        let cells: Vec<String> = (0..orders.len())
+            .map(|oi| format!("{:>9} |{:>9} ", cell(gain(oi, di, 8)), cell(gain(oi, di, 9))))
+            .collect();
         println!("{design:<16}|{}|", cells.join("|"));
     }
     println!("\nSeed 000's vm-scalability, one instance per core, 2 MiB THP (Intel / AMD):");

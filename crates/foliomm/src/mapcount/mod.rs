@@ -192,6 +192,6 @@ impl Default for Design {
 
 impl std::fmt::Display for Design {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
