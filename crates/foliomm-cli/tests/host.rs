@@ -163,9 +163,12 @@ fn prove_passes_shipped_constructions_and_refutes_a_plain_sum() {
 /// of the vm-scalability cases.
 #[test]
 fn seed_000_bench_costs_follow_each_design() {
-    let (code, out) = foliomm(&["bench", "seed-000", "--size", "8M", "--runs", "1", "--instances", "3", "--json"]);
-    assert_eq!(code, 0, "{out}");
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let args = ["bench", "seed-000", "--size", "8M", "--runs", "1", "--instances", "3", "--json"];
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // stdout holds the JSON; progress goes to stderr.
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = run["rows"].as_array().unwrap();
     let ops = |folio: &str, design: &str, bench: &str| {
         let r = rows.iter().find(|r| r["folio"] == folio && r["design"] == design && r["benchmark"] == bench);
         r.unwrap_or_else(|| panic!("no row {folio} {design} {bench}"))["rmap_ops"].as_u64().unwrap()

@@ -1,8 +1,8 @@
 //! `foliomm compare-runs A.json B.json ...`: saved runs side by side, in
 //! the manner of mmtests' compare-kernels: for each table, row and series
 //! found in the first run, each run's mean (harmonic mean for rates) and
-//! its gain against the first run, marked `*` where the 95% bootstrap
-//! interval of the change excludes 0 and `~` where it does not.
+//! its gain against the first run, marked `*` where the 95% interval of
+//! the change (Welch's t) excludes 0 and `~` where it does not.
 
 use std::path::PathBuf;
 
@@ -17,10 +17,6 @@ pub struct CompareRunsArgs {
     /// Saved runs (`bench ... --save NAME`); the first is the baseline.
     #[arg(required = true, num_args = 2..)]
     runs: Vec<PathBuf>,
-    /// Seed of the bootstrap intervals [default: fixed, so that the output
-    /// is the same every time].
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
 }
 
 /// Prints the comparison; an error if the runs are of different benchmarks.
@@ -36,12 +32,12 @@ pub fn run(a: &CompareRunsArgs) -> Result<()> {
         println!("  [{i}] {}: commit {}, {} ({} cores), Linux {}", p.display(), r.commit, m.cpu, m.cores, m.kernel);
     }
     for table in &base.tables {
-        print_table(table, &runs, a.seed);
+        print_table(table, &runs);
     }
     Ok(())
 }
 
-fn print_table(table: &Table, runs: &[SavedRun], seed: u64) {
+fn print_table(table: &Table, runs: &[SavedRun]) {
     let stat = if table.higher_is_better { "Hmean" } else { "Amean" };
     let better = if table.higher_is_better { "higher" } else { "lower" };
     println!("\n{} ({}, {better} is better); gain against [0], '*' significant, '~' noise", table.name, table.unit);
@@ -66,7 +62,7 @@ fn print_table(table: &Table, runs: &[SavedRun], seed: u64) {
                     line += &format!("{value:>12.6} ({:>7}) ", "base");
                     continue;
                 }
-                let c = change(&series.samples, &samples, seed);
+                let c = change(&series.samples, &samples);
                 let gain = if table.higher_is_better { c.pct } else { -c.pct };
                 let mark = if c.significant() { '*' } else { '~' };
                 line += &format!("{value:>12.6} ({gain:>+6.2}%){mark}");

@@ -23,9 +23,6 @@ pub struct ReportArgs {
     /// The HTML file to write.
     #[arg(short, long, default_value = "report.html")]
     output: PathBuf,
-    /// Seed of the bootstrap intervals.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
 }
 
 /// A line of the plot: its name and, per row, (mean, low, high).
@@ -50,7 +47,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
     }
     let (_, first) = &runs[0];
     for table in &first.tables {
-        let lines = lines(table, &runs, a.seed);
+        let lines = lines(table, &runs);
         write_table(&mut html, table, &lines)?;
         html += &plot(table, &lines).map_err(|e| anyhow!("plotting {}: {e}", table.name))?;
     }
@@ -62,7 +59,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
 
 /// Every (run, series) of `table` as a line over its rows, then each of
 /// the seed's published columns.
-fn lines(table: &Table, runs: &[(String, SavedRun)], seed: u64) -> Vec<Line> {
+fn lines(table: &Table, runs: &[(String, SavedRun)]) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for (name, r) in runs {
         let Some(t) = r.tables.iter().find(|t| t.name == table.name) else { continue };
@@ -87,7 +84,7 @@ fn lines(table: &Table, runs: &[(String, SavedRun)], seed: u64) -> Vec<Line> {
                         .find(|s| &s.name == series)?
                         .samples;
                     (!samples.is_empty()).then(|| {
-                        let (lo, hi) = mean_interval(samples, seed);
+                        let (lo, hi) = mean_interval(samples);
                         (summarize(samples).mean, lo, hi)
                     })
                 })

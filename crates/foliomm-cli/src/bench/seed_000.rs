@@ -127,17 +127,20 @@ fn vm_scalability_instances(a: &Seed000Args) -> usize {
 }
 
 /// The order in which usemem's instance `i` writes the pages of `size`
-/// bytes: by address, or shuffled with a seed of its own.
+/// bytes: by address, or shuffled from seed `USEMEM_SEED + i` (fixed, so
+/// that every design meets the same orders).
 fn usemem_page_order(size: u64, random: bool, i: u64) -> Vec<u64> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
     let mut pages: Vec<u64> = (0..size / 4096).collect();
     if random {
-        let mut next = foliomm::xorshift(0x5eed + i);
-        for j in (1..pages.len()).rev() {
-            pages.swap(j, (next() % (j as u64 + 1)) as usize);
-        }
+        pages.shuffle(&mut rand::rngs::StdRng::seed_from_u64(USEMEM_SEED + i));
     }
     pages
 }
+
+/// The seed of the first usemem instance's random page order.
+const USEMEM_SEED: u64 = 0x5eed;
 
 /// usemem's write pass in every instance at once, each on its own CPU
 /// thread, page by page in the instance's order, from `a`.
@@ -166,7 +169,6 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let columns = SEED_000_COLUMNS.len();
     let bar = progress((orders.len() * designs.len() * columns) as u64 * (rounds as u64 + 1));
-    let seed: u64 = rand::random();
     // samples[order][bench][design]: every kept round's time and costs
     // (None where the benchmark does not apply).
     let mut samples = Vec::new();
@@ -196,7 +198,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         let t = metric(&samples[oi][bi][di], 0);
         (!t.iter().any(|v| v.is_nan())).then_some(t)
     };
-    let change_of = |oi: usize, di: usize, bi: usize| Some(change(&times(oi, bi, base)?, &times(oi, bi, di)?, seed));
+    let change_of = |oi: usize, di: usize, bi: usize| Some(change(&times(oi, bi, base)?, &times(oi, bi, di)?));
     // The deterministic costs: of the last round.
     let costs_of = |oi: usize, di: usize, bi: usize| {
         samples[oi][bi][di].last().map(|s| Measured {
@@ -236,7 +238,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                         "instances": children(b) })
                 })
                 .collect();
-            print_json(&serde_json::json!({ "bootstrap_seed": seed, "rounds": rounds, "rows": j }))?;
+            print_json(&serde_json::json!({ "rounds": rounds, "rows": j }))?;
         } else {
             println!("folio,design,benchmark,mean_s,change_pct,change_lo,change_hi,rmap_ops,atomic_rmw,cache_lines,instances");
             for (o, d, b, _, mean, c, r) in rows {
@@ -265,7 +267,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     );
     println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
     println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster;");
-    println!("'~' where the 95% bootstrap interval holds 0 (noise; bootstrap seed {seed}).\n");
+    println!("'~' where the 95% confidence interval (Welch's t) holds 0: noise.\n");
     for (oi, (_, oname)) in orders.iter().enumerate() {
         println!("{oname}:");
         header("design");
@@ -314,7 +316,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     }
     // vm-scalability: the seed reports throughput, so positive is good.
     let rates = |oi, bi, di| times(oi, bi, di).map(|t| t.iter().map(|v| 1.0 / v).collect::<Vec<f64>>());
-    let gain = |oi: usize, di: usize, bi: usize| Some(change(&rates(oi, bi, base)?, &rates(oi, bi, di)?, seed));
+    let gain = |oi: usize, di: usize, bi: usize| Some(change(&rates(oi, bi, base)?, &rates(oi, bi, di)?));
     println!(
         "vm-scalability anon-cow-seq / anon-cow-rand, {} COWing the same {} MiB at once:",
         if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },

@@ -67,7 +67,6 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
     let design = a.mapcount.unwrap_or(Design::NrMapped);
     let with_host = !a.host.no_host;
     let bar = progress(SEED_001.len() as u64 * (rounds as u64 + 1) * (2 + with_host as u64));
-    let seed: u64 = rand::random();
     let (mut rows, mut note) = (Vec::new(), None);
     let host_failed = Cell::new(!with_host);
     for (kb, before, after, seed_change) in SEED_001 {
@@ -115,7 +114,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
             folio_kb: kb,
             per_page: summarize(&per_page_samples),
             batched: summarize(&batched_samples),
-            change: change(&per_page_samples, &batched_samples, seed),
+            change: change(&per_page_samples, &batched_samples),
             host: (!host_samples.is_empty()).then(|| summarize(&host_samples)),
             host_share_of_size: share,
             per_page_samples,
@@ -127,8 +126,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
         });
     }
     bar.finish_and_clear();
-    let settings =
-        serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name(), "bootstrap_seed": seed });
+    let settings = serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name() });
     if let Some(name) = &a.save {
         let path = saved(&rows, settings.clone()).save(name)?;
         eprintln!("saved {}", path.display());
@@ -140,7 +138,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
         print_csv(&rows);
         return Ok(());
     }
-    print_table(&rows, size, rounds, design, seed);
+    print_table(&rows, size, rounds, design);
     print_host_notes(rows.iter().map(|r| (format!("{}K", r.folio_kb), r.host_share_of_size)), note);
     Ok(())
 }
@@ -184,11 +182,11 @@ fn print_csv(rows: &[ZapRow]) {
     }
 }
 
-fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design, seed: u64) {
+fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
     println!(
         "munmap() of a {} MiB VMA backed by PTE-mapped folios of one size, model design {design} (the seed ran a\n\
          6.8-era kernel); mean of {rounds} interleaved rounds after a warm-up, in seconds. Change: batched against\n\
-         per-page with its 95% bootstrap interval (seed {seed}); '~' marks an interval holding 0 (noise).\n",
+         per-page with its 95% confidence interval (Welch's t); '~' marks an interval holding 0 (noise).\n",
         size >> 20
     );
     println!("           |                model                 |      host      |   seed 001 (Xeon 4210R, 1 GiB)");

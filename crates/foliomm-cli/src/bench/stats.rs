@@ -1,14 +1,12 @@
-//! Statistics over a benchmark's samples: a summary per configuration and
-//! the % change between two configurations with a 95% bootstrap confidence
-//! interval, so that a change inside the noise is shown as such.
+//! Statistics over a benchmark's samples: a summary per configuration, the
+//! 95% confidence interval of a mean, and the % change between two
+//! configurations with its 95% interval (Welch's t), so that a change
+//! inside the noise is shown as such. With few samples the t quantiles are
+//! wide: a handful of rounds on a noisy machine rarely passes as an effect.
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
-/// Bootstrap resamples per confidence interval.
-const RESAMPLES: usize = 2000;
-
-/// What a configuration's samples (times in seconds) came to.
+/// What a configuration's samples came to.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct Summary {
     pub n: usize,
@@ -26,9 +24,8 @@ pub fn summarize(samples: &[f64]) -> Summary {
     s.sort_by(f64::total_cmp);
     let n = s.len();
     let median = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
-    let mean = s.iter().sum::<f64>() / n as f64;
     let hmean = n as f64 / s.iter().map(|v| 1.0 / v).sum::<f64>();
-    Summary { n, min: s[0], median, mean, hmean }
+    Summary { n, min: s[0], median, mean: mean(&s), hmean }
 }
 
 /// The % change of B's mean against A's, with its 95% confidence interval.
@@ -50,33 +47,55 @@ impl std::fmt::Display for Change {
     /// `-54% [-60,-48]`, or `~+2% [-3,+7]` when the interval contains 0.
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let mark = if self.significant() { "" } else { "~" };
-        write!(f, "{mark}{:+.0}% [{:+.0},{:+.0}]", self.pct, self.lo, self.hi)
+        let bound = |v: f64| if v.is_finite() { format!("{v:+.0}") } else { "?".into() };
+        write!(f, "{mark}{:+.0}% [{},{}]", self.pct, bound(self.lo), bound(self.hi))
     }
 }
 
-/// The % change from `a` to `b` (means), with a percentile bootstrap
-/// interval: both sample sets resampled with replacement `RESAMPLES`
-/// times from `seed` (printed by the caller, so a run can be redone).
-pub fn change(a: &[f64], b: &[f64], seed: u64) -> Change {
-    let pct = |a: f64, b: f64| 100.0 * (b - a) / a;
-    let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut resample = |s: &[f64]| (0..s.len()).map(|_| s[rng.gen_range(0..s.len())]).sum::<f64>() / s.len() as f64;
-    let mut boot: Vec<f64> = (0..RESAMPLES).map(|_| pct(resample(a), resample(b))).collect();
-    boot.sort_by(f64::total_cmp);
-    let at = |q: f64| boot[((RESAMPLES - 1) as f64 * q).round() as usize];
-    Change { pct: pct(mean(a), mean(b)), lo: at(0.025), hi: at(0.975) }
+/// The % change from `a`'s mean to `b`'s, with the 95% interval of the
+/// difference of the means by Welch's t (unequal variances), relative to
+/// `a`'s mean. Unbounded when either side has a single sample.
+pub fn change(a: &[f64], b: &[f64]) -> Change {
+    let (ma, mb) = (mean(a), mean(b));
+    let se2 = variance(a) / a.len() as f64 + variance(b) / b.len() as f64;
+    let half = if se2 == 0.0 {
+        0.0
+    } else {
+        // Welch-Satterthwaite degrees of freedom.
+        let part = |s: &[f64]| (variance(s) / s.len() as f64).powi(2) / (s.len() as f64 - 1.0);
+        t95(se2 * se2 / (part(a) + part(b))) * se2.sqrt()
+    };
+    let pct = |d: f64| 100.0 * d / ma;
+    Change { pct: pct(mb - ma), lo: pct(mb - ma - half), hi: pct(mb - ma + half) }
 }
 
-/// The 95% percentile bootstrap interval of the mean of `samples`.
-pub fn mean_interval(samples: &[f64], seed: u64) -> (f64, f64) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let n = samples.len();
-    let mut boot: Vec<f64> =
-        (0..RESAMPLES).map(|_| (0..n).map(|_| samples[rng.gen_range(0..n)]).sum::<f64>() / n as f64).collect();
-    boot.sort_by(f64::total_cmp);
-    let at = |q: f64| boot[((RESAMPLES - 1) as f64 * q).round() as usize];
-    (at(0.025), at(0.975))
+/// The 95% confidence interval of the mean of `samples` (t-based;
+/// unbounded for a single sample).
+pub fn mean_interval(samples: &[f64]) -> (f64, f64) {
+    let n = samples.len() as f64;
+    let half = if n < 2.0 { f64::INFINITY } else { t95(n - 1.0) * (variance(samples) / n).sqrt() };
+    (mean(samples) - half, mean(samples) + half)
+}
+
+fn mean(s: &[f64]) -> f64 {
+    s.iter().sum::<f64>() / s.len() as f64
+}
+
+/// Sample variance; infinite for fewer than two samples.
+fn variance(s: &[f64]) -> f64 {
+    if s.len() < 2 {
+        return f64::INFINITY;
+    }
+    let m = mean(s);
+    s.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (s.len() - 1) as f64
+}
+
+/// The two-sided 95% quantile of Student's t with `df` degrees of freedom.
+fn t95(df: f64) -> f64 {
+    if !df.is_finite() || df <= 0.0 {
+        return f64::INFINITY;
+    }
+    StudentsT::new(0.0, 1.0, df).map_or(f64::INFINITY, |t| t.inverse_cdf(0.975))
 }
 
 #[cfg(test)]
@@ -95,12 +114,21 @@ mod tests {
         let a = [1.00, 1.10, 0.95, 1.05, 0.98, 1.02, 1.07, 0.93];
         let same = [1.03, 0.97, 1.08, 0.96, 1.01, 1.04, 0.94, 1.06];
         let faster: Vec<f64> = a.iter().map(|v| v * 0.6).collect();
-        let c = change(&a, &same, 1);
+        let c = change(&a, &same);
         assert!(!c.significant(), "{c}");
         assert!(c.to_string().starts_with('~'));
-        let (lo, hi) = mean_interval(&a, 1);
+        let (lo, hi) = mean_interval(&a);
         assert!(lo < 1.0125 && 1.0125 < hi && hi - lo < 0.1, "[{lo}, {hi}]");
-        let c = change(&a, &faster, 1);
+        let c = change(&a, &faster);
         assert!(c.significant() && c.hi < -30.0 && (c.pct + 40.0).abs() < 1e-9, "{c}");
+    }
+
+    #[test]
+    fn few_samples_give_wide_intervals() {
+        // t with 1 degree of freedom is 12.7: two close pairs are noise.
+        let c = change(&[1.0, 1.1], &[0.9, 1.0]);
+        assert!(!c.significant(), "{c}");
+        assert!(!change(&[1.0], &[2.0]).significant(), "one sample each proves nothing");
+        assert!((t95(1e6) - 1.96).abs() < 0.01);
     }
 }
