@@ -179,7 +179,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             // lands on all of them; a fresh machine for each sample (built
             // outside the timed part), so that only one holds memory at once.
             let label = |d: &Design| format!("{oname} {bname} {d}");
-            let got = interleaved(&designs, rounds, &bar, label, |d| {
+            let got = interleaved(designs, rounds, &bar, label, |d| {
                 // Room for a copy of everything per child (cow, vm-scalability).
                 let memory = (1 + instances as u64) * size + (256 << 20);
                 let m = Machine::new(Config { memory, mapcount: *d, ..Config::default() })?;
