@@ -1,12 +1,15 @@
 //! `foliomm bench fault`: fault and munmap with 4K pages, 64K mTHP and 2M
 //! THP, model against host kernel, memset as the zeroing baseline.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use foliomm::Config;
+use foliomm::{Config, Machine};
 
-use super::{best, host_best, machine_for, model_best, print_host_notes, print_json, progress, secs, HostArgs};
+use super::harness::{interleaved, metric};
+use super::stats::summarize;
+use super::{machine_for, model_populate, print_host_notes, print_json, progress, secs, HostArgs};
 use crate::host;
 
 #[derive(serde::Serialize)]
@@ -19,39 +22,67 @@ struct FaultRow {
     host_share_of_size: Option<f64>,
 }
 
+/// What one row measures in each round.
+enum Setup {
+    Model(Arc<Machine>),
+    Host,
+    Memset { warm: bool },
+}
+
 pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
-    let runs = a.runs.max(1);
-    let bar = progress(SIZES.len() as u64 * runs as u64 * (1 + !a.no_host as u64) + 2 * runs as u64);
-    let mut rows = Vec::new();
-    let mut note = None;
+    let rounds = a.runs.max(2);
+    let with_host = !a.no_host;
+    let bar = progress((SIZES.len() as u64 * (1 + with_host as u64) + 2) * (rounds as u64 + 1));
+    let (mut rows, mut note) = (Vec::new(), None);
+    // The mean of one metric of every kept sample.
+    let mean = |s: &[[f64; 2]], k| summarize(&metric(s, k)).mean;
     for (name, order) in SIZES {
-        bar.set_message(format!("{name} model"));
-        // One machine for all runs: after the first, model frames are warm
-        // host memory, so the best run measures the model's own work.
-        let m = machine_for(size, Config::default())?;
-        let model = model_best(&m, runs, &bar, size, order, |_, mm, addr, fault| {
-            let t = Instant::now();
-            mm.munmap(addr, size)?;
-            Ok([fault, t.elapsed()])
-        })?;
-        let mut host_row = None;
-        if !a.no_host {
-            bar.set_message(format!("{name} host"));
-            host_row = host_best(runs, &bar, size, order, false, |f, u| [f, u], &mut note);
+        // One machine for all rounds: after the warm-up, model frames are
+        // warm host memory, so the samples measure the model's own work.
+        let mut setups = vec![Setup::Model(machine_for(size, Config::default())?)];
+        if with_host && note.is_none() {
+            setups.push(Setup::Host);
         }
+        let mut share = None;
+        let label = |s: &Setup| format!("{name} {}", if matches!(s, Setup::Host) { "host" } else { "model" });
+        let samples = interleaved(&setups, rounds, &bar, label, |s| match s {
+            Setup::Model(m) => {
+                let (mm, addr, fault) = model_populate(m, &mut m.new_cpu(), size, order)?;
+                let t = Instant::now();
+                mm.munmap(addr, size)?;
+                Ok([secs(fault), secs(t.elapsed())])
+            }
+            _ if note.is_some() => Ok([f64::NAN; 2]),
+            _ => match host::fault_munmap(size as usize, order, false) {
+                Ok((fault, unmap, got)) => {
+                    share = Some(got);
+                    Ok([secs(fault), secs(unmap)])
+                }
+                Err(e) => {
+                    note = Some(format!("host kernel skipped: {e:#}"));
+                    Ok([f64::NAN; 2])
+                }
+            },
+        })?;
+        let host = samples.get(1).filter(|s| s.iter().all(|v| !v[0].is_nan()));
         rows.push(FaultRow {
             folio: name,
-            model_fault_s: secs(model[0]),
-            model_munmap_s: secs(model[1]),
-            host_fault_s: host_row.map(|(h, _)| secs(h[0])),
-            host_munmap_s: host_row.map(|(h, _)| secs(h[1])),
-            host_share_of_size: host_row.map(|(_, s)| s),
+            model_fault_s: mean(&samples[0], 0),
+            model_munmap_s: mean(&samples[0], 1),
+            host_fault_s: host.map(|s| mean(s, 0)),
+            host_munmap_s: host.map(|s| mean(s, 1)),
+            host_share_of_size: host.and(share),
         });
     }
-    bar.set_message("memset");
-    let memset = secs(best(runs, &bar, || Ok([host::memset_fresh(size as usize)?]))?[0]);
-    let memset_warm = secs(best(runs, &bar, || Ok([host::memset_warm(size as usize)?]))?[0]);
+    let memsets = [Setup::Memset { warm: false }, Setup::Memset { warm: true }];
+    let label =
+        |s: &Setup| format!("memset {}", if matches!(s, Setup::Memset { warm: true }) { "warm" } else { "fresh" });
+    let samples = interleaved(&memsets, rounds, &bar, label, |s| match s {
+        Setup::Memset { warm: true } => Ok([secs(host::memset_warm(size as usize)?), 0.0]),
+        _ => Ok([secs(host::memset_fresh(size as usize)?), 0.0]),
+    })?;
+    let (memset, memset_warm) = (mean(&samples[0], 0), mean(&samples[1], 0));
     bar.finish_and_clear();
     if a.json {
         let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": note });
@@ -73,7 +104,11 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
         }
         return Ok(());
     }
-    println!("Fault (one write per page) and munmap of {} MiB, best of {runs} (model on a warm arena):\n", size >> 20);
+    println!(
+        "Fault (one write per page) and munmap of {} MiB, mean of {rounds} interleaved rounds after a warm-up\n\
+         (model on a warm arena):\n",
+        size >> 20
+    );
     println!("Folio | model fault | host fault | model/host | model munmap | host munmap | model/host | model ns/page: fault | munmap");
     println!("------|-------------|------------|------------|--------------|-------------|------------|---------------------|-------");
     let pages = (size / 4096) as f64;

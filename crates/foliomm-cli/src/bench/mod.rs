@@ -30,7 +30,6 @@ use foliomm::folio::thp::ThpMode;
 use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 
-use crate::host;
 pub use compare_runs::{run as compare_runs, CompareRunsArgs};
 use progress::Progress;
 pub use report::{run as report, ReportArgs};
@@ -108,7 +107,8 @@ struct CommonArgs {
     /// Region size (a multiple of 2M, like 256M or 1G).
     #[arg(long, default_value = "1G")]
     size: String,
-    /// Repetitions; the fastest is reported.
+    /// Rounds, each running every configuration once, after a warm-up
+    /// round (at least 2); the tables show means.
     #[arg(long, default_value_t = 3)]
     runs: u32,
     /// Print JSON instead of a table.
@@ -192,24 +192,6 @@ fn progress(steps: u64) -> Progress {
     Progress::new(steps)
 }
 
-/// The fastest of `runs` runs of `f`, by the sum of its durations.
-fn best<const N: usize>(
-    runs: u32,
-    bar: &Progress,
-    mut f: impl FnMut() -> Result<[Duration; N]>,
-) -> Result<[Duration; N]> {
-    let mut best: Option<[Duration; N]> = None;
-    for _ in 0..runs.max(1) {
-        let t = f()?;
-        bar.inc(1);
-        let sum = |d: &[Duration; N]| d.iter().sum::<Duration>();
-        if best.as_ref().is_none_or(|b| sum(&t) < sum(b)) {
-            best = Some(t);
-        }
-    }
-    Ok(best.unwrap())
-}
-
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -249,25 +231,6 @@ fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Res
     Ok((mm, a, fault))
 }
 
-/// The fastest of `runs` runs on `m`, one CPU for all: each populates a new
-/// MM with folios of `order` (see `model_populate`), then `act` works on it,
-/// given the CPU, the MM, the address and the fault time, and returns the
-/// durations the run is judged by.
-fn model_best<const N: usize>(
-    m: &Arc<Machine>,
-    runs: u32,
-    bar: &Progress,
-    size: u64,
-    order: u32,
-    mut act: impl FnMut(&mut Cpu, &Mm, u64, Duration) -> Result<[Duration; N]>,
-) -> Result<[Duration; N]> {
-    let mut cpu = m.new_cpu();
-    best(runs, bar, || {
-        let (mm, addr, fault) = model_populate(m, &mut cpu, size, order)?;
-        act(&mut cpu, &mm, addr, fault)
-    })
-}
-
 /// Splits every PMD mapping of `[a, a+size)` into PTEs by an mprotect round
 /// trip on the first page of each 2 MiB, as the host side does.
 fn model_split_pmds(mm: &Mm, a: u64, size: u64) -> Result<()> {
@@ -276,34 +239,6 @@ fn model_split_pmds(mm: &Mm, a: u64, size: u64) -> Result<()> {
         mm.mprotect(a + off, 4096, Prot::RW)?;
     }
     Ok(())
-}
-
-/// The fastest of `runs` host-kernel runs that fault `size` bytes in with
-/// folios of `order` and unmap them (PTE-mapping the PMDs first with
-/// `split_pmds`), judged by what `pick` keeps of (fault, munmap) time; with
-/// the share of the region the host backed with that order in the last run.
-/// `None` if the host kernel cannot run it, with why in `note`.
-fn host_best<const N: usize>(
-    runs: u32,
-    bar: &Progress,
-    size: u64,
-    order: u32,
-    split_pmds: bool,
-    pick: impl Fn(Duration, Duration) -> [Duration; N],
-    note: &mut Option<String>,
-) -> Option<([Duration; N], f64)> {
-    let mut share = 1.0;
-    match best(runs, bar, || {
-        let (fault, unmap, got) = host::fault_munmap(size as usize, order, split_pmds)?;
-        share = got;
-        Ok(pick(fault, unmap))
-    }) {
-        Ok(t) => Some((t, share)),
-        Err(e) => {
-            *note = Some(format!("host kernel skipped: {e:#}"));
-            None
-        }
-    }
 }
 
 /// Prints each folio size (label, share) the host backed less than the whole

@@ -189,12 +189,12 @@ fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
          per-page with its 95% confidence interval (Welch's t); '~' marks an interval holding 0 (noise).\n",
         size >> 20
     );
-    println!("           |                model                 |      host      |   seed 001 (Xeon 4210R, 1 GiB)");
-    println!("Folio Size | per-page |  batched | Change           | batched/host |    host  | mm-unstable |      New | Change");
-    println!("-----------|----------|----------|------------------|--------------|----------|-------------|----------|-------");
+    println!("           |                model                 |      host      |   seed 001 (Xeon 4210R, 1 GiB)      | model");
+    println!("Folio Size | per-page |  batched | Change           | batched/host |    host  | mm-unstable |      New | Change | - seed");
+    println!("-----------|----------|----------|------------------|--------------|----------|-------------|----------|--------|-------");
     for r in rows {
         println!(
-            "{:>7}KiB | {:.6} | {:.6} | {:<16} | {:>12} | {:>8} | {:>11.6} | {:.6} | {:>+5}%",
+            "{:>7}KiB | {:.6} | {:.6} | {:<16} | {:>12} | {:>8} | {:>11.6} | {:.6} | {:>+5}% | {:>+4.0} pt",
             r.folio_kb,
             r.per_page.mean,
             r.batched.mean,
@@ -203,7 +203,8 @@ fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
             r.host.map_or("-".into(), |h| format!("{:.6}", h.mean)),
             r.seed_before_s,
             r.seed_after_s,
-            r.seed_change_pct
+            r.seed_change_pct,
+            r.change.pct - r.seed_change_pct as f64
         );
     }
 }

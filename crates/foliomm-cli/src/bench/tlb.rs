@@ -1,57 +1,69 @@
 //! `foliomm bench tlb`: what the software TLB costs the model, faulting and
-//! writing a region with and without it.
+//! writing a region with and without it, in interleaved rounds.
 
 use std::time::Instant;
 
 use anyhow::Result;
 use foliomm::Config;
 
-use super::{machine_for, model_best, print_json, progress, secs, CommonArgs};
+use super::harness::{interleaved, metric};
+use super::stats::{change, summarize};
+use super::{machine_for, model_populate, print_json, progress, secs, CommonArgs};
 
 pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
-    let runs = a.runs.max(1);
+    let rounds = a.runs.max(2);
     let configs = [("TLB on (2048 entries)", 2048usize), ("TLB off (walk every access)", 0)];
-    let bar = progress(configs.len() as u64 * runs as u64);
-    let mut rows = Vec::new();
-    for (name, entries) in configs {
-        bar.set_message(name);
-        let m = machine_for(size, Config { tlb_entries: entries, ..Config::default() })?;
-        let t = model_best(&m, runs, &bar, size, 0, |cpu, mm, addr, fault| {
+    let machines = configs
+        .iter()
+        .map(|&(name, entries)| Ok((name, machine_for(size, Config { tlb_entries: entries, ..Config::default() })?)))
+        .collect::<Result<Vec<_>>>()?;
+    let bar = progress(configs.len() as u64 * (rounds as u64 + 1));
+    let samples = interleaved(
+        &machines,
+        rounds,
+        &bar,
+        |(name, _)| name.to_string(),
+        |(_, m)| {
+            let mut cpu = m.new_cpu();
+            let (mm, addr, fault) = model_populate(m, &mut cpu, size, 0)?;
             let t = Instant::now();
-            cpu.fill(mm, addr, size, 0x33)?;
+            cpu.fill(&mm, addr, size, 0x33)?;
             let write = t.elapsed();
             mm.munmap(addr, size)?;
-            Ok([fault, write])
-        })?;
-        rows.push(serde_json::json!({ "config": name, "fault_s": secs(t[0]), "write_all_bytes_s": secs(t[1]) }));
-    }
+            Ok([secs(fault), secs(write)])
+        },
+    )?;
     bar.finish_and_clear();
+    let [fault, write] = [0, 1].map(|k| samples.iter().map(|s| metric(s, k)).collect::<Vec<_>>());
+    let rows: Vec<_> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            serde_json::json!({ "config": name, "fault_s": summarize(&fault[i]), "write_all_bytes_s": summarize(&write[i]),
+                "fault_samples_s": fault[i], "write_samples_s": write[i] })
+        })
+        .collect();
+    let (fault_change, write_change) = (change(&fault[1], &fault[0]), change(&write[1], &write[0]));
     if a.json {
-        return print_json(&rows);
+        return print_json(&serde_json::json!({ "rounds": rounds, "rows": rows,
+            "on_against_off": { "fault": fault_change, "write": write_change } }));
     }
     if a.csv {
-        println!("config,fault_s,write_all_bytes_s");
-        for r in &rows {
-            println!("{},{},{}", r["config"].as_str().unwrap(), r["fault_s"], r["write_all_bytes_s"]);
+        println!("config,fault_mean_s,write_all_bytes_mean_s");
+        for (i, (name, _)) in configs.iter().enumerate() {
+            println!("{name},{:.6},{:.6}", summarize(&fault[i]).mean, summarize(&write[i]).mean);
         }
         return Ok(());
     }
     println!(
-        "Faulting {} MiB with 4K pages (one write per page), then writing every byte, best of {runs}:\n",
+        "Faulting {} MiB with 4K pages (one write per page), then writing every byte; mean of {rounds} interleaved rounds:\n",
         size >> 20
     );
     println!("{:<28} | fault     | write all bytes", "configuration");
     println!("{:-<28}-|-----------|----------------", "");
-    for r in &rows {
-        println!(
-            "{:<28} | {:>8.4}s | {:>13.4}s",
-            r["config"].as_str().unwrap(),
-            r["fault_s"].as_f64().unwrap(),
-            r["write_all_bytes_s"].as_f64().unwrap()
-        );
+    for (i, (name, _)) in configs.iter().enumerate() {
+        println!("{name:<28} | {:>8.4}s | {:>13.4}s", summarize(&fault[i]).mean, summarize(&write[i]).mean);
     }
-    let (on, off) = (&rows[0], &rows[1]);
-    let ratio = |k: &str| on[k].as_f64().unwrap() / off[k].as_f64().unwrap();
-    println!("\nTLB on / off: fault {:.2}x, write {:.2}x", ratio("fault_s"), ratio("write_all_bytes_s"));
+    println!("\nTLB on against off (95% interval, '~' = noise): fault {fault_change}, write {write_change}");
     Ok(())
 }
