@@ -2,7 +2,8 @@
 //! the manner of mmtests' compare-kernels: for each table, row and series
 //! found in the first run, each run's mean (harmonic mean for rates) and
 //! its gain against the first run, marked `*` where the 95% interval of
-//! the change (Welch's t) excludes 0 and `~` where it does not.
+//! the change (Welch's t, 95% for the table's comparisons together)
+//! excludes 0 and `~` where it does not.
 
 use std::path::PathBuf;
 
@@ -39,8 +40,10 @@ pub fn run(a: &CompareRunsArgs) -> Result<()> {
 
 fn print_table(table: &Table, runs: &[SavedRun]) {
     let stat = if table.higher_is_better { "Hmean" } else { "Amean" };
+    // Every cell against the first run is one comparison of the family.
+    let family = table.rows.iter().map(|r| r.series.len()).sum::<usize>() * (runs.len() - 1);
     let better = if table.higher_is_better { "higher" } else { "lower" };
-    println!("\n{} ({}, {better} is better); gain against [0], '*' significant, '~' noise", table.name, table.unit);
+    println!("\n{} ({}, {better} is better); gain against [0], '*' significant, '~' noise (95% for the table's changes together)", table.name, table.unit);
     let head: String = (0..runs.len()).map(|i| format!("{:>22}", format!("[{i}]"))).collect();
     println!("{:<6} {:<24}{head}", "", "");
     for row in &table.rows {
@@ -62,7 +65,7 @@ fn print_table(table: &Table, runs: &[SavedRun]) {
                     line += &format!("{value:>12.6} ({:>7}) ", "base");
                     continue;
                 }
-                let c = change(&series.samples, &samples);
+                let c = change(&series.samples, &samples, family);
                 let gain = if table.higher_is_better { c.pct } else { -c.pct };
                 let mark = if c.significant() { '*' } else { '~' };
                 line += &format!("{value:>12.6} ({gain:>+6.2}%){mark}");

@@ -198,7 +198,14 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         let t = metric(&samples[oi][bi][di], 0);
         (!t.iter().any(|v| v.is_nan())).then_some(t)
     };
-    let change_of = |oi: usize, di: usize, bi: usize| Some(change(&times(oi, bi, base)?, &times(oi, bi, di)?));
+    // The comparisons of a micro-benchmark table (each design but the
+    // baseline, each benchmark) and of the vm-scalability table form a
+    // family each.
+    let micro_family = (designs.len() - 1) * SEED_000_MICRO;
+    let vm_family = (designs.len() - 1) * orders.len() * (columns - SEED_000_MICRO);
+    let family = |bi: usize| if bi < SEED_000_MICRO { micro_family } else { vm_family };
+    let change_of =
+        |oi: usize, di: usize, bi: usize| Some(change(&times(oi, bi, base)?, &times(oi, bi, di)?, family(bi)));
     // The deterministic costs: of the last round.
     let costs_of = |oi: usize, di: usize, bi: usize| {
         samples[oi][bi][di].last().map(|s| Measured {
@@ -267,7 +274,8 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     );
     println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
     println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster;");
-    println!("'~' where the 95% confidence interval (Welch's t) holds 0: noise.\n");
+    println!("'~' where the change's interval holds 0 (noise): Welch's t, 95% for the {micro_family} changes of a");
+    println!("table together (Bonferroni).\n");
     for (oi, (_, oname)) in orders.iter().enumerate() {
         println!("{oname}:");
         header("design");
@@ -316,7 +324,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     }
     // vm-scalability: the seed reports throughput, so positive is good.
     let rates = |oi, bi, di| times(oi, bi, di).map(|t| t.iter().map(|v| 1.0 / v).collect::<Vec<f64>>());
-    let gain = |oi: usize, di: usize, bi: usize| Some(change(&rates(oi, bi, base)?, &rates(oi, bi, di)?));
+    let gain = |oi: usize, di: usize, bi: usize| Some(change(&rates(oi, bi, base)?, &rates(oi, bi, di)?, vm_family));
     println!(
         "vm-scalability anon-cow-seq / anon-cow-rand, {} COWing the same {} MiB at once:",
         if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },

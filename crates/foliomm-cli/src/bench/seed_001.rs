@@ -114,7 +114,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
             folio_kb: kb,
             per_page: summarize(&per_page_samples),
             batched: summarize(&batched_samples),
-            change: change(&per_page_samples, &batched_samples),
+            change: change(&per_page_samples, &batched_samples, SEED_001.len()),
             host: (!host_samples.is_empty()).then(|| summarize(&host_samples)),
             host_share_of_size: share,
             per_page_samples,
@@ -186,7 +186,7 @@ fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
     println!(
         "munmap() of a {} MiB VMA backed by PTE-mapped folios of one size, model design {design} (the seed ran a\n\
          6.8-era kernel); mean of {rounds} interleaved rounds after a warm-up, in seconds. Change: batched against\n\
-         per-page with its 95% confidence interval (Welch's t); '~' marks an interval holding 0 (noise).\n",
+         per-page with its interval (Welch's t, 95% for the 9 rows together); '~' marks one holding 0 (noise).\n",
         size >> 20
     );
     println!("           |                model                 |      host      |   seed 001 (Xeon 4210R, 1 GiB)      | model");

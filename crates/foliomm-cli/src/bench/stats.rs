@@ -1,8 +1,10 @@
 //! Statistics over a benchmark's samples: a summary per configuration, the
 //! 95% confidence interval of a mean, and the % change between two
-//! configurations with its 95% interval (Welch's t), so that a change
-//! inside the noise is shown as such. With few samples the t quantiles are
-//! wide: a handful of rounds on a noisy machine rarely passes as an effect.
+//! configurations with its interval (Welch's t), so that a change inside
+//! the noise is shown as such. A table makes many comparisons at once, so
+//! each change's interval is a 95% one for the whole family of the
+//! table's comparisons (Bonferroni): noise in one cell of fifty does not
+//! pass as an effect. With few samples the t quantiles are wide too.
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
@@ -52,10 +54,11 @@ impl std::fmt::Display for Change {
     }
 }
 
-/// The % change from `a`'s mean to `b`'s, with the 95% interval of the
+/// The % change from `a`'s mean to `b`'s, with the interval of the
 /// difference of the means by Welch's t (unequal variances), relative to
-/// `a`'s mean. Unbounded when either side has a single sample.
-pub fn change(a: &[f64], b: &[f64]) -> Change {
+/// `a`'s mean, at the 95% level for a family of `family` such comparisons
+/// (each at 1 - 5%/family). Unbounded when either side has a single sample.
+pub fn change(a: &[f64], b: &[f64], family: usize) -> Change {
     let (ma, mb) = (mean(a), mean(b));
     let se2 = variance(a) / a.len() as f64 + variance(b) / b.len() as f64;
     let half = if se2 == 0.0 {
@@ -63,7 +66,7 @@ pub fn change(a: &[f64], b: &[f64]) -> Change {
     } else {
         // Welch-Satterthwaite degrees of freedom.
         let part = |s: &[f64]| (variance(s) / s.len() as f64).powi(2) / (s.len() as f64 - 1.0);
-        t95(se2 * se2 / (part(a) + part(b))) * se2.sqrt()
+        t_quantile(se2 * se2 / (part(a) + part(b)), 1.0 - 0.025 / family.max(1) as f64) * se2.sqrt()
     };
     let pct = |d: f64| 100.0 * d / ma;
     Change { pct: pct(mb - ma), lo: pct(mb - ma - half), hi: pct(mb - ma + half) }
@@ -73,7 +76,7 @@ pub fn change(a: &[f64], b: &[f64]) -> Change {
 /// unbounded for a single sample).
 pub fn mean_interval(samples: &[f64]) -> (f64, f64) {
     let n = samples.len() as f64;
-    let half = if n < 2.0 { f64::INFINITY } else { t95(n - 1.0) * (variance(samples) / n).sqrt() };
+    let half = if n < 2.0 { f64::INFINITY } else { t_quantile(n - 1.0, 0.975) * (variance(samples) / n).sqrt() };
     (mean(samples) - half, mean(samples) + half)
 }
 
@@ -90,12 +93,12 @@ fn variance(s: &[f64]) -> f64 {
     s.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (s.len() - 1) as f64
 }
 
-/// The two-sided 95% quantile of Student's t with `df` degrees of freedom.
-fn t95(df: f64) -> f64 {
+/// The quantile `p` of Student's t with `df` degrees of freedom.
+fn t_quantile(df: f64, p: f64) -> f64 {
     if !df.is_finite() || df <= 0.0 {
         return f64::INFINITY;
     }
-    StudentsT::new(0.0, 1.0, df).map_or(f64::INFINITY, |t| t.inverse_cdf(0.975))
+    StudentsT::new(0.0, 1.0, df).map_or(f64::INFINITY, |t| t.inverse_cdf(p))
 }
 
 #[cfg(test)]
@@ -114,21 +117,30 @@ mod tests {
         let a = [1.00, 1.10, 0.95, 1.05, 0.98, 1.02, 1.07, 0.93];
         let same = [1.03, 0.97, 1.08, 0.96, 1.01, 1.04, 0.94, 1.06];
         let faster: Vec<f64> = a.iter().map(|v| v * 0.6).collect();
-        let c = change(&a, &same);
+        let c = change(&a, &same, 1);
         assert!(!c.significant(), "{c}");
         assert!(c.to_string().starts_with('~'));
         let (lo, hi) = mean_interval(&a);
         assert!(lo < 1.0125 && 1.0125 < hi && hi - lo < 0.1, "[{lo}, {hi}]");
-        let c = change(&a, &faster);
+        let c = change(&a, &faster, 1);
         assert!(c.significant() && c.hi < -30.0 && (c.pct + 40.0).abs() < 1e-9, "{c}");
     }
 
     #[test]
     fn few_samples_give_wide_intervals() {
         // t with 1 degree of freedom is 12.7: two close pairs are noise.
-        let c = change(&[1.0, 1.1], &[0.9, 1.0]);
+        let c = change(&[1.0, 1.1], &[0.9, 1.0], 1);
         assert!(!c.significant(), "{c}");
-        assert!(!change(&[1.0], &[2.0]).significant(), "one sample each proves nothing");
-        assert!((t95(1e6) - 1.96).abs() < 0.01);
+        assert!(!change(&[1.0], &[2.0], 1).significant(), "one sample each proves nothing");
+        assert!((t_quantile(1e6, 0.975) - 1.96).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_family_of_comparisons_widens_each_interval() {
+        let a = [1.00, 1.10, 0.95, 1.05, 0.98];
+        let b = [0.90, 0.97, 0.88, 0.95, 0.91];
+        let (one, fifty) = (change(&a, &b, 1), change(&a, &b, 50));
+        assert_eq!(one.pct, fifty.pct);
+        assert!(fifty.lo < one.lo && fifty.hi > one.hi, "{one} {fifty}");
     }
 }

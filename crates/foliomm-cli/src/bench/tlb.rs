@@ -43,7 +43,7 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
                 "fault_samples_s": fault[i], "write_samples_s": write[i] })
         })
         .collect();
-    let (fault_change, write_change) = (change(&fault[1], &fault[0]), change(&write[1], &write[0]));
+    let (fault_change, write_change) = (change(&fault[1], &fault[0], 2), change(&write[1], &write[0], 2));
     if a.json {
         return print_json(&serde_json::json!({ "rounds": rounds, "rows": rows,
             "on_against_off": { "fault": fault_change, "write": write_change } }));
@@ -64,6 +64,6 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     for (i, (name, _)) in configs.iter().enumerate() {
         println!("{name:<28} | {:>8.4}s | {:>13.4}s", summarize(&fault[i]).mean, summarize(&write[i]).mean);
     }
-    println!("\nTLB on against off (95% interval, '~' = noise): fault {fault_change}, write {write_change}");
+    println!("\nTLB on against off (interval 95% for both together, '~' = noise): fault {fault_change}, write {write_change}");
     Ok(())
 }
