@@ -6,6 +6,9 @@ fn main() {
     if let Some(commit) = out.ok().filter(|o| o.status.success()).and_then(|o| String::from_utf8(o.stdout).ok()) {
         println!("cargo:rustc-env=FOLIOMM_COMMIT={}", commit.trim());
     }
-    println!("cargo:rerun-if-changed=../../.git/HEAD");
-    println!("cargo:rerun-if-changed=../../.git/index");
+    // HEAD names the branch; its log moves with every commit and checkout,
+    // the index with every staged change.
+    for path in ["HEAD", "logs/HEAD", "index"] {
+        println!("cargo:rerun-if-changed=../../.git/{path}");
+    }
 }
