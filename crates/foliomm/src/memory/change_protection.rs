@@ -26,13 +26,14 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
             changed = true;
             continue;
         }
-        if let Some(pud) = huge_pud(phys, mm.pgd, addr) {
-            changed |= super::huge_memory::change_huge_pmd(k, pud, vma);
-            addr = pud_addr_end(addr, end);
-            continue;
-        }
         let next = pmd_addr_end(addr, end);
         let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else {
+            // No PMD table: nothing there, or a 1 GiB hugetlb page.
+            if let Some(pud) = huge_pud(phys, mm.pgd, addr) {
+                changed |= super::huge_memory::change_huge_pmd(k, pud, vma);
+                addr = pud_addr_end(addr, end);
+                continue;
+            }
             addr = next;
             continue;
         };

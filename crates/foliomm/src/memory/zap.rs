@@ -38,13 +38,12 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             addr = pud_addr_end(addr, end);
             continue;
         }
-        // A 1 GiB hugetlb page: its VMA's ranges are whole pages.
-        if let Some(pud) = huge_pud(&k.phys, mm.pgd, addr) {
-            super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1));
-            addr = pud_addr_end(addr, end);
-            continue;
-        }
         let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
+            // No PMD table: nothing, or a 1 GiB hugetlb page (its VMA's
+            // ranges are whole pages).
+            if let Some(pud) = huge_pud(&k.phys, mm.pgd, addr) {
+                super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1));
+            }
             addr = pud_addr_end(addr, end);
             continue;
         };

@@ -152,10 +152,10 @@ impl LeafSlot {
 /// MMU's walk): a huge PUD or PMD, or the PTE slot under a table (which
 /// may be none). `None` when a level above has no table.
 pub fn leaf_slot(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<LeafSlot> {
-    if let Some(pud) = huge_pud(phys, pgd, addr) {
+    let Some(pmd) = walk_pmd(phys, pgd, addr) else {
+        let pud = huge_pud(phys, pgd, addr)?;
         return Some(LeafSlot { table: pud.table, idx: pud.idx, pages: 1 << (PUD_SHIFT - PAGE_SHIFT) });
-    }
-    let pmd = walk_pmd(phys, pgd, addr)?;
+    };
     let e = pmd.load(phys);
     if e.huge() {
         Some(LeafSlot { table: pmd.table, idx: pmd.idx, pages: 1 << (PMD_SHIFT - PAGE_SHIFT) })
