@@ -123,8 +123,9 @@ struct CommonArgs {
 /// rounds, the host kernel among them.
 #[derive(clap::Args)]
 struct RoundArgs {
-    /// Rounds, each running every configuration once.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds, each running every configuration once, after a warm-up
+    /// round (at least 2); the tables show means.
+    #[arg(long, default_value_t = 5)]
     runs: u32,
     /// Skip the host kernel.
     #[arg(long)]
@@ -132,6 +133,10 @@ struct RoundArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Save every sample, the machine and the settings as NAME.json (for
+    /// `foliomm compare-runs` and `foliomm report`).
+    #[arg(long, value_name = "NAME")]
+    save: Option<std::path::PathBuf>,
 }
 
 /// The options of a benchmark that measures the host kernel beside the model.

@@ -28,6 +28,7 @@ use foliomm::{Config, Machine, MmapFlags, Prot};
 
 use super::page_fault::{fork_worker, pipe, run_threads};
 use super::published::SEED_002;
+use super::saved::{Row, SavedRun, Series, Table};
 use super::{print_json, progress, region_size};
 
 /// The 2 MiB huge pages the benchmark uses.
@@ -103,10 +104,17 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
             figs.push(Figures { runner, programs: programs.clone(), rates, transfers: Vec::new() });
         }
     }
-    let bar = progress(a.rounds.runs as u64 * figs.len() as u64);
+    let rounds = a.rounds.runs.max(2);
+    let bar = progress((rounds as u64 + 1) * figs.len() as u64);
     let mut host_note = None;
-    for _ in 0..a.rounds.runs {
+    // A warm-up round first, not kept.
+    for round in 0..=rounds {
         for f in figs.iter_mut() {
+            bar.set_message(format!(
+                "{} {} instances, round {round}/{rounds}",
+                runner_name(f.runner),
+                f.programs.len()
+            ));
             let (rates, transfers) = match f.runner {
                 Runner::Model(d) => model(d, &f.programs, size, a)?,
                 Runner::Host if host_note.is_some() => (Vec::new(), Transfers::default()),
@@ -115,6 +123,10 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
                     (Vec::new(), Transfers::default())
                 }),
             };
+            if round == 0 {
+                bar.inc(1);
+                continue;
+            }
             for (p, r) in rates {
                 f.rates.iter_mut().find(|(q, _)| *q == p).unwrap().1.push(r);
             }
@@ -124,6 +136,11 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
+    if let Some(name) = &a.rounds.save {
+        let settings = serde_json::json!({ "size": size, "rounds": rounds, "instances": a.instances });
+        let path = saved(&figs, settings).save(name)?;
+        eprintln!("saved {}", path.display());
+    }
     if a.rounds.json {
         return print_json(&figs);
     }
@@ -285,16 +302,47 @@ fn host_loop(fd: i32, program: Program, size: u64, touched: u64) -> bool {
 
 /// The seed's tables for each runner, then the combined numbers beside the
 /// seed's, then the model's transfers per operation in the combined run.
+/// `model, DESIGN` or `host kernel`.
+fn runner_name(r: Runner) -> String {
+    match r {
+        Runner::Model(d) => format!("model, {}", d.name()),
+        Runner::Host => "host kernel".to_string(),
+    }
+}
+
+/// The run as a saved run: one table of rates (every instance's, every
+/// round), a row per program and instance count, a series per design and
+/// the host.
+fn saved(figs: &[Figures], settings: serde_json::Value) -> SavedRun {
+    let mut rows: Vec<Row> = Vec::new();
+    for f in figs {
+        let mixed = f.programs.iter().any(|&p| p != f.programs[0]);
+        for (p, samples) in f.rates.iter().filter(|(_, r)| !r.is_empty()) {
+            let what = if *p == Program::Fork { "forks/s" } else { "faults/s" };
+            let label = format!("{}{} x{}", if mixed { "combined: " } else { "" }, what, f.programs.len());
+            let series = Series { name: runner_name(f.runner), samples: samples.clone() };
+            match rows.iter_mut().find(|r| r.label == label) {
+                Some(r) => r.series.push(series),
+                None => rows.push(Row { label, series: vec![series], published: Vec::new() }),
+            }
+        }
+    }
+    let table = Table {
+        name: "hugetlb fault and fork rates per instance".into(),
+        unit: "ops/s".into(),
+        higher_is_better: true,
+        rows,
+    };
+    SavedRun::new("seed-002", settings, vec![table])
+}
+
 fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<String>) {
     let stats = |v: &[f64]| {
         let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
         let min = v.iter().copied().fold(f64::INFINITY, f64::min);
         (min, v.iter().copied().fold(0.0, f64::max), avg)
     };
-    let name = |r: Runner| match r {
-        Runner::Model(d) => format!("model, {}", d.name()),
-        Runner::Host => "host kernel".to_string(),
-    };
+    let name = runner_name;
     println!("\nSeed 002: shared hugetlb area of {} MiB, instances as processes\n", size >> 20);
     let mut current = None;
     for f in figs.iter().filter(|f| f.rates.iter().any(|(_, r)| !r.is_empty())) {

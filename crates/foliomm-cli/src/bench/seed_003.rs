@@ -20,6 +20,9 @@ use foliomm::mm::Advice;
 use foliomm::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
+use super::harness::{interleaved, metric};
+use super::saved::{Row, SavedRun, Series, Table};
+use super::stats::{change, summarize, Change};
 use super::{print_json, progress, region_size};
 
 #[derive(clap::Args)]
@@ -54,8 +57,8 @@ enum Case {
     AfterPte,
 }
 
-/// One configuration's best round: seconds per munmap(mmap()) pair, and
-/// (model) the rmap cost per pair.
+/// What one configuration's sample measured: seconds per munmap(mmap())
+/// pair, and (model) the rmap cost per pair.
 #[derive(Clone, Copy, Default, serde::Serialize)]
 struct Figure {
     seconds: f64,
@@ -64,59 +67,120 @@ struct Figure {
     locks: f64,
 }
 
+/// What a case measures in each round.
+enum Setup {
+    Model(Design, Arc<Machine>),
+    Host,
+}
+
+/// One case's results: every sample per design (then the host's), the
+/// mean time, the deterministic costs, and each design's change against
+/// `subpage` (6.1, the seed's "before").
+#[derive(serde::Serialize)]
+struct CaseRow {
+    case: &'static str,
+    samples_s: Vec<Vec<f64>>,
+    mean_s: Vec<Option<f64>>,
+    costs: Vec<Figure>,
+    change_against_subpage: Vec<Option<Change>>,
+}
+
 pub(super) fn run(a: &Seed003Args) -> Result<()> {
     let size = region_size(&a.size)?;
     let iterations = a.iterations.max(1);
-    let machines: Vec<Arc<Machine>> = DESIGNS
+    let rounds = a.rounds.runs.max(2);
+    let mut setups = DESIGNS
         .iter()
-        .map(|&d| Machine::new(Config { memory: size + (256 << 20), mapcount: d, ..Config::default() }))
-        .collect::<Result<_, _>>()?;
-    let host_cols = if a.rounds.no_host { 0 } else { 1 };
-    let bar = progress((a.rounds.runs.max(1) as usize * CASES.len() * (DESIGNS.len() + host_cols)) as u64);
-    let mut model = vec![[None::<Figure>; DESIGNS.len()]; CASES.len()];
-    let mut host: Vec<Option<f64>> = vec![None; CASES.len()];
-    let mut host_note = None;
-    for round in 0..a.rounds.runs.max(1) {
-        for (c, &(name, case, ..)) in CASES.iter().enumerate() {
-            for (d, m) in machines.iter().enumerate() {
-                bar.set_message(format!("round {} {name} {}", round + 1, DESIGNS[d].name()));
-                let fig = model_case(m, case, size, iterations)?;
-                let best = &mut model[c][d];
-                if best.is_none_or(|b| fig.seconds < b.seconds) {
-                    *best = Some(fig);
-                }
-                bar.inc(1);
-            }
-            if !a.rounds.no_host && host_note.is_none() {
-                bar.set_message(format!("round {} {name} host", round + 1));
-                match host_case(case, size as usize, iterations) {
-                    Ok(s) => host[c] = Some(host[c].map_or(s, |b| b.min(s))),
-                    Err(e) => host_note = Some(format!("host kernel skipped: {e:#}")),
-                }
-                bar.inc(1);
-            }
-        }
+        .map(|&d| {
+            Ok(Setup::Model(d, Machine::new(Config { memory: size + (256 << 20), mapcount: d, ..Config::default() })?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !a.rounds.no_host {
+        setups.push(Setup::Host);
     }
-    bar.finish_and_clear();
-    if a.rounds.json {
-        let rows: Vec<_> = CASES
+    let bar = progress((CASES.len() * setups.len()) as u64 * (rounds as u64 + 1));
+    let mut host_note = None;
+    // Each design against subpage, in every case: one family.
+    let family = CASES.len() * (DESIGNS.len() - 1);
+    let mut rows = Vec::new();
+    for &(name, case, ..) in &CASES {
+        let label = |s: &Setup| match s {
+            Setup::Model(d, _) => format!("{name} {d}"),
+            Setup::Host => format!("{name} host"),
+        };
+        let samples = interleaved(&setups, rounds, &bar, label, |s| match s {
+            Setup::Model(_, m) => {
+                let f = model_case(m, case, size, iterations)?;
+                Ok([f.seconds, f.rmw, f.lines, f.locks])
+            }
+            Setup::Host if host_note.is_some() => Ok([f64::NAN; 4]),
+            Setup::Host => match host_case(case, size as usize, iterations) {
+                Ok(seconds) => Ok([seconds, 0.0, 0.0, 0.0]),
+                Err(e) => {
+                    host_note = Some(format!("host kernel skipped: {e:#}"));
+                    Ok([f64::NAN; 4])
+                }
+            },
+        })?;
+        let times: Vec<Vec<f64>> = samples.iter().map(|s| metric(s, 0)).collect();
+        let kept = |t: &Vec<f64>| !t.is_empty() && t.iter().all(|v| !v.is_nan());
+        let costs = samples[..DESIGNS.len()]
             .iter()
-            .enumerate()
-            .map(|(c, (name, case, before, after))| {
-                let designs: Vec<_> =
-                    DESIGNS.iter().enumerate().map(|(d, des)| serde_json::json!({ "design": des.name(), "model": model[c][d] })).collect();
-                serde_json::json!({ "case": name, "kind": case, "designs": designs, "host_s": host[c], "seed_before_s": before, "seed_after_s": after })
+            .map(|s| {
+                s.last().map_or(Figure::default(), |l| Figure { seconds: l[0], rmw: l[1], lines: l[2], locks: l[3] })
             })
             .collect();
-        return print_json(
-            &serde_json::json!({ "size": size, "iterations": iterations, "rows": rows, "note": host_note }),
-        );
+        rows.push(CaseRow {
+            case: name,
+            mean_s: times.iter().map(|t| kept(t).then(|| summarize(t).mean)).collect(),
+            costs,
+            change_against_subpage: (0..DESIGNS.len())
+                .map(|d| (d > 0).then(|| change(&times[0], &times[d], family)))
+                .collect(),
+            samples_s: times,
+        });
     }
-    print_table(&model, &host, size, iterations, a.rounds.runs.max(1));
+    bar.finish_and_clear();
+    let settings = serde_json::json!({ "size": size, "iterations": iterations, "rounds": rounds });
+    if let Some(name) = &a.rounds.save {
+        let path = saved(&rows, size, settings.clone()).save(name)?;
+        eprintln!("saved {}", path.display());
+    }
+    if a.rounds.json {
+        return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": host_note }));
+    }
+    print_table(&rows, size, iterations, rounds, family);
     if let Some(n) = host_note {
         println!("\n{n}");
     }
     Ok(())
+}
+
+/// The run as a saved run: a row per case, a series per design and the
+/// host, the seed's times per pair scaled to this size.
+fn saved(rows: &[CaseRow], size: u64, settings: serde_json::Value) -> SavedRun {
+    let names = DESIGNS.iter().map(|d| d.name()).chain(["host"]);
+    let per_pair = |s: f64| s / 100.0 * size as f64 / (2u64 << 30) as f64;
+    let rows = rows
+        .iter()
+        .zip(&CASES)
+        .map(|(r, (_, _, before, after))| Row {
+            label: r.case.into(),
+            series: names
+                .clone()
+                .zip(&r.samples_s)
+                .filter(|(_, s)| s.iter().all(|v| !v.is_nan()))
+                .map(|(n, s)| Series { name: n.into(), samples: s.clone() })
+                .collect(),
+            published: [("before (scaled)", Some(*before)), ("after (scaled)", *after)]
+                .into_iter()
+                .filter_map(|(n, v)| Some((n.to_string(), per_pair(v?))))
+                .collect(),
+        })
+        .collect();
+    let table =
+        Table { name: "munmap(mmap()) of a shmem file".into(), unit: "s".into(), higher_is_better: false, rows };
+    SavedRun::new("seed-003", settings, vec![table])
 }
 
 /// Sets the machine's shmem policy for `case`, maps what the case keeps
@@ -234,11 +298,13 @@ fn host_pairs(case: Case, size: usize, iterations: u32) -> Result<f64> {
     Ok(seconds)
 }
 
-fn print_table(model: &[[Option<Figure>; 4]], host: &[Option<f64>], size: u64, iterations: u32, runs: u32) {
+fn print_table(rows: &[CaseRow], size: u64, iterations: u32, rounds: u32, family: usize) {
     let scale = 100.0 * (2u64 << 30) as f64 / size as f64;
-    let ms = |s: f64| format!("{:.3}", s * 1e3);
+    let ms = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.3}", s * 1e3));
     println!(
-        "\nSeed 003: munmap(mmap({} MiB, MAP_SHARED|MAP_POPULATE, memfd)), ms per pair, best of {runs} rounds of {iterations} pairs\n",
+        "\nSeed 003: munmap(mmap({} MiB, MAP_SHARED|MAP_POPULATE, memfd)), ms per pair, mean of {rounds} interleaved\n\
+         rounds of {iterations} pairs; each design's change against subpage (6.1), '~' where its interval (Welch's t,\n\
+         95% for the {family} changes together) holds 0\n",
         size >> 20
     );
     let mut head = format!("{:<32}", "case");
@@ -246,13 +312,18 @@ fn print_table(model: &[[Option<Figure>; 4]], host: &[Option<f64>], size: u64, i
         head += &format!(" | {:>15}", d.name());
     }
     println!("{head} | {:>8} | seed (100 x 2G, before -> after)", "host");
-    for (c, (name, _, before, after)) in CASES.iter().enumerate() {
+    for (r, (name, _, before, after)) in rows.iter().zip(&CASES) {
         let mut line = format!("{name:<32}");
-        for fig in &model[c] {
-            line += &format!(" | {:>15}", fig.map_or("-".into(), |f| ms(f.seconds)));
+        for (d, mean) in r.mean_s[..DESIGNS.len()].iter().enumerate() {
+            let change = match r.change_against_subpage[d] {
+                Some(c) if c.significant() => format!(" {:+.0}%", c.pct),
+                Some(c) => format!(" ~{:+.0}%", c.pct),
+                None => String::new(),
+            };
+            line += &format!(" | {:>15}", ms(*mean) + &change);
         }
         let seed = after.map_or(format!("{before} s"), |a| format!("{before} s -> {a} s"));
-        println!("{line} | {:>8} | {seed}", host[c].map_or("-".into(), ms));
+        println!("{line} | {:>8} | {seed}", ms(r.mean_s.get(DESIGNS.len()).copied().flatten()));
     }
     println!(
         "\nThe seed's times are for 100 pairs of 2 GiB, the first filling the file; one pair here is {scale:.0}x less work."
@@ -261,11 +332,10 @@ fn print_table(model: &[[Option<Figure>; 4]], host: &[Option<f64>], size: u64, i
         "\nrmap cost per pair, as each design's kernel code pays it (atomic RMWs / memmap cache lines / locks):\n"
     );
     println!("{head}");
-    for (c, (name, ..)) in CASES.iter().enumerate() {
-        let mut line = format!("{name:<32}");
-        for fig in &model[c] {
-            let cell = fig.map_or("-".into(), |f| format!("{:.0}/{:.0}/{:.0}", f.rmw, f.lines, f.locks));
-            line += &format!(" | {cell:>15}");
+    for r in rows {
+        let mut line = format!("{:<32}", r.case);
+        for f in &r.costs {
+            line += &format!(" | {:>15}", format!("{:.0}/{:.0}/{:.0}", f.rmw, f.lines, f.locks));
         }
         println!("{line}");
     }

@@ -1,6 +1,6 @@
 //! Statistics over a benchmark's samples: a summary per configuration, the
 //! 95% confidence interval of a mean, and the % change between two
-//! configurations with its interval (Welch's t), so that a change inside
+//! configurations with its interval (Welch's t, on logarithms), so that a change inside
 //! the noise is shown as such. A table makes many comparisons at once, so
 //! each change's interval is a 95% one for the whole family of the
 //! table's comparisons (Bonferroni): noise in one cell of fifty does not
@@ -54,22 +54,37 @@ impl std::fmt::Display for Change {
     }
 }
 
-/// The % change from `a`'s mean to `b`'s, with the interval of the
-/// difference of the means by Welch's t (unequal variances), relative to
-/// `a`'s mean, at the 95% level for a family of `family` such comparisons
-/// (each at 1 - 5%/family). Unbounded when either side has a single sample.
+/// The % change from `a` to `b`, with its interval by Welch's t (unequal
+/// variances), at the 95% level for a family of `family` such comparisons
+/// (each at 1 - 5%/family). Times and rates vary by factors, so positive
+/// samples are compared as logarithms: the change is that of the geometric
+/// means, and the interval that of their ratio. Otherwise the arithmetic
+/// means are compared. Unbounded when either side has a single sample.
 pub fn change(a: &[f64], b: &[f64], family: usize) -> Change {
-    let (ma, mb) = (mean(a), mean(b));
+    let p = 1.0 - 0.025 / family.max(1) as f64;
+    if a.iter().chain(b).all(|v| *v > 0.0) {
+        let ln = |s: &[f64]| s.iter().map(|v| v.ln()).collect::<Vec<f64>>();
+        let (d, half) = difference(&ln(a), &ln(b), p);
+        let pct = |x: f64| 100.0 * (x.exp() - 1.0);
+        return Change { pct: pct(d), lo: pct(d - half), hi: pct(d + half) };
+    }
+    let (d, half) = difference(a, b, p);
+    let pct = |x: f64| 100.0 * x / mean(a);
+    Change { pct: pct(d), lo: pct(d - half), hi: pct(d + half) }
+}
+
+/// The difference of the means of `b` and `a` and the half width of its
+/// Welch interval at quantile `p`.
+fn difference(a: &[f64], b: &[f64], p: f64) -> (f64, f64) {
     let se2 = variance(a) / a.len() as f64 + variance(b) / b.len() as f64;
     let half = if se2 == 0.0 {
         0.0
     } else {
         // Welch-Satterthwaite degrees of freedom.
         let part = |s: &[f64]| (variance(s) / s.len() as f64).powi(2) / (s.len() as f64 - 1.0);
-        t_quantile(se2 * se2 / (part(a) + part(b)), 1.0 - 0.025 / family.max(1) as f64) * se2.sqrt()
+        t_quantile(se2 * se2 / (part(a) + part(b)), p) * se2.sqrt()
     };
-    let pct = |d: f64| 100.0 * d / ma;
-    Change { pct: pct(mb - ma), lo: pct(mb - ma - half), hi: pct(mb - ma + half) }
+    (mean(b) - mean(a), half)
 }
 
 /// The 95% confidence interval of the mean of `samples` (t-based;
