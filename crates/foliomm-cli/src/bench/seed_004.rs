@@ -20,6 +20,7 @@ use foliomm::{Config, Machine};
 
 use super::page_fault::{self, Layout, Sample, Test};
 use super::published::SEED_004;
+use super::saved::{Row, SavedRun, Series, Table};
 use super::{print_json, progress, region_size};
 
 #[derive(clap::Args)]
@@ -49,6 +50,11 @@ pub(super) struct Seed004Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Save every sample, the machine and the settings as NAME.json (for
+    /// `foliomm compare-runs` and `foliomm report`, which draws a line
+    /// over thread count per design).
+    #[arg(long, value_name = "NAME")]
+    save: Option<std::path::PathBuf>,
 }
 
 /// Who serves the faults: a model design, or the host kernel.
@@ -156,6 +162,11 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
+    if let Some(name) = &a.save {
+        let settings = serde_json::json!({ "size": size, "loops": a.loops, "rounds": a.runs });
+        let path = saved(&figures, a, &layouts, &backends, settings).save(name)?;
+        eprintln!("saved {}", path.display());
+    }
     if a.json {
         let rows: Vec<_> = figures
             .iter()
@@ -186,6 +197,44 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         println!("\n{n}");
     }
     Ok(())
+}
+
+/// The run as a saved run: per test and layout, a table of faults per
+/// CPU-second and one of faults per second, a row per thread count, a
+/// series per design and the host.
+fn saved(
+    figures: &HashMap<Key, Figures>,
+    a: &Seed004Args,
+    layouts: &[Layout],
+    backends: &[Backend],
+    settings: serde_json::Value,
+) -> SavedRun {
+    let mut tables = Vec::new();
+    for &test in &a.tests {
+        for &layout in layouts {
+            for (what, per_cpu) in [("faults per CPU-second", true), ("faults per second", false)] {
+                let rows = a
+                    .threads
+                    .iter()
+                    .map(|&n| Row {
+                        label: format!("{n} threads"),
+                        series: backends
+                            .iter()
+                            .filter_map(|&b| figures.get(&(test, layout, n, b)).map(|f| (b, f)))
+                            .map(|(b, f)| Series {
+                                name: b.name(),
+                                samples: if per_cpu { f.per_cpu.clone() } else { f.per_sec.clone() },
+                            })
+                            .collect(),
+                        published: Vec::new(),
+                    })
+                    .collect();
+                let name = format!("{test:?}, {layout:?}: {what}");
+                tables.push(Table { name, unit: "faults/s".into(), higher_is_better: true, rows });
+            }
+        }
+    }
+    SavedRun::new("seed-004", settings, tables)
 }
 
 /// Adds one round's samples to `f`.
