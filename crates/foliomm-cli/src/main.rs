@@ -3,6 +3,7 @@
 mod bench;
 mod compare;
 mod host;
+mod trace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -139,6 +140,11 @@ struct RunArgs {
     /// Where to run: the model, or the host kernel (real processes; needs root).
     #[arg(long, default_value = "model", value_parser = ["model", "host"])]
     backend: String,
+    /// Write the run's trace (one file only): after each step, the touched
+    /// pages of every process with the folios' counters, as HTML, or as
+    /// JSON if OUT ends in .json.
+    #[arg(long, value_name = "OUT")]
+    trace: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -191,6 +197,9 @@ fn main() -> ExitCode {
 }
 
 fn run_files(a: RunArgs) -> Result<bool> {
+    if a.trace.is_some() && a.files.len() != 1 {
+        anyhow::bail!("--trace writes the trace of one scenario file; {} were given", a.files.len());
+    }
     let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
     let mut json = Vec::new();
     for file in &a.files {
@@ -208,10 +217,14 @@ fn run_files(a: RunArgs) -> Result<bool> {
             }
         };
         apply_overrides(&mut steps, &a)?;
+        let trace = a.trace.is_some();
         let out = match a.backend.as_str() {
-            "host" => run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions { check: false }),
-            _ => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check }),
+            "host" => run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions { check: false, trace }),
+            _ => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check, trace }),
         };
+        if let Some(path) = &a.trace {
+            trace::write(path, file, &out)?;
+        }
         // A scenario the backend cannot run is skipped, as kselftest's KSFT_SKIP.
         match &out.failure {
             None => passed += 1,
@@ -321,10 +334,11 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             json: false,
             quiet: a.quiet,
             backend: "model".into(),
+            trace: None,
         };
         let host = run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions::default());
         apply_overrides(&mut steps, &overrides)?;
-        let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
+        let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
         if let Some(f) = host.failure.as_ref().filter(|f| f.kind == FailureKind::Unsupported) {
             println!("== {name}\n  skipped on the host: {}", f.message);
             skipped.push(format!("{name}: {}", f.message));

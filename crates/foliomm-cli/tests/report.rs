@@ -1,7 +1,8 @@
 //! Saved benchmark runs end to end: two small `bench seed-001 --save` runs
 //! on the model, `compare-runs` of them, and `report` of them checked in
 //! headless Chromium where it is installed (Debian's `chromium` package):
-//! no console error, every plot drew.
+//! no console error, every plot drew. The same for a scenario's trace
+//! (`run --trace`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,8 +43,32 @@ fn saved_runs_compare_and_report() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Renders `html` in headless Chromium: no console error, and the plot's
-/// lines have points. Skipped, saying so, without Chromium.
+#[test]
+fn a_trace_shows_each_step_and_its_pages() {
+    let dir = std::env::temp_dir().join(format!("foliomm-trace-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/cow/thp--child-writes.fmm");
+    let (html, json) = (dir.join("t.html"), dir.join("t.json"));
+    for out in [&html, &json] {
+        foliomm(&["run", "--trace", out.to_str().unwrap(), scenario.to_str().unwrap()]);
+    }
+    let run: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let steps = run["steps"].as_array().unwrap();
+    // After the fork, the parent and the child map the same THP: each
+    // page's folio mapcount is 2 and it is maybe shared.
+    let fork = steps.iter().find(|s| s["text"].as_str().unwrap().ends_with("fork C")).unwrap();
+    let pages = fork["trace"].as_array().unwrap();
+    assert!(pages.iter().any(|p| p["proc"] == "C") && pages.iter().any(|p| p["proc"] == "P"));
+    assert!(pages.iter().all(|p| p["page"]["folio_mapcount"] == 2 && p["page"]["maybe_shared"] == true), "{pages:?}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<section>").count(), steps.len(), "a section per step");
+    check_in_browser(&html, &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Renders `html` in headless Chromium: no console error, and (a report)
+/// the plot's lines have points, or (a trace) its tables drew. Skipped,
+/// saying so, without Chromium.
 fn check_in_browser(html: &Path, dir: &Path) {
     let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| Path::new(p).exists())
     else {
@@ -62,7 +87,11 @@ fn check_in_browser(html: &Path, dir: &Path) {
     assert!(out.status.success(), "chromium failed: {log}");
     let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
     assert!(console.is_empty(), "console messages: {console:?}");
-    let drawn = dom.matches("<polyline").count() + dom.matches("<path").count();
-    assert!(drawn > 0, "no line drawn in the rendered plot");
-    assert!(!dom.contains("points=\"\""), "an empty line in the plot");
+    if dom.contains("<svg") {
+        let drawn = dom.matches("<polyline").count() + dom.matches("<path").count();
+        assert!(drawn > 0, "no line drawn in the rendered plot");
+        assert!(!dom.contains("points=\"\""), "an empty line in the plot");
+    } else {
+        assert!(dom.contains("<table") && dom.contains("F1"), "no page table drawn in the trace");
+    }
 }

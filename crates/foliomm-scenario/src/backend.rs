@@ -306,6 +306,13 @@ pub trait Backend: Send + Sync {
     /// The first referenced page as it is now: frame, folio order (where
     /// the backend can tell), and the byte at the referenced address.
     fn observe_pin(&self, pin: u64) -> BackendResult<Observation>;
+    /// What the page tables of `t`'s process map at `addr` (with the byte
+    /// there), for a trace: no access through the process's CPU (no TLB
+    /// fill, no accessed bit) and no precision judgement. By default an
+    /// [`Backend::observe`], which the host's kernel interfaces allow.
+    fn peek(&self, t: Thread, addr: u64) -> Option<(PageInfo, u8)> {
+        self.observe(t, addr, 4096).ok().map(|o| (o.page, o.byte))
+    }
     /// Whether an observation through a GUP reference carries `field`.
     fn observes_through_gup(&self, field: &str) -> bool {
         self.observes(field)

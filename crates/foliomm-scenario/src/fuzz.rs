@@ -31,7 +31,7 @@ pub fn check(src: &str) -> Result<(), String> {
     let first =
         Step { line: 0, text: "(fuzz)".into(), proc: None, thread: None, cmd: Cmd::SetMachine(memory), fails: None };
     steps.insert(0, first);
-    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
     let Some(f) = out.failure else { return Ok(()) };
     // Out of memory part way through an access, the reference model cannot
     // know which pages were written (a known limit).

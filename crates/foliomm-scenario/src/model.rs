@@ -11,7 +11,7 @@ use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
 use foliomm::mm::gup::Pin;
-use foliomm::mm::Advice;
+use foliomm::mm::{Advice, PageInfo};
 use foliomm::mm_types::Prot;
 use foliomm::shmem::Inode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
@@ -307,6 +307,13 @@ impl Backend for ModelBackend {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb: mm.pgtables_kb() })
+    }
+
+    fn peek(&self, t: Thread, addr: u64) -> Option<(PageInfo, u8)> {
+        let mm = self.mm_of(t).ok()?;
+        let page = mm.page_peek(addr);
+        let byte = if page.present { self.m().phys.read_byte(page.pfn, (addr % PAGE_SIZE) as usize) } else { 0 };
+        Some((page, byte))
     }
 
     fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {

@@ -5,7 +5,7 @@ use foliomm_scenario::{parse, run, FailureKind, ModelBackend, RunOptions};
 
 fn run_src(src: &str) -> foliomm_scenario::Outcome {
     let steps = parse(src).expect("scenario parses");
-    run(&steps, &mut ModelBackend::new(), RunOptions { check: true })
+    run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() })
 }
 
 #[test]

@@ -13,7 +13,7 @@ fn scenario_dir() -> PathBuf {
 
 fn run_src(src: &str) -> foliomm_scenario::Outcome {
     let steps = parse(src).expect("scenario parses");
-    run(&steps, &mut ModelBackend::new(), RunOptions { check: true })
+    run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() })
 }
 
 /// Every shipped scenario file (scenarios/, cow/, threads/, shmem/, hugetlb/), sorted.
@@ -40,7 +40,7 @@ fn passes_with(f: &PathBuf, setting: &str) {
         "{} has no expect line",
         f.display()
     );
-    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true });
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
     if let Some(fail) = out.failure {
         panic!("{} ({setting}) failed at line {}: {}", f.display(), fail.line - 2, fail.message);
     }
@@ -114,11 +114,11 @@ fn a_reuse_of_a_shared_folio_is_caught_as_wrong_exclusive_and_by_bytes() {
     let src = "set debug reuse-shared\nset thp 64K=always\nP: a = mmap 64K rw align 64K\nP: fill a = 1\nP: fork C\nP: write a = 2\nC: verify a\n";
     let steps = parse(src).unwrap();
     let mut backend = ModelBackend::new();
-    let out = run(&steps, &mut backend, RunOptions { check: true });
+    let out = run(&steps, &mut backend, RunOptions { check: true, ..RunOptions::default() });
     let f = out.failure.expect("a reuse of a shared folio must fail the run");
     assert!(f.message.contains("wrong-exclusive"), "{}", f.message);
     // Without the checker the bytes still catch it: the child sees the write.
-    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: false });
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions::default());
     let f = out.failure.expect("the child's bytes must differ");
     assert!(f.message.contains("data integrity"), "{}", f.message);
 }

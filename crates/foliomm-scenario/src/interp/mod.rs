@@ -12,16 +12,20 @@ mod file_cmd;
 mod parallel;
 mod process;
 mod state;
+mod trace;
 
 use crate::backend::{Backend, Observation, StepError};
 use crate::lang::{Cmd, Step};
 use state::State;
+pub use trace::TracePage;
 
 /// Options of a run.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunOptions {
     /// Run the invariant checker after every step (a `set check` line overrides).
     pub check: bool,
+    /// Record each step's [`TracePage`]s.
+    pub trace: bool,
 }
 
 /// What one step did.
@@ -32,6 +36,9 @@ pub struct StepOutcome {
     pub result: String,
     /// What an `observe` step recorded.
     pub observed: Option<Observation>,
+    /// With [`RunOptions::trace`]: the touched pages after the step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TracePage>,
 }
 
 /// Why a run stopped early.
@@ -166,7 +173,8 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                 let observed = matches!(step.cmd, Cmd::Observe { .. } | Cmd::ObservePin { .. })
                     .then(|| st.obs.last().map(|(_, o)| *o))
                     .flatten();
-                outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed })
+                let trace = if opts.trace { st.trace(step) } else { Vec::new() };
+                outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed, trace })
             }
             Err(Failed { kind, message }) => {
                 failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), kind, message });

@@ -15,6 +15,11 @@ impl Mm {
         self.page_state(addr, true)
     }
 
+    /// [`Mm::page_info`] without counting it as an observation (for traces).
+    pub fn page_peek(&self, addr: u64) -> PageInfo {
+        self.page_state(addr, false)
+    }
+
     fn page_state(&self, addr: u64, judge: bool) -> PageInfo {
         let _vmas = self.mmap_read_lock();
         let k = &*self.kernel;

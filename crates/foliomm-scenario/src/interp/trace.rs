@@ -1,0 +1,64 @@
+//! A run's trace (`foliomm run --trace`): after every step that touches
+//! mappings, what each live process's page tables map there and what the
+//! folios' counters say, page by page (a few pages spread over each
+//! touched range), looked at without side effects ([`Backend::peek`]).
+//!
+//! [`Backend::peek`]: crate::backend::Backend::peek
+
+use foliomm::mm::PageInfo;
+
+use super::state::State;
+use crate::backend::Thread;
+use crate::lang::{Cmd, Place, Step};
+
+/// Pages looked at per touched range, spread from its first to its last.
+const PAGES: u64 = 8;
+
+/// One page of one process after a step.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TracePage {
+    pub proc: String,
+    /// The mapping's name and the page's offset in it.
+    pub map: String,
+    pub offset: u64,
+    pub addr: u64,
+    pub page: PageInfo,
+    /// The byte at the page's first address.
+    pub byte: u8,
+}
+
+impl State<'_> {
+    /// The trace of `step`: for each live process, the pages of what it
+    /// touched (a fork: every mapping), if the backend can look.
+    pub(super) fn trace(&self, step: &Step) -> Vec<TracePage> {
+        let places: Vec<Place> = match &step.cmd {
+            Cmd::Fork(_) => self.maps.keys().map(|m| Place { map: m.clone(), range: None }).collect(),
+            Cmd::Mmap { name, .. } | Cmd::Mremap { name, .. } => vec![Place { map: name.clone(), range: None }],
+            Cmd::Munmap(p) | Cmd::Mprotect(p, _) | Cmd::Madvise(p, _) => vec![p.clone()],
+            Cmd::Write { place, .. }
+            | Cmd::Pattern { place, .. }
+            | Cmd::Read { place, .. }
+            | Cmd::Observe { place, .. }
+            | Cmd::Pin { place, .. } => vec![place.clone()],
+            _ => Vec::new(),
+        };
+        let mut procs: Vec<&String> = self.live.iter().collect();
+        procs.sort();
+        let mut out = Vec::new();
+        for place in &places {
+            let (Ok((start, len)), Some(&(base, _))) = (self.place(place), self.maps.get(&place.map)) else { continue };
+            let pages = len.div_ceil(4096).max(1);
+            let picks = (0..pages.min(PAGES)).map(|i| if pages <= PAGES { i } else { i * (pages - 1) / (PAGES - 1) });
+            for i in picks {
+                let addr = start + i * 4096;
+                for p in &procs {
+                    if let Some((page, byte)) = self.backend.peek(Thread { proc: p, tid: 0 }, addr) {
+                        let (proc, map, offset) = (p.to_string(), place.map.clone(), addr - base);
+                        out.push(TracePage { proc, map, offset, addr, page, byte });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
