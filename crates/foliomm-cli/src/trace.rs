@@ -88,7 +88,8 @@ fn table(h: &mut String, pages: &[TracePage], names: &mut HashMap<u64, usize>) -
 fn cell(h: &mut String, p: &TracePage, names: &mut HashMap<u64, usize>) -> Result<()> {
     let pg = &p.page;
     if pg.zero_page {
-        return Ok(h.push_str("<td class=zero>zero page</td>"));
+        h.push_str("<td class=zero>zero page</td>");
+        return Ok(());
     }
     let head = pg.pfn & !((1u64 << pg.folio_order) - 1);
     let next = names.len() + 1;
