@@ -21,6 +21,7 @@ use foliomm::{Config, Machine};
 use super::page_fault::{self, Layout, Sample, Test};
 use super::published::SEED_004;
 use super::saved::{Row, SavedRun, Series, Table};
+use super::stats::change;
 use super::{print_json, progress, region_size};
 
 #[derive(clap::Args)]
@@ -258,17 +259,18 @@ fn range(v: &[f64]) -> (f64, f64) {
     (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
 }
 
-/// `hmean (±spread%)`, or `hmean (+x.xx%)` against `base`, starred when
-/// the two ranges do not overlap.
-fn cell(v: &[f64], base: Option<&[f64]>) -> String {
+/// `hmean (±spread%)`, or `hmean (+x.xx%)` against `base`: starred (as
+/// mmtests does) when the change's interval, 95% for the `family` of the
+/// table's changes together, excludes 0, marked `~` when it does not.
+fn cell(v: &[f64], base: Option<&[f64]>, family: usize) -> String {
     let h = hmean(v);
     let (lo, hi) = range(v);
     match base {
         None => format!("{h:>10.0} (±{:>4.1}%)", 100.0 * (hi - lo) / h),
         Some(b) => {
-            let (blo, bhi) = range(b);
-            let star = if hi < blo || lo > bhi { '*' } else { ' ' };
-            format!("{h:>10.0} {star}{:>+6.2}%{star}", 100.0 * (h / hmean(b) - 1.0))
+            let c = change(b, v, family);
+            let (l, r) = if c.significant() { ('*', '*') } else { ('~', ' ') };
+            format!("{h:>10.0} {l}{:>+6.2}%{r}", 100.0 * (h / hmean(b) - 1.0))
         }
     }
 }
@@ -290,9 +292,12 @@ fn print_scaling(
         a.loops,
         a.runs.max(1)
     );
+    // Each design but the base, at each thread count, for both metrics.
+    let family = 2 * threads.len() * (DESIGNS.len() - 1);
     println!(
-        "(the first column is the base, with its spread; the others as % change, * where the ranges do not overlap;"
+        "(the first column is the base, with its spread; the others as % change of the harmonic means, * where the"
     );
+    println!(" change's interval (Welch's t, 95% for the {family} changes together) excludes 0, ~ where it does not;");
     println!(" rows marked ! have more threads than this machine's {cores} CPUs)\n");
     let mut head = format!("{:<22}", "");
     for b in backends {
@@ -310,8 +315,8 @@ fn print_scaling(
             let base = get(Backend::Model(DESIGNS[0]));
             for &b in backends {
                 let text = match get(b) {
-                    Some(v) if b == Backend::Model(DESIGNS[0]) || b == Backend::Host => cell(v, None),
-                    Some(v) => cell(v, base.map(|v| v.as_slice())),
+                    Some(v) if b == Backend::Model(DESIGNS[0]) || b == Backend::Host => cell(v, None, family),
+                    Some(v) => cell(v, base.map(|v| v.as_slice()), family),
                     None => "-".to_string(),
                 };
                 line += &format!(" | {text:>20}");
