@@ -9,7 +9,7 @@ use foliomm::{Config, Machine};
 
 use super::harness::{interleaved, metric};
 use super::stats::summarize;
-use super::{machine_for, model_populate, print_host_notes, print_json, progress, secs, HostArgs};
+use super::{machine_for, model_populate, print_csv, print_host_notes, print_json, progress, secs, HostArgs};
 use crate::host;
 
 #[derive(serde::Serialize)]
@@ -91,18 +91,7 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
     let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
     if a.csv {
-        println!("folio,model_fault_s,host_fault_s,model_munmap_s,host_munmap_s");
-        for r in &rows {
-            println!(
-                "{},{:.6},{},{:.6},{}",
-                r.folio,
-                r.model_fault_s,
-                opt(r.host_fault_s),
-                r.model_munmap_s,
-                opt(r.host_munmap_s)
-            );
-        }
-        return Ok(());
+        return print_csv(&rows);
     }
     println!(
         "Fault (one write per page) and munmap of {} MiB, mean of {rounds} interleaved rounds after a warm-up\n\

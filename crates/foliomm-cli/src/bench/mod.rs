@@ -201,6 +201,16 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// Prints `rows` as CSV (a header from the fields' names; `None` empty).
+fn print_csv<T: serde::Serialize>(rows: impl IntoIterator<Item = T>) -> Result<()> {
+    let mut w = csv::Writer::from_writer(std::io::stdout());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 /// Prints `v` as pretty JSON.
 fn print_json(v: &impl serde::Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);

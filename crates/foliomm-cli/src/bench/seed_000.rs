@@ -16,7 +16,7 @@ use foliomm::{Config, Cpu, Machine, Mm};
 use super::harness::{interleaved, metric};
 use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
 use super::stats::{change, summarize, Change};
-use super::{model_populate, model_split_pmds, print_json, progress, secs, Seed000Args};
+use super::{model_populate, model_split_pmds, print_csv, print_json, progress, secs, Seed000Args};
 
 /// Time and the mapcount design's costs over the measured action.
 #[derive(Clone, Copy, Default)]
@@ -247,13 +247,33 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 .collect();
             print_json(&serde_json::json!({ "rounds": rounds, "rows": j }))?;
         } else {
-            println!("folio,design,benchmark,mean_s,change_pct,change_lo,change_hi,rmap_ops,atomic_rmw,cache_lines,instances");
-            for (o, d, b, _, mean, c, r) in rows {
-                let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
-                let n = children(&b).map_or(String::new(), |n| n.to_string());
-                let (p, lo, hi) = (f(c.map(|c| c.pct)), f(c.map(|c| c.lo)), f(c.map(|c| c.hi)));
-                println!("{o},{d},{b},{},{p},{lo},{hi},{},{},{},{n}", f(mean), r.rmap_ops, r.rmw, r.lines);
+            #[derive(serde::Serialize)]
+            struct CsvRow<'a> {
+                folio: &'a str,
+                design: &'a str,
+                benchmark: &'a str,
+                mean_s: Option<f64>,
+                change_pct: Option<f64>,
+                change_lo: Option<f64>,
+                change_hi: Option<f64>,
+                rmap_ops: u64,
+                atomic_rmw: u64,
+                cache_lines: u64,
+                instances: Option<usize>,
             }
+            print_csv(rows.iter().map(|(folio, design, benchmark, _, mean_s, c, r)| CsvRow {
+                folio,
+                design,
+                benchmark,
+                mean_s: *mean_s,
+                change_pct: c.map(|c| c.pct),
+                change_lo: c.map(|c| c.lo),
+                change_hi: c.map(|c| c.hi),
+                rmap_ops: r.rmap_ops,
+                atomic_rmw: r.rmw,
+                cache_lines: r.lines,
+                instances: children(benchmark),
+            }))?;
         }
         return Ok(());
     }

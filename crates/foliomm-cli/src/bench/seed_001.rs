@@ -20,7 +20,9 @@ use super::harness::{interleaved, metric};
 use super::published::SEED_001;
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change, Summary};
-use super::{machine_for, model_populate, model_split_pmds, print_host_notes, print_json, progress, secs, HostArgs};
+use super::{
+    machine_for, model_populate, model_split_pmds, print_csv, print_host_notes, print_json, progress, secs, HostArgs,
+};
 use crate::host;
 
 /// `bench seed-001`'s options.
@@ -153,8 +155,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
         return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note }));
     }
     if a.host.csv {
-        print_csv(&rows);
-        return Ok(());
+        return print_csv(csv_rows(&rows));
     }
     print_table(&rows, size, rounds, design);
     print_costs(&rows);
@@ -180,25 +181,34 @@ fn saved(rows: &[ZapRow], settings: serde_json::Value) -> SavedRun {
     SavedRun::new("seed-001", settings, vec![table])
 }
 
-fn print_csv(rows: &[ZapRow]) {
-    let opt = |v: Option<Summary>| v.map_or(String::new(), |s| format!("{:.6}", s.mean));
-    println!("folio_kb,per_page_mean_s,batched_mean_s,change_pct,change_lo,change_hi,host_mean_s,seed_before_s,seed_after_s,seed_change_pct");
-    for r in rows {
-        let c = r.change;
-        println!(
-            "{},{:.6},{:.6},{:.1},{:.1},{:.1},{},{},{},{}",
-            r.folio_kb,
-            r.per_page.mean,
-            r.batched.mean,
-            c.pct,
-            c.lo,
-            c.hi,
-            opt(r.host),
-            r.seed_before_s,
-            r.seed_after_s,
-            r.seed_change_pct
-        );
-    }
+/// A row of `--csv`.
+#[derive(serde::Serialize)]
+struct CsvRow {
+    folio_kb: u64,
+    per_page_mean_s: f64,
+    batched_mean_s: f64,
+    change_pct: f64,
+    change_lo: f64,
+    change_hi: f64,
+    host_mean_s: Option<f64>,
+    seed_before_s: f64,
+    seed_after_s: f64,
+    seed_change_pct: i32,
+}
+
+fn csv_rows(rows: &[ZapRow]) -> impl Iterator<Item = CsvRow> + '_ {
+    rows.iter().map(|r| CsvRow {
+        folio_kb: r.folio_kb,
+        per_page_mean_s: r.per_page.mean,
+        batched_mean_s: r.batched.mean,
+        change_pct: r.change.pct,
+        change_lo: r.change.lo,
+        change_hi: r.change.hi,
+        host_mean_s: r.host.map(|h| h.mean),
+        seed_before_s: r.seed_before_s,
+        seed_after_s: r.seed_after_s,
+        seed_change_pct: r.seed_change_pct,
+    })
 }
 
 fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {

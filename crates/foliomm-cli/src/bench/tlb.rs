@@ -8,7 +8,7 @@ use foliomm::Config;
 
 use super::harness::{interleaved, metric};
 use super::stats::{change, summarize};
-use super::{machine_for, model_populate, print_json, progress, secs, CommonArgs};
+use super::{machine_for, model_populate, print_csv, print_json, progress, secs, CommonArgs};
 
 pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     let rounds = a.runs.max(2);
@@ -49,11 +49,21 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
             "on_against_off": { "fault": fault_change, "write": write_change } }));
     }
     if a.csv {
-        println!("config,fault_mean_s,write_all_bytes_mean_s");
-        for (i, (name, _)) in configs.iter().enumerate() {
-            println!("{name},{:.6},{:.6}", summarize(&fault[i]).mean, summarize(&write[i]).mean);
+        let row = |(i, (name, _)): (usize, &(&str, usize))| {
+            (name.to_string(), summarize(&fault[i]).mean, summarize(&write[i]).mean)
+        };
+        #[derive(serde::Serialize)]
+        struct CsvRow {
+            config: String,
+            fault_mean_s: f64,
+            write_all_bytes_mean_s: f64,
         }
-        return Ok(());
+        let rows = configs.iter().enumerate().map(row);
+        return print_csv(rows.map(|(config, fault_mean_s, write_all_bytes_mean_s)| CsvRow {
+            config,
+            fault_mean_s,
+            write_all_bytes_mean_s,
+        }));
     }
     println!(
         "Faulting {} MiB with 4K pages (one write per page), then writing every byte; mean of {rounds} interleaved rounds:\n",
