@@ -9,7 +9,9 @@ use foliomm::{Config, Machine};
 
 use super::harness::{interleaved, metric};
 use super::stats::summarize;
-use super::{machine_for, model_populate, print_csv, print_host_notes, print_json, progress, secs, HostArgs};
+use super::{
+    machine_for, model_populate, new_table, print_csv, print_host_notes, print_json, progress, secs, HostArgs,
+};
 use crate::host;
 
 #[derive(serde::Serialize)]
@@ -88,7 +90,7 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
         let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": note });
         return print_json(&j);
     }
-    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}s"));
     let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
     if a.csv {
         return print_csv(&rows);
@@ -98,23 +100,32 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
          (model on a warm arena):\n",
         size >> 20
     );
-    println!("Folio | model fault | host fault | model/host | model munmap | host munmap | model/host | model ns/page: fault | munmap");
-    println!("------|-------------|------------|------------|--------------|-------------|------------|---------------------|-------");
+    let mut t = new_table([
+        "Folio",
+        "model fault",
+        "host fault",
+        "model/host",
+        "model munmap",
+        "host munmap",
+        "model/host",
+        "model ns/page: fault",
+        "munmap",
+    ]);
     let pages = (size / 4096) as f64;
     for r in &rows {
-        println!(
-            "{:>5} | {:>10.4}s | {:>9}s | {:>10} | {:>11.4}s | {:>10}s | {:>10} | {:>19.0} | {:>6.0}",
-            r.folio,
-            r.model_fault_s,
+        t.add_row([
+            r.folio.to_string(),
+            format!("{:.4}s", r.model_fault_s),
             opt(r.host_fault_s),
             ratio(r.model_fault_s, r.host_fault_s),
-            r.model_munmap_s,
+            format!("{:.4}s", r.model_munmap_s),
             opt(r.host_munmap_s),
             ratio(r.model_munmap_s, r.host_munmap_s),
-            r.model_fault_s * 1e9 / pages,
-            r.model_munmap_s * 1e9 / pages,
-        );
+            format!("{:.0}", r.model_fault_s * 1e9 / pages),
+            format!("{:.0}", r.model_munmap_s * 1e9 / pages),
+        ]);
     }
+    println!("{t}");
     println!("\nmemset of {} MiB on this host: {memset:.4}s into fresh memory, {memset_warm:.4}s into memory already faulted", size >> 20);
     if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
         println!("model 2M THP fault: {:.2}x of warm memset", thp.model_fault_s / memset_warm);

@@ -201,6 +201,17 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// A terminal table in the seeds' style (pipes, a rule under the header),
+/// every column but the first right-aligned.
+fn new_table<T: Into<comfy_table::Cell>>(header: impl IntoIterator<Item = T>) -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::ASCII_MARKDOWN).set_header(header);
+    for c in t.column_iter_mut().skip(1) {
+        c.set_cell_alignment(comfy_table::CellAlignment::Right);
+    }
+    t
+}
+
 /// Prints `rows` as CSV (a header from the fields' names; `None` empty).
 fn print_csv<T: serde::Serialize>(rows: impl IntoIterator<Item = T>) -> Result<()> {
     let mut w = csv::Writer::from_writer(std::io::stdout());

@@ -21,7 +21,8 @@ use super::published::SEED_001;
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change, Summary};
 use super::{
-    machine_for, model_populate, model_split_pmds, print_csv, print_host_notes, print_json, progress, secs, HostArgs,
+    machine_for, model_populate, model_split_pmds, new_table, print_csv, print_host_notes, print_json, progress, secs,
+    HostArgs,
 };
 use crate::host;
 
@@ -218,24 +219,33 @@ fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
          per-page with its interval (Welch's t, 95% for the 9 rows together); '~' marks one holding 0 (noise).\n",
         size >> 20
     );
-    println!("           |                model                 |      host      |   seed 001 (Xeon 4210R, 1 GiB)      | model");
-    println!("Folio Size | per-page |  batched | Change           | batched/host |    host  | mm-unstable |      New | Change | - seed");
-    println!("-----------|----------|----------|------------------|--------------|----------|-------------|----------|--------|-------");
+    let mut t = new_table([
+        "Folio Size",
+        "per-page",
+        "batched",
+        "Change",
+        "batched/host",
+        "host",
+        "seed: mm-unstable",
+        "seed: New",
+        "seed: Change",
+        "model - seed",
+    ]);
     for r in rows {
-        println!(
-            "{:>7}KiB | {:.6} | {:.6} | {:<16} | {:>12} | {:>8} | {:>11.6} | {:.6} | {:>+5}% | {:>+4.0} pt",
-            r.folio_kb,
-            r.per_page.mean,
-            r.batched.mean,
+        t.add_row([
+            format!("{}KiB", r.folio_kb),
+            format!("{:.6}", r.per_page.mean),
+            format!("{:.6}", r.batched.mean),
             r.change.to_string(),
             r.host.map_or("-".into(), |h| format!("{:.2}x", r.batched.mean / h.mean)),
             r.host.map_or("-".into(), |h| format!("{:.6}", h.mean)),
-            r.seed_before_s,
-            r.seed_after_s,
-            r.seed_change_pct,
-            r.change.pct - r.seed_change_pct as f64
-        );
+            format!("{:.6}", r.seed_before_s),
+            format!("{:.6}", r.seed_after_s),
+            format!("{:+}%", r.seed_change_pct),
+            format!("{:+.0} pt", r.change.pct - r.seed_change_pct as f64),
+        ]);
     }
+    println!("model: per-page, batched, Change; seed 001: Xeon 4210R, 1 GiB\n{t}");
 }
 
 /// The deterministic costs behind each row's change: per 4K page, what the
@@ -245,12 +255,12 @@ fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
 /// change departs from the seed's.
 fn print_costs(rows: &[ZapRow]) {
     println!("\nPer 4K page unmapped (deterministic): rmap atomic RMWs / memmap cache lines / zap batches");
-    println!("Folio Size |        per-page        |         batched        | RMWs saved");
-    println!("-----------|------------------------|------------------------|-----------");
+    let mut t = new_table(["Folio Size", "per-page", "batched", "RMWs saved"]);
     for r in rows {
         let [p, b] = r.costs;
-        let cell = |c: [f64; 3]| format!("{:>6.3} / {:>5.3} / {:>5.3}", c[0], c[1], c[2]);
-        let saved = if p[0] > 0.0 { format!("{:>+8.0}%", 100.0 * (b[0] - p[0]) / p[0]) } else { "-".into() };
-        println!("{:>7}KiB | {} | {} | {saved}", r.folio_kb, cell(p), cell(b));
+        let cell = |c: [f64; 3]| format!("{:.3} / {:.3} / {:.3}", c[0], c[1], c[2]);
+        let saved = if p[0] > 0.0 { format!("{:+.0}%", 100.0 * (b[0] - p[0]) / p[0]) } else { "-".into() };
+        t.add_row([format!("{}KiB", r.folio_kb), cell(p), cell(b), saved]);
     }
+    println!("{t}");
 }

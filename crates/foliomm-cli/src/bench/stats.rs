@@ -49,7 +49,8 @@ impl std::fmt::Display for Change {
     /// `-54% [-60,-48]`, or `~+2% [-3,+7]` when the interval contains 0.
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let mark = if self.significant() { "" } else { "~" };
-        let bound = |v: f64| if v.is_finite() { format!("{v:+.0}") } else { "?".into() };
+        // Bounds past 1000% say only that the interval is wide.
+        let bound = |v: f64| if v.is_finite() && v < 1000.0 { format!("{v:+.0}") } else { ">+999".into() };
         write!(f, "{mark}{:+.0}% [{},{}]", self.pct, bound(self.lo), bound(self.hi))
     }
 }

@@ -8,7 +8,7 @@ use foliomm::Config;
 
 use super::harness::{interleaved, metric};
 use super::stats::{change, summarize};
-use super::{machine_for, model_populate, print_csv, print_json, progress, secs, CommonArgs};
+use super::{machine_for, model_populate, new_table, print_csv, print_json, progress, secs, CommonArgs};
 
 pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     let rounds = a.runs.max(2);
@@ -69,11 +69,15 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
         "Faulting {} MiB with 4K pages (one write per page), then writing every byte; mean of {rounds} interleaved rounds:\n",
         size >> 20
     );
-    println!("{:<28} | fault     | write all bytes", "configuration");
-    println!("{:-<28}-|-----------|----------------", "");
+    let mut t = new_table(["configuration", "fault", "write all bytes"]);
     for (i, (name, _)) in configs.iter().enumerate() {
-        println!("{name:<28} | {:>8.4}s | {:>13.4}s", summarize(&fault[i]).mean, summarize(&write[i]).mean);
+        t.add_row([
+            name.to_string(),
+            format!("{:.4}s", summarize(&fault[i]).mean),
+            format!("{:.4}s", summarize(&write[i]).mean),
+        ]);
     }
+    println!("{t}");
     println!("\nTLB on against off (interval 95% for both together, '~' = noise): fault {fault_change}, write {write_change}");
     Ok(())
 }
