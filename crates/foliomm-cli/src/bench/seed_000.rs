@@ -16,7 +16,7 @@ use foliomm::{Config, Cpu, Machine, Mm};
 use super::harness::{interleaved, metric};
 use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
 use super::stats::{change, summarize, Change};
-use super::{model_populate, model_split_pmds, print_csv, print_json, progress, secs, Seed000Args};
+use super::{model_populate, model_split_pmds, new_table, print_csv, print_json, progress, secs, Seed000Args};
 
 /// Time and the mapcount design's costs over the measured action.
 #[derive(Clone, Copy, Default)]
@@ -277,17 +277,17 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         }
         return Ok(());
     }
-    let header = |label: &str| {
-        let cols: Vec<String> = (1..=SEED_000_MICRO).map(|i| format!("{:>7}", format!("({i})"))).collect();
-        println!("{label:<16}|{}|", cols.join(" |"));
-        println!("{}", "-".repeat(16 + 9 * SEED_000_MICRO + 1));
+    // A table of the micro benchmarks (1)..(8), a row per design or stage.
+    let micro = |label: &str| {
+        new_table(std::iter::once(label.to_string()).chain((1..=SEED_000_MICRO).map(|i| format!("({i})"))))
     };
-    let pct = |v: Option<f64>| v.map_or(format!("{:>7}", "-"), |v| format!("{v:>6.1}%"));
-    // A change inside the noise (its 95% interval holds 0) is marked '~'.
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
+    // A change inside the noise (its interval holds 0) is marked '~'.
     let cell = |c: Option<Change>| match c {
-        Some(c) if !c.significant() => format!("{:>7}", format!("~{:.0}%", c.pct)),
+        Some(c) if !c.significant() => format!("~{:.0}%", c.pct),
         c => pct(c.map(|c| c.pct)),
     };
+    let row = |label: &str, cells: Vec<String>| std::iter::once(label.to_string()).chain(cells).collect::<Vec<_>>();
     println!(
         "Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, mean of {rounds} interleaved rounds.",
         size >> 20
@@ -297,50 +297,44 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     println!("'~' where the change's interval holds 0 (noise): Welch's t, 95% for the {micro_family} changes of a");
     println!("table together (Bonferroni).\n");
     for (oi, (_, oname)) in orders.iter().enumerate() {
-        println!("{oname}:");
-        header("design");
+        let mut t = micro("design");
         for (di, design) in designs.iter().enumerate() {
-            let cells: Vec<String> = (0..SEED_000_MICRO).map(|bi| cell(change_of(oi, di, bi))).collect();
-            println!("{design:<16}|{}|", cells.join(" |"));
+            t.add_row(row(design.name(), (0..SEED_000_MICRO).map(|bi| cell(change_of(oi, di, bi))).collect()));
         }
-        let base_t: Vec<String> = (0..SEED_000_MICRO)
-            .map(|bi| times(oi, bi, base).map_or(format!("{:>7}", "-"), |t| format!("{:>6.3}s", summarize(&t).mean)))
-            .collect();
-        println!("{:<16}|{}|\n", "nr-mapped time", base_t.join(" |"));
+        let base_t = (0..SEED_000_MICRO)
+            .map(|bi| times(oi, bi, base).map_or("-".into(), |t| format!("{:.3}s", summarize(&t).mean)));
+        t.add_row(row("nr-mapped time", base_t.collect()));
+        println!("{oname}:\n{t}\n");
     }
     println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines); deterministic:");
-    header("design");
+    let mut t = micro("design");
     for (di, design) in designs.iter().enumerate() {
-        let cells: Vec<String> = (0..SEED_000_MICRO)
-            .map(|bi| match costs_of(0, di, bi) {
-                Some(r) if r.rmap_ops > 0 => {
-                    let per = |v: u64| {
-                        let x = v as f64 / r.rmap_ops as f64;
-                        if x < 10.0 {
-                            format!("{x:.1}")
-                        } else {
-                            format!("{x:.0}")
-                        }
-                    };
-                    format!("{:>7}", format!("{}/{}", per(r.rmw), per(r.lines)))
-                }
-                _ => format!("{:>7}", "-"),
-            })
-            .collect();
-        println!("{design:<16}|{}|", cells.join(" |"));
+        let cells = (0..SEED_000_MICRO).map(|bi| match costs_of(0, di, bi) {
+            Some(r) if r.rmap_ops > 0 => {
+                let per = |v: u64| {
+                    let x = v as f64 / r.rmap_ops as f64;
+                    if x < 10.0 {
+                        format!("{x:.1}")
+                    } else {
+                        format!("{x:.0}")
+                    }
+                };
+                format!("{}/{}", per(r.rmw), per(r.lines))
+            }
+            _ => "-".into(),
+        });
+        t.add_row(row(design.name(), cells.collect()));
     }
-    println!();
+    println!("{t}\n");
     for (title, rows) in [
         ("Seed 000, Intel Xeon Silver 4210R (2 MiB THP)", &SEED_000_INTEL),
         ("Seed 000, AMD EPYC 7313 (2 MiB THP)", &SEED_000_AMD),
     ] {
-        println!("{title}:");
-        header("stage");
+        let mut t = micro("stage");
         for (name, vals) in rows.iter() {
-            let cells: Vec<String> = vals.iter().map(|v| pct(Some(*v))).collect();
-            println!("{name:<16}|{}|", cells.join(" |"));
+            t.add_row(row(name, vals.iter().map(|v| pct(Some(*v))).collect()));
         }
-        println!();
+        println!("{title}:\n{t}\n");
     }
     // vm-scalability: the seed reports throughput, so positive is good.
     let rates = |oi, bi, di| times(oi, bi, di).map(|t| t.iter().map(|v| 1.0 / v).collect::<Vec<f64>>());
@@ -350,23 +344,17 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },
         size >> 20
     );
-    println!("% change in throughput against nr-mapped; positive is better.\n");
-    println!("{:<16}|{}|", "design", orders.map(|(_, o)| format!("{:^21}", o)).join("|"));
-    println!("{:<16}|{}|", "", ["    seq   |   rand   "; 2].join("|"));
-    println!("{}", "-".repeat(16 + 2 * 22 + 1));
+    println!("% change in throughput against nr-mapped; positive is better.");
+    let mut t = new_table(["design", "2 MiB THP seq", "2 MiB THP rand", "64 KiB mTHP seq", "64 KiB mTHP rand"]);
     for (di, design) in designs.iter().enumerate() {
-        let cells: Vec<String> = (0..orders.len())
-            .map(|oi| format!("{:>9} |{:>9} ", cell(gain(oi, di, 8)), cell(gain(oi, di, 9))))
-            .collect();
-        println!("{design:<16}|{}|", cells.join("|"));
+        let cells = (0..orders.len()).flat_map(|oi| [cell(gain(oi, di, 8)), cell(gain(oi, di, 9))]);
+        t.add_row(row(design.name(), cells.collect()));
     }
-    println!("\nSeed 000's vm-scalability, one instance per core, 2 MiB THP (Intel / AMD):");
-    println!("{:<16}|{:^21}|{:^21}|", "stage", "Intel", "AMD");
-    println!("{}", "-".repeat(16 + 2 * 22 + 1));
+    println!("{t}\n\nSeed 000's vm-scalability, one instance per core, 2 MiB THP:");
+    let mut t = new_table(["stage", "Intel seq", "Intel rand", "AMD seq", "AMD rand"]);
     for (name, intel, amd) in SEED_000_VMSCAL {
-        let cells: Vec<String> =
-            [intel, amd].iter().map(|v| format!("{:>9} |{:>9} ", pct(Some(v[0])), pct(Some(v[1])))).collect();
-        println!("{name:<16}|{}|", cells.join("|"));
+        t.add_row(row(name, [intel, amd].iter().flat_map(|v| [pct(Some(v[0])), pct(Some(v[1]))]).collect()));
     }
+    println!("{t}");
     Ok(())
 }
