@@ -23,7 +23,7 @@ use foliomm::{Config, Machine, MmapFlags, Prot};
 use super::harness::{interleaved, metric};
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change};
-use super::{print_json, progress, region_size};
+use super::{new_table, print_json, progress, region_size};
 
 #[derive(clap::Args)]
 pub(super) struct Seed003Args {
@@ -307,36 +307,32 @@ fn print_table(rows: &[CaseRow], size: u64, iterations: u32, rounds: u32, family
          95% for the {family} changes together) holds 0\n",
         size >> 20
     );
-    let mut head = format!("{:<32}", "case");
-    for d in DESIGNS {
-        head += &format!(" | {:>15}", d.name());
-    }
-    println!("{head} | {:>8} | seed (100 x 2G, before -> after)", "host");
+    let designs = || std::iter::once("case").chain(DESIGNS.map(|d| d.name()));
+    let mut t = new_table(designs().chain(["host", "seed (100 x 2G, before -> after)"]));
     for (r, (name, _, before, after)) in rows.iter().zip(&CASES) {
-        let mut line = format!("{name:<32}");
-        for (d, mean) in r.mean_s[..DESIGNS.len()].iter().enumerate() {
+        let cells = r.mean_s[..DESIGNS.len()].iter().enumerate().map(|(d, mean)| {
             let change = match r.change_against_subpage[d] {
                 Some(c) if c.significant() => format!(" {:+.0}%", c.pct),
                 Some(c) => format!(" ~{:+.0}%", c.pct),
                 None => String::new(),
             };
-            line += &format!(" | {:>15}", ms(*mean) + &change);
-        }
+            ms(*mean) + &change
+        });
         let seed = after.map_or(format!("{before} s"), |a| format!("{before} s -> {a} s"));
-        println!("{line} | {:>8} | {seed}", ms(r.mean_s.get(DESIGNS.len()).copied().flatten()));
+        let host = ms(r.mean_s.get(DESIGNS.len()).copied().flatten());
+        t.add_row(std::iter::once(name.to_string()).chain(cells).chain([host, seed]).collect::<Vec<_>>());
     }
+    println!("{t}");
     println!(
         "\nThe seed's times are for 100 pairs of 2 GiB, the first filling the file; one pair here is {scale:.0}x less work."
     );
     println!(
         "\nrmap cost per pair, as each design's kernel code pays it (atomic RMWs / memmap cache lines / locks):\n"
     );
-    println!("{head}");
+    let mut t = new_table(designs());
     for r in rows {
-        let mut line = format!("{:<32}", r.case);
-        for f in &r.costs {
-            line += &format!(" | {:>15}", format!("{:.0}/{:.0}/{:.0}", f.rmw, f.lines, f.locks));
-        }
-        println!("{line}");
+        let cells = r.costs.iter().map(|f| format!("{:.0}/{:.0}/{:.0}", f.rmw, f.lines, f.locks));
+        t.add_row(std::iter::once(r.case.to_string()).chain(cells).collect::<Vec<_>>());
     }
+    println!("{t}");
 }
