@@ -22,7 +22,7 @@ use super::page_fault::{self, Layout, Sample, Test};
 use super::published::SEED_004;
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::change;
-use super::{print_json, progress, region_size};
+use super::{new_table, print_json, progress, region_size};
 
 #[derive(clap::Args)]
 pub(super) struct Seed004Args {
@@ -332,23 +332,25 @@ fn print_transfers(figures: &HashMap<Key, Figures>, (test, layout): (Test, Layou
         test.name(),
         layout.name()
     );
-    let mut head = format!("{:<8} {:<13}", "threads", "design");
-    for s in Structure::ALL {
-        head += &format!(" {:>11}", s.name());
-    }
-    println!("{head} {:>8}", "total");
+    let header = ["threads", "design"].into_iter().chain(Structure::ALL.map(|s| s.name())).chain(["total"]);
+    let mut table = new_table(header);
     for &t in threads {
         for d in DESIGNS {
             let Some(f) = figures.get(&(test, layout, t, Backend::Model(d))) else { continue };
             let mark = if t > cores { "!" } else { "" };
-            let mut line = format!("{:<8} {:<13}", format!("{t}{mark}"), d.name());
-            let per = |n: u64| n as f64 / f.faults as f64;
-            for s in Structure::ALL {
-                line += &format!(" {:>11.4}", per(f.transfers.of(s)));
-            }
-            println!("{line} {:>8.4}", per(f.transfers.transfers.iter().sum()));
+            let per = |n: u64| format!("{:.4}", n as f64 / f.faults as f64);
+            let cells = Structure::ALL.iter().map(|&s| per(f.transfers.of(s)));
+            let total = per(f.transfers.transfers.iter().sum());
+            table.add_row(
+                [format!("{t}{mark}"), d.name().to_string()]
+                    .into_iter()
+                    .chain(cells)
+                    .chain([total])
+                    .collect::<Vec<_>>(),
+            );
         }
     }
+    println!("{table}");
 }
 
 fn print_seed() {
