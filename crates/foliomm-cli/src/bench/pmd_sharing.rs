@@ -18,7 +18,7 @@ use foliomm::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 use super::page_fault::{fork_worker, pipe};
-use super::print_json;
+use super::{new_table, print_json};
 
 /// The 2 MiB huge pages the benchmark uses.
 const HPAGE: u64 = 1 << 21;
@@ -73,12 +73,13 @@ pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
         "\nPage-table memory gained per child: {} VMAs of 1 GiB of one hugetlbfs file, {} children",
         a.vmas, a.children
     );
-    println!("{:18} | {:>16} | {:>18} | {:>10}", "", "shareable (KiB)", "unshareable (KiB)", "difference");
+    let mut t = new_table(["", "shareable (KiB)", "unshareable (KiB)", "difference"]);
     let kb = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     for r in &rows {
         let diff = r.shareable_kb.zip(r.unshareable_kb).map(|(s, u)| u - s);
-        println!("{:18} | {:>16} | {:>18} | {:>10}", r.runner, kb(r.shareable_kb), kb(r.unshareable_kb), kb(diff));
+        t.add_row([r.runner.to_string(), kb(r.shareable_kb), kb(r.unshareable_kb), kb(diff)]);
     }
+    println!("{t}");
     if let Some(n) = note {
         println!("host kernel skipped: {n}");
     }
