@@ -133,10 +133,8 @@ struct RoundArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Save every sample, the machine and the settings as NAME.json (for
-    /// `foliomm compare-runs` and `foliomm report`).
-    #[arg(long, value_name = "NAME")]
-    save: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    save: saved::SaveArg,
 }
 
 /// The options of a benchmark that measures the host kernel beside the model.

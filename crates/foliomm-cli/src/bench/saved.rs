@@ -9,6 +9,26 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+/// `--save NAME`, for every benchmark that saves its runs.
+#[derive(clap::Args)]
+pub struct SaveArg {
+    /// Save every sample, the machine and the settings as NAME.json (for
+    /// `foliomm compare-runs` and `foliomm report`).
+    #[arg(long, value_name = "NAME")]
+    save: Option<PathBuf>,
+}
+
+impl SaveArg {
+    /// Saves the run `make` builds, if `--save` asked for it, and says where.
+    pub fn save(&self, make: impl FnOnce() -> SavedRun) -> Result<()> {
+        if let Some(name) = &self.save {
+            let path = make().save(name)?;
+            eprintln!("saved {}", path.display());
+        }
+        Ok(())
+    }
+}
+
 /// The format's version; a file of another version is refused.
 pub const SCHEMA: u32 = 1;
 

@@ -7,7 +7,6 @@
 
 use foliomm::sync::atomic::Ordering::Relaxed;
 use std::cell::Cell;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,7 +17,7 @@ use foliomm::{Config, Machine};
 
 use super::harness::{interleaved, metric};
 use super::published::SEED_001;
-use super::saved::{Row, SavedRun, Series, Table};
+use super::saved::{Row, SaveArg, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change, Summary};
 use super::{
     machine_for, model_populate, model_split_pmds, new_table, print_csv, print_host_notes, print_json, progress, secs,
@@ -35,10 +34,8 @@ pub struct Seed001Args {
     /// 6.8-era kernel the seed measured].
     #[arg(long)]
     mapcount: Option<Design>,
-    /// Save every sample, the machine and the settings as NAME.json (for
-    /// `foliomm compare-runs` and `foliomm report`).
-    #[arg(long, value_name = "NAME")]
-    save: Option<PathBuf>,
+    #[command(flatten)]
+    save: SaveArg,
 }
 
 /// What one row measures in each round.
@@ -148,10 +145,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
     }
     bar.finish_and_clear();
     let settings = serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name() });
-    if let Some(name) = &a.save {
-        let path = saved(&rows, settings.clone()).save(name)?;
-        eprintln!("saved {}", path.display());
-    }
+    a.save.save(|| saved(&rows, settings.clone()))?;
     if a.host.json {
         return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note }));
     }

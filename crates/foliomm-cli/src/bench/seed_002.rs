@@ -136,11 +136,8 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    if let Some(name) = &a.rounds.save {
-        let settings = serde_json::json!({ "size": size, "rounds": rounds, "instances": a.instances });
-        let path = saved(&figs, settings).save(name)?;
-        eprintln!("saved {}", path.display());
-    }
+    let settings = serde_json::json!({ "size": size, "rounds": rounds, "instances": a.instances });
+    a.rounds.save.save(|| saved(&figs, settings))?;
     if a.rounds.json {
         return print_json(&figs);
     }

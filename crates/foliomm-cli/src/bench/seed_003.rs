@@ -142,10 +142,7 @@ pub(super) fn run(a: &Seed003Args) -> Result<()> {
     }
     bar.finish_and_clear();
     let settings = serde_json::json!({ "size": size, "iterations": iterations, "rounds": rounds });
-    if let Some(name) = &a.rounds.save {
-        let path = saved(&rows, size, settings.clone()).save(name)?;
-        eprintln!("saved {}", path.display());
-    }
+    a.rounds.save.save(|| saved(&rows, size, settings.clone()))?;
     if a.rounds.json {
         return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": host_note }));
     }

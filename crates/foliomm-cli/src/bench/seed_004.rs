@@ -20,7 +20,7 @@ use foliomm::{Config, Machine};
 
 use super::page_fault::{self, Layout, Sample, Test};
 use super::published::SEED_004;
-use super::saved::{Row, SavedRun, Series, Table};
+use super::saved::{Row, SaveArg, SavedRun, Series, Table};
 use super::stats::change;
 use super::{new_table, print_json, progress, region_size};
 
@@ -51,11 +51,9 @@ pub(super) struct Seed004Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Save every sample, the machine and the settings as NAME.json (for
-    /// `foliomm compare-runs` and `foliomm report`, which draws a line
-    /// over thread count per design).
-    #[arg(long, value_name = "NAME")]
-    save: Option<std::path::PathBuf>,
+    /// (The report draws a line over thread count per design.)
+    #[command(flatten)]
+    save: SaveArg,
 }
 
 /// Who serves the faults: a model design, or the host kernel.
@@ -163,11 +161,8 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    if let Some(name) = &a.save {
-        let settings = serde_json::json!({ "size": size, "loops": a.loops, "rounds": a.runs });
-        let path = saved(&figures, a, &layouts, &backends, settings).save(name)?;
-        eprintln!("saved {}", path.display());
-    }
+    let settings = serde_json::json!({ "size": size, "loops": a.loops, "rounds": a.runs });
+    a.save.save(|| saved(&figures, a, &layouts, &backends, settings))?;
     if a.json {
         let rows: Vec<_> = figures
             .iter()
