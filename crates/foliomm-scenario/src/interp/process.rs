@@ -201,12 +201,19 @@ impl State<'_> {
             Cmd::Pattern { place, seed } => {
                 let (a, l) = self.place(place)?;
                 let origin = self.maps[&place.map].0;
-                let r = self.timed(|b| b.access(t, a, l, Access::Pattern { origin, seed: *seed }));
-                let got = errno_of(&r);
-                outcome(step, r)?;
-                if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
-                    let data = crate::backend::pattern_bytes(origin, a, l, *seed);
-                    same_result("write", got, self.refs.get_mut(&p).unwrap().write(a, &data))?;
+                // In chunks, as reads go, where the write should succeed.
+                let chunk = if step.fails.is_none() { READ_CHUNK } else { l.max(1) };
+                let mut done = 0;
+                while done < l {
+                    let (at, len) = (a + done, (l - done).min(chunk));
+                    let r = self.timed(|b| b.access(t, at, len, Access::Pattern { origin, seed: *seed }));
+                    let got = errno_of(&r);
+                    outcome(step, r)?;
+                    if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
+                        let data = crate::backend::pattern_bytes(origin, at, len, *seed);
+                        same_result("write", got, self.refs.get_mut(&p).unwrap().write(at, &data))?;
+                    }
+                    done += len;
                 }
                 Ok(format!("wrote pattern {seed}"))
             }
@@ -271,7 +278,8 @@ impl State<'_> {
     }
 }
 
-/// The most a read asks of the backend at once (a multiple of the page size).
+/// The most a read or a pattern write asks of the backend at once (a
+/// multiple of the page size).
 const READ_CHUNK: u64 = 64 << 20;
 
 /// How a backend call ended, as far as the reference model can follow:
