@@ -37,7 +37,7 @@ fn saved_runs_compare_and_report() {
     let html = dir.join("r.html");
     foliomm(&["report", a.to_str().unwrap(), b.to_str().unwrap(), "-o", html.to_str().unwrap()]);
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(!page.contains("http://") || page.matches("http://").all(|_| page.contains("xmlns")), "no network");
+    assert_self_contained(&page);
     assert_eq!(page.matches("<svg").count(), 1, "one plot per table");
     check_in_browser(&html, &dir);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -62,8 +62,17 @@ fn a_trace_shows_each_step_and_its_pages() {
     assert!(pages.iter().all(|p| p["page"]["folio_mapcount"] == 2 && p["page"]["maybe_shared"] == true), "{pages:?}");
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<section>").count(), steps.len(), "a section per step");
+    assert_self_contained(&page);
     check_in_browser(&html, &dir);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Fails if `page` loads anything from elsewhere: a script, a stylesheet
+/// or an image by URL (the SVG namespace URI loads nothing).
+fn assert_self_contained(page: &str) {
+    for needle in ["<script", "<link", "src=", "url(", "@import"] {
+        assert!(!page.contains(needle), "the page loads something ({needle})");
+    }
 }
 
 /// Renders `html` in headless Chromium: no console error, and (a report)
