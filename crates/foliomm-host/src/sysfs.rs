@@ -59,6 +59,41 @@ fn alive(pid: u32) -> bool {
     stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|s| s != "Z")
 }
 
+/// Kills every descendant of this process (the host workers and the
+/// processes they forked) and waits, up to two seconds, until none is alive.
+fn end_descendants() {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    let me = std::process::id();
+    let mut ours = vec![me];
+    // Parents before children is not guaranteed: repeat until nothing joins.
+    loop {
+        let joined: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|&p| !ours.contains(&p) && parent_of(p).is_some_and(|pp| ours.contains(&pp)))
+            .collect();
+        if joined.is_empty() {
+            break;
+        }
+        ours.extend(joined);
+    }
+    ours.retain(|&p| p != me);
+    for &p in &ours {
+        // SAFETY: a signal to a process this one started, directly or not.
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while ours.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Puts back what processes that are gone left changed (all of it with
 /// `force`, live processes' changes too); returns what was put back.
 pub fn restore_left_behind(force: bool) -> Vec<Changed> {
@@ -109,6 +144,10 @@ pub fn set(path: &str, value: &str) -> Result<(), String> {
         if let Ok(mut signals) = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP]) {
             std::thread::spawn(move || {
                 if let Some(sig) = signals.forever().next() {
+                    // Workers still holding huge pages would keep a 1 GiB
+                    // pool from shrinking (Linux turns no gigantic page in
+                    // use into a surplus one): they go first.
+                    end_descendants();
                     restore_all();
                     std::process::exit(128 + sig);
                 }
