@@ -400,3 +400,28 @@ fn fork_and_munmap_race_with_faults_in_other_threads() {
     }
     assert_clean(&m);
 }
+
+/// The checker's frame walk skips free blocks whole, and still finds a
+/// block taken off the free lists and never used (a leak) and a frame
+/// freed while a page table still maps it.
+#[test]
+fn the_frame_walk_finds_a_leaked_block_and_a_mapped_free_frame() {
+    let m = Machine::new(Config { memory: 64 * M, ..Config::default() }).unwrap();
+    let phys = &m.kernel.phys;
+    let leaked = phys.alloc_pages(2).unwrap();
+    let found =
+        |bad: &[foliomm::check::Violation], kind, subject| bad.iter().any(|v| v.kind == kind && v.subject == subject);
+    let bad = m.check();
+    assert!(found(&bad, ViolationKind::Leak, Subject::Folio(leaked)), "{bad:#?}");
+    phys.free_pages(leaked, 2);
+    assert_clean(&m);
+
+    let mut cpu = m.new_cpu();
+    let p = m.new_mm().unwrap();
+    let a = anon(&p, 4 * K);
+    cpu.write(&p, a, &[1]).unwrap();
+    let mapped = p.page_info(a).pfn;
+    phys.free_pages(mapped, 0);
+    let bad = m.check();
+    assert!(found(&bad, ViolationKind::Allocator, Subject::Frame(mapped)), "{bad:#?}");
+}

@@ -2,7 +2,7 @@
 //! more than its `pt_share_count`; the huge page pool's counts match the
 //! hugetlb folios that exist, free and in use.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use super::{Subject, Violation, ViolationKind::Allocator, ViolationKind::PageTable};
 use crate::arch::Pfn;
@@ -14,7 +14,7 @@ use crate::sync::atomic::Ordering::Relaxed;
 /// number of MMs that reached each table reached more than once.
 pub(super) fn check_shared_tables(
     m: &Kernel,
-    tables: &HashSet<Pfn>,
+    tables: &BTreeSet<Pfn>,
     shared: &HashMap<Pfn, i32>,
     bad: &mut Vec<Violation>,
 ) {

@@ -36,7 +36,7 @@ mod vma;
 pub use ledger::Ledger;
 pub use violation::{Subject, Violation, ViolationKind};
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
@@ -179,7 +179,7 @@ fn walk_tables(m: &Kernel, mm: &Mm, walked: &mut Walked, bad: &mut Vec<Violation
 /// shared PMD table with the number of MMs that reach it.
 #[derive(Default)]
 struct Walked {
-    tables: HashSet<Pfn>,
+    tables: BTreeSet<Pfn>,
     leaves: Vec<Leaf>,
     shared: HashMap<Pfn, i32>,
 }
@@ -227,9 +227,9 @@ fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
     }
 }
 
-fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> HashMap<Pfn, FolioTruth> {
+fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> BTreeMap<Pfn, FolioTruth> {
     let phys = &m.phys;
-    let mut truth: HashMap<Pfn, FolioTruth> = HashMap::new();
+    let mut truth: BTreeMap<Pfn, FolioTruth> = BTreeMap::new();
     // The MMs mapping each page by PTE, and each folio mapped by a huge
     // entry (whose AnonExclusive flag is its head's).
     let mut page_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
@@ -274,7 +274,7 @@ fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> HashMap
 fn check_folios(
     m: &Kernel,
     ledger: &Ledger,
-    truth: &HashMap<Pfn, FolioTruth>,
+    truth: &BTreeMap<Pfn, FolioTruth>,
     cached: &HashMap<Pfn, (u64, u64)>,
     bad: &mut Vec<Violation>,
 ) {
@@ -344,41 +344,52 @@ fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Viol
 fn check_frames(
     m: &Kernel,
     ledger: &Ledger,
-    truth: &HashMap<Pfn, FolioTruth>,
+    truth: &BTreeMap<Pfn, FolioTruth>,
     cached: &HashMap<Pfn, (u64, u64)>,
-    tables: &HashSet<Pfn>,
+    tables: &BTreeSet<Pfn>,
     bad: &mut Vec<Violation>,
 ) {
     let phys = &m.phys;
     let n = phys.nr_frames();
-    let mut free = vec![false; n as usize];
+    // The free blocks by start, so the walk below skips them whole: its
+    // cost grows with what is allocated, not with the size of model RAM.
+    let mut free_blocks = phys.free_blocks();
+    free_blocks.sort_unstable();
     let mut nr_free = 0;
-    for (pfn, order) in phys.free_blocks() {
-        for p in pfn..pfn + (1 << order) {
-            if std::mem::replace(&mut free[p as usize], true) {
-                bad.push(Violation::new(Allocator, Subject::Frame(p), format!("frame {p:#x} is in two free blocks")));
-            }
+    let mut end_of_free = 0;
+    for &(pfn, order) in &free_blocks {
+        if pfn < end_of_free {
+            bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is in two free blocks")));
         }
+        end_of_free = end_of_free.max(pfn + (1 << order));
         nr_free += 1 << order;
     }
     if nr_free != phys.nr_free() {
         let what = format!("free lists hold {nr_free} frames, the zone counts {}", phys.nr_free());
         bad.push(Violation::new(Allocator, Subject::Machine, what));
     }
-    let zero: HashSet<Pfn> = m.zero_frames().collect();
+    let zero: BTreeSet<Pfn> = m.zero_frames().collect();
     let mut pfn = 0;
     let mut allocated = 0;
     // Per huge page size (in the order of HugeSize::ALL): folios, free ones.
     let mut hugetlb = [(0, 0); 2];
+    let mut next_free = free_blocks.iter().peekable();
     while pfn < n {
-        let p = phys.page(pfn);
-        if free[pfn as usize] {
-            if tables.contains(&pfn) || truth.contains_key(&pfn) {
-                bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is free but in use")));
+        if let Some(&&(start, order)) = next_free.peek().filter(|(start, _)| *start <= pfn) {
+            next_free.next();
+            let end = start + (1 << order);
+            let in_use = tables.range(start..end).chain(truth.range(start..end).map(|(p, _)| p)).next();
+            if let Some(used) = in_use {
+                bad.push(Violation::new(
+                    Allocator,
+                    Subject::Frame(*used),
+                    format!("frame {used:#x} is free but in use"),
+                ));
             }
-            pfn += 1;
+            pfn = pfn.max(end);
             continue;
         }
+        let p = phys.page(pfn);
         if zero.contains(&pfn) {
             allocated += 1;
             pfn += 1;

@@ -1,26 +1,47 @@
-//! The host memory behind the frames: one anonymous mapping reserved with
-//! `MAP_NORESERVE`, so frames never touched cost no host memory. Its words
-//! are `std` atomics in every build: they model RAM, which loom cannot map
-//! (see [`crate::sync`]). The project's only `unsafe` code is here.
+//! Host memory for model RAM and per-frame arrays: anonymous mappings
+//! reserved with `MAP_NORESERVE`, so what is never touched costs no host
+//! memory. The frame arena's words are `std` atomics in every build: they
+//! model RAM, which loom cannot map (see [`crate::sync`]). The project's
+//! `unsafe` code is here and in the marker trait [`ZeroIsDefault`].
 
+use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
 use crate::Errno;
 
-/// The host memory behind the frames.
-pub(super) struct Arena {
-    base: NonNull<AtomicU64>,
-    pub(super) bytes: usize,
+/// Values whose all-zero bytes are a valid value equal to their `Default`.
+///
+/// # Safety
+/// Implement only for such types: [`Zeroed`] hands out fresh anonymous
+/// memory (zero-filled by the host) as values of the type.
+// Under loom and shuttle only the arena's words use it, which rustc's
+// dead-code lint does not count as a use of the trait.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))]
+pub(super) unsafe trait ZeroIsDefault: Default {}
+
+// SAFETY: a `std` atomic integer of zero bytes is 0, its default.
+unsafe impl ZeroIsDefault for AtomicU64 {}
+
+/// A slice of `len` values living in their own anonymous mapping, all
+/// default at first; pages of it never touched cost no host memory.
+pub(super) struct Zeroed<T> {
+    base: NonNull<T>,
+    len: usize,
 }
 
-// SAFETY: the arena is only ever accessed through `&AtomicU64`, which is Sync.
-unsafe impl Send for Arena {}
-// SAFETY: as above; no non-atomic access to the arena exists.
-unsafe impl Sync for Arena {}
+// SAFETY: `Zeroed` only ever hands out `&T`, so sharing it across threads is
+// sound exactly when sharing `&T` is (T: Sync).
+unsafe impl<T: Sync> Send for Zeroed<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Zeroed<T> {}
 
-impl Arena {
-    pub(super) fn new(bytes: usize) -> Result<Arena, Errno> {
+impl<T: ZeroIsDefault> Zeroed<T> {
+    /// Maps `len` values; `huge` asks the host for THPs (cheap first touch
+    /// where the whole range is used densely, like model RAM). ENOMEM if the
+    /// host refuses the mapping.
+    pub(super) fn new(len: usize, huge: bool) -> Result<Zeroed<T>, Errno> {
+        let bytes = len.checked_mul(size_of::<T>()).ok_or(Errno::ENOMEM)?.max(1);
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions; the result is checked against MAP_FAILED.
         let p = unsafe {
@@ -36,48 +57,68 @@ impl Arena {
         if p == libc::MAP_FAILED {
             return Err(Errno::ENOMEM);
         }
-        // Host THPs for the arena make first touch of model frames cheap; the
-        // host may ignore the advice, which only costs speed.
-        // SAFETY: advice on exactly the mapping just made; it changes no contents.
-        unsafe {
-            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
+        if huge {
+            // The host may ignore the advice, which only costs speed.
+            // SAFETY: advice on exactly the mapping just made; it changes no contents.
+            unsafe {
+                libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
+            }
         }
-        let base = NonNull::new(p.cast::<AtomicU64>()).ok_or(Errno::ENOMEM)?;
-        Ok(Arena { base, bytes })
+        assert!(p.cast::<T>().is_aligned(), "a mapping is page aligned");
+        let base = NonNull::new(p.cast::<T>()).ok_or(Errno::ENOMEM)?;
+        Ok(Zeroed { base, len })
+    }
+}
+
+impl<T> Deref for Zeroed<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        // SAFETY: the mapping holds `len` values of T: page aligned, readable
+        // and writable, zero-filled on first touch, which `ZeroIsDefault`
+        // (required by `new`) makes a valid T; it lives as long as `self`,
+        // and only shared references to it are ever made.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for Zeroed<T> {
+    fn drop(&mut self) {
+        // SAFETY: base and len describe exactly the mapping made in `new`, no
+        // reference into it outlives `self`, and the values need no drop
+        // (`ZeroIsDefault` types are plain atomics and structs of them).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), (self.len * size_of::<T>()).max(1));
+        }
+    }
+}
+
+/// The host memory behind the frames: words of RAM.
+pub(super) struct Arena {
+    words: Zeroed<AtomicU64>,
+}
+
+impl Arena {
+    pub(super) fn new(bytes: usize) -> Result<Arena, Errno> {
+        Ok(Arena { words: Zeroed::new(bytes / 8, true)? })
     }
 
     /// Word `index` of the arena.
     pub(super) fn word(&self, index: usize) -> &AtomicU64 {
-        assert!(index < self.bytes / 8, "frame arena index out of range");
-        // SAFETY: index is in bounds (checked above); the mapping is readable,
-        // writable, 8-byte aligned (page aligned), zero-filled on first touch
-        // (a valid AtomicU64), and lives as long as `self`.
-        unsafe { &*self.base.as_ptr().add(index) }
+        &self.words[index]
     }
-}
 
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // SAFETY: base/bytes describe exactly the mapping made in `new`, and no
-        // reference into it outlives `self`.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.bytes);
-        }
-    }
-}
-
-impl Arena {
     /// Zeroes `bytes` bytes from word `start` with one bulk store (zeroing
     /// is the real work of a fault). The caller owns those frames: they were
     /// just taken off the free lists.
     pub(super) fn zero(&self, start: usize, bytes: usize) {
-        assert!(start * 8 + bytes <= self.bytes);
-        // SAFETY: the range is inside the arena (checked above), and zero
-        // bytes are a valid AtomicU64. The frames were just allocated, so no
-        // page table maps them and no other thread can reach them without a
-        // model bug.
+        let words = &self.words[start..start + bytes / 8];
+        // SAFETY: the words are inside the arena (the slice above is bounds
+        // checked), and zero bytes are a valid AtomicU64. The frames were just
+        // allocated, so no page table maps them and no other thread can reach
+        // them without a model bug.
         unsafe {
-            std::ptr::write_bytes(self.base.as_ptr().add(start).cast::<u8>(), 0, bytes);
+            std::ptr::write_bytes(words.as_ptr().cast_mut().cast::<u8>(), 0, bytes);
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The memmap: one 64-byte descriptor per frame (`struct page`) and its flag
 //! bits (`enum pageflags`).
 
+#[cfg(not(any(loom, shuttle)))]
+use super::arena::ZeroIsDefault;
 use crate::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
+use crate::Errno;
 
 /// Page descriptor flag bits (`enum pageflags`), stored in [`Page::flags`].
 pub mod pg {
@@ -82,3 +85,33 @@ impl Page {
         self.flags.store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
     }
 }
+
+/// A per-frame array ([`Page`]s, generations): its own host mapping, so
+/// descriptors of frames never used cost no host memory (Linux allocates
+/// its memmap at boot; a model of 64 GiB would otherwise pay 1 GiB of host
+/// memory up front).
+#[cfg(not(any(loom, shuttle)))]
+pub(super) type PerFrame<T> = super::arena::Zeroed<T>;
+
+/// Under loom and shuttle the atomics carry the checkers' state, so each
+/// value is built (the machines there are tiny).
+#[cfg(any(loom, shuttle))]
+pub(super) type PerFrame<T> = Box<[T]>;
+
+#[cfg(not(any(loom, shuttle)))]
+pub(super) fn new_per_frame<T: ZeroIsDefault>(n: u64) -> Result<PerFrame<T>, Errno> {
+    super::arena::Zeroed::new(n as usize, false)
+}
+
+#[cfg(any(loom, shuttle))]
+pub(super) fn new_per_frame<T: Default>(n: u64) -> Result<PerFrame<T>, Errno> {
+    Ok((0..n).map(|_| T::default()).collect())
+}
+
+// SAFETY: outside loom and shuttle every field of `Page` is a `std` atomic
+// integer, for which zero bytes are the value 0: what `Page::default()` holds.
+#[cfg(not(any(loom, shuttle)))]
+unsafe impl ZeroIsDefault for Page {}
+// SAFETY: a `std` atomic integer of zero bytes is 0, its default.
+#[cfg(not(any(loom, shuttle)))]
+unsafe impl ZeroIsDefault for crate::sync::atomic::AtomicU32 {}

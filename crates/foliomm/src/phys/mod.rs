@@ -26,14 +26,14 @@ use crate::Errno;
 /// Physical memory: arena, memmap and buddy allocator.
 pub struct PhysMem {
     arena: arena::Arena,
-    memmap: Box<[Page]>,
+    memmap: memmap::PerFrame<Page>,
     nr_frames: u64,
     zone: Mutex<buddy::FreeArea>,
     /// The per-CPU page lists, one slot per simulated CPU (modulo [`NR_PCP`]).
     pcp: Box<[Mutex<pcp::PerCpuPages>]>,
     /// Per-frame generation, bumped whenever the frame is freed: a TLB entry
     /// remembers it, so a use after free is recognised (model-only).
-    generation: Box<[AtomicU32]>,
+    generation: memmap::PerFrame<AtomicU32>,
     /// Fill freed frames with [`POISON`] (`page_poisoning` / `init_on_free`).
     poison: bool,
 }
@@ -51,14 +51,14 @@ impl PhysMem {
             return Err(Errno::EINVAL);
         }
         let arena = arena::Arena::new((nr_frames * PAGE_SIZE) as usize)?;
-        let memmap = (0..nr_frames).map(|_| Page::default()).collect();
+        let memmap = memmap::new_per_frame(nr_frames)?;
         let phys = PhysMem {
             arena,
             memmap,
             nr_frames,
             zone: Mutex::new(buddy::FreeArea::new()),
             pcp: pcp::new_lists(),
-            generation: (0..nr_frames).map(|_| Default::default()).collect(),
+            generation: memmap::new_per_frame(nr_frames)?,
             poison,
         };
         {
