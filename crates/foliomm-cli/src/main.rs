@@ -112,7 +112,7 @@ struct RunArgs {
     /// Mapcount design, overriding the file's `set mapcount`.
     #[arg(long, value_enum)]
     mapcount: Option<foliomm::mapcount::Design>,
-    /// Model RAM (like 512M or 4G), overriding the file's `set memory`.
+    /// Model RAM, 4M to 1T (like 512M or 4G), overriding the file's `set memory`.
     #[arg(long)]
     memory: Option<String>,
     /// Zap strategy, overriding the file's `set zap`.
@@ -376,7 +376,9 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     use foliomm_scenario::lang::{parse_size, Cmd, MachineSetting, Step};
     let mut over = Vec::new();
     if let Some(m) = &a.memory {
-        let bytes = parse_size(m).with_context(|| format!("--memory: expected a size like 512M or 4G, found '{m}'"))?;
+        let bytes = parse_size(m)
+            .filter(|b| foliomm::machine::MEMORY_RANGE.contains(b))
+            .with_context(|| format!("--memory: expected a size from 4M to 1T, like 512M or 4G, found '{m}'"))?;
         over.push(MachineSetting::Memory(bytes));
     }
     if let Some(d) = a.mapcount {

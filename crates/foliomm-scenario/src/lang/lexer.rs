@@ -132,6 +132,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
         b'K' | b'k' => (&s[..s.len() - 1], 1u64 << 10),
         b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
         b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
+        b'T' | b't' => (&s[..s.len() - 1], 1 << 40),
         _ => (s, 1),
     };
     num.parse::<u64>().ok()?.checked_mul(mult)

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! # comment                          blank lines and comments are ignored
-//! set memory 64M                     model RAM (before the first process)
+//! set memory 64M                     model RAM, 4M to 1T (before the first process)
 //! set mapcount mm-id                 mapcount design (before the first process)
 //! set zap per-page                   zap strategy: batched or per-page (likewise)
 //! set vma_lock vma-rwsem             how faults lock their VMA: mmap-lock, vma-rwsem, vma-refcount (likewise)

@@ -27,6 +27,17 @@ enum Open {
 /// thousand; the table is allocated per CPU).
 pub const MAX_TLB_ENTRIES: u64 = 1 << 20;
 
+/// A model RAM size, within [`foliomm::machine::MEMORY_RANGE`].
+fn memory_size(l: &mut Line) -> Result<u64, ParseError> {
+    let col = l.col();
+    let bytes = l.size("a memory size")?;
+    let range = foliomm::machine::MEMORY_RANGE;
+    if range.contains(&bytes) {
+        return Ok(bytes);
+    }
+    l.err(col, format!("expected a memory size from 4M to 1T, found {bytes} bytes"))
+}
+
 pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
     let mut steps = Vec::new();
     let mut open = Vec::new();
@@ -134,9 +145,9 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     if !l.eat("least") {
                         return l.err(col, "expected 'least' (set memory at least SIZE)");
                     }
-                    Ok(Cmd::SetMachine(MachineSetting::MemoryAtLeast(l.size("a memory size")?)))
+                    Ok(Cmd::SetMachine(MachineSetting::MemoryAtLeast(memory_size(l)?)))
                 }
-                "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(l.size("a memory size")?))),
+                "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(memory_size(l)?))),
                 "mapcount" => {
                     let d = named(l, "mapcount design", Design::parse, &Design::names())?;
                     Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
@@ -365,6 +376,12 @@ mod tests {
         assert!(e.msg.contains("empty range"));
         let e = parse("P: observe a\n").unwrap_err();
         assert_eq!(e.col, 13, "{e}");
+        for bad in ["set memory 2M\n", "set memory 2T\n", "set memory at least 0\n"] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.msg.contains("from 4M to 1T"), "{bad}: {e}");
+            assert_eq!(e.col, bad.rfind(' ').unwrap() + 2, "{bad}: {e}");
+        }
+        assert!(parse("set memory 1T\n").is_ok());
     }
 
     #[test]

@@ -3,10 +3,15 @@
 
 use crate::mapcount::{Design, MmId};
 
+/// The model RAM sizes a machine takes, from one 4 MiB block to 1 TiB. Frames
+/// never touched cost no host memory, but each 4 MiB free block's descriptor
+/// does (a host page per block: about 1 MiB per GiB of model RAM).
+pub const MEMORY_RANGE: std::ops::RangeInclusive<u64> = (4 << 20)..=(1 << 40);
+
 /// How to build a machine: its size, strategies and switches.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Bytes of model RAM (rounded down to 4 MiB).
+    /// Bytes of model RAM (rounded down to 4 MiB; within [`MEMORY_RANGE`]).
     pub memory: u64,
     /// The mapcount design.
     pub mapcount: Design,

@@ -16,7 +16,7 @@ pub mod observer;
 mod page_alloc;
 pub mod stats;
 
-pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy};
+pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, MEMORY_RANGE};
 pub use hugetlb_pool::{HugeCounts, HugeSize};
 pub use observer::Observer;
 pub use stats::Stats;
@@ -68,8 +68,12 @@ pub enum Incident {
 
 impl Kernel {
     /// Builds the memory, the zero page and the ID allocator of `config`;
-    /// EINVAL or ENOMEM when the memory cannot be had.
+    /// EINVAL for a size outside [`MEMORY_RANGE`], ENOMEM when the host
+    /// cannot reserve it.
     pub fn new(config: Config, observer: Option<Arc<dyn Observer>>) -> Result<Kernel, Errno> {
+        if !MEMORY_RANGE.contains(&config.memory) {
+            return Err(Errno::EINVAL);
+        }
         let design = config.mapcount.implementation();
         let phys = PhysMem::new(config.memory, config.poison)?;
         let zero_pfn = phys.alloc_pages_zeroed(0)?;

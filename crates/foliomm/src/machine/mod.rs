@@ -4,7 +4,9 @@
 //! runs the invariant checker. Two machines with different designs can live
 //! in one process.
 
-pub use crate::kernel::{Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
+pub use crate::kernel::{
+    Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy, MEMORY_RANGE,
+};
 
 use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;
