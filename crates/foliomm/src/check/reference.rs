@@ -7,6 +7,9 @@
 //! COW, so a model bug that leaks or loses a byte shows as a difference.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use rangemap::RangeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::arch::PAGE_SIZE;
@@ -16,22 +19,32 @@ use crate::{Errno, Result};
 const PS: usize = PAGE_SIZE as usize;
 type Bytes = Box<[u8; PS]>;
 
-/// The file behind a page: which, at which page index, and whether writes
-/// go to it.
-#[derive(Clone, Copy)]
+/// How a run of pages is mapped: its protection and, for a file mapping,
+/// which file, shared or private. A file page's index is its page number
+/// plus `delta` (wrapping), so one value describes a whole linear mapping
+/// and adjacent runs of one mapping coalesce.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Mapping {
+    prot: u32,
+    file: Option<Backing>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Backing {
     file: u64,
-    index: u64,
+    delta: u64,
     shared: bool,
 }
 
-#[derive(Clone)]
-struct RefPage {
-    prot: u32,
-    file: Option<Backing>,
-    /// The page's own bytes (anonymous, or a private copy of a file page);
-    /// `None` reads as zeros, or as the file.
-    data: Option<Bytes>,
+impl Backing {
+    fn index(&self, page: u64) -> u64 {
+        (page / PAGE_SIZE).wrapping_add(self.delta)
+    }
+
+    /// The same file pages, moved from address `from` to address `to`.
+    fn moved(self, from: u64, to: u64) -> Backing {
+        Backing { delta: self.delta.wrapping_add(from / PAGE_SIZE).wrapping_sub(to / PAGE_SIZE), ..self }
+    }
 }
 
 /// One file: its size and the bytes of the pages ever written.
@@ -114,83 +127,101 @@ impl RefFiles {
     }
 }
 
-/// The bytes and protections of one process's address space.
+/// The bytes and protections of one process's address space: the mappings
+/// as runs of pages, and the bytes of the pages written (a page never
+/// written costs nothing, however large its mapping).
 #[derive(Clone, Default)]
 pub struct RefSpace {
-    pages: BTreeMap<u64, RefPage>,
+    maps: RangeMap<u64, Mapping>,
+    /// The page's own bytes (anonymous, or a private copy of a file page);
+    /// a page without reads as zeros, or as the file.
+    data: BTreeMap<u64, Bytes>,
     files: RefFiles,
 }
 
-fn page_range(start: u64, len: u64) -> impl Iterator<Item = u64> {
+/// The whole pages `[start, start + len)` touches.
+fn page_range(start: u64, len: u64) -> Range<u64> {
     let end = (start + len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-    (start & !(PAGE_SIZE - 1)..end).step_by(PS)
+    start & !(PAGE_SIZE - 1)..end
 }
 
 impl RefSpace {
     /// An empty space whose file mappings use `files`.
     pub fn with_files(files: RefFiles) -> RefSpace {
-        RefSpace { pages: BTreeMap::new(), files }
+        RefSpace { files, ..Default::default() }
     }
 
     /// A copy of this space whose file mappings use `files` instead.
     pub fn with_files_of(&self, files: &RefFiles) -> RefSpace {
-        RefSpace { pages: self.pages.clone(), files: files.clone() }
+        RefSpace { maps: self.maps.clone(), data: self.data.clone(), files: files.clone() }
+    }
+
+    /// Maps `range` (replacing whatever was there) with no bytes of its own.
+    fn insert(&mut self, range: Range<u64>, m: Mapping) {
+        if !range.is_empty() {
+            self.drop_data(range.clone());
+            self.maps.insert(range, m);
+        }
+    }
+
+    fn drop_data(&mut self, range: Range<u64>) {
+        let gone: Vec<u64> = self.data.range(range).map(|(&p, _)| p).collect();
+        gone.iter().for_each(|p| drop(self.data.remove(p)));
+    }
+
+    /// The mapped runs overlapping `range`, clipped to it.
+    fn runs(&self, range: &Range<u64>) -> Vec<(Range<u64>, Mapping)> {
+        let runs = self.maps.overlapping(range);
+        runs.map(|(r, m)| (r.start.max(range.start)..r.end.min(range.end), *m)).collect()
     }
 
     /// A new mapping of zero pages (replacing whatever was there).
     pub fn map(&mut self, start: u64, len: u64, prot: Prot) {
-        for p in page_range(start, len) {
-            self.pages.insert(p, RefPage { prot: prot.0, file: None, data: None });
-        }
+        self.insert(page_range(start, len), Mapping { prot: prot.0, file: None });
     }
 
     /// A new mapping of file `file` from page `index`, shared or private.
     pub fn map_file(&mut self, start: u64, len: u64, prot: Prot, file: u64, index: u64, shared: bool) {
-        for (i, p) in page_range(start, len).enumerate() {
-            let backing = Backing { file, index: index + i as u64, shared };
-            self.pages.insert(p, RefPage { prot: prot.0, file: Some(backing), data: None });
-        }
+        let delta = index.wrapping_sub(start / PAGE_SIZE);
+        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }) });
     }
 
     pub fn unmap(&mut self, start: u64, len: u64) {
-        for p in page_range(start, len) {
-            self.pages.remove(&p);
+        let range = page_range(start, len);
+        if !range.is_empty() {
+            self.maps.remove(range.clone());
+            self.drop_data(range);
         }
     }
 
     pub fn is_mapped(&self, addr: u64) -> bool {
-        self.pages.contains_key(&(addr & !(PAGE_SIZE - 1)))
+        self.maps.contains_key(&(addr & !(PAGE_SIZE - 1)))
     }
 
     /// Whether every page of the range is mapped.
     pub fn covers(&self, start: u64, len: u64) -> bool {
-        page_range(start, len).all(|p| self.pages.contains_key(&p))
+        self.maps.gaps(&page_range(start, len)).next().is_none()
     }
 
     pub fn protect(&mut self, start: u64, len: u64, prot: Prot) {
-        for p in page_range(start, len) {
-            if let Some(pg) = self.pages.get_mut(&p) {
-                pg.prot = prot.0;
-            }
+        for (range, m) in self.runs(&page_range(start, len)) {
+            self.maps.insert(range, Mapping { prot: prot.0, ..m });
         }
     }
 
     /// MADV_DONTNEED: private pages read zero again (or the file, for a
     /// private file mapping); shared file pages keep their bytes.
     pub fn zap(&mut self, start: u64, len: u64) {
-        for p in page_range(start, len) {
-            if let Some(pg) = self.pages.get_mut(&p) {
-                pg.data = None;
-            }
-        }
+        self.drop_data(page_range(start, len));
     }
 
     /// MADV_REMOVE: punches the whole pages of the range out of the shared
     /// file mapped there.
     pub fn remove(&mut self, start: u64, len: u64) {
-        for p in page_range(start, len) {
-            if let Some(b) = self.pages.get(&p).and_then(|pg| pg.file).filter(|b| b.shared) {
-                self.files.punch(b.file, b.index * PAGE_SIZE, (b.index + 1) * PAGE_SIZE);
+        for (range, m) in self.runs(&page_range(start, len)) {
+            if let Some(b) = m.file.filter(|b| b.shared) {
+                let (first, end) = (b.index(range.start), b.index(range.end - PAGE_SIZE) + 1);
+                self.files.punch(b.file, first * PAGE_SIZE, end * PAGE_SIZE);
             }
         }
     }
@@ -198,9 +229,11 @@ impl RefSpace {
     /// Truncation of `file` to `pages` pages zaps even the private copies
     /// of the pages past the end (`unmap_mapping_range(.., even_cows)`).
     pub fn truncate_file(&mut self, file: u64, pages: u64) {
-        for pg in self.pages.values_mut() {
-            if pg.file.is_some_and(|b| b.file == file && b.index >= pages) {
-                pg.data = None;
+        for (range, m) in self.runs(&(0..u64::MAX)) {
+            if let Some(b) = m.file.filter(|b| b.file == file) {
+                let past_end = self.data.range(range).map(|(&p, _)| p).filter(|&p| b.index(p) >= pages);
+                let gone: Vec<u64> = past_end.collect();
+                gone.iter().for_each(|p| drop(self.data.remove(p)));
             }
         }
     }
@@ -208,18 +241,20 @@ impl RefSpace {
     /// mremap: `old_len` bytes move to `new`; a longer new range is
     /// zero-filled, or continues the file a file mapping maps.
     pub fn remap(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
-        let moved: Vec<(u64, RefPage)> =
-            page_range(old, old_len).filter_map(|p| self.pages.remove(&p).map(|pg| (p, pg))).collect();
-        let first = moved.first().map(|(_, p)| (p.prot, p.file));
-        let (prot, file) = first.unwrap_or((0, None));
-        for (i, p) in page_range(new, new_len).enumerate() {
-            let file = file.map(|b| Backing { index: b.index + i as u64, ..b });
-            self.pages.insert(p, RefPage { prot, file, data: None });
+        let (old_range, new_range) = (page_range(old, old_len), page_range(new, new_len));
+        let runs = self.runs(&old_range);
+        let moved: Vec<(u64, Bytes)> = self.data.range(old_range.clone()).map(|(&p, d)| (p, d.clone())).collect();
+        self.unmap(old, old_len);
+        // File indexes stay with their pages.
+        let moved_by = |b: Backing| b.moved(old, new);
+        let first = runs.first().map_or(Mapping { prot: 0, file: None }, |(_, m)| *m);
+        self.insert(new_range.clone(), Mapping { file: first.file.map(moved_by), ..first });
+        for (range, m) in runs {
+            let to = new + (range.start - old)..(new + (range.end - old)).min(new_range.end);
+            self.insert(to, Mapping { file: m.file.map(moved_by), ..m });
         }
-        for (p, pg) in moved {
-            if p - old < new_len {
-                self.pages.insert(new + (p - old), pg);
-            }
+        for (p, d) in moved.into_iter().filter(|(p, _)| p - old < new_len) {
+            self.data.insert(new + (p - old), d);
         }
     }
 
@@ -227,29 +262,34 @@ impl RefSpace {
     /// or its file's), checking the access; a write to a private page of a
     /// file first copies the file's page. SIGBUS past the end of the file.
     fn with_bytes<R>(&mut self, addr: u64, write: bool, f: impl FnOnce(&mut [u8; PS]) -> R) -> Result<R> {
-        let pg = self.pages.get_mut(&(addr & !(PAGE_SIZE - 1))).ok_or(Errno::EFAULT)?;
+        let page = addr & !(PAGE_SIZE - 1);
+        let m = *self.maps.get(&page).ok_or(Errno::EFAULT)?;
         let need = if write { Prot::WRITE } else { Prot::READ | Prot::WRITE };
-        if pg.prot & need == 0 {
+        if m.prot & need == 0 {
             return Err(Errno::EACCES);
         }
         // Reads of bytes never written see zeros without storing any.
         let zeros = || Box::new([0; PS]);
-        let Some(b) = pg.file else {
-            return Ok(match (&mut pg.data, write) {
+        let Some(b) = m.file else {
+            return Ok(match (self.data.get_mut(&page), write) {
                 (None, false) => f(&mut zeros()),
-                (data, _) => f(data.get_or_insert_with(zeros)),
+                (Some(d), _) => f(d),
+                (None, true) => f(self.data.entry(page).or_insert_with(zeros)),
             });
         };
         let mut files = self.files.0.lock().unwrap();
         let file = files.get_mut(&b.file).ok_or(Errno::SIGBUS)?;
-        if b.index >= file.size.div_ceil(PAGE_SIZE) {
+        let index = b.index(page);
+        if index >= file.size.div_ceil(PAGE_SIZE) {
             return Err(Errno::SIGBUS);
         }
-        let file_page = |pages: &BTreeMap<u64, Bytes>| pages.get(&b.index).cloned().unwrap_or_else(zeros);
-        Ok(match (b.shared, &mut pg.data, write) {
-            (true, _, true) => f(file.pages.entry(b.index).or_insert_with(zeros)),
+        let file_page = |pages: &BTreeMap<u64, Bytes>| pages.get(&index).cloned().unwrap_or_else(zeros);
+        let own = self.data.get_mut(&page);
+        Ok(match (b.shared, own, write) {
+            (true, _, true) => f(file.pages.entry(index).or_insert_with(zeros)),
             (true, _, false) | (false, None, false) => f(&mut file_page(&file.pages)),
-            (false, data, _) => f(data.get_or_insert_with(|| file_page(&file.pages))),
+            (false, Some(d), _) => f(d),
+            (false, None, true) => f(self.data.entry(page).or_insert_with(|| file_page(&file.pages))),
         })
     }
 
@@ -266,7 +306,7 @@ impl RefSpace {
     }
 
     pub fn write_byte_per_page(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
-        for p in page_range(addr, len) {
+        for p in page_range(addr, len).step_by(PS) {
             self.with_bytes(p, true, |d| d[0] = val)?;
         }
         Ok(())
@@ -279,7 +319,7 @@ impl RefSpace {
     }
 
     pub fn read_byte_per_page(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
-        page_range(addr, len).map(|p| self.with_bytes(p, false, |d| d[0])).collect()
+        page_range(addr, len).step_by(PS).map(|p| self.with_bytes(p, false, |d| d[0])).collect()
     }
 
     fn each_piece(
@@ -298,5 +338,56 @@ impl RefSpace {
             at = next;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = PAGE_SIZE;
+
+    #[test]
+    fn a_large_mapping_costs_only_the_pages_written() {
+        let mut s = RefSpace::default();
+        s.map(1 << 40, 1 << 40, Prot::RW);
+        s.write(1 << 40, &[7]).unwrap();
+        assert_eq!((s.maps.iter().count(), s.data.len()), (1, 1));
+        assert!(s.covers(1 << 40, 1 << 40) && !s.covers(1 << 40, (1 << 40) + 1));
+        assert_eq!(s.read((1 << 40) + 5 * P, 1).unwrap(), [0]);
+    }
+
+    #[test]
+    fn protect_splits_and_an_access_stops_at_the_first_refused_page() {
+        let mut s = RefSpace::default();
+        s.map(0, 4 * P, Prot::RW);
+        s.protect(2 * P, P, Prot(Prot::READ));
+        assert_eq!(s.write(P, &[1; 2 * PS]), Err(Errno::EACCES));
+        assert_eq!(s.read(P, 1).unwrap(), [1], "the page before the refused one is written");
+        assert_eq!(s.read(2 * P, 1).unwrap(), [0]);
+        s.protect(2 * P, P, Prot::RW);
+        assert_eq!(s.maps.iter().count(), 1, "equal runs coalesce again");
+    }
+
+    #[test]
+    fn a_moved_file_mapping_keeps_its_file_pages_and_grows_along_the_file() {
+        let files = RefFiles::default();
+        let f = files.new_file(8 * P);
+        files.write(f, 3 * P, &[3]);
+        files.write(f, 5 * P, &[5]);
+        let mut s = RefSpace::with_files(files.clone());
+        // Pages 2..4 of the file at 0x10000; a private copy of file page 2.
+        s.map_file(0x10000, 2 * P, Prot::RW, f, 2, false);
+        s.write(0x10000, &[9]).unwrap();
+        s.remap(0x10000, 2 * P, 0x80000, 2 * P);
+        s.remap(0x80000, 2 * P, 0x40000, 4 * P);
+        assert!(!s.is_mapped(0x10000) && !s.is_mapped(0x80000));
+        assert_eq!(s.read(0x40000, 1).unwrap(), [9], "the private copy moved, up and down");
+        assert_eq!(s.read(0x40000 + P, 1).unwrap(), [3], "file page 3");
+        assert_eq!(s.read(0x40000 + 3 * P, 1).unwrap(), [5], "grown: file page 5");
+        files.truncate(f, 2 * P);
+        s.truncate_file(f, 2);
+        assert_eq!(s.read(0x40000, 1), Err(Errno::SIGBUS), "truncation drops even the private copy");
+        assert!(s.data.is_empty());
     }
 }
