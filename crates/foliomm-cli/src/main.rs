@@ -400,7 +400,7 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     let at = steps.iter().position(|s| !matches!(s.cmd, Cmd::SetMachine(_) | Cmd::SetCheck(_))).unwrap_or(steps.len());
     let new = over.into_iter().map(|s| Step {
         line: 0,
-        text: format!("(command line) {s:?}"),
+        text: format!("(command line) {s}"),
         proc: None,
         thread: None,
         cmd: Cmd::SetMachine(s),

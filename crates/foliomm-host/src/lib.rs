@@ -215,9 +215,12 @@ impl Backend for HostBackend {
             MachineSetting::Tlb(_) => "the host's TLB is hardware",
             MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
             MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",
+            MachineSetting::MaxMapCount(n) if Some(*n) != sysfs::max_map_count() => {
+                "vm.max_map_count is system-wide: changing it would limit every process on the machine"
+            }
             _ => return None,
         };
-        Some(format!("cannot honour {s:?}: {why}"))
+        Some(format!("cannot honour '{s}': {why}"))
     }
 
     fn start(&self, _settings: &[MachineSetting]) -> BackendResult<()> {

@@ -138,6 +138,11 @@ pub fn huge_counts(size: HugeSize) -> HugeCounts {
     }
 }
 
+/// The host's `vm.max_map_count`, if readable.
+pub fn max_map_count() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()
+}
+
 /// Writes `value` to `path`, remembering the old value the first time.
 pub fn set(path: &str, value: &str) -> Result<(), String> {
     SIGNALS.call_once(|| {

@@ -113,6 +113,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
                 // Refused above when it does not fit.
                 MachineSetting::MmIds(n) => config.max_mm_id = u32::try_from(*n).ok(),
+                MachineSetting::MaxMapCount(n) => config.max_map_count = *n as usize,
                 MachineSetting::Debug(d) => {
                     config.debug.set(d);
                 }

@@ -192,7 +192,7 @@ impl<'b> State<'b> {
             Cmd::SetMachine(setting) => {
                 if self.started {
                     return Err(
-                        "machine settings (memory, mapcount, zap, vma_lock, tlb, mm_ids, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
+                        "machine settings (memory, mapcount, zap, vma_lock, hugetlb_sync, tlb, mm_ids, max_map_count, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
                     );
                 }
                 // A later line (or a command-line override) wins over an earlier one.
@@ -200,7 +200,7 @@ impl<'b> State<'b> {
                     self.settings.retain(|(_, s)| std::mem::discriminant(s) != std::mem::discriminant(setting));
                 }
                 self.settings.push((step.line, setting.clone()));
-                return Ok(format!("{setting:?}"));
+                return Ok(setting.to_string());
             }
             Cmd::Measure(name) => {
                 if let Some(open) = &self.measure {

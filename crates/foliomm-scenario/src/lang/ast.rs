@@ -197,6 +197,36 @@ pub enum MachineSetting {
     /// The highest MM ID the allocator hands out (`set mm_ids N`), so that
     /// a scenario can run out of IDs.
     MmIds(u64),
+    /// `vm.max_map_count` (`set max_map_count N`).
+    MaxMapCount(u64),
+}
+
+/// The setting as its scenario line says it (`set memory 64M`).
+impl std::fmt::Display for MachineSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use MachineSetting::*;
+        match self {
+            Memory(b) => write!(f, "set memory {}", size_text(*b)),
+            MemoryAtLeast(b) => write!(f, "set memory at least {}", size_text(*b)),
+            Mapcount(d) => write!(f, "set mapcount {}", d.name()),
+            Zap(z) => write!(f, "set zap {}", z.name()),
+            VmaLock(d) => write!(f, "set vma_lock {}", d.name()),
+            HugetlbSync(d) => write!(f, "set hugetlb_sync {}", d.name()),
+            Tlb(n) => write!(f, "set tlb {n}"),
+            Debug(d) => write!(f, "set debug {d}"),
+            MmIds(n) => write!(f, "set mm_ids {n}"),
+            MaxMapCount(n) => write!(f, "set max_map_count {n}"),
+        }
+    }
+}
+
+/// `bytes` with the largest unit that divides it (64M, 4K, 12345).
+pub fn size_text(bytes: u64) -> String {
+    let units = [(40, "T"), (30, "G"), (20, "M"), (10, "K")];
+    match units.iter().find(|(shift, _)| bytes != 0 && bytes.trailing_zeros() >= *shift) {
+        Some((shift, unit)) => format!("{}{unit}", bytes >> shift),
+        None => bytes.to_string(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

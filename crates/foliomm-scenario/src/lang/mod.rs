@@ -7,6 +7,7 @@
 //! set zap per-page                   zap strategy: batched or per-page (likewise)
 //! set vma_lock vma-rwsem             how faults lock their VMA: mmap-lock, vma-rwsem, vma-refcount (likewise)
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
+//! set max_map_count 100              vm.max_map_count, default 65530 (likewise)
 //! set debug no-large-reuse           a model debug switch (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set shmem enabled=always 64K=inherit   shmem_enabled and per-size shmem modes

@@ -161,6 +161,14 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
                 "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
+                "max_map_count" => {
+                    // The sysctl takes 0 to INT_MAX.
+                    let col = l.col();
+                    match l.size("a number of VMAs")? {
+                        n if n <= i32::MAX as u64 => Ok(Cmd::SetMachine(MachineSetting::MaxMapCount(n))),
+                        n => l.err(col, format!("expected at most {} VMAs, found {n}", i32::MAX)),
+                    }
+                }
                 "zap" => Ok(Cmd::SetMachine(MachineSetting::Zap(named(
                     l,
                     "zap strategy",
@@ -382,6 +390,15 @@ mod tests {
             assert_eq!(e.col, bad.rfind(' ').unwrap() + 2, "{bad}: {e}");
         }
         assert!(parse("set memory 1T\n").is_ok());
+    }
+
+    #[test]
+    fn a_setting_prints_as_its_line() {
+        for line in ["set memory 64M", "set memory at least 3G", "set max_map_count 6", "set memory 4194305"] {
+            let step = &parse(line).unwrap()[0];
+            let Cmd::SetMachine(s) = &step.cmd else { panic!("{line}") };
+            assert_eq!(s.to_string(), line);
+        }
     }
 
     #[test]

@@ -35,7 +35,14 @@ pub struct Config {
     /// Fewer MM IDs than the design allows, to reach ID exhaustion in a test
     /// (`set mm_ids N` in a scenario).
     pub max_mm_id: Option<MmId>,
+    /// `vm.max_map_count`: the most VMAs an MM may hold (see
+    /// [`crate::mm::Mm::mmap`] and the splits of `munmap`, `mprotect`,
+    /// `madvise` and `mremap`).
+    pub max_map_count: usize,
 }
+
+/// `DEFAULT_MAX_MAP_COUNT`: `USHRT_MAX` less the ELF core dump margin.
+pub const DEFAULT_MAX_MAP_COUNT: usize = 65530;
 
 /// Zap strategies (seed 001).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -115,6 +122,7 @@ impl Default for Config {
             debug: DebugSwitches::default(),
             precision: false,
             max_mm_id: None,
+            max_map_count: DEFAULT_MAX_MAP_COUNT,
         }
     }
 }

@@ -16,7 +16,7 @@ pub mod observer;
 mod page_alloc;
 pub mod stats;
 
-pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, MEMORY_RANGE};
+pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE};
 pub use hugetlb_pool::{HugeCounts, HugeSize};
 pub use observer::Observer;
 pub use stats::Stats;

@@ -5,7 +5,8 @@
 //! in one process.
 
 pub use crate::kernel::{
-    Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy, MEMORY_RANGE,
+    Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT,
+    MEMORY_RANGE,
 };
 
 use crate::check::{check_machine, Ledger, Violation};

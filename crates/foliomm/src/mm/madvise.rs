@@ -76,10 +76,10 @@ impl Mm {
             return Err(Errno::EINVAL);
         }
         let covered = vmas.covers(addr, end);
-        self.split_vma(&mut vmas, addr);
-        self.split_vma(&mut vmas, end);
+        let new_flags = |flags: u32| (flags | set) & !clear;
+        self.split_for_change(&mut vmas, addr, end, new_flags)?;
         for v in vmas.overlapping(addr, end) {
-            let flags = (v.flags() | set) & !clear;
+            let flags = new_flags(v.flags());
             if flags != v.flags() {
                 vmas.start_write(v);
                 v.set_flags(flags);

@@ -94,6 +94,11 @@ impl Mm {
             }
         }
         let mut vmas = self.mmap_write_lock();
+        // do_mmap(): "too many mappings?" (`>`, so the count may reach one
+        // past the limit; Linux checks before the anonymous inode is made).
+        if vmas.len() > self.kernel.config.max_map_count {
+            return Err(Errno::ENOMEM);
+        }
         let start = if flags.fixed || flags.noreplace {
             let end = range_end(addr, len)?;
             if addr < MMAP_MIN_ADDR {

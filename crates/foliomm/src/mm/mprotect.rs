@@ -24,11 +24,11 @@ impl Mm {
         if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
             return Err(Errno::EINVAL);
         }
-        self.split_vma(&mut vmas, addr);
-        self.split_vma(&mut vmas, end);
+        let new_flags = |flags: u32| (flags & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
+        self.split_for_change(&mut vmas, addr, end, new_flags)?;
         let mut changed = false;
         for v in vmas.overlapping(addr, end) {
-            let flags = (v.flags() & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
+            let flags = new_flags(v.flags());
             if flags != v.flags() {
                 vmas.start_write(v);
                 v.set_flags(flags);

@@ -42,7 +42,12 @@ impl Mm {
         if old_end > vma_end {
             return Err(Errno::EFAULT);
         }
+        let max = self.kernel.config.max_map_count;
         if let Some(new) = fixed {
+            // check_mremap_params(): room for both ends to split in three.
+            if vmas.len() + 2 >= max.saturating_sub(3) {
+                return Err(Errno::ENOMEM);
+            }
             let new_end = new + new_len;
             self.do_munmap(&mut vmas, new, new_end)?;
             let moved_len = old_len.min(new_len);
@@ -71,10 +76,15 @@ impl Mm {
     }
 
     /// `move_vma`: a new VMA at `new` with the old one's flags, pgoff and
-    /// anon_vma; page tables moved; the old range unmapped.
+    /// anon_vma; page tables moved; the old range unmapped. ENOMEM, with
+    /// nothing changed, within 3 VMAs of `vm.max_map_count`
+    /// (`prep_move_vma`: the unmap may split one VMA in three).
     fn move_vma(&self, vmas: &mut Vmas, old: u64, old_len: u64, new: u64, new_len: u64) -> Result<()> {
-        self.split_vma(vmas, old);
-        self.split_vma(vmas, old + old_len);
+        if vmas.len() >= self.kernel.config.max_map_count.saturating_sub(3) {
+            return Err(Errno::ENOMEM);
+        }
+        self.split_vma_unchecked(vmas, old);
+        self.split_vma_unchecked(vmas, old + old_len);
         let src = vmas.get(old).cloned().expect("mremap source VMA");
         let moved = vmas.dup(&src);
         moved.set_range(new, new + new_len, src.pgoff());

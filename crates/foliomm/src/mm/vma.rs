@@ -28,12 +28,19 @@ impl Mm {
 
     /// `do_vmi_munmap`: splits the VMAs at the range's edges, removes those
     /// inside, zaps their pages and frees page tables no VMA needs any more.
+    /// ENOMEM, with nothing changed, if it would split one VMA in three at
+    /// `vm.max_map_count` VMAs (`vms_gather_munmap_vmas`; otherwise the
+    /// count may pass the limit for a moment).
     pub(super) fn do_munmap(&self, vmas: &mut Vmas, start: u64, end: u64) -> Result<()> {
         if !vmas.any_in(start, end) {
             return Ok(());
         }
-        self.split_vma(vmas, start);
-        self.split_vma(vmas, end);
+        let in_three = vmas.find(start).is_some_and(|v| v.start() < start && end < v.end());
+        if in_three && vmas.len() >= self.kernel.config.max_map_count {
+            return Err(Errno::ENOMEM);
+        }
+        self.split_vma_unchecked(vmas, start);
+        self.split_vma_unchecked(vmas, end);
         let starts: Vec<u64> = vmas.overlapping(start, end).map(|v| v.start()).collect();
         let removed: Vec<Arc<Vma>> = starts.iter().filter_map(|&s| vmas.remove(s)).collect();
         let k = &*self.kernel;
@@ -46,10 +53,41 @@ impl Mm {
         Ok(())
     }
 
-    /// `split_vma` at `addr` if a VMA straddles it: the VMA keeps the part
-    /// below, a new one (`vm_area_dup`) takes the part above. First splits a
-    /// huge PMD that straddles the new boundary (`vma_adjust_trans_huge`).
-    pub(super) fn split_vma(&self, vmas: &mut Vmas, addr: u64) {
+    /// `split_vma` at `addr` if a VMA straddles it; ENOMEM, with nothing
+    /// changed, if the MM already holds `vm.max_map_count` VMAs.
+    pub(super) fn split_vma(&self, vmas: &mut Vmas, addr: u64) -> Result<()> {
+        let straddles = vmas.find(addr).is_some_and(|v| v.start() < addr);
+        if straddles && vmas.len() >= self.kernel.config.max_map_count {
+            return Err(Errno::ENOMEM);
+        }
+        self.split_vma_unchecked(vmas, addr);
+        Ok(())
+    }
+
+    /// Splits the VMAs straddling `start` and `end` that `change` (new
+    /// flags from old) would change, as `vma_modify` does for mprotect and
+    /// madvise: a VMA whose flags stay is left whole. ENOMEM at
+    /// `vm.max_map_count`, with the first split kept, as in Linux.
+    pub(super) fn split_for_change(
+        &self,
+        vmas: &mut Vmas,
+        start: u64,
+        end: u64,
+        change: impl Fn(u32) -> u32,
+    ) -> Result<()> {
+        for addr in [start, end] {
+            if vmas.find(addr).is_some_and(|v| change(v.flags()) != v.flags()) {
+                self.split_vma(vmas, addr)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `__split_vma` at `addr` if a VMA straddles it, whatever the count: the
+    /// VMA keeps the part below, a new one (`vm_area_dup`) takes the part
+    /// above. First splits a huge PMD that straddles the new boundary
+    /// (`vma_adjust_trans_huge`).
+    pub(super) fn split_vma_unchecked(&self, vmas: &mut Vmas, addr: u64) {
         let Some(v) = vmas.find(addr).filter(|v| v.start() < addr).cloned() else {
             return;
         };

@@ -54,6 +54,13 @@ impl Vmas {
         let first = self.find(start).map(|v| v.start()).unwrap_or(start);
         self.map.range(first..end.max(first)).map(|(_, v)| v).filter(move |v| v.end() > start)
     }
+    /// How many VMAs there are (`mm->map_count`).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Arc<Vma>> {
         self.map.values()
     }
