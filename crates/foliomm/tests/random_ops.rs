@@ -1,11 +1,14 @@
 //! Property test: random sequences of mmap/munmap/mprotect/madvise/mremap/
-//! fork/exit/read/write over several processes. After every step the
-//! invariant checker must find nothing, and every read must return what the
-//! reference byte model says (fork = deep copy). Two CPUs with TLBs take
+//! fork/exit/read/write over several processes, and in the threaded test
+//! two threads writing while a third changes the mappings. After every step
+//! the invariant checker must find nothing, and every read must return what
+//! the reference byte model says (fork = deep copy). Two CPUs with TLBs take
 //! turns, freed frames are poisoned, and every mapcount design takes its
-//! turn. Set FOLIOMM_PROPTEST_CASES
-//! for a longer run.
+//! turn. Each test runs about 50,000 operations; `FOLIOMM_SOAK=N` runs
+//! about N in each (10000000 for a soak). Shrunk failures are saved in
+//! `random_ops.proptest-regressions` and run first, every time.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use foliomm::check::reference::RefSpace;
@@ -21,16 +24,78 @@ const WINDOW_PAGES: u64 = 2048; // 8 MiB: four PMDs
 
 #[derive(Clone, Debug)]
 enum Op {
-    Mmap { proc: usize, page: u64, pages: u64, prot: u32, huge: bool },
-    Munmap { proc: usize, page: u64, pages: u64 },
-    Mprotect { proc: usize, page: u64, pages: u64, prot: u32 },
-    DontNeed { proc: usize, page: u64, pages: u64 },
-    Mremap { proc: usize, page: u64, pages: u64, to: u64, new_pages: u64 },
-    Fork { proc: usize },
-    Exit { proc: usize },
-    Write { proc: usize, page: u64, pages: u64, val: u8 },
-    WriteBytes { proc: usize, off: u64, len: u64, val: u8 },
-    Read { proc: usize, page: u64, pages: u64 },
+    Mmap {
+        proc: usize,
+        page: u64,
+        pages: u64,
+        prot: u32,
+        huge: bool,
+    },
+    Munmap {
+        proc: usize,
+        page: u64,
+        pages: u64,
+    },
+    Mprotect {
+        proc: usize,
+        page: u64,
+        pages: u64,
+        prot: u32,
+    },
+    DontNeed {
+        proc: usize,
+        page: u64,
+        pages: u64,
+    },
+    Mremap {
+        proc: usize,
+        page: u64,
+        pages: u64,
+        to: u64,
+        new_pages: u64,
+    },
+    Fork {
+        proc: usize,
+    },
+    Exit {
+        proc: usize,
+    },
+    Write {
+        proc: usize,
+        page: u64,
+        pages: u64,
+        val: u8,
+    },
+    WriteBytes {
+        proc: usize,
+        off: u64,
+        len: u64,
+        val: u8,
+    },
+    Read {
+        proc: usize,
+        page: u64,
+        pages: u64,
+    },
+    /// Two threads of `proc` write one byte per page of two adjacent
+    /// ranges from `page` while a third applies `change` to the range
+    /// after them; the outcome is the same in every order.
+    Concurrent {
+        proc: usize,
+        page: u64,
+        lens: [u64; 3],
+        vals: [u8; 2],
+        change: Change,
+    },
+}
+
+/// What the third thread of [`Op::Concurrent`] does to its range.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    Munmap,
+    Mprotect(u32),
+    DontNeed,
+    Mmap(u32),
 }
 
 fn range() -> impl Strategy<Value = (u64, u64)> {
@@ -40,6 +105,23 @@ fn range() -> impl Strategy<Value = (u64, u64)> {
         (0..4u64, 1..3u64).prop_map(|(i, n)| (i * 512, n * 512)),
     ]
     .prop_map(|(p, n)| (p, n.min(WINDOW_PAGES - p)))
+}
+
+fn concurrent_op(proc: impl Strategy<Value = usize>) -> impl Strategy<Value = Op> {
+    let change = prop_oneof![
+        Just(Change::Munmap),
+        prop_oneof![Just(0u32), Just(1), Just(3)].prop_map(Change::Mprotect),
+        Just(Change::DontNeed),
+        prop_oneof![Just(1u32), Just(3)].prop_map(Change::Mmap),
+    ];
+    (proc, 0..WINDOW_PAGES, [1..600u64, 1..600u64, 1..600u64], any::<[u8; 2]>(), change).prop_map(
+        |(proc, page, [a, b, c], vals, change)| {
+            let room = WINDOW_PAGES - page;
+            let a = a.min(room);
+            let b = b.min(room - a);
+            Op::Concurrent { proc, page, lens: [a, b, c.min(room - a - b)], vals, change }
+        },
+    )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -98,13 +180,17 @@ impl World {
             | Op::Exit { proc }
             | Op::Write { proc, .. }
             | Op::WriteBytes { proc, .. }
-            | Op::Read { proc, .. } => *proc,
+            | Op::Read { proc, .. }
+            | Op::Concurrent { proc, .. } => *proc,
         };
         if self.procs[proc].is_none() {
             self.procs[proc] = Some((self.m.new_mm().unwrap(), RefSpace::default()));
         }
         let (mm, rs) = self.procs[proc].as_mut().unwrap();
         let mm = mm.clone();
+        if let Op::Concurrent { page, lens, vals, change, .. } = *op {
+            return run_concurrent(&mut self.cpus, &mm, rs, page, lens, vals, change);
+        }
         let cpu = &mut self.cpus[(i + proc) % 2];
         match *op {
             Op::Mmap { page, pages, prot, huge, .. } => {
@@ -178,6 +264,7 @@ impl World {
                     (a, b) => prop_assert!(false, "read: model {:?}, reference {:?}", a.map(|_| ()), b.map(|_| ())),
                 }
             }
+            Op::Concurrent { .. } => unreachable!("handled above"),
         }
         Ok(())
     }
@@ -203,44 +290,134 @@ impl World {
     }
 }
 
-fn cases() -> u32 {
-    std::env::var("FOLIOMM_PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48)
+/// [`Op::Concurrent`]: the two writers run on their own threads and CPUs
+/// while this thread changes the third range; the reference takes the three
+/// in any order, since the ranges are disjoint.
+fn run_concurrent(
+    cpus: &mut [Cpu; 2],
+    mm: &Arc<Mm>,
+    rs: &mut RefSpace,
+    page: u64,
+    lens: [u64; 3],
+    vals: [u8; 2],
+    change: Change,
+) -> Result<(), TestCaseError> {
+    let [a, b] = [addr(page), addr(page + lens[0])];
+    let (c, c_len) = (addr(page + lens[0] + lens[1]), lens[2] * PAGE);
+    let [cpu0, cpu1] = cpus;
+    let (wa, wb, changed) = std::thread::scope(|s| {
+        let wa = s.spawn(|| cpu0.write_byte_per_page(mm, a, lens[0] * PAGE, vals[0]));
+        let wb = s.spawn(|| cpu1.write_byte_per_page(mm, b, lens[1] * PAGE, vals[1]));
+        let changed = match change {
+            _ if c_len == 0 => Ok(()),
+            Change::Munmap => mm.munmap(c, c_len),
+            Change::Mprotect(prot) => mm.mprotect(c, c_len, Prot(prot)),
+            Change::DontNeed => mm.madvise(c, c_len, Advice::DontNeed),
+            Change::Mmap(prot) => {
+                mm.mmap(c, c_len, Prot(prot), MmapFlags { fixed: true, ..Default::default() }).map(|_| ())
+            }
+        };
+        (wa.join().unwrap(), wb.join().unwrap(), changed)
+    });
+    let covered = rs.covers(c, c_len);
+    match change {
+        _ if c_len == 0 => {}
+        Change::Munmap => rs.unmap(c, c_len),
+        Change::Mprotect(prot) if covered => rs.protect(c, c_len, Prot(prot)),
+        Change::Mprotect(_) => prop_assert_eq!(changed, Err(Errno::ENOMEM), "mprotect over a hole"),
+        Change::DontNeed => rs.zap(c, c_len),
+        Change::Mmap(prot) => rs.map(c, c_len, Prot(prot)),
+    }
+    if !matches!(change, Change::Mprotect(_) | Change::DontNeed) || covered {
+        prop_assert_eq!(changed, Ok(()), "{:?} of {:#x}+{:#x}", change, c, c_len);
+    }
+    same_outcome("thread 1's write", wa, rs.write_byte_per_page(a, lens[0] * PAGE, vals[0]))?;
+    same_outcome("thread 2's write", wb, rs.write_byte_per_page(b, lens[1] * PAGE, vals[1]))?;
+    Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
+/// The operations each test runs: `FOLIOMM_SOAK`, or 50,000.
+fn target_ops() -> u64 {
+    std::env::var("FOLIOMM_SOAK").ok().and_then(|s| s.parse().ok()).unwrap_or(50_000)
+}
 
-    #[test]
-    fn random_operations_keep_every_invariant(
-        ops in proptest::collection::vec(op(), 1..40),
-        mthp in 0..3u32,
-        design in 0..foliomm::mapcount::Design::ALL.len(),
-    ) {
-        let mapcount = foliomm::mapcount::Design::ALL[design];
-        let m = Machine::new(Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, precision: true, ..Config::default() })
-            .unwrap();
-        match mthp {
-            1 => m.thp.set_order(4, ThpMode::Always).unwrap(),
-            2 => { m.thp.set_order(2, ThpMode::Always).unwrap(); m.thp.set_order(6, ThpMode::Madvise).unwrap(); }
-            _ => {}
-        }
-        let mut w = World { cpus: [m.new_cpu(), m.new_cpu()], m, procs: vec![None, None, None, None] };
-        // Every case starts from a process with the whole window mapped, part
-        // of it written, and a child: the state where COW bugs live.
-        let start = [
-            Op::Mmap { proc: 0, page: 0, pages: WINDOW_PAGES, prot: 3, huge: mthp != 1 },
-            Op::Write { proc: 0, page: 256, pages: 1024, val: 0x5a },
-            Op::Fork { proc: 0 },
-        ];
-        for (i, op) in start.iter().chain(ops.iter()).enumerate() {
-            w.step(i, op)?;
-            let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
-            prop_assert!(bad.is_empty(), "after step {} ({:?}):\n{}", i, op, bad.join("\n"));
-        }
-        w.verify_all_bytes()?;
-        w.procs.clear();
-        let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
-        prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));
-        prop_assert_eq!(w.m.frames_in_use(), 1 + w.m.zero_frames().count() as u64 - 1, "only the zero pages remain allocated");
+/// Operations per case: up to `MAX_OPS`, so a case is long enough for
+/// state to build up and short enough to shrink.
+const MAX_OPS: usize = 200;
+
+/// Runs random cases of `ops` until about [`target_ops`] operations have
+/// run (proptest's own runner, with its failure persistence: a failing case
+/// is shrunk, saved and replayed first by later runs).
+fn run(name: &str, ops: impl Strategy<Value = Op>) {
+    let count = AtomicU64::new(0);
+    let per_design: Vec<AtomicU64> = foliomm::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
+    let per_case = (MAX_OPS as u64 + 1) / 2 + 3;
+    let cases = target_ops().div_ceil(per_case) as u32;
+    let config = ProptestConfig {
+        cases,
+        max_shrink_iters: 2000,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let case = (proptest::collection::vec(ops, 1..MAX_OPS), 0..3u32, 0..foliomm::mapcount::Design::ALL.len());
+    let result = runner.run(&case, |(ops, mthp, design)| {
+        count.fetch_add(ops.len() as u64 + 3, Relaxed);
+        per_design[design].fetch_add(ops.len() as u64 + 3, Relaxed);
+        run_case(&ops, mthp, design)
+    });
+    if let Err(e) = result {
+        panic!("{name}: {e}");
     }
+    let designs = foliomm::mapcount::Design::ALL.iter().zip(&per_design);
+    let spread: Vec<String> = designs.map(|(d, n)| format!("{} {}", d.name(), n.load(Relaxed))).collect();
+    eprintln!("{name}: {} operations in {cases} cases ({})", count.load(Relaxed), spread.join(", "));
+}
+
+fn run_case(ops: &[Op], mthp: u32, design: usize) -> Result<(), TestCaseError> {
+    let mapcount = foliomm::mapcount::Design::ALL[design];
+    let config =
+        Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, precision: true, ..Config::default() };
+    let m = Machine::new(config).unwrap();
+    match mthp {
+        1 => m.thp.set_order(4, ThpMode::Always).unwrap(),
+        2 => {
+            m.thp.set_order(2, ThpMode::Always).unwrap();
+            m.thp.set_order(6, ThpMode::Madvise).unwrap();
+        }
+        _ => {}
+    }
+    let mut w = World { cpus: [m.new_cpu(), m.new_cpu()], m, procs: vec![None, None, None, None] };
+    // Every case starts from a process with the whole window mapped, part
+    // of it written, and a child: the state where COW bugs live.
+    let start = [
+        Op::Mmap { proc: 0, page: 0, pages: WINDOW_PAGES, prot: 3, huge: mthp != 1 },
+        Op::Write { proc: 0, page: 256, pages: 1024, val: 0x5a },
+        Op::Fork { proc: 0 },
+    ];
+    for (i, op) in start.iter().chain(ops.iter()).enumerate() {
+        w.step(i, op)?;
+        let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
+        prop_assert!(bad.is_empty(), "after step {} ({:?}):\n{}", i, op, bad.join("\n"));
+    }
+    w.verify_all_bytes()?;
+    w.procs.clear();
+    let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
+    prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));
+    prop_assert_eq!(w.m.frames_in_use(), w.m.zero_frames().count() as u64, "only the zero pages remain allocated");
+    Ok(())
+}
+
+#[test]
+fn random_operations_keep_every_invariant() {
+    run("random operations", op());
+}
+
+#[test]
+fn random_operations_with_threads_keep_every_invariant() {
+    let proc = prop_oneof![3 => Just(0usize), 1 => Just(1usize)];
+    run("random operations with threads", prop_oneof![3 => op(), 1 => concurrent_op(proc)]);
 }

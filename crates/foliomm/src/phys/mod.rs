@@ -112,10 +112,20 @@ impl PhysMem {
         (w >> ((off % 8) * 8)) as u8
     }
 
-    /// Reads `buf.len()` bytes from frame `pfn` starting at `off`.
+    /// Reads `buf.len()` bytes from frame `pfn` starting at `off`; whole
+    /// aligned words are loaded at once.
     pub fn read_bytes(&self, pfn: Pfn, off: usize, buf: &mut [u8]) {
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = self.read_byte(pfn, off + i);
+        let mut i = 0;
+        while i < buf.len() {
+            let pos = off + i;
+            if pos.is_multiple_of(8) && buf.len() - i >= 8 {
+                let v = self.word(pfn, pos / 8).load(Relaxed);
+                buf[i..i + 8].copy_from_slice(&v.to_le_bytes());
+                i += 8;
+            } else {
+                buf[i] = self.read_byte(pfn, pos);
+                i += 1;
+            }
         }
     }
 
