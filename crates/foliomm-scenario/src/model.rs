@@ -119,6 +119,9 @@ impl Backend for ModelBackend {
                 }
             }
         }
+        // Pages freed before the flush are poisoned, so that a read through
+        // a stale TLB entry shows in the bytes too, not only to the checker.
+        config.poison |= config.debug.free_before_flush.is_some();
         let m = Machine::new(config.clone())
             .map_err(|e| StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
         self.machine.set(m).map_err(|_| StepError::Backend("the machine was started twice".into()))

@@ -39,6 +39,13 @@ fn threads_touching_the_same_bytes_are_refused_before_anything_runs() {
     // A fork while another thread of the process writes is timing-dependent.
     let out = run_src("P: a = mmap 8K rw\nparallel\nP.t1: write a[0]\nP.t2: fork C\nend\n");
     assert!(out.failure.unwrap().message.contains("forks while"));
+    // A zap that changes no byte (the memory holds zeros) counts as a read;
+    // one that would change bytes clashes with a read of them.
+    let zap = "parallel\nP.t1: read a\nP.t2: madvise a dontneed\nend\n";
+    let out = run_src(&format!("P: a = mmap 8K rw\nP: fill a = 0\n{zap}"));
+    assert!(out.failure.is_none(), "{:?}", out.failure);
+    let out = run_src(&format!("P: a = mmap 8K rw\nP: write a[4K] = 1\n{zap}"));
+    assert!(out.failure.unwrap().message.contains("depend on timing"));
     // Threads of different processes never clash.
     let out = run_src("P: a = mmap 8K rw\nQ: a2 = mmap 8K rw\nparallel\nP.t1: write a\nQ.t1: write a2\nend\n");
     assert!(out.failure.is_none(), "{:?}", out.failure);

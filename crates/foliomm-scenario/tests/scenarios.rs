@@ -109,6 +109,23 @@ fn unknown_names_are_clear_errors() {
     assert_eq!((e.line, e.col), (2, 14));
 }
 
+/// #15: the free-before-flush switch is caught by a scenario: a thread
+/// reading through its TLB while another zaps sees the freed pages.
+#[test]
+fn freeing_before_the_flush_is_caught_by_a_scenario() {
+    let src = std::fs::read_to_string("../../scenarios/threads/11-read-races-dontneed.fmm").unwrap();
+    let steps = parse(&src).unwrap();
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
+    assert!(out.failure.is_none(), "{:?}", out.failure.map(|f| f.message));
+    let steps = parse(&format!("set debug free-before-flush\n{src}")).unwrap();
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
+    let f = out.failure.expect("the bytes or the checker must show the stale TLB entry used");
+    assert!(f.message.contains("use after free") || f.message.contains("data integrity"), "{}", f.message);
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions::default());
+    let f = out.failure.expect("without the checker, the bytes must show the poison");
+    assert!(f.message.contains("data integrity"), "{}", f.message);
+}
+
 #[test]
 fn a_reuse_of_a_shared_folio_is_caught_as_wrong_exclusive_and_by_bytes() {
     let src = "set debug reuse-shared\nset thp 64K=always\nP: a = mmap 64K rw align 64K\nP: fill a = 1\nP: fork C\nP: write a = 2\nC: verify a\n";

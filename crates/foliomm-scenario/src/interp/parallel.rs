@@ -6,7 +6,8 @@
 //! timing: before anything runs, its lines are checked pairwise, and two
 //! threads of one process may not touch overlapping bytes where either
 //! writes or changes the mapping, nor write or change mappings while
-//! another forks. The block then runs in two phases. First every thread
+//! another forks (a `madvise dontneed` that changes no byte, by the
+//! reference model, counts as a read). The block then runs in two phases. First every thread
 //! runs its lines against a scratch copy of the run's state, and every
 //! backend result is recorded. Then the lines are run again, in line
 //! order, against the real state, with the recorded results replayed
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use super::state::State;
 use super::{Failed, StepResult};
 use crate::lang::{Cmd, Place, Step};
+use foliomm::mm::Advice;
 
 /// The lines of one thread in a block, as indices into the block.
 struct Group {
@@ -159,6 +161,7 @@ impl State<'_> {
                     f.ranges.push((*a, a.saturating_add(*len), true));
                 }
             }
+            Cmd::Madvise(pl, Advice::DontNeed) if self.zap_keeps_bytes(step, pl) => touch(pl, false, &mut f)?,
             Cmd::Munmap(pl) | Cmd::Mprotect(pl, _) | Cmd::Madvise(pl, _) => touch(pl, true, &mut f)?,
             Cmd::Mremap { name, from, to, .. } => {
                 touch(from, true, &mut f)?;
@@ -181,6 +184,19 @@ impl State<'_> {
             _ => {}
         }
         Ok(f)
+    }
+
+    /// Whether `MADV_DONTNEED` of `pl` leaves every byte reading as before
+    /// (private memory that holds only zeros, or shared file pages): then it
+    /// counts as a read, and may race other reads of its range (a stale TLB
+    /// entry read in that race is what the free-before-flush switch breaks).
+    fn zap_keeps_bytes(&self, step: &Step, pl: &Place) -> bool {
+        let (Some(rs), Ok((addr, len))) = (step.proc.as_ref().and_then(|p| self.refs.get(p)), self.place(pl)) else {
+            return false;
+        };
+        let mut after = rs.clone();
+        after.zap(addr, len);
+        matches!((rs.clone().read(addr, len), after.read(addr, len)), (Ok(a), Ok(b)) if a == b)
     }
 
     /// Phase one: every group on its own OS thread against a scratch copy
