@@ -1,5 +1,5 @@
 //! The host kernel side of the benchmarks, through real system calls: THP
-//! sysfs settings that are restored on drop, anonymous regions, page
+//! sysfs settings that are restored on drop (and on a signal), anonymous regions, page
 //! touching, PMD splitting, and the per-size mTHP fault counters that prove
 //! which folio size the kernel really used.
 
@@ -11,25 +11,22 @@ const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 const PMD: usize = 2 << 20;
 const PAGE: usize = 4096;
 
-/// THP sysfs values to put back when dropped, also when a measurement fails.
-pub struct Restore(Vec<(String, String)>);
+/// THP sysfs settings to put back when dropped, also when a measurement
+/// fails. They go through [`foliomm_host::sysfs::set`], so a signal or a
+/// later `foliomm` start puts them back too.
+pub struct Restore(Vec<String>);
 
 impl Restore {
     fn set(&mut self, path: String, value: &str) -> Result<()> {
-        let old = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-        let old = old.split_whitespace().find(|w| w.starts_with('[')).map(|w| w.trim_matches(['[', ']']).to_string());
-        let old = old.with_context(|| format!("cannot parse {path}"))?;
-        std::fs::write(&path, value).with_context(|| format!("cannot write {path} (needs root)"))?;
-        self.0.push((path, old));
+        foliomm_host::sysfs::set(&path, value).map_err(anyhow::Error::msg)?;
+        self.0.push(path);
         Ok(())
     }
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        for (p, v) in self.0.drain(..).rev() {
-            let _ = std::fs::write(&p, v);
-        }
+        foliomm_host::sysfs::restore(&self.0);
     }
 }
 

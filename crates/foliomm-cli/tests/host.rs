@@ -285,7 +285,7 @@ fn interrupted_runs_leave_no_host_setting_changed() {
             }
             false
         };
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL] {
+        for sig in ["INT", "TERM", "KILL"] {
             let mut child = Command::new(exe)
                 .args(["run", "--backend", "host", "-q"])
                 .arg(&file)
@@ -299,22 +299,79 @@ fn interrupted_runs_leave_no_host_setting_changed() {
             while read("free_hugepages") == read("nr_hugepages") && t.elapsed() < std::time::Duration::from_secs(30) {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            // SAFETY: a signal to the child spawned above.
-            unsafe { libc::kill(child.id() as i32, sig) };
-            child.wait().unwrap();
-            if sig == libc::SIGKILL {
-                let out = Command::new(exe).args(["host", "restore"]).output().unwrap();
-                let text = String::from_utf8_lossy(&out.stdout);
-                assert!(text.contains("put back"), "host restore after SIGKILL said: {text}");
-            }
+            interrupt(exe, &mut child, sig);
             // In-use huge pages count in the pool until the workers are gone.
             assert!(
                 wait_for(false),
-                "{dir}, after signal {sig}: {} is {}, was {before}",
+                "{dir}, after SIG{sig}: {} is {}, was {before}",
                 pool.display(),
                 std::fs::read_to_string(&pool).unwrap()
             );
         }
         let _ = std::fs::remove_file(file);
+    }
+}
+
+/// Sends SIG`sig` (`INT`, `TERM`, `KILL`) to `child` and waits for it; after
+/// SIGKILL, runs `foliomm host restore`, which must put settings back.
+fn interrupt(exe: &str, child: &mut std::process::Child, sig: &str) {
+    let sent = Command::new("kill").args(["-s", sig, &child.id().to_string()]).status().unwrap();
+    assert!(sent.success(), "kill -s {sig} failed");
+    child.wait().unwrap();
+    if sig == "KILL" {
+        let out = Command::new(exe).args(["host", "restore"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("put back"), "host restore after SIGKILL said: {text}");
+    }
+}
+
+/// Every THP and shmem THP knob, and every huge page pool size, by path.
+fn thp_knobs() -> Vec<(PathBuf, String)> {
+    let mut paths = vec![];
+    let thp = Path::new("/sys/kernel/mm/transparent_hugepage");
+    for name in ["enabled", "defrag", "shmem_enabled"] {
+        paths.push(thp.join(name));
+    }
+    for dir in std::fs::read_dir(thp).into_iter().flatten().flatten() {
+        if dir.file_name().to_string_lossy().starts_with("hugepages-") {
+            paths.extend(["enabled", "shmem_enabled"].map(|n| dir.path().join(n)));
+        }
+    }
+    for dir in std::fs::read_dir("/sys/kernel/mm/hugepages").into_iter().flatten().flatten() {
+        paths.push(dir.path().join("nr_hugepages"));
+    }
+    paths.into_iter().filter_map(|p| Some((p.clone(), std::fs::read_to_string(&p).ok()?))).collect()
+}
+
+/// A benchmark interrupted by SIGINT, SIGTERM or SIGKILL (then `foliomm host
+/// restore`) leaves every THP, shmem and hugetlb knob as it found it.
+/// `bench seed-001` sets the per-size THP knobs for its host rows.
+#[test]
+fn an_interrupted_benchmark_leaves_every_knob_as_it_was() {
+    require_host!();
+    let exe = env!("CARGO_BIN_EXE_foliomm");
+    let before = thp_knobs();
+    let changed = || thp_knobs() != before;
+    for sig in ["INT", "TERM", "KILL"] {
+        let mut child = Command::new(exe)
+            .args(["bench", "seed-001", "--size", "64M", "--runs", "1000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !changed() && t.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(changed(), "bench seed-001 never changed a THP knob");
+        interrupt(exe, &mut child, sig);
+        let after = thp_knobs();
+        let moved: Vec<String> = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| b != a)
+            .map(|((p, b), (_, a))| format!("{}: {} -> {}", p.display(), b.trim(), a.trim()))
+            .collect();
+        assert!(moved.is_empty(), "after SIG{sig}:\n{}", moved.join("\n"));
     }
 }

@@ -180,15 +180,27 @@ pub fn set(path: &str, value: &str) -> Result<(), String> {
 /// Puts every setting this process changed back, newest first, and takes
 /// them off the state file.
 pub fn restore_all() {
+    restore_where(|_| true);
+}
+
+/// Puts the settings at `paths` back, if this process changed them, and
+/// takes them off the state file (a scope that is done with its settings).
+pub fn restore(paths: &[String]) {
+    restore_where(|p| paths.iter().any(|q| q == p));
+}
+
+fn restore_where(chosen: impl Fn(&str) -> bool) {
     let mut saved = SAVED.lock().unwrap();
-    if saved.is_empty() {
+    let (back, kept): (Vec<_>, Vec<_>) = saved.drain(..).partition(|(p, _)| chosen(p));
+    *saved = kept;
+    if back.is_empty() {
         return;
     }
-    while let Some((p, v)) = saved.pop() {
+    for (p, v) in back.into_iter().rev() {
         let _ = std::fs::write(&p, v);
     }
     let pid = std::process::id();
-    store_state(&load_state().into_iter().filter(|c| c.pid != pid).collect::<Vec<_>>());
+    store_state(&load_state().into_iter().filter(|c| c.pid != pid || !chosen(&c.path)).collect::<Vec<_>>());
 }
 
 /// The path of the top-level mode or of one folio order's mode.
