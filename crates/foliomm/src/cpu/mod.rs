@@ -99,7 +99,8 @@ impl Cpu {
         let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
         let mut at = addr;
         while at < end {
-            let next = ((at / PAGE_SIZE) + 1) * PAGE_SIZE;
+            // The next page, or the end of the address space.
+            let next = (at | (PAGE_SIZE - 1)).saturating_add(1);
             let n = (next.min(end) - at) as usize;
             let off = (at % PAGE_SIZE) as usize;
             let pos = (at - addr) as usize;

@@ -72,7 +72,9 @@ impl Mm {
         let k = &*self.kernel;
         let mut pin = Pin { addr, frames: Vec::new(), foll_pin, write, longterm };
         let first = addr & !(PAGE_SIZE - 1);
-        for page in (first..addr + len).step_by(PAGE_SIZE as usize) {
+        // A range past 2^64 has pages no VMA holds.
+        let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
+        for page in (first..end).step_by(PAGE_SIZE as usize) {
             match self.gup_one(k, page, foll_pin, write, longterm) {
                 Ok(frame) => pin.frames.push(frame),
                 Err(e) => {

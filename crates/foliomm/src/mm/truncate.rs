@@ -54,9 +54,13 @@ impl MmList {
     /// and private mapping (private copies stay) and dropped from the cache,
     /// large folios split where the range ends inside them
     /// ([`Inode::undo_range`]); the bytes of partly covered pages read zero.
-    /// The size stays.
+    /// The size stays. EINVAL for an empty range, EFBIG past the largest
+    /// file size (`vfs_fallocate`).
     pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {
-        let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let end = offset.checked_add(len).filter(|&e| e <= crate::shmem::MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
         // Whole pages are unmapped: huge pages for hugetlbfs, which never
         // splits one (hugetlbfs_punch_hole).
         let unit = inode.page_unit();
