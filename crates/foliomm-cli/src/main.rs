@@ -64,14 +64,14 @@ struct ProveArgs {
     /// Default: every shipped construction.
     #[arg(long = "construction")]
     constructions: Vec<String>,
-    /// Exhaustive search: IDs 1..=N.
-    #[arg(long, default_value_t = 8)]
+    /// Exhaustive search: IDs 1..=N (N from 1 to 64).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=64))]
     max_id: u64,
-    /// Exhaustive search: up to this many mappings.
-    #[arg(long, default_value_t = 8)]
-    max_mappings: usize,
-    /// Random search: this many sets of 24-bit IDs.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Exhaustive search: up to this many mappings (1 to 16).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=16))]
+    max_mappings: u64,
+    /// Random search: this many sets of 24-bit IDs (up to 10^10).
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(..=10_000_000_000))]
     trials: u64,
     /// Random search: up to 2^ORDER mappings (the folio order, 2 to 15:
     /// the seed's largest).
@@ -290,7 +290,7 @@ fn prove(a: ProveArgs) -> Result<bool> {
             println!("  OVERFLOW: with 24-bit IDs the sums can wrap at orders {}", list.join(", "));
             ok = false;
         }
-        match check(c, a.max_id, a.max_mappings, a.trials, a.order, a.seed) {
+        match check(c, a.max_id, a.max_mappings as usize, a.trials, a.order, a.seed) {
             None => println!("  no counterexample"),
             Some(ce) => {
                 ok = false;

@@ -104,12 +104,12 @@ enum Bench {
 /// The options every benchmark takes.
 #[derive(clap::Args)]
 struct CommonArgs {
-    /// Region size (a multiple of 2M, like 256M or 1G).
+    /// Region size (a multiple of 2M up to 512G, like 256M or 1G).
     #[arg(long, default_value = "1G")]
     size: String,
     /// Rounds, each running every configuration once, after a warm-up
-    /// round (at least 2); the tables show means.
-    #[arg(long, default_value_t = 3)]
+    /// round (2 to 1000); the tables show means.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000))]
     runs: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -124,8 +124,8 @@ struct CommonArgs {
 #[derive(clap::Args)]
 struct RoundArgs {
     /// Rounds, each running every configuration once, after a warm-up
-    /// round (at least 2); the tables show means.
-    #[arg(long, default_value_t = 5)]
+    /// round (2 to 1000); the tables show means.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=1000))]
     runs: u32,
     /// Skip the host kernel.
     #[arg(long)]
@@ -170,10 +170,16 @@ impl CommonArgs {
     }
 }
 
-/// A `--size` argument in bytes: a multiple of 2M.
+/// The largest `--size`: half the largest model RAM, so that the region
+/// and what the benchmark needs beside it fit a model machine.
+const MAX_REGION: u64 = *foliomm::machine::MEMORY_RANGE.end() / 2;
+
+/// A `--size` argument in bytes: a multiple of 2M up to [`MAX_REGION`].
 fn region_size(arg: &str) -> Result<u64> {
-    let size = foliomm_scenario::lang::parse_size(arg).filter(|s| s % (2 << 20) == 0 && *s > 0);
-    let Some(size) = size else { bail!("--size: expected a multiple of 2M like 128M or 1G, found '{arg}'") };
+    let size = foliomm_scenario::lang::parse_size(arg).filter(|s| s % (2 << 20) == 0 && (1..=MAX_REGION).contains(s));
+    let Some(size) = size else {
+        bail!("--size: expected a multiple of 2M from 2M to 512G, like 128M or 1G, found '{arg}'")
+    };
     Ok(size)
 }
 

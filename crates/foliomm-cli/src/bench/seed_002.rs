@@ -42,13 +42,14 @@ pub(super) struct Seed002Args {
     size: String,
     /// Instance counts (processes), comma-separated; the combined run uses
     /// the largest, half forking and half faulting.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    instances: Vec<usize>,
-    /// Loops each instance makes per round.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    instances: Vec<u16>,
+    /// Loops each instance makes per round (1 to 10000).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     loops: u32,
-    /// Huge pages the forking program write-faults before each fork.
-    #[arg(long, default_value_t = 4)]
+    /// Huge pages the forking program write-faults before each fork (0 to
+    /// 1024, and at most the area's).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
     touched: u64,
     #[command(flatten)]
     rounds: super::RoundArgs,
@@ -90,7 +91,7 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
     let max = a.instances.iter().copied().max().unwrap_or(1).max(2);
     let mut configs: Vec<Vec<Program>> = Vec::new();
     for p in [Program::Fork, Program::Fault] {
-        configs.extend(a.instances.iter().map(|&n| vec![p; n]));
+        configs.extend(a.instances.iter().map(|&n| vec![p; n as usize]));
     }
     configs.push((0..max).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
     let mut runners: Vec<Runner> = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).collect();
@@ -141,7 +142,7 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
     if a.rounds.json {
         return print_json(&figs);
     }
-    print_tables(&figs, size, max, host_note);
+    print_tables(&figs, size, max as usize, host_note);
     Ok(())
 }
 

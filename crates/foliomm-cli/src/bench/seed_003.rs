@@ -31,8 +31,8 @@ pub(super) struct Seed003Args {
     #[arg(long, default_value = "2G")]
     size: String,
     /// Timed munmap(mmap()) pairs per round, after one that fills the file
-    /// (the seed made 100, the first of which filled it).
-    #[arg(long, default_value_t = 3)]
+    /// (the seed made 100, the first of which filled it); 1 to 10000.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     iterations: u32,
     #[command(flatten)]
     rounds: super::RoundArgs,

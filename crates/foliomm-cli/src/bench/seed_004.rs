@@ -29,14 +29,14 @@ pub(super) struct Seed004Args {
     /// Region each thread faults (a multiple of 2M).
     #[arg(long, default_value = "128M")]
     size: String,
-    /// Thread counts, comma-separated.
+    /// Thread counts, comma-separated (each 1 to 1024).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     threads: Vec<usize>,
-    /// Loops over its region each thread makes per round.
-    #[arg(long, default_value_t = 2)]
+    /// Loops over its region each thread makes per round (1 to 10000).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     loops: u32,
-    /// Rounds (each runs every configuration once).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds (each runs every configuration once), 1 to 1000.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     runs: u32,
     /// Only this layout: `separate` (threads, a VMA each), `shared`
     /// (threads, one VMA: contended) or `processes` (a process each).
@@ -90,8 +90,8 @@ type Key = (Test, Layout, usize, Backend);
 
 pub(super) fn run(a: &Seed004Args) -> Result<()> {
     let size = region_size(&a.size)?;
-    if a.threads.is_empty() || a.threads.contains(&0) {
-        bail!("--threads: expected thread counts of 1 or more, like 1,2,4");
+    if a.threads.is_empty() || a.threads.iter().any(|t| !(1..=1024).contains(t)) {
+        bail!("--threads: expected thread counts from 1 to 1024, like 1,2,4");
     }
     let layouts: Vec<Layout> = match a.layout.as_deref() {
         Some("separate") => vec![Layout::Separate],
