@@ -6,6 +6,7 @@
 //! arguments, the dispatch and the harness the benchmarks share.
 
 mod compare_runs;
+mod explain;
 mod fault;
 mod harness;
 mod page_fault;

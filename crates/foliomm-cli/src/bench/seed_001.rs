@@ -15,6 +15,7 @@ use foliomm::machine::ZapStrategy;
 use foliomm::mapcount::Design;
 use foliomm::{Config, Machine};
 
+use super::explain::{self, Point, Prices};
 use super::harness::{interleaved, metric};
 use super::published::SEED_001;
 use super::saved::{Row, SaveArg, SavedRun, Series, Table};
@@ -146,16 +147,81 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
     bar.finish_and_clear();
     let settings = serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name() });
     a.save.save(|| saved(&rows, settings.clone()))?;
+    let why = explain(&rows, size);
     if a.host.json {
-        return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note }));
+        return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note, "why": why }));
     }
     if a.host.csv {
         return print_csv(csv_rows(&rows));
     }
     print_table(&rows, size, rounds, design);
     print_costs(&rows);
+    print_why(&why);
     print_host_notes(rows.iter().map(|r| (format!("{}K", r.folio_kb), r.host_share_of_size)), note);
     Ok(())
+}
+
+/// Each machine's fitted prices, and the reason for each row whose model
+/// change is more than 10 points off the seed's (see [`explain`]).
+#[derive(serde::Serialize)]
+struct Why {
+    model: Option<Prices>,
+    seed: Option<Prices>,
+    /// Folio size in KiB, model less seed in points, and why.
+    rows: Vec<(u64, f64, String)>,
+}
+
+fn explain(rows: &[ZapRow], size: u64) -> Why {
+    let points = |n: f64, per_page: (f64, f64), batched: (f64, f64)| {
+        [per_page, batched].map(|(batches, time)| Point { batches, folios: 1.0 / n, time })
+    };
+    let pages = (size / 4096) as f64;
+    let seed_pages = (1u64 << 30) as f64 / 4096.0;
+    let n = |r: &ZapRow| r.folio_kb as f64 / 4.0;
+    let model: Vec<Point> = rows
+        .iter()
+        .flat_map(|r| {
+            let [p, b] = r.costs;
+            points(n(r), (p[2], r.per_page.mean / pages), (b[2], r.batched.mean / pages))
+        })
+        .collect();
+    let seed: Vec<Point> = rows
+        .iter()
+        .flat_map(|r| points(n(r), (1.0, r.seed_before_s / seed_pages), (1.0 / n(r), r.seed_after_s / seed_pages)))
+        .collect();
+    let (model, seed) = (explain::fit(&model), explain::fit(&seed));
+    let mut why = Why { model, seed, rows: Vec::new() };
+    let (Some(m), Some(s)) = (model, seed) else { return why };
+    for r in rows {
+        let off = r.change.pct - r.seed_change_pct as f64;
+        if off.abs() > 10.0 {
+            let interval = (r.change.lo, r.change.hi);
+            let text = explain::reason(&m, &s, n(r), r.change.pct, interval, r.seed_change_pct as f64);
+            why.rows.push((r.folio_kb, off, text));
+        }
+    }
+    why
+}
+
+fn print_why(why: &Why) {
+    let (Some(m), Some(s)) = (why.model, why.seed) else { return };
+    let ns = |p: &Prices| {
+        format!(
+            "fixed {:.1} ns, per zap batch {:.1} ns, per folio freed {:.1} ns (R^2 {:.2})",
+            p.fixed * 1e9,
+            p.per_batch * 1e9,
+            p.per_folio * 1e9,
+            p.r2
+        )
+    };
+    println!("\nTime per 4K page fitted to the deterministic counts (least squares):");
+    println!("  model: {}\n  seed:  {}", ns(&m), ns(&s));
+    if why.rows.is_empty() {
+        println!("Every row's change is within 10 points of the seed's.");
+    }
+    for (kb, off, text) in &why.rows {
+        println!("  {kb}KiB, {off:+.0} points off the seed: {text}.");
+    }
 }
 
 /// The run as a saved run: one table, a row per folio size.
