@@ -29,6 +29,7 @@ use foliomm::{Config, Machine, MmapFlags, Prot};
 use super::page_fault::{fork_worker, pipe, run_threads};
 use super::published::SEED_002;
 use super::saved::{Row, SavedRun, Series, Table};
+use super::stats::change;
 use super::{print_json, progress, region_size};
 
 /// The 2 MiB huge pages the benchmark uses.
@@ -334,6 +335,29 @@ fn saved(figs: &[Figures], settings: serde_json::Value) -> SavedRun {
     SavedRun::new("seed-002", settings, vec![table])
 }
 
+/// The combined run's change of each design against `i-mmap-rwsem` (the
+/// seed's baseline), with its interval, beside the seed's change.
+fn print_changes<'a>(rates: &dyn Fn(Runner, Program) -> Option<&'a [f64]>) {
+    let base = Runner::Model(HugetlbSync::IMmapRwsem);
+    let others = [HugetlbSync::NoLock, HugetlbSync::VmaLock];
+    println!("\nChange against i-mmap-rwsem, combined run (Welch's t, 95% for the 4 changes together; '~': noise):");
+    for (i, (label, p)) in [("forks", Program::Fork), ("faults", Program::Fault)].into_iter().enumerate() {
+        let cells: Vec<String> = others
+            .iter()
+            .map(|&d| {
+                let seed = |name: &str| SEED_002.iter().find(|(n, _)| *n == name).map_or(f64::NAN, |(_, v)| v[4 + i]);
+                let seed_pct = 100.0 * (seed(d.name()) / seed("i-mmap-rwsem") - 1.0);
+                let model = match (rates(base, p), rates(Runner::Model(d), p)) {
+                    (Some(a), Some(b)) => change(a, b, 4).to_string(),
+                    _ => "-".into(),
+                };
+                format!("{} {model} (seed {seed_pct:+.0}%)", d.name())
+            })
+            .collect();
+        println!("{label:7} | {}", cells.join(" | "));
+    }
+}
+
 fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<String>) {
     let stats = |v: &[f64]| {
         let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -377,14 +401,18 @@ fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<
         }
         println!();
     }
-    let combined_avg = |runner: Runner, p: Program| {
+    // Every instance's rate in every round of the combined run.
+    let combined_rates = |runner: Runner, p: Program| {
         figs.iter()
             .find(|f| {
                 f.runner == runner && f.programs.len() == combined && f.programs.iter().any(|&q| q != f.programs[0])
             })
             .and_then(|f| f.rates.iter().find(|(q, _)| *q == p))
-            .filter(|(_, r)| !r.is_empty())
-            .map_or("-".to_string(), |(_, r)| format!("{:.0}", stats(r).2))
+            .map(|(_, r)| r.as_slice())
+            .filter(|r| !r.is_empty())
+    };
+    let combined_avg = |runner: Runner, p: Program| {
+        combined_rates(runner, p).map_or("-".to_string(), |r| format!("{:.0}", stats(r).2))
     };
     println!("Just looking at the combined numbers ({combined} instances; the seed: 24 instances on 48 CPUs):");
     println!(
@@ -408,6 +436,7 @@ fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<
             cols[0], cols[1], cols[2], cols[3], seed[0], seed[1], seed[2]
         );
     }
+    print_changes(&|r, p| combined_rates(r, p));
     println!("\nModel: cache-line transfers per operation in the combined run:");
     for f in figs.iter().filter(|f| {
         matches!(f.runner, Runner::Model(_))
