@@ -43,6 +43,34 @@ fn saved_runs_compare_and_report() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A run whose series hold one sample each (counts: `pmd-sharing`) has no
+/// intervals: the report prints and plots the values without error bars
+/// (it used to loop forever plotting infinite ones).
+#[test]
+fn a_report_of_single_samples_draws_no_error_bars() {
+    let dir = std::env::temp_dir().join(format!("foliomm-report-single-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = dir.join("pmd");
+    foliomm(&["bench", "pmd-sharing", "--vmas", "2", "--children", "1", "--no-host", "--save", run.to_str().unwrap()]);
+    let html = dir.join("r.html");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_foliomm"))
+        .args(["report", run.with_extension("json").to_str().unwrap(), "-o", html.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("report of single samples did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<td>8.000000</td>") && !page.contains("inf"), "{page}");
+    assert_eq!(page.matches("<svg").count(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_trace_shows_each_step_and_its_pages() {
     let dir = std::env::temp_dir().join(format!("foliomm-trace-test-{}", std::process::id()));

@@ -18,6 +18,7 @@ use foliomm::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 use super::page_fault::{fork_worker, pipe};
+use super::saved::{self, SaveArg, SavedRun, Series, Table};
 use super::{new_table, print_json};
 
 /// The 2 MiB huge pages the benchmark uses.
@@ -37,6 +38,8 @@ pub(super) struct PmdSharingArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    save: SaveArg,
 }
 
 const GIB: u64 = 1 << 30;
@@ -66,6 +69,8 @@ pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
         let (shareable_kb, unshareable_kb) = (host(true), host(false));
         rows.push(Row { runner: "host kernel", shareable_kb, unshareable_kb });
     }
+    let settings = serde_json::json!({ "vmas": a.vmas, "children": a.children });
+    a.save.save(|| saved(&rows, settings))?;
     if a.json {
         return print_json(&rows);
     }
@@ -84,6 +89,27 @@ pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
         println!("host kernel skipped: {n}");
     }
     Ok(())
+}
+
+/// The run as a saved run: a row per layout, a series per runner (one
+/// sample each: the figures are counts, not timings).
+fn saved(rows: &[Row], settings: serde_json::Value) -> SavedRun {
+    let layouts: [(&str, fn(&Row) -> Option<f64>); 2] =
+        [("shareable", |r| r.shareable_kb), ("unshareable", |r| r.unshareable_kb)];
+    let rows = layouts
+        .iter()
+        .map(|(label, kb)| saved::Row {
+            label: label.to_string(),
+            series: rows
+                .iter()
+                .map(|r| Series { name: r.runner.into(), samples: kb(r).into_iter().collect() })
+                .collect(),
+            published: Vec::new(),
+        })
+        .collect();
+    let table =
+        Table { name: "page-table memory gained per child".into(), unit: "KiB".into(), higher_is_better: false, rows };
+    SavedRun::new("pmd-sharing", settings, vec![table])
 }
 
 /// The address of VMA `i`: at a 1 GiB boundary, or 2 MiB past it.

@@ -84,8 +84,12 @@ fn lines(table: &Table, runs: &[(String, SavedRun)]) -> Vec<Line> {
                         .find(|s| &s.name == series)?
                         .samples;
                     (!samples.is_empty()).then(|| {
-                        let (lo, hi) = mean_interval(samples);
-                        (summarize(samples).mean, lo, hi)
+                        let mean = summarize(samples).mean;
+                        // One sample (a count, not a timing) has no interval to draw.
+                        let (lo, hi) = Some(mean_interval(samples))
+                            .filter(|(lo, hi)| lo.is_finite() && hi.is_finite())
+                            .unwrap_or((mean, mean));
+                        (mean, lo, hi)
                     })
                 })
                 .collect();
@@ -112,7 +116,7 @@ fn write_table(html: &mut String, table: &Table, lines: &[Line]) -> Result<()> {
         write!(html, "<tr><th>{}</th>", esc(&row.label))?;
         for (name, points) in lines {
             match points[i] {
-                Some((m, lo, hi)) if !name.starts_with("seed:") => {
+                Some((m, lo, hi)) if !name.starts_with("seed:") && lo < hi => {
                     write!(html, "<td>{m:.6}<small> [{lo:.6}, {hi:.6}]</small></td>")?
                 }
                 Some((m, _, _)) => write!(html, "<td>{m:.6}</td>")?,
