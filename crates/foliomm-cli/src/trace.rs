@@ -71,10 +71,12 @@ fn table(h: &mut String, pages: &[TracePage], names: &mut HashMap<u64, usize>) -
     h.push_str("</tr>\n");
     for (proc, map) in &rows {
         write!(h, "<tr><th>{}</th>", esc(proc))?;
+        // A folio's design fields are shown at its first page in the row.
+        let mut shown = std::collections::HashSet::new();
         for (m, off) in &offsets {
             let found = pages.iter().find(|p| &p.proc == proc && &p.map == map && &p.map == m && p.offset == *off);
             match found {
-                Some(p) if p.page.present => cell(h, p, names)?,
+                Some(p) if p.page.present => cell(h, p, names, &mut shown)?,
                 Some(_) => h.push_str("<td class=none>not mapped</td>"),
                 None => h.push_str("<td></td>"),
             }
@@ -85,7 +87,12 @@ fn table(h: &mut String, pages: &[TracePage], names: &mut HashMap<u64, usize>) -
     Ok(())
 }
 
-fn cell(h: &mut String, p: &TracePage, names: &mut HashMap<u64, usize>) -> Result<()> {
+fn cell(
+    h: &mut String,
+    p: &TracePage,
+    names: &mut HashMap<u64, usize>,
+    shown: &mut std::collections::HashSet<usize>,
+) -> Result<()> {
     let pg = &p.page;
     if pg.zero_page {
         h.push_str("<td class=zero>zero page</td>");
@@ -106,9 +113,16 @@ fn cell(h: &mut String, p: &TracePage, names: &mut HashMap<u64, usize>) -> Resul
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
     .collect();
+    // The design's own fields (MM-ID slots, _large_mapcount, ...), raw.
+    let fields: Vec<String> = p.fields.iter().map(|(n, v)| format!("{} {v}", esc(n))).collect();
+    let fields = match () {
+        _ if fields.is_empty() => String::new(),
+        _ if !shown.insert(id) => format!("<br><small class=fields>fields as F{id} to the left</small>"),
+        _ => format!("<br><small class=fields>{}</small>", fields.join(" · ")),
+    };
     write!(
         h,
-        "<td><b class=f{}>F{id}</b>{}<br>{}<br><small>ref {} map {} folio-map {} · byte {:#04x}</small></td>",
+        "<td><b class=f{}>F{id}</b>{}<br>{}<br><small>ref {} map {} folio-map {} · byte {:#04x}</small>{fields}</td>",
         id % 8,
         if pg.folio_order > 0 {
             format!(" page {} of {}", pg.pfn - head, 1u64 << pg.folio_order)

@@ -88,6 +88,15 @@ fn a_trace_shows_each_step_and_its_pages() {
     let pages = fork["trace"].as_array().unwrap();
     assert!(pages.iter().any(|p| p["proc"] == "C") && pages.iter().any(|p| p["proc"] == "P"));
     assert!(pages.iter().all(|p| p["page"]["folio_mapcount"] == 2 && p["page"]["maybe_shared"] == true), "{pages:?}");
+    // The mm-id design's own fields: both MM-ID slots taken, the bit set.
+    let field = |p: &serde_json::Value, name: &str| {
+        p["fields"].as_array().unwrap().iter().find(|f| f[0] == name).map(|f| f[1].as_i64().unwrap())
+    };
+    for p in pages {
+        let ids = (field(p, "_mm_id[0]"), field(p, "_mm_id[1]"));
+        assert!(matches!(ids, (Some(a), Some(b)) if a > 0 && b > 0 && a != b), "{p}");
+        assert_eq!(field(p, "maybe shared bit"), Some(1), "{p}");
+    }
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<section>").count(), steps.len(), "a section per step");
     assert_self_contained(&page);

@@ -37,6 +37,16 @@ pub fn pattern_bytes(origin: u64, addr: u64, len: u64, seed: u8) -> Vec<u8> {
     (addr..addr + len).map(|a| pattern_byte(a - origin, seed)).collect()
 }
 
+/// What a trace sees of one page ([`Backend::peek`]).
+pub struct Peek {
+    pub page: PageInfo,
+    /// The byte at the address.
+    pub byte: u8,
+    /// The mapcount design's raw fields of the page's large folio, by
+    /// Linux's names (the model only).
+    pub fields: Vec<(String, i64)>,
+}
+
 /// Which kind of GUP reference a `pin`/`get` step takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GupKind {
@@ -310,8 +320,8 @@ pub trait Backend: Send + Sync {
     /// there), for a trace: no access through the process's CPU (no TLB
     /// fill, no accessed bit) and no precision judgement. By default an
     /// [`Backend::observe`], which the host's kernel interfaces allow.
-    fn peek(&self, t: Thread, addr: u64) -> Option<(PageInfo, u8)> {
-        self.observe(t, addr, 4096).ok().map(|o| (o.page, o.byte))
+    fn peek(&self, t: Thread, addr: u64) -> Option<Peek> {
+        self.observe(t, addr, 4096).ok().map(|o| Peek { page: o.page, byte: o.byte, fields: Vec::new() })
     }
     /// Whether an observation through a GUP reference carries `field`.
     fn observes_through_gup(&self, field: &str) -> bool {

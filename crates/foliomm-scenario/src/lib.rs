@@ -8,7 +8,7 @@ pub mod interp;
 pub mod lang;
 pub mod model;
 
-pub use backend::{Access, Backend, BackendResult, Observation, StepError, Thread};
+pub use backend::{Access, Backend, BackendResult, Observation, Peek, StepError, Thread};
 pub use interp::{run, Failure, FailureKind, Measure, Outcome, RunOptions, ThreadOps};
 pub use lang::{parse, ParseError};
 pub use model::ModelBackend;

@@ -11,13 +11,14 @@ use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
 use foliomm::mm::gup::Pin;
-use foliomm::mm::{Advice, PageInfo};
+use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::shmem::Inode;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{
-    hugepage_counters, Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread,
+    hugepage_counters, Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, Peek, StepError,
+    Thread,
 };
 use crate::lang::MachineSetting;
 
@@ -313,11 +314,11 @@ impl Backend for ModelBackend {
         Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb: mm.pgtables_kb() })
     }
 
-    fn peek(&self, t: Thread, addr: u64) -> Option<(PageInfo, u8)> {
+    fn peek(&self, t: Thread, addr: u64) -> Option<Peek> {
         let mm = self.mm_of(t).ok()?;
         let page = mm.page_peek(addr);
         let byte = if page.present { self.m().phys.read_byte(page.pfn, (addr % PAGE_SIZE) as usize) } else { 0 };
-        Some((page, byte))
+        Some(Peek { page, byte, fields: mm.folio_fields(addr) })
     }
 
     fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {

@@ -8,7 +8,7 @@
 use foliomm::mm::PageInfo;
 
 use super::state::State;
-use crate::backend::Thread;
+use crate::backend::{Peek, Thread};
 use crate::lang::{Cmd, Place, Step};
 
 /// Pages looked at per touched range, spread from its first to its last.
@@ -25,6 +25,10 @@ pub struct TracePage {
     pub page: PageInfo,
     /// The byte at the page's first address.
     pub byte: u8,
+    /// The mapcount design's raw fields of the page's large folio (MM-ID
+    /// slots, `_large_mapcount`, ...), by Linux's names; empty where the
+    /// backend cannot see them.
+    pub fields: Vec<(String, i64)>,
 }
 
 impl State<'_> {
@@ -52,9 +56,9 @@ impl State<'_> {
             for i in picks {
                 let addr = start + i * 4096;
                 for p in &procs {
-                    if let Some((page, byte)) = self.backend.peek(Thread { proc: p, tid: 0 }, addr) {
+                    if let Some(Peek { page, byte, fields }) = self.backend.peek(Thread { proc: p, tid: 0 }, addr) {
                         let (proc, map, offset) = (p.to_string(), place.map.clone(), addr - base);
-                        out.push(TracePage { proc, map, offset, addr, page, byte });
+                        out.push(TracePage { proc, map, offset, addr, page, byte, fields });
                     }
                 }
             }

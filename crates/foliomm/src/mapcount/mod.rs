@@ -123,6 +123,9 @@ pub trait MapcountDesign: Send + Sync {
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool;
     /// Compares the design's fields with the ground truth; returns violations.
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String>;
+    /// The design's fields of large folio `f` by Linux's names, raw (biased
+    /// as Linux stores them), for traces; only the fields the design keeps.
+    fn fields(&self, f: Folio) -> Vec<(String, i64)>;
 }
 
 macro_rules! designs {

@@ -84,6 +84,37 @@ impl MapcountDesign for PageMapcounts {
         }
     }
 
+    fn fields(&self, f: Folio) -> Vec<(String, i64)> {
+        let get = |i: usize| w(f, i).load(Relaxed) as i64;
+        let mut out: Vec<(String, i64)> = Vec::new();
+        let mut push = |name: &str, v: i64| out.push((name.to_string(), v));
+        match (self.f.total, self.f.compound_lock) {
+            (Total::None, _) => {}
+            (_, true) => push("subpages_mapcount", get(field::TOTAL)),
+            (_, false) => push("_large_mapcount", get(field::TOTAL)),
+        }
+        if self.f.nr_pages_mapped {
+            push("_nr_pages_mapped", get(field::NR_PAGES_MAPPED));
+        }
+        push("_entire_mapcount", get(field::ENTIRE));
+        push("_pincount", get(field::PINCOUNT));
+        if self.f.mm_ids {
+            let ids = f.page(1).ids.load(Relaxed);
+            for s in 0..2 {
+                push(&format!("_mm_id[{s}]"), slot_id(ids, s) as i64);
+                push(&format!("_mm_id_mapcount[{s}]"), get(field::SLOT0 + s));
+            }
+            push("maybe shared bit", shared(f) as i64);
+        }
+        if self.f.rmap_sums.is_some() {
+            push("rmap seqcount", get(field::SEQCOUNT));
+            for p in 1..=self.sum_pages(f) {
+                push(&format!("rmap sum word {p}"), f.page(p).ids.load(Relaxed) as i64);
+            }
+        }
+        out
+    }
+
     fn check_freeable(&self, f: Folio) -> Vec<String> {
         let ws = &f.page(1).w;
         let mut bad = Vec::new();

@@ -68,6 +68,24 @@ impl Mm {
         info
     }
 
+    /// The mapcount design's raw fields of the large folio mapped at `addr`
+    /// (see [`crate::mapcount::MapcountDesign::fields`]); empty for a small
+    /// or hugetlb folio, or nothing mapped.
+    pub fn folio_fields(&self, addr: u64) -> Vec<(String, i64)> {
+        let _vmas = self.mmap_read_lock();
+        let phys = &self.kernel.phys;
+        let Some(slot) = leaf_slot(phys, self.pgd, addr) else { return Vec::new() };
+        let leaf = slot.load(phys);
+        if !leaf.present() || leaf.huge() != slot.huge() {
+            return Vec::new();
+        }
+        let f = Folio::containing(phys, slot.page_pfn(leaf, addr));
+        if !f.is_large() || f.is_zero_page() || f.head().test(crate::phys::pg::HUGETLB) {
+            return Vec::new();
+        }
+        self.kernel.design.fields(f)
+    }
+
     /// `VmPTE` (`mm_pgtables_bytes`) in KiB: the page tables this MM
     /// uses below its PGD, deposited ones included; a PMD table shared with
     /// other MMs counts in each (as `huge_pmd_share` counts it).
