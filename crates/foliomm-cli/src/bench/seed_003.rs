@@ -332,4 +332,43 @@ fn print_table(rows: &[CaseRow], size: u64, iterations: u32, rounds: u32, family
         t.add_row(std::iter::once(r.case.to_string()).chain(cells).collect::<Vec<_>>());
     }
     println!("{t}");
+    print_against_seed(rows);
+}
+
+/// The seed's series is compound-locked against subpage: the model's change
+/// beside the seed's, and for a row more than 10 points off, why, from the
+/// deterministic costs (see [`why_off`]).
+fn print_against_seed(rows: &[CaseRow]) {
+    println!("\ncompound-locked (the seed's series) against subpage (6.1), model and seed:\n");
+    let mut t = new_table(["case", "model", "seed", "model - seed", "why, where more than 10 points off"]);
+    let cl = DESIGNS.iter().position(|&d| d == Design::CompoundLocked).unwrap();
+    for (r, (name, _, before, after)) in rows.iter().zip(&CASES) {
+        let (Some(after), Some(model)) = (after, r.change_against_subpage[cl]) else { continue };
+        let seed = 100.0 * (after / before - 1.0);
+        let off = model.pct - seed;
+        let why = if off.abs() > 10.0 { why_off(&model, seed, r.costs[0], r.costs[cl]) } else { String::new() };
+        t.add_row([name.to_string(), model.to_string(), format!("{seed:+.0}%"), format!("{off:+.0} pt"), why]);
+    }
+    println!("{t}");
+}
+
+/// Splits each machine's time ratio (after/before) between the two costs
+/// the designs count: `t = x * rmw_ratio + (1 - x) * line_ratio`, where
+/// the ratios are compound-locked's counts over subpage's. `1 - x` is the
+/// share of subpage's time that went to the work the series keeps (its
+/// memmap cache lines); machines that differ in it differ in the change.
+fn why_off(model: &Change, seed: f64, before: Figure, after: Figure) -> String {
+    if (model.lo..=model.hi).contains(&seed) {
+        return format!("the seed's {seed:+.0}% is inside the model's interval: noise");
+    }
+    let (rmw, lines) = (after.rmw / before.rmw, after.lines / before.lines);
+    if !(rmw.is_finite() && lines.is_finite()) || (lines - rmw).abs() < 0.05 {
+        return "the costs counted change alike: not separable".into();
+    }
+    let kept = |pct: f64| 100.0 * ((1.0 + pct / 100.0) - rmw) / (lines - rmw);
+    format!(
+        "compound-locked keeps x{lines:.2} of the memmap lines and x{rmw:.3} of the RMWs; the lines' share of subpage's time is {:.0}% in the model, {:.0}% in the seed",
+        kept(model.pct),
+        kept(seed)
+    )
 }
