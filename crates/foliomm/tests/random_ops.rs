@@ -351,7 +351,7 @@ const MAX_OPS: usize = 200;
 fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let count = AtomicU64::new(0);
     let per_design: Vec<AtomicU64> = foliomm::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
-    let per_case = (MAX_OPS as u64 + 1) / 2 + 3;
+    let per_case = (MAX_OPS as u64).div_ceil(2) + 3;
     let cases = target_ops().div_ceil(per_case) as u32;
     let config = ProptestConfig {
         cases,

@@ -94,19 +94,12 @@ pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
 /// The run as a saved run: a row per layout, a series per runner (one
 /// sample each: the figures are counts, not timings).
 fn saved(rows: &[Row], settings: serde_json::Value) -> SavedRun {
-    let layouts: [(&str, fn(&Row) -> Option<f64>); 2] =
-        [("shareable", |r| r.shareable_kb), ("unshareable", |r| r.unshareable_kb)];
-    let rows = layouts
-        .iter()
-        .map(|(label, kb)| saved::Row {
-            label: label.to_string(),
-            series: rows
-                .iter()
-                .map(|r| Series { name: r.runner.into(), samples: kb(r).into_iter().collect() })
-                .collect(),
-            published: Vec::new(),
-        })
-        .collect();
+    let row = |label: &str, kb: &dyn Fn(&Row) -> Option<f64>| saved::Row {
+        label: label.to_string(),
+        series: rows.iter().map(|r| Series { name: r.runner.into(), samples: kb(r).into_iter().collect() }).collect(),
+        published: Vec::new(),
+    };
+    let rows = vec![row("shareable", &|r| r.shareable_kb), row("unshareable", &|r| r.unshareable_kb)];
     let table =
         Table { name: "page-table memory gained per child".into(), unit: "KiB".into(), higher_is_better: false, rows };
     SavedRun::new("pmd-sharing", settings, vec![table])
