@@ -163,7 +163,7 @@ fn prove_passes_shipped_constructions_and_refutes_a_plain_sum() {
 /// of the vm-scalability cases.
 #[test]
 fn seed_000_bench_costs_follow_each_design() {
-    let args = ["bench", "seed-000", "--size", "8M", "--runs", "1", "--instances", "3", "--json"];
+    let args = ["bench", "seed-000", "--size", "8M", "--runs", "2", "--instances", "3", "--json"];
     let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // stdout holds the JSON; progress goes to stderr.

@@ -101,10 +101,30 @@ pub fn restore_left_behind(force: bool) -> Vec<Changed> {
     let (gone, kept): (Vec<Changed>, Vec<Changed>) = state.into_iter().partition(|c| force || !alive(c.pid));
     // Newest first, as restore_all does.
     for c in gone.iter().rev() {
-        let _ = std::fs::write(&c.path, &c.value);
+        put_back(&c.path, &c.value);
     }
     store_state(&kept);
     gone
+}
+
+/// Writes `value` back to `path`. A huge page pool may hold pages a killed
+/// worker still maps a moment longer, and keeps a gigantic page in use (a
+/// 1 GiB one) as a surplus page that, once free, Linux 6.18 was seen to
+/// keep (free 1, surplus 1): the pool is written again, a free surplus page
+/// first made persistent so that the write frees it, until it holds
+/// `value` or 5 s have passed.
+fn put_back(path: &str, value: &str) {
+    let _ = std::fs::write(path, value);
+    let Some(dir) = path.strip_suffix("/nr_hugepages") else { return };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while read_selected(path).is_ok_and(|v| v != value) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let surplus = read_selected(&format!("{dir}/surplus_hugepages")).is_ok_and(|s| s != "0");
+        if let Some(now) = read_selected(path).ok().filter(|_| surplus) {
+            let _ = std::fs::write(path, now);
+        }
+        let _ = std::fs::write(path, value);
+    }
 }
 
 /// The selected value of a sysfs "a [b] c" file, or the value of a file
@@ -197,7 +217,7 @@ fn restore_where(chosen: impl Fn(&str) -> bool) {
         return;
     }
     for (p, v) in back.into_iter().rev() {
-        let _ = std::fs::write(&p, v);
+        put_back(&p, &v);
     }
     let pid = std::process::id();
     store_state(&load_state().into_iter().filter(|c| c.pid != pid || !chosen(&c.path)).collect::<Vec<_>>());
