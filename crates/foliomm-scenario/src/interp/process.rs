@@ -186,35 +186,13 @@ impl State<'_> {
                 }
             }
             Cmd::Write { place, val, every_byte } => {
-                let (a, l) = self.place(place)?;
                 let val = val.unwrap_or((step.line % 251 + 1) as u8);
-                let r = self.timed(|b| b.access(t, a, l, Access::Write { val, every_byte: *every_byte }));
-                let got = errno_of(&r);
-                outcome(step, r)?;
-                if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
-                    let rs = self.refs.get_mut(&p).unwrap();
-                    let expected = if *every_byte { rs.fill(a, l, val) } else { rs.write_byte_per_page(a, l, val) };
-                    same_result("write", got, expected)?;
-                }
+                self.write(step, t, place, Access::Write { val, every_byte: *every_byte })?;
                 Ok(format!("wrote {val:#04x}"))
             }
             Cmd::Pattern { place, seed } => {
-                let (a, l) = self.place(place)?;
                 let origin = self.maps[&place.map].0;
-                // In chunks, as reads go, where the write should succeed.
-                let chunk = if step.fails.is_none() { READ_CHUNK } else { l.max(1) };
-                let mut done = 0;
-                while done < l {
-                    let (at, len) = (a + done, (l - done).min(chunk));
-                    let r = self.timed(|b| b.access(t, at, len, Access::Pattern { origin, seed: *seed }));
-                    let got = errno_of(&r);
-                    outcome(step, r)?;
-                    if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
-                        let data = crate::backend::pattern_bytes(origin, at, len, *seed);
-                        same_result("write", got, self.refs.get_mut(&p).unwrap().write(at, &data))?;
-                    }
-                    done += len;
-                }
+                self.write(step, t, place, Access::Pattern { origin, seed: *seed })?;
                 Ok(format!("wrote pattern {seed}"))
             }
             Cmd::Read { place, every_byte } => {
@@ -281,6 +259,50 @@ impl State<'_> {
 /// The most a read or a pattern write asks of the backend at once (a
 /// multiple of the page size).
 const READ_CHUNK: u64 = 64 << 20;
+
+impl State<'_> {
+    /// A write step, mirrored into the reference model. It goes in chunks:
+    /// of 64 MiB where it should succeed (no buffer of the whole range), of
+    /// a page where it should fail with ENOMEM, so that the reference holds
+    /// exactly the pages written before the fault that found no memory (a
+    /// page is written whole or not at all); else in one piece.
+    fn write(&mut self, step: &Step, t: Thread, place: &Place, access: Access) -> Result<(), Failed> {
+        let (a, l) = self.place(place)?;
+        let chunk = match step.fails {
+            None => READ_CHUNK,
+            Some(Errno::ENOMEM) => 4096,
+            Some(_) => l.max(1),
+        };
+        let mut at = a;
+        while at < a + l {
+            let len = ((at / chunk + 1) * chunk).min(a + l) - at;
+            let r = self.timed(|b| b.access(t, at, len, access));
+            let got = errno_of(&r);
+            let failed = r.is_err();
+            // Every chunk but the last must succeed; the last ends as the step says.
+            if failed || at + len == a + l {
+                outcome(step, r)?;
+            }
+            if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
+                let rs = self.refs.get_mut(t.proc).unwrap();
+                let expected = match access {
+                    Access::Write { val, every_byte: true } => rs.fill(at, len, val),
+                    Access::Write { val, every_byte: false } => rs.write_byte_per_page(at, len, val),
+                    Access::Pattern { origin, seed } => {
+                        rs.write(at, &crate::backend::pattern_bytes(origin, at, len, seed))
+                    }
+                    Access::Read { .. } => unreachable!("a write"),
+                };
+                same_result("write", got, expected)?;
+            }
+            if failed {
+                break;
+            }
+            at += len;
+        }
+        Ok(())
+    }
+}
 
 /// How a backend call ended, as far as the reference model can follow:
 /// `Some(None)` for success, `Some(Some(e))` for errno `e`, `None` for a
