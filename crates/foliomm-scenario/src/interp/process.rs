@@ -191,6 +191,8 @@ impl State<'_> {
                 Ok(format!("wrote {val:#04x}"))
             }
             Cmd::Pattern { place, seed } => {
+                // An unknown mapping is a step error (from `place`), not a panic.
+                self.place(place)?;
                 let origin = self.maps[&place.map].0;
                 self.write(step, t, place, Access::Pattern { origin, seed: *seed })?;
                 Ok(format!("wrote pattern {seed}"))
