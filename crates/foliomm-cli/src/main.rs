@@ -134,7 +134,7 @@ struct RunArgs {
     /// Print JSON (one object per file, in an array) instead of tables.
     #[arg(long)]
     json: bool,
-    /// Print only failures and the summary line.
+    /// Print only failures, skips (with their reasons) and the summary line.
     #[arg(long, short)]
     quiet: bool,
     /// Where to run: the model, or the host kernel (real processes; needs root).
@@ -239,7 +239,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
-    } else if a.files.len() > 1 {
+    } else if a.files.len() > 1 || a.quiet {
         println!("{} files: {passed} passed, {failed} failed, {skipped} skipped, {bad} bad", a.files.len());
     }
     Ok(failed == 0 && bad == 0)
@@ -410,7 +410,12 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     Ok(())
 }
 
+/// A file's run: its steps, counters and measures, then how it ended;
+/// with `quiet`, only how it ended, and nothing for a file that passed.
 fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
+    if quiet && out.failure.is_none() {
+        return;
+    }
     println!("== {} ({})", file.display(), out.backend);
     if !quiet {
         let width = out.steps.iter().map(|s| s.text.len()).max().unwrap_or(0).min(60);
