@@ -3,6 +3,7 @@
 mod bench;
 mod compare;
 mod host;
+mod referee;
 mod trace;
 
 use std::path::PathBuf;
@@ -10,9 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use foliomm_host::HostBackend;
 use foliomm_scenario::interp::FailureKind;
 use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
+use referee::Referee;
 
 #[derive(Parser)]
 #[command(name = "foliomm", version, about = "An executable model of the Linux memory manager's large-folio machinery")]
@@ -99,6 +100,11 @@ struct CompareArgs {
     /// Print only mismatches and summaries.
     #[arg(long, short)]
     quiet: bool,
+    /// The kernel to hold the model against: this machine's, or Linux 6.1
+    /// in a qemu guest (the model then runs `subpage`, 6.1's design, unless
+    /// --mapcount says otherwise).
+    #[arg(long, default_value = "host", value_parser = ["host", "guest"])]
+    backend: String,
 }
 
 #[derive(clap::Args)]
@@ -137,8 +143,10 @@ struct RunArgs {
     /// Print only failures, skips (with their reasons) and the summary line.
     #[arg(long, short)]
     quiet: bool,
-    /// Where to run: the model, or the host kernel (real processes; needs root).
-    #[arg(long, default_value = "model", value_parser = ["model", "host"])]
+    /// Where to run: the model, the host kernel (real processes; needs
+    /// root), or Linux 6.1 in a qemu guest (needs qemu-system-x86 and
+    /// linux-image-6.1.0-*-amd64-unsigned).
+    #[arg(long, default_value = "model", value_parser = ["model", "host", "guest"])]
     backend: String,
     /// Write the run's trace (one file only): after each step, the touched
     /// pages of every process with the folios' counters, as HTML, or as
@@ -151,6 +159,9 @@ fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == foliomm_host::WORKER_ARG) && args.len() == 4 {
         foliomm_host::worker_main(std::path::Path::new(&args[2]), &args[3].to_string_lossy());
+    }
+    if args.get(1).is_some_and(|a| a == foliomm_host::guest::AGENT_ARG) && args.len() == 3 {
+        foliomm_host::guest::agent_main(std::path::Path::new(&args[2]));
     }
     // Exit quietly when the reader of our output goes away (`foliomm run | head`).
     // SAFETY: restoring the default action of a signal has no preconditions;
@@ -202,11 +213,12 @@ fn run_files(a: RunArgs) -> Result<bool> {
     }
     let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
     let mut json = Vec::new();
+    let mut referee = (a.backend != "model").then(|| Referee::new(&a.backend));
     for file in &a.files {
         // A file that cannot be read or parsed is reported; the batch goes on.
-        let parsed = read_scenario(file).and_then(|src| parse(&src).map_err(|e| e.to_string()));
-        let mut steps = match parsed {
-            Ok(steps) => steps,
+        let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));
+        let (src, mut steps) = match parsed {
+            Ok(parsed) => parsed,
             Err(e) => {
                 bad += 1;
                 match a.json {
@@ -218,9 +230,9 @@ fn run_files(a: RunArgs) -> Result<bool> {
         };
         apply_overrides(&mut steps, &a)?;
         let trace = a.trace.is_some();
-        let out = match a.backend.as_str() {
-            "host" => run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions { check: false, trace }),
-            _ => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check, trace }),
+        let out = match referee.as_mut() {
+            Some(r) => r.run(&file.display().to_string(), &src, &steps),
+            None => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check, trace }),
         };
         if let Some(path) = &a.trace {
             trace::write(path, file, &out)?;
@@ -307,14 +319,15 @@ fn prove(a: ProveArgs) -> Result<bool> {
 
 fn compare_files(a: CompareArgs) -> Result<bool> {
     let (mut total, mut agree, mut differ) = (0, 0, 0);
+    let mut referee = Referee::new(&a.backend);
     let mut skipped: Vec<String> = Vec::new();
     let mut bad: Vec<String> = Vec::new();
     for file in &a.files {
         let name = file.display().to_string();
         // A file that cannot be read or parsed is reported; the batch goes on.
-        let parsed = read_scenario(file).and_then(|src| parse(&src).map_err(|e| e.to_string()));
-        let mut steps = match parsed {
-            Ok(steps) => steps,
+        let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));
+        let (src, mut steps) = match parsed {
+            Ok(parsed) => parsed,
             Err(e) => {
                 println!("== {name}\n  bad file: {e}");
                 bad.push(name);
@@ -324,7 +337,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
         let overrides = RunArgs {
             files: Vec::new(),
             check: false,
-            mapcount: a.mapcount,
+            mapcount: a.mapcount.or((a.backend == "guest").then(|| referee.design())),
             memory: None,
             zap: None,
             vma_lock: a.vma_lock,
@@ -336,7 +349,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             backend: "model".into(),
             trace: None,
         };
-        let host = run(&steps, &mut HostBackend::new(std::env::current_exe()?), RunOptions::default());
+        let host = referee.run(&name, &src, &steps);
         apply_overrides(&mut steps, &overrides)?;
         let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
         if let Some(f) = host.failure.as_ref().filter(|f| f.kind == FailureKind::Unsupported) {

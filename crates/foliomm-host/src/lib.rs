@@ -6,6 +6,7 @@
 //! Linux only; needs root for frame numbers, kpageflags and sysfs.
 
 pub mod files;
+pub mod guest;
 pub mod gup;
 pub mod procfs;
 pub mod protocol;

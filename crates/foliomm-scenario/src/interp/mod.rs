@@ -29,7 +29,7 @@ pub struct RunOptions {
 }
 
 /// What one step did.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StepOutcome {
     pub line: usize,
     pub text: String,
@@ -37,12 +37,12 @@ pub struct StepOutcome {
     /// What an `observe` step recorded.
     pub observed: Option<Observation>,
     /// With [`RunOptions::trace`]: the touched pages after the step.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<TracePage>,
 }
 
 /// Why a run stopped early.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Failure {
     pub line: usize,
     pub kind: FailureKind,
@@ -50,7 +50,7 @@ pub struct Failure {
 }
 
 /// What kind of failure stopped a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// What the scenario says did not hold: a result or errno, an `expect`,
@@ -103,7 +103,7 @@ impl From<StepError> for Failed {
 }
 
 /// The result of a run.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub backend: String,
     pub steps: Vec<StepOutcome>,
@@ -116,7 +116,7 @@ pub struct Outcome {
 /// A `measure` block's result: time spent in the backend by its steps
 /// (a `parallel` block counts its wall time), and the lines each thread
 /// ran with their own time in the backend, for throughput.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Measure {
     pub name: String,
     pub seconds: f64,
@@ -133,7 +133,7 @@ impl Measure {
 }
 
 /// One thread's share of a [`Measure`].
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ThreadOps {
     /// `P/tid`.
     pub thread: String,

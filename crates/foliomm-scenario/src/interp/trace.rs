@@ -15,7 +15,7 @@ use crate::lang::{Cmd, Place, Step};
 const PAGES: u64 = 8;
 
 /// One page of one process after a step.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TracePage {
     pub proc: String,
     /// The mapping's name and the page's offset in it.

@@ -1,0 +1,67 @@
+//! The kernels a scenario runs on besides the model: this machine's
+//! (`--backend host`) or Linux 6.1 in a guest (`--backend guest`, booted on
+//! first use and kept for every later file).
+
+use foliomm_host::guest::Guest;
+use foliomm_host::HostBackend;
+use foliomm_scenario::lang::Step;
+use foliomm_scenario::{run, Failure, FailureKind, Outcome, RunOptions};
+
+pub enum Referee {
+    Host,
+    /// The guest, once booted; or why it could not boot.
+    Guest(Option<Result<Guest, String>>),
+}
+
+impl Referee {
+    /// `host` or `guest`.
+    pub fn new(backend: &str) -> Referee {
+        match backend {
+            "guest" => Referee::Guest(None),
+            _ => Referee::Host,
+        }
+    }
+
+    /// The mapcount design of the kernel this referee runs: what the model
+    /// is held against by default.
+    pub fn design(&self) -> foliomm::mapcount::Design {
+        match self {
+            Referee::Host => foliomm::mapcount::Design::MmId,
+            Referee::Guest(_) => foliomm::mapcount::Design::Subpage,
+        }
+    }
+
+    /// The run of `steps`, parsed from `text`, the contents of file `name`.
+    /// A guest that cannot start makes every file a skip, with the reason.
+    pub fn run(&mut self, name: &str, text: &str, steps: &[Step]) -> Outcome {
+        let guest = match self {
+            Referee::Host => {
+                let exe = std::env::current_exe().expect("the path of this program");
+                return run(steps, &mut HostBackend::new(exe), RunOptions::default());
+            }
+            Referee::Guest(g) => g.get_or_insert_with(|| Guest::boot(|stage| eprintln!("foliomm: {stage}"))),
+        };
+        match guest {
+            Err(why) => failed(FailureKind::Unsupported, why.clone()),
+            Ok(g) => match g.run(name, text) {
+                Ok(mut o) => {
+                    o.backend = format!("guest, Linux {}", g.release);
+                    o
+                }
+                Err(e) => failed(FailureKind::Backend, e),
+            },
+        }
+    }
+}
+
+/// A guest run that did not happen.
+fn failed(kind: FailureKind, message: String) -> Outcome {
+    Outcome {
+        backend: "guest".into(),
+        steps: Vec::new(),
+        observations: Vec::new(),
+        counters: Vec::new(),
+        measures: Vec::new(),
+        failure: Some(Failure { line: 0, kind, message }),
+    }
+}
