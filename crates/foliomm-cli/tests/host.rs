@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+use common::thp_knobs;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -324,24 +327,6 @@ fn interrupt(exe: &str, child: &mut std::process::Child, sig: &str) {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("put back"), "host restore after SIGKILL said: {text}");
     }
-}
-
-/// Every THP and shmem THP knob, and every huge page pool size, by path.
-fn thp_knobs() -> Vec<(PathBuf, String)> {
-    let mut paths = vec![];
-    let thp = Path::new("/sys/kernel/mm/transparent_hugepage");
-    for name in ["enabled", "defrag", "shmem_enabled"] {
-        paths.push(thp.join(name));
-    }
-    for dir in std::fs::read_dir(thp).into_iter().flatten().flatten() {
-        if dir.file_name().to_string_lossy().starts_with("hugepages-") {
-            paths.extend(["enabled", "shmem_enabled"].map(|n| dir.path().join(n)));
-        }
-    }
-    for dir in std::fs::read_dir("/sys/kernel/mm/hugepages").into_iter().flatten().flatten() {
-        paths.push(dir.path().join("nr_hugepages"));
-    }
-    paths.into_iter().filter_map(|p| Some((p.clone(), std::fs::read_to_string(&p).ok()?))).collect()
 }
 
 /// A benchmark interrupted by SIGINT, SIGTERM or SIGKILL (then `foliomm host
