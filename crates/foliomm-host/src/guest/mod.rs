@@ -26,7 +26,7 @@ pub const AGENT_ARG: &str = "__guest-agent";
 
 /// What to install where the guest cannot start.
 const INSTALL: &str =
-    "the guest backend needs qemu and a Linux 6.1 kernel: apt-get install qemu-system-x86 linux-image-6.1.0-47-amd64-unsigned";
+    "the guest backend needs qemu, a Linux 6.1 kernel and a static busybox: apt-get install qemu-system-x86 linux-image-6.1.0-47-amd64-unsigned busybox-static";
 
 /// A request to the agent: one scenario file.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -61,11 +61,15 @@ impl Guest {
             return Err(format!("{qemu} not found: {INSTALL}"));
         }
         let kernel = newest_kernel("6.1.").ok_or_else(|| format!("no /boot/vmlinuz-6.1.*: {INSTALL}"))?;
+        let busybox = Path::new("/bin/busybox");
+        if !busybox.exists() {
+            return Err(format!("no /bin/busybox: {INSTALL}"));
+        }
         let dir = std::env::temp_dir().join(format!("foliomm-guest-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         progress(&format!("building the initramfs for {}", kernel.display()));
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-        let initrd = initramfs::build(&exe, Path::new("/bin/busybox"))?;
+        let initrd = initramfs::build(&exe, busybox)?;
         std::fs::write(dir.join("initrd"), initrd).map_err(|e| format!("cannot write the initramfs: {e}"))?;
         let (sock, console) = (dir.join("agent.sock"), dir.join("console.log"));
         progress("booting the guest");
