@@ -244,7 +244,21 @@ impl Backend for HostBackend {
             sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
         }
         for &(order, m) in sizes {
-            sysfs::set(&sysfs::thp_path(Some(order)), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
+            let path = sysfs::thp_path(Some(order));
+            if !std::path::Path::new(&path).exists() {
+                // Before 6.8 (the guest's 6.1) the PMD size is the only one,
+                // under the top-level mode: `inherit` is what it does there.
+                match (order, m) {
+                    (9, ThpMode::Inherit) => continue,
+                    (9, m) => sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)),
+                    _ => {
+                        Err(format!("this kernel has no {} KiB THP size (per-size THP came in Linux 6.8)", 4 << order))
+                    }
+                }
+                .map_err(StepError::Unsupported)?;
+                continue;
+            }
+            sysfs::set(&path, sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
         }
         Ok(())
     }
