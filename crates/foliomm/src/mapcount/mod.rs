@@ -184,6 +184,16 @@ impl Design {
     pub fn implementation(self) -> &'static dyn MapcountDesign {
         &eras::DESIGNS[self as usize]
     }
+
+    /// Whether the kernels of this design's era place an anonymous
+    /// mapping of a 2 MiB multiple at a 2 MiB boundary
+    /// (`thp_get_unmapped_area` for anonymous memory, Linux 6.7+; limited
+    /// to PMD multiples in 6.12). False for `subpage` and `compound-locked`
+    /// (6.1, 6.2-rc); `nr-mapped` spans 6.2 to 6.9 and takes the later
+    /// behaviour, as the seed it reproduces (6.8) ran.
+    pub fn aligns_anon_thp(self) -> bool {
+        !matches!(self, Design::Subpage | Design::CompoundLocked)
+    }
 }
 
 impl Default for Design {

@@ -41,7 +41,21 @@ pub const MMAP_MIN_ADDR: u64 = 0x10000;
 /// Top of the top-down mmap area (`mm->mmap_base`, without randomisation).
 pub const MMAP_BASE: u64 = 0x7f00_0000_0000;
 
+/// How far below [`MMAP_BASE`] the top-down area starts in eras that do not
+/// align anonymous THP mappings: there a randomized base is page-aligned
+/// only, so mappings land at any page (6.1 placed an `mmap(4M)` at
+/// 0x...067000); a fixed odd offset keeps runs reproducible.
+const UNALIGNED_BASE_GAP: u64 = 0x67000;
+
 impl Mm {
+    /// `mm->mmap_base` of this MM's era (see [`UNALIGNED_BASE_GAP`]).
+    pub(super) fn mmap_base(&self) -> u64 {
+        match self.kernel.config.mapcount.aligns_anon_thp() {
+            true => MMAP_BASE,
+            false => MMAP_BASE - UNALIGNED_BASE_GAP,
+        }
+    }
+
     /// `mmap(addr, len, prot, MAP_ANONYMOUS|flags)`. Without `MAP_FIXED`
     /// the address is a hint; with no hint, a length that is a multiple of
     /// 2 MiB gets a 2 MiB-aligned address (`__get_unmapped_area` →
@@ -121,16 +135,17 @@ impl Mm {
             } else {
                 // shmem_get_unmapped_area() for shmem; for anonymous memory
                 // thp_get_unmapped_area(), when the length is a multiple of
-                // 2 MiB and no hint was given.
+                // 2 MiB and no hint was given (from 6.7: not in 6.1's era).
+                let thp_align = self.kernel.config.mapcount.aligns_anon_thp();
                 let (align, offset) = match file {
                     Some(_) if huge => (unit, 0),
                     Some((inode, off)) => inode
                         .unmapped_area_alignment(anon_inode.is_some(), off / PAGE_SIZE, len)
                         .unwrap_or((PAGE_SIZE, 0)),
-                    None if hint == 0 && len.is_multiple_of(PMD_SIZE) => (PMD_SIZE, 0),
+                    None if thp_align && hint == 0 && len.is_multiple_of(PMD_SIZE) => (PMD_SIZE, 0),
                     None => (PAGE_SIZE, 0),
                 };
-                get_unmapped_area(&vmas, len, align, offset)?
+                get_unmapped_area(&vmas, self.mmap_base(), len, align, offset)?
             }
         };
         let shared = if flags.shared { vm::SHARED } else { 0 };
@@ -218,13 +233,13 @@ impl Drop for Mm {
 /// Top-down search for a free range of `len` bytes that starts `offset`
 /// bytes past a multiple of `align` (`unmapped_area_topdown` with
 /// `align_mask` and `align_offset`).
-pub(super) fn get_unmapped_area(vmas: &Vmas, len: u64, align: u64, offset: u64) -> Result<u64> {
+pub(super) fn get_unmapped_area(vmas: &Vmas, base: u64, len: u64, align: u64, offset: u64) -> Result<u64> {
     let fit = |lo: u64, hi: u64| -> Option<u64> {
         let top = hi.checked_sub(len)?;
         let a = (top.checked_sub(offset)? & !(align - 1)) + offset;
         (a >= lo.max(MMAP_MIN_ADDR)).then_some(a)
     };
-    let mut hi = MMAP_BASE;
+    let mut hi = base;
     for v in vmas.iter().rev() {
         if v.end() <= hi {
             if let Some(a) = fit(v.end(), hi) {
