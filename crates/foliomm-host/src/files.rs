@@ -127,7 +127,10 @@ pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Response {
     if r == 0 && vec & 1 != 0 && offset < size {
         // SAFETY: the page is inside the file and cached: the read maps it.
         o.byte = unsafe { (p as *const u8).add((offset - page_off) as usize).read_volatile() };
-        let info = procfs.page_info(p as u64);
+        let info = match procfs.page_info(p as u64) {
+            Ok(info) => info,
+            Err(why) => return Response::Unobservable(why),
+        };
         (o.page.present, o.page.pfn, o.page.folio_order) = (true, info.pfn, info.folio_order);
     } else {
         o.page.present = r == 0 && vec & 1 != 0;

@@ -10,6 +10,7 @@ pub mod guest;
 pub mod gup;
 pub mod procfs;
 pub mod protocol;
+mod smaps;
 pub mod sysfs;
 pub mod worker;
 
@@ -140,6 +141,7 @@ impl HostBackend {
                 "the host kernel failed {req:?} with errno {n} ({}), which foliomm does not model",
                 std::io::Error::from_raw_os_error(n)
             ))),
+            Ok(Response::Unobservable(why)) => Err(StepError::Unsupported(why)),
             Ok(r) => Ok(r),
             Err(e) => Err(broken(format!("worker {t} answered {:?}: {e}", line.trim()))),
         }

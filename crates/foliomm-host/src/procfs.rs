@@ -84,8 +84,11 @@ impl Procfs {
         buf.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
     }
 
-    /// `PAGEMAP_SCAN` categories of every page of `[addr, addr+len)`.
-    fn categories(&self, addr: u64, len: u64) -> Vec<u64> {
+    /// `PAGEMAP_SCAN` categories of every page of `[addr, addr+len)`; on a
+    /// kernel without it (before 6.7), the zero page from kpageflags and
+    /// PMD mappings from smaps ([`crate::smaps`]), or why they cannot be
+    /// told apart.
+    fn categories(&self, addr: u64, len: u64) -> Result<Vec<u64>, String> {
         let pages = (len / PAGE) as usize;
         let mut out = vec![0u64; pages];
         let mut regions = vec![PageRegion::default(); 64];
@@ -103,6 +106,9 @@ impl Procfs {
             // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len`
             // regions into `regions`, which outlives the call.
             let n = unsafe { libc::ioctl(self.pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
+            if n < 0 && start == addr {
+                return self.categories_without_scan(addr, len);
+            }
             if n < 0 {
                 break;
             }
@@ -116,13 +122,35 @@ impl Procfs {
             }
             start = arg.walk_end;
         }
-        out
+        Ok(out)
     }
 
-    fn facts(&self, addr: u64, len: u64) -> Vec<PageFacts> {
+    fn categories_without_scan(&self, addr: u64, len: u64) -> Result<Vec<u64>, String> {
+        let huge = crate::smaps::pmd_mapped(addr, len, |w| self.maps_one_thp(w))?;
         let pm = self.pagemap(addr, len / PAGE);
-        let cats = self.categories(addr, len);
-        pm.iter()
+        let zero = |e: u64| e & PM_PRESENT != 0 && self.kpageflags(e & PM_PFN, 1)[0] & KPF_ZERO_PAGE != 0;
+        let cats = pm.iter().zip(huge).map(|(&e, h)| {
+            (e & PM_PRESENT != 0) as u64 * PAGE_IS_PRESENT | zero(e) as u64 * PAGE_IS_PFNZERO | h as u64 * PAGE_IS_HUGE
+        });
+        Ok(cats.collect())
+    }
+
+    /// Whether the 2 MiB at `w` map one PMD-sized folio, page by page in
+    /// order (as a PMD would; a PTE-mapped THP looks the same).
+    fn maps_one_thp(&self, w: u64) -> bool {
+        let pm = self.pagemap(w, 512);
+        let first = pm[0] & PM_PFN;
+        pm[0] & PM_PRESENT != 0
+            && first.is_multiple_of(512)
+            && pm.iter().enumerate().all(|(i, &e)| e & PM_PRESENT != 0 && e & PM_PFN == first + i as u64)
+            && self.folio_order(first) == 9
+    }
+
+    fn facts(&self, addr: u64, len: u64) -> Result<Vec<PageFacts>, String> {
+        let pm = self.pagemap(addr, len / PAGE);
+        let cats = self.categories(addr, len)?;
+        Ok(pm
+            .iter()
             .zip(cats)
             .map(|(&e, c)| PageFacts {
                 present: e & PM_PRESENT != 0,
@@ -131,7 +159,7 @@ impl Procfs {
                 exclusive: e & PM_EXCLUSIVE != 0,
                 pfn: e & PM_PFN,
             })
-            .collect()
+            .collect())
     }
 
     /// The order of the folio containing `pfn`, from compound head/tail
@@ -158,14 +186,14 @@ impl Procfs {
 
     /// pagemap/kpageflags/PAGEMAP_SCAN facts of the page at `addr`. Fields
     /// the kernel does not expose (PTE write bit, mapcounts, refcount) stay 0.
-    pub fn page_info(&self, addr: u64) -> PageInfo {
+    pub fn page_info(&self, addr: u64) -> Result<PageInfo, String> {
         let page = addr & !(PAGE - 1);
-        let f = &self.facts(page, PAGE)[0];
+        let f = &self.facts(page, PAGE)?[0];
         if !f.present {
-            return PageInfo::default();
+            return Ok(PageInfo::default());
         }
         let kpf = self.kpageflags(f.pfn, 1)[0];
-        PageInfo {
+        Ok(PageInfo {
             present: true,
             pfn: f.pfn,
             zero_page: f.zero || kpf & KPF_ZERO_PAGE != 0,
@@ -174,15 +202,15 @@ impl Procfs {
             folio_order: self.folio_order(f.pfn),
             exclusive: f.exclusive,
             ..PageInfo::default()
-        }
+        })
     }
 
     /// smaps-style sums over `[addr, addr+len)`, from per-page facts.
-    pub fn range_info(&self, addr: u64, len: u64) -> RangeInfo {
+    pub fn range_info(&self, addr: u64, len: u64) -> Result<RangeInfo, String> {
         let start = addr & !(PAGE - 1);
         let end = (addr + len).div_ceil(PAGE) * PAGE;
         let mut r = RangeInfo::default();
-        for f in self.facts(start, end - start).iter().filter(|f| f.present && !f.zero) {
+        for f in self.facts(start, end - start)?.iter().filter(|f| f.present && !f.zero) {
             r.rss_kb += 4;
             let anon = self.kpageflags(f.pfn, 1)[0] & KPF_ANON != 0;
             // Every file page a scenario maps is shmem (memfd, shared anonymous).
@@ -196,7 +224,7 @@ impl Procfs {
                 r.shared_kb += 4;
             }
         }
-        r
+        Ok(r)
     }
 }
 

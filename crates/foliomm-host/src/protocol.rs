@@ -123,6 +123,8 @@ pub enum Response {
     Err(Errno),
     /// A system call failed with an errno foliomm does not model.
     OsError(i32),
+    /// The kernel does not show what was asked (why, in words).
+    Unobservable(String),
 }
 
 impl Response {

@@ -202,8 +202,10 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
         }
         Request::Access { addr, len, access } => access_memory(addr, len, access),
         Request::Observe { addr, len } => {
-            let page = procfs.page_info(addr);
-            let range = procfs.range_info(addr, len);
+            let (page, range) = match (procfs.page_info(addr), procfs.range_info(addr, len)) {
+                (Ok(page), Ok(range)) => (page, range),
+                (Err(why), _) | (_, Err(why)) => return Response::Unobservable(why),
+            };
             let readable = check_access(&maps(), addr, false).is_ok();
             // SAFETY: the page is mapped and readable (checked just above).
             let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
