@@ -201,12 +201,27 @@ impl Backend for HostBackend {
         "host"
     }
 
+    /// The design of the running kernel's era, by its release: up to 6.1
+    /// `subpage`, 6.2-6.9 `nr-mapped`, 6.10-6.14 `large-mapcount`, then
+    /// `mm-id`.
+    fn design(&self) -> foliomm::mapcount::Design {
+        use foliomm::mapcount::Design::*;
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+        match (v.next().unwrap_or(0), v.next().unwrap_or(0)) {
+            (major, minor) if (major, minor) <= (6, 1) => Subpage,
+            (6, 2..=9) => NrMapped,
+            (6, 10..=14) => LargeMapcount,
+            _ => MmId,
+        }
+    }
+
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
         let why = match s {
             MachineSetting::Memory(_) => "the host's memory size is fixed",
             MachineSetting::MemoryAtLeast(m) if procfs::mem_total() < *m => "the host has less memory",
-            MachineSetting::Mapcount(d) if *d != foliomm::mapcount::Design::MmId => {
-                "the host kernel tracks mapcounts as mm-id"
+            MachineSetting::Mapcount(d) if *d != self.design() => {
+                return Some(format!("cannot honour '{s}': the host kernel tracks mapcounts as {}", self.design()));
             }
             MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",
             MachineSetting::VmaLock(d) if *d != foliomm::machine::VmaLockDesign::VmaRefcount => {

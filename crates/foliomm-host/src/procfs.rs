@@ -16,6 +16,7 @@ const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
 const PM_EXCLUSIVE: u64 = 1 << 56;
 const PM_PFN: u64 = (1 << 55) - 1;
+const PMD: u64 = 2 << 20;
 const KPF_COMPOUND_HEAD: u64 = 1 << 15;
 const KPF_COMPOUND_TAIL: u64 = 1 << 16;
 const KPF_ZERO_PAGE: u64 = 1 << 24;
@@ -126,7 +127,17 @@ impl Procfs {
     }
 
     fn categories_without_scan(&self, addr: u64, len: u64) -> Result<Vec<u64>, String> {
-        let huge = crate::smaps::pmd_mapped(addr, len, |w| self.maps_one_thp(w))?;
+        let mut huge = crate::smaps::pmd_mapped(addr, len, |w| self.maps_one_thp(w))?;
+        // The huge zero page is only ever mapped by a PMD, and smaps does
+        // not count it: a window that maps it in order is PMD-mapped.
+        for w in (addr & !(PMD - 1)..addr + len).step_by(PMD as usize) {
+            let head = self.pagemap(w, 1)[0] & PM_PFN;
+            if self.kpageflags(head, 1)[0] & KPF_ZERO_PAGE != 0 && self.maps_one_thp(w) {
+                for p in (w.max(addr)..(w + PMD).min(addr + len)).step_by(PAGE as usize) {
+                    huge[((p - addr) / PAGE) as usize] = true;
+                }
+            }
+        }
         let pm = self.pagemap(addr, len / PAGE);
         let zero = |e: u64| e & PM_PRESENT != 0 && self.kpageflags(e & PM_PFN, 1)[0] & KPF_ZERO_PAGE != 0;
         let cats = pm.iter().zip(huge).map(|(&e, h)| {

@@ -327,6 +327,12 @@ pub trait Backend: Send + Sync {
     fn observes_through_gup(&self, field: &str) -> bool {
         self.observes(field)
     }
+    /// The mapcount design of the kernel this backend runs: the model's
+    /// default, or the one of a real kernel's era (per-design `expect`
+    /// lines follow it).
+    fn design(&self) -> foliomm::mapcount::Design {
+        foliomm::mapcount::Design::default()
+    }
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;
     /// Whether counter `name` counts only this run's events or state (every

@@ -41,7 +41,8 @@ impl State<'_> {
     }
 
     /// The mapcount design of this run: the last `set mapcount`, or the
-    /// backend's own (the host kernel, and the model's default, are mm-id).
+    /// backend's own (the model's default and Linux 6.15+ are mm-id, the
+    /// guest's 6.1 is subpage).
     fn design(&self) -> Design {
         self.settings
             .iter()
@@ -50,7 +51,7 @@ impl State<'_> {
                 MachineSetting::Mapcount(d) => Some(*d),
                 _ => None,
             })
-            .unwrap_or_default()
+            .unwrap_or_else(|| self.backend.design())
     }
 
     /// Keeps an observation under `name`; returns a one-line summary.

@@ -194,6 +194,16 @@ impl Design {
     pub fn aligns_anon_thp(self) -> bool {
         !matches!(self, Design::Subpage | Design::CompoundLocked)
     }
+
+    /// Whether the kernels of this design's era answer a write to the huge
+    /// zero folio with a new THP (`do_huge_zero_wp_pmd`, 6.13 by my
+    /// reading; unsure) rather than splitting the PMD into zero-page PTEs
+    /// and copying one page (6.1's `do_huge_pmd_wp_page` fallback). True
+    /// for `large-mapcount` (6.10-6.14, the later behaviour) and `mm-id`;
+    /// false for the older designs and seed 000's RFC (on 6.7).
+    pub fn allocates_thp_on_huge_zero_write(self) -> bool {
+        matches!(self, Design::LargeMapcount | Design::MmId)
+    }
 }
 
 impl Default for Design {

@@ -99,13 +99,19 @@ fn map_anon_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
 }
 
 /// `do_huge_pmd_wp_page`: a write to a read-only huge PMD. The huge zero
-/// folio is replaced by a new THP (`do_huge_zero_wp_pmd`); an anon THP is
+/// folio is replaced by a new THP (`do_huge_zero_wp_pmd`), or in the older
+/// eras split into zero-page PTEs so that the fault copies one page (see
+/// [`crate::mapcount::Design::allocates_thp_on_huge_zero_write`]); an anon THP is
 /// reused in place if its head is AnonExclusive or the PMD holds the only
 /// reference; otherwise the PMD is split and the fault falls back to PTEs.
 /// With `unshare` a reused PMD stays read-only.
 pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
     let (k, mm, vma, pmd, addr, orig) = (vmf.k, vmf.mm, vmf.vma, vmf.pmd, vmf.address, vmf.orig);
     let phys = &k.phys;
+    if orig.special() && !k.config.mapcount.allocates_thp_on_huge_zero_write() {
+        split_huge_pmd(k, mm, addr);
+        return Ok(Huge::Fallback);
+    }
     if orig.special() {
         let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
         let Ok(f) = k.alloc_folio_zeroed(PMD_ORDER) else {
