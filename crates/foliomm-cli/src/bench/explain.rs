@@ -95,6 +95,12 @@ pub(super) fn reason(
             interval.0, interval.1
         );
     }
+    if model.r2 < 0.5 {
+        return format!(
+            "the model's times do not follow its counts here (R^2 {:.2}): noise dominates this run; rerun on a quiet machine or with more --runs",
+            model.r2
+        );
+    }
     let (m, s) = (model.shares(n), seed.shares(n));
     let mut why = format!(
         "the fits predict {:+.0}% (model) and {:+.0}% (seed): per-page zap spends {:.0}% of a page's time per batch in the model, {:.0}% in the seed; freeing the folio {:.0}% and {:.0}%; the fixed rest {:.0}% and {:.0}%",

@@ -182,7 +182,8 @@ fn explain(rows: &[ZapRow], size: u64) -> Why {
         .iter()
         .flat_map(|r| {
             let [p, b] = r.costs;
-            points(n(r), (p[2], r.per_page.mean / pages), (b[2], r.batched.mean / pages))
+            // Medians: a burst of load on a shared machine moves a mean.
+            points(n(r), (p[2], r.per_page.median / pages), (b[2], r.batched.median / pages))
         })
         .collect();
     let seed: Vec<Point> = rows
