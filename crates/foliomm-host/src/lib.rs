@@ -261,21 +261,9 @@ impl Backend for HostBackend {
             sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
         }
         for &(order, m) in sizes {
-            let path = sysfs::thp_path(Some(order));
-            if !std::path::Path::new(&path).exists() {
-                // Before 6.8 (the guest's 6.1) the PMD size is the only one,
-                // under the top-level mode: `inherit` is what it does there.
-                match (order, m) {
-                    (9, ThpMode::Inherit) => continue,
-                    (9, m) => sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)),
-                    _ => {
-                        Err(format!("this kernel has no {} KiB THP size (per-size THP came in Linux 6.8)", 4 << order))
-                    }
-                }
+            let (size, top) = (sysfs::thp_path(Some(order)), sysfs::thp_path(None));
+            set_per_size(order, &size, &top, sysfs::mode_name(m), m == ThpMode::Inherit, "THP", "6.8")
                 .map_err(StepError::Unsupported)?;
-                continue;
-            }
-            sysfs::set(&path, sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
         }
         Ok(())
     }
@@ -285,7 +273,9 @@ impl Backend for HostBackend {
             sysfs::set(&sysfs::shmem_path(None), m.name()).map_err(StepError::Unsupported)?;
         }
         for &(order, m) in sizes {
-            sysfs::set(&sysfs::shmem_path(Some(order)), m.name()).map_err(StepError::Unsupported)?;
+            let (size, top) = (sysfs::shmem_path(Some(order)), sysfs::shmem_path(None));
+            set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
+                .map_err(StepError::Unsupported)?;
         }
         Ok(())
     }
@@ -511,5 +501,29 @@ impl Drop for HostBackend {
         }
         sysfs::restore_all();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sets the per-size mode file `size` of folio `order` to `mode`. A kernel
+/// without per-size files (before Linux `since`, as the guest's 6.1) has
+/// the PMD size only, under the top-level mode file `top`: `inherit` is
+/// what it does there, another mode is set at the top; other sizes cannot
+/// be had.
+fn set_per_size(
+    order: u32,
+    size: &str,
+    top: &str,
+    mode: &str,
+    inherit: bool,
+    what: &str,
+    since: &str,
+) -> Result<(), String> {
+    if std::path::Path::new(size).exists() {
+        return sysfs::set(size, mode);
+    }
+    match (order, inherit) {
+        (9, true) => Ok(()),
+        (9, false) => sysfs::set(top, mode),
+        _ => Err(format!("this kernel has no {} KiB {what} size (per-size {what} came in Linux {since})", 4 << order)),
     }
 }

@@ -20,6 +20,8 @@ const PMD: u64 = 2 << 20;
 const KPF_COMPOUND_HEAD: u64 = 1 << 15;
 const KPF_COMPOUND_TAIL: u64 = 1 << 16;
 const KPF_ZERO_PAGE: u64 = 1 << 24;
+/// `KPF_HUGE`: a hugetlb page.
+const KPF_HUGE: u64 = 1 << 17;
 const KPF_ANON: u64 = 1 << 12;
 
 /// include/uapi/linux/fs.h, not in older libc headers.
@@ -139,9 +141,16 @@ impl Procfs {
             }
         }
         let pm = self.pagemap(addr, len / PAGE);
-        let zero = |e: u64| e & PM_PRESENT != 0 && self.kpageflags(e & PM_PFN, 1)[0] & KPF_ZERO_PAGE != 0;
+        let flags = |e: u64| if e & PM_PRESENT != 0 { self.kpageflags(e & PM_PFN, 1)[0] } else { 0 };
+        // A hugetlb page is always mapped by a huge entry (PMD or PUD).
+        for (h, &e) in huge.iter_mut().zip(&pm) {
+            *h |= flags(e) & KPF_HUGE != 0;
+        }
+        let zero = |e: u64| flags(e) & KPF_ZERO_PAGE != 0;
         let cats = pm.iter().zip(huge).map(|(&e, h)| {
-            (e & PM_PRESENT != 0) as u64 * PAGE_IS_PRESENT | zero(e) as u64 * PAGE_IS_PFNZERO | h as u64 * PAGE_IS_HUGE
+            ((e & PM_PRESENT != 0) as u64 * PAGE_IS_PRESENT)
+                | (zero(e) as u64 * PAGE_IS_PFNZERO)
+                | (h as u64 * PAGE_IS_HUGE)
         });
         Ok(cats.collect())
     }

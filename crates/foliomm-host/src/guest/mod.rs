@@ -74,7 +74,8 @@ impl Guest {
         let (sock, console) = (dir.join("agent.sock"), dir.join("console.log"));
         progress("booting the guest");
         let child = Command::new(qemu)
-            .args(["-accel", "tcg", "-m", "4096", "-smp", "2", "-display", "none", "-no-reboot"])
+            // `-cpu max`: 1 GiB pages (pdpe1gb) among the CPU's features.
+            .args(["-accel", "tcg", "-cpu", "max", "-m", "4096", "-smp", "2", "-display", "none", "-no-reboot"])
             .arg("-kernel")
             .arg(&kernel)
             .arg("-initrd")

@@ -3,6 +3,7 @@
 
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
+use crate::mapcount::Design;
 use crate::mm_types::Mm;
 use crate::pgtable::{leaf_slot, pt_share_count};
 use crate::rmap;
@@ -55,9 +56,11 @@ impl Mm {
             let judged = if huge { 0 } else { i };
             info.exclusive = rmap::page_mapcount(k, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(k, f);
-            if f.head().test(crate::phys::pg::HUGETLB) {
+            let era_6_1 = matches!(k.config.mapcount, Design::Subpage | Design::CompoundLocked);
+            if f.head().test(crate::phys::pg::HUGETLB) && !era_6_1 {
                 // pagemap_hugetlb_range(): exclusive unless maybe mapped
-                // shared or in a shared PMD table.
+                // shared or in a shared PMD table. 6.1 asks page_mapcount()
+                // == 1 (as above), which a shared PMD table counts once.
                 info.exclusive = !info.maybe_shared && !info.pmd_shared;
             }
             info.likely_shared = rmap::folio_likely_mapped_shared(k, f, i);
