@@ -6,6 +6,9 @@
 //! order-9 folio at page 5 leaves folios of orders 2, 0, 0 (page 5), 1, 3,
 //! 4, 5, 6, 7 and 8.
 //!
+//! Before 6.15 (the designs before `mm-id`) truncation splits uniformly,
+//! every page a folio of its own ([`crate::mapcount::Design::splits_folios_in_buddies`]).
+//!
 //! Differs from Linux: only unmapped folios held by nothing but the page
 //! cache are split (`can_split_folio` with no extra pins, and the caller
 //! has unmapped the folio, which `unmap_folio` does in Linux); no LRU, no
@@ -38,6 +41,10 @@ impl Kernel {
         }
         let mut pieces = Vec::new();
         let (mut first, mut o) = (f.pfn, order);
+        if !self.config.mapcount.splits_folios_in_buddies() {
+            // Before 6.15 (split_folio): every page a folio of its own.
+            (pieces, o) = ((f.pfn + 1..f.pfn + f.nr_pages()).map(|p| (p, 0)).collect(), 0);
+        }
         while o > 0 {
             o -= 1;
             let half = 1 << o;

@@ -204,6 +204,20 @@ impl Design {
     pub fn allocates_thp_on_huge_zero_write(self) -> bool {
         matches!(self, Design::LargeMapcount | Design::MmId)
     }
+
+    /// Whether truncation splits a large folio around the page it must free
+    /// into folios of falling orders (`folio_split`, 6.15) rather than into
+    /// single pages (`split_folio`, before). True for `mm-id` only.
+    pub fn splits_folios_in_buddies(self) -> bool {
+        self == Design::MmId
+    }
+
+    /// Whether a write or fallocate to a tmpfs file may allocate folios of
+    /// any order the mount allows (6.14) rather than PMD-sized ones only
+    /// (before). True for `mm-id` only.
+    pub fn writes_large_shmem_folios(self) -> bool {
+        self == Design::MmId
+    }
 }
 
 impl Default for Design {

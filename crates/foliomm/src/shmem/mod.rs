@@ -123,9 +123,14 @@ impl Inode {
 
     /// The folio orders a write or fallocate ending at page `end_pages`
     /// may allocate for page `index`: the mount's setting, every file
-    /// order (`shmem_allowable_huge_orders` without a VMA).
+    /// order (`shmem_allowable_huge_orders` without a VMA); before 6.14
+    /// the PMD order only, as a fault without MADV_HUGEPAGE asks.
     fn write_orders(&self, index: u64, end_pages: u64) -> u32 {
-        self.k.thp.shmem_global_orders(self.sb_huge(), Asker::Write, index, end_pages.max(self.nr_pages()))
+        let asker = match self.k.config.mapcount.writes_large_shmem_folios() {
+            true => Asker::Write,
+            false => Asker::Fault { vm_hugepage: false },
+        };
+        self.k.thp.shmem_global_orders(self.sb_huge(), asker, index, end_pages.max(self.nr_pages()))
     }
 
     /// `i_size`.
