@@ -75,7 +75,7 @@ impl Guest {
         progress("booting the guest");
         let child = Command::new(qemu)
             // `-cpu max`: 1 GiB pages (pdpe1gb) among the CPU's features.
-            .args(["-accel", "tcg", "-cpu", "max", "-m", "4096", "-smp", "2", "-display", "none", "-no-reboot"])
+            .args(["-accel", "tcg", "-cpu", "max", "-m", "8192", "-smp", "2", "-display", "none", "-no-reboot"])
             .arg("-kernel")
             .arg(&kernel)
             .arg("-initrd")
