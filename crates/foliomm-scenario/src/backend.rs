@@ -47,6 +47,23 @@ pub struct Peek {
     pub fields: Vec<(String, i64)>,
 }
 
+/// The reference by its GUP flags (`FOLL_PIN | FOLL_WRITE`, ...).
+impl std::fmt::Display for GupKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            GupKind::Get => write!(f, "FOLL_GET"),
+            GupKind::Pin { write, longterm } => {
+                write!(
+                    f,
+                    "FOLL_PIN{}{}",
+                    if write { " | FOLL_WRITE" } else { "" },
+                    if longterm { " | FOLL_LONGTERM" } else { "" }
+                )
+            }
+        }
+    }
+}
+
 /// Which kind of GUP reference a `pin`/`get` step takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GupKind {

@@ -228,10 +228,8 @@ impl State<'_> {
             }
             Cmd::Pin { name, place, kind } => {
                 if !self.backend.supports_gup(*kind) {
-                    let why = format!(
-                        "cannot honour {kind:?}: the {} backend cannot take that GUP reference",
-                        self.backend.name()
-                    );
+                    let why =
+                        format!("cannot take a {kind} reference: the {} backend has no way to", self.backend.name());
                     return Err(StepError::Unsupported(why).into());
                 }
                 let (a, l) = self.place(place)?;
