@@ -10,6 +10,7 @@ pub mod guest;
 pub mod gup;
 pub mod procfs;
 pub mod protocol;
+mod release;
 mod smaps;
 pub mod sysfs;
 pub mod worker;
@@ -201,19 +202,9 @@ impl Backend for HostBackend {
         "host"
     }
 
-    /// The design of the running kernel's era, by its release: up to 6.1
-    /// `subpage`, 6.2-6.9 `nr-mapped`, 6.10-6.14 `large-mapcount`, then
-    /// `mm-id`.
+    /// The design of the running kernel's era ([`release::design`]).
     fn design(&self) -> foliomm::mapcount::Design {
-        use foliomm::mapcount::Design::*;
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut v = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
-        match (v.next().unwrap_or(0), v.next().unwrap_or(0)) {
-            (major, minor) if (major, minor) <= (6, 1) => Subpage,
-            (6, 2..=9) => NrMapped,
-            (6, 10..=14) => LargeMapcount,
-            _ => MmId,
-        }
+        release::design()
     }
 
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
@@ -262,7 +253,7 @@ impl Backend for HostBackend {
         }
         for &(order, m) in sizes {
             let (size, top) = (sysfs::thp_path(Some(order)), sysfs::thp_path(None));
-            set_per_size(order, &size, &top, sysfs::mode_name(m), m == ThpMode::Inherit, "THP", "6.8")
+            sysfs::set_per_size(order, &size, &top, sysfs::mode_name(m), m == ThpMode::Inherit, "THP", "6.8")
                 .map_err(StepError::Unsupported)?;
         }
         Ok(())
@@ -274,7 +265,7 @@ impl Backend for HostBackend {
         }
         for &(order, m) in sizes {
             let (size, top) = (sysfs::shmem_path(Some(order)), sysfs::shmem_path(None));
-            set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
+            sysfs::set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
                 .map_err(StepError::Unsupported)?;
         }
         Ok(())
@@ -501,29 +492,5 @@ impl Drop for HostBackend {
         }
         sysfs::restore_all();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Sets the per-size mode file `size` of folio `order` to `mode`. A kernel
-/// without per-size files (before Linux `since`, as the guest's 6.1) has
-/// the PMD size only, under the top-level mode file `top`: `inherit` is
-/// what it does there, another mode is set at the top; other sizes cannot
-/// be had.
-fn set_per_size(
-    order: u32,
-    size: &str,
-    top: &str,
-    mode: &str,
-    inherit: bool,
-    what: &str,
-    since: &str,
-) -> Result<(), String> {
-    if std::path::Path::new(size).exists() {
-        return sysfs::set(size, mode);
-    }
-    match (order, inherit) {
-        (9, true) => Ok(()),
-        (9, false) => sysfs::set(top, mode),
-        _ => Err(format!("this kernel has no {} KiB {what} size (per-size {what} came in Linux {since})", 4 << order)),
     }
 }

@@ -242,3 +242,27 @@ pub fn shmem_path(order: Option<u32>) -> String {
 pub fn mode_name(m: ThpMode) -> &'static str {
     m.name()
 }
+
+/// Sets the per-size mode file `size` of folio `order` to `mode`. A kernel
+/// without per-size files (before Linux `since`, as the guest's 6.1) has
+/// the PMD size only, under the top-level mode file `top`: `inherit` is
+/// what it does there, another mode is set at the top; other sizes cannot
+/// be had.
+pub fn set_per_size(
+    order: u32,
+    size: &str,
+    top: &str,
+    mode: &str,
+    inherit: bool,
+    what: &str,
+    since: &str,
+) -> Result<(), String> {
+    if std::path::Path::new(size).exists() {
+        return set(size, mode);
+    }
+    match (order, inherit) {
+        (9, true) => Ok(()),
+        (9, false) => set(top, mode),
+        _ => Err(format!("this kernel has no {} KiB {what} size (per-size {what} came in Linux {since})", 4 << order)),
+    }
+}
