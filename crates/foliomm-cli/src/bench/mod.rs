@@ -246,7 +246,14 @@ fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Res
         m.thp.set_order(o, if o == order { ThpMode::Always } else { ThpMode::Never })?;
     }
     let mm = m.new_mm()?;
-    let a = mm.mmap(0, size, Prot::RW, MmapFlags::default())?;
+    // 2 MiB-aligned, as the host's region is: eras before 6.7 do not
+    // align anonymous mappings themselves.
+    const PMD: u64 = 2 << 20;
+    let raw = mm.mmap(0, size + PMD, Prot::RW, MmapFlags::default())?;
+    let a = raw.next_multiple_of(PMD);
+    for (start, end) in [(raw, a), (a + size, raw + size + PMD)].into_iter().filter(|(s, e)| s < e) {
+        mm.munmap(start, end - start)?;
+    }
     match order {
         9 => mm.madvise(a, size, Advice::HugePage)?,
         0 => mm.madvise(a, size, Advice::NoHugePage)?,
