@@ -213,6 +213,18 @@ fn run_files(a: RunArgs) -> Result<bool> {
     }
     let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
     let mut json = Vec::new();
+    let overridden = a.memory.is_some()
+        || a.mapcount.is_some()
+        || a.zap.is_some()
+        || a.vma_lock.is_some()
+        || a.hugetlb_sync.is_some()
+        || a.tlb.is_some()
+        || !a.debug.is_empty();
+    if a.backend == "guest" && overridden {
+        anyhow::bail!(
+            "--backend guest runs the files as written: put machine settings in the file, not on the command line"
+        );
+    }
     let mut referee = (a.backend != "model").then(|| Referee::new(&a.backend));
     for file in &a.files {
         // A file that cannot be read or parsed is reported; the batch goes on.

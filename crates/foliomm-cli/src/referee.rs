@@ -41,16 +41,19 @@ impl Referee {
             }
             Referee::Guest(g) => g.get_or_insert_with(|| Guest::boot(|stage| eprintln!("foliomm: {stage}"))),
         };
-        match guest {
-            Err(why) => failed(FailureKind::Unsupported, why.clone()),
-            Ok(g) => match g.run(name, text) {
-                Ok(mut o) => {
-                    o.backend = format!("guest, Linux {}", g.release);
-                    o
-                }
-                Err(e) => failed(FailureKind::Backend, e),
-            },
-        }
+        let outcome = match guest {
+            Err(why) => return failed(FailureKind::Unsupported, why.clone()),
+            Ok(g) => g.run(name, text).map(|mut o| {
+                o.backend = format!("guest, Linux {}", g.release);
+                o
+            }),
+        };
+        outcome.unwrap_or_else(|e| {
+            // Out of step with its agent: the guest goes, and later files
+            // are skipped with the reason.
+            *self = Referee::Guest(Some(Err(format!("the guest failed earlier: {e}"))));
+            failed(FailureKind::Backend, e)
+        })
     }
 }
 

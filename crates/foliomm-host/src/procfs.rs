@@ -129,12 +129,13 @@ impl Procfs {
     }
 
     fn categories_without_scan(&self, addr: u64, len: u64) -> Result<Vec<u64>, String> {
-        let mut huge = crate::smaps::pmd_mapped(addr, len, |w| self.maps_one_thp(w))?;
+        // smaps leaves the huge zero folio out of AnonHugePages: not a candidate.
+        let zero_window = |w: u64| self.kpageflags(self.pagemap(w, 1)[0] & PM_PFN, 1)[0] & KPF_ZERO_PAGE != 0;
+        let mut huge = crate::smaps::pmd_mapped(addr, len, |w| self.maps_one_thp(w) && !zero_window(w))?;
         // The huge zero page is only ever mapped by a PMD, and smaps does
         // not count it: a window that maps it in order is PMD-mapped.
         for w in (addr & !(PMD - 1)..addr + len).step_by(PMD as usize) {
-            let head = self.pagemap(w, 1)[0] & PM_PFN;
-            if self.kpageflags(head, 1)[0] & KPF_ZERO_PAGE != 0 && self.maps_one_thp(w) {
+            if zero_window(w) && self.maps_one_thp(w) {
                 for p in (w.max(addr)..(w + PMD).min(addr + len)).step_by(PAGE as usize) {
                     huge[((p - addr) / PAGE) as usize] = true;
                 }

@@ -13,7 +13,7 @@ pub(super) const AGENT_TTY: &str = "/dev/ttyS1";
 /// The archive's bytes, for `qemu -initrd`.
 pub(super) fn build(foliomm: &Path, busybox: &Path) -> Result<Vec<u8>, String> {
     let mut cpio = Cpio::default();
-    for dir in ["bin", "proc", "sys", "dev", "tmp", "lib", "lib64", "lib/x86_64-linux-gnu", "usr", "usr/lib"] {
+    for dir in ["bin", "proc", "sys", "dev", "tmp"] {
         cpio.dir(dir);
     }
     cpio.file("bin/foliomm", &read(foliomm)?, 0o755);
@@ -21,8 +21,14 @@ pub(super) fn build(foliomm: &Path, busybox: &Path) -> Result<Vec<u8>, String> {
     let mut libs: Vec<PathBuf> = libraries(foliomm)?.into_iter().chain(libraries(busybox)?).collect();
     libs.sort();
     libs.dedup();
+    let mut dirs = std::collections::BTreeSet::new();
     for lib in libs {
         let name = lib.to_string_lossy().trim_start_matches('/').to_string();
+        // The kernel's unpacker makes no parent directories of its own.
+        let parents = name.match_indices('/').map(|(i, _)| name[..i].to_string());
+        for dir in parents.filter(|d| dirs.insert(d.clone())) {
+            cpio.dir(&dir);
+        }
         cpio.file(&name, &read(&lib)?, 0o755);
     }
     cpio.file("init", init_script().as_bytes(), 0o755);

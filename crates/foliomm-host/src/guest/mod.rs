@@ -91,7 +91,16 @@ impl Guest {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start {qemu}: {e}"))?;
-        let mut guest = Guest { qemu: child, agent: BufReader::new(connect(&sock)?), dir, release: String::new() };
+        let agent = match connect(&sock) {
+            Ok(agent) => agent,
+            Err(e) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        let mut guest = Guest { qemu: child, agent: BufReader::new(agent), dir, release: String::new() };
         let started = Instant::now();
         let ready = guest
             .line(Duration::from_secs(120))
@@ -102,8 +111,9 @@ impl Guest {
     }
 
     /// Runs scenario `text` (from file `name`) in the guest. An error is
-    /// the machinery's (the guest died or answered nonsense); a file the
-    /// guest cannot parse comes back as an error too, with its reason.
+    /// the machinery's (the guest died, timed out or answered nonsense;
+    /// the guest is then out of step and must not be used again), or a
+    /// file the guest could not parse, with its reason.
     pub fn run(&mut self, name: &str, text: &str) -> Result<Outcome, String> {
         let req = serde_json::to_string(&Request { name: name.into(), text: text.into() }).unwrap();
         let stream = self.agent.get_mut();
@@ -138,17 +148,17 @@ impl Drop for Guest {
     }
 }
 
-/// The newest `/boot/vmlinuz-VERSION*` whose version starts with `version`.
+/// The newest Debian `/boot/vmlinuz-VERSION.0-N-amd64` (the plain flavour,
+/// not `-cloud` or `-rt`) whose version starts with `version`, by ABI
+/// number `N`.
 fn newest_kernel(version: &str) -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/boot")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("vmlinuz-{version}")))
-        })
-        .collect();
-    found.sort();
-    found.pop()
+    let abi = |name: &str| -> Option<u32> {
+        let rest = name.strip_prefix(&format!("vmlinuz-{version}"))?.strip_suffix("-amd64")?;
+        rest.rsplit('-').next()?.parse().ok()
+    };
+    let names = std::fs::read_dir("/boot").ok()?.filter_map(|e| e.ok()?.file_name().into_string().ok());
+    let newest = names.filter_map(|n| abi(&n).map(|a| (a, n))).max()?;
+    Some(Path::new("/boot").join(newest.1))
 }
 
 /// Connects to qemu's socket for the agent's port, once qemu has made it.

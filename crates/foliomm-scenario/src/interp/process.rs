@@ -144,6 +144,9 @@ impl State<'_> {
                 rs.remap(a, l.min(new_len), n, new_len);
                 if n != a {
                     rs.unmap(a, l);
+                } else if new_len < l {
+                    // Shrunk in place: the tail is gone.
+                    rs.unmap(a + new_len, l - new_len);
                 }
                 self.maps.insert(name.clone(), (n, new_len));
                 Ok(format!("{name} = {n:#x}"))

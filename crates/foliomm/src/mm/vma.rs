@@ -67,7 +67,12 @@ impl Mm {
     /// Splits the VMAs straddling `start` and `end` that `change` (new
     /// flags from old) would change, as `vma_modify` does for mprotect and
     /// madvise: a VMA whose flags stay is left whole. ENOMEM at
-    /// `vm.max_map_count`, with the first split kept, as in Linux.
+    /// `vm.max_map_count`, with the first split kept, as in Linux. Differs
+    /// from Linux: `vma_modify` first tries to merge the range into a
+    /// neighbour, which needs no free slot; the model splits first and
+    /// merges after, so at the limit such a change fails here. And where a
+    /// range spans several VMAs Linux has changed the earlier ones when a
+    /// later split fails; here none is.
     pub(super) fn split_for_change(
         &self,
         vmas: &mut Vmas,

@@ -112,9 +112,10 @@ impl Arena {
     /// is the real work of a fault). The caller owns those frames: they were
     /// just taken off the free lists.
     pub(super) fn zero(&self, start: usize, bytes: usize) {
+        assert!(bytes.is_multiple_of(8), "whole words only");
         let words = &self.words[start..start + bytes / 8];
         // SAFETY: the words are inside the arena (the slice above is bounds
-        // checked), and zero bytes are a valid AtomicU64. The frames were just
+        // checked, and `bytes` is whole words), and zero bytes are a valid AtomicU64. The frames were just
         // allocated, so no page table maps them and no other thread can reach
         // them without a model bug.
         unsafe {
