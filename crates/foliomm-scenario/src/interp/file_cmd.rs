@@ -52,23 +52,44 @@ impl State<'_> {
             }
             Cmd::Pwrite { file, offset, len, val } => {
                 let (h, id) = self.file(file, &p)?;
-                let data = vec![*val; *len as usize];
-                let Some(n) = outcome(step, self.timed(|b| b.pwrite(t, h, *offset, &data)))? else {
-                    return Ok("failed as expected".into());
-                };
-                if n != *len {
-                    return Err(format!("pwrite wrote {n} of {len} bytes").into());
+                // In 64 MiB pieces: no buffer of the whole range.
+                let mut done = 0;
+                while done < *len {
+                    let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
+                    let data = vec![*val; n as usize];
+                    // Pieces before the last must succeed; the last ends as the step says.
+                    let wrote = match self.timed(|b| b.pwrite(t, h, at, &data)) {
+                        Ok(w) if done + n < *len => w,
+                        r => match outcome(step, r)? {
+                            Some(w) => w,
+                            None => return Ok("failed as expected".into()),
+                        },
+                    };
+                    if wrote != n {
+                        return Err(format!("pwrite wrote {} of {len} bytes", done + wrote).into());
+                    }
+                    self.ref_files.write(id, at, &data);
+                    done += n;
                 }
-                self.ref_files.write(id, *offset, &data);
                 Ok(format!("wrote {len} bytes of {val:#04x}"))
             }
             Cmd::Pread { file, offset, len } => {
                 let (h, id) = self.file(file, &p)?;
-                let Some(got) = outcome(step, self.timed(|b| b.pread(t, h, *offset, *len)))? else {
-                    return Ok("failed as expected".into());
-                };
-                compare_bytes(*offset, true, &got, &self.ref_files.read(id, *offset, *len))?;
-                Ok(format!("read {} bytes as expected", got.len()))
+                // In 64 MiB pieces, until one comes back short (the end of
+                // the file): no buffer of the whole range.
+                let mut done = 0;
+                loop {
+                    let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
+                    let Some(got) = outcome(step, self.timed(|b| b.pread(t, h, at, n)))? else {
+                        return Ok("failed as expected".into());
+                    };
+                    compare_bytes(at, true, &got, &self.ref_files.read(id, at, n))?;
+                    done += got.len() as u64;
+                    if (got.len() as u64) < n || done == *len {
+                        break;
+                    }
+                }
+                Ok(format!("read {done} bytes as expected"))
             }
             Cmd::Observe { place, name } => {
                 let (h, _) = self.file(&place.map, &p)?;

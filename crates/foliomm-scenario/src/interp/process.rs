@@ -261,7 +261,7 @@ impl State<'_> {
 
 /// The most a read or a pattern write asks of the backend at once (a
 /// multiple of the page size).
-const READ_CHUNK: u64 = 64 << 20;
+pub(super) const READ_CHUNK: u64 = 64 << 20;
 
 impl State<'_> {
     /// A write step, mirrored into the reference model. It goes in chunks:
