@@ -118,6 +118,10 @@ struct RunArgs {
     /// Mapcount design, overriding the file's `set mapcount`.
     #[arg(long, value_enum)]
     mapcount: Option<foliomm::mapcount::Design>,
+    /// Seed 000's stage of the rmap-id designs, overriding the file's
+    /// `set rmap_id_stage` [default: all].
+    #[arg(long, value_enum)]
+    rmap_id_stage: Option<foliomm::mapcount::RmapIdStage>,
     /// Model RAM, 4M to 1T (like 512M or 4G), overriding the file's `set memory`.
     #[arg(long)]
     memory: Option<String>,
@@ -350,6 +354,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             files: Vec::new(),
             check: false,
             mapcount: a.mapcount.or((a.backend == "guest").then(|| referee.design())),
+            rmap_id_stage: None,
             memory: None,
             zap: None,
             vma_lock: a.vma_lock,
@@ -408,6 +413,9 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     }
     if let Some(d) = a.mapcount {
         over.push(MachineSetting::Mapcount(d));
+    }
+    if let Some(s) = a.rmap_id_stage {
+        over.push(MachineSetting::RmapIdStage(s));
     }
     if let Some(z) = a.zap {
         over.push(MachineSetting::Zap(z));

@@ -214,6 +214,7 @@ impl Backend for HostBackend {
             MachineSetting::Mapcount(d) if *d != self.design() => {
                 return Some(format!("cannot honour '{s}': the host kernel tracks mapcounts as {}", self.design()));
             }
+            MachineSetting::RmapIdStage(_) => "seed 000's stages exist in the model only (the RFC was never merged)",
             MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",
             MachineSetting::VmaLock(d) if *d != foliomm::machine::VmaLockDesign::VmaRefcount => {
                 "the host kernel locks VMAs by reference count (vma-refcount)"

@@ -108,6 +108,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Memory(m) => config.memory = *m,
                 MachineSetting::MemoryAtLeast(m) => config.memory = config.memory.max(*m),
                 MachineSetting::Mapcount(d) => config.mapcount = *d,
+                MachineSetting::RmapIdStage(s) => config.rmap_id_stage = *s,
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::VmaLock(d) => config.vma_lock = *d,
                 MachineSetting::HugetlbSync(d) => config.hugetlb_sync = *d,

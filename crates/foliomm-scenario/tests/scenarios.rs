@@ -28,8 +28,8 @@ fn shipped() -> Vec<PathBuf> {
     files
 }
 
-/// Runs `f` with the checker after every step under `setting` (a `set`
-/// line put first); panics naming the file, the setting and the line.
+/// Runs `f` with the checker after every step under `setting` (`set`
+/// lines put first); panics naming the file, the setting and the line.
 fn passes_with(f: &PathBuf, setting: &str) {
     // 256 MiB keeps the checker's frame walk short; a file's own
     // `set memory` (a later line) still wins.
@@ -42,7 +42,8 @@ fn passes_with(f: &PathBuf, setting: &str) {
     );
     let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
     if let Some(fail) = out.failure {
-        panic!("{} ({setting}) failed at line {}: {}", f.display(), fail.line - 2, fail.message);
+        let line = fail.line - 1 - setting.lines().count();
+        panic!("{} ({setting}) failed at line {line}: {}", f.display(), fail.message);
     }
 }
 
@@ -51,6 +52,17 @@ fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     for f in shipped() {
         for d in foliomm::mapcount::Design::ALL {
             passes_with(&f, &format!("set mapcount {}", d.name()));
+        }
+    }
+}
+
+#[test]
+fn every_shipped_scenario_passes_at_every_seed_000_stage_with_the_checker() {
+    for f in shipped() {
+        for d in ["rmap-id", "rmap-id-powersum"] {
+            for s in foliomm::mapcount::RmapIdStage::ALL {
+                passes_with(&f, &format!("set mapcount {d}\nset rmap_id_stage {s}"));
+            }
         }
     }
 }

@@ -1,15 +1,21 @@
 //! What each design's rmap operations cost, as the kernel's code for that
 //! era performs them (the `Cost` its `add` returns).
 
-use foliomm::mapcount::{Design, Level};
+use foliomm::mapcount::{Design, Level, RmapIdStage};
 use foliomm::{Config, Machine};
 
 /// (rmw, locks, lines) of adding a batch of 512 PTEs of an order-9 folio,
 /// then a single PTE of page 5.
 fn costs(design: Design) -> [(u64, u64, u64); 2] {
-    let m = Machine::new(Config { memory: 16 << 20, mapcount: design, ..Config::default() }).unwrap();
+    staged(design, RmapIdStage::All)
+}
+
+/// [`costs`] of an rmap-ID design at one of seed 000's stages.
+fn staged(design: Design, stage: RmapIdStage) -> [(u64, u64, u64); 2] {
+    let config = Config { memory: 16 << 20, mapcount: design, rmap_id_stage: stage, ..Config::default() };
+    let m = Machine::new(config).unwrap();
     let f = m.alloc_folio(9).unwrap();
-    let d = design.implementation();
+    let d = design.implementation_at(stage);
     let batch = d.add(f, 0, 512, Level::Pte, 1);
     let single = d.add(f, 5, 1, Level::Pte, 1);
     d.remove(f, 5, 1, Level::Pte, 1);
@@ -27,7 +33,25 @@ fn costs_follow_each_era_s_fields() {
     assert_eq!(costs(Design::MmId), [(514, 1, 512), (3, 1, 2)], "the bit lock replaces the large-mapcount atomic");
     assert_eq!(
         costs(Design::RmapIdPowersum),
-        [(515, 1, 512), (4, 1, 3)],
-        "alone in the seqcount: its entry and exit, plain sums; page 2 too"
+        [(2, 1, 512), (2, 1, 3)],
+        "all: alone in the seqcount, only its entry and exit are atomic; page 2 (sums) too"
     );
+    for stage in [RmapIdStage::Exclusive, RmapIdStage::NoCmpxchg] {
+        assert_eq!(
+            staged(Design::RmapIdPowersum, stage),
+            [(515, 1, 512), (4, 1, 3)],
+            "{stage}: plain mapcount and sums, atomic per-page counts and _nr_pages_mapped"
+        );
+    }
+    for stage in [RmapIdStage::RmapId, RmapIdStage::OneTwoThree, RmapIdStage::Batch] {
+        assert_eq!(
+            staged(Design::RmapIdPowersum, stage),
+            [(518, 1, 512), (7, 1, 3)],
+            "{stage}: a shared writer: seqcount 2, mapcount 1, sums 2, pages, _nr_pages_mapped"
+        );
+    }
+    // The RFC's sub-IDs: 4 values for order 9 before patch 11 (in pages 1-4,
+    // beside the page mapped and page 1), 3 after.
+    assert_eq!(staged(Design::RmapId, RmapIdStage::RmapId)[1], (1 + 1 + 2 + 1 + 4, 1, 5));
+    assert_eq!(staged(Design::RmapId, RmapIdStage::OneTwoThree)[1], (1 + 1 + 2 + 1 + 3, 1, 4));
 }

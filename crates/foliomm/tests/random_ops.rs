@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use foliomm::check::reference::RefSpace;
 use foliomm::folio::thp::ThpMode;
+use foliomm::mapcount::RmapIdStage;
 use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use proptest::prelude::*;
@@ -351,6 +352,7 @@ const MAX_OPS: usize = 200;
 fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let count = AtomicU64::new(0);
     let per_design: Vec<AtomicU64> = foliomm::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
+    let per_stage: Vec<AtomicU64> = RmapIdStage::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_case = (MAX_OPS as u64).div_ceil(2) + 3;
     let cases = target_ops().div_ceil(per_case) as u32;
     let config = ProptestConfig {
@@ -363,11 +365,15 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
         ..ProptestConfig::default()
     };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let case = (proptest::collection::vec(ops, 1..MAX_OPS), 0..3u32, 0..foliomm::mapcount::Design::ALL.len());
-    let result = runner.run(&case, |(ops, mthp, design)| {
+    let designs = 0..foliomm::mapcount::Design::ALL.len();
+    let case = (proptest::collection::vec(ops, 1..MAX_OPS), 0..3u32, designs, 0..RmapIdStage::ALL.len());
+    let result = runner.run(&case, |(ops, mthp, design, stage)| {
         count.fetch_add(ops.len() as u64 + 3, Relaxed);
         per_design[design].fetch_add(ops.len() as u64 + 3, Relaxed);
-        run_case(&ops, mthp, design)
+        if foliomm::mapcount::Design::ALL[design].has_stages() {
+            per_stage[stage].fetch_add(ops.len() as u64 + 3, Relaxed);
+        }
+        run_case(&ops, mthp, design, RmapIdStage::ALL[stage])
     });
     if let Err(e) = result {
         panic!("{name}: {e}");
@@ -375,12 +381,24 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let designs = foliomm::mapcount::Design::ALL.iter().zip(&per_design);
     let spread: Vec<String> = designs.map(|(d, n)| format!("{} {}", d.name(), n.load(Relaxed))).collect();
     eprintln!("{name}: {} operations in {cases} cases ({})", count.load(Relaxed), spread.join(", "));
+    let stages = RmapIdStage::ALL.iter().zip(&per_stage);
+    let spread: Vec<String> = stages.map(|(s, n)| format!("{s} {}", n.load(Relaxed))).collect();
+    eprintln!("{name}: the rmap-id designs' operations by seed 000 stage: {}", spread.join(", "));
 }
 
-fn run_case(ops: &[Op], mthp: u32, design: usize) -> Result<(), TestCaseError> {
+/// Runs `ops` under design number `design` (at seed 000's `rmap_id_stage`
+/// when it reads the stage).
+fn run_case(ops: &[Op], mthp: u32, design: usize, rmap_id_stage: RmapIdStage) -> Result<(), TestCaseError> {
     let mapcount = foliomm::mapcount::Design::ALL[design];
-    let config =
-        Config { memory: 64 << 20, poison: true, tlb_entries: 64, mapcount, precision: true, ..Config::default() };
+    let config = Config {
+        memory: 64 << 20,
+        poison: true,
+        tlb_entries: 64,
+        mapcount,
+        rmap_id_stage,
+        precision: true,
+        ..Config::default()
+    };
     let m = Machine::new(config).unwrap();
     match mthp {
         1 => m.thp.set_order(4, ThpMode::Always).unwrap(),

@@ -3,7 +3,7 @@
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
-use foliomm::mapcount::Design;
+use foliomm::mapcount::{Design, RmapIdStage};
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
@@ -183,6 +183,8 @@ pub enum MachineSetting {
     MemoryAtLeast(u64),
     /// The mapcount design.
     Mapcount(Design),
+    /// Seed 000's stage for the rmap-ID designs (`set rmap_id_stage NAME`).
+    RmapIdStage(RmapIdStage),
     /// Zap strategy: `batched` or `per-page`.
     Zap(ZapStrategy),
     /// How faults lock their VMA: `mmap-lock`, `vma-rwsem` or `vma-refcount`.
@@ -209,6 +211,7 @@ impl std::fmt::Display for MachineSetting {
             Memory(b) => write!(f, "set memory {}", size_text(*b)),
             MemoryAtLeast(b) => write!(f, "set memory at least {}", size_text(*b)),
             Mapcount(d) => write!(f, "set mapcount {}", d.name()),
+            RmapIdStage(s) => write!(f, "set rmap_id_stage {}", s.name()),
             Zap(z) => write!(f, "set zap {}", z.name()),
             VmaLock(d) => write!(f, "set vma_lock {}", d.name()),
             HugetlbSync(d) => write!(f, "set hugetlb_sync {}", d.name()),

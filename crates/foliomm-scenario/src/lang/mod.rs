@@ -4,6 +4,8 @@
 //! # comment                          blank lines and comments are ignored
 //! set memory 64M                     model RAM, 4M to 1T (before the first process)
 //! set mapcount mm-id                 mapcount design (before the first process)
+//! set rmap_id_stage batch            seed 000's stage of the rmap-id designs: rmap-id, 123, batch,
+//!                                    exclusive, nocmpxchg, all (the default; likewise)
 //! set zap per-page                   zap strategy: batched or per-page (likewise)
 //! set vma_lock vma-rwsem             how faults lock their VMA: mmap-lock, vma-rwsem, vma-refcount (likewise)
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)

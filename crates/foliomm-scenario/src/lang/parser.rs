@@ -2,7 +2,7 @@
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
-use foliomm::mapcount::Design;
+use foliomm::mapcount::{Design, RmapIdStage};
 use foliomm::Errno;
 
 use super::ast::{Cmd, CmpOp, MachineSetting, ParseError, Step};
@@ -152,6 +152,10 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     let d = named(l, "mapcount design", Design::parse, &Design::names())?;
                     Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
                 }
+                "rmap_id_stage" => {
+                    let s = named(l, "seed 000 stage", RmapIdStage::parse, &RmapIdStage::names())?;
+                    Ok(Cmd::SetMachine(MachineSetting::RmapIdStage(s)))
+                }
                 "tlb" => {
                     let col = l.col();
                     match l.size("a number of TLB entries")? {
@@ -229,7 +233,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 t => l.err(
                     col,
-                    format!("expected a setting (memory, mapcount, zap, vma_lock, hugetlb_sync, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
+                    format!("expected a setting (memory, mapcount, rmap_id_stage, zap, vma_lock, hugetlb_sync, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
                 ),
             }
         }

@@ -1,7 +1,7 @@
 //! A machine's configuration: memory size, the strategies (mapcount design,
 //! zap batching), the TLB size, and the deliberate bugs tests switch on.
 
-use crate::mapcount::{Design, MmId};
+use crate::mapcount::{Design, MmId, RmapIdStage};
 
 /// The model RAM sizes a machine takes, from one 4 MiB block to 1 TiB. Frames
 /// never touched cost no host memory, but each 4 MiB free block's descriptor
@@ -15,6 +15,8 @@ pub struct Config {
     pub memory: u64,
     /// The mapcount design.
     pub mapcount: Design,
+    /// Seed 000's stage, for the rmap-ID designs (the others ignore it).
+    pub rmap_id_stage: RmapIdStage,
     /// How zap unmaps PTE-mapped large folios.
     pub zap: ZapStrategy,
     /// How a fault locks its VMA.
@@ -113,6 +115,7 @@ impl Default for Config {
         Config {
             memory: 4 << 30,
             mapcount: Design::default(),
+            rmap_id_stage: RmapIdStage::default(),
             zap: ZapStrategy::Batched,
             vma_lock: VmaLockDesign::default(),
             hugetlb_sync: HugetlbSync::default(),

@@ -74,7 +74,7 @@ impl Kernel {
         if !MEMORY_RANGE.contains(&config.memory) {
             return Err(Errno::EINVAL);
         }
-        let design = config.mapcount.implementation();
+        let design = config.mapcount.implementation_at(config.rmap_id_stage);
         let phys = PhysMem::new(config.memory, config.poison)?;
         let zero_pfn = phys.alloc_pages_zeroed(0)?;
         let zp = phys.page(zero_pfn);

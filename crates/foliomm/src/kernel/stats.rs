@@ -104,6 +104,8 @@ counters! {
     rmap_locks,
     /// Rounds spun waiting for them.
     rmap_lock_spins,
+    /// Exclusive rmap-seqcount entries lost to another writer (seed 000).
+    rmap_seq_lost,
     /// Distinct memmap cache lines (64-byte descriptors) the design touched.
     rmap_cache_lines,
     /// Answers "exclusive" (or COW reuses) while two MMs map the folio: must be 0.

@@ -16,12 +16,17 @@ pub enum Construction {
     PowerSum,
     /// Σid alone: known wrong (1 + 3 = 2 + 2), kept to show the check works.
     Plain,
-    /// Seed 000's RFC (mm/rmap_id.c): the 24-bit ID is cut into k digits
-    /// (k by folio order as the seed's table gives), and each digit d becomes
-    /// the sub-ID Σ bit_j(d)·(P+1)^j for a folio of P pages: at most P
-    /// summands never carry between base-(P+1) places, so the sums count,
-    /// per bit, how many mappings have it set. One sum per digit.
+    /// Seed 000's RFC from patch 11 on (mm/rmap_id.c): the 24-bit ID is cut
+    /// into k digits (k by folio order as the seed's table gives: 1, 2 or 3
+    /// up to order 9), and each digit d becomes the sub-ID
+    /// Σ bit_j(d)·(P+1)^j (`calc_rmap_subid`), P the pages of the largest
+    /// order sharing that k: at most P summands never carry between
+    /// base-(P+1) places, so the sums count, per bit, how many mappings
+    /// have it set. One sum per digit.
     SeedSubIds,
+    /// The same before patch 11: 4 values up to order 10, 5 up to 12, 6 up
+    /// to 15, from the lookup tables `rmap_subids_4/5/6`.
+    SeedSubIdsTables,
 }
 
 /// The constructions foliomm ships.
@@ -53,11 +58,14 @@ impl Construction {
             Construction::PowerSum => "powersum",
             Construction::Plain => "plain",
             Construction::SeedSubIds => "seed-subids",
+            Construction::SeedSubIdsTables => "seed-subids-tables",
         }
     }
 
     pub fn parse(s: &str) -> Option<Construction> {
-        [Construction::PowerSum, Construction::Plain, Construction::SeedSubIds].into_iter().find(|c| c.name() == s)
+        [Construction::PowerSum, Construction::Plain, Construction::SeedSubIds, Construction::SeedSubIdsTables]
+            .into_iter()
+            .find(|c| c.name() == s)
     }
 
     /// What one mapping by MM `id` adds to each sum, in a folio of `order`.
@@ -75,9 +83,9 @@ impl Construction {
                 push(id.wrapping_mul(id));
             }
             Construction::Plain => push(id),
-            Construction::SeedSubIds => {
-                let (k, bits) = seed_digits(order);
-                (0..k).for_each(|v| push(seed_subid(order, (id >> (v * bits)) & ((1 << bits) - 1))));
+            Construction::SeedSubIds | Construction::SeedSubIdsTables => {
+                let (k, bits, class) = self.seed_digits(order);
+                (0..k).for_each(|v| push(seed_subid(class, (id >> (v * bits)) & ((1 << bits) - 1))));
             }
         }
         out
@@ -109,10 +117,10 @@ impl Construction {
         match self {
             Construction::PowerSum => (sums[1] == n.wrapping_mul(a.wrapping_mul(a))).then_some(a),
             Construction::Plain => Some(a),
-            Construction::SeedSubIds => {
+            Construction::SeedSubIds | Construction::SeedSubIdsTables => {
                 // Each sum / n must be one sub-ID: base-(P+1) digits all 0 or 1.
-                let (_, bits) = seed_digits(order);
-                let base = (1u64 << order) + 1;
+                let (_, bits, class) = self.seed_digits(order);
+                let base = (1u64 << class) + 1;
                 let mut id = 0;
                 for (v, s) in sums.iter().enumerate() {
                     let (mut q, mut digit) = (s / n, 0u64);
@@ -141,9 +149,9 @@ impl Construction {
         let term = match self {
             Construction::PowerSum => max_id * max_id,
             Construction::Plain => max_id,
-            Construction::SeedSubIds => {
-                let (_, bits) = seed_digits(order);
-                let base = (1u128 << order) + 1;
+            Construction::SeedSubIds | Construction::SeedSubIdsTables => {
+                let (_, bits, class) = self.seed_digits(order);
+                let base = (1u128 << class) + 1;
                 (0..bits).map(|j| base.pow(j)).sum()
             }
         };
@@ -157,24 +165,30 @@ impl Construction {
     }
 }
 
-/// Seed 000's table: how many 64-bit rmap values a folio of `order` gets
-/// (order 2: 1; <= 5: 2; <= 9: 3; 10: 4; <= 12: 5; <= 15: 6), and so how
-/// many bits of the 24-bit ID each value's digit holds.
-pub fn seed_digits(order: u32) -> (u32, u32) {
-    let k = match order {
-        0..=2 => 1,
-        3..=5 => 2,
-        6..=9 => 3,
-        10 => 4,
-        11..=12 => 5,
-        _ => 6,
-    };
-    (k, ID_BITS.div_ceil(k))
+impl Construction {
+    /// Seed 000's table: how many 64-bit rmap values a folio of `order`
+    /// gets, how many bits of the 24-bit ID each value's digit holds, and
+    /// the order whose page count P the sub-IDs are built for (the largest
+    /// of the class). From patch 11: order 2: 1 value; <= 5: 2; <= 9: 3;
+    /// 10: 4; <= 12: 5; <= 15: 6. Before, 4 values up to order 10.
+    pub fn seed_digits(self, order: u32) -> (u32, u32, u32) {
+        let (k, class) = match order {
+            0..=2 if self == Construction::SeedSubIds => (1, 2),
+            3..=5 if self == Construction::SeedSubIds => (2, 5),
+            6..=9 if self == Construction::SeedSubIds => (3, 9),
+            0..=10 => (4, 10),
+            11..=12 => (5, 12),
+            _ => (6, 15),
+        };
+        (k, ID_BITS.div_ceil(k), class)
+    }
 }
 
-/// The sub-ID of digit `d` for a folio of `order` (`calc_rmap_subid`).
-pub fn seed_subid(order: u32, d: u64) -> u64 {
-    let base = (1u64 << order) + 1;
+/// The sub-ID of digit `d` built for folios of up to 2^`class` pages
+/// (`calc_rmap_subid`; the lookup tables hold its values for classes 10,
+/// 12 and 15).
+pub fn seed_subid(class: u32, d: u64) -> u64 {
+    let base = (1u64 << class) + 1;
     let mut place = 1u64;
     let mut id = 0u64;
     for j in 0..64 {
@@ -267,8 +281,18 @@ mod tests {
         assert_eq!(seed_subid(10, 3), 1026);
         assert_eq!(seed_subid(10, 63), 1132513103723526);
         assert_eq!(seed_subid(12, 31), 281818741907461);
-        assert!(Construction::SeedSubIds.fits(7), "order 7: 8-bit digits fit");
-        assert!(!Construction::SeedSubIds.fits(8), "order 8: 3 values of 8-bit digits overflow at P mappings");
+        assert!(Construction::SeedSubIds.fits(5), "order 5: 2 values of 12-bit digits fit");
+        // Patch 11 gives orders 6-9 three values of 8-bit digits (its
+        // comment says 7 bits, "128 sub-IDs", and 128^3 == 16M, which is
+        // 2M): the largest sub-ID times 2^6 mappings already overflows.
+        assert!(!Construction::SeedSubIds.fits(6));
+        assert!((10..=15).all(|o| Construction::SeedSubIdsTables.fits(o)), "the tables' classes fit");
+        assert!(Construction::SeedSubIdsTables.fits(9), "before patch 11, order 9 used 4 values and fit");
+        assert_eq!(
+            check(Construction::SeedSubIdsTables, 7, 5, 20_000, 9, 1),
+            None,
+            "the lookup-table sub-IDs are exact where they fit"
+        );
         let ce = check(Construction::Plain, 4, 3, 0, 9, 1).expect("plain sums must fail");
         assert_ne!(ce.answered, ce.truth);
         // DESIGN.md bounds the sums by 2^(48+k+1) and says order 15; exactly,

@@ -17,11 +17,15 @@ impl PageMapcounts {
     #[inline(always)]
     pub(super) fn cost(&self, f: Folio, first: u64, nr: u64, level: Level, entered: Entered, lock_spins: u64) -> Cost {
         let pte = level == Level::Pte;
-        let mut c = Cost { spins: lock_spins + entered.spins, ..Cost::default() };
-        // Per-page _mapcount (PTE) or _entire_mapcount (PMD).
-        c.rmw += if pte { nr } else { 1 };
-        if self.f.nr_pages_mapped {
-            c.rmw += 1;
+        let mut c = Cost { spins: lock_spins + entered.spins, lost: entered.lost as u64, ..Cost::default() };
+        // Per-page _mapcount (PTE) or _entire_mapcount (PMD), and
+        // _nr_pages_mapped: plain stores for seed 000's exclusive writer
+        // once they are under the seqcount.
+        if !entered.plain_pages {
+            c.rmw += if pte { nr } else { 1 };
+            if self.f.nr_pages_mapped {
+                c.rmw += 1;
+            }
         }
         if self.f.compound_lock {
             c.rmw += 1;
@@ -36,9 +40,10 @@ impl PageMapcounts {
             }
             Total::All if self.f.rmap_sums.is_some() => {
                 c.locks += 1;
-                // Entering and leaving the seqcount (the seed's 2 RMWs); the
-                // mapcount and each sum are plain when alone, atomic otherwise.
-                c.rmw += if entered.exclusive { 2 } else { 2 + 1 + self.sum_pages(f) };
+                // Entering (1 RMW, 2 after a lost race) and leaving the
+                // seqcount (the seed's 2 RMWs); the mapcount and each sum
+                // are plain when alone, atomic otherwise.
+                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { 1 + self.sum_pages(f) };
             }
             Total::All => c.rmw += 1,
             _ => {}
@@ -86,5 +91,6 @@ impl std::ops::AddAssign for super::Cost {
         self.locks += o.locks;
         self.lines += o.lines;
         self.spins += o.spins;
+        self.lost += o.lost;
     }
 }

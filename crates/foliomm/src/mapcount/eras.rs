@@ -3,6 +3,7 @@
 //! and the table of the seven designs.
 
 use super::construction::Construction;
+use super::stage::RmapIdStage;
 
 /// What the counter in the second page counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +41,13 @@ pub(super) struct Features {
     pub(super) split_queue_exact: bool,
     /// How policy code guesses "mapped shared" for a large folio.
     pub(super) guess: Guess,
+    /// A PMD split adds its PTE mappings in one rmap call (6.8+,
+    /// `folio_add_anon_rmap_ptes`; seed 000's patch 14) rather than page
+    /// by page (`page_add_anon_rmap` per PTE, up to 6.7).
+    pub(super) batched_split: bool,
+    /// Seed 000's stage, for the rmap-ID designs ([`RmapIdStage::All`]
+    /// for the others, which do not read it).
+    pub(super) stage: RmapIdStage,
 }
 
 /// The guess an era's policy code (madvise cold/pageout/free, NUMA
@@ -88,6 +96,8 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: None,
             split_queue_exact: false,
             guess: Guess::Page,
+            batched_split: false,
+            stage: RmapIdStage::All,
         },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
@@ -101,6 +111,8 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: None,
             split_queue_exact: false,
             guess: Guess::Page,
+            batched_split: false,
+            stage: RmapIdStage::All,
         },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
@@ -114,6 +126,8 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: None,
             split_queue_exact: false,
             guess: Guess::FirstPage,
+            batched_split: false,
+            stage: RmapIdStage::All,
         },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
@@ -127,6 +141,8 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: None,
             split_queue_exact: true,
             guess: Guess::Likely,
+            batched_split: true,
+            stage: RmapIdStage::All,
         },
     },
     // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
@@ -142,6 +158,8 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: Some(Construction::SeedSubIds),
             split_queue_exact: false,
             guess: Guess::Design,
+            batched_split: true,
+            stage: RmapIdStage::All,
         },
     },
     PageMapcounts {
@@ -154,6 +172,8 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: Some(Construction::PowerSum),
             split_queue_exact: false,
             guess: Guess::Design,
+            batched_split: true,
+            stage: RmapIdStage::All,
         },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
@@ -170,6 +190,22 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             rmap_sums: None,
             split_queue_exact: true,
             guess: Guess::Design,
+            batched_split: true,
+            stage: RmapIdStage::All,
         },
     },
 ];
+
+/// The rmap-ID designs at every stage of seed 000's series, in
+/// [`RmapIdStage::ALL`] order: `rmap-id`, then `rmap-id-powersum`.
+pub(super) static RMAP_ID_STAGES: [[PageMapcounts; 6]; 2] = [staged(DESIGNS[4]), staged(DESIGNS[5])];
+
+const fn staged(base: PageMapcounts) -> [PageMapcounts; 6] {
+    let mut out = [base; 6];
+    let mut i = 0;
+    while i < out.len() {
+        out[i].f.stage = RmapIdStage::ALL[i];
+        i += 1;
+    }
+    out
+}

@@ -22,8 +22,6 @@ pub(super) mod field {
     pub const ID_MASK: u64 = (1 << 31) - 1;
     /// The compound lock: `PG_locked` of the first tail page.
     pub const COMPOUND_LOCK_BIT: u32 = 0;
-    /// rmap-id: the atomic seqcount (in the word mm-id uses for slot 0).
-    pub const SEQCOUNT: usize = SLOT0;
 }
 
 /// `ENTIRELY_MAPPED`: added to `_nr_pages_mapped` while a PMD maps the folio.
@@ -62,4 +60,17 @@ pub(super) fn shared(f: Folio) -> bool {
 /// Pages mapped by at least one PTE, counted the slow way.
 pub(super) fn pages_mapped_by_ptes(f: Folio) -> u64 {
     (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.load(Relaxed) >= 0).count() as u64
+}
+
+/// Adds `d` to `a`, returning the old value: a plain load and store when the
+/// writer is alone in the rmap seqcount (`plain`, seed 000's exclusive
+/// path), an atomic read-modify-write otherwise.
+pub(super) fn bump(a: &AtomicI32, d: i32, plain: bool) -> i32 {
+    if plain {
+        let v = a.load(Relaxed);
+        a.store(v.wrapping_add(d), Relaxed);
+        v
+    } else {
+        a.fetch_add(d, Relaxed)
+    }
 }

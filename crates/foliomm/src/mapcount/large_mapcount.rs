@@ -5,33 +5,74 @@
 
 use super::construction::Construction;
 use super::eras::PageMapcounts;
-use super::fields::{field, set_shared, set_slot_id, slot_id, w};
+use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
+use super::stage::RmapIdStage;
 use super::MmId;
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
-use crate::sync::{AtomicSeqcount, BitSpinLock};
+use crate::sync::{AtomicSeqcount, BitSpinLock, SeqWrite};
 
 /// How an update of the large mapcount got in: alone in the rmap seqcount
-/// (the plain-update fast path), and the rounds it spun on locks.
+/// (the plain-update fast path), what entering cost, and the rounds it spun
+/// on locks.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Entered {
     pub exclusive: bool,
     pub spins: u64,
+    /// Atomic RMWs of entering the rmap seqcount (1, or 2 after a lost race).
+    pub rmw: u64,
+    /// An exclusive entry lost to another writer.
+    pub lost: bool,
+    /// The per-page and entire mapcounts and `_nr_pages_mapped` were
+    /// updated with plain stores inside the section (seed 000's patch 20).
+    pub plain_pages: bool,
+}
+
+impl PageMapcounts {
+    /// The construction of the rmap sums as of the design's stage: the RFC's
+    /// lookup tables before patch 11.
+    pub(super) fn construction(&self) -> Option<Construction> {
+        self.f.rmap_sums.map(|c| match c {
+            Construction::SeedSubIds if self.f.stage < RmapIdStage::OneTwoThree => Construction::SeedSubIdsTables,
+            c => c,
+        })
+    }
+
+    /// The rmap seqcount (`folio->_rmap_atomic_seqcount`), entered as the
+    /// stage enters it.
+    pub(super) fn seqcount<'a>(&self, f: Folio<'a>) -> AtomicSeqcount<'a> {
+        AtomicSeqcount::new(&f.page(1).link, self.f.stage.seq_entry())
+    }
+
+    /// Opens the rmap seqcount around a whole rmap update when the stage puts
+    /// every mapcount under it (patch 20, `__folio_add_rmap_range`); None
+    /// otherwise, and for designs without rmap sums.
+    pub(super) fn begin_all(&self, f: Folio) -> Option<SeqWrite> {
+        (self.f.rmap_sums.is_some() && self.f.stage >= RmapIdStage::All).then(|| self.seqcount(f).write_begin())
+    }
+
+    /// Closes what [`PageMapcounts::begin_all`] opened.
+    pub(super) fn end_all(&self, f: Folio, section: Option<SeqWrite>) {
+        if let Some(w) = section {
+            self.seqcount(f).write_end(w);
+        }
+    }
 }
 
 impl PageMapcounts {
     /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
     /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
-    pub(super) fn add_large(&self, f: Folio, d: i32, mm: MmId) -> Entered {
-        if let Some(c) = self.f.rmap_sums {
-            return self.update_sums(c, f, d, mm);
+    /// `section` is the write section [`PageMapcounts::begin_all`] opened.
+    pub(super) fn add_large(&self, f: Folio, d: i32, mm: MmId, section: Option<SeqWrite>) -> Entered {
+        if let Some(c) = self.construction() {
+            return self.update_sums(c, f, d, mm, section);
         }
         if !self.f.mm_ids {
             w(f, field::TOTAL).fetch_add(d, Relaxed);
             return Entered::default();
         }
         let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
-        let entered = Entered { exclusive: false, spins: lock.spins() };
+        let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) + d;
         large.store(t, Relaxed);
@@ -59,16 +100,16 @@ impl PageMapcounts {
     }
 
     /// `folio_sub_return_large_mapcount`.
-    pub(super) fn sub_large(&self, f: Folio, d: i32, mm: MmId) -> Entered {
-        if let Some(c) = self.f.rmap_sums {
-            return self.update_sums(c, f, -d, mm);
+    pub(super) fn sub_large(&self, f: Folio, d: i32, mm: MmId, section: Option<SeqWrite>) -> Entered {
+        if let Some(c) = self.construction() {
+            return self.update_sums(c, f, -d, mm, section);
         }
         if !self.f.mm_ids {
             w(f, field::TOTAL).fetch_sub(d, Relaxed);
             return Entered::default();
         }
         let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
-        let entered = Entered { exclusive: false, spins: lock.spins() };
+        let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) - d;
         large.store(t, Relaxed);
@@ -93,36 +134,43 @@ impl PageMapcounts {
     }
 
     /// rmap-id: large mapcount += d and each rmap sum += d·value(mm), inside
-    /// the atomic seqcount; plain updates when the writer is alone.
-    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: MmId) -> Entered {
+    /// the atomic seqcount (`folio_add_large_mapcount` and its `_exclusive`
+    /// twin): plain updates when the writer is alone, atomic adds otherwise.
+    /// Inside `section` when one is open, else in a section of its own.
+    /// Differs from patch 17: its exclusive path for order <= 2 adds the
+    /// sub-ID without multiplying by `d` (so an unmap would add); foliomm
+    /// multiplies, as every other case of the RFC does.
+    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: MmId, section: Option<SeqWrite>) -> Entered {
         debug_assert!((mm as u64) < 1 << 24, "rmap IDs are 24-bit");
         let values = c.values(mm as u64, f.order());
-        let total = w(f, field::TOTAL);
-        let seq = AtomicSeqcount(w(f, field::SEQCOUNT));
-        let section = seq.write_begin();
-        let exclusive = section.exclusive;
-        if exclusive {
-            total.store(total.load(Relaxed) + d, Relaxed);
-        } else {
-            total.fetch_add(d, Relaxed);
-        }
+        let seq = self.seqcount(f);
+        let sec = section.unwrap_or_else(|| seq.write_begin());
+        bump(w(f, field::TOTAL), d, sec.exclusive);
         for (i, &v) in values.iter().enumerate() {
             let delta = (d as i64 as u64).wrapping_mul(v);
             let sum = &f.page(1 + i as u64).ids;
-            if exclusive {
+            if sec.exclusive {
                 sum.store(sum.load(Relaxed).wrapping_add(delta), Relaxed);
             } else {
                 sum.fetch_add(delta, Relaxed);
             }
         }
-        seq.write_end(section);
-        Entered { exclusive, spins: section.spins as u64 }
+        if section.is_none() {
+            seq.write_end(sec);
+        }
+        Entered {
+            exclusive: sec.exclusive,
+            spins: sec.spins as u64,
+            rmw: sec.rmw as u64,
+            lost: sec.lost,
+            plain_pages: section.is_some() && sec.exclusive,
+        }
     }
 
     /// rmap-id: a consistent mapcount and rmap sums.
     pub(super) fn sums(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
         let k = c.count(f.order()) as u64;
-        AtomicSeqcount(w(f, field::SEQCOUNT)).read(|| {
+        self.seqcount(f).read(|| {
             let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
             (m, (1..=k).map(|p| f.page(p).ids.load(Relaxed)).collect())
         })
@@ -131,7 +179,7 @@ impl PageMapcounts {
     /// rmap-id: the MM that maps every mapping of the folio, if one does
     /// (`__folio_has_large_matching_rmap_val` for every candidate at once).
     pub(super) fn sole_owner(&self, f: Folio) -> Option<MmId> {
-        let c = self.f.rmap_sums?;
+        let c = self.construction()?;
         let (n, sums) = self.sums(c, f);
         if n > f.nr_pages() {
             return None; // more mappings than pages: obviously shared

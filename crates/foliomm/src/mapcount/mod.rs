@@ -18,6 +18,7 @@ mod fields;
 mod large_mapcount;
 pub mod mm_id;
 mod page_mapcounts;
+mod stage;
 mod verify;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use crate::folio::Folio;
 pub use eras::PageMapcounts;
 pub use fields::ENTIRELY_MAPPED;
 pub use mm_id::{MmId, MmIds};
+pub use stage::RmapIdStage;
 
 /// Which page-table level a mapping uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +81,9 @@ pub struct Cost {
     pub lines: u64,
     /// Rounds spun waiting for those locks.
     pub spins: u64,
+    /// Exclusive seqcount entries lost to another writer (a failed
+    /// compare-exchange, or an add-return that backed off).
+    pub lost: u64,
 }
 
 /// The operations the rmap layer performs on a large folio's counters, and
@@ -121,6 +126,10 @@ pub trait MapcountDesign: Send + Sync {
     /// Whether a write fault by `mm` may reuse the whole large anon folio
     /// (`__wp_can_reuse_large_anon_folio`); false means copy.
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool;
+    /// Whether a PMD split adds its PTE mappings in one call
+    /// (`__split_huge_pmd_locked` from 6.8 and seed 000's patch 14) rather
+    /// than page by page.
+    fn batches_pmd_split(&self) -> bool;
     /// Compares the design's fields with the ground truth; returns violations.
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String>;
     /// The design's fields of large folio `f` by Linux's names, raw (biased
@@ -180,9 +189,24 @@ impl Design {
         Design::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
     }
 
-    /// The implementation of the design.
+    /// The implementation of the design (at seed 000's last stage).
     pub fn implementation(self) -> &'static dyn MapcountDesign {
-        &eras::DESIGNS[self as usize]
+        self.implementation_at(RmapIdStage::All)
+    }
+
+    /// The implementation of the design; the rmap-ID designs as of `stage`
+    /// of seed 000's series, the others whatever `stage` says.
+    pub fn implementation_at(self, stage: RmapIdStage) -> &'static dyn MapcountDesign {
+        match self {
+            Design::RmapId => &eras::RMAP_ID_STAGES[0][stage as usize],
+            Design::RmapIdPowersum => &eras::RMAP_ID_STAGES[1][stage as usize],
+            _ => &eras::DESIGNS[self as usize],
+        }
+    }
+
+    /// Whether the design reads seed 000's stage setting.
+    pub fn has_stages(self) -> bool {
+        matches!(self, Design::RmapId | Design::RmapIdPowersum)
     }
 
     /// Whether the kernels of this design's era place an anonymous

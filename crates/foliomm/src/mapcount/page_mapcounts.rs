@@ -4,12 +4,12 @@
 //! `folio_maybe_mapped_shared`; mm/memory.c `__wp_can_reuse_large_anon_folio`).
 
 use super::eras::{Guess, PageMapcounts, Total};
-use super::fields::{field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
+use super::fields::{bump, field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::large_mapcount::Entered;
 use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
-use crate::sync::{AtomicSeqcount, BitSpinLock};
+use crate::sync::BitSpinLock;
 
 impl PageMapcounts {
     /// The compound lock, for the design that takes it around every update.
@@ -20,16 +20,7 @@ impl PageMapcounts {
     /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
     /// the rmap sums in pages 1..=k.
     pub(super) fn sum_pages(&self, f: Folio) -> u64 {
-        self.f.rmap_sums.map_or(1, |c| c.count(f.order()) as u64)
-    }
-
-    /// The value `field::SLOT0` starts from: a free slot, or the seqcount.
-    fn slot0_init(&self) -> i32 {
-        if self.f.rmap_sums.is_some() {
-            0
-        } else {
-            -1
-        }
+        self.construction().map_or(1, |c| c.count(f.order()) as u64)
     }
 
     /// Whether a PMD mapping of `f` counts in every page's `_mapcount`
@@ -77,8 +68,10 @@ impl MapcountDesign for PageMapcounts {
         ws[field::NR_PAGES_MAPPED].store(0, Relaxed);
         ws[field::ENTIRE].store(-1, Relaxed);
         ws[field::PINCOUNT].store(0, Relaxed);
-        ws[field::SLOT0].store(self.slot0_init(), Relaxed);
+        ws[field::SLOT0].store(-1, Relaxed);
         ws[field::SLOT0 + 1].store(-1, Relaxed);
+        // __folio_prep_large_rmap(): raw_seqcount_init().
+        f.page(1).link.store(0, Relaxed);
         for p in 1..=self.sum_pages(f) {
             f.page(p).ids.store(0, Relaxed);
         }
@@ -107,7 +100,7 @@ impl MapcountDesign for PageMapcounts {
             push("maybe shared bit", shared(f) as i64);
         }
         if self.f.rmap_sums.is_some() {
-            push("rmap seqcount", get(field::SEQCOUNT));
+            push("rmap seqcount", f.page(1).link.load(Relaxed) as i64);
             for p in 1..=self.sum_pages(f) {
                 push(&format!("rmap sum word {p}"), f.page(p).ids.load(Relaxed) as i64);
             }
@@ -123,6 +116,7 @@ impl MapcountDesign for PageMapcounts {
             (field::NR_PAGES_MAPPED, 0, "_nr_pages_mapped"),
             (field::ENTIRE, -1, "_entire_mapcount"),
             (field::PINCOUNT, 0, "_pincount"),
+            (field::SLOT0, -1, "_mm_id_mapcount[0]"),
             (field::SLOT0 + 1, -1, "_mm_id_mapcount[1]"),
         ];
         for (i, want, name) in expect {
@@ -132,10 +126,8 @@ impl MapcountDesign for PageMapcounts {
             }
         }
         // The rmap seqcount's sequence may be anything; no writer may be inside.
-        let slot0 = ws[field::SLOT0].load(Relaxed);
-        let idle = if self.f.rmap_sums.is_some() { AtomicSeqcount(&ws[field::SLOT0]).is_idle() } else { slot0 == -1 };
-        if !idle {
-            bad.push(format!("_mm_id_mapcount[0] / rmap seqcount is {slot0:#x}"));
+        if self.f.rmap_sums.is_some() && !self.seqcount(f).is_idle() {
+            bad.push(format!("rmap seqcount is {:#x}, a writer is inside", f.page(1).link.load(Relaxed)));
         }
         for p in 1..=self.sum_pages(f) {
             let ids = f.page(p).ids.load(Relaxed);
@@ -180,7 +172,7 @@ impl MapcountDesign for PageMapcounts {
             w(f, field::SLOT0).store(all, Relaxed);
             set_slot_id(f, 0, mm);
         }
-        if let Some(c) = self.f.rmap_sums {
+        if let Some(c) = self.construction() {
             let n = (all + 1) as u64;
             for (i, &v) in c.values(mm as u64, f.order()).iter().enumerate() {
                 f.page(1 + i as u64).ids.store(n.wrapping_mul(v), Relaxed);
@@ -194,20 +186,22 @@ impl MapcountDesign for PageMapcounts {
             return Cost { rmw: 1 + (self.f.total == Total::All) as u64, lines: 1, ..Cost::default() };
         }
         let lock = self.lock(f);
+        let section = self.begin_all(f);
+        let plain = section.is_some_and(|w| w.exclusive);
         let mut extra = Cost::default();
         let entered = match level {
             Level::Pte => {
                 let mut newly = 0;
                 for i in first..first + nr {
-                    if f.page(i).mapcount.fetch_add(1, Relaxed) == -1 {
+                    if bump(&f.page(i).mapcount, 1, plain) == -1 {
                         newly += 1;
                     }
                 }
                 if self.f.nr_pages_mapped {
-                    w(f, field::NR_PAGES_MAPPED).fetch_add(newly, Relaxed);
+                    bump(w(f, field::NR_PAGES_MAPPED), newly, plain);
                 }
                 match self.f.total {
-                    Total::All => self.add_large(f, nr as i32, mm),
+                    Total::All => self.add_large(f, nr as i32, mm, section),
                     Total::Ptes => {
                         w(f, field::TOTAL).fetch_add(nr as i32, Relaxed);
                         Entered::default()
@@ -223,17 +217,18 @@ impl MapcountDesign for PageMapcounts {
                 if self.pmd_in_pages(f) {
                     (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_add(1, Relaxed));
                 }
-                let first_pmd = w(f, field::ENTIRE).fetch_add(1, Relaxed) == -1;
+                let first_pmd = bump(w(f, field::ENTIRE), 1, plain) == -1;
                 if first_pmd && self.f.nr_pages_mapped {
-                    w(f, field::NR_PAGES_MAPPED).fetch_add(ENTIRELY_MAPPED, Relaxed);
+                    bump(w(f, field::NR_PAGES_MAPPED), ENTIRELY_MAPPED, plain);
                 }
                 if self.f.total == Total::All {
-                    self.add_large(f, 1, mm)
+                    self.add_large(f, 1, mm, section)
                 } else {
                     Entered::default()
                 }
             }
         };
+        self.end_all(f, section);
         let mut cost = self.cost(f, first, nr, level, entered, lock.map_or(0, |l| l.spins()));
         cost += extra;
         cost
@@ -249,10 +244,12 @@ impl MapcountDesign for PageMapcounts {
         let lock = self.lock(f);
         let lock_spins = lock.as_ref().map_or(0, |l| l.spins());
         let nr_mapped = w(f, field::NR_PAGES_MAPPED);
-        match level {
+        let section = self.begin_all(f);
+        let plain = section.is_some_and(|w| w.exclusive);
+        let removed = match level {
             Level::Pte => {
                 let entered = match self.f.total {
-                    Total::All => self.sub_large(f, nr as i32, mm),
+                    Total::All => self.sub_large(f, nr as i32, mm, section),
                     Total::Ptes => {
                         w(f, field::TOTAL).fetch_sub(nr as i32, Relaxed);
                         Entered::default()
@@ -261,11 +258,11 @@ impl MapcountDesign for PageMapcounts {
                 };
                 let mut last = 0;
                 for i in first..first + nr {
-                    if f.page(i).mapcount.fetch_sub(1, Relaxed) == 0 {
+                    if bump(&f.page(i).mapcount, -1, plain) == 0 {
                         last += 1;
                     }
                 }
-                let after = self.f.nr_pages_mapped.then(|| nr_mapped.fetch_sub(last, Relaxed) - last);
+                let after = self.f.nr_pages_mapped.then(|| bump(nr_mapped, -last, plain) - last);
                 let unmapped = match after {
                     Some(a) if a >= ENTIRELY_MAPPED => 0,
                     None if self.entire_mapcount(f) > 0 => 0,
@@ -284,13 +281,14 @@ impl MapcountDesign for PageMapcounts {
                 if self.pmd_in_pages(f) {
                     (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_sub(1, Relaxed));
                 }
-                let entered = if self.f.total == Total::All { self.sub_large(f, 1, mm) } else { Entered::default() };
+                let entered =
+                    if self.f.total == Total::All { self.sub_large(f, 1, mm, section) } else { Entered::default() };
                 let mut removed =
                     Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
                 removed.cost += extra;
-                if w(f, field::ENTIRE).fetch_sub(1, Relaxed) == 0 {
+                if bump(w(f, field::ENTIRE), -1, plain) == 0 {
                     let still = if self.f.nr_pages_mapped {
-                        (nr_mapped.fetch_sub(ENTIRELY_MAPPED, Relaxed) - ENTIRELY_MAPPED) as u64
+                        (bump(nr_mapped, -ENTIRELY_MAPPED, plain) - ENTIRELY_MAPPED) as u64
                     } else if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 {
                         // subpages_mapcount says no page is PTE-mapped: no scan.
                         0
@@ -302,7 +300,9 @@ impl MapcountDesign for PageMapcounts {
                 }
                 removed
             }
-        }
+        };
+        self.end_all(f, section);
+        removed
     }
 
     fn mapcount(&self, f: Folio) -> u64 {
@@ -377,6 +377,10 @@ impl MapcountDesign for PageMapcounts {
         let ok = !shared(f) && self.mapcount(f) == f.refcount() as u64;
         debug_assert!(!ok || slot_id(ids, 0) == mm || slot_id(ids, 1) == mm);
         ok
+    }
+
+    fn batches_pmd_split(&self) -> bool {
+        self.f.batched_split && (self.f.rmap_sums.is_none() || self.f.stage >= super::RmapIdStage::Batch)
     }
 
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String> {

@@ -6,7 +6,6 @@ use super::fields::{field, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::{FolioTruth, MapcountDesign};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
-use crate::sync::AtomicSeqcount;
 
 impl PageMapcounts {
     /// Compares every field the design keeps with the page tables' truth.
@@ -86,7 +85,7 @@ impl PageMapcounts {
                 bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
             }
         }
-        if let Some(c) = self.f.rmap_sums {
+        if let Some(c) = self.construction() {
             let mut want = vec![0u64; c.count(f.order())];
             for (&id, &n) in &truth.per_mm {
                 for (s, &v) in want.iter_mut().zip(c.values(id as u64, f.order()).iter()) {
@@ -97,7 +96,7 @@ impl PageMapcounts {
             if have != want {
                 bad.push(format!("rmap sums {have:?}, page tables say {want:?}"));
             }
-            if !AtomicSeqcount(w(f, field::SEQCOUNT)).is_idle() {
+            if !self.seqcount(f).is_idle() {
                 bad.push("a writer is still inside the rmap seqcount".into());
             }
             let owner = self.sole_owner(f);

@@ -175,9 +175,11 @@ pub(crate) fn split_huge_pmd(k: &Kernel, mm: &Mm, addr: u64) {
 
 /// `__split_huge_pmd_locked` without freezing: the deposited table is filled
 /// with 512 PTEs carrying the PMD's bits; for an anon THP the refcount grows
-/// by 511 and one batched rmap call adds the 512 PTE mappings (AnonExclusive
-/// propagated from the head) before the PMD mapping is removed. The huge zero
-/// folio becomes 512 zero-page PTEs.
+/// by 511 and the 512 PTE mappings are added (AnonExclusive propagated from
+/// the head) before the PMD mapping is removed: in one batched rmap call
+/// where the design's era batches (6.8+, seed 000's patch 14), else one
+/// call per PTE as it is set (`page_add_anon_rmap`). The huge zero folio
+/// becomes 512 zero-page PTEs.
 fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
     let phys = &k.phys;
     if !e.special() && !Folio::from_head(phys, e.pfn()).test_anon() {
@@ -198,9 +200,15 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
         let f = Folio::from_head(phys, e.pfn());
         let exclusive = f.anon_exclusive(0);
         f.ref_add(HPAGE_NR as i32 - 1);
-        rmap::folio_add_anon_rmap_ptes(k, f, 0, HPAGE_NR, mm.id, exclusive);
+        let batched = k.design.batches_pmd_split();
+        if batched {
+            rmap::folio_add_anon_rmap_ptes(k, f, 0, HPAGE_NR, mm.id, exclusive);
+        }
         for i in 0..HPAGE_NR {
             pgtable::store(phys, table, i as usize, Pte::new(f.pfn + i, bits.0));
+            if !batched {
+                rmap::folio_add_anon_rmap_ptes(k, f, i, 1, mm.id, exclusive);
+            }
         }
         rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
     }

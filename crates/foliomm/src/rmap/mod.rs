@@ -188,6 +188,7 @@ fn account(k: &Kernel, c: Cost) {
         (&k.stats.rmap_locks, c.locks),
         (&k.stats.rmap_cache_lines, c.lines),
         (&k.stats.rmap_lock_spins, c.spins),
+        (&k.stats.rmap_seq_lost, c.lost),
     ] {
         if n != 0 {
             Stats::add(counter, n);

@@ -5,22 +5,30 @@
 
 use loom::sync::Arc;
 
-use super::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
-use super::{thread, AtomicSeqcount, BitSpinLock};
+use super::atomic::{AtomicU64, Ordering::Relaxed};
+use super::{thread, AtomicSeqcount, BitSpinLock, SeqEntry};
 
 /// Two values a writer keeps equal, under a seqcount.
-#[derive(Default)]
 struct Pair {
-    seq: AtomicI32,
+    seq: AtomicU64,
     a: AtomicU64,
     b: AtomicU64,
+    entry: SeqEntry,
 }
 
 impl Pair {
     /// One write section adding 1 to both values: plain when exclusive,
     /// atomic adds when shared (as the rmap-id design updates its sums).
+    fn new(entry: SeqEntry) -> Pair {
+        Pair { seq: AtomicU64::new(0), a: AtomicU64::new(0), b: AtomicU64::new(0), entry }
+    }
+
+    fn seqcount(&self) -> AtomicSeqcount<'_> {
+        AtomicSeqcount::new(&self.seq, self.entry)
+    }
+
     fn write(&self) -> bool {
-        let sc = AtomicSeqcount(&self.seq);
+        let sc = self.seqcount();
         let w = sc.write_begin();
         for v in [&self.a, &self.b] {
             if w.exclusive {
@@ -34,7 +42,7 @@ impl Pair {
     }
 
     fn snapshot(&self) -> (u64, u64) {
-        AtomicSeqcount(&self.seq).read(|| (self.a.load(Relaxed), self.b.load(Relaxed)))
+        self.seqcount().read(|| (self.a.load(Relaxed), self.b.load(Relaxed)))
     }
 }
 
@@ -69,13 +77,18 @@ fn loom_bit_spinlock_without_acquire_release_is_caught() {
     two_increments(|w, b| BitSpinLock::lock_relaxed(w, b));
 }
 
-#[test]
-fn loom_seqcount_writers_at_once_and_a_reader() {
-    // Whether any explored interleaving had a writer enter shared (while
-    // another was inside): the concurrent-writer path must be reachable.
-    static SAW_SHARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    loom::model(|| {
-        let p = Arc::new(Pair::default());
+/// Two writers and a reader under seqcount entry `entry`: no torn read, no
+/// lost update, and (when `exclusive_possible`) some interleaving had a
+/// writer take the exclusive path while another explored one had both
+/// inside at once.
+fn writers_at_once_and_a_reader(entry: SeqEntry) {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed as R};
+    // What explored interleavings showed (outside loom's model: kept
+    // across its executions): two writers inside at once, an exclusive one.
+    let saw = std::sync::Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let seen = saw.clone();
+    loom::model(move || {
+        let p = Arc::new(Pair::new(entry));
         let writers: Vec<_> = (0..2)
             .map(|_| {
                 let p = p.clone();
@@ -86,25 +99,46 @@ fn loom_seqcount_writers_at_once_and_a_reader() {
         assert_eq!(a, b, "a reader saw a half-done update");
         let exclusive: Vec<bool> = writers.into_iter().map(|t| t.join().unwrap()).collect();
         assert_eq!(p.snapshot(), (2, 2), "no update was lost");
-        assert!(AtomicSeqcount(&p.seq).is_idle());
-        if exclusive.contains(&false) {
-            SAW_SHARED.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+        assert!(p.seqcount().is_idle());
+        seen[0].fetch_or(exclusive.contains(&false), R);
+        seen[1].fetch_or(exclusive.contains(&true), R);
     });
-    assert!(SAW_SHARED.load(std::sync::atomic::Ordering::Relaxed), "no interleaving had two writers inside at once");
+    assert!(saw[0].load(R), "{entry:?}: no interleaving had two writers inside at once");
+    assert_eq!(
+        saw[1].load(R),
+        entry != SeqEntry::SharedOnly,
+        "{entry:?}: the exclusive path is taken exactly when allowed"
+    );
+}
+
+#[test]
+fn loom_seqcount_shared_writers() {
+    writers_at_once_and_a_reader(SeqEntry::SharedOnly);
+}
+
+#[test]
+fn loom_seqcount_cmpxchg_exclusive_entry() {
+    writers_at_once_and_a_reader(SeqEntry::Cmpxchg);
+}
+
+#[test]
+fn loom_seqcount_add_return_exclusive_entry() {
+    writers_at_once_and_a_reader(SeqEntry::AddReturn);
 }
 
 #[test]
 fn loom_seqcount_lone_writer_is_exclusive() {
-    loom::model(|| {
-        let p = Arc::new(Pair::default());
-        let w = {
-            let p = p.clone();
-            thread::spawn(move || p.write())
-        };
-        let (a, b) = p.snapshot();
-        assert_eq!(a, b);
-        assert!(w.join().unwrap(), "a writer with nobody inside takes the exclusive fast path");
-        assert!(p.write(), "and so does the next one once it left");
-    });
+    for entry in [SeqEntry::Cmpxchg, SeqEntry::AddReturn] {
+        loom::model(move || {
+            let p = Arc::new(Pair::new(entry));
+            let w = {
+                let p = p.clone();
+                thread::spawn(move || p.write())
+            };
+            let (a, b) = p.snapshot();
+            assert_eq!(a, b);
+            assert!(w.join().unwrap(), "a writer with nobody inside takes the exclusive fast path");
+            assert!(p.write(), "and so does the next one once it left");
+        });
+    }
 }

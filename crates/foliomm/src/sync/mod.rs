@@ -29,7 +29,7 @@ mod tests;
 
 pub use bit_spinlock::BitSpinLock;
 pub use rwsem::RwSem;
-pub use seqcount::{AtomicSeqcount, SeqWrite};
+pub use seqcount::{AtomicSeqcount, SeqEntry, SeqWrite};
 
 #[cfg(loom)]
 pub use loom::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -1,85 +1,143 @@
-//! Seed 000's atomic seqcount (the RFC's `rmap_id` seqcount with concurrent
-//! writers and the exclusive-writer fast path).
+//! Seed 000's atomic seqcount (the RFC's `include/linux/atomic_seqcount.h`:
+//! `raw_atomic_seqcount_t` with concurrent writers, and from patch 16 on
+//! the exclusive-writer fast path).
 
-use super::atomic::{fence, AtomicI32, Ordering::*};
+use super::atomic::{fence, AtomicU64, Ordering::*};
 use super::backoff;
 
-/// Seed 000's "atomic seqcount": a sequence count whose write side is an
-/// atomic increment, so that several writers may be inside at once, while
-/// readers retry whenever a writer was inside or the sequence moved. A writer
-/// that finds nobody else inside enters exclusively and may update the
-/// protected values with plain loads and stores instead of atomic
-/// read-modify-writes; shared writers wait until it leaves.
-///
-/// The 32-bit word holds the number of writers inside (bits 0..15), the
-/// exclusive flag (bit 15) and the sequence (bits 16..32). A writer that
-/// finds nobody inside tries to enter exclusively with one compare-exchange;
-/// any other writer registers as a shared writer with one atomic add (from
-/// then on nobody can enter exclusively) and waits for an exclusive writer
-/// to leave. Leaving is one atomic add either way (the seed counts 2 atomic
-/// RMWs for the seqcount). As `write_seqcount_begin` does with `smp_wmb()`,
-/// entering is followed by a release fence, so a reader that sees a value
-/// written inside also sees the writer's entry. Differs from the seed: the
-/// counter is one i32 of the memmap, and waiting spins and yields.
-pub struct AtomicSeqcount<'a>(pub &'a AtomicI32);
+/// How a writer enters, by the series' stage: every writer shared (patches
+/// 6-15), a lone writer exclusive through a compare-exchange (patches
+/// 16-17, `atomic_long_try_cmpxchg`), or through an add-return that backs
+/// off to shared when it finds company (patch 18, 64-bit only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqEntry {
+    SharedOnly,
+    Cmpxchg,
+    AddReturn,
+}
 
-/// An open write section: whether the writer is alone in it, and the rounds
-/// it spun to get in.
+/// Seed 000's "atomic seqcount": a sequence count whose write side is an
+/// atomic add, so that several writers may be inside at once, while readers
+/// retry whenever a writer was inside or the sequence moved. With an
+/// exclusive entry ([`SeqEntry`]), a writer that finds nobody else inside
+/// enters exclusively and may update the protected values with plain loads
+/// and stores; shared writers wait until it leaves.
+///
+/// The 64-bit word holds shared writers (bits 0..16), exclusive writers
+/// (bits 16..32: one bit set by the compare-exchange entry, a count for the
+/// add-return entry, where several may race in before backing off) and the
+/// sequence (bits 32..64), as patch 18's 64-bit layout. Entering is followed
+/// by a release fence (`write_seqcount_begin`'s `smp_wmb()`), so a reader
+/// that sees a value written inside also sees the writer's entry. Differs
+/// from the RFC: the compare-exchange stages use patch 18's layout too (a
+/// 32-bit sequence where the RFC had 47 bits), the word sits in the second
+/// page's `link`, and waiting spins and yields.
+pub struct AtomicSeqcount<'a> {
+    word: &'a AtomicU64,
+    entry: SeqEntry,
+}
+
+/// An open write section: whether the writer is alone in it, and what
+/// entering cost.
 #[derive(Clone, Copy, Debug)]
 pub struct SeqWrite {
     pub exclusive: bool,
+    /// Rounds spun waiting for an exclusive writer to leave.
     pub spins: u32,
+    /// Atomic RMWs of the entry: 1, or 2 when an exclusive attempt lost.
+    pub rmw: u32,
+    /// Whether an exclusive attempt lost a race (a failed compare-exchange,
+    /// or an add-return that found another writer and backed off).
+    pub lost: bool,
 }
 
-const WRITERS: u32 = 0x7fff;
-const EXCLUSIVE: u32 = 0x8000;
-const SEQ_ONE: u32 = 0x1_0000;
+const SHARED_ONE: u64 = 1;
+const EXCLUSIVE_ONE: u64 = 1 << 16;
+const EXCLUSIVE_MASK: u64 = 0xffff << 16;
+const WRITERS: u64 = 0xffff_ffff;
+const STEP: u64 = 1 << 32;
 
-impl AtomicSeqcount<'_> {
-    /// Enters the write side; the writer is exclusive (and may use plain
-    /// updates) when nobody else was inside.
-    pub fn write_begin(&self) -> SeqWrite {
-        let s = self.0.load(Relaxed) as u32;
-        if s & WRITERS == 0 && self.0.compare_exchange(s as i32, (s | EXCLUSIVE | 1) as i32, Acquire, Relaxed).is_ok() {
-            fence(Release);
-            return SeqWrite { exclusive: true, spins: 0 };
-        }
-        let mut spins = 0;
-        let mut s = self.0.fetch_add(1, Acquire) as u32 + 1;
-        while s & EXCLUSIVE != 0 {
-            backoff(&mut spins);
-            s = self.0.load(Acquire) as u32;
-        }
-        fence(Release);
-        SeqWrite { exclusive: false, spins }
+impl<'a> AtomicSeqcount<'a> {
+    pub fn new(word: &'a AtomicU64, entry: SeqEntry) -> AtomicSeqcount<'a> {
+        AtomicSeqcount { word, entry }
     }
 
-    /// Leaves the write side, moving the sequence on.
+    /// `raw_write_atomic_seqcount_begin`: enters the write side; the writer
+    /// is exclusive (and may use plain updates) when the entry allows it
+    /// and nobody else was inside.
+    pub fn write_begin(&self) -> SeqWrite {
+        let mut w = SeqWrite { exclusive: false, spins: 0, rmw: 1, lost: false };
+        let s = self.word.load(Relaxed);
+        if self.entry != SeqEntry::SharedOnly && s & WRITERS == 0 {
+            if self.entry == SeqEntry::Cmpxchg {
+                if self.word.compare_exchange(s, s | EXCLUSIVE_ONE, Acquire, Relaxed).is_ok() {
+                    fence(Release);
+                    return SeqWrite { exclusive: true, ..w };
+                }
+            } else {
+                let s = self.word.fetch_add(EXCLUSIVE_ONE, Acquire).wrapping_add(EXCLUSIVE_ONE);
+                if s & WRITERS == EXCLUSIVE_ONE {
+                    fence(Release);
+                    return SeqWrite { exclusive: true, ..w };
+                }
+                // Raced with another writer: become a shared one.
+                w.rmw += 1;
+                w.lost = true;
+                self.word.fetch_add(SHARED_ONE.wrapping_sub(EXCLUSIVE_ONE), Acquire);
+                self.wait_exclusive(&mut w);
+                return w;
+            }
+            w.rmw += 1;
+            w.lost = true;
+        }
+        self.word.fetch_add(SHARED_ONE, Acquire);
+        self.wait_exclusive(&mut w);
+        w
+    }
+
+    /// A shared writer waits for every exclusive writer to leave.
+    fn wait_exclusive(&self, w: &mut SeqWrite) {
+        while self.word.load(Acquire) & EXCLUSIVE_MASK != 0 {
+            backoff(&mut w.spins);
+        }
+        fence(Release);
+    }
+
+    /// `raw_write_atomic_seqcount_end`: leaves the write side, moving the
+    /// sequence on (one atomic add either way).
     pub fn write_end(&self, w: SeqWrite) {
-        let leave = if w.exclusive { EXCLUSIVE + 1 } else { 1 };
-        self.0.fetch_add(SEQ_ONE.wrapping_sub(leave) as i32, Release);
+        let leave = if w.exclusive { EXCLUSIVE_ONE } else { SHARED_ONE };
+        self.word.fetch_add(STEP.wrapping_sub(leave), Release);
     }
 
     /// Reads a consistent snapshot with `read`, retrying while writers are
-    /// inside or a write happened meanwhile.
+    /// inside or a write happened meanwhile (`raw_read_atomic_seqcount_begin`
+    /// / `_retry`).
     pub fn read<T>(&self, read: impl Fn() -> T) -> T {
         let mut spins = 0;
         loop {
-            let s1 = self.0.load(Acquire) as u32;
-            if s1 & (WRITERS | EXCLUSIVE) != 0 {
-                backoff(&mut spins);
-                continue;
-            }
-            let v = read();
-            fence(Acquire);
-            if self.0.load(Relaxed) as u32 == s1 {
+            if let Some(v) = self.try_read(&read) {
                 return v;
             }
+            backoff(&mut spins);
         }
+    }
+
+    /// Reads a snapshot with `read` once; None if a writer was inside or
+    /// the sequence moved meanwhile (the caller may give up instead of
+    /// retrying).
+    pub fn try_read<T>(&self, read: impl Fn() -> T) -> Option<T> {
+        let s1 = self.word.load(Acquire);
+        if s1 & WRITERS != 0 {
+            return None;
+        }
+        let v = read();
+        fence(Acquire);
+        (self.word.load(Relaxed) == s1).then_some(v)
     }
 
     /// Whether no writer is inside (for the checker at a quiescent point).
     pub fn is_idle(&self) -> bool {
-        self.0.load(Acquire) as u32 & (WRITERS | EXCLUSIVE) == 0
+        self.word.load(Acquire) & WRITERS == 0
     }
 }

@@ -1,6 +1,6 @@
 //! The primitives under real threads (the loom tests check every interleaving).
 
-use super::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
+use super::atomic::{AtomicU64, Ordering::Relaxed};
 use super::*;
 
 #[test]
@@ -16,34 +16,36 @@ fn excludes_other_holders() {
 #[test]
 fn seqcount_readers_never_see_a_torn_pair() {
     // Writers keep two values equal; readers must never see them differ.
-    let seq = AtomicI32::new(0);
-    let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
-    std::thread::scope(|s| {
-        for _ in 0..2 {
+    for entry in [SeqEntry::SharedOnly, SeqEntry::Cmpxchg, SeqEntry::AddReturn] {
+        let seq = AtomicU64::new(0);
+        let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        let sc = AtomicSeqcount::new(&seq, entry);
+                        let w = sc.write_begin();
+                        if w.exclusive {
+                            a.store(a.load(Relaxed) + 1, Relaxed);
+                            b.store(b.load(Relaxed) + 1, Relaxed);
+                        } else {
+                            a.fetch_add(1, Relaxed);
+                            b.fetch_add(1, Relaxed);
+                        }
+                        sc.write_end(w);
+                    }
+                });
+            }
             s.spawn(|| {
                 for _ in 0..20_000 {
-                    let sc = AtomicSeqcount(&seq);
-                    let w = sc.write_begin();
-                    if w.exclusive {
-                        a.store(a.load(Relaxed) + 1, Relaxed);
-                        b.store(b.load(Relaxed) + 1, Relaxed);
-                    } else {
-                        a.fetch_add(1, Relaxed);
-                        b.fetch_add(1, Relaxed);
-                    }
-                    sc.write_end(w);
+                    let (x, y) = AtomicSeqcount::new(&seq, entry).read(|| (a.load(Relaxed), b.load(Relaxed)));
+                    assert_eq!(x, y, "{entry:?}: a reader saw a half-done update");
                 }
             });
-        }
-        s.spawn(|| {
-            for _ in 0..20_000 {
-                let (x, y) = AtomicSeqcount(&seq).read(|| (a.load(Relaxed), b.load(Relaxed)));
-                assert_eq!(x, y, "a reader saw a half-done update");
-            }
         });
-    });
-    assert_eq!(a.load(Relaxed), 40_000, "no update was lost");
-    assert!(AtomicSeqcount(&seq).is_idle());
+        assert_eq!(a.load(Relaxed), 40_000, "{entry:?}: no update was lost");
+        assert!(AtomicSeqcount::new(&seq, entry).is_idle());
+    }
 }
 
 #[test]

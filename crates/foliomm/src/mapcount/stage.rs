@@ -1,0 +1,82 @@
+//! Seed 000's code stages: the points in the RFC series its benchmark
+//! tables measured, as a setting of the rmap-ID designs.
+
+use crate::sync::SeqEntry;
+
+macro_rules! stages {
+    ($($(#[$meta:meta])* $variant:ident = $name:literal),* $(,)?) => {
+        /// How far into seed 000's series the rmap-ID designs go (`set
+        /// rmap_id_stage NAME`, `--rmap-id-stage NAME`); each stage includes
+        /// the ones before it. Only `rmap-id` and `rmap-id-powersum` read it.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+        #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+        pub enum RmapIdStage {
+            $($(#[$meta])* #[cfg_attr(feature = "clap", value(name = $name))] $variant,)*
+        }
+
+        impl RmapIdStage {
+            /// Every stage, in the series' order.
+            pub const ALL: [RmapIdStage; 6] = [$(RmapIdStage::$variant),*];
+
+            /// The stage's name, as the seed's tables label it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(RmapIdStage::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+stages! {
+    /// After patch 10: rmap-ID tracking and COW reuse. 4, 5 or 6 rmap
+    /// values by folio order from lookup tables; every writer enters the
+    /// seqcount shared and updates with atomic RMWs; a PMD split adds its
+    /// 512 PTE mappings page by page.
+    RmapId = "rmap-id",
+    /// After patch 11: 1, 2 or 3 values for orders up to 9, from sub-IDs
+    /// each MM computes once.
+    OneTwoThree = "123",
+    /// After patch 14: a PMD split adds its PTE mappings in one batch
+    /// (`__split_huge_pmd_locked`).
+    Batch = "batch",
+    /// After patch 17: a writer alone in the seqcount enters exclusively by
+    /// a compare-exchange and updates the mapcount and values with plain
+    /// stores.
+    Exclusive = "exclusive",
+    /// After patch 18: the exclusive entry is an add-return that backs off
+    /// to a shared one when it finds another writer.
+    NoCmpxchg = "nocmpxchg",
+    /// After patch 20 (the default): the per-page `_mapcount`, the entire
+    /// mapcount and `_nr_pages_mapped` are updated under the seqcount too,
+    /// with plain stores when exclusive.
+    #[default]
+    All = "all",
+}
+
+impl RmapIdStage {
+    /// The stage called `name`.
+    pub fn parse(name: &str) -> Option<RmapIdStage> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Every name, for error messages.
+    pub fn names() -> String {
+        Self::ALL.map(|s| s.name()).join(", ")
+    }
+
+    /// How a writer enters the rmap seqcount at this stage.
+    pub fn seq_entry(self) -> SeqEntry {
+        match self {
+            s if s < RmapIdStage::Exclusive => SeqEntry::SharedOnly,
+            RmapIdStage::Exclusive => SeqEntry::Cmpxchg,
+            _ => SeqEntry::AddReturn,
+        }
+    }
+}
+
+impl std::fmt::Display for RmapIdStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
