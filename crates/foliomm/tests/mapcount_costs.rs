@@ -50,6 +50,11 @@ fn costs_follow_each_era_s_fields() {
             "{stage}: a shared writer: seqcount 2, mapcount 1, sums 2, pages, _nr_pages_mapped"
         );
     }
+    assert_eq!(
+        staged(Design::RmapId, RmapIdStage::Mapcount),
+        costs(Design::LargeMapcount),
+        "the mapcount stage: a total mapcount, no rmap IDs"
+    );
     // The RFC's sub-IDs: 4 values for order 9 before patch 11 (in pages 1-4,
     // beside the page mapped and page 1), 3 after.
     assert_eq!(staged(Design::RmapId, RmapIdStage::RmapId)[1], (1 + 1 + 2 + 1 + 4, 1, 5));

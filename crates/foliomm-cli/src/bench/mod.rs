@@ -163,6 +163,12 @@ struct Seed000Args {
     /// own thread [default: one per CPU, as the seed ran them].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     instances: Option<u16>,
+    /// One row per code stage of the seed's series instead of per design:
+    /// nr-mapped as the v6.7 baseline, then the rmap-id design at each
+    /// stage from mapcount to all (`set rmap_id_stage`), with the seed's
+    /// Intel and AMD rows beside each.
+    #[arg(long)]
+    stages: bool,
 }
 
 impl CommonArgs {

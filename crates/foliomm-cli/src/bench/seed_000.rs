@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use foliomm::mapcount::Design;
+use foliomm::mapcount::{Design, RmapIdStage};
 use foliomm::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm};
 
@@ -25,13 +25,35 @@ struct Measured {
     rmap_ops: u64,
     rmw: u64,
     lines: u64,
+    /// Exclusive seqcount entries lost to another writer.
+    lost: u64,
 }
 
 /// The counters a measurement brackets.
-fn costs(m: &Machine) -> [u64; 3] {
+fn costs(m: &Machine) -> [u64; 4] {
     let s = &m.stats;
     let ops = [&s.rmap_add_new, &s.rmap_add, &s.rmap_dup, &s.rmap_remove].iter().map(|c| c.load(Relaxed)).sum();
-    [ops, s.rmap_atomic_rmw.load(Relaxed), s.rmap_cache_lines.load(Relaxed)]
+    [ops, s.rmap_atomic_rmw.load(Relaxed), s.rmap_cache_lines.load(Relaxed), s.rmap_seq_lost.load(Relaxed)]
+}
+
+/// One row of the tables: a design, at a stage of seed 000's series.
+#[derive(Clone, Copy)]
+struct Row {
+    label: &'static str,
+    design: Design,
+    stage: RmapIdStage,
+}
+
+/// The rows: every design, or (`--stages`) the seed's code stages: its
+/// v6.7 baseline (nr-mapped), then the RFC's rmap-id design at each stage
+/// from "mapcount" (a total mapcount, "shared" guessed) to "all".
+fn rows(stages: bool) -> Vec<Row> {
+    if !stages {
+        return Design::ALL.iter().map(|&d| Row { label: d.name(), design: d, stage: RmapIdStage::All }).collect();
+    }
+    let baseline = Row { label: "baseline", design: Design::NrMapped, stage: RmapIdStage::All };
+    let staged = RmapIdStage::ALL.map(|stage| Row { label: stage.name(), design: Design::RmapId, stage });
+    std::iter::once(baseline).chain(staged).collect()
 }
 
 /// Runs benchmark `which` (an index into SEED_000_COLUMNS) once on a
@@ -117,6 +139,7 @@ fn seed_000_once(
         rmap_ops: after[0] - before[0],
         rmw: after[1] - before[1],
         lines: after[2] - before[2],
+        lost: after[3] - before[3],
     }))
 }
 
@@ -165,7 +188,8 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     let rounds = a.common.runs.max(2);
     let instances = vm_scalability_instances(a);
-    let designs = Design::ALL;
+    let designs = rows(a.stages);
+    let designs = &designs[..];
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let columns = SEED_000_COLUMNS.len();
     let bar = progress((orders.len() * designs.len() * columns) as u64 * (rounds as u64 + 1));
@@ -178,21 +202,22 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             // The designs in interleaved rounds, so that load on the machine
             // lands on all of them; a fresh machine for each sample (built
             // outside the timed part), so that only one holds memory at once.
-            let label = |d: &Design| format!("{oname} {bname} {d}");
-            let got = interleaved(designs, rounds, &bar, label, |d| {
+            let label = |r: &Row| format!("{oname} {bname} {}", r.label);
+            let got = interleaved(designs, rounds, &bar, label, |r| {
                 // Room for a copy of everything per child (cow, vm-scalability).
                 let memory = (1 + instances as u64) * size + (256 << 20);
-                let m = Machine::new(Config { memory, mapcount: *d, ..Config::default() })?;
+                let config = Config { memory, mapcount: r.design, rmap_id_stage: r.stage, ..Config::default() };
+                let m = Machine::new(config)?;
                 let r = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, instances)?;
-                let costs = r.map_or([0.0; 3], |r| [r.rmap_ops as f64, r.rmw as f64, r.lines as f64]);
-                Ok([r.map_or(f64::NAN, |r| r.seconds), costs[0], costs[1], costs[2]])
+                let costs = r.map_or([0.0; 4], |r| [r.rmap_ops as f64, r.rmw as f64, r.lines as f64, r.lost as f64]);
+                Ok([r.map_or(f64::NAN, |r| r.seconds), costs[0], costs[1], costs[2], costs[3]])
             })?;
             per_bench.push(got);
         }
         samples.push(per_bench);
     }
     bar.finish_and_clear();
-    let base = designs.iter().position(|d| *d == Design::NrMapped).unwrap();
+    let base = designs.iter().position(|r| r.design == Design::NrMapped).unwrap();
     // Times of (order, bench, design), None where the benchmark does not apply.
     let times = |oi: usize, bi: usize, di: usize| -> Option<Vec<f64>> {
         let t = metric(&samples[oi][bi][di], 0);
@@ -213,6 +238,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             rmap_ops: s[1] as u64,
             rmw: s[2] as u64,
             lines: s[3] as u64,
+            lost: s[4] as u64,
         })
     };
     if a.common.json || a.common.csv {
@@ -226,7 +252,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                     let mean = t.as_ref().map(|t| summarize(t).mean);
                     rows.push((
                         oname.to_string(),
-                        design.to_string(),
+                        design.label.to_string(),
                         bname.to_string(),
                         t,
                         mean,
@@ -241,7 +267,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 .iter()
                 .map(|(o, d, b, t, mean, c, r)| {
                     serde_json::json!({ "folio": o, "design": d, "benchmark": b, "samples_s": t, "mean_s": mean,
-                        "change": c, "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines,
+                        "change": c, "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines, "lost_exclusive": r.lost,
                         "instances": children(b) })
                 })
                 .collect();
@@ -294,20 +320,36 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     );
     println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
     println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster;");
+    if a.stages {
+        println!("the stages run the rmap-id design (set rmap_id_stage); the seed's rows beside (2 MiB THP);");
+    }
     println!("'~' where the change's interval holds 0 (noise): Welch's t, 95% for the {micro_family} changes of a");
     println!("table together (Bonferroni).\n");
+    // The seed's published row of `label` on each machine (2 MiB THP).
+    let published = |label: &'static str| {
+        [("  Intel", &SEED_000_INTEL), ("  AMD", &SEED_000_AMD)]
+            .into_iter()
+            .filter_map(move |(cpu, rows)| rows.iter().find(|(n, _)| *n == label).map(|(_, v)| (cpu, v)))
+    };
+    let first = if a.stages { "stage" } else { "design" };
     for (oi, (_, oname)) in orders.iter().enumerate() {
-        let mut t = micro("design");
-        for (di, design) in designs.iter().enumerate() {
-            t.add_row(row(design.name(), (0..SEED_000_MICRO).map(|bi| cell(change_of(oi, di, bi))).collect()));
+        let mut t = micro(first);
+        for (di, r) in designs.iter().enumerate() {
+            t.add_row(row(r.label, (0..SEED_000_MICRO).map(|bi| cell(change_of(oi, di, bi))).collect()));
+            if a.stages && oi == 0 {
+                for (cpu, vals) in published(r.label) {
+                    t.add_row(row(cpu, vals.iter().map(|v| pct(Some(*v))).collect()));
+                }
+            }
         }
         let base_t = (0..SEED_000_MICRO)
             .map(|bi| times(oi, bi, base).map_or("-".into(), |t| format!("{:.3}s", summarize(&t).mean)));
         t.add_row(row("nr-mapped time", base_t.collect()));
         println!("{oname}:\n{t}\n");
     }
-    println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines); deterministic:");
-    let mut t = micro("design");
+    println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines), and the exclusive");
+    println!("seqcount entries lost to another writer in all (after a '+'); deterministic but for the losses:");
+    let mut t = micro(first);
     for (di, design) in designs.iter().enumerate() {
         let cells = (0..SEED_000_MICRO).map(|bi| match costs_of(0, di, bi) {
             Some(r) if r.rmap_ops > 0 => {
@@ -319,22 +361,22 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                         format!("{x:.0}")
                     }
                 };
-                format!("{}/{}", per(r.rmw), per(r.lines))
+                let lost = if r.lost > 0 { format!(" +{}", r.lost) } else { String::new() };
+                format!("{}/{}{lost}", per(r.rmw), per(r.lines))
             }
             _ => "-".into(),
         });
-        t.add_row(row(design.name(), cells.collect()));
+        t.add_row(row(design.label, cells.collect()));
     }
     println!("{t}\n");
-    for (title, rows) in [
-        ("Seed 000, Intel Xeon Silver 4210R (2 MiB THP)", &SEED_000_INTEL),
-        ("Seed 000, AMD EPYC 7313 (2 MiB THP)", &SEED_000_AMD),
-    ] {
+    // Per design, the seed's stage rows follow apart.
+    let machines = [("Intel Xeon Silver 4210R", &SEED_000_INTEL), ("AMD EPYC 7313", &SEED_000_AMD)];
+    for (cpu, rows) in machines.iter().filter(|_| !a.stages) {
         let mut t = micro("stage");
         for (name, vals) in rows.iter() {
             t.add_row(row(name, vals.iter().map(|v| pct(Some(*v))).collect()));
         }
-        println!("{title}:\n{t}\n");
+        println!("Seed 000, {cpu} (2 MiB THP):\n{t}\n");
     }
     // vm-scalability: the seed reports throughput, so positive is good.
     let rates = |oi, bi, di| times(oi, bi, di).map(|t| t.iter().map(|v| 1.0 / v).collect::<Vec<f64>>());
@@ -345,10 +387,22 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         size >> 20
     );
     println!("% change in throughput against nr-mapped; positive is better.");
-    let mut t = new_table(["design", "2 MiB THP seq", "2 MiB THP rand", "64 KiB mTHP seq", "64 KiB mTHP rand"]);
-    for (di, design) in designs.iter().enumerate() {
-        let cells = (0..orders.len()).flat_map(|oi| [cell(gain(oi, di, 8)), cell(gain(oi, di, 9))]);
-        t.add_row(row(design.name(), cells.collect()));
+    let mut head = vec![first, "2 MiB THP seq", "2 MiB THP rand", "64 KiB mTHP seq", "64 KiB mTHP rand"];
+    if a.stages {
+        head.extend(["Intel seq", "Intel rand", "AMD seq", "AMD rand"]);
+    }
+    let mut t = new_table(head);
+    for (di, r) in designs.iter().enumerate() {
+        let mut cells: Vec<String> =
+            (0..orders.len()).flat_map(|oi| [cell(gain(oi, di, 8)), cell(gain(oi, di, 9))]).collect();
+        if let Some((_, intel, amd)) = SEED_000_VMSCAL.iter().find(|(n, ..)| a.stages && *n == r.label) {
+            cells.extend([intel, amd].iter().flat_map(|v| [pct(Some(v[0])), pct(Some(v[1]))]));
+        }
+        t.add_row(row(r.label, cells));
+    }
+    if a.stages {
+        println!("{t}");
+        return Ok(());
     }
     println!("{t}\n\nSeed 000's vm-scalability, one instance per core, 2 MiB THP:");
     let mut t = new_table(["stage", "Intel seq", "Intel rand", "AMD seq", "AMD rand"]);

@@ -5,7 +5,7 @@ use super::state::State;
 use super::StepResult;
 use crate::backend::Observation;
 use crate::lang::{CmpOp, MachineSetting, Operand};
-use foliomm::mapcount::Design;
+use foliomm::mapcount::{Design, RmapIdStage};
 
 impl State<'_> {
     /// Evaluates `expect LHS OP RHS`, skipped where the run's mapcount design
@@ -40,18 +40,20 @@ impl State<'_> {
         }
     }
 
-    /// The mapcount design of this run: the last `set mapcount`, or the
-    /// backend's own (the model's default and Linux 6.15+ are mm-id, the
-    /// guest's 6.1 is subpage).
+    /// The mapcount design whose answers this run expects: the last `set
+    /// mapcount`, or the backend's own (the model's default and Linux 6.15+
+    /// are mm-id, the guest's 6.1 is subpage), as the last `set
+    /// rmap_id_stage` makes it answer.
     fn design(&self) -> Design {
-        self.settings
-            .iter()
-            .rev()
-            .find_map(|(_, s)| match s {
-                MachineSetting::Mapcount(d) => Some(*d),
-                _ => None,
-            })
-            .unwrap_or_else(|| self.backend.design())
+        let (mut design, mut stage) = (self.backend.design(), RmapIdStage::default());
+        for (_, s) in &self.settings {
+            match s {
+                MachineSetting::Mapcount(d) => design = *d,
+                MachineSetting::RmapIdStage(st) => stage = *st,
+                _ => {}
+            }
+        }
+        stage.answers_as(design)
     }
 
     /// Keeps an observation under `name`; returns a one-line summary.

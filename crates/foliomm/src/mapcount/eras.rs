@@ -198,14 +198,18 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
 
 /// The rmap-ID designs at every stage of seed 000's series, in
 /// [`RmapIdStage::ALL`] order: `rmap-id`, then `rmap-id-powersum`.
-pub(super) static RMAP_ID_STAGES: [[PageMapcounts; 6]; 2] = [staged(DESIGNS[4]), staged(DESIGNS[5])];
+/// At the "mapcount" stage they have no rmap sums and guess as 6.10's
+/// `folio_likely_mapped_shared` does (patch 3's `folio_mapped_shared`).
+pub(super) static RMAP_ID_STAGES: [[PageMapcounts; 7]; 2] = [staged(DESIGNS[4]), staged(DESIGNS[5])];
 
-const fn staged(base: PageMapcounts) -> [PageMapcounts; 6] {
-    let mut out = [base; 6];
+const fn staged(base: PageMapcounts) -> [PageMapcounts; 7] {
+    let mut out = [base; 7];
     let mut i = 0;
     while i < out.len() {
         out[i].f.stage = RmapIdStage::ALL[i];
         i += 1;
     }
+    out[0].f.rmap_sums = None;
+    out[0].f.guess = Guess::Likely;
     out
 }

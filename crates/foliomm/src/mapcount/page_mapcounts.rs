@@ -380,7 +380,7 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn batches_pmd_split(&self) -> bool {
-        self.f.batched_split && (self.f.rmap_sums.is_none() || self.f.stage >= super::RmapIdStage::Batch)
+        self.f.batched_split && self.f.stage >= super::RmapIdStage::Batch
     }
 
     fn verify(&self, f: Folio, truth: &FolioTruth) -> Vec<String> {

@@ -1,6 +1,7 @@
 //! Seed 000's code stages: the points in the RFC series its benchmark
 //! tables measured, as a setting of the rmap-ID designs.
 
+use super::Design;
 use crate::sync::SeqEntry;
 
 macro_rules! stages {
@@ -16,7 +17,7 @@ macro_rules! stages {
 
         impl RmapIdStage {
             /// Every stage, in the series' order.
-            pub const ALL: [RmapIdStage; 6] = [$(RmapIdStage::$variant),*];
+            pub const ALL: [RmapIdStage; 7] = [$(RmapIdStage::$variant),*];
 
             /// The stage's name, as the seed's tables label it.
             pub fn name(self) -> &'static str {
@@ -29,6 +30,11 @@ macro_rules! stages {
 }
 
 stages! {
+    /// After patch 3: a total mapcount and `folio_mapped_shared()` (a
+    /// guess: more mappings than pages, or the first page mapped twice),
+    /// no rmap IDs, always copy on COW; the large-mapcount design on the
+    /// seed's v6.7, whose PMD split adds its rmap page by page.
+    Mapcount = "mapcount",
     /// After patch 10: rmap-ID tracking and COW reuse. 4, 5 or 6 rmap
     /// values by folio order from lookup tables; every writer enters the
     /// seqcount shared and updates with atomic RMWs; a PMD split adds its
@@ -63,6 +69,18 @@ impl RmapIdStage {
     /// Every name, for error messages.
     pub fn names() -> String {
         Self::ALL.map(|s| s.name()).join(", ")
+    }
+
+    /// The design whose answers `design` gives at this stage, for
+    /// expectations per design: at the mapcount stage an rmap-ID design is
+    /// nr-mapped's v6.7 with a total mapcount (no sums, always copy, the
+    /// deferred split queue of 6.7); otherwise `design` itself.
+    pub fn answers_as(self, design: Design) -> Design {
+        if self == RmapIdStage::Mapcount && design.has_stages() {
+            Design::NrMapped
+        } else {
+            design
+        }
     }
 
     /// How a writer enters the rmap seqcount at this stage.
