@@ -288,7 +288,7 @@ fn check_folios(
             for v in m.design.verify(f, t) {
                 bad.push(Violation::new(Mapcount, at, format!("folio {head:#x} ({design}): {v}")));
             }
-            if t.per_mm.len() > 1 && !m.design.maybe_mapped_shared(f) {
+            if t.per_mm.len() > 1 && !m.design.maybe_mapped_shared(f).maybe_shared() {
                 let n = t.per_mm.len();
                 let what = format!(
                     "folio {head:#x} ({design}): answered exclusive while {n} MMs map the folio (wrong-exclusive)"

@@ -112,6 +112,9 @@ counters! {
     precision_wrong_exclusive,
     /// Answers "shared"/"maybe shared" while one MM maps the folio.
     precision_missed_reuse,
+    /// "Maybe shared" answers given because rmap writers were at work
+    /// (seed 000's reader stops early instead of retrying).
+    precision_reader_busy,
     /// COW copies the ground truth would have avoided by reusing.
     precision_avoidable_copy,
     /// Policy guesses "likely exclusive" while two MMs map the folio.

@@ -7,7 +7,7 @@ use super::construction::Construction;
 use super::eras::PageMapcounts;
 use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
 use super::stage::RmapIdStage;
-use super::MmId;
+use super::{MmId, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::{AtomicSeqcount, BitSpinLock, SeqWrite};
@@ -181,9 +181,76 @@ impl PageMapcounts {
     pub(super) fn sole_owner(&self, f: Folio) -> Option<MmId> {
         let c = self.construction()?;
         let (n, sums) = self.sums(c, f);
-        if n > f.nr_pages() {
-            return None; // more mappings than pages: obviously shared
+        owner(c, f, n, &sums)
+    }
+
+    /// rmap-id's `folio_mapped_shared()` for policy code, reading the
+    /// seqcount once: exclusive for at most one mapping or a sole owner;
+    /// maybe shared for more mappings than pages (obviously shared, without
+    /// the seqcount) or several owners; [`SharedAnswer::Busy`] when a
+    /// writer is inside or one passed during the read. Patch 9's reader
+    /// retries instead and notes that it "could stop earlier and just
+    /// return shared"; the cover letter wants callers that "stop early ...
+    /// and indicate maybe mapped shared". Stopping at the first sign of a
+    /// writer is foliomm's reading; COW reuse still retries ([`Self::sole_owner`]).
+    pub(super) fn mapped_shared_once(&self, c: Construction, f: Folio) -> SharedAnswer {
+        let total = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+        if total <= 1 {
+            return SharedAnswer::Exclusive;
         }
-        c.owner(n, &sums, f.order()).map(|a| a as MmId)
+        if total > f.nr_pages() {
+            return SharedAnswer::MaybeShared;
+        }
+        let k = c.count(f.order()) as u64;
+        let read = || {
+            (
+                (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
+                (1..=k).map(|p| f.page(p).ids.load(Relaxed)).collect::<Vec<_>>(),
+            )
+        };
+        match self.seqcount(f).try_read(read) {
+            None => SharedAnswer::Busy,
+            Some((n, sums)) if n <= 1 || owner(c, f, n, &sums).is_some() => SharedAnswer::Exclusive,
+            Some(_) => SharedAnswer::MaybeShared,
+        }
+    }
+}
+
+/// The MM owning all `n` mappings with these sums, if one does; none when
+/// there are more mappings than pages (obviously shared).
+fn owner(c: Construction, f: Folio, n: u64, sums: &[u64]) -> Option<MmId> {
+    if n > f.nr_pages() {
+        return None;
+    }
+    c.owner(n, sums, f.order()).map(|a| a as MmId)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::eras::RMAP_ID_STAGES;
+    use super::super::{Design, Level, MapcountDesign, RmapIdStage, SharedAnswer};
+    use crate::{Config, Machine};
+
+    #[test]
+    fn a_busy_reader_answers_maybe_shared() {
+        let config = Config { memory: 16 << 20, mapcount: Design::RmapId, ..Config::default() };
+        let m = Machine::new(config).unwrap();
+        let d = &RMAP_ID_STAGES[0][RmapIdStage::All as usize];
+        let f = m.alloc_folio(9).unwrap();
+        d.add(f, 0, 512, Level::Pte, 3);
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive, "512 mappings by MM 3");
+        let seq = d.seqcount(f);
+        let writer = seq.write_begin();
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Busy, "a writer is inside");
+        seq.write_end(writer);
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive);
+        d.add(f, 7, 1, Level::Pte, 4);
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::MaybeShared, "more mappings than pages");
+        d.remove(f, 0, 2, Level::Pte, 3);
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::MaybeShared, "two owners");
+        d.remove(f, 7, 1, Level::Pte, 4);
+        d.remove(f, 2, 510, Level::Pte, 3);
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive, "unmapped");
+        m.folio_put_refs(f, 1);
     }
 }

@@ -86,6 +86,25 @@ pub struct Cost {
     pub lost: u64,
 }
 
+/// A design's answer to "is the folio mapped by more than one MM?"
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedAnswer {
+    /// Only one MM maps it.
+    Exclusive,
+    /// Another MM may map it (certainly does, for the precise designs).
+    MaybeShared,
+    /// Maybe shared: rmap writers were at work and the reader stopped early
+    /// instead of retrying (seed 000's reader, see `mapped_shared_once`).
+    Busy,
+}
+
+impl SharedAnswer {
+    /// Whether the answer is anything but "exclusive".
+    pub fn maybe_shared(self) -> bool {
+        self != SharedAnswer::Exclusive
+    }
+}
+
 /// The operations the rmap layer performs on a large folio's counters, and
 /// the queries it asks. Every method runs with the PTL of the table being
 /// changed held, as in Linux.
@@ -116,9 +135,10 @@ pub trait MapcountDesign: Send + Sync {
     /// `folio_precise_page_mapcount`: entries mapping page `i`, if the design
     /// keeps per-page counts.
     fn page_mapcount(&self, f: Folio, i: u64) -> Option<u64>;
-    /// `folio_maybe_mapped_shared`: false only if one MM maps the folio; may be
-    /// true although one MM maps it (imprecise designs).
-    fn maybe_mapped_shared(&self, f: Folio) -> bool;
+    /// `folio_maybe_mapped_shared`: exclusive only if one MM maps the folio;
+    /// maybe shared although one MM maps it for imprecise designs, and for
+    /// rmap-id while writers are at work.
+    fn maybe_mapped_shared(&self, f: Folio) -> SharedAnswer;
     /// The era's guess whether the folio holding page `i` is mapped by more
     /// than one MM, as policy code asks it; may be wrong either way before
     /// 6.15.

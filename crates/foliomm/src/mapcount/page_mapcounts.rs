@@ -6,7 +6,7 @@
 use super::eras::{Guess, PageMapcounts, Total};
 use super::fields::{bump, field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::large_mapcount::Entered;
-use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed};
+use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::BitSpinLock;
@@ -331,18 +331,16 @@ impl MapcountDesign for PageMapcounts {
         Some((f.page(i).mapcount.load(Relaxed) + 1) as u64 + entire)
     }
 
-    fn maybe_mapped_shared(&self, f: Folio) -> bool {
-        if is_hugetlb(f) {
-            return self.mapcount(f) > 1;
-        }
-        if self.f.rmap_sums.is_some() {
-            return self.mapcount(f) > 1 && self.sole_owner(f).is_none();
+    fn maybe_mapped_shared(&self, f: Folio) -> SharedAnswer {
+        if let (Some(c), false) = (self.construction(), is_hugetlb(f)) {
+            return self.mapped_shared_once(c, f);
         }
         let m = self.mapcount(f);
-        if self.f.mm_ids {
-            m > 1 && shared(f)
+        let shared = m > 1 && (!self.f.mm_ids || is_hugetlb(f) || shared(f));
+        if shared {
+            SharedAnswer::MaybeShared
         } else {
-            m > 1
+            SharedAnswer::Exclusive
         }
     }
 
@@ -355,7 +353,7 @@ impl MapcountDesign for PageMapcounts {
                 let m = self.mapcount(f);
                 m > 1 && (self.entire_mapcount(f) > 0 || m > f.nr_pages() || f.page(0).mapcount.load(Relaxed) > 0)
             }
-            Guess::Design => self.maybe_mapped_shared(f),
+            Guess::Design => self.maybe_mapped_shared(f).maybe_shared(),
         }
     }
 

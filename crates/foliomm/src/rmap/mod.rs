@@ -16,7 +16,7 @@ pub use anon_vma::{anon_vma_prepare, AnonVmaSlot};
 use crate::arch::PMD_ORDER;
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
-use crate::mapcount::{Cost, Level, MmId, Removed};
+use crate::mapcount::{Cost, Level, MmId, Removed, SharedAnswer};
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::Errno;
@@ -135,10 +135,15 @@ pub fn page_mapcount(k: &Kernel, f: Folio, i: u64) -> Option<u64> {
     }
 }
 
-/// `folio_maybe_mapped_shared`.
+/// `folio_maybe_mapped_shared`; counts the answers a busy rmap-id reader
+/// gave up on (`precision_reader_busy`).
 pub fn folio_maybe_mapped_shared(k: &Kernel, f: Folio) -> bool {
     if f.is_large() {
-        k.design.maybe_mapped_shared(f)
+        let answer = k.design.maybe_mapped_shared(f);
+        if answer == SharedAnswer::Busy {
+            Stats::inc(&k.stats.precision_reader_busy);
+        }
+        answer.maybe_shared()
     } else {
         folio_mapcount(k, f) > 1
     }
