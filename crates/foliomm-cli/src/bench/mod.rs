@@ -166,7 +166,8 @@ struct Seed000Args {
     /// One row per code stage of the seed's series instead of per design:
     /// nr-mapped as the v6.7 baseline, then the rmap-id design at each
     /// stage from mapcount to all (`set rmap_id_stage`), with the seed's
-    /// Intel and AMD rows beside each.
+    /// Intel and AMD rows beside each; zap and fork go PTE by PTE, as on
+    /// the seed's v6.7 (`set zap per-page`).
     #[arg(long)]
     stages: bool,
 }

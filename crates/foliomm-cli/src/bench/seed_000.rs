@@ -206,7 +206,11 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             let got = interleaved(designs, rounds, &bar, label, |r| {
                 // Room for a copy of everything per child (cow, vm-scalability).
                 let memory = (1 + instances as u64) * size + (256 << 20);
-                let config = Config { memory, mapcount: r.design, rmap_id_stage: r.stage, ..Config::default() };
+                let mut config = Config { memory, mapcount: r.design, rmap_id_stage: r.stage, ..Config::default() };
+                if a.stages {
+                    // The seed's v6.7 zapped and forked PTE by PTE.
+                    config.zap = foliomm::machine::ZapStrategy::PerPage;
+                }
                 let m = Machine::new(config)?;
                 let r = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, instances)?;
                 let costs = r.map_or([0.0; 4], |r| [r.rmap_ops as f64, r.rmw as f64, r.lines as f64, r.lost as f64]);
@@ -321,7 +325,8 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
     println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster;");
     if a.stages {
-        println!("the stages run the rmap-id design (set rmap_id_stage); the seed's rows beside (2 MiB THP);");
+        println!("the stages run the rmap-id design (set rmap_id_stage), zap and fork per page as on v6.7;");
+        println!("the seed's rows beside (2 MiB THP);");
     }
     println!("'~' where the change's interval holds 0 (noise): Welch's t, 95% for the {micro_family} changes of a");
     println!("table together (Bonferroni).\n");

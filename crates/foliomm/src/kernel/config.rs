@@ -46,14 +46,15 @@ pub struct Config {
 /// `DEFAULT_MAX_MAP_COUNT`: `USHRT_MAX` less the ELF core dump margin.
 pub const DEFAULT_MAX_MAP_COUNT: usize = 65530;
 
-/// Zap strategies (seed 001).
+/// Zap strategies (seed 001); fork follows the same one (both learnt
+/// `folio_pte_batch` in 6.9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ZapStrategy {
     /// Linux 6.9+: one rmap, refcount, PTE-clear and TLB-entry operation per
     /// batch of consecutive pages of one folio (`folio_pte_batch`).
     Batched,
-    /// Before 6.9: every PTE on its own.
+    /// Before 6.9: every PTE on its own, at zap and at fork.
     PerPage,
 }
 

@@ -61,7 +61,8 @@ impl CopyVma<'_> {
 
     /// `copy_pte_range` + `copy_present_ptes`: copies present PTEs in batches of
     /// one folio (dirty respected, write merged), one reference add and one rmap
-    /// duplication per batch; write-protects the parent's PTEs and gives the child
+    /// duplication per batch (page by page under the per-page zap strategy,
+    /// as before 6.9); write-protects the parent's PTEs and gives the child
     /// old, read-only copies. The zero page is copied as it is. When duplication
     /// refuses a batch (a page that may be pinned), the batch is redone page by
     /// page and each such page is copied for the child (`copy_present_page`).
@@ -87,7 +88,8 @@ impl CopyVma<'_> {
             }
             let f = Folio::containing(phys, pte.pfn());
             let max_nr = ((end - addr) / PAGE_SIZE) as usize;
-            let (nr, any_writable) = if single == 0 && f.is_large() && max_nr > 1 {
+            let batching = k.config.zap == crate::kernel::ZapStrategy::Batched;
+            let (nr, any_writable) = if batching && single == 0 && f.is_large() && max_nr > 1 {
                 folio_pte_batch(phys, f, stable, idx, pte, max_nr, true)
             } else {
                 (1, pte.write())
