@@ -52,7 +52,7 @@ fn rows(stages: bool) -> Vec<Row> {
         return Design::ALL.iter().map(|&d| Row { label: d.name(), design: d, stage: RmapIdStage::All }).collect();
     }
     let baseline = Row { label: "baseline", design: Design::NrMapped, stage: RmapIdStage::All };
-    let staged = RmapIdStage::ALL.map(|stage| Row { label: stage.name(), design: Design::RmapId, stage });
+    let staged = RmapIdStage::ALL.iter().map(|&stage| Row { label: stage.name(), design: Design::RmapId, stage });
     std::iter::once(baseline).chain(staged).collect()
 }
 

@@ -11,6 +11,31 @@
 //! what each operation costs ([`cost`]). [`construction`] holds the rmap-ID
 //! constructions and their prover, [`mm_id`] the MM-ID allocator.
 
+/// An enum whose variants carry their names (`set ... NAME`, `--... NAME`):
+/// `ALL` in order, `name()`, and under the `clap` feature a `ValueEnum`
+/// taking those names.
+macro_rules! named_enum {
+    ($(#[$emeta:meta])* $Name:ident { $($(#[$meta:meta])* $variant:ident = $name:literal),* $(,)? }) => {
+        $(#[$emeta])*
+        #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+        pub enum $Name {
+            $($(#[$meta])* #[cfg_attr(feature = "clap", value(name = $name))] $variant,)*
+        }
+
+        impl $Name {
+            /// Every value, in order.
+            pub const ALL: &'static [$Name] = &[$($Name::$variant),*];
+
+            /// The value's name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($Name::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
 pub mod construction;
 mod cost;
 mod eras;
@@ -157,31 +182,11 @@ pub trait MapcountDesign: Send + Sync {
     fn fields(&self, f: Folio) -> Vec<(String, i64)>;
 }
 
-macro_rules! designs {
-    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal),* $(,)?) => {
-        /// The mapcount designs foliomm carries, oldest first: the one name
-        /// table the scenario parser, the command line and the benchmarks use.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-        #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-        pub enum Design {
-            $($(#[doc = $doc])* #[cfg_attr(feature = "clap", value(name = $name))] $variant,)*
-        }
-
-        impl Design {
-            /// Every design, oldest first.
-            pub const ALL: &'static [Design] = &[$(Design::$variant),*];
-
-            /// The design's name (`set mapcount NAME`, `--mapcount NAME`).
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Design::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-designs! {
+named_enum! {
+    /// The mapcount designs foliomm carries, oldest first: the one name
+    /// table the scenario parser, the command line and the benchmarks use.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+    Design {
     /// Linux <= 6.1: per-page `_mapcount` + compound mapcount.
     Subpage = "subpage",
     /// Seed 003 (6.2-rc): + subpages mapcount, all under a bit spinlock.
@@ -196,6 +201,7 @@ designs! {
     RmapIdPowersum = "rmap-id-powersum",
     /// Linux 6.15+ (the default): two MM-ID slots and the "maybe shared" bit.
     MmId = "mm-id",
+    }
 }
 
 impl Design {

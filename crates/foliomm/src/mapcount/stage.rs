@@ -4,32 +4,12 @@
 use super::Design;
 use crate::sync::SeqEntry;
 
-macro_rules! stages {
-    ($($(#[$meta:meta])* $variant:ident = $name:literal),* $(,)?) => {
-        /// How far into seed 000's series the rmap-ID designs go (`set
-        /// rmap_id_stage NAME`, `--rmap-id-stage NAME`); each stage includes
-        /// the ones before it. Only `rmap-id` and `rmap-id-powersum` read it.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-        #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-        pub enum RmapIdStage {
-            $($(#[$meta])* #[cfg_attr(feature = "clap", value(name = $name))] $variant,)*
-        }
-
-        impl RmapIdStage {
-            /// Every stage, in the series' order.
-            pub const ALL: [RmapIdStage; 7] = [$(RmapIdStage::$variant),*];
-
-            /// The stage's name, as the seed's tables label it.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(RmapIdStage::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-stages! {
+named_enum! {
+    /// How far into seed 000's series the rmap-ID designs go (`set
+    /// rmap_id_stage NAME`, `--rmap-id-stage NAME`); each stage includes
+    /// the ones before it. Only `rmap-id` and `rmap-id-powersum` read it.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+    RmapIdStage {
     /// After patch 3: a total mapcount and `folio_mapped_shared()` (a
     /// guess: more mappings than pages, or the first page mapped twice),
     /// no rmap IDs, always copy on COW; the large-mapcount design on the
@@ -41,7 +21,8 @@ stages! {
     /// 512 PTE mappings page by page.
     RmapId = "rmap-id",
     /// After patch 11: 1, 2 or 3 values for orders up to 9, from sub-IDs
-    /// each MM computes once.
+    /// built by `calc_rmap_subid`. Differs: the RFC computes them once per
+    /// MM (`mm_rmap_subid_1/2/3`); foliomm at every update.
     OneTwoThree = "123",
     /// After patch 14: a PMD split adds its PTE mappings in one batch
     /// (`__split_huge_pmd_locked`).
@@ -58,17 +39,18 @@ stages! {
     /// with plain stores when exclusive.
     #[default]
     All = "all",
+    }
 }
 
 impl RmapIdStage {
     /// The stage called `name`.
     pub fn parse(name: &str) -> Option<RmapIdStage> {
-        Self::ALL.into_iter().find(|s| s.name() == name)
+        Self::ALL.iter().copied().find(|s| s.name() == name)
     }
 
     /// Every name, for error messages.
     pub fn names() -> String {
-        Self::ALL.map(|s| s.name()).join(", ")
+        Self::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
     }
 
     /// The design whose answers `design` gives at this stage, for
