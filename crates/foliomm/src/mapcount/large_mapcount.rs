@@ -169,11 +169,7 @@ impl PageMapcounts {
 
     /// rmap-id: a consistent mapcount and rmap sums.
     pub(super) fn sums(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
-        let k = c.count(f.order()) as u64;
-        self.seqcount(f).read(|| {
-            let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
-            (m, (1..=k).map(|p| f.page(p).ids.load(Relaxed)).collect())
-        })
+        self.seqcount(f).read(|| snapshot(c, f))
     }
 
     /// rmap-id: the MM that maps every mapping of the folio, if one does
@@ -201,19 +197,18 @@ impl PageMapcounts {
         if total > f.nr_pages() {
             return SharedAnswer::MaybeShared;
         }
-        let k = c.count(f.order()) as u64;
-        let read = || {
-            (
-                (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
-                (1..=k).map(|p| f.page(p).ids.load(Relaxed)).collect::<Vec<_>>(),
-            )
-        };
-        match self.seqcount(f).try_read(read) {
+        match self.seqcount(f).try_read(|| snapshot(c, f)) {
             None => SharedAnswer::Busy,
             Some((n, sums)) if n <= 1 || owner(c, f, n, &sums).is_some() => SharedAnswer::Exclusive,
             Some(_) => SharedAnswer::MaybeShared,
         }
     }
+}
+
+/// The mapcount and the rmap sums, read without the seqcount.
+fn snapshot(c: Construction, f: Folio) -> (u64, Vec<u64>) {
+    let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+    (m, (1..=c.count(f.order()) as u64).map(|p| f.page(p).ids.load(Relaxed)).collect())
 }
 
 /// The MM owning all `n` mappings with these sums, if one does; none when
