@@ -256,7 +256,12 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                     let mean = t.as_ref().map(|t| summarize(t).mean);
                     rows.push((
                         oname.to_string(),
-                        design.label.to_string(),
+                        // With --stages, the design and its stage ("rmap-id 123").
+                        if a.stages && design.design.has_stages() {
+                            format!("{} {}", design.design, design.stage)
+                        } else {
+                            design.design.to_string()
+                        },
                         bname.to_string(),
                         t,
                         mean,
