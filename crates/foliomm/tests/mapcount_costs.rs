@@ -16,10 +16,11 @@ fn staged(design: Design, stage: RmapIdStage) -> [(u64, u64, u64); 2] {
     let m = Machine::new(config).unwrap();
     let f = m.alloc_folio(9).unwrap();
     let d = design.implementation_at(stage);
-    let batch = d.add(f, 0, 512, Level::Pte, 1);
-    let single = d.add(f, 5, 1, Level::Pte, 1);
-    d.remove(f, 5, 1, Level::Pte, 1);
-    d.remove(f, 0, 512, Level::Pte, 1);
+    let mm = foliomm::mapcount::RmapMm::new(1);
+    let batch = d.add(f, 0, 512, Level::Pte, mm);
+    let single = d.add(f, 5, 1, Level::Pte, mm);
+    d.remove(f, 5, 1, Level::Pte, mm);
+    d.remove(f, 0, 512, Level::Pte, mm);
     m.folio_put_refs(f, 1);
     [(batch.rmw, batch.locks, batch.lines), (single.rmw, single.locks, single.lines)]
 }

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, Incident, Kernel};
-use crate::mapcount::{FolioTruth, MmId};
+use crate::mapcount::{FolioTruth, MmId, RmapMm};
 use crate::mm_types::{Mm, Vmas};
 use crate::pgtable::{pt_share_count, walk_all, Visit};
 use crate::phys::pg;
@@ -77,6 +77,12 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     let mut linked = HashSet::new();
     for mm in mms {
         let vmas = mm.mmap_read_lock();
+        // Seed 000's CONFIG_DEBUG_VM check (patch 15, `rmap_id_init`): the
+        // sub-IDs the MM keeps are `calc_rmap_subid`'s.
+        if mm.rmap != RmapMm::new(mm.id) {
+            let what = format!("mm {}: precomputed rmap sub-IDs {:?} are not its ID's", mm.id, mm.rmap);
+            bad.push(Violation::new(Mapcount, Subject::Mm { mm: mm.id, addr: None }, what));
+        }
         vma::check_vma_tree(mm, &vmas, &mut linked, &mut bad);
         walked.tables.insert(mm.pgd);
         for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {

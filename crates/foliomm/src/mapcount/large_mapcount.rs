@@ -7,7 +7,7 @@ use super::construction::Construction;
 use super::eras::PageMapcounts;
 use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
 use super::stage::RmapIdStage;
-use super::{MmId, SharedAnswer};
+use super::{MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::{AtomicSeqcount, BitSpinLock, SeqWrite};
@@ -63,7 +63,7 @@ impl PageMapcounts {
     /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
     /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
     /// `section` is the write section [`PageMapcounts::begin_all`] opened.
-    pub(super) fn add_large(&self, f: Folio, d: i32, mm: MmId, section: Option<SeqWrite>) -> Entered {
+    pub(super) fn add_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
         if let Some(c) = self.construction() {
             return self.update_sums(c, f, d, mm, section);
         }
@@ -71,6 +71,7 @@ impl PageMapcounts {
             w(f, field::TOTAL).fetch_add(d, Relaxed);
             return Entered::default();
         }
+        let mm = mm.id;
         let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
         let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
@@ -100,7 +101,7 @@ impl PageMapcounts {
     }
 
     /// `folio_sub_return_large_mapcount`.
-    pub(super) fn sub_large(&self, f: Folio, d: i32, mm: MmId, section: Option<SeqWrite>) -> Entered {
+    pub(super) fn sub_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
         if let Some(c) = self.construction() {
             return self.update_sums(c, f, -d, mm, section);
         }
@@ -108,6 +109,7 @@ impl PageMapcounts {
             w(f, field::TOTAL).fetch_sub(d, Relaxed);
             return Entered::default();
         }
+        let mm = mm.id;
         let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
         let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
@@ -140,9 +142,10 @@ impl PageMapcounts {
     /// Differs from patch 17: its exclusive path for order <= 2 adds the
     /// sub-ID without multiplying by `d` (so an unmap would add); foliomm
     /// multiplies, as every other case of the RFC does.
-    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: MmId, section: Option<SeqWrite>) -> Entered {
-        debug_assert!((mm as u64) < 1 << 24, "rmap IDs are 24-bit");
-        let values = c.values(mm as u64, f.order());
+    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
+        debug_assert!((mm.id as u64) < 1 << 24, "rmap IDs are 24-bit");
+        let mut scratch = None;
+        let values = rmap_values(c, f, &mm, &mut scratch);
         let seq = self.seqcount(f);
         let sec = section.unwrap_or_else(|| seq.write_begin());
         bump(w(f, field::TOTAL), d, sec.exclusive);
@@ -205,6 +208,22 @@ impl PageMapcounts {
     }
 }
 
+/// What one mapping by `mm` adds to each rmap sum of `f`: from patch 11 on,
+/// up to order 9, the sub-IDs the MM computed once (`get_rmap_subid_1/2/3`);
+/// otherwise computed into `scratch` (the RFC's lookup tables).
+pub(super) fn rmap_values<'a>(
+    c: Construction,
+    f: Folio,
+    mm: &'a RmapMm,
+    scratch: &'a mut Option<super::construction::Values>,
+) -> &'a [u64] {
+    if c == Construction::SeedSubIds && f.order() <= 9 {
+        mm.subids(f.order())
+    } else {
+        scratch.insert(c.values(mm.id as u64, f.order()))
+    }
+}
+
 /// The mapcount and the rmap sums, read without the seqcount.
 fn snapshot(c: Construction, f: Folio) -> (u64, Vec<u64>) {
     let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
@@ -223,7 +242,7 @@ fn owner(c: Construction, f: Folio, n: u64, sums: &[u64]) -> Option<MmId> {
 #[cfg(test)]
 mod tests {
     use super::super::eras::RMAP_ID_STAGES;
-    use super::super::{Design, Level, MapcountDesign, RmapIdStage, SharedAnswer};
+    use super::super::{Design, Level, MapcountDesign, RmapIdStage, RmapMm, SharedAnswer};
     use crate::{Config, Machine};
 
     #[test]
@@ -232,19 +251,20 @@ mod tests {
         let m = Machine::new(config).unwrap();
         let d = &RMAP_ID_STAGES[0][RmapIdStage::All as usize];
         let f = m.alloc_folio(9).unwrap();
-        d.add(f, 0, 512, Level::Pte, 3);
+        let (a, b) = (RmapMm::new(3), RmapMm::new(4));
+        d.add(f, 0, 512, Level::Pte, a);
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive, "512 mappings by MM 3");
         let seq = d.seqcount(f);
         let writer = seq.write_begin();
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Busy, "a writer is inside");
         seq.write_end(writer);
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive);
-        d.add(f, 7, 1, Level::Pte, 4);
+        d.add(f, 7, 1, Level::Pte, b);
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::MaybeShared, "more mappings than pages");
-        d.remove(f, 0, 2, Level::Pte, 3);
+        d.remove(f, 0, 2, Level::Pte, a);
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::MaybeShared, "two owners");
-        d.remove(f, 7, 1, Level::Pte, 4);
-        d.remove(f, 2, 510, Level::Pte, 3);
+        d.remove(f, 7, 1, Level::Pte, b);
+        d.remove(f, 2, 510, Level::Pte, a);
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive, "unmapped");
         m.folio_put_refs(f, 1);
     }

@@ -52,7 +52,7 @@ use crate::folio::Folio;
 
 pub use eras::PageMapcounts;
 pub use fields::ENTIRELY_MAPPED;
-pub use mm_id::{MmId, MmIds};
+pub use mm_id::{MmId, MmIds, RmapMm};
 pub use stage::RmapIdStage;
 
 /// Which page-table level a mapping uses.
@@ -147,12 +147,12 @@ pub trait MapcountDesign: Send + Sync {
     fn check_freeable(&self, f: Folio) -> Vec<String>;
     /// First mapping of a new folio by `mm`: all pages by PTEs, or one PMD
     /// (`folio_add_new_anon_rmap`).
-    fn add_new(&self, f: Folio, level: Level, mm: MmId);
+    fn add_new(&self, f: Folio, level: Level, mm: RmapMm);
     /// Adds `nr` PTE mappings of pages `first..first+nr`, or one PMD mapping;
     /// returns what that cost.
-    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Cost;
+    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Cost;
     /// Removes mappings, the mirror image of [`MapcountDesign::add`].
-    fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed;
+    fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Removed;
     /// `folio_mapcount`: page-table entries (PTEs and PMDs) mapping the folio.
     fn mapcount(&self, f: Folio) -> u64;
     /// `folio_entire_mapcount`: PMD mappings.

@@ -6,7 +6,7 @@
 use super::eras::{Guess, PageMapcounts, Total};
 use super::fields::{bump, field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::large_mapcount::Entered;
-use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, SharedAnswer};
+use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::BitSpinLock;
@@ -144,7 +144,7 @@ impl MapcountDesign for PageMapcounts {
         bad
     }
 
-    fn add_new(&self, f: Folio, level: Level, mm: MmId) {
+    fn add_new(&self, f: Folio, level: Level, mm: RmapMm) {
         if is_hugetlb(f) {
             return self.hugetlb_add(f, 1);
         }
@@ -170,17 +170,18 @@ impl MapcountDesign for PageMapcounts {
         }
         if self.f.mm_ids {
             w(f, field::SLOT0).store(all, Relaxed);
-            set_slot_id(f, 0, mm);
+            set_slot_id(f, 0, mm.id);
         }
         if let Some(c) = self.construction() {
             let n = (all + 1) as u64;
-            for (i, &v) in c.values(mm as u64, f.order()).iter().enumerate() {
+            let mut scratch = None;
+            for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
                 f.page(1 + i as u64).ids.store(n.wrapping_mul(v), Relaxed);
             }
         }
     }
 
-    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Cost {
+    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Cost {
         if is_hugetlb(f) {
             self.hugetlb_add(f, 1);
             return Cost { rmw: 1 + (self.f.total == Total::All) as u64, lines: 1, ..Cost::default() };
@@ -234,7 +235,7 @@ impl MapcountDesign for PageMapcounts {
         cost
     }
 
-    fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+    fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Removed {
         if is_hugetlb(f) {
             self.hugetlb_add(f, -1);
             let unmapped = if self.entire_mapcount(f) == 0 { f.nr_pages() } else { 0 };

@@ -99,7 +99,7 @@ impl CopyVma<'_> {
             if !f.test_anon() {
                 // A file page of a private mapping: read-only, shared with the
                 // child as it is (folio_dup_file_rmap_ptes).
-                rmap::folio_add_file_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id);
+                rmap::folio_add_file_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.rmap);
                 let child = pte.without(Pte::ACCESSED);
                 (0..nr).for_each(|i| store(phys, dtable, idx + i, child.next_pfn(i as u64)));
                 dst.add_rss(f, nr as i64);
@@ -108,7 +108,8 @@ impl CopyVma<'_> {
                 addr += nr as u64 * PAGE_SIZE;
                 continue;
             }
-            if rmap::folio_try_dup_anon_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.id, pinned).is_err() {
+            if rmap::folio_try_dup_anon_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.rmap, pinned).is_err()
+            {
                 f.put_refs(nr as i32);
                 if nr > 1 {
                     single = nr;
@@ -141,7 +142,7 @@ impl CopyVma<'_> {
         let (k, dst, dst_vma) = (self.k, self.dst, self.dst_vma);
         let new = k.alloc_folio(0)?;
         k.phys.copy_frame(new.pfn, pte.pfn());
-        rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.id, dst_vma.anon_vma());
+        rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.rmap, dst_vma.anon_vma());
         let w = if dst_vma.writable() { Pte::RW | Pte::DIRTY } else { 0 };
         store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w));
         dst.add_anon_rss(1);

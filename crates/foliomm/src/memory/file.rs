@@ -82,7 +82,7 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
         return Ok(());
     }
     k.folio_put_refs(f, 1);
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.id, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.rmap, anon_vma);
     let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
     store(phys, table, pte_index(addr), e);
     vmf.mm.add_anon_rss(1);
@@ -155,7 +155,7 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
     }
     if whole && pte_range_none(phys, table, pte_index(first_addr), nr as usize) {
         f.ref_add(nr as i32 - 1);
-        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pte, vmf.mm.id);
+        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pte, vmf.mm.rmap);
         for i in 0..nr {
             let write = vmf.write() && f.pfn + i == pfn;
             store(phys, table, pte_index(first_addr) + i as usize, file_pte(vmf, f.pfn + i, write));
@@ -168,7 +168,7 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
         k.folio_put_refs(f, 1);
         return Ok(());
     }
-    rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, vmf.mm.id);
+    rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, vmf.mm.rmap);
     store(phys, table, pte_index(addr), file_pte(vmf, pfn, vmf.write()));
     vmf.mm.add_rss(f, 1);
     Ok(())
@@ -206,7 +206,7 @@ fn do_set_pmd(vmf: &VmFault, f: Folio) -> Result<Huge> {
         k.folio_put_refs(f, 1);
         return Ok(Huge::Done);
     }
-    rmap::folio_add_file_rmap(k, f, 0, 1 << PMD_ORDER, Level::Pmd, vmf.mm.id);
+    rmap::folio_add_file_rmap(k, f, 0, 1 << PMD_ORDER, Level::Pmd, vmf.mm.rmap);
     pmd.store(phys, file_pte(vmf, f.pfn, vmf.write()).with(Pte::PSE));
     vmf.mm.add_rss(f, 1 << PMD_ORDER);
     Stats::inc(&k.stats.thp_file_mapped);
@@ -252,7 +252,7 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
             continue;
         }
         f.ref_add(n as i32 - 1);
-        rmap::folio_add_file_rmap(k, f, pfn - f.pfn, n, Level::Pte, vmf.mm.id);
+        rmap::folio_add_file_rmap(k, f, pfn - f.pfn, n, Level::Pte, vmf.mm.rmap);
         for j in 0..n {
             store(phys, table, (i + j) as usize, file_pte(vmf, pfn + j, false));
         }

@@ -82,7 +82,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         k.free_table(table);
         return Ok(Huge::Done);
     }
-    rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, anon_vma);
     deposit(mm, haddr, table);
     map_anon_pmd(k, mm, pmd, f, vma);
     drop(pl);
@@ -127,7 +127,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
         }
         pmd.store(phys, Pte::NONE);
         mm.tlb.flush_range(&k.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
-        rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, anon_vma);
+        rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, anon_vma);
         map_anon_pmd(k, mm, pmd, f, vma);
         Stats::inc(&k.stats.thp_fault_alloc);
         Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);
@@ -202,15 +202,15 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
         f.ref_add(HPAGE_NR as i32 - 1);
         let batched = k.design.batches_pmd_split();
         if batched {
-            rmap::folio_add_anon_rmap_ptes(k, f, 0, HPAGE_NR, mm.id, exclusive);
+            rmap::folio_add_anon_rmap_ptes(k, f, 0, HPAGE_NR, mm.rmap, exclusive);
         }
         for i in 0..HPAGE_NR {
             pgtable::store(phys, table, i as usize, Pte::new(f.pfn + i, bits.0));
             if !batched {
-                rmap::folio_add_anon_rmap_ptes(k, f, i, 1, mm.id, exclusive);
+                rmap::folio_add_anon_rmap_ptes(k, f, i, 1, mm.rmap, exclusive);
             }
         }
-        rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+        rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.rmap);
     }
     pmd.store(phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
 }
@@ -222,7 +222,7 @@ fn unmap_file_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
     pmd.store(&k.phys, Pte::NONE);
     mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
     Stats::inc(&k.stats.thp_split_pmd);
-    rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.id);
+    rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.rmap);
     mm.add_rss(f, -(HPAGE_NR as i64));
     k.folio_put_refs(f, 1);
 }
@@ -246,7 +246,7 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
         let f = Folio::from_head(phys, e.pfn());
         f.ref_add(1);
         let pinned = src.has_pinned.load(Relaxed);
-        if rmap::folio_try_dup_anon_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.id, pinned).is_err() {
+        if rmap::folio_try_dup_anon_rmap(k, f, 0, HPAGE_NR, Level::Pmd, dst.rmap, pinned).is_err() {
             f.put_refs(1);
             drop((sl, dl));
             k.free_table(table);
@@ -284,7 +284,7 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
             let f = Folio::from_head(phys, e.pfn());
             let nr = f.nr_pages();
             tlb.remove_tlb_entries(haddr, nr);
-            rmap::folio_remove_rmap(k, f, 0, nr, Level::Pmd, mm.id);
+            rmap::folio_remove_rmap(k, f, 0, nr, Level::Pmd, mm.rmap);
             mm.add_rss(f, -(nr as i64));
             Stats::add(&k.stats.zap_ptes, 1);
             Stats::inc(&k.stats.zap_batches);

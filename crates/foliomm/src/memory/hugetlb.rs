@@ -273,8 +273,8 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
         bits |= Pte::RW | Pte::DIRTY;
     }
     match anon_vma {
-        Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.id, av),
-        None => rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, mm.id),
+        Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, av),
+        None => rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, mm.rmap),
     }
     pmd.store(phys, Pte::new(f.pfn, bits));
     drop(_pl);
@@ -318,8 +318,8 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
         k.folio_put_refs(new, 1);
         return Ok(());
     }
-    rmap::folio_remove_rmap(k, old, 0, size.pages(), Level::Pmd, mm.id);
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.id, anon_vma);
+    rmap::folio_remove_rmap(k, old, 0, size.pages(), Level::Pmd, mm.rmap);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.rmap, anon_vma);
     let w = if kind == FaultKind::Write { Pte::RW | Pte::DIRTY } else { 0 };
     pmd.store(phys, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | w));
     mm.tlb.flush_range(&k.stats, haddr, haddr + size.bytes());
@@ -391,13 +391,13 @@ fn copy_huge_entry(
     let f = Folio::from_head(phys, e.pfn());
     if !f.test_anon() {
         f.ref_add(1);
-        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.id);
+        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.rmap);
         dpmd.store(phys, e);
         return;
     }
     let pinned = src.has_pinned.load(Relaxed);
     f.ref_add(1);
-    if rmap::folio_try_dup_anon_rmap(k, f, 0, nr, Level::Pmd, dst.id, pinned).is_ok() {
+    if rmap::folio_try_dup_anon_rmap(k, f, 0, nr, Level::Pmd, dst.rmap, pinned).is_ok() {
         spmd.store(phys, e.without(Pte::RW));
         dpmd.store(phys, e.without(Pte::RW));
         src.tlb.flush_range(&k.stats, addr, addr + size.bytes());
@@ -407,6 +407,6 @@ fn copy_huge_entry(
     // A maybe-pinned exclusive page: the child gets its own copy now.
     let Ok(new) = k.alloc_hugetlb_folio(size, false) else { return };
     (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.id, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, anon_vma);
     dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
 }

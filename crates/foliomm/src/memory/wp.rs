@@ -93,12 +93,12 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     store(phys, vmf.table, idx, Pte::NONE);
     let page = vmf.address & !(PAGE_SIZE - 1);
     mm.tlb.flush_range(&k.stats, page, page + PAGE_SIZE);
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.id, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.rmap, anon_vma);
     let writable = if vmf.unshare() { 0 } else { Pte::DIRTY | Pte::RW };
     store(phys, vmf.table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | writable));
     match old {
         Some(old) => {
-            rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.id);
+            rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.rmap);
             if !old.test_anon() {
                 mm.add_rss(old, -1);
                 mm.add_anon_rss(1);

@@ -120,7 +120,7 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, e
                     Stats::inc(&k.stats.rmap_delayed);
                     force_flush = true;
                 } else {
-                    rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.id);
+                    rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.rmap);
                 }
                 full = tlb.remove_folio_pages(pte.pfn(), nr as u32, delay);
                 addr += nr as u64 * PAGE_SIZE;
@@ -128,7 +128,7 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, e
             // The TLB flush, then the delayed rmaps, before the PTL goes.
             if force_flush {
                 tlb.flush_tlb();
-                tlb.flush_rmaps(mm.id);
+                tlb.flush_rmaps(mm.rmap);
             }
         }
         if full || force_flush {

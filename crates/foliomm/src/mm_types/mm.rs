@@ -8,7 +8,7 @@ use super::VmaCache;
 use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::kernel::Kernel;
-use crate::mapcount::MmId;
+use crate::mapcount::{MmId, RmapMm};
 use crate::shmem::{Inode, Mount};
 use crate::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
 use crate::sync::cacheline::{self, Structure};
@@ -23,6 +23,9 @@ pub struct Mm {
     pub(crate) mmlist: Arc<MmList>,
     /// `mm->mm_id`.
     pub id: MmId,
+    /// The ID with the rmap sub-IDs seed 000 keeps in `mm_struct`
+    /// (computed once, from `id`).
+    pub rmap: RmapMm,
     /// A number no other MM of the machine ever has (what `vm_mm`, a
     /// pointer in Linux, compares).
     pub serial: u64,
@@ -55,6 +58,7 @@ impl Mm {
             kernel: kernel.clone(),
             mmlist: list.clone(),
             id,
+            rmap: RmapMm::new(id),
             serial,
             pgd,
             mmap_lock: MmapLock::new(serial, list.vma_cache.clone()),

@@ -16,7 +16,7 @@ pub use anon_vma::{anon_vma_prepare, AnonVmaSlot};
 use crate::arch::PMD_ORDER;
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
-use crate::mapcount::{Cost, Level, MmId, Removed, SharedAnswer};
+use crate::mapcount::{Cost, Level, MmId, Removed, RmapMm, SharedAnswer};
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::Errno;
@@ -24,9 +24,9 @@ use crate::Errno;
 /// `folio_add_new_anon_rmap(folio, vma, addr, RMAP_EXCLUSIVE)`: first mapping
 /// of a freshly allocated anon folio, all pages by PTEs or the whole by a PMD.
 /// Sets `PageAnonExclusive` on every page (PTE) or the head (PMD).
-pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: MmId, anon_vma: u64) {
+pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, anon_vma: u64) {
     Stats::inc(&k.stats.rmap_add_new);
-    note(k, f, mm, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
+    note(k, f, mm.id, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
     f.head().set(pg::ANON | pg::SWAPBACKED);
     f.head().link.store(anon_vma, Relaxed);
     if f.is_large() {
@@ -42,9 +42,9 @@ pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: MmId, ano
 
 /// `folio_add_anon_rmap_ptes`: adds `nr` PTE mappings of pages
 /// `first..first+nr` of an already anon folio (used by PMD split).
-pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: MmId, exclusive: bool) {
+pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: RmapMm, exclusive: bool) {
     Stats::inc(&k.stats.rmap_add);
-    note(k, f, mm, nr as i64);
+    note(k, f, mm.id, nr as i64);
     add_counts(k, f, first, nr, Level::Pte, mm);
     if exclusive {
         (first..first + nr).for_each(|i| f.set_anon_exclusive(i, true));
@@ -55,9 +55,9 @@ pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: M
 /// fork: adds `nr` PTE mappings of pages `first..first+nr` of a file
 /// folio, or one PMD mapping, for `mm`. No exclusivity: file pages are
 /// never AnonExclusive.
-pub fn folio_add_file_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
+pub fn folio_add_file_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) {
     Stats::inc(&k.stats.rmap_add);
-    note(k, f, mm, if level == Level::Pte { nr as i64 } else { 1 });
+    note(k, f, mm.id, if level == Level::Pte { nr as i64 } else { 1 });
     add_counts(k, f, first, nr, level, mm);
 }
 
@@ -72,7 +72,7 @@ pub fn folio_try_dup_anon_rmap(
     first: u64,
     nr: u64,
     level: Level,
-    child: MmId,
+    child: RmapMm,
     parent_has_pinned: bool,
 ) -> Result<(), Errno> {
     let exclusive = match level {
@@ -83,7 +83,7 @@ pub fn folio_try_dup_anon_rmap(
         return Err(Errno::EBUSY);
     }
     Stats::inc(&k.stats.rmap_dup);
-    note(k, f, child, if level == Level::Pte { nr as i64 } else { 1 });
+    note(k, f, child.id, if level == Level::Pte { nr as i64 } else { 1 });
     match level {
         Level::Pte => (first..first + nr).for_each(|i| f.set_anon_exclusive(i, false)),
         Level::Pmd => f.set_anon_exclusive(0, false),
@@ -93,9 +93,9 @@ pub fn folio_try_dup_anon_rmap(
 }
 
 /// `folio_remove_rmap_ptes` / `folio_remove_rmap_pmd`.
-pub fn folio_remove_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) -> Removed {
+pub fn folio_remove_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Removed {
     Stats::inc(&k.stats.rmap_remove);
-    note(k, f, mm, -(if level == Level::Pte { nr as i64 } else { 1 }));
+    note(k, f, mm.id, -(if level == Level::Pte { nr as i64 } else { 1 }));
     if f.is_large() {
         let r = k.design.remove(f, first, nr, level, mm);
         account(k, r.cost);
@@ -108,7 +108,7 @@ pub fn folio_remove_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level
     Removed { unmapped_pages: last as u64, ..Removed::default() }
 }
 
-fn add_counts(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: MmId) {
+fn add_counts(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) {
     if f.is_large() {
         account(k, k.design.add(f, first, nr, level, mm));
     } else {

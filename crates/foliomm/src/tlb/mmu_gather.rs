@@ -15,7 +15,7 @@ use super::MmTlb;
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
-use crate::mapcount::{Level, MmId};
+use crate::mapcount::{Level, RmapMm};
 use crate::rmap;
 
 /// `MAX_GATHER_BATCH` on x86-64: slots in one batch page.
@@ -146,7 +146,7 @@ impl<'a> MmuGather<'a> {
     /// `tlb_flush_rmaps`: removes the rmap of delayed entries, which Linux
     /// keeps only in the local batch and the active one. Call after the TLB
     /// flush and before dropping the PTL.
-    pub fn flush_rmaps(&mut self, mm: MmId) {
+    pub fn flush_rmaps(&mut self, mm: RmapMm) {
         if !self.delayed_rmap {
             return;
         }
@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(f.head().mapcount.load(Relaxed) + 1, n as i32, "the rmaps are still there before the flush");
         g.remove_tlb_entries(0x1000, 1);
         g.flush_tlb();
-        g.flush_rmaps(1);
+        g.flush_rmaps(RmapMm::new(1));
         assert_eq!(f.head().mapcount.load(Relaxed), -1, "flush_rmaps removed every delayed rmap");
         drop(g);
         assert_eq!(f.refcount(), 1);
