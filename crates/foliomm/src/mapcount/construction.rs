@@ -68,9 +68,9 @@ impl Construction {
             .find(|c| c.name() == s)
     }
 
-    /// What one mapping by MM `id` adds to each sum, in a folio of `order`.
-    /// Computed on the stack: the rmap hot path calls it for every update,
-    /// where the seed reads values it computed once per MM.
+    /// What one mapping by MM `id` adds to each sum, in a folio of `order`,
+    /// computed on the stack. The rmap-id design reads an MM's precomputed
+    /// values instead where patch 11 keeps them ([`super::RmapMm`]).
     pub fn values(self, id: u64, order: u32) -> Values {
         let mut out = Values { len: 0, v: [0; MAX_VALUES] };
         let mut push = |x| {

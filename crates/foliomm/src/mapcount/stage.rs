@@ -20,9 +20,8 @@ named_enum! {
     /// seqcount shared and updates with atomic RMWs; a PMD split adds its
     /// 512 PTE mappings page by page.
     RmapId = "rmap-id",
-    /// After patch 11: 1, 2 or 3 values for orders up to 9, from sub-IDs
-    /// built by `calc_rmap_subid`. Differs: the RFC computes them once per
-    /// MM (`mm_rmap_subid_1/2/3`); foliomm at every update.
+    /// After patch 11: 1, 2 or 3 values for orders up to 9, from the
+    /// sub-IDs each MM computed once ([`super::RmapMm`]).
     OneTwoThree = "123",
     /// After patch 14: a PMD split adds its PTE mappings in one batch
     /// (`__split_huge_pmd_locked`).
