@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use foliomm_host::sys::{Advice, Map, Mapping};
 
 const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 const PMD: usize = 2 << 20;
@@ -70,124 +71,53 @@ pub fn anon_fault_alloc(order: u32) -> Option<u64> {
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
-/// A 2 MiB-aligned anonymous private region of the benchmark process.
-pub struct Region {
-    raw: *mut u8,
-    raw_len: usize,
-    pub base: *mut u8,
-    pub len: usize,
-}
-
-impl Region {
-    pub fn new(len: usize) -> Result<Region> {
-        let raw_len = len + PMD;
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked against MAP_FAILED.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                raw_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            bail!("mmap of {raw_len} bytes failed: {}", std::io::Error::last_os_error());
-        }
-        let raw = raw.cast::<u8>();
-        let base = ((raw as usize).div_ceil(PMD) * PMD) as *mut u8;
-        Ok(Region { raw, raw_len, base, len })
-    }
-
-    /// `MADV_HUGEPAGE` on the region.
-    pub fn hugepage(&self) {
-        // SAFETY: advice on a range inside our own mapping; no contents change.
-        unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_HUGEPAGE) };
-    }
-
-    /// Writes one byte per page; returns the time taken (the faults).
-    pub fn touch(&self) -> Duration {
-        let t = Instant::now();
-        for off in (0..self.len).step_by(PAGE) {
-            // SAFETY: in bounds of our writable mapping.
-            unsafe { self.base.add(off).write_volatile(1) };
-        }
-        t.elapsed()
-    }
-
-    /// Splits every PMD mapping into PTEs, by an mprotect round trip on the
-    /// first page of each 2 MiB (the VMAs merge back).
-    pub fn split_pmds(&self) -> Result<()> {
-        for off in (0..self.len).step_by(PMD) {
-            for prot in [libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE] {
-                // SAFETY: changes protection of a page inside our mapping that
-                // no Rust reference points into.
-                if unsafe { libc::mprotect(self.base.add(off).cast(), PAGE, prot) } != 0 {
-                    bail!("mprotect failed: {}", std::io::Error::last_os_error());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// munmap of the whole region; returns the time taken.
-    pub fn unmap(self) -> Duration {
-        let t = Instant::now();
-        // SAFETY: unmaps exactly our mapping; `self` is consumed, so nothing
-        // can use it afterwards (Drop is skipped by forget below).
-        unsafe { libc::munmap(self.raw.cast(), self.raw_len) };
-        let d = t.elapsed();
-        std::mem::forget(self);
-        d
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly our mapping; nothing refers to it any more.
-        unsafe { libc::munmap(self.raw.cast(), self.raw_len) };
-    }
-}
-
 /// A fault-and-unmap run with folios of `order`: (fault time, munmap time,
 /// share of the region the kernel really backed with that order). With
 /// `split`, PMD mappings are split into PTEs before the munmap.
 pub fn fault_munmap(len: usize, order: u32, split: bool) -> Result<(Duration, Duration, f64)> {
     let _settings = only_order(order)?;
-    let r = Region::new(len)?;
+    let mut r = region(len)?;
     if order == 9 {
-        r.hugepage();
+        r.advise(0..len, Advice::HugePage)?;
     }
     let before = anon_fault_alloc(order);
-    let fault = r.touch();
+    let t = Instant::now();
+    r.write_every(0..len, PAGE, 1);
+    let fault = t.elapsed();
     let got = match (before, anon_fault_alloc(order)) {
         (Some(b), Some(a)) => (a - b) as f64 * (PAGE << order) as f64 / len as f64,
         _ => 1.0,
     };
     if split {
-        r.split_pmds()?;
+        // An mprotect round trip on the first page of each 2 MiB splits
+        // its PMD mapping into PTEs.
+        for off in (0..len).step_by(PMD) {
+            r.protect_round_trip(off..off + PAGE)?;
+        }
     }
-    Ok((fault, r.unmap(), got))
+    let t = Instant::now();
+    r.unmap()?;
+    Ok((fault, t.elapsed(), got))
+}
+
+/// A 2 MiB-aligned anonymous private region of `len` bytes.
+fn region(len: usize) -> Result<Mapping> {
+    Map::anon().aligned(PMD).map(len).with_context(|| format!("host mmap of {len} bytes"))
 }
 
 /// memset of fresh anonymous memory (includes the kernel's faults).
 pub fn memset_fresh(len: usize) -> Result<Duration> {
-    let r = Region::new(len)?;
+    let mut r = region(len)?;
     let t = Instant::now();
-    // SAFETY: the whole writable region.
-    unsafe { std::ptr::write_bytes(r.base, 0x5a, len) };
+    r.fill(0..len, 0x5a);
     Ok(t.elapsed())
 }
 
 /// memset of memory already faulted in: the pure cost of writing it.
 pub fn memset_warm(len: usize) -> Result<Duration> {
-    let r = Region::new(len)?;
-    // SAFETY: the whole writable region.
-    unsafe { std::ptr::write_bytes(r.base, 1, len) };
+    let mut r = region(len)?;
+    r.fill(0..len, 1);
     let t = Instant::now();
-    // SAFETY: as above.
-    unsafe { std::ptr::write_bytes(r.base, 0x5a, len) };
+    r.fill(0..len, 0x5a);
     Ok(t.elapsed())
 }

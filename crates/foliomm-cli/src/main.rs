@@ -167,12 +167,7 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == foliomm_host::guest::AGENT_ARG) && args.len() == 3 {
         foliomm_host::guest::agent_main(std::path::Path::new(&args[2]));
     }
-    // Exit quietly when the reader of our output goes away (`foliomm run | head`).
-    // SAFETY: restoring the default action of a signal has no preconditions;
-    // no handler of ours is replaced.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    foliomm_host::sys::default_sigpipe();
     let cli = Cli::parse();
     // What a run killed without a chance to restore left changed.
     if !matches!(cli.cmd, Command::Host(_)) {

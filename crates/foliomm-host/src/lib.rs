@@ -12,6 +12,7 @@ pub mod procfs;
 pub mod protocol;
 mod release;
 mod smaps;
+pub mod sys;
 pub mod sysfs;
 pub mod worker;
 

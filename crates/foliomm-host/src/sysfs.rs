@@ -84,9 +84,8 @@ fn end_descendants() {
         ours.extend(joined);
     }
     ours.retain(|&p| p != me);
-    for &p in &ours {
-        // SAFETY: a signal to a process this one started, directly or not.
-        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+    for pid in ours.iter().filter_map(|&p| rustix::process::Pid::from_raw(p as i32)) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     while ours.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {

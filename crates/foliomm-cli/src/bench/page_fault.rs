@@ -17,10 +17,13 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use std::os::fd::AsFd;
+
+use anyhow::{ensure, Context, Result};
 use foliomm::mm::Advice;
 use foliomm::sync::cacheline::{self, Transfers};
 use foliomm::{Machine, MmapFlags, Prot};
+use foliomm_host::sys::{self, memfd, minor_faults, process_cpu_time, thread_cpu_time, Map, Mapping, Workers};
 
 const PAGE: u64 = 4096;
 /// Where the first thread's region goes; each next one 2 regions lower.
@@ -159,147 +162,88 @@ pub(super) fn model(
 /// The same run on the host kernel, through its system calls.
 pub(super) fn host(test: Test, layout: Layout, threads: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
     let len = size as usize;
-    let flags = if test.shared() { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
     if layout == Layout::Processes {
-        return host_processes(test, flags, threads, size, loops);
+        return host_processes(test, threads, len, loops);
     }
+    // One file per thread, or one for the shared VMA.
     let file_len = if layout == Layout::Shared { len * threads } else { len };
     let files = (0..if layout == Layout::Shared { 1 } else { threads })
-        .map(|_| if test == Test::PageFault1 { Ok(-1) } else { memfd(file_len) })
-        .collect::<Result<Vec<_>>>()?;
+        .map(|_| (test != Test::PageFault1).then(|| memfd(c"foliomm-bench", file_len as u64, false)).transpose())
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("host memfd")?;
+    let map = |i: usize| Map::file(files.get(i).and_then(Option::as_ref).map(|f| (f.as_fd(), 0))).shared(test.shared());
     let shared = match layout {
         Layout::Shared => {
-            let a = map(std::ptr::null_mut(), len * threads, flags, files[0])?;
-            advise(a, len * threads, libc::MADV_NOHUGEPAGE)?;
-            a as u64
+            let m = map(0).map(file_len).context("host mmap")?;
+            m.advise(0..file_len, sys::Advice::NoHugePage)?;
+            Some(m)
         }
-        Layout::Separate | Layout::Processes => 0,
+        Layout::Separate | Layout::Processes => None,
     };
-    let samples = run_threads(threads, loops, |i| {
-        let a = layout.region(i, size, shared) as *mut u8;
-        let fd = files.get(i).copied().unwrap_or(-1);
-        ((), move |_: &mut ()| host_loop(layout, flags, a, size, fd))
-    });
-    if shared != 0 {
-        // SAFETY: the shared region mapped above; the threads have finished.
-        unsafe { libc::munmap(shared as *mut libc::c_void, len * threads) };
-    }
-    for fd in files.into_iter().filter(|&fd| fd >= 0) {
-        // SAFETY: a descriptor made above, no longer mapped.
-        unsafe { libc::close(fd) };
-    }
-    samples
+    run_threads(threads, loops, |i| {
+        let region = match &shared {
+            Some(m) => HostRegion::Chunk(m, i * len),
+            None => HostRegion::Own(map(i), layout.region(i, size, 0) as usize),
+        };
+        ((), move |_: &mut ()| host_loop(&region, len))
+    })
 }
 
-/// One loop of a host worker over its `size` bytes at `a`: map them (unless
-/// they are a chunk of the shared VMA), write one byte per page, unmap (or
+/// Where a host worker faults.
+enum HostRegion<'a> {
+    /// A mapping of its own at an address, made and unmapped every loop.
+    Own(Map<'a>, usize),
+    /// Its chunk, at an offset, of the mapping all threads share.
+    Chunk(&'a Mapping, usize),
+}
+
+/// One loop of a host worker over `len` bytes: map them (unless they are a
+/// chunk of the shared mapping), write one byte per page, unmap (or
 /// MADV_DONTNEED); checks that every page took a fault.
-fn host_loop(layout: Layout, flags: i32, a: *mut u8, size: u64, fd: i32) -> Result<()> {
-    let len = size as usize;
+fn host_loop(region: &HostRegion, len: usize) -> Result<()> {
     let before = minor_faults();
-    if layout.maps_per_loop() {
-        map(a, len, flags | libc::MAP_FIXED_NOREPLACE, fd)?;
-        advise(a, len, libc::MADV_NOHUGEPAGE)?;
+    match *region {
+        HostRegion::Own(map, addr) => {
+            let m = map.at(addr).map(len).with_context(|| format!("host mmap of {len} bytes"))?;
+            m.advise(0..len, sys::Advice::NoHugePage)?;
+            m.write_every(0..len, PAGE as usize, 1);
+            m.unmap().context("host munmap")?;
+        }
+        HostRegion::Chunk(m, off) => {
+            m.write_every(off..off + len, PAGE as usize, 1);
+            m.advise(off..off + len, sys::Advice::DontNeed)?;
+        }
     }
-    for off in (0..len).step_by(PAGE as usize) {
-        // SAFETY: `a` maps `len` writable bytes (mapped above, or this
-        // worker's chunk of the shared region).
-        unsafe { a.add(off).write_volatile(1) };
-    }
-    match layout.maps_per_loop() {
-        // SAFETY: the region mapped above, used by this worker only.
-        true => ensure!(unsafe { libc::munmap(a.cast(), len) } == 0, "munmap failed"),
-        false => advise(a, len, libc::MADV_DONTNEED)?,
-    }
-    let faults = minor_faults() - before;
-    ensure!(faults >= size / PAGE, "host: {faults} faults for {} pages (were THPs used?)", size / PAGE);
+    let (faults, pages) = (minor_faults() - before, len as u64 / PAGE);
+    ensure!(faults >= pages, "host: {faults} faults for {pages} pages (were THPs used?)");
     Ok(())
 }
 
-/// will-it-scale's process mode on the host: `procs` forked children, each
-/// with its own memfd for the file tests, released together through a
-/// pipe, each reporting its wall and CPU time through another. A child
-/// calls only system calls and allocation-free code (the parent may have
-/// other threads), and leaves with `_exit`.
-fn host_processes(test: Test, flags: i32, procs: usize, size: u64, loops: u32) -> Result<Vec<Sample>> {
-    let (go, report) = (pipe()?, pipe()?);
-    let mut pids = Vec::with_capacity(procs);
-    for _ in 0..procs {
-        match fork_worker()? {
-            0 => {
-                let fd = if test == Test::PageFault1 { Ok(-1) } else { memfd(size as usize) };
-                let mut byte = 0u8;
-                // SAFETY: a read of one byte into a local, from the go pipe.
-                unsafe { libc::read(go[0], (&mut byte as *mut u8).cast(), 1) };
-                let (t, c) = (Instant::now(), process_cpu_time());
-                let a = Layout::Processes.region(0, size, 0) as *mut u8;
-                let ok =
-                    fd.is_ok_and(|fd| (0..loops).all(|_| host_loop(Layout::Processes, flags, a, size, fd).is_ok()));
-                let out: [u64; 3] =
-                    [t.elapsed().as_nanos() as u64, (process_cpu_time() - c).as_nanos() as u64, ok as u64];
-                // SAFETY: 24 bytes from a local array into the report pipe
-                // (atomic: below PIPE_BUF), then the child ends.
-                unsafe {
-                    libc::write(report[1], out.as_ptr().cast(), 24);
-                    libc::_exit(0);
-                }
-            }
-            pid => pids.push(pid),
-        }
-    }
-    // SAFETY: one byte per child into the go pipe; a buffer of them.
-    unsafe { libc::write(go[1], vec![1u8; procs].as_ptr().cast(), procs) };
-    let mut samples = Vec::with_capacity(procs);
-    for _ in 0..procs {
-        let mut out = [0u64; 3];
-        // SAFETY: 24 bytes into a local array from the report pipe.
-        let n = unsafe { libc::read(report[0], out.as_mut_ptr().cast(), 24) };
-        ensure!(n == 24 && out[2] == 1, "host: a worker process failed");
-        let ns = |v: u64| Duration::from_nanos(v);
-        samples.push(Sample { wall: ns(out[0]), cpu: ns(out[1]), transfers: Transfers::default() });
-    }
-    for pid in pids {
-        // SAFETY: reaping a child forked above.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-    }
-    for fd in go.into_iter().chain(report) {
-        // SAFETY: the pipe ends made above.
-        unsafe { libc::close(fd) };
-    }
-    Ok(samples)
-}
-
-/// Forks a worker process that dies with this one (`PR_SET_PDEATHSIG`):
-/// a benchmark killed mid-run leaves no worker waiting on its pipes.
-/// Returns 0 in the worker, its PID in the caller. The worker may only run
-/// code that takes no lock another thread of the caller may hold, and must
-/// end in `_exit`.
-pub(super) fn fork_worker() -> Result<libc::pid_t> {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: see the function's documentation for the child's obligations.
-    match unsafe { libc::fork() } {
-        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
-        0 => {
-            // SAFETY: prctl and getppid on the calling process; if the
-            // parent died before the prctl, the worker ends at once.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-            }
-            Ok(0)
-        }
-        pid => Ok(pid),
-    }
-}
-
-pub(super) fn pipe() -> Result<[i32; 2]> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    ensure!(unsafe { libc::pipe(fds.as_mut_ptr()) } == 0, "pipe: {}", std::io::Error::last_os_error());
-    Ok(fds)
+/// will-it-scale's process mode on the host: `procs` forked workers, each
+/// with its own memfd for the file tests, started together, each reporting
+/// its wall and CPU time.
+fn host_processes(test: Test, procs: usize, len: usize, loops: u32) -> Result<Vec<Sample>> {
+    let mut workers = Workers::fork(procs, |_| {
+        let Ok(fd) = (test != Test::PageFault1).then(|| memfd(c"foliomm-bench", len as u64, false)).transpose() else {
+            return [0; 3];
+        };
+        let map = Map::file(fd.as_ref().map(|f| (f.as_fd(), 0))).shared(test.shared());
+        let region = HostRegion::Own(map, Layout::Processes.region(0, len as u64, 0) as usize);
+        let (t, c) = (Instant::now(), process_cpu_time());
+        let ok = (0..loops).all(|_| host_loop(&region, len).is_ok());
+        [t.elapsed().as_nanos() as u64, (process_cpu_time() - c).as_nanos() as u64, ok as u64]
+    })
+    .context("host fork")?;
+    workers.start()?;
+    let ns = Duration::from_nanos;
+    let reports = workers.reports().context("host")?;
+    reports
+        .into_iter()
+        .map(|(_, [wall, cpu, ok])| {
+            ensure!(ok == 1, "host: a worker process failed");
+            Ok(Sample { wall: ns(wall), cpu: ns(cpu), transfers: Transfers::default() })
+        })
+        .collect()
 }
 
 /// Runs `threads` threads: each makes its state with `setup(i)`, waits for
@@ -337,60 +281,4 @@ where
             .collect();
         handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))?).collect()
     })
-}
-
-/// A memfd of `len` bytes.
-fn memfd(len: usize) -> Result<i32> {
-    // SAFETY: a NUL-terminated name; the descriptor is closed after the run.
-    let fd = unsafe { libc::memfd_create(c"foliomm-bench".as_ptr(), 0) };
-    ensure!(fd >= 0, "host memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: the descriptor made above.
-    ensure!(unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0, "host ftruncate failed");
-    Ok(fd)
-}
-
-fn map(at: *mut u8, len: usize, flags: i32, fd: i32) -> Result<*mut u8> {
-    let anon = if fd < 0 { libc::MAP_ANONYMOUS } else { 0 };
-    // SAFETY: a new mapping of anonymous memory or of a memfd this benchmark
-    // made; NOREPLACE keeps it off existing ones.
-    let a = unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags | anon, fd, 0) };
-    if a == libc::MAP_FAILED {
-        bail!("host mmap of {len} bytes: {}", std::io::Error::last_os_error());
-    }
-    Ok(a.cast())
-}
-
-fn advise(a: *mut u8, len: usize, advice: i32) -> Result<()> {
-    // SAFETY: advice on a region this benchmark mapped.
-    let r = unsafe { libc::madvise(a.cast(), len, advice) };
-    (r == 0).then_some(()).with_context(|| format!("host madvise({advice}): {}", std::io::Error::last_os_error()))
-}
-
-/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
-fn thread_cpu_time() -> Duration {
-    cpu_time(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// CPU time of the calling process (`CLOCK_PROCESS_CPUTIME_ID`).
-fn process_cpu_time() -> Duration {
-    cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID)
-}
-
-fn cpu_time(clock: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Minor faults of the calling thread so far (`RUSAGE_THREAD`).
-fn minor_faults() -> u64 {
-    // SAFETY: rusage is plain integers, for which zero is valid; getrusage
-    // writes the one it is given.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
-        ru
-    };
-    ru.ru_minflt as u64
 }

@@ -10,14 +10,15 @@
 //! /proc/meminfo. A child sharing the parent's tables needs none for the
 //! VMAs; one that cannot share needs a PMD table per VMA.
 
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use foliomm::machine::HugeSize;
 use foliomm::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
+use foliomm_host::sys::{memfd, Map, Workers};
 
-use super::page_fault::{fork_worker, pipe};
 use super::saved::{self, SaveArg, SavedRun, Series, Table};
 use super::{new_table, print_json};
 
@@ -160,75 +161,30 @@ fn host(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
 }
 
 fn host_children(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
-    // SAFETY: a NUL-terminated name; the descriptor is closed below.
-    let fd = unsafe { libc::memfd_create(c"foliomm-pmd-sharing".as_ptr(), libc::MFD_HUGETLB) };
-    ensure!(fd >= 0, "memfd_create(MFD_HUGETLB): {}", std::io::Error::last_os_error());
-    // SAFETY: the descriptor made above.
-    ensure!(unsafe { libc::ftruncate(fd, (a.vmas * 2 * GIB) as libc::off_t) } == 0, "ftruncate failed");
-    let flags = libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE;
-    let mut maps = Vec::new();
-    for i in 0..a.vmas {
-        let want = vma_addr(i, aligned);
-        // SAFETY: a new mapping at an address no mapping of this process
-        // uses (MAP_FIXED_NOREPLACE), unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                want as *mut _,
-                GIB as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                (i * 2 * GIB) as i64,
-            )
-        };
-        ensure!(p as u64 == want, "mmap at {want:#x}: {}", std::io::Error::last_os_error());
-        // SAFETY: the first byte of the mapping just made.
-        unsafe { (p as *mut u8).write_volatile(1) };
-        maps.push(p);
-    }
-    let (ready, release) = (pipe()?, pipe()?);
+    let fd = memfd(c"foliomm-pmd-sharing", a.vmas * 2 * GIB, true).context("memfd_create(MFD_HUGETLB)")?;
+    let maps = (0..a.vmas)
+        .map(|i| {
+            let want = vma_addr(i, aligned);
+            let m = Map::file(Some((fd.as_fd(), i * 2 * GIB))).shared(true).at(want as usize).noreserve();
+            let m = m.map(GIB as usize).with_context(|| format!("mmap at {want:#x}"))?;
+            m.write(0, 1);
+            Ok(m)
+        })
+        .collect::<Result<Vec<_>>>()?;
     // The counter is folded from per-CPU differences about once a second.
     std::thread::sleep(SETTLE);
     let before = page_tables_kb()?;
-    let mut pids = Vec::new();
-    for _ in 0..a.children {
-        match fork_worker()? {
-            0 => {
-                for &p in &maps {
-                    // SAFETY: the inherited mapping's first byte.
-                    unsafe { (p as *mut u8).write_volatile(2) };
-                }
-                let mut b = 0u8;
-                // SAFETY: one byte out, one byte in, on the pipes made above; then the child ends.
-                unsafe {
-                    libc::write(ready[1], (&b as *const u8).cast(), 1);
-                    libc::read(release[0], (&mut b as *mut u8).cast(), 1);
-                    libc::_exit(0);
-                }
-            }
-            pid => pids.push(pid),
-        }
-    }
-    for _ in 0..a.children {
-        let mut b = 0u8;
-        // SAFETY: one byte into a local from the ready pipe.
-        ensure!(unsafe { libc::read(ready[0], (&mut b as *mut u8).cast(), 1) } == 1, "a child failed");
-    }
+    // Each child faults the first page of every inherited mapping and
+    // stays until the workers are dropped.
+    let mut children = Workers::fork(a.children as usize, |_| {
+        maps.iter().for_each(|m| m.write(0, 2));
+        []
+    })
+    .context("fork")?;
+    children.start()?;
+    children.reports().context("a child failed")?;
     std::thread::sleep(SETTLE);
     let after = page_tables_kb()?;
-    // SAFETY: one byte per child into the release pipe.
-    unsafe { libc::write(release[1], vec![0u8; a.children as usize].as_ptr().cast(), a.children as usize) };
-    for pid in pids {
-        // SAFETY: reaping a child forked above.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-    }
-    for p in maps {
-        // SAFETY: the mappings made above.
-        unsafe { libc::munmap(p, GIB as usize) };
-    }
-    for f in ready.into_iter().chain(release).chain([fd]) {
-        // SAFETY: descriptors made above.
-        unsafe { libc::close(f) };
-    }
+    drop(children);
     Ok(after.saturating_sub(before) as f64 / a.children as f64)
 }

@@ -17,16 +17,18 @@
 //! cache-line transfers per operation show which lines the instances fight
 //! over (`i_mmap_rwsem`, the hugetlb VMA lock, the fault mutexes).
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use foliomm::machine::{HugeSize, HugetlbSync};
 use foliomm::shmem::Inode;
 use foliomm::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Machine, MmapFlags, Prot};
+use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
-use super::page_fault::{fork_worker, pipe, run_threads};
+use super::page_fault::run_threads;
 use super::published::SEED_002;
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::change;
@@ -219,84 +221,37 @@ fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Progra
 }
 
 fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
-    // SAFETY: a NUL-terminated name; the descriptor is closed below.
-    let fd = unsafe { libc::memfd_create(c"foliomm-seed-002".as_ptr(), libc::MFD_HUGETLB) };
-    ensure!(fd >= 0, "memfd_create(MFD_HUGETLB): {}", std::io::Error::last_os_error());
-    // SAFETY: the descriptor made above.
-    ensure!(unsafe { libc::ftruncate(fd, size as libc::off_t) } == 0, "ftruncate of the hugetlbfs file failed");
+    let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
+    let map = Map::file(Some((fd.as_fd(), 0))).shared(true).near(1 << 30);
     // The file's pages exist before the clock starts (one untimed loop).
-    ensure!(host_loop(fd, Program::Fault, size, 0), "host: cannot fault the hugetlbfs file in");
-    let (go, report) = (pipe()?, pipe()?);
-    let mut pids = Vec::new();
-    for (i, &p) in programs.iter().enumerate() {
-        match fork_worker()? {
-            0 => {
-                let mut byte = 0u8;
-                // SAFETY: one byte into a local from the go pipe.
-                unsafe { libc::read(go[0], (&mut byte as *mut u8).cast(), 1) };
-                let t = Instant::now();
-                let ok = (0..a.loops).all(|_| host_loop(fd, p, size, a.touched));
-                let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
-                let rate = if ok { ops / t.elapsed().as_secs_f64() } else { -1.0 };
-                // Which instance, and its rate: the reports come in any order.
-                let out = [i as u64, rate.to_bits()];
-                // SAFETY: 16 bytes from a local into the report pipe (atomic:
-                // below PIPE_BUF), then the child ends.
-                unsafe {
-                    libc::write(report[1], out.as_ptr().cast(), 16);
-                    libc::_exit(0);
-                }
-            }
-            pid => pids.push(pid),
-        }
-    }
-    // SAFETY: one byte per child into the go pipe.
-    unsafe { libc::write(go[1], vec![1u8; programs.len()].as_ptr().cast(), programs.len()) };
-    let mut rates = Vec::new();
-    for _ in programs {
-        let mut out = [0u64; 2];
-        // SAFETY: 16 bytes into a local from the report pipe.
-        let n = unsafe { libc::read(report[0], out.as_mut_ptr().cast(), 16) };
-        let (i, rate) = (out[0] as usize, f64::from_bits(out[1]));
-        ensure!(n == 16 && i < programs.len() && rate > 0.0, "host: an instance failed");
-        rates.push((programs[i], rate));
-    }
-    for pid in pids {
-        // SAFETY: reaping a child forked above.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-    }
-    for f in go.into_iter().chain(report).chain([fd]) {
-        // SAFETY: descriptors made above.
-        unsafe { libc::close(f) };
-    }
-    Ok(rates)
+    ensure!(host_loop(map, Program::Fault, size, 0), "host: cannot fault the hugetlbfs file in");
+    let mut workers = Workers::fork(programs.len(), |i| {
+        let p = programs[i];
+        let t = Instant::now();
+        let ok = (0..a.loops).all(|_| host_loop(map, p, size, a.touched));
+        let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
+        [if ok { ops / t.elapsed().as_secs_f64() } else { -1.0 }.to_bits()]
+    })
+    .context("host fork")?;
+    workers.start()?;
+    // The reports come in any order; each names its instance.
+    let reports = workers.reports().context("host")?;
+    reports
+        .into_iter()
+        .map(|(i, [rate])| {
+            let rate = f64::from_bits(rate);
+            ensure!(rate > 0.0, "host: an instance failed");
+            Ok((programs[i], rate))
+        })
+        .collect()
 }
 
 /// The host side of [`model_loop`]; false if a system call failed.
-fn host_loop(fd: i32, program: Program, size: u64, touched: u64) -> bool {
-    let flags = libc::MAP_SHARED;
-    // SAFETY: a new shared mapping of the hugetlbfs file, unmapped below.
-    let a =
-        unsafe { libc::mmap((1u64 << 30) as *mut _, size as usize, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
-    if a == libc::MAP_FAILED {
-        return false;
-    }
+fn host_loop(map: Map, program: Program, size: u64, touched: u64) -> bool {
+    let Ok(m) = map.map(size as usize) else { return false };
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
-    for off in (0..faulted).step_by(HPAGE as usize) {
-        // SAFETY: inside the mapping made above.
-        unsafe { (a as *mut u8).add(off as usize).write_volatile(1) };
-    }
-    if program == Program::Fork {
-        // SAFETY: the child exits at once.
-        match unsafe { libc::fork() } {
-            0 => unsafe { libc::_exit(0) },
-            -1 => return false,
-            // SAFETY: reaping the child forked above.
-            pid => unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) },
-        };
-    }
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(a, size as usize) == 0 }
+    m.write_every(0..faulted as usize, HPAGE as usize, 1);
+    (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
 }
 
 /// The seed's tables for each runner, then the combined numbers beside the

@@ -10,15 +10,17 @@
 //! seed's figures, and the host kernel (a memfd, `shmem_enabled` set to
 //! `always` or `never` and restored).
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use foliomm::folio::thp::ShmemHuge;
 use foliomm::mapcount::Design;
 use foliomm::mm::Advice;
 use foliomm::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
+use foliomm_host::sys::{self, memfd, Map};
 
 use super::harness::{interleaved, metric};
 use super::saved::{Row, SavedRun, Series, Table};
@@ -246,53 +248,32 @@ fn host_case(case: Case, size: usize, iterations: u32) -> Result<f64> {
 }
 
 fn host_pairs(case: Case, size: usize, iterations: u32) -> Result<f64> {
-    // SAFETY: a NUL-terminated name; the descriptor is closed below.
-    let fd = unsafe { libc::memfd_create(c"foliomm-seed-003".as_ptr(), 0) };
-    ensure!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: the descriptor made above.
-    ensure!(unsafe { libc::ftruncate(fd, size as libc::off_t) } == 0, "ftruncate failed");
-    let map = |populate: bool| -> Result<*mut libc::c_void> {
-        let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
-        // SAFETY: a new shared mapping of the memfd above.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
-        ensure!(p != libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
-        Ok(p)
+    let fd = memfd(c"foliomm-seed-003", size as u64, false).context("memfd_create")?;
+    let file = Map::file(Some((fd.as_fd(), 0))).shared(true);
+    let map = |populate: bool| {
+        let how = if populate { file.populate() } else { file };
+        how.map(size).context("host mmap")
     };
-    let keep = match case {
+    let _keep = match case {
         Case::Again => Some(map(true)?),
         Case::AfterPte => {
-            // SAFETY: a populated mapping made just before, unmapped at once.
-            unsafe { libc::munmap(map(true)?, size) };
+            // A populated mapping made and unmapped at once fills the file;
+            // then a mapping that reads it page by page maps it with PTEs.
+            drop(map(true)?);
             let k = map(false)?;
-            // SAFETY: advice on, and reads of, the mapping made just above.
-            unsafe {
-                libc::madvise(k, size, libc::MADV_NOHUGEPAGE);
-                for off in (0..size).step_by(4096) {
-                    (k as *const u8).add(off).read_volatile();
-                }
-            }
+            k.advise(0..size, sys::Advice::NoHugePage)?;
+            k.read_every(0..size, 4096);
             Some(k)
         }
         Case::Small | Case::Huge => None,
     };
-    // SAFETY: a populated mapping made just before, unmapped at once: one
-    // pair fills the file.
-    unsafe { libc::munmap(map(true)?, size) };
+    // One pair fills the file.
+    drop(map(true)?);
     let t = Instant::now();
     for _ in 0..iterations {
-        let a = map(true)?;
-        // SAFETY: the mapping made just above.
-        unsafe { libc::munmap(a, size) };
+        drop(map(true)?);
     }
-    let seconds = t.elapsed().as_secs_f64() / iterations as f64;
-    // SAFETY: the kept mapping and the descriptor, no longer used.
-    unsafe {
-        if let Some(k) = keep {
-            libc::munmap(k, size);
-        }
-        libc::close(fd);
-    }
-    Ok(seconds)
+    Ok(t.elapsed().as_secs_f64() / iterations as f64)
 }
 
 fn print_table(rows: &[CaseRow], size: u64, iterations: u32, rounds: u32, family: usize) {
