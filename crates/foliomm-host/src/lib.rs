@@ -5,6 +5,8 @@
 //! THP settings go through sysfs and are restored afterwards ([`sysfs`]).
 //! Linux only; needs root for frame numbers, kpageflags and sysfs.
 
+mod connection;
+mod counters;
 pub mod files;
 pub mod guest;
 pub mod gup;
@@ -17,11 +19,10 @@ pub mod sysfs;
 pub mod worker;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
@@ -33,14 +34,12 @@ use foliomm_scenario::backend::{
 };
 use foliomm_scenario::lang::MachineSetting;
 
+use connection::{broken, Conn};
 pub use protocol::{Request, Response};
 pub use worker::worker_main;
 
 /// The first argument that makes the foliomm binary run as a worker.
 pub const WORKER_ARG: &str = "__host-worker";
-
-/// The controller's end of one worker thread's socket.
-type Conn = Arc<Mutex<BufReader<UnixStream>>>;
 
 /// A worker process: a socket per thread.
 struct Worker {
@@ -49,10 +48,6 @@ struct Worker {
     /// The process the controller started (the first of a fork tree).
     child: Option<Child>,
 }
-
-/// Counters of /proc/vmstat that the model also keeps, under the model's names.
-const VMSTAT: &[&str] =
-    &["thp_fault_alloc", "thp_fault_fallback", "thp_split_pmd", "thp_deferred_split_page", "pgreuse"];
 
 /// Runs scenarios on the running kernel. Calls of different threads go to
 /// different worker threads over their own sockets, and run at once.
@@ -66,17 +61,6 @@ pub struct HostBackend {
     baseline: Mutex<Vec<(String, u64)>>,
     /// GUP handle -> the thread holding it.
     gups: Mutex<HashMap<u64, (String, u32)>>,
-}
-
-/// Writes `req` as one line of JSON.
-fn write_request(s: &mut UnixStream, req: &Request) -> std::io::Result<()> {
-    let mut line = serde_json::to_string(req).unwrap();
-    line.push('\n');
-    s.write_all(line.as_bytes())
-}
-
-fn broken(what: impl std::fmt::Display) -> StepError {
-    StepError::Backend(what.to_string())
 }
 
 impl HostBackend {
@@ -101,94 +85,6 @@ impl HostBackend {
 
     fn socket(&self) -> PathBuf {
         self.dir.join("ctl.sock")
-    }
-
-    /// Runs `trigger` (which makes a worker thread connect), then accepts
-    /// the connection and checks that it says it is `name`.
-    fn connect(&self, name: &str, trigger: impl FnOnce() -> BackendResult<()>) -> BackendResult<Conn> {
-        let listener = self.listener.lock().unwrap();
-        let listener = listener.as_ref().ok_or_else(|| broken("the host backend is not started"))?;
-        trigger()?;
-        let (s, _) = listener.accept().map_err(|e| broken(format!("accepting worker {name}: {e}")))?;
-        let mut conn = BufReader::new(s);
-        let mut line = String::new();
-        conn.read_line(&mut line).map_err(|e| broken(format!("reading worker {name}'s hello: {e}")))?;
-        match serde_json::from_str(&line) {
-            Ok(Request::Hello { name: n }) if n == name => Ok(Arc::new(Mutex::new(conn))),
-            _ => Err(broken(format!("expected worker {name} to connect, got {:?}", line.trim()))),
-        }
-    }
-
-    fn conn(&self, t: Thread) -> BackendResult<Conn> {
-        let procs = self.procs.read().unwrap();
-        let w = procs.get(t.proc).ok_or_else(|| broken(format!("no process {}", t.proc)))?;
-        w.threads.get(&t.tid).cloned().ok_or_else(|| broken(format!("no thread {t}")))
-    }
-
-    /// Sends `req` to thread `t` and waits for its answer. A socket that
-    /// breaks, or an answer that makes no sense, is a backend failure.
-    fn request(&self, t: Thread, req: &Request) -> BackendResult<Response> {
-        let conn = self.conn(t)?;
-        let mut conn = conn.lock().unwrap();
-        write_request(conn.get_mut(), req).map_err(|e| broken(format!("worker {t} went away: {e}")))?;
-        let mut line = String::new();
-        match conn.read_line(&mut line) {
-            Ok(0) => return Err(broken(format!("worker {t} closed its socket during {req:?}"))),
-            Err(e) => return Err(broken(format!("worker {t}: {e}"))),
-            Ok(_) => {}
-        }
-        match serde_json::from_str(&line) {
-            Ok(Response::Err(e)) => Err(StepError::Errno(e)),
-            Ok(Response::OsError(n)) => Err(StepError::Unsupported(format!(
-                "the host kernel failed {req:?} with errno {n} ({}), which foliomm does not model",
-                std::io::Error::from_raw_os_error(n)
-            ))),
-            Ok(Response::Unobservable(why)) => Err(StepError::Unsupported(why)),
-            Ok(r) => Ok(r),
-            Err(e) => Err(broken(format!("worker {t} answered {:?}: {e}", line.trim()))),
-        }
-    }
-
-    fn value(&self, t: Thread, req: Request) -> BackendResult<u64> {
-        match self.request(t, &req)? {
-            Response::Value(v) => Ok(v),
-            r => Err(broken(format!("worker {t} answered {req:?} with {r:?}"))),
-        }
-    }
-
-    /// Sends `req` without waiting for an answer (`Exit` has none).
-    fn send(conn: &Conn, req: &Request) -> std::io::Result<()> {
-        write_request(conn.lock().unwrap().get_mut(), req)
-    }
-
-    /// Waits until the worker at the other end of `conn` is gone (its
-    /// socket closes after its address space is: do_exit runs exit_mm
-    /// before exit_files).
-    fn wait_closed(conn: &Conn) {
-        let mut conn = conn.lock().unwrap();
-        let mut rest = String::new();
-        while conn.read_line(&mut rest).unwrap_or(0) > 0 {}
-    }
-
-    fn raw_counters() -> Vec<(String, u64)> {
-        let mut out = Vec::new();
-        let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
-        for l in vmstat.lines() {
-            if let Some((k, v)) = l.split_once(' ') {
-                if VMSTAT.contains(&k) {
-                    out.push((k.to_string(), v.trim().parse().unwrap_or(0)));
-                }
-            }
-        }
-        for order in 2..=9u32 {
-            let dir = format!("{}/hugepages-{}kB/stats", sysfs::THP, 4u64 << order);
-            for (file, name) in [("anon_fault_alloc", "anon_fault_alloc"), ("split_deferred", "split_deferred")] {
-                if let Ok(v) = std::fs::read_to_string(format!("{dir}/{file}")) {
-                    out.push((format!("{name}[{}K]", 4u64 << order), v.trim().parse().unwrap_or(0)));
-                }
-            }
-        }
-        out
     }
 }
 
@@ -245,7 +141,7 @@ impl Backend for HostBackend {
         let listener = UnixListener::bind(self.socket())
             .map_err(|e| broken(format!("cannot listen on {}: {e}", self.socket().display())))?;
         *self.listener.lock().unwrap() = Some(listener);
-        *self.baseline.lock().unwrap() = Self::raw_counters();
+        *self.baseline.lock().unwrap() = counters::since_boot();
         Ok(())
     }
 
@@ -457,7 +353,7 @@ impl Backend for HostBackend {
     /// Deltas since `start` of the system-wide counters the model also keeps.
     fn counters(&self) -> Vec<(String, u64)> {
         let baseline = self.baseline.lock().unwrap();
-        let mut counters: Vec<(String, u64)> = Self::raw_counters()
+        let mut counters: Vec<(String, u64)> = counters::since_boot()
             .into_iter()
             .map(|(k, v)| {
                 let base = baseline.iter().find(|(b, _)| *b == k).map_or(0, |(_, b)| *b);

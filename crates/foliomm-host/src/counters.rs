@@ -1,0 +1,30 @@
+//! The host's event counters, under the model's names: /proc/vmstat and
+//! the per-size mTHP statistics in sysfs.
+
+use crate::sysfs;
+
+/// Counters of /proc/vmstat that the model also keeps, under the model's names.
+const VMSTAT: &[&str] =
+    &["thp_fault_alloc", "thp_fault_fallback", "thp_split_pmd", "thp_deferred_split_page", "pgreuse"];
+
+/// The counters' values since boot (the backend subtracts its baseline).
+pub(crate) fn since_boot() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    for l in vmstat.lines() {
+        if let Some((k, v)) = l.split_once(' ') {
+            if VMSTAT.contains(&k) {
+                out.push((k.to_string(), v.trim().parse().unwrap_or(0)));
+            }
+        }
+    }
+    for order in 2..=9u32 {
+        let dir = format!("{}/hugepages-{}kB/stats", sysfs::THP, 4u64 << order);
+        for (file, name) in [("anon_fault_alloc", "anon_fault_alloc"), ("split_deferred", "split_deferred")] {
+            if let Ok(v) = std::fs::read_to_string(format!("{dir}/{file}")) {
+                out.push((format!("{name}[{}K]", 4u64 << order), v.trim().parse().unwrap_or(0)));
+            }
+        }
+    }
+    out
+}
