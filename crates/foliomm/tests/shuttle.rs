@@ -276,3 +276,60 @@ fn shuttle_hugetlb_unshare_race_is_safe_under_i_mmap_rwsem_and_vma_lock() {
 fn shuttle_hugetlb_unshare_race_is_found_under_no_lock() {
     shuttle::check_pct(|| hugetlb_unshare_race(HugetlbSync::NoLock), schedules().max(2000), 3);
 }
+
+/// Readers that met a writer inside the rmap-id seqcount, over all
+/// schedules of [`shuttle_a_reader_racing_rmap_updates_answers_shared`].
+static BUSY_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Seed 000's reader against its writers (rmap-id, the last stage's
+/// seqcount): a 64K folio is mapped half by a parent and half by its child,
+/// so that its 16 mappings do not make it obviously shared and a reader
+/// must read the rmap sums. One thread forks the parent again, and the new
+/// child writes its copy and exits, while the first child asks pagemap
+/// about the folio. Two MMs map it throughout, so every answer must be
+/// "maybe shared" (given up as busy or not), and the child must read its
+/// own bytes, never the new child's.
+fn rmap_reader_race() {
+    let config = Config { memory: 8 << 20, mapcount: foliomm::mapcount::Design::RmapId, ..Config::default() };
+    let m = Machine::new(config).expect("a small machine");
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let parent = m.new_mm().unwrap();
+    let a = map(&parent, 64 * K);
+    let mut cpu = m.new_cpu();
+    write_and_check(&mut cpu, &parent, a, 64 * K, 0x33);
+    assert_eq!(parent.page_info(a).folio_order, 4, "a 64K folio");
+    let child = parent.fork().unwrap();
+    parent.munmap(a + 32 * K, 32 * K).unwrap();
+    child.munmap(a, 32 * K).unwrap();
+    let probe = a + 48 * K;
+    assert_eq!(child.page_info(probe).folio_order, 4, "still one 64K folio");
+    let forker = {
+        let (m, parent) = (m.clone(), parent.clone());
+        thread::spawn(move || {
+            let other = parent.fork().unwrap();
+            write_and_check(&mut m.new_cpu(), &other, a, 32 * K, 0x44);
+            other.exit();
+        })
+    };
+    for _ in 0..3 {
+        assert!(child.page_info(probe).maybe_shared, "a folio two MMs map answered exclusive");
+    }
+    let got = cpu.read_byte_per_page(&child, a + 32 * K, 32 * K).unwrap();
+    assert!(got.iter().all(|&b| b == 0x33), "the child read {got:?}");
+    forker.join().unwrap();
+    BUSY_READS.fetch_add(
+        m.stats.precision_reader_busy.load(std::sync::atomic::Ordering::Relaxed),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker found: {bad:?}");
+}
+
+#[test]
+fn shuttle_a_reader_racing_rmap_updates_answers_shared() {
+    shuttle::check_random(rmap_reader_race, schedules());
+    shuttle::check_pct(rmap_reader_race, schedules(), 3);
+    // Some schedule put the reader inside a writer's section: the busy
+    // answer is reachable, not only in unit tests.
+    assert!(BUSY_READS.load(std::sync::atomic::Ordering::Relaxed) > 0, "no reader ever met a writer");
+}
