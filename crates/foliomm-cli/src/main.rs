@@ -60,9 +60,10 @@ enum HostCommand {
 
 #[derive(clap::Args)]
 struct ProveArgs {
-    /// Constructions to check: powersum (shipped), seed-subids (the RFC's
-    /// tables), or plain (known wrong).
-    /// Default: every shipped construction.
+    /// Constructions to check: powersum (rmap-id-powersum's),
+    /// seed-subids (rmap-id's, the RFC's from patch 11 on),
+    /// seed-subids-tables (rmap-id's before patch 11), or plain (known
+    /// wrong). Default: every construction a design uses (the first three).
     #[arg(long = "construction")]
     constructions: Vec<String>,
     /// Exhaustive search: IDs 1..=N (N from 1 to 64).
@@ -288,13 +289,15 @@ fn prove(a: ProveArgs) -> Result<bool> {
         a.constructions
             .iter()
             .map(|n| {
-                Construction::parse(n)
-                    .with_context(|| format!("--construction: expected powersum or plain, found '{n}'"))
+                Construction::parse(n).with_context(|| {
+                    format!("--construction: expected powersum, seed-subids, seed-subids-tables or plain, found '{n}'")
+                })
             })
             .collect::<Result<_>>()?
     };
-    let mut ok = true;
-    for c in cs {
+    let mut failed = Vec::new();
+    for c in cs.iter().copied() {
+        let mut ok = true;
         println!(
             "{}: IDs 1..={}, up to {} mappings exhaustively; {} random sets of up to 2^{} mappings of 24-bit IDs (seed {})",
             c.name(),
@@ -324,8 +327,15 @@ fn prove(a: ProveArgs) -> Result<bool> {
                 println!("  the construction answers {}, the truth is {}", show(ce.answered), show(ce.truth));
             }
         }
+        if !ok {
+            failed.push(c.name());
+        }
     }
-    Ok(ok)
+    match failed.is_empty() {
+        true => println!("prove: {} constructions checked, none fails", cs.len()),
+        false => println!("prove: {} constructions checked; failing: {}", cs.len(), failed.join(", ")),
+    }
+    Ok(failed.is_empty())
 }
 
 fn compare_files(a: CompareArgs) -> Result<bool> {

@@ -152,10 +152,15 @@ fn settings_the_host_cannot_honour_are_skipped_not_failed() {
 }
 
 #[test]
-fn prove_passes_shipped_constructions_and_refutes_a_plain_sum() {
-    let (code, out) = foliomm(&["prove", "--trials", "20000"]);
+fn prove_passes_powersum_and_refutes_the_rfcs_digits_and_a_plain_sum() {
+    let (code, out) = foliomm(&["prove", "--construction", "powersum", "--trials", "20000"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("powersum") && out.contains("no counterexample"), "{out}");
+    assert!(out.contains("no counterexample") && out.contains("none fails"), "{out}");
+    // By default every construction a design uses, the RFC's among them:
+    // its 8-bit digits wrap from order 6 (seed 000's patch 11).
+    let (code, out) = foliomm(&["prove", "--trials", "2000"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("orders 6, 7, 8, 9") && out.ends_with("failing: seed-subids\n"), "{out}");
     let (code, out) = foliomm(&["prove", "--construction", "plain", "--trials", "0"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("COUNTEREXAMPLE"), "{out}");

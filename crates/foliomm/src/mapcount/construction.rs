@@ -29,8 +29,10 @@ pub enum Construction {
     SeedSubIdsTables,
 }
 
-/// The constructions foliomm ships.
-pub const SHIPPED: &[Construction] = &[Construction::PowerSum];
+/// The constructions foliomm's designs use: `rmap-id-powersum`'s, and
+/// `rmap-id`'s as the RFC wrote it (from patch 11 on, and before).
+pub const SHIPPED: &[Construction] =
+    &[Construction::PowerSum, Construction::SeedSubIds, Construction::SeedSubIdsTables];
 
 /// Bits of an rmap ID (the seed supports 16M MMs).
 pub const ID_BITS: u32 = 24;
@@ -268,6 +270,16 @@ pub fn check(c: Construction, max_id: u64, max_n: usize, trials: u64, order: u32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_construction_a_design_uses_at_any_stage_is_shipped() {
+        let used = super::super::eras::DESIGNS.iter().chain(super::super::eras::RMAP_ID_STAGES.iter().flatten());
+        for d in used {
+            if let Some(c) = d.construction() {
+                assert!(SHIPPED.contains(&c), "{} is used but `prove` does not check it", c.name());
+            }
+        }
+    }
 
     #[test]
     fn powersum_holds_and_plain_fails() {
