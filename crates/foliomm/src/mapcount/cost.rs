@@ -71,8 +71,8 @@ impl PageMapcounts {
     /// `add`/`remove`, counted here); the 6.2-rc
     /// compound-lock design scans every page when the first PMD map, or the
     /// last PMD unmap (`edge`), finds pages mapped by PTEs
-    /// (`nr_subpages_unmapped`); later eras count with one atomic. Called
-    /// before the PMD counters change.
+    /// (`nr_subpages_unmapped`; also performed in `add`/`remove`); later
+    /// eras count with one atomic. Called before the PMD counters change.
     pub(super) fn file_pmd_extra(&self, f: Folio, edge: bool) -> Cost {
         let nr = f.nr_pages();
         if self.pmd_in_pages(f) {

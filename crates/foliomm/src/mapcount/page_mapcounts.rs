@@ -214,6 +214,14 @@ impl MapcountDesign for PageMapcounts {
                 if !f.test_anon() {
                     let first = w(f, field::ENTIRE).load(Relaxed) == -1;
                     extra = self.file_pmd_extra(f, first);
+                    if self.f.compound_lock && first && w(f, field::TOTAL).load(Relaxed) > 0 {
+                        // 6.2-rc page_add_file_rmap(): the first PMD map of a
+                        // folio PTEs map counts the pages it newly maps
+                        // (nr_subpages_unmapped) for NR_FILE_MAPPED, scanning
+                        // every page under the compound lock. The model keeps
+                        // no NR_FILE_MAPPED: the scan runs for its cost.
+                        std::hint::black_box(f.nr_pages() - pages_mapped_by_ptes(f));
+                    }
                 }
                 if self.pmd_in_pages(f) {
                     (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_add(1, Relaxed));
