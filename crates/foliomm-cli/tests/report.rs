@@ -43,6 +43,40 @@ fn saved_runs_compare_and_report() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `bench seed-000 --stages --save`: a table per folio size, a row per
+/// benchmark, a series per stage named with its design, a sample per round.
+#[test]
+fn seed_000_stages_save_a_series_per_stage() {
+    let dir = std::env::temp_dir().join(format!("foliomm-seed-000-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s");
+    let args = ["bench", "seed-000", "--size", "4M", "--runs", "2", "--instances", "1", "--stages", "--save"];
+    foliomm(&[&args[..], &[path.to_str().unwrap()]].concat());
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(run["bench"], "seed-000");
+    let tables = run["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 2, "2 MiB THP and 64 KiB mTHP");
+    let munmap = &tables[0]["rows"][1];
+    assert_eq!(munmap["label"], "munmap");
+    let names: Vec<&str> = munmap["series"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "nr-mapped",
+            "rmap-id mapcount",
+            "rmap-id rmap-id",
+            "rmap-id 123",
+            "rmap-id batch",
+            "rmap-id exclusive",
+            "rmap-id nocmpxchg",
+            "rmap-id all"
+        ]
+    );
+    assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A run whose series hold one sample each (counts: `pmd-sharing`) has no
 /// intervals: the report prints and plots the values without error bars
 /// (it used to loop forever plotting infinite ones).

@@ -170,6 +170,8 @@ struct Seed000Args {
     /// the seed's v6.7 (`set zap per-page`).
     #[arg(long)]
     stages: bool,
+    #[command(flatten)]
+    save: saved::SaveArg,
 }
 
 impl CommonArgs {

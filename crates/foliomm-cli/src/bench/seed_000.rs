@@ -15,6 +15,7 @@ use foliomm::{Config, Cpu, Machine, Mm};
 
 use super::harness::{interleaved, metric};
 use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
+use super::saved::{Row as SavedRow, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change};
 use super::{model_populate, model_split_pmds, new_table, print_csv, print_json, progress, secs, Seed000Args};
 
@@ -245,6 +246,35 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             lost: s[4] as u64,
         })
     };
+    let series_name = |r: &Row| match a.stages && r.design.has_stages() {
+        // With --stages, the design and its stage ("rmap-id 123").
+        true => format!("{} {}", r.design, r.stage),
+        false => r.design.to_string(),
+    };
+    a.save.save(|| {
+        let settings =
+            serde_json::json!({ "size": size, "rounds": rounds, "instances": instances, "stages": a.stages });
+        let tables = orders.iter().enumerate().map(|(oi, (_, oname))| Table {
+            name: format!("seed 000, {oname}"),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows: SEED_000_COLUMNS
+                .iter()
+                .enumerate()
+                .map(|(bi, bname)| SavedRow {
+                    label: bname.to_string(),
+                    series: designs
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(di, r)| Some(Series { name: series_name(r), samples: times(oi, bi, di)? }))
+                        .collect(),
+                    // The seed publishes changes, not times.
+                    published: Vec::new(),
+                })
+                .collect(),
+        });
+        SavedRun::new("seed-000", settings, tables.collect())
+    })?;
     if a.common.json || a.common.csv {
         // The children COWing at once, for the vm-scalability rows.
         let children = |bench: &str| bench.starts_with("anon-cow").then_some(instances);
@@ -256,12 +286,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                     let mean = t.as_ref().map(|t| summarize(t).mean);
                     rows.push((
                         oname.to_string(),
-                        // With --stages, the design and its stage ("rmap-id 123").
-                        if a.stages && design.design.has_stages() {
-                            format!("{} {}", design.design, design.stage)
-                        } else {
-                            design.design.to_string()
-                        },
+                        series_name(design),
                         bname.to_string(),
                         t,
                         mean,
