@@ -77,6 +77,30 @@ fn seed_000_stages_save_a_series_per_stage() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `bench fault` and `bench tlb` save too: fault a table each for the
+/// faults and the munmaps (a row per folio size), tlb a row per action with
+/// the TLB on and off as series.
+#[test]
+fn fault_and_tlb_save_their_samples() {
+    let dir = std::env::temp_dir().join(format!("foliomm-fault-tlb-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let load = |bench: &str, extra: &[&str]| -> serde_json::Value {
+        let path = dir.join(bench);
+        let args = [&["bench", bench, "--size", "4M", "--runs", "2", "--save", path.to_str().unwrap()], extra].concat();
+        foliomm(&args);
+        serde_json::from_str(&std::fs::read_to_string(path.with_extension("json")).unwrap()).unwrap()
+    };
+    let fault = load("fault", &["--no-host"]);
+    let tables = fault["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 2);
+    assert_eq!(tables[1]["rows"].as_array().unwrap().len(), 3, "4K, 64K, 2M");
+    assert_eq!(tables[1]["rows"][2]["series"][0]["samples"].as_array().unwrap().len(), 2);
+    let tlb = load("tlb", &[]);
+    let rows = tlb["tables"][0]["rows"].as_array().unwrap();
+    assert_eq!((rows.len(), rows[0]["series"].as_array().unwrap().len()), (2, 2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A run whose series hold one sample each (counts: `pmd-sharing`) has no
 /// intervals: the report prints and plots the values without error bars
 /// (it used to loop forever plotting infinite ones).

@@ -8,6 +8,7 @@ use anyhow::Result;
 use foliomm::{Config, Machine};
 
 use super::harness::{interleaved, metric};
+use super::saved::{Row as SavedRow, SavedRun, Series, Table};
 use super::stats::summarize;
 use super::{
     machine_for, model_populate, new_table, print_csv, print_host_notes, print_json, progress, secs, HostArgs,
@@ -37,6 +38,8 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     let with_host = !a.no_host;
     let bar = progress((SIZES.len() as u64 * (1 + with_host as u64) + 2) * (rounds as u64 + 1));
     let (mut rows, mut note) = (Vec::new(), None);
+    // Per folio size, every kept sample of (model, host) as (fault, munmap).
+    let mut saved_rows: [Vec<SavedRow>; 2] = Default::default();
     // The mean of one metric of every kept sample.
     let mean = |s: &[[f64; 2]], k| summarize(&metric(s, k)).mean;
     for (name, order) in SIZES {
@@ -68,6 +71,15 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
             },
         })?;
         let host = samples.get(1).filter(|s| s.iter().all(|v| !v[0].is_nan()));
+        let series = |k| {
+            std::iter::once(("model", &samples[0]))
+                .chain(host.map(|h| ("host", h)))
+                .map(|(n, s)| Series { name: n.into(), samples: metric(s, k) })
+                .collect::<Vec<_>>()
+        };
+        for (k, rows) in saved_rows.iter_mut().enumerate() {
+            rows.push(SavedRow { label: name.into(), series: series(k), published: Vec::new() });
+        }
         rows.push(FaultRow {
             folio: name,
             model_fault_s: mean(&samples[0], 0),
@@ -86,6 +98,17 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     })?;
     let (memset, memset_warm) = (mean(&samples[0], 0), mean(&samples[1], 0));
     bar.finish_and_clear();
+    a.save.save(|| {
+        let [fault, munmap] = saved_rows;
+        let table = |what: &str, rows| Table {
+            name: format!("{what} of {} MiB", size >> 20),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows,
+        };
+        let settings = serde_json::json!({ "size": size, "rounds": rounds, "host_note": note });
+        SavedRun::new("fault", settings, vec![table("fault, one write per page", fault), table("munmap", munmap)])
+    })?;
     if a.json {
         let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": note });
         return print_json(&j);

@@ -118,6 +118,8 @@ struct CommonArgs {
     /// Print CSV instead of a table.
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+    #[command(flatten)]
+    save: saved::SaveArg,
 }
 
 /// The options of a benchmark that runs its configurations in interleaved
@@ -170,8 +172,6 @@ struct Seed000Args {
     /// the seed's v6.7 (`set zap per-page`).
     #[arg(long)]
     stages: bool,
-    #[command(flatten)]
-    save: saved::SaveArg,
 }
 
 impl CommonArgs {

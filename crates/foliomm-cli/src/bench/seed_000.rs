@@ -251,7 +251,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         true => format!("{} {}", r.design, r.stage),
         false => r.design.to_string(),
     };
-    a.save.save(|| {
+    a.common.save.save(|| {
         let settings =
             serde_json::json!({ "size": size, "rounds": rounds, "instances": instances, "stages": a.stages });
         let tables = orders.iter().enumerate().map(|(oi, (_, oname))| Table {

@@ -18,7 +18,7 @@ use foliomm::{Config, Machine};
 use super::explain::{self, Point, Prices};
 use super::harness::{interleaved, metric};
 use super::published::SEED_001;
-use super::saved::{Row, SaveArg, SavedRun, Series, Table};
+use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change, Summary};
 use super::{
     machine_for, model_populate, model_split_pmds, new_table, print_csv, print_host_notes, print_json, progress, secs,
@@ -35,8 +35,6 @@ pub struct Seed001Args {
     /// 6.8-era kernel the seed measured].
     #[arg(long)]
     mapcount: Option<Design>,
-    #[command(flatten)]
-    save: SaveArg,
 }
 
 /// What one row measures in each round.
@@ -146,7 +144,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
     }
     bar.finish_and_clear();
     let settings = serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name() });
-    a.save.save(|| saved(&rows, settings.clone()))?;
+    a.host.save.save(|| saved(&rows, settings.clone()))?;
     let why = explain(&rows, size);
     if a.host.json {
         return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note, "why": why }));

@@ -7,6 +7,7 @@ use anyhow::Result;
 use foliomm::Config;
 
 use super::harness::{interleaved, metric};
+use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize};
 use super::{machine_for, model_populate, new_table, print_csv, print_json, progress, secs, CommonArgs};
 
@@ -44,6 +45,25 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
         })
         .collect();
     let (fault_change, write_change) = (change(&fault[1], &fault[0], 2), change(&write[1], &write[0], 2));
+    a.save.save(|| {
+        let row = |label: &str, samples: &[Vec<f64>]| Row {
+            label: label.into(),
+            series: configs
+                .iter()
+                .zip(samples)
+                .map(|((n, _), s)| Series { name: n.to_string(), samples: s.clone() })
+                .collect(),
+            published: Vec::new(),
+        };
+        let rows = vec![row("fault, one write per page", &fault), row("write every byte", &write)];
+        let table = Table {
+            name: format!("software TLB, {} MiB", size >> 20),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows,
+        };
+        SavedRun::new("tlb", serde_json::json!({ "size": size, "rounds": rounds }), vec![table])
+    })?;
     if a.json {
         return print_json(&serde_json::json!({ "rounds": rounds, "rows": rows,
             "on_against_off": { "fault": fault_change, "write": write_change } }));
