@@ -4,7 +4,7 @@
 //! is locked only by its own calls.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use foliomm::arch::PAGE_SIZE;
 use foliomm::check::Violation;
@@ -14,6 +14,7 @@ use foliomm::mm::gup::Pin;
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::shmem::Inode;
+use foliomm::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{

@@ -56,6 +56,31 @@ fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     }
 }
 
+/// cow.c runs every case at every mTHP size the kernel offers: each
+/// `mthp64k--*` case of the COW suite, rewritten for every other size from
+/// 16K to 1024K, passes under every design with the checker.
+#[test]
+fn every_mthp_cow_case_passes_at_every_mthp_size_under_every_design() {
+    let cases: Vec<PathBuf> =
+        shipped().into_iter().filter(|f| f.to_string_lossy().contains("/cow/mthp64k--")).collect();
+    assert!(cases.len() >= 7, "the 64K cases of the COW suite: {cases:?}");
+    let dir = std::env::temp_dir().join(format!("foliomm-mthp-sizes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in &cases {
+        let src = std::fs::read_to_string(f).unwrap();
+        for size in ["16K", "32K", "128K", "256K", "512K", "1024K"] {
+            // Named after the case and the size, so that a failure says which.
+            let name = f.file_name().unwrap().to_string_lossy().replace("mthp64k", &format!("mthp{size}"));
+            let sized = dir.join(name);
+            std::fs::write(&sized, src.replace("64K", size)).unwrap();
+            for d in foliomm::mapcount::Design::ALL {
+                passes_with(&sized, &format!("set mapcount {}", d.name()));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn every_shipped_scenario_passes_at_every_seed_000_stage_with_the_checker() {
     for f in shipped() {

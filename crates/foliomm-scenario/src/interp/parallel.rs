@@ -14,9 +14,9 @@
 //! instead of calling the backend: results, errors and bytes are checked
 //! exactly as for sequential lines.
 
+use foliomm::sync::{thread, Barrier};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use super::state::State;
@@ -204,7 +204,7 @@ impl State<'_> {
     /// and each thread's time in the backend.
     fn run_threads(&self, body: &[Step], groups: &[Group]) -> (Vec<Vec<Log>>, Vec<Duration>) {
         let barrier = Barrier::new(groups.len());
-        std::thread::scope(|s| {
+        thread::scope(|s| {
             let handles: Vec<_> = groups
                 .iter()
                 .map(|g| {

@@ -34,7 +34,11 @@ pub use seqcount::{AtomicSeqcount, SeqEntry, SeqWrite};
 #[cfg(loom)]
 pub use loom::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(all(shuttle, not(loom)))]
+pub use shuttle::sync::Barrier;
+#[cfg(all(shuttle, not(loom)))]
 pub use shuttle::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(any(loom, shuttle)))]
+pub use std::sync::Barrier;
 #[cfg(not(any(loom, shuttle)))]
 pub use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -52,14 +56,15 @@ pub mod atomic {
     pub use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 }
 
-/// Threads: spawning, yielding and sleeping.
+/// Threads: spawning (also scoped: not under loom, which has no scopes),
+/// yielding and sleeping.
 pub mod thread {
     #[cfg(loom)]
     pub use loom::thread::{spawn, yield_now};
     #[cfg(all(shuttle, not(loom)))]
-    pub use shuttle::thread::{spawn, yield_now};
+    pub use shuttle::thread::{scope, spawn, yield_now};
     #[cfg(not(any(loom, shuttle)))]
-    pub use std::thread::{spawn, yield_now};
+    pub use std::thread::{scope, spawn, yield_now};
 
     /// Sleeps `d` (under loom or shuttle, a yield: neither has a clock).
     pub fn sleep(d: std::time::Duration) {
