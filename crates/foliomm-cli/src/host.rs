@@ -101,7 +101,7 @@ pub fn fault_munmap(len: usize, order: u32, split: bool) -> Result<(Duration, Du
 }
 
 /// A 2 MiB-aligned anonymous private region of `len` bytes.
-fn region(len: usize) -> Result<Mapping> {
+pub fn region(len: usize) -> Result<Mapping> {
     Map::anon().aligned(PMD).map(len).with_context(|| format!("host mmap of {len} bytes"))
 }
 

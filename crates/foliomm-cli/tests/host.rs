@@ -166,13 +166,36 @@ fn prove_passes_powersum_and_refutes_the_rfcs_digits_and_a_plain_sum() {
     assert!(out.contains("COUNTEREXAMPLE"), "{out}");
 }
 
+/// `bench seed-000` runs its micro benchmarks on the host kernel beside
+/// the model (each checks its bytes, the child's among them), two samples
+/// each, but remap at 64K (no PMD to split) and the model-only
+/// vm-scalability cases; and the THP settings are back afterwards.
+#[test]
+fn seed_000_runs_its_micro_benchmarks_on_the_host() {
+    require_host!();
+    let before = thp_settings();
+    let args = ["bench", "seed-000", "--size", "8M", "--runs", "2", "--instances", "1", "--json"];
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(thp_settings(), before);
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let host: Vec<_> = run["rows"].as_array().unwrap().iter().filter(|r| r["design"] == "host").collect();
+    assert_eq!(host.len(), 2 * 10, "a row per folio size and benchmark");
+    for r in host {
+        let samples = r["samples_s"].as_array().map_or(0, |s| s.iter().filter(|v| v.as_f64() > Some(0.0)).count());
+        let model_only = r["benchmark"].as_str().unwrap().starts_with("anon-cow");
+        let applies = !(model_only || r["benchmark"] == "remap" && r["folio"] == "64 KiB mTHP");
+        assert_eq!(samples, if applies { 2 } else { 0 }, "{r}");
+    }
+}
+
 /// The seed-000 bench's cost counters are deterministic: a design that can
 /// tell the child is gone reuses every page of cow-reuse (no rmap work at
 /// all) where nr-mapped copies each one, and every design copies each page
 /// of the vm-scalability cases.
 #[test]
 fn seed_000_bench_costs_follow_each_design() {
-    let args = ["bench", "seed-000", "--size", "8M", "--runs", "2", "--instances", "3", "--json"];
+    let args = ["bench", "seed-000", "--size", "8M", "--runs", "2", "--instances", "3", "--json", "--no-host"];
     let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // stdout holds the JSON; progress goes to stderr.

@@ -16,6 +16,7 @@ mod published;
 mod report;
 mod saved;
 mod seed_000;
+mod seed_000_host;
 mod seed_001;
 mod seed_002;
 mod seed_003;
@@ -172,6 +173,10 @@ struct Seed000Args {
     /// the seed's v6.7 (`set zap per-page`).
     #[arg(long)]
     stages: bool,
+    /// Skip the host kernel (it runs the micro benchmarks beside the
+    /// model's mm-id design; never with --stages).
+    #[arg(long)]
+    no_host: bool,
 }
 
 impl CommonArgs {

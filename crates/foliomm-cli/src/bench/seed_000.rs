@@ -16,6 +16,7 @@ use foliomm::{Config, Cpu, Machine, Mm};
 use super::harness::{interleaved, metric};
 use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
 use super::saved::{Row as SavedRow, SavedRun, Series, Table};
+use super::seed_000_host::{host_once, print_against_host};
 use super::stats::{change, summarize, Change};
 use super::{model_populate, model_split_pmds, new_table, print_csv, print_json, progress, secs, Seed000Args};
 
@@ -37,23 +38,28 @@ fn costs(m: &Machine) -> [u64; 4] {
     [ops, s.rmap_atomic_rmw.load(Relaxed), s.rmap_cache_lines.load(Relaxed), s.rmap_seq_lost.load(Relaxed)]
 }
 
-/// One row of the tables: a design, at a stage of seed 000's series.
+/// One row of the tables: a design, at a stage of seed 000's series, or
+/// the host kernel.
 #[derive(Clone, Copy)]
 struct Row {
     label: &'static str,
     design: Design,
     stage: RmapIdStage,
+    host: bool,
 }
 
 /// The rows: every design, or (`--stages`) the seed's code stages: its
 /// v6.7 baseline (nr-mapped), then the RFC's rmap-id design at each stage
-/// from "mapcount" (a total mapcount, "shared" guessed) to "all".
-fn rows(stages: bool) -> Vec<Row> {
+/// from "mapcount" (a total mapcount, "shared" guessed) to "all"; then,
+/// with `host` and without stages, the host kernel (against mm-id).
+fn rows(stages: bool, host: bool) -> Vec<Row> {
+    let row = |label, design, stage| Row { label, design, stage, host: false };
     if !stages {
-        return Design::ALL.iter().map(|&d| Row { label: d.name(), design: d, stage: RmapIdStage::All }).collect();
+        let host = host.then_some(Row { host: true, ..row("host", Design::MmId, RmapIdStage::All) });
+        return Design::ALL.iter().map(|&d| row(d.name(), d, RmapIdStage::All)).chain(host).collect();
     }
-    let baseline = Row { label: "baseline", design: Design::NrMapped, stage: RmapIdStage::All };
-    let staged = RmapIdStage::ALL.iter().map(|&stage| Row { label: stage.name(), design: Design::RmapId, stage });
+    let baseline = row("baseline", Design::NrMapped, RmapIdStage::All);
+    let staged = RmapIdStage::ALL.iter().map(|&stage| row(stage.name(), Design::RmapId, stage));
     std::iter::once(baseline).chain(staged).collect()
 }
 
@@ -189,11 +195,14 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     let rounds = a.common.runs.max(2);
     let instances = vm_scalability_instances(a);
-    let designs = rows(a.stages);
-    let designs = &designs[..];
+    let all_rows = rows(a.stages, !a.no_host);
+    let all_rows = &all_rows[..];
+    // The model's rows (the tables of changes against nr-mapped).
+    let designs = &all_rows[..all_rows.iter().take_while(|r| !r.host).count()];
+    let mut host_note = None;
     let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
     let columns = SEED_000_COLUMNS.len();
-    let bar = progress((orders.len() * designs.len() * columns) as u64 * (rounds as u64 + 1));
+    let bar = progress((orders.len() * all_rows.len() * columns) as u64 * (rounds as u64 + 1));
     // samples[order][bench][design]: every kept round's time and costs
     // (None where the benchmark does not apply).
     let mut samples = Vec::new();
@@ -204,7 +213,21 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             // lands on all of them; a fresh machine for each sample (built
             // outside the timed part), so that only one holds memory at once.
             let label = |r: &Row| format!("{oname} {bname} {}", r.label);
-            let got = interleaved(designs, rounds, &bar, label, |r| {
+            let got = interleaved(all_rows, rounds, &bar, label, |r| {
+                if r.host {
+                    // The micro benchmarks only; a host that cannot is skipped, with why.
+                    let t = match (bi < SEED_000_MICRO && host_note.is_none())
+                        .then(|| host_once(size as usize, order, bname))
+                    {
+                        Some(Ok(t)) => t,
+                        Some(Err(e)) => {
+                            host_note = Some(format!("host kernel skipped: {e:#}"));
+                            None
+                        }
+                        None => None,
+                    };
+                    return Ok([t.unwrap_or(f64::NAN), 0.0, 0.0, 0.0, 0.0]);
+                }
                 // Room for a copy of everything per child (cow, vm-scalability).
                 let memory = (1 + instances as u64) * size + (256 << 20);
                 let mut config = Config { memory, mapcount: r.design, rmap_id_stage: r.stage, ..Config::default() };
@@ -246,10 +269,11 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             lost: s[4] as u64,
         })
     };
-    let series_name = |r: &Row| match a.stages && r.design.has_stages() {
+    let series_name = |r: &Row| match (r.host, a.stages && r.design.has_stages()) {
+        (true, _) => "host".to_string(),
         // With --stages, the design and its stage ("rmap-id 123").
-        true => format!("{} {}", r.design, r.stage),
-        false => r.design.to_string(),
+        (false, true) => format!("{} {}", r.design, r.stage),
+        (false, false) => r.design.to_string(),
     };
     a.common.save.save(|| {
         let settings =
@@ -263,7 +287,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 .enumerate()
                 .map(|(bi, bname)| SavedRow {
                     label: bname.to_string(),
-                    series: designs
+                    series: all_rows
                         .iter()
                         .enumerate()
                         .filter_map(|(di, r)| Some(Series { name: series_name(r), samples: times(oi, bi, di)? }))
@@ -280,7 +304,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         let children = |bench: &str| bench.starts_with("anon-cow").then_some(instances);
         let mut rows = Vec::new();
         for (oi, (_, oname)) in orders.iter().enumerate() {
-            for (di, design) in designs.iter().enumerate() {
+            for (di, design) in all_rows.iter().enumerate() {
                 for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
                     let t = times(oi, bi, di);
                     let mean = t.as_ref().map(|t| summarize(t).mean);
@@ -290,7 +314,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                         bname.to_string(),
                         t,
                         mean,
-                        change_of(oi, di, bi),
+                        change_of(oi, di, bi).filter(|_| !design.host),
                         costs_of(oi, di, bi).unwrap_or_default(),
                     ));
                 }
@@ -381,6 +405,13 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
             .map(|bi| times(oi, bi, base).map_or("-".into(), |t| format!("{:.3}s", summarize(&t).mean)));
         t.add_row(row("nr-mapped time", base_t.collect()));
         println!("{oname}:\n{t}\n");
+    }
+    if let Some(h) = all_rows.iter().position(|r| r.host) {
+        let mm_id = designs.iter().position(|r| r.design == Design::MmId).expect("mm-id is a design");
+        print_against_host(&orders, |oi, bi| Some((times(oi, bi, mm_id)?, times(oi, bi, h)?)));
+    }
+    if let Some(n) = &host_note {
+        println!("{n}\n");
     }
     println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines), and the exclusive");
     println!("seqcount entries lost to another writer in all (after a '+'); deterministic but for the losses:");
