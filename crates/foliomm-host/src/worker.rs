@@ -169,10 +169,11 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
             // SAFETY: fallocate on a scenario file's descriptor.
             Response::of_status(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
         }
-        // SAFETY (munmap, mprotect, madvise, mremap): they act on scenario
-        // mappings only; the kernel validates the ranges.
+        // SAFETY: a scenario mapping, which no Rust reference of the worker
+        // points into; the kernel validates the range.
         Request::Munmap { addr, len } => Response::of_status(unsafe { libc::munmap(addr as *mut _, len as usize) }),
         Request::Mprotect { addr, len, prot } => {
+            // SAFETY: as for munmap.
             Response::of_status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
         }
         Request::Madvise { addr, len, advice } => {
@@ -184,6 +185,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 Advice::DoFork => libc::MADV_DOFORK,
                 Advice::Remove => libc::MADV_REMOVE,
             };
+            // SAFETY: as for munmap.
             Response::of_status(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
         }
         Request::Mremap { addr, len, new_len, to } => {
@@ -191,6 +193,7 @@ fn perform(procfs: &Procfs, req: Request) -> Response {
                 Some(t) => (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t),
                 None => (libc::MREMAP_MAYMOVE, 0),
             };
+            // SAFETY: as for munmap (MREMAP_FIXED replaces only scenario mappings).
             let p = unsafe {
                 libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void)
             };
