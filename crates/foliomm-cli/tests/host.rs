@@ -225,10 +225,10 @@ fn seed_000_bench_costs_follow_each_design() {
 /// A started host backend with one process, `name`, driven directly (not
 /// through a scenario).
 fn host_process(name: &str) -> foliomm_host::HostBackend {
-    use foliomm_scenario::backend::Backend;
+    use foliomm_scenario::{Backend, Op, Thread};
     let b = foliomm_host::HostBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_foliomm")));
     b.start(&[]).unwrap();
-    b.spawn(name).unwrap();
+    b.perform(Thread::main(name), Op::Spawn).unwrap();
     b
 }
 
@@ -238,47 +238,51 @@ fn host_process(name: &str) -> foliomm_host::HostBackend {
 #[test]
 fn two_threads_of_a_host_process_fault_in_parallel() {
     use foliomm::mm_types::Prot;
-    use foliomm_scenario::backend::{Access, Backend, MmapRequest, Thread};
+    use foliomm_scenario::op::{Access, MmapRequest};
+    use foliomm_scenario::{Backend, Op, Reply, Thread};
     require_host!();
     let b = host_process("p");
     let (t0, t1) = (Thread::main("p"), Thread { proc: "p", tid: 1 });
-    b.spawn_thread(t1).unwrap();
+    b.perform(t1, Op::SpawnThread).unwrap();
     const MB: u64 = 1 << 20;
-    let big = b.mmap(t0, MmapRequest::anon(512 * MB, Prot::RW)).unwrap();
-    let small = b.mmap(t0, MmapRequest::anon(4 * MB, Prot::RW)).unwrap();
-    let b = &b;
+    let mmap = |len| b.perform(t0, Op::Mmap(MmapRequest::anon(len, Prot::RW))).and_then(Reply::value).unwrap();
+    let (big, small) = (mmap(512 * MB), mmap(4 * MB));
+    let access = |t, addr, len, access| b.perform(t, Op::Access { addr, len, access }).and_then(Reply::bytes);
+    let access = &access;
     std::thread::scope(|s| {
-        let first = s.spawn(move || b.access(t0, big, 512 * MB, Access::Write { val: 7, every_byte: true }));
+        let first = s.spawn(move || access(t0, big, 512 * MB, Access::Write { val: 7, every_byte: true }));
         // Thread 0 writes in address order: once the first 2M are resident, it is inside its write.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while b.observe(t1, big, 2 * MB).unwrap().range.rss_kb == 0 {
+        let observe = || b.perform(t1, Op::Observe { addr: big, len: 2 * MB }).and_then(Reply::observation);
+        while observe().unwrap().range.rss_kb == 0 {
             assert!(std::time::Instant::now() < deadline, "thread 0 never started writing");
         }
-        b.access(t1, small, 4 * MB, Access::Write { val: 9, every_byte: false }).unwrap();
+        access(t1, small, 4 * MB, Access::Write { val: 9, every_byte: false }).unwrap();
         assert!(!first.is_finished(), "thread 1's calls waited for thread 0's 512M write: calls are serialized");
         first.join().unwrap().unwrap();
     });
     let last = big + 512 * MB - 4096;
-    assert_eq!(b.access(t1, last, 4096, Access::Read { every_byte: false }).unwrap(), vec![7]);
-    assert_eq!(b.access(t0, small, 4 * MB, Access::Read { every_byte: false }).unwrap(), vec![9; 1024]);
-    b.exit_thread(t1).unwrap();
-    b.exit("p").unwrap();
+    assert_eq!(access(t1, last, 4096, Access::Read { every_byte: false }).unwrap(), vec![7]);
+    assert_eq!(access(t0, small, 4 * MB, Access::Read { every_byte: false }).unwrap(), vec![9; 1024]);
+    b.perform(t1, Op::ExitThread).unwrap();
+    b.perform(t0, Op::Exit).unwrap();
 }
 
 /// A worker that dies is a backend failure, never an errno: a step written
 /// `fails EINVAL` must not pass because the socket broke.
 #[test]
 fn a_dead_worker_is_a_backend_failure_not_an_errno() {
-    use foliomm_scenario::backend::{Backend, StepError, Thread};
+    use foliomm_scenario::{Backend, Machinery, Op, StepError, Thread};
     require_host!();
     let b = host_process("p");
+    let munmap = || b.perform(Thread::main("p"), Op::Munmap { addr: 0x1001, len: 4096 }).map(|_| ());
     // A real EINVAL first: munmap of an unaligned address.
-    assert_eq!(b.munmap(Thread::main("p"), 0x1001, 4096), Err(StepError::Errno(foliomm::Errno::EINVAL)));
+    assert_eq!(munmap(), Err(StepError::Errno(foliomm::Errno::EINVAL)));
     let pid = b.pid("p").unwrap();
     assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
     std::thread::sleep(std::time::Duration::from_millis(100));
-    match b.munmap(Thread::main("p"), 0x1001, 4096) {
-        Err(StepError::Backend(why)) => assert!(why.contains("p/0"), "{why}"),
+    match munmap() {
+        Err(StepError::Machinery(Machinery::Worker { thread, .. })) => assert_eq!(thread, "p/0"),
         other => panic!("a dead worker answered {other:?}"),
     }
 }

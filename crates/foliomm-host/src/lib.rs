@@ -26,16 +26,12 @@ use std::sync::{Mutex, RwLock};
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
-use foliomm::mm::Advice;
-use foliomm::mm_types::Prot;
-use foliomm::Errno;
-use foliomm_scenario::backend::{
-    hugepage_counters, Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, StepError, Thread,
-};
+use foliomm_scenario::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
 use foliomm_scenario::lang::MachineSetting;
+use foliomm_scenario::op::{GupKind, Op, Reply};
+use foliomm_scenario::Observation;
 
-use connection::{broken, Conn};
-pub use protocol::{Request, Response};
+use connection::{setup, Conn};
 pub use worker::worker_main;
 
 /// The first argument that makes the foliomm binary run as a worker.
@@ -59,8 +55,6 @@ pub struct HostBackend {
     listener: Mutex<Option<UnixListener>>,
     procs: RwLock<HashMap<String, Worker>>,
     baseline: Mutex<Vec<(String, u64)>>,
-    /// GUP handle -> the thread holding it.
-    gups: Mutex<HashMap<u64, (String, u32)>>,
 }
 
 impl HostBackend {
@@ -74,7 +68,6 @@ impl HostBackend {
             listener: Mutex::new(None),
             procs: RwLock::new(HashMap::new()),
             baseline: Mutex::default(),
-            gups: Mutex::new(HashMap::new()),
         }
     }
 
@@ -85,6 +78,72 @@ impl HostBackend {
 
     fn socket(&self) -> PathBuf {
         self.dir.join("ctl.sock")
+    }
+
+    /// Starts a worker process for scenario process `proc`.
+    fn spawn(&self, proc: &str) -> BackendResult<Reply> {
+        let mut child = None;
+        let conn = self.connect(proc, || {
+            let c = Command::new(&self.exe).arg(WORKER_ARG).arg(self.socket()).arg(proc).spawn();
+            child = Some(c.map_err(|e| setup(format!("cannot start worker {}: {e}", self.exe.display())))?);
+            Ok(())
+        })?;
+        let pid = child.as_ref().map_or(0, Child::id);
+        self.procs.write().unwrap().insert(proc.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child });
+        Ok(Reply::Done)
+    }
+
+    /// Has thread 0 of `t`'s worker start thread `t`.
+    fn spawn_thread(&self, t: Thread) -> BackendResult<Reply> {
+        let conn =
+            self.connect(&t.to_string(), || self.request(Thread::main(t.proc), t.tid, Op::SpawnThread).map(|_| ()))?;
+        let mut procs = self.procs.write().unwrap();
+        let w = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+        w.threads.insert(t.tid, conn);
+        Ok(Reply::Done)
+    }
+
+    /// Ends worker thread `t` and waits until its socket closes.
+    fn exit_thread(&self, t: Thread) -> BackendResult<Reply> {
+        if t.tid == 0 {
+            return Err(t.failure("is the process's first; exit the process"));
+        }
+        let conn = self.conn(t)?;
+        Self::send(&conn, t.tid, Op::ExitThread).map_err(|e| t.failure(format!("went away: {e}")))?;
+        Self::wait_closed(&conn);
+        if let Some(w) = self.procs.write().unwrap().get_mut(t.proc) {
+            w.threads.remove(&t.tid);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Has worker thread `t` fork; the child connects as `child`.
+    fn fork(&self, t: Thread, child: &str) -> BackendResult<Reply> {
+        let mut pid = 0;
+        let conn = self.connect(child, || {
+            pid = self.request(t, t.tid, Op::Fork { child: child.into() })?.value()? as u32;
+            Ok(())
+        })?;
+        self.procs
+            .write()
+            .unwrap()
+            .insert(child.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child: None });
+        Ok(Reply::Done)
+    }
+
+    /// Ends the worker process of `proc` and waits until it is gone.
+    fn exit(&self, proc: &str) -> BackendResult<Reply> {
+        let w = self.procs.write().unwrap().remove(proc).ok_or_else(|| Machinery::NoProcess(proc.into()))?;
+        let main = w.threads.get(&0).ok_or_else(|| Thread::main(proc).failure("does not exist"))?;
+        // A worker that is gone already has exited too; its socket reads EOF.
+        let _ = Self::send(main, 0, Op::Exit);
+        for conn in w.threads.values() {
+            Self::wait_closed(conn);
+        }
+        if let Some(mut c) = w.child {
+            let _ = c.wait();
+        }
+        Ok(Reply::Done)
     }
 }
 
@@ -134,12 +193,12 @@ impl Backend for HostBackend {
         if std::fs::File::open("/proc/kpageflags").is_err() {
             return Err(StepError::Unsupported("cannot read /proc/kpageflags: the host backend needs root".into()));
         }
-        std::fs::create_dir_all(&self.dir).map_err(|e| broken(format!("cannot create {}: {e}", self.dir.display())))?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there
         // is a killed run's whose process id came round again.
         let _ = std::fs::remove_file(self.socket());
         let listener = UnixListener::bind(self.socket())
-            .map_err(|e| broken(format!("cannot listen on {}: {e}", self.socket().display())))?;
+            .map_err(|e| setup(format!("cannot listen on {}: {e}", self.socket().display())))?;
         *self.listener.lock().unwrap() = Some(listener);
         *self.baseline.lock().unwrap() = counters::since_boot();
         Ok(())
@@ -178,7 +237,7 @@ impl Backend for HostBackend {
         sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
         // Pages in use beyond the new size stay, as surplus pages.
         let read =
-            |p: &str| sysfs::read_selected(p).map_err(broken)?.parse::<u64>().map_err(|e| broken(format!("{p}: {e}")));
+            |p: &str| sysfs::read_selected(p).map_err(setup)?.parse::<u64>().map_err(|e| setup(format!("{p}: {e}")));
         match read(&path)?.checked_sub(read(&sysfs::hugetlb_path(size, "surplus_hugepages"))?) {
             Some(got) if got == pages => Ok(()),
             got => Err(StepError::Unsupported(format!(
@@ -188,135 +247,14 @@ impl Backend for HostBackend {
         }
     }
 
-    fn spawn(&self, proc: &str) -> BackendResult<()> {
-        let mut child = None;
-        let conn = self.connect(proc, || {
-            let c = Command::new(&self.exe).arg(WORKER_ARG).arg(self.socket()).arg(proc).spawn();
-            child = Some(c.map_err(|e| broken(format!("cannot start worker {}: {e}", self.exe.display())))?);
-            Ok(())
-        })?;
-        let pid = child.as_ref().map_or(0, Child::id);
-        self.procs.write().unwrap().insert(proc.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child });
-        Ok(())
-    }
-
-    fn spawn_thread(&self, t: Thread) -> BackendResult<()> {
-        let conn = self.connect(&t.to_string(), || {
-            self.value(Thread::main(t.proc), Request::SpawnThread { tid: t.tid }).map(|_| ())
-        })?;
-        let mut procs = self.procs.write().unwrap();
-        let w = procs.get_mut(t.proc).ok_or_else(|| broken(format!("no process {}", t.proc)))?;
-        w.threads.insert(t.tid, conn);
-        Ok(())
-    }
-
-    fn exit_thread(&self, t: Thread) -> BackendResult<()> {
-        if t.tid == 0 {
-            return Err(broken(format!("thread {t} is the process's first; exit the process")));
-        }
-        let conn = self.conn(t)?;
-        Self::send(&conn, &Request::Exit).map_err(|e| broken(format!("worker {t}: {e}")))?;
-        Self::wait_closed(&conn);
-        if let Some(w) = self.procs.write().unwrap().get_mut(t.proc) {
-            w.threads.remove(&t.tid);
-        }
-        Ok(())
-    }
-
-    fn fork(&self, t: Thread, child: &str) -> BackendResult<()> {
-        let mut pid = 0;
-        let conn = self.connect(child, || {
-            pid = self.value(t, Request::Fork { child: child.into() })? as u32;
-            Ok(())
-        })?;
-        self.procs
-            .write()
-            .unwrap()
-            .insert(child.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child: None });
-        Ok(())
-    }
-
-    fn exit(&self, proc: &str) -> BackendResult<()> {
-        let w = self.procs.write().unwrap().remove(proc).ok_or_else(|| broken(format!("no process {proc}")))?;
-        let main = w.threads.get(&0).ok_or_else(|| broken(format!("process {proc} has no thread 0")))?;
-        // A worker that is gone already has exited too; its socket reads EOF.
-        let _ = Self::send(main, &Request::Exit);
-        for conn in w.threads.values() {
-            Self::wait_closed(conn);
-        }
-        if let Some(mut c) = w.child {
-            let _ = c.wait();
-        }
-        Ok(())
-    }
-
-    fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
-        let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } = req;
-        self.value(t, Request::Mmap { at, len, prot: prot.0, fixed, populate, shared, hugetlb, noreserve, file })
-    }
-
-    fn create_file(&self, t: Thread, kind: FileKind, size: u64) -> BackendResult<u64> {
-        self.value(t, Request::CreateFile { kind, size })
-    }
-
-    fn fallocate(&self, t: Thread, file: u64, offset: u64, len: u64, keep_size: bool) -> BackendResult<()> {
-        self.value(t, Request::Fallocate { fd: file, offset, len, keep_size }).map(|_| ())
-    }
-
-    fn pwrite(&self, t: Thread, file: u64, offset: u64, data: &[u8]) -> BackendResult<u64> {
-        self.value(t, Request::Pwrite { fd: file, offset, data: data.to_vec() })
-    }
-
-    fn pread(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
-        match self.request(t, &Request::Pread { fd: file, offset, len })? {
-            Response::Bytes(b) => Ok(b),
-            r => Err(broken(format!("worker {t} answered pread with {r:?}"))),
-        }
-    }
-
-    fn observe_file(&self, t: Thread, file: u64, offset: u64) -> BackendResult<Observation> {
-        match self.request(t, &Request::ObserveFile { fd: file, offset })? {
-            Response::Observed(o) => Ok(o),
-            r => Err(broken(format!("worker {t} answered a file observation with {r:?}"))),
-        }
-    }
-
-    fn ftruncate(&self, t: Thread, file: u64, size: u64) -> BackendResult<()> {
-        self.value(t, Request::Ftruncate { fd: file, size }).map(|_| ())
-    }
-
-    fn punch_hole(&self, t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()> {
-        self.value(t, Request::PunchHole { fd: file, offset, len }).map(|_| ())
-    }
-
-    fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {
-        self.value(t, Request::Munmap { addr, len }).map(|_| ())
-    }
-
-    fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()> {
-        self.value(t, Request::Mprotect { addr, len, prot: prot.0 }).map(|_| ())
-    }
-
-    fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()> {
-        self.value(t, Request::Madvise { addr, len, advice }).map(|_| ())
-    }
-
-    fn mremap(&self, t: Thread, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> BackendResult<u64> {
-        self.value(t, Request::Mremap { addr, len, new_len, to })
-    }
-
-    fn access(&self, t: Thread, addr: u64, len: u64, access: Access) -> BackendResult<Vec<u8>> {
-        match self.request(t, &Request::Access { addr, len, access })? {
-            Response::Bytes(b) => Ok(b),
-            Response::Value(_) => Ok(Vec::new()),
-            r => Err(broken(format!("worker {t} answered an access with {r:?}"))),
-        }
-    }
-
-    fn observe(&self, t: Thread, addr: u64, len: u64) -> BackendResult<Observation> {
-        match self.request(t, &Request::Observe { addr, len })? {
-            Response::Observed(o) => Ok(o),
-            r => Err(broken(format!("worker {t} answered observe with {r:?}"))),
+    fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {
+        match op {
+            Op::Spawn => self.spawn(t.proc),
+            Op::SpawnThread => self.spawn_thread(t),
+            Op::ExitThread => self.exit_thread(t),
+            Op::Exit => self.exit(t.proc),
+            Op::Fork { child } => self.fork(t, &child),
+            op => self.request(t, t.tid, op),
         }
     }
 
@@ -325,25 +263,6 @@ impl Backend for HostBackend {
     /// gup_test debugfs interface, which this backend does not use.
     fn supports_gup(&self, kind: GupKind) -> bool {
         matches!(kind, GupKind::Get | GupKind::Pin { write: true, longterm: true })
-    }
-
-    fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {
-        let id = unique() + 1;
-        self.value(t, Request::Gup { id, addr, len, kind })?;
-        self.gups.lock().unwrap().insert(id, (t.proc.to_string(), t.tid));
-        Ok(id)
-    }
-
-    fn unpin(&self, pin: u64) -> BackendResult<()> {
-        let (proc, tid) = self.gups.lock().unwrap().remove(&pin).ok_or(Errno::EINVAL)?;
-        self.value(Thread { proc: &proc, tid }, Request::Ungup { id: pin }).map(|_| ())
-    }
-
-    /// Only the byte: the kernel shows no frame for a GUP reference.
-    fn observe_pin(&self, pin: u64) -> BackendResult<Observation> {
-        let (proc, tid) = self.gups.lock().unwrap().get(&pin).cloned().ok_or(Errno::EINVAL)?;
-        let byte = self.value(Thread { proc: &proc, tid }, Request::GupByte { id: pin })? as u8;
-        Ok(Observation { byte, via_gup: true, ..Default::default() })
     }
 
     fn observes_through_gup(&self, field: &str) -> bool {

@@ -1,156 +1,74 @@
-//! What the controller and a worker thread say to each other: one JSON
-//! request per line, one JSON response per line, on the thread's own socket.
+//! What the controller and a worker thread say to each other, one JSON line
+//! each way per operation on the thread's own socket: the controller sends a
+//! [`Call`] (the scenario's [`Op`] itself, with the thread it is for), the
+//! worker answers an [`Answer`]. A worker thread's first line is its [`Hello`].
 
-use foliomm::machine::HugeSize;
-use foliomm::mm::Advice;
 use foliomm::Errno;
-use foliomm_scenario::backend::{Access, FileKind, GupKind, Observation};
+use foliomm_scenario::{Op, Reply};
 
-/// A step sent to a worker.
+/// The first line a worker thread sends when it connects: who it is.
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
-pub enum Request {
-    Hello {
-        name: String,
-    },
-    Mmap {
-        at: Option<u64>,
-        len: u64,
-        prot: u32,
-        fixed: bool,
-        populate: bool,
-        shared: bool,
-        /// `MAP_HUGETLB` with the page size.
-        hugetlb: Option<HugeSize>,
-        noreserve: bool,
-        /// A file descriptor and a byte offset; anonymous memory if none.
-        file: Option<(u64, u64)>,
-    },
-    /// `memfd_create` or a tmpfs file, + `ftruncate`; answers the descriptor.
-    CreateFile {
-        kind: FileKind,
-        size: u64,
-    },
-    Fallocate {
-        fd: u64,
-        offset: u64,
-        len: u64,
-        keep_size: bool,
-    },
-    Pwrite {
-        fd: u64,
-        offset: u64,
-        data: Vec<u8>,
-    },
-    Pread {
-        fd: u64,
-        offset: u64,
-        len: u64,
-    },
-    ObserveFile {
-        fd: u64,
-        offset: u64,
-    },
-    Ftruncate {
-        fd: u64,
-        size: u64,
-    },
-    /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`.
-    PunchHole {
-        fd: u64,
-        offset: u64,
-        len: u64,
-    },
-    Munmap {
-        addr: u64,
-        len: u64,
-    },
-    Mprotect {
-        addr: u64,
-        len: u64,
-        prot: u32,
-    },
-    Madvise {
-        addr: u64,
-        len: u64,
-        advice: Advice,
-    },
-    Mremap {
-        addr: u64,
-        len: u64,
-        new_len: u64,
-        to: Option<u64>,
-    },
-    Access {
-        addr: u64,
-        len: u64,
-        access: Access,
-    },
-    Observe {
-        addr: u64,
-        len: u64,
-    },
-    Fork {
-        child: String,
-    },
-    /// Take GUP references (handle `id`, chosen by the controller).
-    Gup {
-        id: u64,
-        addr: u64,
-        len: u64,
-        kind: GupKind,
-    },
-    /// The first byte the references of `id` hold.
-    GupByte {
-        id: u64,
-    },
-    Ungup {
-        id: u64,
-    },
-    /// Start thread `tid` of this process; it connects with its own socket.
-    SpawnThread {
-        tid: u32,
-    },
-    /// End this thread; on thread 0, the whole process.
-    Exit,
+pub struct Hello {
+    pub name: String,
 }
 
-/// A worker's answer.
+/// An operation sent to a worker thread. `tid` is the thread the operation
+/// is for: the receiving thread's own, except for [`Op::SpawnThread`],
+/// which thread 0 performs for the new thread `tid`.
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
-pub enum Response {
-    Value(u64),
-    Bytes(Vec<u8>),
-    Observed(Observation),
-    Err(Errno),
+pub struct Call {
+    pub tid: u32,
+    pub op: Op,
+}
+
+/// A worker's answer: what the operation replied, or why it failed.
+pub type Answer = Result<Reply, Refused>;
+
+/// Why the kernel refused an operation, as the worker saw it.
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// An errno foliomm models (or SIGBUS, which a fault raised).
+    Errno(Errno),
     /// A system call failed with an errno foliomm does not model.
     OsError(i32),
     /// The kernel does not show what was asked (why, in words).
     Unobservable(String),
 }
 
-impl Response {
+impl Refused {
     /// The last OS error as the model's errno, or its raw number when
     /// foliomm does not model it.
-    pub fn os_error() -> Response {
+    pub fn last_os_error() -> Refused {
         let n = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         match n {
-            libc::ENOMEM => Response::Err(Errno::ENOMEM),
-            libc::EFAULT => Response::Err(Errno::EFAULT),
-            libc::EACCES => Response::Err(Errno::EACCES),
-            libc::EBUSY => Response::Err(Errno::EBUSY),
-            libc::EEXIST => Response::Err(Errno::EEXIST),
-            libc::EINVAL => Response::Err(Errno::EINVAL),
-            libc::EFBIG => Response::Err(Errno::EFBIG),
-            n => Response::OsError(n),
+            libc::ENOMEM => Refused::Errno(Errno::ENOMEM),
+            libc::EFAULT => Refused::Errno(Errno::EFAULT),
+            libc::EACCES => Refused::Errno(Errno::EACCES),
+            libc::EBUSY => Refused::Errno(Errno::EBUSY),
+            libc::EEXIST => Refused::Errno(Errno::EEXIST),
+            libc::EINVAL => Refused::Errno(Errno::EINVAL),
+            libc::EFBIG => Refused::Errno(Errno::EFBIG),
+            n => Refused::OsError(n),
         }
     }
+}
 
-    /// The answer to a system call that returned `r`: 0 is success, else
-    /// the OS error.
-    pub fn of_status(r: libc::c_int) -> Response {
-        if r == 0 {
-            Response::Value(0)
-        } else {
-            Response::os_error()
-        }
+/// The answer to a system call that returned `r`: 0 is success, else the
+/// OS error.
+pub fn of_status(r: libc::c_int) -> Answer {
+    if r == 0 {
+        Ok(Reply::Done)
+    } else {
+        Err(Refused::last_os_error())
+    }
+}
+
+/// The answer to a system call that returned an address or a count `r`,
+/// or `failed` with the OS error.
+pub fn of_value(r: u64, failed: bool) -> Answer {
+    if failed {
+        Err(Refused::last_os_error())
+    } else {
+        Ok(Reply::Value(r))
     }
 }

@@ -14,20 +14,20 @@ use foliomm::mm::Advice;
 use foliomm::Errno;
 use std::collections::HashMap;
 
-use foliomm_scenario::backend::{pattern_byte, Access, GupKind, Observation};
+use foliomm_scenario::op::{pattern_byte, Access, GupKind, MmapRequest, Op, Peek, Reply};
+use foliomm_scenario::Observation;
 
 use crate::files;
 use crate::gup::{HostGup, Uring};
-
 use crate::procfs::{check_access, maps, MapsEntry, Procfs};
-use crate::{Request, Response};
+use crate::protocol::{of_status, of_value, Answer, Call, Hello, Refused};
 
 const PAGE: u64 = 4096;
 
 /// Connects to the controller and says hello; a worker whose controller is
 /// gone (killed) has no one to serve and exits.
 fn connect(socket: &Path, name: &str) -> BufReader<UnixStream> {
-    let hello = serde_json::to_string(&Request::Hello { name: name.into() }).unwrap();
+    let hello = serde_json::to_string(&Hello { name: name.into() }).unwrap();
     match UnixStream::connect(socket).and_then(|mut s| writeln!(s, "{hello}").map(|()| s)) {
         Ok(s) => BufReader::new(s),
         Err(_) => std::process::exit(1),
@@ -48,6 +48,14 @@ impl Process {
         let procfs = Procfs::open().expect("cannot open /proc/self/pagemap or /proc/kpageflags (needs root)");
         Arc::new(Process { socket: socket.into(), name: name.into(), procfs })
     }
+
+    fn thread_name(&self, tid: u32) -> String {
+        if tid == 0 {
+            self.name.clone()
+        } else {
+            format!("{}/{tid}", self.name)
+        }
+    }
 }
 
 /// Runs the worker until the controller says `Exit` or goes away.
@@ -60,170 +68,197 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
     std::process::exit(0)
 }
 
-/// Serves thread `tid` of the worker process: one request per line from its
-/// own socket, until `Exit` (the thread ends; for thread 0 the process) or
-/// until the controller goes away.
-fn serve(mut proc: Arc<Process>, mut tid: u32) {
-    let thread_name = |p: &Process, tid: u32| if tid == 0 { p.name.clone() } else { format!("{}/{tid}", p.name) };
-    let mut conn = connect(&proc.socket, &thread_name(&proc, tid));
-    let mut gups: HashMap<u64, HostGup> = HashMap::new();
+/// One worker thread: its process, its number, its socket and the GUP
+/// references it holds (by the handles it gave out).
+struct WorkerThread {
+    proc: Arc<Process>,
+    tid: u32,
+    conn: BufReader<UnixStream>,
+    gups: HashMap<u64, HostGup>,
+    next_gup: u64,
+}
+
+/// What a worker thread does after an operation.
+enum Next {
+    /// Answers, and reads the next operation.
+    Answer(Answer),
+    /// Reads the next operation without answering (a forked child: the
+    /// fork was the parent's to answer).
+    Listen,
+    /// Ends the thread.
+    End,
+}
+
+/// Serves thread `tid` of the worker process: one operation per line from
+/// its own socket, until it exits (the thread ends; for `Exit`, the
+/// process) or until the controller goes away.
+fn serve(proc: Arc<Process>, tid: u32) {
+    let conn = connect(&proc.socket, &proc.thread_name(tid));
+    let mut me = WorkerThread { proc, tid, conn, gups: HashMap::new(), next_gup: 0 };
     let mut line = String::new();
     loop {
         line.clear();
-        if conn.read_line(&mut line).unwrap_or(0) == 0 {
+        if me.conn.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
-        let req: Request = serde_json::from_str(&line).expect("bad request from the controller");
-        let resp = match req {
-            Request::Exit if tid == 0 => std::process::exit(0),
-            Request::Exit => return,
-            Request::SpawnThread { tid: new } => {
-                let p = proc.clone();
-                match std::thread::Builder::new().name(thread_name(&p, new)).spawn(move || serve(p, new)) {
-                    Ok(_) => Response::Value(new as u64),
-                    Err(_) => Response::Err(Errno::ENOMEM),
-                }
-            }
-            Request::Fork { child } => {
-                // SAFETY: fork() in a process that may have other threads:
-                // the child has only this one, and continues with what this
-                // thread owns (its socket is replaced, the procfs files are
-                // reopened); it takes no lock another thread may hold.
-                match unsafe { libc::fork() } {
-                    -1 => Response::os_error(),
-                    0 => {
-                        proc = Process::new(&proc.socket, &child);
-                        tid = 0;
-                        conn = connect(&proc.socket, &child);
-                        continue;
-                    }
-                    pid => Response::Value(pid as u64),
-                }
-            }
-            Request::Gup { id, addr, len, kind } => {
-                let maps = maps();
-                let mapped = (addr..addr + len).step_by(PAGE as usize).all(|a| check_access(&maps, a, false).is_ok());
-                let taken = match kind {
-                    _ if !mapped => Err(Response::Err(Errno::EFAULT)),
-                    GupKind::Get => HostGup::vmsplice(addr, len).map_err(|_| Response::os_error()),
-                    GupKind::Pin { .. } => {
-                        Uring::register(addr, len).map(HostGup::Uring).map_err(|_| Response::os_error())
-                    }
-                };
-                match taken {
-                    Ok(g) => {
-                        gups.insert(id, g);
-                        Response::Value(id)
-                    }
-                    Err(e) => e,
-                }
-            }
-            Request::GupByte { id } => match gups.get(&id).map(|g| g.first_byte()) {
-                Some(Ok(b)) => Response::Value(b as u64),
-                _ => Response::Err(Errno::EINVAL),
-            },
-            Request::Ungup { id } => match gups.remove(&id) {
-                Some(_) => Response::Value(0),
-                None => Response::Err(Errno::EINVAL),
-            },
-            other => perform(&proc.procfs, other),
+        let call: Call = serde_json::from_str(&line).expect("bad request from the controller");
+        let answer = match me.perform(call) {
+            Next::Answer(a) => a,
+            Next::Listen => continue,
+            Next::End => return,
         };
-        let mut out = serde_json::to_string(&resp).unwrap();
+        let mut out = serde_json::to_string(&answer).unwrap();
         out.push('\n');
-        if conn.get_mut().write_all(out.as_bytes()).is_err() {
+        if me.conn.get_mut().write_all(out.as_bytes()).is_err() {
             return;
         }
     }
 }
 
-fn perform(procfs: &Procfs, req: Request) -> Response {
-    match req {
-        Request::Mmap { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } => {
-            let flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE }
-                | hugetlb.map_or(0, |size| libc::MAP_HUGETLB | crate::files::huge_size_bits(size))
-                | if noreserve { libc::MAP_NORESERVE } else { 0 }
-                | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
-                | if fixed { libc::MAP_FIXED } else { 0 }
-                | if populate { libc::MAP_POPULATE } else { 0 };
-            let (fd, offset) = file.map_or((-1, 0), |(fd, off)| (fd as i32, off as libc::off_t));
-            // SAFETY: an anonymous or memfd mapping; MAP_FIXED may replace
-            // scenario mappings, which no Rust reference of the worker points into.
-            let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot as i32, flags, fd, offset) };
-            if p == libc::MAP_FAILED {
-                Response::os_error()
-            } else {
-                Response::Value(p as u64)
+impl WorkerThread {
+    /// Performs one operation with real system calls and memory accesses.
+    fn perform(&mut self, Call { tid, op }: Call) -> Next {
+        Next::Answer(match op {
+            Op::Exit => std::process::exit(0),
+            Op::ExitThread => return Next::End,
+            Op::Spawn => unreachable!("the controller starts worker processes"),
+            Op::SpawnThread => {
+                let p = self.proc.clone();
+                match std::thread::Builder::new().name(p.thread_name(tid)).spawn(move || serve(p, tid)) {
+                    Ok(_) => Ok(Reply::Done),
+                    Err(_) => Err(Refused::Errno(Errno::ENOMEM)),
+                }
             }
-        }
-        Request::CreateFile { kind, size } => files::create_file(kind, size),
-        Request::Fallocate { fd, offset, len, keep_size } => files::fallocate(fd, offset, len, keep_size),
-        Request::Pwrite { fd, offset, data } => files::pwrite(fd, offset, &data),
-        Request::Pread { fd, offset, len } => files::pread(fd, offset, len),
-        Request::ObserveFile { fd, offset } => files::observe_file(procfs, fd, offset),
-        // SAFETY: ftruncate of a scenario file's descriptor.
-        Request::Ftruncate { fd, size } => {
-            Response::of_status(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) })
-        }
-        Request::PunchHole { fd, offset, len } => {
-            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-            // SAFETY: fallocate on a scenario file's descriptor.
-            Response::of_status(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
-        }
-        // SAFETY: a scenario mapping, which no Rust reference of the worker
-        // points into; the kernel validates the range.
-        Request::Munmap { addr, len } => Response::of_status(unsafe { libc::munmap(addr as *mut _, len as usize) }),
-        Request::Mprotect { addr, len, prot } => {
-            // SAFETY: as for munmap.
-            Response::of_status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
-        }
-        Request::Madvise { addr, len, advice } => {
-            let a = match advice {
-                Advice::DontNeed => libc::MADV_DONTNEED,
-                Advice::HugePage => libc::MADV_HUGEPAGE,
-                Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
-                Advice::DontFork => libc::MADV_DONTFORK,
-                Advice::DoFork => libc::MADV_DOFORK,
-                Advice::Remove => libc::MADV_REMOVE,
-            };
-            // SAFETY: as for munmap.
-            Response::of_status(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
-        }
-        Request::Mremap { addr, len, new_len, to } => {
-            let (flags, target) = match to {
-                Some(t) => (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t),
-                None => (libc::MREMAP_MAYMOVE, 0),
-            };
-            // SAFETY: as for munmap (MREMAP_FIXED replaces only scenario mappings).
-            let p = unsafe {
-                libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void)
-            };
-            if p == libc::MAP_FAILED {
-                Response::os_error()
-            } else {
-                Response::Value(p as u64)
+            Op::Fork { child } => {
+                // SAFETY: fork() in a process that may have other threads:
+                // the child has only this one, and continues with what this
+                // thread owns (its socket is replaced, the procfs files are
+                // reopened); it takes no lock another thread may hold.
+                match unsafe { libc::fork() } {
+                    -1 => Err(Refused::last_os_error()),
+                    0 => {
+                        self.proc = Process::new(&self.proc.socket, &child);
+                        self.tid = 0;
+                        self.conn = connect(&self.proc.socket, &child);
+                        return Next::Listen;
+                    }
+                    pid => Ok(Reply::Value(pid as u64)),
+                }
             }
-        }
-        Request::Access { addr, len, access } => access_memory(addr, len, access),
-        Request::Observe { addr, len } => {
-            let (page, range) = match (procfs.page_info(addr), procfs.range_info(addr, len)) {
-                (Ok(page), Ok(range)) => (page, range),
-                (Err(why), _) | (_, Err(why)) => return Response::Unobservable(why),
-            };
-            let readable = check_access(&maps(), addr, false).is_ok();
-            // SAFETY: the page is mapped and readable (checked just above).
-            let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
-            Response::Observed(Observation { page, range, byte, ..Default::default() })
-        }
-        Request::Hello { .. } | Request::Exit | Request::Fork { .. } | Request::SpawnThread { .. } => unreachable!(),
-        Request::Gup { .. } | Request::GupByte { .. } | Request::Ungup { .. } => unreachable!(),
+            Op::Pin { addr, len, kind } => self.pin(addr, len, kind),
+            Op::ObservePin { pin } => match self.gups.get(&pin).map(|g| g.first_byte()) {
+                Some(Ok(byte)) => Ok(Reply::Observed(Observation { byte, via_gup: true, ..Default::default() })),
+                _ => Err(Refused::Errno(Errno::EINVAL)),
+            },
+            Op::Unpin { pin } => match self.gups.remove(&pin) {
+                Some(_) => Ok(Reply::Done),
+                None => Err(Refused::Errno(Errno::EINVAL)),
+            },
+            Op::Mmap(req) => mmap(req),
+            Op::CreateFile { kind, size } => files::create_file(kind, size),
+            Op::Fallocate { file, offset, len, keep_size } => files::fallocate(file, offset, len, keep_size),
+            Op::Pwrite { file, offset, data } => files::pwrite(file, offset, &data),
+            Op::Pread { file, offset, len } => files::pread(file, offset, len),
+            Op::ObserveFile { file, offset } => files::observe_file(&self.proc.procfs, file, offset),
+            // SAFETY: ftruncate of a scenario file's descriptor.
+            Op::Ftruncate { file, size } => of_status(unsafe { libc::ftruncate(file as i32, size as libc::off_t) }),
+            Op::PunchHole { file, offset, len } => {
+                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                // SAFETY: fallocate on a scenario file's descriptor.
+                of_status(unsafe { libc::fallocate(file as i32, mode, offset as libc::off_t, len as libc::off_t) })
+            }
+            // SAFETY: a scenario mapping, which no Rust reference of the worker
+            // points into; the kernel validates the range.
+            Op::Munmap { addr, len } => of_status(unsafe { libc::munmap(addr as *mut _, len as usize) }),
+            Op::Mprotect { addr, len, prot } => {
+                // SAFETY: as for munmap.
+                of_status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot.0 as i32) })
+            }
+            Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
+            Op::Mremap { addr, len, new_len, to } => mremap(addr, len, new_len, to),
+            Op::Access { addr, len, access } => access_memory(addr, len, access),
+            Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),
+            Op::Peek { addr } => observe(&self.proc.procfs, addr, PAGE).map(|r| match r {
+                Reply::Observed(o) => Reply::Peeked(Peek { page: o.page, byte: o.byte, fields: Vec::new() }),
+                r => r,
+            }),
+        })
     }
+
+    /// Takes GUP references: FOLL_GET through vmsplice(), FOLL_PIN through
+    /// an io_uring fixed buffer; a range that is not mapped is EFAULT.
+    fn pin(&mut self, addr: u64, len: u64, kind: GupKind) -> Answer {
+        let maps = maps();
+        let mapped = (addr..addr + len).step_by(PAGE as usize).all(|a| check_access(&maps, a, false).is_ok());
+        let taken = match kind {
+            _ if !mapped => return Err(Refused::Errno(Errno::EFAULT)),
+            GupKind::Get => HostGup::vmsplice(addr, len),
+            GupKind::Pin { .. } => Uring::register(addr, len).map(HostGup::Uring),
+        };
+        let g = taken.map_err(|_| Refused::last_os_error())?;
+        self.next_gup += 1;
+        self.gups.insert(self.next_gup, g);
+        Ok(Reply::Value(self.next_gup))
+    }
+}
+
+fn mmap(req: MmapRequest) -> Answer {
+    let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } = req;
+    let flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE }
+        | hugetlb.map_or(0, |size| libc::MAP_HUGETLB | crate::files::huge_size_bits(size))
+        | if noreserve { libc::MAP_NORESERVE } else { 0 }
+        | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
+        | if fixed { libc::MAP_FIXED } else { 0 }
+        | if populate { libc::MAP_POPULATE } else { 0 };
+    let (fd, offset) = file.map_or((-1, 0), |(fd, off)| (fd as i32, off as libc::off_t));
+    // SAFETY: an anonymous or memfd mapping; MAP_FIXED may replace
+    // scenario mappings, which no Rust reference of the worker points into.
+    let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot.0 as i32, flags, fd, offset) };
+    of_value(p as u64, p == libc::MAP_FAILED)
+}
+
+fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
+    let a = match advice {
+        Advice::DontNeed => libc::MADV_DONTNEED,
+        Advice::HugePage => libc::MADV_HUGEPAGE,
+        Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+        Advice::DontFork => libc::MADV_DONTFORK,
+        Advice::DoFork => libc::MADV_DOFORK,
+        Advice::Remove => libc::MADV_REMOVE,
+    };
+    // SAFETY: a scenario mapping, which no Rust reference of the worker
+    // points into; the kernel validates the range.
+    of_status(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
+}
+
+fn mremap(addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Answer {
+    let (flags, target) = match to {
+        Some(t) => (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t),
+        None => (libc::MREMAP_MAYMOVE, 0),
+    };
+    // SAFETY: as for madvise (MREMAP_FIXED replaces only scenario mappings).
+    let p = unsafe { libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void) };
+    of_value(p as u64, p == libc::MAP_FAILED)
+}
+
+/// The first page of a range as pagemap and kpageflags report it, the sums
+/// over the range, and the byte at `addr` if the page is present and readable.
+fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
+    let (page, range) = match (procfs.page_info(addr), procfs.range_info(addr, len)) {
+        (Ok(page), Ok(range)) => (page, range),
+        (Err(why), _) | (_, Err(why)) => return Err(Refused::Unobservable(why)),
+    };
+    let readable = check_access(&maps(), addr, false).is_ok();
+    // SAFETY: the page is mapped and readable (checked just above).
+    let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
+    Ok(Reply::Observed(Observation { page, range, byte, ..Default::default() }))
 }
 
 /// Faults in the page at `addr` of a file mapping the way the access would
 /// (`MADV_POPULATE_READ` / `_WRITE`), so that a fault ending in SIGBUS
 /// (a hugetlb pool with no page) comes back as an error (EFAULT from
 /// madvise) instead of killing the worker. Other mappings need nothing.
-fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Response> {
+fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Refused> {
     if !maps.iter().any(|v| v.start <= addr && addr < v.end && v.file) {
         return Ok(());
     }
@@ -233,14 +268,14 @@ fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), 
     let r = unsafe { libc::madvise((addr & !(PAGE - 1)) as *mut libc::c_void, PAGE as usize, advice) };
     match r {
         0 => Ok(()),
-        _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) => Err(Response::Err(Errno::SIGBUS)),
-        _ => Err(Response::os_error()),
+        _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) => Err(Refused::Errno(Errno::SIGBUS)),
+        _ => Err(Refused::last_os_error()),
     }
 }
 
 /// Performs an access page by page, stopping at the first page the VMAs
 /// forbid, as a CPU would (with an error instead of SIGSEGV).
-fn access_memory(addr: u64, len: u64, access: Access) -> Response {
+fn access_memory(addr: u64, len: u64, access: Access) -> Answer {
     let maps = maps();
     let write = !matches!(access, Access::Read { .. });
     let every_byte = match access {
@@ -251,10 +286,8 @@ fn access_memory(addr: u64, len: u64, access: Access) -> Response {
     let end = addr + len;
     let mut at = if every_byte { addr } else { addr & !(PAGE - 1) };
     while at < end {
-        let allowed = check_access(&maps, at, write).map_err(Response::Err);
-        if let Err(r) = allowed.and_then(|()| fault_in_file_page(&maps, at, write)) {
-            return r;
-        }
+        check_access(&maps, at, write).map_err(Refused::Errno)?;
+        fault_in_file_page(&maps, at, write)?;
         let next = if every_byte { ((at / PAGE) + 1) * PAGE } else { at + PAGE };
         let span = if every_byte { at..next.min(end) } else { at..at + 1 };
         for a in span {
@@ -271,9 +304,5 @@ fn access_memory(addr: u64, len: u64, access: Access) -> Response {
         }
         at = next;
     }
-    if write {
-        Response::Value(0)
-    } else {
-        Response::Bytes(out)
-    }
+    Ok(if write { Reply::Done } else { Reply::Bytes(out) })
 }

@@ -1,14 +1,19 @@
-//! The foliomm workload language ([`lang`]), its interpreter ([`interp`]) and
-//! the [`backend::Backend`] seam with the model behind it ([`model`]). The
-//! same scenario file is meant to run on the model and on the host kernel.
+//! The foliomm workload language ([`lang`]), its interpreter ([`interp`]),
+//! the operations it asks of a backend ([`op`]) and the [`backend::Backend`]
+//! seam with the model behind it ([`model`]). The same scenario file is
+//! meant to run on the model and on the host kernel.
 
 pub mod backend;
 pub mod fuzz;
 pub mod interp;
 pub mod lang;
 pub mod model;
+pub mod observation;
+pub mod op;
 
-pub use backend::{Access, Backend, BackendResult, Observation, Peek, StepError, Thread};
+pub use backend::{Backend, BackendResult, Machinery, StepError, Thread};
 pub use interp::{run, Failure, FailureKind, Measure, Outcome, RunOptions, ThreadOps};
 pub use lang::{parse, ParseError};
 pub use model::ModelBackend;
+pub use observation::Observation;
+pub use op::{Access, Op, Peek, Reply};

@@ -11,17 +11,14 @@ use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
 use foliomm::mm::gup::Pin;
-use foliomm::mm::Advice;
-use foliomm::mm_types::Prot;
 use foliomm::shmem::Inode;
 use foliomm::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{
-    hugepage_counters, Access, Backend, BackendResult, FileKind, GupKind, MmapRequest, Observation, Peek, StepError,
-    Thread,
-};
+use crate::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
 use crate::lang::MachineSetting;
+use crate::observation::Observation;
+use crate::op::{pattern_bytes, Access, FileKind, GupKind, MmapRequest, Op, Peek, Reply};
 
 /// A scenario process on the model: its address space and its threads' CPUs.
 struct Process {
@@ -66,15 +63,15 @@ impl ModelBackend {
     /// exist is the caller's mistake, not an errno.
     fn thread(&self, t: Thread) -> BackendResult<(Arc<Mm>, Arc<Mutex<Cpu>>)> {
         let procs = self.procs.read().unwrap();
-        let p = procs.get(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
-        let cpu = p.threads.get(&t.tid).ok_or_else(|| StepError::Backend(format!("no thread {t}")))?;
+        let p = procs.get(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+        let cpu = p.threads.get(&t.tid).ok_or_else(|| t.failure("does not exist"))?;
         Ok((p.mm.clone(), cpu.clone()))
     }
 
     /// The file behind handle `h`.
     fn file(&self, h: u64) -> BackendResult<Arc<Inode>> {
         let files = self.files.lock().unwrap();
-        files.get(&h).cloned().ok_or_else(|| StepError::Backend(format!("no file {h}")))
+        Ok(files.get(&h).cloned().ok_or(Machinery::NoFile(h))?)
     }
 
     fn add_process(&self, name: &str, mm: Arc<Mm>) {
@@ -127,7 +124,7 @@ impl Backend for ModelBackend {
         config.poison |= config.debug.free_before_flush.is_some();
         let m = Machine::new(config.clone())
             .map_err(|e| StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
-        self.machine.set(m).map_err(|_| StepError::Backend("the machine was started twice".into()))
+        self.machine.set(m).map_err(|_| Machinery::Setup("the machine was started twice".into()).into())
     }
 
     fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
@@ -171,45 +168,115 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
-    fn spawn(&self, proc: &str) -> BackendResult<()> {
-        let mm = self.m().new_mm()?;
-        self.add_process(proc, mm);
-        Ok(())
+    fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {
+        let m = self.m();
+        Ok(match op {
+            Op::Spawn => {
+                self.add_process(t.proc, m.new_mm()?);
+                Reply::Done
+            }
+            Op::SpawnThread => {
+                let cpu = Arc::new(Mutex::new(m.new_cpu()));
+                let mut procs = self.procs.write().unwrap();
+                let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                if p.threads.insert(t.tid, cpu).is_some() {
+                    return Err(t.failure("exists already"));
+                }
+                Reply::Done
+            }
+            Op::ExitThread => {
+                let mut procs = self.procs.write().unwrap();
+                let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                match (t.tid, p.threads.remove(&t.tid)) {
+                    (0, _) => return Err(t.failure("is the process's first; exit the process")),
+                    (_, Some(_)) => Reply::Done,
+                    (_, None) => return Err(t.failure("does not exist")),
+                }
+            }
+            Op::Exit => {
+                let p = self.procs.write().unwrap().remove(t.proc);
+                p.ok_or_else(|| Machinery::NoProcess(t.proc.into()))?.mm.exit();
+                Reply::Done
+            }
+            Op::Fork { child } => {
+                let c = self.mm_of(t)?.fork()?;
+                self.add_process(&child, c);
+                Reply::Done
+            }
+            Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
+            Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
+            Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
+            Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
+            Op::Mremap { addr, len, new_len, to } => Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?),
+            Op::Access { addr, len, access } => self.access(t, addr, len, access)?,
+            Op::Observe { addr, len } => Reply::Observed(self.observe(t, addr, len)?),
+            Op::Peek { addr } => Reply::Peeked(self.peek(t, addr)?),
+            Op::CreateFile { kind, size } => {
+                let inode = match kind {
+                    FileKind::Memfd => m.memfd_create(size)?,
+                    FileKind::Tmpfs { huge, named } => m.tmpfs_create(size, huge, named)?,
+                    FileKind::Hugetlbfs(page) => m.hugetlbfs_create(size, page)?,
+                };
+                let h = inode.ino;
+                self.files.lock().unwrap().insert(h, inode);
+                Reply::Value(h)
+            }
+            Op::Ftruncate { file, size } => done(m.ftruncate(&self.file(file)?, size))?,
+            Op::PunchHole { file, offset, len } => done(m.punch_hole(&self.file(file)?, offset, len))?,
+            Op::Fallocate { file, offset, len, keep_size } => done(self.file(file)?.fallocate(offset, len, keep_size))?,
+            Op::Pwrite { file, offset, data } => Reply::Value(self.file(file)?.write(offset, &data)? as u64),
+            Op::Pread { file, offset, len } => {
+                let mut buf = vec![0; len as usize];
+                let n = self.file(file)?.read(offset, &mut buf);
+                buf.truncate(n);
+                Reply::Bytes(buf)
+            }
+            Op::ObserveFile { file, offset } => Reply::Observed(self.observe_file(file, offset)?),
+            Op::Pin { addr, len, kind } => {
+                let mm = self.mm_of(t)?;
+                let pin = match kind {
+                    GupKind::Get => mm.get_user_pages(addr, len)?,
+                    GupKind::Pin { write, longterm } => mm.pin_user_pages(addr, len, write, longterm)?,
+                };
+                let mut pins = self.pins.lock().unwrap();
+                pins.0 += 1;
+                let id = pins.0;
+                pins.1.insert(id, pin);
+                Reply::Value(id)
+            }
+            Op::Unpin { pin } => {
+                let pin = self.pins.lock().unwrap().1.remove(&pin).ok_or(Errno::EINVAL)?;
+                m.unpin_user_pages(pin);
+                Reply::Done
+            }
+            Op::ObservePin { pin } => Reply::Observed(self.observe_pin(pin)?),
+        })
     }
 
-    fn spawn_thread(&self, t: Thread) -> BackendResult<()> {
-        let cpu = Arc::new(Mutex::new(self.m().new_cpu()));
-        let mut procs = self.procs.write().unwrap();
-        let p = procs.get_mut(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
-        if p.threads.insert(t.tid, cpu).is_some() {
-            return Err(StepError::Backend(format!("thread {t} exists already")));
+    fn counters(&self) -> Vec<(String, u64)> {
+        let Some(m) = self.machine() else {
+            return Vec::new();
+        };
+        let mut c = m.stats.snapshot();
+        c.push(("frames_in_use".into(), m.frames_in_use()));
+        for size in HugeSize::ALL {
+            let h = m.huge_counts(size);
+            c.extend(hugepage_counters(size, h));
         }
-        Ok(())
+        c
     }
 
-    fn exit_thread(&self, t: Thread) -> BackendResult<()> {
-        let mut procs = self.procs.write().unwrap();
-        let p = procs.get_mut(t.proc).ok_or_else(|| StepError::Backend(format!("no process {}", t.proc)))?;
-        match (t.tid, p.threads.remove(&t.tid)) {
-            (0, _) => Err(StepError::Backend(format!("thread {t} is the process's first; exit the process"))),
-            (_, Some(_)) => Ok(()),
-            (_, None) => Err(StepError::Backend(format!("no thread {t}"))),
-        }
+    fn check(&self) -> Vec<Violation> {
+        self.machine().map(|m| m.check()).unwrap_or_default()
     }
+}
 
-    fn fork(&self, t: Thread, child: &str) -> BackendResult<()> {
-        let c = self.mm_of(t)?.fork()?;
-        self.add_process(child, c);
-        Ok(())
-    }
+/// [`Reply::Done`] for an operation that succeeded.
+fn done(r: foliomm::Result<()>) -> BackendResult<Reply> {
+    r.map(|()| Reply::Done).map_err(StepError::from)
+}
 
-    fn exit(&self, proc: &str) -> BackendResult<()> {
-        let p = self.procs.write().unwrap().remove(proc);
-        let p = p.ok_or_else(|| StepError::Backend(format!("no process {proc}")))?;
-        p.mm.exit();
-        Ok(())
-    }
-
+impl ModelBackend {
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
         let (fixed, populate, shared, hugetlb, noreserve) =
             (req.fixed, req.populate, req.shared, req.hugetlb, req.noreserve);
@@ -222,85 +289,23 @@ impl Backend for ModelBackend {
         Ok(self.mm_of(t)?.mmap_file(req.at.unwrap_or(0), req.len, req.prot, flags, file)?)
     }
 
-    fn create_file(&self, _t: Thread, kind: FileKind, size: u64) -> BackendResult<u64> {
-        let inode = match kind {
-            FileKind::Memfd => self.m().memfd_create(size)?,
-            FileKind::Tmpfs { huge, named } => self.m().tmpfs_create(size, huge, named)?,
-            FileKind::Hugetlbfs(page) => self.m().hugetlbfs_create(size, page)?,
-        };
-        let h = inode.ino;
-        self.files.lock().unwrap().insert(h, inode);
-        Ok(h)
-    }
-
-    fn ftruncate(&self, _t: Thread, file: u64, size: u64) -> BackendResult<()> {
-        Ok(self.m().ftruncate(&self.file(file)?, size)?)
-    }
-
-    fn punch_hole(&self, _t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<()> {
-        Ok(self.m().punch_hole(&self.file(file)?, offset, len)?)
-    }
-
-    fn fallocate(&self, _t: Thread, file: u64, offset: u64, len: u64, keep_size: bool) -> BackendResult<()> {
-        Ok(self.file(file)?.fallocate(offset, len, keep_size)?)
-    }
-
-    fn pwrite(&self, _t: Thread, file: u64, offset: u64, data: &[u8]) -> BackendResult<u64> {
-        Ok(self.file(file)?.write(offset, data)? as u64)
-    }
-
-    fn pread(&self, _t: Thread, file: u64, offset: u64, len: u64) -> BackendResult<Vec<u8>> {
-        let mut buf = vec![0; len as usize];
-        let n = self.file(file)?.read(offset, &mut buf);
-        buf.truncate(n);
-        Ok(buf)
-    }
-
-    fn observe_file(&self, _t: Thread, file: u64, offset: u64) -> BackendResult<Observation> {
-        let inode = self.file(file)?;
-        let mut o = Observation::default();
-        if let Some((f, pfn)) = inode.get_cached(offset / PAGE_SIZE) {
-            o.page.present = true;
-            o.page.pfn = pfn;
-            o.page.folio_order = f.order();
-            o.byte = self.m().kernel.phys.read_byte(pfn, (offset % PAGE_SIZE) as usize);
-            self.m().kernel.folio_put_refs(f, 1);
-        }
-        Ok(o)
-    }
-
-    fn munmap(&self, t: Thread, addr: u64, len: u64) -> BackendResult<()> {
-        Ok(self.mm_of(t)?.munmap(addr, len)?)
-    }
-
-    fn mprotect(&self, t: Thread, addr: u64, len: u64, prot: Prot) -> BackendResult<()> {
-        Ok(self.mm_of(t)?.mprotect(addr, len, prot)?)
-    }
-
-    fn madvise(&self, t: Thread, addr: u64, len: u64, advice: Advice) -> BackendResult<()> {
-        Ok(self.mm_of(t)?.madvise(addr, len, advice)?)
-    }
-
-    fn mremap(&self, t: Thread, addr: u64, len: u64, new_len: u64, to: Option<u64>) -> BackendResult<u64> {
-        Ok(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)
-    }
-
-    fn access(&self, t: Thread, addr: u64, len: u64, access: Access) -> BackendResult<Vec<u8>> {
+    /// Writes reply [`Reply::Done`], reads the bytes read.
+    fn access(&self, t: Thread, addr: u64, len: u64, access: Access) -> BackendResult<Reply> {
         let (mm, cpu) = self.thread(t)?;
         let mut cpu = cpu.lock().unwrap();
         let r = match access {
-            Access::Write { val, every_byte: true } => cpu.fill(&mm, addr, len, val).map(|_| Vec::new()),
+            Access::Write { val, every_byte: true } => cpu.fill(&mm, addr, len, val).map(|_| Reply::Done),
             Access::Write { val, every_byte: false } => {
-                cpu.write_byte_per_page(&mm, addr, len, val).map(|_| Vec::new())
+                cpu.write_byte_per_page(&mm, addr, len, val).map(|_| Reply::Done)
             }
             Access::Pattern { origin, seed } => {
-                cpu.write(&mm, addr, &crate::backend::pattern_bytes(origin, addr, len, seed)).map(|_| Vec::new())
+                cpu.write(&mm, addr, &pattern_bytes(origin, addr, len, seed)).map(|_| Reply::Done)
             }
             Access::Read { every_byte: true } => {
                 let mut buf = vec![0; len as usize];
-                cpu.read(&mm, addr, &mut buf).map(|_| buf)
+                cpu.read(&mm, addr, &mut buf).map(|_| Reply::Bytes(buf))
             }
-            Access::Read { every_byte: false } => cpu.read_byte_per_page(&mm, addr, len),
+            Access::Read { every_byte: false } => cpu.read_byte_per_page(&mm, addr, len).map(Reply::Bytes),
         };
         Ok(r?)
     }
@@ -316,30 +321,24 @@ impl Backend for ModelBackend {
         Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb: mm.pgtables_kb() })
     }
 
-    fn peek(&self, t: Thread, addr: u64) -> Option<Peek> {
-        let mm = self.mm_of(t).ok()?;
+    fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {
+        let mm = self.mm_of(t)?;
         let page = mm.page_peek(addr);
         let byte = if page.present { self.m().phys.read_byte(page.pfn, (addr % PAGE_SIZE) as usize) } else { 0 };
-        Some(Peek { page, byte, fields: mm.folio_fields(addr) })
+        Ok(Peek { page, byte, fields: mm.folio_fields(addr) })
     }
 
-    fn pin(&self, t: Thread, addr: u64, len: u64, kind: GupKind) -> BackendResult<u64> {
-        let mm = self.mm_of(t)?;
-        let pin = match kind {
-            GupKind::Get => mm.get_user_pages(addr, len)?,
-            GupKind::Pin { write, longterm } => mm.pin_user_pages(addr, len, write, longterm)?,
-        };
-        let mut pins = self.pins.lock().unwrap();
-        pins.0 += 1;
-        let id = pins.0;
-        pins.1.insert(id, pin);
-        Ok(id)
-    }
-
-    fn unpin(&self, pin: u64) -> BackendResult<()> {
-        let pin = self.pins.lock().unwrap().1.remove(&pin).ok_or(Errno::EINVAL)?;
-        self.m().unpin_user_pages(pin);
-        Ok(())
+    fn observe_file(&self, file: u64, offset: u64) -> BackendResult<Observation> {
+        let inode = self.file(file)?;
+        let mut o = Observation::default();
+        if let Some((f, pfn)) = inode.get_cached(offset / PAGE_SIZE) {
+            o.page.present = true;
+            o.page.pfn = pfn;
+            o.page.folio_order = f.order();
+            o.byte = self.m().kernel.phys.read_byte(pfn, (offset % PAGE_SIZE) as usize);
+            self.m().kernel.folio_put_refs(f, 1);
+        }
+        Ok(o)
     }
 
     fn observe_pin(&self, pin: u64) -> BackendResult<Observation> {
@@ -358,22 +357,5 @@ impl Backend for ModelBackend {
         };
         let byte = m.phys.read_byte(pfn, (p.addr % 4096) as usize);
         Ok(Observation { page, byte, via_gup: true, ..Default::default() })
-    }
-
-    fn counters(&self) -> Vec<(String, u64)> {
-        let Some(m) = self.machine() else {
-            return Vec::new();
-        };
-        let mut c = m.stats.snapshot();
-        c.push(("frames_in_use".into(), m.frames_in_use()));
-        for size in HugeSize::ALL {
-            let h = m.huge_counts(size);
-            c.extend(hugepage_counters(size, h));
-        }
-        c
-    }
-
-    fn check(&self) -> Vec<Violation> {
-        self.machine().map(|m| m.check()).unwrap_or_default()
     }
 }

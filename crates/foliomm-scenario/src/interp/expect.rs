@@ -3,8 +3,8 @@
 
 use super::state::State;
 use super::StepResult;
-use crate::backend::Observation;
 use crate::lang::{CmpOp, MachineSetting, Operand};
+use crate::observation::Observation;
 use foliomm::mapcount::{Design, RmapIdStage};
 
 impl State<'_> {

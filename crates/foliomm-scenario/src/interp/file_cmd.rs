@@ -8,6 +8,7 @@ use super::state::State;
 use super::StepResult;
 use crate::backend::Thread;
 use crate::lang::{Cmd, Step};
+use crate::op::{FileKind, Op, Reply};
 
 impl State<'_> {
     /// Runs a file step of thread `t`.
@@ -15,11 +16,13 @@ impl State<'_> {
         let p = t.proc.to_string();
         match &step.cmd {
             Cmd::CreateFile { name, size, kind } => {
-                let Some(h) = outcome(step, self.timed(|b| b.create_file(t, *kind, *size)))? else {
+                let Some(h) =
+                    outcome(step, self.perform(t, Op::CreateFile { kind: *kind, size: *size }).and_then(Reply::value))?
+                else {
                     return Ok("failed as expected".into());
                 };
                 self.files.insert(name.clone(), (h, self.ref_files.new_file(*size)));
-                if let crate::backend::FileKind::Hugetlbfs(size) = kind {
+                if let FileKind::Hugetlbfs(size) = kind {
                     self.hugetlb.insert(name.clone(), *size);
                 }
                 self.holders.insert(name.clone(), [p].into());
@@ -27,14 +30,14 @@ impl State<'_> {
             }
             Cmd::Punch { file, offset, len } => {
                 let (h, id) = self.file(file, &p)?;
-                if outcome(step, self.timed(|b| b.punch_hole(t, h, *offset, *len)))?.is_some() {
+                if outcome(step, self.perform(t, Op::PunchHole { file: h, offset: *offset, len: *len }))?.is_some() {
                     self.ref_files.punch(id, *offset, offset + len);
                 }
                 Ok("hole punched".into())
             }
             Cmd::Truncate { file, size } => {
                 let (h, id) = self.file(file, &p)?;
-                if outcome(step, self.timed(|b| b.ftruncate(t, h, *size)))?.is_some() {
+                if outcome(step, self.perform(t, Op::Ftruncate { file: h, size: *size }))?.is_some() {
                     self.ref_files.truncate(id, *size);
                     for rs in self.refs.values_mut() {
                         rs.truncate_file(id, size.div_ceil(4096));
@@ -44,7 +47,7 @@ impl State<'_> {
             }
             Cmd::Fallocate { file, offset, len, keep_size } => {
                 let (h, id) = self.file(file, &p)?;
-                let r = self.timed(|b| b.fallocate(t, h, *offset, *len, *keep_size));
+                let r = self.perform(t, Op::Fallocate { file: h, offset: *offset, len: *len, keep_size: *keep_size });
                 if outcome(step, r)?.is_some() && !keep_size {
                     self.ref_files.extend(id, offset + len);
                 }
@@ -58,7 +61,8 @@ impl State<'_> {
                     let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
                     let data = vec![*val; n as usize];
                     // Pieces before the last must succeed; the last ends as the step says.
-                    let wrote = match self.timed(|b| b.pwrite(t, h, at, &data)) {
+                    let write = Op::Pwrite { file: h, offset: at, data: data.clone() };
+                    let wrote = match self.perform(t, write).and_then(Reply::value) {
                         Ok(w) if done + n < *len => w,
                         r => match outcome(step, r)? {
                             Some(w) => w,
@@ -80,7 +84,11 @@ impl State<'_> {
                 let mut done = 0;
                 loop {
                     let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
-                    let Some(got) = outcome(step, self.timed(|b| b.pread(t, h, at, n)))? else {
+                    let Some(got) = outcome(
+                        step,
+                        self.perform(t, Op::Pread { file: h, offset: at, len: n }).and_then(Reply::bytes),
+                    )?
+                    else {
                         return Ok("failed as expected".into());
                     };
                     compare_bytes(at, true, &got, &self.ref_files.read(id, at, n))?;
@@ -94,7 +102,9 @@ impl State<'_> {
             Cmd::Observe { place, name } => {
                 let (h, _) = self.file(&place.map, &p)?;
                 let offset = place.range.map_or(0, |r| r.0);
-                let Some(o) = outcome(step, self.timed(|b| b.observe_file(t, h, offset)))? else {
+                let Some(o) =
+                    outcome(step, self.perform(t, Op::ObserveFile { file: h, offset }).and_then(Reply::observation))?
+                else {
                     return Ok("failed as expected".into());
                 };
                 Ok(self.record(name, o))

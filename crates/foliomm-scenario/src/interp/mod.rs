@@ -14,8 +14,9 @@ mod process;
 mod state;
 mod trace;
 
-use crate::backend::{Backend, Observation, StepError};
+use crate::backend::{Backend, StepError};
 use crate::lang::{Cmd, Step};
+use crate::observation::Observation;
 use state::State;
 pub use trace::TracePage;
 
@@ -95,7 +96,7 @@ impl From<StepError> for Failed {
     fn from(e: StepError) -> Failed {
         let kind = match e {
             StepError::Errno(_) => FailureKind::Scenario,
-            StepError::Backend(_) => FailureKind::Backend,
+            StepError::Machinery(_) => FailureKind::Backend,
             StepError::Unsupported(_) => FailureKind::Unsupported,
         };
         Failed { kind, message: e.to_string() }
@@ -186,7 +187,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut live: Vec<String> = st.live.drain().collect();
     live.sort();
     for p in live {
-        if let Err(e) = st.backend.exit(&p) {
+        if let Err(e) = st.backend.perform(crate::backend::Thread::main(&p), crate::op::Op::Exit) {
             let f = Failure {
                 line: steps.last().map_or(0, |s| s.line),
                 kind: FailureKind::Backend,

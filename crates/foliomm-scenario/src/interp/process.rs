@@ -7,8 +7,9 @@ use foliomm::Errno;
 
 use super::state::State;
 use super::{Failed, StepResult};
-use crate::backend::{Access, BackendResult, MmapRequest, StepError, Thread};
+use crate::backend::{BackendResult, StepError, Thread};
 use crate::lang::{Cmd, Place, Step};
+use crate::op::{Access, MmapRequest, Op, Reply};
 
 pub(super) fn errno(e: Errno) -> String {
     e.name().to_string()
@@ -57,15 +58,16 @@ impl State<'_> {
                     noreserve: *noreserve,
                     file: handle.map(|(h, _)| (h, *offset)),
                 };
-                let got = self.timed(|b| b.mmap(t, req));
+                let got = self.perform(t, Op::Mmap(req)).and_then(Reply::value);
                 let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
                 let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
                 let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
                 if addr > raw {
-                    self.timed(|b| b.munmap(t, raw, addr - raw)).map_err(trim)?;
+                    self.perform(t, Op::Munmap { addr: raw, len: addr - raw }).map_err(trim)?;
                 }
                 if raw + total > addr + len {
-                    self.timed(|b| b.munmap(t, addr + len, raw + total - (addr + len))).map_err(trim)?;
+                    let tail = Op::Munmap { addr: addr + len, len: raw + total - (addr + len) };
+                    self.perform(t, tail).map_err(trim)?;
                 }
                 self.maps.insert(name.clone(), (addr, *len));
                 let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
@@ -93,21 +95,21 @@ impl State<'_> {
             Cmd::Observe { place, name } if self.files.contains_key(&place.map) => self.file_step(step, t),
             Cmd::Munmap(pl) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.timed(|b| b.munmap(t, a, l)))?.is_some() {
+                if outcome(step, self.perform(t, Op::Munmap { addr: a, len: l }))?.is_some() {
                     self.refs.get_mut(&p).unwrap().unmap(a, l);
                 }
                 Ok("ok".into())
             }
             Cmd::Mprotect(pl, prot) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.timed(|b| b.mprotect(t, a, l, *prot)))?.is_some() {
+                if outcome(step, self.perform(t, Op::Mprotect { addr: a, len: l, prot: *prot }))?.is_some() {
                     self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
                 }
                 Ok("ok".into())
             }
             Cmd::Madvise(pl, adv) => {
                 let (a, l) = self.place(pl)?;
-                let r = self.timed(|b| b.madvise(t, a, l, *adv));
+                let r = self.perform(t, Op::Madvise { addr: a, len: l, advice: *adv }).and_then(Reply::done);
                 // A madvise that fails with EINVAL changed nothing (Linux
                 // checks first); one that meets a hole (ENOMEM) acted on the
                 // mapped parts.
@@ -134,7 +136,11 @@ impl State<'_> {
                     Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
                     None => None,
                 };
-                let Some(n) = outcome(step, self.timed(|b| b.mremap(t, a, l, new_len, target)))? else {
+                let Some(n) = outcome(
+                    step,
+                    self.perform(t, Op::Mremap { addr: a, len: l, new_len, to: target }).and_then(Reply::value),
+                )?
+                else {
                     return Ok("failed as expected".into());
                 };
                 let rs = self.refs.get_mut(&p).unwrap();
@@ -155,7 +161,7 @@ impl State<'_> {
                 if self.live.contains(child) || self.exited.contains(child) {
                     return Err(format!("process {child} already exists").into());
                 }
-                if outcome(step, self.timed(|b| b.fork(t, child)))?.is_some() {
+                if outcome(step, self.perform(t, Op::Fork { child: child.clone() }))?.is_some() {
                     let copy = self.refs[&p].clone();
                     self.refs.insert(child.clone(), copy);
                     for ps in self.holders.values_mut().filter(|ps| ps.contains(&p)) {
@@ -166,7 +172,7 @@ impl State<'_> {
                 Ok(format!("{child} forked"))
             }
             Cmd::Exit if tid != 0 => {
-                self.timed(|b| b.exit_thread(t))?;
+                self.perform(t, Op::ExitThread)?;
                 let name = step.thread.as_deref().unwrap_or_default();
                 if let Some(slot) = self.threads.get_mut(&p).and_then(|ts| ts.get_mut(name)) {
                     *slot = None;
@@ -174,7 +180,7 @@ impl State<'_> {
                 Ok("thread exited".into())
             }
             Cmd::Exit => {
-                self.timed(|b| b.exit(&p))?;
+                self.perform(t, Op::Exit)?;
                 self.threads.remove(&p);
                 self.live.remove(&p);
                 self.refs.remove(&p);
@@ -208,7 +214,8 @@ impl State<'_> {
                 let (mut done, mut bytes) = (0, 0);
                 while done < l || (l == 0 && done == 0) {
                     let (at, len) = (a + done, (l - done).min(chunk));
-                    let got = self.timed(|b| b.access(t, at, len, Access::Read { every_byte: *every_byte }));
+                    let read = Op::Access { addr: at, len, access: Access::Read { every_byte: *every_byte } };
+                    let got = self.perform(t, read).and_then(Reply::bytes);
                     let Some(got) = outcome(step, got)? else {
                         return Ok("failed as expected".into());
                     };
@@ -224,7 +231,9 @@ impl State<'_> {
             }
             Cmd::Observe { place, name } => {
                 let (a, l) = self.place(place)?;
-                let Some(o) = outcome(step, self.timed(|b| b.observe(t, a, l)))? else {
+                let Some(o) =
+                    outcome(step, self.perform(t, Op::Observe { addr: a, len: l }).and_then(Reply::observation))?
+                else {
                     return Ok("failed as expected".into());
                 };
                 Ok(self.record(name, o))
@@ -236,20 +245,23 @@ impl State<'_> {
                     return Err(StepError::Unsupported(why).into());
                 }
                 let (a, l) = self.place(place)?;
-                let Some(id) = outcome(step, self.timed(|b| b.pin(t, a, l, *kind)))? else {
+                let Some(id) =
+                    outcome(step, self.perform(t, Op::Pin { addr: a, len: l, kind: *kind }).and_then(Reply::value))?
+                else {
                     return Ok("failed as expected".into());
                 };
-                self.pins.insert(name.clone(), id);
+                self.pins.insert(name.clone(), (id, p.clone(), tid));
                 Ok(format!("{name} pinned"))
             }
             Cmd::Unpin(name) => {
-                let id = self.pins.remove(name).ok_or_else(|| format!("unknown pin '{name}'"))?;
-                outcome(step, self.timed(|b| b.unpin(id)))?;
+                let (pin, holder, tid) = self.pins.remove(name).ok_or_else(|| format!("unknown pin '{name}'"))?;
+                outcome(step, self.perform(Thread { proc: &holder, tid }, Op::Unpin { pin }))?;
                 Ok(format!("{name} unpinned"))
             }
             Cmd::ObservePin { pin, name } => {
-                let id = *self.pins.get(pin).ok_or_else(|| format!("unknown pin '{pin}'"))?;
-                let Some(o) = outcome(step, self.timed(|b| b.observe_pin(id)))? else {
+                let (id, holder, tid) = self.pins.get(pin).cloned().ok_or_else(|| format!("unknown pin '{pin}'"))?;
+                let observed = self.perform(Thread { proc: &holder, tid }, Op::ObservePin { pin: id });
+                let Some(o) = outcome(step, observed.and_then(Reply::observation))? else {
                     return Ok("failed as expected".into());
                 };
                 Ok(self.record(name, o))
@@ -279,7 +291,7 @@ impl State<'_> {
         let mut at = a;
         while at < a + l {
             let len = ((at / chunk + 1) * chunk).min(a + l) - at;
-            let r = self.timed(|b| b.access(t, at, len, access));
+            let r = self.perform(t, Op::Access { addr: at, len, access }).and_then(Reply::done);
             let got = errno_of(&r);
             let failed = r.is_err();
             // Every chunk but the last must succeed; the last ends as the step says.
@@ -291,9 +303,7 @@ impl State<'_> {
                 let expected = match access {
                     Access::Write { val, every_byte: true } => rs.fill(at, len, val),
                     Access::Write { val, every_byte: false } => rs.write_byte_per_page(at, len, val),
-                    Access::Pattern { origin, seed } => {
-                        rs.write(at, &crate::backend::pattern_bytes(origin, at, len, seed))
-                    }
+                    Access::Pattern { origin, seed } => rs.write(at, &crate::op::pattern_bytes(origin, at, len, seed)),
                     Access::Read { .. } => unreachable!("a write"),
                 };
                 same_result("write", got, expected)?;
@@ -369,7 +379,8 @@ mod tests {
         assert!(matches!(outcome::<()>(step, Err(StepError::Errno(Errno::EINVAL))), Ok(None)));
         let kind = |e: StepError| outcome::<()>(step, Err(e)).unwrap_err().kind;
         assert_eq!(kind(StepError::Errno(Errno::ENOMEM)), FailureKind::Scenario);
-        assert_eq!(kind(StepError::Backend("worker P/0 closed its socket".into())), FailureKind::Backend);
+        let broken = crate::backend::Machinery::Worker { thread: "P/0".into(), why: "closed its socket".into() };
+        assert_eq!(kind(StepError::Machinery(broken)), FailureKind::Backend);
         assert_eq!(kind(StepError::Unsupported("errno 75".into())), FailureKind::Unsupported);
     }
 }

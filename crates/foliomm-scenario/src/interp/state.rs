@@ -10,8 +10,10 @@ use foliomm::check::reference::{RefFiles, RefSpace};
 use foliomm::machine::HugeSize;
 
 use super::{Failed, Measure, StepResult, ThreadOps};
-use crate::backend::{Backend, Observation, StepError};
+use crate::backend::{Backend, BackendResult, StepError, Thread};
 use crate::lang::{Cmd, MachineSetting, Place, Step};
+use crate::observation::Observation;
+use crate::op::{Op, Reply};
 
 /// A `measure` block being timed.
 pub(super) struct OpenMeasure {
@@ -50,7 +52,8 @@ pub(super) struct State<'b> {
     pub(super) exited: HashSet<String>,
     pub(super) refs: HashMap<String, RefSpace>,
     pub(super) obs: Vec<(String, Observation)>,
-    pub(super) pins: HashMap<String, u64>,
+    /// Pins by name: the backend's handle and the thread that took it.
+    pub(super) pins: HashMap<String, (u64, String, u32)>,
     /// Time spent inside the backend's calls.
     pub(super) backend_time: Duration,
     /// The open `measure` block.
@@ -105,6 +108,11 @@ impl<'b> State<'b> {
             log.push(Box::new(r.clone()));
         }
         r
+    }
+
+    /// Performs `op` as thread `t`, timed (see [`State::timed`]).
+    pub(super) fn perform(&mut self, t: Thread, op: Op) -> BackendResult<Reply> {
+        self.timed(|b| b.perform(t, op))
     }
 
     /// A copy of what process `proc`'s lines read and change, calling the
@@ -179,7 +187,9 @@ impl<'b> State<'b> {
             return Err(format!("process {name} has exited").into());
         }
         if self.live.insert(name.to_string()) {
-            self.backend.spawn(name).map_err(|e| Failed::from(e).context(&format!("cannot create process {name}")))?;
+            self.backend
+                .perform(Thread::main(name), Op::Spawn)
+                .map_err(|e| Failed::from(e).context(&format!("cannot create process {name}")))?;
             self.refs.insert(name.to_string(), RefSpace::with_files(self.ref_files.clone()));
         }
         Ok(())
@@ -268,8 +278,7 @@ impl<'b> State<'b> {
         // Numbers are never reused: 0 is the first thread, named threads count from 1.
         let tid = threads.len() as u32 + 1;
         threads.insert(name.to_string(), Some(tid));
-        let t = crate::backend::Thread { proc: p, tid };
-        self.timed(|b| b.spawn_thread(t))
+        self.perform(Thread { proc: p, tid }, Op::SpawnThread)
             .map_err(|e| Failed::from(e).context(&format!("cannot start thread {p}.{name}")))?;
         Ok(tid)
     }

@@ -1,15 +1,16 @@
 //! A run's trace (`foliomm run --trace`): after every step that touches
 //! mappings, what each live process's page tables map there and what the
 //! folios' counters say, page by page (a few pages spread over each
-//! touched range), looked at without side effects ([`Backend::peek`]).
+//! touched range), looked at without side effects ([`Op::Peek`]).
 //!
-//! [`Backend::peek`]: crate::backend::Backend::peek
+//! [`Op::Peek`]: crate::op::Op::Peek
 
 use foliomm::mm::PageInfo;
 
 use super::state::State;
-use crate::backend::{Peek, Thread};
+use crate::backend::Thread;
 use crate::lang::{Cmd, Place, Step};
+use crate::op::{Op, Peek, Reply};
 
 /// Pages looked at per touched range, spread from its first to its last.
 const PAGES: u64 = 8;
@@ -56,7 +57,8 @@ impl State<'_> {
             for i in picks {
                 let addr = start + i * 4096;
                 for p in &procs {
-                    if let Some(Peek { page, byte, fields }) = self.backend.peek(Thread { proc: p, tid: 0 }, addr) {
+                    let peek = self.backend.perform(Thread::main(p), Op::Peek { addr }).and_then(Reply::peek);
+                    if let Ok(Peek { page, byte, fields }) = peek {
                         let (proc, map, offset) = (p.to_string(), place.map.clone(), addr - base);
                         out.push(TracePage { proc, map, offset, addr, page, byte, fields });
                     }

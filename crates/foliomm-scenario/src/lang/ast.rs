@@ -8,7 +8,7 @@ use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
 use foliomm::Errno;
 
-use crate::backend::{FileKind, GupKind};
+use crate::op::{FileKind, GupKind};
 
 /// A parse error with its position (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

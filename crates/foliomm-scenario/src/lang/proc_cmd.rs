@@ -9,7 +9,7 @@ use foliomm::mm_types::Prot;
 
 use super::ast::{Cmd, ParseError};
 use super::lexer::{parse_size, Line};
-use crate::backend::{FileKind, GupKind};
+use crate::op::{FileKind, GupKind};
 
 pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
     // "NAME = mmap ..." or "NAME = mremap ..."

@@ -1,0 +1,310 @@
+//! Operations as data: every operation a scenario asks of a backend is one
+//! [`Op`], made by one thread, answered by one [`Reply`] or a typed
+//! [`crate::backend::StepError`]. The interpreter builds the `Op`s; the model
+//! backend, the host worker and (through the host backend) the guest agent
+//! each perform them in one `match`, so that a new operation is a compile
+//! error in every place that must handle it. The host protocol is the
+//! serialized `Op` and the serialized reply.
+
+use foliomm::machine::HugeSize;
+use foliomm::mm::{Advice, PageInfo};
+use foliomm::mm_types::Prot;
+
+use crate::backend::{BackendResult, Machinery, StepError};
+use crate::observation::Observation;
+
+/// One operation of one thread (the caller passes the thread with it).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Op {
+    /// Creates the calling thread's process: an empty address space and
+    /// thread 0 (the caller is that thread).
+    Spawn,
+    /// Creates the calling thread in an existing process, sharing its
+    /// address space (`clone(CLONE_VM | CLONE_THREAD)`).
+    SpawnThread,
+    /// Ends the calling thread (not thread 0: a process ends with [`Op::Exit`]).
+    ExitThread,
+    /// Ends the process with all its threads (`exit_group`).
+    Exit,
+    /// The caller forks: the child is process `child` with one thread, the
+    /// copy of the caller.
+    Fork {
+        child: String,
+    },
+    /// `mmap` of anonymous memory or of a file, private or shared; replies
+    /// with the address.
+    Mmap(MmapRequest),
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mprotect {
+        addr: u64,
+        len: u64,
+        prot: Prot,
+    },
+    Madvise {
+        addr: u64,
+        len: u64,
+        advice: Advice,
+    },
+    /// `mremap` with `MREMAP_MAYMOVE`, and `MREMAP_FIXED` when `to` is
+    /// given; replies with the new address.
+    Mremap {
+        addr: u64,
+        len: u64,
+        new_len: u64,
+        to: Option<u64>,
+    },
+    /// An access on the caller's CPU; a read replies with the bytes read.
+    Access {
+        addr: u64,
+        len: u64,
+        access: Access,
+    },
+    /// The first page of a range as pagemap and kpageflags report it, and
+    /// smaps-style sums over the range.
+    Observe {
+        addr: u64,
+        len: u64,
+    },
+    /// What the page tables map at `addr`, for a trace: no access through
+    /// the caller's CPU (no TLB fill, no accessed bit), no precision
+    /// judgement. Replies [`Reply::Peeked`].
+    Peek {
+        addr: u64,
+    },
+    /// A new shmem file (`memfd_create`, or `open` on a tmpfs mount, and
+    /// `ftruncate`), inherited by children forked later; replies with its handle.
+    CreateFile {
+        kind: FileKind,
+        size: u64,
+    },
+    Ftruncate {
+        file: u64,
+        size: u64,
+    },
+    /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`.
+    PunchHole {
+        file: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// `fallocate(keep_size ? FALLOC_FL_KEEP_SIZE : 0)`.
+    Fallocate {
+        file: u64,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    /// Replies with the number of bytes written.
+    Pwrite {
+        file: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    /// Replies with up to `len` bytes read.
+    Pread {
+        file: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// The file's page at `offset` in the page cache, mapped nowhere for the
+    /// purpose: `present` if cached, its frame, folio order and the byte at
+    /// `offset`. Allocates nothing.
+    ObserveFile {
+        file: u64,
+        offset: u64,
+    },
+    /// Takes GUP references to the pages of a range; replies with a handle
+    /// that the same thread passes to [`Op::Unpin`] and [`Op::ObservePin`].
+    Pin {
+        addr: u64,
+        len: u64,
+        kind: GupKind,
+    },
+    Unpin {
+        pin: u64,
+    },
+    /// The first referenced page as it is now: frame and folio order where
+    /// the backend can tell, and the byte at the referenced address.
+    ObservePin {
+        pin: u64,
+    },
+}
+
+/// What a backend replies to an [`Op`] that succeeded.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Reply {
+    Done,
+    /// An address, a handle or a count.
+    Value(u64),
+    Bytes(Vec<u8>),
+    Observed(Observation),
+    Peeked(Peek),
+}
+
+impl Reply {
+    fn unexpected<T>(self, want: &str) -> BackendResult<T> {
+        let got = match self {
+            Reply::Done => "done",
+            Reply::Value(_) => "a value",
+            Reply::Bytes(_) => "bytes",
+            Reply::Observed(_) => "an observation",
+            Reply::Peeked(_) => "a peek",
+        };
+        Err(StepError::Machinery(Machinery::Answer { want: want.into(), got: got.into() }))
+    }
+
+    /// The value of a [`Reply::Value`]; any other reply is a machinery failure.
+    pub fn value(self) -> BackendResult<u64> {
+        match self {
+            Reply::Value(v) => Ok(v),
+            r => r.unexpected("a value"),
+        }
+    }
+
+    /// Success of an operation that returns nothing (a value is ignored).
+    pub fn done(self) -> BackendResult<()> {
+        match self {
+            Reply::Done | Reply::Value(_) => Ok(()),
+            r => r.unexpected("done"),
+        }
+    }
+
+    /// The bytes of a [`Reply::Bytes`] (none for [`Reply::Done`]).
+    pub fn bytes(self) -> BackendResult<Vec<u8>> {
+        match self {
+            Reply::Bytes(b) => Ok(b),
+            Reply::Done => Ok(Vec::new()),
+            r => r.unexpected("bytes"),
+        }
+    }
+
+    /// The observation of a [`Reply::Observed`].
+    pub fn observation(self) -> BackendResult<Observation> {
+        match self {
+            Reply::Observed(o) => Ok(o),
+            r => r.unexpected("an observation"),
+        }
+    }
+
+    /// The page of a [`Reply::Peeked`].
+    pub fn peek(self) -> BackendResult<Peek> {
+        match self {
+            Reply::Peeked(p) => Ok(p),
+            r => r.unexpected("a peek"),
+        }
+    }
+}
+
+/// How a step touches memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Access {
+    /// Write `val` to the first byte of each page, or to every byte.
+    Write { val: u8, every_byte: bool },
+    /// Write every byte with [`pattern_byte`] of its offset from `origin`
+    /// (the mapping's start, so that backends placing the mapping at
+    /// different addresses write the same bytes) and `seed`.
+    Pattern { origin: u64, seed: u8 },
+    /// Read the first byte of each page, or every byte.
+    Read { every_byte: bool },
+}
+
+/// The byte a `pattern` write puts at offset `off` of a mapping: it differs
+/// between neighbouring bytes and between pages, so a page that shows up at
+/// the wrong place is noticed.
+pub fn pattern_byte(off: u64, seed: u8) -> u8 {
+    ((off >> 12).wrapping_mul(0x9e37) ^ (off & 0xfff).wrapping_mul(7)) as u8 ^ seed
+}
+
+/// The bytes of a `pattern` write of `len` bytes at `addr`, for a mapping
+/// that starts at `origin`.
+pub fn pattern_bytes(origin: u64, addr: u64, len: u64, seed: u8) -> Vec<u8> {
+    (addr..addr + len).map(|a| pattern_byte(a - origin, seed)).collect()
+}
+
+/// What a trace sees of one page ([`Op::Peek`]).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Peek {
+    pub page: PageInfo,
+    /// The byte at the address.
+    pub byte: u8,
+    /// The mapcount design's raw fields of the page's large folio, by
+    /// Linux's names (the model only).
+    pub fields: Vec<(String, i64)>,
+}
+
+/// Which kind of GUP reference a `pin`/`get` step takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum GupKind {
+    /// FOLL_GET, read-only (what `vmsplice()` takes).
+    Get,
+    /// FOLL_PIN, optionally FOLL_WRITE and FOLL_LONGTERM.
+    Pin { write: bool, longterm: bool },
+}
+
+/// The reference by its GUP flags (`FOLL_PIN | FOLL_WRITE`, ...).
+impl std::fmt::Display for GupKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            GupKind::Get => write!(f, "FOLL_GET"),
+            GupKind::Pin { write, longterm } => {
+                write!(
+                    f,
+                    "FOLL_PIN{}{}",
+                    if write { " | FOLL_WRITE" } else { "" },
+                    if longterm { " | FOLL_LONGTERM" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+/// What kind of file a scenario makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FileKind {
+    /// `memfd_create` (the internal shm mount, whose `huge` follows
+    /// `shmem_enabled`).
+    Memfd,
+    /// A file on a tmpfs mount of its own with option `huge=`; `named`
+    /// false for an `O_TMPFILE` file, which has no name.
+    Tmpfs { huge: foliomm::folio::thp::ShmemHuge, named: bool },
+    /// `memfd_create(MFD_HUGETLB)` with the size flag of its pages: a
+    /// hugetlbfs file.
+    Hugetlbfs(HugeSize),
+}
+
+/// An `mmap` call: `at` is a hint, or the exact place with `fixed`; `file`
+/// is a file handle and a byte offset, `None` for anonymous memory.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct MmapRequest {
+    pub at: Option<u64>,
+    pub len: u64,
+    pub prot: Prot,
+    pub fixed: bool,
+    pub populate: bool,
+    pub shared: bool,
+    /// `MAP_HUGETLB` with a page size (`MAP_HUGE_2MB`, `MAP_HUGE_1GB`).
+    pub hugetlb: Option<HugeSize>,
+    /// `MAP_NORESERVE`.
+    pub noreserve: bool,
+    pub file: Option<(u64, u64)>,
+}
+
+impl MmapRequest {
+    /// Private anonymous memory of `len` bytes anywhere.
+    pub fn anon(len: u64, prot: Prot) -> MmapRequest {
+        MmapRequest {
+            at: None,
+            len,
+            prot,
+            fixed: false,
+            populate: false,
+            shared: false,
+            hugetlb: None,
+            noreserve: false,
+            file: None,
+        }
+    }
+}
