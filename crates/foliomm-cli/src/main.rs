@@ -3,6 +3,7 @@
 mod bench;
 mod compare;
 mod host;
+mod prove;
 mod referee;
 mod trace;
 
@@ -41,7 +42,7 @@ enum Command {
     /// Check an rmap-ID construction (seed 000): exhaustively over small ID
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
-    Prove(ProveArgs),
+    Prove(prove::ProveArgs),
     /// Host-kernel settings foliomm changes (THP, shmem, the huge page pool).
     #[command(subcommand)]
     Host(HostCommand),
@@ -59,32 +60,6 @@ enum HostCommand {
 }
 
 #[derive(clap::Args)]
-struct ProveArgs {
-    /// Constructions to check: powersum (rmap-id-powersum's),
-    /// seed-subids (rmap-id's, the RFC's from patch 11 on),
-    /// seed-subids-tables (rmap-id's before patch 11), or plain (known
-    /// wrong). Default: every construction a design uses (the first three).
-    #[arg(long = "construction")]
-    constructions: Vec<String>,
-    /// Exhaustive search: IDs 1..=N (N from 1 to 64).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=64))]
-    max_id: u64,
-    /// Exhaustive search: up to this many mappings (1 to 16).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=16))]
-    max_mappings: u64,
-    /// Random search: this many sets of 24-bit IDs (up to 10^10).
-    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(..=10_000_000_000))]
-    trials: u64,
-    /// Random search: up to 2^ORDER mappings (the folio order, 2 to 15:
-    /// the seed's largest).
-    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(2..=15))]
-    order: u32,
-    /// Random seed (printed, so a failure can be replayed).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-}
-
-#[derive(clap::Args)]
 struct CompareArgs {
     /// Scenario files.
     #[arg(required = true)]
@@ -92,6 +67,11 @@ struct CompareArgs {
     /// Mapcount design of the model, overriding the files' `set mapcount`.
     #[arg(long, value_enum)]
     mapcount: Option<foliomm::mapcount::Design>,
+    /// Linux release (6.1 to 6.18) whose behaviour the model follows where
+    /// releases differ, overriding the files' `set kernel` [default: the
+    /// referee's kernel for --backend guest, else the design's].
+    #[arg(long)]
+    kernel: Option<foliomm::release::KernelVersion>,
     /// VMA-lock design of the model, overriding the files' `set vma_lock`.
     #[arg(long, value_enum)]
     vma_lock: Option<foliomm::machine::VmaLockDesign>,
@@ -102,8 +82,8 @@ struct CompareArgs {
     #[arg(long, short)]
     quiet: bool,
     /// The kernel to hold the model against: this machine's, or Linux 6.1
-    /// in a qemu guest (the model then runs `subpage`, 6.1's design, unless
-    /// --mapcount says otherwise).
+    /// in a qemu guest (the model then follows 6.1, with its design
+    /// `subpage`, unless --kernel or --mapcount say otherwise).
     #[arg(long, default_value = "host", value_parser = ["host", "guest"])]
     backend: String,
 }
@@ -119,6 +99,12 @@ struct RunArgs {
     /// Mapcount design, overriding the file's `set mapcount`.
     #[arg(long, value_enum)]
     mapcount: Option<foliomm::mapcount::Design>,
+    /// Linux release (6.1 to 6.18) whose behaviour the model follows where
+    /// releases differ, overriding the file's `set kernel` [default: the
+    /// design's; without --mapcount or `set mapcount`, it picks the design
+    /// of its era too].
+    #[arg(long)]
+    kernel: Option<foliomm::release::KernelVersion>,
     /// Seed 000's stage of the rmap-id designs, overriding the file's
     /// `set rmap_id_stage` [default: all].
     #[arg(long, value_enum)]
@@ -180,7 +166,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run_files(a),
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
-        Command::Prove(a) => prove(a),
+        Command::Prove(a) => prove::prove(a),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),
         Command::Host(HostCommand::Restore { force }) => {
@@ -215,6 +201,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
     let mut json = Vec::new();
     let overridden = a.memory.is_some()
         || a.mapcount.is_some()
+        || a.kernel.is_some()
         || a.zap.is_some()
         || a.vma_lock.is_some()
         || a.hugetlb_sync.is_some()
@@ -281,63 +268,6 @@ fn read_scenario(file: &std::path::Path) -> Result<String, String> {
     })
 }
 
-fn prove(a: ProveArgs) -> Result<bool> {
-    use foliomm::mapcount::construction::{check, Construction, SHIPPED};
-    let cs: Vec<Construction> = if a.constructions.is_empty() {
-        SHIPPED.to_vec()
-    } else {
-        a.constructions
-            .iter()
-            .map(|n| {
-                Construction::parse(n).with_context(|| {
-                    format!("--construction: expected powersum, seed-subids, seed-subids-tables or plain, found '{n}'")
-                })
-            })
-            .collect::<Result<_>>()?
-    };
-    let mut failed = Vec::new();
-    for c in cs.iter().copied() {
-        let mut ok = true;
-        println!(
-            "{}: IDs 1..={}, up to {} mappings exhaustively; {} random sets of up to 2^{} mappings of 24-bit IDs (seed {})",
-            c.name(),
-            a.max_id,
-            a.max_mappings,
-            a.trials,
-            a.order,
-            a.seed
-        );
-        // Every order from 2 to the seed's limit, and the one searched.
-        let wraps: Vec<u32> = (2..=15).filter(|&o| !c.fits(o)).collect();
-        if wraps.is_empty() {
-            println!("  no overflow at any order from 2 to 15 (fits up to order {})", c.max_order());
-        } else {
-            let list: Vec<String> = wraps.iter().map(|o| o.to_string()).collect();
-            println!("  OVERFLOW: with 24-bit IDs the sums can wrap at orders {}", list.join(", "));
-            ok = false;
-        }
-        match check(c, a.max_id, a.max_mappings as usize, a.trials, a.order, a.seed) {
-            None => println!("  no counterexample"),
-            Some(ce) => {
-                ok = false;
-                let show = |o: Option<u64>| o.map_or("shared".to_string(), |x| format!("exclusive to ID {x}"));
-                let ids: Vec<String> = ce.ids.iter().take(16).map(|x| x.to_string()).collect();
-                let more = if ce.ids.len() > 16 { format!(" ... ({} mappings)", ce.ids.len()) } else { String::new() };
-                println!("  COUNTEREXAMPLE: mappings by IDs [{}{more}]", ids.join(", "));
-                println!("  the construction answers {}, the truth is {}", show(ce.answered), show(ce.truth));
-            }
-        }
-        if !ok {
-            failed.push(c.name());
-        }
-    }
-    match failed.is_empty() {
-        true => println!("prove: {} constructions checked, none fails", cs.len()),
-        false => println!("prove: {} constructions checked; failing: {}", cs.len(), failed.join(", ")),
-    }
-    Ok(failed.is_empty())
-}
-
 fn compare_files(a: CompareArgs) -> Result<bool> {
     let (mut total, mut agree, mut differ) = (0, 0, 0);
     let mut referee = Referee::new(&a.backend);
@@ -358,7 +288,8 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
         let overrides = RunArgs {
             files: Vec::new(),
             check: false,
-            mapcount: a.mapcount.or((a.backend == "guest").then(|| referee.design())),
+            mapcount: a.mapcount,
+            kernel: a.kernel.or(referee.release()),
             rmap_id_stage: None,
             memory: None,
             zap: None,
@@ -418,6 +349,9 @@ fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -
     }
     if let Some(d) = a.mapcount {
         over.push(MachineSetting::Mapcount(d));
+    }
+    if let Some(v) = a.kernel {
+        over.push(MachineSetting::Kernel(v));
     }
     if let Some(s) = a.rmap_id_stage {
         over.push(MachineSetting::RmapIdStage(s));

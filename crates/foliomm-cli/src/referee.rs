@@ -22,12 +22,12 @@ impl Referee {
         }
     }
 
-    /// The mapcount design of the kernel this referee runs: what the model
-    /// is held against by default.
-    pub fn design(&self) -> foliomm::mapcount::Design {
+    /// The release the model follows when held against this referee,
+    /// if not its default: the guest's Linux 6.1 (and so its design).
+    pub fn release(&self) -> Option<foliomm::release::KernelVersion> {
         match self {
-            Referee::Host => foliomm::mapcount::Design::MmId,
-            Referee::Guest(_) => foliomm::mapcount::Design::Subpage,
+            Referee::Host => None,
+            Referee::Guest(_) => Some(foliomm::release::KernelVersion::OLDEST),
         }
     }
 

@@ -26,6 +26,7 @@ use std::sync::{Mutex, RwLock};
 
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
+use foliomm::mapcount::Design;
 use foliomm_scenario::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
 use foliomm_scenario::lang::MachineSetting;
 use foliomm_scenario::op::{GupKind, Op, Reply};
@@ -158,17 +159,20 @@ impl Backend for HostBackend {
         "host"
     }
 
-    /// The design of the running kernel's era ([`release::design`]).
-    fn design(&self) -> foliomm::mapcount::Design {
-        release::design()
+    fn release(&self) -> foliomm::release::KernelVersion {
+        release::version()
     }
 
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
         let why = match s {
             MachineSetting::Memory(_) => "the host's memory size is fixed",
             MachineSetting::MemoryAtLeast(m) if procfs::mem_total() < *m => "the host has less memory",
-            MachineSetting::Mapcount(d) if *d != self.design() => {
-                return Some(format!("cannot honour '{s}': the host kernel tracks mapcounts as {}", self.design()));
+            MachineSetting::Mapcount(d) if *d != Design::of_release(self.release()) => {
+                let design = Design::of_release(self.release());
+                return Some(format!("cannot honour '{s}': the host kernel tracks mapcounts as {design}"));
+            }
+            MachineSetting::Kernel(v) if *v != release::version() => {
+                return Some(format!("cannot honour '{s}': the host kernel is Linux {}", release::version()));
             }
             MachineSetting::RmapIdStage(_) => "seed 000's stages exist in the model only (the RFC was never merged)",
             MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",

@@ -8,6 +8,7 @@
 use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::{HugeCounts, HugeSize};
+use foliomm::release::KernelVersion;
 use foliomm::Errno;
 
 use crate::lang::MachineSetting;
@@ -133,11 +134,11 @@ pub trait Backend: Send + Sync {
     fn observes_through_gup(&self, field: &str) -> bool {
         self.observes(field)
     }
-    /// The mapcount design of the kernel this backend runs: the model's
-    /// default, or the one of a real kernel's era (per-design `expect`
-    /// lines follow it).
-    fn design(&self) -> foliomm::mapcount::Design {
-        foliomm::mapcount::Design::default()
+    /// The release of the kernel this backend runs: the model's default
+    /// (the newest modelled), or a real kernel's. Per-design and
+    /// per-release `expect` lines follow it, and its era's design.
+    fn release(&self) -> KernelVersion {
+        KernelVersion::default()
     }
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;

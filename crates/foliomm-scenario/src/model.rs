@@ -10,6 +10,7 @@ use foliomm::arch::PAGE_SIZE;
 use foliomm::check::Violation;
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::HugeSize;
+use foliomm::mapcount::Design;
 use foliomm::mm::gup::Pin;
 use foliomm::shmem::Inode;
 use foliomm::sync::{Mutex, RwLock};
@@ -106,6 +107,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Memory(m) => config.memory = *m,
                 MachineSetting::MemoryAtLeast(m) => config.memory = config.memory.max(*m),
                 MachineSetting::Mapcount(d) => config.mapcount = *d,
+                MachineSetting::Kernel(v) => config.kernel = Some(*v),
                 MachineSetting::RmapIdStage(s) => config.rmap_id_stage = *s,
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::VmaLock(d) => config.vma_lock = *d,
@@ -118,6 +120,10 @@ impl Backend for ModelBackend {
                     config.debug.set(d);
                 }
             }
+        }
+        // A release without a design runs the design of its era.
+        if let (Some(v), false) = (config.kernel, settings.iter().any(|s| matches!(s, MachineSetting::Mapcount(_)))) {
+            config.mapcount = Design::of_release(v);
         }
         // Pages freed before the flush are poisoned, so that a read through
         // a stale TLB entry shows in the bytes too, not only to the checker.

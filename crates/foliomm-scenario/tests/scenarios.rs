@@ -56,6 +56,39 @@ fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     }
 }
 
+/// The kernel release is an axis apart from the mapcount design: every
+/// shipped scenario passes with the checker under the newest design
+/// following the oldest release, and under the oldest design following the
+/// newest (a pairing no kernel had).
+#[test]
+fn every_shipped_scenario_passes_under_crossed_design_and_release() {
+    for f in shipped() {
+        passes_with(&f, "set mapcount mm-id\nset kernel 6.1");
+        passes_with(&f, "set mapcount subpage\nset kernel 6.18");
+    }
+}
+
+/// A release changes what the model does, whatever the design: a write to
+/// the huge zero folio allocates a THP from 6.13 on and copies one page
+/// before, under mm-id and under subpage alike; `set kernel` alone picks
+/// its era's design too (6.1: subpage, whose PMD maps count in every page).
+#[test]
+fn a_release_decides_its_behaviours_under_any_design() {
+    let zero_write = |setting: &str| {
+        let src = format!("{setting}\nP: a = mmap 2M rw align 2M\nP: madvise a hugepage\nP: read a\nP: write a[4K]\nP: observe a[4K] as w\n");
+        let out = run_src(&src);
+        assert!(out.failure.is_none(), "{setting}: {:?}", out.failure);
+        let thp = out.counters.iter().find(|(n, _)| n == "thp_fault_alloc").map(|(_, v)| *v);
+        (thp.unwrap(), out.observations[0].1.page.folio_order)
+    };
+    for d in ["mm-id", "subpage"] {
+        assert_eq!(zero_write(&format!("set mapcount {d}\nset kernel 6.12")), (0, 0), "{d} on 6.12");
+        assert_eq!(zero_write(&format!("set mapcount {d}\nset kernel 6.13")), (1, 9), "{d} on 6.13");
+    }
+    let era = run_src("set kernel 6.1\nP: a = mmap 2M rw align 2M\nP: madvise a hugepage\nP: write a\nP: observe a as o\nexpect [subpage] o.mapcount == 1\nexpect [mm-id] o.mapcount == 99\n");
+    assert!(era.failure.is_none(), "set kernel 6.1 alone runs subpage: {:?}", era.failure);
+}
+
 /// cow.c runs every case at every mTHP size the kernel offers: each
 /// `mthp64k--*` case of the COW suite, rewritten for every other size from
 /// 16K to 1024K, passes under every design with the checker.

@@ -19,6 +19,7 @@ pub mod mm;
 pub mod mm_types;
 pub mod pgtable;
 pub mod phys;
+pub mod release;
 pub mod rmap;
 pub mod shmem;
 pub mod sync;
@@ -33,8 +34,8 @@ pub use mm_types::{Mm, Prot};
 /// itself, never one after it. The crate root (`Errno`, `Result`,
 /// `xorshift`) is below them all.
 pub const LAYERS: &[&str] = &[
-    "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb", "mm_types", "memory",
-    "mm", "cpu", "check", "machine",
+    "release", "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb", "mm_types",
+    "memory", "mm", "cpu", "check", "machine",
 ];
 
 /// A Linux errno-like error returned by every memory operation.

@@ -3,19 +3,18 @@
 
 use super::state::State;
 use super::StepResult;
-use crate::lang::{CmpOp, MachineSetting, Operand};
+use crate::lang::{CmpOp, MachineSetting, Only, Operand};
 use crate::observation::Observation;
 use foliomm::mapcount::{Design, RmapIdStage};
+use foliomm::release::KernelVersion;
 
 impl State<'_> {
     /// Evaluates `expect LHS OP RHS`, skipped where the run's mapcount design
-    /// is not among `designs` (when any are given) or the backend cannot see
-    /// an operand.
-    pub(super) fn expect(&self, lhs: &Operand, op: CmpOp, rhs: &Operand, designs: &[Design]) -> StepResult {
-        let design = self.design();
-        if !designs.is_empty() && !designs.contains(&design) {
-            let names: Vec<&str> = designs.iter().map(|d| d.name()).collect();
-            return Ok(format!("skipped: only for {} (this run: {design})", names.join(", ")));
+    /// or release does not match `only` or the backend cannot see an operand.
+    pub(super) fn expect(&self, lhs: &Operand, op: CmpOp, rhs: &Operand, only: &Only) -> StepResult {
+        let (design, release) = self.design_and_release();
+        if !only.matches(design, release) {
+            return Ok(format!("skipped: only for {only} (this run: {design}, Linux {release})"));
         }
         let inexact = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj == "stat" && !self.backend.exact_counter(field));
         if inexact(lhs) || inexact(rhs) {
@@ -40,20 +39,26 @@ impl State<'_> {
         }
     }
 
-    /// The mapcount design whose answers this run expects: the last `set
-    /// mapcount`, or the backend's own (the model's default and Linux 6.15+
-    /// are mm-id, the guest's 6.1 is subpage), as the last `set
-    /// rmap_id_stage` makes it answer.
-    fn design(&self) -> Design {
-        let (mut design, mut stage) = (self.backend.design(), RmapIdStage::default());
+    /// The mapcount design whose answers this run expects and the release
+    /// whose behaviour it follows. The design: the last `set mapcount`, else
+    /// the design of the last `set kernel`'s era, else the backend's own
+    /// (the model's default and Linux 6.15+ are mm-id, the guest's 6.1 is
+    /// subpage), as the last `set rmap_id_stage` makes it answer. The
+    /// release: the last `set kernel`, else the design's if one was set,
+    /// else the backend's.
+    fn design_and_release(&self) -> (Design, KernelVersion) {
+        let (mut design, mut kernel, mut stage) = (None, None, RmapIdStage::default());
         for (_, s) in &self.settings {
             match s {
-                MachineSetting::Mapcount(d) => design = *d,
+                MachineSetting::Mapcount(d) => design = Some(*d),
+                MachineSetting::Kernel(v) => kernel = Some(*v),
                 MachineSetting::RmapIdStage(st) => stage = *st,
                 _ => {}
             }
         }
-        stage.answers_as(design)
+        let release = kernel.or(design.map(Design::release)).unwrap_or_else(|| self.backend.release());
+        let design = design.or(kernel.map(Design::of_release)).unwrap_or_else(|| Design::of_release(release));
+        (stage.answers_as(design), release)
     }
 
     /// Keeps an observation under `name`; returns a one-line summary.

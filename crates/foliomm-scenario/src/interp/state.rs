@@ -202,7 +202,7 @@ impl<'b> State<'b> {
             Cmd::SetMachine(setting) => {
                 if self.started {
                     return Err(
-                        "machine settings (memory, mapcount, zap, vma_lock, hugetlb_sync, tlb, mm_ids, max_map_count, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
+                        "machine settings (memory, mapcount, kernel, zap, vma_lock, hugetlb_sync, tlb, mm_ids, max_map_count, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
                     );
                 }
                 // A later line (or a command-line override) wins over an earlier one.
@@ -297,7 +297,7 @@ impl<'b> State<'b> {
                 self.backend.set_shmem(*enabled, sizes)?;
                 Ok("shmem set".into())
             }
-            Cmd::Expect { lhs, op, rhs, designs } => self.expect(lhs, *op, rhs, designs),
+            Cmd::Expect { lhs, op, rhs, only } => self.expect(lhs, *op, rhs, only),
             _ => unreachable!("process commands have a process"),
         }
     }

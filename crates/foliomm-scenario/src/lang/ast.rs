@@ -6,6 +6,7 @@ use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::{Design, RmapIdStage};
 use foliomm::mm::Advice;
 use foliomm::mm_types::Prot;
+use foliomm::release::KernelVersion;
 use foliomm::Errno;
 
 use crate::op::{FileKind, GupKind};
@@ -167,9 +168,38 @@ pub enum Cmd {
         lhs: Operand,
         op: CmpOp,
         rhs: Operand,
-        /// Only under these mapcount designs (`expect [mm-id] ...`); all if empty.
-        designs: Vec<Design>,
+        /// Only where the run matches (`expect [mm-id] ...`, `expect [6.13+] ...`).
+        only: Only,
     },
+}
+
+/// Where an `expect` line holds: under any of `designs` (all if empty),
+/// and on a release inside `releases`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Only {
+    pub designs: Vec<Design>,
+    /// From the first release (`6.13+`), before the second (`<6.13`).
+    pub releases: (Option<KernelVersion>, Option<KernelVersion>),
+}
+
+impl Only {
+    /// Whether a run of `design` following `release` matches.
+    pub fn matches(&self, design: Design, release: KernelVersion) -> bool {
+        let (from, before) = self.releases;
+        (self.designs.is_empty() || self.designs.contains(&design))
+            && from.is_none_or(|f| release >= f)
+            && before.is_none_or(|b| release < b)
+    }
+}
+
+/// The condition as its bracket says it: `[mm-id, 6.13+]`.
+impl std::fmt::Display for Only {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut items: Vec<String> = self.designs.iter().map(|d| d.name().to_string()).collect();
+        items.extend(self.releases.0.map(|v| format!("{v}+")));
+        items.extend(self.releases.1.map(|v| format!("<{v}")));
+        write!(f, "[{}]", items.join(", "))
+    }
 }
 
 /// Settings fixed when the machine is built.
@@ -183,6 +213,9 @@ pub enum MachineSetting {
     MemoryAtLeast(u64),
     /// The mapcount design.
     Mapcount(Design),
+    /// The Linux release whose behaviour the model follows where releases
+    /// differ (`set kernel 6.8`); without `set mapcount`, also its design.
+    Kernel(KernelVersion),
     /// Seed 000's stage for the rmap-ID designs (`set rmap_id_stage NAME`).
     RmapIdStage(RmapIdStage),
     /// Zap strategy: `batched` or `per-page`.
@@ -211,6 +244,7 @@ impl std::fmt::Display for MachineSetting {
             Memory(b) => write!(f, "set memory {}", size_text(*b)),
             MemoryAtLeast(b) => write!(f, "set memory at least {}", size_text(*b)),
             Mapcount(d) => write!(f, "set mapcount {}", d.name()),
+            Kernel(v) => write!(f, "set kernel {v}"),
             RmapIdStage(s) => write!(f, "set rmap_id_stage {}", s.name()),
             Zap(z) => write!(f, "set zap {}", z.name()),
             VmaLock(d) => write!(f, "set vma_lock {}", d.name()),

@@ -4,6 +4,9 @@
 //! # comment                          blank lines and comments are ignored
 //! set memory 64M                     model RAM, 4M to 1T (before the first process)
 //! set mapcount mm-id                 mapcount design (before the first process)
+//! set kernel 6.8                     the Linux release whose behaviour the model follows where releases
+//!                                    differ (6.1 to 6.18; default: the design's; without set mapcount,
+//!                                    also the design of its era)
 //! set rmap_id_stage batch            seed 000's stage of the rmap-id designs: rmap-id, 123, batch,
 //!                                    exclusive, nocmpxchg, all (the default; likewise)
 //! set zap per-page                   zap strategy: batched or per-page (likewise)
@@ -39,6 +42,8 @@
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
 //! expect [mm-id] after.frame == before.frame   only under these mapcount designs
+//! expect [6.13+] w.pmd_mapped == true         only from Linux 6.13 on ([<6.13]: before it; with
+//!                                              designs, both must match)
 //! measure fault-all                  time the steps up to `end` (backend time only; lines/s)
 //! end
 //! repeat 40                          the lines up to its `end` run 40 times (blocks nest)
@@ -60,6 +65,6 @@ mod lexer;
 mod parser;
 mod proc_cmd;
 
-pub use ast::{Cmd, CmpOp, MachineSetting, Operand, ParseError, Place, Step};
+pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step};
 pub use lexer::parse_size;
 pub use parser::{parse, MAX_TLB_ENTRIES};

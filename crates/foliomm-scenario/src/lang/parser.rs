@@ -3,9 +3,10 @@
 use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::mapcount::{Design, RmapIdStage};
+use foliomm::release::KernelVersion;
 use foliomm::Errno;
 
-use super::ast::{Cmd, CmpOp, MachineSetting, ParseError, Step};
+use super::ast::{Cmd, CmpOp, MachineSetting, Only, ParseError, Step};
 use super::lexer::{is_ident, parse_size, tokenize, Line};
 use super::proc_cmd::parse_proc_cmd;
 
@@ -139,7 +140,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
     match l.next("a command")? {
         "set" => {
             let col = l.col();
-            match l.next("a setting (memory, mapcount, zap, vma_lock, tlb, debug, mm_ids, thp, check)")? {
+            match l.next("a setting (memory, mapcount, kernel, zap, vma_lock, tlb, debug, mm_ids, thp, check)")? {
                 "memory" if l.eat("at") => {
                     let col = l.col();
                     if !l.eat("least") {
@@ -151,6 +152,13 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 "mapcount" => {
                     let d = named(l, "mapcount design", Design::parse, &Design::names())?;
                     Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
+                }
+                "kernel" => {
+                    let col = l.col();
+                    match l.next("a kernel release (like 6.8)")?.parse() {
+                        Ok(v) => Ok(Cmd::SetMachine(MachineSetting::Kernel(v))),
+                        Err(why) => l.err(col, why),
+                    }
                 }
                 "rmap_id_stage" => {
                     let s = named(l, "seed 000 stage", RmapIdStage::parse, &RmapIdStage::names())?;
@@ -233,7 +241,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 }
                 t => l.err(
                     col,
-                    format!("expected a setting (memory, mapcount, rmap_id_stage, zap, vma_lock, hugetlb_sync, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
+                    format!("expected a setting (memory, mapcount, kernel, rmap_id_stage, zap, vma_lock, hugetlb_sync, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
                 ),
             }
         }
@@ -248,20 +256,31 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             }
         }
         "expect" => {
-            let mut designs = Vec::new();
+            let mut only = Only::default();
             if let Some(list) = l.peek().and_then(|t| t.strip_prefix('[')) {
                 let col = l.col();
                 // `[a,b]` may be one token or several (`[a, b]`).
                 let mut text = list.to_string();
                 l.pos += 1;
                 while !text.ends_with(']') {
-                    text.push_str(l.next("a ']' closing the list of designs")?);
+                    text.push_str(l.next("a ']' closing the list of designs and releases")?);
                 }
                 for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
-                    match Design::parse(name) {
-                        Some(d) => designs.push(d),
-                        None => {
-                            return l.err(col, format!("unknown mapcount design '{name}' (known: {})", Design::names()))
+                    let release = |v: &str| v.parse::<KernelVersion>();
+                    match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<')) {
+                        (Some(d), _, _) => only.designs.push(d),
+                        (_, Some(v), _) => match release(v) {
+                            Ok(v) => only.releases.0 = Some(v),
+                            Err(why) => return l.err(col, why),
+                        },
+                        (_, _, Some(v)) => match release(v) {
+                            Ok(v) => only.releases.1 = Some(v),
+                            Err(why) => return l.err(col, why),
+                        },
+                        _ => {
+                            let known = Design::names();
+                            let why = format!("expected a mapcount design ({known}) or a release range (6.13+ or <6.13), found '{name}'");
+                            return l.err(col, why);
                         }
                     }
                 }
@@ -277,7 +296,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 ">=" => CmpOp::Ge,
                 t => return l.err(col, format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'")),
             };
-            Ok(Cmd::Expect { lhs, op, rhs: l.operand()?, designs })
+            Ok(Cmd::Expect { lhs, op, rhs: l.operand()?, only })
         }
         t => l.err(
             col,

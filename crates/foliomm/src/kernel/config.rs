@@ -2,6 +2,7 @@
 //! zap batching), the TLB size, and the deliberate bugs tests switch on.
 
 use crate::mapcount::{Design, MmId, RmapIdStage};
+use crate::release::KernelVersion;
 
 /// The model RAM sizes a machine takes, from one 4 MiB block to 1 TiB. Frames
 /// never touched cost no host memory, but each 4 MiB free block's descriptor
@@ -15,6 +16,10 @@ pub struct Config {
     pub memory: u64,
     /// The mapcount design.
     pub mapcount: Design,
+    /// The Linux release whose behaviour the model follows where releases
+    /// differ ([`KernelVersion`]); `None` for the one the design is paired
+    /// with ([`Design::release`]). See [`Config::release`].
+    pub kernel: Option<KernelVersion>,
     /// Seed 000's stage, for the rmap-ID designs (the others ignore it).
     pub rmap_id_stage: RmapIdStage,
     /// How zap unmaps PTE-mapped large folios.
@@ -111,11 +116,19 @@ impl DebugSwitches {
     }
 }
 
+impl Config {
+    /// The release the model follows: the chosen one, or the design's.
+    pub fn release(&self) -> KernelVersion {
+        self.kernel.unwrap_or(self.mapcount.release())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             memory: 4 << 30,
             mapcount: Design::default(),
+            kernel: None,
             rmap_id_stage: RmapIdStage::default(),
             zap: ZapStrategy::Batched,
             vma_lock: VmaLockDesign::default(),

@@ -7,7 +7,7 @@
 //! 4, 5, 6, 7 and 8.
 //!
 //! Before 6.15 (the designs before `mm-id`) truncation splits uniformly,
-//! every page a folio of its own ([`crate::mapcount::Design::splits_folios_in_buddies`]).
+//! every page a folio of its own ([`crate::release::KernelVersion::splits_folios_in_buddies`]).
 //!
 //! Differs from Linux: only unmapped folios held by nothing but the page
 //! cache are split (`can_split_folio` with no extra pins, and the caller
@@ -41,7 +41,7 @@ impl Kernel {
         }
         let mut pieces = Vec::new();
         let (mut first, mut o) = (f.pfn, order);
-        if !self.config.mapcount.splits_folios_in_buddies() {
+        if !self.config.release().splits_folios_in_buddies() {
             // Before 6.15 (split_folio): every page a folio of its own.
             (pieces, o) = ((f.pfn + 1..f.pfn + f.nr_pages()).map(|p| (p, 0)).collect(), 0);
         }

@@ -49,6 +49,7 @@ mod verify;
 use std::collections::BTreeMap;
 
 use crate::folio::Folio;
+use crate::release::KernelVersion;
 
 pub use eras::PageMapcounts;
 pub use fields::ENTIRELY_MAPPED;
@@ -235,38 +236,30 @@ impl Design {
         matches!(self, Design::RmapId | Design::RmapIdPowersum)
     }
 
-    /// Whether the kernels of this design's era place an anonymous
-    /// mapping of a 2 MiB multiple at a 2 MiB boundary
-    /// (`thp_get_unmapped_area` for anonymous memory, Linux 6.7+; limited
-    /// to PMD multiples in 6.12). False for `subpage` and `compound-locked`
-    /// (6.1, 6.2-rc); `nr-mapped` spans 6.2 to 6.9 and takes the later
-    /// behaviour, as the seed it reproduces (6.8) ran.
-    pub fn aligns_anon_thp(self) -> bool {
-        !matches!(self, Design::Subpage | Design::CompoundLocked)
+    /// The release this design is paired with unless a kernel version is
+    /// chosen: `subpage` and seed 003's `compound-locked` 6.1, `nr-mapped`
+    /// 6.8 (seed 001's kernel), `large-mapcount` 6.13 (the last of its era
+    /// before 6.14's large tmpfs write folios), seed 000's RFC 6.7 (the
+    /// kernel it was written on), `mm-id` the newest.
+    pub fn release(self) -> KernelVersion {
+        match self {
+            Design::Subpage | Design::CompoundLocked => KernelVersion::OLDEST,
+            Design::NrMapped => KernelVersion::new(6, 8),
+            Design::LargeMapcount => KernelVersion::new(6, 13),
+            Design::RmapId | Design::RmapIdPowersum => KernelVersion::new(6, 7),
+            Design::MmId => KernelVersion::NEWEST,
+        }
     }
 
-    /// Whether the kernels of this design's era answer a write to the huge
-    /// zero folio with a new THP (`do_huge_zero_wp_pmd`, 6.13 by my
-    /// reading; unsure) rather than splitting the PMD into zero-page PTEs
-    /// and copying one page (6.1's `do_huge_pmd_wp_page` fallback). True
-    /// for `large-mapcount` (6.10-6.14, the later behaviour) and `mm-id`;
-    /// false for the older designs and seed 000's RFC (on 6.7).
-    pub fn allocates_thp_on_huge_zero_write(self) -> bool {
-        matches!(self, Design::LargeMapcount | Design::MmId)
-    }
-
-    /// Whether truncation splits a large folio around the page it must free
-    /// into folios of falling orders (`folio_split`, 6.15) rather than into
-    /// single pages (`split_folio`, before). True for `mm-id` only.
-    pub fn splits_folios_in_buddies(self) -> bool {
-        self == Design::MmId
-    }
-
-    /// Whether a write or fallocate to a tmpfs file may allocate folios of
-    /// any order the mount allows (6.14) rather than PMD-sized ones only
-    /// (before). True for `mm-id` only.
-    pub fn writes_large_shmem_folios(self) -> bool {
-        self == Design::MmId
+    /// The design Linux `v` uses: up to 6.1 `subpage`, 6.2-6.9
+    /// `nr-mapped`, 6.10-6.14 `large-mapcount`, then `mm-id`.
+    pub fn of_release(v: KernelVersion) -> Design {
+        match (v.major, v.minor) {
+            (..=5, _) | (6, ..=1) => Design::Subpage,
+            (6, 2..=9) => Design::NrMapped,
+            (6, 10..=14) => Design::LargeMapcount,
+            _ => Design::MmId,
+        }
     }
 }
 

@@ -101,14 +101,14 @@ fn map_anon_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
 /// `do_huge_pmd_wp_page`: a write to a read-only huge PMD. The huge zero
 /// folio is replaced by a new THP (`do_huge_zero_wp_pmd`), or in the older
 /// eras split into zero-page PTEs so that the fault copies one page (see
-/// [`crate::mapcount::Design::allocates_thp_on_huge_zero_write`]); an anon THP is
+/// [`crate::release::KernelVersion::allocates_thp_on_huge_zero_write`]); an anon THP is
 /// reused in place if its head is AnonExclusive or the PMD holds the only
 /// reference; otherwise the PMD is split and the fault falls back to PTEs.
 /// With `unshare` a reused PMD stays read-only.
 pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
     let (k, mm, vma, pmd, addr, orig) = (vmf.k, vmf.mm, vmf.vma, vmf.pmd, vmf.address, vmf.orig);
     let phys = &k.phys;
-    if orig.special() && !k.config.mapcount.allocates_thp_on_huge_zero_write() {
+    if orig.special() && !k.config.release().allocates_thp_on_huge_zero_write() {
         split_huge_pmd(k, mm, addr);
         return Ok(Huge::Fallback);
     }

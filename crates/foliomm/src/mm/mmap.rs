@@ -50,7 +50,7 @@ const UNALIGNED_BASE_GAP: u64 = 0x67000;
 impl Mm {
     /// `mm->mmap_base` of this MM's era (see [`UNALIGNED_BASE_GAP`]).
     pub(super) fn mmap_base(&self) -> u64 {
-        match self.kernel.config.mapcount.aligns_anon_thp() {
+        match self.kernel.config.release().aligns_anon_thp() {
             true => MMAP_BASE,
             false => MMAP_BASE - UNALIGNED_BASE_GAP,
         }
@@ -136,7 +136,7 @@ impl Mm {
                 // shmem_get_unmapped_area() for shmem; for anonymous memory
                 // thp_get_unmapped_area(), when the length is a multiple of
                 // 2 MiB and no hint was given (from 6.7: not in 6.1's era).
-                let thp_align = self.kernel.config.mapcount.aligns_anon_thp();
+                let thp_align = self.kernel.config.release().aligns_anon_thp();
                 let (align, offset) = match file {
                     Some(_) if huge => (unit, 0),
                     Some((inode, off)) => inode

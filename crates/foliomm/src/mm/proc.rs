@@ -3,7 +3,6 @@
 
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
-use crate::mapcount::Design;
 use crate::mm_types::Mm;
 use crate::pgtable::{leaf_slot, pt_share_count};
 use crate::rmap;
@@ -56,8 +55,7 @@ impl Mm {
             let judged = if huge { 0 } else { i };
             info.exclusive = rmap::page_mapcount(k, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(k, f);
-            let era_6_1 = matches!(k.config.mapcount, Design::Subpage | Design::CompoundLocked);
-            if f.head().test(crate::phys::pg::HUGETLB) && !era_6_1 {
+            if f.head().test(crate::phys::pg::HUGETLB) && k.config.release().pagemap_hugetlb_by_sharing() {
                 // pagemap_hugetlb_range(): exclusive unless maybe mapped
                 // shared or in a shared PMD table. 6.1 asks page_mapcount()
                 // == 1 (as above), which a shared PMD table counts once.

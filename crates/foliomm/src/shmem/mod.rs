@@ -126,7 +126,7 @@ impl Inode {
     /// order (`shmem_allowable_huge_orders` without a VMA); before 6.14
     /// the PMD order only, as a fault without MADV_HUGEPAGE asks.
     fn write_orders(&self, index: u64, end_pages: u64) -> u32 {
-        let asker = match self.k.config.mapcount.writes_large_shmem_folios() {
+        let asker = match self.k.config.release().writes_large_shmem_folios() {
             true => Asker::Write,
             false => Asker::Fault { vm_hugepage: false },
         };

@@ -1,0 +1,136 @@
+//! The kernel-version axis: what changed between Linux releases apart from
+//! how mapcounts are counted. A [`KernelVersion`] answers each question a
+//! model path asks about its release ("does an anonymous mmap get a THP
+//! boundary?"), with the release the behaviour came in and the kernel
+//! function that does it. The mapcount design is a separate axis
+//! ([`crate::mapcount::Design`]); each design names the release it is
+//! paired with by default ([`crate::mapcount::Design::release`]), and any
+//! pairing can be chosen (`set kernel 6.8`, `--kernel 6.8`).
+
+use std::fmt;
+
+/// A Linux release, `major.minor` (stable updates do not change what is
+/// modelled). Ordered, so that `v >= KernelVersion::new(6, 13)` reads as
+/// "from 6.13 on".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct KernelVersion {
+    pub major: u16,
+    pub minor: u16,
+}
+
+impl KernelVersion {
+    /// The oldest release foliomm models: the guest referee's, the
+    /// `subpage` design's.
+    pub const OLDEST: KernelVersion = KernelVersion::new(6, 1);
+    /// The newest release foliomm models: this machine's host kernel, and
+    /// the default.
+    pub const NEWEST: KernelVersion = KernelVersion::new(6, 18);
+
+    pub const fn new(major: u16, minor: u16) -> KernelVersion {
+        KernelVersion { major, minor }
+    }
+
+    /// `"6.8"`, or a kernel release string such as `"6.1.0-47-amd64"` or
+    /// `"6.18.2"` (the first two numbers count); `None` for anything else or
+    /// a release outside [`KernelVersion::OLDEST`]..=[`KernelVersion::NEWEST`].
+    pub fn parse(s: &str) -> Option<KernelVersion> {
+        let mut parts = s.trim().split(['.', '-', '+']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some(KernelVersion::new(major, minor)).filter(|v| (Self::OLDEST..=Self::NEWEST).contains(v))
+    }
+
+    /// Whether an anonymous mmap of a multiple of 2 MiB with no hint gets a
+    /// 2 MiB-aligned address (`__get_unmapped_area` calls
+    /// `thp_get_unmapped_area` for anonymous memory): 6.7 on ("mm: align
+    /// larger anonymous mappings on THP boundaries"). Before, the top-down
+    /// area's randomized base is page-aligned only.
+    pub fn aligns_anon_thp(self) -> bool {
+        self >= KernelVersion::new(6, 7)
+    }
+
+    /// Whether a write fault on the huge zero folio's PMD allocates a new
+    /// THP (`do_huge_zero_wp_pmd`): 6.13 on. Before, `do_huge_pmd_wp_page`
+    /// split the PMD into zero-page PTEs and copied the one page.
+    pub fn allocates_thp_on_huge_zero_write(self) -> bool {
+        self >= KernelVersion::new(6, 13)
+    }
+
+    /// Whether a tmpfs write or fallocate may allocate folios of any order
+    /// the mount allows (`shmem_get_folio` with the write size): 6.14 on.
+    /// Before, PMD-sized folios only.
+    pub fn writes_large_shmem_folios(self) -> bool {
+        self >= KernelVersion::new(6, 14)
+    }
+
+    /// Whether truncation splits a large folio around the page it must
+    /// free into folios of falling orders (`folio_split`, buddy-style):
+    /// 6.15 on. Before, `split_folio` into single pages.
+    pub fn splits_folios_in_buddies(self) -> bool {
+        self >= KernelVersion::new(6, 15)
+    }
+
+    /// Whether pagemap calls a hugetlb page exclusive by the folio's
+    /// sharing and a shared PMD table (`pagemap_hugetlb_range`: not maybe
+    /// mapped shared and not `hugetlb_pmd_shared`) rather than by
+    /// `page_mapcount() == 1` as 6.1 does, which counts a shared PMD table
+    /// once. From 6.2 on by foliomm's reading (unsure which release).
+    pub fn pagemap_hugetlb_by_sharing(self) -> bool {
+        self > KernelVersion::OLDEST
+    }
+}
+
+impl Default for KernelVersion {
+    /// The newest modelled release.
+    fn default() -> KernelVersion {
+        KernelVersion::NEWEST
+    }
+}
+
+impl fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&format!("{}.{}", self.major, self.minor))
+    }
+}
+
+impl std::str::FromStr for KernelVersion {
+    type Err = String;
+
+    /// As [`KernelVersion::parse`], with an error that says what is accepted.
+    fn from_str(s: &str) -> Result<KernelVersion, String> {
+        KernelVersion::parse(s).ok_or_else(|| {
+            format!(
+                "'{s}' is not a kernel release foliomm models (expected MAJOR.MINOR from {} to {}, like 6.8)",
+                KernelVersion::OLDEST,
+                KernelVersion::NEWEST
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KernelVersion;
+
+    #[test]
+    fn releases_parse_and_order() {
+        assert_eq!(KernelVersion::parse("6.1.0-47-amd64"), Some(KernelVersion::new(6, 1)));
+        assert_eq!(KernelVersion::parse("6.18"), Some(KernelVersion::NEWEST));
+        assert_eq!(KernelVersion::parse("5.15"), None);
+        assert_eq!(KernelVersion::parse("6"), None);
+        assert!("6.x".parse::<KernelVersion>().unwrap_err().contains("like 6.8"));
+        assert!(KernelVersion::new(6, 9) < KernelVersion::new(6, 10));
+        assert_eq!(KernelVersion::new(6, 12).to_string(), "6.12");
+    }
+
+    /// Each behaviour switches at its release and not before.
+    #[test]
+    fn behaviours_switch_at_their_release() {
+        let v = |minor| KernelVersion::new(6, minor);
+        assert!(!v(6).aligns_anon_thp() && v(7).aligns_anon_thp());
+        assert!(!v(12).allocates_thp_on_huge_zero_write() && v(13).allocates_thp_on_huge_zero_write());
+        assert!(!v(13).writes_large_shmem_folios() && v(14).writes_large_shmem_folios());
+        assert!(!v(14).splits_folios_in_buddies() && v(15).splits_folios_in_buddies());
+        assert!(!v(1).pagemap_hugetlb_by_sharing() && v(2).pagemap_hugetlb_by_sharing());
+    }
+}
