@@ -14,7 +14,7 @@ use crate::backend::{BackendResult, Machinery, StepError};
 use crate::observation::Observation;
 
 /// One operation of one thread (the caller passes the thread with it).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// Creates the calling thread's process: an empty address space and
     /// thread 0 (the caller is that thread).
@@ -277,7 +277,7 @@ pub enum FileKind {
 
 /// An `mmap` call: `at` is a hint, or the exact place with `fixed`; `file`
 /// is a file handle and a byte offset, `None` for anonymous memory.
-#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MmapRequest {
     pub at: Option<u64>,
     pub len: u64,

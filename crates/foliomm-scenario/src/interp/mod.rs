@@ -171,7 +171,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         });
         match r {
             Ok(result) => {
-                let observed = matches!(step.cmd, Cmd::Observe { .. } | Cmd::ObservePin { .. })
+                let observed = matches!(step.cmd, Cmd::Observe { .. } | Cmd::ObservePin { .. } | Cmd::Query { .. })
                     .then(|| st.obs.last().map(|(_, o)| *o))
                     .flatten();
                 let trace = if opts.trace { st.trace(step) } else { Vec::new() };

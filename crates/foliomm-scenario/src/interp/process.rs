@@ -258,6 +258,12 @@ impl State<'_> {
                 outcome(step, self.perform(Thread { proc: &holder, tid }, Op::Unpin { pin }))?;
                 Ok(format!("{name} unpinned"))
             }
+            Cmd::Query { op, name } => {
+                let Some(o) = outcome(step, self.perform(t, op.clone()).and_then(Reply::observation))? else {
+                    return Ok("failed as expected".into());
+                };
+                Ok(self.record(name, o))
+            }
             Cmd::ObservePin { pin, name } => {
                 let (id, holder, tid) = self.pins.get(pin).cloned().ok_or_else(|| format!("unknown pin '{pin}'"))?;
                 let observed = self.perform(Thread { proc: &holder, tid }, Op::ObservePin { pin: id });

@@ -159,6 +159,12 @@ pub enum Cmd {
         kind: GupKind,
     },
     Unpin(String),
+    /// An observation the parser builds whole (`observe zero_page as z`):
+    /// the interpreter performs `op` and records its answer as `name`.
+    Query {
+        op: crate::op::Op,
+        name: String,
+    },
     /// Observe the first page a pin holds (`observe pin NAME as OBS`).
     ObservePin {
         pin: String,
