@@ -178,6 +178,7 @@ impl WorkerThread {
             Op::Mremap { addr, len, new_len, to } => mremap(addr, len, new_len, to),
             Op::Access { addr, len, access } => access_memory(addr, len, access),
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),
+            Op::ObserveZeroPage => observe_zero_page(&self.proc.procfs),
             Op::Peek { addr } => observe(&self.proc.procfs, addr, PAGE).map(|r| match r {
                 Reply::Observed(o) => Reply::Peeked(Peek { page: o.page, byte: o.byte, fields: Vec::new() }),
                 r => r,
@@ -239,6 +240,24 @@ fn mremap(addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Answer {
     // SAFETY: as for madvise (MREMAP_FIXED replaces only scenario mappings).
     let p = unsafe { libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void) };
     of_value(p as u64, p == libc::MAP_FAILED)
+}
+
+/// `ZERO_PAGE(0)`, through a one-page private anonymous mapping made for
+/// the purpose: a read fault maps the zero page there (no THP fits).
+fn observe_zero_page(procfs: &Procfs) -> Answer {
+    let (prot, flags) = (libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+    // SAFETY: a new private anonymous mapping, unmapped below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), PAGE as usize, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(Refused::last_os_error());
+    }
+    // SAFETY: the mapping is readable; the read faults in the zero page.
+    let byte = unsafe { (p as *const u8).read_volatile() };
+    let page = procfs.page_info(p as u64);
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, PAGE as usize) };
+    let page = page.map_err(Refused::Unobservable)?;
+    Ok(Reply::Observed(Observation { page, byte, ..Default::default() }))
 }
 
 /// The first page of a range as pagemap and kpageflags report it, the sums

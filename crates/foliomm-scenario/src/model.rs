@@ -256,6 +256,17 @@ impl Backend for ModelBackend {
                 Reply::Done
             }
             Op::ObservePin { pin } => Reply::Observed(self.observe_pin(pin)?),
+            Op::ObserveZeroPage => {
+                let f = foliomm::folio::Folio::containing(&m.phys, m.zero_pfn);
+                let page = foliomm::mm::PageInfo {
+                    present: true,
+                    pfn: m.zero_pfn,
+                    zero_page: true,
+                    refcount: f.refcount() as u64,
+                    ..Default::default()
+                };
+                Reply::Observed(Observation { page, byte: m.phys.read_byte(m.zero_pfn, 0), ..Default::default() })
+            }
         })
     }
 

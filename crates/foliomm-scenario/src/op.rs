@@ -131,6 +131,9 @@ pub enum Op {
     ObservePin {
         pin: u64,
     },
+    /// The shared zero page (`ZERO_PAGE(0)`), as a read fault of private
+    /// anonymous memory maps it: its frame, and that it is the zero page.
+    ObserveZeroPage,
 }
 
 /// What a backend replies to an [`Op`] that succeeded.

@@ -39,6 +39,7 @@
 //! P: p = pin a[0..4K] [write] [longterm]   GUP pin (FOLL_PIN); `unpin p` releases it
 //! P: g = get a[0..4K]                GUP reference (FOLL_GET, as vmsplice takes)
 //! P: observe pin p as x              the first pinned page: frame, order, byte
+//! P: observe zero_page as zp         the shared zero page (ZERO_PAGE(0)): its frame
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
 //! expect [mm-id] after.frame == before.frame   only under these mapcount designs

@@ -213,6 +213,13 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             }
             Cmd::ObservePin { pin, name: l.ident("an observation name")? }
         }
+        "observe" if l.eat("zero_page") => {
+            let col = l.col();
+            if !l.eat("as") {
+                return l.err(col, "expected 'as NAME' after zero_page");
+            }
+            Cmd::Query { op: crate::op::Op::ObserveZeroPage, name: l.ident("an observation name")? }
+        }
         "observe" => {
             let place = l.place()?;
             let col = l.col();
