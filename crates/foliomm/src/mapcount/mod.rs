@@ -239,14 +239,14 @@ impl Design {
     /// The release this design is paired with unless a kernel version is
     /// chosen: `subpage` and seed 003's `compound-locked` 6.1, `nr-mapped`
     /// 6.8 (seed 001's kernel), `large-mapcount` 6.13 (the last of its era
-    /// before 6.14's large tmpfs write folios), seed 000's RFC 6.7 (the
-    /// kernel it was written on), `mm-id` the newest.
+    /// before 6.14's large tmpfs write folios), seed 000's RFC 6.8 (it was
+    /// written on the 6.8 merge window's mm tree), `mm-id` the newest.
     pub fn release(self) -> KernelVersion {
         match self {
             Design::Subpage | Design::CompoundLocked => KernelVersion::OLDEST,
             Design::NrMapped => KernelVersion::new(6, 8),
             Design::LargeMapcount => KernelVersion::new(6, 13),
-            Design::RmapId | Design::RmapIdPowersum => KernelVersion::new(6, 7),
+            Design::RmapId | Design::RmapIdPowersum => KernelVersion::new(6, 8),
             Design::MmId => KernelVersion::NEWEST,
         }
     }

@@ -134,15 +134,15 @@ impl Mm {
                 hint
             } else {
                 // shmem_get_unmapped_area() for shmem; for anonymous memory
-                // thp_get_unmapped_area(), when the length is a multiple of
-                // 2 MiB and no hint was given (from 6.7: not in 6.1's era).
-                let thp_align = self.kernel.config.release().aligns_anon_thp();
+                // thp_get_unmapped_area() when no hint was given and the
+                // release aligns a mapping of this length.
+                let thp_align = self.kernel.config.release().aligns_anon_mapping(len, PMD_SIZE);
                 let (align, offset) = match file {
                     Some(_) if huge => (unit, 0),
                     Some((inode, off)) => inode
                         .unmapped_area_alignment(anon_inode.is_some(), off / PAGE_SIZE, len)
                         .unwrap_or((PAGE_SIZE, 0)),
-                    None if thp_align && hint == 0 && len.is_multiple_of(PMD_SIZE) => (PMD_SIZE, 0),
+                    None if thp_align && hint == 0 => (PMD_SIZE, 0),
                     None => (PAGE_SIZE, 0),
                 };
                 get_unmapped_area(&vmas, self.mmap_base(), len, align, offset)?

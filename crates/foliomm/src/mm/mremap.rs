@@ -69,7 +69,7 @@ impl Mm {
         if !maymove {
             return Err(Errno::ENOMEM);
         }
-        let thp_align = self.kernel.config.release().aligns_anon_thp() && new_len.is_multiple_of(PMD_SIZE);
+        let thp_align = self.kernel.config.release().aligns_anon_mapping(new_len, PMD_SIZE);
         let align = if thp_align { PMD_SIZE } else { PAGE_SIZE };
         let new = get_unmapped_area(&vmas, self.mmap_base(), new_len, align, 0)?;
         self.move_vma(&mut vmas, old, old_len, new, new_len)?;

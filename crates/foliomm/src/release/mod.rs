@@ -40,13 +40,25 @@ impl KernelVersion {
         Some(KernelVersion::new(major, minor)).filter(|v| (Self::OLDEST..=Self::NEWEST).contains(v))
     }
 
-    /// Whether an anonymous mmap of a multiple of 2 MiB with no hint gets a
-    /// 2 MiB-aligned address (`__get_unmapped_area` calls
-    /// `thp_get_unmapped_area` for anonymous memory): 6.7 on ("mm: align
-    /// larger anonymous mappings on THP boundaries"). Before, the top-down
-    /// area's randomized base is page-aligned only.
+    /// Whether anonymous mappings may get a 2 MiB-aligned address at all
+    /// (`thp_get_unmapped_area` for anonymous memory, efa7df3e3bb5 "mm:
+    /// align larger anonymous mappings on THP boundaries"): 6.8 on. Before,
+    /// the top-down area's randomized base is page-aligned only.
     pub fn aligns_anon_thp(self) -> bool {
-        self >= KernelVersion::new(6, 7)
+        self >= KernelVersion::new(6, 8)
+    }
+
+    /// Whether a private anonymous mmap of `len` bytes with no hint gets a
+    /// 2 MiB-aligned address (`__get_unmapped_area`): 6.8 to 6.11 when
+    /// `len` is at least 2 MiB; from 6.12 only when it is a multiple of it
+    /// (d4148aeab412, "limit THP alignment of anonymous mappings to
+    /// PMD-aligned sizes"). `pmd` is the PMD size.
+    pub fn aligns_anon_mapping(self, len: u64, pmd: u64) -> bool {
+        match self {
+            v if v >= KernelVersion::new(6, 12) => len.is_multiple_of(pmd),
+            v if v.aligns_anon_thp() => len >= pmd,
+            _ => false,
+        }
     }
 
     /// Whether a write fault on the huge zero folio's PMD allocates a new
@@ -71,12 +83,12 @@ impl KernelVersion {
     }
 
     /// Whether pagemap calls a hugetlb page exclusive by the folio's
-    /// sharing and a shared PMD table (`pagemap_hugetlb_range`: not maybe
-    /// mapped shared and not `hugetlb_pmd_shared`) rather than by
-    /// `page_mapcount() == 1` as 6.1 does, which counts a shared PMD table
-    /// once. From 6.2 on by foliomm's reading (unsure which release).
+    /// sharing and a shared PMD table (`pagemap_hugetlb_range`: not likely
+    /// mapped shared and not `hugetlb_pmd_shared`; 88e4e47c1283, 6.10 on)
+    /// rather than by `page_mapcount() == 1` as before, which counts a
+    /// shared PMD table once.
     pub fn pagemap_hugetlb_by_sharing(self) -> bool {
-        self > KernelVersion::OLDEST
+        self >= KernelVersion::new(6, 10)
     }
 }
 
@@ -127,10 +139,13 @@ mod tests {
     #[test]
     fn behaviours_switch_at_their_release() {
         let v = |minor| KernelVersion::new(6, minor);
-        assert!(!v(6).aligns_anon_thp() && v(7).aligns_anon_thp());
+        assert!(!v(7).aligns_anon_thp() && v(8).aligns_anon_thp());
+        let pmd = 2 << 20;
+        assert!(v(11).aligns_anon_mapping(3 << 20, pmd) && !v(12).aligns_anon_mapping(3 << 20, pmd));
+        assert!(v(12).aligns_anon_mapping(4 << 20, pmd) && !v(7).aligns_anon_mapping(4 << 20, pmd));
         assert!(!v(12).allocates_thp_on_huge_zero_write() && v(13).allocates_thp_on_huge_zero_write());
         assert!(!v(13).writes_large_shmem_folios() && v(14).writes_large_shmem_folios());
         assert!(!v(14).splits_folios_in_buddies() && v(15).splits_folios_in_buddies());
-        assert!(!v(1).pagemap_hugetlb_by_sharing() && v(2).pagemap_hugetlb_by_sharing());
+        assert!(!v(9).pagemap_hugetlb_by_sharing() && v(10).pagemap_hugetlb_by_sharing());
     }
 }
