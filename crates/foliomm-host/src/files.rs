@@ -29,10 +29,7 @@ pub fn create_file(kind: FileKind, size: u64) -> Answer {
         FileKind::Hugetlbfs(page) => unsafe {
             libc::memfd_create(c"foliomm".as_ptr(), libc::MFD_HUGETLB | huge_size_bits(page) as libc::c_uint)
         },
-        FileKind::Tmpfs { huge, named } => match tmpfs_file(huge, named) {
-            Ok(fd) => fd,
-            Err(r) => return Err(r),
-        },
+        FileKind::Tmpfs { huge, named } => tmpfs_file(huge, named)?,
     };
     if fd < 0 {
         return Err(Refused::last_os_error());

@@ -48,7 +48,7 @@ fn a_thread_faults_while_another_threads_fault_is_in_flight() {
     let frames = m.frames_in_use();
     let b = &b;
     std::thread::scope(|s| {
-        let first = s.spawn(move || access(&b, t0, at + 4096, 4096, Access::Write { val: 2, every_byte: true }));
+        let first = s.spawn(move || access(b, t0, at + 4096, 4096, Access::Write { val: 2, every_byte: true }));
         // do_anonymous_page allocates its folio before it takes the PTL:
         // one more frame in use means thread 0 is inside its fault.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -57,7 +57,7 @@ fn a_thread_faults_while_another_threads_fault_is_in_flight() {
             std::thread::yield_now();
         }
         let (done, finished) = mpsc::channel();
-        s.spawn(move || done.send(access(&b, t1, at + 2 * MB, 2 * MB, Access::Write { val: 3, every_byte: true })));
+        s.spawn(move || done.send(access(b, t1, at + 2 * MB, 2 * MB, Access::Write { val: 3, every_byte: true })));
         let second = finished.recv_timeout(Duration::from_secs(30));
         assert!(!first.is_finished(), "thread 0's fault finished although its PTL was held");
         drop(ptl);
@@ -65,9 +65,9 @@ fn a_thread_faults_while_another_threads_fault_is_in_flight() {
         first.join().unwrap().unwrap();
     });
     // Both threads see both writes: one address space.
-    assert_eq!(access(&b, t1, at + 4096, 4096, Access::Read { every_byte: true }).unwrap(), vec![2; 4096]);
+    assert_eq!(access(b, t1, at + 4096, 4096, Access::Read { every_byte: true }).unwrap(), vec![2; 4096]);
     assert_eq!(
-        access(&b, t0, at + 2 * MB, 2 * MB, Access::Read { every_byte: true }).unwrap(),
+        access(b, t0, at + 2 * MB, 2 * MB, Access::Read { every_byte: true }).unwrap(),
         vec![3; 2 * MB as usize]
     );
     assert_eq!(b.check(), Vec::new());
@@ -89,7 +89,7 @@ fn two_threads_fault_in_parallel_and_every_byte_lands() {
                 s.spawn(move || {
                     for page in (i as u64..1024).step_by(2) {
                         let val = round.wrapping_mul(7) ^ page as u8;
-                        access(&b, t, at + page * 4096, 1, Access::Write { val, every_byte: false }).unwrap();
+                        access(b, t, at + page * 4096, 1, Access::Write { val, every_byte: false }).unwrap();
                     }
                 });
             }
