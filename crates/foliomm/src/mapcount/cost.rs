@@ -43,7 +43,7 @@ impl PageMapcounts {
                 // Entering (1 RMW, 2 after a lost race) and leaving the
                 // seqcount (the seed's 2 RMWs); the mapcount and each sum
                 // are plain when alone, atomic otherwise.
-                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { 1 + self.sum_pages(f) };
+                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { 1 + self.sum_words(f) };
             }
             Total::All => c.rmw += 1,
             _ => {}
@@ -57,7 +57,7 @@ impl PageMapcounts {
             lines += 1;
         }
         if self.f.rmap_sums.is_some() {
-            lines += (2..=self.sum_pages(f)).filter(|&p| !in_range(p)).count() as u64;
+            lines += (2..=self.sum_words(f).min(f.nr_pages() - 1)).filter(|&p| !in_range(p)).count() as u64;
         }
         c.lines = lines;
         c

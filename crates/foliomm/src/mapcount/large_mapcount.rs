@@ -9,6 +9,7 @@ use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
 use super::stage::RmapIdStage;
 use super::{MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
+use crate::sync::atomic::AtomicU64;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::{AtomicSeqcount, BitSpinLock, SeqWrite};
 
@@ -151,7 +152,7 @@ impl PageMapcounts {
         bump(w(f, field::TOTAL), d, sec.exclusive);
         for (i, &v) in values.iter().enumerate() {
             let delta = (d as i64 as u64).wrapping_mul(v);
-            let sum = &f.page(1 + i as u64).ids;
+            let sum = sum_word(f, i as u64);
             if sec.exclusive {
                 sum.store(sum.load(Relaxed).wrapping_add(delta), Relaxed);
             } else {
@@ -224,10 +225,26 @@ pub(super) fn rmap_values<'a>(
     }
 }
 
+/// Word `i` of a large folio's rmap sums (`_mm_ids` for `i` = 0 under the
+/// other designs): the `ids` word of page 1 + `i`, and past the folio's
+/// last page the `link` word of page 2 onwards, which tail pages leave
+/// unused (page 1's is the rmap seqcount). Only an order-2 folio at seed
+/// 000's stages before 123 needs that: 4 sums, 3 tail pages. The RFC keeps
+/// `_rmap_valX` in struct folio's tail-page fields; foliomm's memmap has
+/// one `ids` word per page.
+pub(super) fn sum_word<'a>(f: Folio<'a>, i: u64) -> &'a AtomicU64 {
+    let tails = f.nr_pages() - 1;
+    if i < tails {
+        &f.page(1 + i).ids
+    } else {
+        &f.page(2 + i - tails).link
+    }
+}
+
 /// The mapcount and the rmap sums, read without the seqcount.
 fn snapshot(c: Construction, f: Folio) -> (u64, Vec<u64>) {
     let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
-    (m, (1..=c.count(f.order()) as u64).map(|p| f.page(p).ids.load(Relaxed)).collect())
+    (m, (0..c.count(f.order()) as u64).map(|i| sum_word(f, i).load(Relaxed)).collect())
 }
 
 /// The MM owning all `n` mappings with these sums, if one does; none when

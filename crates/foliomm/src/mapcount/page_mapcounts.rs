@@ -5,7 +5,7 @@
 
 use super::eras::{Guess, PageMapcounts, Total};
 use super::fields::{bump, field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
-use super::large_mapcount::Entered;
+use super::large_mapcount::{sum_word, Entered};
 use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
@@ -19,7 +19,7 @@ impl PageMapcounts {
 
     /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
     /// the rmap sums in pages 1..=k.
-    pub(super) fn sum_pages(&self, f: Folio) -> u64 {
+    pub(super) fn sum_words(&self, f: Folio) -> u64 {
         self.construction().map_or(1, |c| c.count(f.order()) as u64)
     }
 
@@ -72,8 +72,8 @@ impl MapcountDesign for PageMapcounts {
         ws[field::SLOT0 + 1].store(-1, Relaxed);
         // __folio_prep_large_rmap(): raw_seqcount_init().
         f.page(1).link.store(0, Relaxed);
-        for p in 1..=self.sum_pages(f) {
-            f.page(p).ids.store(0, Relaxed);
+        for i in 0..self.sum_words(f) {
+            sum_word(f, i).store(0, Relaxed);
         }
     }
 
@@ -101,8 +101,8 @@ impl MapcountDesign for PageMapcounts {
         }
         if self.f.rmap_sums.is_some() {
             push("rmap seqcount", f.page(1).link.load(Relaxed) as i64);
-            for p in 1..=self.sum_pages(f) {
-                push(&format!("rmap sum word {p}"), f.page(p).ids.load(Relaxed) as i64);
+            for i in 0..self.sum_words(f) {
+                push(&format!("rmap sum word {}", i + 1), sum_word(f, i).load(Relaxed) as i64);
             }
         }
         out
@@ -129,10 +129,10 @@ impl MapcountDesign for PageMapcounts {
         if self.f.rmap_sums.is_some() && !self.seqcount(f).is_idle() {
             bad.push(format!("rmap seqcount is {:#x}, a writer is inside", f.page(1).link.load(Relaxed)));
         }
-        for p in 1..=self.sum_pages(f) {
-            let ids = f.page(p).ids.load(Relaxed);
+        for i in 0..self.sum_words(f) {
+            let ids = sum_word(f, i).load(Relaxed);
             if ids != 0 {
-                bad.push(format!("page {p}: _mm_ids / rmap sum is {ids:#x}, expected 0"));
+                bad.push(format!("sum word {}: _mm_ids / rmap sum is {ids:#x}, expected 0", i + 1));
             }
         }
         for i in 0..f.nr_pages() {
@@ -176,7 +176,7 @@ impl MapcountDesign for PageMapcounts {
             let n = (all + 1) as u64;
             let mut scratch = None;
             for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
-                f.page(1 + i as u64).ids.store(n.wrapping_mul(v), Relaxed);
+                sum_word(f, i as u64).store(n.wrapping_mul(v), Relaxed);
             }
         }
     }
