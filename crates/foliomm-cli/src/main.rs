@@ -5,6 +5,7 @@ mod compare;
 mod host;
 mod prove;
 mod referee;
+mod settings;
 mod trace;
 
 use std::path::PathBuf;
@@ -43,6 +44,9 @@ enum Command {
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
     Prove(prove::ProveArgs),
+    /// The scenario language's settings (`set NAME ...`): syntax, meaning,
+    /// the Linux interface each mirrors and what the host does with it.
+    Settings(settings::SettingsArgs),
     /// Host-kernel settings foliomm changes (THP, shmem, the huge page pool).
     #[command(subcommand)]
     Host(HostCommand),
@@ -167,6 +171,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove::prove(a),
+        Command::Settings(a) => settings::print(&a).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),
         Command::Host(HostCommand::Restore { force }) => {

@@ -59,12 +59,5 @@ impl Referee {
 
 /// A guest run that did not happen.
 fn failed(kind: FailureKind, message: String) -> Outcome {
-    Outcome {
-        backend: "guest".into(),
-        steps: Vec::new(),
-        observations: Vec::new(),
-        counters: Vec::new(),
-        measures: Vec::new(),
-        failure: Some(Failure { line: 0, kind, message }),
-    }
+    Outcome { backend: "guest".into(), failure: Some(Failure { line: 0, kind, message }), ..Outcome::default() }
 }

@@ -270,6 +270,11 @@ impl Backend for ModelBackend {
         })
     }
 
+    /// The release the started machine follows (the default before).
+    fn release(&self) -> foliomm::release::KernelVersion {
+        self.machine().map(|m| m.kernel.config.release()).unwrap_or_default()
+    }
+
     fn counters(&self) -> Vec<(String, u64)> {
         let Some(m) = self.machine() else {
             return Vec::new();

@@ -46,7 +46,7 @@ impl State<'_> {
     /// subpage), as the last `set rmap_id_stage` makes it answer. The
     /// release: the last `set kernel`, else the design's if one was set,
     /// else the backend's.
-    fn design_and_release(&self) -> (Design, KernelVersion) {
+    pub(super) fn design_and_release(&self) -> (Design, KernelVersion) {
         let (mut design, mut kernel, mut stage) = (None, None, RmapIdStage::default());
         for (_, s) in &self.settings {
             match s {

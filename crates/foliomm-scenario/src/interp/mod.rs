@@ -104,9 +104,18 @@ impl From<StepError> for Failed {
 }
 
 /// The result of a run.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub backend: String,
+    /// The `set` lines in force when the machine was built, the command
+    /// line's included (as `set` lines).
+    #[serde(default)]
+    pub settings: Vec<String>,
+    /// The mapcount design and the Linux release the run followed.
+    #[serde(default)]
+    pub design: String,
+    #[serde(default)]
+    pub kernel: String,
     pub steps: Vec<StepOutcome>,
     pub observations: Vec<(String, Observation)>,
     pub counters: Vec<(String, u64)>,
@@ -204,8 +213,12 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             message: format!("measure {name} has no 'end'"),
         });
     }
+    let (design, kernel) = st.design_and_release();
     Outcome {
         backend: st.backend.name().into(),
+        settings: st.settings.iter().map(|(_, s)| s.to_string()).collect(),
+        design: design.name().into(),
+        kernel: kernel.to_string(),
         steps: outcomes,
         observations: st.obs,
         counters: st.backend.counters(),

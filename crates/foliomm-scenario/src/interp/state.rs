@@ -201,9 +201,9 @@ impl<'b> State<'b> {
         match &step.cmd {
             Cmd::SetMachine(setting) => {
                 if self.started {
-                    return Err(
-                        "machine settings (memory, mapcount, kernel, zap, vma_lock, hugetlb_sync, tlb, mm_ids, max_map_count, debug) must come before the first step that uses the machine (set thp, or a process step)".into(),
-                    );
+                    let names = crate::lang::settings::names(Some(crate::lang::settings::When::Machine));
+                    let why = format!("machine settings ({names}) must come before the first step that uses the machine (set thp, or a process step)");
+                    return Err(why.into());
                 }
                 // A later line (or a command-line override) wins over an earlier one.
                 if !matches!(setting, MachineSetting::Debug(_)) {

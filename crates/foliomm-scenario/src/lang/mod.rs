@@ -65,6 +65,7 @@ mod ast;
 mod lexer;
 mod parser;
 mod proc_cmd;
+pub mod settings;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step};
 pub use lexer::parse_size;

@@ -9,6 +9,7 @@ use foliomm::Errno;
 use super::ast::{Cmd, CmpOp, MachineSetting, Only, ParseError, Step};
 use super::lexer::{is_ident, parse_size, tokenize, Line};
 use super::proc_cmd::parse_proc_cmd;
+use super::settings;
 
 /// The most steps `repeat` blocks may unroll to.
 const MAX_STEPS: usize = 1 << 20;
@@ -140,7 +141,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
     match l.next("a command")? {
         "set" => {
             let col = l.col();
-            match l.next("a setting (memory, mapcount, kernel, zap, vma_lock, tlb, debug, mm_ids, thp, check)")? {
+            match l.next(&format!("a setting ({})", settings::names(None)))? {
                 "memory" if l.eat("at") => {
                     let col = l.col();
                     if !l.eat("least") {
@@ -228,7 +229,9 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                             if overcommit.is_none() {
                                 return l.err(
                                     col,
-                                    format!("expected overcommit=N (nr_overcommit_hugepages) or size=2M|1G, found '{t}'"),
+                                    format!(
+                                        "expected overcommit=N (nr_overcommit_hugepages) or size=2M|1G, found '{t}'"
+                                    ),
                                 );
                             }
                         }
@@ -239,10 +242,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                     Ok(Cmd::SetHugetlb { pages, overcommit, size })
                 }
-                t => l.err(
-                    col,
-                    format!("expected a setting (memory, mapcount, kernel, rmap_id_stage, zap, vma_lock, hugetlb_sync, tlb, debug, mm_ids, thp, shmem, hugetlb, check), found '{t}'"),
-                ),
+                t => l.err(col, settings::unknown(t)),
             }
         }
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),

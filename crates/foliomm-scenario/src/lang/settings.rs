@@ -1,0 +1,215 @@
+//! The one table of `set` lines: each setting's name, syntax, what it
+//! means, the Linux knob it mirrors and where it is honoured. The parser's
+//! errors, the interpreter's "too late" message, `foliomm settings` and
+//! the language reference read it; nothing else lists setting names.
+
+/// When a setting may appear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum When {
+    /// Before the first step that uses the machine: it shapes the machine.
+    Machine,
+    /// At any point: it changes a tunable of the running system.
+    Anytime,
+}
+
+/// One setting of the scenario language.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Setting {
+    pub name: &'static str,
+    /// How its line is written.
+    pub syntax: &'static str,
+    /// What it does, in one line.
+    pub doc: &'static str,
+    /// The Linux interface it mirrors, if any.
+    pub linux: Option<&'static str>,
+    pub when: When,
+    /// What the host and guest backends do with it (the model honours all).
+    pub host: &'static str,
+}
+
+/// Every setting, in the order the reference lists them.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "memory",
+        syntax: "set memory SIZE | set memory at least SIZE",
+        doc: "model RAM, 4M to 1T (default 4G); 'at least' states a need, not a limit",
+        linux: None,
+        when: When::Machine,
+        host: "'at least' is checked against MemTotal; an exact size is refused",
+    },
+    Setting {
+        name: "mapcount",
+        syntax: "set mapcount DESIGN",
+        doc: "the mapcount design (its error lists the names)",
+        linux: None,
+        when: When::Machine,
+        host: "only the running kernel's era's design",
+    },
+    Setting {
+        name: "kernel",
+        syntax: "set kernel MAJOR.MINOR",
+        doc: "the Linux release (6.1 to 6.18) the model follows where releases differ; alone, also its era's design",
+        linux: Some("uname -r"),
+        when: When::Machine,
+        host: "only the running release",
+    },
+    Setting {
+        name: "rmap_id_stage",
+        syntax: "set rmap_id_stage STAGE",
+        doc: "seed 000's patch stage of the rmap-id designs (its error lists the names)",
+        linux: None,
+        when: When::Machine,
+        host: "refused (the RFC was never merged)",
+    },
+    Setting {
+        name: "zap",
+        syntax: "set zap batched|per-page",
+        doc: "how zap and fork walk PTE-mapped large folios (folio_pte_batch, 6.9+, or page by page)",
+        linux: None,
+        when: When::Machine,
+        host: "only batched",
+    },
+    Setting {
+        name: "vma_lock",
+        syntax: "set vma_lock mmap-lock|vma-rwsem|vma-refcount",
+        doc: "how a fault locks its VMA (seed 004)",
+        linux: None,
+        when: When::Machine,
+        host: "only vma-refcount",
+    },
+    Setting {
+        name: "hugetlb_sync",
+        syntax: "set hugetlb_sync i-mmap-rwsem|vma-lock|no-lock",
+        doc: "how hugetlb faults and PMD unsharing synchronize (seed 002)",
+        linux: None,
+        when: When::Machine,
+        host: "only vma-lock",
+    },
+    Setting {
+        name: "tlb",
+        syntax: "set tlb N",
+        doc: "entries per CPU TLB, 0 for none (default 2048)",
+        linux: None,
+        when: When::Machine,
+        host: "refused (the TLB is hardware)",
+    },
+    Setting {
+        name: "debug",
+        syntax: "set debug SWITCH",
+        doc: "a deliberate model bug, for tests that show the checks catch it (its error lists the names)",
+        linux: None,
+        when: When::Machine,
+        host: "refused",
+    },
+    Setting {
+        name: "mm_ids",
+        syntax: "set mm_ids N",
+        doc: "the highest MM ID handed out, to run out of IDs",
+        linux: None,
+        when: When::Machine,
+        host: "refused",
+    },
+    Setting {
+        name: "max_map_count",
+        syntax: "set max_map_count N",
+        doc: "the most VMAs an MM may hold (default 65530)",
+        linux: Some("/proc/sys/vm/max_map_count"),
+        when: When::Machine,
+        host: "only the host's current value (it is system-wide)",
+    },
+    Setting {
+        name: "thp",
+        syntax: "set thp [enabled=MODE] [SIZE=MODE ...]",
+        doc: "anonymous THP: the top-level mode and per-size modes (always, madvise, never, inherit)",
+        linux: Some("/sys/kernel/mm/transparent_hugepage/enabled, hugepages-*kB/enabled"),
+        when: When::Anytime,
+        host: "written to sysfs, restored afterwards",
+    },
+    Setting {
+        name: "shmem",
+        syntax: "set shmem [enabled=MODE] [SIZE=MODE ...]",
+        doc: "shmem THP: shmem_enabled and per-size modes",
+        linux: Some("/sys/kernel/mm/transparent_hugepage/shmem_enabled, hugepages-*kB/shmem_enabled"),
+        when: When::Anytime,
+        host: "written to sysfs, restored afterwards",
+    },
+    Setting {
+        name: "hugetlb",
+        syntax: "set hugetlb pages=N [overcommit=N] [size=2M|1G]",
+        doc: "the huge page pool of a size",
+        linux: Some("/sys/kernel/mm/hugepages/hugepages-*kB/nr_hugepages, nr_overcommit_hugepages"),
+        when: When::Anytime,
+        host: "written to sysfs, restored afterwards; skipped if the kernel gives fewer pages",
+    },
+    Setting {
+        name: "check",
+        syntax: "set check on|off",
+        doc: "the invariant checker after every step (run --check turns it on)",
+        linux: None,
+        when: When::Anytime,
+        host: "no checker (nothing to check against)",
+    },
+];
+
+/// The names of the settings that may appear `when`, comma-separated.
+pub fn names(when: Option<When>) -> String {
+    let names: Vec<&str> = SETTINGS.iter().filter(|s| when.is_none_or(|w| s.when == w)).map(|s| s.name).collect();
+    names.join(", ")
+}
+
+/// What an unknown setting `name` gets told: the known ones, and the
+/// closest if it looks like a typo of one.
+pub fn unknown(name: &str) -> String {
+    let closest = SETTINGS
+        .iter()
+        .map(|s| (strsim::damerau_levenshtein(name, s.name), s.name))
+        .min()
+        .filter(|&(d, n)| d <= 2.max(n.len() / 4));
+    match closest {
+        Some((_, n)) => format!("unknown setting '{name}': did you mean '{n}'? (known: {})", names(None)),
+        None => format!("unknown setting '{name}' (known: {})", names(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_gets_the_closest_name() {
+        assert!(unknown("mapcont").contains("did you mean 'mapcount'?"));
+        assert!(unknown("max_map_cont").contains("did you mean 'max_map_count'?"));
+        assert!(!unknown("frobnicate").contains("did you mean"));
+        assert!(unknown("frobnicate").contains("kernel, rmap_id_stage"));
+    }
+
+    /// Every name the parser takes after `set` is in the table, and no
+    /// other: a `set` line of each parses, an unknown one does not.
+    #[test]
+    fn the_table_is_the_parsers_vocabulary() {
+        let examples = [
+            "set memory 64M",
+            "set mapcount mm-id",
+            "set kernel 6.8",
+            "set rmap_id_stage batch",
+            "set zap per-page",
+            "set vma_lock vma-rwsem",
+            "set hugetlb_sync no-lock",
+            "set tlb 0",
+            "set debug no-large-reuse",
+            "set mm_ids 5",
+            "set max_map_count 9",
+            "set thp enabled=never",
+            "set shmem enabled=never",
+            "set hugetlb pages=1",
+            "set check on",
+        ];
+        for (s, line) in SETTINGS.iter().zip(examples) {
+            assert_eq!(line.split(' ').nth(1), Some(s.name));
+            crate::lang::parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+        assert_eq!(SETTINGS.len(), examples.len());
+        let e = crate::lang::parse("set mapcont mm-id").unwrap_err().to_string();
+        assert!(e.contains("did you mean 'mapcount'"), "{e}");
+    }
+}
