@@ -3,6 +3,7 @@
 mod bench;
 mod compare;
 mod host;
+mod overrides;
 mod prove;
 mod referee;
 mod settings;
@@ -11,7 +12,7 @@ mod trace;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use foliomm_scenario::interp::FailureKind;
 use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
@@ -68,20 +69,9 @@ struct CompareArgs {
     /// Scenario files.
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// Mapcount design of the model, overriding the files' `set mapcount`.
-    #[arg(long, value_enum)]
-    mapcount: Option<foliomm::mapcount::Design>,
-    /// Linux release (6.1 to 6.18) whose behaviour the model follows where
-    /// releases differ, overriding the files' `set kernel` [default: the
-    /// referee's kernel for --backend guest, else the design's].
-    #[arg(long)]
-    kernel: Option<foliomm::release::KernelVersion>,
-    /// VMA-lock design of the model, overriding the files' `set vma_lock`.
-    #[arg(long, value_enum)]
-    vma_lock: Option<foliomm::machine::VmaLockDesign>,
-    /// Model debug switches (see `foliomm run --help`), applied to the model only.
-    #[arg(long)]
-    debug: Vec<String>,
+    /// Settings of the model (the referee runs each file as written).
+    #[command(flatten)]
+    settings: overrides::SettingFlags,
     /// Print only mismatches and summaries.
     #[arg(long, short)]
     quiet: bool,
@@ -100,38 +90,10 @@ struct RunArgs {
     /// Run the invariant checker after every step.
     #[arg(long)]
     check: bool,
-    /// Mapcount design, overriding the file's `set mapcount`.
-    #[arg(long, value_enum)]
-    mapcount: Option<foliomm::mapcount::Design>,
-    /// Linux release (6.1 to 6.18) whose behaviour the model follows where
-    /// releases differ, overriding the file's `set kernel` [default: the
-    /// design's; without --mapcount or `set mapcount`, it picks the design
-    /// of its era too].
-    #[arg(long)]
-    kernel: Option<foliomm::release::KernelVersion>,
-    /// Seed 000's stage of the rmap-id designs, overriding the file's
-    /// `set rmap_id_stage` [default: all].
-    #[arg(long, value_enum)]
-    rmap_id_stage: Option<foliomm::mapcount::RmapIdStage>,
-    /// Model RAM, 4M to 1T (like 512M or 4G), overriding the file's `set memory`.
-    #[arg(long)]
-    memory: Option<String>,
-    /// Zap strategy, overriding the file's `set zap`.
-    #[arg(long, value_enum)]
-    zap: Option<foliomm::machine::ZapStrategy>,
-    /// How faults lock their VMA, overriding the file's `set vma_lock`.
-    #[arg(long, value_enum)]
-    vma_lock: Option<foliomm::machine::VmaLockDesign>,
-    /// How hugetlb faults and PMD unsharing synchronize, overriding the
-    /// file's `set hugetlb_sync`.
-    #[arg(long, value_enum)]
-    hugetlb_sync: Option<foliomm::machine::HugetlbSync>,
-    /// Entries per CPU TLB (0 for none, at most 2^20), overriding the file's `set tlb`.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(..=foliomm_scenario::lang::MAX_TLB_ENTRIES))]
-    tlb: Option<u64>,
-    /// Model debug switches: no-large-reuse, reuse-shared, skip-fork-flush, free-before-flush, no-vma-revalidate.
-    #[arg(long)]
-    debug: Vec<String>,
+    /// Settings, each overriding the files' `set` line of that name
+    /// (`foliomm settings` lists them).
+    #[command(flatten)]
+    settings: overrides::SettingFlags,
     /// Print JSON (one object per file, in an array) instead of tables.
     #[arg(long)]
     json: bool,
@@ -204,15 +166,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
     }
     let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
     let mut json = Vec::new();
-    let overridden = a.memory.is_some()
-        || a.mapcount.is_some()
-        || a.kernel.is_some()
-        || a.zap.is_some()
-        || a.vma_lock.is_some()
-        || a.hugetlb_sync.is_some()
-        || a.tlb.is_some()
-        || !a.debug.is_empty();
-    if a.backend == "guest" && overridden {
+    if a.backend == "guest" && !a.settings.lines.is_empty() {
         anyhow::bail!(
             "--backend guest runs the files as written: put machine settings in the file, not on the command line"
         );
@@ -232,7 +186,7 @@ fn run_files(a: RunArgs) -> Result<bool> {
                 continue;
             }
         };
-        apply_overrides(&mut steps, &a)?;
+        a.settings.apply(&mut steps);
         let trace = a.trace.is_some();
         let out = match referee.as_mut() {
             Some(r) => r.run(&file.display().to_string(), &src, &steps),
@@ -276,6 +230,9 @@ fn read_scenario(file: &std::path::Path) -> Result<String, String> {
 fn compare_files(a: CompareArgs) -> Result<bool> {
     let (mut total, mut agree, mut differ) = (0, 0, 0);
     let mut referee = Referee::new(&a.backend);
+    // The model follows the referee's release unless a flag says otherwise.
+    let release = referee.release().filter(|_| !a.settings.sets_kernel());
+    let model_settings = a.settings.with(release.map(overrides::SettingFlags::kernel));
     let mut skipped: Vec<String> = Vec::new();
     let mut bad: Vec<String> = Vec::new();
     for file in &a.files {
@@ -290,25 +247,8 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
                 continue;
             }
         };
-        let overrides = RunArgs {
-            files: Vec::new(),
-            check: false,
-            mapcount: a.mapcount,
-            kernel: a.kernel.or(referee.release()),
-            rmap_id_stage: None,
-            memory: None,
-            zap: None,
-            vma_lock: a.vma_lock,
-            hugetlb_sync: None,
-            tlb: None,
-            debug: a.debug.clone(),
-            json: false,
-            quiet: a.quiet,
-            backend: "model".into(),
-            trace: None,
-        };
         let host = referee.run(&name, &src, &steps);
-        apply_overrides(&mut steps, &overrides)?;
+        model_settings.apply(&mut steps);
         let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
         if let Some(f) = host.failure.as_ref().filter(|f| f.kind == FailureKind::Unsupported) {
             println!("== {name}\n  skipped on the host: {}", f.message);
@@ -339,52 +279,6 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
         println!("nothing was compared: the host backend cannot run here");
     }
     Ok(total == 0 && differ == 0 && bad.is_empty() && !(agree + differ == 0 && unavailable))
-}
-
-/// Command-line settings win over the file's own `set` lines: they go after
-/// the file's leading machine settings, before the step that builds the machine.
-fn apply_overrides(steps: &mut Vec<foliomm_scenario::lang::Step>, a: &RunArgs) -> Result<()> {
-    use foliomm_scenario::lang::{parse_size, Cmd, MachineSetting, Step};
-    let mut over = Vec::new();
-    if let Some(m) = &a.memory {
-        let bytes = parse_size(m)
-            .filter(|b| foliomm::machine::MEMORY_RANGE.contains(b))
-            .with_context(|| format!("--memory: expected a size from 4M to 1T, like 512M or 4G, found '{m}'"))?;
-        over.push(MachineSetting::Memory(bytes));
-    }
-    if let Some(d) = a.mapcount {
-        over.push(MachineSetting::Mapcount(d));
-    }
-    if let Some(v) = a.kernel {
-        over.push(MachineSetting::Kernel(v));
-    }
-    if let Some(s) = a.rmap_id_stage {
-        over.push(MachineSetting::RmapIdStage(s));
-    }
-    if let Some(z) = a.zap {
-        over.push(MachineSetting::Zap(z));
-    }
-    if let Some(d) = a.vma_lock {
-        over.push(MachineSetting::VmaLock(d));
-    }
-    if let Some(d) = a.hugetlb_sync {
-        over.push(MachineSetting::HugetlbSync(d));
-    }
-    if let Some(n) = a.tlb {
-        over.push(MachineSetting::Tlb(n));
-    }
-    over.extend(a.debug.iter().map(|d| MachineSetting::Debug(d.clone())));
-    let at = steps.iter().position(|s| !matches!(s.cmd, Cmd::SetMachine(_) | Cmd::SetCheck(_))).unwrap_or(steps.len());
-    let new = over.into_iter().map(|s| Step {
-        line: 0,
-        text: format!("(command line) {s}"),
-        proc: None,
-        thread: None,
-        cmd: Cmd::SetMachine(s),
-        fails: None,
-    });
-    steps.splice(at..at, new);
-    Ok(())
 }
 
 /// A file's run: its steps, counters and measures, then how it ended;

@@ -27,7 +27,7 @@ pub fn print(a: &SettingsArgs) -> Result<()> {
             When::Machine => "before the machine",
             When::Anytime => "any time",
         };
-        t.add_row([cell(s.syntax), cell(s.doc), s.linux.unwrap_or("").into(), when.into(), s.host.into()]);
+        t.add_row([cell(s.syntax), cell(&s.describe()), s.linux.unwrap_or("").into(), when.into(), s.host.into()]);
     }
     println!("{t}");
     Ok(())

@@ -25,6 +25,19 @@ pub struct Setting {
     pub when: When,
     /// What the host and guest backends do with it (the model honours all).
     pub host: &'static str,
+    /// The names its value takes, where they come from a table of their own.
+    #[serde(skip)]
+    pub names: Option<fn() -> String>,
+}
+
+impl Setting {
+    /// The doc line, with the names its value takes.
+    pub fn describe(&self) -> String {
+        match self.names {
+            Some(names) => format!("{} (one of: {})", self.doc, names()),
+            None => self.doc.to_string(),
+        }
+    }
 }
 
 /// Every setting, in the order the reference lists them.
@@ -35,14 +48,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "model RAM, 4M to 1T (default 4G); 'at least' states a need, not a limit",
         linux: None,
         when: When::Machine,
+        names: None,
         host: "'at least' is checked against MemTotal; an exact size is refused",
     },
     Setting {
         name: "mapcount",
         syntax: "set mapcount DESIGN",
-        doc: "the mapcount design (its error lists the names)",
+        doc: "the mapcount design",
         linux: None,
         when: When::Machine,
+        names: Some(foliomm::mapcount::Design::names),
         host: "only the running kernel's era's design",
     },
     Setting {
@@ -51,14 +66,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the Linux release (6.1 to 6.18) the model follows where releases differ; alone, also its era's design",
         linux: Some("uname -r"),
         when: When::Machine,
+        names: None,
         host: "only the running release",
     },
     Setting {
         name: "rmap_id_stage",
         syntax: "set rmap_id_stage STAGE",
-        doc: "seed 000's patch stage of the rmap-id designs (its error lists the names)",
+        doc: "seed 000's patch stage of the rmap-id designs",
         linux: None,
         when: When::Machine,
+        names: Some(foliomm::mapcount::RmapIdStage::names),
         host: "refused (the RFC was never merged)",
     },
     Setting {
@@ -67,6 +84,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "how zap and fork walk PTE-mapped large folios (folio_pte_batch, 6.9+, or page by page)",
         linux: None,
         when: When::Machine,
+        names: None,
         host: "only batched",
     },
     Setting {
@@ -75,6 +93,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "how a fault locks its VMA (seed 004)",
         linux: None,
         when: When::Machine,
+        names: None,
         host: "only vma-refcount",
     },
     Setting {
@@ -83,6 +102,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "how hugetlb faults and PMD unsharing synchronize (seed 002)",
         linux: None,
         when: When::Machine,
+        names: None,
         host: "only vma-lock",
     },
     Setting {
@@ -91,14 +111,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "entries per CPU TLB, 0 for none (default 2048)",
         linux: None,
         when: When::Machine,
+        names: None,
         host: "refused (the TLB is hardware)",
     },
     Setting {
         name: "debug",
         syntax: "set debug SWITCH",
-        doc: "a deliberate model bug, for tests that show the checks catch it (its error lists the names)",
+        doc: "a deliberate model bug, for tests that show the checks catch it",
         linux: None,
         when: When::Machine,
+        names: Some(|| foliomm::machine::DebugSwitches::NAMES.join(", ")),
         host: "refused",
     },
     Setting {
@@ -107,6 +129,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the highest MM ID handed out, to run out of IDs",
         linux: None,
         when: When::Machine,
+        names: None,
         host: "refused",
     },
     Setting {
@@ -115,6 +138,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the most VMAs an MM may hold (default 65530)",
         linux: Some("/proc/sys/vm/max_map_count"),
         when: When::Machine,
+        names: None,
         host: "only the host's current value (it is system-wide)",
     },
     Setting {
@@ -123,6 +147,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "anonymous THP: the top-level mode and per-size modes (always, madvise, never, inherit)",
         linux: Some("/sys/kernel/mm/transparent_hugepage/enabled, hugepages-*kB/enabled"),
         when: When::Anytime,
+        names: None,
         host: "written to sysfs, restored afterwards",
     },
     Setting {
@@ -131,6 +156,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "shmem THP: shmem_enabled and per-size modes",
         linux: Some("/sys/kernel/mm/transparent_hugepage/shmem_enabled, hugepages-*kB/shmem_enabled"),
         when: When::Anytime,
+        names: None,
         host: "written to sysfs, restored afterwards",
     },
     Setting {
@@ -139,6 +165,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the huge page pool of a size",
         linux: Some("/sys/kernel/mm/hugepages/hugepages-*kB/nr_hugepages, nr_overcommit_hugepages"),
         when: When::Anytime,
+        names: None,
         host: "written to sysfs, restored afterwards; skipped if the kernel gives fewer pages",
     },
     Setting {
@@ -147,6 +174,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the invariant checker after every step (run --check turns it on)",
         linux: None,
         when: When::Anytime,
+        names: None,
         host: "no checker (nothing to check against)",
     },
 ];
