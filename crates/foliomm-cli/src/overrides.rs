@@ -57,7 +57,7 @@ impl SettingFlags {
     }
 
     /// The line `set kernel V`, as a flag would give it.
-    pub fn kernel(v: foliomm::release::KernelVersion) -> Step {
+    pub fn kernel(v: foliomm::internals::release::KernelVersion) -> Step {
         parse("kernel", &v.to_string()).expect("a modelled release parses")
     }
 }

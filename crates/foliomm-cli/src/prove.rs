@@ -31,7 +31,7 @@ pub struct ProveArgs {
 
 /// Checks every construction asked for; true if all hold.
 pub fn prove(a: ProveArgs) -> Result<bool> {
-    use foliomm::mapcount::construction::{check, Construction, SHIPPED};
+    use foliomm::internals::mapcount::construction::{check, Construction, SHIPPED};
     let cs: Vec<Construction> = if a.constructions.is_empty() {
         SHIPPED.to_vec()
     } else {

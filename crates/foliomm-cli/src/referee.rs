@@ -24,10 +24,10 @@ impl Referee {
 
     /// The release the model follows when held against this referee,
     /// if not its default: the guest's Linux 6.1 (and so its design).
-    pub fn release(&self) -> Option<foliomm::release::KernelVersion> {
+    pub fn release(&self) -> Option<foliomm::internals::release::KernelVersion> {
         match self {
             Referee::Host => None,
-            Referee::Guest(_) => Some(foliomm::release::KernelVersion::OLDEST),
+            Referee::Guest(_) => Some(foliomm::internals::release::KernelVersion::OLDEST),
         }
     }
 

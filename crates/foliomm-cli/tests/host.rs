@@ -213,7 +213,7 @@ fn seed_000_bench_costs_follow_each_design() {
         for design in ["subpage", "compound-locked", "nr-mapped", "large-mapcount"] {
             assert!(ops(folio, design, "cow-reuse") >= pages, "{folio} {design}");
         }
-        for design in foliomm::mapcount::Design::ALL.iter().map(|d| d.name()) {
+        for design in foliomm::internals::mapcount::Design::ALL.iter().map(|d| d.name()) {
             // Every one of the 3 children copies every page it writes.
             for bench in ["anon-cow-seq", "anon-cow-rand"] {
                 assert!(ops(folio, design, bench) >= 3 * pages, "{folio} {design} {bench}");
@@ -237,7 +237,7 @@ fn host_process(name: &str) -> foliomm_host::HostBackend {
 /// faulting write; both threads see each other's bytes (one address space).
 #[test]
 fn two_threads_of_a_host_process_fault_in_parallel() {
-    use foliomm::mm_types::Prot;
+    use foliomm::internals::mm_types::Prot;
     use foliomm_scenario::op::{Access, MmapRequest};
     use foliomm_scenario::{Backend, Op, Reply, Thread};
     require_host!();

@@ -9,8 +9,8 @@
 
 use std::ffi::CString;
 
-use foliomm::folio::thp::ShmemHuge;
-use foliomm::machine::HugeSize;
+use foliomm::internals::folio::thp::ShmemHuge;
+use foliomm::internals::machine::HugeSize;
 use foliomm_scenario::op::FileKind;
 use foliomm_scenario::{Observation, Reply};
 

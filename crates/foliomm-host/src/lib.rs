@@ -24,9 +24,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{Mutex, RwLock};
 
-use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::HugeSize;
-use foliomm::mapcount::Design;
+use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::mapcount::Design;
 use foliomm_scenario::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
 use foliomm_scenario::lang::MachineSetting;
 use foliomm_scenario::op::{GupKind, Op, Reply};
@@ -159,7 +159,7 @@ impl Backend for HostBackend {
         "host"
     }
 
-    fn release(&self) -> foliomm::release::KernelVersion {
+    fn release(&self) -> foliomm::internals::release::KernelVersion {
         release::version()
     }
 
@@ -175,11 +175,13 @@ impl Backend for HostBackend {
                 return Some(format!("cannot honour '{s}': the host kernel is Linux {}", release::version()));
             }
             MachineSetting::RmapIdStage(_) => "seed 000's stages exist in the model only (the RFC was never merged)",
-            MachineSetting::Zap(z) if *z != foliomm::machine::ZapStrategy::Batched => "the host kernel zaps batched",
-            MachineSetting::VmaLock(d) if *d != foliomm::machine::VmaLockDesign::VmaRefcount => {
+            MachineSetting::Zap(z) if *z != foliomm::internals::machine::ZapStrategy::Batched => {
+                "the host kernel zaps batched"
+            }
+            MachineSetting::VmaLock(d) if *d != foliomm::internals::machine::VmaLockDesign::VmaRefcount => {
                 "the host kernel locks VMAs by reference count (vma-refcount)"
             }
-            MachineSetting::HugetlbSync(d) if *d != foliomm::machine::HugetlbSync::VmaLock => {
+            MachineSetting::HugetlbSync(d) if *d != foliomm::internals::machine::HugetlbSync::VmaLock => {
                 "the host kernel synchronizes hugetlb faults with the hugetlb VMA lock (vma-lock)"
             }
             MachineSetting::Tlb(_) => "the host's TLB is hardware",
@@ -300,7 +302,7 @@ impl Backend for HostBackend {
         field == "frame" || Observation::KERNEL_FIELDS.contains(&field)
     }
 
-    fn check(&self) -> Vec<foliomm::check::Violation> {
+    fn check(&self) -> Vec<foliomm::internals::check::Violation> {
         Vec::new()
     }
 }

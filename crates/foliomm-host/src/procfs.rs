@@ -9,7 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
-use foliomm::mm::{PageInfo, RangeInfo};
+use foliomm::internals::mm::{PageInfo, RangeInfo};
 use foliomm::Errno;
 
 const PAGE: u64 = 4096;

@@ -1,6 +1,6 @@
 //! The running kernel's release, and the era it belongs to.
 
-use foliomm::release::KernelVersion;
+use foliomm::internals::release::KernelVersion;
 
 /// The running kernel's release, clamped to the ones foliomm models (an
 /// older kernel behaves as the oldest, a newer one as the newest).

@@ -7,8 +7,8 @@
 
 use std::sync::{Mutex, Once};
 
-use foliomm::folio::thp::ThpMode;
-use foliomm::machine::{HugeCounts, HugeSize};
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::machine::{HugeCounts, HugeSize};
 
 pub const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 
@@ -126,7 +126,7 @@ fn put_back(path: &str, value: &str) {
     }
 }
 
-/// The selected value of a sysfs "a [b] c" file, or the value of a file
+/// The selected value of a sysfs "a \[b\] c" file, or the value of a file
 /// holding one word (`nr_hugepages`).
 pub fn read_selected(path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use foliomm::mm::Advice;
+use foliomm::internals::mm::Advice;
 use foliomm::Errno;
 use std::collections::HashMap;
 

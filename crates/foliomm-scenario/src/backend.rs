@@ -5,10 +5,10 @@
 //! settings, counters, checker and what it can observe). Processes are named
 //! as in the scenario file.
 
-use foliomm::check::Violation;
-use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{HugeCounts, HugeSize};
-use foliomm::release::KernelVersion;
+use foliomm::internals::check::Violation;
+use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::internals::machine::{HugeCounts, HugeSize};
+use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
 use crate::lang::MachineSetting;

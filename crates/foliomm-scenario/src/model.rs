@@ -6,14 +6,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use foliomm::arch::PAGE_SIZE;
-use foliomm::check::Violation;
-use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::HugeSize;
-use foliomm::mapcount::Design;
-use foliomm::mm::gup::Pin;
-use foliomm::shmem::Inode;
-use foliomm::sync::{Mutex, RwLock};
+use foliomm::internals::arch::PAGE_SIZE;
+use foliomm::internals::check::Violation;
+use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::mapcount::Design;
+use foliomm::internals::mm::gup::Pin;
+use foliomm::internals::shmem::Inode;
+use foliomm::internals::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
@@ -91,9 +91,9 @@ impl Backend for ModelBackend {
             MachineSetting::MmIds(n) if u32::try_from(*n).is_err() => {
                 Some(format!("mm_ids {n} does not fit a 32-bit MM ID"))
             }
-            MachineSetting::Debug(d) if !foliomm::machine::DebugSwitches::default().set(d) => Some(format!(
+            MachineSetting::Debug(d) if !foliomm::internals::machine::DebugSwitches::default().set(d) => Some(format!(
                 "unknown debug switch '{d}' (known: {})",
-                foliomm::machine::DebugSwitches::NAMES.join(", ")
+                foliomm::internals::machine::DebugSwitches::NAMES.join(", ")
             )),
             _ => None,
         }
@@ -257,8 +257,8 @@ impl Backend for ModelBackend {
             }
             Op::ObservePin { pin } => Reply::Observed(self.observe_pin(pin)?),
             Op::ObserveZeroPage => {
-                let f = foliomm::folio::Folio::containing(&m.phys, m.zero_pfn);
-                let page = foliomm::mm::PageInfo {
+                let f = foliomm::internals::folio::Folio::containing(&m.phys, m.zero_pfn);
+                let page = foliomm::internals::mm::PageInfo {
                     present: true,
                     pfn: m.zero_pfn,
                     zero_page: true,
@@ -271,7 +271,7 @@ impl Backend for ModelBackend {
     }
 
     /// The release the started machine follows (the default before).
-    fn release(&self) -> foliomm::release::KernelVersion {
+    fn release(&self) -> foliomm::internals::release::KernelVersion {
         self.machine().map(|m| m.kernel.config.release()).unwrap_or_default()
     }
 
@@ -368,8 +368,8 @@ impl ModelBackend {
         let p = pins.1.get(&pin).ok_or(Errno::EINVAL)?;
         let m = self.m();
         let pfn = p.frames.first().copied().flatten().unwrap_or(m.zero_pfn);
-        let f = foliomm::folio::Folio::containing(&m.phys, pfn);
-        let page = foliomm::mm::PageInfo {
+        let f = foliomm::internals::folio::Folio::containing(&m.phys, pfn);
+        let page = foliomm::internals::mm::PageInfo {
             present: true,
             pfn,
             zero_page: f.is_zero_page(),

@@ -1,7 +1,7 @@
 //! What an `observe` step records, field by field, and which fields the
 //! kernel reports too.
 
-use foliomm::mm::{PageInfo, RangeInfo};
+use foliomm::internals::mm::{PageInfo, RangeInfo};
 
 /// What an `observe` step records: the first page of the place as pagemap and
 /// kpageflags report it, and smaps-style sums over the whole place.

@@ -6,9 +6,9 @@
 //! error in every place that must handle it. The host protocol is the
 //! serialized `Op` and the serialized reply.
 
-use foliomm::machine::HugeSize;
-use foliomm::mm::{Advice, PageInfo};
-use foliomm::mm_types::Prot;
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::mm::{Advice, PageInfo};
+use foliomm::internals::mm_types::Prot;
 
 use crate::backend::{BackendResult, Machinery, StepError};
 use crate::observation::Observation;
@@ -272,7 +272,7 @@ pub enum FileKind {
     Memfd,
     /// A file on a tmpfs mount of its own with option `huge=`; `named`
     /// false for an `O_TMPFILE` file, which has no name.
-    Tmpfs { huge: foliomm::folio::thp::ShmemHuge, named: bool },
+    Tmpfs { huge: foliomm::internals::folio::thp::ShmemHuge, named: bool },
     /// `memfd_create(MFD_HUGETLB)` with the size flag of its pages: a
     /// hugetlbfs file.
     Hugetlbfs(HugeSize),

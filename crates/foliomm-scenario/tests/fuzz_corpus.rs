@@ -61,7 +61,7 @@ fn mutate(src: &str, r: &mut impl FnMut() -> u64) -> String {
 #[test]
 fn fuzz_check_finds_nothing_in_the_corpus_and_its_mutations() {
     let per_file: u64 = std::env::var("FOLIOMM_FUZZ_MUTATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
-    let mut r = foliomm::xorshift(0x5eed);
+    let mut r = foliomm::internals::xorshift(0x5eed);
     let mut runs = 0;
     for f in corpus() {
         let src = std::fs::read_to_string(&f).unwrap();

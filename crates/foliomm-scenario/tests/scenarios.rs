@@ -50,7 +50,7 @@ fn passes_with(f: &PathBuf, setting: &str) {
 #[test]
 fn every_shipped_scenario_passes_under_every_design_with_the_checker() {
     for f in shipped() {
-        for d in foliomm::mapcount::Design::ALL {
+        for d in foliomm::internals::mapcount::Design::ALL {
             passes_with(&f, &format!("set mapcount {}", d.name()));
         }
     }
@@ -106,7 +106,7 @@ fn every_mthp_cow_case_passes_at_every_mthp_size_under_every_design() {
             let name = f.file_name().unwrap().to_string_lossy().replace("mthp64k", &format!("mthp{size}"));
             let sized = dir.join(name);
             std::fs::write(&sized, src.replace("64K", size)).unwrap();
-            for d in foliomm::mapcount::Design::ALL {
+            for d in foliomm::internals::mapcount::Design::ALL {
                 passes_with(&sized, &format!("set mapcount {}", d.name()));
             }
         }
@@ -118,7 +118,7 @@ fn every_mthp_cow_case_passes_at_every_mthp_size_under_every_design() {
 fn every_shipped_scenario_passes_at_every_seed_000_stage_with_the_checker() {
     for f in shipped() {
         for d in ["rmap-id", "rmap-id-powersum"] {
-            for s in foliomm::mapcount::RmapIdStage::ALL {
+            for s in foliomm::internals::mapcount::RmapIdStage::ALL {
                 passes_with(&f, &format!("set mapcount {d}\nset rmap_id_stage {s}"));
             }
         }
@@ -128,7 +128,7 @@ fn every_shipped_scenario_passes_at_every_seed_000_stage_with_the_checker() {
 #[test]
 fn every_shipped_scenario_passes_under_every_vma_lock_design_with_the_checker() {
     for f in shipped() {
-        for (_, name) in foliomm::machine::VmaLockDesign::ALL {
+        for (_, name) in foliomm::internals::machine::VmaLockDesign::ALL {
             passes_with(&f, &format!("set vma_lock {name}"));
         }
     }
@@ -137,7 +137,7 @@ fn every_shipped_scenario_passes_under_every_vma_lock_design_with_the_checker() 
 #[test]
 fn every_hugetlb_scenario_passes_under_every_hugetlb_sync_design_with_the_checker() {
     for f in shipped().iter().filter(|f| f.parent().is_some_and(|d| d.ends_with("hugetlb"))) {
-        for (_, name) in foliomm::machine::HugetlbSync::ALL {
+        for (_, name) in foliomm::internals::machine::HugetlbSync::ALL {
             passes_with(f, &format!("set hugetlb_sync {name}"));
         }
     }

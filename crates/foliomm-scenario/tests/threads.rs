@@ -4,9 +4,9 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use foliomm::folio::thp::ThpMode;
-use foliomm::mm_types::Prot;
-use foliomm::pgtable::{pte_lockptr, walk_pmd};
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::mm_types::Prot;
+use foliomm::internals::pgtable::{pte_lockptr, walk_pmd};
 use foliomm_scenario::op::{Access, MmapRequest};
 use foliomm_scenario::ModelBackend;
 use foliomm_scenario::{Backend, BackendResult, Op, Reply, Thread};
@@ -81,7 +81,8 @@ fn two_threads_fault_in_parallel_and_every_byte_lands() {
     let (b, at) = two_threads();
     let threads = [Thread::main("p"), Thread { proc: "p", tid: 1 }];
     for round in 0..8u8 {
-        b.perform(threads[0], Op::Madvise { addr: at, len: 4 * MB, advice: foliomm::mm::Advice::DontNeed }).unwrap();
+        b.perform(threads[0], Op::Madvise { addr: at, len: 4 * MB, advice: foliomm::internals::mm::Advice::DontNeed })
+            .unwrap();
         std::thread::scope(|s| {
             for (i, &t) in threads.iter().enumerate() {
                 let b = &b;

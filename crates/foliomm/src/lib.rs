@@ -1,42 +1,174 @@
 //! foliomm: an executable model of the Linux memory manager's large-folio
 //! machinery.
 //!
-//! The library is one folder per subsystem, layered bottom up as [`LAYERS`]
-//! lists them; a folder uses only the folders below it (the `layering` test
-//! enforces it; docs/ARCHITECTURE.md explains each). A [`Machine`] ties one
-//! configuration together.
+//! Processes map, fault, fork, write, protect, advise, remap, unmap and
+//! exit over simulated physical memory that holds real bytes, with the
+//! kernel's own data structures: folios with refcounts and mapcounts, x86-64
+//! page tables stored in frames, VMAs with per-VMA locks, copy-on-write with
+//! reuse, zap with `mmu_gather`, shmem and hugetlb. The root of the crate is
+//! the API an embedder needs: a [`Machine`] built from a [`Config`] (its
+//! memory, its [`Design`] for mapcounts and the [`KernelVersion`] whose
+//! behaviour it follows), address spaces ([`Mm`]) with their system calls,
+//! [`Cpu`]s that access memory through a TLB and fault, observations
+//! ([`PageInfo`], [`RangeInfo`]) and the invariant checker
+//! ([`Machine::check`]). Every operation returns an [`Errno`] on failure,
+//! never panics. The subsystems themselves, one folder per kernel concept
+//! layered as [`internals::LAYERS`] lists, are in [`internals`].
+//!
+//! Build a machine, map memory and touch it:
+//!
+//! ```
+//! use foliomm::{Config, Machine, MmapFlags, Prot};
+//!
+//! let machine = Machine::new(Config { memory: 64 << 20, ..Config::default() })?;
+//! let mm = machine.new_mm()?;
+//! let addr = mm.mmap(0, 1 << 20, Prot::RW, MmapFlags::default())?;
+//! let mut cpu = machine.new_cpu();
+//! cpu.write(&mm, addr + 4096, b"folio")?;
+//! let mut back = [0; 5];
+//! cpu.read(&mm, addr + 4096, &mut back)?;
+//! assert_eq!(&back, b"folio");
+//! // Outside any mapping: the error a SIGSEGV would be.
+//! assert_eq!(cpu.write(&mm, 0x1000, b"x"), Err(foliomm::Errno::EFAULT));
+//! # Ok::<(), foliomm::Errno>(())
+//! ```
+//!
+//! Fork, and write on both sides of copy-on-write: each process keeps its
+//! own bytes.
+//!
+//! ```
+//! use foliomm::{Config, Machine, MmapFlags, Prot};
+//!
+//! let machine = Machine::new(Config { memory: 64 << 20, ..Config::default() })?;
+//! let parent = machine.new_mm()?;
+//! let addr = parent.mmap(0, 64 << 10, Prot::RW, MmapFlags::default())?;
+//! let mut cpu = machine.new_cpu();
+//! cpu.write(&parent, addr, b"before")?;
+//! let child = parent.fork()?;
+//! cpu.write(&child, addr, b"child!")?;
+//! let (mut p, mut c) = ([0; 6], [0; 6]);
+//! cpu.read(&parent, addr, &mut p)?;
+//! cpu.read(&child, addr, &mut c)?;
+//! assert_eq!((&p, &c), (b"before", b"child!"));
+//! child.exit();
+//! # Ok::<(), foliomm::Errno>(())
+//! ```
+//!
+//! Observe a folio: a 2 MiB aligned write under `MADV_HUGEPAGE` gets a
+//! PMD-mapped THP, as `/proc/self/pagemap` and `/proc/kpageflags` would
+//! show it; the model also shows its mapcounts.
+//!
+//! ```
+//! use foliomm::{Advice, Config, Machine, MmapFlags, Prot};
+//!
+//! let machine = Machine::new(Config { memory: 64 << 20, ..Config::default() })?;
+//! let mm = machine.new_mm()?;
+//! let addr = mm.mmap(0, 2 << 20, Prot::RW, MmapFlags::default())?; // 2 MiB-aligned (Linux 6.8+)
+//! mm.madvise(addr, 2 << 20, Advice::HugePage)?;
+//! machine.new_cpu().write(&mm, addr, &[1])?;
+//! let page = mm.page_info(addr + 4096);
+//! assert!(page.present && page.pmd_mapped);
+//! assert_eq!((page.folio_order, page.folio_mapcount), (9, 1));
+//! # Ok::<(), foliomm::Errno>(())
+//! ```
+//!
+//! Choose a mapcount design and, apart from it, the Linux release whose
+//! behaviour the model follows: a write to the huge zero folio allocates a
+//! THP from 6.13 on, and copies one page before, whatever the design.
+//!
+//! ```
+//! use foliomm::{Advice, Config, Design, KernelVersion, Machine, MmapFlags, Prot};
+//!
+//! let zero_write = |mapcount, kernel| -> foliomm::Result<u32> {
+//!     let machine = Machine::new(Config { memory: 64 << 20, mapcount, kernel: Some(kernel), ..Config::default() })?;
+//!     let mm = machine.new_mm()?;
+//!     let addr = mm.mmap(0, 2 << 20, Prot::RW, MmapFlags::default())?;
+//!     mm.madvise(addr, 2 << 20, Advice::HugePage)?;
+//!     let mut cpu = machine.new_cpu();
+//!     cpu.read(&mm, addr, &mut [0])?; // maps the huge zero folio
+//!     cpu.write(&mm, addr, &[1])?;
+//!     Ok(mm.page_info(addr).folio_order)
+//! };
+//! for design in [Design::Subpage, Design::MmId] {
+//!     assert_eq!(zero_write(design, KernelVersion::new(6, 12))?, 0);
+//!     assert_eq!(zero_write(design, KernelVersion::new(6, 13))?, 9);
+//! }
+//! # Ok::<(), foliomm::Errno>(())
+//! ```
+//!
+//! Run the checker: it rebuilds every counter from a walk of the page
+//! tables and returns what disagrees with what the design keeps.
+//!
+//! ```
+//! use foliomm::{Config, Design, Machine, MmapFlags, Prot};
+//!
+//! for mapcount in Design::ALL.iter().copied() {
+//!     let machine = Machine::new(Config { memory: 64 << 20, mapcount, ..Config::default() })?;
+//!     let mm = machine.new_mm()?;
+//!     let addr = mm.mmap(0, 4 << 20, Prot::RW, MmapFlags::default())?;
+//!     let mut cpu = machine.new_cpu();
+//!     cpu.write(&mm, addr, &vec![7; 4 << 20])?;
+//!     let child = mm.fork()?;
+//!     mm.munmap(addr + (1 << 20), 12 << 10)?;
+//!     assert!(machine.check().is_empty(), "{mapcount}: {:?}", machine.check());
+//!     child.exit();
+//! }
+//! # Ok::<(), foliomm::Errno>(())
+//! ```
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
-pub mod arch;
-pub mod check;
-pub mod cpu;
-pub mod folio;
-pub mod kernel;
-pub mod machine;
-pub mod mapcount;
-pub mod memory;
-pub mod mm;
-pub mod mm_types;
-pub mod pgtable;
-pub mod phys;
-pub mod release;
-pub mod rmap;
-pub mod shmem;
-pub mod sync;
-pub mod tlb;
+/// The subsystems, one folder per kernel concept: what the root re-exports
+/// is built from them. A folder uses only itself and the folders before it
+/// in [`internals::LAYERS`] (the `layering` test checks it; docs/ARCHITECTURE.md
+/// explains each). Public for tools that look inside (the scenario
+/// interpreter, the benchmarks, the tests), not a stable API.
+#[allow(missing_docs)]
+#[path = "."]
+pub mod internals {
+    pub mod arch;
+    pub mod check;
+    pub mod cpu;
+    pub mod folio;
+    pub mod kernel;
+    pub mod machine;
+    pub mod mapcount;
+    pub mod memory;
+    pub mod mm;
+    pub mod mm_types;
+    pub mod pgtable;
+    pub mod phys;
+    pub mod release;
+    pub mod rmap;
+    pub mod shmem;
+    pub mod sync;
+    pub mod tlb;
 
+    /// The library's folders, bottom up: each may use the ones before it and
+    /// itself, never one after it. The crate root (`Errno`, `Result`,
+    /// `xorshift`) is below them all.
+    pub const LAYERS: &[&str] = &[
+        "release", "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb",
+        "mm_types", "memory", "mm", "cpu", "check", "machine",
+    ];
+
+    pub use crate::xorshift;
+}
+
+pub(crate) use internals::{
+    arch, check, cpu, folio, kernel, machine, mapcount, memory, mm, mm_types, pgtable, phys, release, rmap, shmem,
+    sync, tlb,
+};
+
+pub use check::{Violation, ViolationKind};
 pub use cpu::Cpu;
-pub use machine::{Config, Machine};
-pub use mm::MmapFlags;
+pub use folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+pub use machine::{Config, DebugSwitches, HugeSize, HugetlbSync, Machine, VmaLockDesign, ZapStrategy};
+pub use mapcount::{Design, RmapIdStage};
+pub use mm::{Advice, MmapFlags, PageInfo, RangeInfo};
 pub use mm_types::{Mm, Prot};
-
-/// The library's folders, bottom up: each may use the ones before it and
-/// itself, never one after it. The crate root (`Errno`, `Result`,
-/// `xorshift`) is below them all.
-pub const LAYERS: &[&str] = &[
-    "release", "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb", "mm_types",
-    "memory", "mm", "cpu", "check", "machine",
-];
+pub use release::KernelVersion;
+pub use shmem::Inode;
 
 /// A Linux errno-like error returned by every memory operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize, serde::Deserialize)]
@@ -89,11 +221,13 @@ impl Errno {
     }
 }
 
+/// The result of a memory operation.
 pub type Result<T> = std::result::Result<T, Errno>;
 
 /// A xorshift64* generator: cheap, reproducible pseudo-random numbers from
 /// `seed` for searches and benchmark access orders (not for anything that
 /// needs statistical quality).
+#[doc(hidden)]
 pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
     let mut state = seed | 1;
     move || {

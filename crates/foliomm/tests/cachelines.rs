@@ -3,9 +3,9 @@
 //! transfer, is fixed. One test: the owner table is global, and tests run
 //! in parallel.
 
-use foliomm::machine::VmaLockDesign;
-use foliomm::mm::Advice;
-use foliomm::sync::cacheline::{self, Structure::*, Transfers};
+use foliomm::internals::machine::VmaLockDesign;
+use foliomm::internals::mm::Advice;
+use foliomm::internals::sync::cacheline::{self, Structure::*, Transfers};
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 const PAGES: u64 = 256;

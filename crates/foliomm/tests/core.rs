@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use foliomm::check::{Subject, ViolationKind};
-use foliomm::folio::thp::ThpMode;
-use foliomm::machine::DebugSwitches;
-use foliomm::mm::Advice;
+use foliomm::internals::check::{Subject, ViolationKind};
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::machine::DebugSwitches;
+use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 
 const K: u64 = 1024;
@@ -236,7 +236,7 @@ fn mremap_move_out_of_page_tables_loses_nothing() {
 /// failing cleanly with ENOMEM once a lower limit is reached.
 #[test]
 fn mm_ids_run_out_with_enomem_and_come_back_on_free() {
-    let design = |name: &str| foliomm::mapcount::Design::parse(name).unwrap().implementation().max_mm_id();
+    let design = |name: &str| foliomm::internals::mapcount::Design::parse(name).unwrap().implementation().max_mm_id();
     assert_eq!(design("rmap-id"), (1 << 24) - 1);
     assert_eq!(design("rmap-id-powersum"), (1 << 24) - 1);
     assert_eq!(design("mm-id"), (1 << 31) - 1);
@@ -409,8 +409,9 @@ fn the_frame_walk_finds_a_leaked_block_and_a_mapped_free_frame() {
     let m = Machine::new(Config { memory: 64 * M, ..Config::default() }).unwrap();
     let phys = &m.kernel.phys;
     let leaked = phys.alloc_pages(2).unwrap();
-    let found =
-        |bad: &[foliomm::check::Violation], kind, subject| bad.iter().any(|v| v.kind == kind && v.subject == subject);
+    let found = |bad: &[foliomm::internals::check::Violation], kind, subject| {
+        bad.iter().any(|v| v.kind == kind && v.subject == subject)
+    };
     let bad = m.check();
     assert!(found(&bad, ViolationKind::Leak, Subject::Folio(leaked)), "{bad:#?}");
     phys.free_pages(leaked, 2);

@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use foliomm::folio::thp::ThpMode;
-use foliomm::mm::Advice;
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 
 fn machine() -> Arc<Machine> {
@@ -29,7 +29,7 @@ fn shared_page() -> (Arc<Machine>, Cpu, Arc<Mm>, Arc<Mm>, u64) {
     (m, cpu, p, c, a)
 }
 
-fn through_pin(m: &Machine, pin: &foliomm::mm::gup::Pin, page: usize) -> u8 {
+fn through_pin(m: &Machine, pin: &foliomm::internals::mm::gup::Pin, page: usize) -> u8 {
     m.phys.read_byte(pin.frames[page].expect("a pinned frame"), 0)
 }
 

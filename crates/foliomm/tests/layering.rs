@@ -1,6 +1,6 @@
 //! The library's structure, checked: every `crate::X` path a source file
 //! names (in `use` lines and in code, not in comments) must point to its own
-//! folder or one below it in [`foliomm::LAYERS`]; no source file is over 500
+//! folder or one below it in [`foliomm::internals::LAYERS`]; no source file is over 500
 //! lines. Set `FOLIOMM_LAYERING_EXTRA=folder:path` to check one more
 //! (pretend) import, e.g. `pgtable:crate::mm::Advice`, and see it fail.
 
@@ -18,7 +18,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn layer(name: &str) -> Option<usize> {
-    foliomm::LAYERS.iter().position(|l| *l == name)
+    foliomm::internals::LAYERS.iter().position(|l| *l == name)
 }
 
 /// The folders a line of code names as `crate::X` (after stripping `//` comments).
@@ -63,7 +63,7 @@ fn folders_only_use_the_layers_below_them() {
         }
     }
     for folder in &folders {
-        assert!(layer(folder).is_some(), "folder {folder} is missing from foliomm::LAYERS");
+        assert!(layer(folder).is_some(), "folder {folder} is missing from foliomm::internals::LAYERS");
     }
     if let Ok(extra) = std::env::var("FOLIOMM_LAYERING_EXTRA") {
         let (folder, path) = extra.split_once(':').expect("FOLIOMM_LAYERING_EXTRA=folder:crate::path");

@@ -1,7 +1,7 @@
 //! What each design's rmap operations cost, as the kernel's code for that
 //! era performs them (the `Cost` its `add` returns).
 
-use foliomm::mapcount::{Design, Level, RmapIdStage};
+use foliomm::internals::mapcount::{Design, Level, RmapIdStage};
 use foliomm::{Config, Machine};
 
 /// (rmw, locks, lines) of adding a batch of 512 PTEs of an order-9 folio,
@@ -16,7 +16,7 @@ fn staged(design: Design, stage: RmapIdStage) -> [(u64, u64, u64); 2] {
     let m = Machine::new(config).unwrap();
     let f = m.alloc_folio(9).unwrap();
     let d = design.implementation_at(stage);
-    let mm = foliomm::mapcount::RmapMm::new(1);
+    let mm = foliomm::internals::mapcount::RmapMm::new(1);
     let batch = d.add(f, 0, 512, Level::Pte, mm);
     let single = d.add(f, 5, 1, Level::Pte, mm);
     d.remove(f, 5, 1, Level::Pte, mm);

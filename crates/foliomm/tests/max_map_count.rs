@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use foliomm::mm::Advice;
+use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 
 const P: u64 = 4096;

@@ -3,10 +3,10 @@
 //! (overflow checks on) and release builds alike; and the machine is left
 //! consistent.
 
-use foliomm::arch::TASK_SIZE;
-use foliomm::machine::HugeSize;
-use foliomm::mm::Advice;
-use foliomm::shmem::MAX_FILE_SIZE;
+use foliomm::internals::arch::TASK_SIZE;
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::mm::Advice;
+use foliomm::internals::shmem::MAX_FILE_SIZE;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 
 const NEAR_END: [u64; 5] = [u64::MAX, u64::MAX - 4095, u64::MAX - (1 << 21) + 1, 1 << 63, TASK_SIZE];

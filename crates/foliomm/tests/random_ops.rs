@@ -11,10 +11,10 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use foliomm::check::reference::RefSpace;
-use foliomm::folio::thp::ThpMode;
-use foliomm::mapcount::RmapIdStage;
-use foliomm::mm::Advice;
+use foliomm::internals::check::reference::RefSpace;
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::mapcount::RmapIdStage;
+use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use proptest::prelude::*;
 
@@ -351,7 +351,8 @@ const MAX_OPS: usize = 200;
 /// is shrunk, saved and replayed first by later runs).
 fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let count = AtomicU64::new(0);
-    let per_design: Vec<AtomicU64> = foliomm::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
+    let per_design: Vec<AtomicU64> =
+        foliomm::internals::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_stage: Vec<AtomicU64> = RmapIdStage::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_case = (MAX_OPS as u64).div_ceil(2) + 3;
     let cases = target_ops().div_ceil(per_case) as u32;
@@ -365,12 +366,12 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
         ..ProptestConfig::default()
     };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let designs = 0..foliomm::mapcount::Design::ALL.len();
+    let designs = 0..foliomm::internals::mapcount::Design::ALL.len();
     let case = (proptest::collection::vec(ops, 1..MAX_OPS), 0..3u32, designs, 0..RmapIdStage::ALL.len());
     let result = runner.run(&case, |(ops, mthp, design, stage)| {
         count.fetch_add(ops.len() as u64 + 3, Relaxed);
         per_design[design].fetch_add(ops.len() as u64 + 3, Relaxed);
-        if foliomm::mapcount::Design::ALL[design].has_stages() {
+        if foliomm::internals::mapcount::Design::ALL[design].has_stages() {
             per_stage[stage].fetch_add(ops.len() as u64 + 3, Relaxed);
         }
         run_case(&ops, mthp, design, RmapIdStage::ALL[stage])
@@ -378,7 +379,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     if let Err(e) = result {
         panic!("{name}: {e}");
     }
-    let designs = foliomm::mapcount::Design::ALL.iter().zip(&per_design);
+    let designs = foliomm::internals::mapcount::Design::ALL.iter().zip(&per_design);
     let spread: Vec<String> = designs.map(|(d, n)| format!("{} {}", d.name(), n.load(Relaxed))).collect();
     eprintln!("{name}: {} operations in {cases} cases ({})", count.load(Relaxed), spread.join(", "));
     let stages = RmapIdStage::ALL.iter().zip(&per_stage);
@@ -389,7 +390,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
 /// Runs `ops` under design number `design` (at seed 000's `rmap_id_stage`
 /// when it reads the stage).
 fn run_case(ops: &[Op], mthp: u32, design: usize, rmap_id_stage: RmapIdStage) -> Result<(), TestCaseError> {
-    let mapcount = foliomm::mapcount::Design::ALL[design];
+    let mapcount = foliomm::internals::mapcount::Design::ALL[design];
     let config = Config {
         memory: 64 << 20,
         poison: true,

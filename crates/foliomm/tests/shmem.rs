@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use foliomm::machine::HugeSize;
-use foliomm::mm::Advice;
-use foliomm::shmem::Inode;
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::mm::Advice;
+use foliomm::internals::shmem::Inode;
 use foliomm::{Config, Errno, Machine, Mm, MmapFlags, Prot};
 
 const K: u64 = 1024;
@@ -143,7 +143,7 @@ fn shared_anonymous_memory_is_shared_across_fork_and_dontneed_keeps_it() {
 
 #[test]
 fn shmem_thp_is_pmd_mapped_and_splitting_the_pmd_unmaps_it() {
-    use foliomm::folio::thp::ShmemHuge;
+    use foliomm::internals::folio::thp::ShmemHuge;
     let m = machine();
     m.thp.set_shmem_enabled(ShmemHuge::Always);
     let f = m.memfd_create(4 * M).unwrap();
@@ -202,8 +202,8 @@ fn a_punched_hole_unmaps_file_pages_everywhere_but_keeps_private_copies() {
     assert_eq!(byte(&m, &c, s + K), 0x44, "bytes before the hole stay");
     assert_eq!(byte(&m, &c, s + 2 * K), 0, "a partly covered page is zeroed where covered");
     assert_eq!(f.size(), 32 * K, "the size stays");
-    assert_eq!(p.madvise(private, 4 * K, foliomm::mm::Advice::Remove), Err(Errno::EACCES));
-    p.madvise(s + 16 * K, 8 * K, foliomm::mm::Advice::Remove).unwrap();
+    assert_eq!(p.madvise(private, 4 * K, foliomm::internals::mm::Advice::Remove), Err(Errno::EACCES));
+    p.madvise(s + 16 * K, 8 * K, foliomm::internals::mm::Advice::Remove).unwrap();
     assert_eq!(byte(&m, &c, s + 20 * K), 0);
     assert_clean(&m);
 }
@@ -255,7 +255,7 @@ fn fallocate_and_pwrite_out_of_memory_lose_nothing() {
     assert!(back.iter().all(|&b| b == 0x61));
     assert_clean(&m);
     assert_eq!(f.fallocate(0, 0, false), Err(Errno::EINVAL));
-    assert_eq!(f.write(foliomm::shmem::MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
+    assert_eq!(f.write(foliomm::internals::shmem::MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
 }
 
 /// A hole punched in a THP that a mapping maps by a PMD splits it: the
@@ -264,7 +264,7 @@ fn fallocate_and_pwrite_out_of_memory_lose_nothing() {
 #[test]
 fn a_hole_in_a_mapped_thp_splits_it_and_frees_the_covered_pieces() {
     let m = machine();
-    m.thp.set_shmem_enabled(foliomm::folio::thp::ShmemHuge::Always);
+    m.thp.set_shmem_enabled(foliomm::internals::folio::thp::ShmemHuge::Always);
     let f = m.memfd_create(2 * M).unwrap();
     let p = m.new_mm().unwrap();
     let a = map(&p, &f, 2 * M, 0, true);

@@ -6,7 +6,7 @@
 //! by shuttle and can be replayed with `shuttle::replay`.
 //!
 //! Needs `--cfg shuttle` (every lock and atomic of the library then comes
-//! from shuttle; see `foliomm::sync`):
+//! from shuttle; see `foliomm::internals::sync`):
 //! `RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle cargo test --release -p foliomm --test shuttle`.
 //! `FOLIOMM_SHUTTLE_SCHEDULES` sets the schedules per design (default 500;
 //! the long run is 100000).
@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use foliomm::folio::thp::ThpMode;
-use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign};
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use shuttle::thread;
 
@@ -290,7 +290,8 @@ static BUSY_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 /// "maybe shared" (given up as busy or not), and the child must read its
 /// own bytes, never the new child's.
 fn rmap_reader_race() {
-    let config = Config { memory: 8 << 20, mapcount: foliomm::mapcount::Design::RmapId, ..Config::default() };
+    let config =
+        Config { memory: 8 << 20, mapcount: foliomm::internals::mapcount::Design::RmapId, ..Config::default() };
     let m = Machine::new(config).expect("a small machine");
     m.thp.set_order(4, ThpMode::Always).unwrap();
     let parent = m.new_mm().unwrap();

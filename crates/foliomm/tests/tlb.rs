@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
-use foliomm::check::{Subject, Violation, ViolationKind};
-use foliomm::folio::thp::ThpMode;
-use foliomm::machine::{DebugSwitches, ZapStrategy};
-use foliomm::phys::POISON;
+use foliomm::internals::check::{Subject, Violation, ViolationKind};
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::machine::{DebugSwitches, ZapStrategy};
+use foliomm::internals::phys::POISON;
 use foliomm::{Config, Errno, Machine, MmapFlags, Prot};
 
 fn machine(debug: DebugSwitches) -> Arc<Machine> {

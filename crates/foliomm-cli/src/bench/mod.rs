@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use foliomm::folio::thp::ThpMode;
-use foliomm::mm::Advice;
+use foliomm::internals::folio::thp::ThpMode;
+use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
 
 pub use compare_runs::{run as compare_runs, CompareRunsArgs};
@@ -187,7 +187,7 @@ impl CommonArgs {
 
 /// The largest `--size`: half the largest model RAM, so that the region
 /// and what the benchmark needs beside it fit a model machine.
-const MAX_REGION: u64 = *foliomm::machine::MEMORY_RANGE.end() / 2;
+const MAX_REGION: u64 = *foliomm::internals::machine::MEMORY_RANGE.end() / 2;
 
 /// A `--size` argument in bytes: a multiple of 2M up to [`MAX_REGION`].
 fn region_size(arg: &str) -> Result<u64> {
@@ -256,7 +256,7 @@ fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
 /// `order` (PMD order through MADV_HUGEPAGE), and faults every page in with
 /// one write each. Returns the MM, the address and the fault time.
 fn model_populate(m: &Arc<Machine>, cpu: &mut Cpu, size: u64, order: u32) -> Result<(Arc<Mm>, u64, Duration)> {
-    for o in foliomm::folio::thp::anon_orders().filter(|&o| o != 9) {
+    for o in foliomm::internals::folio::thp::anon_orders().filter(|&o| o != 9) {
         m.thp.set_order(o, if o == order { ThpMode::Always } else { ThpMode::Never })?;
     }
     let mm = m.new_mm()?;

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use std::os::fd::AsFd;
 
 use anyhow::{ensure, Context, Result};
-use foliomm::mm::Advice;
-use foliomm::sync::cacheline::{self, Transfers};
+use foliomm::internals::mm::Advice;
+use foliomm::internals::sync::cacheline::{self, Transfers};
 use foliomm::{Machine, MmapFlags, Prot};
 use foliomm_host::sys::{self, memfd, minor_faults, process_cpu_time, thread_cpu_time, Map, Mapping, Workers};
 

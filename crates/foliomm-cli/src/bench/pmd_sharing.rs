@@ -14,8 +14,8 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use foliomm::machine::HugeSize;
-use foliomm::sync::atomic::Ordering::Relaxed;
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{memfd, Map, Workers};
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use foliomm::mapcount::{Design, RmapIdStage};
-use foliomm::mm::Advice;
+use foliomm::internals::mapcount::{Design, RmapIdStage};
+use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm};
 
 use super::harness::{interleaved, metric};
@@ -233,7 +233,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 let mut config = Config { memory, mapcount: r.design, rmap_id_stage: r.stage, ..Config::default() };
                 if a.stages {
                     // The seed's v6.7 zapped and forked PTE by PTE.
-                    config.zap = foliomm::machine::ZapStrategy::PerPage;
+                    config.zap = foliomm::internals::machine::ZapStrategy::PerPage;
                 }
                 let m = Machine::new(config)?;
                 let r = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, instances)?;

@@ -5,14 +5,14 @@
 //! 95% confidence interval. The model runs the `nr-mapped` design by
 //! default: the seed measured a 6.8-era kernel.
 
-use foliomm::sync::atomic::Ordering::Relaxed;
+use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use foliomm::machine::ZapStrategy;
-use foliomm::mapcount::Design;
+use foliomm::internals::machine::ZapStrategy;
+use foliomm::internals::mapcount::Design;
 use foliomm::{Config, Machine};
 
 use super::explain::{self, Point, Prices};

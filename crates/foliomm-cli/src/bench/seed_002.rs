@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use foliomm::machine::{HugeSize, HugetlbSync};
-use foliomm::shmem::Inode;
-use foliomm::sync::cacheline::{self, Structure, Transfers};
+use foliomm::internals::machine::{HugeSize, HugetlbSync};
+use foliomm::internals::shmem::Inode;
+use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use foliomm::folio::thp::ShmemHuge;
-use foliomm::mapcount::Design;
-use foliomm::mm::Advice;
-use foliomm::sync::atomic::Ordering::Relaxed;
+use foliomm::internals::folio::thp::ShmemHuge;
+use foliomm::internals::mapcount::Design;
+use foliomm::internals::mm::Advice;
+use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{self, memfd, Map};
 

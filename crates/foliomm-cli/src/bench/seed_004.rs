@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use foliomm::machine::VmaLockDesign;
-use foliomm::sync::cacheline::{Structure, Transfers};
+use foliomm::internals::machine::VmaLockDesign;
+use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{Config, Machine};
 
 use super::page_fault::{self, Layout, Sample, Test};

@@ -1,8 +1,8 @@
 //! The guest backend: scenarios run on Linux 6.1 in a virtual machine, the
 //! referee for the designs of its era (`subpage`). foliomm boots Debian's
 //! 6.1 kernel under qemu (software emulation) with an initramfs it builds
-//! from this machine's files ([`initramfs`]); inside, `foliomm` runs as an
-//! agent on the second serial port ([`agent`]) and runs each scenario file
+//! from this machine's files (`initramfs`); inside, `foliomm` runs as an
+//! agent on the second serial port (`agent`) and runs each scenario file
 //! it is sent on the host backend of the guest's kernel, answering with the
 //! run's outcome. The guest boots once per `foliomm` command and is reused
 //! for every file; its THP, shmem and hugetlb settings are its own, so a

@@ -2,7 +2,7 @@
 //! and time: what the benchmarks' host columns call, so that the command
 //! line has no `unsafe` of its own. Callers get types whose misuse is a
 //! compile error, an `io::Error` or a panic, never undefined behaviour.
-//! Outside `foliomm::phys`, this and the scenario worker's steps
+//! Outside `foliomm::internals::phys`, this and the scenario worker's steps
 //! (`worker`, `files`, `gup`, `procfs`) are foliomm's only `unsafe` code.
 
 mod clock;

@@ -5,8 +5,8 @@ use super::state::State;
 use super::StepResult;
 use crate::lang::{CmpOp, MachineSetting, Only, Operand};
 use crate::observation::Observation;
-use foliomm::mapcount::{Design, RmapIdStage};
-use foliomm::release::KernelVersion;
+use foliomm::internals::mapcount::{Design, RmapIdStage};
+use foliomm::internals::release::KernelVersion;
 
 impl State<'_> {
     /// Evaluates `expect LHS OP RHS`, skipped where the run's mapcount design

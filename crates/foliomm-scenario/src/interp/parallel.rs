@@ -14,7 +14,7 @@
 //! instead of calling the backend: results, errors and bytes are checked
 //! exactly as for sequential lines.
 
-use foliomm::sync::{thread, Barrier};
+use foliomm::internals::sync::{thread, Barrier};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use super::state::State;
 use super::{Failed, StepResult};
 use crate::lang::{Cmd, Place, Step};
-use foliomm::mm::Advice;
+use foliomm::internals::mm::Advice;
 
 /// The lines of one thread in a block, as indices into the block.
 struct Group {

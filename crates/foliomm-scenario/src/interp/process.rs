@@ -2,7 +2,7 @@
 //! forking and exiting, writing and reading (checked against the reference
 //! byte model), observing and pinning.
 
-use foliomm::mm::Advice;
+use foliomm::internals::mm::Advice;
 use foliomm::Errno;
 
 use super::state::State;

@@ -6,8 +6,8 @@ use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use foliomm::check::reference::{RefFiles, RefSpace};
-use foliomm::machine::HugeSize;
+use foliomm::internals::check::reference::{RefFiles, RefSpace};
+use foliomm::internals::machine::HugeSize;
 
 use super::{Failed, Measure, StepResult, ThreadOps};
 use crate::backend::{Backend, BackendResult, StepError, Thread};

@@ -5,7 +5,7 @@
 //!
 //! [`Op::Peek`]: crate::op::Op::Peek
 
-use foliomm::mm::PageInfo;
+use foliomm::internals::mm::PageInfo;
 
 use super::state::State;
 use crate::backend::Thread;

@@ -1,12 +1,12 @@
 //! The syntax tree of the workload language: one [`Step`] per line, its
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
-use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
-use foliomm::mapcount::{Design, RmapIdStage};
-use foliomm::mm::Advice;
-use foliomm::mm_types::Prot;
-use foliomm::release::KernelVersion;
+use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
+use foliomm::internals::mapcount::{Design, RmapIdStage};
+use foliomm::internals::mm::Advice;
+use foliomm::internals::mm_types::Prot;
+use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
 use crate::op::{FileKind, GupKind};
@@ -233,7 +233,7 @@ pub enum MachineSetting {
     HugetlbSync(HugetlbSync),
     /// Entries per CPU TLB (0: no TLB).
     Tlb(u64),
-    /// A model debug switch (see `foliomm::machine::DebugSwitches::NAMES`).
+    /// A model debug switch (see `foliomm::internals::machine::DebugSwitches::NAMES`).
     Debug(String),
     /// The highest MM ID the allocator hands out (`set mm_ids N`), so that
     /// a scenario can run out of IDs.

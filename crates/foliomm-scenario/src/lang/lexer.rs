@@ -2,7 +2,7 @@
 //! and the cursor the parser reads them with, which turns tokens into sizes,
 //! names, places, protections and operands or into a [`ParseError`].
 
-use foliomm::mm_types::Prot;
+use foliomm::internals::mm_types::Prot;
 
 use super::ast::{Operand, ParseError, Place};
 

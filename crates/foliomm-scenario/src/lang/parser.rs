@@ -1,9 +1,9 @@
 //! The parser: each line's tokens into a [`Step`].
 
-use foliomm::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
-use foliomm::mapcount::{Design, RmapIdStage};
-use foliomm::release::KernelVersion;
+use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
+use foliomm::internals::mapcount::{Design, RmapIdStage};
+use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
 use super::ast::{Cmd, CmpOp, MachineSetting, Only, ParseError, Step};
@@ -29,11 +29,11 @@ enum Open {
 /// thousand; the table is allocated per CPU).
 pub const MAX_TLB_ENTRIES: u64 = 1 << 20;
 
-/// A model RAM size, within [`foliomm::machine::MEMORY_RANGE`].
+/// A model RAM size, within [`foliomm::internals::machine::MEMORY_RANGE`].
 fn memory_size(l: &mut Line) -> Result<u64, ParseError> {
     let col = l.col();
     let bytes = l.size("a memory size")?;
-    let range = foliomm::machine::MEMORY_RANGE;
+    let range = foliomm::internals::machine::MEMORY_RANGE;
     if range.contains(&bytes) {
         return Ok(bytes);
     }
@@ -379,7 +379,7 @@ fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str)
 mod tests {
     use super::*;
     use crate::lang::Place;
-    use foliomm::mm_types::Prot;
+    use foliomm::internals::mm_types::Prot;
 
     #[test]
     fn parses_the_design_example() {

@@ -2,10 +2,10 @@
 //! files, protection and advice, remapping, fork and exit, accesses,
 //! observations and pins.
 
-use foliomm::folio::thp::ShmemHuge;
-use foliomm::machine::HugeSize;
-use foliomm::mm::Advice;
-use foliomm::mm_types::Prot;
+use foliomm::internals::folio::thp::ShmemHuge;
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::mm::Advice;
+use foliomm::internals::mm_types::Prot;
 
 use super::ast::{Cmd, ParseError};
 use super::lexer::{parse_size, Line};

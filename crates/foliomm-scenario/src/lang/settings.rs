@@ -57,7 +57,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the mapcount design",
         linux: None,
         when: When::Machine,
-        names: Some(foliomm::mapcount::Design::names),
+        names: Some(foliomm::internals::mapcount::Design::names),
         host: "only the running kernel's era's design",
     },
     Setting {
@@ -75,7 +75,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "seed 000's patch stage of the rmap-id designs",
         linux: None,
         when: When::Machine,
-        names: Some(foliomm::mapcount::RmapIdStage::names),
+        names: Some(foliomm::internals::mapcount::RmapIdStage::names),
         host: "refused (the RFC was never merged)",
     },
     Setting {
@@ -120,7 +120,7 @@ pub const SETTINGS: &[Setting] = &[
         doc: "a deliberate model bug, for tests that show the checks catch it",
         linux: None,
         when: When::Machine,
-        names: Some(|| foliomm::machine::DebugSwitches::NAMES.join(", ")),
+        names: Some(|| foliomm::internals::machine::DebugSwitches::NAMES.join(", ")),
         host: "refused",
     },
     Setting {

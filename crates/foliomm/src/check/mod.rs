@@ -1,6 +1,6 @@
 //! Ground truth and invariants. [`check_machine`] walks every address space's
 //! page tables, rebuilds from scratch what each folio's counters must be, and
-//! compares every field the model keeps (KERNEL-REFERENCE §11):
+//! compares every field the model keeps (docs/KERNEL-REFERENCE.md §11):
 //!
 //! - per-folio and per-page mapcounts, entire mapcount, the design's fields and
 //!   its "mapped shared" answer (never "exclusive" while two MMs map a folio);
@@ -21,7 +21,7 @@
 //! - no "bad page" was reported when a folio was freed, and no CPU used a
 //!   TLB entry whose frame had been freed since it was filled.
 //!
-//! [`reference`] is the plain byte model every read is compared against;
+//! [`reference`](mod@reference) is the plain byte model every read is compared against;
 //! [`ledger`] keeps what the page tables cannot tell (GUP references, the
 //! precision report's shadow, [`precision`]).
 

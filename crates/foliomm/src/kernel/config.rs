@@ -37,13 +37,13 @@ pub struct Config {
     pub gather_page_limit: Option<u64>,
     /// Deliberate bugs, for tests that prove the checks catch them.
     pub debug: DebugSwitches,
-    /// Keep the precision and safety report ([`crate::precision`]).
+    /// Keep the precision and safety report (`crate::precision`).
     pub precision: bool,
     /// Fewer MM IDs than the design allows, to reach ID exhaustion in a test
     /// (`set mm_ids N` in a scenario).
     pub max_mm_id: Option<MmId>,
     /// `vm.max_map_count`: the most VMAs an MM may hold (see
-    /// [`crate::mm::Mm::mmap`] and the splits of `munmap`, `mprotect`,
+    /// `crate::mm::Mm::mmap` and the splits of `munmap`, `mprotect`,
     /// `madvise` and `mremap`).
     pub max_map_count: usize,
 }

@@ -3,7 +3,7 @@
 //! zero pages, MM-ID allocator, configuration, the reports of broken rules,
 //! and the observers ([`observer`]). It knows nothing of address spaces: the
 //! top [`crate::machine::Machine`] owns the list of MMs and the observers'
-//! state. Folio and page-table allocation live in [`page_alloc`].
+//! state. Folio and page-table allocation live in `page_alloc`.
 //!
 //! Linux keeps these as globals (the zone, vmstat, `ZERO_PAGE`, `mm_ida`,
 //! the sysfs knobs); a context object lets two configurations live in one

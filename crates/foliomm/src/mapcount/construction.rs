@@ -12,7 +12,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Construction {
     /// Σid and Σid²: n·a and n·a² leave zero squared deviation from a, so
-    /// every mapping is a's (DESIGN.md; shipped as `rmap-id-powersum`).
+    /// every mapping is a's (docs/DESIGN.md; shipped as `rmap-id-powersum`).
     PowerSum,
     /// Σid alone: known wrong (1 + 3 = 2 + 2), kept to show the check works.
     Plain,
@@ -307,7 +307,7 @@ mod tests {
         );
         let ce = check(Construction::Plain, 4, 3, 0, 9, 1).expect("plain sums must fail");
         assert_ne!(ce.answered, ce.truth);
-        // DESIGN.md bounds the sums by 2^(48+k+1) and says order 15; exactly,
+        // docs/DESIGN.md bounds the sums by 2^(48+k+1) and says order 15; exactly,
         // 2^16 * (2^24 - 1)^2 < 2^64, so order 16 still fits.
         assert_eq!(Construction::PowerSum.max_order(), 16);
         assert!(Construction::PowerSum.max_order() >= crate::arch::MAX_PAGE_ORDER);

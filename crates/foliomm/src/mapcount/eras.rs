@@ -1,5 +1,5 @@
 //! The eras of Linux's mapcount: which counters each design keeps beside
-//! the per-page `_mapcount` and `_entire_mapcount` (KERNEL-REFERENCE §3),
+//! the per-page `_mapcount` and `_entire_mapcount` (docs/KERNEL-REFERENCE.md §3),
 //! and the table of the seven designs.
 
 use super::construction::Construction;
@@ -17,7 +17,7 @@ pub(super) enum Total {
 }
 
 /// The counters one era of Linux keeps beside the per-page `_mapcount` and
-/// `_entire_mapcount` (KERNEL-REFERENCE §3).
+/// `_entire_mapcount` (docs/KERNEL-REFERENCE.md §3).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Features {
     /// `_nr_pages_mapped`: pages mapped by PTEs + `ENTIRELY_MAPPED` (6.2+).
@@ -147,7 +147,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
     },
     // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
     // COW reuses PTE-mapped THP when exact. With the RFC's sub-IDs, and with
-    // the power-sum construction of DESIGN.md.
+    // the power-sum construction of docs/DESIGN.md.
     PageMapcounts {
         name: "rmap-id",
         f: Features {

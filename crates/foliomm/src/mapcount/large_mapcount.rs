@@ -1,6 +1,6 @@
 //! The large mapcount and what travels with it: `folio_add_return_large_mapcount`
 //! and `folio_sub_return_large_mapcount` with the MM-ID slots of 6.15+
-//! (KERNEL-REFERENCE §2.5), or seed 000's rmap-ID sums under the atomic
+//! (docs/KERNEL-REFERENCE.md §2.5), or seed 000's rmap-ID sums under the atomic
 //! seqcount.
 
 use super::construction::Construction;
@@ -62,7 +62,7 @@ impl PageMapcounts {
 
 impl PageMapcounts {
     /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
-    /// MM-IDs, the slot bookkeeping of KERNEL-REFERENCE §2.5.
+    /// MM-IDs, the slot bookkeeping of docs/KERNEL-REFERENCE.md §2.5.
     /// `section` is the write section [`PageMapcounts::begin_all`] opened.
     pub(super) fn add_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
         if let Some(c) = self.construction() {

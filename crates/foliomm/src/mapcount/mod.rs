@@ -5,10 +5,10 @@
 //! design (handled by [`crate::rmap`]); a [`MapcountDesign`] owns the fields of
 //! large folios. [`Design`] names the seven designs foliomm carries; all of
 //! them keep a mapcount per page and are one implementation with per-era
-//! features ([`eras`]): the fields ([`fields`]), the large mapcount with its
-//! MM-ID slots or rmap-ID sums ([`large_mapcount`]), the rmap operations
-//! ([`page_mapcounts`]), the checks against the ground truth ([`verify`]) and
-//! what each operation costs ([`cost`]). [`construction`] holds the rmap-ID
+//! features (`eras`): the fields (`fields`), the large mapcount with its
+//! MM-ID slots or rmap-ID sums (`large_mapcount`), the rmap operations
+//! (`page_mapcounts`), the checks against the ground truth (`verify`) and
+//! what each operation costs (`cost`). [`construction`] holds the rmap-ID
 //! constructions and their prover, [`mm_id`] the MM-ID allocator.
 
 /// An enum whose variants carry their names (`set ... NAME`, `--... NAME`):

@@ -1,5 +1,5 @@
 //! A design's fields against the ground truth the checker rebuilt from the
-//! page tables (KERNEL-REFERENCE §2.5 and §11).
+//! page tables (docs/KERNEL-REFERENCE.md §2.5 and §11).
 
 use super::eras::{PageMapcounts, Total};
 use super::fields::{field, shared, slot_id, w, ENTIRELY_MAPPED};
@@ -56,7 +56,7 @@ impl PageMapcounts {
             }
         }
         if self.f.mm_ids {
-            // Slot rules (KERNEL-REFERENCE §2.5 sanity checks).
+            // Slot rules (docs/KERNEL-REFERENCE.md §2.5 sanity checks).
             let ids = f.page(1).ids.load(Relaxed);
             let mut occupied = 0;
             let mut slot_sum = 0i64;

@@ -1,6 +1,6 @@
 //! The page-table side of mm/memory.c and its neighbours, kept in one folder
 //! because they call one another as in Linux: the fault path ([`fault`] with
-//! [`anon`], [`file`] and [`wp`]), PMD-mapped THP ([`huge_memory`]),
+//! [`anon`], [`file`](mod@file) and [`wp`]), PMD-mapped THP ([`huge_memory`]),
 //! hugetlb pages and PMD sharing ([`hugetlb`]), zap and
 //! `free_pgtables` ([`zap`]), fork's copy ([`copy_page_range`]), mprotect's
 //! [`change_protection`] and mremap's [`move_page_tables`]. Every function

@@ -53,7 +53,7 @@ impl MmList {
     /// len)`: the whole pages of the range are unmapped from every shared
     /// and private mapping (private copies stay) and dropped from the cache,
     /// large folios split where the range ends inside them
-    /// ([`Inode::undo_range`]); the bytes of partly covered pages read zero.
+    /// (`Inode::undo_range`); the bytes of partly covered pages read zero.
     /// The size stays. EINVAL for an empty range, EFBIG past the largest
     /// file size (`vfs_fallocate`).
     pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {

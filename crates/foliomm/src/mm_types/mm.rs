@@ -105,7 +105,7 @@ impl Mm {
     }
 
     /// `mmap_write_lock`; VMAs to change are then write-locked with
-    /// [`Vmas::start_write`] (insert and remove do it themselves).
+    /// `Vmas::start_write` (insert and remove do it themselves).
     pub fn mmap_write_lock(&self) -> MmapWriteGuard<'_> {
         self.mmap_lock.write()
     }

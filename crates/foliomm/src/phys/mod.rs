@@ -1,7 +1,7 @@
 //! Simulated physical memory: a frame arena holding real bytes
-//! ([`arena`]), the memmap of page descriptors ([`memmap`]), and a buddy
-//! allocator for orders `0..=MAX_PAGE_ORDER` ([`buddy`]) behind per-CPU
-//! page lists ([`pcp`]).
+//! (`arena`), the memmap of page descriptors (`memmap`), and a buddy
+//! allocator for orders `0..=MAX_PAGE_ORDER` (`buddy`) behind per-CPU
+//! page lists (`pcp`).
 //!
 //! Every word of the arena is accessed as an atomic: page tables live in
 //! frames and are updated concurrently, and user data may be written by

@@ -66,7 +66,7 @@ impl PhysMem {
     /// Allocates a naturally aligned block of `2^order` frames (`rmqueue`):
     /// from this CPU's list for the orders that have one, else from the
     /// zone; above `MAX_PAGE_ORDER` (up to a 1 GiB block), a free run of
-    /// the zone ([`PhysMem::alloc_contig`]). ENOMEM when no block of that
+    /// the zone (`PhysMem::alloc_contig`). ENOMEM when no block of that
     /// order or larger is free even after draining the lists. The frames
     /// are not zeroed.
     pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {

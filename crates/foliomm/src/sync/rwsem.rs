@@ -8,7 +8,7 @@
 use super::atomic::{AtomicI64, Ordering::*};
 use super::backoff;
 
-/// The count: the number of readers, or [`RwSem::WRITER`] while a writer holds it.
+/// The count: the number of readers, or `RwSem::WRITER` while a writer holds it.
 #[derive(Debug, Default)]
 pub struct RwSem(AtomicI64);
 
