@@ -1,4 +1,5 @@
 //! The `foliomm` command.
+#![forbid(unsafe_code)]
 
 mod bench;
 mod compare;

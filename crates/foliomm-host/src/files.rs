@@ -15,7 +15,8 @@ use foliomm_scenario::op::FileKind;
 use foliomm_scenario::{Observation, Reply};
 
 use crate::procfs::Procfs;
-use crate::protocol::{of_status, of_value, Answer, Refused};
+use crate::protocol::{done, value, Answer, Refused};
+use crate::sys::scenario as sys;
 
 const PAGE: u64 = 4096;
 
@@ -23,74 +24,50 @@ const PAGE: u64 = 4096;
 /// descriptor, inherited by children forked later.
 pub fn create_file(kind: FileKind, size: u64) -> Answer {
     let fd = match kind {
-        // SAFETY: the name is NUL-terminated.
-        FileKind::Memfd => unsafe { libc::memfd_create(c"foliomm".as_ptr(), 0) },
-        // SAFETY: the name is NUL-terminated.
-        FileKind::Hugetlbfs(page) => unsafe {
-            libc::memfd_create(c"foliomm".as_ptr(), libc::MFD_HUGETLB | huge_size_bits(page) as libc::c_uint)
-        },
-        FileKind::Tmpfs { huge, named } => tmpfs_file(huge, named)?,
+        FileKind::Memfd => sys::memfd_create(0),
+        FileKind::Hugetlbfs(page) => sys::memfd_create(libc::MFD_HUGETLB | huge_size_bits(page) as libc::c_uint),
+        FileKind::Tmpfs { huge, named } => tmpfs_file(huge, named),
     };
-    if fd < 0 {
-        return Err(Refused::last_os_error());
-    }
-    // SAFETY: a descriptor this process just made.
-    let r = unsafe { libc::ftruncate(fd, size as libc::off_t) };
-    of_value(fd as u64, r != 0)
+    let fd = fd? as u64;
+    sys::ftruncate(fd, size)?;
+    Ok(Reply::Value(fd))
 }
 
 /// A file on a new tmpfs mount with `huge=`, the mount already detached.
-fn tmpfs_file(huge: ShmemHuge, named: bool) -> Result<i32, Refused> {
+fn tmpfs_file(huge: ShmemHuge, named: bool) -> std::io::Result<i32> {
     let dir = std::env::temp_dir().join(format!("foliomm-tmpfs-{}-{}", std::process::id(), crate::unique()));
-    std::fs::create_dir(&dir).map_err(|e| Refused::OsError(e.raw_os_error().unwrap_or(0)))?;
+    std::fs::create_dir(&dir)?;
     let cdir = CString::new(dir.as_os_str().as_encoded_bytes()).expect("a path without NUL");
     let opts = CString::new(format!("huge={}", huge.name())).expect("no NUL");
-    // SAFETY: NUL-terminated strings; a fresh, empty directory.
-    let mounted = unsafe { libc::mount(c"tmpfs".as_ptr(), cdir.as_ptr(), c"tmpfs".as_ptr(), 0, opts.as_ptr().cast()) };
-    if mounted != 0 {
-        let e = Refused::last_os_error();
+    if let Err(e) = sys::mount_tmpfs(&cdir, &opts) {
         let _ = std::fs::remove_dir(&dir);
         return Err(e);
     }
     let fd = if named {
         let path = CString::new(dir.join("file").into_os_string().into_encoded_bytes()).expect("no NUL");
-        // SAFETY: a NUL-terminated path on the new mount.
-        unsafe { libc::open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) }
+        sys::open(&path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR)
     } else {
-        // SAFETY: a NUL-terminated directory path.
-        unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) }
+        sys::open(&cdir, libc::O_TMPFILE | libc::O_RDWR)
     };
-    let open_err = (fd < 0).then(Refused::last_os_error);
-    // SAFETY: the mount this function made; MNT_DETACH leaves it to the descriptor.
-    unsafe { libc::umount2(cdir.as_ptr(), libc::MNT_DETACH) };
+    sys::detach_mount(&cdir);
     let _ = std::fs::remove_dir(&dir);
-    open_err.map_or(Ok(fd), Err)
+    fd
 }
 
 /// `fallocate(keep_size ? FALLOC_FL_KEEP_SIZE : 0)`.
 pub fn fallocate(fd: u64, offset: u64, len: u64, keep_size: bool) -> Answer {
     let mode = if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
-    // SAFETY: fallocate on a scenario file's descriptor.
-    of_status(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
+    done(sys::fallocate(fd, mode, offset, len))
 }
 
 /// `pwrite`; answers the bytes written.
 pub fn pwrite(fd: u64, offset: u64, data: &[u8]) -> Answer {
-    // SAFETY: the buffer is `data`, valid for its length.
-    let n = unsafe { libc::pwrite(fd as i32, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
-    of_value(n as u64, n < 0)
+    value(sys::pwrite(fd, offset, data))
 }
 
 /// `pread` of up to `len` bytes; answers the bytes read.
 pub fn pread(fd: u64, offset: u64, len: u64) -> Answer {
-    let mut buf = vec![0u8; len as usize];
-    // SAFETY: the buffer is valid for `len` bytes.
-    let n = unsafe { libc::pread(fd as i32, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
-    if n < 0 {
-        return Err(Refused::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(Reply::Bytes(buf))
+    Ok(Reply::Bytes(sys::pread(fd, offset, len)?))
 }
 
 /// The page at `offset` in the file's page cache: `mincore` on a one-page
@@ -99,37 +76,26 @@ pub fn pread(fd: u64, offset: u64, len: u64) -> Answer {
 /// folio, allocating nothing) to learn its frame and folio order.
 pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Answer {
     let page_off = offset & !(PAGE - 1);
-    // SAFETY: a new read-only shared mapping of a scenario file, unmapped below.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), PAGE as usize, libc::PROT_READ, libc::MAP_SHARED, fd as i32, page_off as i64)
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Refused::last_os_error());
-    }
-    let mut vec = 0u8;
-    // SAFETY: `p` is a one-page mapping; `vec` holds its one entry.
-    let r = unsafe { libc::mincore(p, PAGE as usize, &mut vec) };
-    // SAFETY: fstat into a zeroed stat buffer.
-    let size = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd as i32, &mut st);
-        st.st_size as u64
-    };
+    let p = sys::mmap(0, PAGE, libc::PROT_READ as u32, libc::MAP_SHARED, fd as i32, page_off)?;
+    let observed = observe_mapped_page(procfs, fd, p, offset);
+    sys::munmap(p, PAGE)?;
+    Ok(Reply::Observed(observed?))
+}
+
+/// What `observe_file` sees through its one-page mapping `p` of the page
+/// holding `offset`.
+fn observe_mapped_page(procfs: &Procfs, fd: u64, p: u64, offset: u64) -> Result<Observation, Refused> {
+    let cached = sys::page_resident(p)?;
     let mut o = Observation::default();
-    if r == 0 && vec & 1 != 0 && offset < size {
-        // SAFETY: the page is inside the file and cached: the read maps it.
-        o.byte = unsafe { (p as *const u8).add((offset - page_off) as usize).read_volatile() };
-        let info = match procfs.page_info(p as u64) {
-            Ok(info) => info,
-            Err(why) => return Err(Refused::Unobservable(why)),
-        };
+    if cached && offset < sys::file_size(fd)? {
+        // The page is inside the file and cached: the read maps it.
+        o.byte = sys::read_byte(p + offset % PAGE);
+        let info = procfs.page_info(p).map_err(Refused::Unobservable)?;
         (o.page.present, o.page.pfn, o.page.folio_order) = (true, info.pfn, info.folio_order);
     } else {
-        o.page.present = r == 0 && vec & 1 != 0;
+        o.page.present = cached;
     }
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(p, PAGE as usize) };
-    Ok(Reply::Observed(o))
+    Ok(o)
 }
 
 /// The page size bits of `MAP_HUGETLB` and `MFD_HUGETLB` (`MAP_HUGE_2MB`,

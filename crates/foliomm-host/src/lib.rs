@@ -5,15 +5,17 @@
 //! THP settings go through sysfs and are restored afterwards ([`sysfs`]).
 //! Linux only; needs root for frame numbers, kpageflags and sysfs.
 
+#![deny(unsafe_code)]
+
 mod connection;
 mod counters;
 pub mod files;
 pub mod guest;
-pub mod gup;
 pub mod procfs;
 pub mod protocol;
 mod release;
 mod smaps;
+#[allow(unsafe_code)] // the host's system-call boundary: its only unsafe code
 pub mod sys;
 pub mod sysfs;
 pub mod worker;

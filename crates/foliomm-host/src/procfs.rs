@@ -7,10 +7,11 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 
 use foliomm::internals::mm::{PageInfo, RangeInfo};
 use foliomm::Errno;
+
+use crate::sys::{pagemap_scan, PageRegion};
 
 const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
@@ -24,34 +25,6 @@ const KPF_ZERO_PAGE: u64 = 1 << 24;
 const KPF_HUGE: u64 = 1 << 17;
 const KPF_ANON: u64 = 1 << 12;
 
-/// include/uapi/linux/fs.h, not in older libc headers.
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct PageRegion {
-    start: u64,
-    end: u64,
-    categories: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-/// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN: u64 = 0xC060_6610;
 const PAGE_IS_PRESENT: u64 = 1 << 3;
 const PAGE_IS_PFNZERO: u64 = 1 << 5;
 const PAGE_IS_HUGE: u64 = 1 << 6;
@@ -97,33 +70,21 @@ impl Procfs {
         let mut regions = vec![PageRegion::default(); 64];
         let mut start = addr;
         while start < addr + len {
-            let mut arg = PmScanArg {
-                size: std::mem::size_of::<PmScanArg>() as u64,
-                start,
-                end: addr + len,
-                vec: regions.as_mut_ptr() as u64,
-                vec_len: regions.len() as u64,
-                return_mask: PAGE_IS_PRESENT | PAGE_IS_PFNZERO | PAGE_IS_HUGE,
-                ..Default::default()
+            let mask = PAGE_IS_PRESENT | PAGE_IS_PFNZERO | PAGE_IS_HUGE;
+            let (n, walk_end) = match pagemap_scan(&self.pagemap, start, addr + len, mask, &mut regions) {
+                Ok(scanned) => scanned,
+                Err(_) if start == addr => return self.categories_without_scan(addr, len),
+                Err(_) => break,
             };
-            // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len`
-            // regions into `regions`, which outlives the call.
-            let n = unsafe { libc::ioctl(self.pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
-            if n < 0 && start == addr {
-                return self.categories_without_scan(addr, len);
-            }
-            if n < 0 {
-                break;
-            }
-            for r in &regions[..n as usize] {
+            for r in &regions[..n] {
                 for p in ((r.start - addr) / PAGE)..((r.end - addr) / PAGE) {
                     out[p as usize] = r.categories;
                 }
             }
-            if arg.walk_end <= start || arg.walk_end >= addr + len {
+            if walk_end <= start || walk_end >= addr + len {
                 break;
             }
-            start = arg.walk_end;
+            start = walk_end;
         }
         Ok(out)
     }

@@ -35,12 +35,11 @@ pub enum Refused {
     Unobservable(String),
 }
 
-impl Refused {
-    /// The last OS error as the model's errno, or its raw number when
-    /// foliomm does not model it.
-    pub fn last_os_error() -> Refused {
-        let n = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        match n {
+impl From<std::io::Error> for Refused {
+    /// An OS error as the model's errno, or its raw number when foliomm
+    /// does not model it.
+    fn from(e: std::io::Error) -> Refused {
+        match e.raw_os_error().unwrap_or(0) {
             libc::ENOMEM => Refused::Errno(Errno::ENOMEM),
             libc::EFAULT => Refused::Errno(Errno::EFAULT),
             libc::EACCES => Refused::Errno(Errno::EACCES),
@@ -53,22 +52,13 @@ impl Refused {
     }
 }
 
-/// The answer to a system call that returned `r`: 0 is success, else the
-/// OS error.
-pub fn of_status(r: libc::c_int) -> Answer {
-    if r == 0 {
-        Ok(Reply::Done)
-    } else {
-        Err(Refused::last_os_error())
-    }
+/// The answer to a system call that returns nothing.
+pub fn done(r: std::io::Result<()>) -> Answer {
+    r.map(|()| Reply::Done).map_err(Refused::from)
 }
 
-/// The answer to a system call that returned an address or a count `r`,
-/// or `failed` with the OS error.
-pub fn of_value(r: u64, failed: bool) -> Answer {
-    if failed {
-        Err(Refused::last_os_error())
-    } else {
-        Ok(Reply::Value(r))
-    }
+/// The answer to a system call that returns an address, a count or a
+/// descriptor.
+pub fn value(r: std::io::Result<u64>) -> Answer {
+    r.map(Reply::Value).map_err(Refused::from)
 }

@@ -18,9 +18,10 @@ use foliomm_scenario::op::{pattern_byte, Access, GupKind, MmapRequest, Op, Peek,
 use foliomm_scenario::Observation;
 
 use crate::files;
-use crate::gup::{HostGup, Uring};
 use crate::procfs::{check_access, maps, MapsEntry, Procfs};
-use crate::protocol::{of_status, of_value, Answer, Call, Hello, Refused};
+use crate::protocol::{done, value, Answer, Call, Hello, Refused};
+use crate::sys::gup::{HostGup, Uring};
+use crate::sys::scenario as sys;
 
 const PAGE: u64 = 4096;
 
@@ -62,8 +63,7 @@ impl Process {
 pub fn worker_main(socket: &Path, name: &str) -> ! {
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
-    // SAFETY: setting SIGCHLD to SIG_IGN has no preconditions.
-    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    sys::reap_children_automatically();
     serve(Process::new(socket, name), 0);
     std::process::exit(0)
 }
@@ -129,22 +129,18 @@ impl WorkerThread {
                     Err(_) => Err(Refused::Errno(Errno::ENOMEM)),
                 }
             }
-            Op::Fork { child } => {
-                // SAFETY: fork() in a process that may have other threads:
-                // the child has only this one, and continues with what this
-                // thread owns (its socket is replaced, the procfs files are
-                // reopened); it takes no lock another thread may hold.
-                match unsafe { libc::fork() } {
-                    -1 => Err(Refused::last_os_error()),
-                    0 => {
-                        self.proc = Process::new(&self.proc.socket, &child);
-                        self.tid = 0;
-                        self.conn = connect(&self.proc.socket, &child);
-                        return Next::Listen;
-                    }
-                    pid => Ok(Reply::Value(pid as u64)),
+            Op::Fork { child } => match sys::fork() {
+                Err(e) => Err(e.into()),
+                // The child continues with what this thread owns: a socket
+                // and procfs files of its own.
+                Ok(None) => {
+                    self.proc = Process::new(&self.proc.socket, &child);
+                    self.tid = 0;
+                    self.conn = connect(&self.proc.socket, &child);
+                    return Next::Listen;
                 }
-            }
+                Ok(Some(pid)) => Ok(Reply::Value(pid as u64)),
+            },
             Op::Pin { addr, len, kind } => self.pin(addr, len, kind),
             Op::ObservePin { pin } => match self.gups.get(&pin).map(|g| g.first_byte()) {
                 Some(Ok(byte)) => Ok(Reply::Observed(Observation { byte, via_gup: true, ..Default::default() })),
@@ -160,20 +156,13 @@ impl WorkerThread {
             Op::Pwrite { file, offset, data } => files::pwrite(file, offset, &data),
             Op::Pread { file, offset, len } => files::pread(file, offset, len),
             Op::ObserveFile { file, offset } => files::observe_file(&self.proc.procfs, file, offset),
-            // SAFETY: ftruncate of a scenario file's descriptor.
-            Op::Ftruncate { file, size } => of_status(unsafe { libc::ftruncate(file as i32, size as libc::off_t) }),
+            Op::Ftruncate { file, size } => done(sys::ftruncate(file, size)),
             Op::PunchHole { file, offset, len } => {
                 let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-                // SAFETY: fallocate on a scenario file's descriptor.
-                of_status(unsafe { libc::fallocate(file as i32, mode, offset as libc::off_t, len as libc::off_t) })
+                done(sys::fallocate(file, mode, offset, len))
             }
-            // SAFETY: a scenario mapping, which no Rust reference of the worker
-            // points into; the kernel validates the range.
-            Op::Munmap { addr, len } => of_status(unsafe { libc::munmap(addr as *mut _, len as usize) }),
-            Op::Mprotect { addr, len, prot } => {
-                // SAFETY: as for munmap.
-                of_status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot.0 as i32) })
-            }
+            Op::Munmap { addr, len } => done(sys::munmap(addr, len)),
+            Op::Mprotect { addr, len, prot } => done(sys::mprotect(addr, len, prot.0)),
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mremap { addr, len, new_len, to } => mremap(addr, len, new_len, to),
             Op::Access { addr, len, access } => access_memory(addr, len, access),
@@ -196,7 +185,7 @@ impl WorkerThread {
             GupKind::Get => HostGup::vmsplice(addr, len),
             GupKind::Pin { .. } => Uring::register(addr, len).map(HostGup::Uring),
         };
-        let g = taken.map_err(|_| Refused::last_os_error())?;
+        let g = taken.map_err(Refused::from)?;
         self.next_gup += 1;
         self.gups.insert(self.next_gup, g);
         Ok(Reply::Value(self.next_gup))
@@ -211,11 +200,8 @@ fn mmap(req: MmapRequest) -> Answer {
         | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
         | if fixed { libc::MAP_FIXED } else { 0 }
         | if populate { libc::MAP_POPULATE } else { 0 };
-    let (fd, offset) = file.map_or((-1, 0), |(fd, off)| (fd as i32, off as libc::off_t));
-    // SAFETY: an anonymous or memfd mapping; MAP_FIXED may replace
-    // scenario mappings, which no Rust reference of the worker points into.
-    let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len as usize, prot.0 as i32, flags, fd, offset) };
-    of_value(p as u64, p == libc::MAP_FAILED)
+    let (fd, offset) = file.map_or((-1, 0), |(fd, off)| (fd as i32, off));
+    value(sys::mmap(at.unwrap_or(0), len, prot.0, flags, fd, offset))
 }
 
 fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
@@ -227,9 +213,7 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::DoFork => libc::MADV_DOFORK,
         Advice::Remove => libc::MADV_REMOVE,
     };
-    // SAFETY: a scenario mapping, which no Rust reference of the worker
-    // points into; the kernel validates the range.
-    of_status(unsafe { libc::madvise(addr as *mut _, len as usize, a) })
+    done(sys::madvise(addr, len, a))
 }
 
 fn mremap(addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Answer {
@@ -237,25 +221,18 @@ fn mremap(addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Answer {
         Some(t) => (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t),
         None => (libc::MREMAP_MAYMOVE, 0),
     };
-    // SAFETY: as for madvise (MREMAP_FIXED replaces only scenario mappings).
-    let p = unsafe { libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void) };
-    of_value(p as u64, p == libc::MAP_FAILED)
+    value(sys::mremap(addr, len, new_len, flags, target))
 }
 
 /// `ZERO_PAGE(0)`, through a one-page private anonymous mapping made for
 /// the purpose: a read fault maps the zero page there (no THP fits).
 fn observe_zero_page(procfs: &Procfs) -> Answer {
-    let (prot, flags) = (libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
-    // SAFETY: a new private anonymous mapping, unmapped below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), PAGE as usize, prot, flags, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return Err(Refused::last_os_error());
-    }
-    // SAFETY: the mapping is readable; the read faults in the zero page.
-    let byte = unsafe { (p as *const u8).read_volatile() };
-    let page = procfs.page_info(p as u64);
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(p, PAGE as usize) };
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let p = sys::mmap(0, PAGE, libc::PROT_READ as u32, flags, -1, 0)?;
+    // The mapping is readable: the read faults in the zero page.
+    let byte = sys::read_byte(p);
+    let page = procfs.page_info(p);
+    sys::munmap(p, PAGE)?;
     let page = page.map_err(Refused::Unobservable)?;
     Ok(Reply::Observed(Observation { page, byte, ..Default::default() }))
 }
@@ -268,8 +245,7 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
         (Err(why), _) | (_, Err(why)) => return Err(Refused::Unobservable(why)),
     };
     let readable = check_access(&maps(), addr, false).is_ok();
-    // SAFETY: the page is mapped and readable (checked just above).
-    let byte = if page.present && readable { unsafe { (addr as *const u8).read_volatile() } } else { 0 };
+    let byte = if page.present && readable { sys::read_byte(addr) } else { 0 };
     Ok(Reply::Observed(Observation { page, range, byte, ..Default::default() }))
 }
 
@@ -282,13 +258,10 @@ fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), 
         return Ok(());
     }
     let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
-    // SAFETY: madvise only faults in the page, which lies in a VMA the
-    // access may use (checked by the caller); no memory is freed.
-    let r = unsafe { libc::madvise((addr & !(PAGE - 1)) as *mut libc::c_void, PAGE as usize, advice) };
-    match r {
-        0 => Ok(()),
-        _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) => Err(Refused::Errno(Errno::SIGBUS)),
-        _ => Err(Refused::last_os_error()),
+    match sys::madvise(addr & !(PAGE - 1), PAGE, advice) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(Refused::Errno(Errno::SIGBUS)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -309,16 +282,12 @@ fn access_memory(addr: u64, len: u64, access: Access) -> Answer {
         fault_in_file_page(&maps, at, write)?;
         let next = if every_byte { ((at / PAGE) + 1) * PAGE } else { at + PAGE };
         let span = if every_byte { at..next.min(end) } else { at..at + 1 };
+        // The page lies in a VMA that permits this access (checked above).
         for a in span {
-            let p = a as *mut u8;
-            // SAFETY: the page lies in a VMA that permits this access
-            // (checked above), and only scenario mappings are touched.
-            unsafe {
-                match access {
-                    Access::Write { val, .. } => p.write_volatile(val),
-                    Access::Pattern { origin, seed } => p.write_volatile(pattern_byte(a - origin, seed)),
-                    Access::Read { .. } => out.push(p.read_volatile()),
-                }
+            match access {
+                Access::Write { val, .. } => sys::write_byte(a, val),
+                Access::Pattern { origin, seed } => sys::write_byte(a, pattern_byte(a - origin, seed)),
+                Access::Read { .. } => out.push(sys::read_byte(a)),
             }
         }
         at = next;

@@ -2,6 +2,7 @@
 //! the operations it asks of a backend ([`op`]) and the [`backend::Backend`]
 //! seam with the model behind it ([`model`]). The same scenario file is
 //! meant to run on the model and on the host kernel.
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod fuzz;

@@ -116,6 +116,7 @@
 //! # Ok::<(), foliomm::Errno>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 /// The subsystems, one folder per kernel concept: what the root re-exports
@@ -137,6 +138,7 @@ pub mod internals {
     pub mod mm;
     pub mod mm_types;
     pub mod pgtable;
+    #[allow(unsafe_code)] // the frame arena: the model's only unsafe code
     pub mod phys;
     pub mod release;
     pub mod rmap;

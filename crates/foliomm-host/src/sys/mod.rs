@@ -2,15 +2,20 @@
 //! and time: what the benchmarks' host columns call, so that the command
 //! line has no `unsafe` of its own. Callers get types whose misuse is a
 //! compile error, an `io::Error` or a panic, never undefined behaviour.
-//! Outside `foliomm::internals::phys`, this and the scenario worker's steps
-//! (`worker`, `files`, `gup`, `procfs`) are foliomm's only `unsafe` code.
+//! The scenario worker's calls are in [`scenario`], GUP references in
+//! [`gup`], `PAGEMAP_SCAN` in [`pagemap_scan`]. Outside
+//! `foliomm::internals::phys`, this module is foliomm's only `unsafe` code.
 
 mod clock;
+pub mod gup;
 mod mapping;
+mod pagemap_scan;
+pub(crate) mod scenario;
 mod workers;
 
 pub use clock::{minor_faults, process_cpu_time, thread_cpu_time};
 pub use mapping::{memfd, Advice, Map, Mapping};
+pub use pagemap_scan::{pagemap_scan, PageRegion};
 pub use workers::{fork_child_that_exits, Workers};
 
 /// Restores the default action of SIGPIPE (the Rust runtime ignores it), so

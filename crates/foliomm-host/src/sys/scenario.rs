@@ -1,0 +1,185 @@
+//! The scenario worker's system calls: on its own address space (map,
+//! unmap, protect, advise, remap, touch bytes), on the scenario's files
+//! (by descriptor number, as the protocol names them), and the process
+//! calls (fork, SIGCHLD).
+//!
+//! Why these are safe functions: a worker process's scenario mappings
+//! belong to the scenario, and no Rust value of the worker points into
+//! them; the kernel validates every address range and descriptor, so a
+//! wrong one is an errno, and the worker checks an access against its VMAs
+//! (`/proc/self/maps`) before it touches a byte. Only the worker calls
+//! them (the functions are `pub(crate)`).
+
+use std::ffi::CString;
+use std::io;
+
+/// The result of a call that returns 0 or -1 with `errno`.
+fn status(r: libc::c_int) -> io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `mmap(at, len, prot, flags, fd, offset)`; the address mapped.
+pub(crate) fn mmap(at: u64, len: u64, prot: u32, flags: i32, fd: i32, offset: u64) -> io::Result<u64> {
+    // SAFETY: a scenario mapping (module doc); MAP_FIXED replaces only
+    // scenario mappings, which no Rust reference points into.
+    let p = unsafe { libc::mmap(at as *mut _, len as usize, prot as i32, flags, fd, offset as libc::off_t) };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p as u64)
+    }
+}
+
+/// `munmap(addr, len)`.
+pub(crate) fn munmap(addr: u64, len: u64) -> io::Result<()> {
+    // SAFETY: a scenario range (module doc); the kernel validates it.
+    status(unsafe { libc::munmap(addr as *mut _, len as usize) })
+}
+
+/// `mprotect(addr, len, prot)`.
+pub(crate) fn mprotect(addr: u64, len: u64, prot: u32) -> io::Result<()> {
+    // SAFETY: as for munmap.
+    status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
+}
+
+/// `madvise(addr, len, advice)`.
+pub(crate) fn madvise(addr: u64, len: u64, advice: i32) -> io::Result<()> {
+    // SAFETY: as for munmap.
+    status(unsafe { libc::madvise(addr as *mut _, len as usize, advice) })
+}
+
+/// `mremap(addr, len, new_len, flags, target)`; the new address.
+pub(crate) fn mremap(addr: u64, len: u64, new_len: u64, flags: i32, target: u64) -> io::Result<u64> {
+    // SAFETY: as for munmap (MREMAP_FIXED replaces only scenario mappings).
+    let p = unsafe { libc::mremap(addr as *mut _, len as usize, new_len as usize, flags, target as *mut libc::c_void) };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p as u64)
+    }
+}
+
+/// The byte at `addr`, which the caller found readable in its VMAs.
+pub(crate) fn read_byte(addr: u64) -> u8 {
+    // SAFETY: a readable scenario page (checked by the caller); volatile,
+    // as another thread of the scenario may write it.
+    unsafe { (addr as *const u8).read_volatile() }
+}
+
+/// Writes `val` at `addr`, which the caller found writable in its VMAs.
+pub(crate) fn write_byte(addr: u64, val: u8) {
+    // SAFETY: a writable scenario page (checked by the caller).
+    unsafe { (addr as *mut u8).write_volatile(val) }
+}
+
+/// `mincore` of the one page at `addr`: whether it is resident.
+pub(crate) fn page_resident(addr: u64) -> io::Result<bool> {
+    let mut vec = 0u8;
+    // SAFETY: one page at a page-aligned scenario address; `vec` holds its
+    // one entry.
+    status(unsafe { libc::mincore(addr as *mut _, 4096, &mut vec) })?;
+    Ok(vec & 1 != 0)
+}
+
+/// `fork()`: `Some(pid)` in the parent, `None` in the child.
+pub(crate) fn fork() -> io::Result<Option<u32>> {
+    // SAFETY: fork() in a process that may have other threads: the child
+    // has only the calling one, and the worker continues there with what
+    // that thread owns (its socket is replaced, the procfs files are
+    // reopened); it takes no lock another thread may hold.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => Ok(Some(pid as u32)),
+    }
+}
+
+/// Lets the kernel reap the worker's children (SIGCHLD ignored).
+pub(crate) fn reap_children_automatically() {
+    // SAFETY: setting SIGCHLD to SIG_IGN has no preconditions.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+}
+
+/// `memfd_create("foliomm", flags)`: the new descriptor's number (kept
+/// open for the run: the protocol names files by it).
+pub(crate) fn memfd_create(flags: libc::c_uint) -> io::Result<i32> {
+    // SAFETY: the name is NUL-terminated.
+    let fd = unsafe { libc::memfd_create(c"foliomm".as_ptr(), flags) };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// `ftruncate(fd, size)`.
+pub(crate) fn ftruncate(fd: u64, size: u64) -> io::Result<()> {
+    // SAFETY: a descriptor number; the kernel validates it.
+    status(unsafe { libc::ftruncate(fd as i32, size as libc::off_t) })
+}
+
+/// `fallocate(fd, mode, offset, len)`.
+pub(crate) fn fallocate(fd: u64, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: as for ftruncate.
+    status(unsafe { libc::fallocate(fd as i32, mode, offset as libc::off_t, len as libc::off_t) })
+}
+
+/// `pwrite(fd, data, offset)`; the bytes written.
+pub(crate) fn pwrite(fd: u64, offset: u64, data: &[u8]) -> io::Result<u64> {
+    // SAFETY: the buffer is `data`, valid for its length.
+    let n = unsafe { libc::pwrite(fd as i32, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as u64)
+    }
+}
+
+/// `pread` of up to `len` bytes at `offset`.
+pub(crate) fn pread(fd: u64, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    // SAFETY: the buffer is valid for `len` bytes.
+    let n = unsafe { libc::pread(fd as i32, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// The size of the file behind `fd` (`fstat`).
+pub(crate) fn file_size(fd: u64) -> io::Result<u64> {
+    // SAFETY: fstat into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid stat buffer; the kernel validates `fd`.
+    status(unsafe { libc::fstat(fd as i32, &mut st) })?;
+    Ok(st.st_size as u64)
+}
+
+/// Mounts a tmpfs with `options` on the empty directory `dir`.
+pub(crate) fn mount_tmpfs(dir: &CString, options: &CString) -> io::Result<()> {
+    // SAFETY: NUL-terminated strings.
+    status(unsafe { libc::mount(c"tmpfs".as_ptr(), dir.as_ptr(), c"tmpfs".as_ptr(), 0, options.as_ptr().cast()) })
+}
+
+/// `open(path, flags, 0600)`: the descriptor's number.
+pub(crate) fn open(path: &CString, flags: i32) -> io::Result<i32> {
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Detaches the mount at `dir` (`umount2(MNT_DETACH)`): open descriptors
+/// keep it alive.
+pub(crate) fn detach_mount(dir: &CString) {
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::umount2(dir.as_ptr(), libc::MNT_DETACH) };
+}
