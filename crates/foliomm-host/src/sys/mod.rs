@@ -2,7 +2,7 @@
 //! and time: what the benchmarks' host columns call, so that the command
 //! line has no `unsafe` of its own. Callers get types whose misuse is a
 //! compile error, an `io::Error` or a panic, never undefined behaviour.
-//! The scenario worker's calls are in [`scenario`], GUP references in
+//! The scenario worker's calls are in `scenario`, GUP references in
 //! [`gup`], `PAGEMAP_SCAN` in [`pagemap_scan`]. Outside
 //! `foliomm::internals::phys`, this module is foliomm's only `unsafe` code.
 

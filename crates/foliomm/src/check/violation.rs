@@ -1,5 +1,6 @@
 //! A broken invariant as the checker reports it: a category to filter on,
 //! what it concerns, and the line it prints.
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -9,7 +10,9 @@ use crate::mapcount::MmId;
 /// One violation found by [`super::check_machine`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Violation {
+    /// The rule broken, for filtering.
     pub kind: ViolationKind,
+    /// What the violation concerns.
     pub subject: Subject,
     /// The whole report line, subject included, as `Display` prints it.
     pub detail: String,
@@ -82,7 +85,12 @@ impl ViolationKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Subject {
     /// An address space, at `addr` when the violation has one.
-    Mm { mm: MmId, addr: Option<u64> },
+    Mm {
+        /// The MM's `mm_id`.
+        mm: MmId,
+        /// The virtual address concerned, if any.
+        addr: Option<u64>,
+    },
     /// The folio headed by this frame.
     Folio(Pfn),
     /// One frame: a page, a page table, a free frame.

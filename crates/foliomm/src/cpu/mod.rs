@@ -11,6 +11,7 @@
 //! filled is a use after free: it is recorded in
 //! [`Kernel::violations`] (the checker reports it) and, as on
 //! hardware, still performed.
+#![warn(missing_docs)]
 
 use crate::arch::{Pfn, Pte, PAGE_SIZE};
 use crate::kernel::{Incident, Kernel};
@@ -27,13 +28,18 @@ pub struct Cpu {
     kernel: Arc<Kernel>,
     /// A number naming this CPU in violation reports.
     pub id: u64,
+    /// This CPU's TLB; it applies an MM's pending flushes before each access.
     pub tlb: Tlb,
-    /// TLB hits and misses.
+    /// Page translations the TLB served.
     pub hits: u64,
+    /// Page translations that walked the page tables: no TLB entry, or one
+    /// lacking write permission or the dirty bit.
     pub misses: u64,
 }
 
 impl Cpu {
+    /// A CPU of `kernel` with an empty TLB of `Config::tlb_entries` slots;
+    /// [`crate::Machine::new_cpu`] is the usual way to get one.
     pub fn new(kernel: &Arc<Kernel>) -> Cpu {
         Cpu {
             kernel: kernel.clone(),

@@ -4,6 +4,7 @@
 //! `thp_vma_allowable_orders()` for anonymous VMAs (mm/huge_memory.c,
 //! include/linux/huge_mm.h) without prctl or hardware cases, and
 //! the shmem settings that [`shmem_policy`] applies.
+#![warn(missing_docs)]
 
 pub mod shmem_policy;
 
@@ -14,13 +15,19 @@ use crate::Errno;
 /// A THP mode (`always`, `madvise`, `never`, and per size also `inherit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum ThpMode {
+    /// Faults may use the size (top level: the `inherit` sizes) in any VMA
+    /// not marked `MADV_NOHUGEPAGE`.
     Always = 0,
+    /// As `Always`, but only in `MADV_HUGEPAGE` (`VM_HUGEPAGE`) VMAs.
     Madvise = 1,
+    /// Anonymous faults never use the size (top level: the `inherit` sizes).
     Never = 2,
+    /// Per size only: follow the top-level `enabled` mode.
     Inherit = 3,
 }
 
 impl ThpMode {
+    /// The mode with sysfs name `s`, or `None` for an unknown name.
     pub fn parse(s: &str) -> Option<ThpMode> {
         Some(match s {
             "always" => ThpMode::Always,
@@ -30,6 +37,7 @@ impl ThpMode {
             _ => return None,
         })
     }
+    /// The mode's sysfs name, as `parse` reads it.
     pub fn name(self) -> &'static str {
         ["always", "madvise", "never", "inherit"][self as usize]
     }
@@ -41,19 +49,21 @@ impl ThpMode {
 /// A sysfs mode enum: its variants in order with their sysfs names, `ALL`,
 /// `parse` and `name`.
 macro_rules! sysfs_modes {
-    ($(#[$doc:meta])* $t:ident { $($v:ident = $n:literal),* $(,)? }) => {
+    ($(#[$doc:meta])* $t:ident { $($(#[$vdoc:meta])* $v:ident = $n:literal),* $(,)? }) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
         pub enum $t {
-            $($v,)*
+            $($(#[$vdoc])* $v,)*
         }
 
         impl $t {
             const ALL: &'static [$t] = &[$($t::$v),*];
 
+            /// The mode with sysfs name `s`, or `None` for an unknown name.
             pub fn parse(s: &str) -> Option<$t> {
                 Self::ALL.iter().copied().find(|m| m.name() == s)
             }
+            /// The mode's sysfs name, as `parse` reads it.
             pub fn name(self) -> &'static str {
                 match self {
                     $($t::$v => $n,)*
@@ -64,13 +74,41 @@ macro_rules! sysfs_modes {
 }
 
 sysfs_modes! {
-    /// The top-level shmem mode (`transparent_hugepage/shmem_enabled`).
-    ShmemHuge { Always = "always", WithinSize = "within_size", Advise = "advise", Never = "never", Deny = "deny", Force = "force" }
+    /// The top-level shmem mode (`transparent_hugepage/shmem_enabled`), also
+    /// a tmpfs superblock's `huge=` setting (`SHMEM_HUGE_*`).
+    ShmemHuge {
+        /// Huge folios whenever possible: any file order for a write, the
+        /// PMD size for a fault.
+        Always = "always",
+        /// Only a block that ends within the file size (or the write);
+        /// else as `advise`.
+        WithinSize = "within_size",
+        /// Only for a fault in a `MADV_HUGEPAGE` VMA.
+        Advise = "advise",
+        /// No huge folios.
+        Never = "never",
+        /// sysfs only: no huge folios on any shmem mount, whatever its setting.
+        Deny = "deny",
+        /// sysfs only: the PMD size on every shmem mount, whatever its setting.
+        Force = "force",
+    }
 }
 
 sysfs_modes! {
-    /// A per-size shmem mode (`hugepages-<N>kB/shmem_enabled`).
-    ShmemMode { Always = "always", WithinSize = "within_size", Advise = "advise", Never = "never", Inherit = "inherit" }
+    /// A per-size shmem mode (`hugepages-<N>kB/shmem_enabled`), for faults
+    /// in anonymous shmem VMAs.
+    ShmemMode {
+        /// The size may be used in any VMA not marked `MADV_NOHUGEPAGE`.
+        Always = "always",
+        /// Only if the aligned block of that size ends within the file.
+        WithinSize = "within_size",
+        /// Only in a `MADV_HUGEPAGE` VMA.
+        Advise = "advise",
+        /// The size is not used.
+        Never = "never",
+        /// Follow the top-level `shmem_enabled` (the PMD size's default).
+        Inherit = "inherit",
+    }
 }
 
 /// Orders a shmem file may use: 1..=PMD_ORDER (`THP_ORDERS_ALL_FILE_DEFAULT`).
@@ -112,6 +150,7 @@ impl Default for ThpSettings {
 }
 
 impl ThpSettings {
+    /// The top-level anonymous mode (`transparent_hugepage/enabled`).
     pub fn enabled(&self) -> ThpMode {
         ThpMode::from_u8(self.enabled.load(Relaxed))
     }
@@ -125,6 +164,7 @@ impl ThpSettings {
         Ok(())
     }
 
+    /// The mode of anonymous folio order `order` (`hugepages-<N>kB/enabled`).
     pub fn order_mode(&self, order: u32) -> ThpMode {
         ThpMode::from_u8(self.per_order[order as usize].load(Relaxed))
     }
@@ -138,6 +178,7 @@ impl ThpSettings {
         Ok(())
     }
 
+    /// The top-level shmem mode (`transparent_hugepage/shmem_enabled`).
     pub fn shmem_enabled(&self) -> ShmemHuge {
         ShmemHuge::ALL[self.shmem.load(Relaxed) as usize]
     }
@@ -147,6 +188,7 @@ impl ThpSettings {
         self.shmem.store(mode as u8, Relaxed);
     }
 
+    /// The shmem mode of folio order `order` (`hugepages-<N>kB/shmem_enabled`).
     pub fn shmem_order_mode(&self, order: u32) -> ShmemMode {
         ShmemMode::ALL[self.shmem_order[order as usize].load(Relaxed) as usize]
     }

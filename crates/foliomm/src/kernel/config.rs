@@ -1,5 +1,6 @@
 //! A machine's configuration: memory size, the strategies (mapcount design,
 //! zap batching), the TLB size, and the deliberate bugs tests switch on.
+#![warn(missing_docs)]
 
 use crate::mapcount::{Design, MmId, RmapIdStage};
 use crate::release::KernelVersion;
@@ -68,10 +69,12 @@ impl ZapStrategy {
     pub const ALL: [(ZapStrategy, &'static str); 2] =
         [(ZapStrategy::Batched, "batched"), (ZapStrategy::PerPage, "per-page")];
 
+    /// The strategy called `s`, or `None` for an unknown name.
     pub fn parse(s: &str) -> Option<ZapStrategy> {
         Self::ALL.iter().find(|(_, n)| *n == s).map(|(z, _)| *z)
     }
 
+    /// The strategy's name, as `parse` reads it.
     pub fn name(self) -> &'static str {
         Self::ALL.iter().find(|(z, _)| *z == self).map(|(_, n)| *n).unwrap()
     }
@@ -166,10 +169,12 @@ macro_rules! design_names {
             /// Every design, with its name.
             pub const ALL: [($t, &'static str); [$($n),*].len()] = [$(($t::$v, $n)),*];
 
+            /// The design's name (`set ... NAME`, `--... NAME`).
             pub fn name(self) -> &'static str {
                 Self::ALL.iter().find(|(d, _)| *d == self).map(|(_, n)| *n).unwrap()
             }
 
+            /// The design called `s`, or `None` for an unknown name.
             pub fn parse(s: &str) -> Option<$t> {
                 Self::ALL.iter().find(|(_, n)| *n == s).map(|(d, _)| *d)
             }

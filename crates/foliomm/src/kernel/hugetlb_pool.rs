@@ -14,6 +14,7 @@
 //! Differs from Linux: no per-node pools, no cgroup accounting, no
 //! surplus 1 GiB pages (Linux allows them only with a CMA area; here
 //! `nr_overcommit_hugepages` of the 1 GiB pool is ignored as well).
+#![warn(missing_docs)]
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;

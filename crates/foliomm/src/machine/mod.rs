@@ -3,6 +3,7 @@
 //! [`Ledger`] (installed as the kernel's observer), creates MMs and CPUs, and
 //! runs the invariant checker. Two machines with different designs can live
 //! in one process.
+#![warn(missing_docs)]
 
 pub use crate::kernel::{
     Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT,
@@ -21,6 +22,8 @@ use crate::{Errno, Result};
 
 /// One model machine.
 pub struct Machine {
+    /// The kernel context the machine's MMs and CPUs share: physical memory,
+    /// the design, settings and counters (what Linux keeps in globals).
     pub kernel: Arc<Kernel>,
     /// Every address space of the machine.
     pub mms: Arc<MmList>,

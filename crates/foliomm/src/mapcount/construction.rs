@@ -55,6 +55,7 @@ impl std::ops::Deref for Values {
 }
 
 impl Construction {
+    /// The construction's name, as `parse` reads it.
     pub fn name(self) -> &'static str {
         match self {
             Construction::PowerSum => "powersum",
@@ -64,6 +65,7 @@ impl Construction {
         }
     }
 
+    /// The construction called `s`, or `None` for an unknown name.
     pub fn parse(s: &str) -> Option<Construction> {
         [Construction::PowerSum, Construction::Plain, Construction::SeedSubIds, Construction::SeedSubIdsTables]
             .into_iter()
@@ -208,8 +210,11 @@ pub fn seed_subid(class: u32, d: u64) -> u64 {
 /// A set of mappings for which a construction answers wrongly.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counterexample {
+    /// The MM ID of each mapping.
     pub ids: Vec<u64>,
+    /// The owner the construction named; `None` for none.
     pub answered: Option<u64>,
+    /// The real sole owner; `None` when the IDs differ.
     pub truth: Option<u64>,
 }
 

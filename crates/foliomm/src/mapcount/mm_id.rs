@@ -15,6 +15,7 @@ pub type MmId = u32;
 /// `_2[2]`, `_3[3]`, by `calc_rmap_subid`) for folios up to order 9.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RmapMm {
+    /// The MM's `mm_id`.
     pub id: MmId,
     subids: [u64; 6],
 }

@@ -10,6 +10,7 @@
 //! (`page_mapcounts`), the checks against the ground truth (`verify`) and
 //! what each operation costs (`cost`). [`construction`] holds the rmap-ID
 //! constructions and their prover, [`mm_id`] the MM-ID allocator.
+#![warn(missing_docs)]
 
 /// An enum whose variants carry their names (`set ... NAME`, `--... NAME`):
 /// `ALL` in order, `name()`, and under the `clap` feature a `ValueEnum`
@@ -90,6 +91,7 @@ pub struct FolioTruth {
 }
 
 impl FolioTruth {
+    /// All mappings of the folio: what `folio_mapcount` must report.
     pub fn total(&self) -> u32 {
         self.pte.iter().sum::<u32>() + self.pmd
     }

@@ -1,5 +1,6 @@
 //! Seed 000's code stages: the points in the RFC series its benchmark
 //! tables measured, as a setting of the rmap-ID designs.
+#![warn(missing_docs)]
 
 use super::Design;
 use crate::sync::SeqEntry;

@@ -1,5 +1,6 @@
 //! mm/madvise.c `madvise`: MADV_DONTNEED zaps under the mmap_lock for read;
 //! the others change VMA flags under it for write.
+#![warn(missing_docs)]
 
 use super::range_end;
 use super::vma::{hugetlb_may_split, merge_around};
@@ -11,16 +12,25 @@ use crate::{Errno, Result};
 /// `madvise` advice foliomm models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Advice {
+    /// `MADV_DONTNEED`: zap the range (hugetlb: whole huge pages only); later
+    /// reads see zeros, or the file's data for a file mapping.
     DontNeed,
     /// `MADV_REMOVE`: punch a hole in the shared file mapped there.
     Remove,
+    /// `MADV_HUGEPAGE`: set `VM_HUGEPAGE`, so THP `madvise` modes apply to
+    /// later faults (no khugepaged collapse in the model).
     HugePage,
+    /// `MADV_NOHUGEPAGE`: set `VM_NOHUGEPAGE`; later faults use no THP.
     NoHugePage,
+    /// `MADV_DONTFORK`: set `VM_DONTCOPY`; a child of fork gets no copy.
     DontFork,
+    /// `MADV_DOFORK`: clear `VM_DONTCOPY`.
     DoFork,
 }
 
 impl Advice {
+    /// The advice named by the lowercase `MADV_*` suffix (`dontneed`,
+    /// `hugepage`, ...), or `None`.
     pub fn parse(s: &str) -> Option<Advice> {
         Some(match s {
             "dontneed" => Advice::DontNeed,

@@ -1,6 +1,7 @@
 //! mm/mmap.c: `mmap` of anonymous memory and of shmem files, private or
 //! shared, with `MAP_POPULATE`; `get_unmapped_area`, and `exit_mmap` /
 //! `__mmdrop`.
+#![warn(missing_docs)]
 
 use super::vma::merge_around;
 use super::{page_align, range_end};

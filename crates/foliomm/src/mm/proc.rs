@@ -1,5 +1,6 @@
 //! What /proc shows of an address space (fs/proc/task_mmu.c): pagemap and
 //! kpageflags of one page, smaps sums over a range.
+#![warn(missing_docs)]
 
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
@@ -133,22 +134,44 @@ impl Mm {
 /// One page as pagemap/kpageflags report it, plus model-only fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PageInfo {
+    /// pagemap `PM_PRESENT`: a present leaf entry (PROT_NONE ones too) maps
+    /// the page. No swap in the model, so never `PM_SWAP`. When false, the
+    /// other fields are their defaults.
     pub present: bool,
+    /// pagemap's PFN field: the model frame of the page (Linux zeroes it for
+    /// readers without `CAP_SYS_ADMIN`; the model always fills it).
     pub pfn: Pfn,
+    /// kpageflags `KPF_ZERO_PAGE`: the shared zero page or the huge zero
+    /// folio. Counts and sharing fields are then left at 0/false.
     pub zero_page: bool,
     /// `PageAnon` (kpageflags `KPF_ANON`): else a file (shmem) page.
     pub anon: bool,
+    /// Mapped by a huge PMD (or, for a 1 GiB hugetlb page, PUD) entry, not a
+    /// PTE (`PAGEMAP_SCAN`'s `PAGE_IS_HUGE`; pagemap has no bit for it).
     pub pmd_mapped: bool,
+    /// The leaf entry's hardware write bit is set now (false while COW or
+    /// write-protected). Model-only.
     pub writable: bool,
+    /// `folio_order` of the folio holding the page: 0 for a small page, 9
+    /// for a PMD-sized THP (kpageflags shows only `KPF_COMPOUND_HEAD`/`TAIL`,
+    /// `KPF_THP`, `KPF_HUGE`).
     pub folio_order: u32,
     /// `PM_MMAP_EXCLUSIVE`: the precise mapcount is 1 of the page, or of the
     /// head page for every page of a PMD mapping (as Linux 6.18 reports it).
     pub exclusive: bool,
     /// `PageAnonExclusive` (of the head page when PMD-mapped).
     pub anon_exclusive: bool,
+    /// `folio_precise_page_mapcount` of the page (what `/proc/kpagecount`
+    /// shows); 0 when the design keeps no per-page counts.
     pub mapcount: u64,
+    /// `folio_mapcount`: entries mapping any page of the folio (a PMD counts
+    /// once).
     pub folio_mapcount: u64,
+    /// `folio_ref_count`: mappings, GUP pins and other references together.
     pub refcount: u64,
+    /// `folio_maybe_mapped_shared`: false only if one MM maps the folio; may
+    /// be true although one does, for imprecise designs and for rmap-id
+    /// while writers are at work.
     pub maybe_shared: bool,
     /// The era's policy guess "mapped shared" (`folio_likely_mapped_shared`).
     pub likely_shared: bool,
@@ -161,13 +184,20 @@ pub struct PageInfo {
 /// smaps-style sums over a range, in KiB.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RangeInfo {
+    /// `Rss`: present pages, the zero pages left out (as smaps does).
     pub rss_kb: u64,
+    /// `Anonymous`: anonymous pages mapped.
     pub anonymous_kb: u64,
+    /// `AnonHugePages`: anonymous pages mapped by a PMD.
     pub anon_huge_kb: u64,
     /// shmem pages mapped (`RssShmem` of the range).
     pub shmem_kb: u64,
     /// shmem pages mapped by a PMD (`ShmemPmdMapped`).
     pub shmem_pmd_kb: u64,
+    /// `Shared_Clean` + `Shared_Dirty`, but judged by pagemap's
+    /// `PM_MMAP_EXCLUSIVE` per page, not smaps's own mapcount test (they
+    /// differ for a PMD-mapped THP whose head alone is shared).
     pub shared_kb: u64,
+    /// `Private_Clean` + `Private_Dirty`, judged as `shared_kb` is.
     pub private_kb: u64,
 }

@@ -1,5 +1,6 @@
 //! The address space (`struct mm_struct`, include/linux/mm_types.h) and the
 //! list of every address space of a machine.
+#![warn(missing_docs)]
 
 use std::collections::HashMap;
 
@@ -18,6 +19,7 @@ use crate::Result;
 
 /// One address space.
 pub struct Mm {
+    /// The kernel context of the machine this MM belongs to.
     pub kernel: Arc<Kernel>,
     /// The list this MM is on; fork puts the child there too.
     pub(crate) mmlist: Arc<MmList>,
@@ -29,6 +31,7 @@ pub struct Mm {
     /// A number no other MM of the machine ever has (what `vm_mm`, a
     /// pointer in Linux, compares).
     pub serial: u64,
+    /// `mm->pgd`: the frame of the top-level table of the 4-level page tables.
     pub pgd: Pfn,
     /// `mm->mmap_lock` with `mm_lock_seq`, guarding the VMA tree.
     pub(super) mmap_lock: MmapLock,
@@ -110,6 +113,8 @@ impl Mm {
         self.mmap_lock.write()
     }
 
+    /// Returns true once [`Mm::exit`] has begun tearing the MM down
+    /// (`exit_mmap`); it then holds no VMAs.
     pub fn has_exited(&self) -> bool {
         self.exited.load(Acquire)
     }
@@ -132,6 +137,7 @@ impl Mm {
 pub struct MmList {
     /// Each MM by serial.
     mms: Mutex<Vec<(u64, Weak<Mm>)>>,
+    /// The VMA allocator its MMs share (`vm_area_cachep`).
     pub vma_cache: Arc<VmaCache>,
     inodes: Mutex<Vec<Weak<Inode>>>,
 }

@@ -11,6 +11,7 @@
 //! changed in place by writers that hold the mmap_lock for write and have
 //! write-locked the VMA (`vma_set_range`, `vm_flags_reset`), read by faults
 //! that hold the VMA's lock ([`super::vma_lock`]) or the mmap_lock.
+#![warn(missing_docs)]
 
 use arc_swap::ArcSwapOption;
 
@@ -27,10 +28,16 @@ use crate::sync::Arc;
 pub struct Prot(pub u32);
 
 impl Prot {
+    /// `PROT_NONE`: no access; any touch faults with `EACCES`.
     pub const NONE: Prot = Prot(0);
+    /// The `PROT_READ` bit.
     pub const READ: u32 = 1;
+    /// The `PROT_WRITE` bit (implies read on x86-64, as in Linux).
     pub const WRITE: u32 = 2;
+    /// The `PROT_EXEC` bit: recorded only. Unlike x86-64 Linux, where it
+    /// implies read, an exec-only mapping faults on read (EACCES).
     pub const EXEC: u32 = 4;
+    /// `PROT_READ | PROT_WRITE`.
     pub const RW: Prot = Prot(Self::READ | Self::WRITE);
 
     /// Parses `none` or the letters of `rwx` in that order, each at most
@@ -53,8 +60,11 @@ impl Prot {
 
 /// `vm_flags` bits foliomm uses.
 pub mod vm {
+    /// `VM_READ`.
     pub const READ: u32 = 1;
+    /// `VM_WRITE`.
     pub const WRITE: u32 = 2;
+    /// `VM_EXEC`.
     pub const EXEC: u32 = 4;
     /// `VM_SHARED` (`MAP_SHARED`): writes reach the file and every mapping of it.
     pub const SHARED: u32 = 8;
@@ -70,6 +80,7 @@ pub mod vm {
     /// private hugetlb mapping made the reservations its faults may use;
     /// a child's copy made at fork did not.
     pub const HUGETLB_RESV_OWNER: u32 = 1 << 12;
+    /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
 
@@ -77,12 +88,19 @@ pub mod vm {
 /// page mapped at its start (or the page index of an anonymous start), the
 /// file, and the anon_vma identity.
 pub struct VmaInit {
+    /// `vm_mm`: the owning MM's serial ([`super::Mm::serial`]).
     pub mm: u64,
+    /// `vm_start`: the first address, page-aligned.
     pub start: u64,
+    /// `vm_end`: the address just past the last byte, page-aligned.
     pub end: u64,
+    /// `vm_flags`: [`vm`] bits.
     pub flags: u32,
+    /// `vm_pgoff` (see [`Vma::pgoff`]).
     pub pgoff: u64,
+    /// `vm_file`: the shmem or hugetlbfs inode mapped, if any.
     pub file: Option<Arc<Inode>>,
+    /// The anon_vma identity; 0 for none yet.
     pub anon_vma: u64,
 }
 
@@ -99,6 +117,7 @@ pub struct Vma {
     pgoff: AtomicU64,
     /// `vm_file`: the shmem inode mapped, if any.
     file: ArcSwapOption<Inode>,
+    /// `vm_area_struct::anon_vma`, as its identity only (no chains).
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
     pub(crate) lock: VmaLock,
@@ -135,18 +154,25 @@ impl Vma {
     pub fn mm(&self) -> u64 {
         self.mm.load(Relaxed)
     }
+    /// `vm_start`: the first address.
     pub fn start(&self) -> u64 {
         self.start.load(Relaxed)
     }
+    /// `vm_end`: the address just past the VMA.
     pub fn end(&self) -> u64 {
         self.end.load(Relaxed)
     }
+    /// `vm_flags`, as [`vm`] bits.
     pub fn flags(&self) -> u32 {
         self.flags.load(Relaxed)
     }
+    /// `vm_pgoff`: the file page mapped at `start`; for anonymous memory
+    /// the page index of the original start.
     pub fn pgoff(&self) -> u64 {
         self.pgoff.load(Relaxed)
     }
+    /// The anon_vma identity; 0 until the first anonymous folio is mapped
+    /// (`anon_vma_prepare`).
     pub fn anon_vma(&self) -> u64 {
         self.anon_vma.get()
     }
@@ -171,12 +197,16 @@ impl Vma {
     pub fn page_index(&self, addr: u64) -> u64 {
         self.pgoff() + (addr - self.start()) / PAGE_SIZE
     }
+    /// Whether reads are allowed: `VM_READ` or `VM_WRITE` (Linux's
+    /// `vma_is_accessible` also counts `VM_EXEC`).
     pub fn readable(&self) -> bool {
         self.flags() & (vm::READ | vm::WRITE) != 0
     }
+    /// Whether writes are allowed (`VM_WRITE`).
     pub fn writable(&self) -> bool {
         self.flags() & vm::WRITE != 0
     }
+    /// Whether `addr` lies in `[start, end)`.
     pub fn contains(&self, addr: u64) -> bool {
         self.start() <= addr && addr < self.end()
     }

@@ -6,6 +6,7 @@
 //! ([`crate::mapcount::Design`]); each design names the release it is
 //! paired with by default ([`crate::mapcount::Design::release`]), and any
 //! pairing can be chosen (`set kernel 6.8`, `--kernel 6.8`).
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -14,7 +15,10 @@ use std::fmt;
 /// "from 6.13 on".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct KernelVersion {
+    /// The major number (`VERSION` in the kernel Makefile); 6 for every
+    /// release modelled.
     pub major: u16,
+    /// The minor number (`PATCHLEVEL`).
     pub minor: u16,
 }
 
@@ -26,6 +30,8 @@ impl KernelVersion {
     /// the default.
     pub const NEWEST: KernelVersion = KernelVersion::new(6, 18);
 
+    /// Linux `major.minor`; not checked against the modelled range (see
+    /// [`KernelVersion::parse`]).
     pub const fn new(major: u16, minor: u16) -> KernelVersion {
         KernelVersion { major, minor }
     }

@@ -10,6 +10,7 @@
 //!
 //! Differs from Linux: no swap, no LRU, no writeback; the inode's bytes
 //! live only in its folios (holes read as zeros).
+#![warn(missing_docs)]
 
 mod hugetlbfs;
 mod i_mmap;
@@ -44,7 +45,12 @@ pub enum Mount {
     /// A tmpfs mount with its `huge=` option (never, always, within_size,
     /// advise), and whether the file has a name (`i_nlink > 0`; an
     /// `O_TMPFILE` file has none).
-    Tmpfs { huge: ShmemHuge, named: bool },
+    Tmpfs {
+        /// The `huge=` option (`sbinfo->huge`).
+        huge: ShmemHuge,
+        /// Whether the file has a name.
+        named: bool,
+    },
     /// A hugetlbfs mount of pages of a size (`pagesize=`; behind
     /// `MAP_HUGETLB` and `memfd_create(MFD_HUGETLB)` with their size
     /// flags): folios come from the huge page pool of that size.
@@ -62,6 +68,7 @@ pub struct Inode {
     pub(crate) pages: Mutex<BTreeMap<u64, Pfn>>,
     /// `i_mmap`: the VMAs mapping the file.
     pub i_mmap: IMmap,
+    /// The mount (superblock) the inode lives on.
     pub mount: Mount,
     /// `i_rwsem` (`inode_lock`): serializes writes, fallocate, truncation
     /// and hole punches.

@@ -26,7 +26,12 @@ use crate::arch::PMD_ORDER;
 /// flag), or a write or fallocate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Asker {
-    Fault { vm_hugepage: bool },
+    /// A page fault in a VMA.
+    Fault {
+        /// Whether the VMA has `VM_HUGEPAGE` (`MADV_HUGEPAGE`).
+        vm_hugepage: bool,
+    },
+    /// A `write` or `fallocate` on the file, with no VMA involved.
     Write,
 }
 
