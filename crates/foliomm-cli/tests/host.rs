@@ -179,13 +179,19 @@ fn seed_000_runs_its_micro_benchmarks_on_the_host() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(thp_settings(), before);
     let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let host: Vec<_> = run["rows"].as_array().unwrap().iter().filter(|r| r["design"] == "host").collect();
-    assert_eq!(host.len(), 2 * 10, "a row per folio size and benchmark");
-    for r in host {
-        let samples = r["samples_s"].as_array().map_or(0, |s| s.iter().filter(|v| v.as_f64() > Some(0.0)).count());
-        let model_only = r["benchmark"].as_str().unwrap().starts_with("anon-cow");
-        let applies = !(model_only || r["benchmark"] == "remap" && r["folio"] == "64 KiB mTHP");
-        assert_eq!(samples, if applies { 2 } else { 0 }, "{r}");
+    let tables = run["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 2, "a table per folio size");
+    for t in tables {
+        let rows = t["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 10, "a row per benchmark");
+        for r in rows {
+            let host = r["series"].as_array().unwrap().iter().find(|s| s["name"] == "host");
+            let samples = host.and_then(|h| h["samples"].as_array());
+            let samples = samples.map_or(0, |s| s.iter().filter(|v| v.as_f64() > Some(0.0)).count());
+            let model_only = r["label"].as_str().unwrap().starts_with("anon-cow");
+            let applies = !(model_only || r["label"] == "remap" && t["name"] == "seed 000, 64 KiB mTHP");
+            assert_eq!(samples, if applies { 2 } else { 0 }, "{} {r}", t["name"]);
+        }
     }
 }
 
@@ -200,10 +206,14 @@ fn seed_000_bench_costs_follow_each_design() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // stdout holds the JSON; progress goes to stderr.
     let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = run["rows"].as_array().unwrap();
     let ops = |folio: &str, design: &str, bench: &str| {
-        let r = rows.iter().find(|r| r["folio"] == folio && r["design"] == design && r["benchmark"] == bench);
-        r.unwrap_or_else(|| panic!("no row {folio} {design} {bench}"))["rmap_ops"].as_u64().unwrap()
+        let table = run["tables"].as_array().unwrap().iter().find(|t| t["name"] == format!("seed 000, {folio}"));
+        let row = table.and_then(|t| t["rows"].as_array().unwrap().iter().find(|r| r["label"] == bench));
+        let series = row.and_then(|r| r["series"].as_array().unwrap().iter().find(|s| s["name"] == design));
+        let series = series.unwrap_or_else(|| panic!("no series {folio} {design} {bench}"));
+        let counters = series["counters"].as_array().unwrap();
+        let rmap_ops = counters.iter().find(|c| c[0] == "rmap_ops").expect("an rmap_ops counter");
+        rmap_ops[1].as_f64().unwrap() as u64
     };
     let pages = 8 << 20 >> 12;
     for folio in ["2 MiB THP", "64 KiB mTHP"] {

@@ -92,12 +92,100 @@ fn fault_and_tlb_save_their_samples() {
     };
     let fault = load("fault", &["--no-host"]);
     let tables = fault["tables"].as_array().unwrap();
-    assert_eq!(tables.len(), 2);
+    assert_eq!(tables.len(), 3, "faults, munmaps, memset");
     assert_eq!(tables[1]["rows"].as_array().unwrap().len(), 3, "4K, 64K, 2M");
     assert_eq!(tables[1]["rows"][2]["series"][0]["samples"].as_array().unwrap().len(), 2);
     let tlb = load("tlb", &[]);
     let rows = tlb["tables"][0]["rows"].as_array().unwrap();
     assert_eq!((rows.len(), rows[0]["series"].as_array().unwrap().len()), (2, 2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every benchmark takes the common flags and prints one schema with
+/// `--json` (the saved run's, samples and deterministic counters) and the
+/// same values with `--csv`, a line each.
+#[test]
+fn every_bench_takes_the_common_flags_and_writes_one_schema() {
+    let common = ["--no-host", "--json", "--kernel", "6.13"];
+    let benches: [(&str, &[&str], bool); 8] = [
+        ("fault", &["--size", "4M", "--runs", "2"], false),
+        ("tlb", &["--size", "4M", "--runs", "2"], false),
+        ("seed-001", &["--size", "4M", "--runs", "2", "--mapcount", "mm-id"], true),
+        ("seed-000", &["--size", "4M", "--runs", "2", "--instances", "1"], true),
+        ("seed-003", &["--size", "4M", "--runs", "2", "--iterations", "1"], true),
+        (
+            "seed-004",
+            &[
+                "--size",
+                "4M",
+                "--runs",
+                "2",
+                "--threads",
+                "1",
+                "--loops",
+                "1",
+                "--tests",
+                "page_fault1",
+                "--layout",
+                "separate",
+            ],
+            true,
+        ),
+        ("seed-002", &["--size", "1G", "--runs", "2", "--instances", "1", "--loops", "1", "--touched", "1"], true),
+        ("pmd-sharing", &["--vmas", "2", "--children", "1"], false),
+    ];
+    for (bench, own, counts) in benches {
+        let args = [&["bench", bench][..], own, &common].concat();
+        let run: serde_json::Value = serde_json::from_slice(&foliomm(&args).stdout).unwrap();
+        assert_eq!((run["schema"].as_u64(), run["bench"].as_str()), (Some(1), Some(bench)));
+        assert_eq!(run["settings"]["kernel"], "6.13", "{bench}");
+        let series: Vec<&serde_json::Value> = run["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t["rows"].as_array().unwrap())
+            .flat_map(|r| r["series"].as_array().unwrap())
+            .collect();
+        assert!(!series.is_empty() && series.iter().all(|s| !s["samples"].as_array().unwrap().is_empty()), "{bench}");
+        let counted = series.iter().any(|s| !s["counters"].as_array().unwrap().is_empty());
+        assert_eq!(counted, counts, "{bench}: deterministic counters saved");
+    }
+    let csv = foliomm(&["bench", "seed-001", "--size", "4M", "--runs", "2", "--no-host", "--csv"]);
+    let csv = String::from_utf8(csv.stdout).unwrap();
+    assert_eq!(csv.lines().next(), Some("table,row,series,what,round,value,unit"));
+    // 9 folio sizes, 2 strategies: 2 samples and 3 counters each.
+    assert_eq!(csv.lines().count(), 1 + 9 * 2 * (2 + 3), "{csv}");
+    let refused =
+        Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["bench", "pmd-sharing", "--size", "4M"]).output().unwrap();
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--size: pmd-sharing"));
+}
+
+/// `compare-runs` names the settings two runs differ in.
+#[test]
+fn compare_runs_shows_the_settings_that_differ() {
+    let dir = std::env::temp_dir().join(format!("foliomm-settings-differ-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runs = ["nr-mapped", "mm-id"].map(|d| {
+        let path = dir.join(d);
+        foliomm(&[
+            "bench",
+            "seed-001",
+            "--size",
+            "4M",
+            "--runs",
+            "2",
+            "--no-host",
+            "--mapcount",
+            d,
+            "--save",
+            path.to_str().unwrap(),
+        ]);
+        path.with_extension("json")
+    });
+    let cmp = foliomm(&["compare-runs", runs[0].to_str().unwrap(), runs[1].to_str().unwrap()]);
+    let text = String::from_utf8(cmp.stdout).unwrap();
+    assert!(text.contains(r#"setting mapcount differs: [0] "nr-mapped", [1] "mm-id""#), "{text}");
+    assert!(!text.contains("setting size differs"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

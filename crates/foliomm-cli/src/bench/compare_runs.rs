@@ -32,10 +32,29 @@ pub fn run(a: &CompareRunsArgs) -> Result<()> {
         let m = &r.machine;
         println!("  [{i}] {}: commit {}, {} ({} cores), Linux {}", p.display(), r.commit, m.cpu, m.cores, m.kernel);
     }
+    for line in settings_that_differ(&runs) {
+        println!("  {line}");
+    }
     for table in &base.tables {
         print_table(table, &runs);
     }
     Ok(())
+}
+
+/// Each setting whose value is not the same in every run, with each run's
+/// value (`-` where a run has none): `mapcount: [0] nr-mapped, [1] mm-id`.
+fn settings_that_differ(runs: &[SavedRun]) -> Vec<String> {
+    let mut keys: Vec<&String> = runs.iter().filter_map(|r| r.settings.as_object()).flat_map(|o| o.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let value = |r: &SavedRun, k: &str| r.settings.get(k).map_or("-".to_string(), |v| v.to_string());
+    keys.into_iter()
+        .filter(|k| runs.iter().any(|r| value(r, k) != value(&runs[0], k)))
+        .map(|k| {
+            let each: Vec<String> = runs.iter().enumerate().map(|(i, r)| format!("[{i}] {}", value(r, k))).collect();
+            format!("setting {k} differs: {}", each.join(", "))
+        })
+        .collect()
 }
 
 fn print_table(table: &Table, runs: &[SavedRun]) {

@@ -5,17 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use foliomm::{Config, Machine};
+use foliomm::{Design, Machine};
 
 use super::harness::{interleaved, metric};
 use super::saved::{Row as SavedRow, SavedRun, Series, Table};
 use super::stats::summarize;
-use super::{
-    machine_for, model_populate, new_table, print_csv, print_host_notes, print_json, progress, secs, HostArgs,
-};
+use super::{machine_for, model_populate, new_table, print_host_notes, progress, secs, CommonArgs};
 use crate::host;
 
-#[derive(serde::Serialize)]
 struct FaultRow {
     folio: &'static str,
     model_fault_s: f64,
@@ -32,9 +29,9 @@ enum Setup {
     Memset { warm: bool },
 }
 
-pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
+pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
-    let rounds = a.runs.max(2);
+    let rounds = a.runs_or(3);
     let with_host = !a.no_host;
     let bar = progress((SIZES.len() as u64 * (1 + with_host as u64) + 2) * (rounds as u64 + 1));
     let (mut rows, mut note) = (Vec::new(), None);
@@ -45,7 +42,7 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     for (name, order) in SIZES {
         // One machine for all rounds: after the warm-up, model frames are
         // warm host memory, so the samples measure the model's own work.
-        let mut setups = vec![Setup::Model(machine_for(size, Config::default())?)];
+        let mut setups = vec![Setup::Model(machine_for(size, a.config(Design::MmId))?)];
         if with_host && note.is_none() {
             setups.push(Setup::Host);
         }
@@ -74,7 +71,7 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
         let series = |k| {
             std::iter::once(("model", &samples[0]))
                 .chain(host.map(|h| ("host", h)))
-                .map(|(n, s)| Series { name: n.into(), samples: metric(s, k) })
+                .map(|(n, s)| Series::timed(n, metric(s, k)))
                 .collect::<Vec<_>>()
         };
         for (k, rows) in saved_rows.iter_mut().enumerate() {
@@ -98,7 +95,7 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
     })?;
     let (memset, memset_warm) = (mean(&samples[0], 0), mean(&samples[1], 0));
     bar.finish_and_clear();
-    a.save.save(|| {
+    let printed = a.out.emit(|| {
         let [fault, munmap] = saved_rows;
         let table = |what: &str, rows| Table {
             name: format!("{what} of {} MiB", size >> 20),
@@ -106,18 +103,22 @@ pub(super) fn run(a: &HostArgs, size: u64) -> Result<()> {
             higher_is_better: false,
             rows,
         };
-        let settings = serde_json::json!({ "size": size, "rounds": rounds, "host_note": note });
-        SavedRun::new("fault", settings, vec![table("fault, one write per page", fault), table("munmap", munmap)])
+        let memset_series =
+            vec![Series::timed("fresh", metric(&samples[0], 0)), Series::timed("warm", metric(&samples[1], 0))];
+        let memset_row = SavedRow { label: "memset".into(), series: memset_series, published: Vec::new() };
+        let mut settings = a.settings();
+        settings["size"] = size.into();
+        settings["rounds"] = rounds.into();
+        settings["host_note"] = note.clone().into();
+        let tables =
+            vec![table("fault, one write per page", fault), table("munmap", munmap), table("memset", vec![memset_row])];
+        SavedRun::new("fault", settings, tables)
     })?;
-    if a.json {
-        let j = serde_json::json!({ "size": size, "rows": rows, "memset_fresh_s": memset, "memset_warm_s": memset_warm, "note": note });
-        return print_json(&j);
+    if printed {
+        return Ok(());
     }
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}s"));
     let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
-    if a.csv {
-        return print_csv(&rows);
-    }
     println!(
         "Fault (one write per page) and munmap of {} MiB, mean of {rounds} interleaved rounds after a warm-up\n\
          (model on a warm arena):\n",

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use foliomm::internals::folio::thp::ThpMode;
 use foliomm::internals::mm::Advice;
-use foliomm::{Config, Cpu, Machine, Mm, MmapFlags, Prot};
+use foliomm::{Config, Cpu, Design, Machine, Mm, MmapFlags, Prot};
 
 pub use compare_runs::{run as compare_runs, CompareRunsArgs};
 use progress::Progress;
@@ -48,7 +48,7 @@ enum Bench {
     /// Fault and munmap with 4K pages, 64K mTHP and 2M THP, model against host kernel
     ///
     /// memset is timed beside as the zeroing baseline.
-    Fault(HostArgs),
+    Fault(CommonArgs),
     /// munmap of PTE-mapped folios of each size, zap per-page and batched (seed 001)
     ///
     /// munmap of a region populated with PTE-mapped folios of each size,
@@ -103,58 +103,71 @@ enum Bench {
     PmdSharing(pmd_sharing::PmdSharingArgs),
 }
 
-/// The options every benchmark takes.
+/// The options every benchmark takes, with the same meaning everywhere; a
+/// benchmark that has no use for one says so when it is given.
 #[derive(clap::Args)]
 struct CommonArgs {
-    /// Region size (a multiple of 2M up to 512G, like 256M or 1G).
-    #[arg(long, default_value = "1G")]
-    size: String,
-    /// Rounds, each running every configuration once, after a warm-up
-    /// round (2 to 1000); the tables show means.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1000))]
-    runs: u32,
-    /// Print JSON instead of a table.
+    /// Region size, a multiple of 2M up to 512G, like 256M or 1G
+    /// [default: the benchmark's].
     #[arg(long)]
-    json: bool,
-    /// Print CSV instead of a table.
-    #[arg(long, conflicts_with = "json")]
-    csv: bool,
-    #[command(flatten)]
-    save: saved::SaveArg,
-}
-
-/// The options of a benchmark that runs its configurations in interleaved
-/// rounds, the host kernel among them.
-#[derive(clap::Args)]
-struct RoundArgs {
+    size: Option<String>,
     /// Rounds, each running every configuration once, after a warm-up
-    /// round (2 to 1000); the tables show means.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=1000))]
-    runs: u32,
+    /// round (2 to 1000); the tables show means [default: the benchmark's].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    runs: Option<u32>,
     /// Skip the host kernel.
     #[arg(long)]
     no_host: bool,
-    /// Print JSON instead of tables.
+    /// Mapcount design of the model's machines [default: the benchmark's;
+    /// mm-id, the host kernel's, where the benchmark compares no designs].
+    #[arg(long, value_enum)]
+    mapcount: Option<Design>,
+    /// Linux release (6.1 to 6.18) the model's machines follow where
+    /// releases differ [default: each design's].
     #[arg(long)]
-    json: bool,
+    kernel: Option<foliomm::KernelVersion>,
     #[command(flatten)]
-    save: saved::SaveArg,
+    out: saved::OutputArgs,
 }
 
-/// The options of a benchmark that measures the host kernel beside the model.
-#[derive(clap::Args)]
-struct HostArgs {
-    #[command(flatten)]
-    common: CommonArgs,
-    /// Skip the host-kernel measurements.
-    #[arg(long)]
-    no_host: bool,
-}
+impl CommonArgs {
+    /// `--size`, or `default`, in bytes.
+    fn size_or(&self, default: &str) -> Result<u64> {
+        region_size(self.size.as_deref().unwrap_or(default))
+    }
 
-impl std::ops::Deref for HostArgs {
-    type Target = CommonArgs;
-    fn deref(&self) -> &CommonArgs {
-        &self.common
+    /// `--runs`, or `default`.
+    fn runs_or(&self, default: u32) -> u32 {
+        self.runs.unwrap_or(default)
+    }
+
+    /// A machine configuration of `design` (unless `--mapcount` says
+    /// otherwise) following `--kernel`.
+    fn config(&self, design: Design) -> Config {
+        Config { mapcount: self.mapcount.unwrap_or(design), kernel: self.kernel, ..Config::default() }
+    }
+
+    /// An error if `flag` (`size`, `runs` or `mapcount`) was given to a
+    /// benchmark that cannot take it; `why` says why.
+    fn refuse(&self, flag: &str, why: &str) -> Result<()> {
+        let given = match flag {
+            "size" => self.size.is_some(),
+            "runs" => self.runs.is_some(),
+            _ => self.mapcount.is_some(),
+        };
+        if given {
+            bail!("--{flag}: {why}");
+        }
+        Ok(())
+    }
+
+    /// The common settings in force, for a saved run.
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({
+            "no_host": self.no_host,
+            "mapcount": self.mapcount.map(|d| d.name()),
+            "kernel": self.kernel.map(|v| v.to_string()),
+        })
     }
 }
 
@@ -173,16 +186,6 @@ struct Seed000Args {
     /// the seed's v6.7 (`set zap per-page`).
     #[arg(long)]
     stages: bool,
-    /// Skip the host kernel (it runs the micro benchmarks beside the
-    /// model's mm-id design; never with --stages).
-    #[arg(long)]
-    no_host: bool,
-}
-
-impl CommonArgs {
-    fn size(&self) -> Result<u64> {
-        region_size(&self.size)
-    }
 }
 
 /// The largest `--size`: half the largest model RAM, so that the region
@@ -200,10 +203,10 @@ fn region_size(arg: &str) -> Result<u64> {
 
 pub fn run(a: BenchArgs) -> Result<()> {
     match &a.bench {
-        Bench::Fault(c) => fault::run(c, c.size()?),
+        Bench::Fault(c) => fault::run(c, c.size_or("1G")?),
         Bench::Seed001(s) => seed_001::run(s),
-        Bench::Seed000(s) => seed_000::run(s, s.common.size()?),
-        Bench::Tlb(c) => tlb::run(c, c.size()?),
+        Bench::Seed000(s) => seed_000::run(s, s.common.size_or("1G")?),
+        Bench::Tlb(c) => tlb::run(c, c.size_or("1G")?),
         Bench::Seed004(s) => seed_004::run(s),
         Bench::Seed003(s) => seed_003::run(s),
         Bench::Seed002(s) => seed_002::run(s),
@@ -229,22 +232,6 @@ fn new_table<T: Into<comfy_table::Cell>>(header: impl IntoIterator<Item = T>) ->
         c.set_cell_alignment(comfy_table::CellAlignment::Right);
     }
     t
-}
-
-/// Prints `rows` as CSV (a header from the fields' names; `None` empty).
-fn print_csv<T: serde::Serialize>(rows: impl IntoIterator<Item = T>) -> Result<()> {
-    let mut w = csv::Writer::from_writer(std::io::stdout());
-    for r in rows {
-        w.serialize(r)?;
-    }
-    w.flush()?;
-    Ok(())
-}
-
-/// Prints `v` as pretty JSON.
-fn print_json(v: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
 }
 
 /// A machine for one region of `size` with room to spare.

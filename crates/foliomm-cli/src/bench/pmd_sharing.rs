@@ -19,8 +19,8 @@ use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{memfd, Map, Workers};
 
-use super::saved::{self, SaveArg, SavedRun, Series, Table};
-use super::{new_table, print_json};
+use super::new_table;
+use super::saved::{self, SavedRun, Series, Table};
 
 /// The 2 MiB huge pages the benchmark uses.
 const HPAGE: u64 = 1 << 21;
@@ -33,14 +33,10 @@ pub(super) struct PmdSharingArgs {
     /// Children forked.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     children: u64,
-    /// Skip the host kernel.
-    #[arg(long)]
-    no_host: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    /// The common options (no --size: the VMAs are 1 GiB each; no --runs:
+    /// one measurement of counts).
     #[command(flatten)]
-    save: SaveArg,
+    common: super::CommonArgs,
 }
 
 const GIB: u64 = 1 << 30;
@@ -59,21 +55,24 @@ struct Row {
 }
 
 pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
+    a.common.refuse("size", "pmd-sharing maps --vmas VMAs of 1 GiB each")?;
+    a.common.refuse("runs", "pmd-sharing measures page-table memory once (counts, not times)")?;
     let mut rows = vec![Row {
         runner: "model (vma-lock)",
         shareable_kb: Some(model(a, true)?),
         unshareable_kb: Some(model(a, false)?),
     }];
     let mut note = None;
-    if !a.no_host {
+    if !a.common.no_host {
         let mut host = |aligned| host(a, aligned).inspect_err(|e| note = Some(format!("{e:#}"))).ok();
         let (shareable_kb, unshareable_kb) = (host(true), host(false));
         rows.push(Row { runner: "host kernel", shareable_kb, unshareable_kb });
     }
-    let settings = serde_json::json!({ "vmas": a.vmas, "children": a.children });
-    a.save.save(|| saved(&rows, settings))?;
-    if a.json {
-        return print_json(&rows);
+    let mut settings = a.common.settings();
+    settings["vmas"] = a.vmas.into();
+    settings["children"] = a.children.into();
+    if a.common.out.emit(|| SavedRun { notes: note.iter().cloned().collect(), ..saved(&rows, settings) })? {
+        return Ok(());
     }
     println!(
         "\nPage-table memory gained per child: {} VMAs of 1 GiB of one hugetlbfs file, {} children",
@@ -97,7 +96,7 @@ pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
 fn saved(rows: &[Row], settings: serde_json::Value) -> SavedRun {
     let row = |label: &str, kb: &dyn Fn(&Row) -> Option<f64>| saved::Row {
         label: label.to_string(),
-        series: rows.iter().map(|r| Series { name: r.runner.into(), samples: kb(r).into_iter().collect() }).collect(),
+        series: rows.iter().map(|r| Series::timed(r.runner, kb(r).into_iter().collect())).collect(),
         published: Vec::new(),
     };
     let rows = vec![row("shareable", &|r| r.shareable_kb), row("unshareable", &|r| r.unshareable_kb)];
@@ -113,7 +112,7 @@ fn vma_addr(i: u64, aligned: bool) -> u64 {
 
 /// The model's page-table KiB gained per child.
 fn model(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
-    let m = Machine::new(Config { memory: a.vmas * HPAGE + (64 << 20), ..Config::default() })?;
+    let m = Machine::new(Config { memory: a.vmas * HPAGE + (64 << 20), ..a.common.config(foliomm::Design::MmId) })?;
     ensure!(
         m.kernel.set_nr_hugepages(HugeSize::Pmd, a.vmas) == a.vmas,
         "the model's memory holds no {} huge pages",

@@ -9,23 +9,42 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-/// `--save NAME`, for every benchmark that saves its runs.
+/// How every benchmark reports besides its tables: one schema, a
+/// [`SavedRun`], for `--json`, `--csv` and `--save`.
 #[derive(clap::Args)]
-pub struct SaveArg {
-    /// Save every sample, the machine and the settings as NAME.json (for
-    /// `foliomm compare-runs` and `foliomm report`).
+pub struct OutputArgs {
+    /// Print the run as JSON (the schema `--save` writes) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Print the run's samples and counters as CSV, a line per value,
+    /// instead of tables.
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
+    /// Save every sample, the deterministic counters, the machine and the
+    /// settings as NAME.json (for `foliomm compare-runs` and `foliomm report`).
     #[arg(long, value_name = "NAME")]
     save: Option<PathBuf>,
 }
 
-impl SaveArg {
-    /// Saves the run `make` builds, if `--save` asked for it, and says where.
-    pub fn save(&self, make: impl FnOnce() -> SavedRun) -> Result<()> {
+impl OutputArgs {
+    /// Saves the run `make` builds if `--save` asked for it (saying where),
+    /// prints it if `--json` or `--csv` did; returns true if it printed
+    /// (the caller then prints no tables).
+    pub fn emit(&self, make: impl FnOnce() -> SavedRun) -> Result<bool> {
+        if self.save.is_none() && !self.json && !self.csv {
+            return Ok(false);
+        }
+        let run = make();
         if let Some(name) = &self.save {
-            let path = make().save(name)?;
+            let path = run.save(name)?;
             eprintln!("saved {}", path.display());
         }
-        Ok(())
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(&run)?);
+        } else if self.csv {
+            run.write_csv(std::io::stdout())?;
+        }
+        Ok(self.json || self.csv)
     }
 }
 
@@ -44,6 +63,10 @@ pub struct SavedRun {
     /// The benchmark's options and the model's settings.
     pub settings: serde_json::Value,
     pub tables: Vec<Table>,
+    /// What the run says beside its tables: host kernels skipped or
+    /// partly backed, and why a row differs from the seed.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Where a run ran.
@@ -78,18 +101,71 @@ pub struct Row {
     pub published: Vec<(String, f64)>,
 }
 
-/// Every sample of one series in one row, in the order taken.
+/// Every sample of one series in one row, in the order taken, and the
+/// deterministic counters of its configuration (costs per operation that
+/// do not depend on timing: cache-line transfers, atomic RMWs, ...).
 #[derive(Serialize, Deserialize)]
 pub struct Series {
     pub name: String,
     pub samples: Vec<f64>,
+    #[serde(default)]
+    pub counters: Vec<(String, f64)>,
+}
+
+impl Series {
+    /// Samples without counters.
+    pub fn timed(name: impl Into<String>, samples: Vec<f64>) -> Series {
+        Series { name: name.into(), samples, counters: Vec::new() }
+    }
+}
+
+/// A line of `--csv`: one sample or one counter of one series.
+#[derive(Serialize)]
+struct CsvLine<'a> {
+    table: &'a str,
+    row: &'a str,
+    series: &'a str,
+    /// `sample` (with its round) or the counter's name.
+    what: &'a str,
+    round: Option<usize>,
+    value: f64,
+    unit: &'a str,
 }
 
 impl SavedRun {
     /// A run of `bench` on this machine and build.
     pub fn new(bench: &str, settings: serde_json::Value, tables: Vec<Table>) -> SavedRun {
         let commit = option_env!("FOLIOMM_COMMIT").unwrap_or("unknown").to_string();
-        SavedRun { schema: SCHEMA, bench: bench.into(), machine: MachineInfo::here(), commit, settings, tables }
+        let machine = MachineInfo::here();
+        SavedRun { schema: SCHEMA, bench: bench.into(), machine, commit, settings, tables, notes: Vec::new() }
+    }
+
+    /// Writes every sample and counter as CSV, a line each.
+    pub fn write_csv(&self, out: impl std::io::Write) -> Result<()> {
+        let mut w = csv::Writer::from_writer(out);
+        for t in &self.tables {
+            for r in &t.rows {
+                for s in &r.series {
+                    let line = |what, round, value, unit| CsvLine {
+                        table: &t.name,
+                        row: &r.label,
+                        series: &s.name,
+                        what,
+                        round,
+                        value,
+                        unit,
+                    };
+                    for (i, &v) in s.samples.iter().enumerate() {
+                        w.serialize(line("sample", Some(i + 1), v, &t.unit))?;
+                    }
+                    for (name, v) in &s.counters {
+                        w.serialize(line(name, None, *v, ""))?;
+                    }
+                }
+            }
+        }
+        w.flush()?;
+        Ok(())
     }
 
     /// Writes the run to `name` (`.json` added if missing); returns the path.

@@ -18,7 +18,7 @@ use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_
 use super::saved::{Row as SavedRow, SavedRun, Series, Table};
 use super::seed_000_host::{host_once, print_against_host};
 use super::stats::{change, summarize, Change};
-use super::{model_populate, model_split_pmds, new_table, print_csv, print_json, progress, secs, Seed000Args};
+use super::{model_populate, model_split_pmds, new_table, progress, secs, Seed000Args};
 
 /// Time and the mapcount design's costs over the measured action.
 #[derive(Clone, Copy, Default)]
@@ -193,9 +193,10 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 }
 
 pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
-    let rounds = a.common.runs.max(2);
+    a.common.refuse("mapcount", "seed-000 runs every design (--stages: rmap-id at each stage)")?;
+    let rounds = a.common.runs_or(3);
     let instances = vm_scalability_instances(a);
-    let all_rows = rows(a.stages, !a.no_host);
+    let all_rows = rows(a.stages, !a.common.no_host);
     let all_rows = &all_rows[..];
     // The model's rows (the tables of changes against nr-mapped).
     let designs = &all_rows[..all_rows.iter().take_while(|r| !r.host).count()];
@@ -230,7 +231,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 }
                 // Room for a copy of everything per child (cow, vm-scalability).
                 let memory = (1 + instances as u64) * size + (256 << 20);
-                let mut config = Config { memory, mapcount: r.design, rmap_id_stage: r.stage, ..Config::default() };
+                let mut config = Config { memory, rmap_id_stage: r.stage, ..a.common.config(r.design) };
                 if a.stages {
                     // The seed's v6.7 zapped and forked PTE by PTE.
                     config.zap = foliomm::internals::machine::ZapStrategy::PerPage;
@@ -275,9 +276,19 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         (false, true) => format!("{} {}", r.design, r.stage),
         (false, false) => r.design.to_string(),
     };
-    a.common.save.save(|| {
-        let settings =
-            serde_json::json!({ "size": size, "rounds": rounds, "instances": instances, "stages": a.stages });
+    let printed = a.common.out.emit(|| {
+        let mut settings = a.common.settings();
+        for (k, v) in [("size", size.into()), ("rounds", rounds.into()), ("instances", instances.into())] {
+            settings[k] = v;
+        }
+        settings["stages"] = a.stages.into();
+        let series = |oi, bi, di, r: &Row| {
+            let c = costs_of(oi, di, bi).filter(|_| !r.host).unwrap_or_default();
+            let counters =
+                [("rmap_ops", c.rmap_ops), ("atomic_rmw", c.rmw), ("cache_lines", c.lines), ("lost_exclusive", c.lost)];
+            let counters = if r.host { Vec::new() } else { counters.map(|(n, v)| (n.to_string(), v as f64)).to_vec() };
+            Some(Series { name: series_name(r), samples: times(oi, bi, di)?, counters })
+        };
         let tables = orders.iter().enumerate().map(|(oi, (_, oname))| Table {
             name: format!("seed 000, {oname}"),
             unit: "s".into(),
@@ -287,11 +298,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 .enumerate()
                 .map(|(bi, bname)| SavedRow {
                     label: bname.to_string(),
-                    series: all_rows
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(di, r)| Some(Series { name: series_name(r), samples: times(oi, bi, di)? }))
-                        .collect(),
+                    series: all_rows.iter().enumerate().filter_map(|(di, r)| series(oi, bi, di, r)).collect(),
                     // The seed publishes changes, not times.
                     published: Vec::new(),
                 })
@@ -299,66 +306,7 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         });
         SavedRun::new("seed-000", settings, tables.collect())
     })?;
-    if a.common.json || a.common.csv {
-        // The children COWing at once, for the vm-scalability rows.
-        let children = |bench: &str| bench.starts_with("anon-cow").then_some(instances);
-        let mut rows = Vec::new();
-        for (oi, (_, oname)) in orders.iter().enumerate() {
-            for (di, design) in all_rows.iter().enumerate() {
-                for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
-                    let t = times(oi, bi, di);
-                    let mean = t.as_ref().map(|t| summarize(t).mean);
-                    rows.push((
-                        oname.to_string(),
-                        series_name(design),
-                        bname.to_string(),
-                        t,
-                        mean,
-                        change_of(oi, di, bi).filter(|_| !design.host),
-                        costs_of(oi, di, bi).unwrap_or_default(),
-                    ));
-                }
-            }
-        }
-        if a.common.json {
-            let j: Vec<_> = rows
-                .iter()
-                .map(|(o, d, b, t, mean, c, r)| {
-                    serde_json::json!({ "folio": o, "design": d, "benchmark": b, "samples_s": t, "mean_s": mean,
-                        "change": c, "rmap_ops": r.rmap_ops, "atomic_rmw": r.rmw, "cache_lines": r.lines, "lost_exclusive": r.lost,
-                        "instances": children(b) })
-                })
-                .collect();
-            print_json(&serde_json::json!({ "rounds": rounds, "rows": j }))?;
-        } else {
-            #[derive(serde::Serialize)]
-            struct CsvRow<'a> {
-                folio: &'a str,
-                design: &'a str,
-                benchmark: &'a str,
-                mean_s: Option<f64>,
-                change_pct: Option<f64>,
-                change_lo: Option<f64>,
-                change_hi: Option<f64>,
-                rmap_ops: u64,
-                atomic_rmw: u64,
-                cache_lines: u64,
-                instances: Option<usize>,
-            }
-            print_csv(rows.iter().map(|(folio, design, benchmark, _, mean_s, c, r)| CsvRow {
-                folio,
-                design,
-                benchmark,
-                mean_s: *mean_s,
-                change_pct: c.map(|c| c.pct),
-                change_lo: c.map(|c| c.lo),
-                change_hi: c.map(|c| c.hi),
-                rmap_ops: r.rmap_ops,
-                atomic_rmw: r.rmw,
-                cache_lines: r.lines,
-                instances: children(benchmark),
-            }))?;
-        }
+    if printed {
         return Ok(());
     }
     // A table of the micro benchmarks (1)..(8), a row per design or stage.

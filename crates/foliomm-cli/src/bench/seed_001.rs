@@ -20,21 +20,16 @@ use super::harness::{interleaved, metric};
 use super::published::SEED_001;
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change, Summary};
-use super::{
-    machine_for, model_populate, model_split_pmds, new_table, print_csv, print_host_notes, print_json, progress, secs,
-    HostArgs,
-};
+use super::{machine_for, model_populate, model_split_pmds, new_table, print_host_notes, progress, secs, CommonArgs};
 use crate::host;
 
-/// `bench seed-001`'s options.
+/// `bench seed-001`'s options: the common ones (the model's design is
+/// nr-mapped unless --mapcount says otherwise: the seed measured a 6.8-era
+/// kernel).
 #[derive(clap::Args)]
 pub struct Seed001Args {
     #[command(flatten)]
-    host: HostArgs,
-    /// Mapcount design of the model [default: nr-mapped, the design of the
-    /// 6.8-era kernel the seed measured].
-    #[arg(long)]
-    mapcount: Option<Design>,
+    common: CommonArgs,
 }
 
 /// What one row measures in each round.
@@ -43,7 +38,6 @@ enum Setup {
     Host,
 }
 
-#[derive(serde::Serialize)]
 struct ZapRow {
     folio_kb: u64,
     /// Every sample, per-page and batched (and host), in round order.
@@ -65,10 +59,11 @@ struct ZapRow {
 }
 
 pub(super) fn run(a: &Seed001Args) -> Result<()> {
-    let size = a.host.size()?;
-    let rounds = a.host.runs.max(2);
+    let a = &a.common;
+    let size = a.size_or("1G")?;
+    let rounds = a.runs_or(3);
     let design = a.mapcount.unwrap_or(Design::NrMapped);
-    let with_host = !a.host.no_host;
+    let with_host = !a.no_host;
     let bar = progress(SEED_001.len() as u64 * (rounds as u64 + 1) * (2 + with_host as u64));
     let (mut rows, mut note) = (Vec::new(), None);
     let host_failed = Cell::new(!with_host);
@@ -76,7 +71,7 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
         let order = (kb / 4).trailing_zeros();
         let mut setups = Vec::new();
         for zap in [ZapStrategy::PerPage, ZapStrategy::Batched] {
-            setups.push(Setup::Model(zap, machine_for(size, Config { zap, mapcount: design, ..Config::default() })?));
+            setups.push(Setup::Model(zap, machine_for(size, Config { zap, ..a.config(design) })?));
         }
         if !host_failed.get() {
             setups.push(Setup::Host);
@@ -143,14 +138,15 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
         });
     }
     bar.finish_and_clear();
-    let settings = serde_json::json!({ "size": size, "rounds": rounds, "mapcount": design.name() });
-    a.host.save.save(|| saved(&rows, settings.clone()))?;
+    let mut settings = a.settings();
+    settings["size"] = size.into();
+    settings["rounds"] = rounds.into();
+    settings["mapcount"] = design.name().into();
     let why = explain(&rows, size);
-    if a.host.json {
-        return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": note, "why": why }));
-    }
-    if a.host.csv {
-        return print_csv(csv_rows(&rows));
+    let notes = why.rows.iter().map(|(kb, off, text)| format!("{kb}KiB, {off:+.0} points off the seed: {text}"));
+    let notes: Vec<String> = notes.chain(note.clone()).collect();
+    if a.out.emit(|| SavedRun { notes, ..saved(&rows, settings) })? {
+        return Ok(());
     }
     print_table(&rows, size, rounds, design);
     print_costs(&rows);
@@ -161,7 +157,6 @@ pub(super) fn run(a: &Seed001Args) -> Result<()> {
 
 /// Each machine's fitted prices, and the reason for each row whose model
 /// change is more than 10 points off the seed's (see [`explain`]).
-#[derive(serde::Serialize)]
 struct Why {
     model: Option<Prices>,
     seed: Option<Prices>,
@@ -225,50 +220,32 @@ fn print_why(why: &Why) {
 
 /// The run as a saved run: one table, a row per folio size.
 fn saved(rows: &[ZapRow], settings: serde_json::Value) -> SavedRun {
-    let series = |name: &str, samples: &[f64]| Series { name: name.into(), samples: samples.to_vec() };
+    // Per 4K page unmapped: what the deterministic costs count.
+    let counters = |c: [f64; 3]| {
+        let names = ["rmap_rmw_per_page", "memmap_lines_per_page", "zap_batches_per_page"];
+        names.into_iter().map(String::from).zip(c).collect()
+    };
+    let series = |name: &str, samples: &[f64], c: Option<[f64; 3]>| Series {
+        name: name.into(),
+        samples: samples.to_vec(),
+        counters: c.map_or_else(Vec::new, counters),
+    };
     let rows = rows
         .iter()
         .map(|r| Row {
             label: format!("{}KiB", r.folio_kb),
-            series: [series("per-page", &r.per_page_samples), series("batched", &r.batched_samples)]
-                .into_iter()
-                .chain((!r.host_samples.is_empty()).then(|| series("host", &r.host_samples)))
-                .collect(),
+            series: [
+                series("per-page", &r.per_page_samples, Some(r.costs[0])),
+                series("batched", &r.batched_samples, Some(r.costs[1])),
+            ]
+            .into_iter()
+            .chain((!r.host_samples.is_empty()).then(|| series("host", &r.host_samples, None)))
+            .collect(),
             published: vec![("mm-unstable".into(), r.seed_before_s), ("New".into(), r.seed_after_s)],
         })
         .collect();
     let table = Table { name: "munmap of PTE-mapped folios".into(), unit: "s".into(), higher_is_better: false, rows };
     SavedRun::new("seed-001", settings, vec![table])
-}
-
-/// A row of `--csv`.
-#[derive(serde::Serialize)]
-struct CsvRow {
-    folio_kb: u64,
-    per_page_mean_s: f64,
-    batched_mean_s: f64,
-    change_pct: f64,
-    change_lo: f64,
-    change_hi: f64,
-    host_mean_s: Option<f64>,
-    seed_before_s: f64,
-    seed_after_s: f64,
-    seed_change_pct: i32,
-}
-
-fn csv_rows(rows: &[ZapRow]) -> impl Iterator<Item = CsvRow> + '_ {
-    rows.iter().map(|r| CsvRow {
-        folio_kb: r.folio_kb,
-        per_page_mean_s: r.per_page.mean,
-        batched_mean_s: r.batched.mean,
-        change_pct: r.change.pct,
-        change_lo: r.change.lo,
-        change_hi: r.change.hi,
-        host_mean_s: r.host.map(|h| h.mean),
-        seed_before_s: r.seed_before_s,
-        seed_after_s: r.seed_after_s,
-        seed_change_pct: r.seed_change_pct,
-    })
 }
 
 fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {

@@ -25,24 +25,25 @@ use anyhow::{ensure, Context, Result};
 use foliomm::internals::machine::{HugeSize, HugetlbSync};
 use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
-use foliomm::{Config, Machine, MmapFlags, Prot};
+use foliomm::{Config, Design, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
 use super::page_fault::run_threads;
+use super::progress;
 use super::published::SEED_002;
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::change;
-use super::{print_json, progress, region_size};
 
 /// The 2 MiB huge pages the benchmark uses.
 const HPAGE: u64 = 1 << 21;
 
 #[derive(clap::Args)]
 pub(super) struct Seed002Args {
-    /// The shared hugetlb area (a multiple of 1G, so that PMD tables can
-    /// be shared; the seed's was 250G).
-    #[arg(long, default_value = "1G")]
-    size: String,
+    /// The common options (--size: the shared hugetlb area, a multiple of
+    /// 1G so that PMD tables can be shared, 1G by default; the seed's was
+    /// 250G).
+    #[command(flatten)]
+    common: super::CommonArgs,
     /// Instance counts (processes), comma-separated; the combined run uses
     /// the largest, half forking and half faulting.
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -54,8 +55,6 @@ pub(super) struct Seed002Args {
     /// 1024, and at most the area's).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
     touched: u64,
-    #[command(flatten)]
-    rounds: super::RoundArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -89,8 +88,8 @@ struct Figures {
 }
 
 pub(super) fn run(a: &Seed002Args) -> Result<()> {
-    let size = region_size(&a.size)?;
-    ensure!(size.is_multiple_of(1 << 30), "--size: expected a multiple of 1G, found {}", a.size);
+    let size = a.common.size_or("1G")?;
+    ensure!(size.is_multiple_of(1 << 30), "--size: expected a multiple of 1G, found {} MiB", size >> 20);
     let max = a.instances.iter().copied().max().unwrap_or(1).max(2);
     let mut configs: Vec<Vec<Program>> = Vec::new();
     for p in [Program::Fork, Program::Fault] {
@@ -98,7 +97,7 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
     }
     configs.push((0..max).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
     let mut runners: Vec<Runner> = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).collect();
-    if !a.rounds.no_host {
+    if !a.common.no_host {
         runners.push(Runner::Host);
     }
     let mut figs: Vec<Figures> = Vec::new();
@@ -108,7 +107,7 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
             figs.push(Figures { runner, programs: programs.clone(), rates, transfers: Vec::new() });
         }
     }
-    let rounds = a.rounds.runs.max(2);
+    let rounds = a.common.runs_or(5);
     let bar = progress((rounds as u64 + 1) * figs.len() as u64);
     let mut host_note = None;
     // A warm-up round first, not kept.
@@ -140,10 +139,13 @@ pub(super) fn run(a: &Seed002Args) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    let settings = serde_json::json!({ "size": size, "rounds": rounds, "instances": a.instances });
-    a.rounds.save.save(|| saved(&figs, settings))?;
-    if a.rounds.json {
-        return print_json(&figs);
+    let mut settings = a.common.settings();
+    settings["size"] = size.into();
+    settings["rounds"] = rounds.into();
+    settings["instances"] = serde_json::json!(a.instances);
+    let notes = host_note.iter().cloned().collect();
+    if a.common.out.emit(|| SavedRun { notes, ..saved(&figs, settings) })? {
+        return Ok(());
     }
     print_tables(&figs, size, max as usize, host_note);
     Ok(())
@@ -156,7 +158,7 @@ fn model(
     size: u64,
     a: &Seed002Args,
 ) -> Result<(Vec<(Program, f64)>, Transfers)> {
-    let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..Config::default() };
+    let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..a.common.config(Design::MmId) };
     let m = Machine::new(config)?;
     let pages = size / HPAGE;
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
@@ -274,7 +276,9 @@ fn saved(figs: &[Figures], settings: serde_json::Value) -> SavedRun {
         for (p, samples) in f.rates.iter().filter(|(_, r)| !r.is_empty()) {
             let what = if *p == Program::Fork { "forks/s" } else { "faults/s" };
             let label = format!("{}{} x{}", if mixed { "combined: " } else { "" }, what, f.programs.len());
-            let series = Series { name: runner_name(f.runner), samples: samples.clone() };
+            // Cache-line transfers per operation (the model's, deterministic).
+            let counters = f.transfers.iter().map(|(s, v)| (format!("{s}_transfers_per_op"), *v)).collect();
+            let series = Series { name: runner_name(f.runner), samples: samples.clone(), counters };
             match rows.iter_mut().find(|r| r.label == label) {
                 Some(r) => r.series.push(series),
                 None => rows.push(Row { label, series: vec![series], published: Vec::new() }),

@@ -25,19 +25,18 @@ use foliomm_host::sys::{self, memfd, Map};
 use super::harness::{interleaved, metric};
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize, Change};
-use super::{new_table, print_json, progress, region_size};
+use super::{new_table, progress};
 
 #[derive(clap::Args)]
 pub(super) struct Seed003Args {
-    /// The shmem file mapped (the seed's 2G).
-    #[arg(long, default_value = "2G")]
-    size: String,
+    /// The common options (--size: the shmem file mapped, the seed's 2G by
+    /// default; the benchmark compares four designs, so no --mapcount).
+    #[command(flatten)]
+    common: super::CommonArgs,
     /// Timed munmap(mmap()) pairs per round, after one that fills the file
     /// (the seed made 100, the first of which filled it); 1 to 10000.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     iterations: u32,
-    #[command(flatten)]
-    rounds: super::RoundArgs,
 }
 
 const DESIGNS: [Design; 4] = [Design::Subpage, Design::CompoundLocked, Design::NrMapped, Design::MmId];
@@ -88,16 +87,15 @@ struct CaseRow {
 }
 
 pub(super) fn run(a: &Seed003Args) -> Result<()> {
-    let size = region_size(&a.size)?;
+    a.common.refuse("mapcount", "seed-003 compares subpage, compound-locked, nr-mapped and mm-id")?;
+    let size = a.common.size_or("2G")?;
     let iterations = a.iterations.max(1);
-    let rounds = a.rounds.runs.max(2);
+    let rounds = a.common.runs_or(5);
     let mut setups = DESIGNS
         .iter()
-        .map(|&d| {
-            Ok(Setup::Model(d, Machine::new(Config { memory: size + (256 << 20), mapcount: d, ..Config::default() })?))
-        })
+        .map(|&d| Ok(Setup::Model(d, Machine::new(Config { memory: size + (256 << 20), ..a.common.config(d) })?)))
         .collect::<Result<Vec<_>>>()?;
-    if !a.rounds.no_host {
+    if !a.common.no_host {
         setups.push(Setup::Host);
     }
     let bar = progress((CASES.len() * setups.len()) as u64 * (rounds as u64 + 1));
@@ -143,10 +141,16 @@ pub(super) fn run(a: &Seed003Args) -> Result<()> {
         });
     }
     bar.finish_and_clear();
-    let settings = serde_json::json!({ "size": size, "iterations": iterations, "rounds": rounds });
-    a.rounds.save.save(|| saved(&rows, size, settings.clone()))?;
-    if a.rounds.json {
-        return print_json(&serde_json::json!({ "settings": settings, "rows": rows, "note": host_note }));
+    let mut settings = a.common.settings();
+    for (k, v) in [("size", size), ("iterations", iterations as u64), ("rounds", rounds as u64)] {
+        settings[k] = v.into();
+    }
+    let printed = a
+        .common
+        .out
+        .emit(|| SavedRun { notes: host_note.iter().cloned().collect(), ..saved(&rows, size, settings) })?;
+    if printed {
+        return Ok(());
     }
     print_table(&rows, size, iterations, rounds, family);
     if let Some(n) = host_note {
@@ -168,8 +172,15 @@ fn saved(rows: &[CaseRow], size: u64, settings: serde_json::Value) -> SavedRun {
             series: names
                 .clone()
                 .zip(&r.samples_s)
-                .filter(|(_, s)| s.iter().all(|v| !v.is_nan()))
-                .map(|(n, s)| Series { name: n.into(), samples: s.clone() })
+                .enumerate()
+                .filter(|(_, (_, s))| s.iter().all(|v| !v.is_nan()))
+                .map(|(i, (n, s))| {
+                    // The rmap cost per pair, deterministic (the designs' only).
+                    let counters = r.costs.get(i).map_or_else(Vec::new, |c| {
+                        vec![("rmap_rmw".into(), c.rmw), ("memmap_lines".into(), c.lines), ("locks".into(), c.locks)]
+                    });
+                    Series { name: n.into(), samples: s.clone(), counters }
+                })
                 .collect(),
             published: [("before (scaled)", Some(*before)), ("after (scaled)", *after)]
                 .into_iter()

@@ -20,24 +20,22 @@ use foliomm::{Config, Machine};
 
 use super::page_fault::{self, Layout, Sample, Test};
 use super::published::SEED_004;
-use super::saved::{Row, SaveArg, SavedRun, Series, Table};
+use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::change;
-use super::{new_table, print_json, progress, region_size};
+use super::{new_table, progress};
 
 #[derive(clap::Args)]
 pub(super) struct Seed004Args {
-    /// Region each thread faults (a multiple of 2M).
-    #[arg(long, default_value = "128M")]
-    size: String,
+    /// The common options (--size: the region each thread faults, 128M by
+    /// default; the report draws a line over thread count per design).
+    #[command(flatten)]
+    common: super::CommonArgs,
     /// Thread counts, comma-separated (each 1 to 1024).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     threads: Vec<usize>,
     /// Loops over its region each thread makes per round (1 to 10000).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     loops: u32,
-    /// Rounds (each runs every configuration once), 1 to 1000.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    runs: u32,
     /// Only this layout: `separate` (threads, a VMA each), `shared`
     /// (threads, one VMA: contended) or `processes` (a process each).
     #[arg(long, value_parser = ["separate", "shared", "processes"])]
@@ -45,15 +43,6 @@ pub(super) struct Seed004Args {
     /// The will-it-scale tests to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "page_fault1,page_fault2,page_fault3")]
     tests: Vec<Test>,
-    /// Skip the host kernel.
-    #[arg(long)]
-    no_host: bool,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// (The report draws a line over thread count per design.)
-    #[command(flatten)]
-    save: SaveArg,
 }
 
 /// Who serves the faults: a model design, or the host kernel.
@@ -89,7 +78,7 @@ struct Figures {
 type Key = (Test, Layout, usize, Backend);
 
 pub(super) fn run(a: &Seed004Args) -> Result<()> {
-    let size = region_size(&a.size)?;
+    let size = a.common.size_or("128M")?;
     if a.threads.is_empty() || a.threads.iter().any(|t| !(1..=1024).contains(t)) {
         bail!("--threads: expected thread counts from 1 to 1024, like 1,2,4");
     }
@@ -101,7 +90,7 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
     };
     let most = *a.threads.iter().max().unwrap();
     let mut backends: Vec<Backend> = DESIGNS.iter().map(|&d| Backend::Model(d)).collect();
-    if !a.no_host {
+    if !a.common.no_host {
         backends.push(Backend::Host);
     }
     let machines: HashMap<VmaLockDesign, Arc<Machine>> = DESIGNS
@@ -113,13 +102,14 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
                 Machine::new(Config {
                     memory: 2 * most as u64 * size + (256 << 20),
                     vma_lock: d,
-                    ..Config::default()
+                    ..a.common.config(foliomm::Design::MmId)
                 })?,
             ))
         })
         .collect::<Result<_>>()?;
     let configs = a.tests.len() * layouts.len() * a.threads.len() * backends.len();
-    let steps = (a.runs.max(1) as usize * configs + DESIGNS.len()) as u64;
+    let runs = a.common.runs_or(3);
+    let steps = ((runs as usize + 1) * configs + DESIGNS.len()) as u64;
     let bar = progress(steps);
     // Warm each machine with both layouts at the most threads: the first
     // touch of model memory is host faults, and until the free lists have
@@ -141,9 +131,11 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
         .flat_map(|(t, l)| a.threads.iter().map(move |&n| (t, l, n)))
         .flat_map(|(t, l, n)| backends.iter().map(move |&b| (t, l, n, b)))
         .collect();
-    for round in 0..a.runs.max(1) {
+    // A warm-up round (0) first, not kept, as every benchmark's.
+    for round in 0..=runs {
         for &(test, layout, threads, b) in &keys {
-            bar.set_message(format!("round {} {test:?} {layout:?} {threads} threads {}", round + 1, b.name()));
+            let which = if round == 0 { "warm-up".to_string() } else { format!("round {round}/{runs}") };
+            bar.set_message(format!("{which} {test:?} {layout:?} {threads} threads {}", b.name()));
             bar.inc(1);
             let samples = match b {
                 Backend::Model(d) => page_fault::model(&machines[&d], test, layout, threads, size, a.loops)
@@ -157,29 +149,19 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
                     }
                 },
             };
-            record(figures.entry((test, layout, threads, b)).or_default(), &samples, size, a.loops);
+            if round > 0 {
+                record(figures.entry((test, layout, threads, b)).or_default(), &samples, size, a.loops);
+            }
         }
     }
     bar.finish_and_clear();
-    let settings = serde_json::json!({ "size": size, "loops": a.loops, "rounds": a.runs });
-    a.save.save(|| saved(&figures, a, &layouts, &backends, settings))?;
-    if a.json {
-        let rows: Vec<_> = figures
-            .iter()
-            .map(|((test, l, t, b), f)| {
-                let transfers: HashMap<&str, f64> =
-                    Structure::ALL.iter().map(|&s| (s.name(), f.transfers.of(s) as f64 / f.faults as f64)).collect();
-                serde_json::json!({
-                    "test": test, "layout": l, "threads": t, "backend": b.name(),
-                    "faults_per_cpu_hmean": hmean(&f.per_cpu), "faults_per_sec_hmean": hmean(&f.per_sec),
-                    "faults_per_cpu": f.per_cpu, "faults_per_sec": f.per_sec,
-                    "transfers_per_fault": if matches!(b, Backend::Host) { None } else { Some(transfers) },
-                })
-            })
-            .collect();
-        return print_json(
-            &serde_json::json!({ "size": size, "loops": a.loops, "runs": a.runs, "rows": rows, "note": host_note }),
-        );
+    let mut settings = a.common.settings();
+    for (k, v) in [("size", size), ("loops", a.loops as u64), ("rounds", runs as u64)] {
+        settings[k] = v.into();
+    }
+    let notes = host_note.iter().cloned().collect();
+    if a.common.out.emit(|| SavedRun { notes, ..saved(&figures, a, &layouts, &backends, settings) })? {
+        return Ok(());
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for &test in &a.tests {
@@ -220,6 +202,7 @@ fn saved(
                             .map(|(b, f)| Series {
                                 name: b.name(),
                                 samples: if per_cpu { f.per_cpu.clone() } else { f.per_sec.clone() },
+                                counters: transfers_per_fault(b, f),
                             })
                             .collect(),
                         published: Vec::new(),
@@ -231,6 +214,16 @@ fn saved(
         }
     }
     SavedRun::new("seed-004", settings, tables)
+}
+
+/// The model's cache-line transfers per fault, by structure (none for the
+/// host kernel, which the model cannot count).
+fn transfers_per_fault(b: Backend, f: &Figures) -> Vec<(String, f64)> {
+    if b == Backend::Host {
+        return Vec::new();
+    }
+    let per_fault = |s: Structure| f.transfers.of(s) as f64 / f.faults.max(1) as f64;
+    Structure::ALL.iter().map(|&s| (format!("{}_transfers_per_fault", s.name()), per_fault(s))).collect()
 }
 
 /// Adds one round's samples to `f`.
@@ -285,7 +278,7 @@ fn print_scaling(
         layout.name(),
         size >> 20,
         a.loops,
-        a.runs.max(1)
+        a.common.runs_or(3)
     );
     // Each design but the base, at each thread count, for both metrics.
     let family = 2 * threads.len() * (DESIGNS.len() - 1);

@@ -4,19 +4,21 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use foliomm::Config;
+use foliomm::{Config, Design};
 
 use super::harness::{interleaved, metric};
 use super::saved::{Row, SavedRun, Series, Table};
 use super::stats::{change, summarize};
-use super::{machine_for, model_populate, new_table, print_csv, print_json, progress, secs, CommonArgs};
+use super::{machine_for, model_populate, new_table, progress, secs, CommonArgs};
 
 pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
-    let rounds = a.runs.max(2);
+    let rounds = a.runs_or(3);
     let configs = [("TLB on (2048 entries)", 2048usize), ("TLB off (walk every access)", 0)];
     let machines = configs
         .iter()
-        .map(|&(name, entries)| Ok((name, machine_for(size, Config { tlb_entries: entries, ..Config::default() })?)))
+        .map(|&(name, entries)| {
+            Ok((name, machine_for(size, Config { tlb_entries: entries, ..a.config(Design::MmId) })?))
+        })
         .collect::<Result<Vec<_>>>()?;
     let bar = progress(configs.len() as u64 * (rounds as u64 + 1));
     let samples = interleaved(
@@ -36,23 +38,11 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     )?;
     bar.finish_and_clear();
     let [fault, write] = [0, 1].map(|k| samples.iter().map(|s| metric(s, k)).collect::<Vec<_>>());
-    let rows: Vec<_> = configs
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| {
-            serde_json::json!({ "config": name, "fault_s": summarize(&fault[i]), "write_all_bytes_s": summarize(&write[i]),
-                "fault_samples_s": fault[i], "write_samples_s": write[i] })
-        })
-        .collect();
     let (fault_change, write_change) = (change(&fault[1], &fault[0], 2), change(&write[1], &write[0], 2));
-    a.save.save(|| {
+    let printed = a.out.emit(|| {
         let row = |label: &str, samples: &[Vec<f64>]| Row {
             label: label.into(),
-            series: configs
-                .iter()
-                .zip(samples)
-                .map(|((n, _), s)| Series { name: n.to_string(), samples: s.clone() })
-                .collect(),
+            series: configs.iter().zip(samples).map(|((n, _), s)| Series::timed(*n, s.clone())).collect(),
             published: Vec::new(),
         };
         let rows = vec![row("fault, one write per page", &fault), row("write every byte", &write)];
@@ -62,28 +52,13 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
             higher_is_better: false,
             rows,
         };
-        SavedRun::new("tlb", serde_json::json!({ "size": size, "rounds": rounds }), vec![table])
+        let mut settings = a.settings();
+        settings["size"] = size.into();
+        settings["rounds"] = rounds.into();
+        SavedRun::new("tlb", settings, vec![table])
     })?;
-    if a.json {
-        return print_json(&serde_json::json!({ "rounds": rounds, "rows": rows,
-            "on_against_off": { "fault": fault_change, "write": write_change } }));
-    }
-    if a.csv {
-        let row = |(i, (name, _)): (usize, &(&str, usize))| {
-            (name.to_string(), summarize(&fault[i]).mean, summarize(&write[i]).mean)
-        };
-        #[derive(serde::Serialize)]
-        struct CsvRow {
-            config: String,
-            fault_mean_s: f64,
-            write_all_bytes_mean_s: f64,
-        }
-        let rows = configs.iter().enumerate().map(row);
-        return print_csv(rows.map(|(config, fault_mean_s, write_all_bytes_mean_s)| CsvRow {
-            config,
-            fault_mean_s,
-            write_all_bytes_mean_s,
-        }));
+    if printed {
+        return Ok(());
     }
     println!(
         "Faulting {} MiB with 4K pages (one write per page), then writing every byte; mean of {rounds} interleaved rounds:\n",
