@@ -9,6 +9,7 @@
 
 mod expect;
 mod file_cmd;
+mod mapping_cmd;
 mod parallel;
 mod process;
 mod state;

@@ -2,14 +2,13 @@
 //! forking and exiting, writing and reading (checked against the reference
 //! byte model), observing and pinning.
 
-use foliomm::internals::mm::Advice;
 use foliomm::Errno;
 
 use super::state::State;
 use super::{Failed, StepResult};
 use crate::backend::{BackendResult, StepError, Thread};
 use crate::lang::{Cmd, Place, Step};
-use crate::op::{Access, MmapRequest, Op, Reply};
+use crate::op::{Access, Op, Reply};
 
 pub(super) fn errno(e: Errno) -> String {
     e.name().to_string()
@@ -36,55 +35,8 @@ impl State<'_> {
     pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
         let t = Thread { proc: &p, tid };
         match &step.cmd {
-            Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve } => {
-                // With `align`, map `len + align` and unmap what lies outside
-                // the aligned part, as the kernel selftests do.
-                let extra = align.unwrap_or(0);
-                let Some(total) = len.checked_add(extra) else {
-                    return Err(format!("mmap of {len:#x} bytes aligned to {extra:#x}: the sum overflows").into());
-                };
-                let handle = match file {
-                    Some(f) => Some(self.file(f, &p)?),
-                    None => None,
-                };
-                let req = MmapRequest {
-                    at: *at,
-                    len: total,
-                    prot: *prot,
-                    fixed: *fixed,
-                    populate: *populate,
-                    shared: *shared,
-                    hugetlb: *hugetlb,
-                    noreserve: *noreserve,
-                    file: handle.map(|(h, _)| (h, *offset)),
-                };
-                let got = self.perform(t, Op::Mmap(req)).and_then(Reply::value);
-                let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
-                let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
-                let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
-                if addr > raw {
-                    self.perform(t, Op::Munmap { addr: raw, len: addr - raw }).map_err(trim)?;
-                }
-                if raw + total > addr + len {
-                    let tail = Op::Munmap { addr: addr + len, len: raw + total - (addr + len) };
-                    self.perform(t, tail).map_err(trim)?;
-                }
-                self.maps.insert(name.clone(), (addr, *len));
-                let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
-                if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
-                    self.hugetlb.insert(name.clone(), size);
-                }
-                let rs = self.refs.get_mut(&p).unwrap();
-                match handle {
-                    Some((_, id)) => rs.map_file(addr, *len, *prot, id, (offset + (addr - raw)) / 4096, *shared),
-                    // Shared anonymous memory is a file of its own.
-                    None if *shared => {
-                        let id = self.ref_files.new_file(*len);
-                        rs.map_file(addr, *len, *prot, id, 0, true)
-                    }
-                    None => rs.map(addr, *len, *prot),
-                }
-                Ok(format!("{name} = {addr:#x}"))
+            Cmd::Mmap { .. } | Cmd::Munmap(_) | Cmd::Mprotect(..) | Cmd::Madvise(..) | Cmd::Mremap { .. } => {
+                self.mapping_step(step, t)
             }
             Cmd::CreateFile { .. }
             | Cmd::Truncate { .. }
@@ -93,70 +45,6 @@ impl State<'_> {
             | Cmd::Pwrite { .. }
             | Cmd::Pread { .. } => self.file_step(step, t),
             Cmd::Observe { place, name } if self.files.contains_key(&place.map) => self.file_step(step, t),
-            Cmd::Munmap(pl) => {
-                let (a, l) = self.place(pl)?;
-                if outcome(step, self.perform(t, Op::Munmap { addr: a, len: l }))?.is_some() {
-                    self.refs.get_mut(&p).unwrap().unmap(a, l);
-                }
-                Ok("ok".into())
-            }
-            Cmd::Mprotect(pl, prot) => {
-                let (a, l) = self.place(pl)?;
-                if outcome(step, self.perform(t, Op::Mprotect { addr: a, len: l, prot: *prot }))?.is_some() {
-                    self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
-                }
-                Ok("ok".into())
-            }
-            Cmd::Madvise(pl, adv) => {
-                let (a, l) = self.place(pl)?;
-                let r = self.perform(t, Op::Madvise { addr: a, len: l, advice: *adv }).and_then(Reply::done);
-                // A madvise that fails with EINVAL changed nothing (Linux
-                // checks first); one that meets a hole (ENOMEM) acted on the
-                // mapped parts.
-                let acted = matches!(r, Ok(()) | Err(StepError::Errno(Errno::ENOMEM)));
-                if *adv == Advice::DontNeed && acted {
-                    // On hugetlb the range's end is rounded down to a huge page.
-                    let l = if let Some(huge) = self.hugetlb.get(&pl.map).map(|s| s.bytes()) {
-                        (a + l) / huge * huge - a.min((a + l) / huge * huge)
-                    } else {
-                        l
-                    };
-                    self.refs.get_mut(&p).unwrap().zap(a, l);
-                }
-                if *adv == Advice::Remove && r.is_ok() {
-                    self.refs.get_mut(&p).unwrap().remove(a, l);
-                }
-                outcome(step, r)?;
-                Ok("ok".into())
-            }
-            Cmd::Mremap { name, from, size, to } => {
-                let (a, l) = self.place(from)?;
-                let new_len = size.unwrap_or(l);
-                let target = match to {
-                    Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
-                    None => None,
-                };
-                let Some(n) = outcome(
-                    step,
-                    self.perform(t, Op::Mremap { addr: a, len: l, new_len, to: target }).and_then(Reply::value),
-                )?
-                else {
-                    return Ok("failed as expected".into());
-                };
-                let rs = self.refs.get_mut(&p).unwrap();
-                if target.is_some() {
-                    rs.unmap(n, new_len);
-                }
-                rs.remap(a, l.min(new_len), n, new_len);
-                if n != a {
-                    rs.unmap(a, l);
-                } else if new_len < l {
-                    // Shrunk in place: the tail is gone.
-                    rs.unmap(a + new_len, l - new_len);
-                }
-                self.maps.insert(name.clone(), (n, new_len));
-                Ok(format!("{name} = {n:#x}"))
-            }
             Cmd::Fork(child) => {
                 if self.live.contains(child) || self.exited.contains(child) {
                     return Err(format!("process {child} already exists").into());
@@ -206,29 +94,7 @@ impl State<'_> {
                 self.write(step, t, place, Access::Pattern { origin, seed: *seed })?;
                 Ok(format!("wrote pattern {seed}"))
             }
-            Cmd::Read { place, every_byte } => {
-                let (a, l) = self.place(place)?;
-                // A read that should succeed goes in chunks, so that verifying
-                // a large mapping needs no buffer of its size.
-                let chunk = if step.fails.is_none() { READ_CHUNK } else { l.max(1) };
-                let (mut done, mut bytes) = (0, 0);
-                while done < l || (l == 0 && done == 0) {
-                    let (at, len) = (a + done, (l - done).min(chunk));
-                    let read = Op::Access { addr: at, len, access: Access::Read { every_byte: *every_byte } };
-                    let got = self.perform(t, read).and_then(Reply::bytes);
-                    let Some(got) = outcome(step, got)? else {
-                        return Ok("failed as expected".into());
-                    };
-                    let rs = self.refs.get_mut(&p).unwrap();
-                    let want = if *every_byte { rs.read(at, len) } else { rs.read_byte_per_page(at, len) };
-                    let want =
-                        want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
-                    compare_bytes(at, *every_byte, &got, &want)?;
-                    bytes += got.len();
-                    done += len.max(1);
-                }
-                Ok(format!("{bytes} bytes as expected"))
-            }
+            Cmd::Read { .. } => self.read_step(step, t),
             Cmd::Observe { place, name } => {
                 let (a, l) = self.place(place)?;
                 let Some(o) =
@@ -238,21 +104,7 @@ impl State<'_> {
                 };
                 Ok(self.record(name, o))
             }
-            Cmd::Pin { name, place, kind } => {
-                if !self.backend.supports_gup(*kind) {
-                    let why =
-                        format!("cannot take a {kind} reference: the {} backend has no way to", self.backend.name());
-                    return Err(StepError::Unsupported(why).into());
-                }
-                let (a, l) = self.place(place)?;
-                let Some(id) =
-                    outcome(step, self.perform(t, Op::Pin { addr: a, len: l, kind: *kind }).and_then(Reply::value))?
-                else {
-                    return Ok("failed as expected".into());
-                };
-                self.pins.insert(name.clone(), (id, p.clone(), tid));
-                Ok(format!("{name} pinned"))
-            }
+            Cmd::Pin { .. } => self.pin_step(step, t),
             Cmd::Unpin(name) => {
                 let (pin, holder, tid) = self.pins.remove(name).ok_or_else(|| format!("unknown pin '{name}'"))?;
                 outcome(step, self.perform(Thread { proc: &holder, tid }, Op::Unpin { pin }))?;
@@ -274,6 +126,51 @@ impl State<'_> {
             }
             _ => unreachable!("global commands have no process"),
         }
+    }
+
+    /// A read, in chunks where it should succeed (no buffer of a large
+    /// mapping), each compared with the reference model.
+    fn read_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Read { place, every_byte } = &step.cmd else { unreachable!("not this step") };
+        let (a, l) = self.place(place)?;
+        // A read that should succeed goes in chunks, so that verifying
+        // a large mapping needs no buffer of its size.
+        let chunk = if step.fails.is_none() { READ_CHUNK } else { l.max(1) };
+        let (mut done, mut bytes) = (0, 0);
+        while done < l || (l == 0 && done == 0) {
+            let (at, len) = (a + done, (l - done).min(chunk));
+            let read = Op::Access { addr: at, len, access: Access::Read { every_byte: *every_byte } };
+            let got = self.perform(t, read).and_then(Reply::bytes);
+            let Some(got) = outcome(step, got)? else {
+                return Ok("failed as expected".into());
+            };
+            let rs = self.refs.get_mut(&p).unwrap();
+            let want = if *every_byte { rs.read(at, len) } else { rs.read_byte_per_page(at, len) };
+            let want =
+                want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
+            compare_bytes(at, *every_byte, &got, &want)?;
+            bytes += got.len();
+            done += len.max(1);
+        }
+        Ok(format!("{bytes} bytes as expected"))
+    }
+
+    /// Takes GUP references of `kind` on a place, by a kind the backend can take.
+    fn pin_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Pin { name, place, kind } = &step.cmd else { unreachable!("not this step") };
+        if !self.backend.supports_gup(*kind) {
+            let why = format!("cannot take a {kind} reference: the {} backend has no way to", self.backend.name());
+            return Err(StepError::Unsupported(why).into());
+        }
+        let (a, l) = self.place(place)?;
+        let Some(id) = outcome(step, self.perform(t, Op::Pin { addr: a, len: l, kind: *kind }).and_then(Reply::value))?
+        else {
+            return Ok("failed as expected".into());
+        };
+        self.pins.insert(name.clone(), (id, p, t.tid));
+        Ok(format!("{name} pinned"))
     }
 }
 

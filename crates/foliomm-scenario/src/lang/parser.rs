@@ -139,112 +139,7 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
 fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
     let col = l.col();
     match l.next("a command")? {
-        "set" => {
-            let col = l.col();
-            match l.next(&format!("a setting ({})", settings::names(None)))? {
-                "memory" if l.eat("at") => {
-                    let col = l.col();
-                    if !l.eat("least") {
-                        return l.err(col, "expected 'least' (set memory at least SIZE)");
-                    }
-                    Ok(Cmd::SetMachine(MachineSetting::MemoryAtLeast(memory_size(l)?)))
-                }
-                "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(memory_size(l)?))),
-                "mapcount" => {
-                    let d = named(l, "mapcount design", Design::parse, &Design::names())?;
-                    Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
-                }
-                "kernel" => {
-                    let col = l.col();
-                    match l.next("a kernel release (like 6.8)")?.parse() {
-                        Ok(v) => Ok(Cmd::SetMachine(MachineSetting::Kernel(v))),
-                        Err(why) => l.err(col, why),
-                    }
-                }
-                "rmap_id_stage" => {
-                    let s = named(l, "seed 000 stage", RmapIdStage::parse, &RmapIdStage::names())?;
-                    Ok(Cmd::SetMachine(MachineSetting::RmapIdStage(s)))
-                }
-                "tlb" => {
-                    let col = l.col();
-                    match l.size("a number of TLB entries")? {
-                        n if n <= MAX_TLB_ENTRIES => Ok(Cmd::SetMachine(MachineSetting::Tlb(n))),
-                        n => l.err(col, format!("expected at most {MAX_TLB_ENTRIES} TLB entries per CPU, found {n}")),
-                    }
-                }
-                "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
-                "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
-                "max_map_count" => {
-                    // The sysctl takes 0 to INT_MAX.
-                    let col = l.col();
-                    match l.size("a number of VMAs")? {
-                        n if n <= i32::MAX as u64 => Ok(Cmd::SetMachine(MachineSetting::MaxMapCount(n))),
-                        n => l.err(col, format!("expected at most {} VMAs, found {n}", i32::MAX)),
-                    }
-                }
-                "zap" => Ok(Cmd::SetMachine(MachineSetting::Zap(named(
-                    l,
-                    "zap strategy",
-                    ZapStrategy::parse,
-                    "batched, per-page",
-                )?))),
-                "vma_lock" => Ok(Cmd::SetMachine(MachineSetting::VmaLock(named(
-                    l,
-                    "VMA-lock design",
-                    VmaLockDesign::parse,
-                    "mmap-lock, vma-rwsem, vma-refcount",
-                )?))),
-                "hugetlb_sync" => Ok(Cmd::SetMachine(MachineSetting::HugetlbSync(named(
-                    l,
-                    "hugetlb synchronization design",
-                    HugetlbSync::parse,
-                    "i-mmap-rwsem, vma-lock, no-lock",
-                )?))),
-                "check" => {
-                    let col = l.col();
-                    match l.next("on or off")? {
-                        "on" => Ok(Cmd::SetCheck(true)),
-                        "off" => Ok(Cmd::SetCheck(false)),
-                        t => l.err(col, format!("expected on or off, found '{t}'")),
-                    }
-                }
-                "thp" => parse_thp(l),
-                "shmem" => parse_shmem(l),
-                "hugetlb" => {
-                    let col = l.col();
-                    let t = l.next("pages=N")?;
-                    let Some(pages) = t.strip_prefix("pages=").and_then(parse_size) else {
-                        return l.err(col, format!("expected pages=N (the pool's nr_hugepages), found '{t}'"));
-                    };
-                    let (mut overcommit, mut size) = (None, HugeSize::Pmd);
-                    while let Some(t) = l.peek() {
-                        let col = l.col();
-                        if let Some(v) = t.strip_prefix("size=") {
-                            let Some(s) = parse_size(v).and_then(HugeSize::of_bytes) else {
-                                return l.err(col, format!("expected size=2M or size=1G, found '{t}'"));
-                            };
-                            size = s;
-                        } else {
-                            overcommit = t.strip_prefix("overcommit=").and_then(parse_size);
-                            if overcommit.is_none() {
-                                return l.err(
-                                    col,
-                                    format!(
-                                        "expected overcommit=N (nr_overcommit_hugepages) or size=2M|1G, found '{t}'"
-                                    ),
-                                );
-                            }
-                        }
-                        l.pos += 1;
-                    }
-                    if size == HugeSize::Pud && overcommit.is_some_and(|n| n > 0) {
-                        return l.err(col, "1 GiB huge pages cannot be overcommitted (Linux: EINVAL)");
-                    }
-                    Ok(Cmd::SetHugetlb { pages, overcommit, size })
-                }
-                t => l.err(col, settings::unknown(t)),
-            }
-        }
+        "set" => parse_set(l),
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
         "end" => Ok(Cmd::End),
         "parallel" => Ok(Cmd::Parallel(Vec::new())),
@@ -308,6 +203,111 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
 /// `set shmem enabled=MODE SIZE=MODE...`: `shmem_enabled` (always,
 /// within_size, advise, never, deny, force) and the per-size modes
 /// (always, inherit, within_size, advise, never) for 8K to 2M.
+/// `set NAME VALUE`, after the `set`: a setting of the table in
+/// [`super::settings`].
+fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
+    let col = l.col();
+    match l.next(&format!("a setting ({})", settings::names(None)))? {
+        "memory" if l.eat("at") => {
+            let col = l.col();
+            if !l.eat("least") {
+                return l.err(col, "expected 'least' (set memory at least SIZE)");
+            }
+            Ok(Cmd::SetMachine(MachineSetting::MemoryAtLeast(memory_size(l)?)))
+        }
+        "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(memory_size(l)?))),
+        "mapcount" => {
+            let d = named(l, "mapcount design", Design::parse, &Design::names())?;
+            Ok(Cmd::SetMachine(MachineSetting::Mapcount(d)))
+        }
+        "kernel" => {
+            let col = l.col();
+            match l.next("a kernel release (like 6.8)")?.parse() {
+                Ok(v) => Ok(Cmd::SetMachine(MachineSetting::Kernel(v))),
+                Err(why) => l.err(col, why),
+            }
+        }
+        "rmap_id_stage" => {
+            let s = named(l, "seed 000 stage", RmapIdStage::parse, &RmapIdStage::names())?;
+            Ok(Cmd::SetMachine(MachineSetting::RmapIdStage(s)))
+        }
+        "tlb" => {
+            let col = l.col();
+            match l.size("a number of TLB entries")? {
+                n if n <= MAX_TLB_ENTRIES => Ok(Cmd::SetMachine(MachineSetting::Tlb(n))),
+                n => l.err(col, format!("expected at most {MAX_TLB_ENTRIES} TLB entries per CPU, found {n}")),
+            }
+        }
+        "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
+        "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
+        "max_map_count" => {
+            // The sysctl takes 0 to INT_MAX.
+            let col = l.col();
+            match l.size("a number of VMAs")? {
+                n if n <= i32::MAX as u64 => Ok(Cmd::SetMachine(MachineSetting::MaxMapCount(n))),
+                n => l.err(col, format!("expected at most {} VMAs, found {n}", i32::MAX)),
+            }
+        }
+        "zap" => {
+            Ok(Cmd::SetMachine(MachineSetting::Zap(named(l, "zap strategy", ZapStrategy::parse, "batched, per-page")?)))
+        }
+        "vma_lock" => Ok(Cmd::SetMachine(MachineSetting::VmaLock(named(
+            l,
+            "VMA-lock design",
+            VmaLockDesign::parse,
+            "mmap-lock, vma-rwsem, vma-refcount",
+        )?))),
+        "hugetlb_sync" => Ok(Cmd::SetMachine(MachineSetting::HugetlbSync(named(
+            l,
+            "hugetlb synchronization design",
+            HugetlbSync::parse,
+            "i-mmap-rwsem, vma-lock, no-lock",
+        )?))),
+        "check" => {
+            let col = l.col();
+            match l.next("on or off")? {
+                "on" => Ok(Cmd::SetCheck(true)),
+                "off" => Ok(Cmd::SetCheck(false)),
+                t => l.err(col, format!("expected on or off, found '{t}'")),
+            }
+        }
+        "thp" => parse_thp(l),
+        "shmem" => parse_shmem(l),
+        "hugetlb" => parse_hugetlb(l),
+        t => l.err(col, settings::unknown(t)),
+    }
+}
+
+/// `set hugetlb pages=N [overcommit=N] [size=2M|1G]`, after the `hugetlb`.
+fn parse_hugetlb(l: &mut Line) -> Result<Cmd, ParseError> {
+    let col = l.col();
+    let t = l.next("pages=N")?;
+    let Some(pages) = t.strip_prefix("pages=").and_then(parse_size) else {
+        return l.err(col, format!("expected pages=N (the pool's nr_hugepages), found '{t}'"));
+    };
+    let (mut overcommit, mut size) = (None, HugeSize::Pmd);
+    while let Some(t) = l.peek() {
+        let col = l.col();
+        if let Some(v) = t.strip_prefix("size=") {
+            let Some(s) = parse_size(v).and_then(HugeSize::of_bytes) else {
+                return l.err(col, format!("expected size=2M or size=1G, found '{t}'"));
+            };
+            size = s;
+        } else {
+            overcommit = t.strip_prefix("overcommit=").and_then(parse_size);
+            if overcommit.is_none() {
+                return l
+                    .err(col, format!("expected overcommit=N (nr_overcommit_hugepages) or size=2M|1G, found '{t}'"));
+            }
+        }
+        l.pos += 1;
+    }
+    if size == HugeSize::Pud && overcommit.is_some_and(|n| n > 0) {
+        return l.err(col, "1 GiB huge pages cannot be overcommitted (Linux: EINVAL)");
+    }
+    Ok(Cmd::SetHugetlb { pages, overcommit, size })
+}
+
 fn parse_shmem(l: &mut Line) -> Result<Cmd, ParseError> {
     let (mut enabled, mut sizes) = (None, Vec::new());
     while l.peek().is_some() {

@@ -12,138 +12,8 @@ use super::lexer::{parse_size, Line};
 use crate::op::{FileKind, GupKind};
 
 pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
-    // "NAME = mmap ..." or "NAME = mremap ..."
     if l.toks.get(l.pos + 1).is_some_and(|t| t.text == "=") {
-        let name = l.ident("a mapping name")?;
-        l.pos += 1;
-        let col = l.col();
-        return match l.next("mmap or mremap")? {
-            "mmap" => {
-                let len = l.size("a length")?;
-                let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
-                let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, None, false);
-                while let Some(t) = l.peek() {
-                    match t {
-                        _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
-                        "populate" => populate = true,
-                        "fixed" => fixed = true,
-                        "shared" => shared = true,
-                        _ if t.starts_with("hugetlb") => {
-                            hugetlb = Some(huge_size(l)?);
-                            continue;
-                        }
-                        "noreserve" => noreserve = true,
-                        "anon" | "private" => {}
-                        "file" => {
-                            l.pos += 1;
-                            file = Some(l.ident("a file name")?);
-                            continue;
-                        }
-                        "offset" => {
-                            l.pos += 1;
-                            let col = l.col();
-                            offset = l.size("a file offset")?;
-                            if offset % 4096 != 0 {
-                                return l.err(col, format!("expected a file offset that is a multiple of 4K, found {offset:#x}"));
-                            }
-                            continue;
-                        }
-                        "at" => {
-                            l.pos += 1;
-                            at = Some(l.size("an address")?);
-                            continue;
-                        }
-                        "align" => {
-                            l.pos += 1;
-                            let col = l.col();
-                            let a = l.size("an alignment")?;
-                            if !a.is_power_of_two() || a < 4096 {
-                                return l.err(col, format!("expected a power-of-two alignment of at least 4K, found {a:#x}"));
-                            }
-                            align = Some(a);
-                            continue;
-                        }
-                        _ => {
-                            return l.err(
-                                l.col(),
-                                format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, hugetlb, noreserve, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
-                            )
-                        }
-                    }
-                    l.pos += 1;
-                }
-                if fixed && at.is_none() {
-                    return l.err(col, "'fixed' needs 'at ADDR'");
-                }
-                if align.is_some() && at.is_some() {
-                    return l.err(col, "'align' and 'at' exclude each other");
-                }
-                if offset != 0 && file.is_none() {
-                    return l.err(col, "'offset' needs 'file F'");
-                }
-                Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve })
-            }
-            "memfd" => {
-                let size = l.size("a file size")?;
-                let kind = match l.peek() {
-                    Some(t) if t.starts_with("hugetlb") => FileKind::Hugetlbfs(huge_size(l)?),
-                    _ => FileKind::Memfd,
-                };
-                Ok(Cmd::CreateFile { name, size, kind })
-            }
-            "tmpfs" => {
-                let size = l.size("a file size")?;
-                let (mut huge, mut named) = (ShmemHuge::Never, true);
-                while let Some(t) = l.peek() {
-                    let col = l.col();
-                    match t.strip_prefix("huge=").map(ShmemHuge::parse) {
-                        Some(Some(h)) if !matches!(h, ShmemHuge::Deny | ShmemHuge::Force) => huge = h,
-                        _ if t == "unlinked" => named = false,
-                        _ => {
-                            return l.err(
-                                col,
-                                format!("expected huge=never|always|within_size|advise or unlinked, found '{t}'"),
-                            )
-                        }
-                    }
-                    l.pos += 1;
-                }
-                Ok(Cmd::CreateFile { name, size, kind: FileKind::Tmpfs { huge, named } })
-            }
-            "mremap" => {
-                let from = l.place()?;
-                let (mut size, mut to) = (None, None);
-                while let Some(t) = l.peek() {
-                    l.pos += 1;
-                    match t {
-                        "size" => size = Some(l.size("a new size")?),
-                        "to" => to = Some(l.ident("a mapping to move onto")?),
-                        _ => {
-                            return l.err(
-                                l.col() - t.len() - 1,
-                                format!("expected 'size LEN' or 'to MAPPING', found '{t}'"),
-                            )
-                        }
-                    }
-                }
-                Ok(Cmd::Mremap { name, from, size, to })
-            }
-            "pin" => {
-                let place = l.place()?;
-                let (mut write, mut longterm) = (false, false);
-                while let Some(t) = l.peek() {
-                    match t {
-                        "write" => write = true,
-                        "longterm" => longterm = true,
-                        _ => return l.err(l.col(), format!("expected 'write' or 'longterm', found '{t}'")),
-                    }
-                    l.pos += 1;
-                }
-                Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
-            }
-            "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
-            t => l.err(col, format!("expected mmap, memfd, tmpfs, mremap, pin or get, found '{t}'")),
-        };
+        return parse_assignment(l);
     }
     let col = l.col();
     let verb = l.next("a command")?;
@@ -235,6 +105,139 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             )
         }
     })
+}
+
+/// `NAME = ...`: a step that names what it makes (a mapping, a file, a pin).
+fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
+    let name = l.ident("a mapping name")?;
+    l.pos += 1;
+    let col = l.col();
+    match l.next("mmap, memfd, tmpfs, mremap, pin or get")? {
+        "mmap" => parse_mmap(l, name, col),
+        "memfd" => {
+            let size = l.size("a file size")?;
+            let kind = match l.peek() {
+                Some(t) if t.starts_with("hugetlb") => FileKind::Hugetlbfs(huge_size(l)?),
+                _ => FileKind::Memfd,
+            };
+            Ok(Cmd::CreateFile { name, size, kind })
+        }
+        "tmpfs" => parse_tmpfs(l, name),
+        "mremap" => parse_mremap(l, name),
+        "pin" => {
+            let place = l.place()?;
+            let (mut write, mut longterm) = (false, false);
+            while let Some(t) = l.peek() {
+                match t {
+                    "write" => write = true,
+                    "longterm" => longterm = true,
+                    _ => return l.err(l.col(), format!("expected 'write' or 'longterm', found '{t}'")),
+                }
+                l.pos += 1;
+            }
+            Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
+        }
+        "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
+        t => l.err(col, format!("expected mmap, memfd, tmpfs, mremap, pin or get, found '{t}'")),
+    }
+}
+
+/// `NAME = mmap LEN [options]`, after the `mmap`.
+fn parse_mmap(l: &mut Line, name: String, col: usize) -> Result<Cmd, ParseError> {
+    let len = l.size("a length")?;
+    let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
+    let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, None, false);
+    while let Some(t) = l.peek() {
+        match t {
+                _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
+                "populate" => populate = true,
+                "fixed" => fixed = true,
+                "shared" => shared = true,
+                _ if t.starts_with("hugetlb") => {
+                    hugetlb = Some(huge_size(l)?);
+                    continue;
+                }
+                "noreserve" => noreserve = true,
+                "anon" | "private" => {}
+                "file" => {
+                    l.pos += 1;
+                    file = Some(l.ident("a file name")?);
+                    continue;
+                }
+                "offset" => {
+                    l.pos += 1;
+                    let col = l.col();
+                    offset = l.size("a file offset")?;
+                    if offset % 4096 != 0 {
+                        return l.err(col, format!("expected a file offset that is a multiple of 4K, found {offset:#x}"));
+                    }
+                    continue;
+                }
+                "at" => {
+                    l.pos += 1;
+                    at = Some(l.size("an address")?);
+                    continue;
+                }
+                "align" => {
+                    l.pos += 1;
+                    let col = l.col();
+                    let a = l.size("an alignment")?;
+                    if !a.is_power_of_two() || a < 4096 {
+                        return l.err(col, format!("expected a power-of-two alignment of at least 4K, found {a:#x}"));
+                    }
+                    align = Some(a);
+                    continue;
+                }
+                _ => {
+                    return l.err(
+                        l.col(),
+                        format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, hugetlb, noreserve, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
+                    )
+                }
+            }
+        l.pos += 1;
+    }
+    if fixed && at.is_none() {
+        return l.err(col, "'fixed' needs 'at ADDR'");
+    }
+    if align.is_some() && at.is_some() {
+        return l.err(col, "'align' and 'at' exclude each other");
+    }
+    if offset != 0 && file.is_none() {
+        return l.err(col, "'offset' needs 'file F'");
+    }
+    Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve })
+}
+
+/// `NAME = tmpfs SIZE [huge=MODE] [unlinked]`, after the `tmpfs`.
+fn parse_tmpfs(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
+    let size = l.size("a file size")?;
+    let (mut huge, mut named) = (ShmemHuge::Never, true);
+    while let Some(t) = l.peek() {
+        let col = l.col();
+        match t.strip_prefix("huge=").map(ShmemHuge::parse) {
+            Some(Some(h)) if !matches!(h, ShmemHuge::Deny | ShmemHuge::Force) => huge = h,
+            _ if t == "unlinked" => named = false,
+            _ => return l.err(col, format!("expected huge=never|always|within_size|advise or unlinked, found '{t}'")),
+        }
+        l.pos += 1;
+    }
+    Ok(Cmd::CreateFile { name, size, kind: FileKind::Tmpfs { huge, named } })
+}
+
+/// `NAME = mremap PLACE [size LEN] [to MAPPING]`, after the `mremap`.
+fn parse_mremap(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
+    let from = l.place()?;
+    let (mut size, mut to) = (None, None);
+    while let Some(t) = l.peek() {
+        l.pos += 1;
+        match t {
+            "size" => size = Some(l.size("a new size")?),
+            "to" => to = Some(l.ident("a mapping to move onto")?),
+            _ => return l.err(l.col() - t.len() - 1, format!("expected 'size LEN' or 'to MAPPING', found '{t}'")),
+        }
+    }
+    Ok(Cmd::Mremap { name, from, size, to })
 }
 
 /// A file and a non-empty byte range of it, written `f[4K..12K]`.

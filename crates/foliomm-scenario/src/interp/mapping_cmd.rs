@@ -1,0 +1,156 @@
+//! The steps that change a process's mappings: mmap (with alignment, of
+//! anonymous memory or a file), munmap, mprotect, madvise and mremap, each
+//! mirrored into the reference byte model once the backend has done it.
+
+use foliomm::internals::mm::Advice;
+use foliomm::Errno;
+
+use super::process::outcome;
+use super::state::State;
+use super::{Failed, StepResult};
+use crate::backend::{StepError, Thread};
+use crate::lang::{Cmd, Place, Step};
+use crate::op::{MmapRequest, Op, Reply};
+
+impl State<'_> {
+    /// Runs a mapping step of thread `t`.
+    pub(super) fn mapping_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        match &step.cmd {
+            Cmd::Mmap { .. } => self.mmap_step(step, t),
+            Cmd::Munmap(pl) => {
+                let (a, l) = self.place(pl)?;
+                if outcome(step, self.perform(t, Op::Munmap { addr: a, len: l }))?.is_some() {
+                    self.refs.get_mut(&p).unwrap().unmap(a, l);
+                }
+                Ok("ok".into())
+            }
+            Cmd::Mprotect(pl, prot) => {
+                let (a, l) = self.place(pl)?;
+                if outcome(step, self.perform(t, Op::Mprotect { addr: a, len: l, prot: *prot }))?.is_some() {
+                    self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
+                }
+                Ok("ok".into())
+            }
+            Cmd::Madvise(..) => self.madvise_step(step, t),
+            Cmd::Mremap { .. } => self.mremap_step(step, t),
+            _ => unreachable!("not a mapping step"),
+        }
+    }
+
+    /// `mmap`; with `align`, maps `len + align` and unmaps what lies
+    /// outside the aligned part, as the kernel selftests do.
+    fn mmap_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve } =
+            &step.cmd
+        else {
+            unreachable!("not this step")
+        };
+        // With `align`, map `len + align` and unmap what lies outside
+        // the aligned part, as the kernel selftests do.
+        let extra = align.unwrap_or(0);
+        let Some(total) = len.checked_add(extra) else {
+            return Err(format!("mmap of {len:#x} bytes aligned to {extra:#x}: the sum overflows").into());
+        };
+        let handle = match file {
+            Some(f) => Some(self.file(f, &p)?),
+            None => None,
+        };
+        let req = MmapRequest {
+            at: *at,
+            len: total,
+            prot: *prot,
+            fixed: *fixed,
+            populate: *populate,
+            shared: *shared,
+            hugetlb: *hugetlb,
+            noreserve: *noreserve,
+            file: handle.map(|(h, _)| (h, *offset)),
+        };
+        let got = self.perform(t, Op::Mmap(req)).and_then(Reply::value);
+        let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
+        let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
+        let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
+        if addr > raw {
+            self.perform(t, Op::Munmap { addr: raw, len: addr - raw }).map_err(trim)?;
+        }
+        if raw + total > addr + len {
+            let tail = Op::Munmap { addr: addr + len, len: raw + total - (addr + len) };
+            self.perform(t, tail).map_err(trim)?;
+        }
+        self.maps.insert(name.clone(), (addr, *len));
+        let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
+        if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
+            self.hugetlb.insert(name.clone(), size);
+        }
+        let rs = self.refs.get_mut(&p).unwrap();
+        match handle {
+            Some((_, id)) => rs.map_file(addr, *len, *prot, id, (offset + (addr - raw)) / 4096, *shared),
+            // Shared anonymous memory is a file of its own.
+            None if *shared => {
+                let id = self.ref_files.new_file(*len);
+                rs.map_file(addr, *len, *prot, id, 0, true)
+            }
+            None => rs.map(addr, *len, *prot),
+        }
+        Ok(format!("{name} = {addr:#x}"))
+    }
+
+    /// `madvise`, mirrored where it acted (Linux checks first: EINVAL
+    /// changed nothing; ENOMEM acted on the mapped parts).
+    fn madvise_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Madvise(pl, adv) = &step.cmd else { unreachable!("not this step") };
+        let (a, l) = self.place(pl)?;
+        let r = self.perform(t, Op::Madvise { addr: a, len: l, advice: *adv }).and_then(Reply::done);
+        // A madvise that fails with EINVAL changed nothing (Linux
+        // checks first); one that meets a hole (ENOMEM) acted on the
+        // mapped parts.
+        let acted = matches!(r, Ok(()) | Err(StepError::Errno(Errno::ENOMEM)));
+        if *adv == Advice::DontNeed && acted {
+            // On hugetlb the range's end is rounded down to a huge page.
+            let l = if let Some(huge) = self.hugetlb.get(&pl.map).map(|s| s.bytes()) {
+                (a + l) / huge * huge - a.min((a + l) / huge * huge)
+            } else {
+                l
+            };
+            self.refs.get_mut(&p).unwrap().zap(a, l);
+        }
+        if *adv == Advice::Remove && r.is_ok() {
+            self.refs.get_mut(&p).unwrap().remove(a, l);
+        }
+        outcome(step, r)?;
+        Ok("ok".into())
+    }
+
+    /// `mremap` with MREMAP_MAYMOVE (and MREMAP_FIXED to another mapping).
+    fn mremap_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Mremap { name, from, size, to } = &step.cmd else { unreachable!("not this step") };
+        let (a, l) = self.place(from)?;
+        let new_len = size.unwrap_or(l);
+        let target = match to {
+            Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
+            None => None,
+        };
+        let Some(n) =
+            outcome(step, self.perform(t, Op::Mremap { addr: a, len: l, new_len, to: target }).and_then(Reply::value))?
+        else {
+            return Ok("failed as expected".into());
+        };
+        let rs = self.refs.get_mut(&p).unwrap();
+        if target.is_some() {
+            rs.unmap(n, new_len);
+        }
+        rs.remap(a, l.min(new_len), n, new_len);
+        if n != a {
+            rs.unmap(a, l);
+        } else if new_len < l {
+            // Shrunk in place: the tail is gone.
+            rs.unmap(a + new_len, l - new_len);
+        }
+        self.maps.insert(name.clone(), (n, new_len));
+        Ok(format!("{name} = {n:#x}"))
+    }
+}
