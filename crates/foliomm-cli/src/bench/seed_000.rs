@@ -14,21 +14,21 @@ use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm};
 
 use super::harness::{interleaved, metric};
-use super::published::{SEED_000_AMD, SEED_000_COLUMNS, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
+use super::published::{SEED_000_COLUMNS, SEED_000_MICRO};
 use super::saved::{Row as SavedRow, SavedRun, Series, Table};
-use super::seed_000_host::{host_once, print_against_host};
-use super::stats::{change, summarize, Change};
-use super::{model_populate, model_split_pmds, new_table, progress, secs, Seed000Args};
+use super::seed_000_host::host_once;
+use super::stats::{change, Change};
+use super::{model_populate, model_split_pmds, progress, secs, Seed000Args};
 
 /// Time and the mapcount design's costs over the measured action.
 #[derive(Clone, Copy, Default)]
-struct Measured {
+pub(super) struct Measured {
     seconds: f64,
-    rmap_ops: u64,
-    rmw: u64,
-    lines: u64,
+    pub(super) rmap_ops: u64,
+    pub(super) rmw: u64,
+    pub(super) lines: u64,
     /// Exclusive seqcount entries lost to another writer.
-    lost: u64,
+    pub(super) lost: u64,
 }
 
 /// The counters a measurement brackets.
@@ -41,11 +41,11 @@ fn costs(m: &Machine) -> [u64; 4] {
 /// One row of the tables: a design, at a stage of seed 000's series, or
 /// the host kernel.
 #[derive(Clone, Copy)]
-struct Row {
-    label: &'static str,
-    design: Design,
+pub(super) struct Row {
+    pub(super) label: &'static str,
+    pub(super) design: Design,
     stage: RmapIdStage,
-    host: bool,
+    pub(super) host: bool,
 }
 
 /// The rows: every design, or (`--stages`) the seed's code stages: its
@@ -197,12 +197,41 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
     let rounds = a.common.runs_or(3);
     let instances = vm_scalability_instances(a);
     let all_rows = rows(a.stages, !a.common.no_host);
-    let all_rows = &all_rows[..];
-    // The model's rows (the tables of changes against nr-mapped).
-    let designs = &all_rows[..all_rows.iter().take_while(|r| !r.host).count()];
-    let mut host_note = None;
-    let orders = [(9u32, "2 MiB THP"), (4, "64 KiB mTHP")];
+    let (samples, host_note) = measure(a, size, rounds, instances, &all_rows)?;
+    let res = Results::new(samples, &all_rows, a.stages);
+    let printed = a.common.out.emit(|| {
+        let mut settings = a.common.settings();
+        for (k, v) in [("size", size.into()), ("rounds", rounds.into()), ("instances", instances.into())] {
+            settings[k] = v;
+        }
+        settings["stages"] = a.stages.into();
+        SavedRun { notes: host_note.iter().cloned().collect(), ..res.saved(settings) }
+    })?;
+    if !printed {
+        super::seed_000_tables::print(&res, size, rounds, instances, host_note.as_deref());
+    }
+    Ok(())
+}
+
+/// The folio sizes the benchmarks run on: order and name.
+pub(super) const ORDERS: [(u32, &str); 2] = [(9, "2 MiB THP"), (4, "64 KiB mTHP")];
+
+/// `samples[order][bench][row]`: every kept round's time and costs (NaN
+/// where the benchmark does not apply).
+type Samples = Vec<Vec<Vec<Vec<[f64; 5]>>>>;
+
+/// Runs every benchmark at every folio size under every row, the rows in
+/// interleaved rounds; returns the samples and why the host was skipped.
+fn measure(
+    a: &Seed000Args,
+    size: u64,
+    rounds: u32,
+    instances: usize,
+    all_rows: &[Row],
+) -> Result<(Samples, Option<String>)> {
+    let orders = ORDERS;
     let columns = SEED_000_COLUMNS.len();
+    let mut host_note = None;
     let bar = progress((orders.len() * all_rows.len() * columns) as u64 * (rounds as u64 + 1));
     // samples[order][bench][design]: every kept round's time and costs
     // (None where the benchmark does not apply).
@@ -246,50 +275,80 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
         samples.push(per_bench);
     }
     bar.finish_and_clear();
-    let base = designs.iter().position(|r| r.design == Design::NrMapped).unwrap();
-    // Times of (order, bench, design), None where the benchmark does not apply.
-    let times = |oi: usize, bi: usize, di: usize| -> Option<Vec<f64>> {
-        let t = metric(&samples[oi][bi][di], 0);
+    Ok((samples, host_note))
+}
+
+/// A run's samples with the rows they belong to, and what the tables
+/// derive from them.
+pub(super) struct Results<'a> {
+    samples: Samples,
+    /// Every row; the model's come first.
+    pub(super) all_rows: &'a [Row],
+    /// The model's rows (the tables of changes against nr-mapped).
+    pub(super) designs: &'a [Row],
+    /// The row of nr-mapped, the baseline.
+    pub(super) base: usize,
+    pub(super) stages: bool,
+    /// The comparisons of a micro-benchmark table (each design but the
+    /// baseline, each benchmark) and of the vm-scalability table form a
+    /// family each.
+    pub(super) micro_family: usize,
+    pub(super) vm_family: usize,
+}
+
+impl<'a> Results<'a> {
+    fn new(samples: Samples, all_rows: &'a [Row], stages: bool) -> Results<'a> {
+        let designs = &all_rows[..all_rows.iter().take_while(|r| !r.host).count()];
+        let base = designs.iter().position(|r| r.design == Design::NrMapped).unwrap();
+        let micro_family = (designs.len() - 1) * SEED_000_MICRO;
+        let vm_family = (designs.len() - 1) * ORDERS.len() * (SEED_000_COLUMNS.len() - SEED_000_MICRO);
+        Results { samples, all_rows, designs, base, stages, micro_family, vm_family }
+    }
+
+    /// Times of (order, bench, row), None where the benchmark does not apply.
+    pub(super) fn times(&self, oi: usize, bi: usize, di: usize) -> Option<Vec<f64>> {
+        let t = metric(&self.samples[oi][bi][di], 0);
         (!t.iter().any(|v| v.is_nan())).then_some(t)
-    };
-    // The comparisons of a micro-benchmark table (each design but the
-    // baseline, each benchmark) and of the vm-scalability table form a
-    // family each.
-    let micro_family = (designs.len() - 1) * SEED_000_MICRO;
-    let vm_family = (designs.len() - 1) * orders.len() * (columns - SEED_000_MICRO);
-    let family = |bi: usize| if bi < SEED_000_MICRO { micro_family } else { vm_family };
-    let change_of =
-        |oi: usize, di: usize, bi: usize| Some(change(&times(oi, bi, base)?, &times(oi, bi, di)?, family(bi)));
-    // The deterministic costs: of the last round.
-    let costs_of = |oi: usize, di: usize, bi: usize| {
-        samples[oi][bi][di].last().map(|s| Measured {
+    }
+
+    /// The change of row `di` against nr-mapped, in its family.
+    pub(super) fn change_of(&self, oi: usize, di: usize, bi: usize) -> Option<Change> {
+        let family = if bi < SEED_000_MICRO { self.micro_family } else { self.vm_family };
+        Some(change(&self.times(oi, bi, self.base)?, &self.times(oi, bi, di)?, family))
+    }
+
+    /// The deterministic costs: of the last round.
+    pub(super) fn costs_of(&self, oi: usize, di: usize, bi: usize) -> Option<Measured> {
+        self.samples[oi][bi][di].last().map(|s| Measured {
             seconds: s[0],
             rmap_ops: s[1] as u64,
             rmw: s[2] as u64,
             lines: s[3] as u64,
             lost: s[4] as u64,
         })
-    };
-    let series_name = |r: &Row| match (r.host, a.stages && r.design.has_stages()) {
-        (true, _) => "host".to_string(),
-        // With --stages, the design and its stage ("rmap-id 123").
-        (false, true) => format!("{} {}", r.design, r.stage),
-        (false, false) => r.design.to_string(),
-    };
-    let printed = a.common.out.emit(|| {
-        let mut settings = a.common.settings();
-        for (k, v) in [("size", size.into()), ("rounds", rounds.into()), ("instances", instances.into())] {
-            settings[k] = v;
+    }
+
+    /// A row's series name: the design, with --stages its stage too
+    /// ("rmap-id 123"), or "host".
+    fn series_name(&self, r: &Row) -> String {
+        match (r.host, self.stages && r.design.has_stages()) {
+            (true, _) => "host".to_string(),
+            (false, true) => format!("{} {}", r.design, r.stage),
+            (false, false) => r.design.to_string(),
         }
-        settings["stages"] = a.stages.into();
+    }
+
+    /// The run as a saved run: a table per folio size, a row per
+    /// benchmark, a series per design (with its costs) and the host.
+    fn saved(&self, settings: serde_json::Value) -> SavedRun {
         let series = |oi, bi, di, r: &Row| {
-            let c = costs_of(oi, di, bi).filter(|_| !r.host).unwrap_or_default();
+            let c = self.costs_of(oi, di, bi).filter(|_| !r.host).unwrap_or_default();
             let counters =
                 [("rmap_ops", c.rmap_ops), ("atomic_rmw", c.rmw), ("cache_lines", c.lines), ("lost_exclusive", c.lost)];
             let counters = if r.host { Vec::new() } else { counters.map(|(n, v)| (n.to_string(), v as f64)).to_vec() };
-            Some(Series { name: series_name(r), samples: times(oi, bi, di)?, counters })
+            Some(Series { name: self.series_name(r), samples: self.times(oi, bi, di)?, counters })
         };
-        let tables = orders.iter().enumerate().map(|(oi, (_, oname))| Table {
+        let tables = ORDERS.iter().enumerate().map(|(oi, (_, oname))| Table {
             name: format!("seed 000, {oname}"),
             unit: "s".into(),
             higher_is_better: false,
@@ -298,131 +357,12 @@ pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
                 .enumerate()
                 .map(|(bi, bname)| SavedRow {
                     label: bname.to_string(),
-                    series: all_rows.iter().enumerate().filter_map(|(di, r)| series(oi, bi, di, r)).collect(),
+                    series: self.all_rows.iter().enumerate().filter_map(|(di, r)| series(oi, bi, di, r)).collect(),
                     // The seed publishes changes, not times.
                     published: Vec::new(),
                 })
                 .collect(),
         });
         SavedRun::new("seed-000", settings, tables.collect())
-    })?;
-    if printed {
-        return Ok(());
     }
-    // A table of the micro benchmarks (1)..(8), a row per design or stage.
-    let micro = |label: &str| {
-        new_table(std::iter::once(label.to_string()).chain((1..=SEED_000_MICRO).map(|i| format!("({i})"))))
-    };
-    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
-    // A change inside the noise (its interval holds 0) is marked '~'.
-    let cell = |c: Option<Change>| match c {
-        Some(c) if !c.significant() => format!("~{:.0}%", c.pct),
-        c => pct(c.map(|c| c.pct)),
-    };
-    let row = |label: &str, cells: Vec<String>| std::iter::once(label.to_string()).chain(cells).collect::<Vec<_>>();
-    println!(
-        "Seed 000 micro benchmarks on the model, {} MiB of PTE-mapped folios, mean of {rounds} interleaved rounds.",
-        size >> 20
-    );
-    println!("(1) remap (2) munmap (3) fork (4) cow (5) cow-byte (6) cow-reuse (7) cow-reuse-byte (8) pte-dontneed");
-    println!("% change in runtime against nr-mapped (Linux 6.2-6.9, the seed's baseline v6.7); negative is faster;");
-    if a.stages {
-        println!("the stages run the rmap-id design (set rmap_id_stage), zap and fork per page as on v6.7;");
-        println!("the seed's rows beside (2 MiB THP);");
-    }
-    println!("'~' where the change's interval holds 0 (noise): Welch's t, 95% for the {micro_family} changes of a");
-    println!("table together (Bonferroni).\n");
-    // The seed's published row of `label` on each machine (2 MiB THP).
-    let published = |label: &'static str| {
-        [("  Intel", &SEED_000_INTEL), ("  AMD", &SEED_000_AMD)]
-            .into_iter()
-            .filter_map(move |(cpu, rows)| rows.iter().find(|(n, _)| *n == label).map(|(_, v)| (cpu, v)))
-    };
-    let first = if a.stages { "stage" } else { "design" };
-    for (oi, (_, oname)) in orders.iter().enumerate() {
-        let mut t = micro(first);
-        for (di, r) in designs.iter().enumerate() {
-            t.add_row(row(r.label, (0..SEED_000_MICRO).map(|bi| cell(change_of(oi, di, bi))).collect()));
-            if a.stages && oi == 0 {
-                for (cpu, vals) in published(r.label) {
-                    t.add_row(row(cpu, vals.iter().map(|v| pct(Some(*v))).collect()));
-                }
-            }
-        }
-        let base_t = (0..SEED_000_MICRO)
-            .map(|bi| times(oi, bi, base).map_or("-".into(), |t| format!("{:.3}s", summarize(&t).mean)));
-        t.add_row(row("nr-mapped time", base_t.collect()));
-        println!("{oname}:\n{t}\n");
-    }
-    if let Some(h) = all_rows.iter().position(|r| r.host) {
-        let mm_id = designs.iter().position(|r| r.design == Design::MmId).expect("mm-id is a design");
-        print_against_host(&orders, |oi, bi| Some((times(oi, bi, mm_id)?, times(oi, bi, h)?)));
-    }
-    if let Some(n) = &host_note {
-        println!("{n}\n");
-    }
-    println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines), and the exclusive");
-    println!("seqcount entries lost to another writer in all (after a '+'); deterministic but for the losses:");
-    let mut t = micro(first);
-    for (di, design) in designs.iter().enumerate() {
-        let cells = (0..SEED_000_MICRO).map(|bi| match costs_of(0, di, bi) {
-            Some(r) if r.rmap_ops > 0 => {
-                let per = |v: u64| {
-                    let x = v as f64 / r.rmap_ops as f64;
-                    if x < 10.0 {
-                        format!("{x:.1}")
-                    } else {
-                        format!("{x:.0}")
-                    }
-                };
-                let lost = if r.lost > 0 { format!(" +{}", r.lost) } else { String::new() };
-                format!("{}/{}{lost}", per(r.rmw), per(r.lines))
-            }
-            _ => "-".into(),
-        });
-        t.add_row(row(design.label, cells.collect()));
-    }
-    println!("{t}\n");
-    // Per design, the seed's stage rows follow apart.
-    let machines = [("Intel Xeon Silver 4210R", &SEED_000_INTEL), ("AMD EPYC 7313", &SEED_000_AMD)];
-    for (cpu, rows) in machines.iter().filter(|_| !a.stages) {
-        let mut t = micro("stage");
-        for (name, vals) in rows.iter() {
-            t.add_row(row(name, vals.iter().map(|v| pct(Some(*v))).collect()));
-        }
-        println!("Seed 000, {cpu} (2 MiB THP):\n{t}\n");
-    }
-    // vm-scalability: the seed reports throughput, so positive is good.
-    let rates = |oi, bi, di| times(oi, bi, di).map(|t| t.iter().map(|v| 1.0 / v).collect::<Vec<f64>>());
-    let gain = |oi: usize, di: usize, bi: usize| Some(change(&rates(oi, bi, base)?, &rates(oi, bi, di)?, vm_family));
-    println!(
-        "vm-scalability anon-cow-seq / anon-cow-rand, {} COWing the same {} MiB at once:",
-        if instances == 1 { "1 child".to_string() } else { format!("{instances} children") },
-        size >> 20
-    );
-    println!("% change in throughput against nr-mapped; positive is better.");
-    let mut head = vec![first, "2 MiB THP seq", "2 MiB THP rand", "64 KiB mTHP seq", "64 KiB mTHP rand"];
-    if a.stages {
-        head.extend(["Intel seq", "Intel rand", "AMD seq", "AMD rand"]);
-    }
-    let mut t = new_table(head);
-    for (di, r) in designs.iter().enumerate() {
-        let mut cells: Vec<String> =
-            (0..orders.len()).flat_map(|oi| [cell(gain(oi, di, 8)), cell(gain(oi, di, 9))]).collect();
-        if let Some((_, intel, amd)) = SEED_000_VMSCAL.iter().find(|(n, ..)| a.stages && *n == r.label) {
-            cells.extend([intel, amd].iter().flat_map(|v| [pct(Some(v[0])), pct(Some(v[1]))]));
-        }
-        t.add_row(row(r.label, cells));
-    }
-    if a.stages {
-        println!("{t}");
-        return Ok(());
-    }
-    println!("{t}\n\nSeed 000's vm-scalability, one instance per core, 2 MiB THP:");
-    let mut t = new_table(["stage", "Intel seq", "Intel rand", "AMD seq", "AMD rand"]);
-    for (name, intel, amd) in SEED_000_VMSCAL {
-        t.add_row(row(name, [intel, amd].iter().flat_map(|v| [pct(Some(v[0])), pct(Some(v[1]))]).collect()));
-    }
-    println!("{t}");
-    Ok(())
 }
