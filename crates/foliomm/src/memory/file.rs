@@ -217,10 +217,15 @@ fn do_set_pmd(vmf: &VmFault, f: Folio) -> Result<Huge> {
 /// already in the cache in the aligned block of [`FAULT_AROUND_PAGES`]
 /// around the fault, clipped to the VMA, the page table and the file, where
 /// the PTE is none, each folio's run of pages as one batch (one rmap call,
-/// one reference and RSS update: `filemap_map_folio_range`); returns true
-/// if the faulting address got mapped.
+/// one reference and RSS update: `filemap_map_folio_range`); from Linux
+/// 6.18 a folio that meets the window is mapped whole when it lies inside
+/// the VMA and this page table ([`KernelVersion::maps_whole_folio_around`];
+/// every foliomm file is shmem, which 6.18 maps whole even across
+/// `i_size`). Returns true if the faulting address got mapped.
+///
+/// [`KernelVersion::maps_whole_folio_around`]: crate::release::KernelVersion::maps_whole_folio_around
 fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
-    let (k, phys, table, vma) = (vmf.k, &vmf.k.phys, vmf.table, vmf.vma);
+    let (k, phys, vma) = (vmf.k, &vmf.k.phys, vmf.vma);
     let nr = FAULT_AROUND_PAGES;
     let pte_off = pte_index(vmf.address) as u64;
     let vma_off = (vmf.address - vma.start()) / PAGE_SIZE;
@@ -231,8 +236,11 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
     // it never precedes the VMA's first page.
     let base = vma.page_index(vmf.address);
     let index_at = |i: u64| if i >= pte_off { base + (i - pte_off) } else { base - (pte_off - i) };
+    let whole_folios = k.config.release().maps_whole_folio_around();
+    // The table's first entry maps this address (one table: one PMD range).
+    let table_start = vmf.address & !(PMD_SIZE - 1);
     let file_pages = inode.nr_pages();
-    let _ptl = pte_lockptr(phys, table).lock();
+    let _ptl = pte_lockptr(phys, vmf.table).lock();
     let mut mapped_fault = false;
     let mut i = from;
     while i < to && index_at(i) < file_pages {
@@ -242,25 +250,55 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
             continue;
         };
         let f = Folio::from_head(phys, f.pfn);
-        // filemap_map_folio_range(): the folio's pages from here on, within
-        // the window and the file, whose PTEs are none, as one batch.
-        let end = to.min(i + f.nr_pages() - (pfn - f.pfn)).min(i + file_pages - index);
-        let n = (i..end).take_while(|&j| load(phys, table, j as usize).is_none()).count() as u64;
-        if n == 0 {
+        let (first, n) = (pfn - f.pfn, f.nr_pages());
+        // The folio's first page's entry and address, were it mapped whole.
+        let lo = i.checked_sub(first).filter(|lo| lo + n <= PTRS_PER_TABLE);
+        let within_vma = |lo: u64| {
+            let addr0 = table_start + lo * PAGE_SIZE;
+            addr0 >= vma.start() && addr0 + n * PAGE_SIZE <= vma.end()
+        };
+        // filemap_map_folio_range(): the whole folio, or its pages from
+        // here on within the window and the file.
+        let (start, end) = match lo.filter(|&lo| whole_folios && n > 1 && within_vma(lo)) {
+            Some(lo) => (lo, lo + n),
+            None => (i, to.min(i + n - first).min(i + file_pages - index)),
+        };
+        let mapped = map_none_runs(vmf, f, f.pfn + (start + first - i), start, end);
+        if mapped == 0 {
             k.folio_put_refs(f, 1);
-            i += 1;
-            continue;
+        } else {
+            f.ref_add(mapped as i32 - 1);
         }
-        f.ref_add(n as i32 - 1);
-        rmap::folio_add_file_rmap(k, f, pfn - f.pfn, n, Level::Pte, vmf.mm.rmap);
-        for j in 0..n {
-            store(phys, table, (i + j) as usize, file_pte(vmf, pfn + j, false));
-        }
-        vmf.mm.add_rss(f, n as i64);
-        mapped_fault |= (i..i + n).contains(&pte_off);
-        i += n;
+        mapped_fault |= (start..end).contains(&pte_off) && !load(phys, vmf.table, pte_off as usize).is_none();
+        i = end.max(i + 1);
     }
     mapped_fault
+}
+
+/// Maps the pages of `f` from frame `pfn` at entries `start..end` of the
+/// fault's table where the PTE is none, each run of none entries as one
+/// batch (one rmap call and RSS update); returns how many it mapped. The
+/// caller holds the PTL and takes the references.
+fn map_none_runs(vmf: &VmFault, f: Folio, pfn: Pfn, start: u64, end: u64) -> u64 {
+    let (k, phys, table) = (vmf.k, &vmf.k.phys, vmf.table);
+    let mut mapped = 0;
+    let mut j = start;
+    while j < end {
+        let run = (j..end).take_while(|&e| load(phys, table, e as usize).is_none()).count() as u64;
+        if run == 0 {
+            j += 1;
+            continue;
+        }
+        let at = pfn + (j - start);
+        rmap::folio_add_file_rmap(k, f, at - f.pfn, run, Level::Pte, vmf.mm.rmap);
+        for e in 0..run {
+            store(phys, table, (j + e) as usize, file_pte(vmf, at + e, false));
+        }
+        vmf.mm.add_rss(f, run as i64);
+        mapped += run;
+        j += run;
+    }
+    mapped
 }
 
 /// `wp_page_shared` → `wp_page_reuse`: a write to a read-only PTE of a

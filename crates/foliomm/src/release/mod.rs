@@ -88,6 +88,16 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 15)
     }
 
+    /// Whether a read fault's fault-around maps every large folio it meets
+    /// whole, not only the pages inside its window, when the folio lies
+    /// inside the VMA and one page table (`filemap_map_folio_range`,
+    /// 357b92761d94, "mm/filemap: map entire large folio faultaround"):
+    /// 6.18 on. For shmem also across `i_size` (7c9580f44f90 keeps that
+    /// exception; other files only below it).
+    pub fn maps_whole_folio_around(self) -> bool {
+        self >= KernelVersion::new(6, 18)
+    }
+
     /// Whether pagemap calls a hugetlb page exclusive by the folio's
     /// sharing and a shared PMD table (`pagemap_hugetlb_range`: not likely
     /// mapped shared and not `hugetlb_pmd_shared`; 88e4e47c1283, 6.10 on)
@@ -153,5 +163,6 @@ mod tests {
         assert!(!v(13).writes_large_shmem_folios() && v(14).writes_large_shmem_folios());
         assert!(!v(14).splits_folios_in_buddies() && v(15).splits_folios_in_buddies());
         assert!(!v(9).pagemap_hugetlb_by_sharing() && v(10).pagemap_hugetlb_by_sharing());
+        assert!(!v(17).maps_whole_folio_around() && v(18).maps_whole_folio_around());
     }
 }
