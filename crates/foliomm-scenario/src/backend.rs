@@ -6,12 +6,11 @@
 //! as in the scenario file.
 
 use foliomm::internals::check::Violation;
-use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::{HugeCounts, HugeSize};
 use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
-use crate::lang::MachineSetting;
+use crate::lang::{MachineSetting, Tunable};
 use crate::observation::Observation;
 use crate::op::{GupKind, Op, Reply};
 
@@ -116,14 +115,10 @@ pub trait Backend: Send + Sync {
     fn start(&self, settings: &[MachineSetting]) -> BackendResult<()>;
     /// Performs one operation of thread `t`.
     fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply>;
-    /// Applies THP settings (top-level mode, and modes per folio order).
-    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()>;
-    /// Applies shmem THP settings (`shmem_enabled`, and modes per folio order).
-    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()>;
-    /// Sets the size (`nr_hugepages`) of the huge page pool of `size`, and
-    /// its `nr_overcommit_hugepages`; the backend cannot if it gets fewer
-    /// pages.
-    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()>;
+    /// Sets a system tunable: THP modes (top-level and per folio order),
+    /// shmem THP modes, or a huge page pool's `nr_hugepages` and
+    /// `nr_overcommit_hugepages` (unsupported if the pool gets fewer pages).
+    fn tune(&self, t: &Tunable) -> BackendResult<()>;
     /// Whether the backend can take GUP references of this kind; a scenario
     /// that needs one it cannot take is skipped there.
     fn supports_gup(&self, kind: GupKind) -> bool {

@@ -17,7 +17,7 @@ use foliomm::internals::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
-use crate::lang::MachineSetting;
+use crate::lang::{MachineSetting, Tunable};
 use crate::observation::Observation;
 use crate::op::{pattern_bytes, Access, FileKind, GupKind, MmapRequest, Op, Peek, Reply};
 
@@ -133,45 +133,12 @@ impl Backend for ModelBackend {
         self.machine.set(m).map_err(|_| Machinery::Setup("the machine was started twice".into()).into())
     }
 
-    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
-        let m = self.m();
-        if let Some(e) = enabled {
-            m.thp.set_shmem_enabled(e);
+    fn tune(&self, t: &Tunable) -> BackendResult<()> {
+        match t {
+            Tunable::Thp { enabled, sizes } => self.set_thp(*enabled, sizes),
+            Tunable::Shmem { enabled, sizes } => self.set_shmem(*enabled, sizes),
+            Tunable::Hugetlb { pages, overcommit, size } => self.set_hugetlb(*size, *pages, *overcommit),
         }
-        for &(order, mode) in sizes {
-            m.thp
-                .set_shmem_order(order, mode)
-                .map_err(|_| StepError::Unsupported(format!("no shmem setting for {}K folios", 4u64 << order)))?;
-        }
-        Ok(())
-    }
-
-    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
-        if let Some(n) = overcommit {
-            self.m().kernel.set_nr_overcommit_hugepages(n);
-        }
-        match self.m().kernel.set_nr_hugepages(size, pages) {
-            got if got == pages => Ok(()),
-            got => Err(StepError::Unsupported(format!(
-                "the model's memory holds only {got} of {pages} huge pages of {}",
-                size.name()
-            ))),
-        }
-    }
-
-    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
-        let m = self.m();
-        if let Some(e) = enabled {
-            m.thp
-                .set_enabled(e)
-                .map_err(|_| StepError::Unsupported(format!("'{}' is not a valid top-level THP mode", e.name())))?;
-        }
-        for &(order, mode) in sizes {
-            m.thp
-                .set_order(order, mode)
-                .map_err(|_| StepError::Unsupported(format!("no anonymous mTHP size {}K", 4 << order)))?;
-        }
-        Ok(())
     }
 
     fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {
@@ -379,5 +346,47 @@ impl ModelBackend {
         };
         let byte = m.phys.read_byte(pfn, (p.addr % 4096) as usize);
         Ok(Observation { page, byte, via_gup: true, ..Default::default() })
+    }
+}
+
+/// The tunables ([`Backend::tune`]).
+impl ModelBackend {
+    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
+        let m = self.m();
+        if let Some(e) = enabled {
+            m.thp.set_shmem_enabled(e);
+        }
+        for &(order, mode) in sizes {
+            m.thp
+                .set_shmem_order(order, mode)
+                .map_err(|_| StepError::Unsupported(format!("no shmem setting for {}K folios", 4u64 << order)))?;
+        }
+        Ok(())
+    }
+    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
+        if let Some(n) = overcommit {
+            self.m().kernel.set_nr_overcommit_hugepages(n);
+        }
+        match self.m().kernel.set_nr_hugepages(size, pages) {
+            got if got == pages => Ok(()),
+            got => Err(StepError::Unsupported(format!(
+                "the model's memory holds only {got} of {pages} huge pages of {}",
+                size.name()
+            ))),
+        }
+    }
+    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
+        let m = self.m();
+        if let Some(e) = enabled {
+            m.thp
+                .set_enabled(e)
+                .map_err(|_| StepError::Unsupported(format!("'{}' is not a valid top-level THP mode", e.name())))?;
+        }
+        for &(order, mode) in sizes {
+            m.thp
+                .set_order(order, mode)
+                .map_err(|_| StepError::Unsupported(format!("no anonymous mTHP size {}K", 4 << order)))?;
+        }
+        Ok(())
     }
 }

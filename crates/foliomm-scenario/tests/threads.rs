@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use foliomm::internals::folio::thp::ThpMode;
 use foliomm::internals::mm_types::Prot;
 use foliomm::internals::pgtable::{pte_lockptr, walk_pmd};
+use foliomm_scenario::lang::Tunable;
 use foliomm_scenario::op::{Access, MmapRequest};
 use foliomm_scenario::ModelBackend;
 use foliomm_scenario::{Backend, BackendResult, Op, Reply, Thread};
@@ -19,7 +20,7 @@ const MB: u64 = 1 << 20;
 fn two_threads() -> (ModelBackend, u64) {
     let b = ModelBackend::new();
     b.start(&[]).unwrap();
-    b.set_thp(Some(ThpMode::Never), &[]).unwrap();
+    b.tune(&Tunable::Thp { enabled: Some(ThpMode::Never), sizes: Vec::new() }).unwrap();
     b.perform(Thread::main("p"), Op::Spawn).unwrap();
     b.perform(Thread { proc: "p", tid: 1 }, Op::SpawnThread).unwrap();
     let req = MmapRequest { at: Some(0x4000_0000), fixed: true, ..MmapRequest::anon(4 * MB, Prot::RW) };

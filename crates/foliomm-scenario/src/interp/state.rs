@@ -11,7 +11,7 @@ use foliomm::internals::machine::HugeSize;
 
 use super::{Failed, Measure, StepResult, ThreadOps};
 use crate::backend::{Backend, BackendResult, StepError, Thread};
-use crate::lang::{Cmd, MachineSetting, Place, Step};
+use crate::lang::{Cmd, MachineSetting, Place, Step, Tunable};
 use crate::observation::Observation;
 use crate::op::{Op, Reply};
 
@@ -285,17 +285,13 @@ impl<'b> State<'b> {
 
     fn global(&mut self, step: &Step) -> StepResult {
         match &step.cmd {
-            Cmd::SetThp { enabled, sizes } => {
-                self.backend.set_thp(*enabled, sizes)?;
-                Ok("thp set".into())
-            }
-            Cmd::SetHugetlb { pages, overcommit, size } => {
-                self.backend.set_hugetlb(*size, *pages, *overcommit)?;
-                Ok(format!("{pages} huge pages of {}", size.name()))
-            }
-            Cmd::SetShmem { enabled, sizes } => {
-                self.backend.set_shmem(*enabled, sizes)?;
-                Ok("shmem set".into())
+            Cmd::Tune(t) => {
+                self.backend.tune(t)?;
+                Ok(match t {
+                    Tunable::Thp { .. } => "thp set".into(),
+                    Tunable::Shmem { .. } => "shmem set".into(),
+                    Tunable::Hugetlb { pages, size, .. } => format!("{pages} huge pages of {}", size.name()),
+                })
             }
             Cmd::Expect { lhs, op, rhs, only } => self.expect(lhs, *op, rhs, only),
             _ => unreachable!("process commands have a process"),

@@ -32,23 +32,9 @@ pub struct Place {
 pub enum Cmd {
     /// A setting that shapes the machine; only before the first process step.
     SetMachine(MachineSetting),
-    SetThp {
-        enabled: Option<ThpMode>,
-        sizes: Vec<(u32, ThpMode)>,
-    },
-    /// `set shmem`: `shmem_enabled` and per-size shmem modes.
-    SetShmem {
-        enabled: Option<ShmemHuge>,
-        sizes: Vec<(u32, ShmemMode)>,
-    },
-    /// `set hugetlb pages=N [overcommit=M] [size=2M|1G]`: `nr_hugepages`
-    /// of the pool of that page size (2 MiB unless said), and its
-    /// `nr_overcommit_hugepages`.
-    SetHugetlb {
-        pages: u64,
-        overcommit: Option<u64>,
-        size: HugeSize,
-    },
+    /// A system tunable set while the machine runs (`set thp`, `set
+    /// shmem`, `set hugetlb`).
+    Tune(Tunable),
     SetCheck(bool),
     /// Start timing the following steps (`measure NAME`).
     Measure(String),
@@ -206,6 +192,20 @@ impl std::fmt::Display for Only {
         items.extend(self.releases.1.map(|v| format!("<{v}")));
         write!(f, "[{}]", items.join(", "))
     }
+}
+
+/// A system tunable: what the host writes to sysfs and restores after the
+/// run (the settings table, `lang::settings`, names each file).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tunable {
+    /// `set thp`: the top-level anonymous THP mode and per-size modes.
+    Thp { enabled: Option<ThpMode>, sizes: Vec<(u32, ThpMode)> },
+    /// `set shmem`: `shmem_enabled` and per-size shmem modes.
+    Shmem { enabled: Option<ShmemHuge>, sizes: Vec<(u32, ShmemMode)> },
+    /// `set hugetlb pages=N [overcommit=M] [size=2M|1G]`: `nr_hugepages`
+    /// of the pool of that page size (2 MiB unless said), and its
+    /// `nr_overcommit_hugepages`.
+    Hugetlb { pages: u64, overcommit: Option<u64>, size: HugeSize },
 }
 
 /// Settings fixed when the machine is built.

@@ -67,6 +67,6 @@ mod parser;
 mod proc_cmd;
 pub mod settings;
 
-pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step};
+pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
 pub use lexer::parse_size;
 pub use parser::{parse, MAX_TLB_ENTRIES};

@@ -6,7 +6,7 @@ use foliomm::internals::mapcount::{Design, RmapIdStage};
 use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
-use super::ast::{Cmd, CmpOp, MachineSetting, Only, ParseError, Step};
+use super::ast::{Cmd, CmpOp, MachineSetting, Only, ParseError, Step, Tunable};
 use super::lexer::{is_ident, parse_size, tokenize, Line};
 use super::proc_cmd::parse_proc_cmd;
 use super::settings;
@@ -305,7 +305,7 @@ fn parse_hugetlb(l: &mut Line) -> Result<Cmd, ParseError> {
     if size == HugeSize::Pud && overcommit.is_some_and(|n| n > 0) {
         return l.err(col, "1 GiB huge pages cannot be overcommitted (Linux: EINVAL)");
     }
-    Ok(Cmd::SetHugetlb { pages, overcommit, size })
+    Ok(Cmd::Tune(Tunable::Hugetlb { pages, overcommit, size }))
 }
 
 fn parse_shmem(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -335,7 +335,7 @@ fn parse_shmem(l: &mut Line) -> Result<Cmd, ParseError> {
             None => return l.err(vcol, format!("expected always, inherit, within_size, advise or never, found '{v}'")),
         }
     }
-    Ok(Cmd::SetShmem { enabled, sizes })
+    Ok(Cmd::Tune(Tunable::Shmem { enabled, sizes }))
 }
 
 fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -361,7 +361,7 @@ fn parse_thp(l: &mut Line) -> Result<Cmd, ParseError> {
             None => return l.err(col, format!("expected 'enabled' or a folio size from 16K to 2M, found '{k}'")),
         }
     }
-    Ok(Cmd::SetThp { enabled, sizes })
+    Ok(Cmd::Tune(Tunable::Thp { enabled, sizes }))
 }
 
 /// The next token as one of a strategy's names (`parse`); an unknown one is
@@ -386,7 +386,8 @@ mod tests {
         let src = "set thp 2048K=inherit enabled=madvise\nP: a = mmap 4M anon rw\nP: madvise a hugepage\nP: mprotect a[0..4K] r\nP: fork C\nC: exit\nP: observe a[20K] as before\nexpect after.frame == before.frame\n";
         let steps = parse(src).unwrap();
         assert_eq!(steps.len(), 8);
-        assert_eq!(steps[0].cmd, Cmd::SetThp { enabled: Some(ThpMode::Madvise), sizes: vec![(9, ThpMode::Inherit)] });
+        let thp = Tunable::Thp { enabled: Some(ThpMode::Madvise), sizes: vec![(9, ThpMode::Inherit)] };
+        assert_eq!(steps[0].cmd, Cmd::Tune(thp));
         assert_eq!(steps[3].cmd, Cmd::Mprotect(Place { map: "a".into(), range: Some((0, 4096)) }, Prot(1)));
         assert_eq!(
             steps[6].cmd,
