@@ -53,52 +53,8 @@ impl State<'_> {
                 }
                 Ok("allocated".into())
             }
-            Cmd::Pwrite { file, offset, len, val } => {
-                let (h, id) = self.file(file, &p)?;
-                // In 64 MiB pieces: no buffer of the whole range.
-                let mut done = 0;
-                while done < *len {
-                    let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
-                    let data = vec![*val; n as usize];
-                    // Pieces before the last must succeed; the last ends as the step says.
-                    let write = Op::Pwrite { file: h, offset: at, data: data.clone() };
-                    let wrote = match self.perform(t, write).and_then(Reply::value) {
-                        Ok(w) if done + n < *len => w,
-                        r => match outcome(step, r)? {
-                            Some(w) => w,
-                            None => return Ok("failed as expected".into()),
-                        },
-                    };
-                    if wrote != n {
-                        return Err(format!("pwrite wrote {} of {len} bytes", done + wrote).into());
-                    }
-                    self.ref_files.write(id, at, &data);
-                    done += n;
-                }
-                Ok(format!("wrote {len} bytes of {val:#04x}"))
-            }
-            Cmd::Pread { file, offset, len } => {
-                let (h, id) = self.file(file, &p)?;
-                // In 64 MiB pieces, until one comes back short (the end of
-                // the file): no buffer of the whole range.
-                let mut done = 0;
-                loop {
-                    let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
-                    let Some(got) = outcome(
-                        step,
-                        self.perform(t, Op::Pread { file: h, offset: at, len: n }).and_then(Reply::bytes),
-                    )?
-                    else {
-                        return Ok("failed as expected".into());
-                    };
-                    compare_bytes(at, true, &got, &self.ref_files.read(id, at, n))?;
-                    done += got.len() as u64;
-                    if (got.len() as u64) < n || done == *len {
-                        break;
-                    }
-                }
-                Ok(format!("read {done} bytes as expected"))
-            }
+            Cmd::Pwrite { .. } => self.pwrite_step(step, t),
+            Cmd::Pread { .. } => self.pread_step(step, t),
             Cmd::Observe { place, name } => {
                 let (h, _) = self.file(&place.map, &p)?;
                 let offset = place.range.map_or(0, |r| r.0);
@@ -111,5 +67,59 @@ impl State<'_> {
             }
             _ => unreachable!("not a file step"),
         }
+    }
+
+    /// `pwrite` in 64 MiB pieces (no buffer of the whole range), mirrored
+    /// into the reference files.
+    fn pwrite_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Pwrite { file, offset, len, val } = &step.cmd else { unreachable!("not this step") };
+        let (h, id) = self.file(file, &p)?;
+        // In 64 MiB pieces: no buffer of the whole range.
+        let mut done = 0;
+        while done < *len {
+            let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
+            let data = vec![*val; n as usize];
+            // Pieces before the last must succeed; the last ends as the step says.
+            let write = Op::Pwrite { file: h, offset: at, data: data.clone() };
+            let wrote = match self.perform(t, write).and_then(Reply::value) {
+                Ok(w) if done + n < *len => w,
+                r => match outcome(step, r)? {
+                    Some(w) => w,
+                    None => return Ok("failed as expected".into()),
+                },
+            };
+            if wrote != n {
+                return Err(format!("pwrite wrote {} of {len} bytes", done + wrote).into());
+            }
+            self.ref_files.write(id, at, &data);
+            done += n;
+        }
+        Ok(format!("wrote {len} bytes of {val:#04x}"))
+    }
+
+    /// `pread` in 64 MiB pieces until one comes back short (the end of the
+    /// file), each compared with the reference files.
+    fn pread_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        let Cmd::Pread { file, offset, len } = &step.cmd else { unreachable!("not this step") };
+        let (h, id) = self.file(file, &p)?;
+        // In 64 MiB pieces, until one comes back short (the end of
+        // the file): no buffer of the whole range.
+        let mut done = 0;
+        loop {
+            let (at, n) = (offset + done, (*len - done).min(super::process::READ_CHUNK));
+            let Some(got) =
+                outcome(step, self.perform(t, Op::Pread { file: h, offset: at, len: n }).and_then(Reply::bytes))?
+            else {
+                return Ok("failed as expected".into());
+            };
+            compare_bytes(at, true, &got, &self.ref_files.read(id, at, n))?;
+            done += got.len() as u64;
+            if (got.len() as u64) < n || done == *len {
+                break;
+            }
+        }
+        Ok(format!("read {done} bytes as expected"))
     }
 }
