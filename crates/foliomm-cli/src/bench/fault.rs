@@ -117,6 +117,14 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     if printed {
         return Ok(());
     }
+    print_table(&rows, size, rounds, (memset, memset_warm));
+    print_host_notes(rows.iter().map(|r| (r.folio.to_string(), r.host_share_of_size)), note);
+    Ok(())
+}
+
+/// The table: each folio size's fault and munmap, model against host, and
+/// the model's time per page; then memset (fresh, warm) as the baseline.
+fn print_table(rows: &[FaultRow], size: u64, rounds: u32, (memset, memset_warm): (f64, f64)) {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}s"));
     let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
     println!(
@@ -136,7 +144,7 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
         "munmap",
     ]);
     let pages = (size / 4096) as f64;
-    for r in &rows {
+    for r in rows {
         t.add_row([
             r.folio.to_string(),
             format!("{:.4}s", r.model_fault_s),
@@ -154,6 +162,4 @@ pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
     if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
         println!("model 2M THP fault: {:.2}x of warm memset", thp.model_fault_s / memset_warm);
     }
-    print_host_notes(rows.iter().map(|r| (r.folio.to_string(), r.host_share_of_size)), note);
-    Ok(())
 }
