@@ -27,9 +27,16 @@ impl State<'_> {
             }
             Cmd::Mprotect(pl, prot) => {
                 let (a, l) = self.place(pl)?;
-                if outcome(step, self.perform(t, Op::Mprotect { addr: a, len: l, prot: *prot }))?.is_some() {
-                    self.refs.get_mut(&p).unwrap().protect(a, l, *prot);
+                let r = self.perform(t, Op::Mprotect { addr: a, len: l, prot: *prot });
+                // A hole fails the call after the VMAs before it changed.
+                match r {
+                    Ok(_) => self.refs.get_mut(&p).unwrap().protect(a, l, *prot),
+                    Err(StepError::Errno(Errno::ENOMEM)) => {
+                        self.refs.get_mut(&p).unwrap().protect_until_hole(a, l, *prot)
+                    }
+                    Err(_) => {}
                 }
+                outcome(step, r)?;
                 Ok("ok".into())
             }
             Cmd::Madvise(..) => self.madvise_step(step, t),

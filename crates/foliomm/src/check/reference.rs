@@ -209,6 +209,20 @@ impl RefSpace {
         }
     }
 
+    /// An `mprotect` that failed with ENOMEM at a hole: the pages mapped
+    /// from `start` up to the first hole changed (Linux changes the VMAs
+    /// before the hole; none if `start` is not mapped).
+    pub fn protect_until_hole(&mut self, start: u64, len: u64, prot: Prot) {
+        let mut at = start;
+        for (range, _) in self.runs(&page_range(start, len)) {
+            if range.start != at {
+                break;
+            }
+            at = range.end;
+        }
+        self.protect(start, at - start, prot);
+    }
+
     /// MADV_DONTNEED: private pages read zero again (or the file, for a
     /// private file mapping); shared file pages keep their bytes.
     pub fn zap(&mut self, start: u64, len: u64) {

@@ -9,23 +9,51 @@ use crate::mm_types::{vm, Mm, Prot};
 use crate::{Errno, Result};
 
 impl Mm {
-    /// `mprotect(addr, len, prot)`. Differs from Linux: a range with a hole
-    /// fails with ENOMEM before anything changes (Linux changes the VMAs up
-    /// to the hole first).
+    /// `mprotect(addr, len, prot)` as `do_mprotect_pkey` walks it: nothing
+    /// changes if no VMA holds `addr` (ENOMEM) or a hugetlb VMA would split
+    /// there off a huge-page boundary (EINVAL); otherwise the VMAs change in
+    /// address order up to the first hole, which fails the call with ENOMEM
+    /// after the ones before it changed, as Linux leaves them. A hugetlb
+    /// VMA that would split off a boundary at `end` fails with EINVAL, the
+    /// VMAs before it changed (Linux may also have split it at its start).
     pub fn mprotect(&self, addr: u64, len: u64, prot: Prot) -> Result<()> {
         let end = range_end(addr, len)?;
         if addr == end {
             return Ok(());
         }
         let mut vmas = self.mmap_write_lock();
-        if !vmas.covers(addr, end) {
+        if vmas.find(addr).is_none() {
             return Err(Errno::ENOMEM);
         }
-        if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
+        if !hugetlb_may_split(&vmas, addr) {
             return Err(Errno::EINVAL);
         }
+        // The VMAs from `addr` on as far as they follow each other.
+        let mut reach = addr;
+        for v in vmas.overlapping(addr, end) {
+            if v.start() > reach {
+                break;
+            }
+            reach = v.end().min(end);
+        }
+        let (stop, failed) = match reach {
+            r if r < end => (r, Some(Errno::ENOMEM)),
+            _ if !hugetlb_may_split(&vmas, end) => {
+                (vmas.find(end).map_or(end, |v| v.start().max(addr)), Some(Errno::EINVAL))
+            }
+            _ => (end, None),
+        };
+        if stop > addr {
+            self.protect_range(&mut vmas, addr, stop, prot)?;
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// `mprotect_fixup` of every VMA in `[addr, end)` (which VMAs cover
+    /// without a hole), then the entries and one TLB flush.
+    fn protect_range(&self, vmas: &mut crate::mm_types::Vmas, addr: u64, end: u64, prot: Prot) -> Result<()> {
         let new_flags = |flags: u32| (flags & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
-        self.split_for_change(&mut vmas, addr, end, new_flags)?;
+        self.split_for_change(vmas, addr, end, new_flags)?;
         let mut changed = false;
         for v in vmas.overlapping(addr, end) {
             let flags = new_flags(v.flags());
@@ -39,7 +67,7 @@ impl Mm {
         if changed {
             self.tlb.flush_range(&self.kernel.stats, addr, end);
         }
-        merge_around(&mut vmas, addr, end);
+        merge_around(vmas, addr, end);
         Ok(())
     }
 }
