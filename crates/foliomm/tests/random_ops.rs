@@ -210,8 +210,11 @@ impl World {
                 let covered = rs.covers(addr(page), pages * PAGE);
                 let r = mm.mprotect(addr(page), pages * PAGE, Prot(prot));
                 prop_assert_eq!(r.is_ok(), covered, "mprotect over holes fails with ENOMEM");
+                // Over a hole, the VMAs before it change (do_mprotect_pkey).
                 if covered {
                     rs.protect(addr(page), pages * PAGE, Prot(prot));
+                } else {
+                    rs.protect_until_hole(addr(page), pages * PAGE, Prot(prot));
                 }
             }
             Op::DontNeed { page, pages, .. } => {
@@ -325,7 +328,10 @@ fn run_concurrent(
         _ if c_len == 0 => {}
         Change::Munmap => rs.unmap(c, c_len),
         Change::Mprotect(prot) if covered => rs.protect(c, c_len, Prot(prot)),
-        Change::Mprotect(_) => prop_assert_eq!(changed, Err(Errno::ENOMEM), "mprotect over a hole"),
+        Change::Mprotect(prot) => {
+            prop_assert_eq!(changed, Err(Errno::ENOMEM), "mprotect over a hole");
+            rs.protect_until_hole(c, c_len, Prot(prot));
+        }
         Change::DontNeed => rs.zap(c, c_len),
         Change::Mmap(prot) => rs.map(c, c_len, Prot(prot)),
     }
