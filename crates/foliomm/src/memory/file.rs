@@ -176,9 +176,10 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
 
 /// The PMD-level part of `do_fault` while the PMD is none: the faulting
 /// page's folio (cached, or allocated for a read or a shared write), mapped
-/// by a PMD if it is PMD-sized and the VMA allows (`do_set_pmd`, from
-/// fault-around's `filemap_map_pmd` or from `finish_fault`); else the fault
-/// goes on at PTE level. A private write always does.
+/// by a PMD if it is PMD-sized and, from Linux 6.12, the VMA allows THP
+/// (`do_set_pmd`, from fault-around's `filemap_map_pmd` or from
+/// `finish_fault`); else the fault goes on at PTE level. A private write
+/// always does.
 pub(super) fn do_fault_pmd(vmf: &VmFault, inode: &Inode) -> Result<Huge> {
     // thp_vma_suitable_order(): the PMD's first page must be a PMD-aligned
     // file page, or no PMD-sized folio can sit under it.
@@ -188,7 +189,9 @@ pub(super) fn do_fault_pmd(vmf: &VmFault, inode: &Inode) -> Result<Huge> {
     }
     let (f, pfn) = get_folio(vmf, inode)?;
     let at_head = pfn - f.pfn == (vmf.address - haddr) / PAGE_SIZE;
-    if f.order() != PMD_ORDER || !at_head || vmf.vma.flags() & vm::NOHUGEPAGE != 0 {
+    let thp_disabled =
+        vmf.vma.flags() & vm::NOHUGEPAGE != 0 && vmf.k.config.release().pmd_maps_only_where_thp_allowed();
+    if f.order() != PMD_ORDER || !at_head || thp_disabled {
         vmf.k.folio_put_refs(f, 1);
         return Ok(Huge::Fallback);
     }

@@ -88,6 +88,15 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 15)
     }
 
+    /// Whether a fault maps a PMD-sized page-cache folio by a PMD only where
+    /// the VMA allows THP (`do_set_pmd` checks `vma_thp_disabled`:
+    /// MADV_NOHUGEPAGE, 2b0f922323cc "mm: don't install PMD mappings when
+    /// THPs are disabled by the hw/process/vma"): 6.12 on. Before, any
+    /// suitably aligned one was PMD-mapped, MADV_NOHUGEPAGE or not.
+    pub fn pmd_maps_only_where_thp_allowed(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
+
     /// Whether a read fault's fault-around maps every large folio it meets
     /// whole, not only the pages inside its window, when the folio lies
     /// inside the VMA and one page table (`filemap_map_folio_range`,
@@ -164,5 +173,6 @@ mod tests {
         assert!(!v(14).splits_folios_in_buddies() && v(15).splits_folios_in_buddies());
         assert!(!v(9).pagemap_hugetlb_by_sharing() && v(10).pagemap_hugetlb_by_sharing());
         assert!(!v(17).maps_whole_folio_around() && v(18).maps_whole_folio_around());
+        assert!(!v(11).pmd_maps_only_where_thp_allowed() && v(12).pmd_maps_only_where_thp_allowed());
     }
 }
