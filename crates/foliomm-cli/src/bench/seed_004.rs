@@ -93,35 +93,12 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
     if !a.common.no_host {
         backends.push(Backend::Host);
     }
-    let machines: HashMap<VmaLockDesign, Arc<Machine>> = DESIGNS
-        .iter()
-        .map(|&d| {
-            Ok((
-                d,
-                // A file test holds a thread's file and its private copies at once.
-                Machine::new(Config {
-                    memory: 2 * most as u64 * size + (256 << 20),
-                    vma_lock: d,
-                    ..a.common.config(foliomm::Design::MmId)
-                })?,
-            ))
-        })
-        .collect::<Result<_>>()?;
+    let machines = machines(a, most, size)?;
     let configs = a.tests.len() * layouts.len() * a.threads.len() * backends.len();
     let runs = a.common.runs_or(3);
     let steps = ((runs as usize + 1) * configs + DESIGNS.len()) as u64;
     let bar = progress(steps);
-    // Warm each machine with both layouts at the most threads: the first
-    // touch of model memory is host faults, and until the free lists have
-    // been churned once, allocations walk memory in order (faster than ever
-    // after).
-    for (d, m) in &machines {
-        bar.set_message(format!("warming {}", d.name()));
-        for layout in [Layout::Shared, Layout::Separate] {
-            page_fault::model(m, Test::PageFault1, layout, most, size, 1)?;
-        }
-        bar.inc(1);
-    }
+    warm(&machines, most, size, &bar)?;
     let mut figures: HashMap<Key, Figures> = HashMap::new();
     let mut host_note = None;
     let keys: Vec<Key> = a
@@ -173,6 +150,38 @@ pub(super) fn run(a: &Seed004Args) -> Result<()> {
     print_seed();
     if let Some(n) = host_note {
         println!("\n{n}");
+    }
+    Ok(())
+}
+
+/// A machine per VMA-lock design, with room for `most` threads' regions of
+/// `size` (a file test holds a thread's file and its private copies at once).
+fn machines(a: &Seed004Args, most: usize, size: u64) -> Result<HashMap<VmaLockDesign, Arc<Machine>>> {
+    DESIGNS
+        .iter()
+        .map(|&d| {
+            let memory = 2 * most as u64 * size + (256 << 20);
+            Ok((d, Machine::new(Config { memory, vma_lock: d, ..a.common.config(foliomm::Design::MmId) })?))
+        })
+        .collect()
+}
+
+/// Warms each machine with both layouts at the most threads: the first
+/// touch of model memory is host faults, and until the free lists have
+/// been churned once, allocations walk memory in order (faster than ever
+/// after).
+fn warm(
+    machines: &HashMap<VmaLockDesign, Arc<Machine>>,
+    most: usize,
+    size: u64,
+    bar: &super::progress::Progress,
+) -> Result<()> {
+    for (d, m) in machines {
+        bar.set_message(format!("warming {}", d.name()));
+        for layout in [Layout::Shared, Layout::Separate] {
+            page_fault::model(m, Test::PageFault1, layout, most, size, 1)?;
+        }
+        bar.inc(1);
     }
     Ok(())
 }
