@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
-use foliomm_scenario::backend::{BackendResult, Machinery, StepError, Thread};
+use foliomm_scenario::backend::Thread;
+use foliomm_scenario::error::{BackendResult, Machinery, StepError};
 use foliomm_scenario::op::{Op, Reply};
 
 use crate::protocol::{Answer, Call, Hello, Refused};

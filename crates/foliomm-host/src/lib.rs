@@ -26,10 +26,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{Mutex, RwLock};
 
-use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
+use foliomm::internals::folio::thp::{ShmemMode, ThpMode};
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mapcount::Design;
-use foliomm_scenario::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
+use foliomm_scenario::backend::{hugepage_counters, Backend, Thread};
+use foliomm_scenario::error::{BackendResult, Machinery, StepError};
 use foliomm_scenario::lang::{MachineSetting, Tunable};
 use foliomm_scenario::op::{GupKind, Op, Reply};
 use foliomm_scenario::Observation;
@@ -213,10 +214,48 @@ impl Backend for HostBackend {
     }
 
     fn tune(&self, t: &Tunable) -> BackendResult<()> {
-        match t {
-            Tunable::Thp { enabled, sizes } => self.set_thp(*enabled, sizes),
-            Tunable::Shmem { enabled, sizes } => self.set_shmem(*enabled, sizes),
-            Tunable::Hugetlb { pages, overcommit, size } => self.set_hugetlb(*size, *pages, *overcommit),
+        match *t {
+            Tunable::Thp { enabled, ref sizes } => {
+                if let Some(m) = enabled {
+                    sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
+                }
+                for &(order, m) in sizes {
+                    let (size, top) = (sysfs::thp_path(Some(order)), sysfs::thp_path(None));
+                    sysfs::set_per_size(order, &size, &top, sysfs::mode_name(m), m == ThpMode::Inherit, "THP", "6.8")
+                        .map_err(StepError::Unsupported)?;
+                }
+                Ok(())
+            }
+            Tunable::Shmem { enabled, ref sizes } => {
+                if let Some(m) = enabled {
+                    sysfs::set(&sysfs::shmem_path(None), m.name()).map_err(StepError::Unsupported)?;
+                }
+                for &(order, m) in sizes {
+                    let (size, top) = (sysfs::shmem_path(Some(order)), sysfs::shmem_path(None));
+                    sysfs::set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
+                        .map_err(StepError::Unsupported)?;
+                }
+                Ok(())
+            }
+            Tunable::Hugetlb { pages, overcommit, size } => {
+                if let Some(n) = overcommit {
+                    sysfs::set(&sysfs::hugetlb_path(size, "nr_overcommit_hugepages"), &n.to_string())
+                        .map_err(StepError::Unsupported)?;
+                }
+                let path = sysfs::hugetlb_path(size, "nr_hugepages");
+                sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
+                // Pages in use beyond the new size stay, as surplus pages.
+                let read = |p: &str| {
+                    sysfs::read_selected(p).map_err(setup)?.parse::<u64>().map_err(|e| setup(format!("{p}: {e}")))
+                };
+                match read(&path)?.checked_sub(read(&sysfs::hugetlb_path(size, "surplus_hugepages"))?) {
+                    Some(got) if got == pages => Ok(()),
+                    got => Err(StepError::Unsupported(format!(
+                        "the host kernel gave {got:?} of {pages} huge pages of {}",
+                        size.name()
+                    ))),
+                }
+            }
         }
     }
 
@@ -282,49 +321,5 @@ impl Drop for HostBackend {
         }
         sysfs::restore_all();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The tunables ([`Backend::tune`]).
-impl HostBackend {
-    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
-        if let Some(m) = enabled {
-            sysfs::set(&sysfs::shmem_path(None), m.name()).map_err(StepError::Unsupported)?;
-        }
-        for &(order, m) in sizes {
-            let (size, top) = (sysfs::shmem_path(Some(order)), sysfs::shmem_path(None));
-            sysfs::set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
-                .map_err(StepError::Unsupported)?;
-        }
-        Ok(())
-    }
-    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
-        if let Some(n) = overcommit {
-            sysfs::set(&sysfs::hugetlb_path(size, "nr_overcommit_hugepages"), &n.to_string())
-                .map_err(StepError::Unsupported)?;
-        }
-        let path = sysfs::hugetlb_path(size, "nr_hugepages");
-        sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
-        // Pages in use beyond the new size stay, as surplus pages.
-        let read =
-            |p: &str| sysfs::read_selected(p).map_err(setup)?.parse::<u64>().map_err(|e| setup(format!("{p}: {e}")));
-        match read(&path)?.checked_sub(read(&sysfs::hugetlb_path(size, "surplus_hugepages"))?) {
-            Some(got) if got == pages => Ok(()),
-            got => Err(StepError::Unsupported(format!(
-                "the host kernel gave {got:?} of {pages} huge pages of {}",
-                size.name()
-            ))),
-        }
-    }
-    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
-        if let Some(m) = enabled {
-            sysfs::set(&sysfs::thp_path(None), sysfs::mode_name(m)).map_err(StepError::Unsupported)?;
-        }
-        for &(order, m) in sizes {
-            let (size, top) = (sysfs::thp_path(Some(order)), sysfs::thp_path(None));
-            sysfs::set_per_size(order, &size, &top, sysfs::mode_name(m), m == ThpMode::Inherit, "THP", "6.8")
-                .map_err(StepError::Unsupported)?;
-        }
-        Ok(())
     }
 }

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod error;
 pub mod fuzz;
 pub mod interp;
 pub mod lang;
@@ -12,7 +13,8 @@ pub mod model;
 pub mod observation;
 pub mod op;
 
-pub use backend::{Backend, BackendResult, Machinery, StepError, Thread};
+pub use backend::{Backend, Thread};
+pub use error::{BackendResult, Machinery, StepError};
 pub use interp::{run, Failure, FailureKind, Measure, Outcome, RunOptions, ThreadOps};
 pub use lang::{parse, ParseError};
 pub use model::ModelBackend;

@@ -8,7 +8,6 @@ use std::sync::{Arc, OnceLock};
 
 use foliomm::internals::arch::PAGE_SIZE;
 use foliomm::internals::check::Violation;
-use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mapcount::Design;
 use foliomm::internals::mm::gup::Pin;
@@ -16,7 +15,8 @@ use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{hugepage_counters, Backend, BackendResult, Machinery, StepError, Thread};
+use crate::backend::{hugepage_counters, Backend, Thread};
+use crate::error::{BackendResult, Machinery, StepError};
 use crate::lang::{MachineSetting, Tunable};
 use crate::observation::Observation;
 use crate::op::{pattern_bytes, Access, FileKind, GupKind, MmapRequest, Op, Peek, Reply};
@@ -134,10 +134,45 @@ impl Backend for ModelBackend {
     }
 
     fn tune(&self, t: &Tunable) -> BackendResult<()> {
-        match t {
-            Tunable::Thp { enabled, sizes } => self.set_thp(*enabled, sizes),
-            Tunable::Shmem { enabled, sizes } => self.set_shmem(*enabled, sizes),
-            Tunable::Hugetlb { pages, overcommit, size } => self.set_hugetlb(*size, *pages, *overcommit),
+        match *t {
+            Tunable::Thp { enabled, ref sizes } => {
+                let m = self.m();
+                if let Some(e) = enabled {
+                    m.thp.set_enabled(e).map_err(|_| {
+                        StepError::Unsupported(format!("'{}' is not a valid top-level THP mode", e.name()))
+                    })?;
+                }
+                for &(order, mode) in sizes {
+                    m.thp
+                        .set_order(order, mode)
+                        .map_err(|_| StepError::Unsupported(format!("no anonymous mTHP size {}K", 4 << order)))?;
+                }
+                Ok(())
+            }
+            Tunable::Shmem { enabled, ref sizes } => {
+                let m = self.m();
+                if let Some(e) = enabled {
+                    m.thp.set_shmem_enabled(e);
+                }
+                for &(order, mode) in sizes {
+                    m.thp.set_shmem_order(order, mode).map_err(|_| {
+                        StepError::Unsupported(format!("no shmem setting for {}K folios", 4u64 << order))
+                    })?;
+                }
+                Ok(())
+            }
+            Tunable::Hugetlb { pages, overcommit, size } => {
+                if let Some(n) = overcommit {
+                    self.m().kernel.set_nr_overcommit_hugepages(n);
+                }
+                match self.m().kernel.set_nr_hugepages(size, pages) {
+                    got if got == pages => Ok(()),
+                    got => Err(StepError::Unsupported(format!(
+                        "the model's memory holds only {got} of {pages} huge pages of {}",
+                        size.name()
+                    ))),
+                }
+            }
         }
     }
 
@@ -346,47 +381,5 @@ impl ModelBackend {
         };
         let byte = m.phys.read_byte(pfn, (p.addr % 4096) as usize);
         Ok(Observation { page, byte, via_gup: true, ..Default::default() })
-    }
-}
-
-/// The tunables ([`Backend::tune`]).
-impl ModelBackend {
-    fn set_shmem(&self, enabled: Option<ShmemHuge>, sizes: &[(u32, ShmemMode)]) -> BackendResult<()> {
-        let m = self.m();
-        if let Some(e) = enabled {
-            m.thp.set_shmem_enabled(e);
-        }
-        for &(order, mode) in sizes {
-            m.thp
-                .set_shmem_order(order, mode)
-                .map_err(|_| StepError::Unsupported(format!("no shmem setting for {}K folios", 4u64 << order)))?;
-        }
-        Ok(())
-    }
-    fn set_hugetlb(&self, size: HugeSize, pages: u64, overcommit: Option<u64>) -> BackendResult<()> {
-        if let Some(n) = overcommit {
-            self.m().kernel.set_nr_overcommit_hugepages(n);
-        }
-        match self.m().kernel.set_nr_hugepages(size, pages) {
-            got if got == pages => Ok(()),
-            got => Err(StepError::Unsupported(format!(
-                "the model's memory holds only {got} of {pages} huge pages of {}",
-                size.name()
-            ))),
-        }
-    }
-    fn set_thp(&self, enabled: Option<ThpMode>, sizes: &[(u32, ThpMode)]) -> BackendResult<()> {
-        let m = self.m();
-        if let Some(e) = enabled {
-            m.thp
-                .set_enabled(e)
-                .map_err(|_| StepError::Unsupported(format!("'{}' is not a valid top-level THP mode", e.name())))?;
-        }
-        for &(order, mode) in sizes {
-            m.thp
-                .set_order(order, mode)
-                .map_err(|_| StepError::Unsupported(format!("no anonymous mTHP size {}K", 4 << order)))?;
-        }
-        Ok(())
     }
 }

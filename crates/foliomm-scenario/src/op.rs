@@ -10,7 +10,7 @@ use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mm::{Advice, PageInfo};
 use foliomm::internals::mm_types::Prot;
 
-use crate::backend::{BackendResult, Machinery, StepError};
+use crate::error::{BackendResult, Machinery, StepError};
 use crate::observation::Observation;
 
 /// One operation of one thread (the caller passes the thread with it).

@@ -17,6 +17,7 @@ mod report;
 mod saved;
 mod seed_000;
 mod seed_000_host;
+mod seed_000_results;
 mod seed_000_tables;
 mod seed_001;
 mod seed_002;

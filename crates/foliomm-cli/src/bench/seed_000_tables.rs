@@ -6,8 +6,8 @@ use foliomm::internals::mapcount::Design;
 
 use super::new_table;
 use super::published::{SEED_000_AMD, SEED_000_INTEL, SEED_000_MICRO, SEED_000_VMSCAL};
-use super::seed_000::{Results, ORDERS};
 use super::seed_000_host::print_against_host;
+use super::seed_000_results::{Results, ORDERS};
 use super::stats::{change, summarize, Change};
 
 /// Prints every table of a run of `size` bytes, `rounds` rounds and

@@ -8,7 +8,8 @@ use foliomm::Errno;
 use super::process::outcome;
 use super::state::State;
 use super::{Failed, StepResult};
-use crate::backend::{StepError, Thread};
+use crate::backend::Thread;
+use crate::error::StepError;
 use crate::lang::{Cmd, Place, Step};
 use crate::op::{MmapRequest, Op, Reply};
 

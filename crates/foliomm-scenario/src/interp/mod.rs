@@ -15,7 +15,8 @@ mod process;
 mod state;
 mod trace;
 
-use crate::backend::{Backend, StepError};
+use crate::backend::Backend;
+use crate::error::StepError;
 use crate::lang::{Cmd, Step};
 use crate::observation::Observation;
 use state::State;

@@ -6,7 +6,8 @@ use foliomm::Errno;
 
 use super::state::State;
 use super::{Failed, StepResult};
-use crate::backend::{BackendResult, StepError, Thread};
+use crate::backend::Thread;
+use crate::error::{BackendResult, StepError};
 use crate::lang::{Cmd, Place, Step};
 use crate::op::{Access, Op, Reply};
 
@@ -282,7 +283,7 @@ mod tests {
         assert!(matches!(outcome::<()>(step, Err(StepError::Errno(Errno::EINVAL))), Ok(None)));
         let kind = |e: StepError| outcome::<()>(step, Err(e)).unwrap_err().kind;
         assert_eq!(kind(StepError::Errno(Errno::ENOMEM)), FailureKind::Scenario);
-        let broken = crate::backend::Machinery::Worker { thread: "P/0".into(), why: "closed its socket".into() };
+        let broken = crate::error::Machinery::Worker { thread: "P/0".into(), why: "closed its socket".into() };
         assert_eq!(kind(StepError::Machinery(broken)), FailureKind::Backend);
         assert_eq!(kind(StepError::Unsupported("errno 75".into())), FailureKind::Unsupported);
     }

@@ -10,7 +10,8 @@ use foliomm::internals::check::reference::{RefFiles, RefSpace};
 use foliomm::internals::machine::HugeSize;
 
 use super::{Failed, Measure, StepResult, ThreadOps};
-use crate::backend::{Backend, BackendResult, StepError, Thread};
+use crate::backend::{Backend, Thread};
+use crate::error::{BackendResult, StepError};
 use crate::lang::{Cmd, MachineSetting, Place, Step, Tunable};
 use crate::observation::Observation;
 use crate::op::{Op, Reply};
