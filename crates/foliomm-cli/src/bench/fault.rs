@@ -7,126 +7,116 @@ use std::time::Instant;
 use anyhow::Result;
 use foliomm::{Design, Machine};
 
-use super::harness::{interleaved, metric};
-use super::saved::{Row as SavedRow, SavedRun, Series, Table};
+use super::runner::{Benchmark, Measurement};
+use super::saved::{SavedRun, Table};
 use super::stats::summarize;
-use super::{machine_for, model_populate, new_table, print_host_notes, progress, secs, CommonArgs};
+use super::{host_share_note, machine_for, model_populate, new_table, secs, CommonArgs};
 use crate::host;
 
-struct FaultRow {
-    folio: &'static str,
-    model_fault_s: f64,
-    model_munmap_s: f64,
-    host_fault_s: Option<f64>,
-    host_munmap_s: Option<f64>,
-    host_share_of_size: Option<f64>,
-}
+/// The folio sizes: name and order.
+const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
 
-/// What one row measures in each round.
-enum Setup {
-    Model(Arc<Machine>),
-    Host,
+/// One configuration: a folio size (an index into [`SIZES`]) on the model
+/// or the host kernel, or memset into fresh or warm memory.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Setup {
+    Model(usize),
+    Host(usize),
     Memset { warm: bool },
 }
 
-pub(super) fn run(a: &CommonArgs, size: u64) -> Result<()> {
-    const SIZES: [(&str, u32); 3] = [("4K", 0), ("64K", 4), ("2M", 9)];
-    let rounds = a.runs_or(3);
-    let with_host = !a.no_host;
-    let bar = progress((SIZES.len() as u64 * (1 + with_host as u64) + 2) * (rounds as u64 + 1));
-    let (mut rows, mut note) = (Vec::new(), None);
-    // Per folio size, every kept sample of (model, host) as (fault, munmap).
-    let mut saved_rows: [Vec<SavedRow>; 2] = Default::default();
-    // The mean of one metric of every kept sample.
-    let mean = |s: &[[f64; 2]], k| summarize(&metric(s, k)).mean;
-    for (name, order) in SIZES {
-        // One machine for all rounds: after the warm-up, model frames are
-        // warm host memory, so the samples measure the model's own work.
-        let mut setups = vec![Setup::Model(machine_for(size, a.config(Design::MmId))?)];
-        if with_host && note.is_none() {
-            setups.push(Setup::Host);
+/// `bench fault`: the common options, the region's size.
+pub(super) struct Fault<'a> {
+    args: &'a CommonArgs,
+    size: u64,
+    /// The machine of the folio size under way: after the warm-up its
+    /// frames are warm host memory, so the samples measure the model's own
+    /// work.
+    machine: Option<Arc<Machine>>,
+}
+
+impl<'a> Fault<'a> {
+    pub(super) fn new(args: &'a CommonArgs) -> Result<Fault<'a>> {
+        Ok(Fault { args, size: args.size_or("1G")?, machine: None })
+    }
+}
+
+impl Benchmark for Fault<'_> {
+    type Config = Setup;
+    const NAME: &'static str = "fault";
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "size": self.size })
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        let mib = self.size >> 20;
+        ["fault, one write per page", "munmap", "memset"]
+            .map(|what| Table { name: format!("{what} of {mib} MiB"), unit: "s".into(), higher_is_better: false, rows: Vec::new() })
+            .into()
+    }
+
+    fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
+        let sizes = (0..SIZES.len()).map(|i| std::iter::once(Setup::Model(i)).chain(host.then_some(Setup::Host(i))).collect());
+        sizes.chain([vec![Setup::Memset { warm: false }, Setup::Memset { warm: true }]]).collect()
+    }
+
+    fn prepare(&mut self, group: &[Setup], _: &super::progress::Progress) -> Result<()> {
+        self.machine = None;
+        if matches!(group[0], Setup::Model(_)) {
+            self.machine = Some(machine_for(self.size, self.args.config(Design::MmId))?);
         }
-        let mut share = None;
-        let label = |s: &Setup| format!("{name} {}", if matches!(s, Setup::Host) { "host" } else { "model" });
-        let samples = interleaved(&setups, rounds, &bar, label, |s| match s {
-            Setup::Model(m) => {
-                let (mm, addr, fault) = model_populate(m, &mut m.new_cpu(), size, order)?;
+        Ok(())
+    }
+
+    fn place(&self, c: &Setup) -> (String, String) {
+        let (row, series) = match *c {
+            Setup::Model(i) => (SIZES[i].0, "model"),
+            Setup::Host(i) => (SIZES[i].0, "host"),
+            Setup::Memset { warm } => ("memset", if warm { "warm" } else { "fresh" }),
+        };
+        (row.into(), series.into())
+    }
+
+    fn on_host(&self, c: &Setup) -> bool {
+        matches!(c, Setup::Host(_))
+    }
+
+    fn measure(&mut self, c: &Setup) -> Result<Measurement> {
+        let size = self.size;
+        match *c {
+            Setup::Model(i) => {
+                let m = self.machine.as_ref().expect("prepared");
+                let (mm, addr, fault) = model_populate(m, &mut m.new_cpu(), size, SIZES[i].1)?;
                 let t = Instant::now();
                 mm.munmap(addr, size)?;
-                Ok([secs(fault), secs(t.elapsed())])
+                Ok(Measurement::of([secs(fault), secs(t.elapsed())]))
             }
-            _ if note.is_some() => Ok([f64::NAN; 2]),
-            _ => match host::fault_munmap(size as usize, order, false) {
-                Ok((fault, unmap, got)) => {
-                    share = Some(got);
-                    Ok([secs(fault), secs(unmap)])
-                }
-                Err(e) => {
-                    note = Some(format!("host kernel skipped: {e:#}"));
-                    Ok([f64::NAN; 2])
-                }
-            },
-        })?;
-        let host = samples.get(1).filter(|s| s.iter().all(|v| !v[0].is_nan()));
-        let series = |k| {
-            std::iter::once(("model", &samples[0]))
-                .chain(host.map(|h| ("host", h)))
-                .map(|(n, s)| Series::timed(n, metric(s, k)))
-                .collect::<Vec<_>>()
-        };
-        for (k, rows) in saved_rows.iter_mut().enumerate() {
-            rows.push(SavedRow { label: name.into(), series: series(k), published: Vec::new() });
+            Setup::Host(i) => {
+                let (fault, unmap, share) = host::fault_munmap(size as usize, SIZES[i].1, false)?;
+                let notes = host_share_note(SIZES[i].0, share).into_iter().collect();
+                Ok(Measurement { notes, ..Measurement::of([secs(fault), secs(unmap)]) })
+            }
+            Setup::Memset { warm } => {
+                let t = if warm { host::memset_warm(size as usize)? } else { host::memset_fresh(size as usize)? };
+                Ok(Measurement { samples: vec![(2, secs(t))], ..Measurement::default() })
+            }
         }
-        rows.push(FaultRow {
-            folio: name,
-            model_fault_s: mean(&samples[0], 0),
-            model_munmap_s: mean(&samples[0], 1),
-            host_fault_s: host.map(|s| mean(s, 0)),
-            host_munmap_s: host.map(|s| mean(s, 1)),
-            host_share_of_size: host.and(share),
-        });
     }
-    let memsets = [Setup::Memset { warm: false }, Setup::Memset { warm: true }];
-    let label =
-        |s: &Setup| format!("memset {}", if matches!(s, Setup::Memset { warm: true }) { "warm" } else { "fresh" });
-    let samples = interleaved(&memsets, rounds, &bar, label, |s| match s {
-        Setup::Memset { warm: true } => Ok([secs(host::memset_warm(size as usize)?), 0.0]),
-        _ => Ok([secs(host::memset_fresh(size as usize)?), 0.0]),
-    })?;
-    let (memset, memset_warm) = (mean(&samples[0], 0), mean(&samples[1], 0));
-    bar.finish_and_clear();
-    let printed = a.out.emit(|| {
-        let [fault, munmap] = saved_rows;
-        let table = |what: &str, rows| Table {
-            name: format!("{what} of {} MiB", size >> 20),
-            unit: "s".into(),
-            higher_is_better: false,
-            rows,
-        };
-        let memset_series =
-            vec![Series::timed("fresh", metric(&samples[0], 0)), Series::timed("warm", metric(&samples[1], 0))];
-        let memset_row = SavedRow { label: "memset".into(), series: memset_series, published: Vec::new() };
-        let mut settings = a.settings();
-        settings["size"] = size.into();
-        settings["rounds"] = rounds.into();
-        settings["host_note"] = note.clone().into();
-        let tables =
-            vec![table("fault, one write per page", fault), table("munmap", munmap), table("memset", vec![memset_row])];
-        SavedRun::new("fault", settings, tables)
-    })?;
-    if printed {
-        return Ok(());
+
+    fn print(&self, run: &SavedRun) {
+        print_table(run, self.size);
     }
-    print_table(&rows, size, rounds, (memset, memset_warm));
-    print_host_notes(rows.iter().map(|r| (r.folio.to_string(), r.host_share_of_size)), note);
-    Ok(())
 }
 
 /// The table: each folio size's fault and munmap, model against host, and
 /// the model's time per page; then memset (fresh, warm) as the baseline.
-fn print_table(rows: &[FaultRow], size: u64, rounds: u32, (memset, memset_warm): (f64, f64)) {
+fn print_table(run: &SavedRun, size: u64) {
+    let [fault, munmap, memset] = [0, 1, 2].map(|t| &run.tables[t]);
+    let mean = |t: &Table, row: &str, series: &str| t.samples(row, series).map(|s| summarize(s).mean);
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}s"));
-    let ratio = |m: f64, h: Option<f64>| h.map_or("-".to_string(), |h| format!("{:.2}x", m / h));
+    let ratio = |m: Option<f64>, h: Option<f64>| m.zip(h).map_or("-".to_string(), |(m, h)| format!("{:.2}x", m / h));
+    let rounds = &run.settings["rounds"];
     println!(
         "Fault (one write per page) and munmap of {} MiB, mean of {rounds} interleaved rounds after a warm-up\n\
          (model on a warm arena):\n",
@@ -144,22 +134,16 @@ fn print_table(rows: &[FaultRow], size: u64, rounds: u32, (memset, memset_warm):
         "munmap",
     ]);
     let pages = (size / 4096) as f64;
-    for r in rows {
-        t.add_row([
-            r.folio.to_string(),
-            format!("{:.4}s", r.model_fault_s),
-            opt(r.host_fault_s),
-            ratio(r.model_fault_s, r.host_fault_s),
-            format!("{:.4}s", r.model_munmap_s),
-            opt(r.host_munmap_s),
-            ratio(r.model_munmap_s, r.host_munmap_s),
-            format!("{:.0}", r.model_fault_s * 1e9 / pages),
-            format!("{:.0}", r.model_munmap_s * 1e9 / pages),
-        ]);
+    let per_page = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}", v * 1e9 / pages));
+    for (folio, _) in SIZES {
+        let [mf, hf, mu, hu] = [(fault, "model"), (fault, "host"), (munmap, "model"), (munmap, "host")]
+            .map(|(t, series)| mean(t, folio, series));
+        t.add_row([folio.to_string(), opt(mf), opt(hf), ratio(mf, hf), opt(mu), opt(hu), ratio(mu, hu), per_page(mf), per_page(mu)]);
     }
     println!("{t}");
-    println!("\nmemset of {} MiB on this host: {memset:.4}s into fresh memory, {memset_warm:.4}s into memory already faulted", size >> 20);
-    if let Some(thp) = rows.iter().find(|r| r.folio == "2M") {
-        println!("model 2M THP fault: {:.2}x of warm memset", thp.model_fault_s / memset_warm);
+    let (fresh, warm) = (mean(memset, "memset", "fresh").unwrap_or(f64::NAN), mean(memset, "memset", "warm").unwrap_or(f64::NAN));
+    println!("\nmemset of {} MiB on this host: {fresh:.4}s into fresh memory, {warm:.4}s into memory already faulted", size >> 20);
+    if let Some(thp) = mean(fault, "2M", "model") {
+        println!("model 2M THP fault: {:.2}x of warm memset", thp / warm);
     }
 }

@@ -14,6 +14,7 @@ mod pmd_sharing;
 mod progress;
 mod published;
 mod report;
+mod runner;
 mod saved;
 mod seed_000;
 mod seed_000_host;
@@ -205,8 +206,8 @@ fn region_size(arg: &str) -> Result<u64> {
 
 pub fn run(a: BenchArgs) -> Result<()> {
     match &a.bench {
-        Bench::Fault(c) => fault::run(c, c.size_or("1G")?),
-        Bench::Seed001(s) => seed_001::run(s),
+        Bench::Fault(c) => runner::run(&mut fault::Fault::new(c)?, c),
+        Bench::Seed001(s) => runner::run(&mut seed_001::Seed001::new(s)?, &s.common),
         Bench::Seed000(s) => seed_000::run(s, s.common.size_or("1G")?),
         Bench::Tlb(c) => tlb::run(c, c.size_or("1G")?),
         Bench::Seed004(s) => seed_004::run(s),
@@ -282,15 +283,10 @@ fn model_split_pmds(mm: &Mm, a: u64, size: u64) -> Result<()> {
     Ok(())
 }
 
-/// Prints each folio size (label, share) the host backed less than the whole
-/// run with, then why the host was skipped, if it was.
-fn print_host_notes(shares: impl Iterator<Item = (String, Option<f64>)>, note: Option<String>) {
-    for (label, share) in shares {
-        if let Some(share) = share.filter(|&s| s < 0.99) {
-            println!("note: the host backed only {:.0}% of the {label} run with folios of that size", 100.0 * share);
-        }
-    }
-    if let Some(n) = note {
-        println!("{n}");
-    }
+/// The note for a host run of folio size `label` that the host backed
+/// with folios of that size for only `share` of it, if under 99%.
+fn host_share_note(label: &str, share: f64) -> Option<String> {
+    (share < 0.99).then(|| {
+        format!("note: the host backed only {:.0}% of the {label} run with folios of that size", 100.0 * share)
+    })
 }

@@ -52,7 +52,7 @@ impl OutputArgs {
 pub const SCHEMA: u32 = 1;
 
 /// One benchmark run.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct SavedRun {
     pub schema: u32,
     /// The `bench` subcommand (`seed-001`).
@@ -70,7 +70,7 @@ pub struct SavedRun {
 }
 
 /// Where a run ran.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct MachineInfo {
     pub cpu: String,
     pub cores: usize,
@@ -82,7 +82,7 @@ pub struct MachineInfo {
 
 /// A table of the benchmark: rows (a folio size, a thread count) by series
 /// (a design, the host kernel).
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Table {
     pub name: String,
     /// Unit of the samples (`s`, `ops/s`).
@@ -93,7 +93,7 @@ pub struct Table {
 }
 
 /// One row: its samples per series, and the seed's published figures.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Row {
     pub label: String,
     pub series: Vec<Series>,
@@ -104,7 +104,7 @@ pub struct Row {
 /// Every sample of one series in one row, in the order taken, and the
 /// deterministic counters of its configuration (costs per operation that
 /// do not depend on timing: cache-line transfers, atomic RMWs, ...).
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Series {
     pub name: String,
     pub samples: Vec<f64>,
@@ -112,7 +112,24 @@ pub struct Series {
     pub counters: Vec<(String, f64)>,
 }
 
+impl Table {
+    /// The series `series` of row `row`, if it has samples.
+    pub fn series(&self, row: &str, series: &str) -> Option<&Series> {
+        self.rows.iter().find(|r| r.label == row)?.series.iter().find(|s| s.name == series)
+    }
+
+    /// The samples of series `series` in row `row`, if any.
+    pub fn samples(&self, row: &str, series: &str) -> Option<&[f64]> {
+        self.series(row, series).map(|s| s.samples.as_slice())
+    }
+}
+
 impl Series {
+    /// The counter `name`, if the series has it.
+    pub fn counter(&self, name: &str) -> Option<f64> {
+        self.counters.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
+    }
+
     /// Samples without counters.
     pub fn timed(name: impl Into<String>, samples: Vec<f64>) -> Series {
         Series { name: name.into(), samples, counters: Vec::new() }

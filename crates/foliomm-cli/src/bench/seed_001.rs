@@ -6,7 +6,6 @@
 //! default: the seed measured a 6.8-era kernel.
 
 use foliomm::internals::sync::atomic::Ordering::Relaxed;
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,11 +15,12 @@ use foliomm::internals::mapcount::Design;
 use foliomm::{Config, Machine};
 
 use super::explain::{self, Point, Prices};
-use super::harness::{interleaved, metric};
+use super::progress::Progress;
 use super::published::SEED_001;
-use super::saved::{Row, SavedRun, Series, Table};
+use super::runner::{Benchmark, Measurement};
+use super::saved::{SavedRun, Table};
 use super::stats::{change, summarize, Change, Summary};
-use super::{machine_for, model_populate, model_split_pmds, new_table, print_host_notes, progress, secs, CommonArgs};
+use super::{host_share_note, machine_for, model_populate, model_split_pmds, new_table, secs, CommonArgs};
 use crate::host;
 
 /// `bench seed-001`'s options: the common ones (the model's design is
@@ -29,21 +29,135 @@ use crate::host;
 #[derive(clap::Args)]
 pub struct Seed001Args {
     #[command(flatten)]
-    common: CommonArgs,
+    pub(super) common: CommonArgs,
 }
 
-/// What one row measures in each round.
-enum Setup {
-    Model(ZapStrategy, Arc<Machine>),
-    Host,
+/// One configuration: a folio size (an index into [`SEED_001`]) zapped by
+/// the model with a strategy, or by the host kernel.
+#[derive(Clone, Copy)]
+pub(super) enum Setup {
+    Model(usize, ZapStrategy),
+    Host(usize),
 }
 
+/// `bench seed-001` as the runner drives it.
+pub(super) struct Seed001<'a> {
+    args: &'a CommonArgs,
+    size: u64,
+    design: Design,
+    /// The machines of the folio size under way, per zap strategy.
+    machines: Vec<(ZapStrategy, Arc<Machine>)>,
+}
+
+impl<'a> Seed001<'a> {
+    pub(super) fn new(a: &'a Seed001Args) -> Result<Seed001<'a>> {
+        let args = &a.common;
+        let design = args.mapcount.unwrap_or(Design::NrMapped);
+        Ok(Seed001 { args, size: args.size_or("1G")?, design, machines: Vec::new() })
+    }
+}
+
+/// The row of folio size `i`.
+fn row_label(i: usize) -> String {
+    format!("{}KiB", SEED_001[i].0)
+}
+
+/// The folio order of the row of `i`.
+fn order(i: usize) -> u32 {
+    (SEED_001[i].0 / 4).trailing_zeros()
+}
+
+const COUNTERS: [&str; 3] = ["rmap_rmw_per_page", "memmap_lines_per_page", "zap_batches_per_page"];
+
+impl Benchmark for Seed001<'_> {
+    type Config = Setup;
+    const NAME: &'static str = "seed-001";
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "size": self.size, "mapcount": self.design.name() })
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        vec![Table { name: "munmap of PTE-mapped folios".into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() }]
+    }
+
+    fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
+        let zaps = [ZapStrategy::PerPage, ZapStrategy::Batched];
+        (0..SEED_001.len())
+            .map(|i| zaps.iter().map(|&z| Setup::Model(i, z)).chain(host.then_some(Setup::Host(i))).collect())
+            .collect()
+    }
+
+    fn prepare(&mut self, group: &[Setup], _: &Progress) -> Result<()> {
+        self.machines.clear();
+        for c in group {
+            if let Setup::Model(_, zap) = *c {
+                self.machines.push((zap, machine_for(self.size, Config { zap, ..self.args.config(self.design) })?));
+            }
+        }
+        Ok(())
+    }
+
+    fn place(&self, c: &Setup) -> (String, String) {
+        match *c {
+            Setup::Model(i, zap) => (row_label(i), zap.name().into()),
+            Setup::Host(i) => (row_label(i), "host".into()),
+        }
+    }
+
+    fn on_host(&self, c: &Setup) -> bool {
+        matches!(c, Setup::Host(_))
+    }
+
+    fn measure(&mut self, c: &Setup) -> Result<Measurement> {
+        let size = self.size;
+        let (i, zap) = match *c {
+            Setup::Model(i, zap) => (i, zap),
+            Setup::Host(i) => {
+                let (_, unmap, share) = host::fault_munmap(size as usize, order(i), order(i) == 9)?;
+                let notes = host_share_note(&format!("{}K", SEED_001[i].0), share).into_iter().collect();
+                return Ok(Measurement { notes, ..Measurement::of([secs(unmap)]) });
+            }
+        };
+        let m = &self.machines.iter().find(|(z, _)| *z == zap).expect("prepared").1;
+        let (mm, addr, _) = model_populate(m, &mut m.new_cpu(), size, order(i))?;
+        if order(i) == 9 {
+            model_split_pmds(&mm, addr, size)?;
+        }
+        let counters = || {
+            let s = &m.stats;
+            [&s.rmap_atomic_rmw, &s.rmap_cache_lines, &s.zap_batches].map(|c| c.load(Relaxed) as f64)
+        };
+        let (before, t) = (counters(), Instant::now());
+        mm.munmap(addr, size)?;
+        let elapsed = secs(t.elapsed());
+        let after = counters();
+        let pages = (size / 4096) as f64;
+        let per_page = (0..3).map(|k| (COUNTERS[k], (after[k] - before[k]) / pages));
+        Ok(Measurement::of([elapsed]).counting(per_page))
+    }
+
+    fn published(&self, _: usize, row: &str) -> Vec<(String, f64)> {
+        let Some(i) = (0..SEED_001.len()).find(|&i| row_label(i) == row) else { return Vec::new() };
+        vec![("mm-unstable".into(), SEED_001[i].1), ("New".into(), SEED_001[i].2)]
+    }
+
+    fn print(&self, run: &SavedRun) {
+        let rows = zap_rows(run);
+        print_table(&rows, self.size, &run.settings["rounds"], self.design);
+        print_costs(&rows);
+        print_why(&explain(&rows, self.size));
+    }
+
+    fn conclude(&self, run: &SavedRun) -> Vec<String> {
+        let why = explain(&zap_rows(run), self.size);
+        why.rows.iter().map(|(kb, off, text)| format!("{kb}KiB, {off:+.0} points off the seed: {text}.")).collect()
+    }
+}
+
+/// One folio size's figures.
 struct ZapRow {
     folio_kb: u64,
-    /// Every sample, per-page and batched (and host), in round order.
-    per_page_samples: Vec<f64>,
-    batched_samples: Vec<f64>,
-    host_samples: Vec<f64>,
     per_page: Summary,
     batched: Summary,
     /// Batched against per-page, with its interval.
@@ -52,107 +166,36 @@ struct ZapRow {
     /// atomic RMWs of the rmap, memmap cache lines, zap batches.
     costs: [[f64; 3]; 2],
     host: Option<Summary>,
-    host_share_of_size: Option<f64>,
     seed_before_s: f64,
     seed_after_s: f64,
     seed_change_pct: i32,
 }
 
-pub(super) fn run(a: &Seed001Args) -> Result<()> {
-    let a = &a.common;
-    let size = a.size_or("1G")?;
-    let rounds = a.runs_or(3);
-    let design = a.mapcount.unwrap_or(Design::NrMapped);
-    let with_host = !a.no_host;
-    let bar = progress(SEED_001.len() as u64 * (rounds as u64 + 1) * (2 + with_host as u64));
-    let (mut rows, mut note) = (Vec::new(), None);
-    let host_failed = Cell::new(!with_host);
-    for (kb, before, after, seed_change) in SEED_001 {
-        let order = (kb / 4).trailing_zeros();
-        let mut setups = Vec::new();
-        for zap in [ZapStrategy::PerPage, ZapStrategy::Batched] {
-            setups.push(Setup::Model(zap, machine_for(size, Config { zap, ..a.config(design) })?));
-        }
-        if !host_failed.get() {
-            setups.push(Setup::Host);
-        }
-        let mut share = None;
-        let label = |s: &Setup| match s {
-            Setup::Model(zap, _) => format!("{kb}K {}", zap.name()),
-            Setup::Host => format!("{kb}K host"),
-        };
-        let samples = interleaved(&setups, rounds, &bar, label, |s| match s {
-            Setup::Model(_, m) => {
-                let (mm, addr, _) = model_populate(m, &mut m.new_cpu(), size, order)?;
-                if order == 9 {
-                    model_split_pmds(&mm, addr, size)?;
-                }
-                let counters = || {
-                    let s = &m.stats;
-                    [&s.rmap_atomic_rmw, &s.rmap_cache_lines, &s.zap_batches].map(|c| c.load(Relaxed) as f64)
-                };
-                let (before, t) = (counters(), Instant::now());
-                mm.munmap(addr, size)?;
-                let elapsed = secs(t.elapsed());
-                let after = counters();
-                let pages = (size / 4096) as f64;
-                Ok([
-                    elapsed,
-                    (after[0] - before[0]) / pages,
-                    (after[1] - before[1]) / pages,
-                    (after[2] - before[2]) / pages,
-                ])
+/// Each folio size's figures, from the run's table.
+fn zap_rows(run: &SavedRun) -> Vec<ZapRow> {
+    let t = &run.tables[0];
+    SEED_001
+        .iter()
+        .enumerate()
+        .map(|(i, &(kb, before, after, seed_change))| {
+            let label = row_label(i);
+            let samples = |s| t.samples(&label, s).unwrap_or_default().to_vec();
+            let costs = |s| COUNTERS.map(|c| t.series(&label, s).and_then(|s| s.counter(c)).unwrap_or(0.0));
+            let (per_page_samples, batched_samples, host_samples) =
+                (samples("per-page"), samples("batched"), samples("host"));
+            ZapRow {
+                folio_kb: kb,
+                costs: [costs("per-page"), costs("batched")],
+                per_page: summarize(&per_page_samples),
+                batched: summarize(&batched_samples),
+                change: change(&per_page_samples, &batched_samples, SEED_001.len()),
+                host: (!host_samples.is_empty()).then(|| summarize(&host_samples)),
+                seed_before_s: before,
+                seed_after_s: after,
+                seed_change_pct: seed_change,
             }
-            Setup::Host if host_failed.get() => Ok([f64::NAN; 4]),
-            Setup::Host => match host::fault_munmap(size as usize, order, order == 9) {
-                Ok((_, unmap, got)) => {
-                    share = Some(got);
-                    Ok([secs(unmap), 0.0, 0.0, 0.0])
-                }
-                Err(e) => {
-                    note = Some(format!("host kernel skipped: {e:#}"));
-                    host_failed.set(true);
-                    Ok([f64::NAN; 4])
-                }
-            },
-        })?;
-        let per_page_samples = metric(&samples[0], 0);
-        let batched_samples = metric(&samples[1], 0);
-        let host_samples: Vec<f64> =
-            samples.get(2).map(|s| metric(s, 0)).unwrap_or_default().into_iter().filter(|v| !v.is_nan()).collect();
-        let last = |s: &[[f64; 4]]| s.last().map_or([0.0; 3], |l| [l[1], l[2], l[3]]);
-        rows.push(ZapRow {
-            folio_kb: kb,
-            costs: [last(&samples[0]), last(&samples[1])],
-            per_page: summarize(&per_page_samples),
-            batched: summarize(&batched_samples),
-            change: change(&per_page_samples, &batched_samples, SEED_001.len()),
-            host: (!host_samples.is_empty()).then(|| summarize(&host_samples)),
-            host_share_of_size: share,
-            per_page_samples,
-            batched_samples,
-            host_samples,
-            seed_before_s: before,
-            seed_after_s: after,
-            seed_change_pct: seed_change,
-        });
-    }
-    bar.finish_and_clear();
-    let mut settings = a.settings();
-    settings["size"] = size.into();
-    settings["rounds"] = rounds.into();
-    settings["mapcount"] = design.name().into();
-    let why = explain(&rows, size);
-    let notes = why.rows.iter().map(|(kb, off, text)| format!("{kb}KiB, {off:+.0} points off the seed: {text}"));
-    let notes: Vec<String> = notes.chain(note.clone()).collect();
-    if a.out.emit(|| SavedRun { notes, ..saved(&rows, settings) })? {
-        return Ok(());
-    }
-    print_table(&rows, size, rounds, design);
-    print_costs(&rows);
-    print_why(&why);
-    print_host_notes(rows.iter().map(|r| (format!("{}K", r.folio_kb), r.host_share_of_size)), note);
-    Ok(())
+        })
+        .collect()
 }
 
 /// Each machine's fitted prices, and the reason for each row whose model
@@ -213,42 +256,9 @@ fn print_why(why: &Why) {
     if why.rows.is_empty() {
         println!("Every row's change is within 10 points of the seed's.");
     }
-    for (kb, off, text) in &why.rows {
-        println!("  {kb}KiB, {off:+.0} points off the seed: {text}.");
-    }
 }
 
-/// The run as a saved run: one table, a row per folio size.
-fn saved(rows: &[ZapRow], settings: serde_json::Value) -> SavedRun {
-    // Per 4K page unmapped: what the deterministic costs count.
-    let counters = |c: [f64; 3]| {
-        let names = ["rmap_rmw_per_page", "memmap_lines_per_page", "zap_batches_per_page"];
-        names.into_iter().map(String::from).zip(c).collect()
-    };
-    let series = |name: &str, samples: &[f64], c: Option<[f64; 3]>| Series {
-        name: name.into(),
-        samples: samples.to_vec(),
-        counters: c.map_or_else(Vec::new, counters),
-    };
-    let rows = rows
-        .iter()
-        .map(|r| Row {
-            label: format!("{}KiB", r.folio_kb),
-            series: [
-                series("per-page", &r.per_page_samples, Some(r.costs[0])),
-                series("batched", &r.batched_samples, Some(r.costs[1])),
-            ]
-            .into_iter()
-            .chain((!r.host_samples.is_empty()).then(|| series("host", &r.host_samples, None)))
-            .collect(),
-            published: vec![("mm-unstable".into(), r.seed_before_s), ("New".into(), r.seed_after_s)],
-        })
-        .collect();
-    let table = Table { name: "munmap of PTE-mapped folios".into(), unit: "s".into(), higher_is_better: false, rows };
-    SavedRun::new("seed-001", settings, vec![table])
-}
-
-fn print_table(rows: &[ZapRow], size: u64, rounds: u32, design: Design) {
+fn print_table(rows: &[ZapRow], size: u64, rounds: &serde_json::Value, design: Design) {
     println!(
         "munmap() of a {} MiB VMA backed by PTE-mapped folios of one size, model design {design} (the seed ran a\n\
          6.8-era kernel); mean of {rounds} interleaved rounds after a warm-up, in seconds. Change: batched against\n\
