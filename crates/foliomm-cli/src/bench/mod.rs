@@ -209,11 +209,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Fault(c) => runner::run(&mut fault::Fault::new(c)?, c),
         Bench::Seed001(s) => runner::run(&mut seed_001::Seed001::new(s)?, &s.common),
         Bench::Seed000(s) => seed_000::run(s, s.common.size_or("1G")?),
-        Bench::Tlb(c) => tlb::run(c, c.size_or("1G")?),
+        Bench::Tlb(c) => runner::run(&mut tlb::Tlb::new(c)?, c),
         Bench::Seed004(s) => seed_004::run(s),
-        Bench::Seed003(s) => seed_003::run(s),
+        Bench::Seed003(s) => runner::run(&mut seed_003::Seed003::new(s)?, &s.common),
         Bench::Seed002(s) => seed_002::run(s),
-        Bench::PmdSharing(s) => pmd_sharing::run(s),
+        Bench::PmdSharing(s) => runner::run(&mut pmd_sharing::PmdSharing::new(s)?, &s.common),
     }
 }
 

@@ -20,7 +20,9 @@ use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{memfd, Map, Workers};
 
 use super::new_table;
-use super::saved::{self, SavedRun, Series, Table};
+use super::runner::{Benchmark, Measurement};
+use super::saved::{SavedRun, Table};
+use super::stats::summarize;
 
 /// The 2 MiB huge pages the benchmark uses.
 const HPAGE: u64 = 1 << 21;
@@ -33,10 +35,10 @@ pub(super) struct PmdSharingArgs {
     /// Children forked.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     children: u64,
-    /// The common options (no --size: the VMAs are 1 GiB each; no --runs:
-    /// one measurement of counts).
+    /// The common options (no --size: the VMAs are 1 GiB each; --runs: one
+    /// round of counts by default, more to see them repeat).
     #[command(flatten)]
-    common: super::CommonArgs,
+    pub(super) common: super::CommonArgs,
 }
 
 const GIB: u64 = 1 << 30;
@@ -46,63 +48,88 @@ const SETTLE: Duration = Duration::from_millis(1500);
 /// Where the parent's VMAs start: a PGD slot of their own.
 const BASE: u64 = 1 << 40;
 
-/// Page-table KiB per child, shareable and unshareable, for one runner.
-#[derive(serde::Serialize)]
-struct Row {
-    runner: &'static str,
-    shareable_kb: Option<f64>,
-    unshareable_kb: Option<f64>,
+/// One configuration: the model or the host kernel, with the VMAs
+/// shareable (aligned) or not.
+#[derive(Clone, Copy)]
+pub(super) struct Setup {
+    host: bool,
+    aligned: bool,
 }
 
-pub(super) fn run(a: &PmdSharingArgs) -> Result<()> {
-    a.common.refuse("size", "pmd-sharing maps --vmas VMAs of 1 GiB each")?;
-    a.common.refuse("runs", "pmd-sharing measures page-table memory once (counts, not times)")?;
-    let mut rows = vec![Row {
-        runner: "model (vma-lock)",
-        shareable_kb: Some(model(a, true)?),
-        unshareable_kb: Some(model(a, false)?),
-    }];
-    let mut note = None;
-    if !a.common.no_host {
-        let mut host = |aligned| host(a, aligned).inspect_err(|e| note = Some(format!("{e:#}"))).ok();
-        let (shareable_kb, unshareable_kb) = (host(true), host(false));
-        rows.push(Row { runner: "host kernel", shareable_kb, unshareable_kb });
-    }
-    let mut settings = a.common.settings();
-    settings["vmas"] = a.vmas.into();
-    settings["children"] = a.children.into();
-    if a.common.out.emit(|| SavedRun { notes: note.iter().cloned().collect(), ..saved(&rows, settings) })? {
-        return Ok(());
-    }
-    println!(
-        "\nPage-table memory gained per child: {} VMAs of 1 GiB of one hugetlbfs file, {} children",
-        a.vmas, a.children
-    );
-    let mut t = new_table(["", "shareable (KiB)", "unshareable (KiB)", "difference"]);
-    let kb = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
-    for r in &rows {
-        let diff = r.shareable_kb.zip(r.unshareable_kb).map(|(s, u)| u - s);
-        t.add_row([r.runner.to_string(), kb(r.shareable_kb), kb(r.unshareable_kb), kb(diff)]);
-    }
-    println!("{t}");
-    if let Some(n) = note {
-        println!("host kernel skipped: {n}");
-    }
-    Ok(())
+/// The series of the model and of the host kernel.
+const RUNNERS: [&str; 2] = ["model (vma-lock)", "host kernel"];
+
+/// `bench pmd-sharing` as the runner drives it.
+pub(super) struct PmdSharing<'a> {
+    args: &'a PmdSharingArgs,
 }
 
-/// The run as a saved run: a row per layout, a series per runner (one
-/// sample each: the figures are counts, not timings).
-fn saved(rows: &[Row], settings: serde_json::Value) -> SavedRun {
-    let row = |label: &str, kb: &dyn Fn(&Row) -> Option<f64>| saved::Row {
-        label: label.to_string(),
-        series: rows.iter().map(|r| Series::timed(r.runner, kb(r).into_iter().collect())).collect(),
-        published: Vec::new(),
-    };
-    let rows = vec![row("shareable", &|r| r.shareable_kb), row("unshareable", &|r| r.unshareable_kb)];
-    let table =
-        Table { name: "page-table memory gained per child".into(), unit: "KiB".into(), higher_is_better: false, rows };
-    SavedRun::new("pmd-sharing", settings, vec![table])
+impl<'a> PmdSharing<'a> {
+    pub(super) fn new(args: &'a PmdSharingArgs) -> Result<PmdSharing<'a>> {
+        args.common.refuse("size", "pmd-sharing maps --vmas VMAs of 1 GiB each")?;
+        Ok(PmdSharing { args })
+    }
+}
+
+/// The row of VMAs at 1 GiB boundaries (`aligned`) or 2 MiB past them.
+fn layout(aligned: bool) -> &'static str {
+    if aligned {
+        "shareable"
+    } else {
+        "unshareable"
+    }
+}
+
+impl Benchmark for PmdSharing<'_> {
+    type Config = Setup;
+    const NAME: &'static str = "pmd-sharing";
+    /// Counts, not times: one round unless asked for more (which must agree).
+    const RUNS: u32 = 1;
+    const WARM_UP: bool = false;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "vmas": self.args.vmas, "children": self.args.children })
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        let name = "page-table memory gained per child".into();
+        vec![Table { name, unit: "KiB".into(), higher_is_better: false, rows: Vec::new() }]
+    }
+
+    fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
+        let hosts = [false].into_iter().chain(host.then_some(true));
+        vec![hosts.flat_map(|host| [true, false].map(|aligned| Setup { host, aligned })).collect()]
+    }
+
+    fn place(&self, c: &Setup) -> (String, String) {
+        (layout(c.aligned).into(), RUNNERS[c.host as usize].into())
+    }
+
+    fn on_host(&self, c: &Setup) -> bool {
+        c.host
+    }
+
+    fn measure(&mut self, c: &Setup) -> Result<Measurement> {
+        let kb = if c.host { host(self.args, c.aligned)? } else { model(self.args, c.aligned)? };
+        Ok(Measurement::of([kb]))
+    }
+
+    fn print(&self, run: &SavedRun) {
+        let a = self.args;
+        println!(
+            "\nPage-table memory gained per child: {} VMAs of 1 GiB of one hugetlbfs file, {} children",
+            a.vmas, a.children
+        );
+        let mut t = new_table(["", "shareable (KiB)", "unshareable (KiB)", "difference"]);
+        let mean = |runner, aligned| run.tables[0].samples(layout(aligned), runner).map(|s| summarize(s).mean);
+        let kb = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        for runner in &RUNNERS[..if a.common.no_host { 1 } else { 2 }] {
+            let (shareable, unshareable) = (mean(runner, true), mean(runner, false));
+            let diff = shareable.zip(unshareable).map(|(s, u)| u - s);
+            t.add_row([runner.to_string(), kb(shareable), kb(unshareable), kb(diff)]);
+        }
+        println!("{t}");
+    }
 }
 
 /// The address of VMA `i`: at a 1 GiB boundary, or 2 MiB past it.

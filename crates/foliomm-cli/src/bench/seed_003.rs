@@ -22,17 +22,18 @@ use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{self, memfd, Map};
 
-use super::harness::{interleaved, metric};
-use super::saved::{Row, SavedRun, Series, Table};
+use super::progress::Progress;
+use super::runner::{Benchmark, Measurement};
+use super::saved::{SavedRun, Table};
 use super::stats::{change, summarize, Change};
-use super::{new_table, progress};
+use super::new_table;
 
 #[derive(clap::Args)]
 pub(super) struct Seed003Args {
     /// The common options (--size: the shmem file mapped, the seed's 2G by
     /// default; the benchmark compares four designs, so no --mapcount).
     #[command(flatten)]
-    common: super::CommonArgs,
+    pub(super) common: super::CommonArgs,
     /// Timed munmap(mmap()) pairs per round, after one that fills the file
     /// (the seed made 100, the first of which filled it); 1 to 10000.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -60,7 +61,7 @@ enum Case {
 
 /// What one configuration's sample measured: seconds per munmap(mmap())
 /// pair, and (model) the rmap cost per pair.
-#[derive(Clone, Copy, Default, serde::Serialize)]
+#[derive(Clone, Copy, Default)]
 struct Figure {
     seconds: f64,
     rmw: f64,
@@ -68,129 +69,135 @@ struct Figure {
     locks: f64,
 }
 
-/// What a case measures in each round.
-enum Setup {
-    Model(Design, Arc<Machine>),
-    Host,
+/// One configuration: a case (an index into [`CASES`]) under a design, or
+/// on the host kernel.
+#[derive(Clone, Copy)]
+pub(super) enum Setup {
+    Model(usize, Design),
+    Host(usize),
 }
 
-/// One case's results: every sample per design (then the host's), the
-/// mean time, the deterministic costs, and each design's change against
-/// `subpage` (6.1, the seed's "before").
-#[derive(serde::Serialize)]
+/// One case's results: the mean time per design (then the host's), the
+/// deterministic costs, and each design's change against `subpage` (6.1,
+/// the seed's "before").
 struct CaseRow {
     case: &'static str,
-    samples_s: Vec<Vec<f64>>,
     mean_s: Vec<Option<f64>>,
     costs: Vec<Figure>,
     change_against_subpage: Vec<Option<Change>>,
 }
 
-pub(super) fn run(a: &Seed003Args) -> Result<()> {
-    a.common.refuse("mapcount", "seed-003 compares subpage, compound-locked, nr-mapped and mm-id")?;
-    let size = a.common.size_or("2G")?;
-    let iterations = a.iterations.max(1);
-    let rounds = a.common.runs_or(5);
-    let mut setups = DESIGNS
-        .iter()
-        .map(|&d| Ok(Setup::Model(d, Machine::new(Config { memory: size + (256 << 20), ..a.common.config(d) })?)))
-        .collect::<Result<Vec<_>>>()?;
-    if !a.common.no_host {
-        setups.push(Setup::Host);
-    }
-    let bar = progress((CASES.len() * setups.len()) as u64 * (rounds as u64 + 1));
-    let mut host_note = None;
-    // Each design against subpage, in every case: one family.
-    let family = CASES.len() * (DESIGNS.len() - 1);
-    let mut rows = Vec::new();
-    for &(name, case, ..) in &CASES {
-        let label = |s: &Setup| match s {
-            Setup::Model(d, _) => format!("{name} {d}"),
-            Setup::Host => format!("{name} host"),
-        };
-        let samples = interleaved(&setups, rounds, &bar, label, |s| match s {
-            Setup::Model(_, m) => {
-                let f = model_case(m, case, size, iterations)?;
-                Ok([f.seconds, f.rmw, f.lines, f.locks])
-            }
-            Setup::Host if host_note.is_some() => Ok([f64::NAN; 4]),
-            Setup::Host => match host_case(case, size as usize, iterations) {
-                Ok(seconds) => Ok([seconds, 0.0, 0.0, 0.0]),
-                Err(e) => {
-                    host_note = Some(format!("host kernel skipped: {e:#}"));
-                    Ok([f64::NAN; 4])
-                }
-            },
-        })?;
-        let times: Vec<Vec<f64>> = samples.iter().map(|s| metric(s, 0)).collect();
-        let kept = |t: &Vec<f64>| !t.is_empty() && t.iter().all(|v| !v.is_nan());
-        let costs = samples[..DESIGNS.len()]
-            .iter()
-            .map(|s| {
-                s.last().map_or(Figure::default(), |l| Figure { seconds: l[0], rmw: l[1], lines: l[2], locks: l[3] })
-            })
-            .collect();
-        rows.push(CaseRow {
-            case: name,
-            mean_s: times.iter().map(|t| kept(t).then(|| summarize(t).mean)).collect(),
-            costs,
-            change_against_subpage: (0..DESIGNS.len())
-                .map(|d| (d > 0).then(|| change(&times[0], &times[d], family)))
-                .collect(),
-            samples_s: times,
-        });
-    }
-    bar.finish_and_clear();
-    let mut settings = a.common.settings();
-    for (k, v) in [("size", size), ("iterations", iterations as u64), ("rounds", rounds as u64)] {
-        settings[k] = v.into();
-    }
-    let printed = a
-        .common
-        .out
-        .emit(|| SavedRun { notes: host_note.iter().cloned().collect(), ..saved(&rows, size, settings) })?;
-    if printed {
-        return Ok(());
-    }
-    print_table(&rows, size, iterations, rounds, family);
-    if let Some(n) = host_note {
-        println!("\n{n}");
-    }
-    Ok(())
+/// `bench seed-003` as the runner drives it.
+pub(super) struct Seed003<'a> {
+    args: &'a Seed003Args,
+    size: u64,
+    iterations: u32,
+    /// A machine per design, for every case.
+    machines: Vec<Arc<Machine>>,
 }
 
-/// The run as a saved run: a row per case, a series per design and the
-/// host, the seed's times per pair scaled to this size.
-fn saved(rows: &[CaseRow], size: u64, settings: serde_json::Value) -> SavedRun {
-    let names = DESIGNS.iter().map(|d| d.name()).chain(["host"]);
-    let per_pair = |s: f64| s / 100.0 * size as f64 / (2u64 << 30) as f64;
-    let rows = rows
+impl<'a> Seed003<'a> {
+    pub(super) fn new(args: &'a Seed003Args) -> Result<Seed003<'a>> {
+        args.common.refuse("mapcount", "seed-003 compares subpage, compound-locked, nr-mapped and mm-id")?;
+        Ok(Seed003 { args, size: args.common.size_or("2G")?, iterations: args.iterations.max(1), machines: Vec::new() })
+    }
+}
+
+/// Each design against subpage, in every case: one family.
+const FAMILY: usize = CASES.len() * (DESIGNS.len() - 1);
+
+const COUNTERS: [&str; 3] = ["rmap_rmw", "memmap_lines", "locks"];
+
+impl Benchmark for Seed003<'_> {
+    type Config = Setup;
+    const NAME: &'static str = "seed-003";
+    const RUNS: u32 = 5;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "size": self.size, "iterations": self.iterations })
+    }
+
+    fn tables(&self) -> Vec<Table> {
+        vec![Table { name: "munmap(mmap()) of a shmem file".into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() }]
+    }
+
+    fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
+        let case = |i| DESIGNS.iter().map(move |&d| Setup::Model(i, d)).chain(host.then_some(Setup::Host(i)));
+        (0..CASES.len()).map(|i| case(i).collect()).collect()
+    }
+
+    fn prepare(&mut self, _: &[Setup], _: &Progress) -> Result<()> {
+        if self.machines.is_empty() {
+            let config = |d| Config { memory: self.size + (256 << 20), ..self.args.common.config(d) };
+            self.machines = DESIGNS.iter().map(|&d| Ok(Machine::new(config(d))?)).collect::<Result<_>>()?;
+        }
+        Ok(())
+    }
+
+    fn place(&self, c: &Setup) -> (String, String) {
+        match *c {
+            Setup::Model(i, d) => (CASES[i].0.into(), d.name().into()),
+            Setup::Host(i) => (CASES[i].0.into(), "host".into()),
+        }
+    }
+
+    fn on_host(&self, c: &Setup) -> bool {
+        matches!(c, Setup::Host(_))
+    }
+
+    fn measure(&mut self, c: &Setup) -> Result<Measurement> {
+        match *c {
+            Setup::Model(i, d) => {
+                let m = &self.machines[DESIGNS.iter().position(|&x| x == d).unwrap()];
+                let f = model_case(m, CASES[i].1, self.size, self.iterations)?;
+                Ok(Measurement::of([f.seconds]).counting(COUNTERS.into_iter().zip([f.rmw, f.lines, f.locks])))
+            }
+            Setup::Host(i) => Ok(Measurement::of([host_case(CASES[i].1, self.size as usize, self.iterations)?])),
+        }
+    }
+
+    /// The seed's times per pair, scaled to this size.
+    fn published(&self, _: usize, row: &str) -> Vec<(String, f64)> {
+        let Some(&(_, _, before, after)) = CASES.iter().find(|c| c.0 == row) else { return Vec::new() };
+        let per_pair = |s: f64| s / 100.0 * self.size as f64 / (2u64 << 30) as f64;
+        [("before (scaled)", Some(before)), ("after (scaled)", after)]
+            .into_iter()
+            .filter_map(|(n, v)| Some((n.to_string(), per_pair(v?))))
+            .collect()
+    }
+
+    fn print(&self, run: &SavedRun) {
+        let rows = case_rows(run);
+        print_table(&rows, self.size, self.iterations, &run.settings["rounds"]);
+    }
+}
+
+/// Each case's figures, from the run's table.
+fn case_rows(run: &SavedRun) -> Vec<CaseRow> {
+    let t = &run.tables[0];
+    CASES
         .iter()
-        .zip(&CASES)
-        .map(|(r, (_, _, before, after))| Row {
-            label: r.case.into(),
-            series: names
-                .clone()
-                .zip(&r.samples_s)
-                .enumerate()
-                .filter(|(_, (_, s))| s.iter().all(|v| !v.is_nan()))
-                .map(|(i, (n, s))| {
-                    // The rmap cost per pair, deterministic (the designs' only).
-                    let counters = r.costs.get(i).map_or_else(Vec::new, |c| {
-                        vec![("rmap_rmw".into(), c.rmw), ("memmap_lines".into(), c.lines), ("locks".into(), c.locks)]
-                    });
-                    Series { name: n.into(), samples: s.clone(), counters }
+        .map(|&(case, ..)| {
+            let names = DESIGNS.iter().map(|d| d.name()).chain(["host"]);
+            let times: Vec<&[f64]> = names.map(|n| t.samples(case, n).unwrap_or_default()).collect();
+            let costs = DESIGNS
+                .iter()
+                .map(|d| {
+                    let [rmw, lines, locks] =
+                        COUNTERS.map(|c| t.series(case, d.name()).and_then(|s| s.counter(c)).unwrap_or(0.0));
+                    Figure { seconds: 0.0, rmw, lines, locks }
                 })
-                .collect(),
-            published: [("before (scaled)", Some(*before)), ("after (scaled)", *after)]
-                .into_iter()
-                .filter_map(|(n, v)| Some((n.to_string(), per_pair(v?))))
-                .collect(),
+                .collect();
+            CaseRow {
+                case,
+                mean_s: times.iter().map(|t| (!t.is_empty()).then(|| summarize(t).mean)).collect(),
+                costs,
+                change_against_subpage: (0..DESIGNS.len())
+                    .map(|d| (d > 0).then(|| change(times[0], times[d], FAMILY)))
+                    .collect(),
+            }
         })
-        .collect();
-    let table =
-        Table { name: "munmap(mmap()) of a shmem file".into(), unit: "s".into(), higher_is_better: false, rows };
-    SavedRun::new("seed-003", settings, vec![table])
+        .collect()
 }
 
 /// Sets the machine's shmem policy for `case`, maps what the case keeps
@@ -287,7 +294,8 @@ fn host_pairs(case: Case, size: usize, iterations: u32) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64() / iterations as f64)
 }
 
-fn print_table(rows: &[CaseRow], size: u64, iterations: u32, rounds: u32, family: usize) {
+fn print_table(rows: &[CaseRow], size: u64, iterations: u32, rounds: &serde_json::Value) {
+    let family = FAMILY;
     let scale = 100.0 * (2u64 << 30) as f64 / size as f64;
     let ms = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.3}", s * 1e3));
     println!(
