@@ -8,7 +8,6 @@
 mod compare_runs;
 mod explain;
 mod fault;
-mod harness;
 mod page_fault;
 mod pmd_sharing;
 mod progress;
@@ -36,7 +35,6 @@ use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Design, Machine, Mm, MmapFlags, Prot};
 
 pub use compare_runs::{run as compare_runs, CompareRunsArgs};
-use progress::Progress;
 pub use report::{run as report, ReportArgs};
 
 #[derive(clap::Args)]
@@ -208,18 +206,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match &a.bench {
         Bench::Fault(c) => runner::run(&mut fault::Fault::new(c)?, c),
         Bench::Seed001(s) => runner::run(&mut seed_001::Seed001::new(s)?, &s.common),
-        Bench::Seed000(s) => seed_000::run(s, s.common.size_or("1G")?),
+        Bench::Seed000(s) => runner::run(&mut seed_000::Seed000::new(s)?, &s.common),
         Bench::Tlb(c) => runner::run(&mut tlb::Tlb::new(c)?, c),
-        Bench::Seed004(s) => seed_004::run(s),
+        Bench::Seed004(s) => runner::run(&mut seed_004::Seed004::new(s)?, &s.common),
         Bench::Seed003(s) => runner::run(&mut seed_003::Seed003::new(s)?, &s.common),
-        Bench::Seed002(s) => seed_002::run(s),
+        Bench::Seed002(s) => runner::run(&mut seed_002::Seed002::new(s)?, &s.common),
         Bench::PmdSharing(s) => runner::run(&mut pmd_sharing::PmdSharing::new(s)?, &s.common),
     }
-}
-
-/// Progress over `steps` steps on stderr (see [`Progress`]).
-fn progress(steps: u64) -> Progress {
-    Progress::new(steps)
 }
 
 fn secs(d: Duration) -> f64 {

@@ -39,8 +39,14 @@ pub trait Benchmark {
     fn prepare(&mut self, _group: &[Self::Config], _bar: &Progress) -> Result<()> {
         Ok(())
     }
-    /// The row and the series `c`'s samples belong to (and its progress label).
+    /// The row and the series `c`'s samples belong to.
     fn place(&self, c: &Self::Config) -> (String, String);
+    /// What the progress calls `c`: its row and series unless the tables
+    /// need saying too.
+    fn label(&self, c: &Self::Config) -> String {
+        let (row, series) = self.place(c);
+        format!("{row}, {series}")
+    }
     /// Whether `c` runs on the host kernel: its failure drops the host from
     /// the rest of the run, with a note, instead of ending the run.
     fn on_host(&self, c: &Self::Config) -> bool;
@@ -105,9 +111,8 @@ pub fn run<B: Benchmark>(b: &mut B, common: &CommonArgs) -> Result<()> {
         let mut notes = vec![Vec::new(); group.len()];
         for round in first..=rounds {
             for (c, notes) in group.iter().zip(&mut notes) {
-                let (row, series) = b.place(c);
                 let when = if round == 0 { "warm-up".to_string() } else { format!("round {round}/{rounds}") };
-                bar.set_message(format!("{row}, {series}: {when}"));
+                bar.set_message(format!("{}: {when}", b.label(c)));
                 bar.inc(1);
                 if b.on_host(c) && host_note.is_some() {
                     continue;
@@ -118,10 +123,11 @@ pub fn run<B: Benchmark>(b: &mut B, common: &CommonArgs) -> Result<()> {
                         host_note = Some(format!("host kernel skipped: {e:#}"));
                         continue;
                     }
-                    Err(e) => return Err(e.context(format!("{row}, {series}"))),
+                    Err(e) => return Err(e.context(b.label(c))),
                 };
                 if round > 0 {
                     *notes = m.notes.clone();
+                    let (row, series) = b.place(c);
                     record(&mut run, b, &row, &series, m);
                 }
             }

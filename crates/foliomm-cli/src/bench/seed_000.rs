@@ -13,12 +13,12 @@ use foliomm::internals::mapcount::{Design, RmapIdStage};
 use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Machine, Mm};
 
-use super::harness::interleaved;
 use super::published::{SEED_000_COLUMNS, SEED_000_MICRO};
-use super::saved::SavedRun;
+use super::runner::{Benchmark, Measurement};
+use super::saved::{SavedRun, Table};
 use super::seed_000_host::host_once;
-use super::seed_000_results::{Measured, Results, Row, Samples, ORDERS};
-use super::{model_populate, model_split_pmds, progress, secs, Seed000Args};
+use super::seed_000_results::{series_name, Measured, Results, Row, COUNTERS, ORDERS};
+use super::{model_populate, model_split_pmds, secs, Seed000Args};
 
 /// The counters a measurement brackets.
 fn costs(m: &Machine) -> [u64; 4] {
@@ -171,81 +171,94 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
     })
 }
 
-pub(super) fn run(a: &Seed000Args, size: u64) -> Result<()> {
-    a.common.refuse("mapcount", "seed-000 runs every design (--stages: rmap-id at each stage)")?;
-    let rounds = a.common.runs_or(3);
-    let instances = vm_scalability_instances(a);
-    let all_rows = rows(a.stages, !a.common.no_host);
-    let (samples, host_note) = measure(a, size, rounds, instances, &all_rows)?;
-    let res = Results::new(samples, &all_rows, a.stages);
-    let printed = a.common.out.emit(|| {
-        let mut settings = a.common.settings();
-        for (k, v) in [("size", size.into()), ("rounds", rounds.into()), ("instances", instances.into())] {
-            settings[k] = v;
-        }
-        settings["stages"] = a.stages.into();
-        SavedRun { notes: host_note.iter().cloned().collect(), ..res.saved(settings) }
-    })?;
-    if !printed {
-        super::seed_000_tables::print(&res, size, rounds, instances, host_note.as_deref());
-    }
-    Ok(())
+/// One configuration: a folio size (an index into [`ORDERS`]), a benchmark
+/// (into [`SEED_000_COLUMNS`]) and a row (a design, a stage or the host).
+type Setup = (usize, usize, usize);
+
+/// `bench seed-000` as the runner drives it.
+pub(super) struct Seed000<'a> {
+    args: &'a Seed000Args,
+    size: u64,
+    /// The vm-scalability cases' children.
+    instances: usize,
+    /// The designs or stages, then the host (unless --no-host).
+    rows: Vec<Row>,
 }
 
-/// Runs every benchmark at every folio size under every row, the rows in
-/// interleaved rounds; returns the samples and why the host was skipped.
-fn measure(
-    a: &Seed000Args,
-    size: u64,
-    rounds: u32,
-    instances: usize,
-    all_rows: &[Row],
-) -> Result<(Samples, Option<String>)> {
-    let orders = ORDERS;
-    let columns = SEED_000_COLUMNS.len();
-    let mut host_note = None;
-    let bar = progress((orders.len() * all_rows.len() * columns) as u64 * (rounds as u64 + 1));
-    // samples[order][bench][design]: every kept round's time and costs
-    // (None where the benchmark does not apply).
-    let mut samples = Vec::new();
-    for (order, oname) in orders {
-        let mut per_bench = Vec::new();
-        for (bi, bname) in SEED_000_COLUMNS.iter().enumerate() {
-            // The designs in interleaved rounds, so that load on the machine
-            // lands on all of them; a fresh machine for each sample (built
-            // outside the timed part), so that only one holds memory at once.
-            let label = |r: &Row| format!("{oname} {bname} {}", r.label);
-            let got = interleaved(all_rows, rounds, &bar, label, |r| {
-                if r.host {
-                    // The micro benchmarks only; a host that cannot is skipped, with why.
-                    let t = match (bi < SEED_000_MICRO && host_note.is_none())
-                        .then(|| host_once(size as usize, order, bname))
-                    {
-                        Some(Ok(t)) => t,
-                        Some(Err(e)) => {
-                            host_note = Some(format!("host kernel skipped: {e:#}"));
-                            None
-                        }
-                        None => None,
-                    };
-                    return Ok([t.unwrap_or(f64::NAN), 0.0, 0.0, 0.0, 0.0]);
-                }
-                // Room for a copy of everything per child (cow, vm-scalability).
-                let memory = (1 + instances as u64) * size + (256 << 20);
-                let mut config = Config { memory, rmap_id_stage: r.stage, ..a.common.config(r.design) };
-                if a.stages {
-                    // The seed's v6.7 zapped and forked PTE by PTE.
-                    config.zap = foliomm::internals::machine::ZapStrategy::PerPage;
-                }
-                let m = Machine::new(config)?;
-                let r = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, instances)?;
-                let costs = r.map_or([0.0; 4], |r| [r.rmap_ops as f64, r.rmw as f64, r.lines as f64, r.lost as f64]);
-                Ok([r.map_or(f64::NAN, |r| r.seconds), costs[0], costs[1], costs[2], costs[3]])
-            })?;
-            per_bench.push(got);
-        }
-        samples.push(per_bench);
+impl<'a> Seed000<'a> {
+    pub(super) fn new(args: &'a Seed000Args) -> Result<Seed000<'a>> {
+        args.common.refuse("mapcount", "seed-000 runs every design (--stages: rmap-id at each stage)")?;
+        let (size, instances) = (args.common.size_or("1G")?, vm_scalability_instances(args));
+        Ok(Seed000 { args, size, instances, rows: rows(args.stages, !args.common.no_host) })
     }
-    bar.finish_and_clear();
-    Ok((samples, host_note))
+}
+
+impl Benchmark for Seed000<'_> {
+    type Config = Setup;
+    const NAME: &'static str = "seed-000";
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "size": self.size, "instances": self.instances, "stages": self.args.stages })
+    }
+
+    /// A table per folio size, a row per benchmark, a series per design
+    /// (with its costs) and the host. The seed publishes changes, not times.
+    fn tables(&self) -> Vec<Table> {
+        let table = |(_, oname)| Table { name: format!("seed 000, {oname}"), unit: "s".into(), higher_is_better: false, rows: Vec::new() };
+        ORDERS.map(table).into()
+    }
+
+    /// Per folio size and benchmark, the rows in interleaved rounds, so
+    /// that load on the machine lands on all of them; the host runs the
+    /// micro benchmarks only.
+    fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
+        let mut groups = Vec::new();
+        for oi in 0..ORDERS.len() {
+            for bi in 0..SEED_000_COLUMNS.len() {
+                let on = |r: &Row| !r.host || (host && bi < SEED_000_MICRO);
+                groups.push(self.rows.iter().enumerate().filter(|(_, r)| on(r)).map(|(di, _)| (oi, bi, di)).collect());
+            }
+        }
+        groups
+    }
+
+    fn place(&self, &(_, bi, di): &Setup) -> (String, String) {
+        (SEED_000_COLUMNS[bi].into(), series_name(&self.rows[di], self.args.stages))
+    }
+
+    fn label(&self, &(oi, bi, di): &Setup) -> String {
+        format!("{} {} {}", ORDERS[oi].1, SEED_000_COLUMNS[bi], self.rows[di].label)
+    }
+
+    fn on_host(&self, &(_, _, di): &Setup) -> bool {
+        self.rows[di].host
+    }
+
+    /// A fresh machine for each sample (built outside the timed part), so
+    /// that only one holds memory at once.
+    fn measure(&mut self, &(oi, bi, di): &Setup) -> Result<Measurement> {
+        let (size, order, r) = (self.size, ORDERS[oi].0, self.rows[di]);
+        if r.host {
+            let t = host_once(size as usize, order, SEED_000_COLUMNS[bi])?;
+            return Ok(Measurement { samples: t.map(|t| (oi, t)).into_iter().collect(), ..Measurement::default() });
+        }
+        // Room for a copy of everything per child (cow, vm-scalability).
+        let memory = (1 + self.instances as u64) * size + (256 << 20);
+        let mut config = Config { memory, rmap_id_stage: r.stage, ..self.args.common.config(r.design) };
+        if self.args.stages {
+            // The seed's v6.7 zapped and forked PTE by PTE.
+            config.zap = foliomm::internals::machine::ZapStrategy::PerPage;
+        }
+        let m = Machine::new(config)?;
+        let Some(got) = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, self.instances)? else {
+            return Ok(Measurement::default());
+        };
+        let counts = [got.rmap_ops, got.rmw, got.lines, got.lost].map(|v| v as f64);
+        Ok(Measurement { samples: vec![(oi, got.seconds)], ..Measurement::default() }.counting(COUNTERS.into_iter().zip(counts)))
+    }
+
+    fn print(&self, run: &SavedRun) {
+        let res = Results::new(run, &self.rows, self.args.stages);
+        super::seed_000_tables::print(&res, self.size, &run.settings["rounds"], self.instances);
+    }
 }

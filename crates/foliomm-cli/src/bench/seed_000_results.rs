@@ -1,11 +1,10 @@
 //! `bench seed-000`'s results: the rows (designs or stages, and the host),
-//! the samples of a run, and what its tables and saved run derive from them.
+//! and what its tables derive from a run's samples.
 
 use foliomm::internals::mapcount::{Design, RmapIdStage};
 
-use super::harness::metric;
 use super::published::{SEED_000_COLUMNS, SEED_000_MICRO};
-use super::saved::{Row as SavedRow, SavedRun, Series, Table};
+use super::saved::SavedRun;
 use super::stats::{change, Change};
 
 /// Time and the mapcount design's costs over the measured action.
@@ -32,14 +31,10 @@ pub(super) struct Row {
 /// The folio sizes the benchmarks run on: order and name.
 pub(super) const ORDERS: [(u32, &str); 2] = [(9, "2 MiB THP"), (4, "64 KiB mTHP")];
 
-/// `samples[order][bench][row]`: every kept round's time and costs (NaN
-/// where the benchmark does not apply).
-pub(super) type Samples = Vec<Vec<Vec<Vec<[f64; 5]>>>>;
-
 /// A run's samples with the rows they belong to, and what the tables
 /// derive from them.
 pub(super) struct Results<'a> {
-    samples: Samples,
+    run: &'a SavedRun,
     /// Every row; the model's come first.
     pub(super) all_rows: &'a [Row],
     /// The model's rows (the tables of changes against nr-mapped).
@@ -55,18 +50,18 @@ pub(super) struct Results<'a> {
 }
 
 impl<'a> Results<'a> {
-    pub(super) fn new(samples: Samples, all_rows: &'a [Row], stages: bool) -> Results<'a> {
+    pub(super) fn new(run: &'a SavedRun, all_rows: &'a [Row], stages: bool) -> Results<'a> {
         let designs = &all_rows[..all_rows.iter().take_while(|r| !r.host).count()];
         let base = designs.iter().position(|r| r.design == Design::NrMapped).unwrap();
         let micro_family = (designs.len() - 1) * SEED_000_MICRO;
         let vm_family = (designs.len() - 1) * ORDERS.len() * (SEED_000_COLUMNS.len() - SEED_000_MICRO);
-        Results { samples, all_rows, designs, base, stages, micro_family, vm_family }
+        Results { run, all_rows, designs, base, stages, micro_family, vm_family }
     }
 
     /// Times of (order, bench, row), None where the benchmark does not apply.
     pub(super) fn times(&self, oi: usize, bi: usize, di: usize) -> Option<Vec<f64>> {
-        let t = metric(&self.samples[oi][bi][di], 0);
-        (!t.iter().any(|v| v.is_nan())).then_some(t)
+        let name = series_name(&self.all_rows[di], self.stages);
+        self.run.tables[oi].samples(SEED_000_COLUMNS[bi], &name).map(<[f64]>::to_vec)
     }
 
     /// The change of row `di` against nr-mapped, in its family.
@@ -77,50 +72,22 @@ impl<'a> Results<'a> {
 
     /// The deterministic costs: of the last round.
     pub(super) fn costs_of(&self, oi: usize, di: usize, bi: usize) -> Option<Measured> {
-        self.samples[oi][bi][di].last().map(|s| Measured {
-            seconds: s[0],
-            rmap_ops: s[1] as u64,
-            rmw: s[2] as u64,
-            lines: s[3] as u64,
-            lost: s[4] as u64,
-        })
+        let name = series_name(&self.all_rows[di], self.stages);
+        let s = self.run.tables[oi].series(SEED_000_COLUMNS[bi], &name)?;
+        let [rmap_ops, rmw, lines, lost] = COUNTERS.map(|c| s.counter(c).unwrap_or(0.0) as u64);
+        Some(Measured { seconds: 0.0, rmap_ops, rmw, lines, lost })
     }
+}
 
-    /// A row's series name: the design, with --stages its stage too
-    /// ("rmap-id 123"), or "host".
-    fn series_name(&self, r: &Row) -> String {
-        match (r.host, self.stages && r.design.has_stages()) {
-            (true, _) => "host".to_string(),
-            (false, true) => format!("{} {}", r.design, r.stage),
-            (false, false) => r.design.to_string(),
-        }
-    }
+/// The names of [`Measured`]'s counts in a saved run.
+pub(super) const COUNTERS: [&str; 4] = ["rmap_ops", "atomic_rmw", "cache_lines", "lost_exclusive"];
 
-    /// The run as a saved run: a table per folio size, a row per
-    /// benchmark, a series per design (with its costs) and the host.
-    pub(super) fn saved(&self, settings: serde_json::Value) -> SavedRun {
-        let series = |oi, bi, di, r: &Row| {
-            let c = self.costs_of(oi, di, bi).filter(|_| !r.host).unwrap_or_default();
-            let counters =
-                [("rmap_ops", c.rmap_ops), ("atomic_rmw", c.rmw), ("cache_lines", c.lines), ("lost_exclusive", c.lost)];
-            let counters = if r.host { Vec::new() } else { counters.map(|(n, v)| (n.to_string(), v as f64)).to_vec() };
-            Some(Series { name: self.series_name(r), samples: self.times(oi, bi, di)?, counters })
-        };
-        let tables = ORDERS.iter().enumerate().map(|(oi, (_, oname))| Table {
-            name: format!("seed 000, {oname}"),
-            unit: "s".into(),
-            higher_is_better: false,
-            rows: SEED_000_COLUMNS
-                .iter()
-                .enumerate()
-                .map(|(bi, bname)| SavedRow {
-                    label: bname.to_string(),
-                    series: self.all_rows.iter().enumerate().filter_map(|(di, r)| series(oi, bi, di, r)).collect(),
-                    // The seed publishes changes, not times.
-                    published: Vec::new(),
-                })
-                .collect(),
-        });
-        SavedRun::new("seed-000", settings, tables.collect())
+/// A row's series name: the design, with `stages` its stage too
+/// ("rmap-id 123"), or "host".
+pub(super) fn series_name(r: &Row, stages: bool) -> String {
+    match (r.host, stages && r.design.has_stages()) {
+        (true, _) => "host".to_string(),
+        (false, true) => format!("{} {}", r.design, r.stage),
+        (false, false) => r.design.to_string(),
     }
 }

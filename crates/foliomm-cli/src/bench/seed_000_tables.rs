@@ -12,7 +12,7 @@ use super::stats::{change, summarize, Change};
 
 /// Prints every table of a run of `size` bytes, `rounds` rounds and
 /// `instances` vm-scalability children.
-pub(super) fn print(res: &Results, size: u64, rounds: u32, instances: usize, host_note: Option<&str>) {
+pub(super) fn print(res: &Results, size: u64, rounds: &serde_json::Value, instances: usize) {
     let orders = ORDERS;
     let (designs, all_rows, base) = (res.designs, res.all_rows, res.base);
     let (micro_family, vm_family) = (res.micro_family, res.vm_family);
@@ -68,9 +68,6 @@ pub(super) fn print(res: &Results, size: u64, rounds: u32, instances: usize, hos
     if let Some(h) = all_rows.iter().position(|r| r.host) {
         let mm_id = designs.iter().position(|r| r.design == Design::MmId).expect("mm-id is a design");
         print_against_host(&orders, |oi, bi| Some((times(oi, bi, mm_id)?, times(oi, bi, h)?)));
-    }
-    if let Some(n) = host_note {
-        println!("{n}\n");
     }
     println!("Costs per rmap operation on 2 MiB THP (atomic RMW / memmap cache lines), and the exclusive");
     println!("seqcount entries lost to another writer in all (after a '+'); deterministic but for the losses:");

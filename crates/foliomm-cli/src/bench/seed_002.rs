@@ -29,9 +29,9 @@ use foliomm::{Config, Design, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
 use super::page_fault::run_threads;
-use super::progress;
 use super::published::SEED_002;
-use super::saved::{Row, SavedRun, Series, Table};
+use super::runner::{Benchmark, Measurement};
+use super::saved::{SavedRun, Table};
 use super::stats::change;
 
 /// The 2 MiB huge pages the benchmark uses.
@@ -43,7 +43,7 @@ pub(super) struct Seed002Args {
     /// 1G so that PMD tables can be shared, 1G by default; the seed's was
     /// 250G).
     #[command(flatten)]
-    common: super::CommonArgs,
+    pub(super) common: super::CommonArgs,
     /// Instance counts (processes), comma-separated; the combined run uses
     /// the largest, half forking and half faulting.
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -58,14 +58,14 @@ pub(super) struct Seed002Args {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-enum Program {
+pub(super) enum Program {
     Fork,
     Fault,
 }
 
 /// Who runs the programs: a model design, or the host kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-enum Runner {
+pub(super) enum Runner {
     Model(#[serde(serialize_with = "design_name")] HugetlbSync),
     Host,
 }
@@ -74,81 +74,114 @@ fn design_name<S: serde::Serializer>(d: &HugetlbSync, s: S) -> Result<S::Ok, S::
     s.serialize_str(d.name())
 }
 
-/// The rates (operations per second) of every instance of one
-/// configuration over every round, and the model's transfers per operation.
-#[derive(serde::Serialize)]
-struct Figures {
-    runner: Runner,
-    /// The programs the instances ran, one per instance.
-    programs: Vec<Program>,
-    /// Per program: every instance's rate in every round.
-    rates: Vec<(Program, Vec<f64>)>,
-    /// Per structure: line transfers per operation (model only).
-    transfers: Vec<(&'static str, f64)>,
+/// `bench seed-002` as the runner drives it.
+pub(super) struct Seed002<'a> {
+    args: &'a Seed002Args,
+    size: u64,
+    /// The instance sets: the programs of the instances that run at once.
+    sets: Vec<Vec<Program>>,
 }
 
-pub(super) fn run(a: &Seed002Args) -> Result<()> {
-    let size = a.common.size_or("1G")?;
-    ensure!(size.is_multiple_of(1 << 30), "--size: expected a multiple of 1G, found {} MiB", size >> 20);
-    let max = a.instances.iter().copied().max().unwrap_or(1).max(2);
-    let mut configs: Vec<Vec<Program>> = Vec::new();
-    for p in [Program::Fork, Program::Fault] {
-        configs.extend(a.instances.iter().map(|&n| vec![p; n as usize]));
+impl<'a> Seed002<'a> {
+    pub(super) fn new(args: &'a Seed002Args) -> Result<Seed002<'a>> {
+        let size = args.common.size_or("1G")?;
+        ensure!(size.is_multiple_of(1 << 30), "--size: expected a multiple of 1G, found {} MiB", size >> 20);
+        let mut sets: Vec<Vec<Program>> = Vec::new();
+        for p in [Program::Fork, Program::Fault] {
+            sets.extend(args.instances.iter().map(|&n| vec![p; n as usize]));
+        }
+        let most = args.instances.iter().copied().max().unwrap_or(1).max(2);
+        sets.push((0..most).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
+        Ok(Seed002 { args, size, sets })
     }
-    configs.push((0..max).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
-    let mut runners: Vec<Runner> = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).collect();
-    if !a.common.no_host {
-        runners.push(Runner::Host);
+
+    /// The row of instance set `i`: `fork x2`, `combined x2`.
+    fn row(&self, i: usize) -> String {
+        let set = &self.sets[i];
+        let what = if mixed(set) { "combined" } else { set[0].name() };
+        format!("{what} x{}", set.len())
     }
-    let mut figs: Vec<Figures> = Vec::new();
-    for &runner in &runners {
-        for programs in &configs {
-            let rates = [Program::Fork, Program::Fault].map(|p| (p, Vec::new())).to_vec();
-            figs.push(Figures { runner, programs: programs.clone(), rates, transfers: Vec::new() });
+
+    /// The combined run's set.
+    fn combined(&self) -> usize {
+        self.sets.len() - 1
+    }
+}
+
+/// Whether `set` runs both programs.
+fn mixed(set: &[Program]) -> bool {
+    set.iter().any(|&p| p != set[0])
+}
+
+impl Program {
+    fn name(self) -> &'static str {
+        match self {
+            Program::Fork => "fork",
+            Program::Fault => "fault",
         }
     }
-    let rounds = a.common.runs_or(5);
-    let bar = progress((rounds as u64 + 1) * figs.len() as u64);
-    let mut host_note = None;
-    // A warm-up round first, not kept.
-    for round in 0..=rounds {
-        for f in figs.iter_mut() {
-            bar.set_message(format!(
-                "{} {} instances, round {round}/{rounds}",
-                runner_name(f.runner),
-                f.programs.len()
-            ));
-            let (rates, transfers) = match f.runner {
-                Runner::Model(d) => model(d, &f.programs, size, a)?,
-                Runner::Host if host_note.is_some() => (Vec::new(), Transfers::default()),
-                Runner::Host => host(&f.programs, size, a).unwrap_or_else(|e| {
-                    host_note = Some(format!("{e:#}"));
-                    (Vec::new(), Transfers::default())
-                }),
-            };
-            if round == 0 {
-                bar.inc(1);
-                continue;
-            }
-            for (p, r) in rates {
-                f.rates.iter_mut().find(|(q, _)| *q == p).unwrap().1.push(r);
-            }
-            let ops = f.rates.iter().map(|(_, r)| r.len()).sum::<usize>().max(1) as f64;
-            f.transfers = Structure::ALL.iter().map(|&s| (s.name(), transfers.of(s) as f64 / ops)).collect();
-            bar.inc(1);
-        }
+
+    /// Its table: forks per second, faults per second.
+    fn table(self) -> usize {
+        self as usize
     }
-    bar.finish_and_clear();
-    let mut settings = a.common.settings();
-    settings["size"] = size.into();
-    settings["rounds"] = rounds.into();
-    settings["instances"] = serde_json::json!(a.instances);
-    let notes = host_note.iter().cloned().collect();
-    if a.common.out.emit(|| SavedRun { notes, ..saved(&figs, settings) })? {
-        return Ok(());
+}
+
+impl Benchmark for Seed002<'_> {
+    /// A runner and an instance set.
+    type Config = (Runner, usize);
+    const NAME: &'static str = "seed-002";
+    const RUNS: u32 = 5;
+
+    fn settings(&self) -> serde_json::Value {
+        let a = self.args;
+        serde_json::json!({ "size": self.size, "instances": a.instances, "loops": a.loops, "touched": a.touched })
     }
-    print_tables(&figs, size, max as usize, host_note);
-    Ok(())
+
+    /// Per program, every instance's rate in every round: a row per
+    /// instance set, a series per design and the host.
+    fn tables(&self) -> Vec<Table> {
+        ["hugetlb forks per second per instance", "hugetlb faults per second per instance"]
+            .map(|name| Table { name: name.into(), unit: "ops/s".into(), higher_is_better: true, rows: Vec::new() })
+            .into()
+    }
+
+    /// One group: every configuration interleaved with every other.
+    fn plan(&self, host: bool) -> Vec<Vec<(Runner, usize)>> {
+        let runners = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).chain(host.then_some(Runner::Host));
+        vec![runners.flat_map(|r| (0..self.sets.len()).map(move |i| (r, i))).collect()]
+    }
+
+    fn place(&self, &(runner, i): &(Runner, usize)) -> (String, String) {
+        (self.row(i), runner_name(runner))
+    }
+
+    fn on_host(&self, c: &(Runner, usize)) -> bool {
+        c.0 == Runner::Host
+    }
+
+    fn measure(&mut self, &(runner, i): &(Runner, usize)) -> Result<Measurement> {
+        let (programs, size, a) = (&self.sets[i], self.size, self.args);
+        let (rates, transfers) = match runner {
+            Runner::Model(d) => model(d, programs, size, a)?,
+            Runner::Host => host(programs, size, a)?,
+        };
+        let samples = rates.iter().map(|&(p, r)| (p.table(), r)).collect();
+        let counters = match runner {
+            Runner::Model(_) => {
+                // Operations: every fault, or every fork, of every instance.
+                let per_loop = |p| if p == Program::Fault { size / HPAGE } else { 1 };
+                let ops = programs.iter().map(|&p| a.loops as u64 * per_loop(p)).sum::<u64>() as f64;
+                Structure::ALL.iter().map(|&s| (format!("{}_transfers_per_op", s.name()), transfers.of(s) as f64 / ops)).collect()
+            }
+            Runner::Host => Vec::new(),
+        };
+        Ok(Measurement { samples, counters, notes: Vec::new() })
+    }
+
+    fn print(&self, run: &SavedRun) {
+        print_tables(self, run);
+    }
 }
 
 /// One round of `programs` (an instance each) on a new model machine.
@@ -256,42 +289,12 @@ fn host_loop(map: Map, program: Program, size: u64, touched: u64) -> bool {
     (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
 }
 
-/// The seed's tables for each runner, then the combined numbers beside the
-/// seed's, then the model's transfers per operation in the combined run.
 /// `model, DESIGN` or `host kernel`.
 fn runner_name(r: Runner) -> String {
     match r {
         Runner::Model(d) => format!("model, {}", d.name()),
         Runner::Host => "host kernel".to_string(),
     }
-}
-
-/// The run as a saved run: one table of rates (every instance's, every
-/// round), a row per program and instance count, a series per design and
-/// the host.
-fn saved(figs: &[Figures], settings: serde_json::Value) -> SavedRun {
-    let mut rows: Vec<Row> = Vec::new();
-    for f in figs {
-        let mixed = f.programs.iter().any(|&p| p != f.programs[0]);
-        for (p, samples) in f.rates.iter().filter(|(_, r)| !r.is_empty()) {
-            let what = if *p == Program::Fork { "forks/s" } else { "faults/s" };
-            let label = format!("{}{} x{}", if mixed { "combined: " } else { "" }, what, f.programs.len());
-            // Cache-line transfers per operation (the model's, deterministic).
-            let counters = f.transfers.iter().map(|(s, v)| (format!("{s}_transfers_per_op"), *v)).collect();
-            let series = Series { name: runner_name(f.runner), samples: samples.clone(), counters };
-            match rows.iter_mut().find(|r| r.label == label) {
-                Some(r) => r.series.push(series),
-                None => rows.push(Row { label, series: vec![series], published: Vec::new() }),
-            }
-        }
-    }
-    let table = Table {
-        name: "hugetlb fault and fork rates per instance".into(),
-        unit: "ops/s".into(),
-        higher_is_better: true,
-        rows,
-    };
-    SavedRun::new("seed-002", settings, vec![table])
 }
 
 /// The combined run's change of each design against `i-mmap-rwsem` (the
@@ -317,96 +320,89 @@ fn print_changes<'a>(rates: &dyn Fn(Runner, Program) -> Option<&'a [f64]>) {
     }
 }
 
-fn print_tables(figs: &[Figures], size: u64, combined: usize, host_note: Option<String>) {
-    let stats = |v: &[f64]| {
-        let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        (min, v.iter().copied().fold(0.0, f64::max), avg)
+/// Min, max and mean of `v`.
+fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max), avg)
+}
+
+/// The seed's tables for each runner (min, max and mean per instance
+/// set), then the combined numbers beside the seed's, the changes, and the
+/// model's transfers per operation in the combined run.
+fn print_tables(b: &Seed002, run: &SavedRun) {
+    println!("\nSeed 002: shared hugetlb area of {} MiB, instances as processes\n", b.size >> 20);
+    // Every instance's rate of program `p`, in every round, of set `i`.
+    let rates = |runner: Runner, i: usize, p: Program| {
+        run.tables[p.table()].samples(&b.row(i), &runner_name(runner)).filter(|r| !r.is_empty())
     };
-    let name = runner_name;
-    println!("\nSeed 002: shared hugetlb area of {} MiB, instances as processes\n", size >> 20);
-    let mut current = None;
-    for f in figs.iter().filter(|f| f.rates.iter().any(|(_, r)| !r.is_empty())) {
-        if current != Some(f.runner) {
-            current = Some(f.runner);
-            println!("{}\n{}", name(f.runner), "=".repeat(name(f.runner).len()));
+    for (runner, _) in b.plan(true).concat().into_iter().filter(|&(_, i)| i == 0) {
+        let sets = (0..b.sets.len()).filter(|&i| [Program::Fork, Program::Fault].iter().any(|&p| rates(runner, i, p).is_some()));
+        let sets: Vec<usize> = sets.collect();
+        if sets.is_empty() {
+            continue;
         }
-        let mixed = f.programs.iter().any(|&p| p != f.programs[0]);
-        let title = match (mixed, f.programs[0]) {
-            (true, _) => "combine forking and faulting",
-            (false, Program::Fork) => "fork program (forks per second)",
-            (false, Program::Fault) => "faulting program (faults per second)",
-        };
-        let seed = match f.runner {
-            Runner::Model(d) => SEED_002.iter().find(|(n, _)| *n == d.name()).map(|(_, v)| v),
-            Runner::Host => None,
-        };
-        let seed_note = match (seed, mixed, f.programs[0]) {
-            (Some(v), false, Program::Fork) => format!("   (seed: 1: {:.0}, 24: {:.0})", v[0], v[1]),
-            (Some(v), false, Program::Fault) => format!("   (seed: 1: {:.0}, 24: {:.0})", v[2], v[3]),
-            (Some(v), true, _) => format!("   (seed, 24 + 24: {:.0} forks, {:.0} faults)", v[4], v[5]),
-            (None, ..) => String::new(),
-        };
-        println!("{title}{seed_note}\ninstances min max avg");
-        for (p, r) in f.rates.iter().filter(|(_, r)| !r.is_empty()) {
-            let (min, max, avg) = stats(r);
-            let n = f.programs.iter().filter(|&&q| q == *p).count();
-            let label = if mixed {
-                format!(" ({})", if *p == Program::Fork { "forks" } else { "faults" })
-            } else {
-                String::new()
-            };
-            println!("{n} {min:.1} {max:.1} {avg:.1}{label}");
+        println!("{}\n{}", runner_name(runner), "=".repeat(runner_name(runner).len()));
+        for i in sets {
+            print_set(b, runner, i, &rates);
         }
-        println!();
     }
-    // Every instance's rate in every round of the combined run.
-    let combined_rates = |runner: Runner, p: Program| {
-        figs.iter()
-            .find(|f| {
-                f.runner == runner && f.programs.len() == combined && f.programs.iter().any(|&q| q != f.programs[0])
-            })
-            .and_then(|f| f.rates.iter().find(|(q, _)| *q == p))
-            .map(|(_, r)| r.as_slice())
-            .filter(|r| !r.is_empty())
-    };
-    let combined_avg = |runner: Runner, p: Program| {
-        combined_rates(runner, p).map_or("-".to_string(), |r| format!("{:.0}", stats(r).2))
-    };
-    println!("Just looking at the combined numbers ({combined} instances; the seed: 24 instances on 48 CPUs):");
+    let combined = b.combined();
+    let most = b.sets[combined].len();
+    let combined_avg = |runner: Runner, p: Program| rates(runner, combined, p).map_or("-".to_string(), |r| format!("{:.0}", stats(r).2));
+    println!("Just looking at the combined numbers ({most} instances; the seed: 24 instances on 48 CPUs):");
     println!(
         "{:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12} {:>10} {:>11}",
         "", "i-mmap-rwsem", "no-lock", "vma-lock", "host", "i_mmap_rwsem", "No locking", "vma locking"
     );
-    for (i, label) in ["forks", "faults"].into_iter().enumerate() {
-        let p = if i == 0 { Program::Fork } else { Program::Fault };
+    for (i, (label, p)) in [("forks", Program::Fork), ("faults", Program::Fault)].into_iter().enumerate() {
         let seed: Vec<f64> = SEED_002.iter().map(|(_, v)| v[4 + i]).collect();
-        let cols: Vec<String> = [
-            Runner::Model(HugetlbSync::IMmapRwsem),
-            Runner::Model(HugetlbSync::NoLock),
-            Runner::Model(HugetlbSync::VmaLock),
-            Runner::Host,
-        ]
-        .iter()
-        .map(|&r| combined_avg(r, p))
-        .collect();
+        let runners = [HugetlbSync::IMmapRwsem, HugetlbSync::NoLock, HugetlbSync::VmaLock].map(Runner::Model);
+        let cols: Vec<String> = runners.iter().chain(&[Runner::Host]).map(|&r| combined_avg(r, p)).collect();
         println!(
             "{label:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12.0} {:>10.0} {:>11.0}",
             cols[0], cols[1], cols[2], cols[3], seed[0], seed[1], seed[2]
         );
     }
-    print_changes(&|r, p| combined_rates(r, p));
+    print_changes(&|r, p| rates(r, combined, p));
     println!("\nModel: cache-line transfers per operation in the combined run:");
-    for f in figs.iter().filter(|f| {
-        matches!(f.runner, Runner::Model(_))
-            && f.programs.len() == combined
-            && f.programs.iter().any(|&q| q != f.programs[0])
-    }) {
-        let shown: Vec<String> =
-            f.transfers.iter().filter(|(_, v)| *v >= 0.005).map(|(n, v)| format!("{n} {v:.2}")).collect();
-        println!("  {:24} {}", name(f.runner), shown.join(", "));
+    for (d, _) in HugetlbSync::ALL {
+        let Some(s) = run.tables[0].series(&b.row(combined), &runner_name(Runner::Model(d))) else { continue };
+        let shown: Vec<String> = s
+            .counters
+            .iter()
+            .filter(|(_, v)| *v >= 0.0005)
+            .map(|(n, v)| format!("{} {v:.3}", n.trim_end_matches("_transfers_per_op")))
+            .collect();
+        println!("  {:24} {}", runner_name(Runner::Model(d)), shown.join(", "));
     }
-    if let Some(n) = host_note {
-        println!("host kernel skipped: {n}");
+}
+
+/// One instance set's table under `runner`: a line per program, with the
+/// seed's figures in the title.
+fn print_set<'a>(b: &Seed002, runner: Runner, i: usize, rates: &dyn Fn(Runner, usize, Program) -> Option<&'a [f64]>) {
+    let set = &b.sets[i];
+    let title = match (mixed(set), set[0]) {
+        (true, _) => "combine forking and faulting",
+        (false, Program::Fork) => "fork program (forks per second)",
+        (false, Program::Fault) => "faulting program (faults per second)",
+    };
+    let seed = match runner {
+        Runner::Model(d) => SEED_002.iter().find(|(n, _)| *n == d.name()).map(|(_, v)| v),
+        Runner::Host => None,
+    };
+    let seed_note = match (seed, mixed(set), set[0]) {
+        (Some(v), false, Program::Fork) => format!("   (seed: 1: {:.0}, 24: {:.0})", v[0], v[1]),
+        (Some(v), false, Program::Fault) => format!("   (seed: 1: {:.0}, 24: {:.0})", v[2], v[3]),
+        (Some(v), true, _) => format!("   (seed, 24 + 24: {:.0} forks, {:.0} faults)", v[4], v[5]),
+        (None, ..) => String::new(),
+    };
+    println!("{title}{seed_note}\ninstances min max avg");
+    for p in [Program::Fork, Program::Fault] {
+        let Some(r) = rates(runner, i, p) else { continue };
+        let (min, max, avg) = stats(r);
+        let n = set.iter().filter(|&&q| q == p).count();
+        let label = if mixed(set) { format!(" ({}s)", p.name()) } else { String::new() };
+        println!("{n} {min:.1} {max:.1} {avg:.1}{label}");
     }
+    println!();
 }

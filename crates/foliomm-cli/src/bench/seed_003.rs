@@ -17,10 +17,9 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::folio::thp::ShmemHuge;
 use foliomm::internals::mapcount::Design;
-use foliomm::internals::mm::Advice;
 use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
-use foliomm_host::sys::{self, memfd, Map};
+use foliomm_host::sys::{memfd, Map};
 
 use super::progress::Progress;
 use super::runner::{Benchmark, Measurement};
@@ -41,6 +40,8 @@ pub(super) struct Seed003Args {
 }
 
 const DESIGNS: [Design; 4] = [Design::Subpage, Design::CompoundLocked, Design::NrMapped, Design::MmId];
+
+const PMD: u64 = 2 << 20;
 
 /// The four cases, with the seed's times per 100 pairs of 2 GiB before and
 /// after the series (the 4K case was only measured before).
@@ -212,11 +213,15 @@ fn model_case(m: &Arc<Machine>, case: Case, size: u64, iterations: u32) -> Resul
         Case::Again => Some(mm.mmap_file(0, size, Prot::RW, MmapFlags { populate: true, ..shared }, Some((&f, 0)))?),
         Case::AfterPte => {
             // Fill the file with THPs through a PMD mapping, then map them
-            // by PTEs through a mapping that refuses PMDs.
+            // by PTEs through a mapping 4 KiB off a PMD boundary, which no
+            // release maps by PMDs (MADV_NOHUGEPAGE would do only from
+            // 6.12 on, see KernelVersion::pmd_maps_only_where_thp_allowed).
             let first = mm.mmap_file(0, size, Prot::RW, MmapFlags { populate: true, ..shared }, Some((&f, 0)))?;
             mm.munmap(first, size)?;
-            let k = mm.mmap_file(0, size, Prot::RW, shared, Some((&f, 0)))?;
-            mm.madvise(k, size, Advice::NoHugePage)?;
+            let room = mm.mmap(0, size + PMD, Prot::RW, MmapFlags::default())?;
+            mm.munmap(room, size + PMD)?;
+            let at = room.next_multiple_of(PMD) + 4096;
+            let k = mm.mmap_file(at, size, Prot::RW, MmapFlags { fixed: true, ..shared }, Some((&f, 0)))?;
             m.new_cpu().read_byte_per_page(&mm, k, size)?;
             Some(k)
         }
@@ -276,10 +281,11 @@ fn host_pairs(case: Case, size: usize, iterations: u32) -> Result<f64> {
         Case::Again => Some(map(true)?),
         Case::AfterPte => {
             // A populated mapping made and unmapped at once fills the file;
-            // then a mapping that reads it page by page maps it with PTEs.
+            // then a mapping 4 KiB off a PMD boundary that reads it page by
+            // page maps it with PTEs (as on the model).
             drop(map(true)?);
-            let k = map(false)?;
-            k.advise(0..size, sys::Advice::NoHugePage)?;
+            let room = Map::anon().aligned(PMD as usize).map(size + PMD as usize).context("host mmap")?.addr();
+            let k = file.at(room + 4096).map(size).context("host mmap")?;
             k.read_every(0..size, 4096);
             Some(k)
         }
