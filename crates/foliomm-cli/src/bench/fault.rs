@@ -52,12 +52,18 @@ impl Benchmark for Fault<'_> {
     fn tables(&self) -> Vec<Table> {
         let mib = self.size >> 20;
         ["fault, one write per page", "munmap", "memset"]
-            .map(|what| Table { name: format!("{what} of {mib} MiB"), unit: "s".into(), higher_is_better: false, rows: Vec::new() })
+            .map(|what| Table {
+                name: format!("{what} of {mib} MiB"),
+                unit: "s".into(),
+                higher_is_better: false,
+                rows: Vec::new(),
+            })
             .into()
     }
 
     fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
-        let sizes = (0..SIZES.len()).map(|i| std::iter::once(Setup::Model(i)).chain(host.then_some(Setup::Host(i))).collect());
+        let sizes =
+            (0..SIZES.len()).map(|i| std::iter::once(Setup::Model(i)).chain(host.then_some(Setup::Host(i))).collect());
         sizes.chain([vec![Setup::Memset { warm: false }, Setup::Memset { warm: true }]]).collect()
     }
 
@@ -138,11 +144,25 @@ fn print_table(run: &SavedRun, size: u64) {
     for (folio, _) in SIZES {
         let [mf, hf, mu, hu] = [(fault, "model"), (fault, "host"), (munmap, "model"), (munmap, "host")]
             .map(|(t, series)| mean(t, folio, series));
-        t.add_row([folio.to_string(), opt(mf), opt(hf), ratio(mf, hf), opt(mu), opt(hu), ratio(mu, hu), per_page(mf), per_page(mu)]);
+        t.add_row([
+            folio.to_string(),
+            opt(mf),
+            opt(hf),
+            ratio(mf, hf),
+            opt(mu),
+            opt(hu),
+            ratio(mu, hu),
+            per_page(mf),
+            per_page(mu),
+        ]);
     }
     println!("{t}");
-    let (fresh, warm) = (mean(memset, "memset", "fresh").unwrap_or(f64::NAN), mean(memset, "memset", "warm").unwrap_or(f64::NAN));
-    println!("\nmemset of {} MiB on this host: {fresh:.4}s into fresh memory, {warm:.4}s into memory already faulted", size >> 20);
+    let (fresh, warm) =
+        (mean(memset, "memset", "fresh").unwrap_or(f64::NAN), mean(memset, "memset", "warm").unwrap_or(f64::NAN));
+    println!(
+        "\nmemset of {} MiB on this host: {fresh:.4}s into fresh memory, {warm:.4}s into memory already faulted",
+        size >> 20
+    );
     if let Some(thp) = mean(fault, "2M", "model") {
         println!("model 2M THP fault: {:.2}x of warm memset", thp / warm);
     }

@@ -96,17 +96,40 @@ impl Measurement {
 /// tables and notes.
 pub fn run<B: Benchmark>(b: &mut B, common: &CommonArgs) -> Result<()> {
     let rounds = common.runs_or(B::RUNS);
-    let first = if B::WARM_UP { 0 } else { 1 };
     let plan = b.plan(!common.no_host);
-    let steps: usize = plan.iter().map(|g| g.len()).sum::<usize>() * (rounds + 1 - first) as usize;
-    let bar = Progress::new(steps as u64);
     let mut settings = common.settings();
     merge(&mut settings, b.settings());
     settings["rounds"] = rounds.into();
     let mut run = SavedRun::new(B::NAME, settings, b.tables());
+    let notes = measure_into(b, &plan, rounds, &mut run)?;
+    let concluded = b.conclude(&run);
+    run.notes = notes.into_iter().chain(concluded).collect();
+    if common.out.emit(|| run.clone())? {
+        return Ok(());
+    }
+    b.print(&run);
+    if !run.notes.is_empty() {
+        println!("\n{}", run.notes.join("\n"));
+    }
+    Ok(())
+}
+
+/// Measures every group of `plan` in `rounds` interleaved rounds (after a
+/// warm-up round if `B::WARM_UP`) into `run`'s tables, with progress on
+/// stderr. Returns the notes: each configuration's of its last round, then
+/// why the host kernel was dropped, if it was.
+fn measure_into<B: Benchmark>(
+    b: &mut B,
+    plan: &[Vec<B::Config>],
+    rounds: u32,
+    run: &mut SavedRun,
+) -> Result<Vec<String>> {
+    let first = if B::WARM_UP { 0 } else { 1 };
+    let steps: usize = plan.iter().map(|g| g.len()).sum::<usize>() * (rounds + 1 - first) as usize;
+    let bar = Progress::new(steps as u64);
     let mut host_note: Option<String> = None;
     let mut last_notes: Vec<Vec<String>> = Vec::new();
-    for group in &plan {
+    for group in plan {
         b.prepare(group, &bar)?;
         let mut notes = vec![Vec::new(); group.len()];
         for round in first..=rounds {
@@ -126,25 +149,16 @@ pub fn run<B: Benchmark>(b: &mut B, common: &CommonArgs) -> Result<()> {
                     Err(e) => return Err(e.context(b.label(c))),
                 };
                 if round > 0 {
-                    *notes = m.notes.clone();
+                    notes.clone_from(&m.notes);
                     let (row, series) = b.place(c);
-                    record(&mut run, b, &row, &series, m);
+                    record(run, b, &row, &series, m);
                 }
             }
         }
         last_notes.extend(notes);
     }
     bar.finish_and_clear();
-    let concluded = b.conclude(&run);
-    run.notes = last_notes.into_iter().flatten().chain(concluded).chain(host_note).collect();
-    if common.out.emit(|| run.clone())? {
-        return Ok(());
-    }
-    b.print(&run);
-    if !run.notes.is_empty() {
-        println!("\n{}", run.notes.join("\n"));
-    }
-    Ok(())
+    Ok(last_notes.into_iter().flatten().chain(host_note).collect())
 }
 
 /// Adds `m`'s samples and counters to the series `series` of row `row`.
@@ -175,5 +189,84 @@ fn record<B: Benchmark>(run: &mut SavedRun, b: &B, row: &str, series: &str, m: M
 fn merge(into: &mut serde_json::Value, more: serde_json::Value) {
     if let (Some(into), serde_json::Value::Object(more)) = (into.as_object_mut(), more) {
         into.extend(more);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two groups of a model and a host configuration; the host fails on
+    /// its second measurement. Each measurement's value is its place in
+    /// the order of measurements, so the samples show the order.
+    struct Fake {
+        measured: Vec<(usize, bool)>,
+    }
+
+    impl Benchmark for Fake {
+        /// The group and whether on the host.
+        type Config = (usize, bool);
+        const NAME: &'static str = "fake";
+        const RUNS: u32 = 2;
+
+        fn settings(&self) -> serde_json::Value {
+            serde_json::json!({ "size": 1 })
+        }
+
+        fn tables(&self) -> Vec<Table> {
+            ["a", "b"]
+                .map(|n| Table { name: n.into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() })
+                .into()
+        }
+
+        fn plan(&self, host: bool) -> Vec<Vec<(usize, bool)>> {
+            (0..2).map(|g| std::iter::once((g, false)).chain(host.then_some((g, true))).collect()).collect()
+        }
+
+        fn place(&self, &(g, host): &(usize, bool)) -> (String, String) {
+            (format!("row {g}"), if host { "host" } else { "model" }.into())
+        }
+
+        fn on_host(&self, c: &(usize, bool)) -> bool {
+            c.1
+        }
+
+        fn measure(&mut self, &c: &(usize, bool)) -> Result<Measurement> {
+            self.measured.push(c);
+            let n = self.measured.len() as f64;
+            if c.1 && self.measured.iter().filter(|m| m.1).count() == 2 {
+                anyhow::bail!("no permission");
+            }
+            let notes = vec![format!("note {n}")];
+            Ok(Measurement { notes, ..Measurement::of([n, -n]).counting([("count", n)]) })
+        }
+
+        fn published(&self, table: usize, row: &str) -> Vec<(String, f64)> {
+            vec![(format!("{row} of {table}"), 1.0)]
+        }
+
+        fn print(&self, _: &SavedRun) {}
+    }
+
+    #[test]
+    fn rounds_interleave_after_a_warm_up_and_a_failing_host_is_dropped() {
+        let mut fake = Fake { measured: Vec::new() };
+        let plan = fake.plan(true);
+        let mut run = SavedRun::new(Fake::NAME, serde_json::json!({}), fake.tables());
+        let notes = measure_into(&mut fake, &plan, Fake::RUNS, &mut run).unwrap();
+        // Group 0: warm-up (model, host), round 1 (model, host fails),
+        // round 2 (model): the host is not asked again, nor in group 1.
+        let order: Vec<(usize, bool)> = fake.measured.clone();
+        assert_eq!(
+            order,
+            [(0, false), (0, true), (0, false), (0, true), (0, false), (1, false), (1, false), (1, false)]
+        );
+        let a = &run.tables[0];
+        assert_eq!(a.samples("row 0", "model"), Some(&[3.0, 5.0][..]), "the warm-up is not kept");
+        assert_eq!(a.samples("row 0", "host"), None, "the host's warm-up is not kept, its failure drops it");
+        assert_eq!(run.tables[1].samples("row 1", "model"), Some(&[-7.0, -8.0][..]));
+        assert_eq!(a.series("row 1", "model").unwrap().counter("count"), Some(8.0), "the last round's counters");
+        assert_eq!(a.rows[1].published, vec![("row 1 of 0".to_string(), 1.0)]);
+        assert_eq!(notes, ["note 5", "note 8", "host kernel skipped: no permission"]);
     }
 }

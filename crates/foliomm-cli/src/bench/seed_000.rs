@@ -204,7 +204,12 @@ impl Benchmark for Seed000<'_> {
     /// A table per folio size, a row per benchmark, a series per design
     /// (with its costs) and the host. The seed publishes changes, not times.
     fn tables(&self) -> Vec<Table> {
-        let table = |(_, oname)| Table { name: format!("seed 000, {oname}"), unit: "s".into(), higher_is_better: false, rows: Vec::new() };
+        let table = |(_, oname)| Table {
+            name: format!("seed 000, {oname}"),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows: Vec::new(),
+        };
         ORDERS.map(table).into()
     }
 
@@ -254,7 +259,8 @@ impl Benchmark for Seed000<'_> {
             return Ok(Measurement::default());
         };
         let counts = [got.rmap_ops, got.rmw, got.lines, got.lost].map(|v| v as f64);
-        Ok(Measurement { samples: vec![(oi, got.seconds)], ..Measurement::default() }.counting(COUNTERS.into_iter().zip(counts)))
+        Ok(Measurement { samples: vec![(oi, got.seconds)], ..Measurement::default() }
+            .counting(COUNTERS.into_iter().zip(counts)))
     }
 
     fn print(&self, run: &SavedRun) {

@@ -78,7 +78,12 @@ impl Benchmark for Seed001<'_> {
     }
 
     fn tables(&self) -> Vec<Table> {
-        vec![Table { name: "munmap of PTE-mapped folios".into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() }]
+        vec![Table {
+            name: "munmap of PTE-mapped folios".into(),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows: Vec::new(),
+        }]
     }
 
     fn plan(&self, host: bool) -> Vec<Vec<Setup>> {

@@ -172,7 +172,10 @@ impl Benchmark for Seed002<'_> {
                 // Operations: every fault, or every fork, of every instance.
                 let per_loop = |p| if p == Program::Fault { size / HPAGE } else { 1 };
                 let ops = programs.iter().map(|&p| a.loops as u64 * per_loop(p)).sum::<u64>() as f64;
-                Structure::ALL.iter().map(|&s| (format!("{}_transfers_per_op", s.name()), transfers.of(s) as f64 / ops)).collect()
+                Structure::ALL
+                    .iter()
+                    .map(|&s| (format!("{}_transfers_per_op", s.name()), transfers.of(s) as f64 / ops))
+                    .collect()
             }
             Runner::Host => Vec::new(),
         };
@@ -336,7 +339,8 @@ fn print_tables(b: &Seed002, run: &SavedRun) {
         run.tables[p.table()].samples(&b.row(i), &runner_name(runner)).filter(|r| !r.is_empty())
     };
     for (runner, _) in b.plan(true).concat().into_iter().filter(|&(_, i)| i == 0) {
-        let sets = (0..b.sets.len()).filter(|&i| [Program::Fork, Program::Fault].iter().any(|&p| rates(runner, i, p).is_some()));
+        let sets = (0..b.sets.len())
+            .filter(|&i| [Program::Fork, Program::Fault].iter().any(|&p| rates(runner, i, p).is_some()));
         let sets: Vec<usize> = sets.collect();
         if sets.is_empty() {
             continue;
@@ -348,7 +352,9 @@ fn print_tables(b: &Seed002, run: &SavedRun) {
     }
     let combined = b.combined();
     let most = b.sets[combined].len();
-    let combined_avg = |runner: Runner, p: Program| rates(runner, combined, p).map_or("-".to_string(), |r| format!("{:.0}", stats(r).2));
+    let combined_avg = |runner: Runner, p: Program| {
+        rates(runner, combined, p).map_or("-".to_string(), |r| format!("{:.0}", stats(r).2))
+    };
     println!("Just looking at the combined numbers ({most} instances; the seed: 24 instances on 48 CPUs):");
     println!(
         "{:7} | {:>12} {:>9} {:>9} {:>9} | seed: {:>12} {:>10} {:>11}",

@@ -21,11 +21,11 @@ use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{memfd, Map};
 
+use super::new_table;
 use super::progress::Progress;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::stats::{change, summarize, Change};
-use super::new_table;
 
 #[derive(clap::Args)]
 pub(super) struct Seed003Args {
@@ -119,7 +119,12 @@ impl Benchmark for Seed003<'_> {
     }
 
     fn tables(&self) -> Vec<Table> {
-        vec![Table { name: "munmap(mmap()) of a shmem file".into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() }]
+        vec![Table {
+            name: "munmap(mmap()) of a shmem file".into(),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows: Vec::new(),
+        }]
     }
 
     fn plan(&self, host: bool) -> Vec<Vec<Setup>> {

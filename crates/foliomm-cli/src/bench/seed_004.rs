@@ -18,13 +18,13 @@ use foliomm::internals::machine::VmaLockDesign;
 use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{Config, Machine};
 
+use super::new_table;
 use super::page_fault::{self, Layout, Test};
 use super::progress::Progress;
 use super::published::SEED_004;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::stats::change;
-use super::new_table;
 
 #[derive(clap::Args)]
 pub(super) struct Seed004Args {
@@ -219,9 +219,8 @@ impl Benchmark for Seed004<'_> {
 }
 
 /// The counters' names: `STRUCTURE_transfers_per_fault`.
-static TRANSFERS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-    Structure::ALL.iter().map(|s| format!("{}_transfers_per_fault", s.name())).collect()
-});
+static TRANSFERS: std::sync::LazyLock<Vec<String>> =
+    std::sync::LazyLock::new(|| Structure::ALL.iter().map(|s| format!("{}_transfers_per_fault", s.name())).collect());
 
 fn hmean(v: &[f64]) -> f64 {
     v.len() as f64 / v.iter().map(|x| 1.0 / x).sum::<f64>()
@@ -263,7 +262,9 @@ impl Seed004<'_> {
         println!(
             "(the first column is the base, with its spread; the others as % change of the harmonic means, * where the"
         );
-        println!(" change's interval (Welch's t, 95% for the {family} changes together) excludes 0, ~ where it does not;");
+        println!(
+            " change's interval (Welch's t, 95% for the {family} changes together) excludes 0, ~ where it does not;"
+        );
         println!(" rows marked ! have more threads than this machine's {cores} CPUs)\n");
         let backends = self.backends(!a.common.no_host);
         let mut head = format!("{:<22}", "");
@@ -307,7 +308,8 @@ impl Seed004<'_> {
                 let mark = if t > cores { "!" } else { "" };
                 let per: Vec<f64> = TRANSFERS.iter().map(|c| s.counter(c).unwrap_or(0.0)).collect();
                 let cells = per.iter().chain([&per.iter().sum()]).map(|v| format!("{v:.4}")).collect::<Vec<_>>();
-                table.add_row([format!("{t}{mark}"), d.name().to_string()].into_iter().chain(cells).collect::<Vec<_>>());
+                table
+                    .add_row([format!("{t}{mark}"), d.name().to_string()].into_iter().chain(cells).collect::<Vec<_>>());
             }
         }
         println!("{table}");

@@ -43,7 +43,12 @@ impl Benchmark for Tlb<'_> {
     }
 
     fn tables(&self) -> Vec<Table> {
-        let table = |what| Table { name: format!("software TLB: {what}"), unit: "s".into(), higher_is_better: false, rows: Vec::new() };
+        let table = |what| Table {
+            name: format!("software TLB: {what}"),
+            unit: "s".into(),
+            higher_is_better: false,
+            rows: Vec::new(),
+        };
         TIMED.map(table).into()
     }
 
