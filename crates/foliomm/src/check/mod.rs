@@ -347,6 +347,46 @@ fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Viol
     }
 }
 
+/// The free blocks sorted by start, and how many frames they hold; a frame
+/// in two blocks, or a total the zone does not count, is a violation.
+fn free_blocks(m: &Kernel, bad: &mut Vec<Violation>) -> (Vec<(Pfn, u32)>, u64) {
+    let mut blocks = m.phys.free_blocks();
+    blocks.sort_unstable();
+    let (mut nr_free, mut end_of_free) = (0, 0);
+    for &(pfn, order) in &blocks {
+        if pfn < end_of_free {
+            bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is in two free blocks")));
+        }
+        end_of_free = end_of_free.max(pfn + (1 << order));
+        nr_free += 1 << order;
+    }
+    if nr_free != m.phys.nr_free() {
+        let what = format!("free lists hold {nr_free} frames, the zone counts {}", m.phys.nr_free());
+        bad.push(Violation::new(Allocator, Subject::Machine, what));
+    }
+    (blocks, nr_free)
+}
+
+/// Checks an allocated folio that no page table maps: a free huge page
+/// (refcount 0), a page-cache folio (the cache's references), a folio a
+/// pin keeps alive after its last unmap, or else a leak.
+fn check_unmapped(ledger: &Ledger, f: Folio, free_huge: bool, cached: bool, bad: &mut Vec<Violation>) {
+    let pfn = f.pfn;
+    if free_huge {
+        if f.refcount() != 0 {
+            let what = format!("free huge page {pfn:#x} has refcount {}", f.refcount());
+            bad.push(Violation::new(Refcount, Subject::Folio(pfn), what));
+        }
+    } else if cached {
+        check_references(ledger, f, shmem::cache_refs(f) as u64, bad);
+    } else if ledger.gups_of(pfn) != (0, 0) {
+        check_references(ledger, f, 0, bad);
+    } else {
+        let what = format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order());
+        bad.push(Violation::new(Leak, Subject::Folio(pfn), what));
+    }
+}
+
 fn check_frames(
     m: &Kernel,
     ledger: &Ledger,
@@ -359,26 +399,13 @@ fn check_frames(
     let n = phys.nr_frames();
     // The free blocks by start, so the walk below skips them whole: its
     // cost grows with what is allocated, not with the size of model RAM.
-    let mut free_blocks = phys.free_blocks();
-    free_blocks.sort_unstable();
-    let mut nr_free = 0;
-    let mut end_of_free = 0;
-    for &(pfn, order) in &free_blocks {
-        if pfn < end_of_free {
-            bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is in two free blocks")));
-        }
-        end_of_free = end_of_free.max(pfn + (1 << order));
-        nr_free += 1 << order;
-    }
-    if nr_free != phys.nr_free() {
-        let what = format!("free lists hold {nr_free} frames, the zone counts {}", phys.nr_free());
-        bad.push(Violation::new(Allocator, Subject::Machine, what));
-    }
+    let (free_blocks, nr_free) = free_blocks(m, bad);
     let zero: BTreeSet<Pfn> = m.zero_frames().collect();
     let mut pfn = 0;
     let mut allocated = 0;
-    // Per huge page size (in the order of HugeSize::ALL): folios, free ones.
-    let mut hugetlb = [(0, 0); 2];
+    // Per huge page size (in the order of HugeSize::ALL): folios, free
+    // ones, ones in use that will restore a reservation when freed.
+    let mut hugetlb = [[0u64; 3]; 2];
     let mut next_free = free_blocks.iter().peekable();
     while pfn < n {
         if let Some(&&(start, order)) = next_free.peek().filter(|(start, _)| *start <= pfn) {
@@ -419,32 +446,21 @@ fn check_frames(
         }
         let huge_size = HugeSize::of_order(f.order()).filter(|_| p.test(pg::HUGETLB));
         if let Some(size) = huge_size {
-            hugetlb[size as usize].0 += 1;
+            hugetlb[size as usize][0] += 1;
+            hugetlb[size as usize][2] += p.test(pg::HUGETLB_RESTORE_RESERVE) as u64;
         }
         if !truth.contains_key(&pfn) {
-            if let Some(size) = huge_size.filter(|_| m.is_free_huge_page(pfn)) {
-                hugetlb[size as usize].1 += 1;
-                if f.refcount() != 0 {
-                    let what = format!("free huge page {pfn:#x} has refcount {}", f.refcount());
-                    bad.push(Violation::new(Refcount, Subject::Folio(pfn), what));
-                }
-            } else if cached.contains_key(&pfn) {
-                // In a page cache and mapped nowhere.
-                check_references(ledger, f, shmem::cache_refs(f) as u64, bad);
-            } else if ledger.gups_of(pfn) != (0, 0) {
-                // Pinned after its last unmap (the pin keeps it alive).
-                check_references(ledger, f, 0, bad);
-            } else {
-                let what = format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order());
-                bad.push(Violation::new(Leak, Subject::Folio(pfn), what));
+            let free_huge = huge_size.filter(|_| m.is_free_huge_page(pfn));
+            if let Some(size) = free_huge {
+                hugetlb[size as usize][1] += 1;
             }
+            check_unmapped(ledger, f, free_huge.is_some(), cached.contains_key(&pfn), bad);
         }
         allocated += f.nr_pages();
         pfn += f.nr_pages();
     }
     for size in HugeSize::ALL {
-        let (folios, free) = hugetlb[size as usize];
-        hugetlb::check_pool(m, size, folios, free, bad);
+        hugetlb::check_pool(m, size, hugetlb[size as usize], bad);
     }
     if allocated + nr_free != n {
         let what = format!("{allocated} allocated + {nr_free} free frames != {n} total");

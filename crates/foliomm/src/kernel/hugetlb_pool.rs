@@ -203,7 +203,7 @@ impl Kernel {
     /// (`gather_surplus_pages`, all or none); ENOMEM if they cannot be had.
     pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
         let mut pool = self.pool(size);
-        while (pool.free.len() as u64) < pool.resv + n {
+        while (pool.free.len() as u64) < pool.resv.wrapping_add(n) {
             if !self.alloc_surplus(&mut pool) {
                 self.return_unused_surplus(&mut pool);
                 return Err(Errno::ENOMEM);
@@ -214,11 +214,11 @@ impl Kernel {
     }
 
     /// Takes back `n` promises (`hugetlb_acct_memory(delta < 0)`); free
-    /// surplus pages go back to the buddy allocator.
+    /// surplus pages go back to the buddy allocator. The count wraps below
+    /// zero where Linux's does (see `memory::hugetlb_resv`).
     pub fn hugetlb_unreserve(&self, size: HugeSize, n: u64) {
         let mut pool = self.pool(size);
-        assert!(n <= pool.resv, "unreserving {n} of {} reserved huge pages", pool.resv);
-        pool.resv -= n;
+        pool.resv = pool.resv.wrapping_sub(n);
         self.return_unused_surplus(&mut pool);
     }
 
@@ -228,13 +228,13 @@ impl Kernel {
     /// the overcommit limit allows. ENOMEM if none.
     pub fn alloc_hugetlb_folio(&self, size: HugeSize, reserved: bool) -> Result<Folio<'_>, Errno> {
         let mut pool = self.pool(size);
-        let unpromised = pool.free.len() as u64 - pool.resv;
+        let unpromised = (pool.free.len() as u64).wrapping_sub(pool.resv);
         if !reserved && unpromised == 0 && !self.alloc_surplus(&mut pool) {
             return Err(Errno::ENOMEM);
         }
         let pfn = pool.free.pop().ok_or(Errno::ENOMEM)?;
         if reserved {
-            pool.resv -= 1;
+            pool.resv = pool.resv.wrapping_sub(1);
         }
         let f = Folio::from_head(&self.phys, pfn);
         f.head().refcount.store(1, Relaxed);
@@ -246,11 +246,15 @@ impl Kernel {
     /// hugetlb ones cleared.
     pub(super) fn free_huge_folio(&self, f: Folio) {
         let head = f.head();
+        let restore = head.test(pg::HUGETLB_RESTORE_RESERVE);
         head.flags.store(pg::HEAD | pg::HUGETLB, Relaxed);
         head.link.store(0, Relaxed);
         let size = HugeSize::of_order(f.order()).expect("a hugetlb folio has a huge page's order");
         let mut pool = self.pool(size);
         pool.free.push(f.pfn);
+        if restore {
+            pool.resv = pool.resv.wrapping_add(1);
+        }
         // A surplus page goes back to the buddy allocator.
         self.return_unused_surplus(&mut pool);
     }

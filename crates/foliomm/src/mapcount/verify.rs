@@ -1,6 +1,7 @@
 //! A design's fields against the ground truth the checker rebuilt from the
 //! page tables (docs/KERNEL-REFERENCE.md §2.5 and §11).
 
+use super::construction::Construction;
 use super::eras::{PageMapcounts, Total};
 use super::fields::{field, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::{FolioTruth, MapcountDesign};
@@ -56,55 +57,68 @@ impl PageMapcounts {
             }
         }
         if self.f.mm_ids {
-            // Slot rules (docs/KERNEL-REFERENCE.md §2.5 sanity checks).
-            let ids = f.page(1).ids.load(Relaxed);
-            let mut occupied = 0;
-            let mut slot_sum = 0i64;
-            for s in 0..2 {
-                let id = slot_id(ids, s);
-                let c = w(f, field::SLOT0 + s).load(Relaxed);
-                if (id == 0) != (c == -1) {
-                    bad.push(format!("slot {s}: id {id} with count {c}"));
-                }
-                if id != 0 {
-                    occupied += 1;
-                    slot_sum += c as i64 + 1;
-                    if !truth.per_mm.contains_key(&id) {
-                        bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
-                    }
-                }
-            }
-            let sh = shared(f);
-            if total == 0 && sh {
-                bad.push("shared bit set on an unmapped folio".into());
-            }
-            if occupied == 2 && !sh {
-                bad.push("two occupied slots but the shared bit is clear".into());
-            }
-            if slot_sum > total {
-                bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
-            }
+            verify_slots(f, truth, total, &mut bad);
         }
         if let Some(c) = self.construction() {
-            let mut want = vec![0u64; c.count(f.order())];
-            for (&id, &n) in &truth.per_mm {
-                for (s, &v) in want.iter_mut().zip(c.values(id as u64, f.order()).iter()) {
-                    *s = s.wrapping_add((n as u64).wrapping_mul(v));
-                }
-            }
-            let (_, have) = self.sums(c, f);
-            if have != want {
-                bad.push(format!("rmap sums {have:?}, page tables say {want:?}"));
-            }
-            if !self.seqcount(f).is_idle() {
-                bad.push("a writer is still inside the rmap seqcount".into());
-            }
-            let owner = self.sole_owner(f);
-            let truly = (truth.per_mm.len() == 1).then(|| *truth.per_mm.keys().next().unwrap());
-            if total > 0 && total <= f.nr_pages() as i64 && owner != truly {
-                bad.push(format!("sole owner {owner:?}, page tables say {truly:?}"));
-            }
+            self.verify_sums(c, f, truth, total, &mut bad);
         }
         bad
+    }
+
+    /// The rmap-id sums against the page tables' per-MM counts, an idle
+    /// seqcount, and the sole owner where the folio is exclusive.
+    fn verify_sums(&self, c: Construction, f: Folio, truth: &FolioTruth, total: i64, bad: &mut Vec<String>) {
+        let mut want = vec![0u64; c.count(f.order())];
+        for (&id, &n) in &truth.per_mm {
+            for (s, &v) in want.iter_mut().zip(c.values(id as u64, f.order()).iter()) {
+                *s = s.wrapping_add((n as u64).wrapping_mul(v));
+            }
+        }
+        let (_, have) = self.sums(c, f);
+        if have != want {
+            bad.push(format!("rmap sums {have:?}, page tables say {want:?}"));
+        }
+        if !self.seqcount(f).is_idle() {
+            bad.push("a writer is still inside the rmap seqcount".into());
+        }
+        let owner = self.sole_owner(f);
+        let truly = (truth.per_mm.len() == 1).then(|| *truth.per_mm.keys().next().unwrap());
+        if total > 0 && total <= f.nr_pages() as i64 && owner != truly {
+            bad.push(format!("sole owner {owner:?}, page tables say {truly:?}"));
+        }
+    }
+}
+
+/// The MM-ID slot rules (docs/KERNEL-REFERENCE.md §2.5 sanity checks): an
+/// id has a count and a count an id, a slot names an MM that maps the
+/// folio, the shared bit agrees with the slots, and the slots' counts fit
+/// in the large mapcount.
+fn verify_slots(f: Folio, truth: &FolioTruth, total: i64, bad: &mut Vec<String>) {
+    let ids = f.page(1).ids.load(Relaxed);
+    let mut occupied = 0;
+    let mut slot_sum = 0i64;
+    for s in 0..2 {
+        let id = slot_id(ids, s);
+        let c = w(f, field::SLOT0 + s).load(Relaxed);
+        if (id == 0) != (c == -1) {
+            bad.push(format!("slot {s}: id {id} with count {c}"));
+        }
+        if id != 0 {
+            occupied += 1;
+            slot_sum += c as i64 + 1;
+            if !truth.per_mm.contains_key(&id) {
+                bad.push(format!("slot {s} names MM {id}, which maps nothing of the folio"));
+            }
+        }
+    }
+    let sh = shared(f);
+    if total == 0 && sh {
+        bad.push("shared bit set on an unmapped folio".into());
+    }
+    if occupied == 2 && !sh {
+        bad.push("two occupied slots but the shared bit is clear".into());
+    }
+    if slot_sum > total {
+        bad.push(format!("slot counts sum to {slot_sum} > large mapcount {total}"));
     }
 }

@@ -18,18 +18,17 @@
 //! `i_mmap_rwsem` for write, so no fault keeps a pointer into a table this
 //! MM stops using.
 //!
-//! Differs from Linux: no userfaultfd, migration or
-//! poison entries; a COW never uses a reservation, and the owner of a
-//! private mapping never steals a child's page when the pool is empty.
-//! Only the mapping that reserved (not a child's copy) uses a private
-//! mapping's reservations.
+//! Private mappings' reservations (which page uses a promise, the owner
+//! taking a page back from its children) are in [`super::hugetlb_resv`].
+//!
+//! Differs from Linux: no userfaultfd, migration or poison entries.
 
 use super::fault::FaultKind;
-use crate::arch::{pmd_index, pud_addr_end, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::arch::{pmd_index, pud_addr_end, Pfn, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
-use crate::mm_types::{vm, Mm, Vma};
+use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pmd, walk_pud, PmdSlot};
 use crate::rmap::{self, anon_vma_prepare};
 use crate::shmem::{in_page_cache, FileMapping, Inode};
@@ -44,8 +43,25 @@ use crate::{Errno, Result};
 pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let k = &*mm.kernel;
     let inode = vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
+    let haddr = addr & !(inode.huge_size().expect("a hugetlbfs file").bytes() - 1);
+    // The owner of a private mapping may have to take a page back from its
+    // children before its COW can go on: with the fault's locks let go,
+    // then once more (hugetlb_wp's retry after unmap_ref_private).
+    for _ in 0..2 {
+        match hugetlb_fault_locked(mm, vma, &inode, haddr, kind)? {
+            None => return Ok(()),
+            Some(pfn) => super::hugetlb_resv::unmap_ref_private(k, mm, vma, &inode, pfn, haddr),
+        }
+    }
+    Err(Errno::SIGBUS)
+}
+
+/// One try of [`hugetlb_fault`] under the fault mutex and the locks PMD
+/// sharing needs. Returns the page the owner of a private mapping must
+/// take back from its children, if its COW found the pool empty.
+fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind: FaultKind) -> Result<Option<Pfn>> {
+    let k = &*mm.kernel;
     let size = inode.huge_size().expect("a hugetlbfs file");
-    let haddr = addr & !(size.bytes() - 1);
     let index = vma.page_index(haddr);
     let mutex = k.hugetlb_fault_mutex(inode.ino, index);
     cacheline::write(Structure::FaultMutex, mutex);
@@ -60,11 +76,11 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
     });
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd;
-    (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, &inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
+    (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
     let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr, size };
     let e = pmd.load(&k.phys);
     if e.is_none() {
-        return hugetlb_no_page(k, mm, vma, &inode, &walked, kind);
+        return hugetlb_no_page(k, mm, vma, inode, &walked, kind);
     }
     if kind != FaultKind::Read && !e.write() {
         return hugetlb_wp(k, mm, vma, &walked, e, kind);
@@ -74,7 +90,7 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
         let bits = Pte::ACCESSED | if kind == FaultKind::Write { Pte::DIRTY } else { 0 };
         pmd.store(&k.phys, e.with(bits));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The PMD (or, for a 1 GiB page, PUD) slot a fault found, with what it
@@ -242,10 +258,18 @@ pub(crate) fn huge_pmd_unshare(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, addr: u
 /// private one reading a cached page), or a new anonymous huge page (a
 /// private mapping), by the none PMD slot `pmd`. A private write to the
 /// file's page copies it (`hugetlb_wp`).
-fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walked, kind: FaultKind) -> Result<()> {
+fn hugetlb_no_page(
+    k: &Kernel,
+    mm: &Mm,
+    vma: &Vma,
+    inode: &Inode,
+    walked: &Walked,
+    kind: FaultKind,
+) -> Result<Option<Pfn>> {
     let phys = &k.phys;
     let (pmd, haddr, nr) = (walked.pmd, walked.haddr, walked.size.pages());
     let index = vma.page_index(haddr);
+    super::hugetlb_resv::resv_unmapped(vma)?;
     let (f, anon) = if vma.shared() {
         (inode.hugetlb_get_folio(index)?, false)
     } else if let Some((f, _)) = inode.get_cached(index) {
@@ -254,8 +278,7 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
         if index >= inode.nr_pages() {
             return Err(Errno::SIGBUS);
         }
-        let owner = vma.flags() & vm::HUGETLB_RESV_OWNER != 0;
-        let f = inode.hugetlb_alloc_private(index, owner).map_err(|_| Errno::SIGBUS)?;
+        let f = super::hugetlb_resv::alloc_private(k, vma, index, walked.size, true).map_err(|_| Errno::SIGBUS)?;
         phys.clear_frames(f.pfn, nr);
         (Folio::from_head(phys, f.pfn), true)
     };
@@ -265,7 +288,7 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
     // retried and finds the new size).
     if !pmd.load(phys).is_none() || !walked.still_ours(k, mm) || (!anon && !in_page_cache(f)) {
         k.folio_put_refs(f, 1);
-        return Ok(());
+        return Ok(None);
     }
     let writable = vma.writable() && (vma.shared() || (anon && kind == FaultKind::Write));
     let mut bits = Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED;
@@ -281,21 +304,24 @@ fn hugetlb_no_page(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, walked: &Walke
     if kind == FaultKind::Write && !vma.shared() && !anon {
         return hugetlb_wp(k, mm, vma, walked, pmd.load(phys), kind);
     }
-    Ok(())
+    Ok(None)
 }
 
 /// `hugetlb_wp`: a write (or unshare) to a read-only huge PMD. A shared
 /// mapping's entry becomes writable; an anonymous page only this MM maps
-/// is reused; otherwise the page is copied into a new anonymous huge page.
-/// SIGBUS when the pool has none.
-fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: FaultKind) -> Result<()> {
+/// is reused; otherwise the page is copied into a new anonymous huge page,
+/// a copy of the page cache's using the owner's reservation, a copy of an
+/// anonymous page made outside it. When the pool has none: the owner of
+/// the mapping copying an anonymous page returns that page, to be taken
+/// back from its children; anyone else gets SIGBUS.
+fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: FaultKind) -> Result<Option<Pfn>> {
     let phys = &k.phys;
     let (pmd, haddr, size) = (walked.pmd, walked.haddr, walked.size);
     let old = Folio::from_head(phys, orig.pfn());
     {
         let _pl = pte_lockptr(phys, pmd.table).lock();
         if pmd.load(phys) != orig || !walked.still_ours(k, mm) {
-            return Ok(());
+            return Ok(None);
         }
         // An anon page this MM alone maps is reused, and becomes exclusive
         // again (`folio_move_anon_rmap`).
@@ -307,16 +333,21 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
             if kind == FaultKind::Write {
                 pmd.store(phys, orig.with(Pte::RW | Pte::DIRTY | Pte::ACCESSED));
             }
-            return Ok(());
+            return Ok(None);
         }
     }
     let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
-    let new = k.alloc_hugetlb_folio(size, false).map_err(|_| Errno::SIGBUS)?;
+    let from_cache = !old.test_anon();
+    let new = match super::hugetlb_resv::alloc_private(k, vma, vma.page_index(haddr), size, from_cache) {
+        Ok(new) => new,
+        Err(_) if !from_cache && vma.hugetlb_resv().is_some() => return Ok(Some(old.pfn)),
+        Err(_) => return Err(Errno::SIGBUS),
+    };
     (0..size.pages()).for_each(|i| phys.copy_frame(new.pfn + i, old.pfn + i));
     let _pl = pte_lockptr(phys, pmd.table).lock();
     if pmd.load(phys) != orig || !walked.still_ours(k, mm) {
         k.folio_put_refs(new, 1);
-        return Ok(());
+        return Ok(None);
     }
     rmap::folio_remove_rmap(k, old, 0, size.pages(), Level::Pmd, mm.rmap);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.rmap, anon_vma);
@@ -324,7 +355,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
     pmd.store(phys, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | w));
     mm.tlb.flush_range(&k.stats, haddr, haddr + size.bytes());
     k.folio_put_refs(old, 1);
-    Ok(())
+    Ok(None)
 }
 
 /// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb

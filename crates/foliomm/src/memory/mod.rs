@@ -1,7 +1,8 @@
 //! The page-table side of mm/memory.c and its neighbours, kept in one folder
 //! because they call one another as in Linux: the fault path ([`fault`] with
 //! [`anon`], [`file`](mod@file) and [`wp`]), PMD-mapped THP ([`huge_memory`]),
-//! hugetlb pages and PMD sharing ([`hugetlb`]), zap and
+//! hugetlb pages and PMD sharing ([`hugetlb`]) and private hugetlb
+//! reservations ([`hugetlb_resv`]), zap and
 //! `free_pgtables` ([`zap`]), fork's copy ([`copy_page_range`]), mprotect's
 //! [`change_protection`] and mremap's [`move_page_tables`]. Every function
 //! works on one MM's page tables; the VMA changes around them live above, in
@@ -14,6 +15,7 @@ pub mod fault;
 pub mod file;
 pub mod huge_memory;
 pub mod hugetlb;
+pub mod hugetlb_resv;
 pub mod move_page_tables;
 pub mod wp;
 pub mod zap;

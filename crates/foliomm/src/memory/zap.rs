@@ -18,8 +18,10 @@ use crate::tlb::MmuGather;
 
 /// `unmap_single_vma`: [`unmap_page_range`] over `[start, end)` of the VMA
 /// `v`; for a hugetlb VMA with the locks unsharing a PMD table needs
-/// ([`super::hugetlb::with_unshare_locks`]).
+/// ([`super::hugetlb::with_unshare_locks`]), after the owner of a private
+/// one marked its pages' reservations for restoring.
 pub(crate) fn unmap_vma_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, v: &Vma, start: u64, end: u64) {
+    super::hugetlb_resv::restore_reservations(k, mm, v, start, end);
     super::hugetlb::with_unshare_locks(k, v, || unmap_page_range(k, mm, tlb, start, end, false));
 }
 

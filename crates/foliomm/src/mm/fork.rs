@@ -24,8 +24,10 @@ impl Mm {
                 // fault may run in the VMA meanwhile.
                 vmas.start_write(v);
                 let c = cvmas.dup(v);
-                // hugetlb_dup_vma_private(): the child owns no reservation.
-                c.set_flags(c.flags() & !vm::HUGETLB_RESV_OWNER);
+                // hugetlb_dup_vma_private(): the child owns no reservation,
+                // and has had no page taken back.
+                c.set_hugetlb_resv(None);
+                c.set_flags(c.flags() & !vm::HUGETLB_RESV_UNMAPPED);
                 // Linked (to its file) before its PTEs exist, after the
                 // parent's VMA, as dup_mmap does.
                 cvmas.insert(c.clone());

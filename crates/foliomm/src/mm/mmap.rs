@@ -11,7 +11,7 @@ use crate::memory::handle_mm_fault;
 use crate::memory::zap::{free_pgtables, unmap_vma_range};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
-use crate::shmem::{Inode, Mount};
+use crate::shmem::{Inode, Mount, PrivateResv};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -114,51 +114,25 @@ impl Mm {
         if vmas.len() > self.kernel.config.max_map_count {
             return Err(Errno::ENOMEM);
         }
-        let start = if flags.fixed || flags.noreplace {
-            let end = range_end(addr, len)?;
-            if addr < MMAP_MIN_ADDR {
-                return Err(Errno::EINVAL);
-            }
-            if vmas.any_in(addr, end) {
-                if flags.noreplace {
-                    return Err(Errno::EEXIST);
-                }
-                self.do_munmap(&mut vmas, addr, end)?;
-            }
-            addr
-        } else {
-            // hugetlb_get_unmapped_area() rounds a hint up to a huge page.
-            let hint = if huge { addr.checked_next_multiple_of(unit).unwrap_or(0) } else { addr & !(PAGE_SIZE - 1) };
-            let hint_ok =
-                hint >= MMAP_MIN_ADDR && hint.checked_add(len).is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
-            if hint != 0 && hint_ok {
-                hint
-            } else {
-                // shmem_get_unmapped_area() for shmem; for anonymous memory
-                // thp_get_unmapped_area() when no hint was given and the
-                // release aligns a mapping of this length.
-                let thp_align = self.kernel.config.release().aligns_anon_mapping(len, PMD_SIZE);
-                let (align, offset) = match file {
-                    Some(_) if huge => (unit, 0),
-                    Some((inode, off)) => inode
-                        .unmapped_area_alignment(anon_inode.is_some(), off / PAGE_SIZE, len)
-                        .unwrap_or((PAGE_SIZE, 0)),
-                    None if thp_align && hint == 0 => (PMD_SIZE, 0),
-                    None => (PAGE_SIZE, 0),
-                };
-                get_unmapped_area(&vmas, self.mmap_base(), len, align, offset)?
-            }
-        };
+        let start = self.mmap_address(&mut vmas, addr, len, flags, file, anon_inode.is_some())?;
         let shared = if flags.shared { vm::SHARED } else { 0 };
-        // hugetlb_reserve_pages(): the huge pages of a shared mapping, or of
-        // an anonymous private one (which then owns them), are promised now,
-        // or the mmap fails.
-        let reserves = huge && !flags.noreserve && (flags.shared || anon_inode.is_some());
-        let owner = if reserves && !flags.shared { vm::HUGETLB_RESV_OWNER } else { 0 };
-        let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB | owner } else { 0 };
-        if let Some((inode, offset)) = file.filter(|_| reserves) {
-            inode.hugetlb_reserve(offset / PAGE_SIZE, (offset + len) / PAGE_SIZE)?;
-        }
+        let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB } else { 0 };
+        // hugetlb_reserve_pages(): the huge pages of the mapping are
+        // promised now, or the mmap fails: a shared mapping's in the
+        // file's reservation map, a private one's (file or anonymous) by a
+        // map of its own, which makes it the owner of its reservations.
+        let private_resv = match file.filter(|_| huge && !flags.noreserve) {
+            Some((inode, offset)) if flags.shared => {
+                inode.hugetlb_reserve(offset / PAGE_SIZE, (offset + len) / PAGE_SIZE)?;
+                None
+            }
+            Some((inode, _)) => {
+                let size = inode.huge_size().expect("a hugetlbfs file");
+                self.kernel.hugetlb_reserve(size, len / size.bytes())?;
+                Some(Arc::new(PrivateResv::new(size)))
+            }
+            None => None,
+        };
         // hugetlbfs_file_mmap(): a writable mapping grows the file to cover it.
         if let Some((inode, offset)) = file.filter(|(f, _)| f.is_hugetlbfs() && prot.0 & Prot::WRITE != 0) {
             if inode.size() < offset + len {
@@ -169,6 +143,7 @@ impl Mm {
             Some((inode, offset)) => vmas.alloc(start, start + len, flags_vm, offset / PAGE_SIZE, Some(inode.clone())),
             None => vmas.alloc(start, start + len, flags_vm, start / PAGE_SIZE, None),
         };
+        vma.set_hugetlb_resv(private_resv);
         vmas.insert(vma);
         merge_around(&mut vmas, start, start + len);
         // mm_populate() ignores errors: the mapping stands, populated as
@@ -177,6 +152,58 @@ impl Mm {
             let _ = self.populate(&vmas, start, start + len);
         }
         Ok(start)
+    }
+
+    /// Where `mmap_file` places `len` bytes: exactly at `addr` for
+    /// `MAP_FIXED` (unmapping what is there) or `MAP_FIXED_NOREPLACE`
+    /// (EEXIST if taken), else at the hint if free, else where
+    /// `get_unmapped_area` finds room with the alignment the file (shmem,
+    /// hugetlbfs) or the release's THP alignment asks. Models the address
+    /// part of `do_mmap` and `__get_unmapped_area`.
+    fn mmap_address(
+        &self,
+        vmas: &mut Vmas,
+        addr: u64,
+        len: u64,
+        flags: MmapFlags,
+        file: Option<(&Arc<Inode>, u64)>,
+        anon_shared: bool,
+    ) -> Result<u64> {
+        let huge_size = file.and_then(|(f, _)| f.huge_size());
+        let (huge, unit) = (huge_size.is_some(), huge_size.map_or(PAGE_SIZE, HugeSize::bytes));
+        if flags.fixed || flags.noreplace {
+            let end = range_end(addr, len)?;
+            if addr < MMAP_MIN_ADDR {
+                return Err(Errno::EINVAL);
+            }
+            if vmas.any_in(addr, end) {
+                if flags.noreplace {
+                    return Err(Errno::EEXIST);
+                }
+                self.do_munmap(vmas, addr, end)?;
+            }
+            return Ok(addr);
+        }
+        // hugetlb_get_unmapped_area() rounds a hint up to a huge page.
+        let hint = if huge { addr.checked_next_multiple_of(unit).unwrap_or(0) } else { addr & !(PAGE_SIZE - 1) };
+        let hint_ok =
+            hint >= MMAP_MIN_ADDR && hint.checked_add(len).is_some_and(|e| e <= TASK_SIZE && !vmas.any_in(hint, e));
+        if hint != 0 && hint_ok {
+            return Ok(hint);
+        }
+        // shmem_get_unmapped_area() for shmem; for anonymous memory
+        // thp_get_unmapped_area() when no hint was given and the release
+        // aligns a mapping of this length.
+        let thp_align = self.kernel.config.release().aligns_anon_mapping(len, PMD_SIZE);
+        let (align, offset) = match file {
+            Some(_) if huge => (unit, 0),
+            Some((inode, off)) => {
+                inode.unmapped_area_alignment(anon_shared, off / PAGE_SIZE, len).unwrap_or((PAGE_SIZE, 0))
+            }
+            None if thp_align && hint == 0 => (PMD_SIZE, 0),
+            None => (PAGE_SIZE, 0),
+        };
+        get_unmapped_area(vmas, self.mmap_base(), len, align, offset)
     }
 
     /// `populate_vma_page_range`: faults in every page, for write if the VMA
@@ -218,7 +245,11 @@ impl Mm {
             unmap_vma_range(k, self, &mut tlb, v, v.start(), v.end());
         }
         free_pgtables(k, self, &vmas, &mut tlb, 0, TASK_SIZE);
-        all.into_iter().for_each(|v| vmas.free(v));
+        drop(tlb);
+        for v in all {
+            crate::memory::hugetlb_resv::vm_op_close(k, &v);
+            vmas.free(v);
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 use super::range_end;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::memory::huge_memory::split_huge_pmd;
+use crate::memory::hugetlb_resv;
 use crate::memory::zap::{free_pgtables, unmap_vma_range};
 use crate::mm_types::{Mm, Vma, Vmas};
 use crate::sync::Arc;
@@ -49,7 +50,11 @@ impl Mm {
             unmap_vma_range(k, self, &mut tlb, v, v.start(), v.end());
         }
         free_pgtables(k, self, vmas, &mut tlb, start, end);
-        removed.into_iter().for_each(|v| vmas.free(v));
+        drop(tlb);
+        for v in removed {
+            hugetlb_resv::vm_op_close(k, &v);
+            vmas.free(v);
+        }
         Ok(())
     }
 

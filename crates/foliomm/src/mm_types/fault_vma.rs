@@ -84,6 +84,13 @@ impl Mm {
         Ok(FaultVma { vma, hold: Hold::MmapLock { _vmas: vmas } })
     }
 
+    /// The VMA containing `addr` in the published tree, found without a
+    /// lock (an RCU walk): it may be leaving the tree, or be another VMA by
+    /// the time the caller looks (compare its id).
+    pub(crate) fn published_vma(&self, addr: u64) -> Option<Arc<Vma>> {
+        vma_tree::find(&self.mmap_lock.published.load(), addr).cloned()
+    }
+
     /// `lock_vma_under_rcu`: finds the VMA containing `addr` in the
     /// published tree without the mmap_lock and read-locks it; `None` (and
     /// `VMA_LOCK_ABORT`) if there is none, it is write-locked, or once held

@@ -19,7 +19,7 @@ use super::vma_lock::VmaLock;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
 use crate::rmap::AnonVmaSlot;
-use crate::shmem::{FileMapping, HugetlbVmaLock, Inode};
+use crate::shmem::{FileMapping, HugetlbVmaLock, Inode, PrivateResv};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sync::Arc;
 
@@ -76,10 +76,12 @@ pub mod vm {
     pub const DONTCOPY: u32 = 1 << 10;
     /// `VM_HUGETLB`: a mapping of a hugetlbfs file.
     pub const HUGETLB: u32 = 1 << 11;
-    /// `HPAGE_RESV_OWNER` (kept in `vm_private_data` in Linux): this
-    /// private hugetlb mapping made the reservations its faults may use;
-    /// a child's copy made at fork did not.
-    pub const HUGETLB_RESV_OWNER: u32 = 1 << 12;
+    /// `HPAGE_RESV_UNMAPPED` (kept in `vm_private_data` in Linux): the
+    /// reservation owner took a page of this child's private hugetlb
+    /// mapping back (`unmap_ref_private`); any later fault that finds no
+    /// page here gets SIGBUS. (The owner itself is known by its
+    /// reservation map, [`super::Vma::hugetlb_resv`].)
+    pub const HUGETLB_RESV_UNMAPPED: u32 = 1 << 12;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
@@ -117,6 +119,9 @@ pub struct Vma {
     pgoff: AtomicU64,
     /// `vm_file`: the shmem inode mapped, if any.
     file: ArcSwapOption<Inode>,
+    /// The reservation map of a private hugetlb mapping's owner (in
+    /// `vm_private_data` in Linux), shared by the pieces of a split.
+    hugetlb_resv: ArcSwapOption<PrivateResv>,
     /// `vm_area_struct::anon_vma`, as its identity only (no chains).
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
@@ -134,6 +139,7 @@ impl Vma {
             flags: AtomicU32::new(0),
             pgoff: AtomicU64::new(0),
             file: ArcSwapOption::empty(),
+            hugetlb_resv: ArcSwapOption::empty(),
             anon_vma: AnonVmaSlot::new(0),
             lock: VmaLock::new(design),
         }
@@ -185,9 +191,21 @@ impl Vma {
     pub fn with_file<R>(&self, f: impl FnOnce(Option<&Arc<Inode>>) -> R) -> R {
         f(self.file.load().as_ref())
     }
-    /// Drops the file reference of a freed VMA (`fput` in `vm_area_free`).
+    /// Drops the file reference of a freed VMA (`fput` in `vm_area_free`),
+    /// and its reservation map.
     pub(super) fn clear_file(&self) {
         self.file.store(None);
+        self.hugetlb_resv.store(None);
+    }
+    /// The reservation map of a private hugetlb mapping, if this VMA owns
+    /// its reservations (`HPAGE_RESV_OWNER`).
+    pub fn hugetlb_resv(&self) -> Option<Arc<PrivateResv>> {
+        self.hugetlb_resv.load_full()
+    }
+    /// Gives the VMA a reservation map, or (`None`, a child's copy at fork:
+    /// `hugetlb_dup_vma_private`) takes it away.
+    pub fn set_hugetlb_resv(&self, resv: Option<Arc<PrivateResv>>) {
+        self.hugetlb_resv.store(resv);
     }
     /// Whether writes go to the file (`VM_SHARED`).
     pub fn shared(&self) -> bool {
@@ -222,7 +240,7 @@ impl Vma {
     }
 
     /// The VMA's identity in its file's `i_mmap`: its address.
-    fn id(&self) -> usize {
+    pub(crate) fn id(&self) -> usize {
         self as *const Vma as usize
     }
 

@@ -45,7 +45,9 @@ impl VmaCache {
     /// A detached copy of `v` for MM `mm` (`vm_area_dup`).
     pub fn dup(&self, mm: u64, v: &Vma) -> Arc<Vma> {
         let (start, end, flags, pgoff) = (v.start(), v.end(), v.flags(), v.pgoff());
-        self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file(), anon_vma: v.anon_vma() })
+        let dup = self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file(), anon_vma: v.anon_vma() });
+        dup.set_hugetlb_resv(v.hugetlb_resv());
+        dup
     }
 
     /// `vm_area_free` of a detached VMA.

@@ -35,6 +35,9 @@ pub mod pg {
     pub const UPTODATE: u64 = 1 << 11;
     /// `PG_hugetlb` (a folio of the hugetlb pool): freed back to the pool.
     pub const HUGETLB: u64 = 1 << 12;
+    /// `HPageRestoreReserve`: a hugetlb folio whose freeing gives a
+    /// reservation back to the pool (its owner's mapping dropped it).
+    pub const HUGETLB_RESTORE_RESERVE: u64 = 1 << 13;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

@@ -10,15 +10,11 @@
 //! wholly; truncation gives back the promises of those never instantiated
 //! too (`hugetlb_unreserve_pages`), a hole punch keeps them.
 //!
-//! An anonymous private mapping (`MAP_PRIVATE|MAP_HUGETLB`) has a file of
-//! its own: its mmap reserves every page in the same map, and a page it
-//! allocates uses up its page's reservation.
+//! A private mapping (of a file, or anonymous: `MAP_PRIVATE|MAP_HUGETLB`,
+//! which has a file of its own) reserves in a map of its own instead
+//! ([`super::PrivateResv`]).
 //!
-//! Differs from Linux: no subpool (`size=` mount option)
-//! accounting; no `fallocate` preallocation; a private mapping of a named
-//! hugetlbfs file reserves nothing; an anonymous private mapping's unused
-//! reservations go back when its file goes (with the last mapping, a
-//! child's too), not when the owner unmaps.
+//! Differs from Linux: no subpool (`size=` mount option) accounting.
 
 use super::{Inode, Mount};
 use crate::arch::PAGE_SIZE;
@@ -83,21 +79,6 @@ impl Inode {
         // The cache's reference, and the caller's.
         f.ref_add(1);
         Ok(f)
-    }
-
-    /// A new anonymous huge page for page `index` of a private mapping of
-    /// this file, not zeroed: for the mapping that reserved (`owner`), the
-    /// page reserved for it at mmap if any is left (the reservation is used
-    /// up), else an unpromised one. ENOMEM when the pool has none.
-    pub fn hugetlb_alloc_private(&self, index: u64, owner: bool) -> Result<Folio<'_>> {
-        let first = index & !(self.hpage_pages() - 1);
-        let mut map = self.resv_map.lock().unwrap();
-        let reserved = owner && map.remove(&first);
-        self.k.alloc_hugetlb_folio(self.huge_size().expect("a hugetlbfs file"), reserved).inspect_err(|_| {
-            if reserved {
-                map.insert(first);
-            }
-        })
     }
 
     /// `hugetlb_unreserve_pages` after `freed` huge pages of file pages

@@ -12,6 +12,7 @@
 //! live only in its folios (holes read as zeros).
 #![warn(missing_docs)]
 
+mod hugetlb_resv;
 mod hugetlbfs;
 mod i_mmap;
 mod placement;
@@ -20,6 +21,7 @@ mod truncate;
 
 use std::collections::BTreeMap;
 
+pub use hugetlb_resv::PrivateResv;
 pub use i_mmap::{FileMapping, HugetlbVmaLock, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
