@@ -304,6 +304,9 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
             }
         }
     }
+    for n in &out.notes {
+        println!("  note: {n}");
+    }
     match &out.failure {
         None => println!("  PASS ({} steps)", out.steps.len()),
         Some(f) if f.kind == FailureKind::Unsupported => println!("  SKIP at line {}: {}", f.line, f.message),

@@ -87,7 +87,8 @@ impl State<'_> {
             Operand::Field { obj, field } if obj == "stat" => {
                 let v = self.backend.counters().into_iter().find(|(n, _)| n == field).map(|(_, v)| v);
                 let v = v.ok_or_else(|| format!("no counter '{field}' on the {} backend", self.backend.name()))?;
-                Ok((v, format!("stat.{field} (= {v})")))
+                let anomaly = below_zero(field, v).map_or(String::new(), |n| format!(", {n}"));
+                Ok((v, format!("stat.{field} (= {v}{anomaly})")))
             }
             Operand::Field { obj, field } => {
                 let (_, ob) =
@@ -103,4 +104,15 @@ impl State<'_> {
             }
         }
     }
+}
+
+/// What a reader should know when the counter `field` reads `v`: a
+/// reservation count below zero is Linux's own accounting (the restore of
+/// a reservation whose page a child still maps is counted only when the
+/// page is freed; see `foliomm::internals::memory::hugetlb_resv`), which
+/// the model reproduces, not a model bug.
+pub(super) fn below_zero(field: &str, v: u64) -> Option<String> {
+    (field.ends_with("_rsvd") && v >= 1 << 63).then(|| {
+        format!("{} below zero: a Linux accounting anomaly the model reproduces, not a model bug", v.wrapping_neg())
+    })
 }

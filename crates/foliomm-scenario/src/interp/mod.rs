@@ -123,6 +123,10 @@ pub struct Outcome {
     pub counters: Vec<(String, u64)>,
     pub measures: Vec<Measure>,
     pub failure: Option<Failure>,
+    /// What the reader should know about the run: counters that read as
+    /// Linux's own accounting anomalies do, each with its line.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// A `measure` block's result: time spent in the backend by its steps
@@ -216,6 +220,12 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         });
     }
     let (design, kernel) = st.design_and_release();
+    let anomaly = |s: &StepOutcome| {
+        let field = s.result.split("stat.").nth(1)?.split(' ').next()?;
+        let v = s.result.split("(= ").nth(1)?.split([',', ')']).next()?.parse().ok()?;
+        Some(format!("line {}: {field} {}", s.line, expect::below_zero(field, v)?))
+    };
+    let notes = outcomes.iter().filter_map(anomaly).collect();
     Outcome {
         backend: st.backend.name().into(),
         settings: st.settings.iter().map(|(_, s)| s.to_string()).collect(),
@@ -226,5 +236,6 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         counters: st.backend.counters(),
         measures: st.measures,
         failure,
+        notes,
     }
 }

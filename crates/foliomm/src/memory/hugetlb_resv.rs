@@ -55,8 +55,12 @@ fn huge_slot(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) -> Option<PmdSlot> 
 /// a fault had consumed it; unless the pool has surplus pages. The pool's
 /// count rises only when the page is freed: if a child still maps it, the
 /// owner may consume the restored reservation first, and `HugePages_Rsvd`
-/// wraps below zero until the child lets go (Linux does the same).
+/// wraps below zero until the child lets go (Linux does the same). Only
+/// from 6.9 ([`crate::release::KernelVersion::restores_hugetlb_reservation_at_zap`]).
 pub(crate) fn restore_reservations(k: &Kernel, mm: &Mm, v: &Vma, start: u64, end: u64) {
+    if !k.config.release().restores_hugetlb_reservation_at_zap() {
+        return;
+    }
     let Some(resv) = v.hugetlb_resv().filter(|_| !v.shared()) else { return };
     let step = resv.size.bytes();
     for addr in (start..end).step_by(step as usize) {

@@ -115,6 +115,16 @@ impl KernelVersion {
     pub fn pagemap_hugetlb_by_sharing(self) -> bool {
         self >= KernelVersion::new(6, 10)
     }
+
+    /// Whether zapping an anonymous page of a private hugetlb mapping its
+    /// reservation owner made restores the page's reservation
+    /// (`__unmap_hugepage_range`, df7a6d1f6405 "mm/hugetlb: restore the
+    /// reservation if needed"): 6.9 on; Debian's 6.1.0-47 guest has no
+    /// backport. Before, the page goes back to the pool unpromised and the
+    /// owner's refault may find none.
+    pub fn restores_hugetlb_reservation_at_zap(self) -> bool {
+        self >= KernelVersion::new(6, 9)
+    }
 }
 
 impl Default for KernelVersion {
