@@ -124,8 +124,8 @@ impl Kernel {
     /// pages (all but the surplus ones) become `want`. Surplus pages in use
     /// turn persistent first; then 2 MiB folios come from the buddy
     /// allocator while it can. Shrinking frees free pages not promised to a
-    /// mapping, and pages still in use beyond `want` turn into surplus
-    /// pages, freed when released (`adjust_pool_surplus`). Returns the
+    /// mapping, and the pages beyond `want` still in use or promised turn
+    /// into surplus pages, freed when released (`adjust_pool_surplus`). Returns the
     /// pool's total (`nr_hugepages` as read back, surplus included), which
     /// may fall short as in Linux.
     pub fn set_nr_hugepages(&self, size: HugeSize, want: u64) -> u64 {
@@ -148,8 +148,9 @@ impl Kernel {
             self.folio_put_refs(f, 1);
             pool.total -= 1;
         }
-        let in_use = pool.total - pool.free.len() as u64;
-        while pool.total - pool.surplus > want && pool.surplus < in_use {
+        // adjust_pool_surplus(): any page may turn surplus, a free one
+        // kept for its promise too.
+        while pool.total - pool.surplus > want && pool.surplus < pool.total {
             pool.surplus += 1;
         }
         pool.total - pool.surplus
