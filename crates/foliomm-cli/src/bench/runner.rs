@@ -29,7 +29,8 @@ pub trait Benchmark {
     /// The benchmark's own options in force (size, loops, ...), saved
     /// with the run beside the common ones.
     fn settings(&self) -> serde_json::Value;
-    /// The tables, without rows: a measurement names them by index.
+    /// The tables, without series (rows only where every row must show,
+    /// sampled or not): a measurement names them by index.
     fn tables(&self) -> Vec<Table>;
     /// The configurations in groups: a group's run in interleaved rounds,
     /// the groups one after another (so only one group's machines exist

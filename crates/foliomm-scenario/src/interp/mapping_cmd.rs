@@ -138,6 +138,9 @@ impl State<'_> {
         let Cmd::Mremap { name, from, size, to } = &step.cmd else { unreachable!("not this step") };
         let (a, l) = self.place(from)?;
         let new_len = size.unwrap_or(l);
+        // A hugetlb mapping's lengths are whole huge pages (align_hugetlb).
+        let huge = self.hugetlb.get(&from.map).copied();
+        let round = |n: u64| huge.map_or(n, |h| n.next_multiple_of(h.bytes()));
         let target = match to {
             Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
             None => None,
@@ -147,6 +150,7 @@ impl State<'_> {
         else {
             return Ok("failed as expected".into());
         };
+        let (l, new_len) = (round(l), round(new_len));
         let rs = self.refs.get_mut(&p).unwrap();
         if target.is_some() {
             rs.unmap(n, new_len);
@@ -159,6 +163,9 @@ impl State<'_> {
             rs.unmap(a + new_len, l - new_len);
         }
         self.maps.insert(name.clone(), (n, new_len));
+        if let Some(h) = huge {
+            self.hugetlb.insert(name.clone(), h);
+        }
         Ok(format!("{name} = {n:#x}"))
     }
 }

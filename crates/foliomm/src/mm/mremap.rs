@@ -5,17 +5,17 @@ use super::mmap::{get_unmapped_area, MMAP_MIN_ADDR};
 use super::vma::merge_around;
 use super::{page_align, range_end};
 use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
-use crate::memory::move_page_tables::move_page_tables;
+use crate::memory::move_page_tables::{move_hugetlb_page_tables, move_page_tables};
 use crate::memory::zap::free_pgtables;
 use crate::mm_types::{Mm, Vmas};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
 impl Mm {
-    /// `mremap(old, old_len, new_len, flags, new_addr)` for private
-    /// anonymous memory: shrink in place, grow in place when the space after
-    /// the VMA is free, else move (`MREMAP_MAYMOVE`), or move to `fixed`
-    /// (`MREMAP_FIXED`). Page tables move without touching rmap
+    /// `mremap(old, old_len, new_len, flags, new_addr)`: shrink in place,
+    /// grow in place when the space after the VMA is free, else move
+    /// (`MREMAP_MAYMOVE`), or move to `fixed` (`MREMAP_FIXED`). A hugetlb
+    /// mapping moves and shrinks in whole huge pages and never grows. Page tables move without touching rmap
     /// (`move_page_tables`); a huge PMD moves whole when both addresses are
     /// PMD-aligned, else it is split first.
     pub fn mremap(&self, old: u64, old_len: u64, new_len: u64, maymove: bool, fixed: Option<u64>) -> Result<u64> {
@@ -34,10 +34,19 @@ impl Mm {
         }
         let mut vmas = self.mmap_write_lock();
         let vma = vmas.find(old).cloned().ok_or(Errno::EFAULT)?;
-        if vma.is_hugetlb() {
-            // Differs from Linux, which moves hugetlb mappings in huge-page units.
-            return Err(Errno::EINVAL);
-        }
+        // align_hugetlb(): whole huge pages at huge-page-aligned addresses,
+        // never growing (the reservation map cannot follow).
+        let (old_len, new_len) = match vma.huge_page_size() {
+            Some(h) => {
+                let (o, n) = (old_len.next_multiple_of(h), new_len.next_multiple_of(h));
+                if !old.is_multiple_of(h) || fixed.is_some_and(|f| !f.is_multiple_of(h)) || n > o {
+                    return Err(Errno::EINVAL);
+                }
+                (o, n)
+            }
+            None => (old_len, new_len),
+        };
+        let old_end = range_end(old, old_len)?;
         let vma_end = vma.end();
         if old_end > vma_end {
             return Err(Errno::EFAULT);
@@ -93,8 +102,13 @@ impl Mm {
         // source unlinked after the move, so an `i_mmap` walker (which
         // takes them in that order) finds each page at one end or the
         // other (Linux: `need_rmap_locks` false).
-        vmas.insert(moved);
-        if let Err(e) = move_page_tables(&self.kernel, self, old, new, old_len) {
+        vmas.insert(moved.clone());
+        if src.is_hugetlb() {
+            // The source's reservations go with the destination
+            // (clear_vma_resv_huge_pages on the source).
+            src.set_hugetlb_resv(None);
+            move_hugetlb_page_tables(&self.kernel, self, &moved, old, new, old_len)?;
+        } else if let Err(e) = move_page_tables(&self.kernel, self, old, new, old_len) {
             // Out of page tables midway: the entries moved go back, into
             // tables the source still has, and the destination goes
             // (move_vma's error path); the source VMA stays. Moving back
