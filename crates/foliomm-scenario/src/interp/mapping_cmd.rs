@@ -3,7 +3,7 @@
 //! mirrored into the reference byte model once the backend has done it.
 
 use foliomm::internals::mm::Advice;
-use foliomm::Errno;
+use foliomm::{Errno, Prot};
 
 use super::process::outcome;
 use super::state::State;
@@ -91,6 +91,11 @@ impl State<'_> {
         let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
         if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
             self.hugetlb.insert(name.clone(), size);
+        }
+        // hugetlbfs_file_mmap(): a writable shared mapping of a hugetlbfs
+        // file makes the file cover it.
+        if let (Some((_, id)), Some(_), true) = (handle, file_size, *shared && prot.0 & Prot::WRITE != 0) {
+            self.ref_files.extend(id, offset + (addr - raw) + len);
         }
         let rs = self.refs.get_mut(&p).unwrap();
         match handle {
