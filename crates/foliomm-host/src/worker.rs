@@ -212,6 +212,8 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::DontFork => libc::MADV_DONTFORK,
         Advice::DoFork => libc::MADV_DOFORK,
         Advice::Remove => libc::MADV_REMOVE,
+        Advice::PopulateRead => libc::MADV_POPULATE_READ,
+        Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
     };
     done(sys::madvise(addr, len, a))
 }

@@ -26,6 +26,7 @@
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
 //! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
+//!                                    populate_read populate_write
 //! P: b = mremap a[8K..16K] [size 16K] [to c]
 //! P: fork C                          C: exit        P: wait C
 //! P.t1: write a                      a line of thread t1 of P (started at its first

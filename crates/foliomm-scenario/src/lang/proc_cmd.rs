@@ -26,7 +26,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             let t = l.next("an advice")?;
             match Advice::parse(t) {
                 Some(a) => Cmd::Madvise(p, a),
-                None => return l.err(col, format!("expected hugepage, nohugepage, dontneed, remove, dontfork or dofork, found '{t}'")),
+                None => return l.err(col, format!("expected hugepage, nohugepage, dontneed, remove, dontfork, dofork, populate_read or populate_write, found '{t}'")),
             }
         }
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },

@@ -1,9 +1,12 @@
-//! mm/madvise.c `madvise`: MADV_DONTNEED zaps under the mmap_lock for read;
-//! the others change VMA flags under it for write.
+//! mm/madvise.c `madvise`: MADV_DONTNEED zaps and MADV_POPULATE_* fault
+//! in under the mmap_lock for read; the others change VMA flags under it
+//! for write.
 #![warn(missing_docs)]
 
 use super::range_end;
 use super::vma::{hugetlb_may_split, merge_around};
+use crate::arch::{PAGE_SIZE, PMD_SIZE};
+use crate::memory::handle_mm_fault;
 use crate::memory::zap::unmap_vma_range;
 use crate::mm_types::{vm, Mm, Vma};
 use crate::tlb::MmuGather;
@@ -26,6 +29,10 @@ pub enum Advice {
     DontFork,
     /// `MADV_DOFORK`: clear `VM_DONTCOPY`.
     DoFork,
+    /// `MADV_POPULATE_READ`: fault every page in for read.
+    PopulateRead,
+    /// `MADV_POPULATE_WRITE`: fault every page in for write (breaking COW).
+    PopulateWrite,
 }
 
 impl Advice {
@@ -39,6 +46,8 @@ impl Advice {
             "nohugepage" => Advice::NoHugePage,
             "dontfork" => Advice::DontFork,
             "dofork" => Advice::DoFork,
+            "populate_read" => Advice::PopulateRead,
+            "populate_write" => Advice::PopulateWrite,
             _ => return None,
         })
     }
@@ -51,6 +60,9 @@ impl Mm {
         let end = range_end(addr, len)?;
         if advice == Advice::Remove {
             return self.madvise_remove(addr, end - addr);
+        }
+        if matches!(advice, Advice::PopulateRead | Advice::PopulateWrite) {
+            return self.madvise_populate(addr, end, advice == Advice::PopulateWrite);
         }
         if advice == Advice::DontNeed {
             // MADV_DONTNEED needs only the mmap_lock for read.
@@ -79,7 +91,7 @@ impl Mm {
             Advice::NoHugePage => (vm::NOHUGEPAGE, vm::HUGEPAGE),
             Advice::DontFork => (vm::DONTCOPY, 0),
             Advice::DoFork => (0, vm::DONTCOPY),
-            Advice::DontNeed | Advice::Remove => unreachable!(),
+            Advice::DontNeed | Advice::Remove | Advice::PopulateRead | Advice::PopulateWrite => unreachable!(),
         };
         let mut vmas = self.mmap_write_lock();
         if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
@@ -101,5 +113,45 @@ impl Mm {
         } else {
             Err(Errno::ENOMEM)
         }
+    }
+
+    /// `madvise_populate` (`MADV_POPULATE_READ` / `_WRITE`): faults in
+    /// every page of `[addr, end)` for read or for write (which breaks COW,
+    /// as GUP with `FOLL_WRITE` does), touching no byte. Fails with ENOMEM
+    /// at the first hole, the pages before populated (before 6.9: after
+    /// populating every mapped part, see
+    /// [`crate::release::KernelVersion::madvise_populate_stops_at_a_hole`]), EINVAL on a VMA
+    /// that does not allow the access (`check_vma_flags` under
+    /// `FOLL_MADV_POPULATE`), EFAULT where a fault ends in SIGBUS.
+    fn madvise_populate(&self, addr: u64, end: u64, write: bool) -> Result<()> {
+        let vmas = self.mmap_read_lock();
+        let stops = self.kernel.config.release().madvise_populate_stops_at_a_hole();
+        let (mut a, mut hole) = (addr, false);
+        while a < end {
+            let Some(vma) = vmas.find(a) else {
+                match vmas.next_starting(a, end).map(|v| v.start()) {
+                    Some(next) if !stops => (a, hole) = (next, true),
+                    _ => return Err(Errno::ENOMEM),
+                }
+                continue;
+            };
+            if if write { !vma.writable() } else { !vma.readable() } {
+                return Err(Errno::EINVAL);
+            }
+            if self.translates(a, write).is_none() {
+                handle_mm_fault(self, vma, a, write).map_err(|e| match e {
+                    Errno::SIGBUS | Errno::EACCES => Errno::EFAULT,
+                    e => e,
+                })?;
+            }
+            a = match self.translates(a, false) {
+                Some(true) => (a | (vma.huge_page_size().unwrap_or(PMD_SIZE) - 1)) + 1,
+                _ => a + PAGE_SIZE,
+            };
+        }
+        if hole {
+            return Err(Errno::ENOMEM);
+        }
+        Ok(())
     }
 }

@@ -225,7 +225,7 @@ impl Mm {
 
     /// Whether `addr` has a present translation allowing the access, and
     /// then whether it is a PMD mapping.
-    fn translates(&self, addr: u64, write: bool) -> Option<bool> {
+    pub(super) fn translates(&self, addr: u64, write: bool) -> Option<bool> {
         let phys = &self.kernel.phys;
         let slot = leaf_slot(phys, self.pgd, addr)?;
         let e = slot.load(phys);

@@ -125,6 +125,15 @@ impl KernelVersion {
     pub fn restores_hugetlb_reservation_at_zap(self) -> bool {
         self >= KernelVersion::new(6, 9)
     }
+
+    /// Whether `MADV_POPULATE_READ/WRITE` stops with ENOMEM at the first
+    /// hole (`madvise_populate`'s own loop, 631426ba1d45 "mm/madvise: make
+    /// MADV_POPULATE_(READ|WRITE) handle VM_FAULT_RETRY properly"): 6.9 on.
+    /// Before, it went VMA by VMA (`madvise_walk_vmas`), populating every
+    /// mapped part, and failed with ENOMEM at the end.
+    pub fn madvise_populate_stops_at_a_hole(self) -> bool {
+        self >= KernelVersion::new(6, 9)
+    }
 }
 
 impl Default for KernelVersion {
