@@ -1,6 +1,6 @@
 //! Operations as data: every operation a scenario asks of a backend is one
 //! [`Op`], made by one thread, answered by one [`Reply`] or a typed
-//! [`crate::backend::StepError`]. The interpreter builds the `Op`s; the model
+//! [`crate::error::StepError`]. The interpreter builds the `Op`s; the model
 //! backend, the host worker and (through the host backend) the guest agent
 //! each perform them in one `match`, so that a new operation is a compile
 //! error in every place that must handle it. The host protocol is the
