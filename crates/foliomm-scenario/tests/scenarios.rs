@@ -152,6 +152,16 @@ fn a_wrong_expectation_fails_the_run() {
 }
 
 #[test]
+fn a_wrong_sum_or_a_difference_below_zero_fails_the_run() {
+    let src = "P: a = mmap 8K rw\nP: write a\nP: observe a as x\nexpect x.rss_kb == x.folio_kb + 4\n";
+    assert!(run_src(src).failure.is_none(), "8 == 4 + 4");
+    let out = run_src(&src.replace("+ 4", "+ 8"));
+    assert!(out.failure.unwrap().message.contains("x.rss_kb (= 8) == x.folio_kb (= 4) + 8"));
+    let out = run_src(&src.replace("+ 4", "- 5"));
+    assert!(out.failure.unwrap().message.contains("x.folio_kb (= 4) - 5 is out of range"));
+}
+
+#[test]
 fn an_unexpected_success_or_error_fails_the_run() {
     let out = run_src("P: a = mmap 4K rw\nP: write a fails ENOMEM\n");
     assert!(out.failure.unwrap().message.contains("succeeded, expected it to fail"));

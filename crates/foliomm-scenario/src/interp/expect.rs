@@ -16,16 +16,19 @@ impl State<'_> {
         if !only.matches(design, release) {
             return Ok(format!("skipped: only for {only} (this run: {design}, Linux {release})"));
         }
-        let inexact = |o: &Operand| matches!(o, Operand::Field { obj, field } if obj == "stat" && !self.backend.exact_counter(field));
+        let inexact =
+            |o: &Operand| o.fields().into_iter().any(|(obj, f)| obj == "stat" && !self.backend.exact_counter(f));
         if inexact(lhs) || inexact(rhs) {
             return Ok(format!("skipped: counters on the {} backend are system-wide", self.backend.name()));
         }
-        let hidden = |o: &Operand| match o {
-            Operand::Field { obj, field } if obj != "stat" && Observation::field_names().any(|f| f == field) => {
+        let hidden = |o: &Operand| {
+            o.fields().into_iter().any(|(obj, field)| {
+                if obj == "stat" || !Observation::field_names().any(|f| f == field) {
+                    return false;
+                }
                 let via_gup = self.obs.iter().any(|(n, ob)| n == obj && ob.via_gup);
                 !if via_gup { self.backend.observes_through_gup(field) } else { self.backend.observes(field) }
-            }
-            _ => false,
+            })
         };
         if hidden(lhs) || hidden(rhs) {
             return Ok(format!("skipped: the {} backend cannot observe that field", self.backend.name()));
@@ -82,6 +85,13 @@ impl State<'_> {
     /// The value of an operand and a description of it for messages.
     fn operand(&self, o: &Operand) -> Result<(u64, String), String> {
         match o {
+            Operand::Sum { lhs, minus, rhs } => {
+                let ((a, an), (b, bn)) = (self.operand(lhs)?, self.operand(rhs)?);
+                let v = if *minus { a.checked_sub(b) } else { a.checked_add(b) };
+                let sign = if *minus { '-' } else { '+' };
+                let v = v.ok_or_else(|| format!("{an} {sign} {bn} is out of range"))?;
+                Ok((v, format!("{an} {sign} {bn}")))
+            }
             Operand::Num(n) => Ok((*n, n.to_string())),
             Operand::Bool(b) => Ok((*b as u64, b.to_string())),
             Operand::Field { obj, field } if obj == "stat" => {

@@ -281,6 +281,24 @@ pub enum Operand {
     },
     Num(u64),
     Bool(bool),
+    /// `a + b` or (`minus`) `a - b`, left to right: `after.rss_kb ==
+    /// before.rss_kb + 4`.
+    Sum {
+        lhs: Box<Operand>,
+        minus: bool,
+        rhs: Box<Operand>,
+    },
+}
+
+impl Operand {
+    /// Every `name.field` the operand reads, as (name, field).
+    pub fn fields(&self) -> Vec<(&str, &str)> {
+        match self {
+            Operand::Field { obj, field } => vec![(obj, field)],
+            Operand::Sum { lhs, rhs, .. } => [lhs.fields(), rhs.fields()].concat(),
+            Operand::Num(_) | Operand::Bool(_) => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

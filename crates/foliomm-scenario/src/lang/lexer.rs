@@ -96,7 +96,18 @@ impl<'a> Line<'a> {
             None => self.err(col, format!("expected a byte value 0..=255, found '{t}'")),
         }
     }
-    pub(super) fn operand(&mut self) -> Result<Operand, ParseError> {
+    /// Operands joined by `+` and `-`, left to right.
+    pub(super) fn expression(&mut self) -> Result<Operand, ParseError> {
+        let mut e = self.operand()?;
+        while let Some(sign @ ("+" | "-")) = self.peek() {
+            self.pos += 1;
+            let rhs = self.operand()?;
+            e = Operand::Sum { lhs: Box::new(e), minus: sign == "-", rhs: Box::new(rhs) };
+        }
+        Ok(e)
+    }
+
+    fn operand(&mut self) -> Result<Operand, ParseError> {
         let col = self.col();
         let t = self.next("an operand (name.field, a number, true or false)")?;
         if t == "true" || t == "false" {

@@ -43,6 +43,7 @@
 //! P: observe zero_page as zp         the shared zero page (ZERO_PAGE(0)): its frame
 //! expect after.frame == before.frame
 //! expect stat.pgreuse >= 1
+//! expect after.rss_kb == before.rss_kb + 16    sums and differences, left to right
 //! expect [mm-id] after.frame == before.frame   only under these mapcount designs
 //! expect [6.13+] w.pmd_mapped == true         only from Linux 6.13 on ([<6.13]: before it; with
 //!                                              designs, both must match)

@@ -180,7 +180,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                     }
                 }
             }
-            let lhs = l.operand()?;
+            let lhs = l.expression()?;
             let col = l.col();
             let op = match l.next("a comparison (==, !=, <, <=, >, >=)")? {
                 "==" => CmpOp::Eq,
@@ -191,7 +191,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 ">=" => CmpOp::Ge,
                 t => return l.err(col, format!("expected a comparison (==, !=, <, <=, >, >=), found '{t}'")),
             };
-            Ok(Cmd::Expect { lhs, op, rhs: l.operand()?, only })
+            Ok(Cmd::Expect { lhs, op, rhs: l.expression()?, only })
         }
         t => l.err(
             col,
@@ -404,6 +404,10 @@ mod tests {
         assert_eq!((e.line, e.col), (1, 14));
         let e = parse("P: write a fails ENOPE\n").unwrap_err();
         assert_eq!((e.line, e.col), (1, 18));
+        let e = parse("expect a.rss_kb == b.rss_kb + \n").unwrap_err();
+        assert_eq!((e.line, e.col), (1, 30), "{e}");
+        let e = parse("expect a.rss_kb + + 4 == 8\n").unwrap_err();
+        assert_eq!(e.col, 19, "{e}");
         let e = parse("P: munmap a[8K..4K]\n").unwrap_err();
         assert!(e.msg.contains("empty range"));
         let e = parse("P: observe a\n").unwrap_err();
