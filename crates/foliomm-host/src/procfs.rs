@@ -276,3 +276,11 @@ pub fn mem_total() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
     kb.unwrap_or(0) << 10
 }
+
+/// This process's `VmPTE` (/proc/self/status) in KiB: its page tables
+/// below the PGD; 0 if it cannot be read.
+pub fn vm_pte_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find_map(|l| l.strip_prefix("VmPTE:"));
+    line.and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}

@@ -248,7 +248,8 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     };
     let readable = check_access(&maps(), addr, false).is_ok();
     let byte = if page.present && readable { sys::read_byte(addr) } else { 0 };
-    Ok(Reply::Observed(Observation { page, range, byte, ..Default::default() }))
+    let pgtables_kb = crate::procfs::vm_pte_kb();
+    Ok(Reply::Observed(Observation { page, range, byte, pgtables_kb, ..Default::default() }))
 }
 
 /// Faults in the page at `addr` of a file mapping the way the access would

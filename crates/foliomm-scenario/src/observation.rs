@@ -14,8 +14,8 @@ pub struct Observation {
     /// Observed through a GUP reference rather than the page tables.
     #[serde(default)]
     pub via_gup: bool,
-    /// The process's page-table memory (`VmPTE`) in KiB (model only: the
-    /// host worker's own tables would count too).
+    /// The process's page-table memory (`VmPTE`) in KiB; on the host the
+    /// worker's own tables count too, so compare it as a difference.
     #[serde(default)]
     pub pgtables_kb: u64,
 }
@@ -51,12 +51,18 @@ impl Observation {
         "maybe_shared",
         "likely_shared",
         "pmd_shared",
-        "pgtables_kb",
     ];
+
+    /// Fields every backend reports whose absolute values differ by a
+    /// backend's own baseline (the host worker's page tables): `expect`
+    /// compares their differences (`b.pgtables_kb - a.pgtables_kb == 4`),
+    /// `foliomm compare` does not compare them.
+    pub const DELTA_FIELDS: &'static [&'static str] = &["pgtables_kb"];
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
-        std::iter::once("frame").chain(Self::KERNEL_FIELDS.iter().copied()).chain(Self::MODEL_FIELDS.iter().copied())
+        let fields = Self::KERNEL_FIELDS.iter().chain(Self::MODEL_FIELDS).chain(Self::DELTA_FIELDS);
+        std::iter::once("frame").chain(fields.copied())
     }
 
     /// The value of a field, booleans as 0/1.
