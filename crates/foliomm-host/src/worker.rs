@@ -164,6 +164,7 @@ impl WorkerThread {
             Op::Munmap { addr, len } => done(sys::munmap(addr, len)),
             Op::Mprotect { addr, len, prot } => done(sys::mprotect(addr, len, prot.0)),
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
+            Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
             Op::Mremap { addr, len, new_len, to } => mremap(addr, len, new_len, to),
             Op::Access { addr, len, access } => access_memory(addr, len, access),
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),

@@ -214,6 +214,7 @@ impl Backend for ModelBackend {
             Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
+            Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
             Op::Mremap { addr, len, new_len, to } => Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?),
             Op::Access { addr, len, access } => self.access(t, addr, len, access)?,

@@ -48,6 +48,12 @@ pub enum Op {
         len: u64,
         advice: Advice,
     },
+    /// `mlock` (`lock`) or `munlock`.
+    Mlock {
+        addr: u64,
+        len: u64,
+        lock: bool,
+    },
     /// `mremap` with `MREMAP_MAYMOVE`, and `MREMAP_FIXED` when `to` is
     /// given; replies with the new address.
     Mremap {

@@ -46,6 +46,18 @@ pub(crate) fn mprotect(addr: u64, len: u64, prot: u32) -> io::Result<()> {
     status(unsafe { libc::mprotect(addr as *mut _, len as usize, prot as i32) })
 }
 
+/// `mlock(addr, len)` (`lock`) or `munlock(addr, len)`.
+pub(crate) fn mlock(addr: u64, len: u64, lock: bool) -> io::Result<()> {
+    // SAFETY: as for munmap (neither changes what memory holds).
+    status(unsafe {
+        if lock {
+            libc::mlock(addr as *const _, len as usize)
+        } else {
+            libc::munlock(addr as *const _, len as usize)
+        }
+    })
+}
+
 /// `madvise(addr, len, advice)`.
 pub(crate) fn madvise(addr: u64, len: u64, advice: i32) -> io::Result<()> {
     // SAFETY: as for munmap.

@@ -41,6 +41,11 @@ impl State<'_> {
                 Ok("ok".into())
             }
             Cmd::Madvise(..) => self.madvise_step(step, t),
+            Cmd::Mlock(pl, lock) => {
+                let (a, l) = self.place(pl)?;
+                outcome(step, self.perform(t, Op::Mlock { addr: a, len: l, lock: *lock }))?;
+                Ok("ok".into())
+            }
             Cmd::Mremap { .. } => self.mremap_step(step, t),
             _ => unreachable!("not a mapping step"),
         }

@@ -162,7 +162,9 @@ impl State<'_> {
                 }
             }
             Cmd::Madvise(pl, Advice::DontNeed) if self.zap_keeps_bytes(step, pl) => touch(pl, false, &mut f)?,
-            Cmd::Munmap(pl) | Cmd::Mprotect(pl, _) | Cmd::Madvise(pl, _) => touch(pl, true, &mut f)?,
+            Cmd::Munmap(pl) | Cmd::Mprotect(pl, _) | Cmd::Madvise(pl, _) | Cmd::Mlock(pl, _) => {
+                touch(pl, true, &mut f)?
+            }
             Cmd::Mremap { name, from, to, .. } => {
                 touch(from, true, &mut f)?;
                 if let Some(t) = to {

@@ -36,9 +36,12 @@ impl State<'_> {
     pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
         let t = Thread { proc: &p, tid };
         match &step.cmd {
-            Cmd::Mmap { .. } | Cmd::Munmap(_) | Cmd::Mprotect(..) | Cmd::Madvise(..) | Cmd::Mremap { .. } => {
-                self.mapping_step(step, t)
-            }
+            Cmd::Mmap { .. }
+            | Cmd::Munmap(_)
+            | Cmd::Mprotect(..)
+            | Cmd::Madvise(..)
+            | Cmd::Mlock(..)
+            | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
             | Cmd::Truncate { .. }
             | Cmd::Punch { .. }

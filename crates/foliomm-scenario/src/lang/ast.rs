@@ -109,6 +109,8 @@ pub enum Cmd {
     Munmap(Place),
     Mprotect(Place, Prot),
     Madvise(Place, Advice),
+    /// `mlock` (true) or `munlock` (false) of a place.
+    Mlock(Place, bool),
     Mremap {
         name: String,
         from: Place,

@@ -25,6 +25,7 @@
 //! P: punch f[4K..12K]                fallocate(PUNCH_HOLE | KEEP_SIZE)
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
+//! P: mlock a[0..8K]                  mlock (populates, VM_LOCKED); munlock a
 //! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
 //!                                    populate_read populate_write
 //! P: b = mremap a[8K..16K] [size 16K] [to c]

@@ -20,6 +20,8 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
     Ok(match verb {
         "munmap" => Cmd::Munmap(l.place()?),
         "mprotect" => Cmd::Mprotect(l.place()?, l.prot()?),
+        "mlock" => Cmd::Mlock(l.place()?, true),
+        "munlock" => Cmd::Mlock(l.place()?, false),
         "madvise" => {
             let p = l.place()?;
             let col = l.col();

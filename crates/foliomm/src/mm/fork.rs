@@ -27,7 +27,8 @@ impl Mm {
                 // hugetlb_dup_vma_private(): the child owns no reservation,
                 // and has had no page taken back.
                 c.set_hugetlb_resv(None);
-                c.set_flags(c.flags() & !vm::HUGETLB_RESV_UNMAPPED);
+                // dup_mmap(): nor any mlock.
+                c.set_flags(c.flags() & !(vm::HUGETLB_RESV_UNMAPPED | vm::LOCKED));
                 // Linked (to its file) before its PTEs exist, after the
                 // parent's VMA, as dup_mmap does.
                 cvmas.insert(c.clone());

@@ -77,6 +77,11 @@ impl Mm {
             let k = &*self.kernel;
             let mut tlb = MmuGather::new(k, &self.tlb, false);
             for v in vmas.overlapping(addr, end) {
+                // madvise_dontneed_free_valid_vma(): not an mlocked VMA
+                // (the ones before it are zapped already).
+                if v.flags() & vm::LOCKED != 0 && !v.is_hugetlb() {
+                    return Err(Errno::EINVAL);
+                }
                 let stop = v.end().min(end);
                 let stop = huge(v).map_or(stop, |h| stop / h * h);
                 let start = v.start().max(addr);

@@ -207,13 +207,16 @@ impl Mm {
     }
 
     /// `populate_vma_page_range`: faults in every page, for write if the VMA
-    /// is writable; a PMD mapping is stepped over whole, as GUP does.
-    fn populate(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
+    /// is private and writable (to break COW; a shared mapping is not
+    /// dirtied for nothing), for read otherwise; a PMD mapping is stepped
+    /// over whole, as GUP does.
+    pub(super) fn populate(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
         let mut addr = start;
         while addr < end {
             let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
-            if vma.readable() && self.translates(addr, vma.writable()).is_none() {
-                handle_mm_fault(self, vma, addr, vma.writable())?;
+            let write = vma.writable() && !vma.shared();
+            if vma.readable() && self.translates(addr, write).is_none() {
+                handle_mm_fault(self, vma, addr, write)?;
             }
             addr = match self.translates(addr, false) {
                 Some(true) => (addr | (PMD_SIZE - 1)) + 1,

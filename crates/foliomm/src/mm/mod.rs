@@ -8,6 +8,7 @@
 pub mod fork;
 pub mod gup;
 pub mod madvise;
+pub mod mlock;
 pub mod mmap;
 pub mod mprotect;
 pub mod mremap;

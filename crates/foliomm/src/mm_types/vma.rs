@@ -82,6 +82,9 @@ pub mod vm {
     /// page here gets SIGBUS. (The owner itself is known by its
     /// reservation map, [`super::Vma::hugetlb_resv`].)
     pub const HUGETLB_RESV_UNMAPPED: u32 = 1 << 12;
+    /// `VM_LOCKED` (`mlock`): the pages stay in memory; `MADV_DONTNEED`
+    /// refuses the VMA, and a child of fork does not inherit it.
+    pub const LOCKED: u32 = 1 << 13;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
