@@ -249,8 +249,8 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     };
     let readable = check_access(&maps(), addr, false).is_ok();
     let byte = if page.present && readable { sys::read_byte(addr) } else { 0 };
-    let pgtables_kb = crate::procfs::vm_pte_kb();
-    Ok(Reply::Observed(Observation { page, range, byte, pgtables_kb, ..Default::default() }))
+    let (pgtables_kb, vma_count) = (crate::procfs::vm_pte_kb(), maps().len() as u64);
+    Ok(Reply::Observed(Observation { page, range, byte, pgtables_kb, vma_count, ..Default::default() }))
 }
 
 /// Faults in the page at `addr` of a file mapping the way the access would

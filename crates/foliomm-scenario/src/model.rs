@@ -343,7 +343,8 @@ impl ModelBackend {
         if page.present {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
-        Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb: mm.pgtables_kb() })
+        let (pgtables_kb, vma_count) = (mm.pgtables_kb(), mm.map_count());
+        Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb, vma_count })
     }
 
     fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {

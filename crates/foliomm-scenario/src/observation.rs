@@ -18,6 +18,10 @@ pub struct Observation {
     /// worker's own tables count too, so compare it as a difference.
     #[serde(default)]
     pub pgtables_kb: u64,
+    /// The process's VMAs (`map_count`, the lines of /proc/PID/maps); on
+    /// the host the worker's own mappings count too: compare differences.
+    #[serde(default)]
+    pub vma_count: u64,
 }
 
 impl Observation {
@@ -57,7 +61,7 @@ impl Observation {
     /// backend's own baseline (the host worker's page tables): `expect`
     /// compares their differences (`b.pgtables_kb - a.pgtables_kb == 4`),
     /// `foliomm compare` does not compare them.
-    pub const DELTA_FIELDS: &'static [&'static str] = &["pgtables_kb"];
+    pub const DELTA_FIELDS: &'static [&'static str] = &["pgtables_kb", "vma_count"];
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
@@ -94,6 +98,7 @@ impl Observation {
             "likely_shared" => p.likely_shared as u64,
             "pmd_shared" => p.pmd_shared as u64,
             "pgtables_kb" => self.pgtables_kb,
+            "vma_count" => self.vma_count,
             _ => return None,
         })
     }

@@ -88,6 +88,11 @@ impl Mm {
         self.kernel.design.fields(f)
     }
 
+    /// `map_count`: the VMAs of this MM (the lines of /proc/PID/maps).
+    pub fn map_count(&self) -> u64 {
+        self.mmap_read_lock().len() as u64
+    }
+
     /// `VmPTE` (`mm_pgtables_bytes`) in KiB: the page tables this MM
     /// uses below its PGD, deposited ones included; a PMD table shared with
     /// other MMs counts in each (as `huge_pmd_share` counts it).
