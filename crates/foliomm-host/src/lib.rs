@@ -305,7 +305,9 @@ impl Backend for HostBackend {
     }
 
     fn observes(&self, field: &str) -> bool {
-        field == "frame" || Observation::KERNEL_FIELDS.contains(&field) || Observation::DELTA_FIELDS.contains(&field)
+        field == "frame"
+            || Observation::KERNEL_FIELDS.contains(&field)
+            || Observation::UNCOMPARED_FIELDS.contains(&field)
     }
 
     fn check(&self) -> Vec<foliomm::internals::check::Violation> {

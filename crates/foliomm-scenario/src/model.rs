@@ -344,7 +344,7 @@ impl ModelBackend {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         let (pgtables_kb, vma_count) = (mm.pgtables_kb(), mm.map_count());
-        Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb, vma_count })
+        Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb, vma_count, addr })
     }
 
     fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {

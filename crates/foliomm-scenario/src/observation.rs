@@ -22,6 +22,11 @@ pub struct Observation {
     /// the host the worker's own mappings count too: compare differences.
     #[serde(default)]
     pub vma_count: u64,
+    /// The observed address (where the mapping landed); not a field
+    /// itself (layouts differ between backends), only through
+    /// `pmd_aligned`.
+    #[serde(default)]
+    pub addr: u64,
 }
 
 impl Observation {
@@ -57,15 +62,18 @@ impl Observation {
         "pmd_shared",
     ];
 
-    /// Fields every backend reports whose absolute values differ by a
-    /// backend's own baseline (the host worker's page tables): `expect`
-    /// compares their differences (`b.pgtables_kb - a.pgtables_kb == 4`),
-    /// `foliomm compare` does not compare them.
-    pub const DELTA_FIELDS: &'static [&'static str] = &["pgtables_kb", "vma_count"];
+    /// Fields every backend reports that `foliomm compare` leaves alone,
+    /// because a backend's own state moves them: the host worker's page
+    /// tables and mappings count in `pgtables_kb` and `vma_count` (compare
+    /// their differences: `b.pgtables_kb - a.pgtables_kb == 4`), and where
+    /// a mapping lands depends on the layout (`pmd_aligned`: the observed
+    /// address is a multiple of 2 MiB, which holds on every backend only
+    /// where the kernel aligns the mapping).
+    pub const UNCOMPARED_FIELDS: &'static [&'static str] = &["pgtables_kb", "vma_count", "pmd_aligned"];
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
-        let fields = Self::KERNEL_FIELDS.iter().chain(Self::MODEL_FIELDS).chain(Self::DELTA_FIELDS);
+        let fields = Self::KERNEL_FIELDS.iter().chain(Self::MODEL_FIELDS).chain(Self::UNCOMPARED_FIELDS);
         std::iter::once("frame").chain(fields.copied())
     }
 
@@ -99,6 +107,7 @@ impl Observation {
             "pmd_shared" => p.pmd_shared as u64,
             "pgtables_kb" => self.pgtables_kb,
             "vma_count" => self.vma_count,
+            "pmd_aligned" => self.addr.is_multiple_of(2 << 20) as u64,
             _ => return None,
         })
     }

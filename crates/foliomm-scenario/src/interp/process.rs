@@ -9,6 +9,7 @@ use super::{Failed, StepResult};
 use crate::backend::Thread;
 use crate::error::{BackendResult, StepError};
 use crate::lang::{Cmd, Place, Step};
+use crate::observation::Observation;
 use crate::op::{Access, Op, Reply};
 
 pub(super) fn errno(e: Errno) -> String {
@@ -106,7 +107,7 @@ impl State<'_> {
                 else {
                     return Ok("failed as expected".into());
                 };
-                Ok(self.record(name, o))
+                Ok(self.record(name, Observation { addr: a, ..o }))
             }
             Cmd::Pin { .. } => self.pin_step(step, t),
             Cmd::Unpin(name) => {
