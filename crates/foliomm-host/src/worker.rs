@@ -194,13 +194,14 @@ impl WorkerThread {
 }
 
 fn mmap(req: MmapRequest) -> Answer {
-    let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, noreserve, file } = req;
+    let MmapRequest { at, len, prot, fixed, populate, shared, hugetlb, noreserve, locked, file } = req;
     let flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE }
         | hugetlb.map_or(0, |size| libc::MAP_HUGETLB | crate::files::huge_size_bits(size))
         | if noreserve { libc::MAP_NORESERVE } else { 0 }
         | if file.is_none() { libc::MAP_ANONYMOUS } else { 0 }
         | if fixed { libc::MAP_FIXED } else { 0 }
-        | if populate { libc::MAP_POPULATE } else { 0 };
+        | if populate { libc::MAP_POPULATE } else { 0 }
+        | if locked { libc::MAP_LOCKED } else { 0 };
     let (fd, offset) = file.map_or((-1, 0), |(fd, off)| (fd as i32, off));
     value(sys::mmap(at.unwrap_or(0), len, prot.0, flags, fd, offset))
 }

@@ -303,9 +303,9 @@ fn done(r: foliomm::Result<()>) -> BackendResult<Reply> {
 
 impl ModelBackend {
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
-        let (fixed, populate, shared, hugetlb, noreserve) =
-            (req.fixed, req.populate, req.shared, req.hugetlb, req.noreserve);
-        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb, noreserve };
+        let (fixed, populate, shared, hugetlb, noreserve, locked) =
+            (req.fixed, req.populate, req.shared, req.hugetlb, req.noreserve, req.locked);
+        let flags = MmapFlags { fixed, populate, noreplace: false, shared, hugetlb, noreserve, locked };
         let file = match req.file {
             Some((h, off)) => Some((self.file(h)?, off)),
             None => None,

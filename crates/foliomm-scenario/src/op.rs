@@ -298,6 +298,9 @@ pub struct MmapRequest {
     pub hugetlb: Option<HugeSize>,
     /// `MAP_NORESERVE`.
     pub noreserve: bool,
+    /// `MAP_LOCKED`.
+    #[serde(default)]
+    pub locked: bool,
     pub file: Option<(u64, u64)>,
 }
 
@@ -313,6 +316,7 @@ impl MmapRequest {
             shared: false,
             hugetlb: None,
             noreserve: false,
+            locked: false,
             file: None,
         }
     }

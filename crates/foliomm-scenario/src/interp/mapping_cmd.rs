@@ -55,7 +55,7 @@ impl State<'_> {
     /// outside the aligned part, as the kernel selftests do.
     fn mmap_step(&mut self, step: &Step, t: Thread) -> StepResult {
         let p = t.proc.to_string();
-        let Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve } =
+        let Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve, locked } =
             &step.cmd
         else {
             unreachable!("not this step")
@@ -79,6 +79,7 @@ impl State<'_> {
             shared: *shared,
             hugetlb: *hugetlb,
             noreserve: *noreserve,
+            locked: *locked,
             file: handle.map(|(h, _)| (h, *offset)),
         };
         let got = self.perform(t, Op::Mmap(req)).and_then(Reply::value);

@@ -64,6 +64,8 @@ pub enum Cmd {
         hugetlb: Option<HugeSize>,
         /// `MAP_NORESERVE` (`noreserve`).
         noreserve: bool,
+        /// `MAP_LOCKED` (`locked`).
+        locked: bool,
     },
     /// `NAME = memfd SIZE [hugetlb[=1G]]` or `NAME = tmpfs SIZE [huge=MODE] [unlinked]`: a
     /// new shmem file (`memfd_create`, or a file on a tmpfs mount of its

@@ -17,7 +17,7 @@
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set shmem enabled=always 64K=inherit   shmem_enabled and per-size shmem modes
 //! set check on|off                   run the invariant checker after each step
-//! P: a = mmap 4M rw [populate] [at 0x7f0000000000] [fixed] [align 64K]
+//! P: a = mmap 4M rw [populate] [locked] [at 0x7f0000000000] [fixed] [align 64K]
 //! P: f = memfd 64K                   a shmem file; later forks inherit it
 //! P: s = mmap 64K rw shared file f [offset 16K]   shared or private file mapping
 //! P: m = mmap 64K rw shared          shared anonymous memory

@@ -149,6 +149,7 @@ fn parse_mmap(l: &mut Line, name: String, col: usize) -> Result<Cmd, ParseError>
     let len = l.size("a length")?;
     let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
     let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, None, false);
+    let mut locked = false;
     while let Some(t) = l.peek() {
         match t {
                 _ if Prot::parse(t).is_some() => prot = Prot::parse(t).unwrap(),
@@ -160,6 +161,7 @@ fn parse_mmap(l: &mut Line, name: String, col: usize) -> Result<Cmd, ParseError>
                     continue;
                 }
                 "noreserve" => noreserve = true,
+                "locked" => locked = true,
                 "anon" | "private" => {}
                 "file" => {
                     l.pos += 1;
@@ -193,7 +195,7 @@ fn parse_mmap(l: &mut Line, name: String, col: usize) -> Result<Cmd, ParseError>
                 _ => {
                     return l.err(
                         l.col(),
-                        format!("expected a protection (r, rw, none), populate, fixed, anon, private, shared, hugetlb, noreserve, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
+                        format!("expected a protection (r, rw, none), populate, locked, fixed, anon, private, shared, hugetlb, noreserve, 'file F', 'offset OFF', 'at ADDR' or 'align SIZE', found '{t}'"),
                     )
                 }
             }
@@ -208,7 +210,7 @@ fn parse_mmap(l: &mut Line, name: String, col: usize) -> Result<Cmd, ParseError>
     if offset != 0 && file.is_none() {
         return l.err(col, "'offset' needs 'file F'");
     }
-    Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve })
+    Ok(Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve, locked })
 }
 
 /// `NAME = tmpfs SIZE [huge=MODE] [unlinked]`, after the `tmpfs`.

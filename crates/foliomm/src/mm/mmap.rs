@@ -35,6 +35,9 @@ pub struct MmapFlags {
     /// `MAP_NORESERVE`: a shared hugetlb mapping promises no pages at
     /// mmap; its faults fail (SIGBUS) when the pool has none.
     pub noreserve: bool,
+    /// `MAP_LOCKED`: `VM_LOCKED` (as `mlock`; not on hugetlb), and every
+    /// page faulted in now (`mm_populate`).
+    pub locked: bool,
 }
 
 /// Lowest address mmap hands out (`mmap_min_addr`).
@@ -116,7 +119,8 @@ impl Mm {
         }
         let start = self.mmap_address(&mut vmas, addr, len, flags, file, anon_inode.is_some())?;
         let shared = if flags.shared { vm::SHARED } else { 0 };
-        let flags_vm = prot.0 & vm::PROT_MASK | shared | if huge { vm::HUGETLB } else { 0 };
+        let locked = if flags.locked && !huge { vm::LOCKED } else { 0 };
+        let flags_vm = prot.0 & vm::PROT_MASK | shared | locked | if huge { vm::HUGETLB } else { 0 };
         // hugetlb_reserve_pages(): the huge pages of the mapping are
         // promised now, or the mmap fails: a shared mapping's in the
         // file's reservation map, a private one's (file or anonymous) by a
@@ -148,7 +152,7 @@ impl Mm {
         merge_around(&mut vmas, start, start + len);
         // mm_populate() ignores errors: the mapping stands, populated as
         // far as it went.
-        if flags.populate {
+        if flags.populate || flags.locked {
             let _ = self.populate(&vmas, start, start + len);
         }
         Ok(start)
