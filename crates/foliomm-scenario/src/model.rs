@@ -3,7 +3,7 @@
 //! of a process. Calls of different threads run at once; each thread's CPU
 //! is locked only by its own calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use foliomm::internals::arch::PAGE_SIZE;
@@ -25,6 +25,8 @@ use crate::op::{pattern_bytes, Access, FileKind, GupKind, MmapRequest, Op, Peek,
 struct Process {
     mm: Arc<Mm>,
     threads: HashMap<u32, Arc<Mutex<Cpu>>>,
+    /// The files it holds a descriptor of (inherited at fork).
+    fds: HashSet<u64>,
 }
 
 /// Runs scenarios on the model.
@@ -33,7 +35,8 @@ pub struct ModelBackend {
     machine: OnceLock<Arc<Machine>>,
     procs: RwLock<HashMap<String, Process>>,
     pins: Mutex<(u64, HashMap<u64, Pin>)>,
-    /// Files by handle (kept for the whole run, as if never closed).
+    /// Files by handle, while a process holds a descriptor of them (the
+    /// mappings hold their own references).
     files: Mutex<HashMap<u64, Arc<Inode>>>,
 }
 
@@ -75,9 +78,21 @@ impl ModelBackend {
         Ok(files.get(&h).cloned().ok_or(Machinery::NoFile(h))?)
     }
 
-    fn add_process(&self, name: &str, mm: Arc<Mm>) {
+    fn add_process(&self, name: &str, mm: Arc<Mm>, fds: HashSet<u64>) {
         let cpu = Arc::new(Mutex::new(self.m().new_cpu()));
-        self.procs.write().unwrap().insert(name.into(), Process { mm, threads: HashMap::from([(0, cpu)]) });
+        self.procs.write().unwrap().insert(name.into(), Process { mm, threads: HashMap::from([(0, cpu)]), fds });
+    }
+
+    /// Lets go of the files of `fds` that no process holds a descriptor of
+    /// any more (`fput` of the last descriptor; a file also mapped lives
+    /// on until its last mapping goes).
+    fn release(&self, fds: impl IntoIterator<Item = u64>) {
+        let held: HashSet<u64> = self.procs.read().unwrap().values().flat_map(|p| p.fds.iter().copied()).collect();
+        let gone: Vec<Arc<Inode>> = {
+            let mut files = self.files.lock().unwrap();
+            fds.into_iter().filter(|h| !held.contains(h)).filter_map(|h| files.remove(&h)).collect()
+        };
+        drop(gone);
     }
 }
 
@@ -180,7 +195,7 @@ impl Backend for ModelBackend {
         let m = self.m();
         Ok(match op {
             Op::Spawn => {
-                self.add_process(t.proc, m.new_mm()?);
+                self.add_process(t.proc, m.new_mm()?, HashSet::new());
                 Reply::Done
             }
             Op::SpawnThread => {
@@ -203,12 +218,23 @@ impl Backend for ModelBackend {
             }
             Op::Exit => {
                 let p = self.procs.write().unwrap().remove(t.proc);
-                p.ok_or_else(|| Machinery::NoProcess(t.proc.into()))?.mm.exit();
+                let p = p.ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                p.mm.exit();
+                self.release(p.fds);
                 Reply::Done
             }
             Op::Fork { child } => {
                 let c = self.mm_of(t)?.fork()?;
-                self.add_process(&child, c);
+                let fds = self.procs.read().unwrap().get(t.proc).map(|p| p.fds.clone()).unwrap_or_default();
+                self.add_process(&child, c, fds);
+                Reply::Done
+            }
+            Op::Close { file } => {
+                let held = self.procs.write().unwrap().get_mut(t.proc).is_some_and(|p| p.fds.remove(&file));
+                if !held {
+                    return Err(Machinery::NoFile(file).into());
+                }
+                self.release([file]);
                 Reply::Done
             }
             Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
@@ -228,6 +254,9 @@ impl Backend for ModelBackend {
                 };
                 let h = inode.ino;
                 self.files.lock().unwrap().insert(h, inode);
+                if let Some(p) = self.procs.write().unwrap().get_mut(t.proc) {
+                    p.fds.insert(h);
+                }
                 Reply::Value(h)
             }
             Op::Ftruncate { file, size } => done(m.ftruncate(&self.file(file)?, size))?,

@@ -90,6 +90,10 @@ pub enum Op {
         file: u64,
         size: u64,
     },
+    /// `close`: the calling process's descriptor of the file.
+    Close {
+        file: u64,
+    },
     /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`.
     PunchHole {
         file: u64,

@@ -128,6 +128,12 @@ pub(crate) fn memfd_create(flags: libc::c_uint) -> io::Result<i32> {
     }
 }
 
+/// `close(fd)`.
+pub(crate) fn close(fd: u64) -> io::Result<()> {
+    // SAFETY: a descriptor number the scenario made; the kernel validates it.
+    status(unsafe { libc::close(fd as i32) })
+}
+
 /// `ftruncate(fd, size)`.
 pub(crate) fn ftruncate(fd: u64, size: u64) -> io::Result<()> {
     // SAFETY: a descriptor number; the kernel validates it.

@@ -28,6 +28,13 @@ impl State<'_> {
                 self.holders.insert(name.clone(), [p].into());
                 Ok(format!("{name} = file {h}"))
             }
+            Cmd::Close(file) => {
+                let (h, _) = self.file(file, &p)?;
+                if outcome(step, self.perform(t, Op::Close { file: h }))?.is_some() {
+                    self.holders.get_mut(file).expect("a held file").remove(&p);
+                }
+                Ok("closed".into())
+            }
             Cmd::Punch { file, offset, len } => {
                 let (h, id) = self.file(file, &p)?;
                 if outcome(step, self.perform(t, Op::PunchHole { file: h, offset: *offset, len: *len }))?.is_some() {

@@ -44,6 +44,7 @@ impl State<'_> {
             | Cmd::Mlock(..)
             | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
+            | Cmd::Close(_)
             | Cmd::Truncate { .. }
             | Cmd::Punch { .. }
             | Cmd::Fallocate { .. }

@@ -76,6 +76,9 @@ pub enum Cmd {
         size: u64,
         kind: FileKind,
     },
+    /// `close FILE`: this process's descriptor of the file goes; the file
+    /// lives on while another descriptor or a mapping holds it.
+    Close(String),
     /// `pwrite FILE[START..END] = VAL`: writes `len` bytes of `val`.
     Pwrite {
         file: String,

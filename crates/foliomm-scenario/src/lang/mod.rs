@@ -22,6 +22,7 @@
 //! P: s = mmap 64K rw shared file f [offset 16K]   shared or private file mapping
 //! P: m = mmap 64K rw shared          shared anonymous memory
 //! P: truncate f 32K                  ftruncate
+//! P: close f                        this process's descriptor (mappings keep the file)
 //! P: punch f[4K..12K]                fallocate(PUNCH_HOLE | KEEP_SIZE)
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none

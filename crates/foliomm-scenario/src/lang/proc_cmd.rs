@@ -32,6 +32,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             }
         }
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },
+        "close" => Cmd::Close(l.ident("a file")?),
         "punch" => {
             let (file, offset, len) = file_range(l)?;
             Cmd::Punch { file, offset, len }
