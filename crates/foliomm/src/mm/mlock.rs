@@ -7,7 +7,7 @@
 //! if with `CAP_IPC_LOCK`); no `MLOCK_ONFAULT`.
 
 use super::range_end;
-use super::vma::merge_around;
+use super::vma::{covered_from, merge_around};
 use crate::arch::PAGE_SIZE;
 use crate::mm_types::{vm, Mm};
 use crate::{Errno, Result};
@@ -33,14 +33,7 @@ impl Mm {
             if vmas.find(start).is_none() {
                 return Err(Errno::ENOMEM);
             }
-            // The VMAs from `start` on as far as they follow each other.
-            let mut reach = start;
-            for v in vmas.overlapping(start, end) {
-                if v.start() > reach {
-                    break;
-                }
-                reach = v.end().min(end);
-            }
+            let reach = covered_from(&vmas, start, end);
             let new_flags = |f: u32| match (f & vm::HUGETLB != 0, lock) {
                 (true, _) => f,
                 (false, true) => f | vm::LOCKED,

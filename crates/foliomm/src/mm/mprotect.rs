@@ -2,7 +2,7 @@
 //! ([`crate::memory::change_protection`]).
 
 use super::range_end;
-use super::vma::{hugetlb_may_split, merge_around};
+use super::vma::{covered_from, hugetlb_may_split, merge_around};
 use crate::memory::change_protection::change_protection;
 use crate::memory::hugetlb::with_unshare_locks;
 use crate::mm_types::{vm, Mm, Prot};
@@ -28,14 +28,7 @@ impl Mm {
         if !hugetlb_may_split(&vmas, addr) {
             return Err(Errno::EINVAL);
         }
-        // The VMAs from `addr` on as far as they follow each other.
-        let mut reach = addr;
-        for v in vmas.overlapping(addr, end) {
-            if v.start() > reach {
-                break;
-            }
-            reach = v.end().min(end);
-        }
+        let reach = covered_from(&vmas, addr, end);
         let (stop, failed) = match reach {
             r if r < end => (r, Some(Errno::ENOMEM)),
             _ if !hugetlb_may_split(&vmas, end) => {

@@ -154,6 +154,20 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
     }
 }
 
+/// How far from `start` (towards `end`) the VMAs follow each other without
+/// a hole: `end` if they cover `[start, end)`, `start` if no VMA holds it
+/// (the walk of `do_mprotect_pkey` and `apply_vma_lock_flags`).
+pub(super) fn covered_from(vmas: &Vmas, start: u64, end: u64) -> u64 {
+    let mut reach = start;
+    for v in vmas.overlapping(start, end) {
+        if v.start() > reach {
+            break;
+        }
+        reach = v.end().min(end);
+    }
+    reach
+}
+
 /// `hugetlb_vm_op_split`: a hugetlb VMA can be split only at a boundary of
 /// its huge pages; true if splitting at `addr` is allowed (or splits nothing).
 pub(super) fn hugetlb_may_split(vmas: &Vmas, addr: u64) -> bool {
