@@ -166,7 +166,7 @@ impl WorkerThread {
             Op::Mprotect { addr, len, prot } => done(sys::mprotect(addr, len, prot.0)),
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
-            Op::Mremap { addr, len, new_len, to } => mremap(addr, len, new_len, to),
+            Op::Mremap { addr, len, new_len, to, dontunmap } => mremap(addr, len, new_len, to, dontunmap),
             Op::Access { addr, len, access } => access_memory(addr, len, access),
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),
             Op::ObserveZeroPage => observe_zero_page(&self.proc.procfs),
@@ -221,11 +221,12 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
     done(sys::madvise(addr, len, a))
 }
 
-fn mremap(addr: u64, len: u64, new_len: u64, to: Option<u64>) -> Answer {
+fn mremap(addr: u64, len: u64, new_len: u64, to: Option<u64>, dontunmap: bool) -> Answer {
     let (flags, target) = match to {
         Some(t) => (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t),
         None => (libc::MREMAP_MAYMOVE, 0),
     };
+    let flags = flags | if dontunmap { libc::MREMAP_DONTUNMAP } else { 0 };
     value(sys::mremap(addr, len, new_len, flags, target))
 }
 

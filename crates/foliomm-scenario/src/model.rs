@@ -242,7 +242,12 @@ impl Backend for ModelBackend {
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
             Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
-            Op::Mremap { addr, len, new_len, to } => Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?),
+            Op::Mremap { addr, len, new_len, to, dontunmap: false } => {
+                Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)
+            }
+            Op::Mremap { addr, len, new_len, to, dontunmap: true } => {
+                Reply::Value(self.mm_of(t)?.mremap_dontunmap(addr, len, new_len, to)?)
+            }
             Op::Access { addr, len, access } => self.access(t, addr, len, access)?,
             Op::Observe { addr, len } => Reply::Observed(self.observe(t, addr, len)?),
             Op::Peek { addr } => Reply::Peeked(self.peek(t, addr)?),

@@ -61,6 +61,9 @@ pub enum Op {
         len: u64,
         new_len: u64,
         to: Option<u64>,
+        /// `MREMAP_DONTUNMAP`: the source stays mapped, emptied.
+        #[serde(default)]
+        dontunmap: bool,
     },
     /// An access on the caller's CPU; a read replies with the bytes read.
     Access {

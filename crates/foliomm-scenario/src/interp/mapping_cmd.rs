@@ -146,7 +146,7 @@ impl State<'_> {
     /// `mremap` with MREMAP_MAYMOVE (and MREMAP_FIXED to another mapping).
     fn mremap_step(&mut self, step: &Step, t: Thread) -> StepResult {
         let p = t.proc.to_string();
-        let Cmd::Mremap { name, from, size, to } = &step.cmd else { unreachable!("not this step") };
+        let Cmd::Mremap { name, from, size, to, dontunmap } = &step.cmd else { unreachable!("not this step") };
         let (a, l) = self.place(from)?;
         let new_len = size.unwrap_or(l);
         // A hugetlb mapping's lengths are whole huge pages (align_hugetlb).
@@ -156,8 +156,11 @@ impl State<'_> {
             Some(t) => Some(self.place(&Place { map: t.clone(), range: None })?.0),
             None => None,
         };
-        let Some(n) =
-            outcome(step, self.perform(t, Op::Mremap { addr: a, len: l, new_len, to: target }).and_then(Reply::value))?
+        let Some(n) = outcome(
+            step,
+            self.perform(t, Op::Mremap { addr: a, len: l, new_len, to: target, dontunmap: *dontunmap })
+                .and_then(Reply::value),
+        )?
         else {
             return Ok("failed as expected".into());
         };
@@ -166,12 +169,17 @@ impl State<'_> {
         if target.is_some() {
             rs.unmap(n, new_len);
         }
-        rs.remap(a, l.min(new_len), n, new_len);
-        if n != a {
-            rs.unmap(a, l);
-        } else if new_len < l {
-            // Shrunk in place: the tail is gone.
-            rs.unmap(a + new_len, l - new_len);
+        if *dontunmap {
+            // The source stays mapped, emptied.
+            rs.remap_keeping_source(a, l, n);
+        } else {
+            rs.remap(a, l.min(new_len), n, new_len);
+            if n != a {
+                rs.unmap(a, l);
+            } else if new_len < l {
+                // Shrunk in place: the tail is gone.
+                rs.unmap(a + new_len, l - new_len);
+            }
         }
         self.maps.insert(name.clone(), (n, new_len));
         if let Some(h) = huge {

@@ -121,6 +121,8 @@ pub enum Cmd {
         from: Place,
         size: Option<u64>,
         to: Option<String>,
+        /// `MREMAP_DONTUNMAP`: the source stays mapped, emptied.
+        dontunmap: bool,
     },
     Fork(String),
     Exit,

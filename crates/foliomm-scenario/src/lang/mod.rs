@@ -29,7 +29,7 @@
 //! P: mlock a[0..8K]                  mlock (populates, VM_LOCKED); munlock a
 //! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
 //!                                    populate_read populate_write
-//! P: b = mremap a[8K..16K] [size 16K] [to c]
+//! P: b = mremap a[8K..16K] [size 16K] [to c] [dontunmap]
 //! P: fork C                          C: exit        P: wait C
 //! P.t1: write a                      a line of thread t1 of P (started at its first
 //!                                    line; `P.t1: exit` ends it); `P:` is P's first thread

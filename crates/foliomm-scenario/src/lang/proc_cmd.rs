@@ -233,16 +233,20 @@ fn parse_tmpfs(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
 /// `NAME = mremap PLACE [size LEN] [to MAPPING]`, after the `mremap`.
 fn parse_mremap(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
     let from = l.place()?;
-    let (mut size, mut to) = (None, None);
+    let (mut size, mut to, mut dontunmap) = (None, None, false);
     while let Some(t) = l.peek() {
         l.pos += 1;
         match t {
             "size" => size = Some(l.size("a new size")?),
             "to" => to = Some(l.ident("a mapping to move onto")?),
-            _ => return l.err(l.col() - t.len() - 1, format!("expected 'size LEN' or 'to MAPPING', found '{t}'")),
+            "dontunmap" => dontunmap = true,
+            _ => {
+                let col = l.col() - t.len() - 1;
+                return l.err(col, format!("expected 'size LEN', 'to MAPPING' or 'dontunmap', found '{t}'"));
+            }
         }
     }
-    Ok(Cmd::Mremap { name, from, size, to })
+    Ok(Cmd::Mremap { name, from, size, to, dontunmap })
 }
 
 /// A file and a non-empty byte range of it, written `f[4K..12K]`.

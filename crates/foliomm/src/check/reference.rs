@@ -272,6 +272,17 @@ impl RefSpace {
         }
     }
 
+    /// `MREMAP_DONTUNMAP`: as [`Self::remap`] of `len` bytes, but the
+    /// source stays mapped as it was, its pages gone (anonymous memory
+    /// reads zeros, a file mapping its file).
+    pub fn remap_keeping_source(&mut self, old: u64, len: u64, new: u64) {
+        let runs = self.runs(&page_range(old, len));
+        self.remap(old, len, new, len);
+        for (range, m) in runs {
+            self.insert(range, m);
+        }
+    }
+
     /// Runs `f` on the bytes the page at `addr` reads and writes (its own,
     /// or its file's), checking the access; a write to a private page of a
     /// file first copies the file's page. SIGBUS past the end of the file.

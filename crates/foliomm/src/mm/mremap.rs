@@ -7,7 +7,7 @@ use super::{page_align, range_end};
 use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::memory::move_page_tables::{move_hugetlb_page_tables, move_page_tables};
 use crate::memory::zap::free_pgtables;
-use crate::mm_types::{Mm, Vmas};
+use crate::mm_types::{vm, Mm, Vmas};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -61,7 +61,7 @@ impl Mm {
             self.do_munmap(&mut vmas, new, new_end)?;
             let moved_len = old_len.min(new_len);
             self.do_munmap(&mut vmas, old + moved_len, old_end)?;
-            self.move_vma(&mut vmas, old, moved_len, new, new_len)?;
+            self.move_vma(&mut vmas, old, moved_len, new, new_len, false)?;
             return Ok(new);
         }
         if new_len <= old_len {
@@ -81,7 +81,45 @@ impl Mm {
         let thp_align = self.kernel.config.release().aligns_anon_mapping(new_len, PMD_SIZE);
         let align = if thp_align { PMD_SIZE } else { PAGE_SIZE };
         let new = get_unmapped_area(&vmas, self.mmap_base(), new_len, align, 0)?;
-        self.move_vma(&mut vmas, old, old_len, new, new_len)?;
+        self.move_vma(&mut vmas, old, old_len, new, new_len, false)?;
+        Ok(new)
+    }
+
+    /// `mremap(old, len, new_len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, fixed)`:
+    /// the pages of `[old, old+len)` move to a new VMA (at `fixed`, or where
+    /// there is room), the same frames; the source VMA stays, empty, no
+    /// longer mlocked, so its next faults find zero pages (anonymous
+    /// memory) or the file's. EINVAL unless `new_len == len`, on a
+    /// hugetlb VMA (`VM_DONTEXPAND`), or with `fixed` overlapping the
+    /// source; EFAULT where no single VMA holds the range.
+    pub fn mremap_dontunmap(&self, old: u64, len: u64, new_len: u64, fixed: Option<u64>) -> Result<u64> {
+        if !old.is_multiple_of(PAGE_SIZE) || len == 0 || new_len != len {
+            return Err(Errno::EINVAL);
+        }
+        let len = page_align(len)?;
+        let old_end = range_end(old, len)?;
+        if let Some(new) = fixed {
+            let new_end = range_end(new, len)?;
+            if !new.is_multiple_of(PAGE_SIZE) || new < MMAP_MIN_ADDR || (new < old_end && old < new_end) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let mut vmas = self.mmap_write_lock();
+        let vma = vmas.find(old).cloned().ok_or(Errno::EFAULT)?;
+        if vma.is_hugetlb() {
+            return Err(Errno::EINVAL);
+        }
+        if old_end > vma.end() {
+            return Err(Errno::EFAULT);
+        }
+        let new = match fixed {
+            Some(new) => {
+                self.do_munmap(&mut vmas, new, new + len)?;
+                new
+            }
+            None => get_unmapped_area(&vmas, self.mmap_base(), len, PAGE_SIZE, 0)?,
+        };
+        self.move_vma(&mut vmas, old, len, new, len, true)?;
         Ok(new)
     }
 
@@ -89,7 +127,7 @@ impl Mm {
     /// anon_vma; page tables moved; the old range unmapped. ENOMEM, with
     /// nothing changed, within 3 VMAs of `vm.max_map_count`
     /// (`prep_move_vma`: the unmap may split one VMA in three).
-    fn move_vma(&self, vmas: &mut Vmas, old: u64, old_len: u64, new: u64, new_len: u64) -> Result<()> {
+    fn move_vma(&self, vmas: &mut Vmas, old: u64, old_len: u64, new: u64, new_len: u64, dontunmap: bool) -> Result<()> {
         if vmas.len() >= self.kernel.config.max_map_count.saturating_sub(3) {
             return Err(Errno::ENOMEM);
         }
@@ -124,11 +162,18 @@ impl Mm {
             free_pgtables(&self.kernel, self, vmas, &mut tlb, new, new + new_len);
             return Err(e);
         }
-        let src = vmas.remove(src.start()).expect("mremap source VMA");
-        vmas.free(src);
-        let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
-        free_pgtables(&self.kernel, self, vmas, &mut tlb, old, old + old_len);
-        drop(tlb);
+        if dontunmap {
+            // The source stays, emptied, unlocked, without its anon_vma
+            // (unlink_anon_vmas): its next faults start afresh.
+            vmas.start_write(&src);
+            src.set_flags(src.flags() & !vm::LOCKED);
+            src.anon_vma.set(0);
+        } else {
+            let src = vmas.remove(src.start()).expect("mremap source VMA");
+            vmas.free(src);
+            let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
+            free_pgtables(&self.kernel, self, vmas, &mut tlb, old, old + old_len);
+        }
         merge_around(vmas, new, new + new_len);
         Ok(())
     }
