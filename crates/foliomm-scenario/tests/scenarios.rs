@@ -162,6 +162,18 @@ fn a_wrong_sum_or_a_difference_below_zero_fails_the_run() {
 }
 
 #[test]
+fn a_reservation_count_below_zero_is_noted_with_its_line() {
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/hugetlb/26-rsvd-underflow.fmm"))
+            .unwrap();
+    let out = run_src(&src);
+    assert!(out.failure.is_none(), "{:?}", out.failure);
+    assert_eq!(out.notes.len(), 1, "{:?}", out.notes);
+    assert!(out.notes[0].starts_with("line 15: hugepages_rsvd 1 below zero"), "{}", out.notes[0]);
+    assert!(run_src("P: a = mmap 4K rw\nexpect stat.hugepages_rsvd == 0\n").notes.is_empty());
+}
+
+#[test]
 fn an_unexpected_success_or_error_fails_the_run() {
     let out = run_src("P: a = mmap 4K rw\nP: write a fails ENOMEM\n");
     assert!(out.failure.unwrap().message.contains("succeeded, expected it to fail"));

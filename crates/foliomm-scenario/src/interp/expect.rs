@@ -11,7 +11,7 @@ use foliomm::internals::release::KernelVersion;
 impl State<'_> {
     /// Evaluates `expect LHS OP RHS`, skipped where the run's mapcount design
     /// or release does not match `only` or the backend cannot see an operand.
-    pub(super) fn expect(&self, lhs: &Operand, op: CmpOp, rhs: &Operand, only: &Only) -> StepResult {
+    pub(super) fn expect(&mut self, line: usize, lhs: &Operand, op: CmpOp, rhs: &Operand, only: &Only) -> StepResult {
         let (design, release) = self.design_and_release();
         if !only.matches(design, release) {
             return Ok(format!("skipped: only for {only} (this run: {design}, Linux {release})"));
@@ -35,6 +35,13 @@ impl State<'_> {
         }
         let (a, an) = self.operand(lhs)?;
         let (b, bn) = self.operand(rhs)?;
+        let counters = self.backend.counters();
+        for (obj, field) in lhs.fields().into_iter().chain(rhs.fields()) {
+            let value = counters.iter().find(|(n, _)| obj == "stat" && n == field).map(|&(_, v)| v);
+            if let Some(why) = value.and_then(|v| below_zero(field, v)) {
+                self.notes.push(format!("line {line}: {field} {why}"));
+            }
+        }
         if op.holds(a, b) {
             Ok(format!("{an} {} {bn}", op.symbol()))
         } else {

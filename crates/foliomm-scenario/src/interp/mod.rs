@@ -220,12 +220,6 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         });
     }
     let (design, kernel) = st.design_and_release();
-    let anomaly = |s: &StepOutcome| {
-        let field = s.result.split("stat.").nth(1)?.split(' ').next()?;
-        let v = s.result.split("(= ").nth(1)?.split([',', ')']).next()?.parse().ok()?;
-        Some(format!("line {}: {field} {}", s.line, expect::below_zero(field, v)?))
-    };
-    let notes = outcomes.iter().filter_map(anomaly).collect();
     Outcome {
         backend: st.backend.name().into(),
         settings: st.settings.iter().map(|(_, s)| s.to_string()).collect(),
@@ -236,6 +230,6 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         counters: st.backend.counters(),
         measures: st.measures,
         failure,
-        notes,
+        notes: st.notes,
     }
 }

@@ -44,6 +44,9 @@ pub(super) struct State<'b> {
     pub(super) files: HashMap<String, (u64, u64)>,
     /// The processes holding a descriptor of each file: its creator and the
     /// children forked after.
+    /// What the run's reader should know: counters that read as Linux's
+    /// own accounting anomalies, each with its line ([`super::Outcome::notes`]).
+    pub(super) notes: Vec<String>,
     pub(super) holders: HashMap<String, HashSet<String>>,
     /// The files' bytes in the reference model, shared by the processes.
     pub(super) ref_files: RefFiles,
@@ -80,6 +83,7 @@ impl<'b> State<'b> {
             hugetlb: HashMap::new(),
             files: HashMap::new(),
             holders: HashMap::new(),
+            notes: Vec::new(),
             ref_files: RefFiles::default(),
             live: HashSet::new(),
             threads: HashMap::new(),
@@ -294,7 +298,7 @@ impl<'b> State<'b> {
                     Tunable::Hugetlb { pages, size, .. } => format!("{pages} huge pages of {}", size.name()),
                 })
             }
-            Cmd::Expect { lhs, op, rhs, only } => self.expect(lhs, *op, rhs, only),
+            Cmd::Expect { lhs, op, rhs, only } => self.expect(step.line, lhs, *op, rhs, only),
             _ => unreachable!("process commands have a process"),
         }
     }

@@ -58,10 +58,11 @@ fn huge_slot(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) -> Option<PmdSlot> 
 /// wraps below zero until the child lets go (Linux does the same). Only
 /// from 6.9 ([`crate::release::KernelVersion::restores_hugetlb_reservation_at_zap`]).
 pub(crate) fn restore_reservations(k: &Kernel, mm: &Mm, v: &Vma, start: u64, end: u64) {
-    if !k.config.release().restores_hugetlb_reservation_at_zap() {
+    // Every zap comes here: the cheap flag tests first.
+    if !v.is_hugetlb() || v.shared() || !k.config.release().restores_hugetlb_reservation_at_zap() {
         return;
     }
-    let Some(resv) = v.hugetlb_resv().filter(|_| !v.shared()) else { return };
+    let Some(resv) = v.hugetlb_resv() else { return };
     let step = resv.size.bytes();
     for addr in (start..end).step_by(step as usize) {
         let Some(slot) = huge_slot(k, mm, addr, resv.size) else { continue };
