@@ -69,7 +69,7 @@ pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize
         if let (Some(mo), Some(ho)) = (&ms.observed, &hs.observed) {
             // Through a GUP reference the kernel shows only the bytes.
             let fields: &[&str] = if mo.via_gup || ho.via_gup { &["byte"] } else { Observation::KERNEL_FIELDS };
-            for f in fields {
+            for f in fields.iter().filter(|f| mo.knows(f) && ho.knows(f)) {
                 let (a, b) = (mo.field(f), ho.field(f));
                 if a != b && unreliable_on_host(f, mo, ho) {
                     notes.push(format!(
@@ -81,7 +81,7 @@ pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize
                     diffs.push(format!("{f}: model {}, host {}", a.unwrap_or(0), b.unwrap_or(0)));
                 }
             }
-            if mr[mi] != hr[hi] && !(mo.via_gup || ho.via_gup) {
+            if mr[mi] != hr[hi] && !(mo.via_gup || ho.via_gup) && mo.knows("frame") && ho.knows("frame") {
                 diffs.push(format!(
                     "frame: model {}, host {}",
                     mr[mi].as_deref().unwrap_or("-"),

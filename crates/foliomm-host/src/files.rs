@@ -6,26 +6,39 @@
 //! (named, or `O_TMPFILE`), and detaches the mount at once
 //! (`umount2(MNT_DETACH)`): the open descriptor keeps it alive, nothing is
 //! left in the mount table, and it goes away with the last descriptor.
+//! For a named file the worker also keeps an `O_PATH` descriptor of the
+//! mount's root: the name then keeps the file as in Linux (until `unlink`,
+//! which goes through that descriptor, or until the worker exits).
 
+use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::Mutex;
 
 use foliomm::internals::folio::thp::ShmemHuge;
 use foliomm::internals::machine::HugeSize;
 use foliomm_scenario::op::FileKind;
+use foliomm_scenario::observation::FileInfo;
 use foliomm_scenario::{Observation, Reply};
 
 use crate::procfs::Procfs;
 use crate::protocol::{done, value, Answer, Refused};
+use foliomm::Errno;
 use crate::sys::scenario as sys;
 
 const PAGE: u64 = 4096;
+
+/// The root of the mount of each named file, by the file's descriptor
+/// (inherited by forked children, as the descriptors are).
+static NAMED: Mutex<Option<HashMap<u64, i32>>> = Mutex::new(None);
 
 /// `memfd_create` or a tmpfs file, then `ftruncate` to `size`; answers the
 /// descriptor, inherited by children forked later.
 pub fn create_file(kind: FileKind, size: u64) -> Answer {
     let fd = match kind {
-        FileKind::Memfd => sys::memfd_create(0),
-        FileKind::Hugetlbfs(page) => sys::memfd_create(libc::MFD_HUGETLB | huge_size_bits(page) as libc::c_uint),
+        FileKind::Memfd => sys::memfd_create(libc::MFD_ALLOW_SEALING),
+        FileKind::Hugetlbfs(page) => {
+            sys::memfd_create(libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB | huge_size_bits(page) as libc::c_uint)
+        }
         FileKind::Tmpfs { huge, named } => tmpfs_file(huge, named),
     };
     let fd = fd? as u64;
@@ -45,13 +58,26 @@ fn tmpfs_file(huge: ShmemHuge, named: bool) -> std::io::Result<i32> {
     }
     let fd = if named {
         let path = CString::new(dir.join("file").into_os_string().into_encoded_bytes()).expect("no NUL");
-        sys::open(&path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR)
+        let fd = sys::open(&path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR);
+        if let (Ok(fd), Ok(root)) = (&fd, sys::open(&cdir, libc::O_PATH | libc::O_DIRECTORY)) {
+            NAMED.lock().unwrap().get_or_insert_default().insert(*fd as u64, root);
+        }
+        fd
     } else {
         sys::open(&cdir, libc::O_TMPFILE | libc::O_RDWR)
     };
     sys::detach_mount(&cdir);
     let _ = std::fs::remove_dir(&dir);
     fd
+}
+
+/// `unlink` of the named file behind `fd`; ENOENT for a file without a
+/// name (or one unlinked before).
+pub fn unlink(fd: u64) -> Answer {
+    let root = NAMED.lock().unwrap().get_or_insert_default().remove(&fd).ok_or(Refused::Errno(Errno::ENOENT))?;
+    let r = sys::unlinkat(root, c"file");
+    let _ = sys::close(root as u64);
+    done(r)
 }
 
 /// `fallocate(keep_size ? FALLOC_FL_KEEP_SIZE : 0)`.
@@ -73,24 +99,45 @@ pub fn pread(fd: u64, offset: u64, len: u64) -> Answer {
 /// The page at `offset` in the file's page cache: `mincore` on a one-page
 /// mapping says whether it is cached without bringing it in; a cached page
 /// inside the file is then read through the mapping (which maps the cached
-/// folio, allocating nothing) to learn its frame and folio order.
+/// folio, allocating nothing) to learn its frame and folio order. On
+/// hugetlbfs (`st_blksize` a huge page) the page stays hidden: `mincore`
+/// reports page table entries there, and a read would allocate. Then the
+/// file's `fstat`, seals and `SEEK_DATA` / `SEEK_HOLE` from `offset`.
 pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Answer {
-    let page_off = offset & !(PAGE - 1);
-    let p = sys::mmap(0, PAGE, libc::PROT_READ as u32, libc::MAP_SHARED, fd as i32, page_off)?;
-    let observed = observe_mapped_page(procfs, fd, p, offset);
-    sys::munmap(p, PAGE)?;
-    Ok(Reply::Observed(observed?))
+    let st = sys::fstat(fd)?;
+    let (size, unit) = (st.st_size as u64, (st.st_blksize as u64).max(PAGE));
+    let mut o = if unit > PAGE {
+        // hugetlbfs: mincore would report the new mapping's empty entries.
+        Observation { page_hidden: true, ..Default::default() }
+    } else {
+        let p = sys::mmap(0, PAGE, libc::PROT_READ as u32, libc::MAP_SHARED, fd as i32, offset & !(PAGE - 1))?;
+        let observed = observe_mapped_page(procfs, p + offset % PAGE, offset < size);
+        sys::munmap(p, PAGE)?;
+        observed?
+    };
+    // ENXIO reads as the size.
+    let seek = |whence| sys::lseek(fd, offset, whence).unwrap_or(size);
+    o.file = FileInfo {
+        size,
+        blocks: st.st_blocks as u64,
+        nlink: st.st_nlink,
+        seals: sys::seals(fd, None)? as u64,
+        seek_data: seek(libc::SEEK_DATA),
+        seek_hole: seek(libc::SEEK_HOLE),
+    };
+    Ok(Reply::Observed(o))
 }
 
-/// What `observe_file` sees through its one-page mapping `p` of the page
-/// holding `offset`.
-fn observe_mapped_page(procfs: &Procfs, fd: u64, p: u64, offset: u64) -> Result<Observation, Refused> {
-    let cached = sys::page_resident(p)?;
+/// What `observe_file` sees at `at` in its mapping of the file, the
+/// address of the observed offset, which lies `inside` the file or not.
+fn observe_mapped_page(procfs: &Procfs, at: u64, inside: bool) -> Result<Observation, Refused> {
+    let page = at & !(PAGE - 1);
+    let cached = sys::page_resident(page)?;
     let mut o = Observation::default();
-    if cached && offset < sys::file_size(fd)? {
+    if cached && inside {
         // The page is inside the file and cached: the read maps it.
-        o.byte = sys::read_byte(p + offset % PAGE);
-        let info = procfs.page_info(p).map_err(Refused::Unobservable)?;
+        o.byte = sys::read_byte(at);
+        let info = procfs.page_info(page).map_err(Refused::Unobservable)?;
         (o.page.present, o.page.pfn, o.page.folio_order) = (true, info.pfn, info.folio_order);
     } else {
         o.page.present = cached;

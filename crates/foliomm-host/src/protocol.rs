@@ -47,6 +47,9 @@ impl From<std::io::Error> for Refused {
             libc::EEXIST => Refused::Errno(Errno::EEXIST),
             libc::EINVAL => Refused::Errno(Errno::EINVAL),
             libc::EFBIG => Refused::Errno(Errno::EFBIG),
+            libc::EPERM => Refused::Errno(Errno::EPERM),
+            libc::ENXIO => Refused::Errno(Errno::ENXIO),
+            libc::ENOENT => Refused::Errno(Errno::ENOENT),
             n => Refused::OsError(n),
         }
     }

@@ -153,6 +153,8 @@ impl WorkerThread {
             Op::Mmap(req) => mmap(req),
             Op::CreateFile { kind, size } => files::create_file(kind, size),
             Op::Close { file } => done(sys::close(file)),
+            Op::Unlink { file } => files::unlink(file),
+            Op::AddSeals { file, seals } => done(sys::seals(file, Some(seals)).map(|_| ())),
             Op::Fallocate { file, offset, len, keep_size } => files::fallocate(file, offset, len, keep_size),
             Op::Pwrite { file, offset, data } => files::pwrite(file, offset, &data),
             Op::Pread { file, offset, len } => files::pread(file, offset, len),

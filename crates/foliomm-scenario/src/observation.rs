@@ -27,6 +27,37 @@ pub struct Observation {
     /// `pmd_aligned`.
     #[serde(default)]
     pub addr: u64,
+    /// What `fstat`, `F_GET_SEALS` and `lseek` say of an observed file
+    /// (`observe FILE[OFF]`); zeros for a mapping.
+    #[serde(default)]
+    pub file: FileInfo,
+    /// The backend could not look at the page without changing it (a
+    /// hugetlbfs file's page cache on the host: `mincore` there reports
+    /// page table entries, and a read would allocate a page): the page
+    /// fields ([`Observation::PAGE_FIELDS`]) are unknown.
+    #[serde(default)]
+    pub page_hidden: bool,
+}
+
+/// A file as `fstat`, `fcntl(F_GET_SEALS)` and `lseek(SEEK_DATA /
+/// SEEK_HOLE)` from the observed offset report it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileInfo {
+    /// `st_size`.
+    pub size: u64,
+    /// `st_blocks` (512-byte units).
+    pub blocks: u64,
+    /// `st_nlink`.
+    pub nlink: u64,
+    /// `F_GET_SEALS`: `F_SEAL_SEAL` 1, `SHRINK` 2, `GROW` 4, `WRITE` 8,
+    /// `FUTURE_WRITE` 0x10.
+    pub seals: u64,
+    /// `lseek(SEEK_DATA)` from the offset; the file size where it fails
+    /// with ENXIO (no data there or after).
+    pub seek_data: u64,
+    /// `lseek(SEEK_HOLE)` from the offset; the file size where it fails
+    /// with ENXIO (at or past the end).
+    pub seek_hole: u64,
 }
 
 impl Observation {
@@ -47,6 +78,12 @@ impl Observation {
         "shmem_pmd_kb",
         "shared_kb",
         "private_kb",
+        "file_size",
+        "file_blocks",
+        "file_nlink",
+        "file_seals",
+        "seek_data",
+        "seek_hole",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -70,6 +107,17 @@ impl Observation {
     /// address is a multiple of 2 MiB, which holds on every backend only
     /// where the kernel aligns the mapping).
     pub const UNCOMPARED_FIELDS: &'static [&'static str] = &["pgtables_kb", "vma_count", "pmd_aligned"];
+
+    /// The fields that describe the observed page itself, unknown when
+    /// [`Observation::page_hidden`].
+    pub const PAGE_FIELDS: &'static [&'static str] =
+        &["frame", "present", "zero_page", "pmd_mapped", "folio_order", "folio_kb", "exclusive", "byte"];
+
+    /// Whether the backend saw `field` (every field unless the page was
+    /// hidden from it).
+    pub fn knows(&self, field: &str) -> bool {
+        !(self.page_hidden && Self::PAGE_FIELDS.contains(&field))
+    }
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
@@ -108,6 +156,12 @@ impl Observation {
             "pgtables_kb" => self.pgtables_kb,
             "vma_count" => self.vma_count,
             "pmd_aligned" => self.addr.is_multiple_of(2 << 20) as u64,
+            "file_size" => self.file.size,
+            "file_blocks" => self.file.blocks,
+            "file_nlink" => self.file.nlink,
+            "file_seals" => self.file.seals,
+            "seek_data" => self.file.seek_data,
+            "seek_hole" => self.file.seek_hole,
             _ => return None,
         })
     }

@@ -97,6 +97,16 @@ pub enum Op {
     Close {
         file: u64,
     },
+    /// `unlink` of a named tmpfs file's name (ENOENT for a file without
+    /// one); the file lives on while descriptors or mappings hold it.
+    Unlink {
+        file: u64,
+    },
+    /// `fcntl(F_ADD_SEALS)` with `F_SEAL_*` bits.
+    AddSeals {
+        file: u64,
+        seals: u32,
+    },
     /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`.
     PunchHole {
         file: u64,
@@ -124,7 +134,8 @@ pub enum Op {
     },
     /// The file's page at `offset` in the page cache, mapped nowhere for the
     /// purpose: `present` if cached, its frame, folio order and the byte at
-    /// `offset`. Allocates nothing.
+    /// `offset`; and the file's `fstat`, seals and `SEEK_DATA`/`SEEK_HOLE`
+    /// from `offset`. Allocates nothing.
     ObserveFile {
         file: u64,
         offset: u64,

@@ -246,3 +246,16 @@ fn huge_preads_and_pwrites_stream() {
     let f = out.failure.expect("70 TiB do not fit 16 MiB");
     assert!(f.message.starts_with("pwrite wrote "), "{}", f.message);
 }
+
+#[test]
+fn a_failure_expected_only_on_some_releases_must_succeed_elsewhere() {
+    let src = |kernel: &str| format!("set kernel {kernel}\nP: a = mmap 8K rw\nP: munmap a fails [<6.7] EINVAL\n");
+    // munmap succeeds on every release: the condition makes the expected
+    // failure apply to 6.1 only, so only that run fails.
+    assert!(run_src(&src("6.1")).failure.is_some());
+    assert!(run_src(&src("6.8")).failure.is_none());
+    let e = parse("P: munmap a fails [<6.7 EINVAL\n").unwrap_err();
+    assert_eq!((e.line, e.col), (1, 19), "{e}");
+    let e = parse("P: munmap a fails [6.99+] EINVAL\n").unwrap_err();
+    assert!(e.msg.contains("6.99"), "{e}");
+}

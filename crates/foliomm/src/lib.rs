@@ -199,6 +199,15 @@ pub enum Errno {
     /// A file would grow past the largest size (`-EFBIG`).
     #[error("EFBIG: file too large")]
     EFBIG,
+    /// A seal or a missing permission forbids the change (`-EPERM`).
+    #[error("EPERM: operation not permitted")]
+    EPERM,
+    /// No data or hole past the offset (`-ENXIO`, `lseek`).
+    #[error("ENXIO: no such offset")]
+    ENXIO,
+    /// No such name or object (`-ENOENT`).
+    #[error("ENOENT: no such file or object")]
+    ENOENT,
 }
 
 impl Errno {
@@ -213,13 +222,16 @@ impl Errno {
             Errno::EEXIST => "EEXIST",
             Errno::SIGBUS => "SIGBUS",
             Errno::EFBIG => "EFBIG",
+            Errno::EPERM => "EPERM",
+            Errno::ENXIO => "ENXIO",
+            Errno::ENOENT => "ENOENT",
         }
     }
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
         use Errno::*;
-        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG].into_iter().find(|e| e.name() == s)
+        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG, EPERM, ENXIO, ENOENT].into_iter().find(|e| e.name() == s)
     }
 }
 

@@ -300,3 +300,28 @@ fn a_private_hugetlb_reservation_belongs_to_the_mapping_that_made_it() {
     assert_eq!(byte(&m, &c, a), b'o', "the child reads the parent's page");
     assert_clean(&m);
 }
+
+#[test]
+fn a_grow_seal_stops_a_write_at_the_first_page_past_the_end() {
+    use foliomm::internals::shmem::seals::{SEAL_GROW, SEAL_SEAL, SEAL_WRITE};
+    let m = machine();
+    let f = m.memfd_create(16 * K).unwrap();
+    f.add_seals(SEAL_GROW).unwrap();
+    // Page-sized chunks (no large folios): the chunk inside i_size is
+    // written, the next one refused, so the write comes back short.
+    assert_eq!(f.write(12 * K, &[0x5a; 8192]), Ok(4096));
+    assert_eq!(f.write(16 * K, &[0x5b; 10]), Err(Errno::EPERM));
+    assert_eq!(f.size(), 16 * K);
+    let mut buf = [0u8; 2];
+    assert_eq!(f.read(16 * K - 1, &mut buf), 1);
+    assert_eq!(buf[0], 0x5a);
+    // A writable shared mapping keeps F_SEAL_WRITE out until it goes.
+    let mm = m.new_mm().unwrap();
+    let a = map(&mm, &f, 16 * K, 0, true);
+    assert_eq!(f.add_seals(SEAL_WRITE), Err(Errno::EBUSY));
+    mm.munmap(a, 16 * K).unwrap();
+    f.add_seals(SEAL_WRITE | SEAL_SEAL).unwrap();
+    assert_eq!(f.add_seals(SEAL_GROW), Err(Errno::EPERM));
+    assert_eq!(f.seals(), SEAL_GROW | SEAL_WRITE | SEAL_SEAL);
+    assert_clean(&m);
+}

@@ -169,13 +169,47 @@ pub(crate) fn pread(fd: u64, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The size of the file behind `fd` (`fstat`).
-pub(crate) fn file_size(fd: u64) -> io::Result<u64> {
+/// `fstat(fd)`.
+pub(crate) fn fstat(fd: u64) -> io::Result<libc::stat> {
     // SAFETY: fstat into a zeroed stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid stat buffer; the kernel validates `fd`.
     status(unsafe { libc::fstat(fd as i32, &mut st) })?;
-    Ok(st.st_size as u64)
+    Ok(st)
+}
+
+/// `lseek(fd, offset, whence)`: the offset it lands on.
+pub(crate) fn lseek(fd: u64, offset: u64, whence: i32) -> io::Result<u64> {
+    // SAFETY: no memory is passed; the kernel validates `fd`.
+    let r = unsafe { libc::lseek(fd as i32, offset as libc::off_t, whence) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// `fcntl(fd, F_ADD_SEALS, seals)`, or `F_GET_SEALS` when `seals` is None;
+/// the seals now.
+pub(crate) fn seals(fd: u64, seals: Option<u32>) -> io::Result<u32> {
+    // SAFETY: integer arguments only; the kernel validates `fd`.
+    let r = unsafe {
+        match seals {
+            Some(s) => libc::fcntl(fd as i32, libc::F_ADD_SEALS, s as libc::c_int),
+            None => libc::fcntl(fd as i32, libc::F_GET_SEALS),
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as u32)
+    }
+}
+
+/// `unlinkat(dir, name, 0)`.
+pub(crate) fn unlinkat(dir: i32, name: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: a NUL-terminated name; the kernel validates `dir`.
+    status(unsafe { libc::unlinkat(dir, name.as_ptr(), 0) })
 }
 
 /// Mounts a tmpfs with `options` on the empty directory `dir`.

@@ -26,6 +26,9 @@ impl State<'_> {
                 if obj == "stat" || !Observation::field_names().any(|f| f == field) {
                     return false;
                 }
+                if self.obs.iter().any(|(n, ob)| n == obj && !ob.knows(field)) {
+                    return true;
+                }
                 let via_gup = self.obs.iter().any(|(n, ob)| n == obj && ob.via_gup);
                 !if via_gup { self.backend.observes_through_gup(field) } else { self.backend.observes(field) }
             })

@@ -1,5 +1,6 @@
 //! The steps on files through their descriptors: creating a memfd or a
-//! tmpfs file, truncating, punching holes, fallocate, pwrite and pread
+//! tmpfs file, closing, unlinking and sealing it, truncating, punching
+//! holes, fallocate, pwrite and pread
 //! (checked against the reference byte model), and observing a file's
 //! page in the page cache.
 
@@ -34,6 +35,16 @@ impl State<'_> {
                     self.holders.get_mut(file).expect("a held file").remove(&p);
                 }
                 Ok("closed".into())
+            }
+            Cmd::Unlink(file) => {
+                let (h, _) = self.file(file, &p)?;
+                outcome(step, self.perform(t, Op::Unlink { file: h }))?;
+                Ok("unlinked".into())
+            }
+            Cmd::Seal { file, seals } => {
+                let (h, _) = self.file(file, &p)?;
+                outcome(step, self.perform(t, Op::AddSeals { file: h, seals: *seals }))?;
+                Ok(format!("sealed {seals:#x}"))
             }
             Cmd::Punch { file, offset, len } => {
                 let (h, id) = self.file(file, &p)?;

@@ -178,6 +178,9 @@ impl State<'_> {
             }
             Cmd::Fork(_) => f.forks = true,
             Cmd::CreateFile { .. }
+            | Cmd::Close(_)
+            | Cmd::Unlink(_)
+            | Cmd::Seal { .. }
             | Cmd::Truncate { .. }
             | Cmd::Punch { .. }
             | Cmd::Fallocate { .. }

@@ -36,6 +36,16 @@ impl State<'_> {
     /// Runs a step of thread `tid` of process `p` (both exist by now).
     pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
         let t = Thread { proc: &p, tid };
+        // `fails [ONLY] ERRNO` outside ONLY: the step must succeed.
+        let (design, release) = self.design_and_release();
+        let must_succeed;
+        let step = match step.fails.is_some() && !step.fails_only.matches(design, release) {
+            true => {
+                must_succeed = Step { fails: None, ..step.clone() };
+                &must_succeed
+            }
+            false => step,
+        };
         match &step.cmd {
             Cmd::Mmap { .. }
             | Cmd::Munmap(_)
@@ -45,6 +55,8 @@ impl State<'_> {
             | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
             | Cmd::Close(_)
+            | Cmd::Unlink(_)
+            | Cmd::Seal { .. }
             | Cmd::Truncate { .. }
             | Cmd::Punch { .. }
             | Cmd::Fallocate { .. }

@@ -79,6 +79,14 @@ pub enum Cmd {
     /// `close FILE`: this process's descriptor of the file goes; the file
     /// lives on while another descriptor or a mapping holds it.
     Close(String),
+    /// `unlink FILE`: a named tmpfs file loses its name.
+    Unlink(String),
+    /// `seal FILE SEAL...` (`fcntl(F_ADD_SEALS)`): `seal`, `shrink`,
+    /// `grow`, `write`, `future_write`, as `F_SEAL_*` bits.
+    Seal {
+        file: String,
+        seals: u32,
+    },
     /// `pwrite FILE[START..END] = VAL`: writes `len` bytes of `val`.
     Pwrite {
         file: String,
@@ -349,4 +357,7 @@ pub struct Step {
     pub cmd: Cmd,
     /// The step must fail with this error.
     pub fails: Option<Errno>,
+    /// Where the step must fail (`fails [<6.7] EPERM`); elsewhere it must
+    /// succeed.
+    pub fails_only: Only,
 }

@@ -23,6 +23,8 @@
 //! P: m = mmap 64K rw shared          shared anonymous memory
 //! P: truncate f 32K                  ftruncate
 //! P: close f                        this process's descriptor (mappings keep the file)
+//! P: unlink f                       a named tmpfs file's name (it lives on while held)
+//! P: seal f write grow               fcntl(F_ADD_SEALS): seal shrink grow write future_write
 //! P: punch f[4K..12K]                fallocate(PUNCH_HOLE | KEEP_SIZE)
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
@@ -39,6 +41,7 @@
 //! P: read a                          one byte per page, checked against the reference
 //! P: verify a                        every byte, checked against the reference
 //! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
+//! P: observe f[8K] as st             a file's page in the cache, its fstat, seals, SEEK_DATA/HOLE
 //! P: p = pin a[0..4K] [write] [longterm]   GUP pin (FOLL_PIN); `unpin p` releases it
 //! P: g = get a[0..4K]                GUP reference (FOLL_GET, as vmsplice takes)
 //! P: observe pin p as x              the first pinned page: frame, order, byte

@@ -71,6 +71,7 @@ pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
                     thread: None,
                     cmd: Cmd::Parallel(body),
                     fails: None,
+                    fails_only: Only::default(),
                 });
                 open.pop();
             }
@@ -116,24 +117,52 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
     if proc.is_some() {
         l.pos += 1;
     }
-    // A trailing "fails ERRNO".
-    let mut fails = None;
+    // A trailing "fails [ONLY] ERRNO".
+    let (mut fails, mut fails_only) = (None, Only::default());
     let n = l.toks.len();
-    if n >= 2 && l.toks[n - 2].text == "fails" {
+    let bracket = n >= 3 && l.toks[n - 3].text == "fails" && l.toks[n - 2].text.starts_with('[');
+    if bracket {
+        let t = &l.toks[n - 2];
+        let text = t.text.strip_prefix('[').filter(|r| r.ends_with(']'));
+        let only = text.ok_or_else(|| "expected a list without spaces, like [<6.7]".to_string()).and_then(only_list);
+        fails_only = only.map_err(|msg| ParseError { line: l.line, col: t.col, msg })?;
+    }
+    if bracket || (n >= 2 && l.toks[n - 2].text == "fails") {
         let t = &l.toks[n - 1];
         fails = Some(Errno::from_name(t.text).ok_or_else(|| ParseError {
             line: l.line,
             col: t.col,
-            msg: format!("expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST), found '{}'", t.text),
+            msg: format!("expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, EPERM, ...), found '{}'", t.text),
         })?);
-        l.toks.truncate(n - 2);
+        l.toks.truncate(if bracket { n - 3 } else { n - 2 });
     }
     let cmd = match proc {
         None => parse_global(l)?,
         Some(_) => parse_proc_cmd(l)?,
     };
     l.done()?;
-    Ok(Step { line: l.line, text: text.to_string(), proc, thread, cmd, fails })
+    Ok(Step { line: l.line, text: text.to_string(), proc, thread, cmd, fails, fails_only })
+}
+
+/// The designs and releases of a bracket list, `[mm-id, 6.13+]` without
+/// the brackets' content parsed (the text keeps its closing `]`).
+fn only_list(text: &str) -> Result<Only, String> {
+    let mut only = Only::default();
+    for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let release = |v: &str| v.parse::<KernelVersion>();
+        match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<')) {
+            (Some(d), _, _) => only.designs.push(d),
+            (_, Some(v), _) => only.releases.0 = Some(release(v)?),
+            (_, _, Some(v)) => only.releases.1 = Some(release(v)?),
+            _ => {
+                let known = Design::names();
+                return Err(format!(
+                    "expected a mapcount design ({known}) or a release range (6.13+ or <6.13), found '{name}'"
+                ));
+            }
+        }
+    }
+    Ok(only)
 }
 
 fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -160,25 +189,10 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 while !text.ends_with(']') {
                     text.push_str(l.next("a ']' closing the list of designs and releases")?);
                 }
-                for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
-                    let release = |v: &str| v.parse::<KernelVersion>();
-                    match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<')) {
-                        (Some(d), _, _) => only.designs.push(d),
-                        (_, Some(v), _) => match release(v) {
-                            Ok(v) => only.releases.0 = Some(v),
-                            Err(why) => return l.err(col, why),
-                        },
-                        (_, _, Some(v)) => match release(v) {
-                            Ok(v) => only.releases.1 = Some(v),
-                            Err(why) => return l.err(col, why),
-                        },
-                        _ => {
-                            let known = Design::names();
-                            let why = format!("expected a mapcount design ({known}) or a release range (6.13+ or <6.13), found '{name}'");
-                            return l.err(col, why);
-                        }
-                    }
-                }
+                only = match only_list(&text) {
+                    Ok(o) => o,
+                    Err(why) => return l.err(col, why),
+                };
             }
             let lhs = l.expression()?;
             let col = l.col();

@@ -6,6 +6,7 @@ use foliomm::internals::folio::thp::ShmemHuge;
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mm::Advice;
 use foliomm::internals::mm_types::Prot;
+use foliomm::internals::shmem::seals::SEAL_NAMES;
 
 use super::ast::{Cmd, ParseError};
 use super::lexer::{parse_size, Line};
@@ -33,6 +34,8 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },
         "close" => Cmd::Close(l.ident("a file")?),
+        "unlink" => Cmd::Unlink(l.ident("a file")?),
+        "seal" => parse_seal(l)?,
         "punch" => {
             let (file, offset, len) = file_range(l)?;
             Cmd::Punch { file, offset, len }
@@ -104,7 +107,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         t => {
             return l.err(
                 col,
-                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mremap, truncate, punch, fallocate, pwrite, pread, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
+                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
             )
         }
     })
@@ -228,6 +231,23 @@ fn parse_tmpfs(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
         l.pos += 1;
     }
     Ok(Cmd::CreateFile { name, size, kind: FileKind::Tmpfs { huge, named } })
+}
+
+/// `seal FILE SEAL...`, after the `seal`: one or more `F_SEAL_*` names.
+fn parse_seal(l: &mut Line) -> Result<Cmd, ParseError> {
+    let file = l.ident("a file")?;
+    let mut seals = 0;
+    loop {
+        let col = l.col();
+        let t = l.next("a seal (seal, shrink, grow, write, future_write)")?;
+        match SEAL_NAMES.iter().find(|(n, _)| *n == t) {
+            Some((_, bit)) => seals |= bit,
+            None => return l.err(col, format!("expected seal, shrink, grow, write or future_write, found '{t}'")),
+        }
+        if l.peek().is_none() {
+            return Ok(Cmd::Seal { file, seals });
+        }
+    }
 }
 
 /// `NAME = mremap PLACE [size LEN] [to MAPPING]`, after the `mremap`.

@@ -111,6 +111,12 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
         }
+        // memfd_check_seals_mmap(): a write-sealed file refuses shared
+        // writable mappings and takes VM_MAYWRITE from shared ones.
+        let no_maywrite = match file {
+            Some((inode, _)) if anon_inode.is_none() => inode.mmap_seals(flags.shared, prot.0 & Prot::WRITE != 0)?,
+            _ => false,
+        };
         let mut vmas = self.mmap_write_lock();
         // do_mmap(): "too many mappings?" (`>`, so the count may reach one
         // past the limit; Linux checks before the anonymous inode is made).
@@ -120,7 +126,8 @@ impl Mm {
         let start = self.mmap_address(&mut vmas, addr, len, flags, file, anon_inode.is_some())?;
         let shared = if flags.shared { vm::SHARED } else { 0 };
         let locked = if flags.locked && !huge { vm::LOCKED } else { 0 };
-        let flags_vm = prot.0 & vm::PROT_MASK | shared | locked | if huge { vm::HUGETLB } else { 0 };
+        let no_maywrite = if no_maywrite { vm::NO_MAYWRITE } else { 0 };
+        let flags_vm = prot.0 & vm::PROT_MASK | shared | locked | no_maywrite | if huge { vm::HUGETLB } else { 0 };
         // hugetlb_reserve_pages(): the huge pages of the mapping are
         // promised now, or the mmap fails: a shared mapping's in the
         // file's reservation map, a private one's (file or anonymous) by a

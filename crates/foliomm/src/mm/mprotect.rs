@@ -16,6 +16,8 @@ impl Mm {
     /// after the ones before it changed, as Linux leaves them. A hugetlb
     /// VMA that would split off a boundary at `end` fails with EINVAL, the
     /// VMAs before it changed (Linux may also have split it at its start).
+    /// Asking for write where a VMA may not become writable (a shared
+    /// mapping of a write-sealed memfd) stops there with EACCES.
     pub fn mprotect(&self, addr: u64, len: u64, prot: Prot) -> Result<()> {
         let end = range_end(addr, len)?;
         if addr == end {
@@ -29,8 +31,13 @@ impl Mm {
             return Err(Errno::EINVAL);
         }
         let reach = covered_from(&vmas, addr, end);
-        let (stop, failed) = match reach {
-            r if r < end => (r, Some(Errno::ENOMEM)),
+        // The first VMA that may not become writable (VM_MAYWRITE clear).
+        let denied = (prot.0 & Prot::WRITE != 0)
+            .then(|| vmas.overlapping(addr, reach).find(|v| v.flags() & vm::NO_MAYWRITE != 0).map(|v| v.start()))
+            .flatten();
+        let (stop, failed) = match (denied, reach) {
+            (Some(start), _) => (start.max(addr), Some(Errno::EACCES)),
+            (None, r) if r < end => (r, Some(Errno::ENOMEM)),
             _ if !hugetlb_may_split(&vmas, end) => {
                 (vmas.find(end).map_or(end, |v| v.start().max(addr)), Some(Errno::EINVAL))
             }

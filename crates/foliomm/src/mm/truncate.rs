@@ -31,12 +31,13 @@ impl MmList {
     /// everywhere, private copies too, drops them from the cache (a large
     /// folio across the new end split if it can be), and unmaps again what
     /// faults mapped meanwhile. EINVAL past the largest
-    /// file size.
+    /// file size; EPERM where a seal forbids the change.
     pub fn truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
         if inode.is_hugetlbfs() && !size.is_multiple_of(inode.page_unit()) {
             return Err(Errno::EINVAL);
         }
         let _inode_lock = inode.i_rwsem.lock().unwrap();
+        inode.resize_seals(size)?;
         let shrinks = size < inode.size();
         inode.set_size(size)?;
         if shrinks {
@@ -55,7 +56,7 @@ impl MmList {
     /// large folios split where the range ends inside them
     /// (`Inode::undo_range`); the bytes of partly covered pages read zero.
     /// The size stays. EINVAL for an empty range, EFBIG past the largest
-    /// file size (`vfs_fallocate`).
+    /// file size (`vfs_fallocate`), EPERM on a write-sealed file.
     pub fn punch_hole(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Err(Errno::EINVAL);
@@ -67,6 +68,7 @@ impl MmList {
         let (first, last) = (offset.div_ceil(unit) * unit / PAGE_SIZE, end / unit * unit / PAGE_SIZE);
         let whole_pages = first < last;
         let _inode_lock = inode.i_rwsem.lock().unwrap();
+        inode.fallocate_seals(true, end)?;
         if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }

@@ -85,6 +85,10 @@ pub mod vm {
     /// `VM_LOCKED` (`mlock`): the pages stay in memory; `MADV_DONTNEED`
     /// refuses the VMA, and a child of fork does not inherit it.
     pub const LOCKED: u32 = 1 << 13;
+    /// `VM_MAYWRITE` cleared: a shared mapping of a write-sealed memfd,
+    /// which `mprotect` cannot make writable (EACCES). Inverted so that
+    /// every other VMA needs nothing.
+    pub const NO_MAYWRITE: u32 = 1 << 14;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }

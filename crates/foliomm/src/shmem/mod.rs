@@ -17,6 +17,8 @@ mod hugetlbfs;
 mod i_mmap;
 mod placement;
 mod rw;
+pub mod seals;
+pub mod stat;
 mod truncate;
 
 use std::collections::BTreeMap;
@@ -30,7 +32,7 @@ use crate::folio::thp::ShmemHuge;
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, Kernel, Stats};
 use crate::phys::pg;
-use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sync::{Arc, Mutex};
 use crate::{Errno, Result};
 
@@ -78,6 +80,10 @@ pub struct Inode {
     /// hugetlbfs's `resv_map`: the first page index of each huge page
     /// reserved for, or instantiated in, the file.
     resv_map: Mutex<std::collections::BTreeSet<u64>>,
+    /// The memfd seals (`shmem_inode_info.seals`, see [`seals`]).
+    seals: AtomicU32,
+    /// `i_nlink`: 1 while a named tmpfs file has its name, else 0.
+    nlink: AtomicU32,
 }
 
 impl std::fmt::Debug for Inode {
@@ -103,6 +109,10 @@ impl Inode {
             mount,
             i_rwsem: Mutex::new(()),
             resv_map: Mutex::default(),
+            // A memfd (made with MFD_ALLOW_SEALING) starts unsealed; other
+            // files with F_SEAL_SEAL (`shmem_get_inode`).
+            seals: AtomicU32::new(if matches!(mount, Mount::Tmpfs { .. }) { seals::SEAL_SEAL } else { 0 }),
+            nlink: AtomicU32::new(matches!(mount, Mount::Tmpfs { named: true, .. }) as u32),
         }))
     }
 
@@ -140,6 +150,13 @@ impl Inode {
             false => Asker::Fault { vm_hugepage: false },
         };
         self.k.thp.shmem_global_orders(self.sb_huge(), asker, index, end_pages.max(self.nr_pages()))
+    }
+
+    /// Whether a write fills large folios (`mapping_large_folio_support`:
+    /// from 6.14 on, on a mount whose `huge` is not never), and so goes in
+    /// chunks of up to 2 MiB rather than of a page.
+    fn writes_large_folios(&self) -> bool {
+        self.k.config.release().writes_large_shmem_folios() && self.sb_huge() != ShmemHuge::Never
     }
 
     /// `i_size`.

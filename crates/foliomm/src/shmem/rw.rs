@@ -12,7 +12,7 @@
 //! `mincore` see a hole.
 //!
 //! Differs from Linux: a fallocated folio is zeroed at once (Linux clears
-//! it when it becomes uptodate); no seals, no `RLIMIT_FSIZE`, no
+//! it when it becomes uptodate); no `RLIMIT_FSIZE`, no
 //! block accounting (`ENOSPC`); a write copies page by page under the
 //! cache lock rather than folio by folio under the folio lock.
 
@@ -44,8 +44,9 @@ impl Inode {
     /// `pwrite(fd, data, offset)`: copies `data` into the file from
     /// `offset`, allocating folios for holes, and extends `i_size` past the
     /// last byte written; returns the bytes written. EINVAL on hugetlbfs
-    /// (it has no `write`); EFBIG past the largest file size; ENOMEM when a folio cannot be had (what was written
-    /// before stays, and the size covers it).
+    /// (it has no `write`); EFBIG past the largest file size; EPERM when a
+    /// seal forbids a chunk; ENOMEM when a folio cannot be had (what was
+    /// written before stays, and the size covers it).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<usize> {
         if self.is_hugetlbfs() {
             // hugetlbfs has no write_iter.
@@ -63,6 +64,16 @@ impl Inode {
             // generic_perform_write() writes in chunks that end at the next
             // 2M boundary: the write end `within_size` looks at.
             let chunk_end = end.min((at / PMD_SIZE + 1) * PMD_SIZE);
+            // shmem_write_begin() checks the seals once per chunk: 2M with
+            // large folios (6.14 on, a mount whose huge is not never), else
+            // a page.
+            let chunk = if self.writes_large_folios() { PMD_SIZE } else { PAGE_SIZE };
+            if at == offset || at % chunk == 0 {
+                if let Err(e) = self.write_seals(end.min((at / chunk + 1) * chunk)) {
+                    result = Err(e);
+                    return;
+                }
+            }
             let orders = self.write_orders(at / PAGE_SIZE, chunk_end.div_ceil(PAGE_SIZE));
             match self.find_or_add(&mut pages, at / PAGE_SIZE, orders, false) {
                 Ok((_, pfn)) => {
@@ -88,7 +99,8 @@ impl Inode {
     /// `fallocate(fd, keep_size ? FALLOC_FL_KEEP_SIZE : 0, offset, len)`:
     /// every hole of the range gets a zeroed, dirty folio; without
     /// `keep_size` the size grows to cover the range. EINVAL for an empty
-    /// range, EFBIG past the largest file size; on ENOMEM the folios this
+    /// range, EFBIG past the largest file size, EPERM where `F_SEAL_GROW`
+    /// forbids it; on ENOMEM the folios this
     /// call added leave again and the size stays
     /// (`shmem_undo_range(unfalloc)`).
     pub fn fallocate(&self, offset: u64, len: u64, keep_size: bool) -> Result<()> {
@@ -96,6 +108,7 @@ impl Inode {
             return Err(Errno::EINVAL);
         }
         let end = offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Errno::EFBIG)?;
+        self.fallocate_seals(false, end)?;
         if self.is_hugetlbfs() {
             return self.hugetlb_fallocate(offset, end, keep_size);
         }

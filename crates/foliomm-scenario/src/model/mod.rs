@@ -19,7 +19,9 @@ use crate::backend::{hugepage_counters, Backend, Thread};
 use crate::error::{BackendResult, Machinery, StepError};
 use crate::lang::{MachineSetting, Tunable};
 use crate::observation::Observation;
-use crate::op::{pattern_bytes, Access, FileKind, GupKind, MmapRequest, Op, Peek, Reply};
+use crate::op::{pattern_bytes, Access, GupKind, MmapRequest, Op, Peek, Reply};
+
+mod files;
 
 /// A scenario process on the model: its address space and its threads' CPUs.
 struct Process {
@@ -72,27 +74,9 @@ impl ModelBackend {
         Ok((p.mm.clone(), cpu.clone()))
     }
 
-    /// The file behind handle `h`.
-    fn file(&self, h: u64) -> BackendResult<Arc<Inode>> {
-        let files = self.files.lock().unwrap();
-        Ok(files.get(&h).cloned().ok_or(Machinery::NoFile(h))?)
-    }
-
     fn add_process(&self, name: &str, mm: Arc<Mm>, fds: HashSet<u64>) {
         let cpu = Arc::new(Mutex::new(self.m().new_cpu()));
         self.procs.write().unwrap().insert(name.into(), Process { mm, threads: HashMap::from([(0, cpu)]), fds });
-    }
-
-    /// Lets go of the files of `fds` that no process holds a descriptor of
-    /// any more (`fput` of the last descriptor; a file also mapped lives
-    /// on until its last mapping goes).
-    fn release(&self, fds: impl IntoIterator<Item = u64>) {
-        let held: HashSet<u64> = self.procs.read().unwrap().values().flat_map(|p| p.fds.iter().copied()).collect();
-        let gone: Vec<Arc<Inode>> = {
-            let mut files = self.files.lock().unwrap();
-            fds.into_iter().filter(|h| !held.contains(h)).filter_map(|h| files.remove(&h)).collect()
-        };
-        drop(gone);
     }
 }
 
@@ -229,14 +213,6 @@ impl Backend for ModelBackend {
                 self.add_process(&child, c, fds);
                 Reply::Done
             }
-            Op::Close { file } => {
-                let held = self.procs.write().unwrap().get_mut(t.proc).is_some_and(|p| p.fds.remove(&file));
-                if !held {
-                    return Err(Machinery::NoFile(file).into());
-                }
-                self.release([file]);
-                Reply::Done
-            }
             Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
@@ -251,30 +227,16 @@ impl Backend for ModelBackend {
             Op::Access { addr, len, access } => self.access(t, addr, len, access)?,
             Op::Observe { addr, len } => Reply::Observed(self.observe(t, addr, len)?),
             Op::Peek { addr } => Reply::Peeked(self.peek(t, addr)?),
-            Op::CreateFile { kind, size } => {
-                let inode = match kind {
-                    FileKind::Memfd => m.memfd_create(size)?,
-                    FileKind::Tmpfs { huge, named } => m.tmpfs_create(size, huge, named)?,
-                    FileKind::Hugetlbfs(page) => m.hugetlbfs_create(size, page)?,
-                };
-                let h = inode.ino;
-                self.files.lock().unwrap().insert(h, inode);
-                if let Some(p) = self.procs.write().unwrap().get_mut(t.proc) {
-                    p.fds.insert(h);
-                }
-                Reply::Value(h)
-            }
-            Op::Ftruncate { file, size } => done(m.ftruncate(&self.file(file)?, size))?,
-            Op::PunchHole { file, offset, len } => done(m.punch_hole(&self.file(file)?, offset, len))?,
-            Op::Fallocate { file, offset, len, keep_size } => done(self.file(file)?.fallocate(offset, len, keep_size))?,
-            Op::Pwrite { file, offset, data } => Reply::Value(self.file(file)?.write(offset, &data)? as u64),
-            Op::Pread { file, offset, len } => {
-                let mut buf = vec![0; len as usize];
-                let n = self.file(file)?.read(offset, &mut buf);
-                buf.truncate(n);
-                Reply::Bytes(buf)
-            }
-            Op::ObserveFile { file, offset } => Reply::Observed(self.observe_file(file, offset)?),
+            Op::CreateFile { .. }
+            | Op::Close { .. }
+            | Op::Unlink { .. }
+            | Op::AddSeals { .. }
+            | Op::Ftruncate { .. }
+            | Op::PunchHole { .. }
+            | Op::Fallocate { .. }
+            | Op::Pwrite { .. }
+            | Op::Pread { .. }
+            | Op::ObserveFile { .. } => self.file_op(t, op)?,
             Op::Pin { addr, len, kind } => {
                 let mm = self.mm_of(t)?;
                 let pin = match kind {
@@ -378,7 +340,7 @@ impl ModelBackend {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         let (pgtables_kb, vma_count) = (mm.pgtables_kb(), mm.map_count());
-        Ok(Observation { page, range, byte: byte[0], via_gup: false, pgtables_kb, vma_count, addr })
+        Ok(Observation { page, range, byte: byte[0], pgtables_kb, vma_count, addr, ..Default::default() })
     }
 
     fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {
@@ -386,19 +348,6 @@ impl ModelBackend {
         let page = mm.page_peek(addr);
         let byte = if page.present { self.m().phys.read_byte(page.pfn, (addr % PAGE_SIZE) as usize) } else { 0 };
         Ok(Peek { page, byte, fields: mm.folio_fields(addr) })
-    }
-
-    fn observe_file(&self, file: u64, offset: u64) -> BackendResult<Observation> {
-        let inode = self.file(file)?;
-        let mut o = Observation::default();
-        if let Some((f, pfn)) = inode.get_cached(offset / PAGE_SIZE) {
-            o.page.present = true;
-            o.page.pfn = pfn;
-            o.page.folio_order = f.order();
-            o.byte = self.m().kernel.phys.read_byte(pfn, (offset % PAGE_SIZE) as usize);
-            self.m().kernel.folio_put_refs(f, 1);
-        }
-        Ok(o)
     }
 
     fn observe_pin(&self, pin: u64) -> BackendResult<Observation> {
