@@ -16,14 +16,14 @@ use std::sync::Mutex;
 
 use foliomm::internals::folio::thp::ShmemHuge;
 use foliomm::internals::machine::HugeSize;
-use foliomm_scenario::op::FileKind;
 use foliomm_scenario::observation::FileInfo;
+use foliomm_scenario::op::FileKind;
 use foliomm_scenario::{Observation, Reply};
 
 use crate::procfs::Procfs;
 use crate::protocol::{done, value, Answer, Refused};
-use foliomm::Errno;
 use crate::sys::scenario as sys;
+use foliomm::Errno;
 
 const PAGE: u64 = 4096;
 
@@ -100,13 +100,13 @@ pub fn pread(fd: u64, offset: u64, len: u64) -> Answer {
 /// mapping says whether it is cached without bringing it in; a cached page
 /// inside the file is then read through the mapping (which maps the cached
 /// folio, allocating nothing) to learn its frame and folio order. On
-/// hugetlbfs (`st_blksize` a huge page) the page stays hidden: `mincore`
+/// hugetlbfs the page stays hidden: `mincore`
 /// reports page table entries there, and a read would allocate. Then the
 /// file's `fstat`, seals and `SEEK_DATA` / `SEEK_HOLE` from `offset`.
 pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Answer {
     let st = sys::fstat(fd)?;
-    let (size, unit) = (st.st_size as u64, (st.st_blksize as u64).max(PAGE));
-    let mut o = if unit > PAGE {
+    let size = st.st_size as u64;
+    let mut o = if sys::on_hugetlbfs(fd)? {
         // hugetlbfs: mincore would report the new mapping's empty entries.
         Observation { page_hidden: true, ..Default::default() }
     } else {

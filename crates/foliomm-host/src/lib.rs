@@ -15,6 +15,7 @@ pub mod procfs;
 pub mod protocol;
 mod release;
 mod smaps;
+mod status;
 #[allow(unsafe_code)] // the host's system-call boundary: its only unsafe code
 pub mod sys;
 pub mod sysfs;

@@ -32,6 +32,7 @@ const PAGE_IS_HUGE: u64 = 1 << 6;
 pub struct Procfs {
     pagemap: File,
     kpageflags: File,
+    kpagecount: File,
 }
 
 /// Per-page facts of a range.
@@ -45,13 +46,24 @@ struct PageFacts {
 
 impl Procfs {
     pub fn open() -> std::io::Result<Procfs> {
-        Ok(Procfs { pagemap: File::open("/proc/self/pagemap")?, kpageflags: File::open("/proc/kpageflags")? })
+        Ok(Procfs {
+            pagemap: File::open("/proc/self/pagemap")?,
+            kpageflags: File::open("/proc/kpageflags")?,
+            kpagecount: File::open("/proc/kpagecount")?,
+        })
     }
 
     fn pagemap(&self, addr: u64, pages: u64) -> Vec<u64> {
         let mut buf = vec![0u8; pages as usize * 8];
         let _ = self.pagemap.read_exact_at(&mut buf, addr / PAGE * 8);
         buf.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    /// `/proc/kpagecount` of frame `pfn` (0 if unreadable).
+    pub fn kpagecount(&self, pfn: u64) -> u64 {
+        let mut buf = [0u8; 8];
+        let _ = self.kpagecount.read_exact_at(&mut buf, pfn * 8);
+        u64::from_le_bytes(buf)
     }
 
     fn kpageflags(&self, pfn: u64, n: u64) -> Vec<u64> {
@@ -275,12 +287,4 @@ pub fn mem_total() -> u64 {
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
     kb.unwrap_or(0) << 10
-}
-
-/// This process's `VmPTE` (/proc/self/status) in KiB: its page tables
-/// below the PGD; 0 if it cannot be read.
-pub fn vm_pte_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find_map(|l| l.strip_prefix("VmPTE:"));
-    line.and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }

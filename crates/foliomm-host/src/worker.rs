@@ -248,14 +248,18 @@ fn observe_zero_page(procfs: &Procfs) -> Answer {
 /// The first page of a range as pagemap and kpageflags report it, the sums
 /// over the range, and the byte at `addr` if the page is present and readable.
 fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
-    let (page, range) = match (procfs.page_info(addr), procfs.range_info(addr, len)) {
+    let (mut page, range) = match (procfs.page_info(addr), procfs.range_info(addr, len)) {
         (Ok(page), Ok(range)) => (page, range),
         (Err(why), _) | (_, Err(why)) => return Err(Refused::Unobservable(why)),
     };
     let readable = check_access(&maps(), addr, false).is_ok();
     let byte = if page.present && readable { sys::read_byte(addr) } else { 0 };
-    let (pgtables_kb, vma_count) = (crate::procfs::vm_pte_kb(), maps().len() as u64);
-    Ok(Reply::Observed(Observation { page, range, byte, pgtables_kb, vma_count, ..Default::default() }))
+    let (pgtables_kb, vma_count) = (crate::status::vm_pte_kb(), maps().len() as u64);
+    if page.present && !page.zero_page {
+        page.mapcount = procfs.kpagecount(page.pfn);
+    }
+    let process = crate::status::process_info(addr);
+    Ok(Reply::Observed(Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() }))
 }
 
 /// Faults in the page at `addr` of a file mapping the way the access would

@@ -28,8 +28,15 @@ pub fn check(src: &str) -> Result<(), String> {
         )
     });
     let memory = MachineSetting::Memory(FUZZ_MEMORY);
-    let first =
-        Step { line: 0, text: "(fuzz)".into(), proc: None, thread: None, cmd: Cmd::SetMachine(memory), fails: None, fails_only: Default::default() };
+    let first = Step {
+        line: 0,
+        text: "(fuzz)".into(),
+        proc: None,
+        thread: None,
+        cmd: Cmd::SetMachine(memory),
+        fails: None,
+        fails_only: Default::default(),
+    };
     steps.insert(0, first);
     let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
     let Some(f) = out.failure else { return Ok(()) };

@@ -37,6 +37,33 @@ pub struct Observation {
     /// fields ([`Observation::PAGE_FIELDS`]) are unknown.
     #[serde(default)]
     pub page_hidden: bool,
+    /// The process around the observed place: its /proc/PID/status memory
+    /// lines and the VMA holding the address.
+    #[serde(default)]
+    pub process: ProcessInfo,
+}
+
+/// What `/proc/PID/status` and `/proc/PID/smaps` say around an observed
+/// address, in KiB where sizes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcessInfo {
+    /// `RssAnon`; on the host the worker's own memory counts too.
+    pub rss_anon_kb: u64,
+    /// `RssFile`; on the host the worker's program counts (the model maps
+    /// no regular files: 0).
+    pub rss_file_kb: u64,
+    /// `RssShmem`.
+    pub rss_shmem_kb: u64,
+    /// `HugetlbPages`.
+    pub hugetlb_kb: u64,
+    /// The VMA holding the address: its start's distance below it.
+    pub vma_offset_kb: u64,
+    /// The VMA's length.
+    pub vma_kb: u64,
+    /// The VMA's permissions and flags as
+    /// `foliomm::internals::mm::VmaInfo` encodes them (r 1, w 2, x 4, s 8,
+    /// locked 16, hugepage 32, nohugepage 64, dontcopy 128).
+    pub vma_flags: u64,
 }
 
 /// A file as `fstat`, `fcntl(F_GET_SEALS)` and `lseek(SEEK_DATA /
@@ -84,6 +111,12 @@ impl Observation {
         "file_seals",
         "seek_data",
         "seek_hole",
+        "kpagecount",
+        "rss_shmem_total_kb",
+        "hugetlb_total_kb",
+        "vma_offset_kb",
+        "vma_kb",
+        "vma_flags",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -101,17 +134,19 @@ impl Observation {
 
     /// Fields every backend reports that `foliomm compare` leaves alone,
     /// because a backend's own state moves them: the host worker's page
-    /// tables and mappings count in `pgtables_kb` and `vma_count` (compare
-    /// their differences: `b.pgtables_kb - a.pgtables_kb == 4`), and where
+    /// tables and mappings count in `pgtables_kb` and `vma_count`, its own
+    /// memory and program in `rss_anon_total_kb` and `rss_file_total_kb`
+    /// (compare their differences: `b.pgtables_kb - a.pgtables_kb == 4`), and where
     /// a mapping lands depends on the layout (`pmd_aligned`: the observed
     /// address is a multiple of 2 MiB, which holds on every backend only
     /// where the kernel aligns the mapping).
-    pub const UNCOMPARED_FIELDS: &'static [&'static str] = &["pgtables_kb", "vma_count", "pmd_aligned"];
+    pub const UNCOMPARED_FIELDS: &'static [&'static str] =
+        &["pgtables_kb", "vma_count", "pmd_aligned", "rss_anon_total_kb", "rss_file_total_kb"];
 
     /// The fields that describe the observed page itself, unknown when
     /// [`Observation::page_hidden`].
     pub const PAGE_FIELDS: &'static [&'static str] =
-        &["frame", "present", "zero_page", "pmd_mapped", "folio_order", "folio_kb", "exclusive", "byte"];
+        &["frame", "present", "zero_page", "pmd_mapped", "folio_order", "folio_kb", "exclusive", "byte", "kpagecount"];
 
     /// Whether the backend saw `field` (every field unless the page was
     /// hidden from it).
@@ -162,6 +197,14 @@ impl Observation {
             "file_seals" => self.file.seals,
             "seek_data" => self.file.seek_data,
             "seek_hole" => self.file.seek_hole,
+            "kpagecount" => p.mapcount,
+            "rss_anon_total_kb" => self.process.rss_anon_kb,
+            "rss_file_total_kb" => self.process.rss_file_kb,
+            "rss_shmem_total_kb" => self.process.rss_shmem_kb,
+            "hugetlb_total_kb" => self.process.hugetlb_kb,
+            "vma_offset_kb" => self.process.vma_offset_kb,
+            "vma_kb" => self.process.vma_kb,
+            "vma_flags" => self.process.vma_flags,
             _ => return None,
         })
     }

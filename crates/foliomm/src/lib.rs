@@ -231,7 +231,9 @@ impl Errno {
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
         use Errno::*;
-        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG, EPERM, ENXIO, ENOENT].into_iter().find(|e| e.name() == s)
+        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG, EPERM, ENXIO, ENOENT]
+            .into_iter()
+            .find(|e| e.name() == s)
     }
 }
 

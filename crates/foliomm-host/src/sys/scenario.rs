@@ -178,6 +178,15 @@ pub(crate) fn fstat(fd: u64) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// Whether `fd` is a file on hugetlbfs (`fstatfs`'s `f_type`).
+pub(crate) fn on_hugetlbfs(fd: u64) -> io::Result<bool> {
+    // SAFETY: fstatfs into a zeroed statfs buffer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid statfs buffer; the kernel validates `fd`.
+    status(unsafe { libc::fstatfs(fd as i32, &mut st) })?;
+    Ok(st.f_type == libc::HUGETLBFS_MAGIC)
+}
+
 /// `lseek(fd, offset, whence)`: the offset it lands on.
 pub(crate) fn lseek(fd: u64, offset: u64, whence: i32) -> io::Result<u64> {
     // SAFETY: no memory is passed; the kernel validates `fd`.

@@ -132,7 +132,10 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
         fails = Some(Errno::from_name(t.text).ok_or_else(|| ParseError {
             line: l.line,
             col: t.col,
-            msg: format!("expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, EPERM, ...), found '{}'", t.text),
+            msg: format!(
+                "expected an error name (ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, EPERM, ...), found '{}'",
+                t.text
+            ),
         })?);
         l.toks.truncate(if bracket { n - 3 } else { n - 2 });
     }

@@ -18,7 +18,7 @@ use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 use crate::backend::{hugepage_counters, Backend, Thread};
 use crate::error::{BackendResult, Machinery, StepError};
 use crate::lang::{MachineSetting, Tunable};
-use crate::observation::Observation;
+use crate::observation::{Observation, ProcessInfo};
 use crate::op::{pattern_bytes, Access, GupKind, MmapRequest, Op, Peek, Reply};
 
 mod files;
@@ -292,6 +292,21 @@ impl Backend for ModelBackend {
     }
 }
 
+/// The status lines of `mm` and the VMA holding `addr` (zeros in a hole).
+fn process_info(mm: &Mm, addr: u64) -> ProcessInfo {
+    let status = mm.status();
+    let vma = mm.vma_info(addr).unwrap_or_default();
+    ProcessInfo {
+        rss_anon_kb: status.rss_anon_kb,
+        rss_file_kb: 0,
+        rss_shmem_kb: status.rss_shmem_kb,
+        hugetlb_kb: status.hugetlb_kb,
+        vma_offset_kb: vma.end.min(addr).saturating_sub(vma.start) / 1024,
+        vma_kb: (vma.end - vma.start) / 1024,
+        vma_flags: vma.flags,
+    }
+}
+
 /// [`Reply::Done`] for an operation that succeeded.
 fn done(r: foliomm::Result<()>) -> BackendResult<Reply> {
     r.map(|()| Reply::Done).map_err(StepError::from)
@@ -340,7 +355,8 @@ impl ModelBackend {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         let (pgtables_kb, vma_count) = (mm.pgtables_kb(), mm.map_count());
-        Ok(Observation { page, range, byte: byte[0], pgtables_kb, vma_count, addr, ..Default::default() })
+        let process = process_info(&mm, addr);
+        Ok(Observation { page, range, byte: byte[0], pgtables_kb, vma_count, addr, process, ..Default::default() })
     }
 
     fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {

@@ -300,6 +300,7 @@ fn hugetlb_no_page(
         None => rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, mm.rmap),
     }
     pmd.store(phys, Pte::new(f.pfn, bits));
+    mm.add_rss(f, nr as i64);
     drop(_pl);
     if kind == FaultKind::Write && !vma.shared() && !anon {
         return hugetlb_wp(k, mm, vma, walked, pmd.load(phys), kind);
@@ -424,6 +425,7 @@ fn copy_huge_entry(
         f.ref_add(1);
         rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.rmap);
         dpmd.store(phys, e);
+        dst.add_rss(f, nr as i64);
         return;
     }
     let pinned = src.has_pinned.load(Relaxed);
@@ -431,6 +433,7 @@ fn copy_huge_entry(
     if rmap::folio_try_dup_anon_rmap(k, f, 0, nr, Level::Pmd, dst.rmap, pinned).is_ok() {
         spmd.store(phys, e.without(Pte::RW));
         dpmd.store(phys, e.without(Pte::RW));
+        dst.add_rss(f, nr as i64);
         src.tlb.flush_range(&k.stats, addr, addr + size.bytes());
         return;
     }
@@ -440,4 +443,5 @@ fn copy_huge_entry(
     (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, anon_vma);
     dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
+    dst.add_rss(new, nr as i64);
 }

@@ -18,7 +18,7 @@ pub mod vma;
 
 pub use madvise::Advice;
 pub use mmap::{MmapFlags, MMAP_BASE, MMAP_MIN_ADDR};
-pub use proc::{PageInfo, RangeInfo};
+pub use proc::{PageInfo, ProcStatus, RangeInfo, VmaInfo};
 
 use crate::arch::{PAGE_SIZE, TASK_SIZE};
 use crate::{Errno, Result};

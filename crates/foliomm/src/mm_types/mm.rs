@@ -44,6 +44,10 @@ pub struct Mm {
     pub rss_anon: AtomicI64,
     /// `MM_SHMEMPAGES`: shmem pages mapped.
     pub rss_shmem: AtomicI64,
+    /// `mm->hugetlb_usage`: pages of huge pages this MM mapped by its own
+    /// faults and fork copies, less those it zapped (`hugetlb_count_add` /
+    /// `_sub`); a PMD table it shares with other MMs adds nothing.
+    pub hugetlb_usage: AtomicI64,
     /// TLB flush state shared with every CPU that runs this MM.
     pub tlb: MmTlb,
     /// `MMF_HAS_PINNED`: a page of this MM was ever pinned with FOLL_PIN.
@@ -69,6 +73,7 @@ impl Mm {
             deposits: Mutex::new(HashMap::new()),
             rss_anon: AtomicI64::new(0),
             rss_shmem: AtomicI64::new(0),
+            hugetlb_usage: AtomicI64::new(0),
             tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
             exited: AtomicBool::new(false),
@@ -85,10 +90,11 @@ impl Mm {
     }
 
     /// `add_mm_counter(mm, mm_counter(folio), n)`: `MM_ANONPAGES` for an
-    /// anon folio, `MM_SHMEMPAGES` for a shmem one, none for hugetlb.
+    /// anon folio, `MM_SHMEMPAGES` for a shmem one; for hugetlb no RSS
+    /// counter but `hugetlb_usage` (`hugetlb_count_add`).
     pub fn add_rss(&self, f: Folio, n: i64) {
         if f.head().test(crate::phys::pg::HUGETLB) {
-            // hugetlb pages count in no RSS counter.
+            self.hugetlb_usage.fetch_add(n, Relaxed);
         } else if f.test_anon() {
             self.add_anon_rss(n);
         } else {

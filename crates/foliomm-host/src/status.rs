@@ -1,0 +1,70 @@
+//! The worker's memory as /proc/self/status counts it (`VmPTE`, `RssAnon`,
+//! `RssFile`, `RssShmem`, `HugetlbPages`), and the VMA holding an address
+//! as /proc/self/smaps shows it (range, permissions, `VmFlags`).
+
+use foliomm::internals::mm::VmaInfo;
+use foliomm_scenario::observation::ProcessInfo;
+
+/// The KiB of line `key` of /proc/self/status text; 0 if absent.
+fn kb(status: &str, key: &str) -> u64 {
+    let line = status.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')));
+    line.and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// This process's `VmPTE` in KiB: its page tables below the PGD; 0 if it
+/// cannot be read.
+pub fn vm_pte_kb() -> u64 {
+    kb(&std::fs::read_to_string("/proc/self/status").unwrap_or_default(), "VmPTE")
+}
+
+/// The status lines, and the VMA holding `addr` (zeros in a hole).
+pub fn process_info(addr: u64) -> ProcessInfo {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let vma = vma_info(addr).unwrap_or_default();
+    ProcessInfo {
+        rss_anon_kb: kb(&status, "RssAnon"),
+        rss_file_kb: kb(&status, "RssFile"),
+        rss_shmem_kb: kb(&status, "RssShmem"),
+        hugetlb_kb: kb(&status, "HugetlbPages"),
+        vma_offset_kb: vma.end.min(addr).saturating_sub(vma.start) / 1024,
+        vma_kb: (vma.end - vma.start) / 1024,
+        vma_flags: vma.flags,
+    }
+}
+
+/// The smaps entry of the VMA holding `addr`: the header's range and
+/// permissions, and the `VmFlags` foliomm models.
+fn vma_info(addr: u64) -> Option<VmaInfo> {
+    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut found: Option<VmaInfo> = None;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if let Some((s, e)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+            if found.is_some() {
+                break;
+            }
+            let (start, end) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+            if (start..end).contains(&addr) {
+                let perms = words.next()?.as_bytes();
+                let bits = [
+                    (b'r', 0, VmaInfo::READ),
+                    (b'w', 1, VmaInfo::WRITE),
+                    (b'x', 2, VmaInfo::EXEC),
+                    (b's', 3, VmaInfo::SHARED),
+                ];
+                let flags = bits.iter().filter(|(c, i, _)| perms.get(*i) == Some(c)).fold(0, |a, (_, _, b)| a | b);
+                found = Some(VmaInfo { start, end, flags });
+            }
+        } else if let (Some(v), "VmFlags:") = (found.as_mut(), first) {
+            let bits = [
+                ("lo", VmaInfo::LOCKED),
+                ("hg", VmaInfo::HUGEPAGE),
+                ("nh", VmaInfo::NOHUGEPAGE),
+                ("dc", VmaInfo::DONTCOPY),
+            ];
+            v.flags |= words.filter_map(|w| bits.iter().find(|(n, _)| *n == w)).fold(0, |a, (_, b)| a | b);
+        }
+    }
+    found
+}
