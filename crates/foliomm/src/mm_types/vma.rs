@@ -255,7 +255,8 @@ impl Vma {
     pub fn file_mapping(&self) -> FileMapping {
         let pages = (self.end() - self.start()) / PAGE_SIZE;
         let (vma, mm, start, pgoff, flags) = (self.id(), self.mm(), self.start(), self.pgoff(), self.flags());
-        FileMapping { vma, mm, start, pgoff, pages, flags }
+        let shared_maywrite = flags & vm::SHARED != 0 && flags & vm::NO_MAYWRITE == 0;
+        FileMapping { vma, mm, start, pgoff, pages, flags, shared_maywrite }
     }
 
     /// `vma_link_file`: a file VMA entering its MM's tree joins the file's

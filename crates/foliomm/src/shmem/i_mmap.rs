@@ -38,6 +38,9 @@ pub struct FileMapping {
     pub pages: u64,
     /// `vm_flags`.
     pub flags: u32,
+    /// `vma_is_shared_maywrite`: a shared mapping that is or may become
+    /// writable, which counts in `i_mmap_writable` (fixed for the VMA's life).
+    pub shared_maywrite: bool,
 }
 
 impl FileMapping {

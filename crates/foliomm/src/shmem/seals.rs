@@ -12,12 +12,14 @@
 //! memfd mappings read-only"): the 6.1 stable series took both in July
 //! 2025, and the Debian 6.1.0-47 guest behaves so.
 //!
-//! Differs from Linux: no `F_SEAL_EXEC`, and adding `F_SEAL_WRITE` does
-//! not wait for pinned pages (`memfd_wait_for_pins`); every memfd is made
-//! with `MFD_ALLOW_SEALING`.
+//! Differs from Linux: no `F_SEAL_EXEC`; adding `F_SEAL_WRITE` does not
+//! wait for pinned pages (`memfd_wait_for_pins`); every memfd is made with
+//! `MFD_ALLOW_SEALING`. The linked VMAs stand in for `i_mmap_writable`,
+//! so an mmap that passed its seal check before `F_SEAL_WRITE` was added
+//! may still link a writable mapping after (Linux's counter, raised before
+//! the link, refuses it).
 
-use super::{FileMapping, Inode};
-use crate::mm_types::vm;
+use super::Inode;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
 
@@ -74,8 +76,7 @@ impl Inode {
     /// Whether a shared mapping that may become writable maps the file
     /// (`i_mmap_writable > 0`, counted by `is_shared_maywrite`).
     fn writably_mapped(&self) -> bool {
-        let counts = |m: &FileMapping| m.flags & vm::SHARED != 0 && m.flags & vm::NO_MAYWRITE == 0;
-        self.i_mmap.read().iter().any(counts)
+        self.i_mmap.read().iter().any(|m| m.shared_maywrite)
     }
 
     /// The seal check of `mmap`: returns whether the mapping loses
