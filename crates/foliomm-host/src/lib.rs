@@ -305,7 +305,13 @@ impl Backend for HostBackend {
         name.starts_with("hugepages_")
     }
 
+    /// Every field the kernel reports, but `RssShmem` only where the
+    /// worker's program is not itself on tmpfs (in the guest it is, and
+    /// its own text faults move the count).
     fn observes(&self, field: &str) -> bool {
+        if field == "rss_shmem_total_kb" {
+            return !sys::program_on_shmem();
+        }
         field == "frame"
             || Observation::KERNEL_FIELDS.contains(&field)
             || Observation::UNCOMPARED_FIELDS.contains(&field)

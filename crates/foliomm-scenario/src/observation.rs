@@ -52,7 +52,8 @@ pub struct ProcessInfo {
     /// `RssFile`; on the host the worker's program counts (the model maps
     /// no regular files: 0).
     pub rss_file_kb: u64,
-    /// `RssShmem`.
+    /// `RssShmem`; where the worker's program lives on tmpfs (the guest's
+    /// initramfs) its pages count too.
     pub rss_shmem_kb: u64,
     /// `HugetlbPages`.
     pub hugetlb_kb: u64,
@@ -112,7 +113,6 @@ impl Observation {
         "seek_data",
         "seek_hole",
         "kpagecount",
-        "rss_shmem_total_kb",
         "hugetlb_total_kb",
         "vma_offset_kb",
         "vma_kb",
@@ -135,13 +135,14 @@ impl Observation {
     /// Fields every backend reports that `foliomm compare` leaves alone,
     /// because a backend's own state moves them: the host worker's page
     /// tables and mappings count in `pgtables_kb` and `vma_count`, its own
-    /// memory and program in `rss_anon_total_kb` and `rss_file_total_kb`
+    /// memory and program in `rss_anon_total_kb`, `rss_file_total_kb` and
+    /// (where the program lives on tmpfs, as in the guest) `rss_shmem_total_kb`
     /// (compare their differences: `b.pgtables_kb - a.pgtables_kb == 4`), and where
     /// a mapping lands depends on the layout (`pmd_aligned`: the observed
     /// address is a multiple of 2 MiB, which holds on every backend only
     /// where the kernel aligns the mapping).
     pub const UNCOMPARED_FIELDS: &'static [&'static str] =
-        &["pgtables_kb", "vma_count", "pmd_aligned", "rss_anon_total_kb", "rss_file_total_kb"];
+        &["pgtables_kb", "vma_count", "pmd_aligned", "rss_anon_total_kb", "rss_file_total_kb", "rss_shmem_total_kb"];
 
     /// The fields that describe the observed page itself, unknown when
     /// [`Observation::page_hidden`].

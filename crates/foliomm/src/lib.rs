@@ -131,6 +131,7 @@ pub mod internals {
     pub mod check;
     pub mod cpu;
     pub mod folio;
+    pub mod ipc;
     pub mod kernel;
     pub mod machine;
     pub mod mapcount;
@@ -151,14 +152,14 @@ pub mod internals {
     /// `xorshift`) is below them all.
     pub const LAYERS: &[&str] = &[
         "release", "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb",
-        "mm_types", "memory", "mm", "cpu", "check", "machine",
+        "mm_types", "memory", "mm", "ipc", "cpu", "check", "machine",
     ];
 
     pub use crate::xorshift;
 }
 
 pub(crate) use internals::{
-    arch, check, cpu, folio, kernel, machine, mapcount, memory, mm, mm_types, pgtable, phys, release, rmap, shmem,
+    arch, check, cpu, folio, ipc, kernel, machine, mapcount, memory, mm, mm_types, pgtable, phys, release, rmap, shmem,
     sync, tlb,
 };
 

@@ -25,3 +25,15 @@ pub fn default_sigpipe() {
     // replaces no handler of foliomm's.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
+
+/// Whether this program's executable lives on tmpfs or ramfs (the guest's
+/// initramfs), where its own pages count as shmem (`statfs`).
+pub fn program_on_shmem() -> bool {
+    // SAFETY: statfs into a zeroed buffer, of a NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the kernel validates the path.
+    let ok = unsafe { libc::statfs(c"/proc/self/exe".as_ptr(), &mut st) } == 0;
+    // RAMFS_MAGIC, which libc does not name.
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+    ok && (st.f_type == libc::TMPFS_MAGIC || st.f_type == RAMFS_MAGIC)
+}

@@ -13,6 +13,7 @@ pub use crate::kernel::{
 use crate::check::{check_machine, Ledger, Violation};
 use crate::cpu::Cpu;
 use crate::folio::thp::ShmemHuge;
+use crate::ipc::ShmIds;
 use crate::kernel::Kernel;
 use crate::mm::gup::{unpin_user_pages, Pin};
 use crate::mm_types::{Mm, MmList, VmaCache};
@@ -29,6 +30,8 @@ pub struct Machine {
     pub mms: Arc<MmList>,
     /// What the checker keeps beside the page tables.
     pub ledger: Arc<Ledger>,
+    /// The System V shared memory segments.
+    pub shm: ShmIds,
 }
 
 impl std::ops::Deref for Machine {
@@ -46,7 +49,12 @@ impl Machine {
         let ledger = Arc::new(Ledger::new(config.precision));
         let mms = Arc::new(MmList::new(VmaCache::new(config.vma_lock)));
         let kernel = Arc::new(Kernel::new(config, Some(ledger.clone()))?);
-        Ok(Arc::new(Machine { kernel, mms, ledger }))
+        Ok(Arc::new(Machine { kernel, mms, ledger, shm: ShmIds::default() }))
+    }
+
+    /// `shmget` by `mm` (see [`ShmIds::shmget`]).
+    pub fn shmget(&self, mm: &Mm, size: u64, huge: Option<HugeSize>) -> Result<u64> {
+        self.shm.shmget(&self.kernel, &self.mms, mm.serial, size, huge)
     }
 
     /// A new empty address space (`mm_alloc`).
