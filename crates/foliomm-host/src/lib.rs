@@ -158,6 +158,9 @@ pub(crate) fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
+/// `kernel.shm_rmid_forced`.
+const SHM_RMID_FORCED: &str = "/proc/sys/kernel/shm_rmid_forced";
+
 impl Backend for HostBackend {
     fn name(&self) -> &'static str {
         "host"
@@ -260,6 +263,9 @@ impl Backend for HostBackend {
         }
     }
 
+    /// Runs `op` in the worker of `t`; a `shmget` first sets
+    /// `kernel.shm_rmid_forced` (the model's behaviour, see
+    /// `foliomm::internals::ipc::shm`).
     fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {
         match op {
             Op::Spawn => self.spawn(t.proc),
@@ -267,6 +273,12 @@ impl Backend for HostBackend {
             Op::ExitThread => self.exit_thread(t),
             Op::Exit => self.exit(t.proc),
             Op::Fork { child } => self.fork(t, &child),
+            op @ Op::ShmGet { .. } => {
+                // No segment may outlive its creator's run: exit_shm removes
+                // a segment its creator leaves behind (restored at the end).
+                sysfs::set(SHM_RMID_FORCED, "1").map_err(StepError::Unsupported)?;
+                self.request(t, t.tid, op)
+            }
             op => self.request(t, t.tid, op),
         }
     }

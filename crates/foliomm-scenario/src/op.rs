@@ -102,6 +102,25 @@ pub enum Op {
     Unlink {
         file: u64,
     },
+    /// `shmget(IPC_PRIVATE, size, IPC_CREAT | 0600 [| SHM_HUGETLB with a
+    /// page size])`; replies with the segment's id.
+    ShmGet {
+        size: u64,
+        hugetlb: Option<HugeSize>,
+    },
+    /// `shmat(id, NULL, readonly ? SHM_RDONLY : 0)`; replies with the address.
+    ShmAt {
+        shm: u64,
+        readonly: bool,
+    },
+    /// `shmdt(addr)`.
+    ShmDt {
+        addr: u64,
+    },
+    /// `shmctl(id, IPC_RMID)`.
+    ShmRm {
+        shm: u64,
+    },
     /// `fcntl(F_ADD_SEALS)` with `F_SEAL_*` bits.
     AddSeals {
         file: u64,

@@ -244,3 +244,40 @@ pub(crate) fn detach_mount(dir: &CString) {
     // SAFETY: a NUL-terminated path.
     unsafe { libc::umount2(dir.as_ptr(), libc::MNT_DETACH) };
 }
+
+/// `shmget(IPC_PRIVATE, size, IPC_CREAT | 0600 [| SHM_HUGETLB | size bits])`:
+/// the segment's id.
+pub(crate) fn shmget(size: u64, huge_bits: Option<libc::c_int>) -> io::Result<u64> {
+    let flags = libc::IPC_CREAT | 0o600 | huge_bits.map_or(0, |b| libc::SHM_HUGETLB | b);
+    // SAFETY: integer arguments only.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size as usize, flags) };
+    if id < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(id as u64)
+    }
+}
+
+/// `shmat(id, NULL, readonly ? SHM_RDONLY : 0)`: the address attached.
+pub(crate) fn shmat(id: u64, readonly: bool) -> io::Result<u64> {
+    let flags = if readonly { libc::SHM_RDONLY } else { 0 };
+    // SAFETY: the kernel picks the address (a new scenario mapping).
+    let p = unsafe { libc::shmat(id as libc::c_int, std::ptr::null(), flags) };
+    if p as isize == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p as u64)
+    }
+}
+
+/// `shmdt(addr)`.
+pub(crate) fn shmdt(addr: u64) -> io::Result<()> {
+    // SAFETY: a scenario attach (module doc); the kernel validates it.
+    status(unsafe { libc::shmdt(addr as *const libc::c_void) })
+}
+
+/// `shmctl(id, IPC_RMID, NULL)`.
+pub(crate) fn shm_rmid(id: u64) -> io::Result<()> {
+    // SAFETY: IPC_RMID reads no buffer.
+    status(unsafe { libc::shmctl(id as libc::c_int, libc::IPC_RMID, std::ptr::null_mut()) })
+}

@@ -12,6 +12,7 @@ mod file_cmd;
 mod mapping_cmd;
 mod parallel;
 mod process;
+mod shm_cmd;
 mod state;
 mod trace;
 

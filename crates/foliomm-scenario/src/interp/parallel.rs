@@ -181,11 +181,15 @@ impl State<'_> {
             | Cmd::Close(_)
             | Cmd::Unlink(_)
             | Cmd::Seal { .. }
+            | Cmd::ShmGet { .. }
+            | Cmd::ShmAt { .. }
+            | Cmd::ShmDt(_)
+            | Cmd::ShmRm(_)
             | Cmd::Truncate { .. }
             | Cmd::Punch { .. }
             | Cmd::Fallocate { .. }
             | Cmd::Pwrite { .. }
-            | Cmd::Pread { .. } => return Err("file commands cannot run inside a parallel block".into()),
+            | Cmd::Pread { .. } => return Err("file and segment commands cannot run inside a parallel block".into()),
             _ => {}
         }
         Ok(f)

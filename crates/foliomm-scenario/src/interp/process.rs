@@ -63,6 +63,7 @@ impl State<'_> {
             | Cmd::Pwrite { .. }
             | Cmd::Pread { .. } => self.file_step(step, t),
             Cmd::Observe { place, name } if self.files.contains_key(&place.map) => self.file_step(step, t),
+            Cmd::ShmGet { .. } | Cmd::ShmAt { .. } | Cmd::ShmDt(_) | Cmd::ShmRm(_) => self.shm_step(step, t),
             Cmd::Fork(child) => {
                 if self.live.contains(child) || self.exited.contains(child) {
                     return Err(format!("process {child} already exists").into());

@@ -38,15 +38,17 @@ pub(super) struct State<'b> {
     /// Mappings and files of hugetlb pages by name, with their page size
     /// (MADV_DONTNEED on them acts on whole huge pages only).
     pub(super) hugetlb: HashMap<String, HugeSize>,
-    /// Files by name: the backend's handle (a descriptor every process
-    /// forked after its creation holds too).
-    /// Each file by name: the backend's handle and the reference model's id.
+    /// Each file by name: the backend's handle (a descriptor every process
+    /// forked after its creation holds too) and the reference model's id.
     pub(super) files: HashMap<String, (u64, u64)>,
-    /// The processes holding a descriptor of each file: its creator and the
-    /// children forked after.
+    /// System V segments by name: the backend's id, the reference model's
+    /// file id and the segment's size.
+    pub(super) segments: HashMap<String, (u64, u64, u64)>,
     /// What the run's reader should know: counters that read as Linux's
     /// own accounting anomalies, each with its line ([`super::Outcome::notes`]).
     pub(super) notes: Vec<String>,
+    /// The processes holding a descriptor of each file: its creator and the
+    /// children forked after.
     pub(super) holders: HashMap<String, HashSet<String>>,
     /// The files' bytes in the reference model, shared by the processes.
     pub(super) ref_files: RefFiles,
@@ -82,6 +84,7 @@ impl<'b> State<'b> {
             maps: HashMap::new(),
             hugetlb: HashMap::new(),
             files: HashMap::new(),
+            segments: HashMap::new(),
             holders: HashMap::new(),
             notes: Vec::new(),
             ref_files: RefFiles::default(),
@@ -128,6 +131,7 @@ impl<'b> State<'b> {
         s.maps = self.maps.clone();
         s.hugetlb = self.hugetlb.clone();
         s.files = self.files.clone();
+        s.segments = self.segments.clone();
         s.holders = self.holders.clone();
         // The scratch copy writes files of its own, not the run's.
         s.ref_files = self.ref_files.snapshot();

@@ -79,6 +79,24 @@ pub enum Cmd {
     /// `close FILE`: this process's descriptor of the file goes; the file
     /// lives on while another descriptor or a mapping holds it.
     Close(String),
+    /// `NAME = shmget SIZE [hugetlb[=1G]]`: a System V shared memory
+    /// segment (any process may attach it).
+    ShmGet {
+        name: String,
+        size: u64,
+        hugetlb: Option<HugeSize>,
+    },
+    /// `NAME = shmat SEGMENT [r]`: attaches the segment (read-only with
+    /// `r`); NAME is the mapping.
+    ShmAt {
+        name: String,
+        shm: String,
+        readonly: bool,
+    },
+    /// `shmdt MAPPING`: detaches the attach `MAPPING` names.
+    ShmDt(String),
+    /// `shmrm SEGMENT` (`shmctl(IPC_RMID)`).
+    ShmRm(String),
     /// `unlink FILE`: a named tmpfs file loses its name.
     Unlink(String),
     /// `seal FILE SEAL...` (`fcntl(F_ADD_SEALS)`): `seal`, `shrink`,

@@ -24,6 +24,8 @@
 //! P: truncate f 32K                  ftruncate
 //! P: close f                        this process's descriptor (mappings keep the file)
 //! P: unlink f                       a named tmpfs file's name (it lives on while held)
+//! P: s = shmget 4M [hugetlb[=1G]]    a System V segment (hugetlb: its pages reserved now)
+//! P: a = shmat s [r]                 attach it (read-only with r); shmdt a; shmrm s (IPC_RMID)
 //! P: seal f write grow               fcntl(F_ADD_SEALS): seal shrink grow write future_write
 //! P: punch f[4K..12K]                fallocate(PUNCH_HOLE | KEEP_SIZE)
 //! P: munmap a[8K..12K]               a, a[OFF] (one page), a[START..END]

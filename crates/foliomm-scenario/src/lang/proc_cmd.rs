@@ -35,6 +35,8 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },
         "close" => Cmd::Close(l.ident("a file")?),
         "unlink" => Cmd::Unlink(l.ident("a file")?),
+        "shmdt" => Cmd::ShmDt(l.ident("an attached segment's mapping")?),
+        "shmrm" => Cmd::ShmRm(l.ident("a segment")?),
         "seal" => parse_seal(l)?,
         "punch" => {
             let (file, offset, len) = file_range(l)?;
@@ -107,7 +109,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         t => {
             return l.err(
                 col,
-                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
+                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, shmdt, shmrm, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
             )
         }
     })
@@ -118,7 +120,7 @@ fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
     let name = l.ident("a mapping name")?;
     l.pos += 1;
     let col = l.col();
-    match l.next("mmap, memfd, tmpfs, mremap, pin or get")? {
+    match l.next("mmap, memfd, tmpfs, shmget, shmat, mremap, pin or get")? {
         "mmap" => parse_mmap(l, name, col),
         "memfd" => {
             let size = l.size("a file size")?;
@@ -129,6 +131,15 @@ fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
             Ok(Cmd::CreateFile { name, size, kind })
         }
         "tmpfs" => parse_tmpfs(l, name),
+        "shmget" => {
+            let size = l.size("a segment size")?;
+            let hugetlb = match l.peek() {
+                Some(t) if t.starts_with("hugetlb") => Some(huge_size(l)?),
+                _ => None,
+            };
+            Ok(Cmd::ShmGet { name, size, hugetlb })
+        }
+        "shmat" => Ok(Cmd::ShmAt { name, shm: l.ident("a segment")?, readonly: l.eat("r") }),
         "mremap" => parse_mremap(l, name),
         "pin" => {
             let place = l.place()?;
@@ -144,7 +155,7 @@ fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
             Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
         }
         "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
-        t => l.err(col, format!("expected mmap, memfd, tmpfs, mremap, pin or get, found '{t}'")),
+        t => l.err(col, format!("expected mmap, memfd, tmpfs, shmget, shmat, mremap, pin or get, found '{t}'")),
     }
 }
 

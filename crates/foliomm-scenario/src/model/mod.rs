@@ -204,6 +204,7 @@ impl Backend for ModelBackend {
                 let p = self.procs.write().unwrap().remove(t.proc);
                 let p = p.ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
                 p.mm.exit();
+                m.shm.exit(p.mm.serial);
                 self.release(p.fds);
                 Reply::Done
             }
@@ -213,6 +214,10 @@ impl Backend for ModelBackend {
                 self.add_process(&child, c, fds);
                 Reply::Done
             }
+            Op::ShmGet { size, hugetlb } => Reply::Value(m.shmget(&*self.mm_of(t)?, size, hugetlb)?),
+            Op::ShmAt { shm, readonly } => Reply::Value(m.shm.shmat(&*self.mm_of(t)?, shm, readonly)?),
+            Op::ShmDt { addr } => done(m.shm.shmdt(&*self.mm_of(t)?, addr))?,
+            Op::ShmRm { shm } => done(m.shm.rmid(shm))?,
             Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,

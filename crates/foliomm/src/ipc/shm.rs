@@ -1,15 +1,16 @@
 //! System V shared memory (ipc/shm.c): `shmget`, `shmat`, `shmdt`,
-//! `shmctl(IPC_RMID)`, and what the creator's exit does when
-//! `kernel.shm_rmid_forced` is 1 (`exit_shm`), as foliomm runs it so that
-//! no segment outlives its scenario.
+//! `shmctl(IPC_RMID)`, with `kernel.shm_rmid_forced` at 1, as foliomm runs
+//! it so that no segment outlives its scenario: a segment is destroyed at
+//! its last detach (`shm_may_destroy`), and one never attached when its
+//! creator exits (`exit_shm`).
 //!
 //! A segment is a shmem file (`shmem_kernel_file_setup`), or with
 //! `SHM_HUGETLB` a hugetlbfs file whose huge pages are all reserved when
 //! the segment is made (`hugetlb_file_setup` → `hugetlb_reserve_pages`);
 //! `shmat` maps it shared (`do_mmap` of the segment's file). The table
-//! holds the file until the segment is removed; a removed segment lives on
-//! while attached (its VMAs hold the file) and can still be attached by id
-//! until the last detach destroys it (`shm_may_destroy`).
+//! holds the file until the first attach, `IPC_RMID` or the creator's
+//! exit; then the attaches (VMAs) hold it, and it can be attached by id
+//! until the last of them goes.
 //!
 //! Differs from Linux: ids count from 1; no keys, permissions or
 //! `shmmax`/`shmall` limits, no `SHM_REMAP`/`SHM_RND`/`SHM_NORESERVE`;
@@ -71,8 +72,9 @@ impl ShmIds {
     }
 
     /// `shmat(id, NULL, readonly ? SHM_RDONLY : 0)` in `mm`: the address
-    /// the whole segment is mapped shared at. EINVAL for an id that names
-    /// no segment (or one destroyed).
+    /// the whole segment is mapped shared at; from now on the attaches
+    /// hold the segment. EINVAL for an id that names no segment (or one
+    /// destroyed).
     pub fn shmat(&self, mm: &Mm, id: u64, readonly: bool) -> Result<u64> {
         let (file, size) = {
             let segs = self.segs.lock().unwrap();
@@ -81,7 +83,10 @@ impl ShmIds {
         };
         let prot = if readonly { Prot(Prot::READ) } else { Prot::RW };
         let flags = MmapFlags { shared: true, ..MmapFlags::default() };
-        mm.mmap_file(0, size, prot, flags, Some((&file, 0)))
+        let addr = mm.mmap_file(0, size, prot, flags, Some((&file, 0)))?;
+        let held = self.segs.lock().unwrap().get_mut(&id).and_then(|s| s.held.take());
+        drop(held);
+        Ok(addr)
     }
 
     /// `shmdt(addr)` in `mm`: unmaps the attach at `addr`: the first
@@ -141,7 +146,7 @@ impl ShmIds {
     }
 
     /// `exit_shm` with `shm_rmid_forced`: the segments the MM with serial
-    /// `creator` made are removed (destroyed once nothing maps them).
+    /// `creator` made and nobody attached are destroyed.
     pub fn exit(&self, creator: u64) {
         let held: Vec<Arc<Inode>> = {
             let mut segs = self.segs.lock().unwrap();
