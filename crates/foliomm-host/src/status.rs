@@ -20,20 +20,30 @@ pub fn vm_pte_kb() -> u64 {
 /// The status lines, and the VMA holding `addr` (zeros in a hole).
 pub fn process_info(addr: u64) -> ProcessInfo {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let vma = vma_info(addr).unwrap_or_default();
     ProcessInfo {
         rss_anon_kb: kb(&status, "RssAnon"),
         rss_file_kb: kb(&status, "RssFile"),
         rss_shmem_kb: kb(&status, "RssShmem"),
         hugetlb_kb: kb(&status, "HugetlbPages"),
-        vma_offset_kb: vma.end.min(addr).saturating_sub(vma.start) / 1024,
-        vma_kb: (vma.end - vma.start) / 1024,
-        vma_flags: vma.flags,
+        vma: vma_info(addr).unwrap_or_default(),
     }
 }
 
+/// Which sum of `v` the smaps line starting with `key` gives.
+fn sum_of<'v>(v: &'v mut VmaInfo, key: &str) -> Option<&'v mut u64> {
+    Some(match key {
+        "Shared_Clean:" => &mut v.shared_clean_kb,
+        "Shared_Dirty:" => &mut v.shared_dirty_kb,
+        "Private_Clean:" => &mut v.private_clean_kb,
+        "Private_Dirty:" => &mut v.private_dirty_kb,
+        "Shared_Hugetlb:" => &mut v.shared_hugetlb_kb,
+        "Private_Hugetlb:" => &mut v.private_hugetlb_kb,
+        _ => return None,
+    })
+}
+
 /// The smaps entry of the VMA holding `addr`: the header's range and
-/// permissions, and the `VmFlags` foliomm models.
+/// permissions, the sums foliomm models and the `VmFlags` it knows.
 fn vma_info(addr: u64) -> Option<VmaInfo> {
     let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let mut found: Option<VmaInfo> = None;
@@ -54,8 +64,10 @@ fn vma_info(addr: u64) -> Option<VmaInfo> {
                     (b's', 3, VmaInfo::SHARED),
                 ];
                 let flags = bits.iter().filter(|(c, i, _)| perms.get(*i) == Some(c)).fold(0, |a, (_, _, b)| a | b);
-                found = Some(VmaInfo { start, end, flags });
+                found = Some(VmaInfo { start, end, flags, ..VmaInfo::default() });
             }
+        } else if let Some(sum) = found.as_mut().and_then(|v| sum_of(v, first)) {
+            *sum += words.next().and_then(|n| n.parse().ok()).unwrap_or(0);
         } else if let (Some(v), "VmFlags:") = (found.as_mut(), first) {
             let bits = [
                 ("lo", VmaInfo::LOCKED),

@@ -1,7 +1,7 @@
 //! What an `observe` step records, field by field, and which fields the
 //! kernel reports too.
 
-use foliomm::internals::mm::{PageInfo, RangeInfo};
+use foliomm::internals::mm::{PageInfo, RangeInfo, VmaInfo};
 
 /// What an `observe` step records: the first page of the place as pagemap and
 /// kpageflags report it, and smaps-style sums over the whole place.
@@ -57,14 +57,8 @@ pub struct ProcessInfo {
     pub rss_shmem_kb: u64,
     /// `HugetlbPages`.
     pub hugetlb_kb: u64,
-    /// The VMA holding the address: its start's distance below it.
-    pub vma_offset_kb: u64,
-    /// The VMA's length.
-    pub vma_kb: u64,
-    /// The VMA's permissions and flags as
-    /// `foliomm::internals::mm::VmaInfo` encodes them (r 1, w 2, x 4, s 8,
-    /// locked 16, hugepage 32, nohugepage 64, dontcopy 128).
-    pub vma_flags: u64,
+    /// The smaps entry of the VMA holding the address (zeros in a hole).
+    pub vma: VmaInfo,
 }
 
 /// A file as `fstat`, `fcntl(F_GET_SEALS)` and `lseek(SEEK_DATA /
@@ -117,6 +111,12 @@ impl Observation {
         "vma_offset_kb",
         "vma_kb",
         "vma_flags",
+        "vma_shared_clean_kb",
+        "vma_shared_dirty_kb",
+        "vma_private_clean_kb",
+        "vma_private_dirty_kb",
+        "vma_shared_hugetlb_kb",
+        "vma_private_hugetlb_kb",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -163,8 +163,7 @@ impl Observation {
 
     /// The value of a field, booleans as 0/1.
     pub fn field(&self, name: &str) -> Option<u64> {
-        let p = &self.page;
-        let r = &self.range;
+        let (p, r, v) = (&self.page, &self.range, &self.process.vma);
         Some(match name {
             "frame" => p.pfn,
             "folio_order" => p.folio_order as u64,
@@ -203,9 +202,15 @@ impl Observation {
             "rss_file_total_kb" => self.process.rss_file_kb,
             "rss_shmem_total_kb" => self.process.rss_shmem_kb,
             "hugetlb_total_kb" => self.process.hugetlb_kb,
-            "vma_offset_kb" => self.process.vma_offset_kb,
-            "vma_kb" => self.process.vma_kb,
-            "vma_flags" => self.process.vma_flags,
+            "vma_offset_kb" => self.addr.saturating_sub(v.start).min(v.end - v.start) / 1024,
+            "vma_kb" => (v.end - v.start) / 1024,
+            "vma_flags" => v.flags,
+            "vma_shared_clean_kb" => v.shared_clean_kb,
+            "vma_shared_dirty_kb" => v.shared_dirty_kb,
+            "vma_private_clean_kb" => v.private_clean_kb,
+            "vma_private_dirty_kb" => v.private_dirty_kb,
+            "vma_shared_hugetlb_kb" => v.shared_hugetlb_kb,
+            "vma_private_hugetlb_kb" => v.private_hugetlb_kb,
             _ => return None,
         })
     }

@@ -300,15 +300,12 @@ impl Backend for ModelBackend {
 /// The status lines of `mm` and the VMA holding `addr` (zeros in a hole).
 fn process_info(mm: &Mm, addr: u64) -> ProcessInfo {
     let status = mm.status();
-    let vma = mm.vma_info(addr).unwrap_or_default();
     ProcessInfo {
         rss_anon_kb: status.rss_anon_kb,
         rss_file_kb: 0,
         rss_shmem_kb: status.rss_shmem_kb,
         hugetlb_kb: status.hugetlb_kb,
-        vma_offset_kb: vma.end.min(addr).saturating_sub(vma.start) / 1024,
-        vma_kb: (vma.end - vma.start) / 1024,
-        vma_flags: vma.flags,
+        vma: mm.vma_info(addr).unwrap_or_default(),
     }
 }
 

@@ -13,12 +13,14 @@ pub mod mmap;
 pub mod mprotect;
 pub mod mremap;
 pub mod proc;
+pub mod smaps;
 pub mod truncate;
 pub mod vma;
 
 pub use madvise::Advice;
 pub use mmap::{MmapFlags, MMAP_BASE, MMAP_MIN_ADDR};
-pub use proc::{PageInfo, ProcStatus, RangeInfo, VmaInfo};
+pub use proc::{PageInfo, ProcStatus, RangeInfo};
+pub use smaps::VmaInfo;
 
 use crate::arch::{PAGE_SIZE, TASK_SIZE};
 use crate::{Errno, Result};

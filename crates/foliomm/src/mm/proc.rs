@@ -1,12 +1,11 @@
 //! What /proc shows of an address space (fs/proc/task_mmu.c): pagemap and
-//! kpageflags of one page, smaps sums over a range, the VMA holding an
-//! address as /proc/PID/smaps shows it, and the memory lines of
-//! /proc/PID/status.
+//! kpageflags of one page, smaps-style sums over a range, and the memory
+//! lines of /proc/PID/status (one VMA's smaps entry: [`super::smaps`]).
 #![warn(missing_docs)]
 
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
-use crate::mm_types::{vm, Mm};
+use crate::mm_types::Mm;
 use crate::pgtable::{leaf_slot, pt_share_count};
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
@@ -122,26 +121,6 @@ impl Mm {
         }
     }
 
-    /// The VMA holding `addr` as `/proc/PID/smaps` shows it: its range and
-    /// its flags as [`VmaInfo::flags`] encodes them; None in a hole.
-    pub fn vma_info(&self, addr: u64) -> Option<VmaInfo> {
-        let vmas = self.mmap_read_lock();
-        let v = vmas.find(addr)?;
-        let f = v.flags();
-        let bits = [
-            (vm::READ, VmaInfo::READ),
-            (vm::WRITE, VmaInfo::WRITE),
-            (vm::EXEC, VmaInfo::EXEC),
-            (vm::SHARED, VmaInfo::SHARED),
-            (vm::LOCKED, VmaInfo::LOCKED),
-            (vm::HUGEPAGE, VmaInfo::HUGEPAGE),
-            (vm::NOHUGEPAGE, VmaInfo::NOHUGEPAGE),
-            (vm::DONTCOPY, VmaInfo::DONTCOPY),
-        ];
-        let flags = bits.iter().filter(|(b, _)| f & b != 0).fold(0, |acc, (_, bit)| acc | bit);
-        Some(VmaInfo { start: v.start(), end: v.end(), flags })
-    }
-
     /// What `/proc/self/smaps` would sum for `[start, end)`.
     pub fn range_info(&self, start: u64, end: u64) -> RangeInfo {
         let mut r = RangeInfo::default();
@@ -252,35 +231,4 @@ pub struct ProcStatus {
     pub rss_shmem_kb: u64,
     /// `HugetlbPages`.
     pub hugetlb_kb: u64,
-}
-
-/// One VMA as `/proc/PID/smaps` shows it: the header's range and
-/// permissions, and the `VmFlags` the model keeps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VmaInfo {
-    /// `vm_start`.
-    pub start: u64,
-    /// `vm_end`.
-    pub end: u64,
-    /// The flags, as the bits below.
-    pub flags: u64,
-}
-
-impl VmaInfo {
-    /// `r` in the permissions.
-    pub const READ: u64 = 1;
-    /// `w`.
-    pub const WRITE: u64 = 2;
-    /// `x`.
-    pub const EXEC: u64 = 4;
-    /// `s` (else `p`).
-    pub const SHARED: u64 = 8;
-    /// `VmFlags` `lo` (`VM_LOCKED`).
-    pub const LOCKED: u64 = 16;
-    /// `VmFlags` `hg` (`VM_HUGEPAGE`).
-    pub const HUGEPAGE: u64 = 32;
-    /// `VmFlags` `nh` (`VM_NOHUGEPAGE`).
-    pub const NOHUGEPAGE: u64 = 64;
-    /// `VmFlags` `dc` (`VM_DONTCOPY`).
-    pub const DONTCOPY: u64 = 128;
 }

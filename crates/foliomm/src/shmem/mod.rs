@@ -208,7 +208,9 @@ impl Inode {
     /// zeroed folio of one of `orders` (or order 0) if it was a hole
     /// (`shmem_alloc_and_add_folio` + `shmem_add_to_page_cache`); whether
     /// the folio is new. The folio is uptodate afterwards, unless new for
-    /// a `fallocate` (`shmem_get_folio_gfp`'s `clear:`).
+    /// a `fallocate` (`shmem_get_folio_gfp`'s `clear:`); a new one is clean
+    /// until written, except that `fallocate` dirties every folio it meets
+    /// (`shmem_fallocate`'s `folio_mark_dirty`).
     fn find_or_add(
         &self,
         pages: &mut BTreeMap<u64, Pfn>,
@@ -216,8 +218,9 @@ impl Inode {
         orders: u32,
         falloc: bool,
     ) -> Result<(bool, Pfn)> {
+        let dirty = if falloc { pg::DIRTY } else { 0 };
         if let Some(&pfn) = pages.get(&index) {
-            Folio::containing(&self.k.phys, pfn).head().set(pg::UPTODATE);
+            Folio::containing(&self.k.phys, pfn).head().set(pg::UPTODATE | dirty);
             return Ok((false, pfn));
         }
         let f = self.alloc(pages, index, orders)?;
@@ -227,7 +230,7 @@ impl Inode {
         // The cache's references are the allocation's plus one per further
         // page; the folio names its inode; one entry per page it covers.
         f.ref_add(cache_refs(f) - 1);
-        f.head().set(pg::SWAPBACKED | pg::DIRTY);
+        f.head().set(pg::SWAPBACKED | dirty);
         f.head().link.store(self.ino, Relaxed);
         let first = index & !(f.nr_pages() - 1);
         for i in 0..f.nr_pages() {

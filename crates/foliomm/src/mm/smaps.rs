@@ -1,0 +1,127 @@
+//! One VMA's entry of /proc/PID/smaps (fs/proc/task_mmu.c `show_smap`):
+//! its range, permissions and `VmFlags`, and its pages split as
+//! `smaps_account` and `smaps_hugetlb_range` split them.
+#![warn(missing_docs)]
+
+use crate::arch::PAGE_SIZE;
+use crate::folio::Folio;
+use crate::mm_types::{vm, Mm, Vma};
+use crate::pgtable::leaf_slot;
+use crate::phys::pg;
+use crate::rmap;
+
+/// One VMA as `/proc/PID/smaps` shows it, sizes in KiB.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmaInfo {
+    /// `vm_start`.
+    pub start: u64,
+    /// `vm_end`.
+    pub end: u64,
+    /// The permissions and `VmFlags`, as the bits below.
+    pub flags: u64,
+    /// `Shared_Clean`.
+    pub shared_clean_kb: u64,
+    /// `Shared_Dirty`.
+    pub shared_dirty_kb: u64,
+    /// `Private_Clean`.
+    pub private_clean_kb: u64,
+    /// `Private_Dirty`.
+    pub private_dirty_kb: u64,
+    /// `Shared_Hugetlb`.
+    pub shared_hugetlb_kb: u64,
+    /// `Private_Hugetlb`.
+    pub private_hugetlb_kb: u64,
+}
+
+impl VmaInfo {
+    /// `r` in the permissions.
+    pub const READ: u64 = 1;
+    /// `w`.
+    pub const WRITE: u64 = 2;
+    /// `x`.
+    pub const EXEC: u64 = 4;
+    /// `s` (else `p`).
+    pub const SHARED: u64 = 8;
+    /// `VmFlags` `lo` (`VM_LOCKED`).
+    pub const LOCKED: u64 = 16;
+    /// `VmFlags` `hg` (`VM_HUGEPAGE`).
+    pub const HUGEPAGE: u64 = 32;
+    /// `VmFlags` `nh` (`VM_NOHUGEPAGE`).
+    pub const NOHUGEPAGE: u64 = 64;
+    /// `VmFlags` `dc` (`VM_DONTCOPY`).
+    pub const DONTCOPY: u64 = 128;
+}
+
+impl Mm {
+    /// The smaps entry of the VMA holding `addr`; None in a hole. A page
+    /// is shared when its precise mapcount is 2 or more (a folio whose only
+    /// reference is this mapping is private without asking), dirty when
+    /// its entry or its folio is; the zero pages count nowhere. A huge
+    /// page of hugetlb is shared when pagemap does not call it exclusive
+    /// (see [`Mm::page_info`]) or its PMD table is shared (6.1 tests
+    /// `hugetlb_pmd_shared` beside the mapcount too). Under a design without
+    /// per-page mapcounts a page counts as shared when its folio may be.
+    pub fn vma_info(&self, addr: u64) -> Option<VmaInfo> {
+        let v = self.mmap_read_lock().find(addr)?.clone();
+        let f = v.flags();
+        let bits = [
+            (vm::READ, VmaInfo::READ),
+            (vm::WRITE, VmaInfo::WRITE),
+            (vm::EXEC, VmaInfo::EXEC),
+            (vm::SHARED, VmaInfo::SHARED),
+            (vm::LOCKED, VmaInfo::LOCKED),
+            (vm::HUGEPAGE, VmaInfo::HUGEPAGE),
+            (vm::NOHUGEPAGE, VmaInfo::NOHUGEPAGE),
+            (vm::DONTCOPY, VmaInfo::DONTCOPY),
+        ];
+        let flags = bits.iter().filter(|(b, _)| f & b != 0).fold(0, |acc, (_, bit)| acc | bit);
+        let mut info = VmaInfo { start: v.start(), end: v.end(), flags, ..VmaInfo::default() };
+        match v.huge_page_size() {
+            Some(unit) => self.account_hugetlb(&v, unit, &mut info),
+            None => self.account_pages(&v, &mut info),
+        }
+        Some(info)
+    }
+
+    /// `smaps_hugetlb_range`: each mapped huge page, shared or private.
+    fn account_hugetlb(&self, v: &Vma, unit: u64, info: &mut VmaInfo) {
+        for addr in (v.start()..v.end()).step_by(unit as usize) {
+            let p = self.page_peek(addr);
+            if p.present {
+                let shared = !p.exclusive || p.pmd_shared;
+                *(if shared { &mut info.shared_hugetlb_kb } else { &mut info.private_hugetlb_kb }) += unit / 1024;
+            }
+        }
+    }
+
+    /// `smaps_pte_entry` / `smaps_pmd_entry` → `smaps_account`, page by page.
+    fn account_pages(&self, v: &Vma, info: &mut VmaInfo) {
+        let k = &*self.kernel;
+        let _vmas = self.mmap_read_lock();
+        for addr in (v.start()..v.end()).step_by(PAGE_SIZE as usize) {
+            let Some(slot) = leaf_slot(&k.phys, self.pgd, addr) else { continue };
+            let leaf = slot.load(&k.phys);
+            if !leaf.present() || leaf.huge() != slot.huge() || leaf.special() {
+                continue;
+            }
+            let pfn = slot.page_pfn(leaf, addr);
+            let f = Folio::containing(&k.phys, pfn);
+            if f.is_zero_page() {
+                continue;
+            }
+            let shared = match rmap::page_mapcount(k, f, pfn - f.pfn) {
+                _ if f.refcount() == 1 => false,
+                Some(n) => n >= 2,
+                None => rmap::folio_maybe_mapped_shared(k, f),
+            };
+            let dirty = leaf.dirty() || f.head().test(pg::DIRTY);
+            let sum = match (shared, dirty) {
+                (true, true) => &mut info.shared_dirty_kb,
+                (true, false) => &mut info.shared_clean_kb,
+                (false, true) => &mut info.private_dirty_kb,
+                (false, false) => &mut info.private_clean_kb,
+            };
+            *sum += PAGE_SIZE / 1024;
+        }
+    }
+}
