@@ -308,13 +308,14 @@ impl Backend for HostBackend {
         for size in HugeSize::ALL {
             counters.extend(hugepage_counters(size, sysfs::huge_counts(size)));
         }
+        counters.extend(procfs::meminfo_hugetlb());
         counters
     }
 
     /// Only the huge page pools' counts: the runs own the pools (they set
     /// them up from nothing), while other counters count the whole system.
     fn exact_counter(&self, name: &str) -> bool {
-        name.starts_with("hugepages_")
+        name.starts_with("hugepages_") || name.starts_with("meminfo_huge")
     }
 
     /// Every field the kernel reports, but `RssShmem` only where the

@@ -288,3 +288,21 @@ pub fn mem_total() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
     kb.unwrap_or(0) << 10
 }
+
+/// The hugetlb lines of /proc/meminfo under the names of
+/// `foliomm_scenario::backend::meminfo_counters`.
+pub fn meminfo_hugetlb() -> Vec<(String, u64)> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let names = [
+        ("HugePages_Total:", "meminfo_hugepages_total"),
+        ("HugePages_Free:", "meminfo_hugepages_free"),
+        ("HugePages_Rsvd:", "meminfo_hugepages_rsvd"),
+        ("HugePages_Surp:", "meminfo_hugepages_surp"),
+        ("Hugetlb:", "meminfo_hugetlb_kb"),
+    ];
+    let value = |key: &str| {
+        let line = meminfo.lines().find_map(|l| l.strip_prefix(key))?;
+        line.split_whitespace().next()?.parse().ok()
+    };
+    names.iter().filter_map(|(key, name)| Some((name.to_string(), value(key)?))).collect()
+}

@@ -94,10 +94,10 @@ pub trait Backend: Send + Sync {
     fn check(&self) -> Vec<Violation>;
 }
 
-/// The counters of the pool of `size`, named as scenarios read them:
-/// `hugepages_total`, `_free`, `_rsvd`, `_surp` for 2 MiB pages (the
-/// default size, as `/proc/meminfo` shows it), `hugepages_1g_...` for
-/// 1 GiB ones.
+/// The counters of the pool of `size` as sysfs shows them
+/// (`hugepages-<size>kB/nr_hugepages`, ...), named as scenarios read them:
+/// `hugepages_total`, `_free`, `_rsvd`, `_surp` for 2 MiB pages,
+/// `hugepages_1g_...` for 1 GiB ones.
 pub fn hugepage_counters(size: HugeSize, h: HugeCounts) -> [(String, u64); 4] {
     let prefix = match size {
         HugeSize::Pmd => "hugepages",
@@ -105,4 +105,18 @@ pub fn hugepage_counters(size: HugeSize, h: HugeCounts) -> [(String, u64); 4] {
     };
     [("total", h.total), ("free", h.free), ("rsvd", h.resv), ("surp", h.surplus)]
         .map(|(n, v)| (format!("{prefix}_{n}"), v))
+}
+
+/// The hugetlb lines of `/proc/meminfo`: `HugePages_Total`, `_Free`,
+/// `_Rsvd`, `_Surp` of the default size (2 MiB) as `meminfo_hugepages_...`,
+/// and `Hugetlb` (every pool's pages, in KiB) as `meminfo_hugetlb_kb`.
+pub fn meminfo_counters(pools: &[(HugeSize, HugeCounts)]) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    if let Some((_, h)) = pools.iter().find(|(s, _)| *s == HugeSize::Pmd) {
+        let lines = [("total", h.total), ("free", h.free), ("rsvd", h.resv), ("surp", h.surplus)];
+        out.extend(lines.map(|(n, v)| (format!("meminfo_hugepages_{n}"), v)));
+    }
+    let kb = pools.iter().map(|(s, h)| h.total * (s.bytes() >> 10)).sum();
+    out.push(("meminfo_hugetlb_kb".to_string(), kb));
+    out
 }

@@ -15,7 +15,7 @@ use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{hugepage_counters, Backend, Thread};
+use crate::backend::{hugepage_counters, meminfo_counters, Backend, Thread};
 use crate::error::{BackendResult, Machinery, StepError};
 use crate::lang::{MachineSetting, Tunable};
 use crate::observation::{Observation, ProcessInfo};
@@ -285,10 +285,11 @@ impl Backend for ModelBackend {
         };
         let mut c = m.stats.snapshot();
         c.push(("frames_in_use".into(), m.frames_in_use()));
-        for size in HugeSize::ALL {
-            let h = m.huge_counts(size);
+        let pools: Vec<_> = HugeSize::ALL.into_iter().map(|size| (size, m.huge_counts(size))).collect();
+        for &(size, h) in &pools {
             c.extend(hugepage_counters(size, h));
         }
+        c.extend(meminfo_counters(&pools));
         c
     }
 
