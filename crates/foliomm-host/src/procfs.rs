@@ -59,6 +59,11 @@ impl Procfs {
         buf.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
     }
 
+    /// Whether a page table entry maps the page at `addr` (`PM_PRESENT`).
+    pub fn present(&self, addr: u64) -> bool {
+        self.pagemap(addr, 1)[0] & PM_PRESENT != 0
+    }
+
     /// `/proc/kpagecount` of frame `pfn` (0 if unreadable).
     pub fn kpagecount(&self, pfn: u64) -> u64 {
         let mut buf = [0u8; 8];

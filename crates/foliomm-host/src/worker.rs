@@ -173,7 +173,7 @@ impl WorkerThread {
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
             Op::Mremap { addr, len, new_len, to, dontunmap } => mremap(addr, len, new_len, to, dontunmap),
-            Op::Access { addr, len, access } => access_memory(addr, len, access),
+            Op::Access { addr, len, access } => access_memory(&self.proc.procfs, addr, len, access),
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),
             Op::ObserveZeroPage => observe_zero_page(&self.proc.procfs),
             Op::Peek { addr } => observe(&self.proc.procfs, addr, PAGE).map(|r| match r {
@@ -268,10 +268,14 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
 
 /// Faults in the page at `addr` of a file mapping the way the access would
 /// (`MADV_POPULATE_READ` / `_WRITE`), so that a fault ending in SIGBUS
-/// (a hugetlb pool with no page) comes back as an error (EFAULT from
-/// madvise) instead of killing the worker. Other mappings need nothing.
-fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Refused> {
-    if !maps.iter().any(|v| v.start <= addr && addr < v.end && v.file) {
+/// (past the end of the file, a hugetlb pool with no page) comes back as
+/// an error (EFAULT from madvise) instead of killing the worker. A page
+/// already mapped needs no fault that could end so, and gets none: the
+/// access itself does what a CPU's would (a populate would also dirty the
+/// folio, `FOLL_TOUCH`, where a CPU write through a writable entry
+/// dirties only the entry). Other mappings need nothing.
+fn fault_in_file_page(procfs: &Procfs, maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Refused> {
+    if !maps.iter().any(|v| v.start <= addr && addr < v.end && v.file) || procfs.present(addr) {
         return Ok(());
     }
     let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
@@ -284,7 +288,7 @@ fn fault_in_file_page(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), 
 
 /// Performs an access page by page, stopping at the first page the VMAs
 /// forbid, as a CPU would (with an error instead of SIGSEGV).
-fn access_memory(addr: u64, len: u64, access: Access) -> Answer {
+fn access_memory(procfs: &Procfs, addr: u64, len: u64, access: Access) -> Answer {
     let maps = maps();
     let write = !matches!(access, Access::Read { .. });
     let every_byte = match access {
@@ -296,7 +300,7 @@ fn access_memory(addr: u64, len: u64, access: Access) -> Answer {
     let mut at = if every_byte { addr } else { addr & !(PAGE - 1) };
     while at < end {
         check_access(&maps, at, write).map_err(Refused::Errno)?;
-        fault_in_file_page(&maps, at, write)?;
+        fault_in_file_page(procfs, &maps, at, write)?;
         let next = if every_byte { ((at / PAGE) + 1) * PAGE } else { at + PAGE };
         let span = if every_byte { at..next.min(end) } else { at..at + 1 };
         // The page lies in a VMA that permits this access (checked above).

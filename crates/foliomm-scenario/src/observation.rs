@@ -37,6 +37,12 @@ pub struct Observation {
     /// fields ([`Observation::PAGE_FIELDS`]) are unknown.
     #[serde(default)]
     pub page_hidden: bool,
+    /// The VMA holding the address reaches beyond the scenario's mappings:
+    /// the backend merged it with memory of its own (the host worker's),
+    /// so the VMA fields ([`Observation::VMA_FIELDS`]) say nothing of the
+    /// scenario's.
+    #[serde(default)]
+    pub vma_hidden: bool,
     /// The process around the observed place: its /proc/PID/status memory
     /// lines and the VMA holding the address.
     #[serde(default)]
@@ -149,10 +155,25 @@ impl Observation {
     pub const PAGE_FIELDS: &'static [&'static str] =
         &["frame", "present", "zero_page", "pmd_mapped", "folio_order", "folio_kb", "exclusive", "byte", "kpagecount"];
 
-    /// Whether the backend saw `field` (every field unless the page was
-    /// hidden from it).
+    /// The fields that describe the VMA holding the address, unknown when
+    /// [`Observation::vma_hidden`].
+    pub const VMA_FIELDS: &'static [&'static str] = &[
+        "vma_offset_kb",
+        "vma_kb",
+        "vma_flags",
+        "vma_shared_clean_kb",
+        "vma_shared_dirty_kb",
+        "vma_private_clean_kb",
+        "vma_private_dirty_kb",
+        "vma_shared_hugetlb_kb",
+        "vma_private_hugetlb_kb",
+    ];
+
+    /// Whether the backend saw `field` (every field unless the page or the
+    /// VMA was hidden from it).
     pub fn knows(&self, field: &str) -> bool {
-        !(self.page_hidden && Self::PAGE_FIELDS.contains(&field))
+        !(self.page_hidden && Self::PAGE_FIELDS.contains(&field)
+            || self.vma_hidden && Self::VMA_FIELDS.contains(&field))
     }
 
     /// Every field `expect` can use: `frame`, the kernel's and the model's.

@@ -121,7 +121,11 @@ impl State<'_> {
                 else {
                     return Ok("failed as expected".into());
                 };
-                Ok(self.record(name, Observation { addr: a, ..o }))
+                // A VMA reaching past the scenario's mappings was merged
+                // with the backend's own memory.
+                let v = o.process.vma;
+                let vma_hidden = v.end > v.start && !self.refs[&p].covers(v.start, v.end - v.start);
+                Ok(self.record(name, Observation { addr: a, vma_hidden, ..o }))
             }
             Cmd::Pin { .. } => self.pin_step(step, t),
             Cmd::Unpin(name) => {

@@ -195,6 +195,10 @@ pub(super) fn do_fault_pmd(vmf: &VmFault, inode: &Inode) -> Result<Huge> {
         vmf.k.folio_put_refs(f, 1);
         return Ok(Huge::Fallback);
     }
+    // do_shared_fault()'s fault_dirty_shared_page().
+    if vmf.write() {
+        f.head().set(crate::phys::pg::DIRTY);
+    }
     do_set_pmd(vmf, f)
 }
 

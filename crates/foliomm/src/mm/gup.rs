@@ -114,6 +114,10 @@ impl Mm {
                 if f.is_zero_page() {
                     return Some(Ok(None));
                 }
+                // FOLL_TOUCH: a write reference dirties the folio.
+                if write && !leaf.dirty() {
+                    f.head().set(crate::phys::pg::DIRTY);
+                }
                 if foll_pin {
                     f.grab_pin();
                 } else {

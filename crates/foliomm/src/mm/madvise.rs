@@ -148,6 +148,10 @@ impl Mm {
                     Errno::SIGBUS | Errno::EACCES => Errno::EFAULT,
                     e => e,
                 })?;
+            } else if write {
+                // follow_page_pte() with FOLL_WRITE | FOLL_TOUCH dirties
+                // the folio a writable entry already maps.
+                self.touch_dirty(a);
             }
             a = match self.translates(a, false) {
                 Some(true) => (a | (vma.huge_page_size().unwrap_or(PMD_SIZE) - 1)) + 1,

@@ -237,6 +237,17 @@ impl Mm {
         Ok(())
     }
 
+    /// Marks the folio mapped at `addr` dirty (a GUP write through an
+    /// entry that allows it, `FOLL_TOUCH`).
+    pub(super) fn touch_dirty(&self, addr: u64) {
+        let phys = &self.kernel.phys;
+        let Some(slot) = leaf_slot(phys, self.pgd, addr) else { return };
+        let e = slot.load(phys);
+        if e.present() && !e.special() {
+            crate::folio::Folio::containing(phys, slot.page_pfn(e, addr)).head().set(crate::phys::pg::DIRTY);
+        }
+    }
+
     /// Whether `addr` has a present translation allowing the access, and
     /// then whether it is a PMD mapping.
     pub(super) fn translates(&self, addr: u64, write: bool) -> Option<bool> {

@@ -65,7 +65,10 @@ impl Mm {
             return Ok(new);
         }
         if new_len <= old_len {
-            self.do_munmap(&mut vmas, old + new_len, old_end)?;
+            // The same length changes nothing (no split at the end).
+            if new_len < old_len {
+                self.do_munmap(&mut vmas, old + new_len, old_end)?;
+            }
             return Ok(old);
         }
         let grow_end = old.checked_add(new_len).filter(|&e| e <= TASK_SIZE);

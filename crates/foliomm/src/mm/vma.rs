@@ -33,7 +33,7 @@ impl Mm {
     /// `vm.max_map_count` VMAs (`vms_gather_munmap_vmas`; otherwise the
     /// count may pass the limit for a moment).
     pub(super) fn do_munmap(&self, vmas: &mut Vmas, start: u64, end: u64) -> Result<()> {
-        if !vmas.any_in(start, end) {
+        if start >= end || !vmas.any_in(start, end) {
             return Ok(());
         }
         let in_three = vmas.find(start).is_some_and(|v| v.start() < start && end < v.end());
