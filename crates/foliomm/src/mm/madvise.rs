@@ -112,7 +112,7 @@ impl Mm {
                 v.set_flags(flags);
             }
         }
-        merge_around(&mut vmas, addr, end);
+        merge_around(&mut vmas, addr, end, self.kernel.config.release());
         if covered {
             Ok(())
         } else {

@@ -46,7 +46,7 @@ impl Mm {
                     v.set_flags(new_flags(v.flags()));
                 }
             }
-            merge_around(&mut vmas, start, reach);
+            merge_around(&mut vmas, start, reach, self.kernel.config.release());
             if reach < end {
                 return Err(Errno::ENOMEM);
             }

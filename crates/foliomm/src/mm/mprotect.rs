@@ -67,7 +67,7 @@ impl Mm {
         if changed {
             self.tlb.flush_range(&self.kernel.stats, addr, end);
         }
-        merge_around(vmas, addr, end);
+        merge_around(vmas, addr, end, self.kernel.config.release());
         Ok(())
     }
 }

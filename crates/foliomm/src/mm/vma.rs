@@ -9,6 +9,7 @@ use crate::memory::huge_memory::split_huge_pmd;
 use crate::memory::hugetlb_resv;
 use crate::memory::zap::{free_pgtables, unmap_vma_range};
 use crate::mm_types::{Mm, Vma, Vmas};
+use crate::release::KernelVersion;
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -116,9 +117,16 @@ impl Mm {
 }
 
 /// `vma_merge`: merges neighbouring compatible VMAs whose shared boundary lies
-/// in `[start, end]`; the lower one grows and adopts the upper one's
-/// anon_vma if it had none.
-pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
+/// in `[start, end]` (the range an operation changed); the lower one grows
+/// and adopts the upper one's anon_vma if it had none. Before 6.16 a VMA
+/// with an anon_vma merges with one without only when the one without is
+/// the changed range and the one with is the neighbour outside it
+/// ([`KernelVersion::merges_into_vma_without_anon_vma`]).
+///
+/// Differs from Linux: a forked child's VMA, whose anon_vma chain also
+/// holds its parent's, merges as any other (Linux keeps it apart from a
+/// VMA without an anon_vma).
+pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: KernelVersion) {
     let mut cur = vmas.prev(start).map_or(start, |v| v.start());
     loop {
         let Some(a) = vmas.get(cur).cloned() else {
@@ -135,7 +143,7 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
             return;
         }
         match vmas.get(next_start).cloned() {
-            Some(b) if a.can_merge_with(&b) => {
+            Some(b) if a.can_merge_with(&b) && anon_vmas_merge(&a, &b, (start, end), release) => {
                 vmas.start_write(&a);
                 // `a` covers `b`'s pages in `i_mmap` before `b` leaves it.
                 a.set_range(a.start(), b.end(), a.pgoff());
@@ -151,6 +159,23 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64) {
                 None => return,
             },
         }
+    }
+}
+
+/// `is_mergeable_anon_vma` for the lower VMA `a` and the upper `b`, the
+/// range `changed` being what the operation changed (see [`merge_around`]).
+fn anon_vmas_merge(a: &Vma, b: &Vma, changed: (u64, u64), release: KernelVersion) -> bool {
+    let (with_a, with_b) = (a.anon_vma() != 0, b.anon_vma() != 0);
+    if with_a == with_b || release.merges_into_vma_without_anon_vma() {
+        return true;
+    }
+    // Before 6.16 only a neighbour outside the changed range that has an
+    // anon_vma (a singular chain) takes in a changed range without one:
+    // `a` below the range's start, or `b` above its end.
+    if with_a {
+        a.end() == changed.0
+    } else {
+        a.end() == changed.1
     }
 }
 

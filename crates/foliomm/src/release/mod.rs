@@ -126,6 +126,17 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 9)
     }
 
+    /// Whether a VMA with an anon_vma and a neighbour without one merge
+    /// whichever of them an operation changed (`is_mergeable_anon_vma`
+    /// with `vma_had_uncowed_parents`, 879bca0a2c4f "mm/vma: fix incorrectly disallowed
+    /// anonymous VMA merges"): 6.16 on. Before, the one without had to be
+    /// the range being changed and the one with it the neighbour (the
+    /// neighbour's `anon_vma_chain` had to be singular), so that, e.g.,
+    /// munlock of a faulted part next to an unfaulted one leaves two VMAs.
+    pub fn merges_into_vma_without_anon_vma(self) -> bool {
+        self >= KernelVersion::new(6, 16)
+    }
+
     /// Whether `MADV_POPULATE_READ/WRITE` stops with ENOMEM at the first
     /// hole (`madvise_populate`'s own loop, 631426ba1d45 "mm/madvise: make
     /// MADV_POPULATE_(READ|WRITE) handle VM_FAULT_RETRY properly"): 6.9 on.
