@@ -52,42 +52,85 @@ fn unreliable_on_host(f: &str, mo: &Observation, ho: &Observation) -> bool {
     matches!(f, "exclusive" | "shared_kb" | "private_kb") && gigantic(mo) && gigantic(ho)
 }
 
+/// The mismatches and the notes (fields left uncompared, and why) between
+/// a model observation and a kernel's, given how each one's frame relates
+/// to the run's earlier observations.
+fn observation_differences(
+    mo: &Observation,
+    ho: &Observation,
+    (mrel, hrel): (&Option<String>, &Option<String>),
+) -> (Vec<String>, Vec<String>) {
+    let (mut diffs, mut notes) = (Vec::new(), Vec::new());
+    // Through a GUP reference the kernel shows only the bytes.
+    let fields: &[&str] = if mo.via_gup || ho.via_gup { &["byte"] } else { Observation::KERNEL_FIELDS };
+    for f in fields.iter().filter(|f| mo.knows(f) && ho.knows(f)) {
+        let (a, b) = (mo.field(f), ho.field(f));
+        if a != b && unreliable_on_host(f, mo, ho) {
+            notes.push(format!("{f}: model {}, host {} (not compared: {PUD_SHARING})", a.unwrap_or(0), b.unwrap_or(0)));
+        } else if a != b {
+            diffs.push(format!("{f}: model {}, host {}", a.unwrap_or(0), b.unwrap_or(0)));
+        }
+    }
+    if mrel != hrel && !(mo.via_gup || ho.via_gup) && mo.knows("frame") && ho.knows("frame") {
+        let show = |r: &Option<String>| r.clone().unwrap_or_else(|| "-".into());
+        diffs.push(format!("frame: model {}, host {}", show(mrel), show(hrel)));
+    }
+    (diffs, notes)
+}
+
+/// How the two runs ended, when not alike (one failed, or both at
+/// different lines or with different messages): each side's words.
+fn failure_difference(model: &Outcome, host: &Outcome) -> Option<(String, String)> {
+    let show = |f: &Option<foliomm_scenario::interp::Failure>| {
+        f.as_ref().map_or("passed".to_string(), |f| format!("failed at line {}: {}", f.line, f.message))
+    };
+    let (m, h) = (show(&model.failure), show(&host.failure));
+    (m != h).then_some((m, h))
+}
+
+/// The steps both runs made, as (model index, host index): the same line,
+/// in order (a repeated block runs a line more than once).
+fn paired_steps(model: &Outcome, host: &Outcome) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    let mut hi = 0;
+    for (mi, ms) in model.steps.iter().enumerate() {
+        if let Some(hpos) = host.steps[hi..].iter().position(|h| h.line == ms.line) {
+            hi += hpos;
+            pairs.push((mi, hi));
+        }
+    }
+    pairs
+}
+
+/// Every mismatch between a model run and a kernel run of one scenario,
+/// as `line N: what` (the failures' difference as line 0); empty when
+/// they agree.
+pub fn differences(model: &Outcome, host: &Outcome) -> Vec<String> {
+    let (mr, hr) = (frame_relations(&model.steps), frame_relations(&host.steps));
+    let mut out = Vec::new();
+    for (mi, hi) in paired_steps(model, host) {
+        let ms = &model.steps[mi];
+        if let (Some(mo), Some(ho)) = (&ms.observed, &host.steps[hi].observed) {
+            let (diffs, _) = observation_differences(mo, ho, (&mr[mi], &hr[hi]));
+            out.extend(diffs.into_iter().map(|d| format!("line {}: {d}", ms.line)));
+        }
+    }
+    if let Some((m, h)) = failure_difference(model, host) {
+        out.push(format!("line 0: model {m}; host {h}"));
+    }
+    out
+}
+
 /// Prints the comparison; returns the number of mismatches.
 pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize {
     println!("== {file}");
     let (mr, hr) = (frame_relations(&model.steps), frame_relations(&host.steps));
     let mut mismatches = 0;
-    let mut hi = 0;
-    for (mi, ms) in model.steps.iter().enumerate() {
-        let Some(hpos) = host.steps[hi..].iter().position(|h| h.line == ms.line) else {
-            continue;
-        };
-        hi += hpos;
-        let hs = &host.steps[hi];
-        let mut diffs = Vec::new();
-        let mut notes = Vec::new();
+    for (mi, hi) in paired_steps(model, host) {
+        let (ms, hs) = (&model.steps[mi], &host.steps[hi]);
+        let (mut diffs, mut notes) = (Vec::new(), Vec::new());
         if let (Some(mo), Some(ho)) = (&ms.observed, &hs.observed) {
-            // Through a GUP reference the kernel shows only the bytes.
-            let fields: &[&str] = if mo.via_gup || ho.via_gup { &["byte"] } else { Observation::KERNEL_FIELDS };
-            for f in fields.iter().filter(|f| mo.knows(f) && ho.knows(f)) {
-                let (a, b) = (mo.field(f), ho.field(f));
-                if a != b && unreliable_on_host(f, mo, ho) {
-                    notes.push(format!(
-                        "{f}: model {}, host {} (not compared: {PUD_SHARING})",
-                        a.unwrap_or(0),
-                        b.unwrap_or(0)
-                    ));
-                } else if a != b {
-                    diffs.push(format!("{f}: model {}, host {}", a.unwrap_or(0), b.unwrap_or(0)));
-                }
-            }
-            if mr[mi] != hr[hi] && !(mo.via_gup || ho.via_gup) && mo.knows("frame") && ho.knows("frame") {
-                diffs.push(format!(
-                    "frame: model {}, host {}",
-                    mr[mi].as_deref().unwrap_or("-"),
-                    hr[hi].as_deref().unwrap_or("-")
-                ));
-            }
+            (diffs, notes) = observation_differences(mo, ho, (&mr[mi], &hr[hi]));
             if !quiet || !diffs.is_empty() {
                 let mark = if diffs.is_empty() { " " } else { "✗" };
                 println!("{mark} {:>4}  {}", ms.line, ms.text);
@@ -114,16 +157,10 @@ pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize
             );
         }
     }
-    match (&model.failure, &host.failure) {
-        (None, None) => {}
-        (m, h) => {
-            let show = |f: &Option<foliomm_scenario::interp::Failure>| {
-                f.as_ref().map_or("passed".to_string(), |f| format!("failed at line {}: {}", f.line, f.message))
-            };
-            println!("  model {}", show(m));
-            println!("  host  {}", show(h));
-            mismatches += 1;
-        }
+    if let Some((m, h)) = failure_difference(model, host) {
+        println!("  model {m}");
+        println!("  host  {h}");
+        mismatches += 1;
     }
     println!("  {}", if mismatches == 0 { "no mismatches".to_string() } else { format!("{mismatches} mismatches") });
     mismatches

@@ -3,6 +3,7 @@
 
 mod bench;
 mod compare;
+mod fuzz;
 mod host;
 mod overrides;
 mod prove;
@@ -42,6 +43,9 @@ enum Command {
     /// Write saved benchmark runs as one self-contained HTML file: their
     /// tables and plots of them, with the seeds' figures.
     Report(bench::ReportArgs),
+    /// Random workloads on the model and (with --backend) on a kernel,
+    /// every disagreement classified, minimized and saved with its seed.
+    Fuzz(fuzz::FuzzArgs),
     /// Check an rmap-ID construction (seed 000): exhaustively over small ID
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove::prove(a),
+        Command::Fuzz(a) => fuzz::main(a),
         Command::Settings(a) => settings::print(&a).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),

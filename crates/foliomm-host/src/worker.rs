@@ -64,6 +64,7 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
     sys::reap_children_automatically();
+    sys::keep_heap_apart();
     serve(Process::new(socket, name), 0);
     std::process::exit(0)
 }

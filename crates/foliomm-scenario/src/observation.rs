@@ -37,10 +37,10 @@ pub struct Observation {
     /// fields ([`Observation::PAGE_FIELDS`]) are unknown.
     #[serde(default)]
     pub page_hidden: bool,
-    /// The VMA holding the address reaches beyond the scenario's mappings:
-    /// the backend merged it with memory of its own (the host worker's),
-    /// so the VMA fields ([`Observation::VMA_FIELDS`]) say nothing of the
-    /// scenario's.
+    /// The VMA holding the address reaches beyond the observed mapping:
+    /// the backend merged it with a neighbour that lies there only by its
+    /// layout (another mapping, or the host worker's own memory), so the
+    /// VMA fields ([`Observation::VMA_FIELDS`]) are not the scenario's.
     #[serde(default)]
     pub vma_hidden: bool,
     /// The process around the observed place: its /proc/PID/status memory

@@ -116,6 +116,20 @@ pub(crate) fn reap_children_automatically() {
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
 }
 
+/// Keeps the worker's own heap out of the scenario's way: malloc takes
+/// memory from the brk heap and one arena (`M_ARENA_MAX` 1, the largest
+/// `M_MMAP_THRESHOLD`) instead of `mmap`ing blocks of its own, which the
+/// kernel would place next to a scenario's mappings and merge them with
+/// (a scenario VMA would then share the worker's anon_vma, and fork copy
+/// its zero-page entries).
+pub(crate) fn keep_heap_apart() {
+    // SAFETY: mallopt only tunes the allocator; called before any thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+    }
+}
+
 /// `memfd_create("foliomm", flags)`: the new descriptor's number (kept
 /// open for the run: the protocol names files by it).
 pub(crate) fn memfd_create(flags: libc::c_uint) -> io::Result<i32> {

@@ -51,10 +51,9 @@ impl State<'_> {
         }
     }
 
-    /// `mmap`; with `align`, maps `len + align` and unmaps what lies
-    /// outside the aligned part, as the kernel selftests do (a file
-    /// mapping goes over an anonymous reservation made so, with
-    /// `MAP_FIXED`, so that it maps the offset asked for).
+    /// `mmap`; with `align`, reserves `len + align` inaccessible bytes,
+    /// maps the aligned part over them with `MAP_FIXED` and unmaps the rest
+    /// of the reservation, as the kernel selftests do.
     fn mmap_step(&mut self, step: &Step, t: Thread) -> StepResult {
         let p = t.proc.to_string();
         let Cmd::Mmap { name, len, prot, populate, at, fixed, align, shared, file, offset, hugetlb, noreserve, locked } =
@@ -84,15 +83,18 @@ impl State<'_> {
             locked: *locked,
             file: handle.map(|(h, _)| (h, *offset)),
         };
-        // A file mapping is placed on an anonymous reservation, so that
-        // its aligned start maps the file offset asked for on every backend.
-        let placed_file = align.is_some() && file.is_some();
-        let raw_req = if placed_file { MmapRequest::anon(total, Prot::NONE) } else { req };
+        // An aligned mapping is placed on an inaccessible reservation: a
+        // file mapping then maps the offset asked for at its aligned start
+        // on every backend, and no mapping merges at its mmap with a
+        // neighbour the backend's layout put there (on the host, the
+        // worker's own memory, whose anon_vma it would share).
+        let placed = align.is_some();
+        let raw_req = if placed { MmapRequest::anon(total, Prot::NONE) } else { req };
         let got = self.perform(t, Op::Mmap(raw_req)).and_then(Reply::value);
         let Some(raw) = outcome(step, got)? else { return Ok("failed as expected".into()) };
         let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
         let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
-        if placed_file {
+        if placed {
             (req.at, req.len, req.fixed) = (Some(addr), *len, true);
             let got = self.perform(t, Op::Mmap(req)).and_then(Reply::value);
             let mapped = outcome(step, got);
@@ -109,8 +111,6 @@ impl State<'_> {
             let tail = Op::Munmap { addr: addr + len, len: raw + total - (addr + len) };
             self.perform(t, tail).map_err(trim)?;
         }
-        // Where the mapping's start lies in its file.
-        let shift = if placed_file { 0 } else { addr - raw };
         self.maps.insert(name.clone(), (addr, *len));
         let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
         if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
@@ -119,11 +119,11 @@ impl State<'_> {
         // hugetlbfs_file_mmap(): a writable shared mapping of a hugetlbfs
         // file makes the file cover it.
         if let (Some((_, id)), Some(_), true) = (handle, file_size, *shared && prot.0 & Prot::WRITE != 0) {
-            self.ref_files.extend(id, offset + shift + len);
+            self.ref_files.extend(id, offset + len);
         }
         let rs = self.refs.get_mut(&p).unwrap();
         match handle {
-            Some((_, id)) => rs.map_file(addr, *len, *prot, id, (offset + shift) / 4096, *shared),
+            Some((_, id)) => rs.map_file(addr, *len, *prot, id, offset / 4096, *shared),
             // Shared anonymous memory is a file of its own.
             None if *shared => {
                 let id = self.ref_files.new_file(*len);

@@ -121,10 +121,12 @@ impl State<'_> {
                 else {
                     return Ok("failed as expected".into());
                 };
-                // A VMA reaching past the scenario's mappings was merged
-                // with the backend's own memory.
+                // A VMA reaching past the observed mapping was merged with
+                // a neighbour, which lies there only by the backend's
+                // layout (another mapping, or the host worker's memory).
                 let v = o.process.vma;
-                let vma_hidden = v.end > v.start && !self.refs[&p].covers(v.start, v.end - v.start);
+                let (start, len) = self.maps[&place.map];
+                let vma_hidden = v.end > v.start && (v.start < start || v.end > start + len);
                 Ok(self.record(name, Observation { addr: a, vma_hidden, ..o }))
             }
             Cmd::Pin { .. } => self.pin_step(step, t),

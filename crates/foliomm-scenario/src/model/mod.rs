@@ -353,12 +353,13 @@ impl ModelBackend {
         let (mm, cpu) = self.thread(t)?;
         let page = mm.page_info(addr);
         let range = mm.range_info(addr, addr + len);
+        let process = process_info(&mm, addr);
+        // The byte, where a read is allowed (the host reads only those).
         let mut byte = [0u8];
-        if page.present {
+        if page.present && process.vma.flags & foliomm::internals::mm::VmaInfo::READ != 0 {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         let (pgtables_kb, vma_count) = (mm.pgtables_kb(), mm.map_count());
-        let process = process_info(&mm, addr);
         Ok(Observation { page, range, byte: byte[0], pgtables_kb, vma_count, addr, process, ..Default::default() })
     }
 

@@ -5,7 +5,7 @@
 
 use crate::arch::Pfn;
 use crate::folio::{Folio, GUP_PIN_COUNTING_BIAS, PINCOUNT_WORD};
-use crate::phys::pg;
+use crate::phys::{pg, MigrateType};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::cacheline::{self, Structure};
 use crate::Errno;
@@ -104,7 +104,7 @@ impl Kernel {
 
     /// Allocates a zeroed page-table page (`pte_alloc_one` and friends).
     pub fn alloc_table(&self) -> Result<Pfn, Errno> {
-        let pfn = self.phys.alloc_pages_zeroed(0)?;
+        let pfn = self.phys.alloc_pages_zeroed_as(0, MigrateType::Unmovable)?;
         let p = self.phys.page(pfn);
         p.flags.store(pg::TABLE, Relaxed);
         p.refcount.store(1, Relaxed);
@@ -121,7 +121,7 @@ impl Kernel {
         p.refcount.store(0, Relaxed);
         p.mapcount.store(0, Relaxed);
         Stats::inc(&self.stats.pgtable_free);
-        self.phys.free_pages(pfn, 0);
+        self.phys.free_pages_as(pfn, 0, MigrateType::Unmovable);
     }
 }
 

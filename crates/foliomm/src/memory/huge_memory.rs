@@ -46,6 +46,9 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
     let (k, mm, vma, pmd) = (vmf.k, vmf.mm, vmf.vma, vmf.pmd);
     let haddr = vmf.address & !(PMD_SIZE - 1);
     let phys = &k.phys;
+    // vmf_anon_prepare() comes first: a VMA with the huge zero folio has an
+    // anon_vma, so fork copies its PMD (vma_needs_copy).
+    let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
     if !vmf.write() {
         let Some(zero) = k.huge_zero_pfn() else {
             return Ok(Huge::Fallback);
@@ -62,7 +65,6 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         Stats::inc(&k.stats.huge_zero_map);
         return Ok(Huge::Done);
     }
-    let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
     let Ok(f) = k.alloc_folio_zeroed(PMD_ORDER) else {
         Stats::inc(&k.stats.thp_fault_fallback);
         Stats::inc(&k.stats.anon_fault_fallback[PMD_ORDER as usize]);

@@ -14,7 +14,7 @@ mod memmap;
 mod pcp;
 
 pub use memmap::{pg, Page};
-pub use pcp::NR_PCP;
+pub use pcp::{MigrateType, NR_PCP};
 
 use std::sync::atomic::AtomicU64;
 
@@ -88,7 +88,12 @@ impl PhysMem {
     /// Allocates like [`PhysMem::alloc_pages`] and zeroes the block
     /// (`__GFP_ZERO`, `clear_page`).
     pub fn alloc_pages_zeroed(&self, order: u32) -> Result<Pfn, Errno> {
-        let pfn = self.alloc_pages(order)?;
+        self.alloc_pages_zeroed_as(order, MigrateType::Movable)
+    }
+
+    /// [`PhysMem::alloc_pages_zeroed`] for `kind` of use.
+    pub fn alloc_pages_zeroed_as(&self, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
+        let pfn = self.alloc_pages_as(order, kind)?;
         self.arena.zero(pfn as usize * WORDS_PER_PAGE, (PAGE_SIZE as usize) << order);
         Ok(pfn)
     }

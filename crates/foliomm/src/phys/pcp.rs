@@ -7,8 +7,14 @@
 //! So a CPU reuses the pages it freed, still in its cache, and CPUs meet on
 //! the zone lock once per batch instead of once per page.
 //!
+//! Page-table pages (unmovable) have an order-0 list of their own beside
+//! the movable lists of user folios, as Linux keeps a list per order and
+//! migratetype (`order_to_pindex`): a page a process frees comes back to
+//! its next fault, not to the page table the fault allocates first.
+//!
 //! Differs from Linux: a fixed batch and high mark (no `pcp->high` tuning),
-//! one list per order (no migratetypes), slots indexed by the simulated CPU
+//! two migratetypes (movable, and unmovable order 0), no pageblock
+//! ownership (a block's type is what it was allocated as), slots indexed by the simulated CPU
 //! ([`crate::sync::this_cpu`]) modulo [`NR_PCP`], and an allocation that
 //! finds no free block drains every list and tries once more
 //! (`drain_all_pages`, which Linux does on its reclaim path).
@@ -31,7 +37,21 @@ const HIGH: u64 = 6 * BATCH;
 const COSTLY_ORDER: u32 = 3;
 /// The THP order, which has a list of its own (`pageblock_order`).
 const THP_ORDER: u32 = 9;
-const LISTS: usize = COSTLY_ORDER as usize + 2;
+/// The movable lists (orders 0 to 3, the THP order), then the unmovable
+/// order-0 list.
+const LISTS: usize = COSTLY_ORDER as usize + 3;
+const UNMOVABLE_0: usize = LISTS - 1;
+const THP_LIST: usize = LISTS - 2;
+
+/// What a block is allocated for (`MIGRATE_MOVABLE` user folios,
+/// `MIGRATE_UNMOVABLE` page tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrateType {
+    /// User memory.
+    Movable,
+    /// Page tables.
+    Unmovable,
+}
 
 /// One CPU's lists: blocks per kept order, hottest at the front.
 #[derive(Default)]
@@ -41,20 +61,21 @@ pub(super) struct PerCpuPages {
     lists: [VecDeque<Pfn>; LISTS],
 }
 
-/// The pcp list of `order`, if it has one (`order_to_pindex`).
-fn pindex(order: u32) -> Option<usize> {
-    match order {
-        0..=COSTLY_ORDER => Some(order as usize),
-        THP_ORDER => Some(LISTS - 1),
+/// The pcp list of `order` and `kind`, if it has one (`order_to_pindex`).
+fn pindex(order: u32, kind: MigrateType) -> Option<usize> {
+    match (order, kind) {
+        (0, MigrateType::Unmovable) => Some(UNMOVABLE_0),
+        (0..=COSTLY_ORDER, _) => Some(order as usize),
+        (THP_ORDER, _) => Some(THP_LIST),
         _ => None,
     }
 }
 
 fn order_of(pindex: usize) -> u32 {
-    if pindex == LISTS - 1 {
-        THP_ORDER
-    } else {
-        pindex as u32
+    match pindex {
+        THP_LIST => THP_ORDER,
+        UNMOVABLE_0 => 0,
+        i => i as u32,
     }
 }
 
@@ -70,6 +91,11 @@ impl PhysMem {
     /// order or larger is free even after draining the lists. The frames
     /// are not zeroed.
     pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
+        self.alloc_pages_as(order, MigrateType::Movable)
+    }
+
+    /// [`PhysMem::alloc_pages`] for `kind` of use.
+    pub fn alloc_pages_as(&self, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
         if order > PUD_ORDER {
             return Err(Errno::EINVAL);
         }
@@ -77,7 +103,7 @@ impl PhysMem {
             return self.alloc_contig(order);
         }
         for attempt in 0..2 {
-            if let Some(pfn) = self.alloc_pcp(order).or_else(|| self.rmqueue(&mut self.lock_zone(), order)) {
+            if let Some(pfn) = self.alloc_pcp(order, kind).or_else(|| self.rmqueue(&mut self.lock_zone(), order)) {
                 return Ok(pfn);
             }
             if attempt == 0 && !self.drain_all_pages() {
@@ -89,8 +115,8 @@ impl PhysMem {
 
     /// `rmqueue_pcplist`: the hottest block of this CPU's list, refilled
     /// with a batch from the zone when empty.
-    fn alloc_pcp(&self, order: u32) -> Option<Pfn> {
-        let i = pindex(order)?;
+    fn alloc_pcp(&self, order: u32, kind: MigrateType) -> Option<Pfn> {
+        let i = pindex(order, kind)?;
         let mut pcp = self.pcp[this_cpu() % NR_PCP].lock().unwrap();
         if pcp.lists[i].is_empty() {
             let mut zone = self.lock_zone();
@@ -111,6 +137,11 @@ impl PhysMem {
     /// caller has reset the descriptors. Each frame's generation moves on,
     /// and with poisoning its bytes become [`super::POISON`].
     pub fn free_pages(&self, pfn: Pfn, order: u32) {
+        self.free_pages_as(pfn, order, MigrateType::Movable)
+    }
+
+    /// [`PhysMem::free_pages`] of a block allocated for `kind`.
+    pub fn free_pages_as(&self, pfn: Pfn, order: u32, kind: MigrateType) {
         for p in pfn..pfn + (1 << order) {
             if self.poison {
                 self.fill(p, 0, PAGE_SIZE as usize, super::POISON);
@@ -120,7 +151,7 @@ impl PhysMem {
         if order > MAX_PAGE_ORDER {
             return self.free_contig(pfn, order);
         }
-        let Some(i) = pindex(order) else {
+        let Some(i) = pindex(order, kind) else {
             return self.free_one_page(&mut self.lock_zone(), pfn, order);
         };
         let mut pcp = self.pcp[this_cpu() % NR_PCP].lock().unwrap();

@@ -1,0 +1,311 @@
+//! `foliomm fuzz`: random workloads ([`generate`]) run on the model (with
+//! the invariant checker and the reference byte model) and, with
+//! `--backend host` or `guest`, on a kernel too, compared as `compare`
+//! compares. Every disagreement is classified, minimized ([`minimize`])
+//! and saved with its seed into the findings directory.
+
+mod generate;
+mod minimize;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use foliomm_scenario::interp::FailureKind;
+use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
+
+use crate::compare::differences;
+use crate::referee::Referee;
+
+#[derive(clap::Args)]
+pub struct FuzzArgs {
+    /// Where the workloads run besides the model: `model` (the model
+    /// against its checker and reference bytes only), `host`, `guest`.
+    #[arg(long, default_value = "model")]
+    backend: String,
+    /// The seeds, `A..B` (B excluded).
+    #[arg(long, default_value = "0..100", value_parser = parse_seeds)]
+    seeds: (u64, u64),
+    /// Random steps per workload.
+    #[arg(long, default_value_t = 40)]
+    steps: usize,
+    /// How often a disagreeing workload is run again on the kernel, to
+    /// tell a kernel that disagrees with itself from a model bug.
+    #[arg(long, default_value_t = 2)]
+    reruns: usize,
+    /// Runs a minimization may try, per finding.
+    #[arg(long, default_value_t = 200)]
+    budget: usize,
+    /// Where findings are written (a directory per finding).
+    #[arg(long, default_value = "fuzz-findings")]
+    findings: PathBuf,
+    /// A model setting for every workload, as a scenario line
+    /// (`--set "debug reuse-shared"` breaks the model on purpose).
+    #[arg(long = "set")]
+    set: Vec<String>,
+    /// Print each workload (and how the model ended it) instead of
+    /// running the kernel: to see what a seed makes.
+    #[arg(long)]
+    show: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once("..").ok_or_else(|| format!("expected seeds as A..B, found '{s}'"))?;
+    let n = |t: &str| t.parse::<u64>().map_err(|_| format!("'{t}' in '{s}' is not a seed number"));
+    let (a, b) = (n(a)?, n(b)?);
+    if a >= b {
+        return Err(format!("the seed range '{s}' is empty"));
+    }
+    Ok((a, b))
+}
+
+/// What kind of disagreement a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Class {
+    /// The model broke an invariant or lost bytes its reference kept.
+    ModelBroken,
+    /// The kernel agrees with itself over reruns and the model does not
+    /// show what it shows.
+    ModelDiffers,
+    /// The kernel disagrees with itself over reruns.
+    HostNondeterministic,
+    /// Bytes a process read on the kernel are not what the reference says,
+    /// while the model agrees with the reference: a kernel-bug candidate.
+    HostIntegrity,
+    /// A difference on the list of known ones ([`KNOWN`]); not a finding.
+    Known,
+}
+
+/// Differences foliomm knows and accepts, each with its reason: a finding
+/// whose every difference matches one is [`Class::Known`].
+const KNOWN: &[(&str, &str)] = &[(
+    "frame: model new frame, host frame of line",
+    "which freed frame an allocation gets is the allocator's choice (per-CPU lists, the worker moving between CPUs): \
+     the model reuses its CPU's most recently freed page, the kernel often but not always",
+)];
+
+/// The reason a difference is known, if it is.
+fn known(diff: &str) -> Option<&'static str> {
+    let mirrored = |pat: &str| pat.replace("model new frame, host frame of line", "model frame of line");
+    KNOWN
+        .iter()
+        .find(|(pat, _)| diff.contains(pat) || (diff.contains(&mirrored(pat)) && diff.contains("host new frame")))
+        .map(|(_, why)| *why)
+}
+
+impl Class {
+    fn name(self) -> &'static str {
+        match self {
+            Class::ModelBroken => "model-broken",
+            Class::ModelDiffers => "model-differs",
+            Class::HostNondeterministic => "host-nondeterministic",
+            Class::HostIntegrity => "host-integrity",
+            Class::Known => "known-difference",
+        }
+    }
+}
+
+/// The workload text of a seed, with the run's model settings.
+fn workload(seed: u64, args: &FuzzArgs) -> String {
+    let text = generate::scenario(seed, args.steps);
+    let extra: String = args.set.iter().map(|s| format!("set {s}\n")).collect();
+    text.replacen('\n', &format!("\n{extra}"), 1)
+}
+
+/// The model's run of `text` (checker on); None if it does not parse.
+fn on_model(text: &str) -> Option<Outcome> {
+    let steps = parse(text).ok()?;
+    Some(run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() }))
+}
+
+/// Whether the model run broke the model itself.
+fn broken(o: &Outcome) -> bool {
+    o.failure.as_ref().is_some_and(|f| {
+        matches!(f.kind, FailureKind::Invariant | FailureKind::Backend) || f.message.starts_with("data integrity")
+    })
+}
+
+/// The fields a list of differences names (`frame`, `present`, a failure).
+fn fields(diffs: &[String]) -> Vec<String> {
+    let mut f: Vec<String> = diffs
+        .iter()
+        .filter_map(|d| d.split_once(": ").map(|(_, r)| r.split(':').next().unwrap_or(r).to_string()))
+        .collect();
+    f.sort();
+    f.dedup();
+    f
+}
+
+/// Runs the fuzzer; true when no finding counts (a kernel disagreeing
+/// with itself does not).
+pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
+    let mut referee = (args.backend != "model").then(|| Referee::new(&args.backend));
+    let (mut model_time, mut host_time) = (Duration::ZERO, Duration::ZERO);
+    let mut counts: Vec<(Class, usize)> = Vec::new();
+    let mut coverage: std::collections::BTreeSet<String> = Default::default();
+    let mut findings = Vec::new();
+    let total = args.seeds.1 - args.seeds.0;
+    for (i, seed) in (args.seeds.0..args.seeds.1).enumerate() {
+        if i % 20 == 0 && total > 20 {
+            eprintln!("foliomm fuzz: {i} of {total} workloads");
+        }
+        let text = workload(seed, &args);
+        let t = Instant::now();
+        let Some(model) = on_model(&text) else {
+            anyhow::bail!("the generator made a workload that does not parse (seed {seed}):\n{text}");
+        };
+        model_time += t.elapsed();
+        if args.show {
+            let end =
+                model.failure.as_ref().map_or("passed".into(), |f| format!("failed at line {}: {}", f.line, f.message));
+            println!("{text}# model: {end}\n");
+            continue;
+        }
+        coverage.extend(model.counters.iter().filter(|(_, v)| *v > 0).map(|(n, _)| n.clone()));
+        let class = if broken(&model) {
+            Some(Class::ModelBroken)
+        } else if let Some(r) = referee.as_mut() {
+            let t = Instant::now();
+            let host = on_kernel(r, &text);
+            host_time += t.elapsed();
+            classify(r, &text, &model, &host, args.reruns)
+        } else {
+            None
+        };
+        let Some(class) = class else { continue };
+        if class != Class::Known {
+            findings.push(keep(&args, referee.as_mut(), seed, &text, class)?);
+        }
+        match counts.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((class, 1)),
+        }
+    }
+    let summary = serde_json::json!({
+        "generator": generate::VERSION,
+        "backend": args.backend,
+        "seeds": format!("{}..{}", args.seeds.0, args.seeds.1),
+        "workloads": total,
+        "model_per_second": total as f64 / model_time.as_secs_f64().max(1e-9),
+        "host_per_second": (referee.is_some()).then(|| total as f64 / host_time.as_secs_f64().max(1e-9)),
+        "findings": counts.iter().map(|(c, n)| (c.name(), n)).collect::<std::collections::BTreeMap<_, _>>(),
+        "coverage": coverage.len(),
+        "saved": findings,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&summary, &counts, &coverage);
+    }
+    let sets: String = args.set.iter().map(|s| format!(" --set \"{s}\"")).collect();
+    println!(
+        "reproduce: foliomm fuzz --backend {} --seeds {}..{} --steps {}{sets}",
+        args.backend, args.seeds.0, args.seeds.1, args.steps
+    );
+    Ok(!counts.iter().any(|(c, _)| !matches!(c, Class::HostNondeterministic | Class::Known)))
+}
+
+fn print_summary(
+    summary: &serde_json::Value,
+    counts: &[(Class, usize)],
+    coverage: &std::collections::BTreeSet<String>,
+) {
+    println!(
+        "{} workloads ({} generator {}), model {:.1}/s{}",
+        summary["workloads"],
+        summary["seeds"],
+        generate::VERSION,
+        summary["model_per_second"].as_f64().unwrap_or(0.0),
+        summary["host_per_second"].as_f64().map_or(String::new(), |h| format!(", kernel {h:.1}/s"))
+    );
+    if counts.is_empty() {
+        println!("no findings");
+    }
+    for (c, n) in counts {
+        println!("  {:<22} {n}", c.name());
+    }
+    println!(
+        "coverage: {} model counters moved ({})",
+        coverage.len(),
+        coverage.iter().cloned().collect::<Vec<_>>().join(" ")
+    );
+}
+
+/// The kernel's run of `text`.
+fn on_kernel(r: &mut Referee, text: &str) -> Outcome {
+    let steps = parse(text).expect("a workload the model ran parses");
+    r.run("fuzz.fmm", text, &steps)
+}
+
+/// The class of a model run against a kernel run, rerunning the kernel to
+/// see whether it agrees with itself; None when they agree.
+fn classify(r: &mut Referee, text: &str, model: &Outcome, host: &Outcome, reruns: usize) -> Option<Class> {
+    let diffs = differences(model, host);
+    if diffs.is_empty() || host.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Unsupported) {
+        return None;
+    }
+    if diffs.iter().all(|d| known(d).is_some()) {
+        return Some(Class::Known);
+    }
+    for _ in 0..reruns {
+        if !differences(host, &on_kernel(r, text)).is_empty() {
+            return Some(Class::HostNondeterministic);
+        }
+    }
+    let host_lost_bytes = host.failure.as_ref().is_some_and(|f| f.message.starts_with("data integrity"));
+    Some(if host_lost_bytes && model.failure.is_none() { Class::HostIntegrity } else { Class::ModelDiffers })
+}
+
+/// Minimizes a finding (keeping its class, and for a disagreement at
+/// least one field it disagreed on) and writes it to the findings
+/// directory; returns the finding's directory.
+fn keep(
+    args: &FuzzArgs,
+    mut referee: Option<&mut Referee>,
+    seed: u64,
+    text: &str,
+    class: Class,
+) -> anyhow::Result<String> {
+    let dir = args.findings.join(format!("{}-{}-{seed}", class.name(), generate::VERSION));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("original.fmm"), text)?;
+    let original = on_model(text).expect("it ran");
+    let first_fields = match referee.as_deref_mut() {
+        Some(r) if class != Class::ModelBroken => fields(&differences(&original, &on_kernel(r, text))),
+        _ => Vec::new(),
+    };
+    let reproduces = |t: &str| -> bool {
+        let Some(m) = on_model(t) else { return false };
+        match (class, referee.as_deref_mut()) {
+            (Class::ModelBroken, _) => {
+                broken(&m) && original.failure.as_ref().map(|f| f.kind) == m.failure.as_ref().map(|f| f.kind)
+            }
+            (_, Some(r)) => {
+                let f = fields(&differences(&m, &on_kernel(r, t)));
+                f.iter().any(|x| first_fields.contains(x))
+            }
+            (_, None) => false,
+        }
+    };
+    let (small, tried) = if class == Class::HostNondeterministic {
+        (text.to_string(), 0)
+    } else {
+        minimize::minimize(text, reproduces, args.budget)
+    };
+    std::fs::write(dir.join("scenario.fmm"), &small)?;
+    let about = serde_json::json!({
+        "class": class.name(),
+        "generator": generate::VERSION,
+        "seed": seed,
+        "backend": args.backend,
+        "settings": args.set,
+        "fields": first_fields,
+        "steps_before": text.lines().count(),
+        "steps_after": small.lines().count(),
+        "minimization_runs": tried,
+    });
+    std::fs::write(dir.join("finding.json"), serde_json::to_string_pretty(&about)?)?;
+    Ok(dir.display().to_string())
+}
