@@ -38,6 +38,9 @@ impl Mm {
                 // eras of the i-mmap-rwsem and no-lock designs.
                 if v.anon_vma() != 0 {
                     c.anon_vma.set(k.new_anon_vma());
+                    // anon_vma_fork(): the child's chain holds the
+                    // parent's anon_vma too.
+                    c.set_flags(c.flags() | vm::ANON_PARENTS);
                 }
                 let lazy_hugetlb = k.config.hugetlb_sync == HugetlbSync::VmaLock;
                 if v.is_hugetlb() && (v.anon_vma() != 0 || !lazy_hugetlb) {

@@ -4,7 +4,7 @@
 #![warn(missing_docs)]
 
 use super::range_end;
-use super::vma::{hugetlb_may_split, merge_around};
+use super::vma::{hugetlb_may_split, merge_around, set_vma_flags};
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::memory::handle_mm_fault;
 use crate::memory::zap::unmap_vma_range;
@@ -105,14 +105,8 @@ impl Mm {
         let covered = vmas.covers(addr, end);
         let new_flags = |flags: u32| (flags | set) & !clear;
         self.split_for_change(&mut vmas, addr, end, new_flags)?;
-        for v in vmas.overlapping(addr, end) {
-            let flags = new_flags(v.flags());
-            if flags != v.flags() {
-                vmas.start_write(v);
-                v.set_flags(flags);
-            }
-        }
-        merge_around(&mut vmas, addr, end, self.kernel.config.release());
+        let changed = set_vma_flags(&mut vmas, addr, end, new_flags);
+        merge_around(&mut vmas, addr, end, self.kernel.config.release(), &changed);
         if covered {
             Ok(())
         } else {

@@ -7,7 +7,7 @@
 //! if with `CAP_IPC_LOCK`); no `MLOCK_ONFAULT`.
 
 use super::range_end;
-use super::vma::{covered_from, merge_around};
+use super::vma::{covered_from, merge_around, set_vma_flags};
 use crate::arch::PAGE_SIZE;
 use crate::mm_types::{vm, Mm};
 use crate::{Errno, Result};
@@ -40,13 +40,8 @@ impl Mm {
                 (false, false) => f & !vm::LOCKED,
             };
             self.split_for_change(&mut vmas, start, reach, new_flags)?;
-            for v in vmas.overlapping(start, reach) {
-                if new_flags(v.flags()) != v.flags() {
-                    vmas.start_write(v);
-                    v.set_flags(new_flags(v.flags()));
-                }
-            }
-            merge_around(&mut vmas, start, reach, self.kernel.config.release());
+            let changed = set_vma_flags(&mut vmas, start, reach, new_flags);
+            merge_around(&mut vmas, start, reach, self.kernel.config.release(), &changed);
             if reach < end {
                 return Err(Errno::ENOMEM);
             }

@@ -156,7 +156,7 @@ impl Mm {
         };
         vma.set_hugetlb_resv(private_resv);
         vmas.insert(vma);
-        merge_around(&mut vmas, start, start + len, self.kernel.config.release());
+        merge_around(&mut vmas, start, start + len, self.kernel.config.release(), &[start]);
         // mm_populate() ignores errors: the mapping stands, populated as
         // far as it went.
         if flags.populate || flags.locked {

@@ -2,7 +2,7 @@
 //! ([`crate::memory::change_protection`]).
 
 use super::range_end;
-use super::vma::{covered_from, hugetlb_may_split, merge_around};
+use super::vma::{covered_from, hugetlb_may_split, merge_around, set_vma_flags};
 use crate::memory::change_protection::change_protection;
 use crate::memory::hugetlb::with_unshare_locks;
 use crate::mm_types::{vm, Mm, Prot};
@@ -54,20 +54,17 @@ impl Mm {
     fn protect_range(&self, vmas: &mut crate::mm_types::Vmas, addr: u64, end: u64, prot: Prot) -> Result<()> {
         let new_flags = |flags: u32| (flags & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
         self.split_for_change(vmas, addr, end, new_flags)?;
-        let mut changed = false;
-        for v in vmas.overlapping(addr, end) {
-            let flags = new_flags(v.flags());
-            if flags != v.flags() {
-                vmas.start_write(v);
-                v.set_flags(flags);
-                // hugetlb_change_protection() may unshare PMD tables.
-                changed |= with_unshare_locks(&self.kernel, v, || change_protection(&self.kernel, self, v));
-            }
+        let changed = set_vma_flags(vmas, addr, end, new_flags);
+        let mut flush = false;
+        for &start in &changed {
+            let v = vmas.get(start).expect("a VMA just changed").clone();
+            // hugetlb_change_protection() may unshare PMD tables.
+            flush |= with_unshare_locks(&self.kernel, &v, || change_protection(&self.kernel, self, &v));
         }
-        if changed {
+        if flush {
             self.tlb.flush_range(&self.kernel.stats, addr, end);
         }
-        merge_around(vmas, addr, end, self.kernel.config.release());
+        merge_around(vmas, addr, end, self.kernel.config.release(), &changed);
         Ok(())
     }
 }

@@ -75,7 +75,7 @@ impl Mm {
         if let Some(grow_end) = grow_end.filter(|&e| vma_end == old_end && !vmas.any_in(old_end, e)) {
             vmas.start_write(&vma);
             vma.set_range(vma.start(), grow_end, vma.pgoff());
-            merge_around(&mut vmas, old, grow_end, self.kernel.config.release());
+            merge_around(&mut vmas, old, grow_end, self.kernel.config.release(), &[vma.start()]);
             return Ok(old);
         }
         if !maymove {
@@ -177,7 +177,7 @@ impl Mm {
             let mut tlb = MmuGather::new(&self.kernel, &self.tlb, false);
             free_pgtables(&self.kernel, self, vmas, &mut tlb, old, old + old_len);
         }
-        merge_around(vmas, new, new + new_len, self.kernel.config.release());
+        merge_around(vmas, new, new + new_len, self.kernel.config.release(), &[new]);
         Ok(())
     }
 }

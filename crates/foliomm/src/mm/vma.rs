@@ -117,16 +117,16 @@ impl Mm {
 }
 
 /// `vma_merge`: merges neighbouring compatible VMAs whose shared boundary lies
-/// in `[start, end]` (the range an operation changed); the lower one grows
-/// and adopts the upper one's anon_vma if it had none. Before 6.16 a VMA
-/// with an anon_vma merges with one without only when the one without is
-/// the changed range and the one with is the neighbour outside it
-/// ([`KernelVersion::merges_into_vma_without_anon_vma`]).
-///
-/// Differs from Linux: a forked child's VMA, whose anon_vma chain also
-/// holds its parent's, merges as any other (Linux keeps it apart from a
-/// VMA without an anon_vma).
-pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: KernelVersion) {
+/// in `[start, end]` (the range an operation worked on; `changed` holds
+/// the starts of the VMAs whose flags it changed, or that it made); the
+/// lower one grows and adopts the upper one's anon_vma if it had none.
+/// Before 6.16 a VMA with an anon_vma and one without merge only when the
+/// one without is the VMA being changed (of two changed ones, the upper,
+/// which Linux changes second) and the one with it its neighbour
+/// ([`KernelVersion::merges_into_vma_without_anon_vma`]). A fork child's
+/// VMA with an anon_vma never takes in one without
+/// ([`crate::mm_types::vm::ANON_PARENTS`]).
+pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: KernelVersion, changed: &[u64]) {
     let mut cur = vmas.prev(start).map_or(start, |v| v.start());
     loop {
         let Some(a) = vmas.get(cur).cloned() else {
@@ -143,7 +143,7 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: Kerne
             return;
         }
         match vmas.get(next_start).cloned() {
-            Some(b) if a.can_merge_with(&b) && anon_vmas_merge(&a, &b, (start, end), release) => {
+            Some(b) if a.can_merge_with(&b) && anon_vmas_merge(&a, &b, changed, release) => {
                 vmas.start_write(&a);
                 // `a` covers `b`'s pages in `i_mmap` before `b` leaves it.
                 a.set_range(a.start(), b.end(), a.pgoff());
@@ -162,21 +162,35 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: Kerne
     }
 }
 
-/// `is_mergeable_anon_vma` for the lower VMA `a` and the upper `b`, the
-/// range `changed` being what the operation changed (see [`merge_around`]).
-fn anon_vmas_merge(a: &Vma, b: &Vma, changed: (u64, u64), release: KernelVersion) -> bool {
+/// `is_mergeable_anon_vma` for the lower VMA `a` and the upper `b`, given
+/// the starts of the VMAs the operation `changed` (see [`merge_around`]).
+fn anon_vmas_merge(a: &Vma, b: &Vma, changed: &[u64], release: KernelVersion) -> bool {
     let (with_a, with_b) = (a.anon_vma() != 0, b.anon_vma() != 0);
     if with_a == with_b || release.merges_into_vma_without_anon_vma() {
         return true;
     }
-    // Before 6.16 only a neighbour outside the changed range that has an
-    // anon_vma (a singular chain) takes in a changed range without one:
-    // `a` below the range's start, or `b` above its end.
-    if with_a {
-        a.end() == changed.0
-    } else {
-        a.end() == changed.1
+    // Before 6.16 only a neighbour with an anon_vma (a singular chain)
+    // takes in the VMA being changed without one: Linux changes VMAs in
+    // address order, so of two changed ones the upper is the region.
+    let region_is_b = changed.contains(&b.start());
+    let region_is_a = !region_is_b && changed.contains(&a.start());
+    (region_is_b && with_a) || (region_is_a && with_b)
+}
+
+/// Gives every VMA in `[start, end)` the flags `new_flags` makes of its
+/// own (`vm_flags_reset` under the VMA's write lock); the starts of those
+/// that changed.
+pub(super) fn set_vma_flags(vmas: &mut Vmas, start: u64, end: u64, new_flags: impl Fn(u32) -> u32) -> Vec<u64> {
+    let mut changed = Vec::new();
+    for v in vmas.overlapping(start, end) {
+        let flags = new_flags(v.flags());
+        if flags != v.flags() {
+            vmas.start_write(v);
+            v.set_flags(flags);
+            changed.push(v.start());
+        }
     }
+    changed
 }
 
 /// How far from `start` (towards `end`) the VMAs follow each other without

@@ -89,6 +89,11 @@ pub mod vm {
     /// which `mprotect` cannot make writable (EACCES). Inverted so that
     /// every other VMA needs nothing.
     pub const NO_MAYWRITE: u32 = 1 << 14;
+    /// Not a flag of Linux's: the VMA's `anon_vma_chain` holds a parent's
+    /// anon_vma besides its own (a fork child's, `vma_had_uncowed_parents`).
+    /// Such a VMA merges with no neighbour without an anon_vma, which a
+    /// flag difference gives (a neighbour with the same anon_vma has it too).
+    pub const ANON_PARENTS: u32 = 1 << 15;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
