@@ -125,7 +125,7 @@ pub fn observe_file(procfs: &Procfs, fd: u64, offset: u64) -> Answer {
         seek_data: seek(libc::SEEK_DATA),
         seek_hole: seek(libc::SEEK_HOLE),
     };
-    Ok(Reply::Observed(o))
+    Ok(Reply::Observed(Box::new(o)))
 }
 
 /// What `observe_file` sees at `at` in its mapping of the file, the

@@ -144,7 +144,9 @@ impl WorkerThread {
             },
             Op::Pin { addr, len, kind } => self.pin(addr, len, kind),
             Op::ObservePin { pin } => match self.gups.get(&pin).map(|g| g.first_byte()) {
-                Some(Ok(byte)) => Ok(Reply::Observed(Observation { byte, via_gup: true, ..Default::default() })),
+                Some(Ok(byte)) => {
+                    Ok(Reply::Observed(Box::new(Observation { byte, via_gup: true, ..Default::default() })))
+                }
                 _ => Err(Refused::Errno(Errno::EINVAL)),
             },
             Op::Unpin { pin } => match self.gups.remove(&pin) {
@@ -247,7 +249,7 @@ fn observe_zero_page(procfs: &Procfs) -> Answer {
     let page = procfs.page_info(p);
     sys::munmap(p, PAGE)?;
     let page = page.map_err(Refused::Unobservable)?;
-    Ok(Reply::Observed(Observation { page, byte, ..Default::default() }))
+    Ok(Reply::Observed(Box::new(Observation { page, byte, ..Default::default() })))
 }
 
 /// The first page of a range as pagemap and kpageflags report it, the sums
@@ -264,7 +266,8 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
         page.mapcount = procfs.kpagecount(page.pfn);
     }
     let process = crate::status::process_info(addr);
-    Ok(Reply::Observed(Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() }))
+    let o = Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() };
+    Ok(Reply::Observed(Box::new(o)))
 }
 
 /// Faults in the page at `addr` of a file mapping the way the access would

@@ -186,7 +186,7 @@ pub enum Reply {
     /// An address, a handle or a count.
     Value(u64),
     Bytes(Vec<u8>),
-    Observed(Observation),
+    Observed(Box<Observation>),
     Peeked(Peek),
 }
 
@@ -230,7 +230,7 @@ impl Reply {
     /// The observation of a [`Reply::Observed`].
     pub fn observation(self) -> BackendResult<Observation> {
         match self {
-            Reply::Observed(o) => Ok(o),
+            Reply::Observed(o) => Ok(*o),
             r => r.unexpected("an observation"),
         }
     }

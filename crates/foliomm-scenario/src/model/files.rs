@@ -57,7 +57,7 @@ impl ModelBackend {
                 buf.truncate(n);
                 Reply::Bytes(buf)
             }
-            Op::ObserveFile { file, offset } => Reply::Observed(self.observe_file(file, offset)?),
+            Op::ObserveFile { file, offset } => Reply::Observed(Box::new(self.observe_file(file, offset)?)),
             op => unreachable!("not a file operation: {op:?}"),
         })
     }

@@ -230,7 +230,7 @@ impl Backend for ModelBackend {
                 Reply::Value(self.mm_of(t)?.mremap_dontunmap(addr, len, new_len, to)?)
             }
             Op::Access { addr, len, access } => self.access(t, addr, len, access)?,
-            Op::Observe { addr, len } => Reply::Observed(self.observe(t, addr, len)?),
+            Op::Observe { addr, len } => Reply::Observed(Box::new(self.observe(t, addr, len)?)),
             Op::Peek { addr } => Reply::Peeked(self.peek(t, addr)?),
             Op::CreateFile { .. }
             | Op::Close { .. }
@@ -259,7 +259,7 @@ impl Backend for ModelBackend {
                 m.unpin_user_pages(pin);
                 Reply::Done
             }
-            Op::ObservePin { pin } => Reply::Observed(self.observe_pin(pin)?),
+            Op::ObservePin { pin } => Reply::Observed(Box::new(self.observe_pin(pin)?)),
             Op::ObserveZeroPage => {
                 let f = foliomm::internals::folio::Folio::containing(&m.phys, m.zero_pfn);
                 let page = foliomm::internals::mm::PageInfo {
@@ -269,7 +269,11 @@ impl Backend for ModelBackend {
                     refcount: f.refcount() as u64,
                     ..Default::default()
                 };
-                Reply::Observed(Observation { page, byte: m.phys.read_byte(m.zero_pfn, 0), ..Default::default() })
+                Reply::Observed(Box::new(Observation {
+                    page,
+                    byte: m.phys.read_byte(m.zero_pfn, 0),
+                    ..Default::default()
+                }))
             }
         })
     }

@@ -116,10 +116,8 @@ impl ShmIds {
                             ranges.push((v.start(), v.end()));
                         }
                     }
-                    Some((g, end)) if v.start() < *end => {
-                        if Arc::ptr_eq(g, &f) && attach(v.start(), v.pgoff()) {
-                            ranges.push((v.start(), v.end()));
-                        }
+                    Some((g, end)) if v.start() < *end && Arc::ptr_eq(g, &f) && attach(v.start(), v.pgoff()) => {
+                        ranges.push((v.start(), v.end()));
                     }
                     _ => {}
                 }
