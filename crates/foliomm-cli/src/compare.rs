@@ -7,18 +7,20 @@ use foliomm_scenario::interp::StepOutcome;
 use foliomm_scenario::{Observation, Outcome};
 
 /// How a step's observed frame relates to earlier observations of the run.
+/// A frame freed and allocated again in between (the model tells by its
+/// generation; a kernel cannot) is a new frame.
 fn frame_relations(steps: &[StepOutcome]) -> Vec<Option<String>> {
-    let mut seen: Vec<(u64, usize)> = Vec::new();
+    let mut seen: Vec<((u64, u32), usize)> = Vec::new();
     steps
         .iter()
         .map(|s| {
             let o = s.observed.filter(|o| !o.via_gup)?;
             Some(if !o.page.present {
                 "absent".to_string()
-            } else if let Some((_, line)) = seen.iter().find(|(f, _)| *f == o.page.pfn) {
+            } else if let Some((_, line)) = seen.iter().find(|(f, _)| *f == (o.page.pfn, o.page.generation)) {
                 format!("frame of line {line}")
             } else {
-                seen.push((o.page.pfn, s.line));
+                seen.push(((o.page.pfn, o.page.generation), s.line));
                 "new frame".to_string()
             })
         })

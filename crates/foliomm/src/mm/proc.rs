@@ -40,6 +40,7 @@ impl Mm {
         let f = Folio::containing(phys, pfn);
         info.present = true;
         info.pfn = pfn;
+        info.generation = phys.generation(pfn);
         info.pmd_mapped = huge;
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
@@ -199,6 +200,10 @@ pub struct PageInfo {
     /// PMD sharing).
     #[serde(default)]
     pub pmd_shared: bool,
+    /// How often the frame was freed before (model-only): the same frame
+    /// with another generation is another allocation of it.
+    #[serde(default)]
+    pub generation: u32,
 }
 
 /// smaps-style sums over a range, in KiB.
