@@ -268,8 +268,11 @@ fn keep(
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("original.fmm"), text)?;
     let original = on_model(text).expect("it ran");
+    // The fields of the differences that are not known ones: what the
+    // minimized scenario must still show.
+    let unknown = |diffs: Vec<String>| fields(&diffs.into_iter().filter(|d| known(d).is_none()).collect::<Vec<_>>());
     let first_fields = match referee.as_deref_mut() {
-        Some(r) if class != Class::ModelBroken => fields(&differences(&original, &on_kernel(r, text))),
+        Some(r) if class != Class::ModelBroken => unknown(differences(&original, &on_kernel(r, text))),
         _ => Vec::new(),
     };
     let reproduces = |t: &str| -> bool {
@@ -278,10 +281,7 @@ fn keep(
             (Class::ModelBroken, _) => {
                 broken(&m) && original.failure.as_ref().map(|f| f.kind) == m.failure.as_ref().map(|f| f.kind)
             }
-            (_, Some(r)) => {
-                let f = fields(&differences(&m, &on_kernel(r, t)));
-                f.iter().any(|x| first_fields.contains(x))
-            }
+            (_, Some(r)) => unknown(differences(&m, &on_kernel(r, t))).iter().any(|x| first_fields.contains(x)),
             (_, None) => false,
         }
     };
