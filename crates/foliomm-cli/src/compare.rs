@@ -64,7 +64,10 @@ fn observation_differences(
 ) -> (Vec<String>, Vec<String>) {
     let (mut diffs, mut notes) = (Vec::new(), Vec::new());
     // Through a GUP reference the kernel shows only the bytes.
-    let fields: &[&str] = if mo.via_gup || ho.via_gup { &["byte"] } else { Observation::KERNEL_FIELDS };
+    let fields: Vec<&str> = match mo.via_gup || ho.via_gup {
+        true => vec!["byte"],
+        false => Observation::compared_fields().copied().collect(),
+    };
     for f in fields.iter().filter(|f| mo.knows(f) && ho.knows(f)) {
         let (a, b) = (mo.field(f), ho.field(f));
         if a != b && unreliable_on_host(f, mo, ho) {

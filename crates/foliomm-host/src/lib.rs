@@ -326,7 +326,7 @@ impl Backend for HostBackend {
             return !sys::program_on_shmem();
         }
         field == "frame"
-            || Observation::KERNEL_FIELDS.contains(&field)
+            || Observation::compared_fields().any(|f| *f == field)
             || Observation::UNCOMPARED_FIELDS.contains(&field)
     }
 

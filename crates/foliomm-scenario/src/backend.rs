@@ -86,7 +86,7 @@ pub trait Backend: Send + Sync {
         true
     }
     /// Whether observations carry `field` (the host lacks the model-only
-    /// ones: frame identity aside, only [`Observation::KERNEL_FIELDS`]).
+    /// ones: frame identity aside, only [`Observation::compared_fields`]).
     fn observes(&self, field: &str) -> bool {
         Observation::field_names().any(|f| f == field)
     }

@@ -114,15 +114,6 @@ impl Observation {
         "seek_hole",
         "kpagecount",
         "hugetlb_total_kb",
-        "vma_offset_kb",
-        "vma_kb",
-        "vma_flags",
-        "vma_shared_clean_kb",
-        "vma_shared_dirty_kb",
-        "vma_private_clean_kb",
-        "vma_private_dirty_kb",
-        "vma_shared_hugetlb_kb",
-        "vma_private_hugetlb_kb",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -155,8 +146,8 @@ impl Observation {
     pub const PAGE_FIELDS: &'static [&'static str] =
         &["frame", "present", "zero_page", "pmd_mapped", "folio_order", "folio_kb", "exclusive", "byte", "kpagecount"];
 
-    /// The fields that describe the VMA holding the address, unknown when
-    /// [`Observation::vma_hidden`].
+    /// The fields that describe the VMA holding the address (the kernel
+    /// reports them too), unknown when [`Observation::vma_hidden`].
     pub const VMA_FIELDS: &'static [&'static str] = &[
         "vma_offset_kb",
         "vma_kb",
@@ -176,9 +167,15 @@ impl Observation {
             || self.vma_hidden && Self::VMA_FIELDS.contains(&field))
     }
 
+    /// Every field a comparison with a kernel checks: the page's and the
+    /// range's ([`Observation::KERNEL_FIELDS`]) and the VMA's.
+    pub fn compared_fields() -> impl Iterator<Item = &'static &'static str> {
+        Self::KERNEL_FIELDS.iter().chain(Self::VMA_FIELDS)
+    }
+
     /// Every field `expect` can use: `frame`, the kernel's and the model's.
     pub fn field_names() -> impl Iterator<Item = &'static str> {
-        let fields = Self::KERNEL_FIELDS.iter().chain(Self::MODEL_FIELDS).chain(Self::UNCOMPARED_FIELDS);
+        let fields = Self::compared_fields().chain(Self::MODEL_FIELDS).chain(Self::UNCOMPARED_FIELDS);
         std::iter::once("frame").chain(fields.copied())
     }
 
