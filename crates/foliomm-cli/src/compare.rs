@@ -40,18 +40,20 @@ fn describe(o: &Observation, rel: &str) -> String {
 }
 
 /// Why the host's sharing fields of a 1 GiB hugetlb page are no referee.
-const PUD_SHARING: &str = "for a 1 GiB page Linux's pagemap also tests hugetlb_pmd_shared() on the PUD table, whose \
-pt_share_count no constructor sets";
+const PUD_SHARING: &str = "for a 1 GiB page Linux's pagemap and smaps also test hugetlb_pmd_shared() on the PUD \
+table, whose pt_share_count no constructor sets";
 
 /// Whether field `f` of a present 1 GiB hugetlb page (order 18 on both
-/// sides) is one the host may misreport: pagemap_hugetlb_range calls
-/// hugetlb_pmd_shared() for every huge page size, and for a PUD entry that
+/// sides) is one the host may misreport: pagemap_hugetlb_range (and
+/// smaps_hugetlb_range) call hugetlb_pmd_shared() for every huge page
+/// size, and for a PUD entry that
 /// reads `pt_share_count` of a PUD table (which aliases a field left from
 /// the page's earlier use), so an exclusive page can read as shared.
 fn unreliable_on_host(f: &str, mo: &Observation, ho: &Observation) -> bool {
     const PUD_ORDER: u32 = 18;
     let gigantic = |o: &Observation| o.page.present && o.page.folio_order == PUD_ORDER;
-    matches!(f, "exclusive" | "shared_kb" | "private_kb") && gigantic(mo) && gigantic(ho)
+    let sharing = ["exclusive", "shared_kb", "private_kb", "vma_shared_hugetlb_kb", "vma_private_hugetlb_kb"];
+    sharing.contains(&f) && gigantic(mo) && gigantic(ho)
 }
 
 /// The mismatches and the notes (fields left uncompared, and why) between
