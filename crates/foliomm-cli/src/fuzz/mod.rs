@@ -81,9 +81,10 @@ pub enum Class {
 /// Differences foliomm knows and accepts, each with its reason: a finding
 /// whose every difference matches one is [`Class::Known`].
 const KNOWN: &[(&str, &str)] = &[(
-    "frame: model new frame, host frame of line",
-    "a kernel may hand a freed frame to the next allocation (per-CPU lists); the model relates frames by \
-     allocation, so its new frame is new even where the frame number came back",
+    ", host frame of line",
+    "a kernel may hand a freed frame to the next allocation (per-CPU lists), and then relates later \
+     observations to the earlier one; the model relates frames by allocation, so its new frame is new even \
+     where the frame number came back (this also hides a missed COW reuse, which the precision counters catch)",
 )];
 
 /// The reason a difference is known, if it is.
