@@ -45,7 +45,7 @@ enum Command {
     Report(bench::ReportArgs),
     /// Random workloads on the model and (with --backend) on a kernel,
     /// every disagreement classified, minimized and saved with its seed.
-    Fuzz(fuzz::FuzzArgs),
+    Fuzz(fuzz::FuzzCommand),
     /// Check an rmap-ID construction (seed 000): exhaustively over small ID
     /// ranges and mapping counts, at random over 24-bit IDs, and for
     /// overflow. Prints a counterexample and exits 1 if there is one.
@@ -138,7 +138,8 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a).map(|_| true),
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove::prove(a),
-        Command::Fuzz(a) => fuzz::main(a),
+        Command::Fuzz(fuzz::FuzzCommand { merge: Some(fuzz::FuzzSub::Merge(m)), .. }) => fuzz::merge(&m),
+        Command::Fuzz(a) => fuzz::main(a.args),
         Command::Settings(a) => settings::print(&a).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),

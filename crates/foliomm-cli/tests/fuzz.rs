@@ -37,3 +37,46 @@ fn a_broken_model_is_found_and_minimized() {
     assert!(!run.status.success(), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Runs `foliomm fuzz --json` over `args` and returns its summary.
+fn summary(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).arg("fuzz").args(args).arg("--json").output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn four_shards_merged_equal_one_run() {
+    let dir = std::env::temp_dir().join(format!("foliomm-fuzz-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let common = ["--seeds", "0..24", "--set", "debug reuse-shared"];
+    // The shards run at once, as GNU parallel or a Slurm array would run them.
+    let shards: Vec<_> = (0..4)
+        .map(|i| {
+            let (shard, findings) = (format!("{i}/4"), dir.join(format!("f{i}")));
+            let mut c = Command::new(env!("CARGO_BIN_EXE_foliomm"));
+            c.arg("fuzz").args(common).args(["--shard", &shard, "--json", "--findings"]).arg(&findings);
+            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap()
+        })
+        .collect();
+    let mut files = Vec::new();
+    for (i, s) in shards.into_iter().enumerate() {
+        let out = s.wait_with_output().unwrap();
+        let file = dir.join(format!("{i}.json"));
+        std::fs::write(&file, out.stdout).unwrap();
+        files.push(file);
+    }
+    let one = summary(&[&common[..], &["--findings", dir.join("one").to_str().unwrap()]].concat());
+    std::fs::write(dir.join("one.json"), one.to_string()).unwrap();
+    let merged = |files: &[std::path::PathBuf]| -> serde_json::Value {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["fuzz", "merge", "--json"]).args(files).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0].clone()
+    };
+    let (shards, single) = (merged(&files), merged(&[dir.join("one.json")]));
+    for key in ["workloads", "findings", "coverage"] {
+        assert_eq!(shards[key], single[key], "{key}");
+    }
+    assert_eq!(shards["saved"].as_array().unwrap().len(), single["saved"].as_array().unwrap().len());
+    assert!(single["findings"]["model-broken"].as_u64().unwrap() > 0, "{single}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -5,7 +5,11 @@
 //! and saved with its seed into the findings directory.
 
 mod generate;
+mod merge;
 mod minimize;
+
+use merge::Summary;
+pub use merge::{merge, MergeArgs};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,6 +20,23 @@ use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
 use crate::compare::differences;
 use crate::referee::Referee;
 
+/// `foliomm fuzz [OPTIONS]`, or `foliomm fuzz merge FILES...`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct FuzzCommand {
+    #[command(subcommand)]
+    pub merge: Option<FuzzSub>,
+    #[command(flatten)]
+    pub args: FuzzArgs,
+}
+
+#[derive(clap::Subcommand)]
+pub enum FuzzSub {
+    /// Combine the `--json` summaries of shards into one per kernel, their
+    /// findings de-duplicated by minimized scenario.
+    Merge(MergeArgs),
+}
+
 #[derive(clap::Args)]
 pub struct FuzzArgs {
     /// Where the workloads run besides the model: `model` (the model
@@ -25,6 +46,11 @@ pub struct FuzzArgs {
     /// The seeds, `A..B` (B excluded).
     #[arg(long, default_value = "0..100", value_parser = parse_seeds)]
     seeds: (u64, u64),
+    /// Run only the seeds `s` of the range with `s % N == I` (`I/N`): one
+    /// shard of a run spread over processes or machines (`fuzz merge`
+    /// combines their `--json` summaries).
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<(u64, u64)>,
     /// Random steps per workload.
     #[arg(long, default_value_t = 40)]
     steps: usize,
@@ -59,6 +85,16 @@ fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
         return Err(format!("the seed range '{s}' is empty"));
     }
     Ok((a, b))
+}
+
+fn parse_shard(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("expected a shard as I/N with I < N, found '{s}'");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n) = (i.parse::<u64>().map_err(|_| bad())?, n.parse::<u64>().map_err(|_| bad())?);
+    if i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
 }
 
 /// What kind of disagreement a finding is.
@@ -152,13 +188,20 @@ fn fields(diffs: &[String]) -> Vec<String> {
 pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
     let mut referee = (args.backend != "model").then(|| Referee::new(&args.backend));
     let (mut model_time, mut host_time) = (Duration::ZERO, Duration::ZERO);
-    let mut counts: Vec<(Class, usize)> = Vec::new();
-    let mut coverage: std::collections::BTreeSet<String> = Default::default();
-    let mut findings = Vec::new();
-    let total = args.seeds.1 - args.seeds.0;
-    for (i, seed) in (args.seeds.0..args.seeds.1).enumerate() {
-        if i % 20 == 0 && total > 20 {
-            eprintln!("foliomm fuzz: {i} of {total} workloads");
+    let mut sum = Summary {
+        generator: generate::VERSION.into(),
+        backend: args.backend.clone(),
+        kernel: "model".into(),
+        seeds: format!("{}..{}", args.seeds.0, args.seeds.1),
+        ..Summary::default()
+    };
+    if let Some((i, n)) = args.shard {
+        sum.seeds += &format!(" shard {i}/{n}");
+    }
+    let seeds: Vec<u64> = (args.seeds.0..args.seeds.1).filter(|s| args.shard.is_none_or(|(i, n)| s % n == i)).collect();
+    for (i, &seed) in seeds.iter().enumerate() {
+        if i % 20 == 0 && seeds.len() > 20 {
+            eprintln!("foliomm fuzz: {i} of {} workloads", seeds.len());
         }
         let text = workload(seed, &args);
         let t = Instant::now();
@@ -172,74 +215,41 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
             println!("{text}# model: {end}\n");
             continue;
         }
-        coverage.extend(model.counters.iter().filter(|(_, v)| *v > 0).map(|(n, _)| n.clone()));
+        sum.workloads += 1;
+        sum.coverage.extend(model.counters.iter().filter(|(_, v)| *v > 0).map(|(n, _)| n.clone()));
         let class = if broken(&model) {
             Some(Class::ModelBroken)
         } else if let Some(r) = referee.as_mut() {
             let t = Instant::now();
             let host = on_kernel(r, &text);
             host_time += t.elapsed();
+            sum.kernel = host.backend.clone();
             classify(r, &text, &model, &host, args.reruns)
         } else {
             None
         };
         let Some(class) = class else { continue };
         if !matches!(class, Class::Known | Class::Skipped) {
-            findings.push(keep(&args, referee.as_mut(), seed, &text, class)?);
+            sum.saved.push(keep(&args, referee.as_mut(), seed, &text, class)?);
         }
-        match counts.iter_mut().find(|(c, _)| *c == class) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((class, 1)),
-        }
+        *sum.findings.entry(class.name().to_string()).or_default() += 1;
     }
-    let summary = serde_json::json!({
-        "generator": generate::VERSION,
-        "backend": args.backend,
-        "seeds": format!("{}..{}", args.seeds.0, args.seeds.1),
-        "workloads": total,
-        "model_per_second": total as f64 / model_time.as_secs_f64().max(1e-9),
-        "host_per_second": (referee.is_some()).then(|| total as f64 / host_time.as_secs_f64().max(1e-9)),
-        "findings": counts.iter().map(|(c, n)| (c.name(), n)).collect::<std::collections::BTreeMap<_, _>>(),
-        "coverage": coverage.len(),
-        "saved": findings,
-    });
+    (sum.model_seconds, sum.kernel_seconds) = (model_time.as_secs_f64(), host_time.as_secs_f64());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        println!("{}", serde_json::to_string_pretty(&sum)?);
     } else {
-        print_summary(&summary, &counts, &coverage);
+        sum.print();
+        let sets: String = args.set.iter().map(|s| format!(" --set \"{s}\"")).collect();
+        let shard = args.shard.map_or(String::new(), |(i, n)| format!(" --shard {i}/{n}"));
+        println!(
+            "reproduce: foliomm fuzz --backend {} --seeds {}..{} --steps {}{shard}{sets}",
+            args.backend, args.seeds.0, args.seeds.1, args.steps
+        );
     }
-    let sets: String = args.set.iter().map(|s| format!(" --set \"{s}\"")).collect();
-    println!(
-        "reproduce: foliomm fuzz --backend {} --seeds {}..{} --steps {}{sets}",
-        args.backend, args.seeds.0, args.seeds.1, args.steps
-    );
-    Ok(!counts.iter().any(|(c, _)| !matches!(c, Class::HostNondeterministic | Class::Known | Class::Skipped)))
-}
-
-fn print_summary(
-    summary: &serde_json::Value,
-    counts: &[(Class, usize)],
-    coverage: &std::collections::BTreeSet<String>,
-) {
-    println!(
-        "{} workloads ({} generator {}), model {:.1}/s{}",
-        summary["workloads"],
-        summary["seeds"],
-        generate::VERSION,
-        summary["model_per_second"].as_f64().unwrap_or(0.0),
-        summary["host_per_second"].as_f64().map_or(String::new(), |h| format!(", kernel {h:.1}/s"))
-    );
-    if counts.is_empty() {
-        println!("no findings");
-    }
-    for (c, n) in counts {
-        println!("  {:<22} {n}", c.name());
-    }
-    println!(
-        "coverage: {} model counters moved ({})",
-        coverage.len(),
-        coverage.iter().cloned().collect::<Vec<_>>().join(" ")
-    );
+    Ok(sum
+        .findings
+        .keys()
+        .all(|c| ["host-nondeterministic", "known-difference", "skipped-by-the-kernel"].contains(&c.as_str())))
 }
 
 /// The kernel's run of `text`.
