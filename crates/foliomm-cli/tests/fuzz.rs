@@ -80,3 +80,26 @@ fn four_shards_merged_equal_one_run() {
     assert!(single["findings"]["model-broken"].as_u64().unwrap() > 0, "{single}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn shards_spread_by_gnu_parallel_merge_to_one_run() {
+    if Command::new("parallel").arg("--version").output().is_err() {
+        eprintln!("skipped: GNU parallel is not installed (apt-get install parallel)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("foliomm-fuzz-parallel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = env!("CARGO_BIN_EXE_foliomm");
+    let job =
+        format!("{exe} fuzz --seeds 0..16 --shard {{}}/4 --json --findings {0}/f{{}} > {0}/s{{}}.json", dir.display());
+    let ran = Command::new("parallel").args(["--will-cite", "-j4", &job, ":::", "0", "1", "2", "3"]).output().unwrap();
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let files: Vec<_> = (0..4).map(|i| dir.join(format!("s{i}.json"))).collect();
+    let out = Command::new(exe).args(["fuzz", "merge", "--json"]).args(&files).output().unwrap();
+    let merged: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let one = summary(&["--seeds", "0..16", "--findings", dir.join("one").to_str().unwrap()]);
+    for key in ["workloads", "findings", "coverage"] {
+        assert_eq!(merged[0][key], one[key], "{key}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
