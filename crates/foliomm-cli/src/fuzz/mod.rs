@@ -18,7 +18,9 @@ use foliomm_scenario::interp::FailureKind;
 use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
 
 use crate::compare::differences;
+use crate::overrides;
 use crate::referee::Referee;
+use foliomm::internals::release::KernelVersion;
 
 /// `foliomm fuzz [OPTIONS]`, or `foliomm fuzz merge FILES...`.
 #[derive(clap::Args)]
@@ -159,9 +161,14 @@ fn workload(seed: u64, args: &FuzzArgs) -> String {
     text.replacen('\n', &format!("\n{extra}"), 1)
 }
 
-/// The model's run of `text` (checker on); None if it does not parse.
-fn on_model(text: &str) -> Option<Outcome> {
-    let steps = parse(text).ok()?;
+/// The model's run of `text` (checker on), following `release` where the
+/// referee is not the default release (the 6.1 guest); None if it does not
+/// parse.
+fn on_model(text: &str, release: Option<KernelVersion>) -> Option<Outcome> {
+    let mut steps = parse(text).ok()?;
+    if let Some(v) = release {
+        steps.insert(0, overrides::SettingFlags::kernel(v));
+    }
     Some(run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() }))
 }
 
@@ -187,6 +194,7 @@ fn fields(diffs: &[String]) -> Vec<String> {
 /// with itself does not).
 pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
     let mut referee = (args.backend != "model").then(|| Referee::new(&args.backend));
+    let release = referee.as_ref().and_then(Referee::release);
     let (mut model_time, mut host_time) = (Duration::ZERO, Duration::ZERO);
     let mut sum = Summary {
         generator: generate::VERSION.into(),
@@ -205,7 +213,7 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         }
         let text = workload(seed, &args);
         let t = Instant::now();
-        let Some(model) = on_model(&text) else {
+        let Some(model) = on_model(&text, release) else {
             anyhow::bail!("the generator made a workload that does not parse (seed {seed}):\n{text}");
         };
         model_time += t.elapsed();
@@ -293,7 +301,8 @@ fn keep(
     let dir = args.findings.join(format!("{}-{}-{seed}", class.name(), generate::VERSION));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("original.fmm"), text)?;
-    let original = on_model(text).expect("it ran");
+    let release = referee.as_deref().and_then(Referee::release);
+    let original = on_model(text, release).expect("it ran");
     // The fields of the differences that are not known ones: what the
     // minimized scenario must still show.
     let unknown = |diffs: Vec<String>| fields(&diffs.into_iter().filter(|d| known(d).is_none()).collect::<Vec<_>>());
@@ -302,7 +311,7 @@ fn keep(
         _ => Vec::new(),
     };
     let reproduces = |t: &str| -> bool {
-        let Some(m) = on_model(t) else { return false };
+        let Some(m) = on_model(t, release) else { return false };
         match (class, referee.as_deref_mut()) {
             (Class::ModelBroken, _) => {
                 broken(&m) && original.failure.as_ref().map(|f| f.kind) == m.failure.as_ref().map(|f| f.kind)
