@@ -231,7 +231,7 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
             let t = Instant::now();
             let host = on_kernel(r, &text);
             host_time += t.elapsed();
-            sum.kernel = host.backend.clone();
+            sum.kernel = kernel_name(&host.backend);
             classify(r, &text, &model, &host, args.reruns)
         } else {
             None
@@ -258,6 +258,18 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         .findings
         .keys()
         .all(|c| ["host-nondeterministic", "known-difference", "skipped-by-the-kernel"].contains(&c.as_str())))
+}
+
+/// The kernel a referee's outcome names, with this machine's release for
+/// the host (the guest's outcome names its own): summaries merge per kernel.
+fn kernel_name(backend: &str) -> String {
+    match backend {
+        "host" => {
+            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+            format!("host, Linux {}", release.trim())
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The kernel's run of `text`.
