@@ -43,7 +43,7 @@ pub enum FuzzSub {
 pub struct FuzzArgs {
     /// Where the workloads run besides the model: `model` (the model
     /// against its checker and reference bytes only), `host`, `guest`.
-    #[arg(long, default_value = "model")]
+    #[arg(long, default_value = "model", value_parser = ["model", "host", "guest"])]
     backend: String,
     /// The seeds, `A..B` (B excluded).
     #[arg(long, default_value = "0..100", value_parser = parse_seeds)]
