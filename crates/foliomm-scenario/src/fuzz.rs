@@ -6,7 +6,7 @@
 //! failure the reference model can follow.
 
 use crate::lang::{Cmd, MachineSetting, Step};
-use crate::{parse, run, FailureKind, ModelBackend, RunOptions};
+use crate::{parse, run, FailureKind, ModelBackend, Outcome, RunOptions};
 
 /// Model memory for fuzzed scenarios: small, so the checker is quick.
 pub const FUZZ_MEMORY: u64 = 32 << 20;
@@ -39,15 +39,22 @@ pub fn check(src: &str) -> Result<(), String> {
     };
     steps.insert(0, first);
     let out = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
-    let Some(f) = out.failure else { return Ok(()) };
-    // Out of memory part way through an access, the reference model cannot
-    // know which pages were written (a known limit).
+    broke_the_model(&out).map_or(Ok(()), Err)
+}
+
+/// How a model run (with the checker) broke the model itself, if it did:
+/// an invariant violation, a backend failure, or bytes the reference model
+/// disagrees with. A scenario's own failures (a false `expect`, an
+/// unexpected errno) do not count, nor lost bytes after ENOMEM part way
+/// through an access (the reference cannot know which pages were written:
+/// a known limit).
+pub fn broke_the_model(out: &Outcome) -> Option<String> {
+    let f = out.failure.as_ref()?;
     let enomem = out.steps.iter().any(|s| s.result.contains("ENOMEM")) || f.message.contains("ENOMEM");
-    match f.kind {
-        FailureKind::Invariant | FailureKind::Backend => Err(format!("line {}: {}", f.line, f.message)),
-        FailureKind::Scenario if f.message.starts_with("data integrity") && !enomem => {
-            Err(format!("line {}: {}", f.line, f.message))
-        }
-        _ => Ok(()),
-    }
+    let broken = match f.kind {
+        FailureKind::Invariant | FailureKind::Backend => true,
+        FailureKind::Scenario => f.message.starts_with("data integrity") && !enomem,
+        _ => false,
+    };
+    broken.then(|| format!("line {}: {}", f.line, f.message))
 }

@@ -172,11 +172,10 @@ fn on_model(text: &str, release: Option<KernelVersion>) -> Option<Outcome> {
     Some(run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() }))
 }
 
-/// Whether the model run broke the model itself.
+/// Whether the model run broke the model itself
+/// ([`foliomm_scenario::fuzz::broke_the_model`], as the cargo-fuzz targets judge it).
 fn broken(o: &Outcome) -> bool {
-    o.failure.as_ref().is_some_and(|f| {
-        matches!(f.kind, FailureKind::Invariant | FailureKind::Backend) || f.message.starts_with("data integrity")
-    })
+    foliomm_scenario::fuzz::broke_the_model(o).is_some()
 }
 
 /// The fields a list of differences names (`frame`, `present`, a failure).
