@@ -7,7 +7,7 @@ use crate::arch::{pte_index, Pte, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
-use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
+use crate::pgtable::{load, pte_range_none, store};
 use crate::rmap::{self, anon_vma_prepare};
 use crate::Result;
 
@@ -18,8 +18,8 @@ use crate::Result;
 pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
     if !vmf.write() {
-        let _ptl = pte_lockptr(phys, table).lock();
-        if load(phys, table, pte_index(addr)).is_none() {
+        let ptl = vmf.pte_lock();
+        if ptl.is_some() && load(phys, table, pte_index(addr)).is_none() {
             let zero = Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED);
             store(phys, table, pte_index(addr), zero);
             Stats::inc(&k.stats.zero_page_map);
@@ -30,9 +30,9 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     let f = alloc_anon_folio(vmf)?;
     let nr = f.nr_pages();
     let base = addr & !(nr * PAGE_SIZE - 1);
-    let _ptl = pte_lockptr(phys, table).lock();
-    if !pte_range_none(phys, table, pte_index(base), nr as usize) {
-        drop(_ptl);
+    let ptl = vmf.pte_lock();
+    if ptl.is_none() || !pte_range_none(phys, table, pte_index(base), nr as usize) {
+        drop(ptl);
         k.folio_put_refs(f, 1);
         return Ok(());
     }

@@ -12,7 +12,8 @@ use super::{anon, file, wp};
 use crate::arch::{pte_index, Pfn, Pte, PMD_ORDER, PMD_SIZE};
 use crate::kernel::{Kernel, Stats};
 use crate::mm_types::{vm, Mm, Vma};
-use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lockptr, store, PmdSlot};
+use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lock_checked, pte_lockptr, store, PmdSlot};
+use crate::sync::BitSpinLock;
 use crate::Result;
 
 /// What a fault asks for (`FAULT_FLAG_WRITE`, `FAULT_FLAG_UNSHARE`, neither).
@@ -42,12 +43,18 @@ pub struct VmFault<'a> {
     pub orig: Pte,
 }
 
-impl VmFault<'_> {
+impl<'a> VmFault<'a> {
     pub fn write(&self) -> bool {
         self.kind == FaultKind::Write
     }
     pub fn unshare(&self) -> bool {
         self.kind == FaultKind::Unshare
+    }
+    /// The PTL of the fault's PTE table, if the PMD still points at it
+    /// ([`pte_lock_checked`]); `None`: the table went (PT_RECLAIM) and the
+    /// fault is retried.
+    pub fn pte_lock(&self) -> Option<BitSpinLock<'a>> {
+        pte_lock_checked(&self.k.phys, self.pmd, self.table)
     }
     /// The THP orders the VMA may use (`thp_vma_allowable_orders`); none
     /// for a file VMA (shmem folios are order 0 for now).
@@ -70,6 +77,7 @@ pub fn handle_mm_fault(mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()>
 pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let k = &*mm.kernel;
     Stats::inc(&k.stats.pgfault);
+    let _walk = mm.pt_read();
     let r = match vma.is_hugetlb() {
         true => super::hugetlb::hugetlb_fault(mm, vma, addr, kind),
         false => __handle_mm_fault(k, mm, vma, addr, kind),
@@ -151,7 +159,9 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
         }
         wp::do_wp_page(vmf)
     } else {
-        touch(vmf.k, vmf.table, idx, pte, vmf.write());
+        if vmf.pte_lock().is_some() {
+            touch(vmf.k, vmf.table, idx, pte, vmf.write());
+        }
         Ok(())
     }
 }

@@ -74,9 +74,9 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
         }
     };
     phys.copy_frame(new.pfn, pfn);
-    let _ptl = pte_lockptr(phys, table).lock();
-    if !load(phys, table, pte_index(addr)).is_none() || !in_page_cache(f) {
-        drop(_ptl);
+    let ptl = vmf.pte_lock();
+    if ptl.is_none() || !load(phys, table, pte_index(addr)).is_none() || !in_page_cache(f) {
+        drop(ptl);
         k.folio_put_refs(f, 1);
         k.folio_put_refs(new, 1);
         return Ok(());
@@ -147,9 +147,9 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
         && first_addr >= vmf.vma.start()
         && first_addr + nr * PAGE_SIZE <= vmf.vma.end()
         && first_addr / PMD_SIZE == (first_addr + nr * PAGE_SIZE - 1) / PMD_SIZE;
-    let _ptl = pte_lockptr(phys, table).lock();
-    if !in_page_cache(f) {
-        drop(_ptl);
+    let ptl = vmf.pte_lock();
+    if ptl.is_none() || !in_page_cache(f) {
+        drop(ptl);
         k.folio_put_refs(f, 1);
         return Ok(());
     }
@@ -164,7 +164,7 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
         return Ok(());
     }
     if !load(phys, table, pte_index(addr)).is_none() {
-        drop(_ptl);
+        drop(ptl);
         k.folio_put_refs(f, 1);
         return Ok(());
     }
@@ -247,7 +247,7 @@ fn do_fault_around(vmf: &VmFault, inode: &Inode) -> bool {
     // The table's first entry maps this address (one table: one PMD range).
     let table_start = vmf.address & !(PMD_SIZE - 1);
     let file_pages = inode.nr_pages();
-    let _ptl = pte_lockptr(phys, vmf.table).lock();
+    let Some(_ptl) = vmf.pte_lock() else { return false };
     let mut mapped_fault = false;
     let mut i = from;
     while i < to && index_at(i) < file_pages {
@@ -313,8 +313,8 @@ fn map_none_runs(vmf: &VmFault, f: Folio, pfn: Pfn, start: u64, end: u64) -> u64
 pub(super) fn wp_page_shared(vmf: &VmFault) -> Result<()> {
     let (phys, table, orig) = (&vmf.k.phys, vmf.table, vmf.orig);
     let idx = pte_index(vmf.address);
-    let _ptl = pte_lockptr(phys, table).lock();
-    if load(phys, table, idx) == orig {
+    let ptl = vmf.pte_lock();
+    if ptl.is_some() && load(phys, table, idx) == orig {
         Folio::containing(phys, orig.pfn()).head().set(crate::phys::pg::DIRTY);
         store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
     }

@@ -115,7 +115,7 @@ pub(super) fn unmap_ref_private(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, p
         });
         if maps_it {
             let mut tlb = MmuGather::new(k, &other.tlb, false);
-            super::zap::unmap_vma_range(k, &other, &mut tlb, &v, haddr, haddr + size.bytes());
+            super::zap::unmap_vma_range(k, &other, &mut tlb, &v, (haddr, haddr + size.bytes()), Default::default());
             drop(tlb);
             v.set_flags(v.flags() | vm::HUGETLB_RESV_UNMAPPED);
         }

@@ -8,7 +8,7 @@ use crate::arch::{pte_index, Pte, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
-use crate::pgtable::{load, pte_lockptr, store};
+use crate::pgtable::{load, store};
 use crate::rmap::{self, anon_vma_prepare};
 use crate::Result;
 
@@ -24,8 +24,8 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
     }
     let idx = pte_index(vmf.address);
     let f = {
-        let _ptl = pte_lockptr(phys, vmf.table).lock();
-        if load(phys, vmf.table, idx) != orig {
+        let ptl = vmf.pte_lock();
+        if ptl.is_none() || load(phys, vmf.table, idx) != orig {
             return Ok(());
         }
         let f = Folio::containing(phys, orig.pfn());
@@ -80,8 +80,8 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
         phys.copy_frame(new.pfn, orig.pfn());
     }
     let idx = pte_index(vmf.address);
-    let ptl = pte_lockptr(phys, vmf.table).lock();
-    if load(phys, vmf.table, idx) != orig {
+    let ptl = vmf.pte_lock();
+    if ptl.is_none() || load(phys, vmf.table, idx) != orig {
         drop(ptl);
         k.folio_put_refs(new, 1);
         if let Some(old) = old {

@@ -5,31 +5,50 @@
 
 use crate::arch::{
     pgd_index, pmd_addr_end, pmd_index, pte_index, pud_addr_end, pud_index, Pfn, Pte, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE,
-    PUD_SIZE,
+    PTRS_PER_TABLE, PUD_SIZE,
 };
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats, ZapStrategy};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma, Vmas};
-use crate::pgtable::{folio_pte_batch, huge_pud, load, pte_lockptr, slot, store, walk_pmd};
+use crate::pgtable::{folio_pte_batch, huge_pud, load, pte_lock_checked, pte_lockptr, slot, store, walk_pmd, PmdSlot};
 use crate::rmap;
 use crate::sync::atomic::Ordering::AcqRel;
 use crate::tlb::MmuGather;
+
+/// `struct zap_details`: what a zap leaves, and what it may free.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ZapDetails {
+    /// `skip_cows`: anon pages stay (a hole punch); only file pages are
+    /// unmapped.
+    pub skip_cows: bool,
+    /// `reclaim_pt`: a PTE table the zap covers whole and leaves empty is
+    /// freed (`MADV_DONTNEED` with PT_RECLAIM,
+    /// [`crate::release::KernelVersion::reclaims_empty_pte_tables`]).
+    pub reclaim_pt: bool,
+}
 
 /// `unmap_single_vma`: [`unmap_page_range`] over `[start, end)` of the VMA
 /// `v`; for a hugetlb VMA with the locks unsharing a PMD table needs
 /// ([`super::hugetlb::with_unshare_locks`]), after the owner of a private
 /// one marked its pages' reservations for restoring.
-pub(crate) fn unmap_vma_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, v: &Vma, start: u64, end: u64) {
+pub(crate) fn unmap_vma_range(
+    k: &Kernel,
+    mm: &Mm,
+    tlb: &mut MmuGather,
+    v: &Vma,
+    (start, end): (u64, u64),
+    details: ZapDetails,
+) {
     super::hugetlb_resv::restore_reservations(k, mm, v, start, end);
-    super::hugetlb::with_unshare_locks(k, v, || unmap_page_range(k, mm, tlb, start, end, false));
+    super::hugetlb::with_unshare_locks(k, v, || unmap_page_range(k, mm, tlb, start, end, details));
 }
 
 /// `unmap_page_range` over `[start, end)` of `mm`: huge PMDs covered whole are
-/// zapped as one, partially covered ones are split first. With `skip_cows`
-/// (`zap_details.skip_cows`, a hole punch) anon pages stay: only file pages
-/// are unmapped.
-pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: u64, end: u64, skip_cows: bool) {
+/// zapped as one, partially covered ones are split first; `details` says
+/// what stays and whether emptied PTE tables go.
+pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: u64, end: u64, details: ZapDetails) {
+    let _walk = mm.pt_read();
     let mut addr = start;
     while addr < end {
         // A shared hugetlb PMD table is only let go of (the caller holds
@@ -61,7 +80,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             e = pmd.load(&k.phys);
         }
         if !e.is_none() {
-            zap_pte_range(k, mm, tlb, e.pfn(), (addr, next), skip_cows);
+            zap_pte_range(k, mm, tlb, (pmd, e.pfn()), (addr, next), details);
         }
         addr = next;
     }
@@ -72,14 +91,24 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
 /// TLB-range extension and one gather entry per batch. A full gather is
 /// flushed (TLB, then frees) after dropping the PTL and the walk resumes.
 /// The rmap of a file folio mapped by a dirty PTE is removed after the
-/// TLB flush, still under the PTL (`tlb_flush_rmaps`).
-fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, end): (u64, u64), skip_cows: bool) {
-    let phys = &k.phys;
+/// TLB flush, still under the PTL (`tlb_flush_rmaps`). A table found
+/// reclaimed under its lock (a concurrent `MADV_DONTNEED`) has nothing
+/// left to zap. With `reclaim_pt`, a table covered whole is then freed if
+/// empty ([`try_to_free_pte`]).
+fn zap_pte_range(
+    k: &Kernel,
+    mm: &Mm,
+    tlb: &mut MmuGather,
+    (pmd, table): (PmdSlot, Pfn),
+    (start, end): (u64, u64),
+    details: ZapDetails,
+) {
+    let (phys, skip_cows) = (&k.phys, details.skip_cows);
     let mut addr = start;
     while addr < end {
         let (mut full, mut force_flush) = (false, false);
         {
-            let _ptl = pte_lockptr(phys, table).lock();
+            let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return };
             while addr < end && !full {
                 let idx = pte_index(addr);
                 let now = load(phys, table, idx);
@@ -136,6 +165,25 @@ fn zap_pte_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, table: Pfn, (start, e
         if full || force_flush {
             tlb.flush_mmu();
         }
+    }
+    if details.reclaim_pt && end - start >= PMD_SIZE {
+        try_to_free_pte(k, tlb, pmd, table, start);
+    }
+}
+
+/// `try_to_free_pte` (mm/pt_reclaim.c): under the PMD lock and the PTL,
+/// unlinks the PTE table `table` from `pmd` if every entry is none, and
+/// hands it to the gather, which frees it after the TLB flush and once no
+/// walker can still hold it ([`crate::tlb::TableRcu`]). Linux first tries
+/// the same under the PTL the zap held (`try_get_and_clear_pmd`); the
+/// outcome is the same.
+fn try_to_free_pte(k: &Kernel, tlb: &mut MmuGather, pmd: PmdSlot, table: Pfn, addr: u64) {
+    let phys = &k.phys;
+    let _pml = pte_lockptr(phys, pmd.table).lock();
+    let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return };
+    if (0..PTRS_PER_TABLE as usize).all(|i| load(phys, table, i).is_none()) {
+        pmd.store(phys, Pte::NONE);
+        tlb.remove_table(table, addr);
     }
 }
 

@@ -88,7 +88,7 @@ impl Mm {
 
     fn gup_one(&self, k: &Kernel, addr: u64, foll_pin: bool, write: bool, longterm: bool) -> Result<Option<Pfn>> {
         let phys = &k.phys;
-        let vmas = self.mmap_read_lock();
+        let (vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
         if (write && !vma.writable()) || !vma.readable() {
             return Err(Errno::EFAULT);

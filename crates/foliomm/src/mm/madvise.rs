@@ -7,7 +7,7 @@ use super::range_end;
 use super::vma::{hugetlb_may_split, merge_around, set_vma_flags};
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::memory::handle_mm_fault;
-use crate::memory::zap::unmap_vma_range;
+use crate::memory::zap::{unmap_vma_range, ZapDetails};
 use crate::mm_types::{vm, Mm, Vma};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -76,6 +76,7 @@ impl Mm {
             }
             let k = &*self.kernel;
             let mut tlb = MmuGather::new(k, &self.tlb, false);
+            let dontneed = ZapDetails { reclaim_pt: k.config.release().reclaims_empty_pte_tables(), ..ZapDetails::default() };
             for v in vmas.overlapping(addr, end) {
                 // madvise_dontneed_free_valid_vma(): not an mlocked VMA
                 // (the ones before it are zapped already).
@@ -86,7 +87,7 @@ impl Mm {
                 let stop = huge(v).map_or(stop, |h| stop / h * h);
                 let start = v.start().max(addr);
                 if start < stop {
-                    unmap_vma_range(k, self, &mut tlb, v, start, stop);
+                    unmap_vma_range(k, self, &mut tlb, v, (start, stop), dontneed);
                 }
             }
             return if vmas.covers(addr, end) { Ok(()) } else { Err(Errno::ENOMEM) };

@@ -8,7 +8,7 @@ use super::{page_align, range_end};
 use crate::arch::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::kernel::HugeSize;
 use crate::memory::handle_mm_fault;
-use crate::memory::zap::{free_pgtables, unmap_vma_range};
+use crate::memory::zap::{free_pgtables, unmap_vma_range, ZapDetails};
 use crate::mm_types::{vm, Mm, Prot, Vmas};
 use crate::pgtable::leaf_slot;
 use crate::shmem::{Inode, Mount, PrivateResv};
@@ -240,7 +240,7 @@ impl Mm {
     /// Marks the folio mapped at `addr` dirty (a GUP write through an
     /// entry that allows it, `FOLL_TOUCH`).
     pub(super) fn touch_dirty(&self, addr: u64) {
-        let phys = &self.kernel.phys;
+        let (phys, _walk) = (&self.kernel.phys, self.pt_read());
         let Some(slot) = leaf_slot(phys, self.pgd, addr) else { return };
         let e = slot.load(phys);
         if e.present() && !e.special() {
@@ -251,7 +251,7 @@ impl Mm {
     /// Whether `addr` has a present translation allowing the access, and
     /// then whether it is a PMD mapping.
     pub(super) fn translates(&self, addr: u64, write: bool) -> Option<bool> {
-        let phys = &self.kernel.phys;
+        let (phys, _walk) = (&self.kernel.phys, self.pt_read());
         let slot = leaf_slot(phys, self.pgd, addr)?;
         let e = slot.load(phys);
         (e.hw_present() && (!write || e.write())).then_some(slot.huge())
@@ -267,7 +267,7 @@ impl Mm {
         let k = &*self.kernel;
         let mut tlb = MmuGather::new(k, &self.tlb, true);
         for v in &all {
-            unmap_vma_range(k, self, &mut tlb, v, v.start(), v.end());
+            unmap_vma_range(k, self, &mut tlb, v, (v.start(), v.end()), ZapDetails::default());
         }
         free_pgtables(k, self, &vmas, &mut tlb, 0, TASK_SIZE);
         drop(tlb);

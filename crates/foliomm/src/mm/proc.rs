@@ -24,7 +24,7 @@ impl Mm {
     }
 
     fn page_state(&self, addr: u64, judge: bool) -> PageInfo {
-        let _vmas = self.mmap_read_lock();
+        let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         let k = &*self.kernel;
         let phys = &k.phys;
         let mut info = PageInfo::default();
@@ -77,7 +77,7 @@ impl Mm {
     /// (see [`crate::mapcount::MapcountDesign::fields`]); empty for a small
     /// or hugetlb folio, or nothing mapped.
     pub fn folio_fields(&self, addr: u64) -> Vec<(String, i64)> {
-        let _vmas = self.mmap_read_lock();
+        let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         let phys = &self.kernel.phys;
         let Some(slot) = leaf_slot(phys, self.pgd, addr) else { return Vec::new() };
         let leaf = slot.load(phys);

@@ -97,7 +97,7 @@ impl Mm {
     /// `smaps_pte_entry` / `smaps_pmd_entry` → `smaps_account`, page by page.
     fn account_pages(&self, v: &Vma, info: &mut VmaInfo) {
         let k = &*self.kernel;
-        let _vmas = self.mmap_read_lock();
+        let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         for addr in (v.start()..v.end()).step_by(PAGE_SIZE as usize) {
             let Some(slot) = leaf_slot(&k.phys, self.pgd, addr) else { continue };
             let leaf = slot.load(&k.phys);

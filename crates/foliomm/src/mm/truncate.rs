@@ -18,7 +18,7 @@
 
 use crate::arch::PAGE_SIZE;
 use crate::kernel::HugetlbSync;
-use crate::memory::zap::unmap_page_range;
+use crate::memory::zap::{unmap_page_range, ZapDetails};
 use crate::mm_types::{vm, Mm, MmList};
 use crate::shmem::{FileMapping, HugetlbVmaLock, Inode};
 use crate::sync::Arc;
@@ -136,7 +136,7 @@ impl MmList {
             let Some(mm) = self.get(m.mm) else { continue };
             let k = &*mm.kernel;
             let mut tlb = MmuGather::new(k, &mm.tlb, false);
-            unmap_page_range(k, &mm, &mut tlb, start, end, !even_cows);
+            unmap_page_range(k, &mm, &mut tlb, start, end, ZapDetails { skip_cows: !even_cows, reclaim_pt: false });
             drop(tlb);
             mms.push(mm);
         }

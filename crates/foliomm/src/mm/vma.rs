@@ -7,7 +7,7 @@ use super::range_end;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::memory::huge_memory::split_huge_pmd;
 use crate::memory::hugetlb_resv;
-use crate::memory::zap::{free_pgtables, unmap_vma_range};
+use crate::memory::zap::{free_pgtables, unmap_vma_range, ZapDetails};
 use crate::mm_types::{Mm, Vma, Vmas};
 use crate::release::KernelVersion;
 use crate::sync::Arc;
@@ -48,7 +48,7 @@ impl Mm {
         let k = &*self.kernel;
         let mut tlb = MmuGather::new(k, &self.tlb, false);
         for v in &removed {
-            unmap_vma_range(k, self, &mut tlb, v, v.start(), v.end());
+            unmap_vma_range(k, self, &mut tlb, v, (v.start(), v.end()), ZapDetails::default());
         }
         free_pgtables(k, self, vmas, &mut tlb, start, end);
         drop(tlb);

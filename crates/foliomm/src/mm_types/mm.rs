@@ -103,6 +103,13 @@ impl Mm {
         }
     }
 
+    /// A read section for walking this MM's page tables without the
+    /// tables' locks (`pte_offset_map`'s `rcu_read_lock`): no PTE table
+    /// reached inside it is freed before it ends.
+    pub fn pt_read(&self) -> crate::tlb::table_rcu::TableReadGuard<'_> {
+        self.tlb.tables.read(&self.kernel)
+    }
+
     /// `mmap_read_lock`.
     pub fn mmap_read_lock(&self) -> MmapReadGuard<'_> {
         self.mmap_lock.read()

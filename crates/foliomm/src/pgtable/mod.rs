@@ -44,6 +44,17 @@ pub fn pte_lockptr(phys: &PhysMem, table: Pfn) -> Ptl<'_> {
     Ptl(&phys.page(table).flags)
 }
 
+/// `pte_offset_map_lock`: takes the PTL of the PTE table `table` that the
+/// caller found under `pmd`, and returns it only if `pmd` still points at
+/// that table; `None` when the table was replaced or reclaimed meanwhile
+/// (PT_RECLAIM, [`crate::tlb::table_rcu`]), and the caller retries. The
+/// caller is inside a read section of the MM's [`crate::tlb::TableRcu`].
+pub fn pte_lock_checked(phys: &PhysMem, pmd: PmdSlot, table: Pfn) -> Option<BitSpinLock<'_>> {
+    let ptl = pte_lockptr(phys, table).lock();
+    let e = pmd.load(phys);
+    (!e.is_none() && !e.huge() && e.pfn() == table).then_some(ptl)
+}
+
 /// A page-table lock, not yet taken.
 pub struct Ptl<'a>(&'a crate::sync::atomic::AtomicU64);
 

@@ -137,6 +137,16 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 16)
     }
 
+    /// Whether `MADV_DONTNEED` frees a PTE table it covered whole and left
+    /// empty (`zap_pte_range` → `try_to_free_pte` with
+    /// `zap_details.reclaim_pt`, 6375e95f381e "mm: pgtable: reclaim empty
+    /// PTE page in madvise(MADV_DONTNEED)", `CONFIG_PT_RECLAIM`, default y
+    /// on x86-64): 6.14 on. Before, the empty table stays until munmap or
+    /// exit, so a later fault there maps PTEs even where a huge PMD would fit.
+    pub fn reclaims_empty_pte_tables(self) -> bool {
+        self >= KernelVersion::new(6, 14)
+    }
+
     /// Whether `MADV_POPULATE_READ/WRITE` stops with ENOMEM at the first
     /// hole (`madvise_populate`'s own loop, 631426ba1d45 "mm/madvise: make
     /// MADV_POPULATE_(READ|WRITE) handle VM_FAULT_RETRY properly"): 6.9 on.

@@ -192,7 +192,7 @@ impl<'a> MmuGather<'a> {
         self.active = 0;
         self.pages = 0;
         for t in self.tables.drain(..) {
-            self.k.free_table(t);
+            self.mm.tables.free(t, |t| self.k.free_table(t));
         }
     }
 

@@ -19,8 +19,10 @@
 //! are tagged with the MM's serial, which is never reused.
 
 pub mod mmu_gather;
+pub mod table_rcu;
 
 pub use mmu_gather::MmuGather;
+pub use table_rcu::TableRcu;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -46,11 +48,19 @@ pub struct MmTlb {
     gen: AtomicU64,
     log: Mutex<VecDeque<FlushRange>>,
     inflight: RwLock<()>,
+    /// Page tables freed once no software walker of the MM can hold them.
+    pub tables: TableRcu,
 }
 
 impl MmTlb {
     pub fn new(serial: u64) -> MmTlb {
-        MmTlb { serial, gen: AtomicU64::new(0), log: Mutex::new(VecDeque::new()), inflight: RwLock::new(()) }
+        MmTlb {
+            serial,
+            gen: AtomicU64::new(0),
+            log: Mutex::new(VecDeque::new()),
+            inflight: RwLock::new(()),
+            tables: TableRcu::new(),
+        }
     }
 
     /// Opens an access section: flushes wait for it to close.
