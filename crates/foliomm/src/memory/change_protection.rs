@@ -1,7 +1,10 @@
 //! mm/mprotect.c `change_protection`: a VMA's new protection applied to its
-//! entries. Write permission is granted only to AnonExclusive pages
-//! (`can_change_pte_writable`); PROT_NONE entries lose PRESENT and gain
-//! PROTNONE (`pte_modify`).
+//! entries. In a private mapping write permission is granted only to
+//! AnonExclusive pages (`can_change_pte_writable`); in a shared writable
+//! one to every page, as its `vm_page_prot` is writable (shmem and
+//! hugetlbfs want no write notification: `vma_wants_writenotify` is false),
+//! so a later write dirties only the PTE, not the folio. PROT_NONE entries
+//! lose PRESENT and gain PROTNONE (`pte_modify`).
 
 use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, PAGE_SIZE};
 use crate::folio::Folio;
@@ -49,10 +52,11 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
                 if !p.present() {
                     continue;
                 }
-                let can_write = !p.special() && {
-                    let f = Folio::containing(phys, p.pfn());
-                    f.anon_exclusive(p.pfn() - f.pfn)
-                };
+                let can_write = !p.special()
+                    && (vma.shared() || {
+                        let f = Folio::containing(phys, p.pfn());
+                        f.anon_exclusive(p.pfn() - f.pfn)
+                    });
                 let n = p.modify_prot(vma.readable(), vma.writable() && can_write);
                 if n != p {
                     store(phys, table, idx, n);

@@ -320,9 +320,10 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
     let _pl = pte_lockptr(phys, pmd.table).lock();
     let e = pmd.load(phys);
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
-    // A shared file PMD may become writable where it is dirty already.
+    // A shared mapping's PMD becomes writable whole (no write notification,
+    // as for PTEs in `change_protection`).
     let can_write =
-        !e.special() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() && e.dirty() };
+        !e.special() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     n != e
