@@ -8,13 +8,18 @@
 //! Weighted towards the corners where large folios meet boundaries:
 //! mappings of 64K and 2M+ with THP on, partial unmaps, protections and
 //! `MADV_DONTNEED` of sub-ranges, fork while mapped, COW writes on both
-//! sides, shared memfd mappings with truncation and hole punches.
+//! sides, shared memfd mappings with truncation and hole punches. From
+//! `g2` also hugetlb mappings of 2M and 1G pages with pool changes, GUP
+//! pins held across fork and unmap, and threads in `parallel` blocks, each
+//! on a mapping of its own so that no result depends on timing.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// The generator's version: a seed names one scenario only together with it.
-pub const VERSION: &str = "g1";
+/// The generators, oldest first: a seed names one scenario only together
+/// with one of them. A newer one draws exactly as the older ones do until
+/// it draws a step they do not have, so an old seed's workload is kept.
+pub const VERSIONS: [&str; 2] = ["g1", "g2"];
 
 /// A mapping the generator made, in the processes that have it.
 #[derive(Clone)]
@@ -27,6 +32,9 @@ struct Mapping {
     /// It may be more than one VMA (a sub-range was advised or
     /// protected): mremap, which needs one, leaves it alone.
     split: bool,
+    /// The hugetlb page size of a hugetlb mapping: ranges that unmap,
+    /// protect or advise are whole pages of it.
+    huge: Option<u64>,
 }
 
 /// What the workload built so far.
@@ -38,6 +46,15 @@ struct World {
     maps: Vec<Mapping>,
     files: Vec<(String, u64)>,
     next: usize,
+    /// 2 for `g2`, 1 for `g1`.
+    version: u8,
+    /// The hugetlb pools of this workload (`g2`): page size, pages, and
+    /// pages mapped so far (never less: reservations are given back at
+    /// unmap and exit, which the generator does not follow). A pool keeps
+    /// a page beyond them, for a child's copy on write.
+    pools: Vec<(u64, u64, u64)>,
+    /// GUP references of P not yet released.
+    pins: Vec<String>,
 }
 
 const K: u64 = 1024;
@@ -62,17 +79,39 @@ impl World {
     /// A page-aligned sub-range `[start, end)` of `len` bytes, often whole
     /// or a 64K/2M-aligned piece.
     fn range(&mut self, len: u64) -> (u64, u64) {
-        let pages = len / (4 * K);
-        let a = self.rng.gen_range(0..pages);
-        let b = self.rng.gen_range(a + 1..=pages);
-        (a * 4 * K, b * 4 * K)
+        self.range_of(len, 4 * K)
     }
 
+    /// A sub-range of `len` bytes in whole units of `unit` bytes.
+    fn range_of(&mut self, len: u64, unit: u64) -> (u64, u64) {
+        let units = len / unit;
+        let a = self.rng.gen_range(0..units);
+        let b = self.rng.gen_range(a + 1..=units);
+        (a * unit, b * unit)
+    }
+
+    /// A place in `m` to access: whole, or a page range (at most 2M of a
+    /// 1G mapping, whose whole would be slow to fill and compare).
     fn place(&mut self, m: &Mapping) -> String {
         match self.rng.gen_range(0..3) {
-            0 => m.name.clone(),
+            0 if m.len <= 4096 * K => m.name.clone(),
             _ => {
-                let (s, e) = self.range(m.len);
+                let (s, mut e) = self.range(m.len);
+                if m.len > 4096 * K {
+                    e = e.min(s + 2048 * K);
+                }
+                format!("{}[{}K..{}K]", m.name, s / K, e / K)
+            }
+        }
+    }
+
+    /// A place in `m` that unmaps, protects or advises: page-aligned, and
+    /// whole hugetlb pages of a hugetlb mapping.
+    fn vma_place(&mut self, m: &Mapping) -> String {
+        match (self.rng.gen_range(0..3), m.huge) {
+            (0, _) => m.name.clone(),
+            (_, unit) => {
+                let (s, e) = self.range_of(m.len, unit.unwrap_or(4 * K));
                 format!("{}[{}K..{}K]", m.name, s / K, e / K)
             }
         }
@@ -81,7 +120,7 @@ impl World {
     /// One random step of a live process.
     fn step(&mut self) {
         let p = self.pick(&self.live.clone()).expect("P lives to the end");
-        let roll = self.rng.gen_range(0..100);
+        let roll = self.rng.gen_range(0..if self.version >= 2 { 112 } else { 100 });
         let m = self.mapping_of(&p);
         match (roll, m) {
             (0..=11, _) | (_, None) => self.mmap(&p),
@@ -118,7 +157,7 @@ impl World {
                 // A protection taken away and given back: the VMA splits
                 // and merges (or, by the anon_vma rules, stays split), the
                 // entries stay write-protected until the next write fault.
-                let place = self.place(&m);
+                let place = self.vma_place(&m);
                 self.mark_split(&p, &m.name, &place);
                 let prot = self.pick(&["r", "none"]).unwrap();
                 self.lines.push(format!("{p}: mprotect {place} {prot}"));
@@ -126,7 +165,7 @@ impl World {
                 self.lines.push(format!("{p}: mprotect {place} rw"));
             }
             (74..=81, Some(m)) => {
-                let place = self.place(&m);
+                let place = self.vma_place(&m);
                 let advice = self.pick(&["dontneed", "dontneed", "hugepage", "nohugepage", "populate_write"]).unwrap();
                 if advice.ends_with("hugepage") {
                     self.mark_split(&p, &m.name, &place);
@@ -135,14 +174,18 @@ impl World {
             }
             (82..=87, Some(m)) => self.munmap(&p, &m),
             (88..=92, Some(m)) => self.file_step(&p, &m),
-            (_, Some(m)) if m.split => self.observe(&p, &m),
+            (100..=103, Some(m)) if p == "P" => self.pin_step(&m),
+            (104..=107, _) if p == "P" => self.parallel(),
+            (108..=111, _) if !self.pools.is_empty() => self.pool_step(),
+            (100.., Some(m)) => self.observe(&p, &m),
+            (_, Some(m)) if m.split || m.huge.is_some() => self.observe(&p, &m),
             (_, Some(m)) => {
                 // Shrink in place, or move whole.
                 let new = self.name("r");
                 let size = if self.rng.gen_bool(0.5) { m.len } else { (m.len / 2).max(4 * K) };
                 self.lines.push(format!("{p}: {new} = mremap {} size {}K", m.name, size / K));
                 self.unmapped(&p, &m.name);
-                self.maps.push(Mapping { name: new, len: size, file: m.file, procs: vec![p.clone()], split: false });
+                self.maps.push(Mapping { name: new, len: size, file: m.file, procs: vec![p.clone()], split: false, huge: None });
             }
         }
     }
@@ -167,7 +210,7 @@ impl World {
     /// alone from then on (a backend may place later mappings in the hole,
     /// where another unmap or an observation would meet them by layout).
     fn munmap(&mut self, p: &str, m: &Mapping) {
-        let (s, e) = self.range(m.len);
+        let (s, e) = self.range_of(m.len, m.huge.unwrap_or(4 * K));
         self.lines.push(format!("{p}: munmap {}[{}K..{}K]", m.name, s / K, e / K));
         self.unmapped(p, &m.name);
     }
@@ -185,6 +228,9 @@ impl World {
     /// window is the same on every backend.
     fn mmap(&mut self, p: &str) {
         let name = self.name("m");
+        if !self.pools.is_empty() && self.rng.gen_bool(0.3) && self.mmap_hugetlb(p, &name) {
+            return;
+        }
         let len = self.pick(&SIZES).unwrap();
         if self.rng.gen_bool(0.25) && p == "P" {
             let f = self.name("f");
@@ -192,7 +238,7 @@ impl World {
             self.lines.push(format!("P: {f} = memfd {}K", len / K));
             self.lines.push(format!("P: {name} = mmap {}K rw {kind} file {f} align 64K", len / K));
             self.files.push((f.clone(), len));
-            self.maps.push(Mapping { name, len, file: Some(f), procs: vec!["P".into()], split: false });
+            self.maps.push(Mapping { name, len, file: Some(f), procs: vec!["P".into()], split: false, huge: None });
             return;
         }
         // Aligned, so that where a folio fits does not depend on where a
@@ -202,7 +248,79 @@ impl World {
         if len >= 64 * K && self.rng.gen_bool(0.3) {
             self.lines.push(format!("{p}: madvise {name} hugepage"));
         }
-        self.maps.push(Mapping { name, len, file: None, procs: vec![p.to_string()], split: false });
+        self.maps.push(Mapping { name, len, file: None, procs: vec![p.to_string()], split: false, huge: None });
+    }
+
+    /// A `MAP_HUGETLB` mapping of one or two pages of a size whose pool
+    /// has them to spare, private or shared; false if no pool has.
+    fn mmap_hugetlb(&mut self, p: &str, name: &str) -> bool {
+        let i = self.rng.gen_range(0..self.pools.len());
+        let (size, pages, used) = self.pools[i];
+        let n = self.rng.gen_range(1..=if size > 2048 * K { 1 } else { 2 });
+        if used + n + 1 > pages {
+            return false;
+        }
+        self.pools[i].2 += n;
+        let opt = if size > 2048 * K { "hugetlb=1G" } else { "hugetlb" };
+        let shared = if self.rng.gen_bool(0.3) { " shared" } else { "" };
+        self.lines.push(format!("{p}: {name} = mmap {}K rw{shared} {opt}", size * n / K));
+        let m = Mapping { name: name.into(), len: size * n, file: None, procs: vec![p.into()], split: false, huge: Some(size) };
+        self.maps.push(m);
+        true
+    }
+
+    /// P pins part of a mapping (a longterm R/W pin, or a plain GUP
+    /// reference), or releases a pin it holds.
+    fn pin_step(&mut self, m: &Mapping) {
+        if !self.pins.is_empty() && self.rng.gen_bool(0.4) {
+            let i = self.rng.gen_range(0..self.pins.len());
+            let pin = self.pins.remove(i);
+            return self.lines.push(format!("P: unpin {pin}"));
+        }
+        let (s, e) = self.range(m.len.min(2048 * K));
+        let pin = self.name("p");
+        let how = if self.rng.gen_bool(0.7) { "pin" } else { "get" };
+        let opts = if how == "pin" { " write longterm" } else { "" };
+        self.lines.push(format!("P: {pin} = {how} {}[{}K..{}K]{opts}", m.name, s / K, e / K));
+        self.pins.push(pin);
+    }
+
+    /// A `parallel` block: two or three threads of P, each on a mapping of
+    /// its own (writes, reads, `MADV_DONTNEED`), so that the result does
+    /// not depend on how they interleave. No hugetlb mapping: which thread
+    /// gets the pool's last page would.
+    fn parallel(&mut self) {
+        let mut mine: Vec<Mapping> =
+            self.maps.iter().filter(|m| m.huge.is_none() && m.procs.iter().any(|q| q == "P")).cloned().collect();
+        if mine.len() < 2 {
+            return;
+        }
+        let threads = self.rng.gen_range(2..=3.min(mine.len()));
+        self.lines.push("parallel".into());
+        for t in 1..=threads {
+            let m = mine.remove(self.rng.gen_range(0..mine.len()));
+            for _ in 0..self.rng.gen_range(1..=3) {
+                let place = self.place(&m);
+                let line = match self.rng.gen_range(0..4) {
+                    0 => format!("write {place} = {:#04x}", self.rng.gen_range(1..=255)),
+                    1 => format!("fill {place} = {:#04x}", self.rng.gen_range(1..=255)),
+                    2 => format!("madvise {} dontneed", m.name),
+                    _ => format!("verify {place}"),
+                };
+                self.lines.push(format!("P.t{t}: {line}"));
+            }
+        }
+        self.lines.push("end".into());
+    }
+
+    /// A new number of pages for the workload's pool of 2M pages: more, or
+    /// fewer down to what was mapped and one to spare.
+    fn pool_step(&mut self) {
+        if let Some(pool) = self.pools.iter_mut().find(|(size, ..)| *size == 2048 * K) {
+            pool.1 = pool.2 + 1 + self.rng.gen_range(0..=4);
+            let line = format!("set hugetlb pages={}", pool.1);
+            self.lines.push(line);
+        }
     }
 
     /// A step on the file behind mapping `m`, by a process holding it.
@@ -227,9 +345,10 @@ impl World {
     }
 }
 
-/// The workload of `seed`: about `steps` random steps after a few settings,
-/// ending with every child's exit.
-pub fn scenario(seed: u64, steps: usize) -> String {
+/// The workload of `seed` by generator `version` (one of [`VERSIONS`]):
+/// about `steps` random steps after a few settings, ending with the
+/// release of P's pins and every child's exit.
+pub fn scenario(version: &str, seed: u64, steps: usize) -> String {
     let mut w = World {
         rng: StdRng::seed_from_u64(seed),
         lines: Vec::new(),
@@ -238,14 +357,35 @@ pub fn scenario(seed: u64, steps: usize) -> String {
         maps: Vec::new(),
         files: Vec::new(),
         next: 0,
+        version: VERSIONS.iter().position(|v| *v == version).expect("a known generator") as u8 + 1,
+        pools: Vec::new(),
+        pins: Vec::new(),
     };
     let thp = w.pick(&["never", "always", "madvise"]).unwrap();
     let mthp = w.pick(&["64K=never", "64K=always", "64K=inherit"]).unwrap();
-    w.lines.push(format!("# foliomm fuzz {VERSION} seed {seed}"));
+    w.lines.push(format!("# foliomm fuzz {version} seed {seed}"));
     w.lines.push(format!("set thp enabled={thp} {mthp}"));
     w.lines.push("set shmem enabled=never".into());
+    if w.version >= 2 {
+        // A quarter of the workloads have a pool of 2M pages, one in
+        // twelve also one of 1G pages (of which the model needs the
+        // memory, a machine setting that comes first).
+        if w.rng.gen_bool(0.25) {
+            let pages = w.rng.gen_range(2..=7);
+            w.pools.push((2048 * K, pages, 0));
+            w.lines.push(format!("set hugetlb pages={pages}"));
+        }
+        if w.rng.gen_bool(1.0 / 12.0) {
+            w.pools.push((1024 * 1024 * K, 2, 0));
+            w.lines.insert(1, "set memory at least 3G".into());
+            w.lines.push("set hugetlb pages=2 size=1G".into());
+        }
+    }
     for _ in 0..steps {
         w.step();
+    }
+    for pin in std::mem::take(&mut w.pins) {
+        w.lines.push(format!("P: unpin {pin}"));
     }
     for c in w.live.clone().into_iter().filter(|c| c != "P") {
         w.lines.push(format!("{c}: exit"));

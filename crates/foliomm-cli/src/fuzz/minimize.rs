@@ -1,13 +1,16 @@
 //! Delta debugging over a workload's lines (Zeller's ddmin): drops chunks
 //! of the step lines, halving the chunk size, while the failure keeps its
-//! class; `set` lines and the header stay. A candidate that no longer
-//! parses or names something removed simply does not reproduce.
+//! class; the header (comments and `set` lines before the first step)
+//! stays, a later `set` line (a pool change) is a step like any other. A
+//! candidate that no longer parses or names something removed simply does
+//! not reproduce.
 
 /// The smallest text found whose lines still make `fails` true, and the
 /// number of candidates tried. `fails` must hold for `text` itself.
 pub fn minimize(text: &str, mut fails: impl FnMut(&str) -> bool, budget: usize) -> (String, usize) {
-    let (fixed, mut lines): (Vec<&str>, Vec<&str>) =
-        text.lines().partition(|l| l.starts_with('#') || l.starts_with("set "));
+    let all: Vec<&str> = text.lines().collect();
+    let head = all.iter().take_while(|l| l.starts_with('#') || l.starts_with("set ")).count();
+    let (fixed, mut lines) = (all[..head].to_vec(), all[head..].to_vec());
     let join = |ls: &[&str]| fixed.iter().chain(ls).copied().collect::<Vec<_>>().join("\n") + "\n";
     let mut tried = 0;
     let mut chunk = lines.len().div_ceil(2).max(1);
@@ -41,9 +44,12 @@ mod tests {
 
     #[test]
     fn keeps_only_the_lines_the_failure_needs() {
-        let text = "# h\nset thp enabled=never\na\nb\nc\nd\ne\nf\ng\n";
+        let text = "# h\nset thp enabled=never\na\nb\nc\nset x\nd\ne\nf\ng\n";
         let (small, tried) = minimize(text, |t| t.contains("\nc\n") && t.contains("\nf\n"), 1000);
         assert_eq!(small, "# h\nset thp enabled=never\nc\nf\n");
         assert!(tried < 40, "{tried}");
+        // A later `set` line keeps its place among the steps.
+        let (small, _) = minimize(text, |t| t.contains("c\nset x\nd"), 1000);
+        assert_eq!(small, "# h\nset thp enabled=never\nc\nset x\nd\n");
     }
 }

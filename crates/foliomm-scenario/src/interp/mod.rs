@@ -30,6 +30,10 @@ pub struct RunOptions {
     pub check: bool,
     /// Record each step's [`TracePage`]s.
     pub trace: bool,
+    /// Record what the reference model expected each read to return
+    /// ([`StepOutcome::expected`]): for a C reproducer that checks bytes
+    /// without foliomm.
+    pub expected_reads: bool,
 }
 
 /// What one step did.
@@ -43,6 +47,12 @@ pub struct StepOutcome {
     /// With [`RunOptions::trace`]: the touched pages after the step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<TracePage>,
+    /// With [`RunOptions::expected_reads`], for a `read` or `verify`: the
+    /// bytes the reference model expected, as runs of (count, value), in
+    /// the order the read compares them (every byte for `verify`, the byte
+    /// at the read's address and every 4 KiB after it for `read`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected: Vec<(u64, u8)>,
 }
 
 /// Why a run stopped early.
@@ -171,6 +181,7 @@ type StepResult = Result<String, Failed>;
 /// Runs `steps` on `backend`.
 pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outcome {
     let mut st = State::new(&*backend, opts.check);
+    st.expected_reads = opts.expected_reads.then(Vec::new);
     let mut outcomes = Vec::new();
     let mut failure = None;
     for step in steps {
@@ -191,7 +202,9 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                     .then(|| st.obs.last().map(|(_, o)| *o))
                     .flatten();
                 let trace = if opts.trace { st.trace(step) } else { Vec::new() };
-                outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed, trace })
+                let expected = std::mem::take(&mut st.expected_reads).unwrap_or_default();
+                st.expected_reads = opts.expected_reads.then(Vec::new);
+                outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed, trace, expected })
             }
             Err(Failed { kind, message }) => {
                 failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), kind, message });

@@ -174,6 +174,14 @@ impl State<'_> {
             let want = if *every_byte { rs.read(at, len) } else { rs.read_byte_per_page(at, len) };
             let want =
                 want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
+            if let Some(runs) = self.expected_reads.as_mut() {
+                for &b in &want {
+                    match runs.last_mut() {
+                        Some((n, v)) if *v == b => *n += 1,
+                        _ => runs.push((1, b)),
+                    }
+                }
+            }
             compare_bytes(at, *every_byte, &got, &want)?;
             bytes += got.len();
             done += len.max(1);

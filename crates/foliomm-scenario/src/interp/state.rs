@@ -34,6 +34,9 @@ pub(super) struct State<'b> {
     /// The line a failure belongs to when it is not the current step's.
     pub(super) failed_line: Option<usize>,
     pub(super) check: bool,
+    /// With [`super::RunOptions::expected_reads`]: the current step's
+    /// expected bytes so far, as runs.
+    pub(super) expected_reads: Option<Vec<(u64, u8)>>,
     pub(super) maps: HashMap<String, (u64, u64)>,
     /// Mappings and files of hugetlb pages by name, with their page size
     /// (MADV_DONTNEED on them acts on whole huge pages only).
@@ -81,6 +84,7 @@ impl<'b> State<'b> {
             settings: Vec::new(),
             failed_line: None,
             check,
+            expected_reads: None,
             maps: HashMap::new(),
             hugetlb: HashMap::new(),
             files: HashMap::new(),

@@ -31,8 +31,10 @@ pub(super) fn check_shared_tables(
 /// Checks the counts of the pool of `size` against the `folios` hugetlb
 /// folios of that size found in memory, `free` of them on the free list,
 /// `restoring` of them in use and marked to give a reservation back when
-/// freed: the reserved count, which may have wrapped below zero by up to
-/// that many (Linux's own accounting), fits in the free pages once they are.
+/// freed: the reserved count fits in the free pages, and is below zero
+/// (Linux's own accounting wraps it) by no more than the pages that will
+/// give a reservation back. A pending give-back is not counted against the
+/// free pages: shrinking the pool (`set_max_huge_pages`) does not either.
 pub(super) fn check_pool(m: &Kernel, size: HugeSize, [folios, free, restoring]: [u64; 3], bad: &mut Vec<Violation>) {
     let c = m.huge_counts(size);
     let name = size.name();
@@ -43,7 +45,11 @@ pub(super) fn check_pool(m: &Kernel, size: HugeSize, [folios, free, restoring]: 
     if c.free != free {
         push(format!("the {name} huge page pool counts {} free pages, {free} such hugetlb folios are free", c.free));
     }
-    if c.resv.wrapping_add(restoring) > c.free {
-        push(format!("{} {name} huge pages reserved, only {} free", c.resv as i64, c.free));
+    let resv = c.resv as i64;
+    if resv > c.free as i64 {
+        push(format!("{resv} {name} huge pages reserved, only {} free", c.free));
+    }
+    if resv < -(restoring as i64) {
+        push(format!("{resv} {name} huge pages reserved: below zero by more than the {restoring} pages to restore"));
     }
 }
