@@ -238,6 +238,8 @@ pub struct MapsEntry {
     pub offset: u64,
     /// Whether a file backs it (a non-zero inode).
     pub file: bool,
+    /// A private mapping (`p`), where a write to a file's page copies it.
+    pub private: bool,
 }
 
 pub fn maps() -> Vec<MapsEntry> {
@@ -257,6 +259,7 @@ pub fn maps() -> Vec<MapsEntry> {
                 write: perms[1] == b'w',
                 offset,
                 file: inode != 0,
+                private: perms[3] == b'p',
             })
         })
         .collect()

@@ -272,14 +272,17 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
 
 /// Faults in the page at `addr` of a file mapping the way the access would
 /// (`MADV_POPULATE_READ` / `_WRITE`), so that a fault ending in SIGBUS
-/// (past the end of the file, a hugetlb pool with no page) comes back as
-/// an error (EFAULT from madvise) instead of killing the worker. A page
-/// already mapped needs no fault that could end so, and gets none: the
-/// access itself does what a CPU's would (a populate would also dirty the
-/// folio, `FOLL_TOUCH`, where a CPU write through a writable entry
-/// dirties only the entry). Other mappings need nothing.
+/// (past the end of the file, a hugetlb pool with no page for a copy on
+/// write) comes back as an error (EFAULT from madvise) instead of killing
+/// the worker. A page already mapped needs no fault that could end so,
+/// and gets none, unless a write to a private mapping may copy it: the
+/// access itself does what a CPU's would (a populate would also dirty a
+/// shared folio, `FOLL_TOUCH`, where a CPU write through a writable entry
+/// dirties only the entry; a copy is dirty either way). Other mappings
+/// need nothing.
 fn fault_in_file_page(procfs: &Procfs, maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Refused> {
-    if !maps.iter().any(|v| v.start <= addr && addr < v.end && v.file) || procfs.present(addr) {
+    let Some(v) = maps.iter().find(|v| v.start <= addr && addr < v.end && v.file) else { return Ok(()) };
+    if !(write && v.private) && procfs.present(addr) {
         return Ok(());
     }
     let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };

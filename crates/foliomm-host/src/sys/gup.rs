@@ -78,6 +78,7 @@ const IORING_OFF_SQES: i64 = 0x1000_0000;
 const IORING_FEAT_SINGLE_MMAP: u32 = 1;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 const IORING_REGISTER_BUFFERS: u32 = 0;
+const IORING_UNREGISTER_BUFFERS: u32 = 1;
 const IORING_OP_WRITE_FIXED: u8 = 5;
 
 /// include/uapi/linux/io_uring.h
@@ -247,6 +248,13 @@ impl Uring {
 
 impl Drop for Uring {
     fn drop(&mut self) {
+        // The pins go now (`io_sqe_buffers_unregister`), not when the ring's
+        // deferred teardown after close gets to them: a fork right after
+        // the scenario's `unpin` must find the pages unpinned.
+        // SAFETY: an io_uring_register call on our own ring with no argument.
+        unsafe {
+            libc::syscall(libc::SYS_io_uring_register, self.fd.as_raw_fd(), IORING_UNREGISTER_BUFFERS, 0usize, 0u32);
+        }
         // SAFETY: unmaps exactly the two mappings made in `register`; the
         // descriptor (and with it the registered buffer) closes afterwards.
         unsafe {

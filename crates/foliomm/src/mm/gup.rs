@@ -93,6 +93,10 @@ impl Mm {
         if (write && !vma.writable()) || !vma.readable() {
             return Err(Errno::EFAULT);
         }
+        // faultin_page(): a missing entry faults as the reference will be
+        // used, a write at once (no read fault first, so no fault-around
+        // and no zero page to copy).
+        let missing = if write { FaultKind::Write } else { FaultKind::Read };
         loop {
             // follow_page_mask(): look at the entry under its lock.
             let need = (|| {
@@ -100,7 +104,7 @@ impl Mm {
                 let _ptl = pte_lockptr(phys, slot.table).lock();
                 let leaf = slot.load(phys);
                 if !leaf.present() || leaf.huge() != slot.huge() {
-                    return Some(Err(FaultKind::Read));
+                    return Some(Err(missing));
                 }
                 if write && !leaf.write() {
                     return Some(Err(FaultKind::Write));
@@ -129,7 +133,7 @@ impl Mm {
             match need {
                 Some(Ok(frame)) => return Ok(frame),
                 Some(Err(kind)) => handle_fault(self, vma, addr, kind)?,
-                None => handle_fault(self, vma, addr, FaultKind::Read)?,
+                None => handle_fault(self, vma, addr, missing)?,
             }
         }
     }
