@@ -139,6 +139,9 @@ fn main() -> ExitCode {
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove::prove(a),
         Command::Fuzz(fuzz::FuzzCommand { merge: Some(fuzz::FuzzSub::Merge(m)), .. }) => fuzz::merge(&m),
+        Command::Fuzz(fuzz::FuzzCommand { merge: Some(fuzz::FuzzSub::Reproducer { file }), .. }) => {
+            fuzz::print_reproducer(&file)
+        }
         Command::Fuzz(a) => fuzz::main(a.args),
         Command::Settings(a) => settings::print(&a).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),

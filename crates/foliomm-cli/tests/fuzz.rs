@@ -21,7 +21,7 @@ fn generated_workloads_keep_the_model_whole() {
 #[test]
 fn a_broken_model_is_found_and_minimized() {
     let dir = std::env::temp_dir().join(format!("foliomm-fuzz-broken-{}", std::process::id()));
-    let (ok, out) = fuzz(&["--seeds", "0..20", "--set", "debug reuse-shared", "--findings", dir.to_str().unwrap()]);
+    let (ok, out) = fuzz(&["--seeds", "0..40", "--set", "debug reuse-shared", "--findings", dir.to_str().unwrap()]);
     assert!(!ok, "{out}");
     assert!(out.contains("model-broken"), "{out}");
     let finding = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
@@ -73,7 +73,7 @@ fn four_shards_merged_equal_one_run() {
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0].clone()
     };
     let (shards, single) = (merged(&files), merged(&[dir.join("one.json")]));
-    for key in ["workloads", "findings", "coverage"] {
+    for key in ["workloads", "findings", "coverage", "features"] {
         assert_eq!(shards[key], single[key], "{key}");
     }
     assert_eq!(shards["saved"].as_array().unwrap().len(), single["saved"].as_array().unwrap().len());
@@ -83,22 +83,53 @@ fn four_shards_merged_equal_one_run() {
 
 #[test]
 fn shards_spread_by_gnu_parallel_merge_to_one_run() {
+    parallel_merges_to_one_run(&["-j4"], "local");
+}
+
+/// Over ssh: `FOLIOMM_PARALLEL_SSH` holds GNU parallel sshlogins (such as
+/// `2/ssh -p 2222 localhost`), each with this foliomm binary at the same
+/// path and rsync; the shards run in a scratch directory there and their
+/// summaries and findings come back (`--return`).
+#[test]
+fn shards_spread_by_gnu_parallel_over_ssh_merge_to_one_run() {
+    let Ok(logins) = std::env::var("FOLIOMM_PARALLEL_SSH") else {
+        eprintln!("skipped: set FOLIOMM_PARALLEL_SSH to GNU parallel sshlogins (e.g. '2/ssh -p 2222 localhost')");
+        return;
+    };
+    let mut args = Vec::new();
+    for login in logins.split(',') {
+        args.extend(["-S", login]);
+    }
+    let remote = format!("/tmp/foliomm-fuzz-remote-{}", std::process::id());
+    args.extend(["--workdir", &remote, "--return", "s{}.json", "--return", "f{}", "--cleanup"]);
+    parallel_merges_to_one_run(&args, "ssh");
+}
+
+/// Four shards run by GNU parallel with `args`; their merged summary must
+/// equal one process's run of the same seeds.
+fn parallel_merges_to_one_run(args: &[&str], name: &str) {
     if Command::new("parallel").arg("--version").output().is_err() {
         eprintln!("skipped: GNU parallel is not installed (apt-get install parallel)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("foliomm-fuzz-parallel-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("foliomm-fuzz-parallel-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = env!("CARGO_BIN_EXE_foliomm");
-    let job =
-        format!("{exe} fuzz --seeds 0..16 --shard {{}}/4 --json --findings {0}/f{{}} > {0}/s{{}}.json", dir.display());
-    let ran = Command::new("parallel").args(["--will-cite", "-j4", &job, ":::", "0", "1", "2", "3"]).output().unwrap();
+    // Paths relative to the job's directory: here, or the remote workdir.
+    let job = format!("{exe} fuzz --seeds 0..16 --shard {{}}/4 --json --findings f{{}} > s{{}}.json");
+    let ran = Command::new("parallel")
+        .current_dir(&dir)
+        .arg("--will-cite")
+        .args(args)
+        .args([&job, ":::", "0", "1", "2", "3"])
+        .output()
+        .unwrap();
     assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
     let files: Vec<_> = (0..4).map(|i| dir.join(format!("s{i}.json"))).collect();
     let out = Command::new(exe).args(["fuzz", "merge", "--json"]).args(&files).output().unwrap();
     let merged: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let one = summary(&["--seeds", "0..16", "--findings", dir.join("one").to_str().unwrap()]);
-    for key in ["workloads", "findings", "coverage"] {
+    for key in ["workloads", "findings", "coverage", "features"] {
         assert_eq!(merged[0][key], one[key], "{key}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -84,20 +84,23 @@ fn a_slurm_array_of_shards_merges_to_one_run() {
     let exe = env!("CARGO_BIN_EXE_foliomm");
     let d = dir.display();
     let job = format!(
-        "{exe} fuzz --seeds 0..16 --set 'debug reuse-shared' --shard $SLURM_ARRAY_TASK_ID/4 --json \
-         --findings {d}/f$SLURM_ARRAY_TASK_ID > {d}/s$SLURM_ARRAY_TASK_ID.json"
+        "{exe} fuzz --seeds 0..24 --set 'debug reuse-shared' --shard $SLURM_ARRAY_TASK_ID/4 --json \
+         --findings {d}/f$SLURM_ARRAY_TASK_ID > {d}/s$SLURM_ARRAY_TASK_ID.json; \
+         test -s {d}/s$SLURM_ARRAY_TASK_ID.json"
     );
+    // (fuzz exits 1 with a finding, as this broken model has; the task
+    // succeeds if it wrote its summary.)
     cluster.slurm("sbatch", &["--wait", "--array=0-3", "-o", &format!("{d}/log%a"), "--wrap", &job]);
     let files: Vec<_> = (0..4).map(|i| dir.join(format!("s{i}.json"))).collect();
     let merged = Command::new(exe).args(["fuzz", "merge", "--json"]).args(&files).output().unwrap();
     let merged: serde_json::Value = serde_json::from_slice(&merged.stdout).unwrap();
     let one = Command::new(exe)
-        .args(["fuzz", "--seeds", "0..16", "--set", "debug reuse-shared", "--json", "--findings"])
+        .args(["fuzz", "--seeds", "0..24", "--set", "debug reuse-shared", "--json", "--findings"])
         .arg(dir.join("one"))
         .output()
         .unwrap();
     let one: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
-    for key in ["workloads", "findings", "coverage"] {
+    for key in ["workloads", "findings", "coverage", "features"] {
         assert_eq!(merged[0][key], one[key], "{key}");
     }
     assert!(one["findings"]["model-broken"].as_u64().unwrap_or(0) > 0, "{one}");

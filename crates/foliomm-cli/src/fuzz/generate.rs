@@ -21,6 +21,26 @@ use rand::{Rng, SeedableRng};
 /// it draws a step they do not have, so an old seed's workload is kept.
 pub const VERSIONS: [&str; 2] = ["g1", "g2"];
 
+/// The kinds of step, each with its share of a step's roll (`g1` rolls
+/// below 100; `g2` below 112): the default weights, which feedback
+/// ([`super::feedback`]) multiplies.
+pub const KINDS: [(&str, u32, u32); 14] = [
+    ("mmap", 0, 11),
+    ("write", 12, 29),
+    ("read", 30, 41),
+    ("observe", 42, 55),
+    ("fork", 56, 61),
+    ("exit", 62, 65),
+    ("mprotect", 66, 73),
+    ("madvise", 74, 81),
+    ("munmap", 82, 87),
+    ("file", 88, 92),
+    ("mremap", 93, 99),
+    ("pin", 100, 103),
+    ("parallel", 104, 107),
+    ("pool", 108, 111),
+];
+
 /// A mapping the generator made, in the processes that have it.
 #[derive(Clone)]
 struct Mapping {
@@ -55,6 +75,10 @@ struct World {
     pools: Vec<(u64, u64, u64)>,
     /// GUP references of P not yet released.
     pins: Vec<String>,
+    /// Multipliers of the kinds' weights ([`KINDS`]), if feedback steers.
+    bias: Option<Vec<f64>>,
+    /// How many steps of each kind were drawn.
+    drawn: Vec<u32>,
 }
 
 const K: u64 = 1024;
@@ -120,7 +144,7 @@ impl World {
     /// One random step of a live process.
     fn step(&mut self) {
         let p = self.pick(&self.live.clone()).expect("P lives to the end");
-        let roll = self.rng.gen_range(0..if self.version >= 2 { 112 } else { 100 });
+        let roll = self.roll();
         let m = self.mapping_of(&p);
         match (roll, m) {
             (0..=11, _) | (_, None) => self.mmap(&p),
@@ -188,6 +212,27 @@ impl World {
                 self.maps.push(Mapping { name: new, len: size, file: m.file, procs: vec![p.clone()], split: false, huge: None });
             }
         }
+    }
+
+    /// A step's roll: uniform, or with feedback a kind drawn by its
+    /// weight times its multiplier and a roll inside that kind's share.
+    fn roll(&mut self) -> u32 {
+        let kinds = if self.version >= 2 { KINDS.len() } else { KINDS.len() - 3 };
+        let roll = match &self.bias {
+            None => self.rng.gen_range(0..KINDS[kinds - 1].2 + 1),
+            Some(bias) => {
+                let weight = |i: usize| (KINDS[i].2 - KINDS[i].1 + 1) as f64 * bias[i];
+                let mut x = self.rng.gen_range(0.0..(0..kinds).map(weight).sum::<f64>());
+                let mut i = 0;
+                while i + 1 < kinds && x >= weight(i) {
+                    x -= weight(i);
+                    i += 1;
+                }
+                self.rng.gen_range(KINDS[i].1..=KINDS[i].2)
+            }
+        };
+        self.drawn[KINDS.iter().position(|k| (k.1..=k.2).contains(&roll)).unwrap()] += 1;
+        roll
     }
 
     /// Notes that `p`'s mapping `name` may be split into VMAs when `place`
@@ -347,8 +392,10 @@ impl World {
 
 /// The workload of `seed` by generator `version` (one of [`VERSIONS`]):
 /// about `steps` random steps after a few settings, ending with the
-/// release of P's pins and every child's exit.
-pub fn scenario(version: &str, seed: u64, steps: usize) -> String {
+/// release of P's pins and every child's exit; with `bias`, the kinds of
+/// step ([`KINDS`]) weighted by it. Returns the scenario and how many
+/// steps of each kind it drew.
+pub fn scenario(version: &str, seed: u64, steps: usize, bias: Option<&[f64]>) -> (String, Vec<u32>) {
     let mut w = World {
         rng: StdRng::seed_from_u64(seed),
         lines: Vec::new(),
@@ -360,6 +407,8 @@ pub fn scenario(version: &str, seed: u64, steps: usize) -> String {
         version: VERSIONS.iter().position(|v| *v == version).expect("a known generator") as u8 + 1,
         pools: Vec::new(),
         pins: Vec::new(),
+        bias: bias.map(<[f64]>::to_vec),
+        drawn: vec![0; KINDS.len()],
     };
     let thp = w.pick(&["never", "always", "madvise"]).unwrap();
     let mthp = w.pick(&["64K=never", "64K=always", "64K=inherit"]).unwrap();
@@ -391,5 +440,5 @@ pub fn scenario(version: &str, seed: u64, steps: usize) -> String {
         w.lines.push(format!("{c}: exit"));
         w.lines.push(format!("P: wait {c}"));
     }
-    w.lines.join("\n") + "\n"
+    (w.lines.join("\n") + "\n", w.drawn)
 }

@@ -21,6 +21,10 @@ pub struct Summary {
     pub findings: BTreeMap<String, u64>,
     /// The model counters that moved.
     pub coverage: BTreeSet<String>,
+    /// The counters that moved with their magnitudes
+    /// (`zap_batches>=2^3`): what `--feedback` steers by.
+    #[serde(default)]
+    pub features: BTreeSet<String>,
     /// The finding directories written.
     pub saved: Vec<String>,
 }
@@ -49,7 +53,12 @@ impl Summary {
             println!("  {c:<22} {n}");
         }
         let names: Vec<&str> = self.coverage.iter().map(String::as_str).collect();
-        println!("coverage: {} model counters moved ({})", names.len(), names.join(" "));
+        println!(
+            "coverage: {} model counters moved, {} counter magnitudes ({})",
+            names.len(),
+            self.features.len(),
+            names.join(" ")
+        );
     }
 
     /// Adds another shard's numbers to this one.
@@ -61,6 +70,7 @@ impl Summary {
             *self.findings.entry(c.clone()).or_default() += n;
         }
         self.coverage.extend(other.coverage.iter().cloned());
+        self.features.extend(other.features.iter().cloned());
         self.saved.extend(other.saved.iter().cloned());
     }
 }

@@ -4,9 +4,11 @@
 //! compares. Every disagreement is classified, minimized ([`minimize`])
 //! and saved with its seed into the findings directory.
 
+mod feedback;
 mod generate;
 mod merge;
 mod minimize;
+mod reproducer;
 
 use merge::Summary;
 pub use merge::{merge, MergeArgs};
@@ -37,6 +39,21 @@ pub enum FuzzSub {
     /// Combine the `--json` summaries of shards into one per kernel, their
     /// findings de-duplicated by minimized scenario.
     Merge(MergeArgs),
+    /// Print a self-contained C program that replays a scenario with plain
+    /// system calls and checks every read against the reference model's
+    /// bytes (what a `host-integrity` finding gets as `reproducer.c`).
+    Reproducer {
+        /// The scenario file.
+        file: PathBuf,
+    },
+}
+
+/// `foliomm fuzz reproducer FILE`: the C program on stdout.
+pub fn print_reproducer(file: &std::path::Path) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let c = reproducer::c_reproducer(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    print!("{c}");
+    Ok(true)
 }
 
 #[derive(clap::Args)]
@@ -80,6 +97,15 @@ pub struct FuzzArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Steer generation by what the model did: kinds of step that reached
+    /// new counters and magnitudes are drawn more often (see `--help` of
+    /// the summary's `features`). The run then depends on its seeds' order.
+    #[arg(long)]
+    feedback: bool,
+    /// More known differences (the format of the shipped
+    /// `known-differences.txt`): findings they explain are not counted.
+    #[arg(long)]
+    known: Vec<PathBuf>,
 }
 
 fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
@@ -115,24 +141,65 @@ pub enum Class {
     /// Bytes a process read on the kernel are not what the reference says,
     /// while the model agrees with the reference: a kernel-bug candidate.
     HostIntegrity,
-    /// A difference on the list of known ones ([`KNOWN`]); not a finding.
+    /// A difference on the list of known ones ([`Known`]); not a finding.
     Known,
     /// The kernel could not run the workload (a setting it lacks).
     Skipped,
 }
 
-/// Differences foliomm knows and accepts, each with its reason: a finding
-/// whose every difference matches one is [`Class::Known`].
-const KNOWN: &[(&str, &str)] = &[(
-    ", host frame of line",
-    "a kernel may hand a freed frame to the next allocation (per-CPU lists), and then relates later \
-     observations to the earlier one; the model relates frames by allocation, so its new frame is new even \
-     where the frame number came back (this also hides a missed COW reuse, which the precision counters catch)",
-)];
+/// Differences foliomm knows and accepts (`known-differences.txt`, and
+/// files given with `--known`), each with its reason: a finding whose every
+/// difference matches one is [`Class::Known`].
+pub struct Known {
+    entries: Vec<KnownDifference>,
+    /// The referee's release, which an entry may be limited to.
+    release: Option<KernelVersion>,
+}
 
-/// The reason a difference is known, if it is.
-fn known(diff: &str) -> Option<&'static str> {
-    KNOWN.iter().find(|(pat, _)| diff.contains(pat)).map(|(_, why)| *why)
+struct KnownDifference {
+    when: String,
+    kernel: Option<KernelVersion>,
+    why: String,
+}
+
+impl Known {
+    /// The shipped list and the files `extra`, for a referee of `release`.
+    fn load(extra: &[PathBuf], release: Option<KernelVersion>) -> anyhow::Result<Known> {
+        let mut entries = parse_known(include_str!("known-differences.txt"), "known-differences.txt")?;
+        for f in extra {
+            let text = std::fs::read_to_string(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+            entries.extend(parse_known(&text, &f.display().to_string())?);
+        }
+        Ok(Known { entries, release })
+    }
+
+    /// The reason a difference is known, if it is.
+    fn why(&self, diff: &str) -> Option<&str> {
+        let applies = |e: &&KnownDifference| e.kernel.is_none_or(|k| Some(k) == self.release);
+        self.entries.iter().filter(applies).find(|e| diff.contains(&e.when)).map(|e| e.why.as_str())
+    }
+}
+
+/// The entries of a known-differences file (see `known-differences.txt`).
+fn parse_known(text: &str, file: &str) -> anyhow::Result<Vec<KnownDifference>> {
+    let mut out: Vec<KnownDifference> = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#')) {
+        let bad = |what: &str| anyhow::anyhow!("{file}, line {}: {what}", n + 1);
+        let (key, value) = line.split_once(':').ok_or_else(|| bad("expected `when:`, `kernel:` or `why:`"))?;
+        let value = value.trim().to_string();
+        match (key, out.last_mut()) {
+            ("when", _) => out.push(KnownDifference { when: value, kernel: None, why: String::new() }),
+            ("kernel", Some(e)) => {
+                e.kernel = Some(KernelVersion::parse(&value).ok_or_else(|| bad("expected a release such as 6.1"))?)
+            }
+            ("why", Some(e)) => e.why = format!("{} {value}", e.why).trim().to_string(),
+            _ => return Err(bad("expected `when:` first, then `kernel:` or `why:`")),
+        }
+    }
+    match out.iter().find(|e| e.why.is_empty()) {
+        Some(e) => Err(anyhow::anyhow!("{file}: the entry for '{}' gives no reason (`why:`)", e.when)),
+        None => Ok(out),
+    }
 }
 
 impl Class {
@@ -148,10 +215,11 @@ impl Class {
     }
 }
 
-/// The workload text of a seed, with the run's model settings; for the
-/// 6.1 guest without the per-size THP setting it lacks (6.8+).
-fn workload(seed: u64, args: &FuzzArgs) -> String {
-    let mut text = generate::scenario(&args.generator, seed, args.steps);
+/// The workload text of a seed, with the run's model settings, and the
+/// kinds of step it drew; for the 6.1 guest without the per-size THP
+/// setting it lacks (6.8+).
+fn workload(seed: u64, args: &FuzzArgs, bias: Option<&[f64]>) -> (String, Vec<u32>) {
+    let (mut text, drawn) = generate::scenario(&args.generator, seed, args.steps, bias);
     if args.backend == "guest" {
         text = text
             .lines()
@@ -161,7 +229,7 @@ fn workload(seed: u64, args: &FuzzArgs) -> String {
             + "\n";
     }
     let extra: String = args.set.iter().map(|s| format!("set {s}\n")).collect();
-    text.replacen('\n', &format!("\n{extra}"), 1)
+    (text.replacen('\n', &format!("\n{extra}"), 1), drawn)
 }
 
 /// The model's run of `text` (checker on), following `release` where the
@@ -197,6 +265,7 @@ fn fields(diffs: &[String]) -> Vec<String> {
 pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
     let mut referee = (args.backend != "model").then(|| Referee::new(&args.backend));
     let release = referee.as_ref().and_then(Referee::release);
+    let known = Known::load(&args.known, release.or(Some(KernelVersion::NEWEST)))?;
     let (mut model_time, mut host_time) = (Duration::ZERO, Duration::ZERO);
     let mut sum = Summary {
         generator: args.generator.clone(),
@@ -209,11 +278,12 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         sum.seeds += &format!(" shard {i}/{n}");
     }
     let seeds: Vec<u64> = (args.seeds.0..args.seeds.1).filter(|s| args.shard.is_none_or(|(i, n)| s % n == i)).collect();
+    let mut steer = args.feedback.then(feedback::Feedback::new);
     for (i, &seed) in seeds.iter().enumerate() {
         if i % 20 == 0 && seeds.len() > 20 {
-            eprintln!("foliomm fuzz: {i} of {} workloads", seeds.len());
+            eprintln!("foliomm fuzz: {i} of {} workloads, {} features", seeds.len(), sum.features.len());
         }
-        let text = workload(seed, &args);
+        let (text, drawn) = workload(seed, &args, steer.as_ref().map(feedback::Feedback::bias));
         let t = Instant::now();
         let Some(model) = on_model(&text, release) else {
             anyhow::bail!("the generator made a workload that does not parse (seed {seed}):\n{text}");
@@ -227,6 +297,11 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         }
         sum.workloads += 1;
         sum.coverage.extend(model.counters.iter().filter(|(_, v)| *v > 0).map(|(n, _)| n.clone()));
+        let features = feedback::features(&model.counters);
+        if let Some(fb) = steer.as_mut() {
+            fb.learn(&features, &drawn);
+        }
+        sum.features.extend(features);
         let class = if broken(&model) {
             Some(Class::ModelBroken)
         } else if let Some(r) = referee.as_mut() {
@@ -234,13 +309,13 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
             let host = on_kernel(r, &text);
             host_time += t.elapsed();
             sum.kernel = kernel_name(&host.backend);
-            classify(r, &text, &model, &host, args.reruns)
+            classify(r, &text, (&model, &host), args.reruns, &known)
         } else {
             None
         };
         let Some(class) = class else { continue };
         if !matches!(class, Class::Known | Class::Skipped) {
-            sum.saved.push(keep(&args, referee.as_mut(), seed, &text, class)?);
+            sum.saved.push(keep(&args, referee.as_mut(), (seed, &text), class, &known)?);
         }
         *sum.findings.entry(class.name().to_string()).or_default() += 1;
     }
@@ -249,8 +324,12 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         println!("{}", serde_json::to_string_pretty(&sum)?);
     } else {
         sum.print();
+        if let Some(fb) = &steer {
+            println!("feedback weights: {}", fb.describe());
+        }
         let sets: String = args.set.iter().map(|s| format!(" --set \"{s}\"")).collect();
         let shard = args.shard.map_or(String::new(), |(i, n)| format!(" --shard {i}/{n}"));
+        let shard = shard + if args.feedback { " --feedback" } else { "" };
         println!(
             "reproduce: foliomm fuzz --backend {} --generator {} --seeds {}..{} --steps {}{shard}{sets}",
             args.backend, args.generator, args.seeds.0, args.seeds.1, args.steps
@@ -285,7 +364,7 @@ fn on_kernel(r: &mut Referee, text: &str) -> Outcome {
 /// kernel lost while the model kept the reference's are a data-integrity
 /// failure even when the kernel loses them only sometimes (a race in the
 /// kernel is the likelier cause then, not the less serious one).
-fn classify(r: &mut Referee, text: &str, model: &Outcome, host: &Outcome, reruns: usize) -> Option<Class> {
+fn classify(r: &mut Referee, text: &str, (model, host): (&Outcome, &Outcome), reruns: usize, known: &Known) -> Option<Class> {
     if host.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Unsupported) {
         return Some(Class::Skipped);
     }
@@ -293,11 +372,10 @@ fn classify(r: &mut Referee, text: &str, model: &Outcome, host: &Outcome, reruns
     if diffs.is_empty() {
         return None;
     }
-    if diffs.iter().all(|d| known(d).is_some()) {
+    if diffs.iter().all(|d| known.why(d).is_some()) {
         return Some(Class::Known);
     }
-    let host_lost_bytes = host.failure.as_ref().is_some_and(|f| f.message.starts_with("data integrity"));
-    if host_lost_bytes && model.failure.is_none() {
+    if lost_bytes(host) && model.failure.is_none() {
         return Some(Class::HostIntegrity);
     }
     for _ in 0..reruns {
@@ -308,15 +386,20 @@ fn classify(r: &mut Referee, text: &str, model: &Outcome, host: &Outcome, reruns
     Some(Class::ModelDiffers)
 }
 
+/// Whether a run read bytes the reference model says it cannot have.
+fn lost_bytes(o: &Outcome) -> bool {
+    o.failure.as_ref().is_some_and(|f| f.message.starts_with("data integrity"))
+}
+
 /// Minimizes a finding (keeping its class, and for a disagreement at
 /// least one field it disagreed on) and writes it to the findings
 /// directory; returns the finding's directory.
 fn keep(
     args: &FuzzArgs,
     mut referee: Option<&mut Referee>,
-    seed: u64,
-    text: &str,
+    (seed, text): (u64, &str),
     class: Class,
+    known: &Known,
 ) -> anyhow::Result<String> {
     let dir = args.findings.join(format!("{}-{}-{seed}", class.name(), args.generator));
     std::fs::create_dir_all(&dir)?;
@@ -325,7 +408,7 @@ fn keep(
     let original = on_model(text, release).expect("it ran");
     // The fields of the differences that are not known ones: what the
     // minimized scenario must still show.
-    let unknown = |diffs: Vec<String>| fields(&diffs.into_iter().filter(|d| known(d).is_none()).collect::<Vec<_>>());
+    let unknown = |diffs: Vec<String>| fields(&diffs.into_iter().filter(|d| known.why(d).is_none()).collect::<Vec<_>>());
     let first_fields = match referee.as_deref_mut() {
         Some(r) if class != Class::ModelBroken => unknown(differences(&original, &on_kernel(r, text))),
         _ => Vec::new(),
@@ -335,6 +418,10 @@ fn keep(
         match (class, referee.as_deref_mut()) {
             (Class::ModelBroken, _) => {
                 broken(&m) && original.failure.as_ref().map(|f| f.kind) == m.failure.as_ref().map(|f| f.kind)
+            }
+            // The kernel may lose the bytes only sometimes: a few tries.
+            (Class::HostIntegrity, Some(r)) => {
+                m.failure.is_none() && (0..=args.reruns).any(|_| lost_bytes(&on_kernel(r, t)))
             }
             (_, Some(r)) => unknown(differences(&m, &on_kernel(r, t))).iter().any(|x| first_fields.contains(x)),
             (_, None) => false,
@@ -346,12 +433,19 @@ fn keep(
         minimize::minimize(text, reproduces, args.budget)
     };
     std::fs::write(dir.join("scenario.fmm"), &small)?;
+    // A kernel-bug candidate gets a program that shows it without foliomm
+    // (or the reason it could not be written, in its place).
+    if class == Class::HostIntegrity {
+        let c = reproducer::c_reproducer(&small).unwrap_or_else(|e| format!("/* no reproducer: {e} */\n"));
+        std::fs::write(dir.join("reproducer.c"), c)?;
+    }
     let about = serde_json::json!({
         "class": class.name(),
         "generator": args.generator,
         "seed": seed,
         "backend": args.backend,
         "settings": args.set,
+        "feedback": args.feedback,
         "fields": first_fields,
         "steps_before": text.lines().count(),
         "steps_after": small.lines().count(),
