@@ -125,7 +125,9 @@ impl WorkerThread {
             Op::Spawn => unreachable!("the controller starts worker processes"),
             Op::SpawnThread => {
                 let p = self.proc.clone();
-                match std::thread::Builder::new().name(p.thread_name(tid)).spawn(move || serve(p, tid)) {
+                fence_off_next_stack();
+                let builder = std::thread::Builder::new().name(p.thread_name(tid)).stack_size(THREAD_STACK as usize);
+                match builder.spawn(move || serve(p, tid)) {
                     Ok(_) => Ok(Reply::Done),
                     Err(_) => Err(Refused::Errno(Errno::ENOMEM)),
                 }
@@ -268,6 +270,27 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     let process = crate::status::process_info(addr);
     let o = Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() };
     Ok(Reply::Observed(Box::new(o)))
+}
+
+/// The stack size of a worker's thread (Rust's default, asked for
+/// explicitly so that the fence below fits it).
+const THREAD_STACK: u64 = 2 << 20;
+
+/// Places a fence where the next thread's stack would otherwise touch a
+/// scenario mapping: the kernel puts the stack (glibc's `mmap` of the
+/// stack and its guard page) in the highest gap that fits, right below the
+/// lowest mapping, and a scenario mapping next to it would merge with it
+/// after a flag change (both `VM_NOHUGEPAGE`, `MAP_STACK`) and share its
+/// anon_vma. A shared anonymous mapping (a shmem file of its own, which
+/// merges with nothing) is left between the two: reserve the gap with the
+/// fence on top, then free the stack's part for glibc to take.
+fn fence_off_next_stack() {
+    const FENCE: u64 = 64 << 10;
+    let gap = THREAD_STACK + 2 * PAGE + FENCE;
+    let shared = libc::MAP_SHARED | libc::MAP_ANONYMOUS;
+    if let Ok(at) = sys::mmap(0, gap, libc::PROT_NONE as u32, shared, -1, 0) {
+        let _ = sys::munmap(at, gap - FENCE);
+    }
 }
 
 /// Faults in the page at `addr` of a file mapping the way the access would

@@ -10,7 +10,15 @@
 //! lock (`try_grab_folio`): refcount + 1024 for a small folio, refcount + 1
 //! and `_pincount` + 1 for a large one. The MM is marked `MMF_HAS_PINNED`, so
 //! that fork copies pages that may be pinned instead of sharing them.
-//! Differs from Linux: no GUP-fast, and the zero page is never pinned.
+//!
+//! As `pin_user_pages_fast` / `get_user_pages_fast` (what io_uring and
+//! vmsplice use), the pages from the first on are taken GUP-fast while their
+//! entries allow it (`gup_fast_pte_range`: present, not special, writable
+//! for a write, no unshare needed), without FOLL_TOUCH, so a write pin does
+//! not dirty a folio whose PTE is writable and clean; from the first page
+//! that does not, the slow path (`__get_user_pages`) faults and touches.
+//! Differs from Linux: the walk of the fast part takes the PTL, and the
+//! zero page is never pinned.
 //!
 //! [`Mm::get_user_pages`] is the older kind of GUP reference (FOLL_GET, as
 //! `vmsplice()` takes): one plain reference per page, no unsharing, and the
@@ -74,8 +82,9 @@ impl Mm {
         let first = addr & !(PAGE_SIZE - 1);
         // A range past 2^64 has pages no VMA holds.
         let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
+        let mut fast = true;
         for page in (first..end).step_by(PAGE_SIZE as usize) {
-            match self.gup_one(k, page, foll_pin, write, longterm) {
+            match self.gup_one(k, page, (foll_pin, write, longterm), &mut fast) {
                 Ok(frame) => pin.frames.push(frame),
                 Err(e) => {
                     unpin_user_pages(k, pin);
@@ -86,7 +95,10 @@ impl Mm {
         Ok(pin)
     }
 
-    fn gup_one(&self, k: &Kernel, addr: u64, foll_pin: bool, write: bool, longterm: bool) -> Result<Option<Pfn>> {
+    /// One page's reference: GUP-fast while `fast`, which it clears at the
+    /// first entry the fast path cannot take; then the slow path.
+    fn gup_one(&self, k: &Kernel, addr: u64, kind: (bool, bool, bool), fast: &mut bool) -> Result<Option<Pfn>> {
+        let (foll_pin, write, longterm) = kind;
         let phys = &k.phys;
         let (vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;
@@ -118,8 +130,8 @@ impl Mm {
                 if f.is_zero_page() {
                     return Some(Ok(None));
                 }
-                // FOLL_TOUCH: a write reference dirties the folio.
-                if write && !leaf.dirty() {
+                // FOLL_TOUCH (slow path only): a write reference dirties the folio.
+                if write && !leaf.dirty() && !*fast {
                     f.head().set(crate::phys::pg::DIRTY);
                 }
                 if foll_pin {
@@ -131,6 +143,8 @@ impl Mm {
                 Some(Ok(Some(pfn)))
             })();
             match need {
+                // The zero page is special: GUP-fast leaves it to the slow path.
+                Some(Ok(None)) | Some(Err(_)) | None if *fast => *fast = false,
                 Some(Ok(frame)) => return Ok(frame),
                 Some(Err(kind)) => handle_fault(self, vma, addr, kind)?,
                 None => handle_fault(self, vma, addr, missing)?,
