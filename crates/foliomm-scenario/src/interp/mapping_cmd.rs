@@ -43,7 +43,13 @@ impl State<'_> {
             Cmd::Madvise(..) => self.madvise_step(step, t),
             Cmd::Mlock(pl, lock) => {
                 let (a, l) = self.place(pl)?;
-                outcome(step, self.perform(t, Op::Mlock { addr: a, len: l, lock: *lock }))?;
+                let r = self.perform(t, Op::Mlock { addr: a, len: l, lock: *lock });
+                // populate_vma_page_range(): a private writable mapping is
+                // populated with FOLL_WRITE, which breaks COW.
+                if *lock && r.is_ok() {
+                    self.refs.get_mut(&t.proc.to_string()).unwrap().break_cow(a, l);
+                }
+                outcome(step, r)?;
                 Ok("ok".into())
             }
             Cmd::Mremap { .. } => self.mremap_step(step, t),
@@ -120,6 +126,7 @@ impl State<'_> {
             self.perform(t, tail).map_err(trim)?;
         }
         self.maps.insert(name.clone(), (addr, *len));
+        let populate_write = *populate && !*shared && prot.0 & Prot::WRITE != 0;
         let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
         if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
             self.hugetlb.insert(name.clone(), size);
@@ -138,6 +145,10 @@ impl State<'_> {
                 rs.map_file(addr, *len, *prot, id, 0, true)
             }
             None => rs.map(addr, *len, *prot),
+        }
+        // MAP_POPULATE of a private writable mapping writes-faults it.
+        if populate_write {
+            rs.break_cow(addr, *len);
         }
         Ok(format!("{name} = {addr:#x}"))
     }
@@ -164,6 +175,9 @@ impl State<'_> {
         }
         if *adv == Advice::Remove && r.is_ok() {
             self.refs.get_mut(&p).unwrap().remove(a, l);
+        }
+        if *adv == Advice::PopulateWrite && r.is_ok() {
+            self.refs.get_mut(&p).unwrap().break_cow(a, l);
         }
         outcome(step, r)?;
         Ok("ok".into())

@@ -337,6 +337,17 @@ impl RefSpace {
         Ok(())
     }
 
+    /// A write fault that writes nothing (GUP with FOLL_WRITE: a write pin,
+    /// MADV_POPULATE_WRITE, MAP_POPULATE or mlock of a private writable
+    /// mapping): each writable page of a private file mapping gets its own
+    /// copy of the file's page, which later writes to the file no longer
+    /// show through. Pages it cannot write are left as they are.
+    pub fn break_cow(&mut self, addr: u64, len: u64) {
+        for p in page_range(addr, len).step_by(PS) {
+            let _ = self.with_bytes(p, true, |_| ());
+        }
+    }
+
     pub fn read(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
         let mut out = vec![0; len as usize];
         self.each_piece(addr, len, false, |d, off, pos, n| out[pos..pos + n].copy_from_slice(&d[off..off + n]))?;
