@@ -47,7 +47,7 @@ impl State<'_> {
                 // populate_vma_page_range(): a private writable mapping is
                 // populated with FOLL_WRITE, which breaks COW.
                 if *lock && r.is_ok() {
-                    self.refs.get_mut(&t.proc.to_string()).unwrap().break_cow(a, l);
+                    self.refs.get_mut(t.proc).unwrap().break_cow(a, l);
                 }
                 outcome(step, r)?;
                 Ok("ok".into())
