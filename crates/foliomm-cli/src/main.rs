@@ -200,7 +200,9 @@ fn run_files(a: RunArgs) -> Result<bool> {
         let trace = a.trace.is_some();
         let out = match referee.as_mut() {
             Some(r) => r.run(&file.display().to_string(), &src, &steps),
-            None => run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check, trace, ..RunOptions::default() }),
+            None => {
+                run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check, trace, ..RunOptions::default() })
+            }
         };
         if let Some(path) = &a.trace {
             trace::write(path, file, &out)?;

@@ -209,7 +209,14 @@ impl World {
                 let size = if self.rng.gen_bool(0.5) { m.len } else { (m.len / 2).max(4 * K) };
                 self.lines.push(format!("{p}: {new} = mremap {} size {}K", m.name, size / K));
                 self.unmapped(&p, &m.name);
-                self.maps.push(Mapping { name: new, len: size, file: m.file, procs: vec![p.clone()], split: false, huge: None });
+                self.maps.push(Mapping {
+                    name: new,
+                    len: size,
+                    file: m.file,
+                    procs: vec![p.clone()],
+                    split: false,
+                    huge: None,
+                });
             }
         }
     }
@@ -309,7 +316,14 @@ impl World {
         let opt = if size > 2048 * K { "hugetlb=1G" } else { "hugetlb" };
         let shared = if self.rng.gen_bool(0.3) { " shared" } else { "" };
         self.lines.push(format!("{p}: {name} = mmap {}K rw{shared} {opt}", size * n / K));
-        let m = Mapping { name: name.into(), len: size * n, file: None, procs: vec![p.into()], split: false, huge: Some(size) };
+        let m = Mapping {
+            name: name.into(),
+            len: size * n,
+            file: None,
+            procs: vec![p.into()],
+            split: false,
+            huge: Some(size),
+        };
         self.maps.push(m);
         true
     }

@@ -364,7 +364,13 @@ fn on_kernel(r: &mut Referee, text: &str) -> Outcome {
 /// kernel lost while the model kept the reference's are a data-integrity
 /// failure even when the kernel loses them only sometimes (a race in the
 /// kernel is the likelier cause then, not the less serious one).
-fn classify(r: &mut Referee, text: &str, (model, host): (&Outcome, &Outcome), reruns: usize, known: &Known) -> Option<Class> {
+fn classify(
+    r: &mut Referee,
+    text: &str,
+    (model, host): (&Outcome, &Outcome),
+    reruns: usize,
+    known: &Known,
+) -> Option<Class> {
     if host.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Unsupported) {
         return Some(Class::Skipped);
     }
@@ -408,7 +414,8 @@ fn keep(
     let original = on_model(text, release).expect("it ran");
     // The fields of the differences that are not known ones: what the
     // minimized scenario must still show.
-    let unknown = |diffs: Vec<String>| fields(&diffs.into_iter().filter(|d| known.why(d).is_none()).collect::<Vec<_>>());
+    let unknown =
+        |diffs: Vec<String>| fields(&diffs.into_iter().filter(|d| known.why(d).is_none()).collect::<Vec<_>>());
     let first_fields = match referee.as_deref_mut() {
         Some(r) if class != Class::ModelBroken => unknown(differences(&original, &on_kernel(r, text))),
         _ => Vec::new(),

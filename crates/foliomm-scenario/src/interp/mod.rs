@@ -204,7 +204,14 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                 let trace = if opts.trace { st.trace(step) } else { Vec::new() };
                 let expected = std::mem::take(&mut st.expected_reads).unwrap_or_default();
                 st.expected_reads = opts.expected_reads.then(Vec::new);
-                outcomes.push(StepOutcome { line: step.line, text: step.text.clone(), result, observed, trace, expected })
+                outcomes.push(StepOutcome {
+                    line: step.line,
+                    text: step.text.clone(),
+                    result,
+                    observed,
+                    trace,
+                    expected,
+                })
             }
             Err(Failed { kind, message }) => {
                 failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), kind, message });

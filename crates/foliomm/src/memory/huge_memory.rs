@@ -322,8 +322,7 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
     // A shared mapping's PMD becomes writable whole (no write notification,
     // as for PTEs in `change_protection`).
-    let can_write =
-        !e.special() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
+    let can_write = !e.special() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     n != e

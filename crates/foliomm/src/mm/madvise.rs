@@ -76,7 +76,8 @@ impl Mm {
             }
             let k = &*self.kernel;
             let mut tlb = MmuGather::new(k, &self.tlb, false);
-            let dontneed = ZapDetails { reclaim_pt: k.config.release().reclaims_empty_pte_tables(), ..ZapDetails::default() };
+            let dontneed =
+                ZapDetails { reclaim_pt: k.config.release().reclaims_empty_pte_tables(), ..ZapDetails::default() };
             for v in vmas.overlapping(addr, end) {
                 // madvise_dontneed_free_valid_vma(): not an mlocked VMA
                 // (the ones before it are zapped already).
