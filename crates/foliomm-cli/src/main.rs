@@ -139,6 +139,7 @@ fn main() -> ExitCode {
         Command::Compare(a) => compare_files(a),
         Command::Prove(a) => prove::prove(a),
         Command::Fuzz(fuzz::FuzzCommand { merge: Some(fuzz::FuzzSub::Merge(m)), .. }) => fuzz::merge(&m),
+        Command::Fuzz(fuzz::FuzzCommand { merge: Some(fuzz::FuzzSub::Recheck(r)), .. }) => fuzz::recheck(&r),
         Command::Fuzz(fuzz::FuzzCommand { merge: Some(fuzz::FuzzSub::Reproducer { file }), .. }) => {
             fuzz::print_reproducer(&file)
         }

@@ -8,10 +8,12 @@ mod feedback;
 mod generate;
 mod merge;
 mod minimize;
+mod recheck;
 mod reproducer;
 
 use merge::Summary;
 pub use merge::{merge, MergeArgs};
+pub use recheck::{recheck, RecheckArgs};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,6 +41,9 @@ pub enum FuzzSub {
     /// Combine the `--json` summaries of shards into one per kernel, their
     /// findings de-duplicated by minimized scenario.
     Merge(MergeArgs),
+    /// Run earlier findings again on the kernel (after a kernel or model
+    /// change) and say which still stand.
+    Recheck(RecheckArgs),
     /// Print a self-contained C program that replays a scenario with plain
     /// system calls and checks every read against the reference model's
     /// bytes (what a `host-integrity` finding gets as `reproducer.c`).
