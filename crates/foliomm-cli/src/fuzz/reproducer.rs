@@ -1,6 +1,7 @@
 //! A scenario as a C program that replays it on the running kernel with the system calls of the host
 //! backend's workers (`foliomm_host::worker`) and checks every read against the reference model's bytes.
-//! Its first process, the supervisor, makes the `set` lines' sysfs changes (restored at exit, as
+//! Its first process, the supervisor, makes the `set` lines' sysfs changes (restored at exit and on
+//! SIGINT, SIGTERM or SIGHUP, as
 //! `foliomm_host::sysfs`), forks each process the scenario starts anew (`HostBackend::spawn`) and waits
 //! until an exited one is gone (`HostBackend::exit`). A shared page holds whose turn it is (a step
 //! index), the mappings' addresses and the files' descriptors (the interpreter's names are global).
@@ -371,7 +372,15 @@ void pool(const char *dir, long pages, long over) { /* HostBackend::tune() of a 
   snprintf(p, sizeof p, "%s/nr_hugepages", dir), snprintf(v, sizeof v, "%ld", pages), knob(p, v);
   if (read_word(p, v, sizeof v) || read_word(q, s, sizeof s) || atol(v) - atol(s) != pages)
     fail(2, "the host kernel gave %ld of %ld huge pages", atol(v) - atol(s), pages); }
-void restore(void) { while (NS-- > 0) put(SP[NS], SV[NS]); } /* newest first, as sysfs::restore_all() */
+static pid_t SUPERVISOR; /* only it puts settings back */
+void restore(void) { if (getpid() == SUPERVISOR) while (NS > 0) NS--, put(SP[NS], SV[NS]); } /* newest first */
+/* SIGINT, SIGTERM, SIGHUP to the supervisor: the scenario's processes go first (their huge pages
+   would keep a pool from shrinking), then the settings come back (sysfs::restore_all()); then it
+   dies of the signal. Another process just dies of it. */
+void on_signal(int sig) {
+  for (int p = 0; getpid() == SUPERVISOR && p < NPROC; p++) if (S->pid[p] > 0) kill(S->pid[p], SIGKILL);
+  for (int p = 0; getpid() == SUPERVISOR && p < NPROC; p++) while (alive(p)) sched_yield();
+  restore(), signal(sig, SIG_DFL), raise(sig); }
 /* Waits for step i's turn; the supervisor notices a process that died. */
 void wait_turn(int i) {
   for (int t; (t = __atomic_load_n(&S->turn, __ATOMIC_ACQUIRE)) != i; sched_yield()) {
@@ -383,6 +392,7 @@ void wait_turn(int i) {
 int main(void) {
   if ((S = mmap(0, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) return 3;
   setvbuf(stdout, 0, _IONBF, 0), signal(SIGCHLD, SIG_IGN), atexit(restore); /* SIGCHLD: as the worker */
+  SUPERVISOR = getpid(), signal(SIGINT, on_signal), signal(SIGTERM, on_signal), signal(SIGHUP, on_signal);
   for (int i = 0; i < NSTEPS; i++) {
     if (me < 0 && ST[i].spawn >= 0) { /* HostBackend::spawn(): a process of its own */
       pid_t c = (wait_turn(i), fork());
