@@ -17,8 +17,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// The generators, oldest first: a seed names one scenario only together
-/// with one of them. A newer one draws exactly as the older ones do until
-/// it draws a step they do not have, so an old seed's workload is kept.
+/// with one of them. An older one keeps its draws (its code paths are
+/// kept), so an old seed names the same workload as before.
 pub const VERSIONS: [&str; 2] = ["g1", "g2"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls

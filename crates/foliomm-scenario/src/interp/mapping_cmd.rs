@@ -126,7 +126,7 @@ impl State<'_> {
             self.perform(t, tail).map_err(trim)?;
         }
         self.maps.insert(name.clone(), (addr, *len));
-        let populate_write = *populate && !*shared && prot.0 & Prot::WRITE != 0;
+
         let file_size = file.as_ref().and_then(|f| self.hugetlb.get(f).copied());
         if let Some(size) = file_size.or(hugetlb.filter(|_| file.is_none())) {
             self.hugetlb.insert(name.clone(), size);
@@ -146,8 +146,8 @@ impl State<'_> {
             }
             None => rs.map(addr, *len, *prot),
         }
-        // MAP_POPULATE of a private writable mapping writes-faults it.
-        if populate_write {
+        // MAP_POPULATE of a private writable mapping write-faults it.
+        if *populate {
             rs.break_cow(addr, *len);
         }
         Ok(format!("{name} = {addr:#x}"))

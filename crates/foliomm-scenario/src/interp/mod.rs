@@ -202,8 +202,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                     .then(|| st.obs.last().map(|(_, o)| *o))
                     .flatten();
                 let trace = if opts.trace { st.trace(step) } else { Vec::new() };
-                let expected = std::mem::take(&mut st.expected_reads).unwrap_or_default();
-                st.expected_reads = opts.expected_reads.then(Vec::new);
+                let expected = st.expected_reads.as_mut().map(std::mem::take).unwrap_or_default();
                 outcomes.push(StepOutcome {
                     line: step.line,
                     text: step.text.clone(),

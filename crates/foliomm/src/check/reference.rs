@@ -344,7 +344,10 @@ impl RefSpace {
     /// show through. Pages it cannot write are left as they are.
     pub fn break_cow(&mut self, addr: u64, len: u64) {
         for p in page_range(addr, len).step_by(PS) {
-            let _ = self.with_bytes(p, true, |_| ());
+            let private_file = self.maps.get(&p).is_some_and(|m| m.file.is_some_and(|b| !b.shared));
+            if private_file && !self.data.contains_key(&p) {
+                let _ = self.with_bytes(p, true, |_| ());
+            }
         }
     }
 

@@ -14,6 +14,7 @@ use crate::kernel::{Kernel, Stats};
 use crate::mm_types::{vm, Mm, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lock_checked, pte_lockptr, store, PmdSlot};
 use crate::sync::BitSpinLock;
+use crate::tlb::table_rcu::TableReadGuard;
 use crate::Result;
 
 /// What a fault asks for (`FAULT_FLAG_WRITE`, `FAULT_FLAG_UNSHARE`, neither).
@@ -77,10 +78,10 @@ pub fn handle_mm_fault(mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()>
 pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let k = &*mm.kernel;
     Stats::inc(&k.stats.pgfault);
-    let _walk = mm.pt_read();
     let r = match vma.is_hugetlb() {
         true => super::hugetlb::hugetlb_fault(mm, vma, addr, kind),
-        false => __handle_mm_fault(k, mm, vma, addr, kind),
+        // A read section for the PTE table the fault may reach.
+        false => __handle_mm_fault(k, mm, vma, addr, kind, &mm.pt_read()),
     };
     if r == Err(crate::Errno::ENOMEM) {
         Stats::inc(&k.stats.oom);
@@ -89,7 +90,7 @@ pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()
 }
 
 /// `__handle_mm_fault`: the PMD level, then [`handle_pte_fault`].
-fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
+fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind, _walk: &TableReadGuard) -> Result<()> {
     let pmd = alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock)?;
     let mut vmf = VmFault { k, mm, vma, address: addr, kind, pmd, table: 0, orig: Pte::NONE };
     loop {
@@ -118,6 +119,7 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind)
                 }
                 continue;
             }
+            let _pl = pte_lockptr(&k.phys, pmd.table).lock();
             touch(k, pmd.table, pmd.idx, e, vmf.write());
             return Ok(());
         }
@@ -131,9 +133,8 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind)
 
 /// Sets accessed (and dirty for a write) on an entry that already allows the
 /// access, as the MMU would (`huge_pmd_set_accessed`, the `pte_mkyoung` tail
-/// of `handle_pte_fault`).
+/// of `handle_pte_fault`). The caller holds the table's lock.
 fn touch(k: &Kernel, table: Pfn, idx: usize, orig: Pte, write: bool) {
-    let _ptl = pte_lockptr(&k.phys, table).lock();
     if load(&k.phys, table, idx) == orig {
         let bits = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
         store(&k.phys, table, idx, orig.with(bits));
@@ -159,7 +160,7 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
         }
         wp::do_wp_page(vmf)
     } else {
-        if vmf.pte_lock().is_some() {
+        if let Some(_ptl) = vmf.pte_lock() {
             touch(vmf.k, vmf.table, idx, pte, vmf.write());
         }
         Ok(())

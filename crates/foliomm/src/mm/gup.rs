@@ -17,7 +17,9 @@
 //! for a write, no unshare needed), without FOLL_TOUCH, so a write pin does
 //! not dirty a folio whose PTE is writable and clean; from the first page
 //! that does not, the slow path (`__get_user_pages`) faults and touches.
-//! Differs from Linux: the walk of the fast part takes the PTL, and the
+//! Differs from Linux: the fast part holds the mmap_lock and checks the
+//! VMA's permissions first, and walks under the PTL (`gup_fast_pte_range`
+//! takes none of them, and backs off by rechecking the PTE instead); the
 //! zero page is never pinned.
 //!
 //! [`Mm::get_user_pages`] is the older kind of GUP reference (FOLL_GET, as

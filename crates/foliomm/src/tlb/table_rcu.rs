@@ -13,7 +13,8 @@
 //! inside a read section.
 //!
 //! Differs from Linux: the grace period is per MM and ends when the MM's
-//! walker count drops to zero (a quiescent state of that MM), not per CPU;
+//! walker count drops to zero (a quiescent state of that MM), not per CPU,
+//! so threads that fault without pause keep freed tables waiting longer;
 //! the CPU's hardware-like walker is covered by the TLB shootdown instead,
 //! as on x86 without RCU table freeing.
 
@@ -25,12 +26,15 @@ use crate::sync::Mutex;
 /// The walkers inside read sections and the tables waiting for them.
 pub struct TableRcu {
     readers: AtomicU64,
+    /// How many tables `pending` holds: the last walker out looks at the
+    /// list only when there is one (a fault's exit takes no lock).
+    waiting: AtomicU64,
     pending: Mutex<Vec<Pfn>>,
 }
 
 impl Default for TableRcu {
     fn default() -> TableRcu {
-        TableRcu { readers: AtomicU64::new(0), pending: Mutex::new(Vec::new()) }
+        TableRcu { readers: AtomicU64::new(0), waiting: AtomicU64::new(0), pending: Mutex::new(Vec::new()) }
     }
 }
 
@@ -58,7 +62,14 @@ impl TableRcu {
     /// Closes a read section; the last one out hands every pending table to
     /// `free`.
     pub fn read_unlock(&self, free: impl FnMut(Pfn)) {
-        if self.readers.fetch_sub(1, SeqCst) == 1 {
+        // Against `free`: its count goes up before it looks at the readers,
+        // the readers go down before this looks at the count, so one of
+        // the two sees the other and drains.
+        if self.readers.fetch_sub(1, SeqCst) != 1 {
+            return;
+        }
+        fence(SeqCst);
+        if self.waiting.load(SeqCst) > 0 {
             self.drain(free);
         }
     }
@@ -67,7 +78,11 @@ impl TableRcu {
     /// PMD and flushed from the TLBs, goes to `free` now if no walker is
     /// inside a section, else when the last one leaves.
     pub fn free(&self, table: Pfn, free: impl FnMut(Pfn)) {
-        self.pending.lock().unwrap().push(table);
+        {
+            let mut pending = self.pending.lock().unwrap();
+            pending.push(table);
+            self.waiting.fetch_add(1, SeqCst);
+        }
         // The PMD store that unlinked `table` is ordered before the check.
         fence(SeqCst);
         self.drain(free);
@@ -79,6 +94,7 @@ impl TableRcu {
     fn drain(&self, free: impl FnMut(Pfn)) {
         let mut pending = self.pending.lock().unwrap();
         if self.readers.load(SeqCst) == 0 {
+            self.waiting.fetch_sub(pending.len() as u64, SeqCst);
             pending.drain(..).for_each(free);
         }
     }
