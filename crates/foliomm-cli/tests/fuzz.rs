@@ -47,6 +47,28 @@ fn a_broken_model_is_found_and_minimized() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Fields a kernel varied (listed in the findings' `avoid.txt`, as a
+/// host-nondeterministic finding adds them) are not observed next time.
+#[test]
+fn fields_a_kernel_varies_are_avoided_next_time() {
+    let dir = std::env::temp_dir().join(format!("foliomm-fuzz-avoid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("avoid.txt"), "# varied\nkpagecount\n").unwrap();
+    let (ok, shown) = fuzz(&["--seeds", "0..10", "--show", "--avoid", "frame", "--findings", dir.to_str().unwrap()]);
+    assert!(ok, "{shown}");
+    let observes: Vec<&str> = shown.lines().filter(|l| l.contains(": observe ")).collect();
+    assert!(observes.len() > 10, "{shown}");
+    assert!(observes.iter().all(|l| l.ends_with(" except frame kpagecount")), "{shown}");
+    assert!(shown.contains("# model: passed"), "{shown}");
+    let s = summary(&["--seeds", "0..10", "--findings", dir.to_str().unwrap()]);
+    assert_eq!(s["avoided"], serde_json::json!(["kpagecount"]));
+    std::fs::write(dir.join("avoid.txt"), "kpagecont\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["fuzz", "--findings"]).arg(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("avoid.txt: 'kpagecont' is not an observation field"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Whether this process runs as root (the host backend needs it).
 fn nix_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -47,6 +47,11 @@ pub struct Observation {
     /// lines and the VMA holding the address.
     #[serde(default)]
     pub process: ProcessInfo,
+    /// Fields the scenario asked not to record (`observe ... except
+    /// FIELD...`: what a run cannot fix, such as placement): bit `i` is the
+    /// `i`-th of [`Observation::field_names`].
+    #[serde(default)]
+    pub unrecorded: u64,
 }
 
 /// What `/proc/PID/status` and `/proc/PID/smaps` say around an observed
@@ -164,7 +169,25 @@ impl Observation {
     /// VMA was hidden from it).
     pub fn knows(&self, field: &str) -> bool {
         !(self.page_hidden && Self::PAGE_FIELDS.contains(&field)
-            || self.vma_hidden && Self::VMA_FIELDS.contains(&field))
+            || self.vma_hidden && Self::VMA_FIELDS.contains(&field)
+            || !self.recorded(field))
+    }
+
+    /// Whether `field` was recorded (not named after `except`).
+    pub fn recorded(&self, field: &str) -> bool {
+        Self::field_bit(field).is_none_or(|b| self.unrecorded & b == 0)
+    }
+
+    /// This observation without the fields `except` (names of
+    /// [`Observation::field_names`]).
+    pub fn except(self, except: &[String]) -> Observation {
+        let unrecorded = except.iter().filter_map(|f| Self::field_bit(f)).fold(self.unrecorded, |m, b| m | b);
+        Observation { unrecorded, ..self }
+    }
+
+    /// The bit of `field` in [`Observation::unrecorded`].
+    fn field_bit(field: &str) -> Option<u64> {
+        Self::field_names().position(|f| f == field).map(|i| 1 << i)
     }
 
     /// Every field a comparison with a kernel checks: the page's and the

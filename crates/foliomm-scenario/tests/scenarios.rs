@@ -195,6 +195,13 @@ fn unknown_names_are_clear_errors() {
     assert!(out.failure.unwrap().message.contains("unknown mapping 'nothing'"));
     let out = run_src("P: a = mmap 4K rw\nP: observe a as x\nexpect x.colour == 1\n");
     assert!(out.failure.unwrap().message.contains("no field 'colour'"));
+    // A field named after `except` is neither recorded nor usable.
+    let out = run_src(
+        "P: a = mmap 4K rw\nP: write a = 0x5a\nP: observe a as x except frame\nexpect x.byte == 0x5a\nexpect x.frame == 1\n",
+    );
+    let f = out.failure.unwrap();
+    assert!(f.line == 5 && f.message.contains("does not record 'frame'"), "{f:?}");
+    assert!(!out.steps[2].observed.unwrap().knows("frame") && out.steps[2].observed.unwrap().knows("byte"));
     // An unknown design is a parse error naming its line and column.
     let e = parse("set memory 64M\nset mapcount nonsense\nset zap batched\nP: a = mmap 4K rw\n").unwrap_err();
     assert!(e.to_string().contains("unknown mapcount design 'nonsense'"), "{e}");

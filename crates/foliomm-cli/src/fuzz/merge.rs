@@ -27,6 +27,10 @@ pub struct Summary {
     pub features: BTreeSet<String>,
     /// The finding directories written.
     pub saved: Vec<String>,
+    /// Fields the workloads did not record (`observe ... except`): ones a
+    /// kernel showed differently run after run.
+    #[serde(default)]
+    pub avoided: BTreeSet<String>,
 }
 
 impl Summary {
@@ -59,6 +63,10 @@ impl Summary {
             self.features.len(),
             names.join(" ")
         );
+        if !self.avoided.is_empty() {
+            let avoided: Vec<&str> = self.avoided.iter().map(String::as_str).collect();
+            println!("not observed (the kernel varies them): {}", avoided.join(" "));
+        }
     }
 
     /// Adds another shard's numbers to this one.
@@ -72,6 +80,7 @@ impl Summary {
         self.coverage.extend(other.coverage.iter().cloned());
         self.features.extend(other.features.iter().cloned());
         self.saved.extend(other.saved.iter().cloned());
+        self.avoided.extend(other.avoided.iter().cloned());
     }
 }
 

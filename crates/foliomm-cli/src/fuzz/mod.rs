@@ -6,11 +6,13 @@
 
 mod feedback;
 mod generate;
+mod known;
 mod merge;
 mod minimize;
 mod recheck;
 mod reproducer;
 
+use known::Known;
 use merge::Summary;
 pub use merge::{merge, MergeArgs};
 pub use recheck::{recheck, RecheckArgs};
@@ -19,7 +21,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use foliomm_scenario::interp::FailureKind;
-use foliomm_scenario::{parse, run, ModelBackend, Outcome, RunOptions};
+use foliomm_scenario::{parse, run, ModelBackend, Observation, Outcome, RunOptions};
 
 use crate::compare::differences;
 use crate::overrides;
@@ -107,6 +109,12 @@ pub struct FuzzArgs {
     /// the summary's `features`). The run then depends on its seeds' order.
     #[arg(long)]
     feedback: bool,
+    /// A field the workloads do not observe (`observe ... except FIELD`),
+    /// besides those listed in the findings directory's `avoid.txt`, to
+    /// which each host-nondeterministic finding adds the fields that
+    /// varied on the kernel: the next run avoids them.
+    #[arg(long, value_parser = parse_field)]
+    avoid: Vec<String>,
     /// More known differences (the format of the shipped
     /// `known-differences.txt`): findings they explain are not counted.
     #[arg(long)]
@@ -121,6 +129,38 @@ fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
         return Err(format!("the seed range '{s}' is empty"));
     }
     Ok((a, b))
+}
+
+fn parse_field(s: &str) -> Result<String, String> {
+    match Observation::field_names().any(|f| f == s) {
+        true => Ok(s.to_string()),
+        false => Err(format!(
+            "'{s}' is not an observation field ({})",
+            Observation::field_names().collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// The file of a findings directory that lists the fields to avoid.
+const AVOID_FILE: &str = "avoid.txt";
+
+/// The fields `avoid.txt` of `findings` lists (none without the file).
+fn avoided(findings: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let path = findings.join(AVOID_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(Vec::new()) };
+    let fields = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+    fields.map(|f| parse_field(f).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))).collect()
+}
+
+/// Adds `fields` to `avoid.txt` of `findings` (each once).
+fn avoid_next_time(findings: &std::path::Path, fields: &[String]) -> anyhow::Result<()> {
+    let mut all = avoided(findings)?;
+    all.extend(fields.iter().cloned());
+    all.sort();
+    all.dedup();
+    let text = "# Fields a kernel showed differently run after run: `foliomm fuzz` does not observe them.\n";
+    std::fs::write(findings.join(AVOID_FILE), text.to_string() + &all.join("\n") + "\n")?;
+    Ok(())
 }
 
 fn parse_shard(s: &str) -> Result<(u64, u64), String> {
@@ -152,61 +192,6 @@ pub enum Class {
     Skipped,
 }
 
-/// Differences foliomm knows and accepts (`known-differences.txt`, and
-/// files given with `--known`), each with its reason: a finding whose every
-/// difference matches one is [`Class::Known`].
-pub struct Known {
-    entries: Vec<KnownDifference>,
-    /// The referee's release, which an entry may be limited to.
-    release: Option<KernelVersion>,
-}
-
-struct KnownDifference {
-    when: String,
-    kernel: Option<KernelVersion>,
-    why: String,
-}
-
-impl Known {
-    /// The shipped list and the files `extra`, for a referee of `release`.
-    fn load(extra: &[PathBuf], release: Option<KernelVersion>) -> anyhow::Result<Known> {
-        let mut entries = parse_known(include_str!("known-differences.txt"), "known-differences.txt")?;
-        for f in extra {
-            let text = std::fs::read_to_string(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
-            entries.extend(parse_known(&text, &f.display().to_string())?);
-        }
-        Ok(Known { entries, release })
-    }
-
-    /// The reason a difference is known, if it is.
-    fn why(&self, diff: &str) -> Option<&str> {
-        let applies = |e: &&KnownDifference| e.kernel.is_none_or(|k| Some(k) == self.release);
-        self.entries.iter().filter(applies).find(|e| diff.contains(&e.when)).map(|e| e.why.as_str())
-    }
-}
-
-/// The entries of a known-differences file (see `known-differences.txt`).
-fn parse_known(text: &str, file: &str) -> anyhow::Result<Vec<KnownDifference>> {
-    let mut out: Vec<KnownDifference> = Vec::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#')) {
-        let bad = |what: &str| anyhow::anyhow!("{file}, line {}: {what}", n + 1);
-        let (key, value) = line.split_once(':').ok_or_else(|| bad("expected `when:`, `kernel:` or `why:`"))?;
-        let value = value.trim().to_string();
-        match (key, out.last_mut()) {
-            ("when", _) => out.push(KnownDifference { when: value, kernel: None, why: String::new() }),
-            ("kernel", Some(e)) => {
-                e.kernel = Some(KernelVersion::parse(&value).ok_or_else(|| bad("expected a release such as 6.1"))?)
-            }
-            ("why", Some(e)) => e.why = format!("{} {value}", e.why).trim().to_string(),
-            _ => return Err(bad("expected `when:` first, then `kernel:` or `why:`")),
-        }
-    }
-    match out.iter().find(|e| e.why.is_empty()) {
-        Some(e) => Err(anyhow::anyhow!("{file}: the entry for '{}' gives no reason (`why:`)", e.when)),
-        None => Ok(out),
-    }
-}
-
 impl Class {
     fn name(self) -> &'static str {
         match self {
@@ -220,15 +205,24 @@ impl Class {
     }
 }
 
-/// The workload text of a seed, with the run's model settings, and the
-/// kinds of step it drew; for the 6.1 guest without the per-size THP
-/// setting it lacks (6.8+).
+/// The workload text of a seed, with the run's model settings and its
+/// observations without the fields to avoid, and the kinds of step it
+/// drew; for the 6.1 guest without the per-size THP setting it lacks (6.8+).
 fn workload(seed: u64, args: &FuzzArgs, bias: Option<&[f64]>) -> (String, Vec<u32>) {
     let (mut text, drawn) = generate::scenario(&args.generator, seed, args.steps, bias);
     if args.backend == "guest" {
         text = text
             .lines()
             .map(|l| if l.starts_with("set thp ") { l.split(" 64K=").next().unwrap() } else { l })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n";
+    }
+    if !args.avoid.is_empty() {
+        let except = format!(" except {}", args.avoid.join(" "));
+        text = text
+            .lines()
+            .map(|l| if l.contains(": observe ") { l.to_string() + &except } else { l.into() })
             .collect::<Vec<_>>()
             .join("\n")
             + "\n";
@@ -267,7 +261,10 @@ fn fields(diffs: &[String]) -> Vec<String> {
 
 /// Runs the fuzzer; true when no finding counts (a kernel disagreeing
 /// with itself does not).
-pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
+pub fn main(mut args: FuzzArgs) -> anyhow::Result<bool> {
+    args.avoid.extend(avoided(&args.findings)?);
+    args.avoid.sort();
+    args.avoid.dedup();
     let mut referee = (args.backend != "model").then(|| Referee::new(&args.backend));
     let release = referee.as_ref().and_then(Referee::release);
     let known = Known::load(&args.known, release.or(Some(KernelVersion::NEWEST)))?;
@@ -277,6 +274,7 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         backend: args.backend.clone(),
         kernel: "model".into(),
         seeds: format!("{}..{}", args.seeds.0, args.seeds.1),
+        avoided: args.avoid.iter().cloned().collect(),
         ..Summary::default()
     };
     if let Some((i, n)) = args.shard {
@@ -308,7 +306,7 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         }
         sum.features.extend(features);
         let class = if broken(&model) {
-            Some(Class::ModelBroken)
+            Some((Class::ModelBroken, Vec::new()))
         } else if let Some(r) = referee.as_mut() {
             let t = Instant::now();
             let host = on_kernel(r, &text);
@@ -318,9 +316,10 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
         } else {
             None
         };
-        let Some(class) = class else { continue };
+        let Some((class, varies)) = class else { continue };
         if !matches!(class, Class::Known | Class::Skipped) {
-            sum.saved.push(keep(&args, referee.as_mut(), (seed, &text), class, &known)?);
+            sum.saved.push(keep(&args, referee.as_mut(), (seed, &text), (class, &varies), &known)?);
+            avoid_next_time(&args.findings, &varies)?;
         }
         *sum.findings.entry(class.name().to_string()).or_default() += 1;
     }
@@ -333,6 +332,7 @@ pub fn main(args: FuzzArgs) -> anyhow::Result<bool> {
             println!("feedback weights: {}", fb.describe());
         }
         let sets: String = args.set.iter().map(|s| format!(" --set \"{s}\"")).collect();
+        let sets = sets + &args.avoid.iter().map(|f| format!(" --avoid {f}")).collect::<String>();
         let shard = args.shard.map_or(String::new(), |(i, n)| format!(" --shard {i}/{n}"));
         let shard = shard + if args.feedback { " --feedback" } else { "" };
         println!(
@@ -365,7 +365,9 @@ fn on_kernel(r: &mut Referee, text: &str) -> Outcome {
 }
 
 /// The class of a model run against a kernel run, rerunning the kernel to
-/// see whether it agrees with itself; None when they agree. Bytes the
+/// see whether it agrees with itself, with the observation fields that
+/// varied between the kernel's runs (for [`Class::HostNondeterministic`]);
+/// None when they agree. Bytes the
 /// kernel lost while the model kept the reference's are a data-integrity
 /// failure even when the kernel loses them only sometimes (a race in the
 /// kernel is the likelier cause then, not the less serious one).
@@ -375,26 +377,40 @@ fn classify(
     (model, host): (&Outcome, &Outcome),
     reruns: usize,
     known: &Known,
-) -> Option<Class> {
+) -> Option<(Class, Vec<String>)> {
+    let class = |c: Class| Some((c, Vec::new()));
     if host.failure.as_ref().is_some_and(|f| f.kind == FailureKind::Unsupported) {
-        return Some(Class::Skipped);
+        return class(Class::Skipped);
     }
     let diffs = differences(model, host);
     if diffs.is_empty() {
         return None;
     }
     if diffs.iter().all(|d| known.why(d).is_some()) {
-        return Some(Class::Known);
+        return class(Class::Known);
     }
     if lost_bytes(host) && model.failure.is_none() {
-        return Some(Class::HostIntegrity);
+        return class(Class::HostIntegrity);
     }
     for _ in 0..reruns {
-        if !differences(host, &on_kernel(r, text)).is_empty() {
-            return Some(Class::HostNondeterministic);
+        let varied = differences(host, &on_kernel(r, text));
+        if !varied.is_empty() {
+            return Some((Class::HostNondeterministic, first_varying_fields(&varied)));
         }
     }
-    Some(Class::ModelDiffers)
+    class(Class::ModelDiffers)
+}
+
+/// The observation fields that differ at the first observation that
+/// differs between two runs of the kernel (later ones may only follow from
+/// it), but `byte`: bytes a kernel loses are a data-integrity matter,
+/// never avoided.
+fn first_varying_fields(diffs: &[String]) -> Vec<String> {
+    let line = |d: &String| d.strip_prefix("line ")?.split(':').next()?.parse::<usize>().ok().filter(|&l| l > 0);
+    let Some(first) = diffs.iter().filter_map(line).min() else { return Vec::new() };
+    let at_first: Vec<String> = diffs.iter().filter(|d| line(d) == Some(first)).cloned().collect();
+    let observed = |f: &String| f != "byte" && Observation::field_names().any(|n| n == f);
+    fields(&at_first).into_iter().filter(observed).collect()
 }
 
 /// Whether a run read bytes the reference model says it cannot have.
@@ -409,7 +425,7 @@ fn keep(
     args: &FuzzArgs,
     mut referee: Option<&mut Referee>,
     (seed, text): (u64, &str),
-    class: Class,
+    (class, varies): (Class, &[String]),
     known: &Known,
 ) -> anyhow::Result<String> {
     let dir = args.findings.join(format!("{}-{}-{seed}", class.name(), args.generator));
@@ -470,6 +486,8 @@ fn keep(
         "settings": args.set,
         "feedback": args.feedback,
         "fields": first_fields,
+        "varies_on_the_kernel": varies,
+        "avoided": args.avoid,
         "steps_before": text.lines().count(),
         "steps_after": small.lines().count(),
         "minimization_runs": tried,

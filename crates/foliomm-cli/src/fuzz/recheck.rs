@@ -62,7 +62,7 @@ pub fn recheck(args: &RecheckArgs) -> anyhow::Result<bool> {
             Some(model) => {
                 let host = on_kernel(&mut referee, &text);
                 classify(&mut referee, &text, (&model, &host), args.reruns, &known)
-                    .map_or("agrees".to_string(), |c| c.name().to_string())
+                    .map_or("agrees".to_string(), |(c, _)| c.name().to_string())
             }
         };
         if !["agrees", "known-difference", "host-nondeterministic", "skipped-by-the-kernel"].contains(&now.as_str()) {

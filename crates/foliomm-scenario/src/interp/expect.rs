@@ -26,7 +26,9 @@ impl State<'_> {
                 if obj == "stat" || !Observation::field_names().any(|f| f == field) {
                     return false;
                 }
-                if self.obs.iter().any(|(n, ob)| n == obj && !ob.knows(field)) {
+                // Hidden by the backend: skipped (a field named after
+                // `except` is an error, from `operand`).
+                if self.obs.iter().any(|(n, ob)| n == obj && ob.recorded(field) && !ob.knows(field)) {
                     return true;
                 }
                 let via_gup = self.obs.iter().any(|(n, ob)| n == obj && ob.via_gup);
@@ -119,6 +121,9 @@ impl State<'_> {
                         Observation::field_names().collect::<Vec<_>>().join(", ")
                     )
                 })?;
+                if !ob.recorded(field) {
+                    return Err(format!("'{obj}' does not record '{field}' (it is named after 'except')"));
+                }
                 let shown = if field == "frame" { format!("{v:#x}") } else { v.to_string() };
                 Ok((v, format!("{obj}.{field} (= {shown})")))
             }

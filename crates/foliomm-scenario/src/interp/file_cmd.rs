@@ -73,7 +73,7 @@ impl State<'_> {
             }
             Cmd::Pwrite { .. } => self.pwrite_step(step, t),
             Cmd::Pread { .. } => self.pread_step(step, t),
-            Cmd::Observe { place, name } => {
+            Cmd::Observe { place, name, except } => {
                 let (h, _) = self.file(&place.map, &p)?;
                 let offset = place.range.map_or(0, |r| r.0);
                 let Some(o) =
@@ -81,7 +81,7 @@ impl State<'_> {
                 else {
                     return Ok("failed as expected".into());
                 };
-                Ok(self.record(name, o))
+                Ok(self.record(name, o.except(except)))
             }
             _ => unreachable!("not a file step"),
         }

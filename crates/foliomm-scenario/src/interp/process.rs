@@ -62,7 +62,7 @@ impl State<'_> {
             | Cmd::Fallocate { .. }
             | Cmd::Pwrite { .. }
             | Cmd::Pread { .. } => self.file_step(step, t),
-            Cmd::Observe { place, name } if self.files.contains_key(&place.map) => self.file_step(step, t),
+            Cmd::Observe { place, .. } if self.files.contains_key(&place.map) => self.file_step(step, t),
             Cmd::ShmGet { .. } | Cmd::ShmAt { .. } | Cmd::ShmDt(_) | Cmd::ShmRm(_) => self.shm_step(step, t),
             Cmd::Fork(child) => {
                 if self.live.contains(child) || self.exited.contains(child) {
@@ -114,7 +114,7 @@ impl State<'_> {
                 Ok(format!("wrote pattern {seed}"))
             }
             Cmd::Read { .. } => self.read_step(step, t),
-            Cmd::Observe { place, name } => {
+            Cmd::Observe { place, name, except } => {
                 let (a, l) = self.place(place)?;
                 let Some(o) =
                     outcome(step, self.perform(t, Op::Observe { addr: a, len: l }).and_then(Reply::observation))?
@@ -127,7 +127,7 @@ impl State<'_> {
                 let v = o.process.vma;
                 let (start, len) = self.maps[&place.map];
                 let vma_hidden = v.end > v.start && (v.start < start || v.end > start + len);
-                Ok(self.record(name, Observation { addr: a, vma_hidden, ..o }))
+                Ok(self.record(name, Observation { addr: a, vma_hidden, ..o }.except(except)))
             }
             Cmd::Pin { .. } => self.pin_step(step, t),
             Cmd::Unpin(name) => {

@@ -168,9 +168,12 @@ pub enum Cmd {
         place: Place,
         every_byte: bool,
     },
+    /// `observe PLACE as NAME [except FIELD...]`: the named fields are
+    /// not recorded (nor compared, nor usable by `expect`).
     Observe {
         place: Place,
         name: String,
+        except: Vec<String>,
     },
     /// GUP references to a range: `NAME = pin PLACE [write] [longterm]`
     /// (FOLL_PIN) or `NAME = get PLACE` (FOLL_GET, as vmsplice takes).

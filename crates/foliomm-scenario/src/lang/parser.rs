@@ -408,8 +408,14 @@ mod tests {
         assert_eq!(steps[3].cmd, Cmd::Mprotect(Place { map: "a".into(), range: Some((0, 4096)) }, Prot(1)));
         assert_eq!(
             steps[6].cmd,
-            Cmd::Observe { place: Place { map: "a".into(), range: Some((20480, 20481)) }, name: "before".into() }
+            Cmd::Observe {
+                place: Place { map: "a".into(), range: Some((20480, 20481)) },
+                name: "before".into(),
+                except: vec![]
+            }
         );
+        let steps = parse("P: observe a as x except frame kpagecount\n").unwrap();
+        assert!(matches!(&steps[0].cmd, Cmd::Observe { except, .. } if except == &["frame", "kpagecount"]));
     }
 
     #[test]
@@ -429,6 +435,11 @@ mod tests {
         assert!(e.msg.contains("empty range"));
         let e = parse("P: observe a\n").unwrap_err();
         assert_eq!(e.col, 13, "{e}");
+        let e = parse("P: observe a as x except frame franme\n").unwrap_err();
+        assert_eq!(e.col, 32, "{e}");
+        assert!(e.msg.contains("expected an observation field"), "{e}");
+        let e = parse("P: observe a as x except\n").unwrap_err();
+        assert!(e.msg.contains("after 'except'"), "{e}");
         for bad in ["set memory 2M\n", "set memory 2T\n", "set memory at least 0\n"] {
             let e = parse(bad).unwrap_err();
             assert!(e.msg.contains("from 4M to 1T"), "{bad}: {e}");

@@ -10,6 +10,7 @@ use foliomm::internals::shmem::seals::SEAL_NAMES;
 
 use super::ast::{Cmd, ParseError};
 use super::lexer::{parse_size, Line};
+use crate::observation::Observation;
 use crate::op::{FileKind, GupKind};
 
 pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -104,7 +105,8 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             if !l.eat("as") {
                 return l.err(col, "expected 'as NAME' after the place to observe");
             }
-            Cmd::Observe { place, name: l.ident("an observation name")? }
+            let name = l.ident("an observation name")?;
+            Cmd::Observe { place, name, except: parse_except(l)? }
         }
         t => {
             return l.err(
@@ -113,6 +115,27 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             )
         }
     })
+}
+
+/// `[except FIELD...]` after an observation: fields not to record.
+fn parse_except(l: &mut Line) -> Result<Vec<String>, ParseError> {
+    let mut except = Vec::new();
+    if !l.eat("except") {
+        return Ok(except);
+    }
+    while l.peek().is_some() {
+        let col = l.col();
+        let f = l.ident("a field")?;
+        if !Observation::field_names().any(|n| n == f) {
+            let all = Observation::field_names().collect::<Vec<_>>().join(", ");
+            return l.err(col, format!("expected an observation field ({all}), found '{f}'"));
+        }
+        except.push(f);
+    }
+    match except.is_empty() {
+        true => l.err(l.col(), "expected the fields not to record after 'except'"),
+        false => Ok(except),
+    }
 }
 
 /// `NAME = ...`: a step that names what it makes (a mapping, a file, a pin).
