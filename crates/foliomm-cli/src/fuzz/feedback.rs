@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use super::generate::KINDS;
+use super::generate::{kind_weight, KINDS};
 
 /// The weights learned so far and the features seen.
 pub struct Feedback {
@@ -42,7 +42,7 @@ impl Feedback {
     pub fn learn(&mut self, features: &BTreeSet<String>, drawn: &[u32]) -> usize {
         let new = features.iter().filter(|f| self.seen.insert((*f).clone())).count();
         let total = f64::from(drawn.iter().sum::<u32>());
-        let weight = |i: usize, b: f64| f64::from(KINDS[i].2 - KINDS[i].1 + 1) * b;
+        let weight = |i: usize, b: f64| kind_weight(i) * b;
         let sum: f64 = self.bias.iter().enumerate().map(|(i, b)| weight(i, *b)).sum();
         for (i, b) in self.bias.iter_mut().enumerate() {
             if new == 0 || total == 0.0 {

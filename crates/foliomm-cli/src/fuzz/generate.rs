@@ -41,6 +41,11 @@ pub const KINDS: [(&str, u32, u32); 14] = [
     ("pool", 108, 111),
 ];
 
+/// The default weight of kind `i` of [`KINDS`]: the width of its share.
+pub fn kind_weight(i: usize) -> f64 {
+    f64::from(KINDS[i].2 - KINDS[i].1 + 1)
+}
+
 /// A mapping the generator made, in the processes that have it.
 #[derive(Clone)]
 struct Mapping {
@@ -144,22 +149,23 @@ impl World {
     /// One random step of a live process.
     fn step(&mut self) {
         let p = self.pick(&self.live.clone()).expect("P lives to the end");
-        let roll = self.roll();
+        let kind = KINDS[self.roll()].0;
         let m = self.mapping_of(&p);
-        match (roll, m) {
-            (0..=11, _) | (_, None) => self.mmap(&p),
-            (12..=29, Some(m)) => {
+        // A kind that cannot be made here becomes another (as `g1` drew).
+        match (kind, m) {
+            ("mmap", _) | (_, None) => self.mmap(&p),
+            ("write", Some(m)) => {
                 let (place, v) = (self.place(&m), self.rng.gen_range(1..=255));
                 let verb = if self.rng.gen_bool(0.5) { "write" } else { "fill" };
                 self.lines.push(format!("{p}: {verb} {place} = {v:#04x}"));
             }
-            (30..=41, Some(m)) => {
+            ("read", Some(m)) => {
                 let place = self.place(&m);
                 let verb = if self.rng.gen_bool(0.5) { "read" } else { "verify" };
                 self.lines.push(format!("{p}: {verb} {place}"));
             }
-            (42..=55, Some(m)) => self.observe(&p, &m),
-            (56..=61, _) if p == "P" && self.live.len() < 4 => {
+            ("observe", Some(m)) => self.observe(&p, &m),
+            ("fork", _) if p == "P" && self.live.len() < 4 => {
                 let c = self.name("C");
                 self.lines.push(format!("P: fork {c}"));
                 for m in self.maps.iter_mut().filter(|m| m.procs.iter().any(|q| q == "P")) {
@@ -167,7 +173,7 @@ impl World {
                 }
                 self.live.push(c);
             }
-            (62..=65, _) if p != "P" => {
+            ("exit", _) if p != "P" => {
                 self.lines.push(format!("{p}: exit"));
                 self.lines.push(format!("P: wait {p}"));
                 self.live.retain(|q| *q != p);
@@ -177,7 +183,7 @@ impl World {
                 }
                 self.maps.retain(|m| !m.procs.is_empty());
             }
-            (66..=73, Some(m)) => {
+            ("mprotect", Some(m)) => {
                 // A protection taken away and given back: the VMA splits
                 // and merges (or, by the anon_vma rules, stays split), the
                 // entries stay write-protected until the next write fault.
@@ -188,7 +194,7 @@ impl World {
                 self.observe(&p, &m);
                 self.lines.push(format!("{p}: mprotect {place} rw"));
             }
-            (74..=81, Some(m)) => {
+            ("madvise", Some(m)) => {
                 let place = self.vma_place(&m);
                 let advice = self.pick(&["dontneed", "dontneed", "hugepage", "nohugepage", "populate_write"]).unwrap();
                 if advice.ends_with("hugepage") {
@@ -196,12 +202,12 @@ impl World {
                 }
                 self.lines.push(format!("{p}: madvise {place} {advice}"));
             }
-            (82..=87, Some(m)) => self.munmap(&p, &m),
-            (88..=92, Some(m)) => self.file_step(&p, &m),
-            (100..=103, Some(m)) if p == "P" => self.pin_step(&m),
-            (104..=107, _) if p == "P" => self.parallel(),
-            (108..=111, _) if !self.pools.is_empty() => self.pool_step(),
-            (100.., Some(m)) => self.observe(&p, &m),
+            ("munmap", Some(m)) => self.munmap(&p, &m),
+            ("file", Some(m)) => self.file_step(&p, &m),
+            ("pin", Some(m)) if p == "P" => self.pin_step(&m),
+            ("parallel", _) if p == "P" => self.parallel(),
+            ("pool", _) if !self.pools.is_empty() => self.pool_step(),
+            ("pin" | "parallel" | "pool", Some(m)) => self.observe(&p, &m),
             (_, Some(m)) if m.split || m.huge.is_some() => self.observe(&p, &m),
             (_, Some(m)) => {
                 // Shrink in place, or move whole.
@@ -221,14 +227,15 @@ impl World {
         }
     }
 
-    /// A step's roll: uniform, or with feedback a kind drawn by its
-    /// weight times its multiplier and a roll inside that kind's share.
-    fn roll(&mut self) -> u32 {
+    /// A step's kind (its index in [`KINDS`]), from a roll: uniform, or
+    /// with feedback a kind drawn by its weight times its multiplier and a
+    /// roll inside that kind's share.
+    fn roll(&mut self) -> usize {
         let kinds = if self.version >= 2 { KINDS.len() } else { KINDS.len() - 3 };
         let roll = match &self.bias {
             None => self.rng.gen_range(0..KINDS[kinds - 1].2 + 1),
             Some(bias) => {
-                let weight = |i: usize| (KINDS[i].2 - KINDS[i].1 + 1) as f64 * bias[i];
+                let weight = |i: usize| kind_weight(i) * bias[i];
                 let mut x = self.rng.gen_range(0.0..(0..kinds).map(weight).sum::<f64>());
                 let mut i = 0;
                 while i + 1 < kinds && x >= weight(i) {
@@ -238,8 +245,9 @@ impl World {
                 self.rng.gen_range(KINDS[i].1..=KINDS[i].2)
             }
         };
-        self.drawn[KINDS.iter().position(|k| (k.1..=k.2).contains(&roll)).unwrap()] += 1;
-        roll
+        let kind = KINDS.iter().position(|k| (k.1..=k.2).contains(&roll)).unwrap();
+        self.drawn[kind] += 1;
+        kind
     }
 
     /// Notes that `p`'s mapping `name` may be split into VMAs when `place`
