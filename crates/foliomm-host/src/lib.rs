@@ -16,6 +16,7 @@ pub mod protocol;
 mod release;
 mod smaps;
 mod status;
+pub mod swap;
 #[allow(unsafe_code)] // the host's system-call boundary: its only unsafe code
 pub mod sys;
 pub mod sysfs;
@@ -197,14 +198,22 @@ impl Backend for HostBackend {
             MachineSetting::MaxMapCount(n) if Some(*n) != sysfs::max_map_count() => {
                 "vm.max_map_count is system-wide: changing it would limit every process on the machine"
             }
+            MachineSetting::Swap(_) => match swap::unavailable() {
+                Some(why) => return Some(format!("cannot honour '{s}': {why}")),
+                None => return None,
+            },
             _ => return None,
         };
         Some(format!("cannot honour '{s}': {why}"))
     }
 
-    fn start(&self, _settings: &[MachineSetting]) -> BackendResult<()> {
+    fn start(&self, settings: &[MachineSetting]) -> BackendResult<()> {
         if std::fs::File::open("/proc/kpageflags").is_err() {
             return Err(StepError::Unsupported("cannot read /proc/kpageflags: the host backend needs root".into()));
+        }
+        if let Some(&MachineSetting::Swap(bytes)) = settings.iter().rev().find(|s| matches!(s, MachineSetting::Swap(_)))
+        {
+            swap::start(bytes).map_err(StepError::Unsupported)?;
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there

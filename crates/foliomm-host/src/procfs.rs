@@ -15,6 +15,7 @@ use crate::sys::{pagemap_scan, PageRegion};
 
 const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAP: u64 = 1 << 62;
 const PM_EXCLUSIVE: u64 = 1 << 56;
 const PM_PFN: u64 = (1 << 55) - 1;
 const PMD: u64 = 2 << 20;
@@ -38,6 +39,8 @@ pub struct Procfs {
 /// Per-page facts of a range.
 struct PageFacts {
     present: bool,
+    /// `PM_SWAP`: a swap entry stands for the page.
+    swapped: bool,
     zero: bool,
     huge: bool,
     exclusive: bool,
@@ -153,6 +156,7 @@ impl Procfs {
             .zip(cats)
             .map(|(&e, c)| PageFacts {
                 present: e & PM_PRESENT != 0,
+                swapped: e & PM_SWAP != 0,
                 zero: c & PAGE_IS_PFNZERO != 0,
                 huge: c & PAGE_IS_HUGE != 0,
                 exclusive: e & PM_EXCLUSIVE != 0,
@@ -189,7 +193,7 @@ impl Procfs {
         let page = addr & !(PAGE - 1);
         let f = &self.facts(page, PAGE)?[0];
         if !f.present {
-            return Ok(PageInfo::default());
+            return Ok(PageInfo { swapped: f.swapped, ..PageInfo::default() });
         }
         let kpf = self.kpageflags(f.pfn, 1)[0];
         Ok(PageInfo {
@@ -209,7 +213,9 @@ impl Procfs {
         let start = addr & !(PAGE - 1);
         let end = (addr + len).div_ceil(PAGE) * PAGE;
         let mut r = RangeInfo::default();
-        for f in self.facts(start, end - start)?.iter().filter(|f| f.present && !f.zero) {
+        let facts = self.facts(start, end - start)?;
+        r.swap_kb = 4 * facts.iter().filter(|f| f.swapped).count() as u64;
+        for f in facts.iter().filter(|f| f.present && !f.zero) {
             r.rss_kb += 4;
             let anon = self.kpageflags(f.pfn, 1)[0] & KPF_ANON != 0;
             // Every file page a scenario maps is shmem (memfd, shared anonymous).

@@ -1,5 +1,5 @@
 //! The worker's memory as /proc/self/status counts it (`VmPTE`, `RssAnon`,
-//! `RssFile`, `RssShmem`, `HugetlbPages`), and the VMA holding an address
+//! `RssFile`, `RssShmem`, `HugetlbPages`, `VmSwap`), and the VMA holding an address
 //! as /proc/self/smaps shows it (range, permissions, `VmFlags`).
 
 use foliomm::internals::mm::VmaInfo;
@@ -25,6 +25,7 @@ pub fn process_info(addr: u64) -> ProcessInfo {
         rss_file_kb: kb(&status, "RssFile"),
         rss_shmem_kb: kb(&status, "RssShmem"),
         hugetlb_kb: kb(&status, "HugetlbPages"),
+        swap_kb: kb(&status, "VmSwap"),
         vma: vma_info(addr).unwrap_or_default(),
     }
 }

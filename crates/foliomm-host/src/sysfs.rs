@@ -1,5 +1,5 @@
-//! THP settings in `/sys/kernel/mm/transparent_hugepage` and the huge page
-//! pool's size, changed only with a record of the old value, in memory and
+//! THP settings in `/sys/kernel/mm/transparent_hugepage`, the huge page
+//! pool's size and the swap device's ([`crate::swap`]), changed only with a record of the old value, in memory and
 //! in a state file ([`state_path`]), and put back when the backend is
 //! dropped, when the process is interrupted (SIGINT, SIGTERM, SIGHUP), or by
 //! [`restore_all`]; what a killed run left changed, the next `foliomm` puts
@@ -113,6 +113,9 @@ pub fn restore_left_behind(force: bool) -> Vec<Changed> {
 /// first made persistent so that the write frees it, until it holds
 /// `value` or 5 s have passed.
 fn put_back(path: &str, value: &str) {
+    if path == crate::swap::DISKSIZE {
+        return crate::swap::stop();
+    }
     let _ = std::fs::write(path, value);
     let Some(dir) = path.strip_suffix("/nr_hugepages") else { return };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

@@ -228,6 +228,7 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::Remove => libc::MADV_REMOVE,
         Advice::PopulateRead => libc::MADV_POPULATE_READ,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
+        Advice::PageOut => libc::MADV_PAGEOUT,
     };
     done(sys::madvise(addr, len, a))
 }

@@ -68,6 +68,9 @@ pub struct ProcessInfo {
     pub rss_shmem_kb: u64,
     /// `HugetlbPages`.
     pub hugetlb_kb: u64,
+    /// `VmSwap`.
+    #[serde(default)]
+    pub swap_kb: u64,
     /// The smaps entry of the VMA holding the address (zeros in a hole).
     pub vma: VmaInfo,
 }
@@ -119,6 +122,9 @@ impl Observation {
         "seek_hole",
         "kpagecount",
         "hugetlb_total_kb",
+        "swapped",
+        "swap_kb",
+        "swap_total_kb",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -148,8 +154,18 @@ impl Observation {
 
     /// The fields that describe the observed page itself, unknown when
     /// [`Observation::page_hidden`].
-    pub const PAGE_FIELDS: &'static [&'static str] =
-        &["frame", "present", "zero_page", "pmd_mapped", "folio_order", "folio_kb", "exclusive", "byte", "kpagecount"];
+    pub const PAGE_FIELDS: &'static [&'static str] = &[
+        "frame",
+        "present",
+        "swapped",
+        "zero_page",
+        "pmd_mapped",
+        "folio_order",
+        "folio_kb",
+        "exclusive",
+        "byte",
+        "kpagecount",
+    ];
 
     /// The fields that describe the VMA holding the address (the kernel
     /// reports them too), unknown when [`Observation::vma_hidden`].
@@ -243,6 +259,9 @@ impl Observation {
             "rss_file_total_kb" => self.process.rss_file_kb,
             "rss_shmem_total_kb" => self.process.rss_shmem_kb,
             "hugetlb_total_kb" => self.process.hugetlb_kb,
+            "swapped" => p.swapped as u64,
+            "swap_kb" => r.swap_kb,
+            "swap_total_kb" => self.process.swap_kb,
             "vma_offset_kb" => self.addr.saturating_sub(v.start).min(v.end - v.start) / 1024,
             "vma_kb" => (v.end - v.start) / 1024,
             "vma_flags" => v.flags,

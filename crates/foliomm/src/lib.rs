@@ -144,6 +144,7 @@ pub mod internals {
     pub mod release;
     pub mod rmap;
     pub mod shmem;
+    pub mod swap;
     pub mod sync;
     pub mod tlb;
 
@@ -151,7 +152,7 @@ pub mod internals {
     /// itself, never one after it. The crate root (`Errno`, `Result`,
     /// `xorshift`) is below them all.
     pub const LAYERS: &[&str] = &[
-        "release", "arch", "sync", "phys", "folio", "mapcount", "kernel", "pgtable", "rmap", "shmem", "tlb",
+        "release", "arch", "sync", "phys", "folio", "mapcount", "swap", "kernel", "pgtable", "rmap", "shmem", "tlb",
         "mm_types", "memory", "mm", "ipc", "cpu", "check", "machine",
     ];
 
@@ -160,7 +161,7 @@ pub mod internals {
 
 pub(crate) use internals::{
     arch, check, cpu, folio, ipc, kernel, machine, mapcount, memory, mm, mm_types, pgtable, phys, release, rmap, shmem,
-    sync, tlb,
+    swap, sync, tlb,
 };
 
 pub use check::{Violation, ViolationKind};

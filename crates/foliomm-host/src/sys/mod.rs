@@ -18,6 +18,22 @@ pub use mapping::{memfd, Advice, Map, Mapping};
 pub use pagemap_scan::{pagemap_scan, PageRegion};
 pub use workers::{fork_child_that_exits, Workers};
 
+/// `swapon(2)` (`on`) or `swapoff(2)` of the block device at `dev`.
+pub fn swap_device(dev: &std::ffi::CStr, on: bool) -> std::io::Result<()> {
+    // SAFETY: a NUL-terminated path and no flags; the kernel validates both.
+    let r = unsafe {
+        if on {
+            libc::swapon(dev.as_ptr(), 0)
+        } else {
+            libc::swapoff(dev.as_ptr())
+        }
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// Restores the default action of SIGPIPE (the Rust runtime ignores it), so
 /// that a command whose reader goes away (`foliomm run | head`) ends quietly.
 pub fn default_sigpipe() {

@@ -278,6 +278,8 @@ pub enum MachineSetting {
     MmIds(u64),
     /// `vm.max_map_count` (`set max_map_count N`).
     MaxMapCount(u64),
+    /// A swap device of this many bytes (`set swap SIZE`).
+    Swap(u64),
 }
 
 /// The setting as its scenario line says it (`set memory 64M`).
@@ -297,6 +299,7 @@ impl std::fmt::Display for MachineSetting {
             Debug(d) => write!(f, "set debug {d}"),
             MmIds(n) => write!(f, "set mm_ids {n}"),
             MaxMapCount(n) => write!(f, "set max_map_count {n}"),
+            Swap(b) => write!(f, "set swap {}", size_text(*b)),
         }
     }
 }

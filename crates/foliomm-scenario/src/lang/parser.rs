@@ -257,6 +257,15 @@ fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "debug" => Ok(Cmd::SetMachine(MachineSetting::Debug(l.ident("a debug switch")?))),
         "mm_ids" => Ok(Cmd::SetMachine(MachineSetting::MmIds(l.size("a number of MM IDs")?))),
+        "swap" => {
+            let col = l.col();
+            match l.size("a swap size")? {
+                b if (64 << 10..=64 << 30).contains(&b) && b % 4096 == 0 => {
+                    Ok(Cmd::SetMachine(MachineSetting::Swap(b)))
+                }
+                b => l.err(col, format!("expected a swap size from 64K to 64G in whole pages, found {b}")),
+            }
+        }
         "max_map_count" => {
             // The sysctl takes 0 to INT_MAX.
             let col = l.col();

@@ -142,6 +142,15 @@ pub const SETTINGS: &[Setting] = &[
         host: "only the host's current value (it is system-wide)",
     },
     Setting {
+        name: "swap",
+        syntax: "set swap SIZE",
+        doc: "a swap device of SIZE (a synchronous one, as zram), 64K to 64G; none by default",
+        linux: Some("swapon(2) of /dev/zram0 (disksize, mkswap)"),
+        when: When::Machine,
+        names: None,
+        host: "sets up zram0 as swap for the run (refused where zram0 is missing or busy)",
+    },
+    Setting {
         name: "thp",
         syntax: "set thp [enabled=MODE] [SIZE=MODE ...]",
         doc: "anonymous THP: the top-level mode and per-size modes (always, madvise, never, inherit)",

@@ -115,6 +115,7 @@ impl Backend for ModelBackend {
                 // Refused above when it does not fit.
                 MachineSetting::MmIds(n) => config.max_mm_id = u32::try_from(*n).ok(),
                 MachineSetting::MaxMapCount(n) => config.max_map_count = *n as usize,
+                MachineSetting::Swap(b) => config.swap = *b,
                 MachineSetting::Debug(d) => {
                     config.debug.set(d);
                 }
@@ -310,6 +311,7 @@ fn process_info(mm: &Mm, addr: u64) -> ProcessInfo {
         rss_file_kb: 0,
         rss_shmem_kb: status.rss_shmem_kb,
         hugetlb_kb: status.hugetlb_kb,
+        swap_kb: status.swap_kb,
         vma: mm.vma_info(addr).unwrap_or_default(),
     }
 }

@@ -4,7 +4,7 @@
 
 pub mod pte;
 
-pub use pte::Pte;
+pub use pte::{Pte, SwpEntry};
 
 /// A physical frame number.
 pub type Pfn = u64;

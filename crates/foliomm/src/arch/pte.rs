@@ -20,6 +20,9 @@ impl Pte {
     /// `_PAGE_SPECIAL`: no struct page semantics (the zero pages).
     pub const SPECIAL: u64 = 1 << 9;
     pub const PFN_MASK: u64 = 0x000f_ffff_ffff_f000;
+    /// `_PAGE_SWP_EXCLUSIVE` (`_PAGE_PWT`) of a swap entry: the page was
+    /// `PageAnonExclusive` when it was unmapped for swap-out.
+    pub const SWP_EXCLUSIVE: u64 = 1 << 3;
 
     pub const NONE: Pte = Pte(0);
 
@@ -74,5 +77,67 @@ impl Pte {
         } else {
             base
         }
+    }
+}
+
+/// Bits of a swap entry's type, at the top (x86-64 `SWP_TYPE_BITS`).
+const SWP_TYPE_BITS: u32 = 5;
+/// The first bit of the offset (`SWP_OFFSET_FIRST_BIT`, above PROTNONE).
+const SWP_OFFSET_SHIFT: u32 = 9;
+/// The offset's bits (`SWP_OFFSET_BITS`, 50).
+const SWP_OFFSET_MASK: u64 = (1 << (64 - SWP_TYPE_BITS - SWP_OFFSET_SHIFT)) - 1;
+
+/// A swap entry (`swp_entry_t`): a device (`type`) and a slot on it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct SwpEntry {
+    pub kind: u32,
+    pub offset: u64,
+}
+
+impl Pte {
+    /// The non-present entry of a swapped-out page (`swp_entry_to_pte`,
+    /// `pte_swp_mkexclusive`), laid out as x86-64 does it: the type in the
+    /// top 5 bits, the offset inverted above PROTNONE (so that the entry
+    /// never names a real frame, the L1TF mitigation), PRESENT and PROTNONE
+    /// clear. foliomm keeps no soft-dirty or uffd-wp bits in it.
+    pub fn swap(e: SwpEntry, exclusive: bool) -> Pte {
+        let offset = (!e.offset & SWP_OFFSET_MASK) << SWP_OFFSET_SHIFT;
+        let excl = if exclusive { Pte::SWP_EXCLUSIVE } else { 0 };
+        Pte(((e.kind as u64) << (64 - SWP_TYPE_BITS)) | offset | excl)
+    }
+
+    /// Whether this is a swap entry (`is_swap_pte`: not none, not present).
+    pub fn is_swap(self) -> bool {
+        !self.is_none() && !self.present()
+    }
+
+    /// The swap entry of a swap PTE (`pte_to_swp_entry`).
+    pub fn swp_entry(self) -> SwpEntry {
+        debug_assert!(self.is_swap());
+        let offset = !(self.0 >> SWP_OFFSET_SHIFT) & SWP_OFFSET_MASK;
+        SwpEntry { kind: (self.0 >> (64 - SWP_TYPE_BITS)) as u32, offset }
+    }
+
+    /// `pte_swp_exclusive`.
+    pub fn swp_exclusive(self) -> bool {
+        self.0 & Pte::SWP_EXCLUSIVE != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_swap_entry_round_trips_and_is_never_present() {
+        for (kind, offset) in [(0, 1), (0, 2), (3, 0x1234_5678), (31, SWP_OFFSET_MASK)] {
+            for excl in [false, true] {
+                let e = SwpEntry { kind, offset };
+                let pte = Pte::swap(e, excl);
+                assert!(pte.is_swap() && !pte.present() && !pte.hw_present(), "{pte:?}");
+                assert_eq!((pte.swp_entry(), pte.swp_exclusive()), (e, excl));
+            }
+        }
+        assert!(!Pte::NONE.is_swap() && !Pte::new(5, Pte::PROTNONE).is_swap());
     }
 }

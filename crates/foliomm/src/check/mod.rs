@@ -18,6 +18,8 @@
 //!   file's `i_mmap` holds exactly the VMAs that map it;
 //! - every frame is free (in exactly one buddy list), a reachable page table,
 //!   a zero page, or part of a mapped folio; free + allocated = total;
+//! - swap ([`swap`](mod@swap)): slots' counts against the swap entries and
+//!   the swap cache, `MM_SWAPENTS`;
 //! - no "bad page" was reported when a folio was freed, and no CPU used a
 //!   TLB entry whose frame had been freed since it was filled.
 //!
@@ -30,6 +32,7 @@ pub mod ledger;
 mod page_cache;
 pub mod precision;
 pub mod reference;
+mod swap;
 pub mod violation;
 mod vma;
 
@@ -92,8 +95,9 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
                 bad.push(Violation::new(PageTable, at, what));
             }
         }
-        let before = walked.leaves.len();
+        let (before, swaps_before) = (walked.leaves.len(), walked.swaps.len());
         walk_tables(m, mm, &mut walked, &mut bad);
+        swap::check_mm_swap(mm, &vmas, &walked.swaps[swaps_before..], &mut bad);
         let (mut anon, mut shmem) = (0i64, 0i64);
         for leaf in &walked.leaves[before..] {
             check_leaf(m, &vmas, leaf, &mut bad);
@@ -117,6 +121,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     }
     vma::check_i_mmap(inodes, &linked, &mut bad);
     hugetlb::check_shared_tables(m, &walked.tables, &walked.shared, &mut bad);
+    swap::check_swap_map(m, &walked.swaps, &mut bad);
     let (tables, leaves) = (walked.tables, walked.leaves);
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, ledger, &truth, &cached, &mut bad);
@@ -178,6 +183,10 @@ fn walk_tables(m: &Kernel, mm: &Mm, walked: &mut Walked, bad: &mut Vec<Violation
             walked.leaves.push(Leaf { mm: mm.id, addr, pte, pages: 1 });
             true
         }
+        Visit::Swap { addr, pte } => {
+            walked.swaps.push(swap::SwapLeaf { mm: mm.id, addr, pte });
+            true
+        }
     });
 }
 
@@ -187,6 +196,7 @@ fn walk_tables(m: &Kernel, mm: &Mm, walked: &mut Walked, bad: &mut Vec<Violation
 struct Walked {
     tables: BTreeSet<Pfn>,
     leaves: Vec<Leaf>,
+    swaps: Vec<swap::SwapLeaf>,
     shared: HashMap<Pfn, i32>,
 }
 
@@ -311,8 +321,7 @@ fn check_folios(
                 ));
             }
         }
-        let cache_refs = if cached.contains_key(&head) { shmem::cache_refs(f) as u64 } else { 0 };
-        check_references(ledger, f, total + cache_refs, bad);
+        check_references(ledger, f, total + held_by_caches(f, cached).unwrap_or(0), bad);
         if let Some(shadow) = ledger.shadow.as_ref().filter(|_| !f.head().test(pg::HUGETLB)) {
             let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
             let have = shadow.of(head);
@@ -367,18 +376,26 @@ fn free_blocks(m: &Kernel, bad: &mut Vec<Violation>) -> (Vec<(Pfn, u32)>, u64) {
     (blocks, nr_free)
 }
 
+/// The references a page cache or the swap cache holds on `f`, if one
+/// holds it.
+fn held_by_caches(f: Folio, cached: &HashMap<Pfn, (u64, u64)>) -> Option<u64> {
+    let page_cache = cached.contains_key(&f.pfn).then(|| shmem::cache_refs(f) as u64);
+    page_cache.or(swap::cache_refs(f))
+}
+
 /// Checks an allocated folio that no page table maps: a free huge page
-/// (refcount 0), a page-cache folio (the cache's references), a folio a
-/// pin keeps alive after its last unmap, or else a leak.
-fn check_unmapped(ledger: &Ledger, f: Folio, free_huge: bool, cached: bool, bad: &mut Vec<Violation>) {
+/// (refcount 0), a folio of a page cache or the swap cache (their
+/// references, `held`), a folio a pin keeps alive after its last unmap,
+/// or else a leak.
+fn check_unmapped(ledger: &Ledger, f: Folio, free_huge: bool, held: Option<u64>, bad: &mut Vec<Violation>) {
     let pfn = f.pfn;
     if free_huge {
         if f.refcount() != 0 {
             let what = format!("free huge page {pfn:#x} has refcount {}", f.refcount());
             bad.push(Violation::new(Refcount, Subject::Folio(pfn), what));
         }
-    } else if cached {
-        check_references(ledger, f, shmem::cache_refs(f) as u64, bad);
+    } else if let Some(refs) = held {
+        check_references(ledger, f, refs, bad);
     } else if ledger.gups_of(pfn) != (0, 0) {
         check_references(ledger, f, 0, bad);
     } else {
@@ -454,7 +471,7 @@ fn check_frames(
             if let Some(size) = free_huge {
                 hugetlb[size as usize][1] += 1;
             }
-            check_unmapped(ledger, f, free_huge.is_some(), cached.contains_key(&pfn), bad);
+            check_unmapped(ledger, f, free_huge.is_some(), held_by_caches(f, cached), bad);
         }
         allocated += f.nr_pages();
         pfn += f.nr_pages();

@@ -59,6 +59,8 @@ pub enum ViolationKind {
     BadPage,
     /// A CPU used a TLB entry whose frame had been freed.
     UseAfterFree,
+    /// Swap slots' counts against the swap entries and the swap cache.
+    Swap,
 }
 
 impl ViolationKind {
@@ -77,6 +79,7 @@ impl ViolationKind {
             ViolationKind::Leak => "leak",
             ViolationKind::BadPage => "bad_page",
             ViolationKind::UseAfterFree => "use_after_free",
+            ViolationKind::Swap => "swap",
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct Config {
     /// `crate::mm::Mm::mmap` and the splits of `munmap`, `mprotect`,
     /// `madvise` and `mremap`).
     pub max_map_count: usize,
+    /// Bytes of the swap device (`swapon` of a zram-like synchronous
+    /// device); 0 for none.
+    pub swap: u64,
 }
 
 /// `DEFAULT_MAX_MAP_COUNT`: `USHRT_MAX` less the ELF core dump margin.
@@ -143,6 +146,7 @@ impl Default for Config {
             precision: false,
             max_mm_id: None,
             max_map_count: DEFAULT_MAX_MAP_COUNT,
+            swap: 0,
         }
     }
 }

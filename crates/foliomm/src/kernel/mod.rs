@@ -15,6 +15,7 @@ pub mod hugetlb_pool;
 pub mod observer;
 mod page_alloc;
 pub mod stats;
+mod swap_state;
 
 pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE};
 pub use hugetlb_pool::{HugeCounts, HugeSize};
@@ -45,6 +46,8 @@ pub struct Kernel {
     pub mm_ids: MmIds,
     /// The 2 MiB huge page pool.
     pub hugetlb: hugetlb_pool::HugePool,
+    /// The swap device, if the configuration has one.
+    pub swap: Option<crate::swap::SwapDevice>,
     /// "Bad page" reports from frees whose fields were not reset: the folio
     /// and what was wrong with it.
     pub bad_pages: Mutex<Vec<(Pfn, String)>>,
@@ -82,6 +85,7 @@ impl Kernel {
         zp.refcount.store(1, Relaxed);
         zp.mapcount.store(-1, Relaxed);
         let max_id = config.max_mm_id.unwrap_or(MmId::MAX).min(design.max_mm_id());
+        let swap = (config.swap > 0).then(|| crate::swap::SwapDevice::new(config.swap));
         Ok(Kernel {
             phys,
             design,
@@ -92,6 +96,7 @@ impl Kernel {
             huge_zero: Mutex::new(None),
             mm_ids: MmIds::new(max_id),
             hugetlb: hugetlb_pool::HugePool::default(),
+            swap,
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),
             observer,

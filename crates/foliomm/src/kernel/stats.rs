@@ -60,6 +60,12 @@ counters! {
     thp_deferred_split_page,
     /// Write faults that reused the mapped page (`pgreuse`).
     pgreuse,
+    /// Pages written to swap (`pswpout`).
+    pswpout,
+    /// Pages read from swap (`pswpin`).
+    pswpin,
+    /// Folios `MADV_PAGEOUT` passed over as (maybe) mapped shared.
+    pageout_skipped_shared,
     /// Write faults that copied a page (or the zero page) into a new folio.
     cow_copy,
     /// Write faults on a PMD-mapped THP that reused it in place.

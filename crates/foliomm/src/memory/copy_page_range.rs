@@ -59,7 +59,8 @@ impl CopyVma<'_> {
         Ok(())
     }
 
-    /// `copy_pte_range` + `copy_present_ptes`: copies present PTEs in batches of
+    /// `copy_pte_range` + `copy_present_ptes`: copies swap entries
+    /// ([`Self::copy_nonpresent_pte`]), and present PTEs in batches of
     /// one folio (dirty respected, write merged), one reference add and one rmap
     /// duplication per batch (page by page under the per-page zap strategy,
     /// as before 6.9); write-protects the parent's PTEs and gives the child
@@ -78,6 +79,11 @@ impl CopyVma<'_> {
             let idx = pte_index(addr);
             let pte = load(phys, stable, idx);
             if pte.is_none() {
+                addr += PAGE_SIZE;
+                continue;
+            }
+            if pte.is_swap() {
+                self.copy_nonpresent_pte(dtable, stable, idx, pte);
                 addr += PAGE_SIZE;
                 continue;
             }
@@ -133,6 +139,21 @@ impl CopyVma<'_> {
             addr += nr as u64 * PAGE_SIZE;
         }
         Ok(())
+    }
+
+    /// `copy_nonpresent_pte` for a swap entry: one more entry names the
+    /// slot (`swap_duplicate`), and neither the parent's entry nor the
+    /// child's copy is exclusive any more (`pte_swp_clear_exclusive`).
+    fn copy_nonpresent_pte(&self, dtable: Pfn, stable: Pfn, idx: usize, pte: Pte) {
+        let (k, dst) = (self.k, self.dst);
+        let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
+        dev.duplicate(pte.swp_entry(), 1);
+        let shared = pte.without(Pte::SWP_EXCLUSIVE);
+        if pte.swp_exclusive() {
+            store(&k.phys, stable, idx, shared);
+        }
+        store(&k.phys, dtable, idx, shared);
+        dst.add_swap_rss(1);
     }
 
     /// `copy_present_page`: the child gets its own copy of a page that may be

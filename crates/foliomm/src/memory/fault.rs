@@ -142,8 +142,9 @@ fn touch(k: &Kernel, table: Pfn, idx: usize, orig: Pte, write: bool) {
 }
 
 /// `handle_pte_fault`: a none PTE is an anonymous or a file fault
-/// (`do_fault`), a write (or unshare) to a read-only one is a
-/// write-protect fault, else the entry is only marked accessed.
+/// (`do_fault`), a swap entry a swap-in (`do_swap_page`), a write (or
+/// unshare) to a read-only one is a write-protect fault, else the entry is
+/// only marked accessed.
 fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
     let idx = pte_index(vmf.address);
     let pte = load(&vmf.k.phys, vmf.table, idx);
@@ -154,6 +155,8 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
             Some(inode) => file::do_fault(vmf, inode),
             None => anon::do_anonymous_page(vmf),
         })
+    } else if pte.is_swap() {
+        super::swap::do_swap_page(vmf)
     } else if vmf.kind != FaultKind::Read && !pte.write() {
         if vmf.vma.shared() {
             return file::wp_page_shared(vmf);

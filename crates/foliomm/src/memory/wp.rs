@@ -39,7 +39,7 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
                     k.observe(|o| o.cow_decided(k, f, vmf.mm.id, reuse));
                     reuse
                 } else {
-                    f.trylock().is_some() && f.refcount() == 1
+                    can_reuse_small(k, f)
                 });
         if reuse {
             f.set_anon_exclusive(i, true);
@@ -53,6 +53,22 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
         f
     };
     wp_page_copy(vmf, Some(f))
+}
+
+/// `wp_can_reuse_anon_folio` for a small folio: it may be reused when the
+/// mapping holds its only reference, once the swap cache has let go of it
+/// (`folio_free_swap`, which it does only when no swap entry names the
+/// slot any more); the folio lock is taken for that.
+fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
+    let in_cache = f.head().test(crate::phys::pg::SWAPCACHE);
+    if f.refcount() > 1 + in_cache as i32 {
+        return false;
+    }
+    let Some(_lock) = f.trylock() else { return false };
+    if in_cache {
+        k.folio_free_swap(f);
+    }
+    f.refcount() == 1
 }
 
 /// `wp_page_copy`: copies the page `old` (or zero-fills for the zero page)

@@ -13,8 +13,10 @@ use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma, Vmas};
 use crate::pgtable::{folio_pte_batch, huge_pud, load, pte_lock_checked, pte_lockptr, slot, store, walk_pmd, PmdSlot};
 use crate::rmap;
-use crate::sync::atomic::Ordering::AcqRel;
+use crate::sync::atomic::Ordering::{AcqRel, Release};
 use crate::tlb::MmuGather;
+
+use super::swap::{free_swap_and_cache_nr, swap_pte_batch};
 
 /// `struct zap_details`: what a zap leaves, and what it may free.
 #[derive(Clone, Copy, Debug, Default)]
@@ -112,9 +114,13 @@ fn zap_pte_range(
             while addr < end && !full {
                 let idx = pte_index(addr);
                 let now = load(phys, table, idx);
-                let cow = || !now.special() && Folio::containing(phys, now.pfn()).test_anon();
+                let cow = || now.is_swap() || !now.special() && Folio::containing(phys, now.pfn()).test_anon();
                 if now.is_none() || (skip_cows && cow()) {
                     addr += PAGE_SIZE;
+                    continue;
+                }
+                if now.is_swap() {
+                    addr += zap_swap_ptes(k, mm, table, idx, now, ((end - addr) / PAGE_SIZE) as usize) * PAGE_SIZE;
                     continue;
                 }
                 // get_and_clear_full_ptes(): atomic exchanges, so that an
@@ -169,6 +175,21 @@ fn zap_pte_range(
     if details.reclaim_pt && end - start >= PMD_SIZE {
         try_to_free_pte(k, tlb, pmd, table, start);
     }
+}
+
+/// `zap_nonpresent_ptes` for swap entries: clears the batch of entries
+/// that continue `pte` (at most `max`), frees their slots
+/// (`free_swap_and_cache_nr`) and counts them out of `MM_SWAPENTS`;
+/// returns how many. Before 6.9 Linux went entry by entry, to the same
+/// result.
+fn zap_swap_ptes(k: &Kernel, mm: &Mm, table: Pfn, idx: usize, pte: Pte, max: usize) -> u64 {
+    let nr = swap_pte_batch(&k.phys, table, idx, pte, max);
+    for i in 0..nr {
+        slot(&k.phys, table, idx + i).store(0, Release);
+    }
+    mm.add_swap_rss(-(nr as i64));
+    free_swap_and_cache_nr(k, pte.swp_entry(), nr as u64);
+    nr as u64
 }
 
 /// `try_to_free_pte` (mm/pt_reclaim.c): under the PMD lock and the PTL,

@@ -33,6 +33,9 @@ pub enum Advice {
     PopulateRead,
     /// `MADV_POPULATE_WRITE`: fault every page in for write (breaking COW).
     PopulateWrite,
+    /// `MADV_PAGEOUT`: reclaim the range's anonymous pages to swap now
+    /// (those mapped once; see [`crate::memory::vmscan`]).
+    PageOut,
 }
 
 impl Advice {
@@ -48,6 +51,7 @@ impl Advice {
             "dofork" => Advice::DoFork,
             "populate_read" => Advice::PopulateRead,
             "populate_write" => Advice::PopulateWrite,
+            "pageout" => Advice::PageOut,
             _ => return None,
         })
     }
@@ -63,6 +67,9 @@ impl Mm {
         }
         if matches!(advice, Advice::PopulateRead | Advice::PopulateWrite) {
             return self.madvise_populate(addr, end, advice == Advice::PopulateWrite);
+        }
+        if advice == Advice::PageOut {
+            return self.madvise_pageout(addr, end);
         }
         if advice == Advice::DontNeed {
             // MADV_DONTNEED needs only the mmap_lock for read.
@@ -98,7 +105,9 @@ impl Mm {
             Advice::NoHugePage => (vm::NOHUGEPAGE, vm::HUGEPAGE),
             Advice::DontFork => (vm::DONTCOPY, 0),
             Advice::DoFork => (0, vm::DONTCOPY),
-            Advice::DontNeed | Advice::Remove | Advice::PopulateRead | Advice::PopulateWrite => unreachable!(),
+            Advice::DontNeed | Advice::Remove | Advice::PopulateRead | Advice::PopulateWrite | Advice::PageOut => {
+                unreachable!()
+            }
         };
         let mut vmas = self.mmap_write_lock();
         if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
@@ -110,6 +119,24 @@ impl Mm {
         let changed = set_vma_flags(&mut vmas, addr, end, new_flags);
         merge_around(&mut vmas, addr, end, self.kernel.config.release(), &changed);
         if covered {
+            Ok(())
+        } else {
+            Err(Errno::ENOMEM)
+        }
+    }
+
+    /// `madvise_pageout` under the mmap_lock for read, VMA by VMA: EINVAL
+    /// at an mlocked or hugetlb VMA (`can_madv_lru_vma`; the VMAs before it
+    /// are paged out already), ENOMEM after a range with holes.
+    fn madvise_pageout(&self, addr: u64, end: u64) -> Result<()> {
+        let vmas = self.mmap_read_lock();
+        for v in vmas.overlapping(addr, end) {
+            if v.flags() & vm::LOCKED != 0 || v.is_hugetlb() {
+                return Err(Errno::EINVAL);
+            }
+            crate::memory::vmscan::pageout_range(&self.kernel, self, v.start().max(addr), v.end().min(end));
+        }
+        if vmas.covers(addr, end) {
             Ok(())
         } else {
             Err(Errno::ENOMEM)

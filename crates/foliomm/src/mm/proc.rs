@@ -32,6 +32,8 @@ impl Mm {
             return info;
         };
         let leaf = slot.load(phys);
+        // pte_to_pagemap_entry(): PM_SWAP, and nothing of a page.
+        info.swapped = leaf.is_swap() && !slot.huge();
         if !leaf.present() || leaf.huge() != slot.huge() {
             return info;
         }
@@ -111,7 +113,7 @@ impl Mm {
 
     /// The memory lines of `/proc/PID/status` (`task_mem`) from the MM's
     /// counters: `RssAnon`, `RssShmem`, `HugetlbPages`
-    /// (`mm->hugetlb_usage`). `RssFile` is always 0: the model maps no
+    /// (`mm->hugetlb_usage`), `VmSwap`. `RssFile` is always 0: the model maps no
     /// regular files.
     pub fn status(&self) -> ProcStatus {
         let kb = |pages: &crate::sync::atomic::AtomicI64| pages.load(Relaxed).max(0) as u64 * (PAGE_SIZE / 1024);
@@ -119,6 +121,7 @@ impl Mm {
             rss_anon_kb: kb(&self.rss_anon),
             rss_shmem_kb: kb(&self.rss_shmem),
             hugetlb_kb: kb(&self.hugetlb_usage),
+            swap_kb: kb(&self.rss_swap),
         }
     }
 
@@ -128,6 +131,7 @@ impl Mm {
         let mut addr = start & !(PAGE_SIZE - 1);
         while addr < end {
             let p = self.page_state(addr, false);
+            r.swap_kb += 4 * p.swapped as u64;
             // smaps_pte_entry(): the zero pages have no vm_normal_page and
             // are not counted at all.
             if p.present && !p.zero_page {
@@ -156,9 +160,13 @@ impl Mm {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PageInfo {
     /// pagemap `PM_PRESENT`: a present leaf entry (PROT_NONE ones too) maps
-    /// the page. No swap in the model, so never `PM_SWAP`. When false, the
-    /// other fields are their defaults.
+    /// the page. When false, the other fields are their defaults (but
+    /// `swapped`).
     pub present: bool,
+    /// pagemap `PM_SWAP`: a swap entry stands for the page (never
+    /// `PM_MMAP_EXCLUSIVE` then: there is no page to judge).
+    #[serde(default)]
+    pub swapped: bool,
     /// pagemap's PFN field: the model frame of the page (Linux zeroes it for
     /// readers without `CAP_SYS_ADMIN`; the model always fills it).
     pub pfn: Pfn,
@@ -225,6 +233,9 @@ pub struct RangeInfo {
     pub shared_kb: u64,
     /// `Private_Clean` + `Private_Dirty`, judged as `shared_kb` is.
     pub private_kb: u64,
+    /// `Swap`: pages of the range swapped out.
+    #[serde(default)]
+    pub swap_kb: u64,
 }
 
 /// The memory lines of `/proc/PID/status` the model keeps, in KiB.
@@ -236,4 +247,7 @@ pub struct ProcStatus {
     pub rss_shmem_kb: u64,
     /// `HugetlbPages`.
     pub hugetlb_kb: u64,
+    /// `VmSwap` (`MM_SWAPENTS`).
+    #[serde(default)]
+    pub swap_kb: u64,
 }

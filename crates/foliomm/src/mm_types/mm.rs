@@ -44,6 +44,8 @@ pub struct Mm {
     pub rss_anon: AtomicI64,
     /// `MM_SHMEMPAGES`: shmem pages mapped.
     pub rss_shmem: AtomicI64,
+    /// `MM_SWAPENTS`: swap entries in this MM's page tables.
+    pub rss_swap: AtomicI64,
     /// `mm->hugetlb_usage`: pages of huge pages this MM mapped by its own
     /// faults and fork copies, less those it zapped (`hugetlb_count_add` /
     /// `_sub`); a PMD table it shares with other MMs adds nothing.
@@ -73,6 +75,7 @@ impl Mm {
             deposits: Mutex::new(HashMap::new()),
             rss_anon: AtomicI64::new(0),
             rss_shmem: AtomicI64::new(0),
+            rss_swap: AtomicI64::new(0),
             hugetlb_usage: AtomicI64::new(0),
             tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
@@ -87,6 +90,12 @@ impl Mm {
     pub fn add_anon_rss(&self, n: i64) {
         cacheline::percpu_add(Structure::MmCounters, &self.rss_anon, n);
         self.rss_anon.fetch_add(n, Relaxed);
+    }
+
+    /// `add_mm_counter(mm, MM_SWAPENTS, n)`.
+    pub fn add_swap_rss(&self, n: i64) {
+        cacheline::percpu_add(Structure::MmCounters, &self.rss_swap, n);
+        self.rss_swap.fetch_add(n, Relaxed);
     }
 
     /// `add_mm_counter(mm, mm_counter(folio), n)`: `MM_ANONPAGES` for an

@@ -175,8 +175,10 @@ pub enum Visit {
     HugePmd { addr: u64, pte: Pte },
     /// A huge PUD (a 1 GiB hugetlb page) at `addr`.
     HugePud { addr: u64, pte: Pte },
-    /// A PTE that is not none.
+    /// A present PTE (PROT_NONE included).
     Pte { addr: u64, pte: Pte },
+    /// A swap entry in a PTE.
+    Swap { addr: u64, pte: Pte },
 }
 
 /// Visits every table and every non-none leaf reachable from `pgd`, in
@@ -213,8 +215,11 @@ pub fn walk_all(phys: &PhysMem, pgd: Pfn, mut visit: impl FnMut(Visit) -> bool) 
                 }
                 for l in 0..PTRS_PER_TABLE {
                     let pte = load(phys, pmde.pfn(), l as usize);
-                    if !pte.is_none() {
-                        _ = visit(Visit::Pte { addr: addr | (l << PAGE_SHIFT), pte });
+                    let addr = addr | (l << PAGE_SHIFT);
+                    if pte.is_swap() {
+                        _ = visit(Visit::Swap { addr, pte });
+                    } else if !pte.is_none() {
+                        _ = visit(Visit::Pte { addr, pte });
                     }
                 }
             }

@@ -38,6 +38,8 @@ pub mod pg {
     /// `HPageRestoreReserve`: a hugetlb folio whose freeing gives a
     /// reservation back to the pool (its owner's mapping dropped it).
     pub const HUGETLB_RESTORE_RESERVE: u64 = 1 << 13;
+    /// `PG_swapcache`: the folio holds swap slots in the swap cache.
+    pub const SWAPCACHE: u64 = 1 << 14;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

@@ -155,6 +155,16 @@ impl KernelVersion {
     pub fn madvise_populate_stops_at_a_hole(self) -> bool {
         self >= KernelVersion::new(6, 9)
     }
+
+    /// Whether `do_swap_page` maps an exclusive page writable on a read
+    /// fault too (Barry Song's "mm: map swap-in pages writable when
+    /// possible"; 6.10 on by our reading of the series, unsure of the exact
+    /// release). Before (6.1 checked), only a write fault maps it writable;
+    /// a read fault maps it read-only and a later write takes a
+    /// write-protect fault that reuses the page.
+    pub fn swapin_maps_writable_on_read(self) -> bool {
+        self >= KernelVersion::new(6, 10)
+    }
 }
 
 impl Default for KernelVersion {

@@ -185,6 +185,7 @@ impl<'a> MmuGather<'a> {
         for b in &mut self.batches {
             for e in b.entries.drain(..) {
                 let f = Folio::containing(&self.k.phys, e.page);
+                free_swap_cache(self.k, f);
                 self.k.folio_put_refs(f, e.nr as i32);
             }
             b.slots = 0;
@@ -206,6 +207,17 @@ impl Drop for MmuGather<'_> {
     /// `tlb_finish_mmu`.
     fn drop(&mut self) {
         self.flush_mmu();
+    }
+}
+
+/// `free_swap_cache` (from `free_pages_and_swap_cache`): a folio the
+/// gather frees that is in the swap cache and mapped nowhere leaves the
+/// cache, if no swap entry still names its slots and it can be locked.
+fn free_swap_cache(k: &Kernel, f: Folio) {
+    if f.head().test(crate::phys::pg::SWAPCACHE) && rmap::folio_mapcount(k, f) == 0 {
+        if let Some(_lock) = f.trylock() {
+            k.folio_free_swap(f);
+        }
     }
 }
 

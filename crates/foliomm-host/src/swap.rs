@@ -1,0 +1,42 @@
+//! A swap device for a run that says `set swap SIZE`: the built-in
+//! `zram0` sized, given a swap signature (`mkswap`) and swapped on; at the
+//! end (with the other settings: [`crate::sysfs`] records its size as a
+//! changed setting) swapped off and reset. zram is a synchronous device
+//! (`SWP_SYNCHRONOUS_IO`), as the model's.
+
+use crate::sysfs;
+
+/// zram0's size, the setting the state file records (0 when unused).
+pub const DISKSIZE: &str = "/sys/block/zram0/disksize";
+const DEVICE: &std::ffi::CStr = c"/dev/zram0";
+
+/// Why the host cannot give a run a swap device, if it cannot: no zram0,
+/// or zram0 in use (sized already, or swapped on by someone else).
+pub fn unavailable() -> Option<String> {
+    let size = std::fs::read_to_string(DISKSIZE).map_err(|e| format!("no zram0 ({DISKSIZE}: {e})"));
+    match size.map(|s| s.trim().to_string()) {
+        Err(why) => Some(why),
+        Ok(s) if s != "0" => Some(format!("zram0 is in use (disksize {s})")),
+        Ok(_) => None,
+    }
+}
+
+/// Sizes zram0 to `bytes`, writes a swap signature and swaps it on.
+pub fn start(bytes: u64) -> Result<(), String> {
+    sysfs::set(DISKSIZE, &bytes.to_string())?;
+    let out = std::process::Command::new("mkswap").arg("/dev/zram0").output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => return Err(format!("mkswap /dev/zram0 failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => return Err(format!("cannot run mkswap (util-linux): {e}")),
+    }
+    crate::sys::swap_device(DEVICE, true).map_err(|e| format!("swapon /dev/zram0: {e}"))
+}
+
+/// Puts zram0 back to unused: swapped off (its pages read back into the
+/// processes that still map them) and reset, which frees its memory and
+/// sets its size to 0.
+pub fn stop() {
+    let _ = crate::sys::swap_device(DEVICE, false);
+    let _ = std::fs::write("/sys/block/zram0/reset", "1");
+}

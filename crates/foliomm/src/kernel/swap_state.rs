@@ -1,0 +1,68 @@
+//! The swap cache seen from folios (mm/swap_state.c, mm/swapfile.c
+//! `folio_alloc_swap`, `folio_free_swap`): a folio in it holds a slot per
+//! page and the cache holds a reference per page on it.
+
+use super::Kernel;
+use crate::arch::SwpEntry;
+use crate::folio::Folio;
+use crate::phys::pg;
+use crate::Errno;
+
+impl Kernel {
+    /// `folio_alloc_swap` (`add_to_swap` before 6.16): slots for every
+    /// page of `f`, naturally aligned in one cluster, with `f` in the swap
+    /// cache. ENOMEM without a swap device or a free run.
+    pub fn add_to_swap(&self, f: Folio) -> Result<SwpEntry, Errno> {
+        let dev = self.swap.as_ref().ok_or(Errno::ENOMEM)?;
+        let e = dev.alloc(f.pfn, f.nr_pages())?;
+        f.ref_add(f.nr_pages() as i32);
+        f.head().set(pg::SWAPCACHE);
+        Ok(e)
+    }
+
+    /// `add_to_swap_cache` for a page read in from slot `e`: false if the
+    /// slot is cached already (another swap-in got there first).
+    pub fn swap_cache_add(&self, f: Folio, e: SwpEntry) -> bool {
+        let dev = self.swap.as_ref().expect("a swap entry implies a device");
+        if !dev.cache_add(e, f.pfn) {
+            return false;
+        }
+        f.ref_add(1);
+        f.head().set(pg::SWAPCACHE);
+        true
+    }
+
+    /// `folio->swap`: the first slot of `f`, if it is in the swap cache.
+    pub fn folio_swap(&self, f: Folio) -> Option<SwpEntry> {
+        match f.head().test(pg::SWAPCACHE) {
+            true => self.swap.as_ref()?.entry_of(f.pfn),
+            false => None,
+        }
+    }
+
+    /// `folio_free_swap`: if `f` is in the swap cache and no swap entry
+    /// names any of its slots any more, it leaves the cache
+    /// ([`Kernel::delete_from_swap_cache`]). Returns true if it left. The
+    /// caller holds a reference of its own.
+    pub fn folio_free_swap(&self, f: Folio) -> bool {
+        let (Some(e), Some(dev)) = (self.folio_swap(f), self.swap.as_ref()) else { return false };
+        let named = (0..f.nr_pages()).any(|i| dev.count(SwpEntry { offset: e.offset + i, ..e }) > 0);
+        if named {
+            return false;
+        }
+        self.delete_from_swap_cache(f);
+        true
+    }
+
+    /// `delete_from_swap_cache` + `put_swap_folio`: `f` leaves the swap
+    /// cache; slots no swap entry names are freed, and the cache's
+    /// references are dropped (which frees `f` if they were the last).
+    pub fn delete_from_swap_cache(&self, f: Folio) {
+        let (Some(e), Some(dev)) = (self.folio_swap(f), self.swap.as_ref()) else { return };
+        for i in 0..f.nr_pages() {
+            dev.cache_del(SwpEntry { offset: e.offset + i, ..e });
+        }
+        f.head().clear(pg::SWAPCACHE);
+        self.folio_put_refs(f, f.nr_pages() as i32);
+    }
+}

@@ -1,0 +1,142 @@
+//! Swap entries in page tables: the swap-in fault (mm/memory.c
+//! `do_swap_page`), batches of entries (`swap_pte_batch`) and their freeing
+//! when zap drops them (mm/swapfile.c `free_swap_and_cache_nr`).
+//!
+//! Differs from Linux: swap-in is of small folios only (no mTHP swap-in
+//! yet), with no readahead; the device is synchronous, as zram.
+
+use super::fault::{FaultKind, VmFault};
+use super::wp;
+use crate::arch::{pte_index, Pfn, Pte, SwpEntry};
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::Level;
+use crate::mm_types::vm;
+use crate::pgtable::{load, store};
+use crate::phys::PhysMem;
+use crate::rmap::{self, anon_vma_prepare};
+use crate::Result;
+
+/// `swap_pte_batch`: how many entries from `idx` (at most `max`) continue
+/// the swap entry `pte`: consecutive slots with the same exclusive bit.
+pub fn swap_pte_batch(phys: &PhysMem, table: Pfn, idx: usize, pte: Pte, max: usize) -> usize {
+    let e = pte.swp_entry();
+    let continues = |i: usize| {
+        let n = load(phys, table, idx + i);
+        let next = SwpEntry { offset: e.offset + i as u64, ..e };
+        n.is_swap() && n.swp_exclusive() == pte.swp_exclusive() && n.swp_entry() == next
+    };
+    1 + (1..max).take_while(|&i| continues(i)).count()
+}
+
+/// `free_swap_and_cache_nr`: `nr` swap entries from `e` are gone. A slot
+/// no entry names any more, whose swap-cache folio nothing maps, leaves the
+/// cache with it (`__try_to_reclaim_swap`, which passes over a folio it
+/// cannot lock).
+pub fn free_swap_and_cache_nr(k: &Kernel, e: SwpEntry, nr: u64) {
+    let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
+    let mut last = None;
+    for (_, pfn) in dev.put(e, nr) {
+        let f = Folio::containing(&k.phys, pfn);
+        if last == Some(f.pfn) || rmap::folio_mapcount(k, f) > 0 {
+            continue;
+        }
+        last = Some(f.pfn);
+        // Held while locked: leaving the cache may drop its last reference.
+        f.ref_add(1);
+        if let Some(_lock) = f.trylock() {
+            k.folio_free_swap(f);
+        }
+        k.folio_put_refs(f, 1);
+    }
+}
+
+/// `should_try_to_free_swap`: after a swap-in from the swap cache, whether
+/// to let the cache go: swap is more than half full (`vm_swap_full`), the
+/// VMA is mlocked, or a write fault holds the only references besides the
+/// cache's.
+fn should_try_to_free_swap(vmf: &VmFault, f: Folio) -> bool {
+    let stats = vmf.k.swap.as_ref().map(|d| d.stats()).unwrap_or_default();
+    let full = stats.free * 2 < stats.total;
+    full || vmf.vma.flags() & vm::LOCKED != 0 || (vmf.write() && f.refcount() == 1 + f.nr_pages() as i32)
+}
+
+/// `do_swap_page` for a small folio: the page comes from the swap cache, or
+/// when the slot has one swap entry, straight from the device
+/// (`SWP_SYNCHRONOUS_IO`, the slot claimed meanwhile), else it is read into
+/// the swap cache. Under the PTL (the entry unchanged), the slot loses this
+/// entry; the page is mapped writable if it is exclusive (the entry's
+/// exclusive bit, or a fresh page no cache saw) or its only reference, for
+/// a write fault (from 6.10 also a read fault:
+/// [`crate::release::KernelVersion::swapin_maps_writable_on_read`]);
+/// else read-only, and a write fault goes on to [`wp::do_wp_page`].
+pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
+    let (k, phys, orig) = (vmf.k, &vmf.k.phys, vmf.orig);
+    let e = orig.swp_entry();
+    let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
+    let (f, cached) = match dev.cached(e) {
+        Some(pfn) => {
+            let f = Folio::containing(phys, pfn);
+            f.ref_add(1);
+            (f, true)
+        }
+        None if dev.count(e) == 1 => {
+            if !dev.prepare(e) {
+                return Ok(()); // another swap-in has the slot: fault again
+            }
+            let f = k.alloc_folio(0).inspect_err(|_| dev.clear_prepared(e))?;
+            dev.read(phys, e, f.pfn);
+            Stats::inc(&k.stats.pswpin);
+            (f, false)
+        }
+        None => {
+            let f = k.alloc_folio(0)?;
+            if !k.swap_cache_add(f, e) {
+                k.folio_put_refs(f, 1);
+                return Ok(());
+            }
+            dev.read(phys, e, f.pfn);
+            Stats::inc(&k.stats.pswpin);
+            (f, true)
+        }
+    };
+    let idx = pte_index(vmf.address);
+    let ptl = vmf.pte_lock();
+    if ptl.is_none() || load(phys, vmf.table, idx) != orig {
+        drop(ptl);
+        if !cached {
+            dev.clear_prepared(e);
+        }
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
+    let exclusive = !cached || orig.swp_exclusive();
+    dev.put(e, 1);
+    if !cached {
+        dev.clear_prepared(e);
+    } else if should_try_to_free_swap(vmf, f) {
+        k.folio_free_swap(f);
+    }
+    vmf.mm.add_anon_rss(1);
+    vmf.mm.add_swap_rss(-1);
+    let mut pte = Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED);
+    let reuse = exclusive || f.refcount() == 1;
+    let release = k.config.release();
+    let writes = reuse && vmf.vma.writable() && (vmf.write() || release.swapin_maps_writable_on_read());
+    if writes {
+        pte = pte.with(Pte::RW | if vmf.write() { Pte::DIRTY } else { 0 });
+    }
+    if f.test_anon() {
+        rmap::folio_add_anon_rmap_ptes(k, f, 0, 1, vmf.mm.rmap, reuse);
+    } else {
+        rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma_prepare(k, &vmf.vma.anon_vma));
+        // Without RMAP_EXCLUSIVE the page is not AnonExclusive.
+        f.set_anon_exclusive(0, reuse);
+    }
+    store(phys, vmf.table, idx, pte);
+    drop(ptl);
+    if vmf.kind == FaultKind::Write && !writes {
+        return wp::do_wp_page(&VmFault { orig: pte, ..*vmf });
+    }
+    Ok(())
+}
