@@ -1,5 +1,5 @@
-//! A swap device for a run that says `set swap SIZE`: the built-in
-//! `zram0` sized, given a swap signature (`mkswap`) and swapped on; at the
+//! A swap device for a run that says `set swap SIZE`: `zram0` sized, given
+//! a swap signature (as `mkswap` writes it) and swapped on; at the
 //! end (with the other settings: [`crate::sysfs`] records its size as a
 //! changed setting) swapped off and reset. zram is a synchronous device
 //! (`SWP_SYNCHRONOUS_IO`), as the model's.
@@ -24,13 +24,19 @@ pub fn unavailable() -> Option<String> {
 /// Sizes zram0 to `bytes`, writes a swap signature and swaps it on.
 pub fn start(bytes: u64) -> Result<(), String> {
     sysfs::set(DISKSIZE, &bytes.to_string())?;
-    let out = std::process::Command::new("mkswap").arg("/dev/zram0").output();
-    match out {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => return Err(format!("mkswap /dev/zram0 failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
-        Err(e) => return Err(format!("cannot run mkswap (util-linux): {e}")),
-    }
+    std::fs::write("/dev/zram0", header(bytes / 4096)).map_err(|e| format!("cannot write /dev/zram0: {e}"))?;
     crate::sys::swap_device(DEVICE, true).map_err(|e| format!("swapon /dev/zram0: {e}"))
+}
+
+/// The first page of a swap device of `pages` pages, as `mkswap` writes it
+/// (`union swap_header`): version 1, the last usable page, no bad pages, and
+/// the signature `SWAPSPACE2` at the page's end.
+fn header(pages: u64) -> Vec<u8> {
+    let mut page = vec![0u8; 4096];
+    page[1024..1028].copy_from_slice(&1u32.to_ne_bytes());
+    page[1028..1032].copy_from_slice(&(pages as u32 - 1).to_ne_bytes());
+    page[4086..].copy_from_slice(b"SWAPSPACE2");
+    page
 }
 
 /// Puts zram0 back to unused: swapped off (its pages read back into the

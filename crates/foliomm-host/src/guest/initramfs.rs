@@ -1,7 +1,9 @@
 //! The guest's initramfs, built at run time from this machine's files: the
 //! running `foliomm` binary, a static busybox, the shared libraries both
-//! need (as `ldd` lists them), and an `/init` that mounts the kernel's
-//! file systems and starts the agent on the second serial port. Written as
+//! need (as `ldd` lists them), the kernel's zram modules where it has
+//! them (for `set swap`), and an `/init` that mounts the kernel's file
+//! systems, loads the modules and starts the agent on the second serial
+//! port. Written as
 //! a `newc` cpio archive, the format the kernel unpacks.
 
 use std::io::Write;
@@ -11,10 +13,18 @@ use std::path::{Path, PathBuf};
 pub(super) const AGENT_TTY: &str = "/dev/ttyS1";
 
 /// The archive's bytes, for `qemu -initrd`.
-pub(super) fn build(foliomm: &Path, busybox: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn build(foliomm: &Path, busybox: &Path, release: &str) -> Result<Vec<u8>, String> {
     let mut cpio = Cpio::default();
-    for dir in ["bin", "proc", "sys", "dev", "tmp"] {
+    for dir in ["bin", "proc", "sys", "dev", "tmp", "modules"] {
         cpio.dir(dir);
+    }
+    // zram and what it needs, in load order (`modules.dep`); absent ones
+    // leave the guest without swap (`set swap` is then refused).
+    let tree = Path::new("/lib/modules").join(release).join("kernel");
+    for (name, path) in [("zsmalloc", "mm/zsmalloc.ko"), ("zram", "drivers/block/zram/zram.ko")] {
+        if let Ok(data) = std::fs::read(tree.join(path)) {
+            cpio.file(&format!("modules/{name}.ko"), &data, 0o644);
+        }
     }
     cpio.file("bin/foliomm", &read(foliomm)?, 0o755);
     cpio.file("bin/busybox", &read(busybox)?, 0o755);
@@ -44,6 +54,7 @@ fn init_script() -> String {
          /bin/busybox mount -t sysfs sys /sys\n\
          /bin/busybox mount -t devtmpfs dev /dev\n\
          /bin/busybox mount -t tmpfs tmp /tmp\n\
+         for m in zsmalloc zram; do /bin/busybox insmod /modules/$m.ko 2>/dev/null; done\n\
          /bin/busybox stty -F {AGENT_TTY} raw -echo 115200\n\
          /bin/foliomm {} {AGENT_TTY}\n\
          /bin/busybox poweroff -f\n",

@@ -69,7 +69,9 @@ impl Guest {
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         progress(&format!("building the initramfs for {}", kernel.display()));
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-        let initrd = initramfs::build(&exe, busybox)?;
+        let release =
+            kernel.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("vmlinuz-")).unwrap_or("");
+        let initrd = initramfs::build(&exe, busybox, release)?;
         std::fs::write(dir.join("initrd"), initrd).map_err(|e| format!("cannot write the initramfs: {e}"))?;
         let (sock, console) = (dir.join("agent.sock"), dir.join("console.log"));
         progress("booting the guest");

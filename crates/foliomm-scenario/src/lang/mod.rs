@@ -13,6 +13,7 @@
 //! set vma_lock vma-rwsem             how faults lock their VMA: mmap-lock, vma-rwsem, vma-refcount (likewise)
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
 //! set max_map_count 100              vm.max_map_count, default 65530 (likewise)
+//! set swap 64M                       a swap device, as zram (none by default)
 //! set debug no-large-reuse           a model debug switch (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set shmem enabled=always 64K=inherit   shmem_enabled and per-size shmem modes
@@ -32,7 +33,7 @@
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
 //! P: mlock a[0..8K]                  mlock (populates, VM_LOCKED); munlock a
 //! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
-//!                                    populate_read populate_write
+//!                                    populate_read populate_write pageout
 //! P: b = mremap a[8K..16K] [size 16K] [to c] [dontunmap]
 //! P: fork C                          C: exit        P: wait C
 //! P.t1: write a                      a line of thread t1 of P (started at its first
@@ -43,6 +44,7 @@
 //! P: read a                          one byte per page, checked against the reference
 //! P: verify a                        every byte, checked against the reference
 //! P: observe a[20K] as before        record frame, folio order, exclusive, RSS...
+//! P: observe a as x except frame     the same without the fields named
 //! P: observe f[8K] as st             a file's page in the cache, its fstat, seals, SEEK_DATA/HOLE
 //! P: p = pin a[0..4K] [write] [longterm]   GUP pin (FOLL_PIN); `unpin p` releases it
 //! P: g = get a[0..4K]                GUP reference (FOLL_GET, as vmsplice takes)
@@ -74,8 +76,10 @@ mod ast;
 mod lexer;
 mod parser;
 mod proc_cmd;
+mod set_cmd;
 pub mod settings;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
 pub use lexer::parse_size;
-pub use parser::{parse, MAX_TLB_ENTRIES};
+pub use parser::parse;
+pub use set_cmd::MAX_TLB_ENTRIES;

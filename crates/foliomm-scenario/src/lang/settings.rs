@@ -236,6 +236,7 @@ mod tests {
             "set debug no-large-reuse",
             "set mm_ids 5",
             "set max_map_count 9",
+            "set swap 64M",
             "set thp enabled=never",
             "set shmem enabled=never",
             "set hugetlb pages=1",

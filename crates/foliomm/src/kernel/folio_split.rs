@@ -9,8 +9,11 @@
 //! Before 6.15 (the designs before `mm-id`) truncation splits uniformly,
 //! every page a folio of its own ([`crate::release::KernelVersion::splits_folios_in_buddies`]).
 //!
+//! A mapped anon folio is split by its caller around this
+//! ([`crate::memory::split`]).
+//!
 //! Differs from Linux: only unmapped folios held by nothing but the page
-//! cache are split (`can_split_folio` with no extra pins, and the caller
+//! cache or their caller are split (`can_split_folio` with no extra pins, and the caller
 //! has unmapped the folio, which `unmap_folio` does in Linux); no LRU, no
 //! memcg, no swap cache.
 
@@ -29,11 +32,23 @@ impl Kernel {
     /// share of the references. Panics if `f` is small or still mapped: a
     /// caller's bug, not a state the kernel reaches.
     pub fn split_unmapped_folio(&self, f: Folio, at: u64, refs_per_page: i32) -> Vec<(Pfn, u32)> {
+        self.split_pieces(f, at, !self.config.release().splits_folios_in_buddies(), refs_per_page)
+    }
+
+    /// Splits the large, unmapped `f` into order-0 folios (`split_folio`,
+    /// `uniform_split`), each with `refs_per_page` references; returns
+    /// their frames.
+    pub fn split_unmapped_folio_to_pages(&self, f: Folio, refs_per_page: i32) -> Vec<Pfn> {
+        self.split_pieces(f, 0, true, refs_per_page).into_iter().map(|(pfn, _)| pfn).collect()
+    }
+
+    /// The split itself: uniform (every page a folio) or around page `at`.
+    fn split_pieces(&self, f: Folio, at: u64, uniform: bool, refs_per_page: i32) -> Vec<(Pfn, u32)> {
         let order = f.order();
         assert!(order > 0 && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
-        let keep = f.head().flags.load(Relaxed) & (pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
+        let keep = f.head().flags.load(Relaxed) & (pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
         let mapping = f.head().link.load(Relaxed);
         Stats::inc(&self.stats.split[order as usize]);
         if order == crate::arch::PMD_ORDER {
@@ -41,8 +56,8 @@ impl Kernel {
         }
         let mut pieces = Vec::new();
         let (mut first, mut o) = (f.pfn, order);
-        if !self.config.release().splits_folios_in_buddies() {
-            // Before 6.15 (split_folio): every page a folio of its own.
+        if uniform {
+            // split_folio (and truncation before 6.15): every page a folio.
             (pieces, o) = ((f.pfn + 1..f.pfn + f.nr_pages()).map(|p| (p, 0)).collect(), 0);
         }
         while o > 0 {

@@ -20,6 +20,10 @@ macro_rules! counters {
             pub split_deferred: [AtomicU64; ORDERS],
             /// Large folios split, per order before the split (the mTHP `split` stat).
             pub split: [AtomicU64; ORDERS],
+            /// Large folios written to swap whole, per order (the mTHP `swpout` stat).
+            pub swpout: [AtomicU64; ORDERS],
+            /// Large folios read from swap whole, per order (the mTHP `swpin` stat).
+            pub swpin: [AtomicU64; ORDERS],
             /// Folios allocated, per order.
             pub folio_alloc: [AtomicU64; ORDERS],
             /// Folios freed, per order.
@@ -64,6 +68,8 @@ counters! {
     pswpout,
     /// Pages read from swap (`pswpin`).
     pswpin,
+    /// PMD-sized folios written to swap whole (`thp_swpout`).
+    thp_swpout,
     /// Folios `MADV_PAGEOUT` passed over as (maybe) mapped shared.
     pageout_skipped_shared,
     /// Write faults that copied a page (or the zero page) into a new folio.
@@ -152,6 +158,8 @@ impl Stats {
             ("anon_fault_fallback", &self.anon_fault_fallback),
             ("split_deferred", &self.split_deferred),
             ("split", &self.split),
+            ("swpout", &self.swpout),
+            ("swpin", &self.swpin),
             ("folio_alloc", &self.folio_alloc),
             ("folio_free", &self.folio_free),
         ];

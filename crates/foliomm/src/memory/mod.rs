@@ -17,6 +17,7 @@ pub mod huge_memory;
 pub mod hugetlb;
 pub mod hugetlb_resv;
 pub mod move_page_tables;
+pub mod split;
 pub mod swap;
 pub mod vmscan;
 pub mod wp;

@@ -2,8 +2,8 @@
 //! `do_swap_page`), batches of entries (`swap_pte_batch`) and their freeing
 //! when zap drops them (mm/swapfile.c `free_swap_and_cache_nr`).
 //!
-//! Differs from Linux: swap-in is of small folios only (no mTHP swap-in
-//! yet), with no readahead; the device is synchronous, as zram.
+//! Differs from Linux: no readahead; the device is synchronous, as zram;
+//! no zeromap (a zero-filled page is stored like any other).
 
 use super::fault::{FaultKind, VmFault};
 use super::wp;
@@ -80,6 +80,9 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             f.ref_add(1);
             (f, true)
         }
+        None if dev.count(e) == 1 && large_swapin_order(vmf, e).is_some() => {
+            return swapin_large(vmf, large_swapin_order(vmf, e).unwrap_or(0));
+        }
         None if dev.count(e) == 1 => {
             if !dev.prepare(e) {
                 return Ok(()); // another swap-in has the slot: fault again
@@ -137,6 +140,106 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     drop(ptl);
     if vmf.kind == FaultKind::Write && !writes {
         return wp::do_wp_page(&VmFault { orig: pte, ..*vmf });
+    }
+    Ok(())
+}
+
+/// The highest mTHP order `alloc_swap_folio` would swap in whole at the
+/// fault, if any: one the VMA allows for a fault, whose aligned range lies
+/// in the VMA and lines up with the slot (`thp_swap_suitable_orders`), and
+/// whose entries are consecutive slots alike, none cached
+/// (`can_swapin_thp`).
+fn large_swapin_order(vmf: &VmFault, e: SwpEntry) -> Option<u32> {
+    let (k, phys) = (vmf.k, &vmf.k.phys);
+    if !k.config.release().swaps_in_large_folios() {
+        return None;
+    }
+    let dev = k.swap.as_ref()?;
+    let orders = vmf.thp_orders() & ((1 << crate::arch::PMD_ORDER) - 1) & !1;
+    (1..crate::arch::PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0).find(|&order| {
+        let nr = 1u64 << order;
+        let base = vmf.address & !(nr * crate::arch::PAGE_SIZE - 1);
+        let page = (vmf.address - base) / crate::arch::PAGE_SIZE;
+        let inside = base >= vmf.vma.start() && base + nr * crate::arch::PAGE_SIZE <= vmf.vma.end();
+        if !inside || e.offset % nr != page {
+            return false;
+        }
+        let first = load(phys, vmf.table, pte_index(base));
+        let batch = first.is_swap()
+            && first.swp_entry() == SwpEntry { offset: e.offset - page, ..e }
+            && swap_pte_batch(phys, vmf.table, pte_index(base), first, nr as usize) == nr as usize;
+        batch && (0..nr).all(|i| dev.cached(SwpEntry { offset: e.offset - page + i, ..e }).is_none())
+    })
+}
+
+/// `do_swap_page` reading a large folio of `order` whole on the
+/// skip-cache path: its slots claimed, a fresh folio (exclusive, so mapped
+/// writable as a small fresh one is), every PTE of the range mapped at
+/// once if all are still the entries they were; else nothing changes and
+/// the fault is taken again.
+fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
+    let (k, phys) = (vmf.k, &vmf.k.phys);
+    let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
+    let nr = 1u64 << order;
+    let base = vmf.address & !(nr * crate::arch::PAGE_SIZE - 1);
+    let first = load(phys, vmf.table, pte_index(base));
+    let e = first.swp_entry();
+    let claimed: Vec<u64> = (0..nr).take_while(|&i| dev.prepare(SwpEntry { offset: e.offset + i, ..e })).collect();
+    let release = |n: u64| (0..n).for_each(|i| dev.clear_prepared(SwpEntry { offset: e.offset + i, ..e }));
+    if claimed.len() as u64 != nr {
+        release(claimed.len() as u64);
+        return Ok(());
+    }
+    let f = match k.alloc_folio(order) {
+        Ok(f) => f,
+        Err(_) => {
+            release(nr);
+            return Ok(()); // Linux falls back to a smaller order; the refault does
+        }
+    };
+    for i in 0..nr {
+        dev.read(phys, SwpEntry { offset: e.offset + i, ..e }, f.pfn + i);
+    }
+    let ptl = vmf.pte_lock();
+    let same = (0..nr).all(|i| {
+        load(phys, vmf.table, pte_index(base) + i as usize)
+            == Pte::swap(SwpEntry { offset: e.offset + i, ..e }, first.swp_exclusive())
+    });
+    if ptl.is_none() || !same {
+        drop(ptl);
+        release(nr);
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
+    dev.put(e, nr);
+    release(nr);
+    f.ref_add(nr as i32 - 1);
+    rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma_prepare(k, &vmf.vma.anon_vma));
+    let writes = vmf.vma.writable() && (vmf.write() || k.config.release().swapin_maps_writable_on_read());
+    let w = if writes { Pte::RW } else { 0 };
+    for i in 0..nr {
+        let d = if writes
+            && vmf.write()
+            && base + i * crate::arch::PAGE_SIZE == vmf.address & !(crate::arch::PAGE_SIZE - 1)
+        {
+            Pte::DIRTY
+        } else {
+            0
+        };
+        store(
+            phys,
+            vmf.table,
+            pte_index(base) + i as usize,
+            Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w | d),
+        );
+    }
+    vmf.mm.add_anon_rss(nr as i64);
+    vmf.mm.add_swap_rss(-(nr as i64));
+    Stats::add(&k.stats.pswpin, nr);
+    Stats::inc(&k.stats.swpin[order as usize]);
+    drop(ptl);
+    if vmf.write() && !writes {
+        return wp::do_wp_page(&VmFault { orig: load(phys, vmf.table, pte_index(vmf.address)), ..*vmf });
     }
     Ok(())
 }

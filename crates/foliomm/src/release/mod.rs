@@ -165,6 +165,16 @@ impl KernelVersion {
     pub fn swapin_maps_writable_on_read(self) -> bool {
         self >= KernelVersion::new(6, 10)
     }
+
+    /// Whether a swap-in from a synchronous device (zram) may read a large
+    /// folio whole (`alloc_swap_folio`: an mTHP order the VMA allows, the
+    /// aligned range all swap entries of consecutive slots, none cached;
+    /// "mm: support large folios swap-in for sync io devices"): 6.12 on by
+    /// our reading, unsure of the exact release. Before, swap-in is page by
+    /// page.
+    pub fn swaps_in_large_folios(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
 }
 
 impl Default for KernelVersion {
