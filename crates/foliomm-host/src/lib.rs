@@ -61,6 +61,11 @@ pub struct HostBackend {
     listener: Mutex<Option<UnixListener>>,
     procs: RwLock<HashMap<String, Worker>>,
     baseline: Mutex<Vec<(String, u64)>>,
+    /// The run has a swap device: workers keep to one CPU, so that the
+    /// pages they fault in sit in that CPU's LRU batch, which
+    /// `MADV_PAGEOUT`'s `lru_add_drain` empties (a page in another CPU's
+    /// batch is not on the LRU, and reclaim passes over it).
+    one_cpu: std::sync::atomic::AtomicBool,
 }
 
 impl HostBackend {
@@ -74,6 +79,7 @@ impl HostBackend {
             listener: Mutex::new(None),
             procs: RwLock::new(HashMap::new()),
             baseline: Mutex::default(),
+            one_cpu: Default::default(),
         }
     }
 
@@ -90,7 +96,12 @@ impl HostBackend {
     fn spawn(&self, proc: &str) -> BackendResult<Reply> {
         let mut child = None;
         let conn = self.connect(proc, || {
-            let c = Command::new(&self.exe).arg(WORKER_ARG).arg(self.socket()).arg(proc).spawn();
+            let mut c = Command::new(&self.exe);
+            c.arg(WORKER_ARG).arg(self.socket()).arg(proc);
+            if self.one_cpu.load(std::sync::atomic::Ordering::Relaxed) {
+                c.env(worker::ONE_CPU, "1");
+            }
+            let c = c.spawn();
             child = Some(c.map_err(|e| setup(format!("cannot start worker {}: {e}", self.exe.display())))?);
             Ok(())
         })?;
@@ -214,6 +225,7 @@ impl Backend for HostBackend {
         if let Some(&MachineSetting::Swap(bytes)) = settings.iter().rev().find(|s| matches!(s, MachineSetting::Swap(_)))
         {
             swap::start(bytes).map_err(StepError::Unsupported)?;
+            self.one_cpu.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there
@@ -333,6 +345,9 @@ impl Backend for HostBackend {
     fn observes(&self, field: &str) -> bool {
         if field == "rss_shmem_total_kb" {
             return !sys::program_on_shmem();
+        }
+        if field == "swap_total_kb" {
+            return release::version().counts_rss_exactly();
         }
         field == "frame"
             || Observation::compared_fields().any(|f| *f == field)

@@ -60,7 +60,14 @@ impl Process {
 }
 
 /// Runs the worker until the controller says `Exit` or goes away.
+/// The environment variable that keeps a worker on one CPU (see
+/// [`crate::HostBackend`]'s swap runs).
+pub const ONE_CPU: &str = "FOLIOMM_WORKER_ONE_CPU";
+
 pub fn worker_main(socket: &Path, name: &str) -> ! {
+    if std::env::var_os(ONE_CPU).is_some() {
+        let _ = crate::sys::run_on_one_cpu();
+    }
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
     sys::reap_children_automatically();
@@ -270,6 +277,8 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     }
     let process = crate::status::process_info(addr);
     let o = Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() };
+    // Before 6.2 VmSwap may lag (SPLIT_RSS_COUNTING): not recorded.
+    let o = if crate::release::version().counts_rss_exactly() { o } else { o.except(&["swap_total_kb".into()]) };
     Ok(Reply::Observed(Box::new(o)))
 }
 

@@ -48,6 +48,13 @@ enum Op {
         page: u64,
         pages: u64,
     },
+    /// MADV_PAGEOUT: the range's pages mapped once go to swap; every byte
+    /// stays as it was.
+    PageOut {
+        proc: usize,
+        page: u64,
+        pages: u64,
+    },
     Mremap {
         proc: usize,
         page: u64,
@@ -134,6 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (proc.clone(), range(), prop_oneof![Just(0u32), Just(1u32), Just(3u32)])
             .prop_map(|(proc, (page, pages), prot)| Op::Mprotect { proc, page, pages, prot }),
         1 => (proc.clone(), range()).prop_map(|(proc, (page, pages))| Op::DontNeed { proc, page, pages }),
+        1 => (proc.clone(), range()).prop_map(|(proc, (page, pages))| Op::PageOut { proc, page, pages }),
         1 => (proc.clone(), range(), 0..WINDOW_PAGES, 1..64u64)
             .prop_map(|(proc, (page, pages), to, new_pages)| Op::Mremap { proc, page, pages, to, new_pages: new_pages.min(WINDOW_PAGES - to) }),
         2 => proc.clone().prop_map(|proc| Op::Fork { proc }),
@@ -176,6 +184,7 @@ impl World {
             | Op::Munmap { proc, .. }
             | Op::Mprotect { proc, .. }
             | Op::DontNeed { proc, .. }
+            | Op::PageOut { proc, .. }
             | Op::Mremap { proc, .. }
             | Op::Fork { proc }
             | Op::Exit { proc }
@@ -220,6 +229,10 @@ impl World {
             Op::DontNeed { page, pages, .. } => {
                 let _ = mm.madvise(addr(page), pages * PAGE, Advice::DontNeed);
                 rs.zap(addr(page), pages * PAGE);
+            }
+            Op::PageOut { page, pages, .. } => {
+                let r = mm.madvise(addr(page), pages * PAGE, Advice::PageOut);
+                prop_assert_eq!(r.is_ok(), rs.covers(addr(page), pages * PAGE), "pageout over holes fails with ENOMEM");
             }
             Op::Mremap { page, pages, to, new_pages, .. } => {
                 let (old, old_len, new, new_len) = (addr(page), pages * PAGE, addr(to), new_pages * PAGE);
@@ -399,6 +412,7 @@ fn run_case(ops: &[Op], mthp: u32, design: usize, rmap_id_stage: RmapIdStage) ->
     let mapcount = foliomm::internals::mapcount::Design::ALL[design];
     let config = Config {
         memory: 64 << 20,
+        swap: 8 << 20,
         poison: true,
         tlb_entries: 64,
         mapcount,

@@ -18,6 +18,31 @@ pub use mapping::{memfd, Advice, Map, Mapping};
 pub use pagemap_scan::{pagemap_scan, PageRegion};
 pub use workers::{fork_child_that_exits, Workers};
 
+/// Keeps this process (and the threads and children it makes from now on)
+/// on the first CPU it may run on (`sched_setaffinity`).
+pub fn run_on_one_cpu() -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; the kernel fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: CPU_ISSET reads the set we own; the index is below CPU_SETSIZE.
+    let first = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    let Some(cpu) = first else { return Ok(()) };
+    // SAFETY: as above; CPU_ZERO and CPU_SET write the set we own.
+    unsafe {
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+    }
+    // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
+    match unsafe { libc::sched_setaffinity(0, size, &set) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// `swapon(2)` (`on`) or `swapoff(2)` of the block device at `dev`.
 pub fn swap_device(dev: &std::ffi::CStr, on: bool) -> std::io::Result<()> {
     // SAFETY: a NUL-terminated path and no flags; the kernel validates both.

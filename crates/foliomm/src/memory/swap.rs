@@ -74,11 +74,14 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     let (k, phys, orig) = (vmf.k, &vmf.k.phys, vmf.orig);
     let e = orig.swp_entry();
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
-    let (f, cached) = match dev.cached(e) {
+    // The page: a fresh folio's only one, or the cached page of a folio
+    // (maybe large: only this page is mapped, where Linux maps the whole
+    // folio when every entry of it is still in place).
+    let (f, cached, page) = match dev.cached(e) {
         Some(pfn) => {
             let f = Folio::containing(phys, pfn);
             f.ref_add(1);
-            (f, true)
+            (f, true, pfn)
         }
         None if dev.count(e) == 1 && large_swapin_order(vmf, e).is_some() => {
             return swapin_large(vmf, large_swapin_order(vmf, e).unwrap_or(0));
@@ -90,7 +93,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             let f = k.alloc_folio(0).inspect_err(|_| dev.clear_prepared(e))?;
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
-            (f, false)
+            (f, false, f.pfn)
         }
         None => {
             let f = k.alloc_folio(0)?;
@@ -100,7 +103,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             }
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
-            (f, true)
+            (f, true, f.pfn)
         }
     };
     let idx = pte_index(vmf.address);
@@ -122,7 +125,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     }
     vmf.mm.add_anon_rss(1);
     vmf.mm.add_swap_rss(-1);
-    let mut pte = Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED);
+    let mut pte = Pte::new(page, Pte::PRESENT | Pte::USER | Pte::ACCESSED);
     let reuse = exclusive || f.refcount() == 1;
     let release = k.config.release();
     let writes = reuse && vmf.vma.writable() && (vmf.write() || release.swapin_maps_writable_on_read());
@@ -130,7 +133,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         pte = pte.with(Pte::RW | if vmf.write() { Pte::DIRTY } else { 0 });
     }
     if f.test_anon() {
-        rmap::folio_add_anon_rmap_ptes(k, f, 0, 1, vmf.mm.rmap, reuse);
+        rmap::folio_add_anon_rmap_ptes(k, f, page - f.pfn, 1, vmf.mm.rmap, reuse);
     } else {
         rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma_prepare(k, &vmf.vma.anon_vma));
         // Without RMAP_EXCLUSIVE the page is not AnonExclusive.
@@ -216,22 +219,15 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma_prepare(k, &vmf.vma.anon_vma));
     let writes = vmf.vma.writable() && (vmf.write() || k.config.release().swapin_maps_writable_on_read());
-    let w = if writes { Pte::RW } else { 0 };
+    // set_ptes(): one entry for every page, so a write fault dirties all.
+    let bits = match (writes, vmf.write()) {
+        (true, true) => Pte::RW | Pte::DIRTY,
+        (true, false) => Pte::RW,
+        _ => 0,
+    };
+    let pte = Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | bits);
     for i in 0..nr {
-        let d = if writes
-            && vmf.write()
-            && base + i * crate::arch::PAGE_SIZE == vmf.address & !(crate::arch::PAGE_SIZE - 1)
-        {
-            Pte::DIRTY
-        } else {
-            0
-        };
-        store(
-            phys,
-            vmf.table,
-            pte_index(base) + i as usize,
-            Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w | d),
-        );
+        store(phys, vmf.table, pte_index(base) + i as usize, pte.next_pfn(i));
     }
     vmf.mm.add_anon_rss(nr as i64);
     vmf.mm.add_swap_rss(-(nr as i64));

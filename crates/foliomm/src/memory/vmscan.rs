@@ -123,29 +123,27 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
 
 /// `shrink_folio_list` for one isolated anon folio: a folio that may be
 /// pinned stays; else it gets a run of swap slots and enters the swap cache
-/// (`folio_alloc_swap`; it stays where no run is free), is unmapped
+/// (`folio_alloc_swap`, unless it is in it already; it stays where no run
+/// is free), is unmapped (if that fails part way, it stays in the swap
+/// cache, as Linux leaves it)
 /// ([`try_to_unmap`]), written out (`swap_writeout` on a synchronous
 /// device: done at once) and, if nothing else holds it, leaves the swap
 /// cache and is freed (`__remove_mapping`). Drops the isolation reference.
 fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
     let f = i.f;
     if let Some(_lock) = f.trylock() {
-        if !f.maybe_dma_pinned() {
-            if let Ok(e) = k.add_to_swap(f) {
-                if try_to_unmap(k, mm, pmd, &i, e) {
-                    let dev = k.swap.as_ref().expect("a slot implies a device");
-                    for p in 0..f.nr_pages() {
-                        dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
-                    }
-                    count_swpout(k, f);
-                    if f.refcount() == 1 + f.nr_pages() as i32 {
-                        k.delete_from_swap_cache(f);
-                    }
-                } else {
-                    // Linux keeps it in the swap cache, mapped; foliomm
-                    // lets go of the slots at once.
-                    k.delete_from_swap_cache(f);
-                }
+        // A folio in the swap cache already keeps its slots.
+        let slots = if f.maybe_dma_pinned() { None } else { k.folio_swap(f).or_else(|| k.add_to_swap(f).ok()) };
+        // A folio still mapped (in part) stays in the swap cache, where
+        // its unmapped pages' swap entries find it.
+        if let Some(e) = slots.filter(|&e| try_to_unmap(k, mm, pmd, &i, e)) {
+            let dev = k.swap.as_ref().expect("a slot implies a device");
+            for p in 0..f.nr_pages() {
+                dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
+            }
+            count_swpout(k, f);
+            if f.refcount() == 1 + f.nr_pages() as i32 {
+                k.delete_from_swap_cache(f);
             }
         }
     }

@@ -175,6 +175,15 @@ impl KernelVersion {
     pub fn swaps_in_large_folios(self) -> bool {
         self >= KernelVersion::new(6, 12)
     }
+
+    /// Whether /proc/PID/status reads the MM's RSS counters exactly
+    /// (f1a7941243c1 "mm: convert mm's rss stats into percpu_counter"):
+    /// 6.2 on. Before, `SPLIT_RSS_COUNTING` kept each task's changes in a
+    /// per-task cache folded in every 64 events, so `VmSwap` and the `Rss*`
+    /// lines could lag. The model counts exactly on every release.
+    pub fn counts_rss_exactly(self) -> bool {
+        self >= KernelVersion::new(6, 2)
+    }
 }
 
 impl Default for KernelVersion {
