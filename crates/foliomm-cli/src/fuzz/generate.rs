@@ -11,7 +11,8 @@
 //! sides, shared memfd mappings with truncation and hole punches. From
 //! `g2` also hugetlb mappings of 2M and 1G pages with pool changes, GUP
 //! pins held across fork and unmap, and threads in `parallel` blocks, each
-//! on a mapping of its own so that no result depends on timing.
+//! on a mapping of its own so that no result depends on timing. From `g3`
+//! also a swap device in most workloads and `MADV_PAGEOUT` of sub-ranges.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -19,12 +20,12 @@ use rand::{Rng, SeedableRng};
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 2] = ["g1", "g2"];
+pub const VERSIONS: [&str; 3] = ["g1", "g2", "g3"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
-/// below 100; `g2` below 112): the default weights, which feedback
-/// ([`super::feedback`]) multiplies.
-pub const KINDS: [(&str, u32, u32); 14] = [
+/// below 100, `g2` below 112, `g3` below 118): the default weights, which
+/// feedback ([`super::feedback`]) multiplies.
+pub const KINDS: [(&str, u32, u32); 15] = [
     ("mmap", 0, 11),
     ("write", 12, 29),
     ("read", 30, 41),
@@ -39,7 +40,17 @@ pub const KINDS: [(&str, u32, u32); 14] = [
     ("pin", 100, 103),
     ("parallel", 104, 107),
     ("pool", 108, 111),
+    ("pageout", 112, 117),
 ];
+
+/// How many of [`KINDS`] generator `version` (1 for `g1`) draws from.
+fn kinds_of(version: u8) -> usize {
+    match version {
+        1 => KINDS.len() - 4,
+        2 => KINDS.len() - 1,
+        _ => KINDS.len(),
+    }
+}
 
 /// The default weight of kind `i` of [`KINDS`]: the width of its share.
 pub fn kind_weight(i: usize) -> f64 {
@@ -207,7 +218,12 @@ impl World {
             ("pin", Some(m)) if p == "P" => self.pin_step(&m),
             ("parallel", _) if p == "P" => self.parallel(),
             ("pool", _) if !self.pools.is_empty() => self.pool_step(),
-            ("pin" | "parallel" | "pool", Some(m)) => self.observe(&p, &m),
+            // Anonymous memory only: shmem pageout is not modelled.
+            ("pageout", Some(m)) if m.huge.is_none() && m.file.is_none() => {
+                let place = self.vma_place(&m);
+                self.lines.push(format!("{p}: madvise {place} pageout"));
+            }
+            ("pin" | "parallel" | "pool" | "pageout", Some(m)) => self.observe(&p, &m),
             (_, Some(m)) if m.split || m.huge.is_some() => self.observe(&p, &m),
             (_, Some(m)) => {
                 // Shrink in place, or move whole.
@@ -231,7 +247,7 @@ impl World {
     /// with feedback a kind drawn by its weight times its multiplier and a
     /// roll inside that kind's share.
     fn roll(&mut self) -> usize {
-        let kinds = if self.version >= 2 { KINDS.len() } else { KINDS.len() - 3 };
+        let kinds = kinds_of(self.version);
         let roll = match &self.bias {
             None => self.rng.gen_range(0..KINDS[kinds - 1].2 + 1),
             Some(bias) => {
@@ -451,6 +467,9 @@ pub fn scenario(version: &str, seed: u64, steps: usize, bias: Option<&[f64]>) ->
             w.lines.insert(1, "set memory at least 3G".into());
             w.lines.push("set hugetlb pages=2 size=1G".into());
         }
+    }
+    if w.version >= 3 && w.rng.gen_bool(0.75) {
+        w.lines.insert(1, "set swap 64M".into());
     }
     for _ in 0..steps {
         w.step();

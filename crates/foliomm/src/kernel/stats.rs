@@ -22,6 +22,8 @@ macro_rules! counters {
             pub split: [AtomicU64; ORDERS],
             /// Large folios written to swap whole, per order (the mTHP `swpout` stat).
             pub swpout: [AtomicU64; ORDERS],
+            /// Large folios split for want of a run of swap slots, per order (`swpout_fallback`).
+            pub swpout_fallback: [AtomicU64; ORDERS],
             /// Large folios read from swap whole, per order (the mTHP `swpin` stat).
             pub swpin: [AtomicU64; ORDERS],
             /// Folios allocated, per order.
@@ -70,6 +72,8 @@ counters! {
     pswpin,
     /// PMD-sized folios written to swap whole (`thp_swpout`).
     thp_swpout,
+    /// PMD-sized folios split for want of a run of swap slots (`thp_swpout_fallback`).
+    thp_swpout_fallback,
     /// Folios `MADV_PAGEOUT` passed over as (maybe) mapped shared.
     pageout_skipped_shared,
     /// Write faults that copied a page (or the zero page) into a new folio.
@@ -159,6 +163,7 @@ impl Stats {
             ("split_deferred", &self.split_deferred),
             ("split", &self.split),
             ("swpout", &self.swpout),
+            ("swpout_fallback", &self.swpout_fallback),
             ("swpin", &self.swpin),
             ("folio_alloc", &self.folio_alloc),
             ("folio_free", &self.folio_free),

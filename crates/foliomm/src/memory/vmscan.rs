@@ -47,6 +47,9 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
             addr = stop;
             continue;
         };
+        if pmd.load(&k.phys).huge() && (addr % PMD_SIZE != 0 || stop - addr < PMD_SIZE) {
+            split_partly_covered_thp(k, mm, pmd, addr);
+        }
         let e = pmd.load(&k.phys);
         let isolated = if e.huge() {
             isolate_pmd(k, pmd, addr, stop).into_iter().collect()
@@ -59,6 +62,26 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
             shrink_folio(k, mm, pmd, i);
         }
         addr = stop;
+    }
+}
+
+/// A PMD-mapped anon THP the range covers in part is split, mapping and
+/// folio, unless it may be mapped shared (the era's question), so that its
+/// covered pages can go one by one (`madvise_cold_or_pageout_pte_range`'s
+/// PMD branch: `split_folio`).
+fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot, addr: u64) {
+    let e = pmd.load(&k.phys);
+    let f = Folio::from_head(&k.phys, e.pfn());
+    if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) {
+        return;
+    }
+    split_huge_pmd(k, mm, addr);
+    let table = pmd.load(&k.phys);
+    if table.is_none() || table.huge() {
+        return;
+    }
+    if let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table.pfn()) {
+        split_folio_in_table(k, mm, (table.pfn(), addr & !(PMD_SIZE - 1)), f, 0);
     }
 }
 
@@ -104,7 +127,7 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
             // The era's question: folio_maybe_mapped_shared (6.15+),
             // folio_likely_mapped_shared before, page_mapcount in 6.1.
             let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
-            let split = !shared && split_folio_in_table(k, mm, table, f);
+            let split = !shared && split_folio_in_table(k, mm, (table, addr & !(PMD_SIZE - 1)), f, 0);
             if !split {
                 a += nr as u64 * PAGE_SIZE;
             }
@@ -122,7 +145,7 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
 }
 
 /// `shrink_folio_list` for one isolated anon folio: a folio that may be
-/// pinned stays; else it gets a run of swap slots and enters the swap cache
+/// pinned stays, so does a large one something else holds; else it gets a run of swap slots and enters the swap cache
 /// (`folio_alloc_swap`, unless it is in it already; it stays where no run
 /// is free), is unmapped (if that fails part way, it stays in the swap
 /// cache, as Linux leaves it)
@@ -131,7 +154,21 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
 /// cache and is freed (`__remove_mapping`). Drops the isolation reference.
 fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
     let f = i.f;
-    if let Some(_lock) = f.trylock() {
+    let mut lock = f.trylock();
+    // A large folio that could not be split (another reference holds it:
+    // `can_split_folio`) is kept.
+    let splittable = || f.refcount() as u64 == rmap::folio_mapcount(k, f) + 1;
+    if f.is_large() && k.folio_swap(f).is_none() && !splittable() {
+        lock = None;
+    }
+    if lock.is_some() && !f.maybe_dma_pinned() && k.folio_swap(f).is_none() && f.is_large() {
+        if k.add_to_swap(f).is_err() {
+            // No run of slots: split, and try the first page alone.
+            drop(lock);
+            return swap_fallback(k, mm, pmd, i);
+        }
+    }
+    if lock.is_some() {
         // A folio in the swap cache already keeps its slots.
         let slots = if f.maybe_dma_pinned() { None } else { k.folio_swap(f).or_else(|| k.add_to_swap(f).ok()) };
         // A folio still mapped (in part) stays in the swap cache, where
@@ -148,6 +185,35 @@ fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
         }
     }
     k.folio_put_refs(f, 1);
+}
+
+/// A large folio that got no run of swap slots is split
+/// (`split_folio_to_list`; a PMD mapping first), counted
+/// (`thp_swpout_fallback` for PMD size, the mTHP `swpout_fallback`), and
+/// its pages reclaimed one by one (`split_folio_to_list` puts them on the
+/// list being reclaimed).
+fn swap_fallback(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
+    let f = i.f;
+    if f.order() == PMD_ORDER {
+        Stats::inc(&k.stats.thp_swpout_fallback);
+    }
+    Stats::inc(&k.stats.swpout_fallback[f.order() as usize]);
+    if i.pmd_mapped {
+        split_huge_pmd(k, mm, i.addr);
+    }
+    let (e, nr) = (pmd.load(&k.phys), f.nr_pages());
+    let split = !e.is_none() && !e.huge() && {
+        let ptl = pte_lock_checked(&k.phys, pmd, e.pfn());
+        ptl.is_some() && split_folio_in_table(k, mm, (e.pfn(), i.addr & !(PMD_SIZE - 1)), f, 1)
+    };
+    // The reference taken at isolation, now on the first page (or still
+    // on the whole folio).
+    k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);
+    if split {
+        for page in isolate(k, mm, pmd, e.pfn(), i.addr, i.addr + nr * PAGE_SIZE) {
+            shrink_folio(k, mm, pmd, page);
+        }
+    }
 }
 
 /// `count_swpout_vm_event`: `pswpout` per page, `thp_swpout` for a

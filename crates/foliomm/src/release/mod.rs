@@ -176,6 +176,15 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 12)
     }
 
+    /// Whether splitting a mapped anon THP maps its zero-filled pages to
+    /// the shared zero page and frees them (`remap_page` with
+    /// `RMP_USE_SHARED_ZEROPAGE`, "mm: remap unused subpages to shared
+    /// zeropage when splitting isolated thp"): 6.12 on. Before, every page
+    /// stays mapped.
+    pub fn split_maps_zero_pages_to_zero_page(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
+
     /// Whether /proc/PID/status reads the MM's RSS counters exactly
     /// (f1a7941243c1 "mm: convert mm's rss stats into percpu_counter"):
     /// 6.2 on. Before, `SPLIT_RSS_COUNTING` kept each task's changes in a
