@@ -210,7 +210,7 @@ impl Kernel {
                 return Err(Errno::ENOMEM);
             }
         }
-        pool.resv += n;
+        pool.resv = pool.resv.wrapping_add(n);
         Ok(())
     }
 

@@ -53,8 +53,9 @@ pub fn split_folio_in_table(k: &Kernel, mm: &Mm, (table, base): (Pfn, u64), f: F
     for (&(i, p), excl) in maps.iter().zip(exclusive) {
         let page = Folio::from_head(phys, pages[p as usize]);
         if to_zero && zero_filled(k, page.pfn) {
-            let addr = base + i as u64 * PAGE_SIZE;
-            store(phys, table, i, Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
+            // The VMA's protection: a PROT_NONE entry stays inaccessible.
+            let (addr, prot) = (base + i as u64 * PAGE_SIZE, load(phys, table, i).0 & (Pte::PRESENT | Pte::PROTNONE));
+            store(phys, table, i, Pte::new(k.zero_pfn, prot | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
             mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
             mm.add_anon_rss(-1);
             continue;

@@ -233,3 +233,54 @@ impl Inner {
         self.inuse -= 1;
     }
 }
+
+/// The slot protocol of a swap-in that skips the swap cache
+/// (`swapcache_prepare` … `swap_free_nr` … `swapcache_clear`) against a
+/// zap of another entry naming the same slot and against a second swap-in:
+/// whatever the interleaving, one swap-in claims the slot, and the slot is
+/// freed exactly once, when neither an entry nor a claim holds it.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::{thread, Arc};
+
+    /// A device whose slot 1 two swap entries name, cached by nothing.
+    fn named_twice() -> (Arc<SwapDevice>, SwpEntry) {
+        let dev = Arc::new(SwapDevice::new(8 * PAGE_SIZE));
+        let e = dev.alloc(0x100, 1).unwrap();
+        dev.duplicate(e, 2);
+        dev.cache_del(e);
+        (dev, e)
+    }
+
+    #[test]
+    fn a_swap_in_and_a_zap_free_the_slot_once() {
+        loom::model(|| {
+            let (dev, e) = named_twice();
+            let d = dev.clone();
+            let swapin = thread::spawn(move || {
+                if d.prepare(e) {
+                    d.put(e, 1);
+                    d.clear_prepared(e);
+                }
+            });
+            dev.put(e, 1);
+            swapin.join().unwrap();
+            // Whichever put comes last (or the claim's end) frees it.
+            assert!(dev.slots_in_use().is_empty(), "{:?}", dev.slots_in_use());
+            assert_eq!(dev.stats().free, dev.stats().total);
+        });
+    }
+
+    #[test]
+    fn two_swap_ins_claim_a_slot_once() {
+        loom::model(|| {
+            let (dev, e) = named_twice();
+            let d = dev.clone();
+            let other = thread::spawn(move || d.prepare(e));
+            let mine = dev.prepare(e);
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs, "exactly one swap-in claims the slot");
+        });
+    }
+}
