@@ -248,7 +248,8 @@ mod loom_tests {
     fn named_twice() -> (Arc<SwapDevice>, SwpEntry) {
         let dev = Arc::new(SwapDevice::new(8 * PAGE_SIZE));
         let e = dev.alloc(0x100, 1).unwrap();
-        dev.duplicate(e, 2);
+        dev.duplicate(e, 1);
+        dev.duplicate(e, 1);
         dev.cache_del(e);
         (dev, e)
     }
