@@ -23,7 +23,6 @@ enum Open {
 
 /// Parses a whole scenario file, unrolling `repeat N` ... `end` blocks and
 /// gathering each `parallel` ... `end` block into one step.
-
 pub fn parse(src: &str) -> Result<Vec<Step>, ParseError> {
     let mut steps = Vec::new();
     let mut open = Vec::new();

@@ -47,7 +47,7 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
             addr = stop;
             continue;
         };
-        if pmd.load(&k.phys).huge() && (addr % PMD_SIZE != 0 || stop - addr < PMD_SIZE) {
+        if pmd.load(&k.phys).huge() && (!addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE) {
             split_partly_covered_thp(k, mm, pmd, addr);
         }
         let e = pmd.load(&k.phys);
@@ -90,7 +90,7 @@ fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot, addr: u64) {
 fn isolate_pmd(k: &Kernel, pmd: PmdSlot, addr: u64, stop: u64) -> Option<Isolated<'_>> {
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
     let e = pmd.load(&k.phys);
-    if !e.huge() || e.special() || addr % PMD_SIZE != 0 || stop - addr < PMD_SIZE {
+    if !e.huge() || e.special() || !addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE {
         return None;
     }
     let f = Folio::from_head(&k.phys, e.pfn());
@@ -161,12 +161,11 @@ fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
     if f.is_large() && k.folio_swap(f).is_none() && !splittable() {
         lock = None;
     }
-    if lock.is_some() && !f.maybe_dma_pinned() && k.folio_swap(f).is_none() && f.is_large() {
-        if k.add_to_swap(f).is_err() {
-            // No run of slots: split, and try the first page alone.
-            drop(lock);
-            return swap_fallback(k, mm, pmd, i);
-        }
+    let fresh_large = lock.is_some() && !f.maybe_dma_pinned() && k.folio_swap(f).is_none() && f.is_large();
+    if fresh_large && k.add_to_swap(f).is_err() {
+        // No run of slots: split, and reclaim the pages one by one.
+        drop(lock);
+        return swap_fallback(k, mm, pmd, i);
     }
     if lock.is_some() {
         // A folio in the swap cache already keeps its slots.
