@@ -1,13 +1,11 @@
 //! A swap device for a run that says `set swap SIZE`: `zram0` sized, given
-//! a swap signature (as `mkswap` writes it) and swapped on; at the
-//! end (with the other settings: [`crate::sysfs`] records its size as a
-//! changed setting) swapped off and reset. zram is a synchronous device
+//! a swap signature (as `mkswap` writes it) and swapped on. Its size is a
+//! changed setting of [`crate::sysfs`], which at the end puts it back by
+//! swapping off and resetting. zram is a synchronous device
 //! (`SWP_SYNCHRONOUS_IO`), as the model's.
 
-use crate::sysfs;
+use crate::sysfs::{self, ZRAM_DISKSIZE as DISKSIZE};
 
-/// zram0's size, the setting the state file records (0 when unused).
-pub const DISKSIZE: &str = "/sys/block/zram0/disksize";
 const DEVICE: &std::ffi::CStr = c"/dev/zram0";
 
 /// Why the host cannot give a run a swap device, if it cannot: no zram0,
@@ -37,12 +35,4 @@ fn header(pages: u64) -> Vec<u8> {
     page[1028..1032].copy_from_slice(&(pages as u32 - 1).to_ne_bytes());
     page[4086..].copy_from_slice(b"SWAPSPACE2");
     page
-}
-
-/// Puts zram0 back to unused: swapped off (its pages read back into the
-/// processes that still map them) and reset, which frees its memory and
-/// sets its size to 0.
-pub fn stop() {
-    let _ = crate::sys::swap_device(DEVICE, false);
-    let _ = std::fs::write("/sys/block/zram0/reset", "1");
 }

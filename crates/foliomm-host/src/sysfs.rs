@@ -113,8 +113,8 @@ pub fn restore_left_behind(force: bool) -> Vec<Changed> {
 /// first made persistent so that the write frees it, until it holds
 /// `value` or 5 s have passed.
 fn put_back(path: &str, value: &str) {
-    if path == crate::swap::DISKSIZE {
-        return crate::swap::stop();
+    if path == ZRAM_DISKSIZE {
+        return reset_zram();
     }
     let _ = std::fs::write(path, value);
     let Some(dir) = path.strip_suffix("/nr_hugepages") else { return };
@@ -127,6 +127,18 @@ fn put_back(path: &str, value: &str) {
         }
         let _ = std::fs::write(path, value);
     }
+}
+
+/// zram0's size, the setting a run with a swap device changes
+/// ([`crate::swap`]; 0 when unused).
+pub const ZRAM_DISKSIZE: &str = "/sys/block/zram0/disksize";
+
+/// Puts zram0 back to unused: swapped off (its pages read back into the
+/// processes that still map them) and reset, which frees its memory and
+/// sets its size to 0.
+fn reset_zram() {
+    let _ = crate::sys::swap_device(c"/dev/zram0", false);
+    let _ = std::fs::write("/sys/block/zram0/reset", "1");
 }
 
 /// The selected value of a sysfs "a \[b\] c" file, or the value of a file
