@@ -70,6 +70,10 @@ counters! {
     pswpout,
     /// Pages read from swap (`pswpin`).
     pswpin,
+    /// Swap entries zap freed.
+    zap_swap_entries,
+    /// Batches of consecutive swap entries zap freed (`free_swap_and_cache_nr` calls).
+    zap_swap_batches,
     /// PMD-sized folios written to swap whole (`thp_swpout`).
     thp_swpout,
     /// PMD-sized folios split for want of a run of swap slots (`thp_swpout_fallback`).

@@ -180,10 +180,13 @@ fn zap_pte_range(
 /// `zap_nonpresent_ptes` for swap entries: clears the batch of entries
 /// that continue `pte` (at most `max`), frees their slots
 /// (`free_swap_and_cache_nr`) and counts them out of `MM_SWAPENTS`;
-/// returns how many. Before 6.9 Linux went entry by entry, to the same
-/// result.
+/// returns how many. Before 6.9 Linux went entry by entry (the per-page
+/// zap strategy), to the same result.
 fn zap_swap_ptes(k: &Kernel, mm: &Mm, table: Pfn, idx: usize, pte: Pte, max: usize) -> u64 {
-    let nr = swap_pte_batch(&k.phys, table, idx, pte, max);
+    let batched = k.config.zap == ZapStrategy::Batched;
+    let nr = if batched { swap_pte_batch(&k.phys, table, idx, pte, max) } else { 1 };
+    Stats::add(&k.stats.zap_swap_entries, nr as u64);
+    Stats::inc(&k.stats.zap_swap_batches);
     for i in 0..nr {
         slot(&k.phys, table, idx + i).store(0, Release);
     }
