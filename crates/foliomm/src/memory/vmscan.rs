@@ -75,6 +75,11 @@ fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot, addr: u64) {
     if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) {
         return;
     }
+    // can_split_folio() comes before any unmapping: a folio something else
+    // holds (a pin) keeps its PMD.
+    if f.refcount() as u64 != rmap::folio_mapcount(k, f) || k.folio_swap(f).is_some() {
+        return;
+    }
     split_huge_pmd(k, mm, addr);
     let table = pmd.load(&k.phys);
     if table.is_none() || table.huge() {
