@@ -236,6 +236,7 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::PopulateRead => libc::MADV_POPULATE_READ,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
         Advice::PageOut => libc::MADV_PAGEOUT,
+        Advice::Cold => libc::MADV_COLD,
     };
     done(sys::madvise(addr, len, a))
 }

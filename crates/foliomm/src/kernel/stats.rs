@@ -78,7 +78,7 @@ counters! {
     thp_swpout,
     /// PMD-sized folios split for want of a run of swap slots (`thp_swpout_fallback`).
     thp_swpout_fallback,
-    /// Folios `MADV_PAGEOUT` passed over as (maybe) mapped shared.
+    /// Folios `MADV_PAGEOUT` or `MADV_COLD` passed over as (maybe) mapped shared.
     pageout_skipped_shared,
     /// Write faults that copied a page (or the zero page) into a new folio.
     cow_copy,

@@ -37,8 +37,10 @@ struct Isolated<'k> {
 /// passes over a shared one; in 6.1 `page_mapcount != 1`, the same for the
 /// folios reclaimed here) are isolated under the PTL, then reclaimed one by
 /// one ([`shrink_folio`]) without it. A PMD-mapped THP goes whole when the
-/// range covers it and it is not maybe mapped shared.
-pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
+/// range covers it and it is not maybe mapped shared. For `MADV_COLD`
+/// (`pageout` false) the same walk splits what it covers in part and only
+/// deactivates the rest, which the model, without LRU lists, does not see.
+pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
     let _walk = mm.pt_read();
     let mut addr = start;
     while addr < end {
@@ -59,7 +61,10 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
             Vec::new()
         };
         for i in isolated {
-            shrink_folio(k, mm, pmd, i);
+            match pageout {
+                true => shrink_folio(k, mm, pmd, i),
+                false => k.folio_put_refs(i.f, 1),
+            }
         }
         addr = stop;
     }

@@ -36,6 +36,9 @@ pub enum Advice {
     /// `MADV_PAGEOUT`: reclaim the range's anonymous pages to swap now
     /// (those mapped once; see [`crate::memory::vmscan`]).
     PageOut,
+    /// `MADV_COLD`: deactivate the range's pages (no LRU in the model:
+    /// only the splits of large folios it covers in part show).
+    Cold,
 }
 
 impl Advice {
@@ -52,6 +55,7 @@ impl Advice {
             "populate_read" => Advice::PopulateRead,
             "populate_write" => Advice::PopulateWrite,
             "pageout" => Advice::PageOut,
+            "cold" => Advice::Cold,
             _ => return None,
         })
     }
@@ -68,8 +72,8 @@ impl Mm {
         if matches!(advice, Advice::PopulateRead | Advice::PopulateWrite) {
             return self.madvise_populate(addr, end, advice == Advice::PopulateWrite);
         }
-        if advice == Advice::PageOut {
-            return self.madvise_pageout(addr, end);
+        if matches!(advice, Advice::PageOut | Advice::Cold) {
+            return self.madvise_pageout(addr, end, advice == Advice::PageOut);
         }
         if advice == Advice::DontNeed {
             // MADV_DONTNEED needs only the mmap_lock for read.
@@ -105,7 +109,12 @@ impl Mm {
             Advice::NoHugePage => (vm::NOHUGEPAGE, vm::HUGEPAGE),
             Advice::DontFork => (vm::DONTCOPY, 0),
             Advice::DoFork => (0, vm::DONTCOPY),
-            Advice::DontNeed | Advice::Remove | Advice::PopulateRead | Advice::PopulateWrite | Advice::PageOut => {
+            Advice::DontNeed
+            | Advice::Remove
+            | Advice::PopulateRead
+            | Advice::PopulateWrite
+            | Advice::PageOut
+            | Advice::Cold => {
                 unreachable!()
             }
         };
@@ -125,16 +134,16 @@ impl Mm {
         }
     }
 
-    /// `madvise_pageout` under the mmap_lock for read, VMA by VMA: EINVAL
-    /// at an mlocked or hugetlb VMA (`can_madv_lru_vma`; the VMAs before it
-    /// are paged out already), ENOMEM after a range with holes.
-    fn madvise_pageout(&self, addr: u64, end: u64) -> Result<()> {
+    /// `madvise_pageout` (or `madvise_cold`) under the mmap_lock for read,
+    /// VMA by VMA: EINVAL at an mlocked or hugetlb VMA (`can_madv_lru_vma`;
+    /// the VMAs before it are done already), ENOMEM after a range with holes.
+    fn madvise_pageout(&self, addr: u64, end: u64, pageout: bool) -> Result<()> {
         let vmas = self.mmap_read_lock();
         for v in vmas.overlapping(addr, end) {
             if v.flags() & vm::LOCKED != 0 || v.is_hugetlb() {
                 return Err(Errno::EINVAL);
             }
-            crate::memory::vmscan::pageout_range(&self.kernel, self, v.start().max(addr), v.end().min(end));
+            crate::memory::vmscan::pageout_range(&self.kernel, self, v.start().max(addr), v.end().min(end), pageout);
         }
         if vmas.covers(addr, end) {
             Ok(())
