@@ -100,6 +100,27 @@ pub fn fault_munmap(len: usize, order: u32, split: bool) -> Result<(Duration, Du
     Ok((fault, t.elapsed(), got))
 }
 
+/// munmap of `len` bytes of base pages paged out to a zram swap device
+/// set up for the measurement (and reset after it): the time of the
+/// munmap, which frees the swap entries, and the share of the region that
+/// was swapped out (`VmSwap`; pages still in another CPU's LRU batch stay).
+pub fn pageout_munmap(len: usize) -> Result<(Duration, f64)> {
+    let _settings = only_order(0)?;
+    let _swap = Restore(vec![foliomm_host::sysfs::ZRAM_DISKSIZE.to_string()]);
+    foliomm_host::swap::start(len as u64 + (64 << 20)).map_err(anyhow::Error::msg)?;
+    let r = region(len)?;
+    r.write_every(0..len, PAGE, 1);
+    r.advise(0..len, Advice::PageOut)?;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let swap_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSwap:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
+    let t = Instant::now();
+    r.unmap()?;
+    Ok((t.elapsed(), swap_kb.unwrap_or(0.0) * 1024.0 / len as f64))
+}
+
 /// A 2 MiB-aligned anonymous private region of `len` bytes.
 pub fn region(len: usize) -> Result<Mapping> {
     Map::anon().aligned(PMD).map(len).with_context(|| format!("host mmap of {len} bytes"))

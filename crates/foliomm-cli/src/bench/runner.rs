@@ -86,6 +86,11 @@ impl Measurement {
         Measurement { samples: values.into_iter().enumerate().collect(), ..Measurement::default() }
     }
 
+    /// One sample in table `table` only.
+    pub fn on(table: usize, value: f64) -> Measurement {
+        Measurement { samples: vec![(table, value)], ..Measurement::default() }
+    }
+
     /// With `counters`.
     pub fn counting(self, counters: impl IntoIterator<Item = (&'static str, f64)>) -> Measurement {
         Measurement { counters: counters.into_iter().map(|(n, v)| (n.to_string(), v)).collect(), ..self }

@@ -3,7 +3,10 @@
 //! beside (the table of the "optimize unmap/zap with PTE-mapped THP" series).
 //! The configurations run in interleaved rounds; each change comes with its
 //! 95% confidence interval. The model runs the `nr-mapped` design by
-//! default: the seed measured a 6.8-era kernel.
+//! default: the seed measured a 6.8-era kernel. A second table has the
+//! same munmap over swap entries (base pages paged out first): one
+//! `free_swap_and_cache_nr` per entry against one per batch of
+//! consecutive entries, which the series did not measure.
 
 use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -38,7 +41,13 @@ pub struct Seed001Args {
 pub(super) enum Setup {
     Model(usize, ZapStrategy),
     Host(usize),
+    /// The swap row: base pages paged out, then unmapped.
+    ModelSwap(ZapStrategy),
+    HostSwap,
 }
+
+/// The swap table's only row.
+const SWAP_ROW: &str = "4KiB swapped out";
 
 /// `bench seed-001` as the runner drives it.
 pub(super) struct Seed001<'a> {
@@ -78,27 +87,29 @@ impl Benchmark for Seed001<'_> {
     }
 
     fn tables(&self) -> Vec<Table> {
-        vec![Table {
-            name: "munmap of PTE-mapped folios".into(),
-            unit: "s".into(),
-            higher_is_better: false,
-            rows: Vec::new(),
-        }]
+        let table =
+            |name: &str| Table { name: name.into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() };
+        vec![table("munmap of PTE-mapped folios"), table("munmap of swap entries")]
     }
 
     fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
         let zaps = [ZapStrategy::PerPage, ZapStrategy::Batched];
+        let swap = zaps.iter().map(|&z| Setup::ModelSwap(z)).chain(host.then_some(Setup::HostSwap)).collect();
         (0..SEED_001.len())
             .map(|i| zaps.iter().map(|&z| Setup::Model(i, z)).chain(host.then_some(Setup::Host(i))).collect())
+            .chain([swap])
             .collect()
     }
 
     fn prepare(&mut self, group: &[Setup], _: &Progress) -> Result<()> {
         self.machines.clear();
         for c in group {
-            if let Setup::Model(_, zap) = *c {
-                self.machines.push((zap, machine_for(self.size, Config { zap, ..self.args.config(self.design) })?));
-            }
+            let (zap, swap) = match *c {
+                Setup::Model(_, zap) => (zap, 0),
+                Setup::ModelSwap(zap) => (zap, self.size + (64 << 20)),
+                _ => continue,
+            };
+            self.machines.push((zap, machine_for(self.size, Config { zap, swap, ..self.args.config(self.design) })?));
         }
         Ok(())
     }
@@ -107,11 +118,13 @@ impl Benchmark for Seed001<'_> {
         match *c {
             Setup::Model(i, zap) => (row_label(i), zap.name().into()),
             Setup::Host(i) => (row_label(i), "host".into()),
+            Setup::ModelSwap(zap) => (SWAP_ROW.into(), zap.name().into()),
+            Setup::HostSwap => (SWAP_ROW.into(), "host".into()),
         }
     }
 
     fn on_host(&self, c: &Setup) -> bool {
-        matches!(c, Setup::Host(_))
+        matches!(c, Setup::Host(_) | Setup::HostSwap)
     }
 
     fn measure(&mut self, c: &Setup) -> Result<Measurement> {
@@ -122,6 +135,13 @@ impl Benchmark for Seed001<'_> {
                 let (_, unmap, share) = host::fault_munmap(size as usize, order(i), order(i) == 9)?;
                 let notes = host_share_note(&format!("{}K", SEED_001[i].0), share).into_iter().collect();
                 return Ok(Measurement { notes, ..Measurement::of([secs(unmap)]) });
+            }
+            Setup::ModelSwap(zap) => return self.measure_swap(zap),
+            Setup::HostSwap => {
+                let (unmap, share) = host::pageout_munmap(size as usize)?;
+                let notes =
+                    (share < 0.95).then(|| format!("host: only {:.0}% of the region was swapped out", share * 100.0));
+                return Ok(Measurement { notes: notes.into_iter().collect(), ..Measurement::on(1, secs(unmap)) });
             }
         };
         let m = &self.machines.iter().find(|(z, _)| *z == zap).expect("prepared").1;
@@ -142,7 +162,10 @@ impl Benchmark for Seed001<'_> {
         Ok(Measurement::of([elapsed]).counting(per_page))
     }
 
-    fn published(&self, _: usize, row: &str) -> Vec<(String, f64)> {
+    fn published(&self, table: usize, row: &str) -> Vec<(String, f64)> {
+        if table != 0 {
+            return Vec::new();
+        }
         let Some(i) = (0..SEED_001.len()).find(|&i| row_label(i) == row) else { return Vec::new() };
         vec![("mm-unstable".into(), SEED_001[i].1), ("New".into(), SEED_001[i].2)]
     }
@@ -152,12 +175,60 @@ impl Benchmark for Seed001<'_> {
         print_table(&rows, self.size, &run.settings["rounds"], self.design);
         print_costs(&rows);
         print_why(&explain(&rows, self.size));
+        print_swap(run, self.size);
     }
 
     fn conclude(&self, run: &SavedRun) -> Vec<String> {
         let why = explain(&zap_rows(run), self.size);
         why.rows.iter().map(|(kb, off, text)| format!("{kb}KiB, {off:+.0} points off the seed: {text}.")).collect()
     }
+}
+
+impl Seed001<'_> {
+    /// The swap row on the model: base pages faulted in, paged out to the
+    /// machine's swap device, then unmapped (timed), with the zap batches
+    /// of swap entries per page.
+    fn measure_swap(&mut self, zap: ZapStrategy) -> Result<Measurement> {
+        let m = &self.machines.iter().find(|(z, _)| *z == zap).expect("prepared").1;
+        let (mm, addr, _) = model_populate(m, &mut m.new_cpu(), self.size, 0)?;
+        mm.madvise(addr, self.size, foliomm::Advice::PageOut)?;
+        let batches = || m.stats.zap_swap_batches.load(Relaxed) as f64;
+        let (before, t) = (batches(), Instant::now());
+        mm.munmap(addr, self.size)?;
+        let elapsed = secs(t.elapsed());
+        let per_page = (batches() - before) / (self.size / 4096) as f64;
+        Ok(Measurement::on(1, elapsed).counting([("swap_batches_per_page", per_page)]))
+    }
+}
+
+/// The swap table: per-page and batched zap of swap entries, the change,
+/// and the host beside.
+fn print_swap(run: &SavedRun, size: u64) {
+    let t = &run.tables[1];
+    let samples = |s| t.samples(SWAP_ROW, s).unwrap_or_default().to_vec();
+    let (per_page, batched, host) = (samples("per-page"), samples("batched"), samples("host"));
+    if per_page.is_empty() || batched.is_empty() {
+        return;
+    }
+    let batches = |s| t.series(SWAP_ROW, s).and_then(|s| s.counter("swap_batches_per_page")).unwrap_or(0.0);
+    println!(
+        "\nmunmap() of {} MiB of base pages swapped out (MADV_PAGEOUT first): free_swap_and_cache per entry",
+        size >> 20
+    );
+    println!("(per-page, as before 6.9) against per batch of consecutive entries (batched); in seconds.\n");
+    let mut table = new_table(["", "per-page", "batched", "Change", "batched/host", "host", "swap batches/page"]);
+    let (p, b) = (summarize(&per_page), summarize(&batched));
+    let h = (!host.is_empty()).then(|| summarize(&host));
+    table.add_row([
+        SWAP_ROW.to_string(),
+        format!("{:.6}", p.mean),
+        format!("{:.6}", b.mean),
+        change(&per_page, &batched, 1).to_string(),
+        h.map_or("-".into(), |h| format!("{:.2}x", b.mean / h.mean)),
+        h.map_or("-".into(), |h| format!("{:.6}", h.mean)),
+        format!("{:.3} / {:.3}", batches("per-page"), batches("batched")),
+    ]);
+    println!("{table}");
 }
 
 /// One folio size's figures.

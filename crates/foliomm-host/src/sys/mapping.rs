@@ -30,6 +30,9 @@ pub enum Advice {
     /// `MADV_DONTNEED`: the range reads as zeros (anonymous, private) or as
     /// the file (shared) afterwards.
     DontNeed,
+    /// `MADV_PAGEOUT`: reclaim the range now (to swap, where there is one);
+    /// the contents stay as they were.
+    PageOut,
 }
 
 /// How to map: what backs the memory, where, and with which flags. Always
@@ -204,6 +207,7 @@ impl Mapping {
             Advice::HugePage => rustix::mm::Advice::LinuxHugepage,
             Advice::NoHugePage => rustix::mm::Advice::LinuxNoHugepage,
             Advice::DontNeed => rustix::mm::Advice::LinuxDontNeed,
+            Advice::PageOut => rustix::mm::Advice::LinuxPageOut,
         };
         // SAFETY: inside the mapping. No reference into it exists, so
         // contents zapped by MADV_DONTNEED are observed as a fresh value.
