@@ -33,12 +33,13 @@ fn saved_runs_compare_and_report() {
     assert_eq!(run["tables"][0]["rows"][0]["series"][0]["samples"].as_array().unwrap().len(), 2);
     let cmp = foliomm(&["compare-runs", a.to_str().unwrap(), b.to_str().unwrap()]);
     let text = String::from_utf8(cmp.stdout).unwrap();
-    assert_eq!(text.lines().filter(|l| l.starts_with("Amean")).count(), 18, "{text}");
+    // 9 folio sizes and the swap row, 2 strategies each.
+    assert_eq!(text.lines().filter(|l| l.starts_with("Amean")).count(), 20, "{text}");
     let html = dir.join("r.html");
     foliomm(&["report", a.to_str().unwrap(), b.to_str().unwrap(), "-o", html.to_str().unwrap()]);
     let page = std::fs::read_to_string(&html).unwrap();
     assert_self_contained(&page);
-    assert_eq!(page.matches("<svg").count(), 1, "one plot per table");
+    assert_eq!(page.matches("<svg").count(), 2, "one plot per table (folio sizes, swap entries)");
     check_in_browser(&html, &dir);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -154,8 +155,9 @@ fn every_bench_takes_the_common_flags_and_writes_one_schema() {
     let csv = foliomm(&["bench", "seed-001", "--size", "4M", "--runs", "2", "--no-host", "--csv"]);
     let csv = String::from_utf8(csv.stdout).unwrap();
     assert_eq!(csv.lines().next(), Some("table,row,series,what,round,value,unit"));
-    // 9 folio sizes, 2 strategies: 2 samples and 3 counters each.
-    assert_eq!(csv.lines().count(), 1 + 9 * 2 * (2 + 3), "{csv}");
+    // 9 folio sizes, 2 strategies: 2 samples and 3 counters each; the swap
+    // row, 2 strategies: 2 samples and 1 counter each.
+    assert_eq!(csv.lines().count(), 1 + 9 * 2 * (2 + 3) + 2 * (2 + 1), "{csv}");
     let refused =
         Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["bench", "pmd-sharing", "--size", "4M"]).output().unwrap();
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--size: pmd-sharing"));
