@@ -365,8 +365,9 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
 /// table can be shared with the parent's, nothing is copied; a shared
 /// mapping's pages gain the child's references; a private mapping's
 /// anonymous pages become read-only in both (a pinned one is copied for
-/// the child at once). ENOMEM without page tables; SIGBUS-free: a copy
-/// that finds no pool page leaves the child's entry none.
+/// the child at once). ENOMEM without page tables, or when the pool has
+/// no page for such a copy (`alloc_hugetlb_folio` fails: the fork fails,
+/// as Linux's does).
 pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &Vma, src_vma: &Vma) -> Result<()> {
     let phys = &k.phys;
     let inode = src_vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
@@ -394,7 +395,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         }
-        copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, (dpmd, spmd), addr, size);
+        copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, (dpmd, spmd), addr, size)?;
         addr += size.bytes();
     }
     Ok(())
@@ -403,7 +404,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
 /// Copies the parent's huge entry for a page of `size` at `addr` (slots
 /// `(child's, parent's)`), read under both page-table locks (a truncation
 /// may have zapped it meanwhile), into the child `dst` (with the anon_vma
-/// of its VMA).
+/// of its VMA). ENOMEM when a pinned page's copy finds no pool page.
 fn copy_huge_entry(
     k: &Kernel,
     (dst, anon_vma): (&Mm, u64),
@@ -411,14 +412,14 @@ fn copy_huge_entry(
     (dpmd, spmd): (PmdSlot, PmdSlot),
     addr: u64,
     size: HugeSize,
-) {
+) -> Result<()> {
     let phys = &k.phys;
     let nr = size.pages();
     let _dl = pte_lockptr(phys, dpmd.table).lock();
     let _sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
     let e = spmd.load(phys);
     if !e.huge() {
-        return;
+        return Ok(());
     }
     let f = Folio::from_head(phys, e.pfn());
     if !f.test_anon() {
@@ -426,7 +427,7 @@ fn copy_huge_entry(
         rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.rmap);
         dpmd.store(phys, e);
         dst.add_rss(f, nr as i64);
-        return;
+        return Ok(());
     }
     let pinned = src.has_pinned.load(Relaxed);
     f.ref_add(1);
@@ -435,13 +436,14 @@ fn copy_huge_entry(
         dpmd.store(phys, e.without(Pte::RW));
         dst.add_rss(f, nr as i64);
         src.tlb.flush_range(&k.stats, addr, addr + size.bytes());
-        return;
+        return Ok(());
     }
     f.put_refs(1);
     // A maybe-pinned exclusive page: the child gets its own copy now.
-    let Ok(new) = k.alloc_hugetlb_folio(size, false) else { return };
+    let new = k.alloc_hugetlb_folio(size, false)?;
     (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, anon_vma);
     dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
     dst.add_rss(new, nr as i64);
+    Ok(())
 }
