@@ -39,6 +39,7 @@ fn sum_of<'v>(v: &'v mut VmaInfo, key: &str) -> Option<&'v mut u64> {
         "Private_Dirty:" => &mut v.private_dirty_kb,
         "Shared_Hugetlb:" => &mut v.shared_hugetlb_kb,
         "Private_Hugetlb:" => &mut v.private_hugetlb_kb,
+        "Swap:" => &mut v.swap_kb,
         _ => return None,
     })
 }

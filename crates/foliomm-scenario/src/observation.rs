@@ -179,6 +179,7 @@ impl Observation {
         "vma_private_dirty_kb",
         "vma_shared_hugetlb_kb",
         "vma_private_hugetlb_kb",
+        "vma_swap_kb",
     ];
 
     /// Whether the backend saw `field` (every field unless the page or the
@@ -271,7 +272,21 @@ impl Observation {
             "vma_private_dirty_kb" => v.private_dirty_kb,
             "vma_shared_hugetlb_kb" => v.shared_hugetlb_kb,
             "vma_private_hugetlb_kb" => v.private_hugetlb_kb,
+            "vma_swap_kb" => v.swap_kb,
             _ => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Observation;
+
+    #[test]
+    fn every_field_has_a_bit_for_except() {
+        let n = Observation::field_names().count();
+        assert!(n <= 64, "{n} fields: `unrecorded` (u64) holds a bit per field");
+        let o = Observation::default().except(&["frame".into(), "vma_swap_kb".into()]);
+        assert!(!o.recorded("frame") && !o.recorded("vma_swap_kb") && o.recorded("byte"));
     }
 }

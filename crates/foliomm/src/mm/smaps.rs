@@ -31,6 +31,9 @@ pub struct VmaInfo {
     pub shared_hugetlb_kb: u64,
     /// `Private_Hugetlb`.
     pub private_hugetlb_kb: u64,
+    /// `Swap`: the VMA's swap entries.
+    #[serde(default)]
+    pub swap_kb: u64,
 }
 
 impl VmaInfo {
@@ -94,13 +97,18 @@ impl Mm {
         }
     }
 
-    /// `smaps_pte_entry` / `smaps_pmd_entry` → `smaps_account`, page by page.
+    /// `smaps_pte_entry` / `smaps_pmd_entry` → `smaps_account`, page by
+    /// page; a swap entry counts in `Swap`.
     fn account_pages(&self, v: &Vma, info: &mut VmaInfo) {
         let k = &*self.kernel;
         let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         for addr in (v.start()..v.end()).step_by(PAGE_SIZE as usize) {
             let Some(slot) = leaf_slot(&k.phys, self.pgd, addr) else { continue };
             let leaf = slot.load(&k.phys);
+            if leaf.is_swap() && !slot.huge() {
+                info.swap_kb += PAGE_SIZE / 1024;
+                continue;
+            }
             if !leaf.present() || leaf.huge() != slot.huge() || leaf.special() {
                 continue;
             }
