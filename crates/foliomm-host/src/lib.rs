@@ -329,14 +329,15 @@ impl Backend for HostBackend {
         for size in HugeSize::ALL {
             counters.extend(hugepage_counters(size, sysfs::huge_counts(size)));
         }
-        counters.extend(procfs::meminfo_hugetlb());
+        counters.extend(procfs::meminfo_hugetlb_and_swap());
         counters
     }
 
     /// Only the huge page pools' counts: the runs own the pools (they set
     /// them up from nothing), while other counters count the whole system.
     fn exact_counter(&self, name: &str) -> bool {
-        name.starts_with("hugepages_") || name.starts_with("meminfo_huge")
+        let swap = ["meminfo_swap_total_kb", "meminfo_swap_free_kb"];
+        name.starts_with("hugepages_") || name.starts_with("meminfo_huge") || swap.contains(&name)
     }
 
     /// Every field the kernel reports, but `RssShmem` only where the

@@ -303,9 +303,10 @@ pub fn mem_total() -> u64 {
     kb.unwrap_or(0) << 10
 }
 
-/// The hugetlb lines of /proc/meminfo under the names of
-/// `foliomm_scenario::backend::meminfo_counters`.
-pub fn meminfo_hugetlb() -> Vec<(String, u64)> {
+/// The hugetlb and swap lines of /proc/meminfo under the names of
+/// `foliomm_scenario::backend::meminfo_counters` (swap: the run's zram
+/// device, the host having no other).
+pub fn meminfo_hugetlb_and_swap() -> Vec<(String, u64)> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let names = [
         ("HugePages_Total:", "meminfo_hugepages_total"),
@@ -313,6 +314,9 @@ pub fn meminfo_hugetlb() -> Vec<(String, u64)> {
         ("HugePages_Rsvd:", "meminfo_hugepages_rsvd"),
         ("HugePages_Surp:", "meminfo_hugepages_surp"),
         ("Hugetlb:", "meminfo_hugetlb_kb"),
+        ("SwapTotal:", "meminfo_swap_total_kb"),
+        ("SwapFree:", "meminfo_swap_free_kb"),
+        ("SwapCached:", "meminfo_swap_cached_kb"),
     ];
     let value = |key: &str| {
         let line = meminfo.lines().find_map(|l| l.strip_prefix(key))?;

@@ -295,6 +295,11 @@ impl Backend for ModelBackend {
             c.extend(hugepage_counters(size, h));
         }
         c.extend(meminfo_counters(&pools));
+        // SwapTotal, SwapFree, SwapCached (0 without a swap device).
+        let swap = m.swap.as_ref().map(|d| d.stats()).unwrap_or_default();
+        for (name, pages) in [("total", swap.total), ("free", swap.free), ("cached", swap.cached)] {
+            c.push((format!("meminfo_swap_{name}_kb"), pages * 4));
+        }
         c
     }
 
