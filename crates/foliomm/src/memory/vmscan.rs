@@ -21,6 +21,7 @@ use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::Mm;
 use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
+use crate::phys::pg;
 use crate::rmap;
 
 /// A folio isolated for reclaim: where its first page is mapped, and
@@ -182,15 +183,22 @@ fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
         let slots = if f.maybe_dma_pinned() { None } else { k.folio_swap(f).or_else(|| k.add_to_swap(f).ok()) };
         // A folio still mapped (in part) stays in the swap cache, where
         // its unmapped pages' swap entries find it.
-        if let Some(e) = slots.filter(|&e| try_to_unmap(k, mm, pmd, &i, e)) {
+        // folio_mark_dirty after folio_alloc_swap: its bytes are nowhere else.
+        if slots.is_some() {
+            f.head().set(pg::DIRTY);
+        }
+        // pageout() writes only a folio nothing else holds
+        // (`is_page_cache_freeable`); one that something does (a FOLL_GET)
+        // stays in the swap cache, dirty, its bytes unwritten.
+        let freeable = || f.refcount() == 1 + f.nr_pages() as i32;
+        if let Some(e) = slots.filter(|&e| try_to_unmap(k, mm, pmd, &i, e) && freeable()) {
             let dev = k.swap.as_ref().expect("a slot implies a device");
+            f.head().clear(pg::DIRTY);
             for p in 0..f.nr_pages() {
                 dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
             }
             count_swpout(k, f);
-            if f.refcount() == 1 + f.nr_pages() as i32 {
-                k.delete_from_swap_cache(f);
-            }
+            k.delete_from_swap_cache(f);
         }
     }
     k.folio_put_refs(f, 1);
