@@ -74,6 +74,11 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     let (k, phys, orig) = (vmf.k, &vmf.k.phys, vmf.orig);
     let e = orig.swp_entry();
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
+    if dev.cached(e).is_none() && dev.count(e) == 1 {
+        if let Some(order) = large_swapin_order(vmf, e) {
+            return swapin_large(vmf, order);
+        }
+    }
     // The page: a fresh folio's only one, or the cached page of a folio
     // (maybe large: only this page is mapped, where Linux maps the whole
     // folio when every entry of it is still in place).
@@ -82,9 +87,6 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             let f = Folio::containing(phys, pfn);
             f.ref_add(1);
             (f, true, pfn)
-        }
-        None if dev.count(e) == 1 && large_swapin_order(vmf, e).is_some() => {
-            return swapin_large(vmf, large_swapin_order(vmf, e).unwrap_or(0));
         }
         None if dev.count(e) == 1 => {
             if !dev.prepare(e) {

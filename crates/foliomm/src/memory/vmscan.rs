@@ -155,41 +155,36 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
     out
 }
 
-/// `shrink_folio_list` for one isolated anon folio: a folio that may be
-/// pinned stays, so does a large one something else holds; else it gets a run of swap slots and enters the swap cache
-/// (`folio_alloc_swap`, unless it is in it already; it stays where no run
-/// is free), is unmapped (if that fails part way, it stays in the swap
-/// cache, as Linux leaves it)
-/// ([`try_to_unmap`]), written out (`swap_writeout` on a synchronous
-/// device: done at once) and, if nothing else holds it, leaves the swap
-/// cache and is freed (`__remove_mapping`). Drops the isolation reference.
+/// `shrink_folio_list` for one isolated anon folio, locked: a folio that
+/// may be pinned stays; one in the swap cache keeps its slots; a large one
+/// something else holds stays (it could not be split if need be:
+/// `can_split_folio`); else it gets a run of slots (`folio_alloc_swap`,
+/// then `folio_mark_dirty`: its bytes are nowhere else), and a large one
+/// that gets none is split ([`swap_fallback`]). It is then unmapped
+/// ([`try_to_unmap`]; if that fails part way it stays in the swap cache,
+/// as Linux leaves it) and, if nothing else holds it
+/// (`is_page_cache_freeable`: a FOLL_GET keeps it there, dirty and
+/// unwritten), written out (`swap_writeout` on a synchronous device: done
+/// at once), taken from the swap cache and freed (`__remove_mapping`).
+/// Drops the isolation reference.
 fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
     let f = i.f;
-    let mut lock = f.trylock();
-    // A large folio that could not be split (another reference holds it:
-    // `can_split_folio`) is kept.
-    let splittable = || f.refcount() as u64 == rmap::folio_mapcount(k, f) + 1;
-    if f.is_large() && k.folio_swap(f).is_none() && !splittable() {
-        lock = None;
-    }
-    let fresh_large = lock.is_some() && !f.maybe_dma_pinned() && k.folio_swap(f).is_none() && f.is_large();
-    if fresh_large && k.add_to_swap(f).is_err() {
-        // No run of slots: split, and reclaim the pages one by one.
-        drop(lock);
-        return swap_fallback(k, mm, pmd, i);
-    }
-    if lock.is_some() {
-        // A folio in the swap cache already keeps its slots.
-        let slots = if f.maybe_dma_pinned() { None } else { k.folio_swap(f).or_else(|| k.add_to_swap(f).ok()) };
-        // A folio still mapped (in part) stays in the swap cache, where
-        // its unmapped pages' swap entries find it.
-        // folio_mark_dirty after folio_alloc_swap: its bytes are nowhere else.
-        if slots.is_some() {
-            f.head().set(pg::DIRTY);
-        }
-        // pageout() writes only a folio nothing else holds
-        // (`is_page_cache_freeable`); one that something does (a FOLL_GET)
-        // stays in the swap cache, dirty, its bytes unwritten.
+    if let Some(lock) = f.trylock().filter(|_| !f.maybe_dma_pinned()) {
+        let slots = match k.folio_swap(f) {
+            Some(e) => Some(e),
+            None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => None,
+            None => match k.add_to_swap(f) {
+                Ok(e) => {
+                    f.head().set(pg::DIRTY);
+                    Some(e)
+                }
+                Err(_) if f.is_large() => {
+                    drop(lock);
+                    return swap_fallback(k, mm, pmd, i);
+                }
+                Err(_) => None,
+            },
+        };
         let freeable = || f.refcount() == 1 + f.nr_pages() as i32;
         if let Some(e) = slots.filter(|&e| try_to_unmap(k, mm, pmd, &i, e) && freeable()) {
             let dev = k.swap.as_ref().expect("a slot implies a device");
