@@ -6,6 +6,7 @@
 use super::fields;
 use foliomm_scenario::Observation;
 
+/// `s` if it names an observation field, else an error listing them.
 pub(super) fn parse_field(s: &str) -> Result<String, String> {
     match Observation::field_names().any(|f| f == s) {
         true => Ok(s.to_string()),
