@@ -20,6 +20,8 @@
 //!   a zero page, or part of a mapped folio; free + allocated = total;
 //! - swap ([`swap`](mod@swap)): slots' counts against the swap entries and
 //!   the swap cache, `MM_SWAPENTS`;
+//! - [`anon_rmap`]: an rmap walk reaches every anon mapping; the LRU lists
+//!   hold exactly the mapped anon folios' and others flagged on them;
 //! - no "bad page" was reported when a folio was freed, and no CPU used a
 //!   TLB entry whose frame had been freed since it was filled.
 //!
@@ -27,6 +29,7 @@
 //! [`ledger`] keeps what the page tables cannot tell (GUP references, the
 //! precision report's shadow, [`precision`]).
 
+mod anon_rmap;
 mod hugetlb;
 pub mod ledger;
 mod page_cache;
@@ -78,6 +81,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     let cached = page_cache::check_page_caches(m, inodes, &mut bad);
     let mut walked = Walked::default();
     let mut linked = HashSet::new();
+    let mut mapped_anon = HashSet::new();
     for mm in mms {
         let vmas = mm.mmap_read_lock();
         // Seed 000's CONFIG_DEBUG_VM check (patch 15, `rmap_id_init`): the
@@ -102,6 +106,11 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
         for leaf in &walked.leaves[before..] {
             check_leaf(m, &vmas, leaf, &mut bad);
             let f = Folio::containing(&m.phys, leaf.pte.pfn());
+            if !leaf.pte.special() && f.test_anon() && !f.head().test(pg::HUGETLB) {
+                let page = if leaf.pages > 1 { 0 } else { leaf.pte.pfn() - f.pfn };
+                anon_rmap::check_anon_mapping(mm, &vmas, f, page, leaf.addr, &mut bad);
+                mapped_anon.insert(f.pfn);
+            }
             // hugetlb pages count in no RSS counter.
             if !leaf.pte.special() && !f.head().test(pg::HUGETLB) {
                 let n = leaf.pages as i64;
@@ -122,6 +131,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     vma::check_i_mmap(inodes, &linked, &mut bad);
     hugetlb::check_shared_tables(m, &walked.tables, &walked.shared, &mut bad);
     swap::check_swap_map(m, &walked.swaps, &mut bad);
+    anon_rmap::check_lru(m, &mapped_anon, &mut bad);
     let (tables, leaves) = (walked.tables, walked.leaves);
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, ledger, &truth, &cached, &mut bad);

@@ -61,6 +61,9 @@ pub enum ViolationKind {
     UseAfterFree,
     /// Swap slots' counts against the swap entries and the swap cache.
     Swap,
+    /// The anon rmap (anon_vma trees, `folio->index`) and the LRU lists
+    /// against the page tables.
+    Rmap,
 }
 
 impl ViolationKind {
@@ -80,6 +83,7 @@ impl ViolationKind {
             ViolationKind::BadPage => "bad_page",
             ViolationKind::UseAfterFree => "use_after_free",
             ViolationKind::Swap => "swap",
+            ViolationKind::Rmap => "rmap",
         }
     }
 }

@@ -9,13 +9,14 @@ use std::collections::HashSet;
 
 use super::{Subject, Violation, ViolationKind::Vma as VmaKind};
 use crate::mm_types::{Mm, Vmas};
-use crate::shmem::{FileMapping, Inode};
+use crate::rmap::VmaRecord;
+use crate::shmem::Inode;
 use crate::sync::Arc;
 
 /// Appends a violation for every broken VMA-tree invariant of `mm`, whose
 /// tree `vmas` the caller holds; adds each file VMA's `i_mmap` record to
 /// `linked` (as the inode number and the record).
-pub(super) fn check_vma_tree(mm: &Mm, vmas: &Vmas, linked: &mut HashSet<(u64, FileMapping)>, bad: &mut Vec<Violation>) {
+pub(super) fn check_vma_tree(mm: &Mm, vmas: &Vmas, linked: &mut HashSet<(u64, VmaRecord)>, bad: &mut Vec<Violation>) {
     let mut push = |addr: Option<u64>, what: String| {
         bad.push(Violation::new(VmaKind, Subject::Mm { mm: mm.id, addr }, format!("mm {}: {what}", mm.id)))
     };
@@ -36,7 +37,7 @@ pub(super) fn check_vma_tree(mm: &Mm, vmas: &Vmas, linked: &mut HashSet<(u64, Fi
             push(Some(start), format!("VMA at {start:#x} still has {n} reader(s) of its lock"));
         }
         if let Some(inode) = v.file() {
-            let want = v.file_mapping();
+            let want = v.record();
             let found = inode.i_mmap.snapshot().into_iter().filter(|m| m.vma == want.vma).collect::<Vec<_>>();
             if found != [want] {
                 push(Some(start), format!("file VMA at {start:#x}: inode {}'s i_mmap holds {found:?}", inode.ino));
@@ -54,7 +55,7 @@ pub(super) fn check_vma_tree(mm: &Mm, vmas: &Vmas, linked: &mut HashSet<(u64, Fi
 
 /// Appends a violation for every `i_mmap` record of `inodes` that no VMA
 /// of the MMs checked has (`linked`, from [`check_vma_tree`]).
-pub(super) fn check_i_mmap(inodes: &[Arc<Inode>], linked: &HashSet<(u64, FileMapping)>, bad: &mut Vec<Violation>) {
+pub(super) fn check_i_mmap(inodes: &[Arc<Inode>], linked: &HashSet<(u64, VmaRecord)>, bad: &mut Vec<Violation>) {
     for inode in inodes {
         for m in inode.i_mmap.snapshot().into_iter().filter(|m| !linked.contains(&(inode.ino, *m))) {
             let what = format!("inode {}: i_mmap holds {m:?}, which no VMA of a live MM matches", inode.ino);

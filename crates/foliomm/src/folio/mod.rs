@@ -87,6 +87,25 @@ impl<'a> Folio<'a> {
         old == n
     }
 
+    /// `folio_try_get`: takes a reference unless the count is already 0
+    /// (the folio is being freed); returns whether it did.
+    pub fn try_get(&self) -> bool {
+        let rc = &self.head().refcount;
+        rc.fetch_update(AcqRel, Acquire, |n| (n > 0).then_some(n + 1)).is_ok()
+    }
+
+    /// `folio->index`: the page index of the first page (for an anon folio
+    /// `linear_page_index` of where it was first mapped). Kept in the head's
+    /// `compound` word, which only tails and free blocks use otherwise.
+    pub fn index(&self) -> u64 {
+        self.head().compound.load(Relaxed)
+    }
+
+    /// Sets `folio->index`.
+    pub fn set_index(&self, index: u64) {
+        self.head().compound.store(index, Relaxed);
+    }
+
     pub fn test_anon(&self) -> bool {
         self.head().test(pg::ANON)
     }

@@ -14,8 +14,8 @@
 //!
 //! Differs from Linux: only unmapped folios held by nothing but the page
 //! cache or their caller are split (`can_split_folio` with no extra pins, and the caller
-//! has unmapped the folio, which `unmap_folio` does in Linux); no LRU, no
-//! memcg, no swap cache.
+//! has unmapped the folio, which `unmap_folio` does in Linux); no memcg, no
+//! swap cache.
 
 use crate::arch::Pfn;
 use crate::folio::Folio;
@@ -49,7 +49,7 @@ impl Kernel {
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
         let keep = f.head().flags.load(Relaxed) & (pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
-        let mapping = f.head().link.load(Relaxed);
+        let (mapping, index) = (f.head().link.load(Relaxed), f.index());
         Stats::inc(&self.stats.split[order as usize]);
         if order == crate::arch::PMD_ORDER {
             Stats::inc(&self.stats.thp_split_page);
@@ -79,8 +79,10 @@ impl Kernel {
             let piece = self.prep_compound(pfn, o);
             piece.head().set(keep);
             piece.head().link.store(mapping, Relaxed);
+            piece.set_index(index + (pfn - f.pfn));
             piece.head().refcount.store(refs_per_page * piece.nr_pages() as i32, Relaxed);
         }
+        self.lru.split(&self.phys, f.pfn, &pieces);
         pieces
     }
 }

@@ -12,6 +12,7 @@
 pub mod config;
 mod folio_split;
 pub mod hugetlb_pool;
+pub mod lru;
 pub mod observer;
 mod page_alloc;
 pub mod stats;
@@ -46,6 +47,8 @@ pub struct Kernel {
     pub mm_ids: MmIds,
     /// The 2 MiB huge page pool.
     pub hugetlb: hugetlb_pool::HugePool,
+    /// The anon LRU lists.
+    pub lru: lru::Lru,
     /// The swap device, if the configuration has one.
     pub swap: Option<crate::swap::SwapDevice>,
     /// "Bad page" reports from frees whose fields were not reset: the folio
@@ -96,6 +99,7 @@ impl Kernel {
             huge_zero: Mutex::new(None),
             mm_ids: MmIds::new(max_id),
             hugetlb: hugetlb_pool::HugePool::default(),
+            lru: lru::Lru::default(),
             swap,
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),

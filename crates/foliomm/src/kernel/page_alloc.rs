@@ -95,6 +95,7 @@ impl Kernel {
         if f.head().test(pg::HUGETLB) {
             return self.free_huge_folio(f);
         }
+        self.lru.del(f);
         clear_descriptors(f);
         if let Some(count) = self.stats.folio_free.get(order as usize) {
             Stats::inc(count);

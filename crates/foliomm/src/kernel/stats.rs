@@ -80,6 +80,16 @@ counters! {
     thp_swpout_fallback,
     /// Folios `MADV_PAGEOUT` or `MADV_COLD` passed over as (maybe) mapped shared.
     pageout_skipped_shared,
+    /// Allocations that entered direct reclaim (`allocstall_*` summed).
+    allocstall,
+    /// Anon folios reclaim looked at on the inactive list (`pgscan_anon`, in folios).
+    pgscan_anon,
+    /// Anon folios reclaim freed (`pgsteal_anon`, in folios).
+    pgsteal_anon,
+    /// Folios moved to the active list (`pgactivate`, in folios).
+    pgactivate,
+    /// Folios moved to the inactive list (`pgdeactivate`, in folios).
+    pgdeactivate,
     /// Write faults that copied a page (or the zero page) into a new folio.
     cow_copy,
     /// Write faults on a PMD-mapped THP that reused it in place.

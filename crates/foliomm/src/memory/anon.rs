@@ -8,7 +8,7 @@ use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
 use crate::pgtable::{load, pte_range_none, store};
-use crate::rmap::{self, anon_vma_prepare};
+use crate::rmap;
 use crate::Result;
 
 /// `do_anonymous_page`: a read maps the shared zero page; a write allocates
@@ -26,7 +26,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         }
         return Ok(());
     }
-    let anon_vma = anon_vma_prepare(k, &vmf.vma.anon_vma);
+    let anon_vma = vmf.mm.anon_vma_prepare(&vmf.vma);
     let f = alloc_anon_folio(vmf)?;
     let nr = f.nr_pages();
     let base = addr & !(nr * PAGE_SIZE - 1);
@@ -37,7 +37,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         return Ok(());
     }
     f.ref_add(nr as i32 - 1);
-    rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(base)));
     for i in 0..nr {
         let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
         store(phys, table, pte_index(base) + i as usize, e);
@@ -65,5 +65,5 @@ fn alloc_anon_folio<'k>(vmf: &VmFault<'k>) -> Result<Folio<'k>> {
             Err(_) => Stats::inc(&k.stats.anon_fault_fallback[order as usize]),
         }
     }
-    k.alloc_folio_zeroed(0)
+    super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, true)
 }

@@ -163,7 +163,11 @@ impl CopyVma<'_> {
         let (k, dst, dst_vma) = (self.k, self.dst, self.dst_vma);
         let new = k.alloc_folio(0)?;
         k.phys.copy_frame(new.pfn, pte.pfn());
-        rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.rmap, dst_vma.anon_vma());
+        // The same page index as the original: the child's VMA has the
+        // parent's vm_pgoff.
+        let old = Folio::containing(&k.phys, pte.pfn());
+        let index = old.index() + pte.pfn() - old.pfn;
+        rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.rmap, (dst_vma.anon_vma(), index));
         let w = if dst_vma.writable() { Pte::RW | Pte::DIRTY } else { 0 };
         store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w));
         dst.add_anon_rss(1);

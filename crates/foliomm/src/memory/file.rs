@@ -21,7 +21,7 @@ use crate::kernel::Stats;
 use crate::mapcount::Level;
 use crate::mm_types::vm;
 use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
-use crate::rmap::{self, anon_vma_prepare};
+use crate::rmap;
 use crate::shmem::{in_page_cache, Inode};
 use crate::{Errno, Result};
 
@@ -64,8 +64,8 @@ fn do_shared_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
 /// stays in the cache, unmapped here.
 fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
-    let anon_vma = anon_vma_prepare(k, &vmf.vma.anon_vma);
-    let new = k.alloc_folio(0)?;
+    let anon_vma = vmf.mm.anon_vma_prepare(&vmf.vma);
+    let new = super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, false)?;
     let (f, pfn) = match get_folio(vmf, inode) {
         Ok(got) => got,
         Err(e) => {
@@ -82,7 +82,7 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
         return Ok(());
     }
     k.folio_put_refs(f, 1);
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.rmap, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(addr)));
     let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
     store(phys, table, pte_index(addr), e);
     vmf.mm.add_anon_rss(1);

@@ -14,7 +14,7 @@ use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{self, pte_lockptr, walk_pmd, PmdSlot};
 use crate::phys::pg;
-use crate::rmap::{self, anon_vma_prepare};
+use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::tlb::MmuGather;
 use crate::Result;
@@ -48,7 +48,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
     let phys = &k.phys;
     // vmf_anon_prepare() comes first: a VMA with the huge zero folio has an
     // anon_vma, so fork copies its PMD (vma_needs_copy).
-    let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
+    let anon_vma = mm.anon_vma_prepare(vma);
     if !vmf.write() {
         let Some(zero) = k.huge_zero_pfn() else {
             return Ok(Huge::Fallback);
@@ -84,7 +84,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         k.free_table(table);
         return Ok(Huge::Done);
     }
-    rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
     deposit(mm, haddr, table);
     map_anon_pmd(k, mm, pmd, f, vma);
     drop(pl);
@@ -115,7 +115,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
         return Ok(Huge::Fallback);
     }
     if orig.special() {
-        let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
+        let anon_vma = mm.anon_vma_prepare(vma);
         let Ok(f) = k.alloc_folio_zeroed(PMD_ORDER) else {
             Stats::inc(&k.stats.thp_fault_fallback);
             split_huge_pmd(k, mm, addr);
@@ -129,7 +129,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
         }
         pmd.store(phys, Pte::NONE);
         mm.tlb.flush_range(&k.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
-        rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, anon_vma);
+        rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(addr & !(PMD_SIZE - 1))));
         map_anon_pmd(k, mm, pmd, f, vma);
         Stats::inc(&k.stats.thp_fault_alloc);
         Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);

@@ -30,8 +30,8 @@ use crate::kernel::{HugeSize, HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pmd, walk_pud, PmdSlot};
-use crate::rmap::{self, anon_vma_prepare};
-use crate::shmem::{in_page_cache, FileMapping, Inode};
+use crate::rmap::{self, VmaRecord};
+use crate::shmem::{in_page_cache, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::cacheline::{self, Structure};
 use crate::sync::Arc;
@@ -161,7 +161,7 @@ fn huge_pte_alloc(
     vma: &Vma,
     inode: &Inode,
     haddr: u64,
-    i_mmap: Option<&[FileMapping]>,
+    i_mmap: Option<&[VmaRecord]>,
 ) -> Result<(PmdSlot, Option<Arc<Mm>>)> {
     let (pud_table, pud_idx) = alloc_pud(k, mm.pgd, haddr, &mm.page_table_lock)?;
     if inode.huge_size() == Some(HugeSize::Pud) {
@@ -188,11 +188,11 @@ fn huge_pmd_share(
     vma: &Vma,
     haddr: u64,
     pud: (u64, usize),
-    i_mmap: &[FileMapping],
+    i_mmap: &[VmaRecord],
 ) -> Option<Arc<Mm>> {
     let phys = &k.phys;
     let idx = vma.page_index(haddr);
-    let me = vma.file_mapping();
+    let me = vma.record();
     for s in i_mmap.iter().filter(|s| s.vma != me.vma && s.flags == me.flags) {
         let Some(saddr) = idx.checked_sub(s.pgoff).map(|off| s.start + off * PAGE_SIZE) else { continue };
         let window = saddr & !(PUD_SIZE - 1);
@@ -282,7 +282,7 @@ fn hugetlb_no_page(
         phys.clear_frames(f.pfn, nr);
         (Folio::from_head(phys, f.pfn), true)
     };
-    let anon_vma = anon.then(|| anon_vma_prepare(k, &vma.anon_vma));
+    let anon_vma = anon.then(|| mm.anon_vma_prepare(vma));
     let _pl = pte_lockptr(phys, pmd.table).lock();
     // A shared page truncated away meanwhile is not mapped (the fault is
     // retried and finds the new size).
@@ -296,7 +296,7 @@ fn hugetlb_no_page(
         bits |= Pte::RW | Pte::DIRTY;
     }
     match anon_vma {
-        Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, av),
+        Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (av, index)),
         None => rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, mm.rmap),
     }
     pmd.store(phys, Pte::new(f.pfn, bits));
@@ -337,7 +337,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
             return Ok(None);
         }
     }
-    let anon_vma = anon_vma_prepare(k, &vma.anon_vma);
+    let anon_vma = mm.anon_vma_prepare(vma);
     let from_cache = !old.test_anon();
     let new = match super::hugetlb_resv::alloc_private(k, vma, vma.page_index(haddr), size, from_cache) {
         Ok(new) => new,
@@ -351,7 +351,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
         return Ok(None);
     }
     rmap::folio_remove_rmap(k, old, 0, size.pages(), Level::Pmd, mm.rmap);
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.rmap, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
     let w = if kind == FaultKind::Write { Pte::RW | Pte::DIRTY } else { 0 };
     pmd.store(phys, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | w));
     mm.tlb.flush_range(&k.stats, haddr, haddr + size.bytes());
@@ -442,7 +442,7 @@ fn copy_huge_entry(
     // A maybe-pinned exclusive page: the child gets its own copy now.
     let new = k.alloc_hugetlb_folio(size, false)?;
     (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, (anon_vma, f.index()));
     dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
     dst.add_rss(new, nr as i64);
     Ok(())

@@ -6,6 +6,7 @@
 //! no zeromap (a zero-filled page is stored like any other).
 
 use super::fault::{FaultKind, VmFault};
+use super::vmscan::alloc_folio_reclaim;
 use super::wp;
 use crate::arch::{pte_index, Pfn, Pte, SwpEntry};
 use crate::folio::Folio;
@@ -14,7 +15,7 @@ use crate::mapcount::Level;
 use crate::mm_types::vm;
 use crate::pgtable::{load, store};
 use crate::phys::PhysMem;
-use crate::rmap::{self, anon_vma_prepare};
+use crate::rmap;
 use crate::Result;
 
 /// `swap_pte_batch`: how many entries from `idx` (at most `max`) continue
@@ -92,13 +93,13 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             if !dev.prepare(e) {
                 return Ok(()); // another swap-in has the slot: fault again
             }
-            let f = k.alloc_folio(0).inspect_err(|_| dev.clear_prepared(e))?;
+            let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, false).inspect_err(|_| dev.clear_prepared(e))?;
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
             (f, false, f.pfn)
         }
         None => {
-            let f = k.alloc_folio(0)?;
+            let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, false)?;
             if !k.swap_cache_add(f, e) {
                 k.folio_put_refs(f, 1);
                 return Ok(());
@@ -137,8 +138,13 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     if f.test_anon() {
         rmap::folio_add_anon_rmap_ptes(k, f, page - f.pfn, 1, vmf.mm.rmap, reuse);
     } else {
-        rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma_prepare(k, &vmf.vma.anon_vma));
-        // Without RMAP_EXCLUSIVE the page is not AnonExclusive.
+        // Without RMAP_EXCLUSIVE the page is not AnonExclusive, and the
+        // folio records the root anon_vma: other VMAs of the family may map
+        // it from the swap cache (`__folio_set_anon`).
+        let own = vmf.mm.anon_vma_prepare(&vmf.vma);
+        let anon_vma = if reuse { own } else { vmf.vma.anon_vma.root() };
+        let index = vmf.vma.page_index(vmf.address);
+        rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
         f.set_anon_exclusive(0, reuse);
     }
     store(phys, vmf.table, idx, pte);
@@ -219,7 +225,13 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
     dev.put(e, nr);
     release(nr);
     f.ref_add(nr as i32 - 1);
-    rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, anon_vma_prepare(k, &vmf.vma.anon_vma));
+    rmap::folio_add_new_anon_rmap(
+        k,
+        f,
+        Level::Pte,
+        vmf.mm.rmap,
+        (vmf.mm.anon_vma_prepare(&vmf.vma), vmf.vma.page_index(base)),
+    );
     let writes = vmf.vma.writable() && (vmf.write() || k.config.release().swapin_maps_writable_on_read());
     // set_ptes(): one entry for every page, so a write fault dirties all.
     let bits = match (writes, vmf.write()) {

@@ -1,231 +1,187 @@
-//! Reclaim of anonymous folios to swap as `MADV_PAGEOUT` drives it
-//! (mm/madvise.c `madvise_cold_or_pageout_pte_range`, mm/vmscan.c
-//! `reclaim_pages` → `shrink_folio_list`, mm/rmap.c `try_to_unmap_one`).
+//! Reclaim of anonymous folios to swap (mm/vmscan.c `shrink_folio_list`,
+//! `shrink_inactive_list`, `shrink_active_list`, `shrink_lruvec`,
+//! `try_to_free_pages`), for `MADV_PAGEOUT` ([`super::madvise_cold`]) and
+//! for an allocation that found no free memory ([`alloc_folio_reclaim`]).
 //!
-//! Differs from Linux: a large folio the range covers only in part is
-//! split only where all its mappings are in the table at hand
-//! ([`super::split`]), and one that gets no run of free slots stays (Linux
-//! splits it); a PMD-mapped THP the range covers in part is left whole;
-//! 6.1 splits even a covered PTE-mapped THP (its pages end up swapped out
-//! alike); shmem is not paged out; there
-//! are no LRU lists (a folio still in another CPU's per-CPU batch, which
-//! Linux skips, is reclaimed); the rmap walk of `try_to_unmap` visits the
-//! mapping the range walk found, which is every mapping of a folio whose
-//! mapcount is its number of pages when that walk found them all.
+//! Differs from Linux: one node, no memcg, no file LRU (shmem is not
+//! reclaimed), no kswapd (only direct reclaim, when an allocation fails),
+//! no writeback (the device is synchronous: `swap_writeout` completes at
+//! once); a large folio that gets no run of swap slots is split only where
+//! all its mappings are in one page table ([`super::split`]); an mlocked
+//! folio goes back to the active list, not the unevictable one.
 
 use super::huge_memory::split_huge_pmd;
+use super::rmap_walk::{folio_referenced, rmap_walk_anon, try_to_unmap};
 use super::split::split_folio_in_table;
-use crate::arch::{pte_index, Pfn, Pte, SwpEntry, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
+use crate::arch::{pte_index, SwpEntry, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
+use crate::kernel::lru::LruList;
 use crate::kernel::{Kernel, Stats};
-use crate::mapcount::Level;
-use crate::mm_types::Mm;
-use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
+use crate::mm_types::MmList;
+use crate::pgtable::{load, pte_lock_checked, walk_pmd};
 use crate::phys::pg;
 use crate::rmap;
+use crate::{Errno, Result};
 
-/// A folio isolated for reclaim: where its first page is mapped, and
-/// whether by a huge PMD.
-struct Isolated<'k> {
-    addr: u64,
-    f: Folio<'k>,
-    pmd_mapped: bool,
+/// `SWAP_CLUSTER_MAX`: folios reclaim takes off a list at a time, and what
+/// direct reclaim tries to free before the allocation is retried.
+const SWAP_CLUSTER_MAX: usize = 32;
+/// `DEF_PRIORITY`: the first pass scans a list's size >> 12.
+const DEF_PRIORITY: u32 = 12;
+/// `MAX_RECLAIM_RETRIES`: reclaim rounds an allocation tries before it fails.
+const MAX_RECLAIM_RETRIES: u32 = 16;
+
+/// What became of a folio reclaim looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Freed,
+    Keep,
+    Activate,
 }
 
-/// `madvise_cold_or_pageout_pte_range` + `reclaim_pages` over `[start,
-/// end)` of one VMA of `mm` (the mmap_lock held for read): the anon folios
-/// there mapped only here (`folio_mapcount(folio) != folio_nr_pages(folio)`
-/// passes over a shared one; in 6.1 `page_mapcount != 1`, the same for the
-/// folios reclaimed here) are isolated under the PTL, then reclaimed one by
-/// one ([`shrink_folio`]) without it. A PMD-mapped THP goes whole when the
-/// range covers it and it is not maybe mapped shared. For `MADV_COLD`
-/// (`pageout` false) the same walk splits what it covers in part and only
-/// deactivates the rest, which the model, without LRU lists, does not see.
-pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
-    let _walk = mm.pt_read();
-    let mut addr = start;
-    while addr < end {
-        let stop = ((addr | (PMD_SIZE - 1)) + 1).min(end);
-        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
-            addr = stop;
-            continue;
-        };
-        if pmd.load(&k.phys).huge() && (!addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE) {
-            split_partly_covered_thp(k, mm, pmd, addr);
-        }
-        let e = pmd.load(&k.phys);
-        let isolated = if e.huge() {
-            isolate_pmd(k, pmd, addr, stop).into_iter().collect()
-        } else if !e.is_none() {
-            isolate(k, mm, pmd, e.pfn(), addr, stop)
-        } else {
-            Vec::new()
-        };
-        for i in isolated {
-            match pageout {
-                true => shrink_folio(k, mm, pmd, i),
-                false => k.folio_put_refs(i.f, 1),
+/// `shrink_folio_list` for one anon folio taken off the LRU with a
+/// reference (which this consumes). Unless `ignore_references` (as
+/// `reclaim_pages` asks), a folio whose mappings were accessed stays
+/// (`folio_check_references`). A folio that may be pinned stays; one in the
+/// swap cache keeps its slots; a large one something else holds stays (it
+/// could not be split if need be: `can_split_folio`); else it gets a run of
+/// slots (`folio_alloc_swap`, then `folio_mark_dirty`: its bytes are nowhere
+/// else), and a large one that gets none is split ([`swap_fallback`]). It
+/// is then unmapped everywhere ([`try_to_unmap`]; if that fails it stays in
+/// the swap cache, activated, as Linux leaves it) and, if nothing else
+/// holds it (`is_page_cache_freeable`: a FOLL_GET keeps it there, dirty and
+/// unwritten), written out, taken from the swap cache and freed
+/// (`__remove_mapping`). A folio not freed goes back on a list. Returns
+/// true if it was freed.
+pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+    let Some(lock) = f.trylock() else {
+        return putback(k, f, Verdict::Keep);
+    };
+    let verdict = if ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
+    if verdict != Verdict::Freed || f.maybe_dma_pinned() {
+        drop(lock);
+        return putback(k, f, if f.maybe_dma_pinned() { Verdict::Activate } else { verdict });
+    }
+    let slots = match k.folio_swap(f) {
+        Some(e) => Ok(e),
+        None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => Err(Verdict::Keep),
+        None => match k.add_to_swap(f) {
+            Ok(e) => {
+                f.head().set(pg::DIRTY);
+                Ok(e)
             }
-        }
-        addr = stop;
-    }
-}
-
-/// A PMD-mapped anon THP the range covers in part is split, mapping and
-/// folio, unless it may be mapped shared (the era's question), so that its
-/// covered pages can go one by one (`madvise_cold_or_pageout_pte_range`'s
-/// PMD branch: `split_folio`).
-fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot, addr: u64) {
-    let e = pmd.load(&k.phys);
-    let f = Folio::from_head(&k.phys, e.pfn());
-    if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) {
-        return;
-    }
-    // can_split_folio() comes before any unmapping: a folio something else
-    // holds (a pin) keeps its PMD.
-    if f.refcount() as u64 != rmap::folio_mapcount(k, f) || k.folio_swap(f).is_some() {
-        return;
-    }
-    split_huge_pmd(k, mm, addr);
-    let table = pmd.load(&k.phys);
-    if table.is_none() || table.huge() {
-        return;
-    }
-    if let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table.pfn()) {
-        split_folio_in_table(k, mm, (table.pfn(), addr & !(PMD_SIZE - 1)), f, 0);
-    }
-}
-
-/// The anon THP a huge PMD maps, if `[addr, stop)` covers it and it is not
-/// maybe mapped shared, with a reference taken.
-fn isolate_pmd(k: &Kernel, pmd: PmdSlot, addr: u64, stop: u64) -> Option<Isolated<'_>> {
-    let _pl = pte_lockptr(&k.phys, pmd.table).lock();
-    let e = pmd.load(&k.phys);
-    if !e.huge() || e.special() || !addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE {
-        return None;
-    }
-    let f = Folio::from_head(&k.phys, e.pfn());
-    if !f.test_anon() || rmap::folio_maybe_mapped_shared(k, f) {
-        return None;
-    }
-    f.ref_add(1);
-    Some(Isolated { addr, f, pmd_mapped: true })
-}
-
-/// The anon folios mapped in `[addr, stop)` of `table` whose every page
-/// is mapped there once and nowhere else, each with a reference taken
-/// (`folio_isolate_lru`).
-fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop: u64) -> Vec<Isolated<'k>> {
-    let mut out = Vec::new();
-    let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table) else { return out };
-    let mut a = addr;
-    while a < stop {
-        let (idx, pte) = (pte_index(a), load(&k.phys, table, pte_index(a)));
-        if !pte.present() || pte.special() {
-            a += PAGE_SIZE;
-            continue;
-        }
-        let f = Folio::containing(&k.phys, pte.pfn());
-        let max = ((stop - a) / PAGE_SIZE) as usize;
-        let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
-        if !f.test_anon() {
-            a += nr as u64 * PAGE_SIZE;
-            continue;
-        }
-        // Part of a large folio: split it (if no other MM may map it), and
-        // look at the same entry again, now a page of its own.
-        if nr as u64 != f.nr_pages() || pte.pfn() != f.pfn {
-            // The era's question: folio_maybe_mapped_shared (6.15+),
-            // folio_likely_mapped_shared before, page_mapcount in 6.1.
-            let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
-            let split = !shared && split_folio_in_table(k, mm, (table, addr & !(PMD_SIZE - 1)), f, 0);
-            if !split {
-                a += nr as u64 * PAGE_SIZE;
+            Err(_) if f.is_large() => {
+                drop(lock);
+                return swap_fallback(k, mmlist, f);
             }
-            continue;
+            Err(_) => Err(Verdict::Activate),
+        },
+    };
+    let verdict = match slots {
+        Ok(e) if !try_to_unmap(k, mmlist, f, e) => Verdict::Activate,
+        Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 => {
+            pageout(k, f, e);
+            Verdict::Freed
         }
-        a += nr as u64 * PAGE_SIZE;
-        if rmap::folio_mapcount(k, f) != f.nr_pages() {
-            Stats::inc(&k.stats.pageout_skipped_shared);
-            continue;
-        }
-        f.ref_add(1);
-        out.push(Isolated { addr: a - nr as u64 * PAGE_SIZE, f, pmd_mapped: false });
-    }
-    out
+        Ok(_) => Verdict::Keep,
+        Err(v) => v,
+    };
+    drop(lock);
+    putback(k, f, verdict)
 }
 
-/// `shrink_folio_list` for one isolated anon folio, locked: a folio that
-/// may be pinned stays; one in the swap cache keeps its slots; a large one
-/// something else holds stays (it could not be split if need be:
-/// `can_split_folio`); else it gets a run of slots (`folio_alloc_swap`,
-/// then `folio_mark_dirty`: its bytes are nowhere else), and a large one
-/// that gets none is split ([`swap_fallback`]). It is then unmapped
-/// ([`try_to_unmap`]; if that fails part way it stays in the swap cache,
-/// as Linux leaves it) and, if nothing else holds it
-/// (`is_page_cache_freeable`: a FOLL_GET keeps it there, dirty and
-/// unwritten), written out (`swap_writeout` on a synchronous device: done
-/// at once), taken from the swap cache and freed (`__remove_mapping`).
-/// Drops the isolation reference.
-fn shrink_folio(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
-    let f = i.f;
-    if let Some(lock) = f.trylock().filter(|_| !f.maybe_dma_pinned()) {
-        let slots = match k.folio_swap(f) {
-            Some(e) => Some(e),
-            None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => None,
-            None => match k.add_to_swap(f) {
-                Ok(e) => {
-                    f.head().set(pg::DIRTY);
-                    Some(e)
-                }
-                Err(_) if f.is_large() => {
-                    drop(lock);
-                    return swap_fallback(k, mm, pmd, i);
-                }
-                Err(_) => None,
-            },
-        };
-        let freeable = || f.refcount() == 1 + f.nr_pages() as i32;
-        if let Some(e) = slots.filter(|&e| try_to_unmap(k, mm, pmd, &i, e) && freeable()) {
-            let dev = k.swap.as_ref().expect("a slot implies a device");
-            f.head().clear(pg::DIRTY);
-            for p in 0..f.nr_pages() {
-                dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
-            }
-            count_swpout(k, f);
-            k.delete_from_swap_cache(f);
+/// `folio_check_references` for an anon folio: mapped in an mlocked VMA,
+/// or found referenced a second time (or by more than one mapping), it
+/// goes to the active list; referenced once, it stays inactive, marked
+/// `PG_referenced`; unreferenced, it is reclaimed (`Freed` as the wish).
+fn check_references(k: &Kernel, mmlist: &MmList, f: Folio) -> Verdict {
+    let r = folio_referenced(k, mmlist, f);
+    let was_referenced = f.head().test(pg::REFERENCED);
+    f.head().clear(pg::REFERENCED);
+    if r.mlocked {
+        return Verdict::Activate;
+    }
+    if r.ptes == 0 {
+        return Verdict::Freed;
+    }
+    f.head().set(pg::REFERENCED);
+    if was_referenced || r.ptes > 1 {
+        Verdict::Activate
+    } else {
+        Verdict::Keep
+    }
+}
+
+/// `swap_writeout` + `__remove_mapping` of the unmapped `f`, whose slots
+/// start at `e`: its bytes go to the device, it leaves the swap cache.
+fn pageout(k: &Kernel, f: Folio, e: SwpEntry) {
+    let dev = k.swap.as_ref().expect("a slot implies a device");
+    f.head().clear(pg::DIRTY);
+    for p in 0..f.nr_pages() {
+        dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
+    }
+    count_swpout(k, f);
+    k.delete_from_swap_cache(f);
+}
+
+/// Puts `f` back on a list (`move_folios_to_lru`) unless it was freed, and
+/// drops the isolation reference; returns whether it was freed.
+fn putback(k: &Kernel, f: Folio, verdict: Verdict) -> bool {
+    match verdict {
+        Verdict::Freed => Stats::inc(&k.stats.pgsteal_anon),
+        Verdict::Keep => k.lru.putback(f, LruList::Inactive),
+        Verdict::Activate => {
+            Stats::inc(&k.stats.pgactivate);
+            k.lru.putback(f, LruList::Active);
         }
     }
     k.folio_put_refs(f, 1);
+    verdict == Verdict::Freed
 }
 
 /// A large folio that got no run of swap slots is split
 /// (`split_folio_to_list`; a PMD mapping first), counted
 /// (`thp_swpout_fallback` for PMD size, the mTHP `swpout_fallback`), and
-/// its pages reclaimed one by one (`split_folio_to_list` puts them on the
-/// list being reclaimed).
-fn swap_fallback(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: Isolated) {
-    let f = i.f;
+/// its mapped pages reclaimed one by one (`split_folio_to_list` puts them,
+/// each with a reference, on the list being reclaimed). Consumes the
+/// isolation reference; returns false (the folio as such was not freed).
+fn swap_fallback(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
     if f.order() == PMD_ORDER {
         Stats::inc(&k.stats.thp_swpout_fallback);
     }
     Stats::inc(&k.stats.swpout_fallback[f.order() as usize]);
-    if i.pmd_mapped {
-        split_huge_pmd(k, mm, i.addr);
-    }
-    let (e, nr) = (pmd.load(&k.phys), f.nr_pages());
-    let split = !e.is_none() && !e.huge() && {
-        let ptl = pte_lock_checked(&k.phys, pmd, e.pfn());
-        ptl.is_some() && split_folio_in_table(k, mm, (e.pfn(), i.addr & !(PMD_SIZE - 1)), f, 1)
-    };
-    // The reference taken at isolation, now on the first page (or still
-    // on the whole folio).
-    k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);
-    if split {
-        for page in isolate(k, mm, pmd, e.pfn(), i.addr, i.addr + nr * PAGE_SIZE) {
-            shrink_folio(k, mm, pmd, page);
+    let (first, nr) = (f.pfn, f.nr_pages());
+    let mut pages = None;
+    rmap_walk_anon(mmlist, f, |mm, _, start, end| {
+        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, start) else { return true };
+        if pmd.load(&k.phys).huge() && pmd.load(&k.phys).pfn() == first {
+            split_huge_pmd(k, mm, start);
         }
+        let e = pmd.load(&k.phys);
+        let Some(_ptl) = (!e.is_none() && !e.huge()).then(|| pte_lock_checked(&k.phys, pmd, e.pfn())).flatten() else {
+            return true;
+        };
+        if split_folio_in_table(k, mm, (e.pfn(), start & !(PMD_SIZE - 1)), f, 1) {
+            // The pages still mapped, each with a reference of its own.
+            let mapped = (start..end).step_by(PAGE_SIZE as usize).filter_map(|a| {
+                let pte = load(&k.phys, e.pfn(), pte_index(a));
+                let ours = pte.present() && !pte.special() && (first..first + nr).contains(&pte.pfn());
+                ours.then(|| Folio::from_head(&k.phys, pte.pfn())).filter(|p| p.try_get())
+            });
+            pages = Some(mapped.collect::<Vec<_>>());
+        }
+        false
+    });
+    // The isolation reference, now on the first page (or still on the
+    // whole folio, which goes back on the LRU).
+    let Some(pages) = pages else {
+        return putback(k, f, Verdict::Activate);
+    };
+    k.folio_put_refs(Folio::containing(&k.phys, first), 1);
+    for page in pages {
+        shrink_folio(k, mmlist, page, true);
     }
+    false
 }
 
 /// `count_swpout_vm_event`: `pswpout` per page, `thp_swpout` for a
@@ -240,61 +196,76 @@ fn count_swpout(k: &Kernel, f: Folio) {
     }
 }
 
-/// `try_to_unmap` (`TTU_SPLIT_HUGE_PMD`) of the isolated folio, whose
-/// slots start at `e`: a huge PMD is split first; then
-/// [`try_to_unmap_one`] for each PTE, page by page as Linux does for an
-/// anon folio. False if a PTE no longer maps its page or a page could not
-/// be shared; the pages unmapped before it stay swapped out.
-fn try_to_unmap(k: &Kernel, mm: &Mm, pmd: PmdSlot, i: &Isolated, e: SwpEntry) -> bool {
-    if i.pmd_mapped {
-        split_huge_pmd(k, mm, i.addr);
-    }
-    let e0 = pmd.load(&k.phys);
-    if e0.is_none() || e0.huge() {
-        return false;
-    }
-    (0..i.f.nr_pages()).all(|p| {
-        let slot = SwpEntry { offset: e.offset + p, ..e };
-        try_to_unmap_one(k, mm, (pmd, e0.pfn()), i.addr + p * PAGE_SIZE, i.f, p, slot)
-    })
+/// `shrink_inactive_list`: up to `nr` folios from the inactive tail, each
+/// through [`shrink_folio`]; returns how many were freed.
+fn shrink_inactive_list(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
+    let folios = k.lru.isolate_tail(&k.phys, LruList::Inactive, nr);
+    Stats::add(&k.stats.pgscan_anon, folios.len() as u64);
+    folios.into_iter().filter(|&f| shrink_folio(k, mmlist, f, false)).count()
 }
 
-/// `try_to_unmap_one` for the PTE at `addr` mapping page `p` of the anon
-/// folio `f`, whose slot is `e`: the entry is cleared and flushed, and
-/// replaced by a swap entry naming the slot (`swap_duplicate`), exclusive
-/// if the page was AnonExclusive (`folio_try_share_anon_rmap_pte` clears
-/// that, and fails for a page that may be pinned: the entry is put back);
-/// the mapping's rmap and reference go. False if the entry no longer maps
-/// the page, or it could not be shared.
-fn try_to_unmap_one(
-    k: &Kernel,
-    mm: &Mm,
-    (pmd, table): (PmdSlot, Pfn),
-    addr: u64,
-    f: Folio,
-    p: u64,
-    e: SwpEntry,
-) -> bool {
-    let (phys, idx) = (&k.phys, pte_index(addr));
-    let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return false };
-    let pte = load(phys, table, idx);
-    if !pte.present() || pte.special() || pte.pfn() != f.pfn + p {
-        return false;
+/// `shrink_active_list`: up to `nr` folios from the active tail go to the
+/// inactive head; their accessed bits are looked at and cleared
+/// (`folio_referenced`), which keeps only executable file folios active.
+fn shrink_active_list(k: &Kernel, mmlist: &MmList, nr: usize) {
+    for f in k.lru.isolate_tail(&k.phys, LruList::Active, nr) {
+        folio_referenced(k, mmlist, f);
+        f.head().clear(pg::REFERENCED);
+        k.lru.putback(f, LruList::Inactive);
+        Stats::inc(&k.stats.pgdeactivate);
+        k.folio_put_refs(f, 1);
     }
-    store(phys, table, idx, Pte::NONE);
-    mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
-    let exclusive = f.anon_exclusive(p);
-    if exclusive && f.maybe_dma_pinned() {
-        store(phys, table, idx, pte);
-        return false;
+}
+
+/// `inactive_is_low` for anon: the inactive list is short of the active
+/// one by more than the ratio for the memory on them (`int_sqrt(10 * GiB)`,
+/// 1 under 1 GiB).
+fn inactive_is_low(inactive: usize, active: usize) -> bool {
+    let gib = ((inactive + active) as u64 * PAGE_SIZE) >> 30;
+    let ratio = if gib == 0 { 1 } else { (10 * gib).isqrt() as usize };
+    inactive * ratio < active
+}
+
+/// `try_to_free_pages` → `shrink_lruvec` for the anon lists, priority by
+/// priority (a list's size >> priority scanned on each), until
+/// `SWAP_CLUSTER_MAX` folios are freed; nothing without a swap device
+/// (`can_reclaim_anon_pages`). Returns the folios freed.
+pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
+    if k.swap.is_none() {
+        return 0;
     }
-    let dev = k.swap.as_ref().expect("a slot implies a device");
-    dev.duplicate(e, 1);
-    f.set_anon_exclusive(p, false);
-    store(phys, table, idx, Pte::swap(e, exclusive));
-    mm.add_anon_rss(-1);
-    mm.add_swap_rss(1);
-    rmap::folio_remove_rmap(k, f, p, 1, Level::Pte, mm.rmap);
-    f.put_refs(1);
-    true
+    Stats::inc(&k.stats.allocstall);
+    let mut freed = 0;
+    for priority in (0..=DEF_PRIORITY).rev() {
+        let (inactive, active) = k.lru.sizes();
+        if inactive_is_low(inactive, active) {
+            shrink_active_list(k, mmlist, (active >> priority).max(1));
+        }
+        let mut scan = k.lru.sizes().0 >> priority;
+        while scan > 0 && freed < SWAP_CLUSTER_MAX {
+            let batch = scan.min(SWAP_CLUSTER_MAX);
+            freed += shrink_inactive_list(k, mmlist, batch);
+            scan -= batch;
+        }
+        if freed >= SWAP_CLUSTER_MAX {
+            break;
+        }
+    }
+    freed
+}
+
+/// An order-0 folio for a user page (`GFP_HIGHUSER_MOVABLE`), zeroed or
+/// not: when memory is short, direct reclaim runs and the allocation is
+/// retried, up to `MAX_RECLAIM_RETRIES` rounds while reclaim makes
+/// progress (`__alloc_pages_slowpath`); ENOMEM after that (the OOM killer
+/// is not modelled). The caller holds no page-table lock.
+pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> Result<Folio<'k>> {
+    let alloc = || if zeroed { k.alloc_folio_zeroed(0) } else { k.alloc_folio(0) };
+    let mut retries = 0;
+    loop {
+        match alloc() {
+            Err(Errno::ENOMEM) if retries < MAX_RECLAIM_RETRIES && try_to_free_pages(k, mmlist) > 0 => retries += 1,
+            got => return got,
+        }
+    }
 }

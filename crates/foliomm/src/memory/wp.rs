@@ -9,7 +9,7 @@ use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
 use crate::pgtable::{load, store};
-use crate::rmap::{self, anon_vma_prepare};
+use crate::rmap;
 use crate::Result;
 
 /// `do_wp_page` for a private anonymous mapping: reuse the page if it is
@@ -78,11 +78,8 @@ fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
 /// last. An unshare fault maps the new page read-only and clean.
 fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     let (k, mm, phys, orig) = (vmf.k, vmf.mm, &vmf.k.phys, vmf.orig);
-    let anon_vma = anon_vma_prepare(k, &vmf.vma.anon_vma);
-    let new = match old {
-        Some(_) => k.alloc_folio(0),
-        None => k.alloc_folio_zeroed(0),
-    };
+    let anon_vma = vmf.mm.anon_vma_prepare(&vmf.vma);
+    let new = super::vmscan::alloc_folio_reclaim(k, &mm.mmlist, old.is_none());
     let new = match new {
         Ok(f) => f,
         Err(e) => {
@@ -109,7 +106,7 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     store(phys, vmf.table, idx, Pte::NONE);
     let page = vmf.address & !(PAGE_SIZE - 1);
     mm.tlb.flush_range(&k.stats, page, page + PAGE_SIZE);
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.rmap, anon_vma);
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.rmap, (anon_vma, vmf.vma.page_index(vmf.address)));
     let writable = if vmf.unshare() { 0 } else { Pte::DIRTY | Pte::RW };
     store(phys, vmf.table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | writable));
     match old {

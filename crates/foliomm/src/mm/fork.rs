@@ -37,9 +37,9 @@ impl Mm {
                 // table copies in fork()"), every hugetlb VMA was copied: the
                 // eras of the i-mmap-rwsem and no-lock designs.
                 if v.anon_vma() != 0 {
-                    c.anon_vma.set(k.new_anon_vma());
-                    // anon_vma_fork(): the child's chain holds the
-                    // parent's anon_vma too.
+                    // anon_vma_fork(): the child's chain (cloned with the
+                    // VMA) holds the parent's anon_vmas, and its own new one.
+                    c.anon_vma.fork(child.mmlist.new_anon_vma(k, Some(v.anon_vma.root())));
                     c.set_flags(c.flags() | vm::ANON_PARENTS);
                 }
                 let lazy_hugetlb = k.config.hugetlb_sync == HugetlbSync::VmaLock;

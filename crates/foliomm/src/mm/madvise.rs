@@ -143,7 +143,13 @@ impl Mm {
             if v.flags() & vm::LOCKED != 0 || v.is_hugetlb() {
                 return Err(Errno::EINVAL);
             }
-            crate::memory::vmscan::pageout_range(&self.kernel, self, v.start().max(addr), v.end().min(end), pageout);
+            crate::memory::madvise_cold::pageout_range(
+                &self.kernel,
+                self,
+                v.start().max(addr),
+                v.end().min(end),
+                pageout,
+            );
         }
         if vmas.covers(addr, end) {
             Ok(())

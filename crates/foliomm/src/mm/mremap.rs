@@ -170,7 +170,7 @@ impl Mm {
             // (unlink_anon_vmas): its next faults start afresh.
             vmas.start_write(&src);
             src.set_flags(src.flags() & !vm::LOCKED);
-            src.anon_vma.set(0);
+            src.anon_vma.reset();
         } else {
             let src = vmas.remove(src.start()).expect("mremap source VMA");
             vmas.free(src);

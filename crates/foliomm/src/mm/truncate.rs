@@ -20,7 +20,8 @@ use crate::arch::PAGE_SIZE;
 use crate::kernel::HugetlbSync;
 use crate::memory::zap::{unmap_page_range, ZapDetails};
 use crate::mm_types::{vm, Mm, MmList};
-use crate::shmem::{FileMapping, HugetlbVmaLock, Inode};
+use crate::rmap::VmaRecord;
+use crate::shmem::{HugetlbVmaLock, Inode};
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -105,7 +106,7 @@ impl MmList {
             // read lock, taken, then the write lock, and it all starts again
             // if a VMA was linked in between (Linux tries them under the
             // write lock and backs out when one is contended).
-            let locks_of = |records: &[FileMapping]| -> Vec<HugetlbVmaLock> {
+            let locks_of = |records: &[VmaRecord]| -> Vec<HugetlbVmaLock> {
                 match inode.k.config.hugetlb_sync {
                     HugetlbSync::VmaLock => records.iter().filter_map(|m| inode.i_mmap.vma_lock(m.vma)).collect(),
                     _ => Vec::new(),
@@ -129,7 +130,7 @@ impl MmList {
 
     /// Zaps in each of `mappings` the pages that map file pages
     /// `first..last`; the MMs it zapped in go to `mms`.
-    fn zap_mappings(&self, mappings: &[FileMapping], first: u64, last: u64, even_cows: bool, mms: &mut Vec<Arc<Mm>>) {
+    fn zap_mappings(&self, mappings: &[VmaRecord], first: u64, last: u64, even_cows: bool, mms: &mut Vec<Arc<Mm>>) {
         for m in mappings {
             let Some((start, end)) = m.addresses(first, last) else { continue };
             // An MM being dropped unmaps everything itself.

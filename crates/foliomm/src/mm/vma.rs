@@ -149,7 +149,7 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: Kerne
                 a.set_range(a.start(), b.end(), a.pgoff());
                 let b = vmas.remove(next_start).expect("the VMA just found");
                 if a.anon_vma() == 0 {
-                    a.anon_vma.set(b.anon_vma());
+                    a.anon_vma.clone_from(&b.anon_vma);
                 }
                 vmas.free(b);
             }

@@ -7,7 +7,6 @@
 use super::vma_lock::ReadFailure;
 use super::{vma_tree, Mm, MmapReadGuard, Vma};
 use crate::kernel::{Kernel, Stats, VmaLockDesign};
-use crate::rmap::anon_vma_prepare;
 use crate::sync::atomic::AtomicU64;
 use crate::sync::Arc;
 use crate::{Errno, Result};
@@ -49,7 +48,7 @@ impl FaultVma<'_> {
         }
         match mm.mmap_read_trylock() {
             Some(_held) => {
-                anon_vma_prepare(&mm.kernel, &self.vma.anon_vma);
+                mm.anon_vma_prepare(&self.vma);
                 true
             }
             None => false,

@@ -15,7 +15,7 @@ use crate::sync::{thread, Arc, Mutex};
 
 /// A VMA of MM `mm` over `[start, end)`, attached in write epoch `seq`.
 fn attached(cache: &VmaCache, mm: u64, start: u64, end: u64, seq: u64) -> Arc<Vma> {
-    let v = cache.alloc(VmaInit { mm, start, end, flags: 0, pgoff: 0, file: None, anon_vma: 0 });
+    let v = cache.alloc(VmaInit { mm, start, end, flags: 0, pgoff: 0, file: None });
     v.start_write(seq);
     v.mark_attached();
     v

@@ -10,6 +10,7 @@ use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::{MmId, RmapMm};
+use crate::rmap::AnonVma;
 use crate::shmem::{Inode, Mount};
 use crate::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
 use crate::sync::cacheline::{self, Structure};
@@ -119,6 +120,12 @@ impl Mm {
         self.tlb.tables.read(&self.kernel)
     }
 
+    /// `anon_vma_prepare` for `vma` of this MM: its anon_vma, made now if
+    /// it has none.
+    pub fn anon_vma_prepare(&self, vma: &super::Vma) -> u64 {
+        vma.anon_vma.prepare(|| self.mmlist.new_anon_vma(&self.kernel, None))
+    }
+
     /// `mmap_read_lock`.
     pub fn mmap_read_lock(&self) -> MmapReadGuard<'_> {
         self.mmap_lock.read()
@@ -154,20 +161,46 @@ impl Mm {
 
 /// Every address space of a machine, for walkers such as the checker (the
 /// model's counterpart of `init_mm.mmlist`): weak, so an MM goes away when
-/// its last user drops it; the VMA cache they share; and every shmem inode
-/// (the superblock's inode list), weak too.
+/// its last user drops it; the VMA cache they share; every shmem inode
+/// (the superblock's inode list), weak too; and every anon_vma by identity,
+/// weak (the VMAs' chains hold them), for an rmap walk from a folio's
+/// `folio->mapping`.
 pub struct MmList {
     /// Each MM by serial.
     mms: Mutex<Vec<(u64, Weak<Mm>)>>,
     /// The VMA allocator its MMs share (`vm_area_cachep`).
     pub vma_cache: Arc<VmaCache>,
     inodes: Mutex<Vec<Weak<Inode>>>,
+    anon_vmas: Mutex<HashMap<u64, Weak<AnonVma>>>,
 }
 
 impl MmList {
     /// An empty list whose MMs take VMAs from `vma_cache`.
     pub fn new(vma_cache: VmaCache) -> MmList {
-        MmList { mms: Mutex::default(), vma_cache: Arc::new(vma_cache), inodes: Mutex::default() }
+        MmList {
+            mms: Mutex::default(),
+            vma_cache: Arc::new(vma_cache),
+            inodes: Mutex::default(),
+            anon_vmas: Mutex::default(),
+        }
+    }
+
+    /// `anon_vma_alloc`: a new anon_vma with no VMA, of the family of
+    /// `root` (for a fork child) or a root itself, found again by its
+    /// identity until its last chain lets it go.
+    pub fn new_anon_vma(&self, k: &Kernel, root: Option<u64>) -> Arc<AnonVma> {
+        let av = Arc::new(AnonVma::new(k.new_anon_vma(), root));
+        let mut all = self.anon_vmas.lock().unwrap();
+        if all.len().is_power_of_two() && all.len() >= 64 {
+            all.retain(|_, w| w.strong_count() > 0);
+        }
+        all.insert(av.id, Arc::downgrade(&av));
+        av
+    }
+
+    /// The anon_vma `id` names (`folio_anon_vma`), if a VMA still holds it.
+    pub fn anon_vma(&self, id: u64) -> Option<Arc<AnonVma>> {
+        self.anon_vmas.lock().unwrap().get(&id).and_then(Weak::upgrade)
     }
 
     /// A new shmem inode of `size` bytes on `mount`, on the list

@@ -18,8 +18,8 @@ use arc_swap::ArcSwapOption;
 use super::vma_lock::VmaLock;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
-use crate::rmap::AnonVmaSlot;
-use crate::shmem::{FileMapping, HugetlbVmaLock, Inode, PrivateResv};
+use crate::rmap::{AnonVmaSlot, VmaRecord};
+use crate::shmem::{HugetlbVmaLock, Inode, PrivateResv};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sync::Arc;
 
@@ -114,8 +114,6 @@ pub struct VmaInit {
     pub pgoff: u64,
     /// `vm_file`: the shmem or hugetlbfs inode mapped, if any.
     pub file: Option<Arc<Inode>>,
-    /// The anon_vma identity; 0 for none yet.
-    pub anon_vma: u64,
 }
 
 /// A virtual memory area.
@@ -134,7 +132,7 @@ pub struct Vma {
     /// The reservation map of a private hugetlb mapping's owner (in
     /// `vm_private_data` in Linux), shared by the pieces of a split.
     hugetlb_resv: ArcSwapOption<PrivateResv>,
-    /// `vm_area_struct::anon_vma`, as its identity only (no chains).
+    /// `vm_area_struct::anon_vma` and `anon_vma_chain`.
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
     pub(crate) lock: VmaLock,
@@ -152,7 +150,7 @@ impl Vma {
             pgoff: AtomicU64::new(0),
             file: ArcSwapOption::empty(),
             hugetlb_resv: ArcSwapOption::empty(),
-            anon_vma: AnonVmaSlot::new(0),
+            anon_vma: AnonVmaSlot::default(),
             lock: VmaLock::new(design),
         }
     }
@@ -163,7 +161,7 @@ impl Vma {
         self.file.store(v.file);
         self.set_range(v.start, v.end, v.pgoff);
         self.set_flags(v.flags);
-        self.anon_vma.set(v.anon_vma);
+        self.anon_vma.reset();
         self.lock.init();
     }
 
@@ -249,6 +247,7 @@ impl Vma {
         self.end.store(end, Relaxed);
         self.pgoff.store(pgoff, Relaxed);
         self.with_file(|f| f.map(|f| f.i_mmap.update(self.id(), start, pgoff, (end - start) / PAGE_SIZE)));
+        self.anon_vma.update(self.record());
     }
 
     /// The VMA's identity in its file's `i_mmap`: its address.
@@ -256,19 +255,22 @@ impl Vma {
         self as *const Vma as usize
     }
 
-    /// What the file's `i_mmap` holds of this VMA while it is linked.
-    pub fn file_mapping(&self) -> FileMapping {
+    /// What the rmap trees (its file's `i_mmap`, its anon_vmas') hold of
+    /// this VMA while it is linked.
+    pub fn record(&self) -> VmaRecord {
         let pages = (self.end() - self.start()) / PAGE_SIZE;
         let (vma, mm, start, pgoff, flags) = (self.id(), self.mm(), self.start(), self.pgoff(), self.flags());
         let shared_maywrite = flags & vm::SHARED != 0 && flags & vm::NO_MAYWRITE == 0;
-        FileMapping { vma, mm, start, pgoff, pages, flags, shared_maywrite }
+        VmaRecord { vma, mm, start, pgoff, pages, flags, shared_maywrite }
     }
 
-    /// `vma_link_file`: a file VMA entering its MM's tree joins the file's
-    /// `i_mmap`, a shared hugetlb one with a new hugetlb VMA lock.
-    pub(super) fn link_file(&self) {
+    /// `vma_link_file`: a VMA entering its MM's tree joins the file's
+    /// `i_mmap` (a shared hugetlb one with a new hugetlb VMA lock) and the
+    /// trees of its anon_vmas.
+    pub(super) fn link_rmap(&self) {
         let vma_lock = self.is_hugetlb() && self.shared();
-        self.with_file(|f| f.map(|f| f.i_mmap.link(self.file_mapping(), vma_lock)));
+        self.with_file(|f| f.map(|f| f.i_mmap.link(self.record(), vma_lock)));
+        self.anon_vma.link(self.record());
     }
 
     /// The hugetlb VMA lock of a linked shared hugetlb VMA.
@@ -276,10 +278,12 @@ impl Vma {
         self.with_file(|f| f.and_then(|f| f.i_mmap.vma_lock(self.id())))
     }
 
-    /// `unlink_file_vma`: a file VMA leaving its MM's tree leaves the
-    /// file's `i_mmap`, once no walker looks at it.
-    pub(super) fn unlink_file(&self) {
+    /// `unlink_file_vma`: a VMA leaving its MM's tree leaves the file's
+    /// `i_mmap` and its anon_vmas' trees, once no walker looks at it (its
+    /// chain stays until it is freed or reset).
+    pub(super) fn unlink_rmap(&self) {
         self.with_file(|f| f.map(|f| f.i_mmap.unlink(self.id())));
+        self.anon_vma.unlink();
     }
 
     /// `vm_flags_reset`; the caller holds the mmap_lock for write. A linked
@@ -287,6 +291,7 @@ impl Vma {
     pub fn set_flags(&self, flags: u32) {
         self.flags.store(flags, Relaxed);
         self.with_file(|f| f.map(|f| f.i_mmap.update_flags(self.id(), flags)));
+        self.anon_vma.update(self.record());
     }
 
     /// `is_vm_hugetlb_page`.

@@ -45,8 +45,9 @@ impl VmaCache {
     /// A detached copy of `v` for MM `mm` (`vm_area_dup`).
     pub fn dup(&self, mm: u64, v: &Vma) -> Arc<Vma> {
         let (start, end, flags, pgoff) = (v.start(), v.end(), v.flags(), v.pgoff());
-        let dup = self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file(), anon_vma: v.anon_vma() });
+        let dup = self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file() });
         dup.set_hugetlb_resv(v.hugetlb_resv());
+        dup.anon_vma.clone_from(&v.anon_vma);
         dup
     }
 
@@ -54,6 +55,7 @@ impl VmaCache {
     pub fn free(&self, v: Arc<Vma>) {
         debug_assert!(self.design == VmaLockDesign::MmapLock || v.lock.is_detached(), "freeing an attached VMA");
         v.clear_file();
+        v.anon_vma.reset();
         if self.design == VmaLockDesign::VmaRefcount {
             let mut free = self.free.lock().unwrap();
             if free.len() < KEEP {

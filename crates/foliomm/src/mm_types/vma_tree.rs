@@ -90,7 +90,7 @@ impl Vmas {
     /// `vm_area_alloc`: a new detached VMA of this MM, mapping `file` (from
     /// page `pgoff`) or anonymous memory.
     pub fn alloc(&self, start: u64, end: u64, flags: u32, pgoff: u64, file: Option<Arc<Inode>>) -> Arc<Vma> {
-        self.cache.alloc(VmaInit { mm: self.mm, start, end, flags, pgoff, file, anon_vma: 0 })
+        self.cache.alloc(VmaInit { mm: self.mm, start, end, flags, pgoff, file })
     }
     /// `vm_area_dup`: a detached copy of `v` (of this MM or, for fork, of the parent).
     pub fn dup(&self, v: &Vma) -> Arc<Vma> {
@@ -114,7 +114,7 @@ impl Vmas {
     pub fn insert(&mut self, v: Arc<Vma>) {
         self.start_write(&v);
         v.mark_attached();
-        v.link_file();
+        v.link_rmap();
         self.map.insert(v.start(), v);
         self.publish();
     }
@@ -125,7 +125,7 @@ impl Vmas {
     pub fn remove(&mut self, start: u64) -> Option<Arc<Vma>> {
         let v = self.map.get(&start)?.clone();
         self.start_write(&v);
-        v.unlink_file();
+        v.unlink_rmap();
         self.map.remove(&start);
         self.publish();
         v.mark_detached();

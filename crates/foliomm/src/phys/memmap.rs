@@ -40,6 +40,13 @@ pub mod pg {
     pub const HUGETLB_RESTORE_RESERVE: u64 = 1 << 13;
     /// `PG_swapcache`: the folio holds swap slots in the swap cache.
     pub const SWAPCACHE: u64 = 1 << 14;
+    /// `PG_lru`: the folio is on an LRU list (set and cleared under the
+    /// LRU lock).
+    pub const LRU: u64 = 1 << 15;
+    /// `PG_active`: on the active list.
+    pub const ACTIVE: u64 = 1 << 16;
+    /// `PG_referenced`: reclaim saw the folio referenced once already.
+    pub const REFERENCED: u64 = 1 << 17;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

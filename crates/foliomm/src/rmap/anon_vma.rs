@@ -1,41 +1,163 @@
-//! A VMA's `anon_vma` (mm/rmap.c `anon_vma_prepare`, `anon_vma_alloc`).
-//! foliomm keeps only the anon_vma's identity, with no chains or interval
-//! tree: nothing walks the anon rmap yet.
+//! A VMA's `anon_vma` and its `anon_vma_chain` (mm/rmap.c
+//! `anon_vma_prepare`, `anon_vma_clone`, `anon_vma_fork`,
+//! `unlink_anon_vmas`): every anon folio names the anon_vma it was first
+//! mapped under (`folio->mapping`); that anon_vma's tree holds every VMA
+//! that may map it (the VMA it was created in, and those of fork
+//! children, whose chains hold their parents' anon_vmas), so that an rmap
+//! walk finds every mapping of the folio without looking anywhere else.
+//!
+//! Differs from Linux: the chain is a list of the anon_vmas a VMA is
+//! linked to, without `anon_vma_chain` nodes; each tree holds records of its
+//! VMAs ([`VmaRecord`]); there is no root anon_vma, no `degree` and no
+//! reuse of an anon_vma a fork child could share (`anon_vma_clone`'s
+//! reuse), so a child's own folios always go to a new anon_vma.
 
-use crate::kernel::Kernel;
+use super::vma_record::{RmapTree, VmaRecord};
 use crate::sync::atomic::{AtomicU64, Ordering::*};
+use crate::sync::{Arc, Mutex};
 
-/// `vma->anon_vma`: the identity of the VMA's anon_vma, 0 until its first
-/// anonymous folio is mapped.
-#[derive(Debug, Default)]
-pub struct AnonVmaSlot(AtomicU64);
+/// `struct anon_vma`: its identity (what anon folios record), its root's
+/// (the anon_vma of the first ancestor, whose tree every descendant's VMA
+/// joins) and the tree of the VMAs linked to it.
+#[derive(Debug)]
+pub struct AnonVma {
+    pub id: u64,
+    pub root: u64,
+    pub tree: RmapTree,
+}
 
-impl AnonVmaSlot {
-    pub fn new(id: u64) -> AnonVmaSlot {
-        AnonVmaSlot(AtomicU64::new(id))
-    }
-
-    /// The anon_vma's identity, 0 if none yet.
-    pub fn get(&self) -> u64 {
-        self.0.load(Acquire)
-    }
-
-    /// Gives the VMA `id` (fork's `anon_vma_fork`, or a merge that adopts
-    /// its neighbour's); the caller holds the mmap_lock for write.
-    pub fn set(&self, id: u64) {
-        self.0.store(id, Release)
+impl AnonVma {
+    /// A new anon_vma with no VMA (`anon_vma_alloc`), of the family whose
+    /// root is `root` (a fork child's), or a root of its own.
+    pub fn new(id: u64, root: Option<u64>) -> AnonVma {
+        AnonVma { id, root: root.unwrap_or(id), tree: RmapTree::default() }
     }
 }
 
-/// `anon_vma_prepare`: gives the VMA an anon_vma before its first anon
-/// folio, if it has none; two faults racing agree on one. Returns it.
-pub fn anon_vma_prepare(k: &Kernel, slot: &AnonVmaSlot) -> u64 {
-    let cur = slot.get();
-    if cur != 0 {
-        return cur;
+/// The anon_vmas of a VMA and, while it is in its MM's tree, its record in
+/// each of them.
+#[derive(Debug, Default)]
+struct Chain {
+    anon_vmas: Vec<Arc<AnonVma>>,
+    linked: Option<VmaRecord>,
+}
+
+impl Chain {
+    /// Adds `av` to the chain (linking the VMA to it if the VMA is in its
+    /// MM's tree), unless it is there already.
+    fn add(&mut self, av: Arc<AnonVma>) {
+        if self.anon_vmas.iter().any(|a| a.id == av.id) {
+            return;
+        }
+        if let Some(rec) = self.linked {
+            av.tree.link(rec);
+        }
+        self.anon_vmas.push(av);
     }
-    match slot.0.compare_exchange(0, k.new_anon_vma(), AcqRel, Acquire) {
-        Ok(_) => slot.get(),
-        Err(winner) => winner,
+}
+
+/// `vma->anon_vma` and `vma->anon_vma_chain`: the identity of the VMA's
+/// anon_vma (0 until its first anonymous folio is mapped) and its chain.
+#[derive(Debug, Default)]
+pub struct AnonVmaSlot {
+    id: AtomicU64,
+    chain: Mutex<Chain>,
+}
+
+impl AnonVmaSlot {
+    /// The anon_vma's identity, 0 if none yet.
+    pub fn get(&self) -> u64 {
+        self.id.load(Acquire)
+    }
+
+    /// `anon_vma_prepare`: gives the VMA an anon_vma from `new` before its
+    /// first anon folio, if it has none; two faults racing agree on one
+    /// (the chain's lock stands for `mm->page_table_lock`). Returns it.
+    pub fn prepare(&self, new: impl FnOnce() -> Arc<AnonVma>) -> u64 {
+        let cur = self.get();
+        if cur != 0 {
+            return cur;
+        }
+        let mut chain = self.chain.lock().unwrap();
+        if self.get() == 0 {
+            let av = new();
+            self.id.store(av.id, Release);
+            chain.add(av);
+        }
+        self.get()
+    }
+
+    /// `anon_vma_fork`'s own anon_vma for a child VMA whose chain
+    /// ([`Self::clone_from`]) holds its parent's: new folios of the child
+    /// go to `av`.
+    pub fn fork(&self, av: Arc<AnonVma>) {
+        let mut chain = self.chain.lock().unwrap();
+        self.id.store(av.id, Release);
+        chain.add(av);
+    }
+
+    /// `anon_vma_clone`: the VMA joins every anon_vma of `src`'s chain and
+    /// takes `src`'s anon_vma (a split, a copy for mremap, a fork before
+    /// [`Self::fork`], or a merge into a VMA that had none).
+    pub fn clone_from(&self, src: &AnonVmaSlot) {
+        let theirs = src.chain.lock().unwrap().anon_vmas.clone();
+        let mut chain = self.chain.lock().unwrap();
+        theirs.into_iter().for_each(|av| chain.add(av));
+        self.id.store(src.get(), Release);
+    }
+
+    /// The VMA entered its MM's tree as `rec`: it joins the tree of every
+    /// anon_vma of its chain.
+    pub fn link(&self, rec: VmaRecord) {
+        let mut chain = self.chain.lock().unwrap();
+        chain.anon_vmas.iter().for_each(|av| av.tree.link(rec));
+        chain.linked = Some(rec);
+    }
+
+    /// The VMA left its MM's tree: it leaves every anon_vma's tree (waiting
+    /// for their walkers), keeping its chain.
+    pub fn unlink(&self) {
+        let mut chain = self.chain.lock().unwrap();
+        if let Some(rec) = chain.linked.take() {
+            chain.anon_vmas.iter().for_each(|av| av.tree.unlink(rec.vma));
+        }
+    }
+
+    /// The linked VMA's range or flags changed (`vma_prepare` ..
+    /// `vma_complete`): its record in every tree follows.
+    pub fn update(&self, rec: VmaRecord) {
+        let mut chain = self.chain.lock().unwrap();
+        if chain.linked.is_some() {
+            chain.linked = Some(rec);
+            for av in &chain.anon_vmas {
+                av.tree.update(rec.vma, rec.start, rec.pgoff, rec.pages);
+                av.tree.update_flags(rec.vma, rec.flags);
+            }
+        }
+    }
+
+    /// `unlink_anon_vmas`: the VMA leaves every anon_vma's tree and has no
+    /// anon_vma and no chain any more (if it stays in its MM's tree, an
+    /// anon_vma it gets later links it again).
+    pub fn reset(&self) {
+        let mut chain = self.chain.lock().unwrap();
+        if let Some(rec) = chain.linked {
+            chain.anon_vmas.iter().for_each(|av| av.tree.unlink(rec.vma));
+        }
+        chain.anon_vmas.clear();
+        self.id.store(0, Release);
+    }
+
+    /// `vma->anon_vma->root`: the anon_vma a folio that is not exclusive to
+    /// this VMA records (`__folio_set_anon`), so that every VMA of the
+    /// family may be walked; 0 if the VMA has no anon_vma.
+    pub fn root(&self) -> u64 {
+        let id = self.get();
+        self.chain.lock().unwrap().anon_vmas.iter().find(|av| av.id == id).map_or(0, |av| av.root)
+    }
+
+    /// The identities of the chain's anon_vmas (for the checker).
+    pub fn chain_ids(&self) -> Vec<u64> {
+        self.chain.lock().unwrap().anon_vmas.iter().map(|av| av.id).collect()
     }
 }

@@ -3,15 +3,17 @@
 //! a batch of PTEs or one PMD, exactly once per batch.
 //!
 //! Small folios count in the head page's `_mapcount`; large folios delegate to
-//! the machine's [`crate::mapcount::MapcountDesign`]. foliomm keeps no anon_vma
-//! chains (nothing walks the rmap yet): `folio->mapping` only records the
-//! anon_vma identity ([`anon_vma`]). Every caller holds the PTL of the table
-//! it changes. Each function tells the kernel's observer what changed and
-//! adds what the design's update cost to the counters.
+//! the machine's [`crate::mapcount::MapcountDesign`]. An anon folio's
+//! `folio->mapping` names its anon_vma ([`anon_vma`]), whose tree
+//! ([`vma_record`]) an rmap walk follows. Every caller holds the PTL of the
+//! table it changes. Each function tells the kernel's observer what changed
+//! and adds what the design's update cost to the counters.
 
 pub mod anon_vma;
+pub mod vma_record;
 
-pub use anon_vma::{anon_vma_prepare, AnonVmaSlot};
+pub use anon_vma::{AnonVma, AnonVmaSlot};
+pub use vma_record::{RmapTree, VmaRecord};
 
 use crate::arch::PMD_ORDER;
 use crate::folio::Folio;
@@ -22,13 +24,20 @@ use crate::sync::atomic::Ordering::Relaxed;
 use crate::Errno;
 
 /// `folio_add_new_anon_rmap(folio, vma, addr, RMAP_EXCLUSIVE)`: first mapping
-/// of a freshly allocated anon folio, all pages by PTEs or the whole by a PMD.
-/// Sets `PageAnonExclusive` on every page (PTE) or the head (PMD).
-pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, anon_vma: u64) {
+/// of a freshly allocated anon folio, all pages by PTEs or the whole by a PMD,
+/// under `anon_vma` at page index `index` (`__folio_set_anon`). Sets
+/// `PageAnonExclusive` on every page (PTE) or the head (PMD). A folio not of
+/// hugetlb goes on the LRU (`folio_add_lru_vma`, which Linux's callers do
+/// next).
+pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, (anon_vma, index): (u64, u64)) {
     Stats::inc(&k.stats.rmap_add_new);
     note(k, f, mm.id, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
     f.head().set(pg::ANON | pg::SWAPBACKED);
     f.head().link.store(anon_vma, Relaxed);
+    f.set_index(index);
+    if !f.head().test(pg::HUGETLB) {
+        k.lru.add(f);
+    }
     if f.is_large() {
         k.design.add_new(f, level, mm);
     } else {

@@ -24,7 +24,7 @@ mod truncate;
 use std::collections::BTreeMap;
 
 pub use hugetlb_resv::PrivateResv;
-pub use i_mmap::{FileMapping, HugetlbVmaLock, IMmap};
+pub use i_mmap::{HugetlbVmaLock, IMmap};
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::folio::thp::shmem_policy::Asker;

@@ -1,0 +1,70 @@
+//! The anon rmap and the LRU lists against the page tables: an rmap walk
+//! from every mapped anon folio must reach every mapping of it
+//! (`folio->mapping`'s anon_vma tree holds the VMA, and `folio->index`
+//! with the VMA's `vm_pgoff` gives the address), and every mapped anon
+//! folio is on exactly the LRU list its flags say, as is every folio on a
+//! list (at a quiescent point none is isolated).
+
+use std::collections::HashSet;
+
+use super::{Subject, Violation, ViolationKind::Rmap};
+use crate::arch::Pfn;
+use crate::folio::Folio;
+use crate::kernel::lru::LruList;
+use crate::kernel::Kernel;
+use crate::mm_types::{Mm, Vmas};
+use crate::phys::pg;
+use crate::sync::atomic::Ordering::Relaxed;
+
+/// Checks that the walk from `f`, whose page `page` `mm` maps at `addr`,
+/// finds that mapping.
+pub(super) fn check_anon_mapping(mm: &Mm, vmas: &Vmas, f: Folio, page: u64, addr: u64, bad: &mut Vec<Violation>) {
+    let at = Subject::Mm { mm: mm.id, addr: Some(addr) };
+    let Some(v) = vmas.find(addr) else { return };
+    let id = f.head().link.load(Relaxed);
+    let Some(av) = mm.mmlist.anon_vma(id) else {
+        let what = format!("mm {}: {addr:#x} maps folio {:#x}, whose anon_vma {id} is gone", mm.id, f.pfn);
+        return bad.push(Violation::new(Rmap, at, what));
+    };
+    let linked = av.tree.read().iter().any(|r| r.vma == v.record().vma && r.mm == mm.serial);
+    let index = f.index() + page;
+    let want = v.page_index(addr);
+    if !linked || index != want {
+        let what = format!(
+            "mm {}: {addr:#x} maps page {page} of folio {:#x} (anon_vma {id}, index {index}): {}",
+            mm.id,
+            f.pfn,
+            if linked {
+                format!("the VMA puts index {want} there")
+            } else {
+                "the anon_vma's tree lacks the VMA".into()
+            }
+        );
+        bad.push(Violation::new(Rmap, at, what));
+    }
+}
+
+/// Checks the LRU lists against their folios' flags, and that every folio
+/// of `mapped_anon` (the mapped anon folios, not hugetlb) is on one.
+pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, bad: &mut Vec<Violation>) {
+    let mut listed = HashSet::new();
+    for which in [LruList::Inactive, LruList::Active] {
+        for pfn in m.lru.snapshot(which) {
+            let head = m.phys.page(pfn);
+            let active = which == LruList::Active;
+            let ok = head.refcount.load(Relaxed) > 0
+                && head.test(pg::LRU)
+                && head.test(pg::ACTIVE) == active
+                && !head.test(pg::TAIL)
+                && listed.insert(pfn);
+            if !ok {
+                let what = format!("folio {pfn:#x} on the {which:?} list with flags {:#x}", head.flags.load(Relaxed));
+                bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+            }
+        }
+    }
+    for &pfn in mapped_anon.iter().filter(|p| !listed.contains(p)) {
+        let what = format!("mapped anon folio {pfn:#x} is on no LRU list");
+        bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+    }
+}

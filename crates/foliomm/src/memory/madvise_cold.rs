@@ -1,0 +1,151 @@
+//! `MADV_PAGEOUT` and `MADV_COLD` (mm/madvise.c
+//! `madvise_cold_or_pageout_pte_range`, then `reclaim_pages` for pageout):
+//! the walk over one VMA's range that picks the anon folios mapped only
+//! here and takes them off the LRU, for [`super::vmscan`] to reclaim or to
+//! put back on the inactive list.
+//!
+//! Differs from Linux: a large folio the range covers only in part is
+//! split only where all its mappings are in the table at hand
+//! ([`super::split`]); 6.1 splits even a covered PTE-mapped THP (its pages
+//! end up swapped out alike); shmem is not paged out; a folio is on its
+//! LRU list at once (Linux skips one still in a CPU's `folio_batch`).
+
+use super::huge_memory::split_huge_pmd;
+use super::split::split_folio_in_table;
+use super::vmscan::shrink_folio;
+use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE};
+use crate::folio::Folio;
+use crate::kernel::lru::LruList;
+use crate::kernel::{Kernel, Stats};
+use crate::mm_types::Mm;
+use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, walk_pmd, PmdSlot};
+use crate::phys::pg;
+use crate::rmap;
+
+/// `madvise_cold_or_pageout_pte_range` + `reclaim_pages` over `[start,
+/// end)` of one VMA of `mm` (the mmap_lock held for read): the anon folios
+/// there mapped only here (`folio_mapcount(folio) != folio_nr_pages(folio)`
+/// passes over a shared one; in 6.1 `page_mapcount != 1`, the same for the
+/// folios reclaimed here) are isolated under the PTL, then reclaimed one by
+/// one ([`shrink_folio`], ignoring references) without it. A PMD-mapped
+/// THP goes whole when the range covers it and it is not maybe mapped
+/// shared. For `MADV_COLD` (`pageout` false) the same walk splits what it
+/// covers in part and moves the rest to the head of the inactive list,
+/// unreferenced (`folio_deactivate`).
+pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
+    let _walk = mm.pt_read();
+    let mut addr = start;
+    while addr < end {
+        let stop = ((addr | (PMD_SIZE - 1)) + 1).min(end);
+        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
+            addr = stop;
+            continue;
+        };
+        if pmd.load(&k.phys).huge() && (!addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE) {
+            split_partly_covered_thp(k, mm, pmd, addr);
+        }
+        let e = pmd.load(&k.phys);
+        let isolated = if e.huge() {
+            isolate_pmd(k, pmd, addr, stop).into_iter().collect()
+        } else if !e.is_none() {
+            isolate(k, mm, pmd, e.pfn(), addr, stop)
+        } else {
+            Vec::new()
+        };
+        for f in isolated {
+            if pageout {
+                shrink_folio(k, &mm.mmlist, f, true);
+            } else {
+                f.head().clear(pg::REFERENCED);
+                k.lru.putback(f, LruList::Inactive);
+                Stats::inc(&k.stats.pgdeactivate);
+                k.folio_put_refs(f, 1);
+            }
+        }
+        addr = stop;
+    }
+}
+
+/// A PMD-mapped anon THP the range covers in part is split, mapping and
+/// folio, unless it may be mapped shared (the era's question), so that its
+/// covered pages can go one by one (`madvise_cold_or_pageout_pte_range`'s
+/// PMD branch: `split_folio`).
+fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot, addr: u64) {
+    let e = pmd.load(&k.phys);
+    let f = Folio::from_head(&k.phys, e.pfn());
+    if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) {
+        return;
+    }
+    // can_split_folio() comes before any unmapping: a folio something else
+    // holds (a pin) keeps its PMD.
+    if f.refcount() as u64 != rmap::folio_mapcount(k, f) || k.folio_swap(f).is_some() {
+        return;
+    }
+    split_huge_pmd(k, mm, addr);
+    let table = pmd.load(&k.phys);
+    if table.is_none() || table.huge() {
+        return;
+    }
+    if let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table.pfn()) {
+        split_folio_in_table(k, mm, (table.pfn(), addr & !(PMD_SIZE - 1)), f, 0);
+    }
+}
+
+/// The anon THP a huge PMD maps, if `[addr, stop)` covers it and it is not
+/// maybe mapped shared, taken off the LRU with a reference.
+fn isolate_pmd(k: &Kernel, pmd: PmdSlot, addr: u64, stop: u64) -> Option<Folio<'_>> {
+    let _pl = pte_lockptr(&k.phys, pmd.table).lock();
+    let e = pmd.load(&k.phys);
+    if !e.huge() || e.special() || !addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE {
+        return None;
+    }
+    let f = Folio::from_head(&k.phys, e.pfn());
+    if !f.test_anon() || rmap::folio_maybe_mapped_shared(k, f) || !k.lru.isolate(f) {
+        return None;
+    }
+    Some(f)
+}
+
+/// The anon folios mapped in `[addr, stop)` of `table` whose every page
+/// is mapped there once and nowhere else, each taken off the LRU with a
+/// reference (`folio_isolate_lru`).
+fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop: u64) -> Vec<Folio<'k>> {
+    let mut out = Vec::new();
+    let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table) else { return out };
+    let mut a = addr;
+    while a < stop {
+        let (idx, pte) = (pte_index(a), load(&k.phys, table, pte_index(a)));
+        if !pte.present() || pte.special() {
+            a += PAGE_SIZE;
+            continue;
+        }
+        let f = Folio::containing(&k.phys, pte.pfn());
+        let max = ((stop - a) / PAGE_SIZE) as usize;
+        let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
+        if !f.test_anon() {
+            a += nr as u64 * PAGE_SIZE;
+            continue;
+        }
+        // Part of a large folio: split it (if no other MM may map it), and
+        // look at the same entry again, now a page of its own.
+        if nr as u64 != f.nr_pages() || pte.pfn() != f.pfn {
+            // The era's question: folio_maybe_mapped_shared (6.15+),
+            // folio_likely_mapped_shared before, page_mapcount in 6.1.
+            let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
+            let split = !shared && split_folio_in_table(k, mm, (table, addr & !(PMD_SIZE - 1)), f, 0);
+            if !split {
+                a += nr as u64 * PAGE_SIZE;
+            }
+            continue;
+        }
+        a += nr as u64 * PAGE_SIZE;
+        if rmap::folio_mapcount(k, f) != f.nr_pages() {
+            Stats::inc(&k.stats.pageout_skipped_shared);
+            continue;
+        }
+        if k.lru.isolate(f) {
+            out.push(f);
+        }
+    }
+    out
+}

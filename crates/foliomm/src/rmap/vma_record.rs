@@ -1,0 +1,110 @@
+//! The reverse-mapping trees: `address_space.i_mmap` of a file and the
+//! `rb_root` of an `anon_vma` (mm/interval_tree.c), each holding the VMAs an
+//! rmap walk visits, under its read-write lock (`i_mmap_rwsem`,
+//! `anon_vma->root->rwsem`).
+//!
+//! A VMA is linked when it enters its MM's tree (or gains the anon_vma) and
+//! unlinked when it leaves; a change of its range updates it under the
+//! write lock. Walkers hold the read lock for their whole walk, so a linked
+//! VMA keeps its range and its page tables (which `free_pgtables` frees
+//! only after the unlink) while they look.
+//!
+//! Differs from Linux: the rmap layer sits below the VMAs, so a tree holds a
+//! record of each VMA (its identity, MM, start and page range) instead of
+//! the VMA; records are kept in link order and a walk scans them all
+//! (Linux's interval tree, ordered by `vm_pgoff` and then by insertion,
+//! finds the overlapping ones in O(log n)). Link order keeps what Linux's
+//! order is for: a VMA linked after another (mremap's destination, fork's
+//! child) is walked after it.
+
+use crate::arch::PAGE_SIZE;
+use crate::sync::cacheline::{self, Structure};
+use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// One VMA in an rmap tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VmaRecord {
+    /// The VMA's identity (its address while it is linked).
+    pub vma: usize,
+    /// `vm_mm`: the serial of the MM the VMA belongs to.
+    pub mm: u64,
+    /// `vm_start`.
+    pub start: u64,
+    /// `vm_pgoff`: the page index mapped at `start` (a file page, or for
+    /// anonymous memory the `folio->index` of the page there).
+    pub pgoff: u64,
+    /// Pages the VMA spans.
+    pub pages: u64,
+    /// `vm_flags`.
+    pub flags: u32,
+    /// `vma_is_shared_maywrite`: a shared mapping that is or may become
+    /// writable, which counts in `i_mmap_writable` (fixed for the VMA's life).
+    pub shared_maywrite: bool,
+}
+
+impl VmaRecord {
+    /// The part of the pages `first..last` this VMA maps, as the address
+    /// range `[start, end)` mapping it; None if it maps none of them
+    /// (`vma_interval_tree_foreach` + the address clipping of
+    /// `unmap_mapping_range_tree`, or `vma_address` for a folio).
+    pub fn addresses(&self, first: u64, last: u64) -> Option<(u64, u64)> {
+        let (lo, hi) = (self.pgoff, self.pgoff + self.pages);
+        if hi <= first || lo >= last {
+            return None;
+        }
+        let start = self.start + first.saturating_sub(lo) * PAGE_SIZE;
+        let end = self.start + (last.min(hi) - lo) * PAGE_SIZE;
+        Some((start, end))
+    }
+}
+
+/// An rmap tree and its lock.
+#[derive(Debug, Default)]
+pub struct RmapTree(RwLock<Vec<VmaRecord>>);
+
+impl RmapTree {
+    /// Links a VMA, after every VMA linked before it.
+    pub fn link(&self, m: VmaRecord) {
+        self.0.write().unwrap().push(m);
+    }
+
+    /// Unlinks the VMA `vma`; waits for every walker.
+    pub fn unlink(&self, vma: usize) {
+        self.0.write().unwrap().retain(|m| m.vma != vma);
+    }
+
+    /// `vma_prepare` .. `vma_complete` around `vma_set_range`: the linked
+    /// VMA `vma` now maps `pages` pages from `pgoff` at `start`. Does
+    /// nothing for a VMA not linked (yet).
+    pub fn update(&self, vma: usize, start: u64, pgoff: u64, pages: u64) {
+        if let Some(m) = self.0.write().unwrap().iter_mut().find(|m| m.vma == vma) {
+            (m.start, m.pgoff, m.pages) = (start, pgoff, pages);
+        }
+    }
+
+    /// The linked VMA `vma` has new flags (`vm_flags_reset`).
+    pub fn update_flags(&self, vma: usize, flags: u32) {
+        if let Some(m) = self.0.write().unwrap().iter_mut().find(|m| m.vma == vma) {
+            m.flags = flags;
+        }
+    }
+
+    /// The read lock: the linked VMAs in walk order, fixed until the guard
+    /// is dropped.
+    pub fn read(&self) -> RwLockReadGuard<'_, Vec<VmaRecord>> {
+        cacheline::write(Structure::IMmapRwsem, &self.0);
+        self.0.read().unwrap()
+    }
+
+    /// The write lock: the records, with no walker and no change until the
+    /// guard is dropped.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<VmaRecord>> {
+        cacheline::write(Structure::IMmapRwsem, &self.0);
+        self.0.write().unwrap()
+    }
+
+    /// A copy of the records (for the checker).
+    pub fn snapshot(&self) -> Vec<VmaRecord> {
+        self.read().clone()
+    }
+}
