@@ -26,7 +26,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         }
         return Ok(());
     }
-    let anon_vma = vmf.mm.anon_vma_prepare(&vmf.vma);
+    let anon_vma = vmf.mm.anon_vma_prepare(vmf.vma);
     let f = alloc_anon_folio(vmf)?;
     let nr = f.nr_pages();
     let base = addr & !(nr * PAGE_SIZE - 1);

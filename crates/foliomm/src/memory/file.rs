@@ -64,7 +64,7 @@ fn do_shared_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
 /// stays in the cache, unmapped here.
 fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
-    let anon_vma = vmf.mm.anon_vma_prepare(&vmf.vma);
+    let anon_vma = vmf.mm.anon_vma_prepare(vmf.vma);
     let new = super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, false)?;
     let (f, pfn) = match get_folio(vmf, inode) {
         Ok(got) => got,

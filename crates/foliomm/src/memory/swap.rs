@@ -141,7 +141,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         // Without RMAP_EXCLUSIVE the page is not AnonExclusive, and the
         // folio records the root anon_vma: other VMAs of the family may map
         // it from the swap cache (`__folio_set_anon`).
-        let own = vmf.mm.anon_vma_prepare(&vmf.vma);
+        let own = vmf.mm.anon_vma_prepare(vmf.vma);
         let anon_vma = if reuse { own } else { vmf.vma.anon_vma.root() };
         let index = vmf.vma.page_index(vmf.address);
         rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
@@ -230,7 +230,7 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
         f,
         Level::Pte,
         vmf.mm.rmap,
-        (vmf.mm.anon_vma_prepare(&vmf.vma), vmf.vma.page_index(base)),
+        (vmf.mm.anon_vma_prepare(vmf.vma), vmf.vma.page_index(base)),
     );
     let writes = vmf.vma.writable() && (vmf.write() || k.config.release().swapin_maps_writable_on_read());
     // set_ptes(): one entry for every page, so a write fault dirties all.

@@ -78,7 +78,7 @@ fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
 /// last. An unshare fault maps the new page read-only and clean.
 fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     let (k, mm, phys, orig) = (vmf.k, vmf.mm, &vmf.k.phys, vmf.orig);
-    let anon_vma = vmf.mm.anon_vma_prepare(&vmf.vma);
+    let anon_vma = vmf.mm.anon_vma_prepare(vmf.vma);
     let new = super::vmscan::alloc_folio_reclaim(k, &mm.mmlist, old.is_none());
     let new = match new {
         Ok(f) => f,
