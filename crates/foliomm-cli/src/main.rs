@@ -132,6 +132,9 @@ fn main() -> ExitCode {
         for c in foliomm_host::sysfs::restore_left_behind(false) {
             eprintln!("foliomm: put back {} = {} (left changed by process {})", c.path, c.value, c.pid);
         }
+        for dir in foliomm_host::memcg::remove_left_behind(false) {
+            eprintln!("foliomm: removed the memory cgroup {dir} (left by a killed run)");
+        }
     }
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),
@@ -152,7 +155,11 @@ fn main() -> ExitCode {
             for c in &restored {
                 println!("put back {} = {} (changed by process {})", c.path, c.value, c.pid);
             }
-            if restored.is_empty() {
+            let cgroups = foliomm_host::memcg::remove_left_behind(force);
+            for dir in &cgroups {
+                println!("removed the memory cgroup {dir}");
+            }
+            if restored.is_empty() && cgroups.is_empty() {
                 println!(
                     "nothing to put back ({} lists no setting of a finished run)",
                     foliomm_host::sysfs::state_path().display()

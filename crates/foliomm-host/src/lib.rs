@@ -11,6 +11,7 @@ mod connection;
 mod counters;
 pub mod files;
 pub mod guest;
+pub mod memcg;
 pub mod procfs;
 pub mod protocol;
 mod release;
@@ -34,7 +35,7 @@ use foliomm::internals::mapcount::Design;
 use foliomm_scenario::backend::{hugepage_counters, Backend, Thread};
 use foliomm_scenario::error::{BackendResult, Machinery, StepError};
 use foliomm_scenario::lang::{MachineSetting, Tunable};
-use foliomm_scenario::op::{GupKind, Op, Reply};
+use foliomm_scenario::op::{Access, GupKind, Op, Reply};
 use foliomm_scenario::Observation;
 
 use connection::{setup, Conn};
@@ -66,6 +67,8 @@ pub struct HostBackend {
     /// `MADV_PAGEOUT`'s `lru_add_drain` empties (a page in another CPU's
     /// batch is not on the LRU, and reclaim passes over it).
     one_cpu: std::sync::atomic::AtomicBool,
+    /// The workers' memory cgroup, for `set memory limit`.
+    memcg: Mutex<Option<memcg::Memcg>>,
 }
 
 impl HostBackend {
@@ -80,6 +83,7 @@ impl HostBackend {
             procs: RwLock::new(HashMap::new()),
             baseline: Mutex::default(),
             one_cpu: Default::default(),
+            memcg: Mutex::new(None),
         }
     }
 
@@ -101,8 +105,11 @@ impl HostBackend {
             if self.one_cpu.load(std::sync::atomic::Ordering::Relaxed) {
                 c.env(worker::ONE_CPU, "1");
             }
-            let c = c.spawn();
-            child = Some(c.map_err(|e| setup(format!("cannot start worker {}: {e}", self.exe.display())))?);
+            let c = c.spawn().map_err(|e| setup(format!("cannot start worker {}: {e}", self.exe.display())))?;
+            if let Some(memcg) = self.memcg.lock().unwrap().as_ref() {
+                memcg.add(c.id()).map_err(setup)?;
+            }
+            child = Some(c);
             Ok(())
         })?;
         let pid = child.as_ref().map_or(0, Child::id);
@@ -170,6 +177,9 @@ pub(crate) fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The most bytes one read asks a worker for (1 MiB).
+const READ_CHUNK: u64 = 1 << 20;
+
 /// `kernel.shm_rmid_forced`.
 const SHM_RMID_FORCED: &str = "/proc/sys/kernel/shm_rmid_forced";
 
@@ -209,6 +219,10 @@ impl Backend for HostBackend {
             MachineSetting::MaxMapCount(n) if Some(*n) != sysfs::max_map_count() => {
                 "vm.max_map_count is system-wide: changing it would limit every process on the machine"
             }
+            MachineSetting::MemoryLimit(_) => match memcg::unavailable() {
+                Some(why) => return Some(format!("cannot honour '{s}': {why}")),
+                None => return None,
+            },
             MachineSetting::Swap(_) => match swap::unavailable() {
                 Some(why) => return Some(format!("cannot honour '{s}': {why}")),
                 None => return None,
@@ -226,6 +240,11 @@ impl Backend for HostBackend {
         {
             swap::start(bytes).map_err(StepError::Unsupported)?;
             self.one_cpu.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(&MachineSetting::MemoryLimit(bytes)) =
+            settings.iter().rev().find(|s| matches!(s, MachineSetting::MemoryLimit(_)))
+        {
+            *self.memcg.lock().unwrap() = Some(memcg::Memcg::create(bytes).map_err(StepError::Unsupported)?);
         }
         std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there
@@ -299,6 +318,19 @@ impl Backend for HostBackend {
                 // a segment its creator leaves behind (restored at the end).
                 sysfs::set(SHM_RMID_FORCED, "1").map_err(StepError::Unsupported)?;
                 self.request(t, t.tid, op)
+            }
+            Op::Access { addr, len, access: access @ Access::Read { every_byte: true } } if len > READ_CHUNK => {
+                // In pieces: the worker holds what it read until it
+                // replies, which a memory limit counts.
+                let mut bytes = Vec::new();
+                for at in (addr..addr + len).step_by(READ_CHUNK as usize) {
+                    let piece = Op::Access { addr: at, len: READ_CHUNK.min(addr + len - at), access };
+                    match self.request(t, t.tid, piece)? {
+                        Reply::Bytes(b) => bytes.extend(b),
+                        other => return Ok(other),
+                    }
+                }
+                Ok(Reply::Bytes(bytes))
             }
             op => self.request(t, t.tid, op),
         }

@@ -24,7 +24,12 @@ pub fn check(src: &str) -> Result<(), String> {
     steps.retain(|s| {
         !matches!(
             s.cmd,
-            Cmd::SetMachine(MachineSetting::Memory(_) | MachineSetting::MemoryAtLeast(_) | MachineSetting::Tlb(_))
+            Cmd::SetMachine(
+                MachineSetting::Memory(_)
+                    | MachineSetting::MemoryAtLeast(_)
+                    | MachineSetting::MemoryLimit(_)
+                    | MachineSetting::Tlb(_)
+            )
         )
     });
     let memory = MachineSetting::Memory(FUZZ_MEMORY);

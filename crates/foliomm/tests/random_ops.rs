@@ -4,7 +4,9 @@
 //! the invariant checker must find nothing, and every read must return what
 //! the reference byte model says (fork = deep copy). Two CPUs with TLBs take
 //! turns, freed frames are poisoned, and every mapcount design takes its
-//! turn. Each test runs about 50,000 operations; `FOLIOMM_SOAK=N` runs
+//! turn. The machine (14M, with 32M of swap) is smaller than four
+//! processes' windows, so reclaim runs under memory pressure in some cases
+//! (the test fails if in none). Each test runs about 50,000 operations; `FOLIOMM_SOAK=N` runs
 //! about N in each (10000000 for a soak). Shrunk failures are saved in
 //! `random_ops.proptest-regressions` and run first, every time.
 
@@ -370,6 +372,7 @@ const MAX_OPS: usize = 200;
 /// is shrunk, saved and replayed first by later runs).
 fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let count = AtomicU64::new(0);
+    let reclaimed = AtomicU64::new(0);
     let per_design: Vec<AtomicU64> =
         foliomm::internals::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_stage: Vec<AtomicU64> = RmapIdStage::ALL.iter().map(|_| AtomicU64::new(0)).collect();
@@ -393,7 +396,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
         if foliomm::internals::mapcount::Design::ALL[design].has_stages() {
             per_stage[stage].fetch_add(ops.len() as u64 + 3, Relaxed);
         }
-        run_case(&ops, mthp, design, RmapIdStage::ALL[stage])
+        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], &reclaimed)
     });
     if let Err(e) = result {
         panic!("{name}: {e}");
@@ -404,15 +407,24 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let stages = RmapIdStage::ALL.iter().zip(&per_stage);
     let spread: Vec<String> = stages.map(|(s, n)| format!("{s} {}", n.load(Relaxed))).collect();
     eprintln!("{name}: the rmap-id designs' operations by seed 000 stage: {}", spread.join(", "));
+    let reclaimed = reclaimed.load(Relaxed);
+    eprintln!("{name}: {reclaimed} reclaim runs under memory pressure");
+    assert!(reclaimed > 0, "{name}: no case ran out of memory: the machine no longer presses reclaim");
 }
 
 /// Runs `ops` under design number `design` (at seed 000's `rmap_id_stage`
 /// when it reads the stage).
-fn run_case(ops: &[Op], mthp: u32, design: usize, rmap_id_stage: RmapIdStage) -> Result<(), TestCaseError> {
+fn run_case(
+    ops: &[Op],
+    mthp: u32,
+    design: usize,
+    rmap_id_stage: RmapIdStage,
+    reclaimed: &AtomicU64,
+) -> Result<(), TestCaseError> {
     let mapcount = foliomm::internals::mapcount::Design::ALL[design];
     let config = Config {
-        memory: 64 << 20,
-        swap: 8 << 20,
+        memory: 14 << 20,
+        swap: 32 << 20,
         poison: true,
         tlb_entries: 64,
         mapcount,
@@ -443,6 +455,8 @@ fn run_case(ops: &[Op], mthp: u32, design: usize, rmap_id_stage: RmapIdStage) ->
         prop_assert!(bad.is_empty(), "after step {} ({:?}):\n{}", i, op, bad.join("\n"));
     }
     w.verify_all_bytes()?;
+    // Reclaim runs memory pressure started (not MADV_PAGEOUT's).
+    reclaimed.fetch_add(w.m.stats.pageoutrun.load(Relaxed) + w.m.stats.allocstall.load(Relaxed), Relaxed);
     w.procs.clear();
     let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
     prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));

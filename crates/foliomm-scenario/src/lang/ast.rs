@@ -255,6 +255,10 @@ pub enum MachineSetting {
     /// (the scenario needs room, not a limit); a host with that much RAM
     /// honours it.
     MemoryAtLeast(u64),
+    /// `set memory limit SIZE`: model RAM of that many bytes, and on a host
+    /// the workers in a memory cgroup limited to it, so that a workload
+    /// larger than it is reclaimed there too.
+    MemoryLimit(u64),
     /// The mapcount design.
     Mapcount(Design),
     /// The Linux release whose behaviour the model follows where releases
@@ -289,6 +293,7 @@ impl std::fmt::Display for MachineSetting {
         match self {
             Memory(b) => write!(f, "set memory {}", size_text(*b)),
             MemoryAtLeast(b) => write!(f, "set memory at least {}", size_text(*b)),
+            MemoryLimit(b) => write!(f, "set memory limit {}", size_text(*b)),
             Mapcount(d) => write!(f, "set mapcount {}", d.name()),
             Kernel(v) => write!(f, "set kernel {v}"),
             RmapIdStage(s) => write!(f, "set rmap_id_stage {}", s.name()),

@@ -39,6 +39,7 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
             }
             Ok(Cmd::SetMachine(MachineSetting::MemoryAtLeast(memory_size(l)?)))
         }
+        "memory" if l.eat("limit") => Ok(Cmd::SetMachine(MachineSetting::MemoryLimit(memory_size(l)?))),
         "memory" => Ok(Cmd::SetMachine(MachineSetting::Memory(memory_size(l)?))),
         "mapcount" => {
             let d = named(l, "mapcount design", Design::parse, &Design::names())?;

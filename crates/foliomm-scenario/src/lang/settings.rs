@@ -44,12 +44,14 @@ impl Setting {
 pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "memory",
-        syntax: "set memory SIZE | set memory at least SIZE",
-        doc: "model RAM, 4M to 1T (default 4G); 'at least' states a need, not a limit",
+        syntax: "set memory SIZE | set memory at least SIZE | set memory limit SIZE",
+        doc: "model RAM, 4M to 1T (default 4G); 'at least' states a need, not a limit; \
+              'limit' is the RAM a workload larger than it is reclaimed to",
         linux: None,
         when: When::Machine,
         names: None,
-        host: "'at least' is checked against MemTotal; an exact size is refused",
+        host: "'at least' is checked against MemTotal; 'limit' puts the workers in a memory cgroup \
+               of that limit; an exact size is refused",
     },
     Setting {
         name: "mapcount",
@@ -247,6 +249,9 @@ mod tests {
             crate::lang::parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
         assert_eq!(SETTINGS.len(), examples.len());
+        for line in ["set memory at least 64M", "set memory limit 64M"] {
+            crate::lang::parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
         let e = crate::lang::parse("set mapcont mm-id").unwrap_err().to_string();
         assert!(e.contains("did you mean 'mapcount'"), "{e}");
     }

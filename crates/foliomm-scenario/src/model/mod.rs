@@ -103,7 +103,7 @@ impl Backend for ModelBackend {
         let mut config = Config { precision: true, ..Config::default() };
         for s in settings {
             match s {
-                MachineSetting::Memory(m) => config.memory = *m,
+                MachineSetting::Memory(m) | MachineSetting::MemoryLimit(m) => config.memory = *m,
                 MachineSetting::MemoryAtLeast(m) => config.memory = config.memory.max(*m),
                 MachineSetting::Mapcount(d) => config.mapcount = *d,
                 MachineSetting::Kernel(v) => config.kernel = Some(*v),

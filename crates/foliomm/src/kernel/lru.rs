@@ -154,3 +154,37 @@ impl Lru {
         self.0.lock().unwrap().lists[which as usize].order.iter().map(|&(_, p)| p).collect()
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::phys::PhysMem;
+    use crate::sync::atomic::Ordering::Relaxed;
+    use crate::sync::{thread, Arc};
+
+    /// Reclaim taking the inactive tail races the owner dropping the last
+    /// reference and taking the folio off its list as it is freed: either
+    /// reclaim holds it (and the owner's put was not the last) or passes it
+    /// over; the lists end empty either way.
+    #[test]
+    fn isolating_the_tail_races_a_free() {
+        loom::model(|| {
+            let phys = Arc::new(PhysMem::new(4 << 20, false).unwrap());
+            let lru = Arc::new(Lru::default());
+            let pfn = phys.alloc_pages(0).unwrap();
+            let f = Folio::from_head(&phys, pfn);
+            f.head().refcount.store(1, Relaxed);
+            lru.add(f);
+            let (p, l) = (phys.clone(), lru.clone());
+            let reclaim = thread::spawn(move || l.isolate_tail(&p, LruList::Inactive, 1).len());
+            let last = f.put_refs(1);
+            if last {
+                lru.del(f);
+            }
+            let isolated = reclaim.join().unwrap();
+            assert_eq!(isolated == 1, !last, "reclaim holds the folio exactly when the owner's put was not the last");
+            assert_eq!(lru.sizes(), (0, 0));
+            assert!(!f.head().test(pg::LRU));
+        });
+    }
+}

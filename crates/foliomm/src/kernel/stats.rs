@@ -82,6 +82,8 @@ counters! {
     pageout_skipped_shared,
     /// Allocations that entered direct reclaim (`allocstall_*` summed).
     allocstall,
+    /// Reclaim runs started under the low watermark (`pageoutrun`, kswapd's).
+    pageoutrun,
     /// Anon folios reclaim looked at on the inactive list (`pgscan_anon`, in folios).
     pgscan_anon,
     /// Anon folios reclaim freed (`pgsteal_anon`, in folios).

@@ -77,7 +77,9 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
     if dev.cached(e).is_none() && dev.count(e) == 1 {
         if let Some(order) = large_swapin_order(vmf, e) {
-            return swapin_large(vmf, order);
+            if let Some(done) = swapin_large(vmf, order) {
+                return done;
+            }
         }
     }
     // The page: a fresh folio's only one, or the cached page of a folio
@@ -187,8 +189,10 @@ fn large_swapin_order(vmf: &VmFault, e: SwpEntry) -> Option<u32> {
 /// skip-cache path: its slots claimed, a fresh folio (exclusive, so mapped
 /// writable as a small fresh one is), every PTE of the range mapped at
 /// once if all are still the entries they were; else nothing changes and
-/// the fault is taken again.
-fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
+/// the fault is taken again. None if no folio of that order could be had:
+/// the caller reads the one page (`alloc_swap_folio`'s fallback to order
+/// 0; Linux tries the smaller suitable orders first).
+fn swapin_large(vmf: &VmFault, order: u32) -> Option<Result<()>> {
     let (k, phys) = (vmf.k, &vmf.k.phys);
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
     let nr = 1u64 << order;
@@ -199,13 +203,13 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
     let release = |n: u64| (0..n).for_each(|i| dev.clear_prepared(SwpEntry { offset: e.offset + i, ..e }));
     if claimed.len() as u64 != nr {
         release(claimed.len() as u64);
-        return Ok(());
+        return Some(Ok(()));
     }
     let f = match k.alloc_folio(order) {
         Ok(f) => f,
         Err(_) => {
             release(nr);
-            return Ok(()); // Linux falls back to a smaller order; the refault does
+            return None;
         }
     };
     for i in 0..nr {
@@ -220,7 +224,7 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
         drop(ptl);
         release(nr);
         k.folio_put_refs(f, 1);
-        return Ok(());
+        return Some(Ok(()));
     }
     dev.put(e, nr);
     release(nr);
@@ -249,7 +253,7 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Result<()> {
     Stats::inc(&k.stats.swpin[order as usize]);
     drop(ptl);
     if vmf.write() && !writes {
-        return wp::do_wp_page(&VmFault { orig: load(phys, vmf.table, pte_index(vmf.address)), ..*vmf });
+        return Some(wp::do_wp_page(&VmFault { orig: load(phys, vmf.table, pte_index(vmf.address)), ..*vmf }));
     }
-    Ok(())
+    Some(Ok(()))
 }

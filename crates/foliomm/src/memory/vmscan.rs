@@ -234,7 +234,6 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
     if k.swap.is_none() {
         return 0;
     }
-    Stats::inc(&k.stats.allocstall);
     let mut freed = 0;
     for priority in (0..=DEF_PRIORITY).rev() {
         let (inactive, active) = k.lru.sizes();
@@ -254,17 +253,39 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
     freed
 }
 
+/// The low watermark in frames (`min_free_kbytes` = `int_sqrt(16 * KiB
+/// of memory)`, clamped to 128 KiB .. 256 MiB, and a quarter more), under
+/// which kswapd starts to reclaim.
+fn low_watermark(k: &Kernel) -> u64 {
+    let kib = k.phys.nr_frames() * (PAGE_SIZE >> 10);
+    let min_kib = (16 * kib).isqrt().clamp(128, 256 << 10);
+    (min_kib + min_kib / 4) / (PAGE_SIZE >> 10)
+}
+
 /// An order-0 folio for a user page (`GFP_HIGHUSER_MOVABLE`), zeroed or
-/// not: when memory is short, direct reclaim runs and the allocation is
-/// retried, up to `MAX_RECLAIM_RETRIES` rounds while reclaim makes
-/// progress (`__alloc_pages_slowpath`); ENOMEM after that (the OOM killer
-/// is not modelled). The caller holds no page-table lock.
+/// not. With a swap device, free memory under the low watermark is
+/// reclaimed first (kswapd's work, done here by the allocating task, so
+/// that the page tables a fault allocates without reclaim find room); when
+/// the allocation fails, direct reclaim runs and it is retried, up to
+/// `MAX_RECLAIM_RETRIES` rounds while reclaim makes progress
+/// (`__alloc_pages_slowpath`); ENOMEM after that (the OOM killer is not
+/// modelled). The caller holds no page-table lock.
 pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> Result<Folio<'k>> {
     let alloc = || if zeroed { k.alloc_folio_zeroed(0) } else { k.alloc_folio(0) };
+    if k.swap.is_some() && k.phys.nr_free() < low_watermark(k) {
+        Stats::inc(&k.stats.pageoutrun);
+        try_to_free_pages(k, mmlist);
+    }
     let mut retries = 0;
     loop {
         match alloc() {
-            Err(Errno::ENOMEM) if retries < MAX_RECLAIM_RETRIES && try_to_free_pages(k, mmlist) > 0 => retries += 1,
+            Err(Errno::ENOMEM) if retries < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
+                Stats::inc(&k.stats.allocstall);
+                if try_to_free_pages(k, mmlist) == 0 {
+                    return Err(Errno::ENOMEM);
+                }
+                retries += 1;
+            }
             got => return got,
         }
     }

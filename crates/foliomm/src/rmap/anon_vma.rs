@@ -161,3 +161,51 @@ impl AnonVmaSlot {
         self.chain.lock().unwrap().anon_vmas.iter().map(|av| av.id).collect()
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::thread;
+
+    fn record(start: u64, pgoff: u64) -> VmaRecord {
+        VmaRecord { vma: 1, mm: 1, start, pgoff, pages: 4, flags: 0, shared_maywrite: false }
+    }
+
+    /// Two faults of a linked VMA without an anon_vma prepare one at once:
+    /// both get the same, made once, and its tree holds the VMA once.
+    #[test]
+    fn racing_prepares_agree_and_link_once() {
+        loom::model(|| {
+            let slot = Arc::new(AnonVmaSlot::default());
+            slot.link(record(0x1000, 1));
+            let made = Arc::new(AtomicU64::new(0));
+            let prepare = |slot: Arc<AnonVmaSlot>, made: Arc<AtomicU64>| {
+                move || slot.prepare(|| Arc::new(AnonVma::new(made.fetch_add(1, Relaxed) + 1, None)))
+            };
+            let other = thread::spawn(prepare(slot.clone(), made.clone()));
+            let mine = prepare(slot.clone(), made.clone())();
+            assert_eq!(other.join().unwrap(), mine);
+            assert_eq!(made.load(Relaxed), 1, "one anon_vma made");
+            let chain = slot.chain.lock().unwrap();
+            assert_eq!(chain.anon_vmas.len(), 1);
+            assert_eq!(chain.anon_vmas[0].tree.snapshot(), vec![record(0x1000, 1)]);
+        });
+    }
+
+    /// An rmap walker reading the tree while the VMA's range changes sees
+    /// the record before or after, never a mix of the two.
+    #[test]
+    fn a_walker_sees_a_whole_record() {
+        loom::model(|| {
+            let slot = Arc::new(AnonVmaSlot::default());
+            slot.link(record(0x1000, 1));
+            slot.prepare(|| Arc::new(AnonVma::new(1, None)));
+            let av = slot.chain.lock().unwrap().anon_vmas[0].clone();
+            let s = slot.clone();
+            let mover = thread::spawn(move || s.update(record(0x9000, 9)));
+            let seen = av.tree.read().clone();
+            mover.join().unwrap();
+            assert!(seen == vec![record(0x1000, 1)] || seen == vec![record(0x9000, 9)], "{seen:?}");
+        });
+    }
+}
