@@ -135,6 +135,9 @@ fn main() -> ExitCode {
         for dir in foliomm_host::memcg::remove_left_behind(false) {
             eprintln!("foliomm: removed the memory cgroup {dir} (left by a killed run)");
         }
+        for at in foliomm_host::debugfs::unmount_left_behind(false) {
+            eprintln!("foliomm: unmounted the debugfs at {at} (left by a killed run)");
+        }
     }
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),
@@ -159,7 +162,11 @@ fn main() -> ExitCode {
             for dir in &cgroups {
                 println!("removed the memory cgroup {dir}");
             }
-            if restored.is_empty() && cgroups.is_empty() {
+            let mounts = foliomm_host::debugfs::unmount_left_behind(force);
+            for at in &mounts {
+                println!("unmounted the debugfs at {at}");
+            }
+            if restored.is_empty() && cgroups.is_empty() && mounts.is_empty() {
                 println!(
                     "nothing to put back ({} lists no setting of a finished run)",
                     foliomm_host::sysfs::state_path().display()

@@ -4,8 +4,15 @@
 use crate::sysfs;
 
 /// Counters of /proc/vmstat that the model also keeps, under the model's names.
-const VMSTAT: &[&str] =
-    &["thp_fault_alloc", "thp_fault_fallback", "thp_split_pmd", "thp_deferred_split_page", "pgreuse"];
+const VMSTAT: &[&str] = &[
+    "thp_fault_alloc",
+    "thp_fault_fallback",
+    "thp_split_pmd",
+    "thp_deferred_split_page",
+    "thp_split_page",
+    "thp_split_page_failed",
+    "pgreuse",
+];
 
 /// The counters' values since boot (the backend subtracts its baseline).
 pub(crate) fn since_boot() -> Vec<(String, u64)> {
@@ -20,7 +27,8 @@ pub(crate) fn since_boot() -> Vec<(String, u64)> {
     }
     for order in 2..=9u32 {
         let dir = format!("{}/hugepages-{}kB/stats", sysfs::THP, 4u64 << order);
-        for (file, name) in [("anon_fault_alloc", "anon_fault_alloc"), ("split_deferred", "split_deferred")] {
+        for name in ["anon_fault_alloc", "split_deferred", "split", "split_failed"] {
+            let file = name;
             if let Ok(v) = std::fs::read_to_string(format!("{dir}/{file}")) {
                 out.push((format!("{name}[{}K]", 4u64 << order), v.trim().parse().unwrap_or(0)));
             }

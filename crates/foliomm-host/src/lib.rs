@@ -9,6 +9,7 @@
 
 mod connection;
 mod counters;
+pub mod debugfs;
 pub mod files;
 pub mod guest;
 pub mod memcg;
@@ -69,6 +70,8 @@ pub struct HostBackend {
     one_cpu: std::sync::atomic::AtomicBool,
     /// The workers' memory cgroup, for `set memory limit`.
     memcg: Mutex<Option<memcg::Memcg>>,
+    /// debugfs, once a step splits folios.
+    debugfs: Mutex<Option<debugfs::Debugfs>>,
 }
 
 impl HostBackend {
@@ -84,6 +87,7 @@ impl HostBackend {
             baseline: Mutex::default(),
             one_cpu: Default::default(),
             memcg: Mutex::new(None),
+            debugfs: Mutex::new(None),
         }
     }
 
@@ -152,6 +156,29 @@ impl HostBackend {
             .write()
             .unwrap()
             .insert(child.into(), Worker { threads: HashMap::from([(0, conn)]), pid, child: None });
+        Ok(Reply::Done)
+    }
+
+    /// debugfs `split_huge_pages` over `[addr, addr + len)` of `proc`'s
+    /// worker, to `order` (which needs 6.8).
+    fn split_huge_pages(&self, proc: &str, addr: u64, len: u64, order: u32) -> BackendResult<Reply> {
+        if order > 0 && release::version() < foliomm::internals::release::KernelVersion::new(6, 8) {
+            return Err(StepError::Unsupported("split_huge_pages takes an order from Linux 6.8".into()));
+        }
+        let pid = self.pid(proc).ok_or_else(|| Machinery::NoProcess(proc.into()))?;
+        let mut debugfs = self.debugfs.lock().unwrap();
+        if debugfs.is_none() {
+            *debugfs = Some(debugfs::Debugfs::open(&self.dir.join("debugfs")).map_err(StepError::Unsupported)?);
+        }
+        let d = debugfs.as_ref().expect("opened above");
+        d.split_huge_pages(pid, addr, addr + len, order).map_err(|e| match protocol::Refused::from(e) {
+            // Lockdown, or a debugfs restricted to its API: not the split's answer.
+            protocol::Refused::Errno(foliomm::Errno::EPERM) => {
+                StepError::Unsupported("the kernel refuses writes to debugfs (EPERM): no split_huge_pages".into())
+            }
+            protocol::Refused::Errno(n) => StepError::Errno(n),
+            other => setup(format!("split_huge_pages: {other:?}")),
+        })?;
         Ok(Reply::Done)
     }
 
@@ -319,6 +346,7 @@ impl Backend for HostBackend {
                 sysfs::set(SHM_RMID_FORCED, "1").map_err(StepError::Unsupported)?;
                 self.request(t, t.tid, op)
             }
+            Op::SplitHugePages { addr, len, order } => self.split_huge_pages(t.proc, addr, len, order),
             Op::Access { addr, len, access: access @ Access::Read { every_byte: true } } if len > READ_CHUNK => {
                 // In pieces: the worker holds what it read until it
                 // replies, which a memory limit counts.
@@ -399,6 +427,7 @@ impl Drop for HostBackend {
             let _ = self.exit(&p);
         }
         sysfs::restore_all();
+        drop(self.debugfs.lock().unwrap().take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

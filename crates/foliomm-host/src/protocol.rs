@@ -50,6 +50,7 @@ impl From<std::io::Error> for Refused {
             libc::EPERM => Refused::Errno(Errno::EPERM),
             libc::ENXIO => Refused::Errno(Errno::ENXIO),
             libc::ENOENT => Refused::Errno(Errno::ENOENT),
+            libc::EAGAIN => Refused::Errno(Errno::EAGAIN),
             n => Refused::OsError(n),
         }
     }

@@ -48,6 +48,13 @@ pub enum Op {
         len: u64,
         advice: Advice,
     },
+    /// Split the large folios mapped in `[addr, addr + len)` to `order`
+    /// (debugfs `split_huge_pages`).
+    SplitHugePages {
+        addr: u64,
+        len: u64,
+        order: u32,
+    },
     /// `mlock` (`lock`) or `munlock`.
     Mlock {
         addr: u64,

@@ -210,6 +210,9 @@ pub enum Errno {
     /// No such name or object (`-ENOENT`).
     #[error("ENOENT: no such file or object")]
     ENOENT,
+    /// Try again: the object is busy for now (`-EAGAIN`, a failed folio split).
+    #[error("EAGAIN: try again")]
+    EAGAIN,
 }
 
 impl Errno {
@@ -227,13 +230,14 @@ impl Errno {
             Errno::EPERM => "EPERM",
             Errno::ENXIO => "ENXIO",
             Errno::ENOENT => "ENOENT",
+            Errno::EAGAIN => "EAGAIN",
         }
     }
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
         use Errno::*;
-        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG, EPERM, ENXIO, ENOENT]
+        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG, EPERM, ENXIO, ENOENT, EAGAIN]
             .into_iter()
             .find(|e| e.name() == s)
     }

@@ -54,6 +54,7 @@ fn init_script() -> String {
          /bin/busybox mount -t sysfs sys /sys\n\
          /bin/busybox mount -t devtmpfs dev /dev\n\
          /bin/busybox mount -t tmpfs tmp /tmp\n\
+         /bin/busybox mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null\n\
          for m in zsmalloc zram; do /bin/busybox insmod /modules/$m.ko 2>/dev/null; done\n\
          /bin/busybox stty -F {AGENT_TTY} raw -echo 115200\n\
          /bin/foliomm {} {AGENT_TTY}\n\

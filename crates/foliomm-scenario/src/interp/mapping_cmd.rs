@@ -52,6 +52,11 @@ impl State<'_> {
                 outcome(step, r)?;
                 Ok("ok".into())
             }
+            Cmd::Split(pl, order) => {
+                let (addr, len) = self.place(pl)?;
+                outcome(step, self.perform(t, Op::SplitHugePages { addr, len, order: *order }))?;
+                Ok("ok".into())
+            }
             Cmd::Mremap { .. } => self.mremap_step(step, t),
             _ => unreachable!("not a mapping step"),
         }

@@ -52,6 +52,7 @@ impl State<'_> {
             | Cmd::Mprotect(..)
             | Cmd::Madvise(..)
             | Cmd::Mlock(..)
+            | Cmd::Split(..)
             | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
             | Cmd::Close(_)

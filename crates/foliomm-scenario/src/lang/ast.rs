@@ -142,6 +142,9 @@ pub enum Cmd {
     Madvise(Place, Advice),
     /// `mlock` (true) or `munlock` (false) of a place.
     Mlock(Place, bool),
+    /// `split PLACE [to order N]`: the kernel's debugfs `split_huge_pages`
+    /// over the place (to order 0 unless given).
+    Split(Place, u32),
     Mremap {
         name: String,
         from: Place,

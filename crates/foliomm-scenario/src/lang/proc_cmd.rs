@@ -24,6 +24,24 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         "mprotect" => Cmd::Mprotect(l.place()?, l.prot()?),
         "mlock" => Cmd::Mlock(l.place()?, true),
         "munlock" => Cmd::Mlock(l.place()?, false),
+        "split" => {
+            let p = l.place()?;
+            let order = if l.eat("to") {
+                let col = l.col();
+                if !l.eat("order") {
+                    return l.err(col, "expected 'order' (split PLACE to order N)");
+                }
+                let col = l.col();
+                let t = l.next("an order")?;
+                match t.parse::<u32>() {
+                    Ok(n) if n < 9 => n,
+                    _ => return l.err(col, format!("expected an order from 0 to 8 (below a PMD's), found '{t}'")),
+                }
+            } else {
+                0
+            };
+            Cmd::Split(p, order)
+        }
         "madvise" => {
             let p = l.place()?;
             let col = l.col();

@@ -223,6 +223,9 @@ impl Backend for ModelBackend {
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
             Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
+            Op::SplitHugePages { addr, len, order } => {
+                done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order).map(|_| ()))?
+            }
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
             Op::Mremap { addr, len, new_len, to, dontunmap: false } => {
                 Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)

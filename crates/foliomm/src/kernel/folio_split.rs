@@ -32,20 +32,29 @@ impl Kernel {
     /// share of the references. Panics if `f` is small or still mapped: a
     /// caller's bug, not a state the kernel reaches.
     pub fn split_unmapped_folio(&self, f: Folio, at: u64, refs_per_page: i32) -> Vec<(Pfn, u32)> {
-        self.split_pieces(f, at, !self.config.release().splits_folios_in_buddies(), refs_per_page)
+        let uniform = (!self.config.release().splits_folios_in_buddies()).then_some(0);
+        self.split_pieces(f, at, uniform, refs_per_page)
     }
 
     /// Splits the large, unmapped `f` into order-0 folios (`split_folio`,
     /// `uniform_split`), each with `refs_per_page` references; returns
     /// their frames.
     pub fn split_unmapped_folio_to_pages(&self, f: Folio, refs_per_page: i32) -> Vec<Pfn> {
-        self.split_pieces(f, 0, true, refs_per_page).into_iter().map(|(pfn, _)| pfn).collect()
+        self.split_unmapped_folio_to_order(f, 0, refs_per_page).into_iter().map(|(pfn, _)| pfn).collect()
     }
 
-    /// The split itself: uniform (every page a folio) or around page `at`.
-    fn split_pieces(&self, f: Folio, at: u64, uniform: bool, refs_per_page: i32) -> Vec<(Pfn, u32)> {
+    /// Splits the large, unmapped `f` into folios of `order`, below its own
+    /// (`split_folio_to_order`, `uniform_split`), each with `refs_per_page`
+    /// references per page; returns them as (head, order).
+    pub fn split_unmapped_folio_to_order(&self, f: Folio, order: u32, refs_per_page: i32) -> Vec<(Pfn, u32)> {
+        self.split_pieces(f, 0, Some(order), refs_per_page)
+    }
+
+    /// The split itself: uniform (every piece a folio of the given order)
+    /// or around page `at`.
+    fn split_pieces(&self, f: Folio, at: u64, uniform: Option<u32>, refs_per_page: i32) -> Vec<(Pfn, u32)> {
         let order = f.order();
-        assert!(order > 0 && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
+        assert!(order > uniform.unwrap_or(0) && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
         let keep = f.head().flags.load(Relaxed) & (pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
@@ -56,11 +65,13 @@ impl Kernel {
         }
         let mut pieces = Vec::new();
         let (mut first, mut o) = (f.pfn, order);
-        if uniform {
-            // split_folio (and truncation before 6.15): every page a folio.
-            (pieces, o) = ((f.pfn + 1..f.pfn + f.nr_pages()).map(|p| (p, 0)).collect(), 0);
+        if let Some(to) = uniform {
+            // split_folio (and truncation before 6.15): every piece a folio.
+            let rest = (f.pfn + (1 << to)..f.pfn + f.nr_pages()).step_by(1 << to);
+            (pieces, o) = (rest.map(|p| (p, to)).collect(), to);
         }
-        while o > 0 {
+        let last = o.min(uniform.unwrap_or(0));
+        while o > last {
             o -= 1;
             let half = 1 << o;
             // The half without page `at` becomes a folio; the other is
@@ -72,7 +83,7 @@ impl Kernel {
                 first += half;
             }
         }
-        pieces.push((first, 0));
+        pieces.push((first, last));
         pieces.sort_unstable();
         super::page_alloc::clear_descriptors(f);
         for &(pfn, o) in &pieces {

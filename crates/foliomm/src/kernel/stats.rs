@@ -20,6 +20,8 @@ macro_rules! counters {
             pub split_deferred: [AtomicU64; ORDERS],
             /// Large folios split, per order before the split (the mTHP `split` stat).
             pub split: [AtomicU64; ORDERS],
+            /// Large folios a split failed on, per order (the mTHP `split_failed` stat).
+            pub split_failed: [AtomicU64; ORDERS],
             /// Large folios written to swap whole, per order (the mTHP `swpout` stat).
             pub swpout: [AtomicU64; ORDERS],
             /// Large folios split for want of a run of swap slots, per order (`swpout_fallback`).
@@ -62,6 +64,8 @@ counters! {
     thp_split_pmd,
     /// PMD-sized folios split (`thp_split_page`).
     thp_split_page,
+    /// PMD-sized folios a split failed on (`thp_split_page_failed`).
+    thp_split_page_failed,
     /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).
     thp_deferred_split_page,
     /// Write faults that reused the mapped page (`pgreuse`).
@@ -178,6 +182,7 @@ impl Stats {
             ("anon_fault_fallback", &self.anon_fault_fallback),
             ("split_deferred", &self.split_deferred),
             ("split", &self.split),
+            ("split_failed", &self.split_failed),
             ("swpout", &self.swpout),
             ("swpout_fallback", &self.swpout_fallback),
             ("swpin", &self.swpin),

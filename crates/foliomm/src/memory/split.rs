@@ -1,73 +1,183 @@
-//! Splitting a mapped anonymous large folio into pages (mm/huge_memory.c
-//! `split_folio` → `__folio_split`: `unmap_folio`, `__split_unmapped_folio`,
-//! `remap_page`), for the case `MADV_PAGEOUT` meets: every mapping of the
-//! folio is a PTE of one table of one MM, whose lock the caller holds.
+//! Splitting a mapped anonymous large folio (mm/huge_memory.c
+//! `split_folio_to_order` → `__folio_split`: `unmap_folio`,
+//! `__split_unmapped_folio`, `remap_page`).
 //!
-//! Differs from Linux: under the PTL the entries need no migration
-//! entries (nothing can walk them meanwhile), so they stay as they are
-//! and only the folio's metadata changes: its mappings are removed from
-//! the large folio and added back to each page, which keeps its
-//! AnonExclusive flag. A folio mapped elsewhere too is not split (Linux
-//! walks the rmap, which #32 brings).
+//! Differs from Linux: instead of replacing the mappings with migration
+//! entries and restoring them afterwards, foliomm holds the locks of every
+//! page table that maps the folio (taken with trylock in frame order, so
+//! two splits cannot deadlock; a busy one makes the split fail with EAGAIN,
+//! as a failed `folio_ref_freeze` does) while only the folio's metadata
+//! changes: its mappings are removed from the large folio and added back to
+//! each new folio, pages keeping their AnonExclusive flag. A folio in the
+//! swap cache is not split; page-cache folios are not split here.
 
-use crate::arch::{Pfn, Pte, PAGE_SIZE, PTRS_PER_TABLE};
+use super::huge_memory::split_huge_pmd;
+use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
-use crate::mm_types::Mm;
-use crate::pgtable::{load, store};
+use crate::mm_types::{vm, Mm, MmList};
+use crate::pgtable::{load, pte_lockptr, store, walk_pmd};
 use crate::rmap;
+use crate::sync::{Arc, BitSpinLock};
+use crate::{Errno, Result};
+
+/// One PTE mapping page `page` of the folio: the MM, the table and the
+/// entry's index there, its address, and whether the VMA is mlocked.
+struct Mapping<'m> {
+    mm: &'m Mm,
+    table: Pfn,
+    idx: usize,
+    addr: u64,
+    page: u64,
+    locked: bool,
+}
 
 /// Splits the anon large folio `f` into pages if every mapping of it is a
 /// PTE of `table` (one of `mm`'s, mapping `[base, base + 2 MiB)`), nothing
 /// but those mappings and the caller's `held` references holds it
 /// (`can_split_folio`: no pin, no other reference, not in the swap cache),
 /// and it is not locked; true if it did. The caller's references stay on
-/// the first page. Pages nothing maps are freed; from 6.12 so are mapped
-/// pages that hold only zeros, their PTEs pointing at the shared zero page
-/// instead (`try_to_map_unused_to_zeropage`; the callers' VMAs are never
-/// mlocked, where Linux keeps them). The caller holds the table's lock.
+/// the first page. The caller holds the table's lock. Used where Linux
+/// splits from a page-table walk (`MADV_PAGEOUT`, reclaim's fallback).
 pub fn split_folio_in_table(k: &Kernel, mm: &Mm, (table, base): (Pfn, u64), f: Folio, held: i32) -> bool {
-    let phys = &k.phys;
-    let maps: Vec<(usize, u64)> = (0..PTRS_PER_TABLE as usize)
-        .filter_map(|i| {
-            let pte = load(phys, table, i);
-            let mapped = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
-            mapped.then(|| (i, pte.pfn() - f.pfn))
+    let maps = table_mappings(k, mm, (table, base), f, (base, base + PMD_SIZE), false);
+    let Some(lock) = f.trylock() else { return false };
+    let done = can_split(k, f, maps.len() as u64, held) && {
+        remap(k, f, 0, &maps, held);
+        true
+    };
+    drop(lock);
+    done
+}
+
+/// `split_folio_to_order(folio, new_order)` for an anon large folio,
+/// mapped anywhere: every mapping is found through the rmap walk (a huge
+/// PMD split first, as `unmap_folio` asks with `TTU_SPLIT_HUGE_PMD`), the
+/// tables holding them locked, and the folio split into folios of
+/// `new_order` if nothing but its mappings and the caller's `held`
+/// references holds it. EINVAL for a small, non-anon folio, an order not
+/// below the folio's, order 1, or a folio in the swap cache split above
+/// order 0; EBUSY if its anon_vma is gone; EAGAIN if it is locked, held
+/// by more than its mappings, or a table's lock is busy.
+pub fn split_folio_to_order(k: &Kernel, mmlist: &MmList, f: Folio, new_order: u32, held: i32) -> Result<()> {
+    let in_cache = k.folio_swap(f).is_some();
+    if !f.is_large() || !f.test_anon() || new_order >= f.order() || new_order == 1 || in_cache {
+        return Err(Errno::EINVAL);
+    }
+    let lock = f.trylock().ok_or(Errno::EAGAIN)?;
+    let av = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)).ok_or(Errno::EBUSY)?;
+    let tree = av.tree.read();
+    let (first, last) = (f.index(), f.index() + f.nr_pages());
+    let spans: Vec<(Arc<Mm>, u64, u64, bool)> = tree
+        .iter()
+        .filter_map(|r| {
+            let (start, end) = r.addresses(first, last)?;
+            Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0))
         })
         .collect();
-    let mapcount = rmap::folio_mapcount(k, f);
-    let in_cache = f.head().test(crate::phys::pg::SWAPCACHE);
-    if !f.test_anon() || maps.len() as u64 != mapcount || f.refcount() as u64 != mapcount + held as u64 || in_cache {
-        return false;
+    let _sections: Vec<_> = spans.iter().map(|(mm, ..)| mm.pt_read()).collect();
+    for (mm, start, end, _) in &spans {
+        for a in (start & !(PMD_SIZE - 1)..*end).step_by(PMD_SIZE as usize) {
+            let e = walk_pmd(&k.phys, mm.pgd, a.max(*start)).map(|pmd| pmd.load(&k.phys));
+            if e.is_some_and(|e| e.huge() && e.pfn() == f.pfn) {
+                split_huge_pmd(k, mm, a.max(*start));
+            }
+        }
     }
-    let Some(lock) = f.trylock() else { return false };
-    let exclusive: Vec<bool> = maps.iter().map(|&(_, p)| f.anon_exclusive(p)).collect();
-    for &(_, p) in &maps {
-        rmap::folio_remove_rmap(k, f, p, 1, Level::Pte, mm.rmap);
+    // The tables, each locked once, in frame order.
+    let mut tables: Vec<(Pfn, usize, u64, u64)> = Vec::new();
+    for (i, (mm, start, end, _)) in spans.iter().enumerate() {
+        for a in (start & !(PMD_SIZE - 1)..*end).step_by(PMD_SIZE as usize) {
+            let e = walk_pmd(&k.phys, mm.pgd, a.max(*start)).map(|pmd| pmd.load(&k.phys));
+            if let Some(e) = e.filter(|e| !e.is_none() && !e.huge()) {
+                tables.push((e.pfn(), i, a.max(*start), (a + PMD_SIZE).min(*end)));
+            }
+        }
     }
+    tables.sort_unstable();
+    let mut ptls: Vec<BitSpinLock> = Vec::new();
+    let mut maps = Vec::new();
+    for &(table, i, from, to) in &tables {
+        let (mm, _, _, locked) = &spans[i];
+        if ptls.is_empty() || tables.iter().position(|t| t.0 == table) == Some(ptls.len()) {
+            let still = walk_pmd(&k.phys, mm.pgd, from).is_some_and(|pmd| pmd.load(&k.phys).pfn() == table);
+            match pte_lockptr(&k.phys, table).try_lock().filter(|_| still) {
+                Some(ptl) => ptls.push(ptl),
+                None => return Err(Errno::EAGAIN),
+            }
+        }
+        maps.extend(table_mappings(k, mm, (table, from & !(PMD_SIZE - 1)), f, (from, to), *locked));
+    }
+    if !can_split(k, f, maps.len() as u64, held) {
+        return Err(Errno::EAGAIN);
+    }
+    remap(k, f, new_order, &maps, held);
+    drop(ptls);
     drop(lock);
-    let pages = k.split_unmapped_folio_to_pages(f, 1);
-    Folio::from_head(phys, pages[0]).ref_add(held);
-    let to_zero = k.config.release().split_maps_zero_pages_to_zero_page();
-    for (&(i, p), excl) in maps.iter().zip(exclusive) {
-        let page = Folio::from_head(phys, pages[p as usize]);
-        if to_zero && zero_filled(k, page.pfn) {
+    Ok(())
+}
+
+/// The PTEs of `table` (of `mm`, mapping from `base`) in `[from, to)` that
+/// map pages of `f`.
+fn table_mappings<'m>(
+    k: &Kernel,
+    mm: &'m Mm,
+    (table, base): (Pfn, u64),
+    f: Folio,
+    (from, to): (u64, u64),
+    locked: bool,
+) -> Vec<Mapping<'m>> {
+    (from..to)
+        .step_by(PAGE_SIZE as usize)
+        .filter_map(|addr| {
+            let idx = pte_index(addr);
+            let pte = load(&k.phys, table, idx);
+            let ours = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
+            debug_assert!(addr & !(PMD_SIZE - 1) == base);
+            ours.then(|| Mapping { mm, table, idx, addr, page: pte.pfn() - f.pfn, locked })
+        })
+        .collect()
+}
+
+/// `can_split_folio`: the mappings found are all the folio's, and nothing
+/// but them and the caller's `held` references holds it.
+fn can_split(k: &Kernel, f: Folio, found: u64, held: i32) -> bool {
+    let mapcount = rmap::folio_mapcount(k, f);
+    found == mapcount && f.refcount() as u64 == mapcount + held as u64 && k.folio_swap(f).is_none()
+}
+
+/// The split under every table's lock: the mappings leave `f`, it becomes
+/// folios of `order` (the caller's `held` references on the first), each
+/// mapping joins its new folio; from 6.12 a zero-filled page split to a
+/// page of its own is mapped by the shared zero page instead, outside
+/// mlocked VMAs (`try_to_map_unused_to_zeropage`), and freed.
+fn remap(k: &Kernel, f: Folio, order: u32, maps: &[Mapping], held: i32) {
+    let phys = &k.phys;
+    let exclusive: Vec<bool> = maps.iter().map(|m| f.anon_exclusive(m.page)).collect();
+    for m in maps {
+        rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
+    }
+    let pieces = k.split_unmapped_folio_to_order(f, order, 1);
+    Folio::from_head(phys, pieces[0].0).ref_add(held);
+    let to_zero = order == 0 && k.config.release().split_maps_zero_pages_to_zero_page();
+    for (m, excl) in maps.iter().zip(exclusive) {
+        let piece = Folio::containing(phys, f.pfn + m.page);
+        if to_zero && !m.locked && zero_filled(k, piece.pfn) {
             // The VMA's protection: a PROT_NONE entry stays inaccessible.
-            let (addr, prot) = (base + i as u64 * PAGE_SIZE, load(phys, table, i).0 & (Pte::PRESENT | Pte::PROTNONE));
-            store(phys, table, i, Pte::new(k.zero_pfn, prot | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
-            mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
-            mm.add_anon_rss(-1);
+            let prot = load(phys, m.table, m.idx).0 & (Pte::PRESENT | Pte::PROTNONE);
+            store(phys, m.table, m.idx, Pte::new(k.zero_pfn, prot | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
+            m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + PAGE_SIZE);
+            m.mm.add_anon_rss(-1);
             continue;
         }
-        page.ref_add(1);
-        rmap::folio_add_anon_rmap_ptes(k, page, 0, 1, mm.rmap, excl);
+        piece.ref_add(1);
+        rmap::folio_add_anon_rmap_ptes(k, piece, f.pfn + m.page - piece.pfn, 1, m.mm.rmap, excl);
     }
-    for pfn in pages {
-        // The split's own reference: the last one of a page nothing maps.
-        k.folio_put_refs(Folio::from_head(phys, pfn), 1);
+    for (pfn, o) in pieces {
+        // The split's own references: the last ones of a folio nothing maps.
+        k.folio_put_refs(Folio::from_head(phys, pfn), 1 << o);
     }
-    true
 }
 
 /// Whether the page at `pfn` holds only zeros (`pages_identical` with the

@@ -14,6 +14,7 @@ pub mod mprotect;
 pub mod mremap;
 pub mod proc;
 pub mod smaps;
+pub mod split_huge_pages;
 pub mod truncate;
 pub mod vma;
 

@@ -66,6 +66,12 @@ impl<'a> Ptl<'a> {
         cacheline::write(Structure::Ptl, self.0);
         BitSpinLock::lock(self.0, 0)
     }
+
+    /// Takes the lock if it is free (`spin_trylock(ptl)`).
+    pub fn try_lock(self) -> Option<BitSpinLock<'a>> {
+        cacheline::write(Structure::Ptl, self.0);
+        BitSpinLock::try_lock(self.0, 0)
+    }
 }
 
 /// `ptdesc->pt_share_count` of a PMD table (6.13+; a page refcount

@@ -1,0 +1,79 @@
+//! debugfs for a run that splits folios (`split PLACE`): the kernel's
+//! `split_huge_pages` file, at `/sys/kernel/debug` when debugfs is mounted
+//! there, else on a mount of the run's own (under its directory, taken
+//! down when the run ends; `foliomm host restore` unmounts one a killed
+//! run left).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SYSTEM: &str = "/sys/kernel/debug";
+/// The run directories' prefix (see [`crate::HostBackend::new`]).
+const RUN_DIR: &str = "foliomm-host-";
+
+/// A debugfs the run can write to.
+pub struct Debugfs {
+    dir: PathBuf,
+    mounted_here: bool,
+}
+
+impl Debugfs {
+    /// The system's debugfs, or a new mount at `dir`.
+    pub fn open(dir: &Path) -> Result<Debugfs, String> {
+        if Path::new(SYSTEM).join("split_huge_pages").exists() {
+            return Ok(Debugfs { dir: SYSTEM.into(), mounted_here: false });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        run(Command::new("mount").args(["-t", "debugfs", "none"]).arg(dir))?;
+        Ok(Debugfs { dir: dir.into(), mounted_here: true })
+    }
+
+    /// `split_huge_pages` of process `pid` over `[start, end)` to `order`
+    /// (the kernel's own format; the order is left out for 0, which kernels
+    /// before 6.8 understand).
+    pub fn split_huge_pages(&self, pid: u32, start: u64, end: u64, order: u32) -> std::io::Result<()> {
+        let mut text = format!("{pid},{start:#x},{end:#x}");
+        if order > 0 {
+            text += &format!(",{order}");
+        }
+        std::fs::write(self.dir.join("split_huge_pages"), text)
+    }
+}
+
+impl Drop for Debugfs {
+    fn drop(&mut self) {
+        if self.mounted_here {
+            let _ = run(Command::new("umount").arg(&self.dir));
+        }
+    }
+}
+
+fn run(c: &mut Command) -> Result<(), String> {
+    match c.output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!("{c:?}: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Err(format!("{c:?}: {e}")),
+    }
+}
+
+/// Unmounts the debugfs mounts of runs whose process is gone (or of every
+/// run, with `force`); returns the mount points.
+pub fn unmount_left_behind(force: bool) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let mut done = Vec::new();
+    for point in mounts.lines().filter(|l| l.starts_with("none ") || l.starts_with("debugfs ")) {
+        let mut f = point.split_whitespace();
+        let (Some(at), Some("debugfs")) = (f.nth(1), f.next()) else { continue };
+        let Some(run) = at.split('/').find_map(|c| c.strip_prefix(RUN_DIR)) else { continue };
+        let pid = run.split('-').next().unwrap_or("");
+        let alive = Path::new("/proc").join(pid).exists() && pid != std::process::id().to_string();
+        if (force || !alive) && run_ok(at) {
+            done.push(at.to_string());
+        }
+    }
+    done
+}
+
+fn run_ok(at: &str) -> bool {
+    run(Command::new("umount").arg(at)).is_ok()
+}
