@@ -1,5 +1,5 @@
 //! Property test: random sequences of mmap/munmap/mprotect/madvise/mremap/
-//! fork/exit/read/write over several processes, and in the threaded test
+//! fork/exit/read/write/split over several processes, and in the threaded test
 //! two threads writing while a third changes the mappings. After every step
 //! the invariant checker must find nothing, and every read must return what
 //! the reference byte model says (fork = deep copy). Two CPUs with TLBs take
@@ -56,6 +56,14 @@ enum Op {
         proc: usize,
         page: u64,
         pages: u64,
+    },
+    /// debugfs `split_huge_pages` over the range to `order` (0, 2, 4):
+    /// every byte stays as it was.
+    Split {
+        proc: usize,
+        page: u64,
+        pages: u64,
+        order: u32,
     },
     Mremap {
         proc: usize,
@@ -144,6 +152,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(proc, (page, pages), prot)| Op::Mprotect { proc, page, pages, prot }),
         1 => (proc.clone(), range()).prop_map(|(proc, (page, pages))| Op::DontNeed { proc, page, pages }),
         1 => (proc.clone(), range()).prop_map(|(proc, (page, pages))| Op::PageOut { proc, page, pages }),
+        1 => (proc.clone(), range(), prop_oneof![Just(0u32), Just(2), Just(4)])
+            .prop_map(|(proc, (page, pages), order)| Op::Split { proc, page, pages, order }),
         1 => (proc.clone(), range(), 0..WINDOW_PAGES, 1..64u64)
             .prop_map(|(proc, (page, pages), to, new_pages)| Op::Mremap { proc, page, pages, to, new_pages: new_pages.min(WINDOW_PAGES - to) }),
         2 => proc.clone().prop_map(|proc| Op::Fork { proc }),
@@ -187,6 +197,7 @@ impl World {
             | Op::Mprotect { proc, .. }
             | Op::DontNeed { proc, .. }
             | Op::PageOut { proc, .. }
+            | Op::Split { proc, .. }
             | Op::Mremap { proc, .. }
             | Op::Fork { proc }
             | Op::Exit { proc }
@@ -235,6 +246,10 @@ impl World {
             Op::PageOut { page, pages, .. } => {
                 let r = mm.madvise(addr(page), pages * PAGE, Advice::PageOut);
                 prop_assert_eq!(r.is_ok(), rs.covers(addr(page), pages * PAGE), "pageout over holes fails with ENOMEM");
+            }
+            Op::Split { page, pages, order, .. } => {
+                let r = mm.split_huge_pages(addr(page), addr(page + pages), order);
+                prop_assert!(r.is_ok(), "split_huge_pages: {r:?}");
             }
             Op::Mremap { page, pages, to, new_pages, .. } => {
                 let (old, old_len, new, new_len) = (addr(page), pages * PAGE, addr(to), new_pages * PAGE);
@@ -373,6 +388,7 @@ const MAX_OPS: usize = 200;
 fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let count = AtomicU64::new(0);
     let reclaimed = AtomicU64::new(0);
+    let splits = AtomicU64::new(0);
     let per_design: Vec<AtomicU64> =
         foliomm::internals::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_stage: Vec<AtomicU64> = RmapIdStage::ALL.iter().map(|_| AtomicU64::new(0)).collect();
@@ -396,7 +412,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
         if foliomm::internals::mapcount::Design::ALL[design].has_stages() {
             per_stage[stage].fetch_add(ops.len() as u64 + 3, Relaxed);
         }
-        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], &reclaimed)
+        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], [&reclaimed, &splits])
     });
     if let Err(e) = result {
         panic!("{name}: {e}");
@@ -410,6 +426,9 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let reclaimed = reclaimed.load(Relaxed);
     eprintln!("{name}: {reclaimed} reclaim runs under memory pressure");
     assert!(reclaimed > 0, "{name}: no case ran out of memory: the machine no longer presses reclaim");
+    let splits = splits.load(Relaxed);
+    eprintln!("{name}: {splits} large folios split");
+    assert!(splits > 0, "{name}: no large folio was split");
 }
 
 /// Runs `ops` under design number `design` (at seed 000's `rmap_id_stage`
@@ -419,7 +438,7 @@ fn run_case(
     mthp: u32,
     design: usize,
     rmap_id_stage: RmapIdStage,
-    reclaimed: &AtomicU64,
+    [reclaimed, splits]: [&AtomicU64; 2],
 ) -> Result<(), TestCaseError> {
     let mapcount = foliomm::internals::mapcount::Design::ALL[design];
     let config = Config {
@@ -457,6 +476,7 @@ fn run_case(
     w.verify_all_bytes()?;
     // Reclaim runs memory pressure started (not MADV_PAGEOUT's).
     reclaimed.fetch_add(w.m.stats.pageoutrun.load(Relaxed) + w.m.stats.allocstall.load(Relaxed), Relaxed);
+    splits.fetch_add(w.m.stats.split.iter().map(|c| c.load(Relaxed)).sum(), Relaxed);
     w.procs.clear();
     let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
     prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));

@@ -20,7 +20,7 @@
 use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::phys::pg;
-use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::atomic::Ordering::{Relaxed, Release};
 
 use super::{Kernel, Stats};
 
@@ -91,9 +91,13 @@ impl Kernel {
             piece.head().set(keep);
             piece.head().link.store(mapping, Relaxed);
             piece.set_index(index + (pfn - f.pfn));
-            piece.head().refcount.store(refs_per_page * piece.nr_pages() as i32, Relaxed);
         }
+        // On the LRU before anyone can take a reference (`lru_add_split_folio`
+        // under the LRU lock, the references frozen meanwhile).
         self.lru.split(&self.phys, f.pfn, &pieces);
+        for &(pfn, o) in &pieces {
+            self.phys.page(pfn).refcount.store(refs_per_page << o, Release);
+        }
         pieces
     }
 }

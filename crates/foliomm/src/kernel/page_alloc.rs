@@ -82,6 +82,13 @@ impl Kernel {
         }
     }
 
+    /// Frees `f`, whose references its caller froze at 0
+    /// (`folio_ref_freeze` in `__remove_mapping`, then `free_unref_folios`).
+    pub fn free_frozen_folio(&self, f: Folio) {
+        debug_assert_eq!(f.refcount(), 0);
+        self.free_folio(f)
+    }
+
     pub(super) fn free_folio(&self, f: Folio) {
         let order = f.order();
         let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };

@@ -58,11 +58,21 @@ impl Kernel {
     /// cache; slots no swap entry names are freed, and the cache's
     /// references are dropped (which frees `f` if they were the last).
     pub fn delete_from_swap_cache(&self, f: Folio) {
-        let (Some(e), Some(dev)) = (self.folio_swap(f), self.swap.as_ref()) else { return };
+        if self.remove_from_swap_cache(f) {
+            self.folio_put_refs(f, f.nr_pages() as i32);
+        }
+    }
+
+    /// `__delete_from_swap_cache` of a folio whose references the caller
+    /// froze (`__remove_mapping`): `f` leaves the swap cache, its slots
+    /// no swap entry names are freed; the references are the caller's to
+    /// settle. Returns false if it was not in the cache.
+    pub fn remove_from_swap_cache(&self, f: Folio) -> bool {
+        let (Some(e), Some(dev)) = (self.folio_swap(f), self.swap.as_ref()) else { return false };
         for i in 0..f.nr_pages() {
             dev.cache_del(SwpEntry { offset: e.offset + i, ..e });
         }
         f.head().clear(pg::SWAPCACHE);
-        self.folio_put_refs(f, f.nr_pages() as i32);
+        true
     }
 }

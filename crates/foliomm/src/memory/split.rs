@@ -19,6 +19,7 @@ use crate::mapcount::Level;
 use crate::mm_types::{vm, Mm, MmList};
 use crate::pgtable::{load, pte_lockptr, store, walk_pmd};
 use crate::rmap;
+use crate::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::sync::{Arc, BitSpinLock};
 use crate::{Errno, Result};
 
@@ -43,10 +44,7 @@ struct Mapping<'m> {
 pub fn split_folio_in_table(k: &Kernel, mm: &Mm, (table, base): (Pfn, u64), f: Folio, held: i32) -> bool {
     let maps = table_mappings(k, mm, (table, base), f, (base, base + PMD_SIZE), false);
     let Some(lock) = f.trylock() else { return false };
-    let done = can_split(k, f, maps.len() as u64, held) && {
-        remap(k, f, 0, &maps, held);
-        true
-    };
+    let done = can_split(k, f, maps.len() as u64, held) && remap(k, f, 0, &maps, held);
     drop(lock);
     done
 }
@@ -109,10 +107,9 @@ pub fn split_folio_to_order(k: &Kernel, mmlist: &MmList, f: Folio, new_order: u3
         }
         maps.extend(table_mappings(k, mm, (table, from & !(PMD_SIZE - 1)), f, (from, to), *locked));
     }
-    if !can_split(k, f, maps.len() as u64, held) {
+    if !can_split(k, f, maps.len() as u64, held) || !remap(k, f, new_order, &maps, held) {
         return Err(Errno::EAGAIN);
     }
-    remap(k, f, new_order, &maps, held);
     drop(ptls);
     drop(lock);
     Ok(())
@@ -147,13 +144,19 @@ fn can_split(k: &Kernel, f: Folio, found: u64, held: i32) -> bool {
     found == mapcount && f.refcount() as u64 == mapcount + held as u64 && k.folio_swap(f).is_none()
 }
 
-/// The split under every table's lock: the mappings leave `f`, it becomes
-/// folios of `order` (the caller's `held` references on the first), each
-/// mapping joins its new folio; from 6.12 a zero-filled page split to a
-/// page of its own is mapped by the shared zero page instead, outside
-/// mlocked VMAs (`try_to_map_unused_to_zeropage`), and freed.
-fn remap(k: &Kernel, f: Folio, order: u32, maps: &[Mapping], held: i32) {
+/// The split under every table's lock: the folio's references are frozen
+/// (`folio_ref_freeze`: false, nothing done, if one came or went since they
+/// were counted), the mappings leave `f`, it becomes folios of `order` (the
+/// caller's `held` references on the first), each mapping joins its new
+/// folio; from 6.12 a zero-filled page split to a page of its own is
+/// mapped by the shared zero page instead, outside mlocked VMAs
+/// (`try_to_map_unused_to_zeropage`), and freed.
+fn remap(k: &Kernel, f: Folio, order: u32, maps: &[Mapping], held: i32) -> bool {
     let phys = &k.phys;
+    let refs = maps.len() as i32 + held;
+    if f.head().refcount.compare_exchange(refs, 0, AcqRel, Acquire).is_err() {
+        return false;
+    }
     let exclusive: Vec<bool> = maps.iter().map(|m| f.anon_exclusive(m.page)).collect();
     for m in maps {
         rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
@@ -178,6 +181,7 @@ fn remap(k: &Kernel, f: Folio, order: u32, maps: &[Mapping], held: i32) {
         // The split's own references: the last ones of a folio nothing maps.
         k.folio_put_refs(Folio::from_head(phys, pfn), 1 << o);
     }
+    true
 }
 
 /// Whether the page at `pfn` holds only zeros (`pages_identical` with the

@@ -43,8 +43,11 @@ pub fn free_swap_and_cache_nr(k: &Kernel, e: SwpEntry, nr: u64) {
             continue;
         }
         last = Some(f.pfn);
-        // Held while locked: leaving the cache may drop its last reference.
-        f.ref_add(1);
+        // Held while locked: leaving the cache may drop its last reference
+        // (none to take from a folio reclaim froze to free).
+        if !f.try_get() {
+            continue;
+        }
         if let Some(_lock) = f.trylock() {
             k.folio_free_swap(f);
         }
@@ -87,8 +90,12 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     // folio when every entry of it is still in place).
     let (f, cached, page) = match dev.cached(e) {
         Some(pfn) => {
+            // folio_try_get: one reclaim froze to free fails, and the
+            // fault is taken again (finding the entry's slot on the device).
             let f = Folio::containing(phys, pfn);
-            f.ref_add(1);
+            if !f.try_get() {
+                return Ok(());
+            }
             (f, true, pfn)
         }
         None if dev.count(e) == 1 => {

@@ -21,6 +21,7 @@ use crate::mm_types::MmList;
 use crate::pgtable::{load, pte_lock_checked, walk_pmd};
 use crate::phys::pg;
 use crate::rmap;
+use crate::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::{Errno, Result};
 
 /// `SWAP_CLUSTER_MAX`: folios reclaim takes off a list at a time, and what
@@ -79,9 +80,11 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
     };
     let verdict = match slots {
         Ok(e) if !try_to_unmap(k, mmlist, f, e) => Verdict::Activate,
-        Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 => {
-            pageout(k, f, e);
-            Verdict::Freed
+        Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 && pageout(k, f, e) => {
+            drop(lock);
+            k.free_frozen_folio(f);
+            Stats::inc(&k.stats.pgsteal_anon);
+            return true;
         }
         Ok(_) => Verdict::Keep,
         Err(v) => v,
@@ -113,15 +116,25 @@ fn check_references(k: &Kernel, mmlist: &MmList, f: Folio) -> Verdict {
 }
 
 /// `swap_writeout` + `__remove_mapping` of the unmapped `f`, whose slots
-/// start at `e`: its bytes go to the device, it leaves the swap cache.
-fn pageout(k: &Kernel, f: Folio, e: SwpEntry) {
+/// start at `e`: its bytes go to the device; then, if its references are
+/// still the isolation's and the swap cache's, they are frozen at 0
+/// (`folio_ref_freeze`: a swap-in finding it in the cache meanwhile cannot
+/// take one) and it leaves the swap cache, to be freed by the caller.
+/// Returns false, `f` left written and clean in the swap cache, if a
+/// reference came meanwhile.
+fn pageout(k: &Kernel, f: Folio, e: SwpEntry) -> bool {
     let dev = k.swap.as_ref().expect("a slot implies a device");
     f.head().clear(pg::DIRTY);
     for p in 0..f.nr_pages() {
         dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
     }
     count_swpout(k, f);
-    k.delete_from_swap_cache(f);
+    let refs = 1 + f.nr_pages() as i32;
+    if f.head().refcount.compare_exchange(refs, 0, AcqRel, Acquire).is_err() {
+        return false;
+    }
+    k.remove_from_swap_cache(f);
+    true
 }
 
 /// Puts `f` back on a list (`move_folios_to_lru`) unless it was freed, and
