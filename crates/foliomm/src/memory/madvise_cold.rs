@@ -4,14 +4,11 @@
 //! here and takes them off the LRU, for [`super::vmscan`] to reclaim or to
 //! put back on the inactive list.
 //!
-//! Differs from Linux: a large folio the range covers only in part is
-//! split only where all its mappings are in the table at hand
-//! ([`super::split`]); 6.1 splits even a covered PTE-mapped THP (its pages
+//! Differs from Linux: 6.1 splits even a covered PTE-mapped THP (its pages
 //! end up swapped out alike); shmem is not paged out; a folio is on its
 //! LRU list at once (Linux skips one still in a CPU's `folio_batch`).
 
-use super::huge_memory::split_huge_pmd;
-use super::split::split_folio_in_table;
+use super::split::split_folio_to_order;
 use super::vmscan::shrink_folio;
 use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
@@ -42,7 +39,7 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
             continue;
         };
         if pmd.load(&k.phys).huge() && (!addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE) {
-            split_partly_covered_thp(k, mm, pmd, addr);
+            split_partly_covered_thp(k, mm, pmd);
         }
         let e = pmd.load(&k.phys);
         let isolated = if e.huge() {
@@ -70,25 +67,22 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
 /// folio, unless it may be mapped shared (the era's question), so that its
 /// covered pages can go one by one (`madvise_cold_or_pageout_pte_range`'s
 /// PMD branch: `split_folio`).
-fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot, addr: u64) {
+fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot) {
     let e = pmd.load(&k.phys);
     let f = Folio::from_head(&k.phys, e.pfn());
-    if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) {
+    if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) || !f.try_get() {
         return;
     }
-    // can_split_folio() comes before any unmapping: a folio something else
-    // holds (a pin) keeps its PMD.
-    if f.refcount() as u64 != rmap::folio_mapcount(k, f) || k.folio_swap(f).is_some() {
-        return;
-    }
-    split_huge_pmd(k, mm, addr);
-    let table = pmd.load(&k.phys);
-    if table.is_none() || table.huge() {
-        return;
-    }
-    if let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table.pfn()) {
-        split_folio_in_table(k, mm, (table.pfn(), addr & !(PMD_SIZE - 1)), f, 0);
-    }
+    split_and_put(k, mm, f);
+}
+
+/// `folio_get` (done) + `split_folio` + `folio_put`, without the PTL; true
+/// if the folio was split.
+fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
+    let split = split_folio_to_order(k, &mm.mmlist, f, 0, 1, None).is_ok();
+    // The reference is on the first page now, if it was split.
+    k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);
+    split
 }
 
 /// The anon THP a huge PMD maps, if `[addr, stop)` covers it and it is not
@@ -111,41 +105,48 @@ fn isolate_pmd(k: &Kernel, pmd: PmdSlot, addr: u64, stop: u64) -> Option<Folio<'
 /// reference (`folio_isolate_lru`).
 fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop: u64) -> Vec<Folio<'k>> {
     let mut out = Vec::new();
-    let Some(_ptl) = pte_lock_checked(&k.phys, pmd, table) else { return out };
     let mut a = addr;
-    while a < stop {
-        let (idx, pte) = (pte_index(a), load(&k.phys, table, pte_index(a)));
-        if !pte.present() || pte.special() {
-            a += PAGE_SIZE;
-            continue;
-        }
-        let f = Folio::containing(&k.phys, pte.pfn());
-        let max = ((stop - a) / PAGE_SIZE) as usize;
-        let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
-        if !f.test_anon() {
-            a += nr as u64 * PAGE_SIZE;
-            continue;
-        }
-        // Part of a large folio: split it (if no other MM may map it), and
-        // look at the same entry again, now a page of its own.
-        if nr as u64 != f.nr_pages() || pte.pfn() != f.pfn {
-            // The era's question: folio_maybe_mapped_shared (6.15+),
-            // folio_likely_mapped_shared before, page_mapcount in 6.1.
-            let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
-            let split = !shared && split_folio_in_table(k, mm, (table, addr & !(PMD_SIZE - 1)), f, 0);
-            if !split {
-                a += nr as u64 * PAGE_SIZE;
+    'locked: while let Some(ptl) = pte_lock_checked(&k.phys, pmd, table) {
+        while a < stop {
+            let (idx, pte) = (pte_index(a), load(&k.phys, table, pte_index(a)));
+            if !pte.present() || pte.special() {
+                a += PAGE_SIZE;
+                continue;
             }
-            continue;
+            let f = Folio::containing(&k.phys, pte.pfn());
+            let max = ((stop - a) / PAGE_SIZE) as usize;
+            let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
+            if !f.test_anon() {
+                a += nr as u64 * PAGE_SIZE;
+                continue;
+            }
+            // Part of a large folio: split it (if no other MM may map it)
+            // with the PTL dropped, and look at the same entry again, now a
+            // page of its own.
+            if nr as u64 != f.nr_pages() || pte.pfn() != f.pfn {
+                // The era's question: folio_maybe_mapped_shared (6.15+),
+                // folio_likely_mapped_shared before, page_mapcount in 6.1.
+                let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
+                if shared || !f.try_get() {
+                    a += nr as u64 * PAGE_SIZE;
+                    continue;
+                }
+                drop(ptl);
+                if !split_and_put(k, mm, f) {
+                    a += nr as u64 * PAGE_SIZE;
+                }
+                continue 'locked;
+            }
+            a += nr as u64 * PAGE_SIZE;
+            if rmap::folio_mapcount(k, f) != f.nr_pages() {
+                Stats::inc(&k.stats.pageout_skipped_shared);
+                continue;
+            }
+            if k.lru.isolate(f) {
+                out.push(f);
+            }
         }
-        a += nr as u64 * PAGE_SIZE;
-        if rmap::folio_mapcount(k, f) != f.nr_pages() {
-            Stats::inc(&k.stats.pageout_skipped_shared);
-            continue;
-        }
-        if k.lru.isolate(f) {
-            out.push(f);
-        }
+        break;
     }
     out
 }

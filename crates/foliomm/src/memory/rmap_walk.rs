@@ -25,11 +25,11 @@ use crate::rmap::{self, VmaRecord};
 /// `rmap_walk_anon`: calls `visit` with the MM, the VMA's record and the
 /// address range `[start, end)` of it that holds page indexes of `f`, for
 /// each VMA linked to `f`'s anon_vma, in link order, until `visit` returns
-/// false. Returns false if the anon_vma is gone (no VMA holds it: nothing
+/// false. Visits nothing if the anon_vma is gone (no VMA holds it: nothing
 /// maps the folio).
-pub fn rmap_walk_anon(mmlist: &MmList, f: Folio, mut visit: impl FnMut(&Mm, &VmaRecord, u64, u64) -> bool) -> bool {
+pub fn rmap_walk_anon(mmlist: &MmList, f: Folio, mut visit: impl FnMut(&Mm, &VmaRecord, u64, u64) -> bool) {
     let Some(av) = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)) else {
-        return false;
+        return;
     };
     let tree = av.tree.read();
     for rec in tree.iter() {
@@ -40,7 +40,6 @@ pub fn rmap_walk_anon(mmlist: &MmList, f: Folio, mut visit: impl FnMut(&Mm, &Vma
             break;
         }
     }
-    true
 }
 
 /// What maps a page at `addr` of `mm`: a huge PMD, or the PTE table (by

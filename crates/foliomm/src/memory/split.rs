@@ -34,36 +34,35 @@ struct Mapping<'m> {
     locked: bool,
 }
 
-/// Splits the anon large folio `f` into pages if every mapping of it is a
-/// PTE of `table` (one of `mm`'s, mapping `[base, base + 2 MiB)`), nothing
-/// but those mappings and the caller's `held` references holds it
-/// (`can_split_folio`: no pin, no other reference, not in the swap cache),
-/// and it is not locked; true if it did. The caller's references stay on
-/// the first page. The caller holds the table's lock. Used where Linux
-/// splits from a page-table walk (`MADV_PAGEOUT`, reclaim's fallback).
-pub fn split_folio_in_table(k: &Kernel, mm: &Mm, (table, base): (Pfn, u64), f: Folio, held: i32) -> bool {
-    let maps = table_mappings(k, mm, (table, base), f, (base, base + PMD_SIZE), false);
-    let Some(lock) = f.trylock() else { return false };
-    let done = can_split(k, f, maps.len() as u64, held) && remap(k, f, 0, &maps, held);
-    drop(lock);
-    done
-}
-
 /// `split_folio_to_order(folio, new_order)` for an anon large folio,
 /// mapped anywhere: every mapping is found through the rmap walk (a huge
 /// PMD split first, as `unmap_folio` asks with `TTU_SPLIT_HUGE_PMD`), the
 /// tables holding them locked, and the folio split into folios of
 /// `new_order` if nothing but its mappings and the caller's `held`
-/// references holds it. EINVAL for a small, non-anon folio, an order not
-/// below the folio's, order 1, or a folio in the swap cache split above
-/// order 0; EBUSY if its anon_vma is gone; EAGAIN if it is locked, held
-/// by more than its mappings, or a table's lock is busy.
-pub fn split_folio_to_order(k: &Kernel, mmlist: &MmList, f: Folio, new_order: u32, held: i32) -> Result<()> {
+/// references holds it; those stay on the first piece. With `list` (reclaim
+/// splitting an isolated folio, `split_folio_to_list`), every other piece
+/// still mapped goes there with a reference of its own instead of onto the
+/// LRU. EINVAL for a small, non-anon folio, an order not below the folio's,
+/// order 1, or a folio in the swap cache split above order 0; EBUSY if its
+/// anon_vma is gone; EAGAIN if it is locked, held by more than its
+/// mappings (checked before a PMD is split, as `can_split_folio` is), or a
+/// table's lock is busy.
+pub fn split_folio_to_order<'k>(
+    k: &'k Kernel,
+    mmlist: &MmList,
+    f: Folio<'k>,
+    new_order: u32,
+    held: i32,
+    list: Option<&mut Vec<Folio<'k>>>,
+) -> Result<()> {
     let in_cache = k.folio_swap(f).is_some();
     if !f.is_large() || !f.test_anon() || new_order >= f.order() || new_order == 1 || in_cache {
         return Err(Errno::EINVAL);
     }
     let lock = f.trylock().ok_or(Errno::EAGAIN)?;
+    if f.refcount() as u64 != rmap::folio_mapcount(k, f) + held as u64 {
+        return Err(Errno::EAGAIN);
+    }
     let av = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)).ok_or(Errno::EBUSY)?;
     let tree = av.tree.read();
     let (first, last) = (f.index(), f.index() + f.nr_pages());
@@ -105,9 +104,9 @@ pub fn split_folio_to_order(k: &Kernel, mmlist: &MmList, f: Folio, new_order: u3
                 None => return Err(Errno::EAGAIN),
             }
         }
-        maps.extend(table_mappings(k, mm, (table, from & !(PMD_SIZE - 1)), f, (from, to), *locked));
+        maps.extend(table_mappings(k, mm, table, f, (from, to), *locked));
     }
-    if !can_split(k, f, maps.len() as u64, held) || !remap(k, f, new_order, &maps, held) {
+    if !can_split(k, f, maps.len() as u64, held) || !remap(k, f, new_order, &maps, held, list) {
         return Err(Errno::EAGAIN);
     }
     drop(ptls);
@@ -115,12 +114,12 @@ pub fn split_folio_to_order(k: &Kernel, mmlist: &MmList, f: Folio, new_order: u3
     Ok(())
 }
 
-/// The PTEs of `table` (of `mm`, mapping from `base`) in `[from, to)` that
-/// map pages of `f`.
+/// The PTEs of `table` (of `mm`) in `[from, to)`, inside the range one PMD
+/// maps, that map pages of `f`.
 fn table_mappings<'m>(
     k: &Kernel,
     mm: &'m Mm,
-    (table, base): (Pfn, u64),
+    table: Pfn,
     f: Folio,
     (from, to): (u64, u64),
     locked: bool,
@@ -131,7 +130,6 @@ fn table_mappings<'m>(
             let idx = pte_index(addr);
             let pte = load(&k.phys, table, idx);
             let ours = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
-            debug_assert!(addr & !(PMD_SIZE - 1) == base);
             ours.then(|| Mapping { mm, table, idx, addr, page: pte.pfn() - f.pfn, locked })
         })
         .collect()
@@ -151,7 +149,14 @@ fn can_split(k: &Kernel, f: Folio, found: u64, held: i32) -> bool {
 /// folio; from 6.12 a zero-filled page split to a page of its own is
 /// mapped by the shared zero page instead, outside mlocked VMAs
 /// (`try_to_map_unused_to_zeropage`), and freed.
-fn remap(k: &Kernel, f: Folio, order: u32, maps: &[Mapping], held: i32) -> bool {
+fn remap<'k>(
+    k: &'k Kernel,
+    f: Folio<'k>,
+    order: u32,
+    maps: &[Mapping],
+    held: i32,
+    list: Option<&mut Vec<Folio<'k>>>,
+) -> bool {
     let phys = &k.phys;
     let refs = maps.len() as i32 + held;
     if f.head().refcount.compare_exchange(refs, 0, AcqRel, Acquire).is_err() {
@@ -176,6 +181,15 @@ fn remap(k: &Kernel, f: Folio, order: u32, maps: &[Mapping], held: i32) -> bool 
         }
         piece.ref_add(1);
         rmap::folio_add_anon_rmap_ptes(k, piece, f.pfn + m.page - piece.pfn, 1, m.mm.rmap, excl);
+    }
+    if let Some(list) = list {
+        for &(pfn, _) in &pieces[1..] {
+            let piece = Folio::from_head(phys, pfn);
+            if rmap::folio_mapcount(k, piece) > 0 {
+                piece.ref_add(1);
+                list.push(piece);
+            }
+        }
     }
     for (pfn, o) in pieces {
         // The split's own references: the last ones of a folio nothing maps.

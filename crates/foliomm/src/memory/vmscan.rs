@@ -4,21 +4,18 @@
 //! for an allocation that found no free memory ([`alloc_folio_reclaim`]).
 //!
 //! Differs from Linux: one node, no memcg, no file LRU (shmem is not
-//! reclaimed), no kswapd (only direct reclaim, when an allocation fails),
-//! no writeback (the device is synchronous: `swap_writeout` completes at
-//! once); a large folio that gets no run of swap slots is split only where
-//! all its mappings are in one page table ([`super::split`]); an mlocked
-//! folio goes back to the active list, not the unevictable one.
+//! reclaimed), no kswapd thread (the allocating task does its work under
+//! the low watermark), no writeback (the device is synchronous:
+//! `swap_writeout` completes at once); an mlocked folio goes back to the
+//! active list, not the unevictable one.
 
-use super::huge_memory::split_huge_pmd;
-use super::rmap_walk::{folio_referenced, rmap_walk_anon, try_to_unmap};
-use super::split::split_folio_in_table;
-use crate::arch::{pte_index, SwpEntry, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
+use super::rmap_walk::{folio_referenced, try_to_unmap};
+use super::split::split_folio_to_order;
+use crate::arch::{SwpEntry, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
 use crate::kernel::{Kernel, Stats};
 use crate::mm_types::MmList;
-use crate::pgtable::{load, pte_lock_checked, walk_pmd};
 use crate::phys::pg;
 use crate::rmap;
 use crate::sync::atomic::Ordering::{AcqRel, Acquire};
@@ -153,45 +150,23 @@ fn putback(k: &Kernel, f: Folio, verdict: Verdict) -> bool {
 }
 
 /// A large folio that got no run of swap slots is split
-/// (`split_folio_to_list`; a PMD mapping first), counted
+/// (`split_folio_to_list`, wherever it is mapped), counted
 /// (`thp_swpout_fallback` for PMD size, the mTHP `swpout_fallback`), and
-/// its mapped pages reclaimed one by one (`split_folio_to_list` puts them,
-/// each with a reference, on the list being reclaimed). Consumes the
-/// isolation reference; returns false (the folio as such was not freed).
+/// its pages reclaimed one by one: the first with the isolation
+/// reference, the others still mapped from the split's list. A folio that
+/// cannot be split goes back to the active list. Returns false (the folio
+/// as such was not freed).
 fn swap_fallback(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
     if f.order() == PMD_ORDER {
         Stats::inc(&k.stats.thp_swpout_fallback);
     }
     Stats::inc(&k.stats.swpout_fallback[f.order() as usize]);
-    let (first, nr) = (f.pfn, f.nr_pages());
-    let mut pages = None;
-    rmap_walk_anon(mmlist, f, |mm, _, start, end| {
-        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, start) else { return true };
-        if pmd.load(&k.phys).huge() && pmd.load(&k.phys).pfn() == first {
-            split_huge_pmd(k, mm, start);
-        }
-        let e = pmd.load(&k.phys);
-        let Some(_ptl) = (!e.is_none() && !e.huge()).then(|| pte_lock_checked(&k.phys, pmd, e.pfn())).flatten() else {
-            return true;
-        };
-        if split_folio_in_table(k, mm, (e.pfn(), start & !(PMD_SIZE - 1)), f, 1) {
-            // The pages still mapped, each with a reference of its own.
-            let mapped = (start..end).step_by(PAGE_SIZE as usize).filter_map(|a| {
-                let pte = load(&k.phys, e.pfn(), pte_index(a));
-                let ours = pte.present() && !pte.special() && (first..first + nr).contains(&pte.pfn());
-                ours.then(|| Folio::from_head(&k.phys, pte.pfn())).filter(|p| p.try_get())
-            });
-            pages = Some(mapped.collect::<Vec<_>>());
-        }
-        false
-    });
-    // The isolation reference, now on the first page (or still on the
-    // whole folio, which goes back on the LRU).
-    let Some(pages) = pages else {
+    let mut pieces = Vec::new();
+    if split_folio_to_order(k, mmlist, f, 0, 1, Some(&mut pieces)).is_err() {
         return putback(k, f, Verdict::Activate);
-    };
-    k.folio_put_refs(Folio::containing(&k.phys, first), 1);
-    for page in pages {
+    }
+    shrink_folio(k, mmlist, Folio::containing(&k.phys, f.pfn), true);
+    for page in pieces {
         shrink_folio(k, mmlist, page, true);
     }
     false

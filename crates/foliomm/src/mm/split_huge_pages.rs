@@ -44,7 +44,7 @@ impl Mm {
                 continue;
             }
             let order = f.order();
-            match split_folio_to_order(k, &self.mmlist, f, new_order, 1) {
+            match split_folio_to_order(k, &self.mmlist, f, new_order, 1, None) {
                 Ok(()) => {
                     split += 1;
                     k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);
