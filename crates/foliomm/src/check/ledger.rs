@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use super::precision::{self, Shadow};
 use crate::arch::Pfn;
 use crate::folio::Folio;
-use crate::kernel::{Kernel, Observer};
+use crate::kernel::{Consumer, Kernel, Observer};
 use crate::mapcount::MmId;
 use crate::sync::Mutex;
 
@@ -54,6 +54,12 @@ impl Observer for Ledger {
     fn cow_decided(&self, k: &Kernel, f: Folio, mm: MmId, reused: bool) {
         if let Some(shadow) = &self.shadow {
             precision::judge_cow(k, shadow, f, mm, reused);
+        }
+    }
+
+    fn shared_decided(&self, k: &Kernel, consumer: Consumer, f: Folio, shared: bool) {
+        if let Some(shadow) = &self.shadow {
+            precision::judge_decision(k, shadow, consumer, f, shared);
         }
     }
 

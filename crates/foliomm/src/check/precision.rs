@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::arch::Pfn;
 use crate::folio::Folio;
-use crate::kernel::{Incident, Kernel, Stats};
+use crate::kernel::{Consumer, Incident, Kernel, Stats};
 use crate::mapcount::MmId;
 use crate::sync::Mutex;
 
@@ -57,15 +57,21 @@ impl Shadow {
 }
 
 /// Judges a COW decision on a large anon folio that is not AnonExclusive:
-/// `reused` is what the design decided for `mm`.
+/// `reused` is what the design decided for `mm`; counted as the
+/// [`Consumer::CowReuse`] decisions too (a copy that could have been a
+/// reuse is its wrong "shared").
 pub(crate) fn judge_cow(m: &Kernel, shadow: &Shadow, f: Folio, mm: MmId, reused: bool) {
     let owner = shadow.sole_mapper(f.pfn);
     let mapcount = crate::rmap::folio_mapcount(m, f);
     let reusable = owner == Some(mm) && mapcount == f.refcount() as u64;
+    let [made, wrong_shared, wrong_exclusive_count] = &m.stats.decisions[Consumer::CowReuse as usize];
+    Stats::inc(made);
     if reused && owner != Some(mm) {
+        Stats::inc(wrong_exclusive_count);
         wrong_exclusive(m, f, format!("COW reused folio {:#x} for MM {mm} while {:?} map it", f.pfn, shadow.of(f.pfn)));
     }
     if !reused && reusable {
+        Stats::inc(wrong_shared);
         Stats::inc(&m.stats.precision_avoidable_copy);
     }
 }
@@ -76,6 +82,23 @@ fn wrong_exclusive(m: &Kernel, f: Folio, what: String) {
     Stats::inc(&m.stats.precision_wrong_exclusive);
     let what = format!("{}: {what} (wrong-exclusive)", m.design.name());
     m.violations.lock().unwrap().push(Incident::WrongExclusive { folio: f.pfn, what });
+}
+
+/// Judges a consumer's decision that `f` is (`shared`) or is not mapped by
+/// more than one MM: counted per consumer as made, wrongly "shared" (one MM
+/// maps it), wrongly "exclusive" (more than one do). Not a violation here:
+/// where correctness rests on the answer (COW reuse) [`judge_cow`] and
+/// [`judge_answer`] make it one.
+pub(crate) fn judge_decision(m: &Kernel, shadow: &Shadow, consumer: Consumer, f: Folio, shared: bool) {
+    let mappers = shadow.of(f.pfn).len();
+    let [made, wrong_shared, wrong_exclusive] = &m.stats.decisions[consumer as usize];
+    Stats::inc(made);
+    if shared && mappers == 1 {
+        Stats::inc(wrong_shared);
+    }
+    if !shared && mappers > 1 {
+        Stats::inc(wrong_exclusive);
+    }
 }
 
 /// Judges the era's policy guess for `f`: counted, not a violation, since

@@ -20,7 +20,7 @@ mod swap_state;
 
 pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE};
 pub use hugetlb_pool::{HugeCounts, HugeSize};
-pub use observer::Observer;
+pub use observer::{Consumer, Observer};
 pub use stats::Stats;
 
 use crate::arch::{Pfn, PMD_ORDER};

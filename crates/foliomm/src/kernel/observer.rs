@@ -13,6 +13,31 @@ use crate::mapcount::MmId;
 
 use super::Kernel;
 
+/// Who asked "is this folio mapped by more than one process?" and acted on
+/// the answer (seed 000's list: COW, swap-out, split, migration...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    /// A write fault's reuse of a large anon folio (`wp_can_reuse_anon_folio`).
+    CowReuse,
+    /// `MADV_PAGEOUT`/`MADV_COLD` of a folio the range covers whole
+    /// (`folio_maybe_mapped_shared` for a PMD; `folio_mapcount !=
+    /// folio_nr_pages` for PTEs; `page_mapcount != 1` in 6.1).
+    Pageout,
+    /// `MADV_PAGEOUT`/`MADV_COLD` splitting a folio the range covers in part
+    /// (`folio_likely_mapped_shared` / `folio_maybe_mapped_shared`).
+    PageoutSplit,
+}
+
+impl Consumer {
+    /// Every consumer, in table order.
+    pub const ALL: [Consumer; 3] = [Consumer::CowReuse, Consumer::Pageout, Consumer::PageoutSplit];
+
+    /// The consumer's name in counters and tables.
+    pub fn name(self) -> &'static str {
+        ["cow_reuse", "pageout", "pageout_split"][self as usize]
+    }
+}
+
 /// Told of events as they happen; every method defaults to ignoring them.
 pub trait Observer: Send + Sync {
     /// `delta` mappings (PTEs or one PMD each) of the folio headed by
@@ -31,6 +56,12 @@ pub trait Observer: Send + Sync {
     /// decided to reuse it (`reused`) or to copy.
     fn cow_decided(&self, k: &Kernel, f: Folio, mm: MmId, reused: bool) {
         let _ = (k, f, mm, reused);
+    }
+
+    /// `consumer` acted on the answer that the large folio `f` is
+    /// (`shared`) or is not mapped by more than one MM.
+    fn shared_decided(&self, k: &Kernel, consumer: Consumer, f: Folio, shared: bool) {
+        let _ = (k, consumer, f, shared);
     }
 
     /// An observation of the large folio `f` got the design's "maybe mapped

@@ -32,6 +32,11 @@ macro_rules! counters {
             pub folio_alloc: [AtomicU64; ORDERS],
             /// Folios freed, per order.
             pub folio_free: [AtomicU64; ORDERS],
+            /// "Mapped shared?" decisions per consumer (see
+            /// [`super::Consumer`]): made, wrongly "shared" (one MM maps
+            /// the folio: work missed), wrongly "exclusive" (more than one
+            /// does); judged by the precision report.
+            pub decisions: [[AtomicU64; 3]; 3],
         }
 
         impl Stats {
@@ -194,6 +199,14 @@ impl Stats {
                 let v = c.load(Relaxed);
                 if v != 0 {
                     out.push((format!("{name}[{}K]", 4u64 << order), v));
+                }
+            }
+        }
+        for (consumer, counts) in super::Consumer::ALL.iter().zip(&self.decisions) {
+            for (what, c) in ["decided", "wrong_shared", "wrong_exclusive"].iter().zip(counts) {
+                let v = c.load(Relaxed);
+                if v != 0 {
+                    out.push((format!("{what}[{}]", consumer.name()), v));
                 }
             }
         }

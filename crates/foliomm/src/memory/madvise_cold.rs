@@ -13,7 +13,7 @@ use super::vmscan::shrink_folio;
 use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
-use crate::kernel::{Kernel, Stats};
+use crate::kernel::{Consumer, Kernel, Stats};
 use crate::mm_types::Mm;
 use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, walk_pmd, PmdSlot};
 use crate::phys::pg;
@@ -70,10 +70,20 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
 fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot) {
     let e = pmd.load(&k.phys);
     let f = Folio::from_head(&k.phys, e.pfn());
-    if e.special() || !f.test_anon() || rmap::folio_likely_mapped_shared(k, f, 0) || !f.try_get() {
+    if e.special() || !f.test_anon() || decide(k, Consumer::PageoutSplit, f, rmap::folio_likely_mapped_shared(k, f, 0))
+    {
         return;
     }
-    split_and_put(k, mm, f);
+    if f.try_get() {
+        split_and_put(k, mm, f);
+    }
+}
+
+/// Tells the precision report that `consumer` took the large folio `f`
+/// for (maybe) mapped `shared`; returns the answer.
+fn decide(k: &Kernel, consumer: Consumer, f: Folio, shared: bool) -> bool {
+    k.observe(|o| o.shared_decided(k, consumer, f, shared));
+    shared
 }
 
 /// `folio_get` (done) + `split_folio` + `folio_put`, without the PTL; true
@@ -94,7 +104,7 @@ fn isolate_pmd(k: &Kernel, pmd: PmdSlot, addr: u64, stop: u64) -> Option<Folio<'
         return None;
     }
     let f = Folio::from_head(&k.phys, e.pfn());
-    if !f.test_anon() || rmap::folio_maybe_mapped_shared(k, f) || !k.lru.isolate(f) {
+    if !f.test_anon() || decide(k, Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) || !k.lru.isolate(f) {
         return None;
     }
     Some(f)
@@ -127,7 +137,7 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
                 // The era's question: folio_maybe_mapped_shared (6.15+),
                 // folio_likely_mapped_shared before, page_mapcount in 6.1.
                 let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
-                if shared || !f.try_get() {
+                if decide(k, Consumer::PageoutSplit, f, shared) || !f.try_get() {
                     a += nr as u64 * PAGE_SIZE;
                     continue;
                 }
@@ -138,7 +148,9 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
                 continue 'locked;
             }
             a += nr as u64 * PAGE_SIZE;
-            if rmap::folio_mapcount(k, f) != f.nr_pages() {
+            let shared = rmap::folio_mapcount(k, f) != f.nr_pages();
+            let shared = if f.is_large() { decide(k, Consumer::Pageout, f, shared) } else { shared };
+            if shared {
                 Stats::inc(&k.stats.pageout_skipped_shared);
                 continue;
             }
