@@ -23,6 +23,7 @@ mod seed_001;
 mod seed_002;
 mod seed_003;
 mod seed_004;
+mod shared_decisions;
 mod stats;
 mod tlb;
 
@@ -102,6 +103,14 @@ enum Bench {
     /// frames) and host (/proc/meminfo PageTables).
     #[command(name = "pmd-sharing")]
     PmdSharing(pmd_sharing::PmdSharingArgs),
+    /// How often each mapcount design decides "mapped shared?" wrongly, per consumer
+    ///
+    /// A fixed suite of workloads (scenarios/decisions/) on the model under
+    /// every design; per consumer (COW reuse, MADV_PAGEOUT/COLD and their
+    /// splits) the decisions made, the wrong "shared" answers (work missed)
+    /// and the wrong "exclusive" ones. Counts: the same on every run.
+    #[command(name = "shared-decisions")]
+    SharedDecisions(shared_decisions::SharedDecisionsArgs),
 }
 
 /// The options every benchmark takes, with the same meaning everywhere; a
@@ -212,6 +221,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Seed003(s) => runner::run(&mut seed_003::Seed003::new(s)?, &s.common),
         Bench::Seed002(s) => runner::run(&mut seed_002::Seed002::new(s)?, &s.common),
         Bench::PmdSharing(s) => runner::run(&mut pmd_sharing::PmdSharing::new(s)?, &s.common),
+        Bench::SharedDecisions(s) => shared_decisions::run_bench(s),
     }
 }
 
