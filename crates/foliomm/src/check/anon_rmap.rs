@@ -3,7 +3,8 @@
 //! (`folio->mapping`'s anon_vma tree holds the VMA, and `folio->index`
 //! with the VMA's `vm_pgoff` gives the address), and every mapped anon
 //! folio is on exactly the LRU list its flags say, as is every folio on a
-//! list (at a quiescent point none is isolated).
+//! list (at a quiescent point none is isolated); the deferred split queue
+//! holds exactly the partially mapped large folios, once each.
 
 use std::collections::HashSet;
 
@@ -66,5 +67,24 @@ pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, bad: &mut Vec<Vi
     for &pfn in mapped_anon.iter().filter(|p| !listed.contains(p)) {
         let what = format!("mapped anon folio {pfn:#x} is on no LRU list");
         bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+    }
+    let queued = m.deferred_split_snapshot();
+    let mut seen = HashSet::new();
+    for &pfn in &queued {
+        let f = Folio::from_head(&m.phys, pfn);
+        let ok = !m.phys.page(pfn).test(pg::TAIL) && f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED);
+        if !ok || !seen.insert(pfn) {
+            let what = format!(
+                "folio {pfn:#x} on the deferred split queue is not a partially mapped large folio, or is there twice"
+            );
+            bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+        }
+    }
+    for &pfn in mapped_anon.iter().filter(|p| !seen.contains(p)) {
+        let f = Folio::from_head(&m.phys, pfn);
+        if f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED) {
+            let what = format!("partially mapped folio {pfn:#x} is not on the deferred split queue");
+            bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+        }
     }
 }

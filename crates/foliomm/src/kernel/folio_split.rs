@@ -59,6 +59,7 @@ impl Kernel {
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
         let keep = f.head().flags.load(Relaxed) & (pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
         let (mapping, index) = (f.head().link.load(Relaxed), f.index());
+        self.deferred_split_remove(f);
         Stats::inc(&self.stats.split[order as usize]);
         if order == crate::arch::PMD_ORDER {
             Stats::inc(&self.stats.thp_split_page);

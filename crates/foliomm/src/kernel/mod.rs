@@ -10,6 +10,7 @@
 //! process.
 
 pub mod config;
+mod deferred_split;
 mod folio_split;
 pub mod hugetlb_pool;
 pub mod lru;
@@ -49,6 +50,8 @@ pub struct Kernel {
     pub hugetlb: hugetlb_pool::HugePool,
     /// The anon LRU lists.
     pub lru: lru::Lru,
+    /// The deferred split queue (head frames).
+    deferred_split: Mutex<std::collections::VecDeque<Pfn>>,
     /// The swap device, if the configuration has one.
     pub swap: Option<crate::swap::SwapDevice>,
     /// "Bad page" reports from frees whose fields were not reset: the folio
@@ -100,6 +103,7 @@ impl Kernel {
             mm_ids: MmIds::new(max_id),
             hugetlb: hugetlb_pool::HugePool::default(),
             lru: lru::Lru::default(),
+            deferred_split: deferred_split::new_queue(),
             swap,
             bad_pages: Mutex::new(Vec::new()),
             violations: Mutex::new(Vec::new()),

@@ -103,6 +103,7 @@ impl Kernel {
             return self.free_huge_folio(f);
         }
         self.lru.del(f);
+        self.deferred_split_remove(f);
         clear_descriptors(f);
         if let Some(count) = self.stats.folio_free.get(order as usize) {
             Stats::inc(count);

@@ -114,6 +114,31 @@ pub fn split_folio_to_order<'k>(
     Ok(())
 }
 
+/// `deferred_split_scan`, the shrinker of the deferred split queue: up to
+/// `nr` queued folios, each still a partially mapped anon large folio, are
+/// split to pages (`split_folio`); those that cannot be now go back to the
+/// queue's tail. Returns how many were split. Differs from Linux: no
+/// underused-THP split (with the default `max_ptes_none` of 511 Linux does
+/// none either).
+pub fn deferred_split_scan(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
+    let mut again = Vec::new();
+    let mut split = 0;
+    for pfn in k.deferred_split_take(nr) {
+        let f = Folio::from_head(&k.phys, pfn);
+        let queued = f.is_large() && f.test_anon() && f.page(1).test(crate::phys::pg::PARTIALLY_MAPPED);
+        if !queued || !f.try_get() {
+            continue;
+        }
+        match split_folio_to_order(k, mmlist, f, 0, 1, None) {
+            Ok(()) => split += 1,
+            Err(_) => again.push(pfn),
+        }
+        k.folio_put_refs(Folio::containing(&k.phys, pfn), 1);
+    }
+    k.deferred_split_requeue(again);
+    split
+}
+
 /// The PTEs of `table` (of `mm`) in `[from, to)`, inside the range one PMD
 /// maps, that map pages of `f`.
 fn table_mappings<'m>(

@@ -10,7 +10,7 @@
 //! active list, not the unevictable one.
 
 use super::rmap_walk::{folio_referenced, try_to_unmap};
-use super::split::split_folio_to_order;
+use super::split::{deferred_split_scan, split_folio_to_order};
 use crate::arch::{SwpEntry, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
@@ -222,7 +222,9 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
     if k.swap.is_none() {
         return 0;
     }
-    let mut freed = 0;
+    // shrink_slab(): the deferred split queue's shrinker frees the unmapped
+    // parts of partially mapped folios.
+    let mut freed = deferred_split_scan(k, mmlist, SWAP_CLUSTER_MAX * 4);
     for priority in (0..=DEF_PRIORITY).rev() {
         let (inactive, active) = k.lru.sizes();
         if inactive_is_low(inactive, active) {

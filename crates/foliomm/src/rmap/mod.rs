@@ -170,16 +170,17 @@ pub fn folio_likely_mapped_shared(k: &Kernel, f: Folio, i: u64) -> bool {
 }
 
 /// `deferred_split_folio(folio, partially_mapped = true)`: marks an anon
-/// folio queued for deferred split once and counts it
-/// (`thp_deferred_split_page` for PMD size, `split_deferred` per order).
-/// foliomm keeps no split queue and never splits: the folio stays whole
-/// until freed, and freeing clears the mark as it takes a folio off the queue.
+/// folio partially mapped and queues it for deferred split once, counting
+/// it (`thp_deferred_split_page` for PMD size, `split_deferred` per
+/// order). The shrinker splits it under memory pressure
+/// ([`crate::memory::split::deferred_split_scan`]).
 fn deferred_split_folio(k: &Kernel, f: Folio) {
     let second = f.page(1);
     if second.test(pg::PARTIALLY_MAPPED) {
         return;
     }
     second.set(pg::PARTIALLY_MAPPED);
+    k.deferred_split_queue(f);
     if f.order() == PMD_ORDER {
         Stats::inc(&k.stats.thp_deferred_split_page);
     }
