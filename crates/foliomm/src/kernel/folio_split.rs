@@ -57,7 +57,8 @@ impl Kernel {
         assert!(order > uniform.unwrap_or(0) && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
-        let keep = f.head().flags.load(Relaxed) & (pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE);
+        let kept = pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED | pg::LOCKED;
+        let keep = f.head().flags.load(Relaxed) & kept;
         let (mapping, index) = (f.head().link.load(Relaxed), f.index());
         self.deferred_split_remove(f);
         Stats::inc(&self.stats.split[order as usize]);

@@ -53,28 +53,34 @@ fn leaf(k: &Kernel, mm: &Mm, addr: u64) -> Option<(PmdSlot, Pte)> {
 /// `try_to_unmap(folio, TTU_SPLIT_HUGE_PMD)` for reclaim of the locked
 /// anon folio `f`, whose slots start at `e`: every mapping the rmap walk
 /// finds goes, a huge PMD split first, each PTE replaced by the swap entry
-/// of its page's slot ([`try_to_unmap_one`]). A VMA with `VM_LOCKED` stops
-/// the walk (`mlock_vma_folio`; the folio stays). Returns true if nothing
+/// of its page's slot ([`try_to_unmap_one`]). A `VM_LOCKED` VMA found
+/// mapping the folio stops the walk (`mlock_vma_folio`; the folio
+/// stays). Returns true if nothing
 /// maps the folio afterwards (`!folio_mapped`); the pages unmapped before a
 /// failure stay swapped out, as in Linux.
 pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: SwpEntry) -> bool {
     let mut ok = true;
     rmap_walk_anon(mmlist, f, |mm, rec, start, end| {
-        if rec.flags & vm::LOCKED != 0 {
-            ok = false;
-            return false;
-        }
+        let locked = rec.flags & vm::LOCKED != 0;
         let mut addr = start;
         while addr < end && ok {
             let p = (addr - rec.start) / PAGE_SIZE + rec.pgoff - f.index();
             match leaf(k, mm, addr) {
                 Some((_, pmd)) if pmd.huge() && pmd.pfn() == f.pfn && !pmd.special() => {
+                    if locked {
+                        ok = false;
+                        break;
+                    }
                     split_huge_pmd(k, mm, addr);
+                    // A PMD that stays huge (remapped meanwhile) is passed over.
+                    if leaf(k, mm, addr).is_some_and(|(_, e)| e.huge()) {
+                        addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE;
+                    }
                     continue;
                 }
                 Some((slot, pmd)) if !pmd.huge() => {
                     let page_slot = SwpEntry { offset: e.offset + p, ..e };
-                    ok = try_to_unmap_one(k, mm, (slot, pmd.pfn()), addr, f, p, page_slot);
+                    ok = try_to_unmap_one(k, mm, (slot, pmd.pfn()), addr, f, p, (page_slot, locked));
                 }
                 _ => {}
             }
@@ -90,8 +96,9 @@ pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: SwpEntry) -> bool 
 /// replaced by a swap entry naming the slot (`swap_duplicate`), exclusive
 /// if the page was AnonExclusive (`folio_try_share_anon_rmap_pte` clears
 /// that, and fails for a page that may be pinned: the entry is put back);
-/// the mapping's rmap and reference go. False only if the page could not
-/// be shared.
+/// a dirty entry dirties the folio; the mapping's rmap and reference go.
+/// False only if the page could not be shared, or the VMA is mlocked
+/// (`locked`: nothing changes).
 pub fn try_to_unmap_one(
     k: &Kernel,
     mm: &Mm,
@@ -99,7 +106,7 @@ pub fn try_to_unmap_one(
     addr: u64,
     f: Folio,
     p: u64,
-    e: SwpEntry,
+    (e, locked): (SwpEntry, bool),
 ) -> bool {
     let (phys, idx) = (&k.phys, pte_index(addr));
     let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return true };
@@ -107,7 +114,13 @@ pub fn try_to_unmap_one(
     if !pte.present() || pte.special() || pte.pfn() != f.pfn + p {
         return true;
     }
+    if locked {
+        return false;
+    }
     store(phys, table, idx, Pte::NONE);
+    if pte.0 & Pte::DIRTY != 0 {
+        f.head().set(crate::phys::pg::DIRTY);
+    }
     mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
     let exclusive = f.anon_exclusive(p);
     if exclusive && f.maybe_dma_pinned() {
@@ -125,23 +138,25 @@ pub fn try_to_unmap_one(
     true
 }
 
-/// What `folio_referenced` found: young mappings (their accessed bits now
-/// cleared) and whether a VMA mapping the folio is mlocked.
+/// What `folio_referenced` found: the VMAs with young mappings of the
+/// folio (their accessed bits now cleared) and whether an mlocked VMA maps
+/// it.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Referenced {
-    pub ptes: u32,
+    pub vmas: u32,
     pub mlocked: bool,
 }
 
-/// `folio_referenced`: counts the mappings of `f` the CPUs have accessed
-/// since the last look and clears their accessed bits
+/// `folio_referenced`: counts the VMAs in which the CPUs have accessed `f`
+/// since the last look (`folio_referenced_one` counts a VMA once, however
+/// many young entries it has) and clears the accessed bits
 /// (`ptep_clear_flush_young`, flushing the page as the generic version
-/// does; x86 leaves its TLB alone), a huge PMD counting once.
+/// does; x86 leaves its TLB alone); `mlocked` if an mlocked VMA maps it.
 pub fn folio_referenced(k: &Kernel, mmlist: &MmList, f: Folio) -> Referenced {
     let phys = &k.phys;
     let mut r = Referenced::default();
     rmap_walk_anon(mmlist, f, |mm, rec, start, end| {
-        r.mlocked |= rec.flags & vm::LOCKED != 0;
+        let (mut young, mut mapped) = (false, false);
         let mut addr = start;
         while addr < end {
             let Some((slot, e)) = leaf(k, mm, addr) else {
@@ -151,24 +166,29 @@ pub fn folio_referenced(k: &Kernel, mmlist: &MmList, f: Folio) -> Referenced {
             let _ptl = pte_lockptr(phys, if e.huge() { slot.table } else { e.pfn() }).lock();
             if e.huge() {
                 let now = slot.load(phys);
+                mapped |= now.huge() && now.pfn() == f.pfn;
                 if now.huge() && now.pfn() == f.pfn && now.0 & Pte::ACCESSED != 0 {
                     slot.store(phys, now.without(Pte::ACCESSED));
                     mm.tlb.flush_range(&k.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
-                    r.ptes += 1;
+                    young = true;
                 }
                 addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE;
                 continue;
             }
             let (table, idx) = (e.pfn(), pte_index(addr));
             let pte = load(phys, table, idx);
-            let mapped = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
-            if slot.load(phys) == e && mapped && pte.0 & Pte::ACCESSED != 0 {
+            let here = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
+            let ours = slot.load(phys) == e && here;
+            mapped |= ours;
+            if ours && pte.0 & Pte::ACCESSED != 0 {
                 store(phys, table, idx, pte.without(Pte::ACCESSED));
                 mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
-                r.ptes += 1;
+                young = true;
             }
             addr += PAGE_SIZE;
         }
+        r.mlocked |= mapped && rec.flags & vm::LOCKED != 0;
+        r.vmas += young as u32;
         true
     });
     r

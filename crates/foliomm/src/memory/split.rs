@@ -95,17 +95,24 @@ pub fn split_folio_to_order<'k>(
     tables.sort_unstable();
     let mut ptls: Vec<BitSpinLock> = Vec::new();
     let mut maps = Vec::new();
+    let mut last = None;
     for &(table, i, from, to) in &tables {
         let (mm, _, _, locked) = &spans[i];
-        if ptls.is_empty() || tables.iter().position(|t| t.0 == table) == Some(ptls.len()) {
-            let still = walk_pmd(&k.phys, mm.pgd, from).is_some_and(|pmd| pmd.load(&k.phys).pfn() == table);
+        let still = walk_pmd(&k.phys, mm.pgd, from).is_some_and(|pmd| pmd.load(&k.phys).pfn() == table);
+        if last != Some(table) {
             match pte_lockptr(&k.phys, table).try_lock().filter(|_| still) {
                 Some(ptl) => ptls.push(ptl),
                 None => return Err(Errno::EAGAIN),
             }
+            last = Some(table);
+        } else if !still {
+            return Err(Errno::EAGAIN);
         }
         maps.extend(table_mappings(k, mm, table, f, (from, to), *locked));
     }
+    // Two VMAs may overlap a table's range while one is being split.
+    maps.sort_unstable_by_key(|m| (m.table, m.idx));
+    maps.dedup_by_key(|m| (m.table, m.idx));
     if !can_split(k, f, maps.len() as u64, held) || !remap(k, f, new_order, &maps, held, list) {
         return Err(Errno::EAGAIN);
     }
@@ -121,7 +128,6 @@ pub fn split_folio_to_order<'k>(
 /// underused-THP split (with the default `max_ptes_none` of 511 Linux does
 /// none either).
 pub fn deferred_split_scan(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
-    let mut again = Vec::new();
     let mut split = 0;
     for pfn in k.deferred_split_take(nr) {
         let f = Folio::from_head(&k.phys, pfn);
@@ -131,11 +137,12 @@ pub fn deferred_split_scan(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
         }
         match split_folio_to_order(k, mmlist, f, 0, 1, None) {
             Ok(()) => split += 1,
-            Err(_) => again.push(pfn),
+            // Back on the queue while the reference keeps it alive: a free
+            // then takes it off again.
+            Err(_) => k.deferred_split_requeue([pfn]),
         }
         k.folio_put_refs(Folio::containing(&k.phys, pfn), 1);
     }
-    k.deferred_split_requeue(again);
     split
 }
 
@@ -216,8 +223,13 @@ fn remap<'k>(
             }
         }
     }
-    for (pfn, o) in pieces {
-        // The split's own references: the last ones of a folio nothing maps.
+    for &(pfn, o) in &pieces {
+        // Every piece came out locked (PG_locked copied): all but the
+        // first, whose lock the caller holds, are unlocked before the
+        // split's own references go (the last ones of a folio nothing maps).
+        if pfn != pieces[0].0 {
+            phys.page(pfn).clear(crate::phys::pg::LOCKED);
+        }
         k.folio_put_refs(Folio::from_head(phys, pfn), 1 << o);
     }
     true

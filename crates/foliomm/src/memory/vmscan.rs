@@ -56,13 +56,14 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
         return putback(k, f, Verdict::Keep);
     };
     let verdict = if ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
-    if verdict != Verdict::Freed || f.maybe_dma_pinned() {
+    let pinned = k.folio_swap(f).is_none() && f.maybe_dma_pinned();
+    if verdict != Verdict::Freed || pinned {
         drop(lock);
-        return putback(k, f, if f.maybe_dma_pinned() { Verdict::Activate } else { verdict });
+        return putback(k, f, if pinned { Verdict::Keep } else { verdict });
     }
     let slots = match k.folio_swap(f) {
         Some(e) => Ok(e),
-        None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => Err(Verdict::Keep),
+        None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => Err(Verdict::Activate),
         None => match k.add_to_swap(f) {
             Ok(e) => {
                 f.head().set(pg::DIRTY);
@@ -77,7 +78,7 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
     };
     let verdict = match slots {
         Ok(e) if !try_to_unmap(k, mmlist, f, e) => Verdict::Activate,
-        Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 && pageout(k, f, e) => {
+        Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 && remove_mapping(k, f, e) => {
             drop(lock);
             k.free_frozen_folio(f);
             Stats::inc(&k.stats.pgsteal_anon);
@@ -91,41 +92,43 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
 }
 
 /// `folio_check_references` for an anon folio: mapped in an mlocked VMA,
-/// or found referenced a second time (or by more than one mapping), it
-/// goes to the active list; referenced once, it stays inactive, marked
+/// or found referenced a second time (or in more than one VMA), it goes to
+/// the active list; referenced once, it stays inactive, marked
 /// `PG_referenced`; unreferenced, it is reclaimed (`Freed` as the wish).
 fn check_references(k: &Kernel, mmlist: &MmList, f: Folio) -> Verdict {
     let r = folio_referenced(k, mmlist, f);
-    let was_referenced = f.head().test(pg::REFERENCED);
-    f.head().clear(pg::REFERENCED);
     if r.mlocked {
         return Verdict::Activate;
     }
-    if r.ptes == 0 {
+    let was_referenced = f.head().test(pg::REFERENCED);
+    f.head().clear(pg::REFERENCED);
+    if r.vmas == 0 {
         return Verdict::Freed;
     }
     f.head().set(pg::REFERENCED);
-    if was_referenced || r.ptes > 1 {
+    if was_referenced || r.vmas > 1 {
         Verdict::Activate
     } else {
         Verdict::Keep
     }
 }
 
-/// `swap_writeout` + `__remove_mapping` of the unmapped `f`, whose slots
-/// start at `e`: its bytes go to the device; then, if its references are
-/// still the isolation's and the swap cache's, they are frozen at 0
-/// (`folio_ref_freeze`: a swap-in finding it in the cache meanwhile cannot
-/// take one) and it leaves the swap cache, to be freed by the caller.
-/// Returns false, `f` left written and clean in the swap cache, if a
-/// reference came meanwhile.
-fn pageout(k: &Kernel, f: Folio, e: SwpEntry) -> bool {
+/// `pageout` (`swap_writeout`) of the unmapped `f` if it is dirty (a clean
+/// one's slots hold its bytes already), then `__remove_mapping`: if its
+/// references are still the isolation's and the swap cache's, they are
+/// frozen at 0 (`folio_ref_freeze`: a swap-in finding it in the cache
+/// meanwhile cannot take one) and it leaves the swap cache, to be freed by
+/// the caller. Returns false, `f` left written and clean in the swap
+/// cache, if a reference came meanwhile.
+fn remove_mapping(k: &Kernel, f: Folio, e: SwpEntry) -> bool {
     let dev = k.swap.as_ref().expect("a slot implies a device");
-    f.head().clear(pg::DIRTY);
-    for p in 0..f.nr_pages() {
-        dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
+    if f.head().test(pg::DIRTY) {
+        f.head().clear(pg::DIRTY);
+        for p in 0..f.nr_pages() {
+            dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
+        }
+        count_swpout(k, f);
     }
-    count_swpout(k, f);
     let refs = 1 + f.nr_pages() as i32;
     if f.head().refcount.compare_exchange(refs, 0, AcqRel, Acquire).is_err() {
         return false;
@@ -193,12 +196,12 @@ fn shrink_inactive_list(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
 }
 
 /// `shrink_active_list`: up to `nr` folios from the active tail go to the
-/// inactive head; their accessed bits are looked at and cleared
-/// (`folio_referenced`), which keeps only executable file folios active.
+/// inactive head, `PG_referenced` kept; their accessed bits are looked at
+/// and cleared (`folio_referenced`), which keeps only executable file
+/// folios active.
 fn shrink_active_list(k: &Kernel, mmlist: &MmList, nr: usize) {
     for f in k.lru.isolate_tail(&k.phys, LruList::Active, nr) {
         folio_referenced(k, mmlist, f);
-        f.head().clear(pg::REFERENCED);
         k.lru.putback(f, LruList::Inactive);
         Stats::inc(&k.stats.pgdeactivate);
         k.folio_put_refs(f, 1);
@@ -223,8 +226,11 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
         return 0;
     }
     // shrink_slab(): the deferred split queue's shrinker frees the unmapped
-    // parts of partially mapped folios.
-    let mut freed = deferred_split_scan(k, mmlist, SWAP_CLUSTER_MAX * 4);
+    // parts of partially mapped folios (not counted as reclaimed, as in
+    // Linux; the model scans up to 128 queued folios each time where Linux
+    // scales the scan by the priority).
+    deferred_split_scan(k, mmlist, SWAP_CLUSTER_MAX * 4);
+    let mut freed = 0;
     for priority in (0..=DEF_PRIORITY).rev() {
         let (inactive, active) = k.lru.sizes();
         if inactive_is_low(inactive, active) {
@@ -271,7 +277,8 @@ pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> 
         match alloc() {
             Err(Errno::ENOMEM) if retries < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
                 Stats::inc(&k.stats.allocstall);
-                if try_to_free_pages(k, mmlist) == 0 {
+                // No progress: unless the shrinker freed something, give up.
+                if try_to_free_pages(k, mmlist) == 0 && k.phys.nr_free() == 0 {
                     return Err(Errno::ENOMEM);
                 }
                 retries += 1;

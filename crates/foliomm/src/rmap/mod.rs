@@ -176,10 +176,9 @@ pub fn folio_likely_mapped_shared(k: &Kernel, f: Folio, i: u64) -> bool {
 /// ([`crate::memory::split::deferred_split_scan`]).
 fn deferred_split_folio(k: &Kernel, f: Folio) {
     let second = f.page(1);
-    if second.test(pg::PARTIALLY_MAPPED) {
+    if second.flags.fetch_or(pg::PARTIALLY_MAPPED, Relaxed) & pg::PARTIALLY_MAPPED != 0 {
         return;
     }
-    second.set(pg::PARTIALLY_MAPPED);
     k.deferred_split_queue(f);
     if f.order() == PMD_ORDER {
         Stats::inc(&k.stats.thp_deferred_split_page);
