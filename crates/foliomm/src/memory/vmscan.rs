@@ -44,7 +44,8 @@ enum Verdict {
 /// swap cache keeps its slots; a large one something else holds stays (it
 /// could not be split if need be: `can_split_folio`); else it gets a run of
 /// slots (`folio_alloc_swap`, then `folio_mark_dirty`: its bytes are nowhere
-/// else), and a large one that gets none is split ([`swap_fallback`]). It
+/// else), and a large one that gets none, or is partially mapped, is split
+/// first ([`split_and_reclaim`]). It
 /// is then unmapped everywhere ([`try_to_unmap`]; if that fails it stays in
 /// the swap cache, activated, as Linux leaves it) and, if nothing else
 /// holds it (`is_page_cache_freeable`: a FOLL_GET keeps it there, dirty and
@@ -64,6 +65,12 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
     let slots = match k.folio_swap(f) {
         Some(e) => Ok(e),
         None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => Err(Verdict::Activate),
+        // A partially mapped folio is split first: its unmapped pages go
+        // without I/O.
+        None if f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED) => {
+            drop(lock);
+            return split_and_reclaim(k, mmlist, f);
+        }
         None => match k.add_to_swap(f) {
             Ok(e) => {
                 f.head().set(pg::DIRTY);
@@ -71,7 +78,11 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
             }
             Err(_) if f.is_large() => {
                 drop(lock);
-                return swap_fallback(k, mmlist, f);
+                if f.order() == PMD_ORDER {
+                    Stats::inc(&k.stats.thp_swpout_fallback);
+                }
+                Stats::inc(&k.stats.swpout_fallback[f.order() as usize]);
+                return split_and_reclaim(k, mmlist, f);
             }
             Err(_) => Err(Verdict::Activate),
         },
@@ -152,18 +163,14 @@ fn putback(k: &Kernel, f: Folio, verdict: Verdict) -> bool {
     verdict == Verdict::Freed
 }
 
-/// A large folio that got no run of swap slots is split
-/// (`split_folio_to_list`, wherever it is mapped), counted
-/// (`thp_swpout_fallback` for PMD size, the mTHP `swpout_fallback`), and
-/// its pages reclaimed one by one: the first with the isolation
-/// reference, the others still mapped from the split's list. A folio that
-/// cannot be split goes back to the active list. Returns false (the folio
-/// as such was not freed).
-fn swap_fallback(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
-    if f.order() == PMD_ORDER {
-        Stats::inc(&k.stats.thp_swpout_fallback);
-    }
-    Stats::inc(&k.stats.swpout_fallback[f.order() as usize]);
+/// A large folio that is partially mapped, or got no run of swap slots
+/// (the caller counted `thp_swpout_fallback` / `swpout_fallback`), is
+/// split (`split_folio_to_list`, wherever it is mapped) and its pages
+/// reclaimed one by one: the first with the isolation reference, the
+/// others still mapped from the split's list. A folio that cannot be split
+/// goes back to the active list. Returns false (the folio as such was not
+/// freed).
+fn split_and_reclaim(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
     let mut pieces = Vec::new();
     if split_folio_to_order(k, mmlist, f, 0, 1, Some(&mut pieces)).is_err() {
         return putback(k, f, Verdict::Activate);
