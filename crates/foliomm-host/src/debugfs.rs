@@ -24,6 +24,7 @@ impl Debugfs {
             return Ok(Debugfs { dir: SYSTEM.into(), mounted_here: false });
         }
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        crate::sysfs::restore_on_signal();
         run(Command::new("mount").args(["-t", "debugfs", "none"]).arg(dir))?;
         Ok(Debugfs { dir: dir.into(), mounted_here: true })
     }
@@ -59,21 +60,28 @@ fn run(c: &mut Command) -> Result<(), String> {
 /// Unmounts the debugfs mounts of runs whose process is gone (or of every
 /// run, with `force`); returns the mount points.
 pub fn unmount_left_behind(force: bool) -> Vec<String> {
+    let me = std::process::id().to_string();
+    unmount_where(|pid| force || pid == me || !Path::new("/proc").join(pid).exists())
+}
+
+/// Unmounts this process's run debugfs, if it mounted one (on a signal).
+pub(crate) fn unmount_own() {
+    let me = std::process::id().to_string();
+    unmount_where(|pid| pid == me);
+}
+
+/// Unmounts the run debugfs mounts whose run's process id `chosen` picks;
+/// returns the mount points.
+fn unmount_where(chosen: impl Fn(&str) -> bool) -> Vec<String> {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let mut done = Vec::new();
-    for point in mounts.lines().filter(|l| l.starts_with("none ") || l.starts_with("debugfs ")) {
-        let mut f = point.split_whitespace();
+    for line in mounts.lines() {
+        let mut f = line.split_whitespace();
         let (Some(at), Some("debugfs")) = (f.nth(1), f.next()) else { continue };
-        let Some(run) = at.split('/').find_map(|c| c.strip_prefix(RUN_DIR)) else { continue };
-        let pid = run.split('-').next().unwrap_or("");
-        let alive = Path::new("/proc").join(pid).exists() && pid != std::process::id().to_string();
-        if (force || !alive) && run_ok(at) {
+        let Some(dir) = at.split('/').find_map(|c| c.strip_prefix(RUN_DIR)) else { continue };
+        if chosen(dir.split('-').next().unwrap_or("")) && run(Command::new("umount").arg(at)).is_ok() {
             done.push(at.to_string());
         }
     }
     done
-}
-
-fn run_ok(at: &str) -> bool {
-    run(Command::new("umount").arg(at)).is_ok()
 }

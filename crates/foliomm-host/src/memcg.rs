@@ -50,6 +50,7 @@ pub fn unavailable() -> Option<String> {
 impl Memcg {
     /// Makes the run's cgroup, limited to `bytes`.
     pub fn create(bytes: u64) -> Result<Memcg, String> {
+        crate::sysfs::restore_on_signal();
         let (parent, limit) = own_cgroup()?;
         let dir = parent.join(format!("{PREFIX}{}", std::process::id()));
         if let Err(e) = std::fs::create_dir(&dir) {
@@ -90,6 +91,14 @@ fn remove(dir: &Path) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     false
+}
+
+/// Removes this process's run cgroup, if it made one (on a signal, its
+/// workers ended).
+pub(crate) fn remove_own() {
+    if let Ok((parent, _)) = own_cgroup() {
+        remove(&parent.join(format!("{PREFIX}{}", std::process::id())));
+    }
 }
 
 /// Removes the cgroups of runs whose process is gone (or every one, with

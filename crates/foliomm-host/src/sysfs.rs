@@ -177,8 +177,10 @@ pub fn max_map_count() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()
 }
 
-/// Writes `value` to `path`, remembering the old value the first time.
-pub fn set(path: &str, value: &str) -> Result<(), String> {
+/// From the first change on, SIGINT, SIGTERM and SIGHUP end the workers
+/// and put back everything this process changed (settings, its memory
+/// cgroup, its debugfs mount) before it exits.
+pub(crate) fn restore_on_signal() {
     SIGNALS.call_once(|| {
         if let Ok(mut signals) = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP]) {
             std::thread::spawn(move || {
@@ -188,11 +190,18 @@ pub fn set(path: &str, value: &str) -> Result<(), String> {
                     // use into a surplus one): they go first.
                     end_descendants();
                     restore_all();
+                    crate::memcg::remove_own();
+                    crate::debugfs::unmount_own();
                     std::process::exit(128 + sig);
                 }
             });
         }
     });
+}
+
+/// Writes `value` to `path`, remembering the old value the first time.
+pub fn set(path: &str, value: &str) -> Result<(), String> {
+    restore_on_signal();
     let old = read_selected(path)?;
     let mut saved = SAVED.lock().unwrap();
     if !saved.iter().any(|(p, _)| p == path) {
