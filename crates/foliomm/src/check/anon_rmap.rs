@@ -27,7 +27,7 @@ pub(super) fn check_anon_mapping(mm: &Mm, vmas: &Vmas, f: Folio, page: u64, addr
         let what = format!("mm {}: {addr:#x} maps folio {:#x}, whose anon_vma {id} is gone", mm.id, f.pfn);
         return bad.push(Violation::new(Rmap, at, what));
     };
-    let linked = av.tree.read().iter().any(|r| r.vma == v.record().vma && r.mm == mm.serial);
+    let linked = av.tree.read().iter().any(|r| r.vma == v.id() && r.mm == mm.serial);
     let index = f.index() + page;
     let want = v.page_index(addr);
     if !linked || index != want {

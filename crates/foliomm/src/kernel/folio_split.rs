@@ -59,7 +59,7 @@ impl Kernel {
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
         let kept = pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED | pg::LOCKED;
         let keep = f.head().flags.load(Relaxed) & kept;
-        let (mapping, index) = (f.head().link.load(Relaxed), f.index());
+        let (mapping, index, on_lru) = (f.head().link.load(Relaxed), f.index(), f.head().test(pg::LRU));
         self.deferred_split_remove(f);
         Stats::inc(&self.stats.split[order as usize]);
         if order == crate::arch::PMD_ORDER {
@@ -96,7 +96,9 @@ impl Kernel {
         }
         // On the LRU before anyone can take a reference (`lru_add_split_folio`
         // under the LRU lock, the references frozen meanwhile).
-        self.lru.split(&self.phys, f.pfn, &pieces);
+        if on_lru {
+            self.lru.split(&self.phys, f.pfn, &pieces);
+        }
         for &(pfn, o) in &pieces {
             self.phys.page(pfn).refcount.store(refs_per_page << o, Release);
         }

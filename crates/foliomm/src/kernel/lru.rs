@@ -9,7 +9,7 @@
 //! list's tail (the oldest) and refills it from the active list's tail.
 //!
 //! Differs from Linux: no per-CPU `folio_batch`es (a folio is on its list
-//! at once), no file lists and no unevictable list (an mlocked folio goes
+//! at once, each add and free taking the lists' lock), no file lists and no unevictable list (an mlocked folio goes
 //! back to the active list), no multi-gen LRU, no memcg; a list is ordered
 //! by when a folio went on it, and a split folio's pieces stand where it
 //! stood (`lru_add_split_folio`).
@@ -112,20 +112,6 @@ impl Lru {
             }
         }
         out
-    }
-
-    /// `folio_deactivate` (`MADV_COLD`): an active `f` moves to the head of
-    /// the inactive list, unreferenced.
-    pub fn deactivate(&self, f: Folio) {
-        let mut l = self.0.lock().unwrap();
-        if f.head().test(pg::LRU) && f.head().test(pg::ACTIVE) {
-            l.remove(f);
-            l.clock += 1;
-            let age = l.clock;
-            l.insert(LruList::Inactive, f.pfn, age);
-            f.head().set(pg::LRU);
-        }
-        f.head().clear(pg::REFERENCED);
     }
 
     /// `lru_add_split_folio`: the pieces (`(head, order)`, `head` among

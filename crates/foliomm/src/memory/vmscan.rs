@@ -270,7 +270,7 @@ fn low_watermark(k: &Kernel) -> u64 {
 /// reclaimed first (kswapd's work, done here by the allocating task, so
 /// that the page tables a fault allocates without reclaim find room); when
 /// the allocation fails, direct reclaim runs and it is retried, up to
-/// `MAX_RECLAIM_RETRIES` rounds while reclaim makes progress
+/// `MAX_RECLAIM_RETRIES` rounds, with or without progress
 /// (`__alloc_pages_slowpath`); ENOMEM after that (the OOM killer is not
 /// modelled). The caller holds no page-table lock.
 pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> Result<Folio<'k>> {
@@ -279,16 +279,15 @@ pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> 
         Stats::inc(&k.stats.pageoutrun);
         try_to_free_pages(k, mmlist);
     }
-    let mut retries = 0;
+    // should_reclaim_retry(): rounds that free nothing count too (another
+    // task may hold the folios isolated or locked for now), up to the limit.
+    let mut rounds = 0;
     loop {
         match alloc() {
-            Err(Errno::ENOMEM) if retries < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
+            Err(Errno::ENOMEM) if rounds < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
                 Stats::inc(&k.stats.allocstall);
-                // No progress: unless the shrinker freed something, give up.
-                if try_to_free_pages(k, mmlist) == 0 && k.phys.nr_free() == 0 {
-                    return Err(Errno::ENOMEM);
-                }
-                retries += 1;
+                try_to_free_pages(k, mmlist);
+                rounds += 1;
             }
             got => return got,
         }

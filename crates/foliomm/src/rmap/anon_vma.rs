@@ -155,11 +155,6 @@ impl AnonVmaSlot {
         let id = self.get();
         self.chain.lock().unwrap().anon_vmas.iter().find(|av| av.id == id).map_or(0, |av| av.root)
     }
-
-    /// The identities of the chain's anon_vmas (for the checker).
-    pub fn chain_ids(&self) -> Vec<u64> {
-        self.chain.lock().unwrap().anon_vmas.iter().map(|av| av.id).collect()
-    }
 }
 
 #[cfg(all(test, loom))]
