@@ -12,6 +12,11 @@ const VMSTAT: &[&str] = &[
     "thp_split_page",
     "thp_split_page_failed",
     "pgreuse",
+    "thp_collapse_alloc",
+    "thp_collapse_alloc_failed",
+    "thp_scan_exceed_none_pte",
+    "thp_scan_exceed_swap_pte",
+    "thp_scan_exceed_shared_pte",
 ];
 
 /// The counters' values since boot (the backend subtracts its baseline).

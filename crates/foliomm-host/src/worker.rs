@@ -238,6 +238,7 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
         Advice::PageOut => libc::MADV_PAGEOUT,
         Advice::Cold => libc::MADV_COLD,
+        Advice::Collapse => libc::MADV_COLLAPSE,
     };
     done(sys::madvise(addr, len, a))
 }

@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use foliomm::internals::folio::thp::{ShmemMode, ThpMode};
-use foliomm::internals::mm::Advice;
 use foliomm::Errno;
 use foliomm_host::{files::huge_size_bits, sysfs};
 use foliomm_scenario::lang::{Cmd, MachineSetting, Only, Place, Step, Tunable};
@@ -99,9 +98,6 @@ fn mmap_flags(c: &Cmd) -> String {
     hugetlb.map_or(flags.clone(), |h| format!("{flags} | MAP_HUGETLB | {}", huge_size_bits(h)))
 }
 
-const ADVICE: [&str; 8] =
-    ["dontneed", "remove", "hugepage", "nohugepage", "dontfork", "dofork", "populate_read", "populate_write"];
-
 /// The C program of `steps`, `runs[i]` the bytes step `i` reads (`StepOutcome::expected`).
 pub(crate) fn emit(steps: &[Step], runs: &[Vec<(u64, u8)>]) -> Result<String, String> {
     let (mut n, mut table, mut cases, mut arrays) = (Names::default(), String::new(), String::new(), String::new());
@@ -157,8 +153,7 @@ pub(crate) fn emit(steps: &[Step], runs: &[Vec<(u64, u8)>]) -> Result<String, St
                 let (call, arg) = match &s.cmd {
                     Cmd::Mprotect(_, prot) => ("mprotect", format!(", {}", prot.0)),
                     Cmd::Madvise(_, adv) => {
-                        let name = ADVICE.iter().find(|a| Advice::parse(a) == Some(*adv)).expect("a known advice");
-                        ("madvise", format!(", MADV_{}", name.to_uppercase()))
+                        ("madvise", format!(", MADV_{}", adv.name().to_uppercase()))
                     }
                     Cmd::Mlock(_, lock) => (if *lock { "mlock" } else { "munlock" }, String::new()),
                     _ => ("munmap", String::new()),

@@ -48,7 +48,10 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             let t = l.next("an advice")?;
             match Advice::parse(t) {
                 Some(a) => Cmd::Madvise(p, a),
-                None => return l.err(col, format!("expected hugepage, nohugepage, dontneed, remove, dontfork, dofork, populate_read or populate_write, found '{t}'")),
+                None => {
+                    let names: Vec<&str> = Advice::ALL.iter().map(|&(_, n)| n).collect();
+                    return l.err(col, format!("expected an advice ({}), found '{t}'", names.join(", ")));
+                }
             }
         }
         "truncate" => Cmd::Truncate { file: l.ident("a file")?, size: l.size("a file size")? },

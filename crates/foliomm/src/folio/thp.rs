@@ -6,6 +6,7 @@
 //! the shmem settings that [`shmem_policy`] applies.
 #![warn(missing_docs)]
 
+pub mod khugepaged;
 pub mod shmem_policy;
 
 use crate::arch::{MAX_PAGE_ORDER, PMD_ORDER};
@@ -127,6 +128,8 @@ pub struct ThpSettings {
     per_order: [AtomicU8; MAX_PAGE_ORDER as usize + 1],
     shmem: AtomicU8,
     shmem_order: [AtomicU8; MAX_PAGE_ORDER as usize + 1],
+    /// khugepaged's tunables (`transparent_hugepage/khugepaged/`).
+    pub khugepaged: khugepaged::KhugepagedSettings,
 }
 
 impl Default for ThpSettings {
@@ -138,6 +141,7 @@ impl Default for ThpSettings {
             per_order: Default::default(),
             shmem: AtomicU8::new(ShmemHuge::Never as u8),
             shmem_order: Default::default(),
+            khugepaged: Default::default(),
         };
         for o in 0..=MAX_PAGE_ORDER {
             let m = if o == PMD_ORDER { ThpMode::Inherit } else { ThpMode::Never };

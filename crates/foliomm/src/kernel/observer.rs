@@ -26,15 +26,19 @@ pub enum Consumer {
     /// `MADV_PAGEOUT`/`MADV_COLD` splitting a folio the range covers in part
     /// (`folio_likely_mapped_shared` / `folio_maybe_mapped_shared`).
     PageoutSplit,
+    /// khugepaged counting a PTE of a large folio against
+    /// `max_ptes_shared` (`hpage_collapse_scan_pmd`: `folio_maybe_mapped_shared`
+    /// from 6.15, `folio_likely_mapped_shared` before, `page_mapcount > 1` in 6.1).
+    Collapse,
 }
 
 impl Consumer {
     /// Every consumer, in table order.
-    pub const ALL: [Consumer; 3] = [Consumer::CowReuse, Consumer::Pageout, Consumer::PageoutSplit];
+    pub const ALL: [Consumer; 4] = [Consumer::CowReuse, Consumer::Pageout, Consumer::PageoutSplit, Consumer::Collapse];
 
     /// The consumer's name in counters and tables.
     pub fn name(self) -> &'static str {
-        ["cow_reuse", "pageout", "pageout_split"][self as usize]
+        ["cow_reuse", "pageout", "pageout_split", "collapse"][self as usize]
     }
 }
 

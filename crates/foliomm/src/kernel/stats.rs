@@ -36,7 +36,10 @@ macro_rules! counters {
             /// [`super::Consumer`]): made, wrongly "shared" (one MM maps
             /// the folio: work missed), wrongly "exclusive" (more than one
             /// does); judged by the precision report.
-            pub decisions: [[AtomicU64; 3]; 3],
+            pub decisions: [[AtomicU64; 3]; super::Consumer::ALL.len()],
+            /// Collapse attempts per result (`SCAN_*`, see
+            /// [`crate::memory::khugepaged::ScanResult`]), as `collapse_scan[name]`.
+            pub collapse_scan: [AtomicU64; 21],
         }
 
         impl Stats {
@@ -73,6 +76,20 @@ counters! {
     thp_split_page_failed,
     /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).
     thp_deferred_split_page,
+    /// PMD-sized folios allocated to collapse a range into (`thp_collapse_alloc`).
+    thp_collapse_alloc,
+    /// Collapses that found no PMD-sized folio (`thp_collapse_alloc_failed`).
+    thp_collapse_alloc_failed,
+    /// khugepaged scans stopped by `max_ptes_none` (`thp_scan_exceed_none_pte`).
+    thp_scan_exceed_none_pte,
+    /// khugepaged scans stopped by `max_ptes_swap` (`thp_scan_exceed_swap_pte`).
+    thp_scan_exceed_swap_pte,
+    /// khugepaged scans stopped by `max_ptes_shared` (`thp_scan_exceed_shared_pte`).
+    thp_scan_exceed_shared_pte,
+    /// Full passes of khugepaged over every MM (`khugepaged/full_scans`).
+    khugepaged_full_scans,
+    /// Ranges khugepaged collapsed (`khugepaged/pages_collapsed`).
+    khugepaged_pages_collapsed,
     /// Write faults that reused the mapped page (`pgreuse`).
     pgreuse,
     /// Pages written to swap (`pswpout`).
@@ -200,6 +217,12 @@ impl Stats {
                 if v != 0 {
                     out.push((format!("{name}[{}K]", 4u64 << order), v));
                 }
+            }
+        }
+        for (result, c) in crate::memory::khugepaged::ScanResult::ALL.iter().zip(&self.collapse_scan) {
+            let v = c.load(Relaxed);
+            if v != 0 {
+                out.push((format!("collapse_scan[{}]", result.name()), v));
             }
         }
         for (consumer, counts) in super::Consumer::ALL.iter().zip(&self.decisions) {

@@ -30,7 +30,9 @@ pub(crate) enum Huge {
     Fallback,
 }
 
-fn deposit(mm: &Mm, haddr: u64, table: u64) {
+/// `pgtable_trans_huge_deposit`: `table` waits under the huge PMD at
+/// `haddr` for the day it is split.
+pub(crate) fn deposit(mm: &Mm, haddr: u64, table: u64) {
     let old = mm.deposits.lock().unwrap().insert(haddr, table);
     debug_assert!(old.is_none(), "two deposits for one PMD");
 }

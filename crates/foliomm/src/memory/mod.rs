@@ -16,6 +16,7 @@ pub mod file;
 pub mod huge_memory;
 pub mod hugetlb;
 pub mod hugetlb_resv;
+pub mod khugepaged;
 pub mod madvise_cold;
 pub mod move_page_tables;
 pub mod rmap_walk;

@@ -36,28 +36,39 @@ pub enum Advice {
     /// `MADV_PAGEOUT`: reclaim the range's anonymous pages to swap now
     /// (those mapped once; see [`crate::memory::vmscan`]).
     PageOut,
-    /// `MADV_COLD`: deactivate the range's pages (no LRU in the model:
-    /// only the splits of large folios it covers in part show).
+    /// `MADV_COLD`: deactivate the range's pages (onto the inactive
+    /// list's head, unreferenced; large folios it covers in part split).
     Cold,
+    /// `MADV_COLLAPSE`: collapse every aligned 2 MiB range into a
+    /// PMD-mapped THP now (see [`crate::mm::khugepaged`]).
+    Collapse,
 }
 
 impl Advice {
+    /// Every advice, with the lowercase `MADV_*` suffix that names it.
+    pub const ALL: [(Advice, &'static str); 11] = [
+        (Advice::DontNeed, "dontneed"),
+        (Advice::Remove, "remove"),
+        (Advice::HugePage, "hugepage"),
+        (Advice::NoHugePage, "nohugepage"),
+        (Advice::DontFork, "dontfork"),
+        (Advice::DoFork, "dofork"),
+        (Advice::PopulateRead, "populate_read"),
+        (Advice::PopulateWrite, "populate_write"),
+        (Advice::PageOut, "pageout"),
+        (Advice::Cold, "cold"),
+        (Advice::Collapse, "collapse"),
+    ];
+
     /// The advice named by the lowercase `MADV_*` suffix (`dontneed`,
     /// `hugepage`, ...), or `None`.
     pub fn parse(s: &str) -> Option<Advice> {
-        Some(match s {
-            "dontneed" => Advice::DontNeed,
-            "remove" => Advice::Remove,
-            "hugepage" => Advice::HugePage,
-            "nohugepage" => Advice::NoHugePage,
-            "dontfork" => Advice::DontFork,
-            "dofork" => Advice::DoFork,
-            "populate_read" => Advice::PopulateRead,
-            "populate_write" => Advice::PopulateWrite,
-            "pageout" => Advice::PageOut,
-            "cold" => Advice::Cold,
-            _ => return None,
-        })
+        Self::ALL.iter().find(|(_, n)| *n == s).map(|&(a, _)| a)
+    }
+
+    /// The lowercase `MADV_*` suffix.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(a, _)| *a == self).map(|&(_, n)| n).expect("every advice is named")
     }
 }
 
@@ -71,6 +82,9 @@ impl Mm {
         }
         if matches!(advice, Advice::PopulateRead | Advice::PopulateWrite) {
             return self.madvise_populate(addr, end, advice == Advice::PopulateWrite);
+        }
+        if advice == Advice::Collapse {
+            return self.madvise_collapse_vmas(addr, end);
         }
         if matches!(advice, Advice::PageOut | Advice::Cold) {
             return self.madvise_pageout(addr, end, advice == Advice::PageOut);
@@ -114,7 +128,8 @@ impl Mm {
             | Advice::PopulateRead
             | Advice::PopulateWrite
             | Advice::PageOut
-            | Advice::Cold => {
+            | Advice::Cold
+            | Advice::Collapse => {
                 unreachable!()
             }
         };
@@ -152,6 +167,26 @@ impl Mm {
             );
         }
         if vmas.covers(addr, end) {
+            Ok(())
+        } else {
+            Err(Errno::ENOMEM)
+        }
+    }
+
+    /// `MADV_COLLAPSE` VMA by VMA (`madvise_walk_vmas`, which finds the
+    /// next VMA again after the lock was dropped): the first error stops
+    /// it; ENOMEM after a range with holes.
+    fn madvise_collapse_vmas(&self, addr: u64, end: u64) -> Result<()> {
+        let (pieces, covered) = {
+            let vmas = self.mmap_read_lock();
+            let pieces: Vec<(u64, u64)> =
+                vmas.overlapping(addr, end).map(|v| (v.start().max(addr), v.end().min(end))).collect();
+            (pieces, vmas.covers(addr, end))
+        };
+        for (start, stop) in pieces {
+            self.madvise_collapse(start, stop)?;
+        }
+        if covered {
             Ok(())
         } else {
             Err(Errno::ENOMEM)

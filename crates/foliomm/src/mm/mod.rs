@@ -7,6 +7,7 @@
 
 pub mod fork;
 pub mod gup;
+pub mod khugepaged;
 pub mod madvise;
 pub mod mlock;
 pub mod mmap;

@@ -193,6 +193,15 @@ impl KernelVersion {
     pub fn counts_rss_exactly(self) -> bool {
         self >= KernelVersion::new(6, 2)
     }
+
+    /// Whether a range none of whose PTEs is writable may be collapsed
+    /// ("mm: enable khugepaged to operate on non-writable VMAs", Dev Jain):
+    /// 6.18 on. Before, `hpage_collapse_scan_pmd` and
+    /// `__collapse_huge_page_isolate` gave `SCAN_PAGE_RO` (EINVAL for
+    /// `MADV_COLLAPSE`).
+    pub fn collapses_read_only_ptes(self) -> bool {
+        self >= KernelVersion::new(6, 18)
+    }
 }
 
 impl Default for KernelVersion {

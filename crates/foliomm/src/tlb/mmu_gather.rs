@@ -210,10 +210,10 @@ impl Drop for MmuGather<'_> {
     }
 }
 
-/// `free_swap_cache` (from `free_pages_and_swap_cache`): a folio the
-/// gather frees that is in the swap cache and mapped nowhere leaves the
+/// `free_swap_cache` (from `free_pages_and_swap_cache`, and khugepaged's
+/// collapse): a folio in the swap cache that nothing maps leaves the
 /// cache, if no swap entry still names its slots and it can be locked.
-fn free_swap_cache(k: &Kernel, f: Folio) {
+pub(crate) fn free_swap_cache(k: &Kernel, f: Folio) {
     if f.head().test(crate::phys::pg::SWAPCACHE) && rmap::folio_mapcount(k, f) == 0 {
         if let Some(_lock) = f.trylock() {
             k.folio_free_swap(f);

@@ -1,0 +1,306 @@
+//! Collapsing the PTE-mapped anonymous memory of one PMD range into a
+//! PMD-mapped THP (mm/khugepaged.c): the scan that decides whether a range
+//! is worth it (`hpage_collapse_scan_pmd`) and its result codes, for
+//! `MADV_COLLAPSE` and khugepaged ([`crate::mm::khugepaged`]); the collapse
+//! itself is in [`collapse`].
+//!
+//! Differs from Linux: only anonymous VMAs (`collapse_file` for shmem and
+//! the page cache is not modelled: such a VMA gives `SCAN_VMA_CHECK`); no
+//! NUMA node choice, uffd-wp or mmu notifiers.
+
+mod collapse;
+
+use crate::arch::{pte_index, PMD_ORDER, PMD_SIZE};
+use crate::folio::thp::khugepaged::KhugepagedKnob;
+use crate::folio::Folio;
+use crate::kernel::{Consumer, Kernel, Stats};
+use crate::mm_types::{vm, Mm, Vma, Vmas};
+use crate::pgtable::{load, pte_lock_checked, walk_pmd, PmdSlot};
+use crate::phys::pg;
+use crate::rmap;
+use crate::sync::Arc;
+
+pub use collapse::collapse_huge_page;
+
+/// PTEs in a PMD range.
+const HPAGE_PMD_NR: u32 = 1 << PMD_ORDER;
+
+/// `enum scan_result`: why a range was (not) collapsed. Counted per result
+/// (`collapse_scan[name]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanResult {
+    /// `SCAN_FAIL`: anything else (a fault during swap-in, a changed PMD).
+    Fail,
+    /// `SCAN_SUCCEED`: collapsed (or, from the scan, worth collapsing).
+    Succeed,
+    /// `SCAN_PMD_NULL`: no page table above the PMD.
+    PmdNull,
+    /// `SCAN_PMD_NONE`: no PTE table: nothing mapped.
+    PmdNone,
+    /// `SCAN_PMD_MAPPED`: a huge PMD maps the range already.
+    PmdMapped,
+    /// `SCAN_EXCEED_NONE_PTE`: more none (or zero-page) PTEs than `max_ptes_none`.
+    ExceedNonePte,
+    /// `SCAN_EXCEED_SWAP_PTE`: more swap PTEs than `max_ptes_swap`.
+    ExceedSwapPte,
+    /// `SCAN_EXCEED_SHARED_PTE`: more PTEs of (maybe) shared folios than `max_ptes_shared`.
+    ExceedSharedPte,
+    /// `SCAN_PTE_NON_PRESENT`: a PTE still not present when isolating.
+    PteNonPresent,
+    /// `SCAN_PAGE_RO`: no PTE writable (before 6.18).
+    PageRo,
+    /// `SCAN_LACK_REFERENCED_PAGE`: khugepaged found too few young PTEs.
+    LackReferencedPage,
+    /// `SCAN_PAGE_NULL`: a special PTE (`vm_normal_page` gives none).
+    PageNull,
+    /// `SCAN_PAGE_LRU`: a folio not on an LRU list (isolated by someone else).
+    PageLru,
+    /// `SCAN_PAGE_LOCK`: a folio locked by someone else.
+    PageLock,
+    /// `SCAN_PAGE_ANON`: a folio that is not anonymous, or a VMA without an anon_vma.
+    PageAnon,
+    /// `SCAN_PAGE_COUNT`: a folio held by more than its mappings (pinned).
+    PageCount,
+    /// `SCAN_VMA_NULL`: no VMA at the address any more.
+    VmaNull,
+    /// `SCAN_VMA_CHECK`: the VMA may not have a THP.
+    VmaCheck,
+    /// `SCAN_ADDRESS_RANGE`: the PMD range is not inside the VMA.
+    AddressRange,
+    /// `SCAN_DEL_PAGE_LRU`: a folio could not be taken off its LRU list.
+    DelPageLru,
+    /// `SCAN_ALLOC_HUGE_PAGE_FAIL`: no PMD-sized folio could be allocated.
+    AllocHugePageFail,
+}
+
+impl ScanResult {
+    /// Every result, in counter order.
+    pub const ALL: [ScanResult; 21] = [
+        Self::Fail,
+        Self::Succeed,
+        Self::PmdNull,
+        Self::PmdNone,
+        Self::PmdMapped,
+        Self::ExceedNonePte,
+        Self::ExceedSwapPte,
+        Self::ExceedSharedPte,
+        Self::PteNonPresent,
+        Self::PageRo,
+        Self::LackReferencedPage,
+        Self::PageNull,
+        Self::PageLru,
+        Self::PageLock,
+        Self::PageAnon,
+        Self::PageCount,
+        Self::VmaNull,
+        Self::VmaCheck,
+        Self::AddressRange,
+        Self::DelPageLru,
+        Self::AllocHugePageFail,
+    ];
+
+    /// The kernel's name without `SCAN_`, in lower case.
+    pub fn name(self) -> &'static str {
+        [
+            "fail",
+            "succeed",
+            "pmd_null",
+            "pmd_none",
+            "pmd_mapped",
+            "exceed_none_pte",
+            "exceed_swap_pte",
+            "exceed_shared_pte",
+            "pte_non_present",
+            "page_ro",
+            "lack_referenced_page",
+            "page_null",
+            "page_lru",
+            "page_lock",
+            "page_anon",
+            "page_count",
+            "vma_null",
+            "vma_check",
+            "address_range",
+            "del_page_lru",
+            "alloc_huge_page_fail",
+        ][self as usize]
+    }
+
+    /// Counts the result (`collapse_scan[name]`) and returns it.
+    pub(crate) fn count(self, k: &Kernel) -> ScanResult {
+        Stats::inc(&k.stats.collapse_scan[self as usize]);
+        self
+    }
+}
+
+/// `struct collapse_control`: who collapses. khugepaged obeys the
+/// `max_ptes_*` limits and wants young PTEs; `MADV_COLLAPSE` does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollapseControl {
+    /// `is_khugepaged`.
+    pub khugepaged: bool,
+}
+
+impl CollapseControl {
+    /// The `max_ptes_*` limit of `knob` for this collapser: the tunable
+    /// for khugepaged, none for `MADV_COLLAPSE`.
+    fn limit(self, k: &Kernel, knob: KhugepagedKnob) -> u32 {
+        if self.khugepaged {
+            k.thp.khugepaged.get(knob)
+        } else {
+            u32::MAX
+        }
+    }
+}
+
+/// What the scan of a range found that the collapse needs: how many of
+/// its PTEs are swapped out (`unmapped`).
+#[derive(Clone, Copy, Debug)]
+pub struct Scanned {
+    unmapped: u32,
+}
+
+/// `thp_vma_allowable_order(vma, TVA_KHUGEPAGED or TVA_FORCED_COLLAPSE,
+/// PMD_ORDER)` for an anonymous VMA: not `VM_NOHUGEPAGE`, holding an
+/// aligned PMD range, and (for khugepaged) allowed a PMD THP by the sysfs
+/// modes. A file or hugetlb VMA never (not modelled; hugetlb is
+/// `VM_NO_KHUGEPAGED`).
+pub fn thp_vma_allowable(k: &Kernel, vma: &Vma, cc: CollapseControl) -> bool {
+    let flags = vma.flags();
+    let anon = !vma.is_hugetlb() && vma.with_file(|f| f.is_none());
+    let fits = vma.end() & !(PMD_SIZE - 1) >= vma.start().next_multiple_of(PMD_SIZE) + PMD_SIZE;
+    let sysfs = !cc.khugepaged
+        || k.thp.allowable_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0) & (1 << PMD_ORDER) != 0;
+    anon && flags & vm::NOHUGEPAGE == 0 && fits && sysfs
+}
+
+/// `hugepage_vma_revalidate`: the VMA at `addr` after the mmap_lock was
+/// taken again, still able to hold a THP at the PMD range of `addr`, and
+/// (`expect_anon`) with an anon_vma.
+pub(crate) fn revalidate(
+    k: &Kernel,
+    vmas: &Vmas,
+    addr: u64,
+    expect_anon: bool,
+    cc: CollapseControl,
+) -> Result<Arc<Vma>, ScanResult> {
+    let vma = vmas.find(addr).ok_or(ScanResult::VmaNull)?;
+    let haddr = addr & !(PMD_SIZE - 1);
+    if haddr < vma.start() || haddr + PMD_SIZE > vma.end() {
+        return Err(ScanResult::AddressRange);
+    }
+    if !thp_vma_allowable(k, vma, cc) {
+        return Err(ScanResult::VmaCheck);
+    }
+    if expect_anon && vma.anon_vma.get() == 0 {
+        return Err(ScanResult::PageAnon);
+    }
+    Ok(vma.clone())
+}
+
+/// `find_pmd_or_thp_or_none`: the PMD slot of `addr` if it points to a PTE
+/// table; else why not.
+pub(crate) fn find_pmd(k: &Kernel, mm: &Mm, addr: u64) -> Result<(PmdSlot, u64), ScanResult> {
+    let pmd = walk_pmd(&k.phys, mm.pgd, addr).ok_or(ScanResult::PmdNull)?;
+    let e = pmd.load(&k.phys);
+    match e {
+        e if e.is_none() => Err(ScanResult::PmdNone),
+        e if e.huge() => Err(ScanResult::PmdMapped),
+        e => Ok((pmd, e.pfn())),
+    }
+}
+
+/// Whether a PTE counts as none for a collapse: none, or the shared zero
+/// page (`is_zero_pfn`).
+fn none_or_zero(k: &Kernel, pte: crate::arch::Pte) -> bool {
+    pte.is_none() || (pte.present() && pte.special() && pte.pfn() == k.zero_pfn)
+}
+
+/// Tells the precision report that khugepaged counted the large folio
+/// `f` as (maybe) mapped `shared` against `max_ptes_shared`.
+fn decide(k: &Kernel, cc: CollapseControl, f: Folio, shared: bool) {
+    if cc.khugepaged && f.is_large() {
+        k.observe(|o| o.shared_decided(k, Consumer::Collapse, f, shared));
+    }
+}
+
+/// `hpage_collapse_scan_pmd` without the collapse: looks at the 512 PTEs
+/// of the PMD range at `haddr` of `vma` (the mmap_lock held for read)
+/// under their table's lock and says whether collapsing is worth trying.
+/// Each PTE of a folio (maybe) mapped shared counts against
+/// `max_ptes_shared` (the era's question: `folio_maybe_mapped_shared`
+/// from 6.15, `folio_likely_mapped_shared` before, `page_mapcount > 1`
+/// in 6.1); a folio not on the LRU, locked, or held by more than its
+/// mappings (and the swap cache) stops the scan. Before 6.18 at least one
+/// PTE must be writable (`SCAN_PAGE_RO`).
+pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<Scanned, ScanResult> {
+    let _walk = mm.pt_read();
+    let (pmd, table) = find_pmd(k, mm, haddr)?;
+    let _ptl = pte_lock_checked(&k.phys, pmd, table).ok_or(ScanResult::PmdNull)?;
+    let (mut none, mut unmapped, mut shared, mut referenced, mut writable) = (0, 0, 0, 0, false);
+    let mut last_large = None;
+    for i in 0..HPAGE_PMD_NR as usize {
+        let pte = load(&k.phys, table, pte_index(haddr) + i);
+        if pte.is_swap() {
+            unmapped += 1;
+            if unmapped > cc.limit(k, KhugepagedKnob::MaxPtesSwap) {
+                Stats::inc(&k.stats.thp_scan_exceed_swap_pte);
+                return Err(ScanResult::ExceedSwapPte);
+            }
+            continue;
+        }
+        if none_or_zero(k, pte) {
+            none += 1;
+            if none > cc.limit(k, KhugepagedKnob::MaxPtesNone) {
+                Stats::inc(&k.stats.thp_scan_exceed_none_pte);
+                return Err(ScanResult::ExceedNonePte);
+            }
+            continue;
+        }
+        writable |= pte.write();
+        if pte.special() {
+            return Err(ScanResult::PageNull);
+        }
+        let f = Folio::containing(&k.phys, pte.pfn());
+        if !f.test_anon() {
+            return Err(ScanResult::PageAnon);
+        }
+        let is_shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
+        if f.is_large() && last_large != Some(f.pfn) {
+            decide(k, cc, f, is_shared);
+            last_large = Some(f.pfn);
+        }
+        if is_shared {
+            shared += 1;
+            if shared > cc.limit(k, KhugepagedKnob::MaxPtesShared) {
+                Stats::inc(&k.stats.thp_scan_exceed_shared_pte);
+                return Err(ScanResult::ExceedSharedPte);
+            }
+        }
+        if !f.head().test(pg::LRU) {
+            return Err(ScanResult::PageLru);
+        }
+        if f.head().test(pg::LOCKED) {
+            return Err(ScanResult::PageLock);
+        }
+        if f.refcount() as u64 != expected_refs(k, f) {
+            return Err(ScanResult::PageCount);
+        }
+        if cc.khugepaged && (pte.0 & crate::arch::Pte::ACCESSED != 0 || f.head().test(pg::REFERENCED)) {
+            referenced += 1;
+        }
+    }
+    if !writable && !k.config.release().collapses_read_only_ptes() {
+        return Err(ScanResult::PageRo);
+    }
+    if cc.khugepaged && (referenced == 0 || (unmapped > 0 && referenced < HPAGE_PMD_NR / 2)) {
+        return Err(ScanResult::LackReferencedPage);
+    }
+    Ok(Scanned { unmapped })
+}
+
+/// `folio_expected_ref_count` of a mapped anon folio: a reference per
+/// mapping, and one per page while it is in the swap cache.
+fn expected_refs(k: &Kernel, f: Folio) -> u64 {
+    rmap::folio_mapcount(k, f) + if k.folio_swap(f).is_some() { f.nr_pages() } else { 0 }
+}

@@ -1,0 +1,119 @@
+//! The two callers of a collapse (mm/khugepaged.c): `MADV_COLLAPSE`
+//! (`madvise_collapse`), synchronous and blind to the `max_ptes_*` limits,
+//! and khugepaged's scan over every MM (`khugepaged_do_scan`), run here a
+//! given number of full passes at once instead of by a kernel thread.
+
+use crate::arch::PMD_SIZE;
+use crate::kernel::{Kernel, Stats};
+use crate::memory::khugepaged::{collapse_huge_page, revalidate, scan_pmd, thp_vma_allowable, CollapseControl, ScanResult};
+use crate::mm_types::{Mm, MmList};
+use crate::{Errno, Result};
+
+const MADVISE: CollapseControl = CollapseControl { khugepaged: false };
+const KHUGEPAGED: CollapseControl = CollapseControl { khugepaged: true };
+
+/// Scans the PMD range at `haddr` of `mm` and collapses it if the scan
+/// finds it worth it (`hpage_collapse_scan_pmd` after
+/// `hugepage_vma_revalidate`); each result counted.
+fn collapse_range(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> ScanResult {
+    let scanned = {
+        let vmas = mm.mmap_read_lock();
+        revalidate(k, &vmas, haddr, false, cc).and_then(|_| scan_pmd(k, mm, haddr, cc))
+    };
+    match scanned {
+        Ok(s) => collapse_huge_page(k, mm, haddr, s, cc),
+        Err(r) => r,
+    }
+    .count(k)
+}
+
+/// `madvise_collapse_errno`: the errno `MADV_COLLAPSE` returns for the
+/// last failure. EBUSY for `SCAN_EXCEED_NONE_PTE` from 6.18 only matters
+/// with userfaultfd (not modelled); ENOMEM for a failed allocation, EAGAIN
+/// for what may pass (a busy or pinned folio), EINVAL for the rest.
+fn madvise_collapse_errno(r: ScanResult) -> Errno {
+    match r {
+        ScanResult::AllocHugePageFail => Errno::ENOMEM,
+        ScanResult::ExceedNonePte => Errno::EBUSY,
+        ScanResult::PageCount | ScanResult::PageLock | ScanResult::PageLru | ScanResult::DelPageLru => Errno::EAGAIN,
+        _ => Errno::EINVAL,
+    }
+}
+
+/// Whether `madvise_collapse` goes on to the next PMD range after `r`
+/// (its list of results where continuing is fine).
+fn may_continue(r: ScanResult) -> bool {
+    use ScanResult::*;
+    matches!(r, PmdNull | PteNonPresent | PageRo | LackReferencedPage | PageNull | PageCount | PageLock | PageLru | DelPageLru)
+}
+
+impl Mm {
+    /// `madvise_collapse` over `[start, end)` inside one VMA: every
+    /// aligned PMD range it covers collapsed into a PMD-mapped THP (one
+    /// already is counts as done), whatever the THP sysfs modes and
+    /// `max_ptes_*` limits say. EINVAL if the VMA may not have a THP
+    /// (`VM_NOHUGEPAGE`, too small, not anonymous); otherwise success if
+    /// every range is a THP afterwards, else the errno of the last failure
+    /// ([`madvise_collapse_errno`]); a failure not on the list of
+    /// passable ones stops at that range.
+    pub(crate) fn madvise_collapse(&self, start: u64, end: u64) -> Result<()> {
+        let k = &*self.kernel;
+        {
+            let vmas = self.mmap_read_lock();
+            let vma = vmas.find(start).ok_or(Errno::ENOMEM)?;
+            if !thp_vma_allowable(k, vma, MADVISE) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let (hstart, hend) = (start.next_multiple_of(PMD_SIZE), end & !(PMD_SIZE - 1));
+        let (mut thps, mut last_fail) = (0, ScanResult::Fail);
+        for haddr in (hstart..hend).step_by(PMD_SIZE as usize) {
+            match collapse_range(k, self, haddr, MADVISE) {
+                ScanResult::Succeed | ScanResult::PmdMapped => thps += 1,
+                r if may_continue(r) => last_fail = r,
+                r => {
+                    last_fail = r;
+                    break;
+                }
+            }
+        }
+        if hend <= hstart || thps == (hend - hstart) / PMD_SIZE {
+            Ok(())
+        } else {
+            Err(madvise_collapse_errno(last_fail))
+        }
+    }
+}
+
+/// `passes` full scans of khugepaged (`khugepaged_do_scan` until
+/// `khugepaged/full_scans` has grown by `passes`): every live MM in turn
+/// (Linux visits the MMs registered by `khugepaged_enter_vma`, those that
+/// had a VMA THPs were allowed in), each VMA it may collapse in
+/// (`TVA_KHUGEPAGED`: the sysfs modes apply), each aligned PMD range of it
+/// scanned and collapsed under the `max_ptes_*` limits. `pages_to_scan`
+/// paces the kernel thread only and does not change what a full pass does.
+/// Returns the ranges collapsed.
+pub fn khugepaged_scan(k: &Kernel, mmlist: &MmList, passes: u32) -> u64 {
+    let mut collapsed = 0;
+    for _ in 0..passes {
+        for mm in mmlist.alive() {
+            let ranges: Vec<u64> = mm
+                .vmas()
+                .iter()
+                .filter(|v| thp_vma_allowable(k, v, KHUGEPAGED))
+                .flat_map(|v| (v.start().next_multiple_of(PMD_SIZE)..v.end() & !(PMD_SIZE - 1)).step_by(PMD_SIZE as usize))
+                .collect();
+            for haddr in ranges {
+                if mm.has_exited() {
+                    break;
+                }
+                if collapse_range(k, &mm, haddr, KHUGEPAGED) == ScanResult::Succeed {
+                    Stats::inc(&k.stats.khugepaged_pages_collapsed);
+                    collapsed += 1;
+                }
+            }
+        }
+        Stats::inc(&k.stats.khugepaged_full_scans);
+    }
+    collapsed
+}
