@@ -12,6 +12,7 @@ mod counters;
 pub mod debugfs;
 pub mod files;
 pub mod guest;
+pub mod khugepaged;
 pub mod memcg;
 pub mod procfs;
 pub mod protocol;
@@ -284,6 +285,10 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    fn khugepaged(&self, passes: u32) -> BackendResult<()> {
+        khugepaged::run(passes).map_err(StepError::Unsupported)
+    }
+
     fn tune(&self, t: &Tunable) -> BackendResult<()> {
         match *t {
             Tunable::Thp { enabled, ref sizes } => {
@@ -305,6 +310,12 @@ impl Backend for HostBackend {
                     let (size, top) = (sysfs::shmem_path(Some(order)), sysfs::shmem_path(None));
                     sysfs::set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
                         .map_err(StepError::Unsupported)?;
+                }
+                Ok(())
+            }
+            Tunable::Khugepaged(ref knobs) => {
+                for &(knob, v) in knobs {
+                    sysfs::set(&khugepaged::path(knob.name()), &v.to_string()).map_err(StepError::Unsupported)?;
                 }
                 Ok(())
             }

@@ -61,6 +61,9 @@ pub trait Backend: Send + Sync {
     /// shmem THP modes, or a huge page pool's `nr_hugepages` and
     /// `nr_overcommit_hugepages` (unsupported if the pool gets fewer pages).
     fn tune(&self, t: &Tunable) -> BackendResult<()>;
+    /// Runs khugepaged for `passes` full scans (`khugepaged/full_scans`
+    /// grown by that many) and returns once they are done.
+    fn khugepaged(&self, passes: u32) -> BackendResult<()>;
     /// Whether the backend can take GUP references of this kind; a scenario
     /// that needs one it cannot take is skipped there.
     fn supports_gup(&self, kind: GupKind) -> bool {

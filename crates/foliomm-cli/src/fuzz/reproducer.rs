@@ -64,7 +64,7 @@ fn c_string(text: &str) -> String {
     format!("\"{}\"", text.bytes().map(esc).collect::<String>())
 }
 
-/// The sysfs writes of a `set thp`, `set shmem` or `set hugetlb` line, as
+/// The sysfs writes of a `set thp`, `set shmem`, `set khugepaged` or `set hugetlb` line, as
 /// `HostBackend::tune` makes them (`sysfs::set`, `sysfs::set_per_size`).
 fn tune(t: &Tunable) -> String {
     let knob = |path: String, mode: &str| format!("knob({}, {}); ", c_string(&path), c_string(mode));
@@ -80,6 +80,9 @@ fn tune(t: &Tunable) -> String {
         Tunable::Shmem { enabled, sizes } => (enabled.map(|m| knob(shmem(None), m.name())).into_iter())
             .chain(sizes.iter().map(|&(o, m)| per_size(o, shmem, m.name(), m == ShmemMode::Inherit)))
             .collect(),
+        Tunable::Khugepaged(knobs) => {
+            knobs.iter().map(|(k, v)| knob(foliomm_host::khugepaged::path(k.name()), &v.to_string())).collect()
+        }
         Tunable::Hugetlb { pages, overcommit, size } => {
             let (dir, over) = (sysfs::hugetlb_path(*size, ""), overcommit.map_or(-1, |n| n as i64));
             format!("pool({}, {pages}L, {over}L);", c_string(dir.trim_end_matches('/')))

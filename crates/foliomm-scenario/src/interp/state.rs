@@ -304,7 +304,12 @@ impl<'b> State<'b> {
                     Tunable::Thp { .. } => "thp set".into(),
                     Tunable::Shmem { .. } => "shmem set".into(),
                     Tunable::Hugetlb { pages, size, .. } => format!("{pages} huge pages of {}", size.name()),
+                    Tunable::Khugepaged(_) => "khugepaged set".into(),
                 })
+            }
+            Cmd::Khugepaged(passes) => {
+                self.backend.khugepaged(*passes)?;
+                Ok(format!("{passes} full scan{}", if *passes == 1 { "" } else { "s" }))
             }
             Cmd::Expect { lhs, op, rhs, only } => self.expect(step.line, lhs, *op, rhs, only),
             _ => unreachable!("process commands have a process"),

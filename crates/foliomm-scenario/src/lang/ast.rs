@@ -1,6 +1,7 @@
 //! The syntax tree of the workload language: one [`Step`] per line, its
 //! [`Cmd`], and the [`ParseError`] a line that does not parse yields.
 
+use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::internals::mapcount::{Design, RmapIdStage};
@@ -142,6 +143,9 @@ pub enum Cmd {
     Madvise(Place, Advice),
     /// `mlock` (true) or `munlock` (false) of a place.
     Mlock(Place, bool),
+    /// `khugepaged [N]`: N full scans of khugepaged over every MM it has
+    /// a slot for (1 unless given).
+    Khugepaged(u32),
     /// `split PLACE [to order N]`: the kernel's debugfs `split_huge_pages`
     /// over the place (to order 0 unless given).
     Split(Place, u32),
@@ -247,6 +251,9 @@ pub enum Tunable {
     /// of the pool of that page size (2 MiB unless said), and its
     /// `nr_overcommit_hugepages`.
     Hugetlb { pages: u64, overcommit: Option<u64>, size: HugeSize },
+    /// `set khugepaged KNOB=N...`: khugepaged's tunables
+    /// (`transparent_hugepage/khugepaged/max_ptes_none`, ...).
+    Khugepaged(Vec<(KhugepagedKnob, u32)>),
 }
 
 /// Settings fixed when the machine is built.

@@ -157,6 +157,14 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         "set" => parse_set(l),
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
         "end" => Ok(Cmd::End),
+        "khugepaged" => {
+            let col = l.col();
+            match l.peek().map(|_| l.size("a number of full scans")).transpose()? {
+                None => Ok(Cmd::Khugepaged(1)),
+                Some(n @ 1..=100) => Ok(Cmd::Khugepaged(n as u32)),
+                Some(n) => l.err(col, format!("expected 1 to 100 full scans, found {n}")),
+            }
+        }
         "parallel" => Ok(Cmd::Parallel(Vec::new())),
         "repeat" => {
             let col = l.col();
@@ -195,7 +203,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         t => l.err(
             col,
-            format!("expected 'set', 'expect', 'measure', 'repeat', 'end' or 'NAME:' (a process), found '{t}'"),
+            format!("expected 'set', 'expect', 'khugepaged', 'measure', 'repeat', 'end' or 'NAME:' (a process), found '{t}'"),
         ),
     }
 }

@@ -1,6 +1,7 @@
 //! The `set` lines: machine settings and tunables, each checked as the
 //! settings table ([`super::settings`]) describes it.
 
+use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
 use foliomm::internals::mapcount::{Design, RmapIdStage};
@@ -108,8 +109,35 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
         "thp" => parse_thp(l),
         "shmem" => parse_shmem(l),
         "hugetlb" => parse_hugetlb(l),
+        "khugepaged" => parse_khugepaged(l),
         t => l.err(col, settings::unknown(t)),
     }
+}
+
+/// `set khugepaged KNOB=N...`, after the `khugepaged`: `max_ptes_none`,
+/// `max_ptes_swap`, `max_ptes_shared` (0 to 511) and `pages_to_scan` (1 or
+/// more), as their sysfs stores take them.
+fn parse_khugepaged(l: &mut Line) -> Result<Cmd, ParseError> {
+    let mut knobs = Vec::new();
+    let names = || KhugepagedKnob::ALL.map(|k| k.name()).join(", ");
+    while l.peek().is_some() || knobs.is_empty() {
+        let col = l.col();
+        let t = l.next("a khugepaged setting (KNOB=N)")?;
+        let Some((k, v)) = t.split_once('=') else {
+            return l.err(col, format!("expected KNOB=N ({}), found '{t}'", names()));
+        };
+        let Some(knob) = KhugepagedKnob::parse(k) else {
+            return l.err(col, format!("expected one of {}, found '{k}'", names()));
+        };
+        match v.parse::<u32>() {
+            Ok(n) if knob.valid(n) => knobs.push((knob, n)),
+            _ => {
+                let range = if knob == KhugepagedKnob::PagesToScan { "1 or more" } else { "0 to 511" };
+                return l.err(col + k.len() + 1, format!("expected a number from {range} for {k}, found '{v}'"));
+            }
+        }
+    }
+    Ok(Cmd::Tune(Tunable::Khugepaged(knobs)))
 }
 
 /// `set hugetlb pages=N [overcommit=N] [size=2M|1G]`, after the `hugetlb`.

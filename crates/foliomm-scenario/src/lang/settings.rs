@@ -180,6 +180,15 @@ pub const SETTINGS: &[Setting] = &[
         host: "written to sysfs, restored afterwards; skipped if the kernel gives fewer pages",
     },
     Setting {
+        name: "khugepaged",
+        syntax: "set khugepaged KNOB=N...",
+        doc: "khugepaged's max_ptes_none, max_ptes_swap, max_ptes_shared (0-511) and pages_to_scan",
+        linux: Some("/sys/kernel/mm/transparent_hugepage/khugepaged/*"),
+        when: When::Anytime,
+        names: None,
+        host: "written to sysfs, restored afterwards",
+    },
+    Setting {
         name: "check",
         syntax: "set check on|off",
         doc: "the invariant checker after every step (run --check turns it on)",

@@ -161,6 +161,14 @@ impl Backend for ModelBackend {
                 }
                 Ok(())
             }
+            Tunable::Khugepaged(ref knobs) => {
+                for &(knob, v) in knobs {
+                    self.m().thp.khugepaged.set(knob, v).map_err(|_| {
+                        StepError::Unsupported(format!("khugepaged/{} does not take {v}", knob.name()))
+                    })?;
+                }
+                Ok(())
+            }
             Tunable::Hugetlb { pages, overcommit, size } => {
                 if let Some(n) = overcommit {
                     self.m().kernel.set_nr_overcommit_hugepages(n);
@@ -174,6 +182,12 @@ impl Backend for ModelBackend {
                 }
             }
         }
+    }
+
+    fn khugepaged(&self, passes: u32) -> BackendResult<()> {
+        let m = self.m();
+        foliomm::internals::mm::khugepaged::khugepaged_scan(&m.kernel, &m.mms, passes);
+        Ok(())
     }
 
     fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {

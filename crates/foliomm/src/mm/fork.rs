@@ -5,6 +5,7 @@ use crate::kernel::{HugetlbSync, Stats};
 use crate::memory::copy_page_range::CopyVma;
 use crate::memory::hugetlb::copy_hugetlb_page_range;
 use crate::mm_types::{vm, Mm};
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 use crate::Result;
 
@@ -17,6 +18,8 @@ impl Mm {
         let k = &*self.kernel;
         let vmas = self.mmap_write_lock();
         let child = Mm::new(&self.kernel, &self.mmlist)?;
+        // khugepaged_fork(): the child gets a slot if the parent has one.
+        child.khugepaged.store(self.khugepaged.load(Relaxed), Relaxed);
         let result = (|| {
             let mut cvmas = child.mmap_write_lock();
             for v in vmas.iter().filter(|v| v.flags() & vm::DONTCOPY == 0) {

@@ -7,6 +7,7 @@ use crate::arch::PMD_SIZE;
 use crate::kernel::{Kernel, Stats};
 use crate::memory::khugepaged::{collapse_huge_page, revalidate, scan_pmd, thp_vma_allowable, CollapseControl, ScanResult};
 use crate::mm_types::{Mm, MmList};
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
 
 const MADVISE: CollapseControl = CollapseControl { khugepaged: false };
@@ -86,9 +87,9 @@ impl Mm {
 }
 
 /// `passes` full scans of khugepaged (`khugepaged_do_scan` until
-/// `khugepaged/full_scans` has grown by `passes`): every live MM in turn
-/// (Linux visits the MMs registered by `khugepaged_enter_vma`, those that
-/// had a VMA THPs were allowed in), each VMA it may collapse in
+/// `khugepaged/full_scans` has grown by `passes`): every live MM with a
+/// khugepaged slot in turn (in the order they were made, where Linux keeps
+/// the order the slots were), each VMA it may collapse in
 /// (`TVA_KHUGEPAGED`: the sysfs modes apply), each aligned PMD range of it
 /// scanned and collapsed under the `max_ptes_*` limits. `pages_to_scan`
 /// paces the kernel thread only and does not change what a full pass does.
@@ -96,7 +97,7 @@ impl Mm {
 pub fn khugepaged_scan(k: &Kernel, mmlist: &MmList, passes: u32) -> u64 {
     let mut collapsed = 0;
     for _ in 0..passes {
-        for mm in mmlist.alive() {
+        for mm in mmlist.alive().into_iter().filter(|mm| mm.khugepaged.load(Relaxed)) {
             let ranges: Vec<u64> = mm
                 .vmas()
                 .iter()

@@ -141,6 +141,12 @@ impl Mm {
         let new_flags = |flags: u32| (flags | set) & !clear;
         self.split_for_change(&mut vmas, addr, end, new_flags)?;
         let changed = set_vma_flags(&mut vmas, addr, end, new_flags);
+        if advice == Advice::HugePage {
+            // hugepage_madvise() → khugepaged_enter_vma().
+            for v in vmas.overlapping(addr, end) {
+                crate::memory::khugepaged::khugepaged_enter_vma(&self.kernel, self, v);
+            }
+        }
         merge_around(&mut vmas, addr, end, self.kernel.config.release(), &changed);
         if covered {
             Ok(())

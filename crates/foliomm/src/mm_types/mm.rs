@@ -55,6 +55,9 @@ pub struct Mm {
     pub tlb: MmTlb,
     /// `MMF_HAS_PINNED`: a page of this MM was ever pinned with FOLL_PIN.
     pub has_pinned: AtomicBool,
+    /// `MMF_VM_HUGEPAGE`: khugepaged has a slot for this MM and scans it
+    /// (see `crate::memory::khugepaged::khugepaged_enter_vma`).
+    pub khugepaged: AtomicBool,
     exited: AtomicBool,
 }
 
@@ -80,6 +83,7 @@ impl Mm {
             hugetlb_usage: AtomicI64::new(0),
             tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
+            khugepaged: AtomicBool::new(false),
             exited: AtomicBool::new(false),
         });
         list.add(&mm);

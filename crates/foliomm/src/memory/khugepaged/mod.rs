@@ -174,6 +174,18 @@ pub fn thp_vma_allowable(k: &Kernel, vma: &Vma, cc: CollapseControl) -> bool {
     anon && flags & vm::NOHUGEPAGE == 0 && fits && sysfs
 }
 
+/// `khugepaged_enter_vma`: gives `mm` a khugepaged slot (`MMF_VM_HUGEPAGE`)
+/// if `vma` may get a PMD THP from khugepaged (the sysfs modes allowing
+/// it); called where Linux calls it: a new mapping, `MADV_HUGEPAGE`, a
+/// huge PMD fault. A slot lasts until the MM exits; fork passes it on
+/// (`khugepaged_fork`).
+pub fn khugepaged_enter_vma(k: &Kernel, mm: &Mm, vma: &Vma) {
+    use crate::sync::atomic::Ordering::Relaxed;
+    if !mm.khugepaged.load(Relaxed) && thp_vma_allowable(k, vma, CollapseControl { khugepaged: true }) {
+        mm.khugepaged.store(true, Relaxed);
+    }
+}
+
 /// `hugepage_vma_revalidate`: the VMA at `addr` after the mmap_lock was
 /// taken again, still able to hold a THP at the PMD range of `addr`, and
 /// (`expect_anon`) with an anon_vma.

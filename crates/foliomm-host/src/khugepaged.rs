@@ -1,0 +1,57 @@
+//! The host's khugepaged, driven as the kernel's selftest
+//! (tools/testing/selftests/mm/khugepaged.c `wait_for_scan`) drives it:
+//! its sleeps shortened to 10 ms (restored after the run, as every
+//! setting), then waited for until `khugepaged/full_scans` has grown past
+//! the scans asked for. The thread runs only while a PMD THP mode is on
+//! (`start_stop_khugepaged`): with none, there is nothing to wait for.
+
+use std::time::{Duration, Instant};
+
+use crate::sysfs;
+
+/// The file `name` of khugepaged's sysfs directory.
+pub fn path(name: &str) -> String {
+    format!("{}/khugepaged/{name}", sysfs::THP)
+}
+
+fn read(name: &str) -> Result<u64, String> {
+    let p = path(name);
+    sysfs::read_selected(&p)?.parse().map_err(|e| format!("{p}: {e}"))
+}
+
+/// Whether PMD-sized THPs are on in any mode (`hugepage_pmd_enabled`):
+/// the 2 MiB size's own mode, or `inherit` of a top-level one, is not
+/// `never`. A kernel without per-size files (6.1) has the top level only.
+fn pmd_enabled() -> Result<bool, String> {
+    let top = sysfs::read_selected(&sysfs::thp_path(None))?;
+    let pmd = sysfs::read_selected(&sysfs::thp_path(Some(9))).unwrap_or_else(|_| "inherit".into());
+    Ok(match pmd.as_str() {
+        "inherit" => top != "never",
+        m => m != "never",
+    })
+}
+
+/// Returns once khugepaged has done `passes` full scans that began after
+/// the call (the scan under way when it is made counts for nothing); an
+/// error if that takes longer than 10 s a scan.
+pub fn run(passes: u32) -> Result<(), String> {
+    if !pmd_enabled()? {
+        return Ok(());
+    }
+    for knob in ["scan_sleep_millisecs", "alloc_sleep_millisecs"] {
+        sysfs::set(&path(knob), "10")?;
+    }
+    let start = read("full_scans")?;
+    let target = start + passes as u64 + 1;
+    let deadline = Instant::now() + Duration::from_secs(10 * (passes as u64 + 1));
+    loop {
+        let now = read("full_scans")?;
+        if now >= target {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("khugepaged did {} of {} full scans in time", now - start, passes + 1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
