@@ -26,9 +26,10 @@ pub enum Consumer {
     /// `MADV_PAGEOUT`/`MADV_COLD` splitting a folio the range covers in part
     /// (`folio_likely_mapped_shared` / `folio_maybe_mapped_shared`).
     PageoutSplit,
-    /// khugepaged counting a PTE of a large folio against
+    /// khugepaged counting the PTEs of a large folio against
     /// `max_ptes_shared` (`hpage_collapse_scan_pmd`: `folio_maybe_mapped_shared`
-    /// from 6.15, `folio_likely_mapped_shared` before, `page_mapcount > 1` in 6.1).
+    /// from 6.15, `folio_likely_mapped_shared` from 6.10, `page_mapcount > 1`
+    /// before; judged at the folio's first PTE in the range).
     Collapse,
 }
 

@@ -194,6 +194,21 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 2)
     }
 
+    /// How khugepaged asks whether a page it scans is shared, to count it
+    /// against `max_ptes_shared`: `page_mapcount(page) > 1` until 6.9,
+    /// `folio_likely_mapped_shared(folio)` from 6.10 ("mm/khugepaged:
+    /// replace page_mapcount() check by folio_likely_mapped_shared()"),
+    /// `folio_maybe_mapped_shared(folio)` from 6.15.
+    pub fn khugepaged_asks(self) -> SharingQuestion {
+        if self >= KernelVersion::new(6, 15) {
+            SharingQuestion::MaybeMappedShared
+        } else if self >= KernelVersion::new(6, 10) {
+            SharingQuestion::LikelyMappedShared
+        } else {
+            SharingQuestion::PageMapcount
+        }
+    }
+
     /// Whether a range none of whose PTEs is writable may be collapsed
     /// ("mm: enable khugepaged to operate on non-writable VMAs", Dev Jain):
     /// 6.18 on. Before, `hpage_collapse_scan_pmd` and
@@ -202,6 +217,18 @@ impl KernelVersion {
     pub fn collapses_read_only_ptes(self) -> bool {
         self >= KernelVersion::new(6, 18)
     }
+}
+
+/// The question a policy path of a release asks to learn whether a page
+/// (of a large folio) is mapped by more than one process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharingQuestion {
+    /// `page_mapcount(page) > 1`: that page is mapped more than once.
+    PageMapcount,
+    /// `folio_likely_mapped_shared(folio)`: the era's guess for the folio.
+    LikelyMappedShared,
+    /// `folio_maybe_mapped_shared(folio)`: exact for the precise designs.
+    MaybeMappedShared,
 }
 
 impl Default for KernelVersion {
