@@ -31,9 +31,16 @@ fn pmd_enabled() -> Result<bool, String> {
     })
 }
 
+/// How long khugepaged may do no scan at all before it is taken to have
+/// no MM to scan (it sleeps while it has no slot: `khugepaged_wait_work`,
+/// and then `full_scans` stands still, as on a guest where the run's MMs
+/// are the only ones and none has a slot).
+const IDLE: Duration = Duration::from_secs(2);
+
 /// Returns once khugepaged has done `passes` full scans that began after
-/// the call (the scan under way when it is made counts for nothing); an
-/// error if that takes longer than 10 s a scan.
+/// the call (the scan under way when it is made counts for nothing), or
+/// has done none for [`IDLE`] (nothing to scan); an error if the scans
+/// take longer than 10 s each.
 pub fn run(passes: u32) -> Result<(), String> {
     if !pmd_enabled()? {
         return Ok(());
@@ -43,10 +50,11 @@ pub fn run(passes: u32) -> Result<(), String> {
     }
     let start = read("full_scans")?;
     let target = start + passes as u64 + 1;
-    let deadline = Instant::now() + Duration::from_secs(10 * (passes as u64 + 1));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(10 * (passes as u64 + 1));
     loop {
         let now = read("full_scans")?;
-        if now >= target {
+        if now >= target || (now == start && started.elapsed() > IDLE) {
             return Ok(());
         }
         if Instant::now() > deadline {

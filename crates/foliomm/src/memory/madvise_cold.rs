@@ -10,12 +10,12 @@
 
 use super::split::split_folio_to_order;
 use super::vmscan::shrink_folio;
-use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE};
+use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
 use crate::kernel::{Consumer, Kernel, Stats};
 use crate::mm_types::Mm;
-use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, walk_pmd, PmdSlot};
+use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
 use crate::phys::pg;
 use crate::rmap;
 
@@ -27,8 +27,8 @@ use crate::rmap;
 /// one ([`shrink_folio`], ignoring references) without it. A PMD-mapped
 /// THP goes whole when the range covers it and it is not maybe mapped
 /// shared. For `MADV_COLD` (`pageout` false) the same walk splits what it
-/// covers in part and moves the rest to the head of the inactive list,
-/// unreferenced (`folio_deactivate`).
+/// covers in part, makes the entries old and moves the folios to the head
+/// of the inactive list, unreferenced (`folio_deactivate`).
 pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
     let _walk = mm.pt_read();
     let mut addr = start;
@@ -43,9 +43,9 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
         }
         let e = pmd.load(&k.phys);
         let isolated = if e.huge() {
-            isolate_pmd(k, pmd, addr, stop).into_iter().collect()
+            isolate_pmd(k, mm, pmd, (addr, stop), pageout).into_iter().collect()
         } else if !e.is_none() {
-            isolate(k, mm, pmd, e.pfn(), addr, stop)
+            isolate(k, mm, pmd, e.pfn(), (addr, stop), pageout)
         } else {
             Vec::new()
         };
@@ -96,24 +96,37 @@ fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
 }
 
 /// The anon THP a huge PMD maps, if `[addr, stop)` covers it and it is not
-/// maybe mapped shared, taken off the LRU with a reference.
-fn isolate_pmd(k: &Kernel, pmd: PmdSlot, addr: u64, stop: u64) -> Option<Folio<'_>> {
+/// maybe mapped shared, taken off the LRU with a reference; for
+/// `MADV_COLD` the PMD is made old first (`pmd_mkold`).
+fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64), pageout: bool) -> Option<Folio<'k>> {
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
     let e = pmd.load(&k.phys);
     if !e.huge() || e.special() || !addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE {
         return None;
     }
     let f = Folio::from_head(&k.phys, e.pfn());
-    if !f.test_anon() || decide(k, Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) || !k.lru.isolate(f) {
+    if !f.test_anon() || decide(k, Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) {
         return None;
     }
-    Some(f)
+    if !pageout && e.0 & Pte::ACCESSED != 0 {
+        pmd.store(&k.phys, e.without(Pte::ACCESSED));
+        mm.tlb.flush_range(&k.stats, addr, addr + PMD_SIZE);
+    }
+    k.lru.isolate(f).then_some(f)
 }
 
 /// The anon folios mapped in `[addr, stop)` of `table` whose every page
 /// is mapped there once and nowhere else, each taken off the LRU with a
-/// reference (`folio_isolate_lru`).
-fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop: u64) -> Vec<Folio<'k>> {
+/// reference (`folio_isolate_lru`); for `MADV_COLD` their PTEs are made
+/// old first (`clear_young_dirty_ptes` with `CYDP_CLEAR_YOUNG`).
+fn isolate<'k>(
+    k: &'k Kernel,
+    mm: &Mm,
+    pmd: PmdSlot,
+    table: Pfn,
+    (addr, stop): (u64, u64),
+    pageout: bool,
+) -> Vec<Folio<'k>> {
     let mut out = Vec::new();
     let mut a = addr;
     'locked: while let Some(ptl) = pte_lock_checked(&k.phys, pmd, table) {
@@ -153,6 +166,12 @@ fn isolate<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, addr: u64, stop
             if shared {
                 Stats::inc(&k.stats.pageout_skipped_shared);
                 continue;
+            }
+            if !pageout && pte.0 & Pte::ACCESSED != 0 {
+                for j in idx..idx + nr {
+                    store(&k.phys, table, j, load(&k.phys, table, j).without(Pte::ACCESSED));
+                }
+                mm.tlb.flush_range(&k.stats, a - nr as u64 * PAGE_SIZE, a);
             }
             if k.lru.isolate(f) {
                 out.push(f);
