@@ -1,5 +1,5 @@
 //! Property test: random sequences of mmap/munmap/mprotect/madvise/mremap/
-//! fork/exit/read/write/split over several processes, and in the threaded test
+//! fork/exit/read/write/split/collapse/khugepaged over several processes, and in the threaded test
 //! two threads writing while a third changes the mappings. After every step
 //! the invariant checker must find nothing, and every read must return what
 //! the reference byte model says (fork = deep copy). Two CPUs with TLBs take
@@ -19,6 +19,10 @@ use foliomm::internals::mapcount::RmapIdStage;
 use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use proptest::prelude::*;
+
+#[path = "random_ops/concurrent.rs"]
+mod concurrent;
+use concurrent::{concurrent_op, run_concurrent, Change};
 
 const PAGE: u64 = 4096;
 /// Every mapping lives in a fixed window so that operations hit each other.
@@ -50,20 +54,12 @@ enum Op {
         page: u64,
         pages: u64,
     },
-    /// MADV_PAGEOUT: the range's pages mapped once go to swap; every byte
-    /// stays as it was.
-    PageOut {
+    /// A change of how the range is backed that keeps every byte.
+    Reshape {
         proc: usize,
         page: u64,
         pages: u64,
-    },
-    /// debugfs `split_huge_pages` over the range to `order` (0, 2, 4):
-    /// every byte stays as it was.
-    Split {
-        proc: usize,
-        page: u64,
-        pages: u64,
-        order: u32,
+        how: Reshape,
     },
     Mremap {
         proc: usize,
@@ -107,13 +103,15 @@ enum Op {
     },
 }
 
-/// What the third thread of [`Op::Concurrent`] does to its range.
+/// What [`Op::Reshape`] does: MADV_PAGEOUT (the pages mapped once go to
+/// swap), debugfs `split_huge_pages` to an order (0, 2, 4), MADV_COLLAPSE,
+/// or a full khugepaged scan (of every process, whatever the range).
 #[derive(Clone, Copy, Debug)]
-enum Change {
-    Munmap,
-    Mprotect(u32),
-    DontNeed,
-    Mmap(u32),
+enum Reshape {
+    PageOut,
+    Split(u32),
+    Collapse,
+    Khugepaged,
 }
 
 fn range() -> impl Strategy<Value = (u64, u64)> {
@@ -125,21 +123,13 @@ fn range() -> impl Strategy<Value = (u64, u64)> {
     .prop_map(|(p, n)| (p, n.min(WINDOW_PAGES - p)))
 }
 
-fn concurrent_op(proc: impl Strategy<Value = usize>) -> impl Strategy<Value = Op> {
-    let change = prop_oneof![
-        Just(Change::Munmap),
-        prop_oneof![Just(0u32), Just(1), Just(3)].prop_map(Change::Mprotect),
-        Just(Change::DontNeed),
-        prop_oneof![Just(1u32), Just(3)].prop_map(Change::Mmap),
-    ];
-    (proc, 0..WINDOW_PAGES, [1..600u64, 1..600u64, 1..600u64], any::<[u8; 2]>(), change).prop_map(
-        |(proc, page, [a, b, c], vals, change)| {
-            let room = WINDOW_PAGES - page;
-            let a = a.min(room);
-            let b = b.min(room - a);
-            Op::Concurrent { proc, page, lens: [a, b, c.min(room - a - b)], vals, change }
-        },
-    )
+fn reshape() -> impl Strategy<Value = Reshape> {
+    prop_oneof![
+        Just(Reshape::PageOut),
+        prop_oneof![Just(0u32), Just(2), Just(4)].prop_map(Reshape::Split),
+        Just(Reshape::Collapse),
+        Just(Reshape::Khugepaged),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -151,9 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (proc.clone(), range(), prop_oneof![Just(0u32), Just(1u32), Just(3u32)])
             .prop_map(|(proc, (page, pages), prot)| Op::Mprotect { proc, page, pages, prot }),
         1 => (proc.clone(), range()).prop_map(|(proc, (page, pages))| Op::DontNeed { proc, page, pages }),
-        1 => (proc.clone(), range()).prop_map(|(proc, (page, pages))| Op::PageOut { proc, page, pages }),
-        1 => (proc.clone(), range(), prop_oneof![Just(0u32), Just(2), Just(4)])
-            .prop_map(|(proc, (page, pages), order)| Op::Split { proc, page, pages, order }),
+        3 => (proc.clone(), range(), reshape()).prop_map(|(proc, (page, pages), how)| Op::Reshape { proc, page, pages, how }),
         1 => (proc.clone(), range(), 0..WINDOW_PAGES, 1..64u64)
             .prop_map(|(proc, (page, pages), to, new_pages)| Op::Mremap { proc, page, pages, to, new_pages: new_pages.min(WINDOW_PAGES - to) }),
         2 => proc.clone().prop_map(|proc| Op::Fork { proc }),
@@ -196,8 +184,7 @@ impl World {
             | Op::Munmap { proc, .. }
             | Op::Mprotect { proc, .. }
             | Op::DontNeed { proc, .. }
-            | Op::PageOut { proc, .. }
-            | Op::Split { proc, .. }
+            | Op::Reshape { proc, .. }
             | Op::Mremap { proc, .. }
             | Op::Fork { proc }
             | Op::Exit { proc }
@@ -243,13 +230,26 @@ impl World {
                 let _ = mm.madvise(addr(page), pages * PAGE, Advice::DontNeed);
                 rs.zap(addr(page), pages * PAGE);
             }
-            Op::PageOut { page, pages, .. } => {
-                let r = mm.madvise(addr(page), pages * PAGE, Advice::PageOut);
-                prop_assert_eq!(r.is_ok(), rs.covers(addr(page), pages * PAGE), "pageout over holes fails with ENOMEM");
-            }
-            Op::Split { page, pages, order, .. } => {
-                let r = mm.split_huge_pages(addr(page), addr(page + pages), order);
-                prop_assert!(r.is_ok(), "split_huge_pages: {r:?}");
+            Op::Reshape { page, pages, how, .. } => {
+                let (a, len) = (addr(page), pages * PAGE);
+                match how {
+                    Reshape::PageOut => {
+                        let r = mm.madvise(a, len, Advice::PageOut);
+                        prop_assert_eq!(r.is_ok(), rs.covers(a, len), "pageout over holes fails with ENOMEM");
+                    }
+                    Reshape::Split(order) => {
+                        let r = mm.split_huge_pages(a, a + len, order);
+                        prop_assert!(r.is_ok(), "split_huge_pages: {r:?}");
+                    }
+                    Reshape::Collapse => {
+                        // Any of madvise_collapse_errno's answers may come.
+                        let r = mm.madvise(a, len, Advice::Collapse);
+                        prop_assert!(r.is_err() || rs.covers(a, len), "collapse over holes fails");
+                    }
+                    Reshape::Khugepaged => {
+                        foliomm::internals::mm::khugepaged::khugepaged_scan(&self.m.kernel, &self.m.mms, 1);
+                    }
+                }
             }
             Op::Mremap { page, pages, to, new_pages, .. } => {
                 let (old, old_len, new, new_len) = (addr(page), pages * PAGE, addr(to), new_pages * PAGE);
@@ -303,74 +303,24 @@ impl World {
         Ok(())
     }
 
-    /// Reads every mapped byte of every process and compares with the reference.
+    /// Reads every mapped byte of every process and compares with the
+    /// reference; a difference names the process, the first address and
+    /// both bytes.
     fn verify_all_bytes(&mut self) -> Result<(), TestCaseError> {
-        for slot in self.procs.iter_mut().flatten() {
-            let (mm, rs) = slot;
-            for v in mm.vmas() {
-                if v.readable() {
-                    let mut buf = vec![0; (v.end() - v.start()) as usize];
-                    self.cpus[0].read(mm, v.start(), &mut buf).unwrap();
-                    prop_assert!(
-                        buf == rs.read(v.start(), v.end() - v.start()).unwrap(),
-                        "bytes of {:#x}..{:#x} differ",
-                        v.start(),
-                        v.end()
-                    );
+        for (p, slot) in self.procs.iter_mut().enumerate() {
+            let Some((mm, rs)) = slot else { continue };
+            for v in mm.vmas().iter().filter(|v| v.readable()) {
+                let mut buf = vec![0; (v.end() - v.start()) as usize];
+                self.cpus[0].read(mm, v.start(), &mut buf).unwrap();
+                let want = rs.read(v.start(), v.end() - v.start()).unwrap();
+                if let Some(i) = buf.iter().zip(&want).position(|(a, b)| a != b) {
+                    let at = v.start() + i as u64;
+                    prop_assert!(false, "process {p}: byte at {at:#x} is {:#x}, the reference has {:#x}", buf[i], want[i]);
                 }
             }
         }
         Ok(())
     }
-}
-
-/// [`Op::Concurrent`]: the two writers run on their own threads and CPUs
-/// while this thread changes the third range; the reference takes the three
-/// in any order, since the ranges are disjoint.
-fn run_concurrent(
-    cpus: &mut [Cpu; 2],
-    mm: &Arc<Mm>,
-    rs: &mut RefSpace,
-    page: u64,
-    lens: [u64; 3],
-    vals: [u8; 2],
-    change: Change,
-) -> Result<(), TestCaseError> {
-    let [a, b] = [addr(page), addr(page + lens[0])];
-    let (c, c_len) = (addr(page + lens[0] + lens[1]), lens[2] * PAGE);
-    let [cpu0, cpu1] = cpus;
-    let (wa, wb, changed) = std::thread::scope(|s| {
-        let wa = s.spawn(|| cpu0.write_byte_per_page(mm, a, lens[0] * PAGE, vals[0]));
-        let wb = s.spawn(|| cpu1.write_byte_per_page(mm, b, lens[1] * PAGE, vals[1]));
-        let changed = match change {
-            _ if c_len == 0 => Ok(()),
-            Change::Munmap => mm.munmap(c, c_len),
-            Change::Mprotect(prot) => mm.mprotect(c, c_len, Prot(prot)),
-            Change::DontNeed => mm.madvise(c, c_len, Advice::DontNeed),
-            Change::Mmap(prot) => {
-                mm.mmap(c, c_len, Prot(prot), MmapFlags { fixed: true, ..Default::default() }).map(|_| ())
-            }
-        };
-        (wa.join().unwrap(), wb.join().unwrap(), changed)
-    });
-    let covered = rs.covers(c, c_len);
-    match change {
-        _ if c_len == 0 => {}
-        Change::Munmap => rs.unmap(c, c_len),
-        Change::Mprotect(prot) if covered => rs.protect(c, c_len, Prot(prot)),
-        Change::Mprotect(prot) => {
-            prop_assert_eq!(changed, Err(Errno::ENOMEM), "mprotect over a hole");
-            rs.protect_until_hole(c, c_len, Prot(prot));
-        }
-        Change::DontNeed => rs.zap(c, c_len),
-        Change::Mmap(prot) => rs.map(c, c_len, Prot(prot)),
-    }
-    if !matches!(change, Change::Mprotect(_) | Change::DontNeed) || covered {
-        prop_assert_eq!(changed, Ok(()), "{:?} of {:#x}+{:#x}", change, c, c_len);
-    }
-    same_outcome("thread 1's write", wa, rs.write_byte_per_page(a, lens[0] * PAGE, vals[0]))?;
-    same_outcome("thread 2's write", wb, rs.write_byte_per_page(b, lens[1] * PAGE, vals[1]))?;
-    Ok(())
 }
 
 /// The operations each test runs: `FOLIOMM_SOAK`, or 50,000.
@@ -389,6 +339,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let count = AtomicU64::new(0);
     let reclaimed = AtomicU64::new(0);
     let splits = AtomicU64::new(0);
+    let collapses = AtomicU64::new(0);
     let per_design: Vec<AtomicU64> =
         foliomm::internals::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_stage: Vec<AtomicU64> = RmapIdStage::ALL.iter().map(|_| AtomicU64::new(0)).collect();
@@ -412,7 +363,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
         if foliomm::internals::mapcount::Design::ALL[design].has_stages() {
             per_stage[stage].fetch_add(ops.len() as u64 + 3, Relaxed);
         }
-        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], [&reclaimed, &splits])
+        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], [&reclaimed, &splits, &collapses])
     });
     if let Err(e) = result {
         panic!("{name}: {e}");
@@ -429,6 +380,9 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let splits = splits.load(Relaxed);
     eprintln!("{name}: {splits} large folios split");
     assert!(splits > 0, "{name}: no large folio was split");
+    let collapses = collapses.load(Relaxed);
+    eprintln!("{name}: {collapses} ranges collapsed");
+    assert!(collapses > 0, "{name}: no range was collapsed");
 }
 
 /// Runs `ops` under design number `design` (at seed 000's `rmap_id_stage`
@@ -438,7 +392,7 @@ fn run_case(
     mthp: u32,
     design: usize,
     rmap_id_stage: RmapIdStage,
-    [reclaimed, splits]: [&AtomicU64; 2],
+    [reclaimed, splits, collapses]: [&AtomicU64; 3],
 ) -> Result<(), TestCaseError> {
     let mapcount = foliomm::internals::mapcount::Design::ALL[design];
     let config = Config {
@@ -477,6 +431,7 @@ fn run_case(
     // Reclaim runs memory pressure started (not MADV_PAGEOUT's).
     reclaimed.fetch_add(w.m.stats.pageoutrun.load(Relaxed) + w.m.stats.allocstall.load(Relaxed), Relaxed);
     splits.fetch_add(w.m.stats.split.iter().map(|c| c.load(Relaxed)).sum(), Relaxed);
+    collapses.fetch_add(w.m.stats.collapse_scan[1].load(Relaxed), Relaxed);
     w.procs.clear();
     let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
     prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));

@@ -20,12 +20,12 @@ use rand::{Rng, SeedableRng};
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 3] = ["g1", "g2", "g3"];
+pub const VERSIONS: [&str; 4] = ["g1", "g2", "g3", "g4"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
-/// below 100, `g2` below 112, `g3` below 118): the default weights, which
+/// below 100, `g2` below 112, `g3` below 118, `g4` below 122): the default weights, which
 /// feedback ([`super::feedback`]) multiplies.
-pub const KINDS: [(&str, u32, u32); 15] = [
+pub const KINDS: [(&str, u32, u32); 16] = [
     ("mmap", 0, 11),
     ("write", 12, 29),
     ("read", 30, 41),
@@ -41,13 +41,15 @@ pub const KINDS: [(&str, u32, u32); 15] = [
     ("parallel", 104, 107),
     ("pool", 108, 111),
     ("pageout", 112, 117),
+    ("collapse", 118, 121),
 ];
 
 /// How many of [`KINDS`] generator `version` (1 for `g1`) draws from.
 fn kinds_of(version: u8) -> usize {
     match version {
-        1 => KINDS.len() - 4,
-        2 => KINDS.len() - 1,
+        1 => KINDS.len() - 5,
+        2 => KINDS.len() - 2,
+        3 => KINDS.len() - 1,
         _ => KINDS.len(),
     }
 }
@@ -223,7 +225,12 @@ impl World {
                 let place = self.vma_place(&m);
                 self.lines.push(format!("{p}: madvise {place} pageout"));
             }
-            ("pin" | "parallel" | "pool" | "pageout", Some(m)) => self.observe(&p, &m),
+            // MADV_COLLAPSE of anonymous memory (collapse_file is not modelled).
+            ("collapse", Some(m)) if m.huge.is_none() && m.file.is_none() => {
+                let place = self.vma_place(&m);
+                self.lines.push(format!("{p}: madvise {place} collapse"));
+            }
+            ("pin" | "parallel" | "pool" | "pageout" | "collapse", Some(m)) => self.observe(&p, &m),
             (_, Some(m)) if m.split || m.huge.is_some() => self.observe(&p, &m),
             (_, Some(m)) => {
                 // Shrink in place, or move whole.

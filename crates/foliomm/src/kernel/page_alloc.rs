@@ -24,6 +24,32 @@ impl Kernel {
         self.phys.alloc_pages_zeroed(order).map(|pfn| self.prep_folio(pfn, order))
     }
 
+    /// A large user folio of `2^order` pages, zeroed or not, taken without
+    /// reclaim (`GFP_TRANSHUGE_LIGHT`, as THP and mTHP faults and
+    /// khugepaged take theirs): ENOMEM, for the caller to fall back to a
+    /// smaller order, if it would leave fewer free frames than the low
+    /// watermark (`zone_watermark_ok` at `WMARK_LOW` in the fast path),
+    /// which keeps the last frames for page tables and small folios.
+    pub fn alloc_large_folio(&self, order: u32, zeroed: bool) -> Result<Folio<'_>, Errno> {
+        if self.phys.nr_free() < self.low_watermark() + (1 << order) {
+            return Err(Errno::ENOMEM);
+        }
+        if zeroed {
+            self.alloc_folio_zeroed(order)
+        } else {
+            self.alloc_folio(order)
+        }
+    }
+
+    /// The low watermark in frames (`min_free_kbytes` = `int_sqrt(16 * KiB
+    /// of memory)`, clamped to 128 KiB .. 256 MiB, and a quarter more), under
+    /// which kswapd starts to reclaim.
+    pub fn low_watermark(&self) -> u64 {
+        let kib = self.phys.nr_frames() * (crate::arch::PAGE_SIZE >> 10);
+        let min_kib = (16 * kib).isqrt().clamp(128, 256 << 10);
+        (min_kib + min_kib / 4) / (crate::arch::PAGE_SIZE >> 10)
+    }
+
     fn prep_folio(&self, pfn: Pfn, order: u32) -> Folio<'_> {
         let f = self.prep_compound(pfn, order);
         f.head().refcount.store(1, Relaxed);

@@ -60,7 +60,7 @@ fn alloc_anon_folio<'k>(vmf: &VmFault<'k>) -> Result<Folio<'k>> {
         if !inside || !pte_range_none(&k.phys, vmf.table, pte_index(base), 1 << order) {
             continue;
         }
-        match k.alloc_folio_zeroed(order) {
+        match k.alloc_large_folio(order, true) {
             Ok(f) => return Ok(f),
             Err(_) => Stats::inc(&k.stats.anon_fault_fallback[order as usize]),
         }

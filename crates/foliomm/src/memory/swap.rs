@@ -212,7 +212,7 @@ fn swapin_large(vmf: &VmFault, order: u32) -> Option<Result<()>> {
         release(claimed.len() as u64);
         return Some(Ok(()));
     }
-    let f = match k.alloc_folio(order) {
+    let f = match k.alloc_large_folio(order, false) {
         Ok(f) => f,
         Err(_) => {
             release(nr);
