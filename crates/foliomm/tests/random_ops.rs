@@ -315,7 +315,12 @@ impl World {
                 let want = rs.read(v.start(), v.end() - v.start()).unwrap();
                 if let Some(i) = buf.iter().zip(&want).position(|(a, b)| a != b) {
                     let at = v.start() + i as u64;
-                    prop_assert!(false, "process {p}: byte at {at:#x} is {:#x}, the reference has {:#x}", buf[i], want[i]);
+                    prop_assert!(
+                        false,
+                        "process {p}: byte at {at:#x} is {:#x}, the reference has {:#x}",
+                        buf[i],
+                        want[i]
+                    );
                 }
             }
         }

@@ -72,7 +72,10 @@ pub fn run_bench(a: &SharedDecisionsArgs) -> Result<()> {
         row.extend(c.iter().map(|[n, s, e]| format!("{n} / {s} / {e}")));
         t.add_row(row);
     }
-    let era = a.kernel.as_ref().map_or("each design on its own era's release".into(), |v| format!("every design on Linux {v}"));
+    let era = a
+        .kernel
+        .as_ref()
+        .map_or("each design on its own era's release".into(), |v| format!("every design on Linux {v}"));
     println!("\"Mapped shared?\" decisions per mapcount design over {} workloads, {era}\n\n{t}\n", files.len());
     let names: Vec<String> = a.files.iter().map(|f| format!(" {}", f.display())).collect();
     let kernel = a.kernel.as_ref().map_or(String::new(), |v| format!(" --kernel {v}"));

@@ -155,9 +155,7 @@ pub(crate) fn emit(steps: &[Step], runs: &[Vec<(u64, u8)>]) -> Result<String, St
                 let (a, l) = n.place(p);
                 let (call, arg) = match &s.cmd {
                     Cmd::Mprotect(_, prot) => ("mprotect", format!(", {}", prot.0)),
-                    Cmd::Madvise(_, adv) => {
-                        ("madvise", format!(", MADV_{}", adv.name().to_uppercase()))
-                    }
+                    Cmd::Madvise(_, adv) => ("madvise", format!(", MADV_{}", adv.name().to_uppercase())),
                     Cmd::Mlock(_, lock) => (if *lock { "mlock" } else { "munlock" }, String::new()),
                     _ => ("munmap", String::new()),
                 };

@@ -163,9 +163,11 @@ impl Backend for ModelBackend {
             }
             Tunable::Khugepaged(ref knobs) => {
                 for &(knob, v) in knobs {
-                    self.m().thp.khugepaged.set(knob, v).map_err(|_| {
-                        StepError::Unsupported(format!("khugepaged/{} does not take {v}", knob.name()))
-                    })?;
+                    self.m()
+                        .thp
+                        .khugepaged
+                        .set(knob, v)
+                        .map_err(|_| StepError::Unsupported(format!("khugepaged/{} does not take {v}", knob.name())))?;
                 }
                 Ok(())
             }

@@ -16,12 +16,14 @@ pub mod hugetlb_pool;
 pub mod lru;
 pub mod observer;
 mod page_alloc;
+mod scan_result;
 pub mod stats;
 mod swap_state;
 
 pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE};
 pub use hugetlb_pool::{HugeCounts, HugeSize};
 pub use observer::{Consumer, Observer};
+pub use scan_result::ScanResult;
 pub use stats::Stats;
 
 use crate::arch::{Pfn, PMD_ORDER};

@@ -38,8 +38,8 @@ macro_rules! counters {
             /// does); judged by the precision report.
             pub decisions: [[AtomicU64; 3]; super::Consumer::ALL.len()],
             /// Collapse attempts per result (`SCAN_*`, see
-            /// [`crate::memory::khugepaged::ScanResult`]), as `collapse_scan[name]`.
-            pub collapse_scan: [AtomicU64; 21],
+            /// [`super::ScanResult`]), as `collapse_scan[name]`.
+            pub collapse_scan: [AtomicU64; super::ScanResult::ALL.len()],
         }
 
         impl Stats {
@@ -219,7 +219,7 @@ impl Stats {
                 }
             }
         }
-        for (result, c) in crate::memory::khugepaged::ScanResult::ALL.iter().zip(&self.collapse_scan) {
+        for (result, c) in super::ScanResult::ALL.iter().zip(&self.collapse_scan) {
             let v = c.load(Relaxed);
             if v != 0 {
                 out.push((format!("collapse_scan[{}]", result.name()), v));

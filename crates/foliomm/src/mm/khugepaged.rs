@@ -5,7 +5,9 @@
 
 use crate::arch::PMD_SIZE;
 use crate::kernel::{Kernel, Stats};
-use crate::memory::khugepaged::{collapse_huge_page, revalidate, scan_pmd, thp_vma_allowable, CollapseControl, ScanResult};
+use crate::memory::khugepaged::{
+    collapse_huge_page, revalidate, scan_pmd, thp_vma_allowable, CollapseControl, ScanResult,
+};
 use crate::mm_types::{Mm, MmList};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
@@ -45,7 +47,10 @@ fn madvise_collapse_errno(r: ScanResult) -> Errno {
 /// (its list of results where continuing is fine).
 fn may_continue(r: ScanResult) -> bool {
     use ScanResult::*;
-    matches!(r, PmdNull | PteNonPresent | PageRo | LackReferencedPage | PageNull | PageCount | PageLock | PageLru | DelPageLru)
+    matches!(
+        r,
+        PmdNull | PteNonPresent | PageRo | LackReferencedPage | PageNull | PageCount | PageLock | PageLru | DelPageLru
+    )
 }
 
 impl Mm {
@@ -102,7 +107,9 @@ pub fn khugepaged_scan(k: &Kernel, mmlist: &MmList, passes: u32) -> u64 {
                 .vmas()
                 .iter()
                 .filter(|v| thp_vma_allowable(k, v, KHUGEPAGED))
-                .flat_map(|v| (v.start().next_multiple_of(PMD_SIZE)..v.end() & !(PMD_SIZE - 1)).step_by(PMD_SIZE as usize))
+                .flat_map(|v| {
+                    (v.start().next_multiple_of(PMD_SIZE)..v.end() & !(PMD_SIZE - 1)).step_by(PMD_SIZE as usize)
+                })
                 .collect();
             for haddr in ranges {
                 if mm.has_exited() {

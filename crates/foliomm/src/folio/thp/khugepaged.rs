@@ -26,8 +26,7 @@ pub enum KhugepagedKnob {
 
 impl KhugepagedKnob {
     /// Every knob, in sysfs order.
-    pub const ALL: [KhugepagedKnob; 4] =
-        [Self::MaxPtesNone, Self::MaxPtesSwap, Self::MaxPtesShared, Self::PagesToScan];
+    pub const ALL: [KhugepagedKnob; 4] = [Self::MaxPtesNone, Self::MaxPtesSwap, Self::MaxPtesShared, Self::PagesToScan];
 
     /// The sysfs file's name.
     pub fn name(self) -> &'static str {

@@ -52,7 +52,14 @@ pub fn collapse_huge_page(k: &Kernel, mm: &Mm, haddr: u64, scanned: Scanned, cc:
     r
 }
 
-fn swap_in_and_collapse(k: &Kernel, mm: &Mm, haddr: u64, new: Folio, scanned: Scanned, cc: CollapseControl) -> ScanResult {
+fn swap_in_and_collapse(
+    k: &Kernel,
+    mm: &Mm,
+    haddr: u64,
+    new: Folio,
+    scanned: Scanned,
+    cc: CollapseControl,
+) -> ScanResult {
     if scanned.unmapped > 0 {
         let vmas = mm.mmap_read_lock();
         let vma = match revalidate(k, &vmas, haddr, true, cc) {
