@@ -257,6 +257,15 @@ mod tests {
         assert!(e.msg.contains("expected an observation field"), "{e}");
         let e = parse("P: observe a as x except\n").unwrap_err();
         assert!(e.msg.contains("after 'except'"), "{e}");
+        let e = parse("khugepaged 0\n").unwrap_err();
+        assert_eq!(e.col, 12, "{e}");
+        let e = parse("set khugepaged max_ptes_none=512\n").unwrap_err();
+        assert_eq!(e.col, 30, "{e}");
+        assert!(e.msg.contains("from 0 to 511"), "{e}");
+        let e = parse("set khugepaged max_pte_none=5\n").unwrap_err();
+        assert!(e.msg.contains("max_ptes_none"), "{e}");
+        let e = parse("P: madvise a collapsed\n").unwrap_err();
+        assert!(e.msg.contains("collapse"), "{e}");
         for bad in ["set memory 2M\n", "set memory 2T\n", "set memory at least 0\n"] {
             let e = parse(bad).unwrap_err();
             assert!(e.msg.contains("from 4M to 1T"), "{bad}: {e}");
