@@ -334,3 +334,49 @@ fn shuttle_a_reader_racing_rmap_updates_answers_shared() {
     // answer is reachable, not only in unit tests.
     assert!(BUSY_READS.load(std::sync::atomic::Ordering::Relaxed) > 0, "no reader ever met a writer");
 }
+
+/// Reclaim's deferred split (`deferred_split_scan`, as a faulting task's
+/// direct reclaim runs it) splits a partially mapped 64K folio while the
+/// parent breaks COW on its pages and the child zaps its half: after
+/// every schedule the checker finds nothing and each side reads its bytes.
+fn deferred_split_race() {
+    let m = machine(VmaLockDesign::VmaRefcount, false);
+    m.thp.set_order(4, ThpMode::Always).unwrap();
+    let parent = m.new_mm().unwrap();
+    let a = parent.mmap(0, 128 * K, Prot::RW, MmapFlags::default()).expect("mmap");
+    let a = a.next_multiple_of(64 * K);
+    let mut cpu = m.new_cpu();
+    cpu.write_byte_per_page(&parent, a, 64 * K, 0x11).expect("write");
+    let child = parent.fork().unwrap();
+    child.madvise(a + 32 * K, 32 * K, foliomm::internals::mm::Advice::DontNeed).unwrap();
+    let splitter = {
+        let m = m.clone();
+        thread::spawn(move || {
+            for _ in 0..2 {
+                foliomm::internals::memory::split::deferred_split_scan(&m.kernel, &m.mms, 16);
+            }
+        })
+    };
+    let zapper = {
+        let (m, child) = (m.clone(), child.clone());
+        thread::spawn(move || {
+            let mut cpu = m.new_cpu();
+            write_and_check(&mut cpu, &child, a, 8 * K, 0x33);
+            child.madvise(a, 16 * K, foliomm::internals::mm::Advice::DontNeed).unwrap();
+        })
+    };
+    write_and_check(&mut cpu, &parent, a, 64 * K, 0x22);
+    splitter.join().unwrap();
+    zapper.join().unwrap();
+    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    let got = cpu.read_byte_per_page(&child, a + 16 * K, 16 * K).unwrap();
+    assert!(got.iter().all(|&b| b == 0x11), "the child reads {got:?}");
+    drop((parent, child));
+}
+
+#[test]
+fn shuttle_deferred_split_races_cow_and_zap() {
+    shuttle::check_random(deferred_split_race, schedules());
+    shuttle::check_pct(deferred_split_race, schedules(), 3);
+}

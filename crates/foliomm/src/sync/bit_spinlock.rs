@@ -44,7 +44,9 @@ impl<'a> BitSpinLock<'a> {
     /// Acquires the bit if it is free (`bit_spin_trylock`).
     pub fn try_lock(word: &'a AtomicU64, bit: u32) -> Option<BitSpinLock<'a>> {
         let bit = 1u64 << bit;
-        (word.fetch_or(bit, Acquire) & bit == 0).then_some(BitSpinLock { word, bit, spins: 0, release: Release })
+        // `then`, not `then_some`: a guard built for a failed attempt would
+        // release the holder's lock when dropped.
+        (word.fetch_or(bit, Acquire) & bit == 0).then(|| BitSpinLock { word, bit, spins: 0, release: Release })
     }
 
     /// Rounds spun waiting for the lock (for the cost counters).
