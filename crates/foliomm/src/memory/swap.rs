@@ -80,7 +80,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
     if dev.cached(e).is_none() && dev.count(e) == 1 {
         if let Some(order) = large_swapin_order(vmf, e) {
-            if let Some(done) = swapin_large(vmf, order) {
+            if let Some(done) = swapin_large(vmf, order, e) {
                 return done;
             }
         }
@@ -198,14 +198,20 @@ fn large_swapin_order(vmf: &VmFault, e: SwpEntry) -> Option<u32> {
 /// once if all are still the entries they were; else nothing changes and
 /// the fault is taken again. None if no folio of that order could be had:
 /// the caller reads the one page (`alloc_swap_folio`'s fallback to order
-/// 0; Linux tries the smaller suitable orders first).
-fn swapin_large(vmf: &VmFault, order: u32) -> Option<Result<()>> {
+/// 0; Linux tries the smaller suitable orders first). `fault` is the
+/// entry of the faulting address; another thread may have changed the
+/// range's first entry since [`large_swapin_order`] looked (then the
+/// fault is taken again).
+fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>> {
     let (k, phys) = (vmf.k, &vmf.k.phys);
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
     let nr = 1u64 << order;
     let base = vmf.address & !(nr * crate::arch::PAGE_SIZE - 1);
+    let e = SwpEntry { offset: fault.offset - (vmf.address - base) / crate::arch::PAGE_SIZE, ..fault };
     let first = load(phys, vmf.table, pte_index(base));
-    let e = first.swp_entry();
+    if !first.is_swap() || first.swp_entry() != e {
+        return Some(Ok(()));
+    }
     let claimed: Vec<u64> = (0..nr).take_while(|&i| dev.prepare(SwpEntry { offset: e.offset + i, ..e })).collect();
     let release = |n: u64| (0..n).for_each(|i| dev.clear_prepared(SwpEntry { offset: e.offset + i, ..e }));
     if claimed.len() as u64 != nr {
