@@ -61,7 +61,9 @@ impl Mm {
     /// (`VM_NOHUGEPAGE`, too small, not anonymous); otherwise success if
     /// every range is a THP afterwards, else the errno of the last failure
     /// ([`madvise_collapse_errno`]); a failure not on the list of
-    /// passable ones stops at that range.
+    /// passable ones stops at that range. A range that covers no aligned
+    /// 2 MiB range succeeds if it touches a 2 MiB boundary and fails with
+    /// EINVAL if it lies inside one (Linux's unsigned count wraps).
     pub(crate) fn madvise_collapse(&self, start: u64, end: u64) -> Result<()> {
         let k = &*self.kernel;
         {
@@ -83,7 +85,10 @@ impl Mm {
                 }
             }
         }
-        if hend <= hstart || thps == (hend - hstart) / PMD_SIZE {
+        // `thps == (hend - hstart) >> HPAGE_PMD_SHIFT` in unsigned arithmetic:
+        // a range inside one PMD range that reaches no boundary (hend below
+        // hstart) wraps, and fails with the errno of SCAN_FAIL (EINVAL).
+        if hend >= hstart && thps == (hend - hstart) / PMD_SIZE {
             Ok(())
         } else {
             Err(madvise_collapse_errno(last_fail))
