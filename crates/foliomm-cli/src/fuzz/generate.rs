@@ -225,9 +225,16 @@ impl World {
                 let place = self.vma_place(&m);
                 self.lines.push(format!("{p}: madvise {place} pageout"));
             }
-            // MADV_COLLAPSE of anonymous memory (collapse_file is not modelled).
-            ("collapse", Some(m)) if m.huge.is_none() && m.file.is_none() => {
-                let place = self.vma_place(&m);
+            // MADV_COLLAPSE of anonymous whole 2M ranges that an `align 2M`
+            // mmap owns (not an mremap's: its place differs on the kernel),
+            // so that no neighbour's page table or VMA merge decides.
+            ("collapse", Some(m))
+                if m.huge.is_none() && m.file.is_none() && m.name.starts_with('m') && m.len % (2048 * K) == 0 =>
+            {
+                let n = m.len / (2048 * K);
+                let (i, j) = (self.rng.gen_range(0..n), self.rng.gen_range(0..n));
+                let (i, j) = (i.min(j), i.max(j) + 1);
+                let place = format!("{}[{}K..{}K]", m.name, i * 2048, j * 2048);
                 self.lines.push(format!("{p}: madvise {place} collapse"));
             }
             ("pin" | "parallel" | "pool" | "pageout" | "collapse", Some(m)) => self.observe(&p, &m),
