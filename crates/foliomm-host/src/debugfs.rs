@@ -24,7 +24,7 @@ impl Debugfs {
             return Ok(Debugfs { dir: SYSTEM.into(), mounted_here: false });
         }
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        crate::sysfs::restore_on_signal();
+        crate::signals::on_signal(unmount_own);
         run(Command::new("mount").args(["-t", "debugfs", "none"]).arg(dir))?;
         Ok(Debugfs { dir: dir.into(), mounted_here: true })
     }

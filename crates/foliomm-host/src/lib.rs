@@ -17,6 +17,7 @@ pub mod memcg;
 pub mod procfs;
 pub mod protocol;
 mod release;
+mod signals;
 mod smaps;
 mod status;
 pub mod swap;

@@ -50,7 +50,7 @@ pub fn unavailable() -> Option<String> {
 impl Memcg {
     /// Makes the run's cgroup, limited to `bytes`.
     pub fn create(bytes: u64) -> Result<Memcg, String> {
-        crate::sysfs::restore_on_signal();
+        crate::signals::on_signal(remove_own);
         let (parent, limit) = own_cgroup()?;
         let dir = parent.join(format!("{PREFIX}{}", std::process::id()));
         if let Err(e) = std::fs::create_dir(&dir) {

@@ -5,7 +5,9 @@
 //! [`restore_all`]; what a killed run left changed, the next `foliomm` puts
 //! back ([`restore_left_behind`]).
 
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
+
+use crate::signals::{alive, on_signal};
 
 use foliomm::internals::folio::thp::ThpMode;
 use foliomm::internals::machine::{HugeCounts, HugeSize};
@@ -14,7 +16,6 @@ pub const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 
 /// (path, value before our first change), oldest first.
 static SAVED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
-static SIGNALS: Once = Once::new();
 
 /// A setting changed and not yet put back, as the state file keeps it: so
 /// that a run killed without a chance to restore (`kill -9`) can be undone
@@ -48,48 +49,6 @@ fn store_state(entries: &[Changed]) {
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     if std::fs::write(&tmp, serde_json::to_vec_pretty(entries).unwrap()).is_ok() {
         let _ = std::fs::rename(tmp, path);
-    }
-}
-
-/// Whether process `pid` is alive: it exists and is not a zombie (a
-/// killed run whose parent has not reaped it yet is gone for our purpose).
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    // The state follows the command name, which ends with the last ')'.
-    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|s| s != "Z")
-}
-
-/// Kills every descendant of this process (the host workers and the
-/// processes they forked) and waits, up to two seconds, until none is alive.
-fn end_descendants() {
-    let parent_of = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
-    };
-    let pids: Vec<u32> = std::fs::read_dir("/proc")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default();
-    let me = std::process::id();
-    let mut ours = vec![me];
-    // Parents before children is not guaranteed: repeat until nothing joins.
-    loop {
-        let joined: Vec<u32> = pids
-            .iter()
-            .copied()
-            .filter(|&p| !ours.contains(&p) && parent_of(p).is_some_and(|pp| ours.contains(&pp)))
-            .collect();
-        if joined.is_empty() {
-            break;
-        }
-        ours.extend(joined);
-    }
-    ours.retain(|&p| p != me);
-    for pid in ours.iter().filter_map(|&p| rustix::process::Pid::from_raw(p as i32)) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while ours.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
@@ -177,31 +136,9 @@ pub fn max_map_count() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()
 }
 
-/// From the first change on, SIGINT, SIGTERM and SIGHUP end the workers
-/// and put back everything this process changed (settings, its memory
-/// cgroup, its debugfs mount) before it exits.
-pub(crate) fn restore_on_signal() {
-    SIGNALS.call_once(|| {
-        if let Ok(mut signals) = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP]) {
-            std::thread::spawn(move || {
-                if let Some(sig) = signals.forever().next() {
-                    // Workers still holding huge pages would keep a 1 GiB
-                    // pool from shrinking (Linux turns no gigantic page in
-                    // use into a surplus one): they go first.
-                    end_descendants();
-                    restore_all();
-                    crate::memcg::remove_own();
-                    crate::debugfs::unmount_own();
-                    std::process::exit(128 + sig);
-                }
-            });
-        }
-    });
-}
-
 /// Writes `value` to `path`, remembering the old value the first time.
 pub fn set(path: &str, value: &str) -> Result<(), String> {
-    restore_on_signal();
+    on_signal(restore_all);
     let old = read_selected(path)?;
     let mut saved = SAVED.lock().unwrap();
     if !saved.iter().any(|(p, _)| p == path) {
