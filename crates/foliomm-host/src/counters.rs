@@ -17,6 +17,11 @@ const VMSTAT: &[&str] = &[
     "thp_scan_exceed_none_pte",
     "thp_scan_exceed_swap_pte",
     "thp_scan_exceed_shared_pte",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "thp_migration_success",
+    "thp_migration_fail",
+    "thp_migration_split",
 ];
 
 /// The counters' values since boot (the backend subtracts its baseline).

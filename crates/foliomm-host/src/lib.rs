@@ -252,6 +252,12 @@ impl Backend for HostBackend {
                 Some(why) => return Some(format!("cannot honour '{s}': {why}")),
                 None => return None,
             },
+            MachineSetting::Nodes(n) if procfs::memory_nodes() < *n => {
+                return Some(format!(
+                    "cannot honour '{s}': the machine has {} NUMA node(s) with memory",
+                    procfs::memory_nodes()
+                ));
+            }
             MachineSetting::Swap(_) => match swap::unavailable() {
                 Some(why) => return Some(format!("cannot honour '{s}': {why}")),
                 None => return None,

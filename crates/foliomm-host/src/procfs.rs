@@ -303,6 +303,17 @@ pub fn mem_total() -> u64 {
     kb.unwrap_or(0) << 10
 }
 
+/// The number of NUMA nodes with memory (`/sys/devices/system/node/has_memory`,
+/// a list such as `0-1`); 1 where the file is missing (a kernel without NUMA).
+pub fn memory_nodes() -> u64 {
+    let list = std::fs::read_to_string("/sys/devices/system/node/has_memory").unwrap_or_default();
+    let count = |r: &str| match r.split_once('-') {
+        Some((a, b)) => b.parse::<u64>().ok().zip(a.parse::<u64>().ok()).map_or(0, |(b, a)| b + 1 - a),
+        None => r.parse::<u64>().map_or(0, |_| 1),
+    };
+    list.trim().split(',').map(count).sum::<u64>().max(1)
+}
+
 /// The hugetlb and swap lines of /proc/meminfo under the names of
 /// `foliomm_scenario::backend::meminfo_counters` (swap: the run's zram
 /// device, the host having no other).

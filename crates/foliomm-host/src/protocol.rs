@@ -39,20 +39,8 @@ impl From<std::io::Error> for Refused {
     /// An OS error as the model's errno, or its raw number when foliomm
     /// does not model it.
     fn from(e: std::io::Error) -> Refused {
-        match e.raw_os_error().unwrap_or(0) {
-            libc::ENOMEM => Refused::Errno(Errno::ENOMEM),
-            libc::EFAULT => Refused::Errno(Errno::EFAULT),
-            libc::EACCES => Refused::Errno(Errno::EACCES),
-            libc::EBUSY => Refused::Errno(Errno::EBUSY),
-            libc::EEXIST => Refused::Errno(Errno::EEXIST),
-            libc::EINVAL => Refused::Errno(Errno::EINVAL),
-            libc::EFBIG => Refused::Errno(Errno::EFBIG),
-            libc::EPERM => Refused::Errno(Errno::EPERM),
-            libc::ENXIO => Refused::Errno(Errno::ENXIO),
-            libc::ENOENT => Refused::Errno(Errno::ENOENT),
-            libc::EAGAIN => Refused::Errno(Errno::EAGAIN),
-            n => Refused::OsError(n),
-        }
+        let n = e.raw_os_error().unwrap_or(0);
+        Errno::from_number(n).map_or(Refused::OsError(n), Refused::Errno)
     }
 }
 

@@ -185,6 +185,12 @@ impl WorkerThread {
             Op::Mprotect { addr, len, prot } => done(sys::mprotect(addr, len, prot.0)),
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
+            Op::MovePages { addr, len, node, all } => {
+                let pages: Vec<u64> = (addr..addr + len).step_by(PAGE as usize).collect();
+                sys::move_pages(&pages, node, all)
+                    .map(|(unmoved, status)| Reply::Moved { unmoved, status })
+                    .map_err(Refused::from)
+            }
             Op::Mremap { addr, len, new_len, to, dontunmap } => mremap(addr, len, new_len, to, dontunmap),
             Op::Access { addr, len, access } => access_memory(&self.proc.procfs, addr, len, access),
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),

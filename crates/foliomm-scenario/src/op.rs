@@ -55,6 +55,15 @@ pub enum Op {
         len: u64,
         order: u32,
     },
+    /// `move_pages(0, ...)` of every page of `[addr, addr + len)`: to
+    /// `node`, or without one a query; `all` for `MPOL_MF_MOVE_ALL`.
+    /// Replies [`Reply::Moved`].
+    MovePages {
+        addr: u64,
+        len: u64,
+        node: Option<i32>,
+        all: bool,
+    },
     /// `mlock` (`lock`) or `munlock`.
     Mlock {
         addr: u64,
@@ -195,6 +204,12 @@ pub enum Reply {
     Bytes(Vec<u8>),
     Observed(Box<Observation>),
     Peeked(Peek),
+    /// What `move_pages` returned (pages not migrated) and wrote: per
+    /// page a node, `-errno`, or `None` where it wrote nothing.
+    Moved {
+        unmoved: u64,
+        status: Vec<Option<i32>>,
+    },
 }
 
 impl Reply {
@@ -205,6 +220,7 @@ impl Reply {
             Reply::Bytes(_) => "bytes",
             Reply::Observed(_) => "an observation",
             Reply::Peeked(_) => "a peek",
+            Reply::Moved { .. } => "move_pages statuses",
         };
         Err(StepError::Machinery(Machinery::Answer { want: want.into(), got: got.into() }))
     }
@@ -239,6 +255,14 @@ impl Reply {
         match self {
             Reply::Observed(o) => Ok(*o),
             r => r.unexpected("an observation"),
+        }
+    }
+
+    /// The result and statuses of a [`Reply::Moved`].
+    pub fn moved(self) -> BackendResult<(u64, Vec<Option<i32>>)> {
+        match self {
+            Reply::Moved { unmoved, status } => Ok((unmoved, status)),
+            r => r.unexpected("move_pages statuses"),
         }
     }
 

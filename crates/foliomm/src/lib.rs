@@ -213,33 +213,51 @@ pub enum Errno {
     /// Try again: the object is busy for now (`-EAGAIN`, a failed folio split).
     #[error("EAGAIN: try again")]
     EAGAIN,
+    /// No such device: a NUMA node without memory (`-ENODEV`, `move_pages`).
+    #[error("ENODEV: no such device (node)")]
+    ENODEV,
 }
+
+/// Each errno with its kernel name and its number on x86-64 Linux (0 for
+/// SIGBUS, a signal rather than an errno).
+const ERRNOS: [(Errno, &str, i32); 13] = {
+    use Errno::*;
+    [
+        (ENOMEM, "ENOMEM", 12),
+        (EINVAL, "EINVAL", 22),
+        (EFAULT, "EFAULT", 14),
+        (EACCES, "EACCES", 13),
+        (EBUSY, "EBUSY", 16),
+        (EEXIST, "EEXIST", 17),
+        (SIGBUS, "SIGBUS", 0),
+        (EFBIG, "EFBIG", 27),
+        (EPERM, "EPERM", 1),
+        (ENXIO, "ENXIO", 6),
+        (ENOENT, "ENOENT", 2),
+        (EAGAIN, "EAGAIN", 11),
+        (ENODEV, "ENODEV", 19),
+    ]
+};
 
 impl Errno {
     /// The kernel's name of the error.
     pub fn name(self) -> &'static str {
-        match self {
-            Errno::ENOMEM => "ENOMEM",
-            Errno::EINVAL => "EINVAL",
-            Errno::EFAULT => "EFAULT",
-            Errno::EACCES => "EACCES",
-            Errno::EBUSY => "EBUSY",
-            Errno::EEXIST => "EEXIST",
-            Errno::SIGBUS => "SIGBUS",
-            Errno::EFBIG => "EFBIG",
-            Errno::EPERM => "EPERM",
-            Errno::ENXIO => "ENXIO",
-            Errno::ENOENT => "ENOENT",
-            Errno::EAGAIN => "EAGAIN",
-        }
+        ERRNOS.iter().find(|e| e.0 == self).map_or("?", |e| e.1)
     }
 
     /// Parses a kernel error name.
     pub fn from_name(s: &str) -> Option<Errno> {
-        use Errno::*;
-        [ENOMEM, EINVAL, EFAULT, EACCES, EBUSY, EEXIST, SIGBUS, EFBIG, EPERM, ENXIO, ENOENT, EAGAIN]
-            .into_iter()
-            .find(|e| e.name() == s)
+        ERRNOS.iter().find(|e| e.1 == s).map(|e| e.0)
+    }
+
+    /// The errno's number (`ENOMEM` is 12); 0 for SIGBUS.
+    pub fn number(self) -> i32 {
+        ERRNOS.iter().find(|e| e.0 == self).map_or(0, |e| e.2)
+    }
+
+    /// The errno of a number, if foliomm models it.
+    pub fn from_number(n: i32) -> Option<Errno> {
+        ERRNOS.iter().find(|e| e.2 == n && n != 0).map(|e| e.0)
     }
 }
 

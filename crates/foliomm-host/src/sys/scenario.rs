@@ -58,6 +58,36 @@ pub(crate) fn mlock(addr: u64, len: u64, lock: bool) -> io::Result<()> {
     })
 }
 
+/// `move_pages(0, pages, nodes, status, flags)` on the caller's process,
+/// every node `node` (a query without); `all` for `MPOL_MF_MOVE_ALL`.
+/// Returns the pages not migrated and each status, `None` where the
+/// kernel wrote none.
+pub(crate) fn move_pages(pages: &[u64], node: Option<i32>, all: bool) -> io::Result<(u64, Vec<Option<i32>>)> {
+    const UNWRITTEN: i32 = i32::MIN;
+    const MPOL_MF_MOVE: i32 = 1 << 1;
+    const MPOL_MF_MOVE_ALL: i32 = 1 << 2;
+    let nodes = node.map(|n| vec![n; pages.len()]);
+    let mut status = vec![UNWRITTEN; pages.len()];
+    let flags = if all { MPOL_MF_MOVE_ALL } else { MPOL_MF_MOVE };
+    // SAFETY: the arrays hold `pages.len()` entries each and outlive the
+    // call; the kernel only reads `pages` and `nodes` and writes `status`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            pages.len(),
+            pages.as_ptr(),
+            nodes.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
+            status.as_mut_ptr(),
+            flags,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((r as u64, status.into_iter().map(|s| (s != UNWRITTEN).then_some(s)).collect()))
+}
+
 /// `madvise(addr, len, advice)`.
 pub(crate) fn madvise(addr: u64, len: u64, advice: i32) -> io::Result<()> {
     // SAFETY: as for munmap.

@@ -57,6 +57,23 @@ impl State<'_> {
                 outcome(step, self.perform(t, Op::SplitHugePages { addr, len, order: *order }))?;
                 Ok("ok".into())
             }
+            Cmd::MovePages(m) => {
+                let (addr, len) = self.place(&m.place)?;
+                let op = Op::MovePages { addr, len, node: m.node, all: m.all };
+                let Some((unmoved, status)) = outcome(step, self.perform(t, op).and_then(|r| r.moved()))? else {
+                    return Ok("failed as expected".into());
+                };
+                let shown = status_text(&status);
+                if unmoved != m.unmoved {
+                    return Err(format!("{unmoved} pages not migrated, expected {} (status {shown})", m.unmoved).into());
+                }
+                match &m.status {
+                    Some(want) if *want != status => {
+                        Err(format!("status {shown}, expected {}", status_text(want)).into())
+                    }
+                    _ => Ok(format!("status {shown}")),
+                }
+            }
             Cmd::Mremap { .. } => self.mremap_step(step, t),
             _ => unreachable!("not a mapping step"),
         }
@@ -232,4 +249,22 @@ impl State<'_> {
         }
         Ok(format!("{name} = {n:#x}"))
     }
+}
+
+/// `move_pages` statuses as a scenario writes them: runs folded (`0*512`),
+/// errnos by name, `-` for one left unwritten.
+fn status_text(status: &[Option<i32>]) -> String {
+    let one = |s: Option<i32>| match s {
+        None => "-".to_string(),
+        Some(n) if n >= 0 => n.to_string(),
+        Some(n) => foliomm::Errno::from_number(-n).map_or(n.to_string(), |e| e.name().to_string()),
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < status.len() {
+        let run = status[i..].iter().take_while(|&&s| s == status[i]).count();
+        out.push(if run > 1 { format!("{}*{run}", one(status[i])) } else { one(status[i]) });
+        i += run;
+    }
+    out.join(" ")
 }

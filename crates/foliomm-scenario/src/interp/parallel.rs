@@ -165,6 +165,7 @@ impl State<'_> {
             Cmd::Munmap(pl) | Cmd::Mprotect(pl, _) | Cmd::Madvise(pl, _) | Cmd::Mlock(pl, _) | Cmd::Split(pl, _) => {
                 touch(pl, true, &mut f)?
             }
+            Cmd::MovePages(m) => touch(&m.place, true, &mut f)?,
             Cmd::Mremap { name, from, to, .. } => {
                 touch(from, true, &mut f)?;
                 if let Some(t) = to {

@@ -53,6 +53,7 @@ impl State<'_> {
             | Cmd::Madvise(..)
             | Cmd::Mlock(..)
             | Cmd::Split(..)
+            | Cmd::MovePages(_)
             | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
             | Cmd::Close(_)

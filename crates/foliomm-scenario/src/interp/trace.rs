@@ -42,6 +42,7 @@ impl State<'_> {
             Cmd::Munmap(p) | Cmd::Mprotect(p, _) | Cmd::Madvise(p, _) | Cmd::Mlock(p, _) | Cmd::Split(p, _) => {
                 vec![p.clone()]
             }
+            Cmd::MovePages(m) => vec![m.place.clone()],
             Cmd::Write { place, .. }
             | Cmd::Pattern { place, .. }
             | Cmd::Read { place, .. }

@@ -149,6 +149,12 @@ pub enum Cmd {
     /// `split PLACE [to order N]`: the kernel's debugfs `split_huge_pages`
     /// over the place (to order 0 unless given).
     Split(Place, u32),
+    /// `move_pages PLACE [to NODE] [all] [unmoved N] [status S...]`:
+    /// `move_pages(2)` of every page of the place, to NODE (a query
+    /// without), `MPOL_MF_MOVE_ALL` with `all`. The call must leave
+    /// `unmoved` pages unmigrated (0 unless given) and, with `status`, write
+    /// those statuses.
+    MovePages(MovePagesStep),
     Mremap {
         name: String,
         from: Place,
@@ -256,6 +262,17 @@ pub enum Tunable {
     Khugepaged(Vec<(KhugepagedKnob, u32)>),
 }
 
+/// A `move_pages` step's arguments and what it must give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovePagesStep {
+    pub place: Place,
+    pub node: Option<i32>,
+    pub all: bool,
+    pub unmoved: u64,
+    /// Per page: a node, `-errno`, or `None` for a status left unwritten.
+    pub status: Option<Vec<Option<i32>>>,
+}
+
 /// Settings fixed when the machine is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MachineSetting {
@@ -294,6 +311,9 @@ pub enum MachineSetting {
     MaxMapCount(u64),
     /// A swap device of this many bytes (`set swap SIZE`).
     Swap(u64),
+    /// NUMA nodes (`set nodes N`): the model cuts its memory into N nodes;
+    /// a host needs at least N online nodes with memory.
+    Nodes(u64),
 }
 
 /// The setting as its scenario line says it (`set memory 64M`).
@@ -315,6 +335,7 @@ impl std::fmt::Display for MachineSetting {
             MmIds(n) => write!(f, "set mm_ids {n}"),
             MaxMapCount(n) => write!(f, "set max_map_count {n}"),
             Swap(b) => write!(f, "set swap {}", size_text(*b)),
+            Nodes(n) => write!(f, "set nodes {n}"),
         }
     }
 }

@@ -75,6 +75,13 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
                 b => l.err(col, format!("expected a swap size from 64K to 64G in whole pages, found {b}")),
             }
         }
+        "nodes" => {
+            let col = l.col();
+            match l.size("a number of NUMA nodes")? {
+                n if (1..=8).contains(&n) => Ok(Cmd::SetMachine(MachineSetting::Nodes(n))),
+                n => l.err(col, format!("expected 1 to 8 NUMA nodes, found {n}")),
+            }
+        }
         "max_map_count" => {
             // The sysctl takes 0 to INT_MAX.
             let col = l.col();

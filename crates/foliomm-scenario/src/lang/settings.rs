@@ -153,6 +153,15 @@ pub const SETTINGS: &[Setting] = &[
         host: "sets up zram0 as swap for the run (refused where zram0 is missing or busy)",
     },
     Setting {
+        name: "nodes",
+        syntax: "set nodes N",
+        doc: "NUMA nodes, 1 to 8 (default 1): the memory is cut into N equal nodes; tasks run on node 0",
+        linux: Some("the machine's NUMA topology (qemu -numa), numa_node_id()"),
+        when: When::Machine,
+        names: None,
+        host: "checked against the online nodes with memory (refused where fewer)",
+    },
+    Setting {
         name: "thp",
         syntax: "set thp [enabled=MODE] [SIZE=MODE ...]",
         doc: "anonymous THP: the top-level mode and per-size modes (always, madvise, never, inherit)",

@@ -116,6 +116,7 @@ impl Backend for ModelBackend {
                 MachineSetting::MmIds(n) => config.max_mm_id = u32::try_from(*n).ok(),
                 MachineSetting::MaxMapCount(n) => config.max_map_count = *n as usize,
                 MachineSetting::Swap(b) => config.swap = *b,
+                MachineSetting::Nodes(n) => config.nodes = *n as usize,
                 MachineSetting::Debug(d) => {
                     config.debug.set(d);
                 }
@@ -243,6 +244,12 @@ impl Backend for ModelBackend {
                 done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order).map(|_| ()))?
             }
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
+            Op::MovePages { addr, len, node, all } => {
+                let pages: Vec<u64> = (addr..addr + len).step_by(4096).collect();
+                let nodes = node.map(|n| vec![n; pages.len()]);
+                let r = self.mm_of(t)?.move_pages(&pages, nodes.as_deref(), all);
+                Reply::Moved { unmoved: r.result?, status: r.status }
+            }
             Op::Mremap { addr, len, new_len, to, dontunmap: false } => {
                 Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)
             }

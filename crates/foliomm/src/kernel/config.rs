@@ -50,6 +50,8 @@ pub struct Config {
     /// Bytes of the swap device (`swapon` of a zram-like synchronous
     /// device); 0 for none.
     pub swap: u64,
+    /// NUMA nodes the memory is cut into (1 to [`crate::phys::MAX_NUMNODES`]).
+    pub nodes: usize,
 }
 
 /// `DEFAULT_MAX_MAP_COUNT`: `USHRT_MAX` less the ELF core dump margin.
@@ -147,6 +149,7 @@ impl Default for Config {
             max_mm_id: None,
             max_map_count: DEFAULT_MAX_MAP_COUNT,
             swap: 0,
+            nodes: 1,
         }
     }
 }

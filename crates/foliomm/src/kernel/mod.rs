@@ -86,7 +86,7 @@ impl Kernel {
             return Err(Errno::EINVAL);
         }
         let design = config.mapcount.implementation_at(config.rmap_id_stage);
-        let phys = PhysMem::new(config.memory, config.poison)?;
+        let phys = PhysMem::new_numa(config.memory, config.nodes, config.poison)?;
         let zero_pfn = phys.alloc_pages_zeroed(0)?;
         let zp = phys.page(zero_pfn);
         zp.flags.store(pg::ZERO, Relaxed);

@@ -31,15 +31,29 @@ pub enum Consumer {
     /// from 6.15, `folio_likely_mapped_shared` from 6.10, `page_mapcount > 1`
     /// before; judged at the folio's first PTE in the range).
     Collapse,
+    /// `move_pages` without `MPOL_MF_MOVE_ALL` leaving a large folio (maybe)
+    /// mapped shared where it is (`__add_folio_for_migration`, asked as
+    /// khugepaged asks, at the page named).
+    Migrate,
 }
 
 impl Consumer {
     /// Every consumer, in table order.
-    pub const ALL: [Consumer; 4] = [Consumer::CowReuse, Consumer::Pageout, Consumer::PageoutSplit, Consumer::Collapse];
+    pub const ALL: [Consumer; 5] =
+        [Consumer::CowReuse, Consumer::Pageout, Consumer::PageoutSplit, Consumer::Collapse, Consumer::Migrate];
 
     /// The consumer's name in counters and tables.
     pub fn name(self) -> &'static str {
-        ["cow_reuse", "pageout", "pageout_split", "collapse"][self as usize]
+        ["cow_reuse", "pageout", "pageout_split", "collapse", "migrate"][self as usize]
+    }
+}
+
+impl Kernel {
+    /// Tells the precision report that `consumer` took the large folio `f`
+    /// for (maybe) mapped `shared`; returns the answer.
+    pub fn decided(&self, consumer: Consumer, f: Folio, shared: bool) -> bool {
+        self.observe(|o| o.shared_decided(self, consumer, f, shared));
+        shared
     }
 }
 

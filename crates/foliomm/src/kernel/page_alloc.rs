@@ -5,7 +5,7 @@
 
 use crate::arch::Pfn;
 use crate::folio::{Folio, GUP_PIN_COUNTING_BIAS, PINCOUNT_WORD};
-use crate::phys::{pg, MigrateType};
+use crate::phys::{pg, MigrateType, Placement};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::cacheline::{self, Structure};
 use crate::Errno;
@@ -17,6 +17,19 @@ impl Kernel {
     /// (`folio_alloc` + `prep_compound_page`); the bytes are not zeroed.
     pub fn alloc_folio(&self, order: u32) -> Result<Folio<'_>, Errno> {
         self.phys.alloc_pages(order).map(|pfn| self.prep_folio(pfn, order))
+    }
+
+    /// [`Kernel::alloc_folio`] where `place` allows (`__folio_alloc` with a
+    /// preferred node and nodemask); a large folio without reclaim, as
+    /// [`Kernel::alloc_large_folio`] takes it, against the allowed nodes'
+    /// share of the low watermark.
+    pub fn alloc_folio_on(&self, place: Placement, order: u32) -> Result<Folio<'_>, Errno> {
+        let node = &self.phys;
+        let free: u64 = (0..node.nr_nodes()).filter(|&n| place.allowed.contains(n)).map(|n| node.nr_free_node(n)).sum();
+        if order > 0 && free < self.low_watermark() / node.nr_nodes() as u64 + (1 << order) {
+            return Err(Errno::ENOMEM);
+        }
+        node.alloc_pages_on(place, order, MigrateType::Movable).map(|pfn| self.prep_folio(pfn, order))
     }
 
     /// [`Kernel::alloc_folio`] with the bytes zeroed (`vma_alloc_zeroed_movable_folio`).

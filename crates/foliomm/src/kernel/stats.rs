@@ -90,6 +90,16 @@ counters! {
     khugepaged_full_scans,
     /// Ranges khugepaged collapsed (`khugepaged/pages_collapsed`).
     khugepaged_pages_collapsed,
+    /// Pages migrated (`pgmigrate_success`).
+    pgmigrate_success,
+    /// Pages a migration failed on (`pgmigrate_fail`).
+    pgmigrate_fail,
+    /// PMD-sized folios migrated whole (`thp_migration_success`).
+    thp_migration_success,
+    /// PMD-sized folios a migration failed on (`thp_migration_fail`).
+    thp_migration_fail,
+    /// PMD-sized folios split to be migrated (`thp_migration_split`).
+    thp_migration_split,
     /// Write faults that reused the mapped page (`pgreuse`).
     pgreuse,
     /// Pages written to swap (`pswpout`).

@@ -70,20 +70,13 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
 fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot) {
     let e = pmd.load(&k.phys);
     let f = Folio::from_head(&k.phys, e.pfn());
-    if e.special() || !f.test_anon() || decide(k, Consumer::PageoutSplit, f, rmap::folio_likely_mapped_shared(k, f, 0))
+    if e.special() || !f.test_anon() || k.decided(Consumer::PageoutSplit, f, rmap::folio_likely_mapped_shared(k, f, 0))
     {
         return;
     }
     if f.try_get() {
         split_and_put(k, mm, f);
     }
-}
-
-/// Tells the precision report that `consumer` took the large folio `f`
-/// for (maybe) mapped `shared`; returns the answer.
-fn decide(k: &Kernel, consumer: Consumer, f: Folio, shared: bool) -> bool {
-    k.observe(|o| o.shared_decided(k, consumer, f, shared));
-    shared
 }
 
 /// `folio_get` (done) + `split_folio` + `folio_put`, without the PTL; true
@@ -105,7 +98,7 @@ fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64
         return None;
     }
     let f = Folio::from_head(&k.phys, e.pfn());
-    if !f.test_anon() || decide(k, Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) {
+    if !f.test_anon() || k.decided(Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) {
         return None;
     }
     if !pageout && e.0 & Pte::ACCESSED != 0 {
@@ -150,7 +143,7 @@ fn isolate<'k>(
                 // The era's question: folio_maybe_mapped_shared (6.15+),
                 // folio_likely_mapped_shared before, page_mapcount in 6.1.
                 let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
-                if decide(k, Consumer::PageoutSplit, f, shared) || !f.try_get() {
+                if k.decided(Consumer::PageoutSplit, f, shared) || !f.try_get() {
                     a += nr as u64 * PAGE_SIZE;
                     continue;
                 }
@@ -162,7 +155,7 @@ fn isolate<'k>(
             }
             a += nr as u64 * PAGE_SIZE;
             let shared = rmap::folio_mapcount(k, f) != f.nr_pages();
-            let shared = if f.is_large() { decide(k, Consumer::Pageout, f, shared) } else { shared };
+            let shared = if f.is_large() { k.decided(Consumer::Pageout, f, shared) } else { shared };
             if shared {
                 Stats::inc(&k.stats.pageout_skipped_shared);
                 continue;

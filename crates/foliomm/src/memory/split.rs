@@ -3,36 +3,22 @@
 //! `__split_unmapped_folio`, `remap_page`).
 //!
 //! Differs from Linux: instead of replacing the mappings with migration
-//! entries and restoring them afterwards, foliomm holds the locks of every
-//! page table that maps the folio (taken with trylock in frame order, so
-//! two splits cannot deadlock; a busy one makes the split fail with EAGAIN,
-//! as a failed `folio_ref_freeze` does) while only the folio's metadata
-//! changes: its mappings are removed from the large folio and added back to
-//! each new folio, pages keeping their AnonExclusive flag. A folio in the
+//! entries and restoring them afterwards, foliomm holds every page table
+//! that maps the folio locked ([`super::folio_mappings`]) while only the
+//! folio's metadata changes: its mappings are removed from the large folio
+//! and added back to each new folio, pages keeping their AnonExclusive flag. A folio in the
 //! swap cache is not split; page-cache folios are not split here.
 
-use super::huge_memory::split_huge_pmd;
-use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
+use super::folio_mappings::{with_mappings, Mapping};
+use crate::arch::{Pfn, Pte, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
-use crate::mm_types::{vm, Mm, MmList};
-use crate::pgtable::{load, pte_lockptr, store, walk_pmd};
+use crate::mm_types::MmList;
+use crate::pgtable::{load, store};
 use crate::rmap;
 use crate::sync::atomic::Ordering::{AcqRel, Acquire};
-use crate::sync::{Arc, BitSpinLock};
 use crate::{Errno, Result};
-
-/// One PTE mapping page `page` of the folio: the MM, the table and the
-/// entry's index there, its address, and whether the VMA is mlocked.
-struct Mapping<'m> {
-    mm: &'m Mm,
-    table: Pfn,
-    idx: usize,
-    addr: u64,
-    page: u64,
-    locked: bool,
-}
 
 /// `split_folio_to_order(folio, new_order)` for an anon large folio,
 /// mapped anywhere: every mapping is found through the rmap walk (a huge
@@ -63,60 +49,13 @@ pub fn split_folio_to_order<'k>(
     if f.refcount() as u64 != rmap::folio_mapcount(k, f) + held as u64 {
         return Err(Errno::EAGAIN);
     }
-    let av = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)).ok_or(Errno::EBUSY)?;
-    let tree = av.tree.read();
-    let (first, last) = (f.index(), f.index() + f.nr_pages());
-    let spans: Vec<(Arc<Mm>, u64, u64, bool)> = tree
-        .iter()
-        .filter_map(|r| {
-            let (start, end) = r.addresses(first, last)?;
-            Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0))
-        })
-        .collect();
-    let _sections: Vec<_> = spans.iter().map(|(mm, ..)| mm.pt_read()).collect();
-    for (mm, start, end, _) in &spans {
-        for a in (start & !(PMD_SIZE - 1)..*end).step_by(PMD_SIZE as usize) {
-            let e = walk_pmd(&k.phys, mm.pgd, a.max(*start)).map(|pmd| pmd.load(&k.phys));
-            if e.is_some_and(|e| e.huge() && e.pfn() == f.pfn) {
-                split_huge_pmd(k, mm, a.max(*start));
-            }
+    with_mappings(k, mmlist, f, true, |maps| {
+        if can_split(k, f, maps.len() as u64, held) && remap(k, f, new_order, maps, held, list) {
+            Ok(())
+        } else {
+            Err(Errno::EAGAIN)
         }
-    }
-    // The tables, each locked once, in frame order.
-    let mut tables: Vec<(Pfn, usize, u64, u64)> = Vec::new();
-    for (i, (mm, start, end, _)) in spans.iter().enumerate() {
-        for a in (start & !(PMD_SIZE - 1)..*end).step_by(PMD_SIZE as usize) {
-            let e = walk_pmd(&k.phys, mm.pgd, a.max(*start)).map(|pmd| pmd.load(&k.phys));
-            if let Some(e) = e.filter(|e| !e.is_none() && !e.huge()) {
-                tables.push((e.pfn(), i, a.max(*start), (a + PMD_SIZE).min(*end)));
-            }
-        }
-    }
-    tables.sort_unstable();
-    let mut ptls: Vec<BitSpinLock> = Vec::new();
-    let mut maps = Vec::new();
-    let mut last = None;
-    for &(table, i, from, to) in &tables {
-        let (mm, _, _, locked) = &spans[i];
-        let still = walk_pmd(&k.phys, mm.pgd, from).is_some_and(|pmd| pmd.load(&k.phys).pfn() == table);
-        if last != Some(table) {
-            match pte_lockptr(&k.phys, table).try_lock().filter(|_| still) {
-                Some(ptl) => ptls.push(ptl),
-                None => return Err(Errno::EAGAIN),
-            }
-            last = Some(table);
-        } else if !still {
-            return Err(Errno::EAGAIN);
-        }
-        maps.extend(table_mappings(k, mm, table, f, (from, to), *locked));
-    }
-    // Two VMAs may overlap a table's range while one is being split.
-    maps.sort_unstable_by_key(|m| (m.table, m.idx));
-    maps.dedup_by_key(|m| (m.table, m.idx));
-    if !can_split(k, f, maps.len() as u64, held) || !remap(k, f, new_order, &maps, held, list) {
-        return Err(Errno::EAGAIN);
-    }
-    drop(ptls);
+    })?;
     drop(lock);
     Ok(())
 }
@@ -144,27 +83,6 @@ pub fn deferred_split_scan(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
         k.folio_put_refs(Folio::containing(&k.phys, pfn), 1);
     }
     split
-}
-
-/// The PTEs of `table` (of `mm`) in `[from, to)`, inside the range one PMD
-/// maps, that map pages of `f`.
-fn table_mappings<'m>(
-    k: &Kernel,
-    mm: &'m Mm,
-    table: Pfn,
-    f: Folio,
-    (from, to): (u64, u64),
-    locked: bool,
-) -> Vec<Mapping<'m>> {
-    (from..to)
-        .step_by(PAGE_SIZE as usize)
-        .filter_map(|addr| {
-            let idx = pte_index(addr);
-            let pte = load(&k.phys, table, idx);
-            let ours = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
-            ours.then(|| Mapping { mm, table, idx, addr, page: pte.pfn() - f.pfn, locked })
-        })
-        .collect()
 }
 
 /// `can_split_folio`: the mappings found are all the folio's, and nothing

@@ -256,15 +256,6 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
     freed
 }
 
-/// The low watermark in frames (`min_free_kbytes` = `int_sqrt(16 * KiB
-/// of memory)`, clamped to 128 KiB .. 256 MiB, and a quarter more), under
-/// which kswapd starts to reclaim.
-fn low_watermark(k: &Kernel) -> u64 {
-    let kib = k.phys.nr_frames() * (PAGE_SIZE >> 10);
-    let min_kib = (16 * kib).isqrt().clamp(128, 256 << 10);
-    (min_kib + min_kib / 4) / (PAGE_SIZE >> 10)
-}
-
 /// An order-0 folio for a user page (`GFP_HIGHUSER_MOVABLE`), zeroed or
 /// not. With a swap device, free memory under the low watermark is
 /// reclaimed first (kswapd's work, done here by the allocating task, so
@@ -275,7 +266,7 @@ fn low_watermark(k: &Kernel) -> u64 {
 /// modelled). The caller holds no page-table lock.
 pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> Result<Folio<'k>> {
     let alloc = || if zeroed { k.alloc_folio_zeroed(0) } else { k.alloc_folio(0) };
-    if k.swap.is_some() && k.phys.nr_free() < low_watermark(k) {
+    if k.swap.is_some() && k.phys.nr_free() < k.low_watermark() {
         Stats::inc(&k.stats.pageoutrun);
         try_to_free_pages(k, mmlist);
     }

@@ -9,6 +9,7 @@ pub mod fork;
 pub mod gup;
 pub mod khugepaged;
 pub mod madvise;
+pub mod migrate;
 pub mod mlock;
 pub mod mmap;
 pub mod mprotect;
@@ -20,6 +21,7 @@ pub mod truncate;
 pub mod vma;
 
 pub use madvise::Advice;
+pub use migrate::MovePages;
 pub use mmap::{MmapFlags, MMAP_BASE, MMAP_MIN_ADDR};
 pub use proc::{PageInfo, ProcStatus, RangeInfo};
 pub use smaps::VmaInfo;

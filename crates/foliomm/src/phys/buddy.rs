@@ -1,8 +1,9 @@
 //! The buddy allocator of one zone (mm/page_alloc.c `__rmqueue_smallest`,
 //! `expand`, `__free_one_page`): free lists per order `0..=MAX_PAGE_ORDER`
 //! linked through the free blocks' descriptors, under one lock, without
-//! watermarks or migratetypes. The per-CPU lists in front of it are in
-//! [`super::pcp`].
+//! watermarks or migratetypes; each node has one ([`super::node`]). The
+//! per-CPU lists in front of it are in [`super::pcp`]. Node boundaries are
+//! max-order aligned, so no block merges across two nodes.
 
 use crate::arch::{Pfn, MAX_PAGE_ORDER};
 use crate::sync::atomic::Ordering::*;
@@ -72,26 +73,38 @@ impl PhysMem {
         self.list_add(zone, pfn, order);
     }
 
-    /// The zone lock (`zone->lock`), accounted as a write of its line.
-    pub(super) fn lock_zone(&self) -> MutexGuard<'_, FreeArea> {
-        cacheline::write(Structure::ZoneLock, &self.zone);
-        self.zone.lock().unwrap()
+    /// The zone lock of node `nid` (`zone->lock`), accounted as a write of
+    /// its line.
+    pub(super) fn lock_zone(&self, nid: usize) -> MutexGuard<'_, FreeArea> {
+        let zone = &self.nodes[nid].zone;
+        cacheline::write(Structure::ZoneLock, zone);
+        zone.lock().unwrap()
     }
 
-    /// Free frames in the buddy free lists.
-    pub(super) fn nr_free_buddy(&self) -> u64 {
-        self.zone.lock().unwrap().free_pages
+    /// Free frames in the buddy free lists of node `nid`.
+    pub(super) fn nr_free_buddy(&self, nid: usize) -> u64 {
+        self.nodes[nid].zone.lock().unwrap().free_pages
     }
 
-    /// Free blocks per order (`/proc/buddyinfo`).
+    /// Free blocks per order, over every node (`/proc/buddyinfo` summed).
     pub fn buddyinfo(&self) -> Vec<u64> {
-        self.zone.lock().unwrap().nr_free.to_vec()
+        let mut out = vec![0; MAX_PAGE_ORDER as usize + 1];
+        for n in self.nodes.iter() {
+            out.iter_mut().zip(n.zone.lock().unwrap().nr_free).for_each(|(o, f)| *o += f);
+        }
+        out
     }
 
     /// Every block in the buddy free lists as (pfn, order).
     pub(super) fn buddy_blocks(&self) -> Vec<(Pfn, u32)> {
-        let zone = self.zone.lock().unwrap();
         let mut out = Vec::new();
+        for n in self.nodes.iter() {
+            self.zone_blocks(&n.zone.lock().unwrap(), &mut out);
+        }
+        out
+    }
+
+    fn zone_blocks(&self, zone: &FreeArea, out: &mut Vec<(Pfn, u32)>) {
         for order in 0..=MAX_PAGE_ORDER {
             let mut pfn = zone.head[order as usize];
             let mut guard = 0;
@@ -101,7 +114,6 @@ impl PhysMem {
                 guard += 1;
             }
         }
-        out
     }
 
     pub(super) fn list_add(&self, zone: &mut FreeArea, pfn: Pfn, order: u32) {
@@ -164,13 +176,13 @@ mod tests {
     fn a_cpu_reuses_the_page_it_freed_and_takes_the_zone_lock_once_per_batch() {
         let phys = PhysMem::new(8 << 20, false).unwrap();
         let a = phys.alloc_pages(0).unwrap();
-        let held = phys.nr_free_buddy();
+        let held = phys.nr_free_buddy(0);
         phys.free_pages(a, 0);
         assert_eq!(phys.alloc_pages(0), Ok(a), "the hottest page comes back first");
         let batch: Vec<_> = (0..62).map(|_| phys.alloc_pages(0).unwrap()).collect();
-        assert_eq!(phys.nr_free_buddy(), held, "one refill served the batch");
+        assert_eq!(phys.nr_free_buddy(0), held, "one refill served the batch");
         phys.alloc_pages(0).unwrap();
-        assert!(phys.nr_free_buddy() < held, "an empty list refills from the zone");
+        assert!(phys.nr_free_buddy(0) < held, "an empty list refills from the zone");
         for pfn in batch {
             phys.free_pages(pfn, 0);
         }

@@ -1,7 +1,7 @@
 //! Simulated physical memory: a frame arena holding real bytes
 //! (`arena`), the memmap of page descriptors (`memmap`), and a buddy
 //! allocator for orders `0..=MAX_PAGE_ORDER` (`buddy`) behind per-CPU
-//! page lists (`pcp`).
+//! page lists (`pcp`), one of each per NUMA node (`node`).
 //!
 //! Every word of the arena is accessed as an atomic: page tables live in
 //! frames and are updated concurrently, and user data may be written by
@@ -11,16 +11,17 @@ mod arena;
 mod buddy;
 mod contig;
 mod memmap;
+mod node;
 mod pcp;
 
 pub use memmap::{pg, Page};
+pub use node::{NodeMask, Placement, MAX_NUMNODES};
 pub use pcp::{MigrateType, NR_PCP};
 
 use std::sync::atomic::AtomicU64;
 
 use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE, WORDS_PER_PAGE};
 use crate::sync::atomic::{AtomicU32, Ordering::*};
-use crate::sync::Mutex;
 use crate::Errno;
 
 /// Physical memory: arena, memmap and buddy allocator.
@@ -28,9 +29,8 @@ pub struct PhysMem {
     arena: arena::Arena,
     memmap: memmap::PerFrame<Page>,
     nr_frames: u64,
-    zone: Mutex<buddy::FreeArea>,
-    /// The per-CPU page lists, one slot per simulated CPU (modulo [`NR_PCP`]).
-    pcp: Box<[Mutex<pcp::PerCpuPages>]>,
+    /// The nodes, each with its zone and per-CPU lists.
+    nodes: Box<[node::Node]>,
     /// Per-frame generation, bumped whenever the frame is freed: a TLB entry
     /// remembers it, so a use after free is recognised (model-only).
     generation: memmap::PerFrame<AtomicU32>,
@@ -43,8 +43,14 @@ pub const POISON: u8 = 0xaa;
 
 impl PhysMem {
     /// Creates `bytes` of model RAM (rounded down to whole 4 MiB blocks), all
-    /// free; `poison` fills every freed frame with [`POISON`].
+    /// free, on one node; `poison` fills every freed frame with [`POISON`].
     pub fn new(bytes: u64, poison: bool) -> Result<PhysMem, Errno> {
+        PhysMem::new_numa(bytes, 1, poison)
+    }
+
+    /// [`PhysMem::new`] cut into `nodes` NUMA nodes; EINVAL when a node
+    /// would have less than one 4 MiB block.
+    pub fn new_numa(bytes: u64, nodes: usize, poison: bool) -> Result<PhysMem, Errno> {
         let block = PAGE_SIZE << MAX_PAGE_ORDER;
         let nr_frames = (bytes / block) * (block / PAGE_SIZE);
         if nr_frames == 0 {
@@ -56,14 +62,13 @@ impl PhysMem {
             arena,
             memmap,
             nr_frames,
-            zone: Mutex::new(buddy::FreeArea::new()),
-            pcp: pcp::new_lists(),
+            nodes: node::new_nodes(nr_frames, nodes)?,
             generation: memmap::new_per_frame(nr_frames)?,
             poison,
         };
-        {
-            let mut zone = phys.zone.lock().unwrap();
-            for pfn in (0..nr_frames).step_by(1 << MAX_PAGE_ORDER) {
+        for n in phys.nodes.iter() {
+            let mut zone = n.zone.lock().unwrap();
+            for pfn in (n.start..n.start + n.nr_frames).step_by(1 << MAX_PAGE_ORDER) {
                 phys.list_add(&mut zone, pfn, MAX_PAGE_ORDER);
             }
         }

@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 
-use super::PhysMem;
+use super::{PhysMem, Placement};
 use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE, PUD_ORDER};
 use crate::sync::atomic::Ordering::*;
 use crate::sync::{this_cpu, Mutex};
@@ -84,27 +84,40 @@ pub(super) fn new_lists() -> Box<[Mutex<PerCpuPages>]> {
 }
 
 impl PhysMem {
-    /// Allocates a naturally aligned block of `2^order` frames (`rmqueue`):
-    /// from this CPU's list for the orders that have one, else from the
-    /// zone; above `MAX_PAGE_ORDER` (up to a 1 GiB block), a free run of
-    /// the zone (`PhysMem::alloc_contig`). ENOMEM when no block of that
-    /// order or larger is free even after draining the lists. The frames
-    /// are not zeroed.
+    /// Allocates a naturally aligned block of `2^order` frames on the local
+    /// node, falling back to the others ([`PhysMem::alloc_pages_on`] with
+    /// [`Placement::LOCAL`]). The frames are not zeroed.
     pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
         self.alloc_pages_as(order, MigrateType::Movable)
     }
 
     /// [`PhysMem::alloc_pages`] for `kind` of use.
     pub fn alloc_pages_as(&self, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
+        self.alloc_pages_on(Placement::LOCAL, order, kind)
+    }
+
+    /// Allocates a naturally aligned block of `2^order` frames for `kind`
+    /// of use on the first node of `place` that has one
+    /// (`get_page_from_freelist` over the zonelist, `rmqueue`): from this
+    /// CPU's list for the orders that have one, else from the zone; above
+    /// `MAX_PAGE_ORDER` (up to a 1 GiB block), a free run of the zone
+    /// (`PhysMem::alloc_contig`). ENOMEM when no allowed node has a block
+    /// of that order or larger free even after draining the lists; EINVAL
+    /// above the 1 GiB order. The frames are not zeroed.
+    pub fn alloc_pages_on(&self, place: Placement, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
         if order > PUD_ORDER {
             return Err(Errno::EINVAL);
         }
         if order > MAX_PAGE_ORDER {
-            return self.alloc_contig(order);
+            return self.alloc_contig(place, order);
         }
         for attempt in 0..2 {
-            if let Some(pfn) = self.alloc_pcp(order, kind).or_else(|| self.rmqueue(&mut self.lock_zone(), order)) {
-                return Ok(pfn);
+            for nid in self.zonelist(place) {
+                if let Some(pfn) =
+                    self.alloc_pcp(nid, order, kind).or_else(|| self.rmqueue(&mut self.lock_zone(nid), order))
+                {
+                    return Ok(pfn);
+                }
             }
             if attempt == 0 && !self.drain_all_pages() {
                 break;
@@ -113,13 +126,13 @@ impl PhysMem {
         Err(Errno::ENOMEM)
     }
 
-    /// `rmqueue_pcplist`: the hottest block of this CPU's list, refilled
-    /// with a batch from the zone when empty.
-    fn alloc_pcp(&self, order: u32, kind: MigrateType) -> Option<Pfn> {
+    /// `rmqueue_pcplist`: the hottest block of this CPU's list on node
+    /// `nid`, refilled with a batch from the node's zone when empty.
+    fn alloc_pcp(&self, nid: usize, order: u32, kind: MigrateType) -> Option<Pfn> {
         let i = pindex(order, kind)?;
-        let mut pcp = self.pcp[this_cpu() % NR_PCP].lock().unwrap();
+        let mut pcp = self.nodes[nid].pcp[this_cpu() % NR_PCP].lock().unwrap();
         if pcp.lists[i].is_empty() {
-            let mut zone = self.lock_zone();
+            let mut zone = self.lock_zone(nid);
             for _ in 0..(BATCH >> order).max(1) {
                 let Some(pfn) = self.rmqueue(&mut zone, order) else { break };
                 pcp.lists[i].push_back(pfn);
@@ -131,11 +144,12 @@ impl PhysMem {
         Some(pfn)
     }
 
-    /// Frees a block of `2^order` frames (`free_frozen_pages`): to this
-    /// CPU's list for the orders that have one, trimming it by a batch past
-    /// its high mark; else to the zone, merging with free buddies. The
-    /// caller has reset the descriptors. Each frame's generation moves on,
-    /// and with poisoning its bytes become [`super::POISON`].
+    /// Frees a block of `2^order` frames (`free_frozen_pages`) to its node:
+    /// to this CPU's list for the orders that have one, trimming it by a
+    /// batch past its high mark; else to the zone, merging with free
+    /// buddies. The caller has reset the descriptors. Each frame's
+    /// generation moves on, and with poisoning its bytes become
+    /// [`super::POISON`].
     pub fn free_pages(&self, pfn: Pfn, order: u32) {
         self.free_pages_as(pfn, order, MigrateType::Movable)
     }
@@ -151,21 +165,22 @@ impl PhysMem {
         if order > MAX_PAGE_ORDER {
             return self.free_contig(pfn, order);
         }
+        let nid = self.nid(pfn);
         let Some(i) = pindex(order, kind) else {
-            return self.free_one_page(&mut self.lock_zone(), pfn, order);
+            return self.free_one_page(&mut self.lock_zone(nid), pfn, order);
         };
-        let mut pcp = self.pcp[this_cpu() % NR_PCP].lock().unwrap();
+        let mut pcp = self.nodes[nid].pcp[this_cpu() % NR_PCP].lock().unwrap();
         pcp.lists[i].push_front(pfn);
         pcp.count += 1 << order;
         if pcp.count >= HIGH {
-            self.free_pcppages_bulk(&mut pcp, BATCH);
+            self.free_pcppages_bulk(nid, &mut pcp, BATCH);
         }
     }
 
-    /// Returns at least `pages` pages of `pcp` to the zone, coldest first,
-    /// taking from each list in turn.
-    fn free_pcppages_bulk(&self, pcp: &mut PerCpuPages, pages: u64) {
-        let mut zone = self.lock_zone();
+    /// Returns at least `pages` pages of `pcp` (a list of node `nid`) to
+    /// the node's zone, coldest first, taking from each list in turn.
+    fn free_pcppages_bulk(&self, nid: usize, pcp: &mut PerCpuPages, pages: u64) {
+        let mut zone = self.lock_zone(nid);
         let mut freed = 0;
         while freed < pages && pcp.count > 0 {
             for i in 0..LISTS {
@@ -179,29 +194,38 @@ impl PhysMem {
         }
     }
 
-    /// Returns every CPU's list to the zone (`drain_all_pages`); true if
-    /// that freed anything.
+    /// Returns every CPU's lists on every node to the zones
+    /// (`drain_all_pages`); true if that freed anything.
     pub fn drain_all_pages(&self) -> bool {
         let mut any = false;
-        for slot in self.pcp.iter() {
-            let mut pcp = slot.lock().unwrap();
-            any |= pcp.count > 0;
-            let all = pcp.count;
-            self.free_pcppages_bulk(&mut pcp, all);
+        for (nid, node) in self.nodes.iter().enumerate() {
+            for slot in node.pcp.iter() {
+                let mut pcp = slot.lock().unwrap();
+                any |= pcp.count > 0;
+                let all = pcp.count;
+                self.free_pcppages_bulk(nid, &mut pcp, all);
+            }
         }
         any
     }
 
-    /// Number of free frames, in the zone and on the per-CPU lists.
+    /// Number of free frames, in the zones and on the per-CPU lists.
     pub fn nr_free(&self) -> u64 {
-        self.nr_free_buddy() + self.pcp.iter().map(|s| s.lock().unwrap().count).sum::<u64>()
+        (0..self.nodes.len()).map(|nid| self.nr_free_node(nid)).sum()
     }
 
-    /// Every free block as (pfn, order): the zone's free lists, then the
+    /// Free frames of node `nid` (`NR_FREE_PAGES` of its zone and its
+    /// per-CPU lists).
+    pub fn nr_free_node(&self, nid: usize) -> u64 {
+        let pcp: u64 = self.nodes[nid].pcp.iter().map(|s| s.lock().unwrap().count).sum();
+        self.nr_free_buddy(nid) + pcp
+    }
+
+    /// Every free block as (pfn, order): the zones' free lists, then the
     /// per-CPU lists. Exact only while no CPU allocates or frees.
     pub fn free_blocks(&self) -> Vec<(Pfn, u32)> {
         let mut out = self.buddy_blocks();
-        for slot in self.pcp.iter() {
+        for slot in self.nodes.iter().flat_map(|n| n.pcp.iter()) {
             let pcp = slot.lock().unwrap();
             for (i, list) in pcp.lists.iter().enumerate() {
                 out.extend(list.iter().map(|&pfn| (pfn, order_of(i))));

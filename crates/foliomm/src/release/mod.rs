@@ -194,12 +194,14 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 2)
     }
 
-    /// How khugepaged asks whether a page it scans is shared, to count it
-    /// against `max_ptes_shared`: `page_mapcount(page) > 1` until 6.9,
-    /// `folio_likely_mapped_shared(folio)` from 6.10 ("mm/khugepaged:
-    /// replace page_mapcount() check by folio_likely_mapped_shared()"),
-    /// `folio_maybe_mapped_shared(folio)` from 6.15.
-    pub fn khugepaged_asks(self) -> SharingQuestion {
+    /// How the policy paths ask whether a page is mapped by more than one
+    /// process: khugepaged counting a PTE against `max_ptes_shared`, and
+    /// `move_pages` leaving a page without `MPOL_MF_MOVE_ALL`:
+    /// `page_mapcount(page) > 1` until 6.9, `folio_likely_mapped_shared`
+    /// from 6.10 (David Hildenbrand's page_mapcount() clean-ups, "mm/khugepaged:
+    /// replace page_mapcount() check by folio_likely_mapped_shared()" and
+    /// its migrate.c sibling), `folio_maybe_mapped_shared` from 6.15.
+    pub fn sharing_question(self) -> SharingQuestion {
         if self >= KernelVersion::new(6, 15) {
             SharingQuestion::MaybeMappedShared
         } else if self >= KernelVersion::new(6, 10) {

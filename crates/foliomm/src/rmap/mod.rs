@@ -60,6 +60,18 @@ pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: R
     }
 }
 
+/// `folio_add_anon_rmap_pmd`: adds a PMD mapping of an already anon folio
+/// (migration's `remove_migration_pmd`), its head AnonExclusive if
+/// `exclusive`.
+pub fn folio_add_anon_rmap_pmd(k: &Kernel, f: Folio, mm: RmapMm, exclusive: bool) {
+    Stats::inc(&k.stats.rmap_add);
+    note(k, f, mm.id, 1);
+    add_counts(k, f, 0, f.nr_pages(), Level::Pmd, mm);
+    if exclusive {
+        f.set_anon_exclusive(0, true);
+    }
+}
+
 /// `folio_add_file_rmap_ptes` / `_pmd`, and `folio_dup_file_rmap_ptes` at
 /// fork: adds `nr` PTE mappings of pages `first..first+nr` of a file
 /// folio, or one PMD mapping, for `mm`. No exclusivity: file pages are
@@ -155,6 +167,19 @@ pub fn folio_maybe_mapped_shared(k: &Kernel, f: Folio) -> bool {
         answer.maybe_shared()
     } else {
         folio_mapcount(k, f) > 1
+    }
+}
+
+/// Whether page `i` of `f` is (maybe) mapped by more than one process, asked
+/// as the release's policy paths ask it
+/// ([`crate::release::KernelVersion::sharing_question`]); a design without
+/// per-page mapcounts answers `page_mapcount` with its guess for the folio.
+pub fn page_maybe_mapped_shared(k: &Kernel, f: Folio, i: u64) -> bool {
+    use crate::release::SharingQuestion::*;
+    match k.config.release().sharing_question() {
+        MaybeMappedShared => folio_maybe_mapped_shared(k, f),
+        LikelyMappedShared => folio_likely_mapped_shared(k, f, i),
+        PageMapcount => page_mapcount(k, f, i).map_or_else(|| folio_likely_mapped_shared(k, f, i), |c| c > 1),
     }
 }
 

@@ -154,7 +154,7 @@ fn isolate<'k>(k: &'k Kernel, table: u64, cc: CollapseControl) -> Result<Vec<Iso
             return fail(out, ScanResult::PageNull);
         }
         let f = Folio::containing(&k.phys, pte.pfn());
-        if super::page_maybe_shared(k, f, pte.pfn() - f.pfn) {
+        if crate::rmap::page_maybe_mapped_shared(k, f, pte.pfn() - f.pfn) {
             shared += 1;
             if shared > cc.limit(k, KhugepagedKnob::MaxPtesShared) {
                 Stats::inc(&k.stats.thp_scan_exceed_shared_pte);

@@ -121,34 +121,11 @@ fn none_or_zero(k: &Kernel, pte: crate::arch::Pte) -> bool {
     pte.is_none() || (pte.present() && pte.special() && pte.pfn() == k.zero_pfn)
 }
 
-/// Whether page `i` of `f` counts as shared against `max_ptes_shared`,
-/// asked as the release asks it ([`crate::release::KernelVersion::khugepaged_asks`]);
-/// a design without per-page mapcounts answers `page_mapcount` with its
-/// guess for the folio.
-pub(crate) fn page_maybe_shared(k: &Kernel, f: Folio, i: u64) -> bool {
-    use crate::release::SharingQuestion::*;
-    match k.config.release().khugepaged_asks() {
-        MaybeMappedShared => rmap::folio_maybe_mapped_shared(k, f),
-        LikelyMappedShared => rmap::folio_likely_mapped_shared(k, f, i),
-        PageMapcount => {
-            rmap::page_mapcount(k, f, i).map_or_else(|| rmap::folio_likely_mapped_shared(k, f, i), |c| c > 1)
-        }
-    }
-}
-
-/// Tells the precision report that khugepaged counted the large folio
-/// `f` as (maybe) mapped `shared` against `max_ptes_shared`.
-fn decide(k: &Kernel, cc: CollapseControl, f: Folio, shared: bool) {
-    if cc.khugepaged && f.is_large() {
-        k.observe(|o| o.shared_decided(k, Consumer::Collapse, f, shared));
-    }
-}
-
 /// `hpage_collapse_scan_pmd` without the collapse: looks at the 512 PTEs
 /// of the PMD range at `haddr` of `vma` (the mmap_lock held for read)
 /// under their table's lock and says whether collapsing is worth trying.
 /// Each PTE of a page (maybe) mapped shared counts against
-/// `max_ptes_shared` ([`page_maybe_shared`]); a folio not on the LRU, locked, or held by more than its
+/// `max_ptes_shared` ([`rmap::page_maybe_mapped_shared`]); a folio not on the LRU, locked, or held by more than its
 /// mappings (and the swap cache) stops the scan. Before 6.18 at least one
 /// PTE must be writable (`SCAN_PAGE_RO`).
 pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<Scanned, ScanResult> {
@@ -183,9 +160,11 @@ pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<
         if !f.test_anon() {
             return Err(ScanResult::PageAnon);
         }
-        let is_shared = page_maybe_shared(k, f, pte.pfn() - f.pfn);
+        let is_shared = rmap::page_maybe_mapped_shared(k, f, pte.pfn() - f.pfn);
         if f.is_large() && last_large != Some(f.pfn) {
-            decide(k, cc, f, is_shared);
+            if cc.khugepaged && f.is_large() {
+                k.decided(Consumer::Collapse, f, is_shared);
+            }
             last_large = Some(f.pfn);
         }
         if is_shared {

@@ -1,0 +1,142 @@
+//! Every mapping of an anon folio, held still: what `unmap_folio` (split)
+//! and `try_to_migrate` (migration) reach through the rmap walk.
+//!
+//! Differs from Linux: instead of replacing each mapping with a migration
+//! entry and restoring it afterwards (`remove_migration_ptes`), foliomm
+//! holds the lock of every page table that maps the folio, taken with
+//! trylock in frame order (so two walkers cannot deadlock; a busy one
+//! gives EAGAIN, as a failed `folio_ref_freeze` does), while the caller
+//! changes the folio under them. A fault on such a page waits on the
+//! table's lock where Linux's waits on the migration entry
+//! (`migration_entry_wait`); the outcome is the same.
+
+use super::huge_memory::split_huge_pmd;
+use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE};
+use crate::folio::Folio;
+use crate::kernel::Kernel;
+use crate::mapcount::Level;
+use crate::mm_types::{vm, Mm, MmList};
+use crate::pgtable::{load, pte_lockptr, walk_pmd};
+use crate::sync::{Arc, BitSpinLock};
+use crate::{Errno, Result};
+
+/// One entry mapping the folio: the MM, the table holding the entry and
+/// its index there, its address, the folio page it maps (the first, for a
+/// PMD), its level, and whether the VMA is mlocked.
+pub struct Mapping<'m> {
+    pub mm: &'m Mm,
+    pub table: Pfn,
+    pub idx: usize,
+    pub addr: u64,
+    pub page: u64,
+    pub level: Level,
+    pub locked: bool,
+}
+
+/// Finds every mapping of the locked anon folio `f` through its anon_vma
+/// (`rmap_walk_anon`) and calls `act` with them while every table holding
+/// one is locked. With `split_pmds` a huge PMD mapping the folio is split
+/// first (`TTU_SPLIT_HUGE_PMD`) and only PTEs are passed; without, a huge
+/// PMD is passed as one mapping at [`Level::Pmd`]. EBUSY if the anon_vma
+/// is gone; EAGAIN if a table's lock is busy or a table changed meanwhile.
+pub fn with_mappings<T>(
+    k: &Kernel,
+    mmlist: &MmList,
+    f: Folio,
+    split_pmds: bool,
+    act: impl FnOnce(&[Mapping]) -> Result<T>,
+) -> Result<T> {
+    let av = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)).ok_or(Errno::EBUSY)?;
+    let tree = av.tree.read();
+    let (first, last) = (f.index(), f.index() + f.nr_pages());
+    let spans: Vec<(Arc<Mm>, u64, u64, bool)> = tree
+        .iter()
+        .filter_map(|r| {
+            let (start, end) = r.addresses(first, last)?;
+            Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0))
+        })
+        .collect();
+    let _sections: Vec<_> = spans.iter().map(|(mm, ..)| mm.pt_read()).collect();
+    let pmd_ranges = |start: u64, end: u64| (start & !(PMD_SIZE - 1)..end).step_by(PMD_SIZE as usize);
+    let huge_here = |mm: &Mm, a: u64| {
+        let e = walk_pmd(&k.phys, mm.pgd, a).map(|pmd| pmd.load(&k.phys));
+        e.is_some_and(|e| e.huge() && e.pfn() == f.pfn)
+    };
+    if split_pmds {
+        for (mm, start, end, _) in &spans {
+            for a in pmd_ranges(*start, *end).map(|a| a.max(*start)).filter(|&a| huge_here(mm, a)) {
+                split_huge_pmd(k, mm, a);
+            }
+        }
+    }
+    // The tables, each locked once, in frame order: a PTE table, or the
+    // PMD table holding a huge PMD (its lock is the PMD lock).
+    let mut tables: Vec<(Pfn, usize, u64, u64, bool)> = Vec::new();
+    for (i, (mm, start, end, _)) in spans.iter().enumerate() {
+        for a in pmd_ranges(*start, *end) {
+            let from = a.max(*start);
+            let Some(pmd) = walk_pmd(&k.phys, mm.pgd, from) else { continue };
+            let e = pmd.load(&k.phys);
+            if huge_here(mm, from) && !split_pmds {
+                tables.push((pmd.table, i, from, pmd.idx as u64, true));
+            } else if !e.is_none() && !e.huge() {
+                tables.push((e.pfn(), i, from, (a + PMD_SIZE).min(*end), false));
+            }
+        }
+    }
+    tables.sort_unstable();
+    let mut ptls: Vec<BitSpinLock> = Vec::new();
+    let mut maps = Vec::new();
+    let mut last = None;
+    for &(table, i, from, to_or_idx, huge) in &tables {
+        let (mm, _, _, locked) = &spans[i];
+        let still = walk_pmd(&k.phys, mm.pgd, from).is_some_and(|pmd| {
+            if huge {
+                pmd.table == table && huge_here(mm, from)
+            } else {
+                pmd.load(&k.phys).pfn() == table
+            }
+        });
+        if last != Some(table) {
+            match pte_lockptr(&k.phys, table).try_lock().filter(|_| still) {
+                Some(ptl) => ptls.push(ptl),
+                None => return Err(Errno::EAGAIN),
+            }
+            last = Some(table);
+        } else if !still {
+            return Err(Errno::EAGAIN);
+        }
+        if huge {
+            let (idx, level) = (to_or_idx as usize, Level::Pmd);
+            maps.push(Mapping { mm, table, idx, addr: from, page: 0, level, locked: *locked });
+        } else {
+            maps.extend(table_mappings(k, mm, table, f, (from, to_or_idx), *locked));
+        }
+    }
+    // Two VMAs may overlap a table's range while one is being split.
+    maps.sort_unstable_by_key(|m| (m.table, m.idx));
+    maps.dedup_by_key(|m| (m.table, m.idx));
+    act(&maps)
+}
+
+/// The PTEs of `table` (of `mm`) in `[from, to)`, inside the range one PMD
+/// maps, that map pages of `f`.
+fn table_mappings<'m>(
+    k: &Kernel,
+    mm: &'m Mm,
+    table: Pfn,
+    f: Folio,
+    (from, to): (u64, u64),
+    locked: bool,
+) -> Vec<Mapping<'m>> {
+    (from..to)
+        .step_by(PAGE_SIZE as usize)
+        .filter_map(|addr| {
+            let idx = pte_index(addr);
+            let pte = load(&k.phys, table, idx);
+            let ours = pte.present() && !pte.special() && (f.pfn..f.pfn + f.nr_pages()).contains(&pte.pfn());
+            let page = pte.pfn().wrapping_sub(f.pfn);
+            ours.then_some(Mapping { mm, table, idx, addr, page, level: Level::Pte, locked })
+        })
+        .collect()
+}

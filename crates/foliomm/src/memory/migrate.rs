@@ -1,0 +1,231 @@
+//! Moving anon folios to another node (mm/migrate.c `migrate_pages`,
+//! `migrate_pages_batch`, `migrate_folio_unmap` + `migrate_folio_move`,
+//! `alloc_migration_target`), for `move_pages(2)`.
+//!
+//! Each folio gets a target of its order on the node (`__GFP_THISNODE`;
+//! a large one without reclaim); its bytes, flags and every mapping move
+//! there, the old folio is freed. A partially mapped large folio is split
+//! first, and a large folio whose target cannot be allocated is split and
+//! its pages migrated one by one (`try_split_folio`); a folio held by more
+//! than its mappings (a GUP pin) fails after the retries, as
+//! `folio_migrate_mapping`'s reference check makes it.
+//!
+//! Differs from Linux: the mappings are held still by their tables' locks
+//! ([`super::folio_mappings`]), not replaced by migration entries; a PMD
+//! mapping moves as a PMD (as with `set_pmd_migration_entry`). Only anon
+//! folios on the LRU are migrated: a shmem, page-cache or hugetlb folio, or
+//! one in the swap cache, fails with EBUSY.
+
+use super::folio_mappings::{with_mappings, Mapping};
+use super::split::split_folio_to_order;
+use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::Level;
+use crate::mm_types::MmList;
+use crate::pgtable::{load, store};
+use crate::phys::{pg, Placement};
+use crate::rmap;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::{Errno, Result};
+
+/// `NR_MAX_MIGRATE_PAGES_RETRY`: passes over the folios that gave EAGAIN.
+const RETRIES: usize = 10;
+
+/// `migrate_pages(from, alloc_migration_target, nid, MIGRATE_SYNC,
+/// MR_SYSCALL)`: migrates the isolated anon folios `from` (each holding
+/// its isolation reference) to node `nid`. Returns how many folios were
+/// not migrated as Linux counts them (0 when every page reached the node,
+/// even through a split; a folio split counts as one), or ENOMEM when a
+/// small folio found no room there. The folios not migrated go back to the
+/// LRU (`putback_movable_pages`).
+pub fn migrate_pages<'k>(k: &'k Kernel, mmlist: &MmList, from: Vec<Folio<'k>>, nid: usize) -> Result<u64> {
+    let mut failed = Vec::new();
+    let mut split = Vec::new();
+    let batch = migrate_batch(k, mmlist, from, nid, Some(&mut split), &mut failed);
+    let nr_failed = match batch {
+        Ok(n) if !split.is_empty() => {
+            // The pieces get one pass, and no further split.
+            let _ = migrate_batch(k, mmlist, split, nid, None, &mut failed);
+            n
+        }
+        Ok(n) => n,
+        Err(e) => {
+            failed.append(&mut split);
+            putback(k, failed);
+            return Err(e);
+        }
+    };
+    let all_moved = failed.is_empty();
+    putback(k, failed);
+    Ok(if all_moved { 0 } else { nr_failed })
+}
+
+/// `migrate_pages_batch`: each folio of `from` migrated, retrying EAGAIN
+/// up to [`RETRIES`] passes; with `split`, a large folio partially mapped
+/// or without a target is split there. Folios that fail go to `failed`.
+/// Returns the failures counted (a split one too), or ENOMEM (the rest of
+/// `from` moved to `failed`).
+fn migrate_batch<'k>(
+    k: &'k Kernel,
+    mmlist: &MmList,
+    mut from: Vec<Folio<'k>>,
+    nid: usize,
+    mut split: Option<&mut Vec<Folio<'k>>>,
+    failed: &mut Vec<Folio<'k>>,
+) -> Result<u64> {
+    let mut nr_failed = 0;
+    for pass in 0..RETRIES {
+        let mut retry = Vec::new();
+        let mut rest = from.into_iter();
+        while let Some(f) = rest.next() {
+            let thp = f.order() == PMD_ORDER;
+            let partial = f.nr_pages() > 2 && f.page(1).test(pg::PARTIALLY_MAPPED);
+            if partial && split.as_deref_mut().is_some_and(|list| try_split(k, mmlist, f, list)) {
+                nr_failed += 1;
+                if thp {
+                    Stats::inc(&k.stats.thp_migration_fail);
+                }
+                continue;
+            }
+            if f.refcount() == 1 {
+                // Freed meanwhile: nothing left to move (`migrate_folio_done`).
+                count_moved(k, f);
+                k.folio_put_refs(f, 1);
+                continue;
+            }
+            match move_folio(k, mmlist, f, nid) {
+                Ok(()) => {}
+                Err(Errno::ENOMEM)
+                    if f.is_large() && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
+                {
+                    nr_failed += 1;
+                    if thp {
+                        Stats::inc(&k.stats.thp_migration_fail);
+                    }
+                }
+                Err(Errno::ENOMEM) => {
+                    count_failed(k, f);
+                    failed.push(f);
+                    failed.extend(rest.chain(retry));
+                    return Err(Errno::ENOMEM);
+                }
+                Err(Errno::EAGAIN) if pass + 1 < RETRIES => retry.push(f),
+                Err(_) => {
+                    nr_failed += 1;
+                    count_failed(k, f);
+                    failed.push(f);
+                }
+            }
+        }
+        if retry.is_empty() {
+            break;
+        }
+        from = retry;
+    }
+    Ok(nr_failed)
+}
+
+/// `try_split_folio` into order-0 pieces, all of which join `list` (the
+/// first keeping the isolation reference); false if the split failed.
+fn try_split<'k>(k: &'k Kernel, mmlist: &MmList, f: Folio<'k>, list: &mut Vec<Folio<'k>>) -> bool {
+    let (mut pieces, thp) = (Vec::new(), f.order() == PMD_ORDER);
+    if split_folio_to_order(k, mmlist, f, 0, 1, Some(&mut pieces)).is_err() {
+        return false;
+    }
+    if thp {
+        Stats::inc(&k.stats.thp_migration_split);
+    }
+    list.push(Folio::from_head(&k.phys, f.pfn));
+    list.append(&mut pieces);
+    true
+}
+
+fn count_moved(k: &Kernel, f: Folio) {
+    k.stats.pgmigrate_success.fetch_add(f.nr_pages(), Relaxed);
+    if f.order() == PMD_ORDER {
+        Stats::inc(&k.stats.thp_migration_success);
+    }
+}
+
+fn count_failed(k: &Kernel, f: Folio) {
+    k.stats.pgmigrate_fail.fetch_add(f.nr_pages(), Relaxed);
+    if f.order() == PMD_ORDER {
+        Stats::inc(&k.stats.thp_migration_fail);
+    }
+}
+
+/// `putback_movable_pages`: each folio back on the LRU, its isolation
+/// reference dropped.
+fn putback(k: &Kernel, folios: Vec<Folio>) {
+    for f in folios {
+        k.lru.add(f);
+        k.folio_put_refs(f, 1);
+    }
+}
+
+/// `migrate_folio_unmap` + `migrate_folio_move` of one isolated anon folio:
+/// ENOMEM without a target on `nid`; EAGAIN if it is locked, a table's
+/// lock is busy, or something besides its mappings holds it; EBUSY for a
+/// folio in the swap cache or no longer anon.
+fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
+    let dst = k.alloc_folio_on(Placement::this_node(nid), f.order())?;
+    let moved = (|| {
+        if !f.test_anon() || k.folio_swap(f).is_some() {
+            return Err(Errno::EBUSY);
+        }
+        let lock = f.trylock().ok_or(Errno::EAGAIN)?;
+        let mapped = with_mappings(k, mmlist, f, false, |maps| {
+            let mapcount = rmap::folio_mapcount(k, f);
+            if maps.len() as u64 != mapcount || f.refcount() as u64 != mapcount + 1 {
+                return Err(Errno::EAGAIN);
+            }
+            move_mapped(k, f, dst, maps);
+            Ok(maps.len() as i32)
+        })?;
+        drop(lock);
+        Ok(mapped)
+    })();
+    match moved {
+        Ok(mapped) => {
+            count_moved(k, f);
+            k.folio_put_refs(f, mapped + 1);
+            k.folio_put_refs(dst, 1);
+            Ok(())
+        }
+        Err(e) => {
+            k.folio_put_refs(dst, 1);
+            Err(e)
+        }
+    }
+}
+
+/// The move under every table's lock: bytes and flags copied
+/// (`folio_migrate_copy`, `folio_migrate_flags`), each mapping moved from
+/// `f` to `dst` keeping its bits and its page's AnonExclusive
+/// (`remove_migration_pte`), its TLB entry flushed; `dst` joins the LRU.
+fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
+    let phys = &k.phys;
+    for i in 0..f.nr_pages() {
+        phys.copy_frame(dst.pfn + i, f.pfn + i);
+    }
+    let kept = pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED;
+    dst.head().set(f.head().flags.load(Relaxed) & kept);
+    dst.head().link.store(f.head().link.load(Relaxed), Relaxed);
+    dst.set_index(f.index());
+    for m in maps {
+        let exclusive = f.anon_exclusive(m.page);
+        let nr = if m.level == Level::Pmd { f.nr_pages() } else { 1 };
+        rmap::folio_remove_rmap(k, f, m.page, nr, m.level, m.mm.rmap);
+        match m.level {
+            Level::Pte => rmap::folio_add_anon_rmap_ptes(k, dst, m.page, 1, m.mm.rmap, exclusive),
+            Level::Pmd => rmap::folio_add_anon_rmap_pmd(k, dst, m.mm.rmap, exclusive),
+        }
+        dst.ref_add(1);
+        let old = load(phys, m.table, m.idx);
+        store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK));
+        let size = if m.level == Level::Pmd { PMD_SIZE } else { PAGE_SIZE };
+        m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + size);
+    }
+    k.lru.add(dst);
+}
