@@ -204,6 +204,7 @@ impl Procfs {
             pmd_mapped: f.huge,
             folio_order: self.folio_order(f.pfn),
             exclusive: f.exclusive,
+            node: crate::sys::scenario::page_node(page),
             ..PageInfo::default()
         })
     }

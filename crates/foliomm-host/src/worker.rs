@@ -65,9 +65,8 @@ impl Process {
 pub const ONE_CPU: &str = "FOLIOMM_WORKER_ONE_CPU";
 
 pub fn worker_main(socket: &Path, name: &str) -> ! {
-    if std::env::var_os(ONE_CPU).is_some() {
-        let _ = crate::sys::run_on_one_cpu();
-    }
+    // Node 0's CPUs (one of them for the swap runs), before any thread.
+    let _ = crate::sys::run_on_node0(std::env::var_os(ONE_CPU).is_some());
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
     sys::reap_children_automatically();

@@ -123,6 +123,7 @@ impl Observation {
         "kpagecount",
         "hugetlb_total_kb",
         "swapped",
+        "node",
         "swap_kb",
         "swap_total_kb",
     ];
@@ -165,6 +166,7 @@ impl Observation {
         "exclusive",
         "byte",
         "kpagecount",
+        "node",
     ];
 
     /// The fields that describe the VMA holding the address (the kernel
@@ -226,6 +228,7 @@ impl Observation {
             "frame" => p.pfn,
             "folio_order" => p.folio_order as u64,
             "folio_kb" => 4 << p.folio_order,
+            "node" => p.node as u64,
             "present" => p.present as u64,
             "exclusive" => p.exclusive as u64,
             "zero_page" => p.zero_page as u64,

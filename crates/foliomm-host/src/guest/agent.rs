@@ -19,6 +19,10 @@ pub fn agent_main(tty: &std::path::Path) -> ! {
         }
     };
     let mut out = port.try_clone().expect("a second handle of the port");
+    // Automatic NUMA balancing would move the guest's pages between its
+    // two nodes behind the scenarios' backs (the model has none running):
+    // off, in this throwaway guest.
+    let _ = std::fs::write("/proc/sys/kernel/numa_balancing", "0");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let _ = writeln!(out, "READY {}", release.trim());
     for line in BufReader::new(port).lines() {

@@ -6,7 +6,8 @@
 //! it is sent on the host backend of the guest's kernel, answering with the
 //! run's outcome. The guest boots once per `foliomm` command and is reused
 //! for every file; its THP, shmem and hugetlb settings are its own, so a
-//! guest run changes none of the host's.
+//! guest run changes none of the host's. It has two NUMA nodes (a CPU and
+//! 4 GiB each), so that migration between nodes can be refereed.
 
 mod agent;
 mod initramfs;
@@ -78,6 +79,10 @@ impl Guest {
         let child = Command::new(qemu)
             // `-cpu max`: 1 GiB pages (pdpe1gb) among the CPU's features.
             .args(["-accel", "tcg", "-cpu", "max", "-m", "8192", "-smp", "2", "-display", "none", "-no-reboot"])
+            // Two NUMA nodes, a CPU and 4 GiB each (the workers run on CPU
+            // 0, node 0), for move_pages and the migration scenarios.
+            .args(["-object", "memory-backend-ram,id=m0,size=4G", "-object", "memory-backend-ram,id=m1,size=4G"])
+            .args(["-numa", "node,nodeid=0,cpus=0,memdev=m0", "-numa", "node,nodeid=1,cpus=1,memdev=m1"])
             .arg("-kernel")
             .arg(&kernel)
             .arg("-initrd")

@@ -18,9 +18,11 @@ pub use mapping::{memfd, Advice, Map, Mapping};
 pub use pagemap_scan::{pagemap_scan, PageRegion};
 pub use workers::{fork_child_that_exits, Workers};
 
-/// Keeps this process (and the threads and children it makes from now on)
-/// on the first CPU it may run on (`sched_setaffinity`).
-pub fn run_on_one_cpu() -> std::io::Result<()> {
+/// Keeps the calling thread (and the threads and children it makes from
+/// now on) on node 0's CPUs where the machine has several NUMA nodes, so
+/// that its memory comes from node 0 as a model task's does; with `one`,
+/// on the first of them only (`sched_setaffinity`).
+pub fn run_on_node0(one: bool) -> std::io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is an empty set; the kernel fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::cpu_set_t>();
@@ -28,13 +30,29 @@ pub fn run_on_one_cpu() -> std::io::Result<()> {
     if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    let node0 = std::fs::read_to_string("/sys/devices/system/node/node0/cpulist").unwrap_or_default();
+    let in_node0 = |c: usize| {
+        node0.trim().is_empty()
+            || node0.trim().split(',').any(|r| match r.split_once('-') {
+                Some((a, b)) => a.parse().is_ok_and(|a: usize| a <= c) && b.parse().is_ok_and(|b: usize| c <= b),
+                None => r.parse() == Ok(c),
+            })
+    };
     // SAFETY: CPU_ISSET reads the set we own; the index is below CPU_SETSIZE.
-    let first = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) });
-    let Some(cpu) = first else { return Ok(()) };
-    // SAFETY: as above; CPU_ZERO and CPU_SET write the set we own.
+    let allowed: Vec<usize> =
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
+    let mut chosen: Vec<usize> = allowed.iter().copied().filter(|&c| in_node0(c)).collect();
+    if chosen.is_empty() {
+        chosen = allowed;
+    }
+    if one {
+        chosen.truncate(1);
+    }
+    // SAFETY: as above; CPU_ZERO and CPU_SET write the set we own, every
+    // index below CPU_SETSIZE.
     unsafe {
         libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
+        chosen.iter().for_each(|&c| libc::CPU_SET(c, &mut set));
     }
     // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
     match unsafe { libc::sched_setaffinity(0, size, &set) } {

@@ -88,6 +88,12 @@ pub(crate) fn move_pages(pages: &[u64], node: Option<i32>, all: bool) -> io::Res
     Ok((r as u64, status.into_iter().map(|s| (s != UNWRITTEN).then_some(s)).collect()))
 }
 
+/// The node of the caller's page at `addr` (`move_pages` without nodes);
+/// 0 where the kernel names none.
+pub(crate) fn page_node(addr: u64) -> u32 {
+    move_pages(&[addr], None, false).map_or(0, |(_, s)| s[0].and_then(|n| u32::try_from(n).ok()).unwrap_or(0))
+}
+
 /// `madvise(addr, len, advice)`.
 pub(crate) fn madvise(addr: u64, len: u64, advice: i32) -> io::Result<()> {
     // SAFETY: as for munmap.

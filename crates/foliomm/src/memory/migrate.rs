@@ -80,7 +80,9 @@ fn migrate_batch<'k>(
         let mut rest = from.into_iter();
         while let Some(f) = rest.next() {
             let thp = f.order() == PMD_ORDER;
-            let partial = f.nr_pages() > 2 && f.page(1).test(pg::PARTIALLY_MAPPED);
+            let partial = f.nr_pages() > 2
+                && f.page(1).test(pg::PARTIALLY_MAPPED)
+                && k.config.release().migrate_splits_partially_mapped();
             if partial && split.as_deref_mut().is_some_and(|list| try_split(k, mmlist, f, list)) {
                 nr_failed += 1;
                 if thp {
@@ -126,16 +128,20 @@ fn migrate_batch<'k>(
     Ok(nr_failed)
 }
 
-/// `try_split_folio` into order-0 pieces, all of which join `list` (the
-/// first keeping the isolation reference); false if the split failed.
+/// `try_split_folio` into order-0 pieces, the mapped ones joining `list`
+/// (the first keeping the isolation reference); false if the split failed.
+/// Linux puts every piece on the list and counts those nothing maps as
+/// migrated when it meets them holding only the list's reference; foliomm
+/// frees them at the split and counts them here.
 fn try_split<'k>(k: &'k Kernel, mmlist: &MmList, f: Folio<'k>, list: &mut Vec<Folio<'k>>) -> bool {
-    let (mut pieces, thp) = (Vec::new(), f.order() == PMD_ORDER);
+    let (mut pieces, nr, thp) = (Vec::new(), f.nr_pages(), f.order() == PMD_ORDER);
     if split_folio_to_order(k, mmlist, f, 0, 1, Some(&mut pieces)).is_err() {
         return false;
     }
     if thp {
         Stats::inc(&k.stats.thp_migration_split);
     }
+    k.stats.pgmigrate_success.fetch_add(nr - 1 - pieces.len() as u64, Relaxed);
     list.push(Folio::from_head(&k.phys, f.pfn));
     list.append(&mut pieces);
     true

@@ -27,17 +27,23 @@ pub struct MovePages {
 /// `vma_lookup` + `folio_walk_start(FW_ZEROPAGE)` under the mmap_lock: the
 /// folio mapped at `addr` and the page of it, under the table's lock
 /// while `visit` runs; EFAULT outside any VMA, ENOENT where nothing is
-/// mapped (none or a swap entry).
+/// mapped (none or a swap entry) — before 6.12 EFAULT for an anonymous
+/// VMA's none entry ([`crate::release::KernelVersion::move_pages_enoent_for_unfaulted_anon`]).
 fn with_folio_at<'k, T>(mm: &'k Mm, addr: u64, visit: impl FnOnce(Result<(Folio<'k>, u64)>) -> T) -> T {
     let k = &*mm.kernel;
     let vmas = mm.mmap_read_lock();
-    if vmas.find(addr).is_none() {
-        return visit(Err(Errno::EFAULT));
-    }
+    let Some(vma) = vmas.find(addr) else { return visit(Err(Errno::EFAULT)) };
+    let unfaulted = match vma.file().is_none() && !k.config.release().move_pages_enoent_for_unfaulted_anon() {
+        true => Errno::EFAULT,
+        false => Errno::ENOENT,
+    };
     let _walk = mm.pt_read();
-    let Some(slot) = leaf_slot(&k.phys, mm.pgd, addr) else { return visit(Err(Errno::ENOENT)) };
+    let Some(slot) = leaf_slot(&k.phys, mm.pgd, addr) else { return visit(Err(unfaulted)) };
     let _ptl = pte_lockptr(&k.phys, slot.table).lock();
     let e = slot.load(&k.phys);
+    if e.is_none() {
+        return visit(Err(unfaulted));
+    }
     if !e.present() {
         return visit(Err(Errno::ENOENT));
     }

@@ -49,6 +49,7 @@ impl Mm {
         info.zero_page = f.is_zero_page();
         info.anon = f.test_anon();
         info.folio_order = f.order();
+        info.node = phys.nid(pfn) as u32;
         if !info.zero_page {
             let i = pfn - f.pfn;
             info.anon_exclusive = f.anon_exclusive(if huge { 0 } else { i });
@@ -212,6 +213,10 @@ pub struct PageInfo {
     /// with another generation is another allocation of it.
     #[serde(default)]
     pub generation: u32,
+    /// The NUMA node of the page (`folio_nid`, what `move_pages` without
+    /// nodes reports); 0 when not present.
+    #[serde(default)]
+    pub node: u32,
 }
 
 /// smaps-style sums over a range, in KiB.

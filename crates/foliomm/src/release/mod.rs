@@ -211,6 +211,23 @@ impl KernelVersion {
         }
     }
 
+    /// Whether `move_pages` says ENOENT of an anonymous page never faulted
+    /// in (`folio_walk_start` finds nothing): 6.12 on ("mm/migrate:
+    /// convert do_pages_stat_array() from follow_page() to folio_walk").
+    /// Before, `follow_page(FOLL_DUMP)` gave EFAULT for a none entry or a
+    /// missing table of an anonymous VMA (`no_page_table`); a swap entry
+    /// was ENOENT.
+    pub fn move_pages_enoent_for_unfaulted_anon(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
+
+    /// Whether migration splits a large folio on the deferred split queue
+    /// before moving anything ("mm/migrate: split source folio if it is on
+    /// deferred split list", Zi Yan): 6.10 on. Before, it moved whole.
+    pub fn migrate_splits_partially_mapped(self) -> bool {
+        self >= KernelVersion::new(6, 10)
+    }
+
     /// Whether a range none of whose PTEs is writable may be collapsed
     /// ("mm: enable khugepaged to operate on non-writable VMAs", Dev Jain):
     /// 6.18 on. Before, `hpage_collapse_scan_pmd` and
