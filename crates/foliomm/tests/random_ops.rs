@@ -105,13 +105,15 @@ enum Op {
 
 /// What [`Op::Reshape`] does: MADV_PAGEOUT (the pages mapped once go to
 /// swap), debugfs `split_huge_pages` to an order (0, 2, 4), MADV_COLLAPSE,
-/// or a full khugepaged scan (of every process, whatever the range).
+/// a full khugepaged scan (of every process, whatever the range), or
+/// `move_pages` to a node (with `MPOL_MF_MOVE_ALL` or not).
 #[derive(Clone, Copy, Debug)]
 enum Reshape {
     PageOut,
     Split(u32),
     Collapse,
     Khugepaged,
+    Migrate { node: i32, all: bool },
 }
 
 fn range() -> impl Strategy<Value = (u64, u64)> {
@@ -129,6 +131,7 @@ fn reshape() -> impl Strategy<Value = Reshape> {
         prop_oneof![Just(0u32), Just(2), Just(4)].prop_map(Reshape::Split),
         Just(Reshape::Collapse),
         Just(Reshape::Khugepaged),
+        (0..2i32, any::<bool>()).prop_map(|(node, all)| Reshape::Migrate { node, all }),
     ]
 }
 
@@ -249,6 +252,7 @@ impl World {
                     Reshape::Khugepaged => {
                         foliomm::internals::mm::khugepaged::khugepaged_scan(&self.m.kernel, &self.m.mms, 1);
                     }
+                    Reshape::Migrate { node, all } => migrate(&mm, a, len, node, all)?,
                 }
             }
             Op::Mremap { page, pages, to, new_pages, .. } => {
@@ -345,6 +349,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let reclaimed = AtomicU64::new(0);
     let splits = AtomicU64::new(0);
     let collapses = AtomicU64::new(0);
+    let migrated = AtomicU64::new(0);
     let per_design: Vec<AtomicU64> =
         foliomm::internals::mapcount::Design::ALL.iter().map(|_| AtomicU64::new(0)).collect();
     let per_stage: Vec<AtomicU64> = RmapIdStage::ALL.iter().map(|_| AtomicU64::new(0)).collect();
@@ -368,7 +373,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
         if foliomm::internals::mapcount::Design::ALL[design].has_stages() {
             per_stage[stage].fetch_add(ops.len() as u64 + 3, Relaxed);
         }
-        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], [&reclaimed, &splits, &collapses])
+        run_case(&ops, mthp, design, RmapIdStage::ALL[stage], [&reclaimed, &splits, &collapses, &migrated])
     });
     if let Err(e) = result {
         panic!("{name}: {e}");
@@ -388,6 +393,29 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     let collapses = collapses.load(Relaxed);
     eprintln!("{name}: {collapses} ranges collapsed");
     assert!(collapses > 0, "{name}: no range was collapsed");
+    let migrated = migrated.load(Relaxed);
+    eprintln!("{name}: {migrated} pages migrated");
+    assert!(migrated > 0, "{name}: no page was migrated");
+}
+
+/// `move_pages` of every page of `[a, a + len)` to `node`: it fails only
+/// for want of memory on the node (a batch without room may also come
+/// back with pages not migrated, after a split); each status written is
+/// the node or a per-page errno, and none is left unwritten unless a batch
+/// failed.
+fn migrate(mm: &Mm, a: u64, len: u64, node: i32, all: bool) -> Result<(), TestCaseError> {
+    let pages: Vec<u64> = (a..a + len).step_by(PAGE as usize).collect();
+    let r = mm.move_pages(&pages, Some(&vec![node; pages.len()]), all);
+    let per_page = [Errno::EACCES, Errno::EBUSY, Errno::ENOENT, Errno::EFAULT].map(|e| -e.number());
+    for s in r.status.iter().flatten() {
+        prop_assert!(*s == node || per_page.contains(s), "status {s} moving to node {node}");
+    }
+    match r.result {
+        Ok(0) => prop_assert!(r.status.iter().all(Option::is_some), "a status left unwritten: {:?}", r.status),
+        Ok(_) => {}
+        Err(e) => prop_assert_eq!(e, Errno::ENOMEM),
+    }
+    Ok(())
 }
 
 /// Runs `ops` under design number `design` (at seed 000's `rmap_id_stage`
@@ -397,7 +425,7 @@ fn run_case(
     mthp: u32,
     design: usize,
     rmap_id_stage: RmapIdStage,
-    [reclaimed, splits, collapses]: [&AtomicU64; 3],
+    [reclaimed, splits, collapses, migrated]: [&AtomicU64; 4],
 ) -> Result<(), TestCaseError> {
     let mapcount = foliomm::internals::mapcount::Design::ALL[design];
     let config = Config {
@@ -408,6 +436,7 @@ fn run_case(
         mapcount,
         rmap_id_stage,
         precision: true,
+        nodes: 2,
         ..Config::default()
     };
     let m = Machine::new(config).unwrap();
@@ -437,6 +466,7 @@ fn run_case(
     reclaimed.fetch_add(w.m.stats.pageoutrun.load(Relaxed) + w.m.stats.allocstall.load(Relaxed), Relaxed);
     splits.fetch_add(w.m.stats.split.iter().map(|c| c.load(Relaxed)).sum(), Relaxed);
     collapses.fetch_add(w.m.stats.collapse_scan[1].load(Relaxed), Relaxed);
+    migrated.fetch_add(w.m.stats.pgmigrate_success.load(Relaxed), Relaxed);
     w.procs.clear();
     let bad: Vec<String> = w.m.check().iter().map(ToString::to_string).collect();
     prop_assert!(bad.is_empty(), "after every process exited:\n{}", bad.join("\n"));

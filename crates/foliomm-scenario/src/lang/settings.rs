@@ -257,6 +257,7 @@ mod tests {
             "set mm_ids 5",
             "set max_map_count 9",
             "set swap 64M",
+            "set nodes 2",
             "set thp enabled=never",
             "set shmem enabled=never",
             "set hugetlb pages=1",

@@ -11,8 +11,9 @@
 //! `folio_migrate_mapping`'s reference check makes it.
 //!
 //! Differs from Linux: the mappings are held still by their tables' locks
-//! ([`super::folio_mappings`]), not replaced by migration entries; a PMD
-//! mapping moves as a PMD (as with `set_pmd_migration_entry`). Only anon
+//! ([`super::folio_mappings`]) and cleared while the bytes move, not
+//! replaced by migration entries; a PMD mapping moves as a PMD (as with
+//! `set_pmd_migration_entry`). Only anon
 //! folios on the LRU are migrated: a shmem, page-cache or hugetlb folio, or
 //! one in the swap cache, fails with EBUSY.
 
@@ -22,11 +23,11 @@ use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
-use crate::mm_types::MmList;
-use crate::pgtable::{load, store};
+use crate::mm_types::{Mm, MmList};
+use crate::pgtable::{slot, store};
 use crate::phys::{pg, Placement};
 use crate::rmap;
-use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::atomic::Ordering::{AcqRel, Relaxed};
 use crate::{Errno, Result};
 
 /// `NR_MAX_MIGRATE_PAGES_RETRY`: passes over the folios that gave EAGAIN.
@@ -206,12 +207,29 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
     }
 }
 
-/// The move under every table's lock: bytes and flags copied
-/// (`folio_migrate_copy`, `folio_migrate_flags`), each mapping moved from
-/// `f` to `dst` keeping its bits and its page's AnonExclusive
-/// (`remove_migration_pte`), its TLB entry flushed; `dst` joins the LRU.
+/// The move under every table's lock, in Linux's order: each mapping
+/// cleared (its latest accessed and dirty bits taken with it,
+/// `ptep_get_and_clear`) and its TLB entries shot down, as `try_to_migrate`
+/// does, so that no CPU writes to `f` any more; then the bytes and flags
+/// copied (`folio_migrate_copy`, `folio_migrate_flags`); then each mapping
+/// installed on `dst` with its bits and its page's AnonExclusive
+/// (`remove_migration_pte`). A fault meeting a cleared entry waits for the
+/// table's lock and finds the new one. `dst` joins the LRU.
 fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
     let phys = &k.phys;
+    let cleared: Vec<Pte> = maps.iter().map(|m| Pte(slot(phys, m.table, m.idx).swap(0, AcqRel))).collect();
+    // One shootdown per MM over the span it maps (`try_to_unmap_flush`).
+    let mut spans: Vec<(&Mm, u64, u64)> = Vec::new();
+    for m in maps {
+        let end = m.addr + if m.level == Level::Pmd { PMD_SIZE } else { PAGE_SIZE };
+        match spans.iter_mut().find(|(mm, ..)| std::ptr::eq(*mm, m.mm)) {
+            Some((_, start, stop)) => (*start, *stop) = ((*start).min(m.addr), (*stop).max(end)),
+            None => spans.push((m.mm, m.addr, end)),
+        }
+    }
+    for (mm, start, end) in spans {
+        mm.tlb.flush_range(&k.stats, start, end);
+    }
     for i in 0..f.nr_pages() {
         phys.copy_frame(dst.pfn + i, f.pfn + i);
     }
@@ -219,7 +237,7 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
     dst.head().set(f.head().flags.load(Relaxed) & kept);
     dst.head().link.store(f.head().link.load(Relaxed), Relaxed);
     dst.set_index(f.index());
-    for m in maps {
+    for (m, old) in maps.iter().zip(cleared) {
         let exclusive = f.anon_exclusive(m.page);
         let nr = if m.level == Level::Pmd { f.nr_pages() } else { 1 };
         rmap::folio_remove_rmap(k, f, m.page, nr, m.level, m.mm.rmap);
@@ -228,10 +246,7 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
             Level::Pmd => rmap::folio_add_anon_rmap_pmd(k, dst, m.mm.rmap, exclusive),
         }
         dst.ref_add(1);
-        let old = load(phys, m.table, m.idx);
         store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK));
-        let size = if m.level == Level::Pmd { PMD_SIZE } else { PAGE_SIZE };
-        m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + size);
     }
     k.lru.add(dst);
 }

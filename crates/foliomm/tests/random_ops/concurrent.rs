@@ -10,6 +10,8 @@ pub(crate) enum Change {
     Mprotect(u32),
     DontNeed,
     Mmap(u32),
+    /// `move_pages` of the range to node 1 (`MPOL_MF_MOVE_ALL`).
+    MovePages,
 }
 
 pub(crate) fn concurrent_op(proc: impl Strategy<Value = usize>) -> impl Strategy<Value = Op> {
@@ -18,6 +20,7 @@ pub(crate) fn concurrent_op(proc: impl Strategy<Value = usize>) -> impl Strategy
         prop_oneof![Just(0u32), Just(1), Just(3)].prop_map(Change::Mprotect),
         Just(Change::DontNeed),
         prop_oneof![Just(1u32), Just(3)].prop_map(Change::Mmap),
+        Just(Change::MovePages),
     ];
     (proc, 0..WINDOW_PAGES, [1..600u64, 1..600u64, 1..600u64], any::<[u8; 2]>(), change).prop_map(
         |(proc, page, [a, b, c], vals, change)| {
@@ -55,6 +58,12 @@ pub(crate) fn run_concurrent(
             Change::Mmap(prot) => {
                 mm.mmap(c, c_len, Prot(prot), MmapFlags { fixed: true, ..Default::default() }).map(|_| ())
             }
+            Change::MovePages => {
+                let pages: Vec<u64> = (c..c + c_len).step_by(PAGE as usize).collect();
+                // A folio the writers hold for a moment may stay (EAGAIN
+                // on every retry): only the bytes matter here.
+                mm.move_pages(&pages, Some(&vec![1; pages.len()]), true).result.map(|_| ())
+            }
         };
         (wa.join().unwrap(), wb.join().unwrap(), changed)
     });
@@ -69,8 +78,11 @@ pub(crate) fn run_concurrent(
         }
         Change::DontNeed => rs.zap(c, c_len),
         Change::Mmap(prot) => rs.map(c, c_len, Prot(prot)),
+        Change::MovePages => {}
     }
-    if !matches!(change, Change::Mprotect(_) | Change::DontNeed) || covered {
+    if matches!(change, Change::MovePages) {
+        prop_assert!(matches!(changed, Ok(()) | Err(Errno::ENOMEM)), "move_pages: {:?}", changed);
+    } else if !matches!(change, Change::Mprotect(_) | Change::DontNeed) || covered {
         prop_assert_eq!(changed, Ok(()), "{:?} of {:#x}+{:#x}", change, c, c_len);
     }
     same_outcome("thread 1's write", wa, rs.write_byte_per_page(a, lens[0] * PAGE, vals[0]))?;
