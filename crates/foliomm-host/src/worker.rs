@@ -184,6 +184,7 @@ impl WorkerThread {
             Op::Mprotect { addr, len, prot } => done(sys::mprotect(addr, len, prot.0)),
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
+            Op::Mbind { addr, len, mode, nodes, flags } => done(sys::mbind(addr, len, mode, nodes, flags)),
             Op::MovePages { addr, len, node, all } => {
                 let pages: Vec<u64> = (addr..addr + len).step_by(PAGE as usize).collect();
                 sys::move_pages(&pages, node, all)

@@ -64,6 +64,14 @@ pub enum Op {
         node: Option<i32>,
         all: bool,
     },
+    /// `mbind(addr, len, mode, &nodes, maxnode, flags)`.
+    Mbind {
+        addr: u64,
+        len: u64,
+        mode: u32,
+        nodes: u64,
+        flags: u32,
+    },
     /// `mlock` (`lock`) or `munlock`.
     Mlock {
         addr: u64,

@@ -216,11 +216,15 @@ pub enum Errno {
     /// No such device: a NUMA node without memory (`-ENODEV`, `move_pages`).
     #[error("ENODEV: no such device (node)")]
     ENODEV,
+    /// I/O error: `mbind` with `MPOL_MF_STRICT` left a page where the
+    /// policy does not allow it (`-EIO`).
+    #[error("EIO: a page is not where the policy puts it")]
+    EIO,
 }
 
 /// Each errno with its kernel name and its number on x86-64 Linux (0 for
 /// SIGBUS, a signal rather than an errno).
-const ERRNOS: [(Errno, &str, i32); 13] = {
+const ERRNOS: [(Errno, &str, i32); 14] = {
     use Errno::*;
     [
         (ENOMEM, "ENOMEM", 12),
@@ -236,6 +240,7 @@ const ERRNOS: [(Errno, &str, i32); 13] = {
         (ENOENT, "ENOENT", 2),
         (EAGAIN, "EAGAIN", 11),
         (ENODEV, "ENODEV", 19),
+        (EIO, "EIO", 5),
     ]
 };
 

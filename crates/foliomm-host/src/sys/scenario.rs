@@ -88,6 +88,20 @@ pub(crate) fn move_pages(pages: &[u64], node: Option<i32>, all: bool) -> io::Res
     Ok((r as u64, status.into_iter().map(|s| (s != UNWRITTEN).then_some(s)).collect()))
 }
 
+/// `mbind(addr, len, mode, &nodes, 65, flags)`: one word of node bits
+/// (`get_nodes` reads `maxnode - 1` of them); no mask for the default policy.
+pub(crate) fn mbind(addr: u64, len: u64, mode: u32, nodes: u64, flags: u32) -> io::Result<()> {
+    let (mask, maxnode) = if mode == 0 && nodes == 0 { (std::ptr::null(), 0) } else { (&nodes as *const u64, 65) };
+    // SAFETY: `mask` is null or points to one u64 that outlives the call,
+    // which reads `maxnode - 1` bits of it; mbind changes no memory's
+    // contents, only where pages live.
+    let r = unsafe { libc::syscall(libc::SYS_mbind, addr, len, mode, mask, maxnode as u64, flags) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The node of the caller's page at `addr` (`move_pages` without nodes);
 /// 0 where the kernel names none.
 pub(crate) fn page_node(addr: u64) -> u32 {

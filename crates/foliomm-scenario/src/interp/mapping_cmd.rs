@@ -74,6 +74,12 @@ impl State<'_> {
                     _ => Ok(format!("status {shown}")),
                 }
             }
+            Cmd::Mbind(m) => {
+                let (addr, len) = self.place(&m.place)?;
+                let op = Op::Mbind { addr, len, mode: m.mode, nodes: m.nodes, flags: m.flags };
+                outcome(step, self.perform(t, op))?;
+                Ok("ok".into())
+            }
             Cmd::Mremap { .. } => self.mremap_step(step, t),
             _ => unreachable!("not a mapping step"),
         }

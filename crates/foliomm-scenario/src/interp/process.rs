@@ -54,6 +54,7 @@ impl State<'_> {
             | Cmd::Mlock(..)
             | Cmd::Split(..)
             | Cmd::MovePages(_)
+            | Cmd::Mbind(_)
             | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
             | Cmd::Close(_)

@@ -43,6 +43,7 @@ impl State<'_> {
                 vec![p.clone()]
             }
             Cmd::MovePages(m) => vec![m.place.clone()],
+            Cmd::Mbind(m) => vec![m.place.clone()],
             Cmd::Write { place, .. }
             | Cmd::Pattern { place, .. }
             | Cmd::Read { place, .. }

@@ -155,6 +155,9 @@ pub enum Cmd {
     /// `unmoved` pages unmigrated (0 unless given) and, with `status`, write
     /// those statuses.
     MovePages(MovePagesStep),
+    /// `mbind PLACE MODE [NODES] [move|move_all] [strict]`: `mbind(2)` of
+    /// the place with an `MPOL_*` mode, a node mask and `MPOL_MF_*` flags.
+    Mbind(MbindStep),
     Mremap {
         name: String,
         from: Place,
@@ -271,6 +274,16 @@ pub struct MovePagesStep {
     pub unmoved: u64,
     /// Per page: a node, `-errno`, or `None` for a status left unwritten.
     pub status: Option<Vec<Option<i32>>>,
+}
+
+/// An `mbind` step's arguments: the `MPOL_*` mode, the node mask and the
+/// `MPOL_MF_*` flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MbindStep {
+    pub place: Place,
+    pub mode: u32,
+    pub nodes: u64,
+    pub flags: u32,
 }
 
 /// Settings fixed when the machine is built.

@@ -14,6 +14,7 @@
 //! set tlb 0                          entries per CPU TLB, 0 for none (likewise)
 //! set max_map_count 100              vm.max_map_count, default 65530 (likewise)
 //! set swap 64M                       a swap device, as zram (none by default)
+//! set nodes 2                        NUMA nodes, 1 to 8 (the memory cut in equal parts)
 //! set debug no-large-reuse           a model debug switch (likewise)
 //! set thp enabled=madvise 64K=always 2048K=inherit
 //! set shmem enabled=always 64K=inherit   shmem_enabled and per-size shmem modes
@@ -33,7 +34,12 @@
 //! P: mprotect a[0..4K] r             r, rw, rwx, none
 //! P: mlock a[0..8K]                  mlock (populates, VM_LOCKED); munlock a
 //! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
-//!                                    populate_read populate_write pageout
+//!                                    populate_read populate_write pageout cold collapse
+//! P: split a [to order 2]            debugfs split_huge_pages over the place
+//! khugepaged [3]                     full khugepaged scans (1 unless given)
+//! P: move_pages a [to 1] [all] [unmoved N] [status 1 EBUSY 1*510 -]
+//!                                    move_pages(2) of every page (a query without `to`)
+//! P: mbind a bind 1 [move|move_all] [strict]   mbind(2): default, preferred, bind, interleave
 //! P: b = mremap a[8K..16K] [size 16K] [to c] [dontunmap]
 //! P: fork C                          C: exit        P: wait C
 //! P.t1: write a                      a line of thread t1 of P (started at its first
@@ -74,6 +80,7 @@
 
 mod ast;
 mod lexer;
+mod numa_cmd;
 mod parser;
 mod proc_cmd;
 mod set_cmd;

@@ -42,7 +42,8 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             };
             Cmd::Split(p, order)
         }
-        "move_pages" => parse_move_pages(l)?,
+        "move_pages" => super::numa_cmd::parse_move_pages(l)?,
+        "mbind" => super::numa_cmd::parse_mbind(l)?,
         "madvise" => {
             let p = l.place()?;
             let col = l.col();
@@ -133,7 +134,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         t => {
             return l.err(
                 col,
-                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, shmdt, shmrm, fork, exit, wait, write, fill, read, verify, observe), found '{t}'"),
+                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mlock, munlock, split, move_pages, mbind, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, shmdt, shmrm, fork, exit, wait, write, fill, read, verify, observe, pin, get, unpin), found '{t}'"),
             )
         }
     })
@@ -348,52 +349,4 @@ fn huge_size(l: &mut Line) -> Result<HugeSize, ParseError> {
         },
         None => l.err(col, format!("expected hugetlb, found '{t}'")),
     }
-}
-
-/// `move_pages PLACE [to NODE] [all] [unmoved N] [status S...]`, after the
-/// verb. A status is a node, an errno name (`EACCES`), or `-` for one left
-/// unwritten, each repeated with `*N` (`0*512`).
-fn parse_move_pages(l: &mut Line) -> Result<Cmd, ParseError> {
-    let place = l.place()?;
-    let mut node = None;
-    if l.eat("to") {
-        let col = l.col();
-        let t = l.next("a node")?;
-        node = Some(t.parse::<i32>().or_else(|_| l.err(col, format!("expected a node number, found '{t}'")))?);
-    }
-    let all = l.eat("all");
-    let unmoved = if l.eat("unmoved") { l.size("a number of pages")? } else { 0 };
-    let status = if l.eat("status") {
-        let mut list = Vec::new();
-        while let Some(t) = l.peek() {
-            let col = l.col();
-            l.pos += 1;
-            let (what, times) = match t.split_once('*') {
-                Some((w, n)) => match n.parse::<usize>() {
-                    Ok(n) if n > 0 => (w, n),
-                    _ => return l.err(col, format!("expected a repeat count after '*', found '{n}'")),
-                },
-                None => (t, 1),
-            };
-            let one = match what {
-                "-" => None,
-                w => match (w.parse::<i32>(), foliomm::Errno::from_name(w)) {
-                    (Ok(n), _) if n >= 0 => Some(n),
-                    (_, Some(e)) => Some(-e.number()),
-                    _ => {
-                        let want = "a node, an errno name (EACCES, EBUSY, ENOENT, EFAULT) or '-'";
-                        return l.err(col, format!("expected {want}, found '{w}'"));
-                    }
-                },
-            };
-            list.extend(std::iter::repeat_n(one, times));
-        }
-        if list.is_empty() {
-            return l.err(l.col(), "expected at least one status after 'status'");
-        }
-        Some(list)
-    } else {
-        None
-    };
-    Ok(Cmd::MovePages(super::ast::MovePagesStep { place, node, all, unmoved, status }))
 }

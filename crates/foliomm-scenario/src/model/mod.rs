@@ -244,6 +244,10 @@ impl Backend for ModelBackend {
                 done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order).map(|_| ()))?
             }
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
+            Op::Mbind { addr, len, mode, nodes, flags } => {
+                let nodes = foliomm::internals::phys::NodeMask(nodes);
+                done(self.mm_of(t)?.mbind(addr, len, mode, nodes, flags))?
+            }
             Op::MovePages { addr, len, node, all } => {
                 let pages: Vec<u64> = (addr..addr + len).step_by(4096).collect();
                 let nodes = node.map(|n| vec![n; pages.len()]);

@@ -19,39 +19,32 @@ impl Kernel {
         self.phys.alloc_pages(order).map(|pfn| self.prep_folio(pfn, order))
     }
 
-    /// [`Kernel::alloc_folio`] where `place` allows (`__folio_alloc` with a
-    /// preferred node and nodemask); a large folio without reclaim, as
-    /// [`Kernel::alloc_large_folio`] takes it, against the allowed nodes'
-    /// share of the low watermark.
-    pub fn alloc_folio_on(&self, place: Placement, order: u32) -> Result<Folio<'_>, Errno> {
-        let node = &self.phys;
-        let free: u64 = (0..node.nr_nodes()).filter(|&n| place.allowed.contains(n)).map(|n| node.nr_free_node(n)).sum();
-        if order > 0 && free < self.low_watermark() / node.nr_nodes() as u64 + (1 << order) {
-            return Err(Errno::ENOMEM);
-        }
-        node.alloc_pages_on(place, order, MigrateType::Movable).map(|pfn| self.prep_folio(pfn, order))
-    }
-
     /// [`Kernel::alloc_folio`] with the bytes zeroed (`vma_alloc_zeroed_movable_folio`).
     pub fn alloc_folio_zeroed(&self, order: u32) -> Result<Folio<'_>, Errno> {
         self.phys.alloc_pages_zeroed(order).map(|pfn| self.prep_folio(pfn, order))
     }
 
-    /// A large user folio of `2^order` pages, zeroed or not, taken without
-    /// reclaim (`GFP_TRANSHUGE_LIGHT`, as THP and mTHP faults and
-    /// khugepaged take theirs): ENOMEM, for the caller to fall back to a
-    /// smaller order, if it would leave fewer free frames than the low
+    /// A user folio of `2^order` pages, zeroed or not, where `place`
+    /// allows (`vma_alloc_folio` / `__folio_alloc` with a preferred node and
+    /// nodemask). A large folio is taken without reclaim (`GFP_TRANSHUGE_LIGHT`,
+    /// as THP and mTHP faults, khugepaged and migration take theirs): ENOMEM,
+    /// for the caller to fall back to a smaller order, if it would leave
+    /// the allowed nodes fewer free frames than their share of the low
     /// watermark (`zone_watermark_ok` at `WMARK_LOW` in the fast path),
     /// which keeps the last frames for page tables and small folios.
-    pub fn alloc_large_folio(&self, order: u32, zeroed: bool) -> Result<Folio<'_>, Errno> {
-        if self.phys.nr_free() < self.low_watermark() + (1 << order) {
+    pub fn alloc_folio_on(&self, place: Placement, order: u32, zeroed: bool) -> Result<Folio<'_>, Errno> {
+        let phys = &self.phys;
+        let allowed: Vec<usize> = (0..phys.nr_nodes()).filter(|&n| place.allowed.contains(n)).collect();
+        let free: u64 = allowed.iter().map(|&n| phys.nr_free_node(n)).sum();
+        let mark = self.low_watermark() * allowed.len() as u64 / phys.nr_nodes() as u64;
+        if order > 0 && free < mark + (1 << order) {
             return Err(Errno::ENOMEM);
         }
-        if zeroed {
-            self.alloc_folio_zeroed(order)
-        } else {
-            self.alloc_folio(order)
-        }
+        let pfn = match zeroed {
+            true => phys.alloc_pages_zeroed_on(place, order, MigrateType::Movable),
+            false => phys.alloc_pages_on(place, order, MigrateType::Movable),
+        }?;
+        Ok(self.prep_folio(pfn, order))
     }
 
     /// The low watermark in frames (`min_free_kbytes` = `int_sqrt(16 * KiB

@@ -60,10 +60,10 @@ fn alloc_anon_folio<'k>(vmf: &VmFault<'k>) -> Result<Folio<'k>> {
         if !inside || !pte_range_none(&k.phys, vmf.table, pte_index(base), 1 << order) {
             continue;
         }
-        match k.alloc_large_folio(order, true) {
+        match k.alloc_folio_on(vmf.vma.placement(base, order), order, true) {
             Ok(f) => return Ok(f),
             Err(_) => Stats::inc(&k.stats.anon_fault_fallback[order as usize]),
         }
     }
-    super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, true)
+    super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(vmf.address, 0), true)
 }

@@ -121,7 +121,7 @@ impl CopyVma<'_> {
                     single = nr;
                     continue;
                 }
-                self.copy_present_page(dtable, idx, pte)?;
+                self.copy_present_page(dtable, idx, addr, pte)?;
                 addr += PAGE_SIZE;
                 continue;
             }
@@ -159,9 +159,9 @@ impl CopyVma<'_> {
     /// `copy_present_page`: the child gets its own copy of a page that may be
     /// pinned, mapped writable if the VMA is; the parent's PTE stays as it was
     /// (writable, exclusive), so the pin keeps seeing the parent's page.
-    fn copy_present_page(&self, dtable: Pfn, idx: usize, pte: Pte) -> Result<()> {
+    fn copy_present_page(&self, dtable: Pfn, idx: usize, addr: u64, pte: Pte) -> Result<()> {
         let (k, dst, dst_vma) = (self.k, self.dst, self.dst_vma);
-        let new = k.alloc_folio(0)?;
+        let new = k.alloc_folio_on(self.src_vma.placement(addr, 0), 0, false)?;
         k.phys.copy_frame(new.pfn, pte.pfn());
         // The same page index as the original: the child's VMA has the
         // parent's vm_pgoff.

@@ -65,7 +65,7 @@ fn do_shared_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
 fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
     let anon_vma = vmf.mm.anon_vma_prepare(vmf.vma);
-    let new = super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, false)?;
+    let new = super::vmscan::alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(addr, 0), false)?;
     let (f, pfn) = match get_folio(vmf, inode) {
         Ok(got) => got,
         Err(e) => {

@@ -68,7 +68,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         Stats::inc(&k.stats.huge_zero_map);
         return Ok(Huge::Done);
     }
-    let Ok(f) = k.alloc_large_folio(PMD_ORDER, true) else {
+    let Ok(f) = k.alloc_folio_on(vma.placement(haddr, PMD_ORDER), PMD_ORDER, true) else {
         Stats::inc(&k.stats.thp_fault_fallback);
         Stats::inc(&k.stats.anon_fault_fallback[PMD_ORDER as usize]);
         return Ok(Huge::Fallback);
@@ -119,7 +119,8 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
     }
     if orig.special() {
         let anon_vma = mm.anon_vma_prepare(vma);
-        let Ok(f) = k.alloc_large_folio(PMD_ORDER, true) else {
+        let place = vma.placement(addr & !(PMD_SIZE - 1), PMD_ORDER);
+        let Ok(f) = k.alloc_folio_on(place, PMD_ORDER, true) else {
             Stats::inc(&k.stats.thp_fault_fallback);
             split_huge_pmd(k, mm, addr);
             return Ok(Huge::Fallback);

@@ -176,7 +176,7 @@ fn putback(k: &Kernel, folios: Vec<Folio>) {
 /// lock is busy, or something besides its mappings holds it; EBUSY for a
 /// folio in the swap cache or no longer anon.
 fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
-    let dst = k.alloc_folio_on(Placement::this_node(nid), f.order())?;
+    let dst = k.alloc_folio_on(Placement::this_node(nid), f.order(), false)?;
     let moved = (|| {
         if !f.test_anon() || k.folio_swap(f).is_some() {
             return Err(Errno::EBUSY);

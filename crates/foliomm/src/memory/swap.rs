@@ -102,13 +102,14 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             if !dev.prepare(e) {
                 return Ok(()); // another swap-in has the slot: fault again
             }
-            let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, false).inspect_err(|_| dev.clear_prepared(e))?;
+            let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(vmf.address, 0), false)
+                .inspect_err(|_| dev.clear_prepared(e))?;
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
             (f, false, f.pfn)
         }
         None => {
-            let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, false)?;
+            let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(vmf.address, 0), false)?;
             if !k.swap_cache_add(f, e) {
                 k.folio_put_refs(f, 1);
                 return Ok(());
@@ -218,7 +219,7 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
         release(claimed.len() as u64);
         return Some(Ok(()));
     }
-    let f = match k.alloc_large_folio(order, false) {
+    let f = match k.alloc_folio_on(vmf.vma.placement(base, order), order, false) {
         Ok(f) => f,
         Err(_) => {
             release(nr);

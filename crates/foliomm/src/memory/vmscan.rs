@@ -17,6 +17,7 @@ use crate::kernel::lru::LruList;
 use crate::kernel::{Kernel, Stats};
 use crate::mm_types::MmList;
 use crate::phys::pg;
+use crate::phys::Placement;
 use crate::rmap;
 use crate::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::{Errno, Result};
@@ -264,8 +265,8 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
 /// `MAX_RECLAIM_RETRIES` rounds, with or without progress
 /// (`__alloc_pages_slowpath`); ENOMEM after that (the OOM killer is not
 /// modelled). The caller holds no page-table lock.
-pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, zeroed: bool) -> Result<Folio<'k>> {
-    let alloc = || if zeroed { k.alloc_folio_zeroed(0) } else { k.alloc_folio(0) };
+pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, place: Placement, zeroed: bool) -> Result<Folio<'k>> {
+    let alloc = || k.alloc_folio_on(place, 0, zeroed);
     if k.swap.is_some() && k.phys.nr_free() < k.low_watermark() {
         Stats::inc(&k.stats.pageoutrun);
         try_to_free_pages(k, mmlist);

@@ -79,7 +79,8 @@ fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
 fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     let (k, mm, phys, orig) = (vmf.k, vmf.mm, &vmf.k.phys, vmf.orig);
     let anon_vma = vmf.mm.anon_vma_prepare(vmf.vma);
-    let new = super::vmscan::alloc_folio_reclaim(k, &mm.mmlist, old.is_none());
+    let place = vmf.vma.placement(vmf.address, 0);
+    let new = super::vmscan::alloc_folio_reclaim(k, &mm.mmlist, place, old.is_none());
     let new = match new {
         Ok(f) => f,
         Err(e) => {

@@ -9,6 +9,7 @@ pub mod fork;
 pub mod gup;
 pub mod khugepaged;
 pub mod madvise;
+pub mod mempolicy;
 pub mod migrate;
 pub mod mlock;
 pub mod mmap;

@@ -9,6 +9,7 @@
 pub mod fault_vma;
 #[cfg(all(test, loom))]
 mod loom_tests;
+pub mod mempolicy;
 pub mod mm;
 pub mod mmap_lock;
 pub mod vma;
@@ -17,6 +18,7 @@ pub mod vma_lock;
 pub mod vma_tree;
 
 pub use fault_vma::FaultVma;
+pub use mempolicy::Mempolicy;
 pub use mm::{Mm, MmList};
 pub use mmap_lock::{MmapReadGuard, MmapWriteGuard};
 pub use vma::{vm, Prot, Vma, VmaInit};

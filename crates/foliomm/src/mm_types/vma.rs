@@ -16,6 +16,7 @@
 use arc_swap::ArcSwapOption;
 
 use super::vma_lock::VmaLock;
+use super::Mempolicy;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
 use crate::rmap::{AnonVmaSlot, VmaRecord};
@@ -132,6 +133,8 @@ pub struct Vma {
     /// The reservation map of a private hugetlb mapping's owner (in
     /// `vm_private_data` in Linux), shared by the pieces of a split.
     hugetlb_resv: ArcSwapOption<PrivateResv>,
+    /// `vm_policy`, encoded ([`Mempolicy::encode`]).
+    policy: AtomicU64,
     /// `vm_area_struct::anon_vma` and `anon_vma_chain`.
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
@@ -150,6 +153,7 @@ impl Vma {
             pgoff: AtomicU64::new(0),
             file: ArcSwapOption::empty(),
             hugetlb_resv: ArcSwapOption::empty(),
+            policy: AtomicU64::new(0),
             anon_vma: AnonVmaSlot::default(),
             lock: VmaLock::new(design),
         }
@@ -161,6 +165,7 @@ impl Vma {
         self.file.store(v.file);
         self.set_range(v.start, v.end, v.pgoff);
         self.set_flags(v.flags);
+        self.set_policy(Mempolicy::Default);
         self.anon_vma.reset();
         self.lock.init();
     }
@@ -216,6 +221,24 @@ impl Vma {
     /// `hugetlb_dup_vma_private`) takes it away.
     pub fn set_hugetlb_resv(&self, resv: Option<Arc<PrivateResv>>) {
         self.hugetlb_resv.store(resv);
+    }
+    /// `vma_policy`: the VMA's NUMA memory policy.
+    pub fn policy(&self) -> Mempolicy {
+        Mempolicy::decode(self.policy.load(Relaxed))
+    }
+    /// Sets `vm_policy` (`vma_replace_policy`, `vma_dup_policy`); the
+    /// caller holds the mmap_lock for write.
+    pub fn set_policy(&self, p: Mempolicy) {
+        self.policy.store(p.encode(), Relaxed);
+    }
+    /// Where a folio of `order` for `addr` goes under the VMA's policy
+    /// (`vma_alloc_folio` → `get_vma_policy`, the interleave index from
+    /// `vm_pgoff` and the offset in folios); a THP of a `MADV_HUGEPAGE`
+    /// VMA may fall back to other nodes (direct reclaim under the default
+    /// `defrag` mode).
+    pub fn placement(&self, addr: u64, order: u32) -> crate::phys::Placement {
+        let ilx = (self.pgoff() >> order) + ((addr - self.start()) >> (crate::arch::PAGE_SHIFT + order));
+        self.policy().placement(ilx, order, self.flags() & vm::HUGEPAGE != 0)
     }
     /// Whether writes go to the file (`VM_SHARED`).
     pub fn shared(&self) -> bool {
@@ -318,6 +341,7 @@ impl Vma {
             && !self.is_hugetlb()
             && self.end() == next.start()
             && self.flags() == next.flags()
+            && self.policy() == next.policy()
             && self.pgoff() + (self.end() - self.start()) / PAGE_SIZE == next.pgoff()
             && (a == 0 || b == 0 || a == b)
     }

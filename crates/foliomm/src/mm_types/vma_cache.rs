@@ -47,6 +47,7 @@ impl VmaCache {
         let (start, end, flags, pgoff) = (v.start(), v.end(), v.flags(), v.pgoff());
         let dup = self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file() });
         dup.set_hugetlb_resv(v.hugetlb_resv());
+        dup.set_policy(v.policy());
         dup.anon_vma.clone_from(&v.anon_vma);
         dup
     }

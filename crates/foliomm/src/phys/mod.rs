@@ -98,7 +98,12 @@ impl PhysMem {
 
     /// [`PhysMem::alloc_pages_zeroed`] for `kind` of use.
     pub fn alloc_pages_zeroed_as(&self, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
-        let pfn = self.alloc_pages_as(order, kind)?;
+        self.alloc_pages_zeroed_on(Placement::LOCAL, order, kind)
+    }
+
+    /// [`PhysMem::alloc_pages_on`] with the block zeroed.
+    pub fn alloc_pages_zeroed_on(&self, place: Placement, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
+        let pfn = self.alloc_pages_on(place, order, kind)?;
         self.arena.zero(pfn as usize * WORDS_PER_PAGE, (PAGE_SIZE as usize) << order);
         Ok(pfn)
     }

@@ -248,7 +248,7 @@ impl Inode {
             if pages.range(first..first + (1 << order)).next().is_some() {
                 continue;
             }
-            match self.k.alloc_large_folio(order, true) {
+            match self.k.alloc_folio_on(crate::phys::Placement::LOCAL, order, true) {
                 Ok(f) => {
                     if order == PMD_ORDER {
                         Stats::inc(&self.k.stats.thp_file_alloc);

@@ -40,7 +40,7 @@ struct Isolated<'k> {
 /// (`__collapse_huge_page_isolate`; on failure the PMD is restored), copies
 /// and maps the new folio with a PMD, AnonExclusive.
 pub fn collapse_huge_page(k: &Kernel, mm: &Mm, haddr: u64, scanned: Scanned, cc: CollapseControl) -> ScanResult {
-    let Ok(new) = k.alloc_large_folio(PMD_ORDER, false) else {
+    let Ok(new) = k.alloc_folio_on(crate::phys::Placement::LOCAL, PMD_ORDER, false) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
         return ScanResult::AllocHugePageFail;
     };
