@@ -22,6 +22,11 @@ const VMSTAT: &[&str] = &[
     "thp_migration_success",
     "thp_migration_fail",
     "thp_migration_split",
+    "numa_pte_updates",
+    "numa_huge_pte_updates",
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "numa_pages_migrated",
 ];
 
 /// The counters' values since boot (the backend subtracts its baseline).

@@ -365,6 +365,9 @@ impl Backend for HostBackend {
                 self.request(t, t.tid, op)
             }
             Op::SplitHugePages { addr, len, order } => self.split_huge_pages(t.proc, addr, len, order),
+            Op::NumaScan { .. } => {
+                Err(StepError::Unsupported("the kernel scans for NUMA balancing on its own schedule".into()))
+            }
             Op::Access { addr, len, access: access @ Access::Read { every_byte: true } } if len > READ_CHUNK => {
                 // In pieces: the worker holds what it read until it
                 // replies, which a memory limit counts.

@@ -130,6 +130,7 @@ impl WorkerThread {
             Op::ExitThread => return Next::End,
             Op::Spawn => unreachable!("the controller starts worker processes"),
             Op::SplitHugePages { .. } => unreachable!("the controller writes to debugfs for its workers"),
+            Op::NumaScan { .. } => unreachable!("the controller refuses NUMA scans"),
             Op::SpawnThread => {
                 let p = self.proc.clone();
                 fence_off_next_stack();

@@ -64,6 +64,13 @@ pub enum Op {
         node: Option<i32>,
         all: bool,
     },
+    /// One NUMA balancing scan pass over `[addr, addr + len)`
+    /// (`task_numa_work`, which a kernel runs on its own schedule: the
+    /// host and guest cannot); replies with the pages made PROT_NONE.
+    NumaScan {
+        addr: u64,
+        len: u64,
+    },
     /// `mbind(addr, len, mode, &nodes, maxnode, flags)`.
     Mbind {
         addr: u64,

@@ -80,6 +80,11 @@ impl State<'_> {
                 outcome(step, self.perform(t, op))?;
                 Ok("ok".into())
             }
+            Cmd::NumaScan(pl) => {
+                let (addr, len) = self.place(pl)?;
+                let updated = outcome(step, self.perform(t, Op::NumaScan { addr, len }).and_then(|r| r.value()))?;
+                Ok(format!("{} pages made PROT_NONE", updated.unwrap_or(0)))
+            }
             Cmd::Mremap { .. } => self.mremap_step(step, t),
             _ => unreachable!("not a mapping step"),
         }

@@ -167,6 +167,7 @@ impl State<'_> {
             }
             Cmd::MovePages(m) => touch(&m.place, true, &mut f)?,
             Cmd::Mbind(m) => touch(&m.place, true, &mut f)?,
+            Cmd::NumaScan(pl) => touch(pl, true, &mut f)?,
             Cmd::Mremap { name, from, to, .. } => {
                 touch(from, true, &mut f)?;
                 if let Some(t) = to {

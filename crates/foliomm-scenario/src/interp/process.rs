@@ -55,6 +55,7 @@ impl State<'_> {
             | Cmd::Split(..)
             | Cmd::MovePages(_)
             | Cmd::Mbind(_)
+            | Cmd::NumaScan(_)
             | Cmd::Mremap { .. } => self.mapping_step(step, t),
             Cmd::CreateFile { .. }
             | Cmd::Close(_)

@@ -44,6 +44,7 @@ impl State<'_> {
             }
             Cmd::MovePages(m) => vec![m.place.clone()],
             Cmd::Mbind(m) => vec![m.place.clone()],
+            Cmd::NumaScan(p) => vec![p.clone()],
             Cmd::Write { place, .. }
             | Cmd::Pattern { place, .. }
             | Cmd::Read { place, .. }

@@ -155,6 +155,9 @@ pub enum Cmd {
     /// `unmoved` pages unmigrated (0 unless given) and, with `status`, write
     /// those statuses.
     MovePages(MovePagesStep),
+    /// `numa_scan PLACE`: one pass of automatic NUMA balancing's scan
+    /// (`task_numa_work`) over the place (model only).
+    NumaScan(Place),
     /// `mbind PLACE MODE [NODES] [move|move_all] [strict]`: `mbind(2)` of
     /// the place with an `MPOL_*` mode, a node mask and `MPOL_MF_*` flags.
     Mbind(MbindStep),

@@ -40,6 +40,7 @@
 //! P: move_pages a [to 1] [all] [unmoved N] [status 1 EBUSY 1*510 -]
 //!                                    move_pages(2) of every page (a query without `to`)
 //! P: mbind a bind 1 [move|move_all] [strict]   mbind(2): default, preferred, bind, interleave
+//! P: numa_scan a                     one NUMA balancing scan pass (task_numa_work; model only)
 //! P: b = mremap a[8K..16K] [size 16K] [to c] [dontunmap]
 //! P: fork C                          C: exit        P: wait C
 //! P.t1: write a                      a line of thread t1 of P (started at its first

@@ -44,6 +44,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "move_pages" => super::numa_cmd::parse_move_pages(l)?,
         "mbind" => super::numa_cmd::parse_mbind(l)?,
+        "numa_scan" => Cmd::NumaScan(l.place()?),
         "madvise" => {
             let p = l.place()?;
             let col = l.col();
@@ -134,7 +135,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         t => {
             return l.err(
                 col,
-                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mlock, munlock, split, move_pages, mbind, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, shmdt, shmrm, fork, exit, wait, write, fill, read, verify, observe, pin, get, unpin), found '{t}'"),
+                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mlock, munlock, split, move_pages, mbind, numa_scan, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, shmdt, shmrm, fork, exit, wait, write, fill, read, verify, observe, pin, get, unpin), found '{t}'"),
             )
         }
     })

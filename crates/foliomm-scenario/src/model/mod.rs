@@ -207,6 +207,7 @@ impl Backend for ModelBackend {
                 if p.threads.insert(t.tid, cpu).is_some() {
                     return Err(t.failure("exists already"));
                 }
+                p.mm.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Reply::Done
             }
             Op::ExitThread => {
@@ -214,7 +215,10 @@ impl Backend for ModelBackend {
                 let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
                 match (t.tid, p.threads.remove(&t.tid)) {
                     (0, _) => return Err(t.failure("is the process's first; exit the process")),
-                    (_, Some(_)) => Reply::Done,
+                    (_, Some(_)) => {
+                        p.mm.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        Reply::Done
+                    }
                     (_, None) => return Err(t.failure("does not exist")),
                 }
             }
@@ -244,6 +248,7 @@ impl Backend for ModelBackend {
                 done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order).map(|_| ()))?
             }
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
+            Op::NumaScan { addr, len } => Reply::Value(self.mm_of(t)?.numa_scan(addr, addr + len)),
             Op::Mbind { addr, len, mode, nodes, flags } => {
                 let nodes = foliomm::internals::phys::NodeMask(nodes);
                 done(self.mm_of(t)?.mbind(addr, len, mode, nodes, flags))?

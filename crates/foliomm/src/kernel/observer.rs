@@ -35,16 +35,26 @@ pub enum Consumer {
     /// mapped shared where it is (`__add_folio_for_migration`, asked as
     /// khugepaged asks, at the page named).
     Migrate,
+    /// NUMA balancing: the scan leaving a (maybe) shared folio of a COW
+    /// mapping alone (`prot_numa_skip`), and the hinting fault flagging a
+    /// folio of a shared mapping `TNF_SHARED` (`numa_migrate_check`).
+    NumaBalancing,
 }
 
 impl Consumer {
     /// Every consumer, in table order.
-    pub const ALL: [Consumer; 5] =
-        [Consumer::CowReuse, Consumer::Pageout, Consumer::PageoutSplit, Consumer::Collapse, Consumer::Migrate];
+    pub const ALL: [Consumer; 6] = [
+        Consumer::CowReuse,
+        Consumer::Pageout,
+        Consumer::PageoutSplit,
+        Consumer::Collapse,
+        Consumer::Migrate,
+        Consumer::NumaBalancing,
+    ];
 
     /// The consumer's name in counters and tables.
     pub fn name(self) -> &'static str {
-        ["cow_reuse", "pageout", "pageout_split", "collapse", "migrate"][self as usize]
+        ["cow_reuse", "pageout", "pageout_split", "collapse", "migrate", "numa"][self as usize]
     }
 }
 

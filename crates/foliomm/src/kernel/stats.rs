@@ -100,6 +100,18 @@ counters! {
     thp_migration_fail,
     /// PMD-sized folios split to be migrated (`thp_migration_split`).
     thp_migration_split,
+    /// Pages the NUMA scan made PROT_NONE (`numa_pte_updates`).
+    numa_pte_updates,
+    /// Huge PMDs the NUMA scan made PROT_NONE (`numa_huge_pte_updates`).
+    numa_huge_pte_updates,
+    /// NUMA hinting faults (`numa_hint_faults`).
+    numa_hint_faults,
+    /// Hinting faults on a folio of the faulting CPU's node (`numa_hint_faults_local`).
+    numa_hint_faults_local,
+    /// Pages migrated by hinting faults (`numa_pages_migrated`).
+    numa_pages_migrated,
+    /// Hinting faults classified `TNF_SHARED` for `task_numa_fault` (model-only).
+    numa_shared_faults,
     /// Write faults that reused the mapped page (`pgreuse`).
     pgreuse,
     /// Pages written to swap (`pswpout`).

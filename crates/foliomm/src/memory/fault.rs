@@ -112,6 +112,8 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind,
             {
                 return Ok(());
             }
+        } else if e.huge() && !e.hw_present() && vma.readable() {
+            return super::numa_balancing::do_huge_pmd_numa_page(&vmf, pmd);
         } else if e.huge() {
             if kind != FaultKind::Read && !e.write() {
                 if huge_memory::do_huge_pmd_wp_page(&vmf)? == Huge::Done {
@@ -157,6 +159,10 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
         })
     } else if pte.is_swap() {
         super::swap::do_swap_page(vmf)
+    } else if !pte.hw_present() && vmf.vma.readable() {
+        // PROT_NONE in an accessible VMA: the NUMA scan's (`pte_protnone`
+        // and `vma_is_accessible`).
+        super::numa_balancing::do_numa_page(vmf)
     } else if vmf.kind != FaultKind::Read && !pte.write() {
         if vmf.vma.shared() {
             return file::wp_page_shared(vmf);

@@ -33,6 +33,18 @@ use crate::{Errno, Result};
 /// `NR_MAX_MIGRATE_PAGES_RETRY`: passes over the folios that gave EAGAIN.
 const RETRIES: usize = 10;
 
+/// Why folios migrate (`enum migrate_reason`): a NUMA hinting fault's
+/// migration never splits a folio for want of a target (`nosplit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// `MR_SYSCALL`: `move_pages`.
+    Syscall,
+    /// `MR_MEMPOLICY_MBIND`.
+    Mbind,
+    /// `MR_NUMA_MISPLACED`.
+    NumaMisplaced,
+}
+
 /// `migrate_pages(from, alloc_migration_target, nid, MIGRATE_SYNC,
 /// MR_SYSCALL)`: migrates the isolated anon folios `from` (each holding
 /// its isolation reference) to node `nid`. Returns how many folios were
@@ -40,14 +52,21 @@ const RETRIES: usize = 10;
 /// even through a split; a folio split counts as one), or ENOMEM when a
 /// small folio found no room there. The folios not migrated go back to the
 /// LRU (`putback_movable_pages`).
-pub fn migrate_pages<'k>(k: &'k Kernel, mmlist: &MmList, from: Vec<Folio<'k>>, nid: usize) -> Result<u64> {
+pub fn migrate_pages<'k>(
+    k: &'k Kernel,
+    mmlist: &MmList,
+    from: Vec<Folio<'k>>,
+    nid: usize,
+    reason: Reason,
+) -> Result<u64> {
     let mut failed = Vec::new();
     let mut split = Vec::new();
-    let batch = migrate_batch(k, mmlist, from, nid, Some(&mut split), &mut failed);
+    let nosplit = reason == Reason::NumaMisplaced;
+    let batch = migrate_batch(k, mmlist, from, nid, Some(&mut split), nosplit, &mut failed);
     let nr_failed = match batch {
         Ok(n) if !split.is_empty() => {
             // The pieces get one pass, and no further split.
-            let _ = migrate_batch(k, mmlist, split, nid, None, &mut failed);
+            let _ = migrate_batch(k, mmlist, split, nid, None, nosplit, &mut failed);
             n
         }
         Ok(n) => n,
@@ -63,8 +82,9 @@ pub fn migrate_pages<'k>(k: &'k Kernel, mmlist: &MmList, from: Vec<Folio<'k>>, n
 }
 
 /// `migrate_pages_batch`: each folio of `from` migrated, retrying EAGAIN
-/// up to [`RETRIES`] passes; with `split`, a large folio partially mapped
-/// or without a target is split there. Folios that fail go to `failed`.
+/// up to [`RETRIES`] passes; with `split`, a large folio partially mapped,
+/// or without a target unless `nosplit`, is split there. Folios that fail
+/// go to `failed`.
 /// Returns the failures counted (a split one too), or ENOMEM (the rest of
 /// `from` moved to `failed`).
 fn migrate_batch<'k>(
@@ -73,6 +93,7 @@ fn migrate_batch<'k>(
     mut from: Vec<Folio<'k>>,
     nid: usize,
     mut split: Option<&mut Vec<Folio<'k>>>,
+    nosplit: bool,
     failed: &mut Vec<Folio<'k>>,
 ) -> Result<u64> {
     let mut nr_failed = 0;
@@ -100,7 +121,7 @@ fn migrate_batch<'k>(
             match move_folio(k, mmlist, f, nid) {
                 Ok(()) => {}
                 Err(Errno::ENOMEM)
-                    if f.is_large() && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
+                    if f.is_large() && !nosplit && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
                 {
                     nr_failed += 1;
                     if thp {

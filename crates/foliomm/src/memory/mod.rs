@@ -21,6 +21,7 @@ pub mod khugepaged;
 pub mod madvise_cold;
 pub mod migrate;
 pub mod move_page_tables;
+pub mod numa_balancing;
 pub mod rmap_walk;
 pub mod split;
 pub mod swap;

@@ -14,7 +14,7 @@ use super::vma::merge_around;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Consumer;
-use crate::memory::migrate::migrate_pages;
+use crate::memory::migrate::{migrate_pages, Reason};
 use crate::mm_types::{Mempolicy, Mm, Vmas};
 use crate::pgtable::{leaf_slot, pte_lockptr};
 use crate::phys::NodeMask;
@@ -87,7 +87,7 @@ impl Mm {
             let (batch, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut q.list).into_iter().partition(|&(_, n)| n == nid);
             q.list = rest;
             let folios = batch.into_iter().map(|(f, _)| f).collect();
-            failed += migrate_pages(k, &self.mmlist, folios, nid).unwrap_or(1);
+            failed += migrate_pages(k, &self.mmlist, folios, nid, Reason::Mbind).unwrap_or(1);
         }
         if failed > 0 && flags & MPOL_MF_STRICT != 0 {
             return Err(Errno::EIO);

@@ -9,7 +9,7 @@
 
 use crate::folio::Folio;
 use crate::kernel::{Consumer, Kernel};
-use crate::memory::migrate::migrate_pages;
+use crate::memory::migrate::{migrate_pages, Reason};
 use crate::mm_types::Mm;
 use crate::pgtable::{leaf_slot, pte_lockptr};
 use crate::rmap;
@@ -144,7 +144,7 @@ impl Mm {
     ) -> Result<u64> {
         let Some(node) = node.filter(|_| !list.is_empty()) else { return Ok(0) };
         let k = &*self.kernel;
-        match migrate_pages(k, &self.mmlist, std::mem::take(list), node)? {
+        match migrate_pages(k, &self.mmlist, std::mem::take(list), node, Reason::Syscall)? {
             0 => {
                 status[start..i].iter_mut().for_each(|s| *s = Some(node as i32));
                 Ok(0)

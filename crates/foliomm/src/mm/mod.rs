@@ -15,6 +15,7 @@ pub mod mlock;
 pub mod mmap;
 pub mod mprotect;
 pub mod mremap;
+pub mod numa_scan;
 pub mod proc;
 pub mod smaps;
 pub mod split_huge_pages;

@@ -58,6 +58,10 @@ pub struct Mm {
     /// `MMF_VM_HUGEPAGE`: khugepaged has a slot for this MM and scans it
     /// (see `crate::memory::khugepaged::khugepaged_enter_vma`).
     pub khugepaged: AtomicBool,
+    /// `mm_users` as threads count it: the tasks sharing this address
+    /// space (1 at creation; a caller that starts or ends a thread of it
+    /// says so). The NUMA scan asks whether it is 1.
+    pub users: crate::sync::atomic::AtomicU32,
     exited: AtomicBool,
 }
 
@@ -84,6 +88,7 @@ impl Mm {
             tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
             khugepaged: AtomicBool::new(false),
+            users: crate::sync::atomic::AtomicU32::new(1),
             exited: AtomicBool::new(false),
         });
         list.add(&mm);

@@ -221,6 +221,18 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 12)
     }
 
+    /// Whether the NUMA scan tests a COW mapping's folio for sharing by its
+    /// reference count (`page_count() != 1`, as 6.1's `change_pte_range`
+    /// does, which skips every PTE-mapped large folio): before 6.10 in the
+    /// model. 6.18's `prot_numa_skip` asks `folio_maybe_dma_pinned ||
+    /// folio_maybe_mapped_shared`; when the refcount test gave way (and
+    /// whether a `folio_likely_mapped_shared` step came between) is not
+    /// checked against the kernel's history: the model takes 6.10, the
+    /// release of David Hildenbrand's page_mapcount() clean-ups.
+    pub fn prot_numa_asks_refcount(self) -> bool {
+        self < KernelVersion::new(6, 10)
+    }
+
     /// Whether migration splits a large folio on the deferred split queue
     /// before moving anything ("mm/migrate: split source folio if it is on
     /// deferred split list", Zi Yan): 6.10 on. Before, it moved whole.
