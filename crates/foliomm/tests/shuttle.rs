@@ -335,12 +335,9 @@ fn shuttle_a_reader_racing_rmap_updates_answers_shared() {
     assert!(BUSY_READS.load(std::sync::atomic::Ordering::Relaxed) > 0, "no reader ever met a writer");
 }
 
-/// Reclaim's deferred split (`deferred_split_scan`, as a faulting task's
-/// direct reclaim runs it) splits a partially mapped 64K folio while the
-/// parent breaks COW on its pages and the child zaps its half: after
-/// every schedule the checker finds nothing and each side reads its bytes.
-fn deferred_split_race() {
-    let m = machine(VmaLockDesign::VmaRefcount, false);
+/// A parent with a 64K mTHP of 0x11 bytes at the returned address, its
+/// forked child sharing it, and the CPU that wrote it.
+fn forked_mthp(m: &Arc<Machine>) -> (Arc<Mm>, Arc<Mm>, u64, Cpu) {
     m.thp.set_order(4, ThpMode::Always).unwrap();
     let parent = m.new_mm().unwrap();
     let a = parent.mmap(0, 128 * K, Prot::RW, MmapFlags::default()).expect("mmap");
@@ -348,6 +345,16 @@ fn deferred_split_race() {
     let mut cpu = m.new_cpu();
     cpu.write_byte_per_page(&parent, a, 64 * K, 0x11).expect("write");
     let child = parent.fork().unwrap();
+    (parent, child, a, cpu)
+}
+
+/// Reclaim's deferred split (`deferred_split_scan`, as a faulting task's
+/// direct reclaim runs it) splits a partially mapped 64K folio while the
+/// parent breaks COW on its pages and the child zaps its half: after
+/// every schedule the checker finds nothing and each side reads its bytes.
+fn deferred_split_race() {
+    let m = machine(VmaLockDesign::VmaRefcount, false);
+    let (parent, child, a, mut cpu) = forked_mthp(&m);
     child.madvise(a + 32 * K, 32 * K, foliomm::internals::mm::Advice::DontNeed).unwrap();
     let splitter = {
         let m = m.clone();
@@ -392,13 +399,7 @@ fn migration_race() {
     config.vma_lock = VmaLockDesign::VmaRefcount;
     let m = Machine::new(config).expect("a small machine");
     m.thp.set_enabled(ThpMode::Never).unwrap();
-    m.thp.set_order(4, ThpMode::Always).unwrap();
-    let parent = m.new_mm().unwrap();
-    let a = parent.mmap(0, 128 * K, Prot::RW, MmapFlags::default()).expect("mmap");
-    let a = a.next_multiple_of(64 * K);
-    let mut cpu = m.new_cpu();
-    cpu.write_byte_per_page(&parent, a, 64 * K, 0x11).expect("write");
-    let child = parent.fork().unwrap();
+    let (parent, child, a, mut cpu) = forked_mthp(&m);
     let pages: Vec<u64> = (a..a + 64 * K).step_by(4 * K as usize).collect();
     let migrator = {
         let (parent, pages) = (parent.clone(), pages.clone());
