@@ -33,12 +33,14 @@ pub struct Mapping<'m> {
     pub locked: bool,
 }
 
-/// Finds every mapping of the locked anon folio `f` through its anon_vma
-/// (`rmap_walk_anon`) and calls `act` with them while every table holding
+/// Finds every mapping of the locked folio `f` through its anon_vma
+/// (`rmap_walk_anon`) or, for a page-cache folio, its file's `i_mmap`
+/// (`rmap_walk_file`) and calls `act` with them while every table holding
 /// one is locked. With `split_pmds` a huge PMD mapping the folio is split
 /// first (`TTU_SPLIT_HUGE_PMD`) and only PTEs are passed; without, a huge
 /// PMD is passed as one mapping at [`Level::Pmd`]. EBUSY if the anon_vma
-/// is gone; EAGAIN if a table's lock is busy or a table changed meanwhile.
+/// or the file is gone; EAGAIN if a table's lock is busy or a table
+/// changed meanwhile.
 pub fn with_mappings<T>(
     k: &Kernel,
     mmlist: &MmList,
@@ -46,8 +48,15 @@ pub fn with_mappings<T>(
     split_pmds: bool,
     act: impl FnOnce(&[Mapping]) -> Result<T>,
 ) -> Result<T> {
-    let av = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)).ok_or(Errno::EBUSY)?;
-    let tree = av.tree.read();
+    let link = f.head().link.load(crate::sync::atomic::Ordering::Relaxed);
+    let (av, inode);
+    let tree = if f.test_anon() {
+        av = mmlist.anon_vma(link).ok_or(Errno::EBUSY)?;
+        av.tree.read()
+    } else {
+        inode = mmlist.inodes().into_iter().find(|i| i.ino == link).ok_or(Errno::EBUSY)?;
+        inode.i_mmap.read()
+    };
     let (first, last) = (f.index(), f.index() + f.nr_pages());
     let spans: Vec<(Arc<Mm>, u64, u64, bool)> = tree
         .iter()

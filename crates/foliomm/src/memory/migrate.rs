@@ -1,4 +1,4 @@
-//! Moving anon folios to another node (mm/migrate.c `migrate_pages`,
+//! Moving anon and shmem folios to another node (mm/migrate.c `migrate_pages`,
 //! `migrate_pages_batch`, `migrate_folio_unmap` + `migrate_folio_move`,
 //! `alloc_migration_target`), for `move_pages(2)`.
 //!
@@ -13,9 +13,8 @@
 //! Differs from Linux: the mappings are held still by their tables' locks
 //! ([`super::folio_mappings`]) and cleared while the bytes move, not
 //! replaced by migration entries; a PMD mapping moves as a PMD (as with
-//! `set_pmd_migration_entry`). Only anon
-//! folios on the LRU are migrated: a shmem, page-cache or hugetlb folio, or
-//! one in the swap cache, fails with EBUSY.
+//! `set_pmd_migration_entry`). Anon folios and shmem folios migrate; a
+//! hugetlb folio, or one in the swap cache, fails with EBUSY.
 
 use super::folio_mappings::{with_mappings, Mapping};
 use super::split::split_folio_to_order;
@@ -183,41 +182,81 @@ fn count_failed(k: &Kernel, f: Folio) {
     }
 }
 
-/// `putback_movable_pages`: each folio back on the LRU, its isolation
-/// reference dropped.
+/// `folio_isolate_lru` for migration, taking a reference: an anon folio
+/// off the LRU; a shmem folio (which the model keeps on no LRU) marked
+/// [`pg::ISOLATED`]. False if it is not there to take (isolated already,
+/// a hugetlb folio, or neither).
+pub fn isolate_folio(k: &Kernel, f: Folio) -> bool {
+    if f.test_anon() {
+        return k.lru.isolate(f);
+    }
+    if !crate::shmem::in_page_cache(f) || f.head().test(pg::HUGETLB) || f.head().test_and_set(pg::ISOLATED) {
+        return false;
+    }
+    if f.try_get() {
+        return true;
+    }
+    f.head().clear(pg::ISOLATED);
+    false
+}
+
+/// `putback_movable_pages`: each folio back on the LRU (or a shmem folio
+/// unmarked), its isolation reference dropped.
 fn putback(k: &Kernel, folios: Vec<Folio>) {
     for f in folios {
-        k.lru.add(f);
+        if f.test_anon() {
+            k.lru.add(f);
+        } else {
+            f.head().clear(pg::ISOLATED);
+        }
         k.folio_put_refs(f, 1);
     }
 }
 
-/// `migrate_folio_unmap` + `migrate_folio_move` of one isolated anon folio:
+/// `migrate_folio_unmap` + `migrate_folio_move` of one isolated folio:
 /// ENOMEM without a target on `nid`; EAGAIN if it is locked, a table's
-/// lock is busy, or something besides its mappings holds it; EBUSY for a
-/// folio in the swap cache or no longer anon.
+/// lock is busy, or something besides its mappings (and the page cache)
+/// holds it; EBUSY for a folio in the swap cache, or a page-cache folio
+/// no longer in its file. A page-cache folio's file index moves to the
+/// new folio under the cache's lock (`__folio_migrate_mapping`), taken
+/// before the tables' (which are only tried).
 fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
     let dst = k.alloc_folio_on(Placement::this_node(nid), f.order(), false)?;
     let moved = (|| {
-        if !f.test_anon() || k.folio_swap(f).is_some() {
+        if k.folio_swap(f).is_some() {
             return Err(Errno::EBUSY);
         }
+        let inode = match f.test_anon() {
+            true => None,
+            false => Some(page_cache_of(mmlist, f).ok_or(Errno::EBUSY)?),
+        };
+        let mut cache = inode.as_ref().map(|i| i.pages.lock().unwrap());
+        if cache.as_ref().is_some_and(|c| c.get(&f.index()) != Some(&f.pfn)) {
+            return Err(Errno::EBUSY);
+        }
+        let cache_refs = if cache.is_some() { crate::shmem::cache_refs(f) } else { 0 };
         let lock = f.trylock().ok_or(Errno::EAGAIN)?;
         let mapped = with_mappings(k, mmlist, f, false, |maps| {
             let mapcount = rmap::folio_mapcount(k, f);
-            if maps.len() as u64 != mapcount || f.refcount() as u64 != mapcount + 1 {
+            if maps.len() as u64 != mapcount || f.refcount() as u64 != mapcount + 1 + cache_refs as u64 {
                 return Err(Errno::EAGAIN);
             }
             move_mapped(k, f, dst, maps);
+            if let Some(cache) = cache.as_mut() {
+                (0..f.nr_pages()).for_each(|i| _ = cache.insert(f.index() + i, dst.pfn + i));
+                dst.ref_add(cache_refs);
+            }
             Ok(maps.len() as i32)
         })?;
         drop(lock);
-        Ok(mapped)
+        Ok(mapped + cache_refs)
     })();
     match moved {
-        Ok(mapped) => {
+        Ok(refs) => {
             count_moved(k, f);
-            k.folio_put_refs(f, mapped + 1);
+            f.head().clear(pg::ISOLATED);
+            f.head().link.store(0, Relaxed);
+            k.folio_put_refs(f, refs + 1);
             k.folio_put_refs(dst, 1);
             Ok(())
         }
@@ -226,6 +265,12 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
             Err(e)
         }
     }
+}
+
+/// The file whose page cache holds the page-cache folio `f`.
+fn page_cache_of(mmlist: &MmList, f: Folio) -> Option<crate::sync::Arc<crate::shmem::Inode>> {
+    let ino = f.head().link.load(Relaxed);
+    mmlist.inodes().into_iter().find(|i| i.ino == ino)
 }
 
 /// The move under every table's lock, in Linux's order: each mapping
@@ -263,11 +308,14 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
         let nr = if m.level == Level::Pmd { f.nr_pages() } else { 1 };
         rmap::folio_remove_rmap(k, f, m.page, nr, m.level, m.mm.rmap);
         match m.level {
+            _ if !f.test_anon() => rmap::folio_add_file_rmap(k, dst, m.page, nr, m.level, m.mm.rmap),
             Level::Pte => rmap::folio_add_anon_rmap_ptes(k, dst, m.page, 1, m.mm.rmap, exclusive),
             Level::Pmd => rmap::folio_add_anon_rmap_pmd(k, dst, m.mm.rmap, exclusive),
         }
         dst.ref_add(1);
         store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK));
     }
-    k.lru.add(dst);
+    if dst.test_anon() {
+        k.lru.add(dst);
+    }
 }

@@ -4,9 +4,7 @@
 //! there that the policy's nodes do not hold move to them, except those
 //! (maybe) mapped shared, which only `MPOL_MF_MOVE_ALL` moves.
 //!
-//! Differs from Linux: hugetlb VMAs are not scanned, and a shmem folio is
-//! never isolated (the model's LRU holds anon folios only), so it counts
-//! as not moved; the migration target is the policy's node for the folio
+//! Differs from Linux: hugetlb VMAs are not scanned; the migration target is the policy's node for the folio
 //! (the nearest of a bind policy's, the interleave node of its index),
 //! taken on that node alone.
 
@@ -14,7 +12,7 @@ use super::vma::merge_around;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Consumer;
-use crate::memory::migrate::{migrate_pages, Reason};
+use crate::memory::migrate::{isolate_folio, migrate_pages, Reason};
 use crate::mm_types::{Mempolicy, Mm, Vmas};
 use crate::pgtable::{leaf_slot, pte_lockptr};
 use crate::phys::NodeMask;
@@ -174,7 +172,7 @@ impl Mm {
                 return true;
             }
         }
-        if !f.test_anon() || !k.lru.isolate(f) {
+        if !isolate_folio(k, f) {
             return false;
         }
         let order = f.order();

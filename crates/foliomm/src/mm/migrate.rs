@@ -9,7 +9,7 @@
 
 use crate::folio::Folio;
 use crate::kernel::{Consumer, Kernel};
-use crate::memory::migrate::{migrate_pages, Reason};
+use crate::memory::migrate::{isolate_folio, migrate_pages, Reason};
 use crate::mm_types::Mm;
 use crate::pgtable::{leaf_slot, pte_lockptr};
 use crate::rmap;
@@ -178,7 +178,7 @@ impl Mm {
             if shared && !all {
                 return Err(Errno::EACCES);
             }
-            if !f.test_anon() || !k.lru.isolate(f) {
+            if !isolate_folio(k, f) {
                 return Err(Errno::EBUSY);
             }
             list.push(f);

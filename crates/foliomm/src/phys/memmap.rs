@@ -47,6 +47,10 @@ pub mod pg {
     pub const ACTIVE: u64 = 1 << 16;
     /// `PG_referenced`: reclaim saw the folio referenced once already.
     pub const REFERENCED: u64 = 1 << 17;
+    /// A page-cache folio taken for migration (the model keeps no file
+    /// LRU to take it off: this stands for `folio_isolate_lru` having
+    /// cleared `PG_lru`).
+    pub const ISOLATED: u64 = 1 << 18;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;
@@ -88,6 +92,10 @@ impl Page {
     }
     pub fn clear(&self, bit: u64) {
         self.flags.fetch_and(!bit, Relaxed);
+    }
+    /// Sets `bit`; true if it was set already (`test_and_set_bit`).
+    pub fn test_and_set(&self, bit: u64) -> bool {
+        self.flags.fetch_or(bit, AcqRel) & bit != 0
     }
     pub fn order_field(&self) -> u32 {
         ((self.flags.load(Relaxed) & pg::ORDER_MASK) >> pg::ORDER_SHIFT) as u32

@@ -233,6 +233,7 @@ impl Inode {
         f.head().set(pg::SWAPBACKED | dirty);
         f.head().link.store(self.ino, Relaxed);
         let first = index & !(f.nr_pages() - 1);
+        f.set_index(first);
         for i in 0..f.nr_pages() {
             pages.insert(first + i, f.pfn + i);
         }
