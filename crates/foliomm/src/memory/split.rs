@@ -1,4 +1,4 @@
-//! Splitting a mapped anonymous large folio (mm/huge_memory.c
+//! Splitting a mapped anon or shmem large folio (mm/huge_memory.c
 //! `split_folio_to_order` → `__folio_split`: `unmap_folio`,
 //! `__split_unmapped_folio`, `remap_page`).
 //!
@@ -7,7 +7,9 @@
 //! that maps the folio locked ([`super::folio_mappings`]) while only the
 //! folio's metadata changes: its mappings are removed from the large folio
 //! and added back to each new folio, pages keeping their AnonExclusive flag. A folio in the
-//! swap cache is not split; page-cache folios are not split here.
+//! swap cache is not split; a shmem folio's cache entries name the same
+//! frames after the split, so they need no change (Linux's
+//! `xas_split`), and no page lies beyond `i_size` to drop.
 
 use super::folio_mappings::{with_mappings, Mapping};
 use crate::arch::{Pfn, Pte, PAGE_SIZE};
@@ -20,17 +22,19 @@ use crate::rmap;
 use crate::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::{Errno, Result};
 
-/// `split_folio_to_order(folio, new_order)` for an anon large folio,
-/// mapped anywhere: every mapping is found through the rmap walk (a huge
-/// PMD split first, as `unmap_folio` asks with `TTU_SPLIT_HUGE_PMD`), the
+/// `split_folio_to_order(folio, new_order)` for an anon or shmem large
+/// folio, mapped anywhere: every mapping is found through the rmap walk (a
+/// huge PMD split first, as `unmap_folio` asks with `TTU_SPLIT_HUGE_PMD`: a
+/// shmem PMD is only cleared, to be refaulted by PTEs), the
 /// tables holding them locked, and the folio split into folios of
-/// `new_order` if nothing but its mappings and the caller's `held`
-/// references holds it; those stay on the first piece. With `list` (reclaim
+/// `new_order` if nothing but its mappings, the page cache and the
+/// caller's `held` references holds it; those stay on the first piece. With `list` (reclaim
 /// splitting an isolated folio, `split_folio_to_list`), every other piece
 /// still mapped goes there with a reference of its own instead of onto the
-/// LRU. EINVAL for a small, non-anon folio, an order not below the folio's,
-/// order 1, or a folio in the swap cache split above order 0; EBUSY if its
-/// anon_vma is gone; EAGAIN if it is locked, held by more than its
+/// LRU. EINVAL for a small folio, one neither anon nor in a shmem page
+/// cache (hugetlb), an order not below the folio's, order 1 of an anon
+/// folio (`uniform_split_supported`), or a folio in the swap cache; EBUSY
+/// if its anon_vma or file is gone; EAGAIN if it is locked, held by more than its
 /// mappings (checked before a PMD is split, as `can_split_folio` is), or a
 /// table's lock is busy.
 pub fn split_folio_to_order<'k>(
@@ -42,9 +46,13 @@ pub fn split_folio_to_order<'k>(
     list: Option<&mut Vec<Folio<'k>>>,
 ) -> Result<()> {
     let in_cache = k.folio_swap(f).is_some();
-    if !f.is_large() || !f.test_anon() || new_order >= f.order() || new_order == 1 || in_cache {
+    let file = crate::shmem::in_page_cache(f) && !f.head().test(crate::phys::pg::HUGETLB);
+    let order_1 = new_order == 1 && !file;
+    if !f.is_large() || !(f.test_anon() || file) || new_order >= f.order() || order_1 || in_cache {
         return Err(Errno::EINVAL);
     }
+    // The page cache's references are held too (`folio_expected_ref_count`).
+    let held = held + if file { crate::shmem::cache_refs(f) } else { 0 };
     let lock = f.trylock().ok_or(Errno::EAGAIN)?;
     if f.refcount() as u64 != rmap::folio_mapcount(k, f) + held as u64 {
         return Err(Errno::EAGAIN);
@@ -116,9 +124,14 @@ fn remap<'k>(
     for m in maps {
         rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
     }
+    // Each piece gets one reference per page: a shmem folio's stay as the
+    // page cache's (the cache's index still names the same frames), of
+    // `held` the caller's alone go to the first piece.
     let pieces = k.split_unmapped_folio_to_order(f, order, 1);
-    Folio::from_head(phys, pieces[0].0).ref_add(held);
-    let to_zero = order == 0 && k.config.release().split_maps_zero_pages_to_zero_page();
+    let file = !f.test_anon();
+    let cache = if file { f.nr_pages() as i32 } else { 0 };
+    Folio::from_head(phys, pieces[0].0).ref_add(held - cache);
+    let to_zero = !file && order == 0 && k.config.release().split_maps_zero_pages_to_zero_page();
     for (m, excl) in maps.iter().zip(exclusive) {
         let piece = Folio::containing(phys, f.pfn + m.page);
         if to_zero && !m.locked && zero_filled(k, piece.pfn) {
@@ -130,7 +143,10 @@ fn remap<'k>(
             continue;
         }
         piece.ref_add(1);
-        rmap::folio_add_anon_rmap_ptes(k, piece, f.pfn + m.page - piece.pfn, 1, m.mm.rmap, excl);
+        match file {
+            true => rmap::folio_add_file_rmap(k, piece, f.pfn + m.page - piece.pfn, 1, Level::Pte, m.mm.rmap),
+            false => rmap::folio_add_anon_rmap_ptes(k, piece, f.pfn + m.page - piece.pfn, 1, m.mm.rmap, excl),
+        }
     }
     if let Some(list) = list {
         for &(pfn, _) in &pieces[1..] {
@@ -148,7 +164,9 @@ fn remap<'k>(
         if pfn != pieces[0].0 {
             phys.page(pfn).clear(crate::phys::pg::LOCKED);
         }
-        k.folio_put_refs(Folio::from_head(phys, pfn), 1 << o);
+        if !file {
+            k.folio_put_refs(Folio::from_head(phys, pfn), 1 << o);
+        }
     }
     true
 }

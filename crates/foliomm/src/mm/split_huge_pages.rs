@@ -14,13 +14,13 @@ use crate::{Errno, Result};
 
 impl Mm {
     /// `split_huge_pages_pid`: under the mmap_lock for read, page by page
-    /// over `[start, end)` until a hole: each large anon folio mapped there
-    /// of an order above `new_order` that nothing but its mappings holds
-    /// (`can_split_folio`) is split to `new_order` with a reference taken
+    /// over `[start, end)` until a hole: each large anon or shmem folio
+    /// mapped there of an order above `new_order` that nothing but its
+    /// mappings (and the page cache) holds (`can_split_folio`) is split to
+    /// `new_order` with a reference taken
     /// (`split_folio_to_order`); hugetlb VMAs are passed over. Returns how
     /// many folios it tried and how many it split (the kernel only logs
     /// them). A failed split counts `thp_split_page_failed` / `split_failed`.
-    /// Differs from Linux: shmem folios are not split.
     pub fn split_huge_pages(&self, start: u64, end: u64, new_order: u32) -> Result<(u64, u64)> {
         let k = &*self.kernel;
         if new_order >= PMD_ORDER {
@@ -38,9 +38,13 @@ impl Mm {
             }
             let f = self.folio_at(addr);
             addr += PAGE_SIZE;
-            let Some(f) = f.filter(|f| f.is_large() && f.test_anon() && f.order() > new_order) else { continue };
+            let shmem = |f: &Folio| crate::shmem::in_page_cache(*f);
+            let Some(f) = f.filter(|f| f.is_large() && (f.test_anon() || shmem(f)) && f.order() > new_order) else {
+                continue;
+            };
             tried += 1;
-            if f.refcount() as u64 != rmap::folio_mapcount(k, f) || !f.try_get() {
+            let cache = if shmem(&f) { crate::shmem::cache_refs(f) as u64 } else { 0 };
+            if f.refcount() as u64 != rmap::folio_mapcount(k, f) + cache || !f.try_get() {
                 continue;
             }
             let order = f.order();
