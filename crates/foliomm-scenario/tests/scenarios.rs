@@ -16,10 +16,13 @@ fn run_src(src: &str) -> foliomm_scenario::Outcome {
     run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() })
 }
 
-/// Every shipped scenario file (scenarios/, cow/, threads/, shmem/, hugetlb/), sorted.
+/// Every shipped scenario file with expectations (scenarios/ and its
+/// folders; the workloads of decisions/ expect nothing and are run by
+/// `bench shared-decisions`), sorted.
 fn shipped() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for dir in ["", "cow", "threads", "shmem", "hugetlb"].map(|d| scenario_dir().join(d)) {
+    let dirs = ["", "cow", "threads", "shmem", "hugetlb", "swap", "split", "collapse", "migrate"];
+    for dir in dirs.map(|d| scenario_dir().join(d)) {
         let found = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
         files.extend(found.filter(|p| p.extension().is_some_and(|e| e == "fmm")));
     }
@@ -36,7 +39,11 @@ fn passes_with(f: &PathBuf, setting: &str) {
     let src = format!("{setting}\nset memory 256M\n{}", std::fs::read_to_string(f).unwrap());
     let steps = parse(&src).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
     assert!(
-        steps.iter().any(|s| s.fails.is_some() || matches!(s.cmd, foliomm_scenario::lang::Cmd::Expect { .. })),
+        steps.iter().any(|s| {
+            use foliomm_scenario::lang::Cmd;
+            let statuses = matches!(&s.cmd, Cmd::MovePages(m) if !m.status.is_empty());
+            s.fails.is_some() || statuses || matches!(s.cmd, Cmd::Expect { .. })
+        }),
         "{} has no expect line",
         f.display()
     );

@@ -67,8 +67,9 @@ impl State<'_> {
                 if unmoved != m.unmoved {
                     return Err(format!("{unmoved} pages not migrated, expected {} (status {shown})", m.unmoved).into());
                 }
-                match &m.status {
-                    Some(want) if *want != status => {
+                let (design, release) = self.design_and_release();
+                match m.status.iter().find(|(only, _)| only.matches(design, release)) {
+                    Some((_, want)) if *want != status => {
                         Err(format!("status {shown}, expected {}", status_text(want)).into())
                     }
                     _ => Ok(format!("status {shown}")),

@@ -269,14 +269,15 @@ pub enum Tunable {
 }
 
 /// A `move_pages` step's arguments and what it must give.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MovePagesStep {
     pub place: Place,
     pub node: Option<i32>,
     pub all: bool,
     pub unmoved: u64,
-    /// Per page: a node, `-errno`, or `None` for a status left unwritten.
-    pub status: Option<Vec<Option<i32>>>,
+    /// Per page: a node, `-errno`, or `None` for a status left unwritten;
+    /// each list for the designs and releases its `Only` names.
+    pub status: Vec<(Only, Vec<Option<i32>>)>,
 }
 
 /// An `mbind` step's arguments: the `MPOL_*` mode, the node mask and the

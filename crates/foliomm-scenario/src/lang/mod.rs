@@ -37,8 +37,9 @@
 //!                                    populate_read populate_write pageout cold collapse
 //! P: split a [to order 2]            debugfs split_huge_pages over the place
 //! khugepaged [3]                     full khugepaged scans (1 unless given)
-//! P: move_pages a [to 1] [all] [unmoved N] [status 1 EBUSY 1*510 -]
-//!                                    move_pages(2) of every page (a query without `to`)
+//! P: move_pages a [to 1] [all] [unmoved N] [status [ONLY] 1 EBUSY 1*510 -]...
+//!                                    move_pages(2) of every page (a query without `to`);
+//!                                    the first status list whose [ONLY] matches holds
 //! P: mbind a bind 1 [move|move_all] [strict]   mbind(2): default, preferred, bind, interleave
 //! P: numa_scan a                     one NUMA balancing scan pass (task_numa_work; model only)
 //! P: b = mremap a[8K..16K] [size 16K] [to c] [dontunmap]

@@ -2,12 +2,14 @@
 
 use foliomm::internals::mm::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL, MPOL_MF_STRICT};
 
-use super::ast::{Cmd, MbindStep, MovePagesStep, ParseError};
+use super::ast::{Cmd, MbindStep, MovePagesStep, Only, ParseError};
 use super::lexer::Line;
 
-/// `move_pages PLACE [to NODE] [all] [unmoved N] [status S...]`, after the
-/// verb. A status is a node, an errno name (`EACCES`), or `-` for one left
-/// unwritten, each repeated with `*N` (`0*512`).
+/// `move_pages PLACE [to NODE] [all] [unmoved N] [status [ONLY] S...]...`,
+/// after the verb. A status is a node, an errno name (`EACCES`), or `-`
+/// for one left unwritten, each repeated with `*N` (`0*512`); a list
+/// marked `[ONLY]` (designs or releases, as `expect [ONLY]`) holds where
+/// it matches, the first that does.
 pub(super) fn parse_move_pages(l: &mut Line) -> Result<Cmd, ParseError> {
     let place = l.place()?;
     let mut node = None;
@@ -18,9 +20,18 @@ pub(super) fn parse_move_pages(l: &mut Line) -> Result<Cmd, ParseError> {
     }
     let all = l.eat("all");
     let unmoved = if l.eat("unmoved") { l.size("a number of pages")? } else { 0 };
-    let status = if l.eat("status") {
+    let mut status = Vec::new();
+    while l.eat("status") {
+        let mut only = Only::default();
+        if let Some(t) = l.peek().filter(|t| t.starts_with('[')) {
+            let col = l.col();
+            l.pos += 1;
+            let text = t.strip_prefix('[').filter(|r| r.ends_with(']'));
+            let parsed = text.ok_or_else(|| "expected a list without spaces, like [<6.10]".to_string());
+            only = parsed.and_then(super::parser::only_list).or_else(|msg| l.err(col, msg))?;
+        }
         let mut list = Vec::new();
-        while let Some(t) = l.peek() {
+        while let Some(t) = l.peek().filter(|&t| t != "status") {
             let col = l.col();
             l.pos += 1;
             let (what, times) = match t.split_once('*') {
@@ -46,10 +57,8 @@ pub(super) fn parse_move_pages(l: &mut Line) -> Result<Cmd, ParseError> {
         if list.is_empty() {
             return l.err(l.col(), "expected at least one status after 'status'");
         }
-        Some(list)
-    } else {
-        None
-    };
+        status.push((only, list));
+    }
     Ok(Cmd::MovePages(MovePagesStep { place, node, all, unmoved, status }))
 }
 

@@ -132,7 +132,7 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
 
 /// The designs and releases of a bracket list, `[mm-id, 6.13+]` without
 /// the brackets' content parsed (the text keeps its closing `]`).
-fn only_list(text: &str) -> Result<Only, String> {
+pub(super) fn only_list(text: &str) -> Result<Only, String> {
     let mut only = Only::default();
     for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
         let release = |v: &str| v.parse::<KernelVersion>();

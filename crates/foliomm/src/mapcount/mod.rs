@@ -143,6 +143,12 @@ pub trait MapcountDesign: Send + Sync {
     /// mm-id and, as the model allocates IDs for every design, for the ones
     /// that do not use them; 2^24 - 1 ("up to 16M") for seed 000's rmap IDs.
     fn max_mm_id(&self) -> MmId;
+    /// The smallest order a large folio may have under the design: 1 for
+    /// most (an order-1 folio keeps its fields in page 1); seed 000's rmap
+    /// sums need more tail pages than an order-1 folio has.
+    fn min_large_order(&self) -> u32 {
+        1
+    }
     /// Initialises the fields of a freshly allocated large folio (`prep_compound_head`).
     fn prep(&self, f: Folio);
     /// Returns a description of each field not back at its initial value

@@ -55,6 +55,14 @@ impl MapcountDesign for PageMapcounts {
         self.name
     }
 
+    /// The smallest order whose tail pages hold the rmap sums
+    /// ([`super::large_mapcount::sum_word`]: the `ids` of every tail page
+    /// and the `link` of all but the first).
+    fn min_large_order(&self) -> u32 {
+        let fits = |o: u32| self.construction().is_none_or(|c| c.count(o) as u64 <= (2u64 << o) - 3);
+        (1..crate::arch::PMD_ORDER).find(|&o| fits(o)).unwrap_or(crate::arch::PMD_ORDER)
+    }
+
     fn max_mm_id(&self) -> MmId {
         match self.f.rmap_sums {
             Some(_) => (1 << super::construction::ID_BITS) - 1,

@@ -33,7 +33,9 @@ use crate::{Errno, Result};
 /// still mapped goes there with a reference of its own instead of onto the
 /// LRU. EINVAL for a small folio, one neither anon nor in a shmem page
 /// cache (hugetlb), an order not below the folio's, order 1 of an anon
-/// folio (`uniform_split_supported`), or a folio in the swap cache; EBUSY
+/// folio (`uniform_split_supported`) or one below the design's smallest
+/// ([`crate::mapcount::MapcountDesign::min_large_order`]), or a folio in
+/// the swap cache; EBUSY
 /// if its anon_vma or file is gone; EAGAIN if it is locked, held by more than its
 /// mappings (checked before a PMD is split, as `can_split_folio` is), or a
 /// table's lock is busy.
@@ -48,7 +50,8 @@ pub fn split_folio_to_order<'k>(
     let in_cache = k.folio_swap(f).is_some();
     let file = crate::shmem::in_page_cache(f) && !f.head().test(crate::phys::pg::HUGETLB);
     let order_1 = new_order == 1 && !file;
-    if !f.is_large() || !(f.test_anon() || file) || new_order >= f.order() || order_1 || in_cache {
+    let too_small = new_order != 0 && new_order < k.design.min_large_order();
+    if !f.is_large() || !(f.test_anon() || file) || new_order >= f.order() || order_1 || too_small || in_cache {
         return Err(Errno::EINVAL);
     }
     // The page cache's references are held too (`folio_expected_ref_count`).
@@ -127,9 +130,9 @@ fn remap<'k>(
     // Each piece gets one reference per page: a shmem folio's stay as the
     // page cache's (the cache's index still names the same frames), of
     // `held` the caller's alone go to the first piece.
-    let pieces = k.split_unmapped_folio_to_order(f, order, 1);
     let file = !f.test_anon();
     let cache = if file { f.nr_pages() as i32 } else { 0 };
+    let pieces = k.split_unmapped_folio_to_order(f, order, 1);
     Folio::from_head(phys, pieces[0].0).ref_add(held - cache);
     let to_zero = !file && order == 0 && k.config.release().split_maps_zero_pages_to_zero_page();
     for (m, excl) in maps.iter().zip(exclusive) {

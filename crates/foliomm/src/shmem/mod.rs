@@ -244,7 +244,9 @@ impl Inode {
     /// aligned range is free of cached pages and can be allocated, else
     /// order 0. Counts `thp_file_alloc` / `thp_file_fallback`.
     fn alloc(&self, pages: &BTreeMap<u64, Pfn>, index: u64, orders: u32) -> Result<Folio<'_>> {
-        for order in (1..=PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
+        // A design that cannot hold folios of the smallest orders skips them.
+        let min = self.k.design.min_large_order();
+        for order in (min..=PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
             let first = index & !((1 << order) - 1);
             if pages.range(first..first + (1 << order)).next().is_some() {
                 continue;
