@@ -11,6 +11,7 @@ const VMSTAT: &[&str] = &[
     "thp_deferred_split_page",
     "thp_split_page",
     "thp_split_page_failed",
+    "thp_underused_split_page",
     "pgreuse",
     "thp_collapse_alloc",
     "thp_collapse_alloc_failed",

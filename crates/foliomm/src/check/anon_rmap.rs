@@ -72,18 +72,18 @@ pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, bad: &mut Vec<Vi
     let mut seen = HashSet::new();
     for &pfn in &queued {
         let f = Folio::from_head(&m.phys, pfn);
-        let ok = !m.phys.page(pfn).test(pg::TAIL) && f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED);
+        let ok = !m.phys.page(pfn).test(pg::TAIL) && f.is_large() && f.page(1).test(pg::DEFERRED);
         if !ok || !seen.insert(pfn) {
             let what = format!(
-                "folio {pfn:#x} on the deferred split queue is not a partially mapped large folio, or is there twice"
+                "folio {pfn:#x} on the deferred split queue is not a large folio marked queued, or is there twice"
             );
             bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
         }
     }
     for &pfn in mapped_anon.iter().filter(|p| !seen.contains(p)) {
         let f = Folio::from_head(&m.phys, pfn);
-        if f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED) {
-            let what = format!("partially mapped folio {pfn:#x} is not on the deferred split queue");
+        if f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED | pg::DEFERRED) {
+            let what = format!("folio {pfn:#x}, partially mapped or marked queued, is not on the deferred split queue");
             bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
         }
     }

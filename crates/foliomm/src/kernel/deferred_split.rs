@@ -1,7 +1,10 @@
 //! The deferred split queue (mm/huge_memory.c `deferred_split_folio`'s
 //! `split_queue`, emptied by the `deferred_split_scan` shrinker): anon
 //! large folios partly unmapped, waiting to be split under memory
-//! pressure. A queued folio has `PG_partially_mapped` on its second page.
+//! pressure, and from 6.12 every THP a fault or khugepaged made, for the
+//! shrinker to split if it turns out underused. A queued folio has
+//! [`pg::DEFERRED`] on its second page, a partially mapped one
+//! `PG_partially_mapped` too.
 //!
 //! Differs from Linux: one queue for the machine (Linux has one per node
 //! and per memcg); a folio leaves it when freed or split, by a scan of the
@@ -16,18 +19,38 @@ use crate::phys::pg;
 use super::Kernel;
 
 impl Kernel {
-    /// Queues `f`, just marked partially mapped.
+    /// Queues `f` at the tail unless it is queued already.
     pub(crate) fn deferred_split_queue(&self, f: Folio) {
-        self.deferred_split.lock().unwrap().push_back(f.pfn);
+        let mut q = self.deferred_split.lock().unwrap();
+        if !f.page(1).test(pg::DEFERRED) {
+            f.page(1).set(pg::DEFERRED);
+            q.push_back(f.pfn);
+        }
     }
 
-    /// Takes `f` off the queue if it is on it (its mark cleared), as it is
+    /// `deferred_split_folio(folio, false)` after a THP fault or collapse
+    /// from 6.12 ("mm: split underused THPs"): the new THP is queued, not
+    /// partially mapped, for the shrinker to judge.
+    pub(crate) fn deferred_split_new_thp(&self, f: Folio) {
+        if self.config.release().splits_underused_thps() {
+            self.deferred_split_queue(f);
+        }
+    }
+
+    /// Takes `f` off the queue if it is on it (its marks cleared), as it is
     /// freed or split.
     pub(crate) fn deferred_split_remove(&self, f: Folio) {
-        if f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED) {
-            f.page(1).clear(pg::PARTIALLY_MAPPED);
+        if f.is_large() && f.page(1).test(pg::DEFERRED) {
+            f.page(1).clear(pg::DEFERRED | pg::PARTIALLY_MAPPED);
             self.deferred_split.lock().unwrap().retain(|&p| p != f.pfn);
         }
+    }
+
+    /// Unmarks a folio a scan took off the queue and leaves off it (a
+    /// whole THP found not underused).
+    pub fn deferred_split_drop(&self, f: Folio) {
+        let _q = self.deferred_split.lock().unwrap();
+        f.page(1).clear(pg::DEFERRED);
     }
 
     /// Up to `nr` folios from the head of the queue, taken off it.

@@ -76,6 +76,8 @@ counters! {
     thp_split_page_failed,
     /// PMD-sized anon folios queued for deferred split (`thp_deferred_split_page`).
     thp_deferred_split_page,
+    /// Underused THPs the deferred split shrinker split (`thp_underused_split_page`).
+    thp_underused_split_page,
     /// PMD-sized folios allocated to collapse a range into (`thp_collapse_alloc`).
     thp_collapse_alloc,
     /// Collapses that found no PMD-sized folio (`thp_collapse_alloc_failed`).

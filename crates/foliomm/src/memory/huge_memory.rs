@@ -90,6 +90,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
     rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
     deposit(mm, haddr, table);
     map_anon_pmd(k, mm, pmd, f, vma);
+    k.deferred_split_new_thp(f);
     drop(pl);
     Stats::inc(&k.stats.thp_fault_alloc);
     Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);

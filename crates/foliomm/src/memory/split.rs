@@ -14,7 +14,7 @@
 use super::folio_mappings::{with_mappings, Mapping};
 use crate::arch::{Pfn, Pte, PAGE_SIZE};
 use crate::folio::Folio;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::MmList;
 use crate::pgtable::{load, store};
@@ -72,28 +72,51 @@ pub fn split_folio_to_order<'k>(
 }
 
 /// `deferred_split_scan`, the shrinker of the deferred split queue: up to
-/// `nr` queued folios, each still a partially mapped anon large folio, are
-/// split to pages (`split_folio`); those that cannot be now go back to the
-/// queue's tail. Returns how many were split. Differs from Linux: no
-/// underused-THP split (with the default `max_ptes_none` of 511 Linux does
-/// none either).
+/// `nr` queued folios are taken; a partially mapped one is split to pages
+/// (`split_folio`) or, if it cannot be now, goes back to the queue's tail;
+/// a whole THP (queued from 6.12) is split if underused
+/// ([`thp_underused`]: `thp_underused_split_page`), else left off the
+/// queue. Returns how many were split. Differs from Linux: an mlocked THP
+/// is judged too (the model keeps no `PG_mlocked`), and
+/// `split_underused_thp` is always on.
 pub fn deferred_split_scan(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
     let mut split = 0;
     for pfn in k.deferred_split_take(nr) {
         let f = Folio::from_head(&k.phys, pfn);
-        let queued = f.is_large() && f.test_anon() && f.page(1).test(crate::phys::pg::PARTIALLY_MAPPED);
+        let queued = f.is_large() && f.test_anon() && f.page(1).test(crate::phys::pg::DEFERRED);
         if !queued || !f.try_get() {
             continue;
         }
-        match split_folio_to_order(k, mmlist, f, 0, 1, None) {
-            Ok(()) => split += 1,
+        let partial = f.page(1).test(crate::phys::pg::PARTIALLY_MAPPED);
+        let underused = !partial && thp_underused(k, f);
+        if !partial && !underused {
+            k.deferred_split_drop(f);
+        } else if split_folio_to_order(k, mmlist, f, 0, 1, None).is_ok() {
+            split += 1;
+            if underused {
+                Stats::inc(&k.stats.thp_underused_split_page);
+            }
+        } else if partial {
             // Back on the queue while the reference keeps it alive: a free
             // then takes it off again.
-            Err(_) => k.deferred_split_requeue([pfn]),
+            k.deferred_split_requeue([pfn]);
+        } else {
+            k.deferred_split_drop(f);
         }
         k.folio_put_refs(Folio::containing(&k.phys, pfn), 1);
     }
     split
+}
+
+/// `thp_underused`: more of the THP's pages are zero-filled than
+/// khugepaged's `max_ptes_none` allows (never with the default 511).
+fn thp_underused(k: &Kernel, f: Folio) -> bool {
+    let max_none = k.thp.khugepaged.get(crate::folio::thp::khugepaged::KhugepagedKnob::MaxPtesNone) as u64;
+    if max_none >= f.nr_pages() - 1 {
+        return false;
+    }
+    let zero = (0..f.nr_pages()).filter(|&i| zero_filled(k, f.pfn + i)).count() as u64;
+    zero > max_none
 }
 
 /// `can_split_folio`: the mappings found are all the folio's, and nothing

@@ -51,6 +51,10 @@ pub mod pg {
     /// LRU to take it off: this stands for `folio_isolate_lru` having
     /// cleared `PG_lru`).
     pub const ISOLATED: u64 = 1 << 18;
+    /// On the deferred split queue (on the second page; Linux's
+    /// `!list_empty(&folio->_deferred_list)`): partially mapped, or from
+    /// 6.12 a THP waiting to be judged underused.
+    pub const DEFERRED: u64 = 1 << 19;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

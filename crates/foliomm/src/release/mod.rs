@@ -233,6 +233,14 @@ impl KernelVersion {
         self < KernelVersion::new(6, 10)
     }
 
+    /// Whether every new THP goes on the deferred split queue, for the
+    /// shrinker to split it when more of its pages are zero than
+    /// khugepaged's `max_ptes_none` (`thp_underused`, "mm: split
+    /// underused THPs", Usama Arif): 6.12 on.
+    pub fn splits_underused_thps(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
+
     /// Whether migration splits a large folio on the deferred split queue
     /// before moving anything ("mm/migrate: split source folio if it is on
     /// deferred split list", Zi Yan): 6.10 on. Before, it moved whole.
