@@ -50,11 +50,16 @@ pub enum ScanResult {
     DelPageLru,
     /// `SCAN_ALLOC_HUGE_PAGE_FAIL`: no PMD-sized folio could be allocated.
     AllocHugePageFail,
+    /// `SCAN_PTE_MAPPED_HUGEPAGE`: the file range is one PMD-sized folio
+    /// already (or was just collapsed): map it by the PMD.
+    PteMappedHugepage,
+    /// `SCAN_TRUNCATED`: the file has no page in the range.
+    Truncated,
 }
 
 impl ScanResult {
     /// Every result, in counter order.
-    pub const ALL: [ScanResult; 21] = [
+    pub const ALL: [ScanResult; 23] = [
         Self::Fail,
         Self::Succeed,
         Self::PmdNull,
@@ -76,6 +81,8 @@ impl ScanResult {
         Self::AddressRange,
         Self::DelPageLru,
         Self::AllocHugePageFail,
+        Self::PteMappedHugepage,
+        Self::Truncated,
     ];
 
     /// The kernel's name without `SCAN_`, in lower case.
@@ -102,6 +109,8 @@ impl ScanResult {
             "address_range",
             "del_page_lru",
             "alloc_huge_page_fail",
+            "pte_mapped_hugepage",
+            "truncated",
         ][self as usize]
     }
 

@@ -201,7 +201,7 @@ fn zap_swap_ptes(k: &Kernel, mm: &Mm, table: Pfn, idx: usize, pte: Pte, max: usi
 /// walker can still hold it ([`crate::tlb::TableRcu`]). Linux first tries
 /// the same under the PTL the zap held (`try_get_and_clear_pmd`); the
 /// outcome is the same.
-fn try_to_free_pte(k: &Kernel, tlb: &mut MmuGather, pmd: PmdSlot, table: Pfn, addr: u64) {
+pub(super) fn try_to_free_pte(k: &Kernel, tlb: &mut MmuGather, pmd: PmdSlot, table: Pfn, addr: u64) {
     let phys = &k.phys;
     let _pml = pte_lockptr(phys, pmd.table).lock();
     let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return };

@@ -6,7 +6,7 @@
 use crate::arch::PMD_SIZE;
 use crate::kernel::{Kernel, Stats};
 use crate::memory::khugepaged::{
-    collapse_huge_page, revalidate, scan_pmd, thp_vma_allowable, CollapseControl, ScanResult,
+    collapse_file, collapse_huge_page, revalidate, scan_pmd, thp_vma_allowable, CollapseControl, ScanResult,
 };
 use crate::mm_types::{Mm, MmList};
 use crate::sync::atomic::Ordering::Relaxed;
@@ -19,6 +19,20 @@ const KHUGEPAGED: CollapseControl = CollapseControl { khugepaged: true };
 /// finds it worth it (`hpage_collapse_scan_pmd` after
 /// `hugepage_vma_revalidate`); each result counted.
 fn collapse_range(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> ScanResult {
+    let file = {
+        let vmas = mm.mmap_read_lock();
+        let vma = revalidate(k, &vmas, haddr, false, cc).map(|_| vmas.find(haddr).cloned());
+        vma.map(|v| v.and_then(|v| v.file().map(|f| (f, v.page_index(haddr)))))
+    };
+    // A shmem VMA: the page cache is scanned without the mmap_lock.
+    match file {
+        Ok(Some((_, start))) if !start.is_multiple_of(1 << crate::arch::PMD_ORDER) => {
+            return ScanResult::AddressRange.count(k)
+        }
+        Ok(Some((inode, start))) => return collapse_file(k, mm, &inode, start, haddr).count(k),
+        Err(r) => return r.count(k),
+        Ok(None) => {}
+    }
     let scanned = {
         let vmas = mm.mmap_read_lock();
         revalidate(k, &vmas, haddr, false, cc).and_then(|_| scan_pmd(k, mm, haddr, cc))

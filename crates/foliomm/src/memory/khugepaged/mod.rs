@@ -9,6 +9,7 @@
 //! NUMA node choice, uffd-wp or mmu notifiers.
 
 mod collapse;
+mod collapse_file;
 
 use crate::arch::{pte_index, PMD_ORDER, PMD_SIZE};
 use crate::folio::thp::khugepaged::KhugepagedKnob;
@@ -22,6 +23,7 @@ use crate::rmap;
 use crate::sync::Arc;
 
 pub use collapse::collapse_huge_page;
+pub use collapse_file::collapse_file;
 
 /// PTEs in a PMD range.
 const HPAGE_PMD_NR: u32 = 1 << PMD_ORDER;
@@ -54,13 +56,17 @@ pub struct Scanned {
 }
 
 /// `thp_vma_allowable_order(vma, TVA_KHUGEPAGED or TVA_FORCED_COLLAPSE,
-/// PMD_ORDER)` for an anonymous VMA: not `VM_NOHUGEPAGE`, holding an
-/// aligned PMD range, and (for khugepaged) allowed a PMD THP by the sysfs
-/// modes. A file or hugetlb VMA never (not modelled; hugetlb is
-/// `VM_NO_KHUGEPAGED`).
+/// PMD_ORDER)`: not `VM_NOHUGEPAGE`, holding an aligned PMD range, and
+/// either anonymous (for khugepaged allowed a PMD THP by the sysfs modes)
+/// or, for `MADV_COLLAPSE`, a shmem VMA while `shmem_enabled` is not
+/// `deny` (`shmem_allowable_huge_orders` with `shmem_huge_force`). A
+/// hugetlb VMA never (`VM_NO_KHUGEPAGED`); khugepaged does not scan files
+/// in the model.
 pub fn thp_vma_allowable(k: &Kernel, vma: &Vma, cc: CollapseControl) -> bool {
     let flags = vma.flags();
-    let anon = !vma.is_hugetlb() && vma.with_file(|f| f.is_none());
+    let file = vma.with_file(|f| f.is_some());
+    let shmem = file && !cc.khugepaged && k.thp.shmem_enabled() != crate::folio::thp::ShmemHuge::Deny;
+    let anon = !vma.is_hugetlb() && (!file || shmem);
     let fits = vma.end() & !(PMD_SIZE - 1) >= vma.start().next_multiple_of(PMD_SIZE) + PMD_SIZE;
     let sysfs = !cc.khugepaged
         || k.thp.allowable_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0) & (1 << PMD_ORDER) != 0;
