@@ -241,6 +241,15 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 12)
     }
 
+    /// Whether `MADV_COLLAPSE` of a file range retracts the page tables of
+    /// every mapping of it (Hugh Dickins's `retract_page_tables` without
+    /// mmap or VMA lock, 6.6 on in the model: read at 6.1 and 6.18); 6.1
+    /// retracts only the caller's for `MADV_COLLAPSE` (khugepaged's, every
+    /// one it can lock).
+    pub fn retracts_every_mapping(self) -> bool {
+        self >= KernelVersion::new(6, 6)
+    }
+
     /// Whether migration splits a large folio on the deferred split queue
     /// before moving anything ("mm/migrate: split source folio if it is on
     /// deferred split list", Zi Yan): 6.10 on. Before, it moved whole.

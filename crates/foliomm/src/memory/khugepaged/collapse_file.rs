@@ -65,7 +65,7 @@ pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr:
         k.folio_put_refs(new, 1);
         return result;
     }
-    retract_page_tables(k, mmlist, inode, start);
+    retract_page_tables(k, mmlist, inode, start, (mm, haddr));
     map_pmd(k, mm, inode, haddr, new)
 }
 
@@ -112,9 +112,12 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio, o
 
 /// `retract_page_tables`: every shared mapping of the range whose VMA holds
 /// the whole aligned PMD range has its PTE table freed when every entry is
-/// none, so that a fault can map the THP by a PMD. (Linux retracts a
-/// private one without an anon_vma too.)
-fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64) {
+/// none, so that a fault can map the THP by a PMD; before 6.6 only the
+/// caller's (`caller`: its MM and address;
+/// [`crate::release::KernelVersion::retracts_every_mapping`]). (Linux
+/// retracts a private one without an anon_vma too.)
+fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, caller: (&Mm, u64)) {
+    let every = k.config.release().retracts_every_mapping();
     let records = inode.i_mmap.read();
     for r in records.iter() {
         let Some((from, to)) = r.addresses(start, start + (1 << PMD_ORDER)) else { continue };
@@ -123,6 +126,9 @@ fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64) {
             continue;
         }
         let Some(mm) = mmlist.get(r.mm) else { continue };
+        if !every && !(std::ptr::eq(&*mm, caller.0) && from == caller.1) {
+            continue;
+        }
         let _walk = mm.pt_read();
         let Some(pmd) = walk_pmd(&k.phys, mm.pgd, from) else { continue };
         let e = pmd.load(&k.phys);
