@@ -32,12 +32,13 @@ use crate::tlb::MmuGather;
 /// then `collapse_pte_mapped_thp` maps the THP there by a PMD.
 pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr: u64) -> ScanResult {
     let mmlist = &mm.mmlist;
-    let old = {
+    {
         let pages = inode.pages.lock().unwrap();
-        let mut folios: Vec<Folio> = Vec::new();
+        let mut present = false;
         for &pfn in pages.range(start..start + (1 << PMD_ORDER)).map(|(_, p)| p) {
             let f = Folio::containing(&k.phys, pfn);
             if f.order() == PMD_ORDER && f.index() == start {
+                drop(pages);
                 return map_pmd(k, mm, inode, haddr, f);
             }
             if f.head().test(pg::ISOLATED) {
@@ -46,21 +47,18 @@ pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr:
             if f.refcount() as u64 != cache_refs(f) as u64 + rmap::folio_mapcount(k, f) {
                 return ScanResult::PageCount;
             }
-            if folios.last().is_none_or(|l| l.pfn != f.pfn) {
-                folios.push(f);
-            }
+            present = true;
         }
-        folios
-    };
-    if old.is_empty() {
-        return ScanResult::Truncated;
+        if !present {
+            return ScanResult::Truncated;
+        }
     }
     let Ok(new) = k.alloc_folio_on(Placement::LOCAL, PMD_ORDER, true) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
         return ScanResult::AllocHugePageFail;
     };
     Stats::inc(&k.stats.thp_collapse_alloc);
-    let result = replace(k, mmlist, inode, start, new, &old);
+    let result = replace(k, mmlist, inode, start, new);
     if result != ScanResult::Succeed {
         k.folio_put_refs(new, 1);
         return result;
@@ -69,13 +67,26 @@ pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr:
     map_pmd(k, mm, inode, haddr, new)
 }
 
-/// The old folios unmapped, locked and checked (`SCAN_PAGE_LOCK`,
-/// `SCAN_PAGE_COUNT`: nothing but the page cache may hold them then), copied
-/// into `new`, which takes their cache entries; they are freed.
-fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio, old: &[Folio]) -> ScanResult {
+/// Under the cache's lock, the folios the range holds now (the scan let
+/// the lock go: a fault or a migration may have changed them) are locked,
+/// unmapped and checked (`SCAN_PAGE_LOCK`, `SCAN_PAGE_COUNT`: nothing but
+/// the page cache may hold them then), copied into `new`, which takes
+/// their cache entries; they are freed. `SCAN_FAIL` if the range became a
+/// PMD-sized folio meanwhile.
+fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -> ScanResult {
     let mut pages = inode.pages.lock().unwrap();
+    let mut old: Vec<Folio> = Vec::new();
+    for &pfn in pages.range(start..start + (1 << PMD_ORDER)).map(|(_, p)| p) {
+        let f = Folio::containing(&k.phys, pfn);
+        if f.order() == PMD_ORDER {
+            return ScanResult::Fail;
+        }
+        if old.last().is_none_or(|l| l.pfn != f.pfn) {
+            old.push(f);
+        }
+    }
     let mut locks = Vec::new();
-    for &f in old {
+    for &f in &old {
         let Some(lock) = f.trylock() else { return ScanResult::PageLock };
         locks.push(lock);
         let unmapped = with_mappings(k, mmlist, f, true, |maps| {
@@ -103,7 +114,7 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio, o
         pages.insert(start + i, new.pfn + i);
     }
     drop(locks);
-    for &f in old {
+    for &f in &old {
         f.head().link.store(0, Relaxed);
         k.folio_put_refs(f, cache_refs(f));
     }
