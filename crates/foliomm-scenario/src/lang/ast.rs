@@ -232,6 +232,27 @@ pub struct Only {
 }
 
 impl Only {
+    /// The designs and releases of a bracket list, `[mm-id, 6.13+]` without
+    /// the brackets' content parsed (the text keeps its closing `]`).
+    pub(super) fn parse_list(text: &str) -> Result<Only, String> {
+        let mut only = Only::default();
+        for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let release = |v: &str| v.parse::<KernelVersion>();
+            match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<')) {
+                (Some(d), _, _) => only.designs.push(d),
+                (_, Some(v), _) => only.releases.0 = Some(release(v)?),
+                (_, _, Some(v)) => only.releases.1 = Some(release(v)?),
+                _ => {
+                    let known = Design::names();
+                    return Err(format!(
+                        "expected a mapcount design ({known}) or a release range (6.13+ or <6.13), found '{name}'"
+                    ));
+                }
+            }
+        }
+        Ok(only)
+    }
+
     /// Whether a run of `design` following `release` matches.
     pub fn matches(&self, design: Design, release: KernelVersion) -> bool {
         let (from, before) = self.releases;

@@ -28,7 +28,7 @@ pub(super) fn parse_move_pages(l: &mut Line) -> Result<Cmd, ParseError> {
             l.pos += 1;
             let text = t.strip_prefix('[').filter(|r| r.ends_with(']'));
             let parsed = text.ok_or_else(|| "expected a list without spaces, like [<6.10]".to_string());
-            only = parsed.and_then(super::parser::only_list).or_else(|msg| l.err(col, msg))?;
+            only = parsed.and_then(Only::parse_list).or_else(|msg| l.err(col, msg))?;
         }
         let mut list = Vec::new();
         while let Some(t) = l.peek().filter(|&t| t != "status") {

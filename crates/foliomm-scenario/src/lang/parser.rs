@@ -1,7 +1,5 @@
 //! The parser: each line's tokens into a [`Step`].
 
-use foliomm::internals::mapcount::Design;
-use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
 use super::ast::{Cmd, CmpOp, Only, ParseError, Step};
@@ -107,7 +105,8 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
     if bracket {
         let t = &l.toks[n - 2];
         let text = t.text.strip_prefix('[').filter(|r| r.ends_with(']'));
-        let only = text.ok_or_else(|| "expected a list without spaces, like [<6.7]".to_string()).and_then(only_list);
+        let only =
+            text.ok_or_else(|| "expected a list without spaces, like [<6.7]".to_string()).and_then(Only::parse_list);
         fails_only = only.map_err(|msg| ParseError { line: l.line, col: t.col, msg })?;
     }
     if bracket || (n >= 2 && l.toks[n - 2].text == "fails") {
@@ -128,27 +127,6 @@ fn parse_line(l: &mut Line, text: &str) -> Result<Step, ParseError> {
     };
     l.done()?;
     Ok(Step { line: l.line, text: text.to_string(), proc, thread, cmd, fails, fails_only })
-}
-
-/// The designs and releases of a bracket list, `[mm-id, 6.13+]` without
-/// the brackets' content parsed (the text keeps its closing `]`).
-pub(super) fn only_list(text: &str) -> Result<Only, String> {
-    let mut only = Only::default();
-    for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let release = |v: &str| v.parse::<KernelVersion>();
-        match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<')) {
-            (Some(d), _, _) => only.designs.push(d),
-            (_, Some(v), _) => only.releases.0 = Some(release(v)?),
-            (_, _, Some(v)) => only.releases.1 = Some(release(v)?),
-            _ => {
-                let known = Design::names();
-                return Err(format!(
-                    "expected a mapcount design ({known}) or a release range (6.13+ or <6.13), found '{name}'"
-                ));
-            }
-        }
-    }
-    Ok(only)
 }
 
 fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
@@ -183,7 +161,7 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
                 while !text.ends_with(']') {
                     text.push_str(l.next("a ']' closing the list of designs and releases")?);
                 }
-                only = match only_list(&text) {
+                only = match Only::parse_list(&text) {
                     Ok(o) => o,
                     Err(why) => return l.err(col, why),
                 };

@@ -137,7 +137,8 @@ fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, c
             continue;
         }
         let Some(mm) = mmlist.get(r.mm) else { continue };
-        if !every && !(std::ptr::eq(&*mm, caller.0) && from == caller.1) {
+        let is_caller = std::ptr::eq(&*mm, caller.0) && from == caller.1;
+        if !every && !is_caller {
             continue;
         }
         let _walk = mm.pt_read();
