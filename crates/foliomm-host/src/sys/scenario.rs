@@ -63,9 +63,8 @@ pub(crate) fn mlock(addr: u64, len: u64, lock: bool) -> io::Result<()> {
 /// Returns the pages not migrated and each status, `None` where the
 /// kernel wrote none.
 pub(crate) fn move_pages(pages: &[u64], node: Option<i32>, all: bool) -> io::Result<(u64, Vec<Option<i32>>)> {
+    use foliomm::internals::mm::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
     const UNWRITTEN: i32 = i32::MIN;
-    const MPOL_MF_MOVE: i32 = 1 << 1;
-    const MPOL_MF_MOVE_ALL: i32 = 1 << 2;
     let nodes = node.map(|n| vec![n; pages.len()]);
     let mut status = vec![UNWRITTEN; pages.len()];
     let flags = if all { MPOL_MF_MOVE_ALL } else { MPOL_MF_MOVE };

@@ -47,10 +47,16 @@ impl Kernel {
     }
 
     /// Unmarks a folio a scan took off the queue and leaves off it (a
-    /// whole THP found not underused).
+    /// whole THP found not underused), unless an unmap marked it partially
+    /// mapped meanwhile: then it goes back to the tail (Linux tests
+    /// `folio_test_partially_mapped` under `split_queue_lock`).
     pub fn deferred_split_drop(&self, f: Folio) {
-        let _q = self.deferred_split.lock().unwrap();
-        f.page(1).clear(pg::DEFERRED);
+        let mut q = self.deferred_split.lock().unwrap();
+        if f.page(1).test(pg::PARTIALLY_MAPPED) {
+            q.push_back(f.pfn);
+        } else {
+            f.page(1).clear(pg::DEFERRED);
+        }
     }
 
     /// Up to `nr` folios from the head of the queue, taken off it.

@@ -34,11 +34,13 @@ impl Kernel {
     /// which keeps the last frames for page tables and small folios.
     pub fn alloc_folio_on(&self, place: Placement, order: u32, zeroed: bool) -> Result<Folio<'_>, Errno> {
         let phys = &self.phys;
-        let allowed: Vec<usize> = (0..phys.nr_nodes()).filter(|&n| place.allowed.contains(n)).collect();
-        let free: u64 = allowed.iter().map(|&n| phys.nr_free_node(n)).sum();
-        let mark = self.low_watermark() * allowed.len() as u64 / phys.nr_nodes() as u64;
-        if order > 0 && free < mark + (1 << order) {
-            return Err(Errno::ENOMEM);
+        if order > 0 {
+            let allowed = || (0..phys.nr_nodes()).filter(|&n| place.allowed.contains(n));
+            let free: u64 = allowed().map(|n| phys.nr_free_node(n)).sum();
+            let mark = self.low_watermark() * allowed().count() as u64 / phys.nr_nodes() as u64;
+            if free < mark + (1 << order) {
+                return Err(Errno::ENOMEM);
+            }
         }
         let pfn = match zeroed {
             true => phys.alloc_pages_zeroed_on(place, order, MigrateType::Movable),

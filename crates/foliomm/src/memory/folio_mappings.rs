@@ -54,7 +54,7 @@ pub fn with_mappings<T>(
         av = mmlist.anon_vma(link).ok_or(Errno::EBUSY)?;
         av.tree.read()
     } else {
-        inode = mmlist.inodes().into_iter().find(|i| i.ino == link).ok_or(Errno::EBUSY)?;
+        inode = mmlist.inode(link).ok_or(Errno::EBUSY)?;
         inode.i_mmap.read()
     };
     let (first, last) = (f.index(), f.index() + f.nr_pages());

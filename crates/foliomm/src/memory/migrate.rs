@@ -202,7 +202,7 @@ pub fn isolate_folio(k: &Kernel, f: Folio) -> bool {
 
 /// `putback_movable_pages`: each folio back on the LRU (or a shmem folio
 /// unmarked), its isolation reference dropped.
-fn putback(k: &Kernel, folios: Vec<Folio>) {
+pub(crate) fn putback(k: &Kernel, folios: Vec<Folio>) {
     for f in folios {
         if f.test_anon() {
             k.lru.add(f);
@@ -228,7 +228,7 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
         }
         let inode = match f.test_anon() {
             true => None,
-            false => Some(page_cache_of(mmlist, f).ok_or(Errno::EBUSY)?),
+            false => Some(mmlist.inode(f.head().link.load(Relaxed)).ok_or(Errno::EBUSY)?),
         };
         let mut cache = inode.as_ref().map(|i| i.pages.lock().unwrap());
         if cache.as_ref().is_some_and(|c| c.get(&f.index()) != Some(&f.pfn)) {
@@ -265,12 +265,6 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
             Err(e)
         }
     }
-}
-
-/// The file whose page cache holds the page-cache folio `f`.
-fn page_cache_of(mmlist: &MmList, f: Folio) -> Option<crate::sync::Arc<crate::shmem::Inode>> {
-    let ino = f.head().link.load(Relaxed);
-    mmlist.inodes().into_iter().find(|i| i.ino == ino)
 }
 
 /// The move under every table's lock, in Linux's order: each mapping

@@ -18,7 +18,10 @@
 //! (`target_node`); the cpupid two-stage filter of
 //! `should_numa_migrate_memory` always lets a task's own folio go (true
 //! for a task's first faults); no memory tiering; no task or group
-//! placement (`task_numa_fault` is the counters only).
+//! placement (`task_numa_fault` is the counters only); a huge PMD only
+//! partly inside the scanned range is left alone (Linux's
+//! `change_pmd_range` splits it); only anon folios move on a hinting
+//! fault (Linux moves shmem and file folios too).
 
 use super::fault::VmFault;
 use super::migrate::{migrate_pages, Reason};
@@ -26,7 +29,7 @@ use crate::arch::{pmd_addr_end, pte_index, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{Consumer, Kernel, Stats};
 use crate::mm_types::{Mempolicy, Mm, Vma};
-use crate::pgtable::{load, pte_lockptr, store, walk_pmd, PmdSlot};
+use crate::pgtable::{load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
 use crate::rmap;
 use crate::Result;
 
@@ -62,7 +65,10 @@ pub fn change_prot_numa(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64) ->
             }
         } else if !e.is_none() {
             let table = e.pfn();
-            let _ptl = pte_lockptr(phys, table).lock();
+            let Some(_ptl) = pte_lock_checked(phys, pmd, table) else {
+                addr = next;
+                continue;
+            };
             for a in (addr..next).step_by(PAGE_SIZE as usize) {
                 let p = load(phys, table, pte_index(a));
                 if p.hw_present() && !prot_numa_skip(k, mm, vma, p) {

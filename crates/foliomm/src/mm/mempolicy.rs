@@ -12,7 +12,7 @@ use super::vma::merge_around;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Consumer;
-use crate::memory::migrate::{isolate_folio, migrate_pages, Reason};
+use crate::memory::migrate::{isolate_folio, migrate_pages, putback, Reason};
 use crate::mm_types::{Mempolicy, Mm, Vmas};
 use crate::pgtable::{leaf_slot, pte_lockptr};
 use crate::phys::NodeMask;
@@ -66,16 +66,22 @@ impl Mm {
         if mode == 0 {
             flags &= !MPOL_MF_STRICT;
         }
-        let end = start.checked_add(len.next_multiple_of(PAGE_SIZE)).ok_or(Errno::EINVAL)?;
+        let len = len.checked_next_multiple_of(PAGE_SIZE).ok_or(Errno::EINVAL)?;
+        let end = start.checked_add(len).ok_or(Errno::EINVAL)?;
         if end == start {
             return Ok(());
         }
         let policy = Mempolicy::new(mode, nodes, k.phys.nr_nodes())?;
         let mut q = Queue { nodes, flags, policy, list: Vec::new(), large: None, failed: 0 };
-        {
+        let queued = {
             let mut vmas = self.mmap_write_lock();
-            self.queue_pages_range(&vmas, start, end, &mut q)?;
-            self.mbind_range(&mut vmas, start, end, policy)?;
+            self.queue_pages_range(&vmas, start, end, &mut q)
+                .and_then(|_| self.mbind_range(&mut vmas, start, end, policy))
+        };
+        if let Err(e) = queued {
+            // The folios isolated before the error go back (`putback_movable_pages`).
+            putback(k, std::mem::take(&mut q.list).into_iter().map(|(f, _)| f).collect());
+            return Err(e);
         }
         let mut failed = q.failed;
         let mut targets: Vec<usize> = q.list.iter().map(|&(_, n)| n).collect();
@@ -176,8 +182,7 @@ impl Mm {
             return false;
         }
         let order = f.order();
-        let ilx = (vma.pgoff() >> order) + ((addr - vma.start()) >> (crate::arch::PAGE_SHIFT + order));
-        q.list.push((f, q.policy.placement(ilx, order, true).preferred));
+        q.list.push((f, q.policy.placement(vma.interleave_index(addr, order), order, true).preferred));
         true
     }
 

@@ -179,7 +179,7 @@ pub struct MmList {
     mms: Mutex<Vec<(u64, Weak<Mm>)>>,
     /// The VMA allocator its MMs share (`vm_area_cachep`).
     pub vma_cache: Arc<VmaCache>,
-    inodes: Mutex<Vec<Weak<Inode>>>,
+    inodes: Mutex<Vec<(u64, Weak<Inode>)>>,
     anon_vmas: Mutex<HashMap<u64, Weak<AnonVma>>>,
 }
 
@@ -217,14 +217,22 @@ impl MmList {
     pub fn new_inode(&self, k: &Arc<Kernel>, size: u64, mount: Mount) -> Result<Arc<Inode>> {
         let inode = Inode::new(k, size, mount)?;
         let mut inodes = self.inodes.lock().unwrap();
-        inodes.retain(|w| w.strong_count() > 0);
-        inodes.push(Arc::downgrade(&inode));
+        inodes.retain(|(_, w)| w.strong_count() > 0);
+        inodes.push((inode.ino, Arc::downgrade(&inode)));
         Ok(inode)
     }
 
     /// Every shmem inode still alive.
     pub fn inodes(&self) -> Vec<Arc<Inode>> {
-        self.inodes.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+        self.inodes.lock().unwrap().iter().filter_map(|(_, w)| w.upgrade()).collect()
+    }
+
+    /// The shmem inode numbered `ino`, if still alive (`folio->mapping`'s
+    /// host). Only that one is upgraded: letting go of another could drop
+    /// its last reference here, under the caller's locks.
+    pub fn inode(&self, ino: u64) -> Option<Arc<Inode>> {
+        let inodes = self.inodes.lock().unwrap();
+        inodes.iter().find(|(i, _)| *i == ino).and_then(|(_, w)| w.upgrade())
     }
 
     fn add(&self, mm: &Arc<Mm>) {

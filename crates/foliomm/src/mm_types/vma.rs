@@ -237,8 +237,12 @@ impl Vma {
     /// VMA may fall back to other nodes (direct reclaim under the default
     /// `defrag` mode).
     pub fn placement(&self, addr: u64, order: u32) -> crate::phys::Placement {
-        let ilx = (self.pgoff() >> order) + ((addr - self.start()) >> (crate::arch::PAGE_SHIFT + order));
-        self.policy().placement(ilx, order, self.flags() & vm::HUGEPAGE != 0)
+        self.policy().placement(self.interleave_index(addr, order), order, self.flags() & vm::HUGEPAGE != 0)
+    }
+    /// The interleave index of a folio of `order` at `addr`
+    /// (`get_vma_policy`'s `ilx`: `vm_pgoff` and the offset, in folios).
+    pub fn interleave_index(&self, addr: u64, order: u32) -> u64 {
+        (self.pgoff() >> order) + ((addr - self.start()) >> (crate::arch::PAGE_SHIFT + order))
     }
     /// Whether writes go to the file (`VM_SHARED`).
     pub fn shared(&self) -> bool {

@@ -77,9 +77,12 @@ pub(super) struct Node {
 /// `nodes` nodes sharing `nr_frames` frames (a multiple of the max-order
 /// block); EINVAL when a node would have no whole block.
 pub(super) fn new_nodes(nr_frames: u64, nodes: usize) -> Result<Box<[Node]>, Errno> {
+    if nodes == 0 || nodes > MAX_NUMNODES {
+        return Err(Errno::EINVAL);
+    }
     let block = 1u64 << MAX_PAGE_ORDER;
     let per = nr_frames / block / nodes as u64 * block;
-    if nodes == 0 || nodes > MAX_NUMNODES || per == 0 {
+    if per == 0 {
         return Err(Errno::EINVAL);
     }
     Ok((0..nodes as u64)
@@ -98,9 +101,10 @@ impl PhysMem {
         self.nodes.len()
     }
 
-    /// The node frame `pfn` belongs to (`pfn_to_nid`, `folio_nid`).
+    /// The node frame `pfn` belongs to (`pfn_to_nid`, `folio_nid`): every
+    /// node but the last has the first's size.
     pub fn nid(&self, pfn: Pfn) -> usize {
-        self.nodes.iter().rposition(|n| n.start <= pfn).unwrap_or(0)
+        ((pfn / self.nodes[0].nr_frames) as usize).min(self.nodes.len() - 1)
     }
 
     /// Frames of node `nid` (`node_present_pages`); 0 past the last node.
@@ -137,5 +141,6 @@ mod tests {
         let thisnode = phys.alloc_pages_on(Placement::this_node(0), 0, MigrateType::Movable);
         assert_eq!(thisnode, Err(Errno::ENOMEM));
         assert_eq!(PhysMem::new_numa(4 << 20, 2, false).err(), Some(Errno::EINVAL), "a node without a block");
+        assert_eq!(PhysMem::new_numa(4 << 20, 0, false).err(), Some(Errno::EINVAL), "no node");
     }
 }

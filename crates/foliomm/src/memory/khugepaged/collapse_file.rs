@@ -159,7 +159,10 @@ fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, c
 fn map_pmd(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Folio) -> ScanResult {
     let vmas = mm.mmap_read_lock();
     let same_file = |v: &Vma| v.with_file(|x| x.is_some_and(|x| x.ino == inode.ino));
-    let Some(vma) = vmas.find(haddr).filter(|v| same_file(v) && v.end() >= haddr + PMD_SIZE) else {
+    // The mmap_lock was let go: the VMA there now must map the folio's
+    // file pages at the same place.
+    let fits = |v: &Vma| same_file(v) && v.end() >= haddr + PMD_SIZE && v.page_index(haddr) == f.index();
+    let Some(vma) = vmas.find(haddr).filter(|v| fits(v)) else {
         return ScanResult::VmaNull;
     };
     let _walk = mm.pt_read();
