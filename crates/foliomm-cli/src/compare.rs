@@ -8,13 +8,15 @@ use foliomm_scenario::{Observation, Outcome};
 
 /// How a step's observed frame relates to earlier observations of the run.
 /// A frame freed and allocated again in between (the model tells by its
-/// generation; a kernel cannot) is a new frame.
+/// generation; a kernel cannot) is a new frame. An observation made
+/// `except frame` neither has a relation nor is one's reference.
 fn frame_relations(steps: &[StepOutcome]) -> Vec<Option<String>> {
     let mut seen: Vec<((u64, u32), usize)> = Vec::new();
     steps
         .iter()
         .map(|s| {
-            let o = s.observed.filter(|o| !o.via_gup)?;
+            // `except frame` leaves the frame out of the relations too.
+            let o = s.observed.filter(|o| !o.via_gup && o.recorded("frame"))?;
             Some(if !o.page.present {
                 "absent".to_string()
             } else if let Some((_, line)) = seen.iter().find(|(f, _)| *f == (o.page.pfn, o.page.generation)) {
