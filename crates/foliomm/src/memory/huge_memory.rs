@@ -51,7 +51,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
     // vmf_anon_prepare() comes first: a VMA with the huge zero folio has an
     // anon_vma, so fork copies its PMD (vma_needs_copy).
     let anon_vma = mm.anon_vma_prepare(vma);
-    super::khugepaged::khugepaged_enter_vma(k, mm, vma);
+    super::khugepaged::khugepaged_enter_vma(k, mm, vma, vma.flags());
     if !vmf.write() {
         let Some(zero) = k.huge_zero_pfn() else {
             return Ok(Huge::Fallback);

@@ -29,7 +29,7 @@ fn collapse_range(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> ScanR
         Ok(Some((_, start))) if !start.is_multiple_of(1 << crate::arch::PMD_ORDER) => {
             return ScanResult::AddressRange.count(k)
         }
-        Ok(Some((inode, start))) => return collapse_file(k, mm, &inode, start, haddr).count(k),
+        Ok(Some((inode, start))) => return collapse_file(k, mm, &inode, start, haddr, cc).count(k),
         Err(r) => return r.count(k),
         Ok(None) => {}
     }
@@ -83,7 +83,7 @@ impl Mm {
         {
             let vmas = self.mmap_read_lock();
             let vma = vmas.find(start).ok_or(Errno::ENOMEM)?;
-            if !thp_vma_allowable(k, vma, MADVISE) {
+            if !thp_vma_allowable(k, vma, vma.flags(), MADVISE) {
                 return Err(Errno::EINVAL);
             }
         }
@@ -117,15 +117,21 @@ impl Mm {
 /// (`TVA_KHUGEPAGED`: the sysfs modes apply), each aligned PMD range of it
 /// scanned and collapsed under the `max_ptes_*` limits. `pages_to_scan`
 /// paces the kernel thread only and does not change what a full pass does.
-/// Returns the ranges collapsed.
+/// No pass at all while no PMD size is enabled (`hugepage_pmd_enabled`:
+/// the thread is stopped). Returns the ranges counted in
+/// `khugepaged/pages_collapsed`: those collapsed, and, as Linux counts
+/// them, every shmem range that is one PMD-sized folio already.
 pub fn khugepaged_scan(k: &Kernel, mmlist: &MmList, passes: u32) -> u64 {
     let mut collapsed = 0;
+    if !k.thp.hugepage_pmd_enabled(k.config.release().khugepaged_runs_for_shmem()) {
+        return 0;
+    }
     for _ in 0..passes {
         for mm in mmlist.alive().into_iter().filter(|mm| mm.khugepaged.load(Relaxed)) {
             let ranges: Vec<u64> = mm
                 .vmas()
                 .iter()
-                .filter(|v| thp_vma_allowable(k, v, KHUGEPAGED))
+                .filter(|v| thp_vma_allowable(k, v, v.flags(), KHUGEPAGED))
                 .flat_map(|v| {
                     (v.start().next_multiple_of(PMD_SIZE)..v.end() & !(PMD_SIZE - 1)).step_by(PMD_SIZE as usize)
                 })

@@ -139,14 +139,15 @@ impl Mm {
         }
         let covered = vmas.covers(addr, end);
         let new_flags = |flags: u32| (flags | set) & !clear;
-        self.split_for_change(&mut vmas, addr, end, new_flags)?;
-        let changed = set_vma_flags(&mut vmas, addr, end, new_flags);
         if advice == Advice::HugePage {
-            // hugepage_madvise() → khugepaged_enter_vma().
+            // hugepage_madvise() → khugepaged_enter_vma(), before the VMA
+            // is split or its flags are changed.
             for v in vmas.overlapping(addr, end) {
-                crate::memory::khugepaged::khugepaged_enter_vma(&self.kernel, self, v);
+                crate::memory::khugepaged::khugepaged_enter_vma(&self.kernel, self, v, new_flags(v.flags()));
             }
         }
+        self.split_for_change(&mut vmas, addr, end, new_flags)?;
+        let changed = set_vma_flags(&mut vmas, addr, end, new_flags);
         merge_around(&mut vmas, addr, end, self.kernel.config.release(), &changed);
         if covered {
             Ok(())

@@ -155,7 +155,7 @@ impl Mm {
             None => vmas.alloc(start, start + len, flags_vm, start / PAGE_SIZE, None),
         };
         vma.set_hugetlb_resv(private_resv);
-        crate::memory::khugepaged::khugepaged_enter_vma(&self.kernel, self, &vma);
+        crate::memory::khugepaged::khugepaged_enter_vma(&self.kernel, self, &vma, vma.flags());
         vmas.insert(vma);
         merge_around(&mut vmas, start, start + len, self.kernel.config.release(), &[start]);
         // mm_populate() ignores errors: the mapping stands, populated as

@@ -250,6 +250,15 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 6)
     }
 
+    /// Whether khugepaged runs for shmem alone, its PMD size enabled with
+    /// anonymous THPs off (`shmem_hpage_pmd_enabled` in
+    /// `hugepage_pmd_enabled`, "mm: shmem: fix khugepaged activation policy
+    /// for shmem", Baolin Wang): 6.13 on in the model (unsure: read at 6.1
+    /// and 6.18). Before, only the anonymous modes start it.
+    pub fn khugepaged_runs_for_shmem(self) -> bool {
+        self >= KernelVersion::new(6, 13)
+    }
+
     /// Whether migration splits a large folio on the deferred split queue
     /// before moving anything ("mm/migrate: split source folio if it is on
     /// deferred split list", Zi Yan): 6.10 on. Before, it moved whole.

@@ -94,6 +94,27 @@ impl ThpSettings {
         };
         file_orders().filter(|&o| allowed(o)).fold(0, |m, o| m | 1 << o)
     }
+
+    /// `hugepage_pmd_enabled`: whether khugepaged runs (and gives MMs
+    /// slots): the PMD size is on for anonymous memory, or (`shmem_counts`,
+    /// from 6.13's `shmem_hpage_pmd_enabled`) for shmem by its own knob or
+    /// by inheriting a top-level `shmem_enabled` other than never and deny.
+    pub fn hugepage_pmd_enabled(&self, shmem_counts: bool) -> bool {
+        use super::ThpMode;
+        let anon = match self.order_mode(PMD_ORDER) {
+            ThpMode::Always | ThpMode::Madvise => true,
+            ThpMode::Inherit => self.enabled() != ThpMode::Never,
+            ThpMode::Never => false,
+        };
+        let top = self.shmem_enabled();
+        let shmem = match self.shmem_order_mode(PMD_ORDER) {
+            _ if top == ShmemHuge::Deny => false,
+            ShmemMode::Always | ShmemMode::WithinSize | ShmemMode::Advise => true,
+            ShmemMode::Inherit => top != ShmemHuge::Never,
+            ShmemMode::Never => false,
+        };
+        anon || (shmem_counts && shmem)
+    }
 }
 
 #[cfg(test)]

@@ -1,25 +1,30 @@
-//! `MADV_COLLAPSE` of a shmem file's range (mm/khugepaged.c
+//! Collapsing a shmem file's range (mm/khugepaged.c
 //! `hpage_collapse_scan_file`, `collapse_file`, `retract_page_tables`,
-//! `collapse_pte_mapped_thp`): the page cache's pages of one aligned PMD
-//! range are unmapped everywhere, copied into a new PMD-sized folio (holes
-//! zero), which takes their place in the cache; the page tables of every
-//! mapping of the range, now empty, are freed so that the next fault can
-//! map the THP by a PMD, and the caller's range is mapped by one at once.
+//! `collapse_pte_mapped_thp`), for `MADV_COLLAPSE` and khugepaged: the
+//! page cache's pages of one aligned PMD range are unmapped everywhere,
+//! copied into a new PMD-sized folio (holes zero), which takes their place
+//! in the cache; the page tables of the range's mappings, now empty, are
+//! freed so that the next fault can map the THP by a PMD, and
+//! `MADV_COLLAPSE` maps it in the caller's range at once.
 //!
-//! Differs from Linux: khugepaged does not scan file VMAs; no swapped
-//! shmem pages (the model swaps anon memory only); the old pages are
+//! Differs from Linux: no swapped shmem pages (the model swaps anon memory
+//! only, so `max_ptes_swap` never stops a file scan); the old pages are
 //! unmapped while their tables are locked ([`super::super::folio_mappings`])
 //! rather than by `try_to_unmap`, and only shared mappings' tables are
-//! retracted, each only if every entry is none.
+//! retracted, each only if every entry is none; 6.1's khugepaged leaves a
+//! PTE-mapped THP for the MM's next scan (`khugepaged_add_pte_mapped_thp`)
+//! where the model retracts it at once.
 
 use super::super::folio_mappings::with_mappings;
 use super::super::zap::try_to_free_pte;
+use super::{CollapseControl, HPAGE_PMD_NR};
 use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
+use crate::folio::thp::khugepaged::KhugepagedKnob;
 use crate::folio::Folio;
 use crate::kernel::{Kernel, ScanResult, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, MmList, Vma};
-use crate::pgtable::{pte_lockptr, walk_pmd};
+use crate::pgtable::{load, pte_lock_checked, pte_lockptr, store, walk_pmd};
 use crate::phys::{pg, Placement};
 use crate::rmap;
 use crate::shmem::{cache_refs, Inode};
@@ -27,19 +32,35 @@ use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
 
-/// `hpage_collapse_scan_file` + `collapse_file` for `MADV_COLLAPSE` of the
-/// PMD range at `haddr` of `mm`, whose file pages from `start` it maps;
-/// then `collapse_pte_mapped_thp` maps the THP there by a PMD.
-pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr: u64) -> ScanResult {
+/// `hpage_collapse_scan_file` + `collapse_file` for the PMD range at
+/// `haddr` of `mm`, whose file pages from `start` it maps. A range that is
+/// one PMD-sized folio already goes to [`collapse_pte_mapped_thp`] (which
+/// maps it by a PMD for `MADV_COLLAPSE`; khugepaged counts it as collapsed
+/// whether or not anything maps it); khugepaged wants at least
+/// `HPAGE_PMD_NR - max_ptes_none` pages present (`SCAN_EXCEED_NONE_PTE`)
+/// and asks no "mapped shared?" question of a file. After a collapse, the
+/// tables of the range's mappings are retracted; `MADV_COLLAPSE` then maps
+/// the THP in the caller's range.
+pub fn collapse_file(
+    k: &Kernel,
+    mm: &Mm,
+    inode: &Arc<Inode>,
+    start: u64,
+    haddr: u64,
+    cc: CollapseControl,
+) -> ScanResult {
     let mmlist = &mm.mmlist;
+    let mut present = 0;
     {
         let pages = inode.pages.lock().unwrap();
-        let mut present = false;
-        for &pfn in pages.range(start..start + (1 << PMD_ORDER)).map(|(_, p)| p) {
+        for &pfn in pages.range(start..start + HPAGE_PMD_NR as u64).map(|(_, p)| p) {
             let f = Folio::containing(&k.phys, pfn);
             if f.order() == PMD_ORDER && f.index() == start {
                 drop(pages);
-                return map_pmd(k, mm, inode, haddr, f);
+                return match collapse_pte_mapped_thp(k, mm, inode, haddr, f, !cc.khugepaged) {
+                    ScanResult::PmdMapped if cc.khugepaged => ScanResult::Succeed,
+                    r => r,
+                };
             }
             if f.head().test(pg::ISOLATED) {
                 return ScanResult::PageLru;
@@ -47,11 +68,15 @@ pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr:
             if f.refcount() as u64 != cache_refs(f) as u64 + rmap::folio_mapcount(k, f) {
                 return ScanResult::PageCount;
             }
-            present = true;
+            present += 1;
         }
-        if !present {
-            return ScanResult::Truncated;
-        }
+    }
+    if cc.khugepaged && present + k.thp.khugepaged.get(KhugepagedKnob::MaxPtesNone) < HPAGE_PMD_NR {
+        Stats::inc(&k.stats.thp_scan_exceed_none_pte);
+        return ScanResult::ExceedNonePte;
+    }
+    if present == 0 {
+        return ScanResult::Truncated;
     }
     let Ok(new) = k.alloc_folio_on(Placement::LOCAL, PMD_ORDER, true) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
@@ -63,8 +88,11 @@ pub fn collapse_file(k: &Kernel, mm: &Mm, inode: &Arc<Inode>, start: u64, haddr:
         k.folio_put_refs(new, 1);
         return result;
     }
-    retract_page_tables(k, mmlist, inode, start, (mm, haddr));
-    map_pmd(k, mm, inode, haddr, new)
+    retract_page_tables(k, mmlist, inode, start, (mm, haddr), cc);
+    if cc.khugepaged {
+        return ScanResult::Succeed;
+    }
+    collapse_pte_mapped_thp(k, mm, inode, haddr, new, true)
 }
 
 /// Under the cache's lock, the folios the range holds now (the scan let
@@ -124,11 +152,11 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -
 /// `retract_page_tables`: every shared mapping of the range whose VMA holds
 /// the whole aligned PMD range has its PTE table freed when every entry is
 /// none, so that a fault can map the THP by a PMD; before 6.6 only the
-/// caller's (`caller`: its MM and address;
-/// [`crate::release::KernelVersion::retracts_every_mapping`]). (Linux
-/// retracts a private one without an anon_vma too.)
-fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, caller: (&Mm, u64)) {
-    let every = k.config.release().retracts_every_mapping();
+/// caller's (`caller`: its MM and address) for `MADV_COLLAPSE`
+/// ([`crate::release::KernelVersion::retracts_every_mapping`]), every one
+/// for khugepaged. (Linux retracts a private one without an anon_vma too.)
+fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, caller: (&Mm, u64), cc: CollapseControl) {
+    let every = cc.khugepaged || k.config.release().retracts_every_mapping();
     let records = inode.i_mmap.read();
     for r in records.iter() {
         let Some((from, to)) = r.addresses(start, start + (1 << PMD_ORDER)) else { continue };
@@ -152,27 +180,42 @@ fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, c
     }
 }
 
-/// `collapse_pte_mapped_thp(install_pmd)`: the PMD-sized `f` mapped by the
-/// caller's PMD at `haddr` if nothing is mapped there (its table
-/// retracted): `SCAN_SUCCEED`; `SCAN_PMD_MAPPED` if a PMD maps it already;
-/// `SCAN_FAIL` if a PTE table is still there.
-fn map_pmd(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Folio) -> ScanResult {
+/// `collapse_pte_mapped_thp(install_pmd)`: the caller's PMD range at
+/// `haddr`, where its VMA maps the PMD-sized `f`, made ready for a PMD: a
+/// PTE table there whose entries are none or map `f`'s pages in place has
+/// them cleared and is freed (`SCAN_FAIL` for another page,
+/// `SCAN_PTE_NON_PRESENT` for a swap entry); then, with `install`, `f` is
+/// mapped by the PMD. `SCAN_PMD_MAPPED` if a PMD maps it already;
+/// `SCAN_VMA_CHECK` if the VMA there no longer maps `f`'s pages.
+fn collapse_pte_mapped_thp(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Folio, install: bool) -> ScanResult {
     let vmas = mm.mmap_read_lock();
     let same_file = |v: &Vma| v.with_file(|x| x.is_some_and(|x| x.ino == inode.ino));
     // The mmap_lock was let go: the VMA there now must map the folio's
     // file pages at the same place.
     let fits = |v: &Vma| same_file(v) && v.end() >= haddr + PMD_SIZE && v.page_index(haddr) == f.index();
     let Some(vma) = vmas.find(haddr).filter(|v| fits(v)) else {
-        return ScanResult::VmaNull;
+        return ScanResult::VmaCheck;
     };
     let _walk = mm.pt_read();
-    let Some(pmd) = walk_pmd(&k.phys, mm.pgd, haddr) else { return ScanResult::PmdNull };
-    let _pl = pte_lockptr(&k.phys, pmd.table).lock();
+    let Some(pmd) = walk_pmd(&k.phys, mm.pgd, haddr) else {
+        return if install { ScanResult::PmdNull } else { ScanResult::Succeed };
+    };
     let e = pmd.load(&k.phys);
-    if e.huge() && e.pfn() == f.pfn {
-        return ScanResult::PmdMapped;
+    if e.huge() {
+        return if e.pfn() == f.pfn { ScanResult::PmdMapped } else { ScanResult::Fail };
     }
     if !e.is_none() {
+        if let Err(r) = clear_ptes(k, mm, pmd, e.pfn(), haddr, f) {
+            return r;
+        }
+        let mut tlb = MmuGather::new(k, &mm.tlb, false);
+        try_to_free_pte(k, &mut tlb, pmd, e.pfn(), haddr);
+    }
+    if !install {
+        return ScanResult::Succeed;
+    }
+    let _pl = pte_lockptr(&k.phys, pmd.table).lock();
+    if !pmd.load(&k.phys).is_none() {
         return ScanResult::Fail;
     }
     f.ref_add(1);
@@ -181,4 +224,32 @@ fn map_pmd(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Folio) -> ScanResu
     pmd.store(&k.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::PSE | write));
     mm.add_rss(f, f.nr_pages() as i64);
     ScanResult::Succeed
+}
+
+/// Steps 1 to 3 of `collapse_pte_mapped_thp` under the PTE table's lock:
+/// every entry of `table` must be none or map page `i` of `f` at PTE `i`;
+/// those mappings are removed (rmap, reference, RSS) and flushed.
+fn clear_ptes(k: &Kernel, mm: &Mm, pmd: crate::pgtable::PmdSlot, table: crate::arch::Pfn, haddr: u64, f: Folio) -> Result<(), ScanResult> {
+    let phys = &k.phys;
+    let _ptl = pte_lock_checked(phys, pmd, table).ok_or(ScanResult::PmdNull)?;
+    let mut mapped = Vec::new();
+    for i in 0..HPAGE_PMD_NR as usize {
+        let pte = load(phys, table, i);
+        match pte {
+            p if p.is_none() => {}
+            p if !p.present() => return Err(ScanResult::PteNonPresent),
+            p if p.special() || p.pfn() != f.pfn + i as u64 => return Err(ScanResult::Fail),
+            _ => mapped.push(i),
+        }
+    }
+    for &i in &mapped {
+        store(phys, table, i, Pte::NONE);
+        rmap::folio_remove_rmap(k, f, i as u64, 1, Level::Pte, mm.rmap);
+    }
+    if !mapped.is_empty() {
+        mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
+        f.put_refs(mapped.len() as i32);
+        mm.add_rss(f, -(mapped.len() as i64));
+    }
+    Ok(())
 }

@@ -4,9 +4,8 @@
 //! `MADV_COLLAPSE` and khugepaged ([`crate::mm::khugepaged`]); the collapse
 //! itself is in [`collapse`].
 //!
-//! Differs from Linux: only anonymous VMAs (`collapse_file` for shmem and
-//! the page cache is not modelled: such a VMA gives `SCAN_VMA_CHECK`); no
-//! NUMA node choice, uffd-wp or mmu notifiers.
+//! Differs from Linux: anonymous and shmem VMAs only (the model has no
+//! other page cache); no NUMA node choice, uffd-wp or mmu notifiers.
 
 mod collapse;
 mod collapse_file;
@@ -55,32 +54,47 @@ pub struct Scanned {
     unmapped: u32,
 }
 
-/// `thp_vma_allowable_order(vma, TVA_KHUGEPAGED or TVA_FORCED_COLLAPSE,
-/// PMD_ORDER)`: not `VM_NOHUGEPAGE`, holding an aligned PMD range, and
-/// either anonymous (for khugepaged allowed a PMD THP by the sysfs modes)
-/// or, for `MADV_COLLAPSE`, a shmem VMA while `shmem_enabled` is not
-/// `deny` (`shmem_allowable_huge_orders` with `shmem_huge_force`). A
-/// hugetlb VMA never (`VM_NO_KHUGEPAGED`); khugepaged does not scan files
-/// in the model.
-pub fn thp_vma_allowable(k: &Kernel, vma: &Vma, cc: CollapseControl) -> bool {
-    let flags = vma.flags();
-    let file = vma.with_file(|f| f.is_some());
-    let shmem = file && !cc.khugepaged && k.thp.shmem_enabled() != crate::folio::thp::ShmemHuge::Deny;
-    let anon = !vma.is_hugetlb() && (!file || shmem);
+/// `thp_vma_allowable_order(vma, vm_flags, TVA_KHUGEPAGED or
+/// TVA_FORCED_COLLAPSE, PMD_ORDER)`: `vm_flags` without `VM_NOHUGEPAGE`,
+/// the VMA holding an aligned PMD range, and either anonymous (for
+/// khugepaged allowed a PMD THP by the sysfs modes, and with an anon_vma
+/// when `khugepaged_enter_vma` asks) or shmem: for `MADV_COLLAPSE` while
+/// `shmem_enabled` is not `deny`, for khugepaged if its shmem knobs allow
+/// a PMD-sized folio (`shmem_allowable_huge_orders`), judged by the flags
+/// the VMA has now, not `vm_flags` (so `MADV_HUGEPAGE` of a shmem VMA under
+/// `advise` does not give its MM a khugepaged slot by itself). A hugetlb
+/// VMA never (`VM_NO_KHUGEPAGED`).
+pub fn thp_vma_allowable(k: &Kernel, vma: &Vma, vm_flags: u32, cc: CollapseControl) -> bool {
     let fits = vma.end() & !(PMD_SIZE - 1) >= vma.start().next_multiple_of(PMD_SIZE) + PMD_SIZE;
-    let sysfs = !cc.khugepaged
-        || k.thp.allowable_orders(flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0) & (1 << PMD_ORDER) != 0;
-    anon && flags & vm::NOHUGEPAGE == 0 && fits && sysfs
+    if vm_flags & vm::NOHUGEPAGE != 0 || vma.is_hugetlb() || !fits {
+        return false;
+    }
+    match vma.file() {
+        None if cc.khugepaged => k.thp.allowable_orders(vm_flags & vm::HUGEPAGE != 0, false) & (1 << PMD_ORDER) != 0,
+        None => true,
+        Some(inode) if cc.khugepaged => {
+            let now = vma.flags();
+            let orders = inode.fault_orders((now & vm::HUGEPAGE != 0, now & vm::NOHUGEPAGE != 0), vma.pgoff());
+            orders & (1 << PMD_ORDER) != 0
+        }
+        Some(_) => k.thp.shmem_enabled() != crate::folio::thp::ShmemHuge::Deny,
+    }
 }
 
-/// `khugepaged_enter_vma`: gives `mm` a khugepaged slot (`MMF_VM_HUGEPAGE`)
-/// if `vma` may get a PMD THP from khugepaged (the sysfs modes allowing
-/// it); called where Linux calls it: a new mapping, `MADV_HUGEPAGE`, a
-/// huge PMD fault. A slot lasts until the MM exits; fork passes it on
-/// (`khugepaged_fork`).
-pub fn khugepaged_enter_vma(k: &Kernel, mm: &Mm, vma: &Vma) {
+/// `khugepaged_enter_vma(vma, vm_flags)`: gives `mm` a khugepaged slot
+/// (`MMF_VM_HUGEPAGE`) if khugepaged runs and `vma`, with `vm_flags`, may
+/// get a PMD THP from it ([`thp_vma_allowable`]; an anonymous VMA only once
+/// it has an anon_vma); called where Linux calls it: a new mapping,
+/// `MADV_HUGEPAGE` (with the flags it is about to set), a huge PMD fault.
+/// A slot lasts until the MM exits; fork passes it on (`khugepaged_fork`).
+pub fn khugepaged_enter_vma(k: &Kernel, mm: &Mm, vma: &Vma, vm_flags: u32) {
     use crate::sync::atomic::Ordering::Relaxed;
-    if !mm.khugepaged.load(Relaxed) && thp_vma_allowable(k, vma, CollapseControl { khugepaged: true }) {
+    let anon_ready = vma.file().is_some() || vma.anon_vma.get() != 0;
+    if !mm.khugepaged.load(Relaxed)
+        && k.thp.hugepage_pmd_enabled(k.config.release().khugepaged_runs_for_shmem())
+        && anon_ready
+        && thp_vma_allowable(k, vma, vm_flags, CollapseControl { khugepaged: true })
+    {
         mm.khugepaged.store(true, Relaxed);
     }
 }
@@ -100,7 +114,7 @@ pub(crate) fn revalidate(
     if haddr < vma.start() || haddr + PMD_SIZE > vma.end() {
         return Err(ScanResult::AddressRange);
     }
-    if !thp_vma_allowable(k, vma, cc) {
+    if !thp_vma_allowable(k, vma, vma.flags(), cc) {
         return Err(ScanResult::VmaCheck);
     }
     if expect_anon && vma.anon_vma.get() == 0 {
