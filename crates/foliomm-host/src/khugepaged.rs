@@ -21,14 +21,25 @@ fn read(name: &str) -> Result<u64, String> {
 
 /// Whether PMD-sized THPs are on in any mode (`hugepage_pmd_enabled`):
 /// the 2 MiB size's own mode, or `inherit` of a top-level one, is not
-/// `never`. A kernel without per-size files (6.1) has the top level only.
+/// `never`, for anonymous memory or (a kernel with per-size shmem files,
+/// whose khugepaged serves shmem alone) for shmem, short of `deny`. A
+/// kernel without per-size files (6.1) has the anonymous top level only.
 fn pmd_enabled() -> Result<bool, String> {
+    let on = |top: &str, pmd: &str| match pmd {
+        "inherit" => top != "never" && top != "deny",
+        m => m != "never",
+    };
     let top = sysfs::read_selected(&sysfs::thp_path(None))?;
     let pmd = sysfs::read_selected(&sysfs::thp_path(Some(9))).unwrap_or_else(|_| "inherit".into());
-    Ok(match pmd.as_str() {
-        "inherit" => top != "never",
-        m => m != "never",
-    })
+    let shmem_pmd = format!("{}/hugepages-2048kB/shmem_enabled", sysfs::THP);
+    let shmem = match sysfs::read_selected(&shmem_pmd) {
+        Ok(pmd) => {
+            let top = sysfs::read_selected(&format!("{}/shmem_enabled", sysfs::THP))?;
+            top != "deny" && on(&top, &pmd)
+        }
+        Err(_) => false,
+    };
+    Ok(on(&top, &pmd) || shmem)
 }
 
 /// How long khugepaged may do no scan at all before it is taken to have

@@ -325,3 +325,30 @@ fn a_grow_seal_stops_a_write_at_the_first_page_past_the_end() {
     assert_eq!(f.seals(), SEAL_GROW | SEAL_WRITE | SEAL_SEAL);
     assert_clean(&m);
 }
+
+#[test]
+fn madvise_hugepage_of_shmem_under_advise_gives_no_khugepaged_slot() {
+    // khugepaged_enter_vma() judges a shmem VMA by the flags it has before
+    // MADV_HUGEPAGE sets VM_HUGEPAGE (shmem_allowable_huge_orders reads
+    // vma->vm_flags); an anonymous VMA by the new flags, once it has an
+    // anon_vma.
+    use foliomm::internals::folio::thp::{ShmemHuge, ThpMode};
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = machine();
+    m.kernel.thp.set_enabled(ThpMode::Madvise).unwrap();
+    m.kernel.thp.set_shmem_enabled(ShmemHuge::Advise);
+    let f = m.memfd_create(4 * M).unwrap();
+    let p = m.new_mm().unwrap();
+    let a = map(&p, &f, 4 * M, 0, true);
+    p.madvise(a, 4 * M, Advice::HugePage).unwrap();
+    assert!(!p.khugepaged.load(Relaxed), "shmem MADV_HUGEPAGE under advise");
+    let anon = p.mmap(0, 4 * M, Prot::RW, MmapFlags::default()).unwrap();
+    p.madvise(anon, 4 * M, Advice::HugePage).unwrap();
+    assert!(!p.khugepaged.load(Relaxed), "an anonymous VMA without an anon_vma");
+    let touched = p.mmap(0, 4 * M, Prot::RW, MmapFlags::default()).unwrap();
+    m.new_cpu().write(&p, touched, b"x").unwrap();
+    assert!(!p.khugepaged.load(Relaxed), "a small-page fault gives no slot");
+    p.madvise(touched, 4 * M, Advice::HugePage).unwrap();
+    assert!(p.khugepaged.load(Relaxed), "an anonymous VMA with an anon_vma");
+    assert_clean(&m);
+}
