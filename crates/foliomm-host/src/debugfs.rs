@@ -29,13 +29,17 @@ impl Debugfs {
         Ok(Debugfs { dir: dir.into(), mounted_here: true })
     }
 
-    /// `split_huge_pages` of process `pid` over `[start, end)` to `order`
-    /// (the kernel's own format; the order is left out for 0, which kernels
-    /// before 6.8 understand).
-    pub fn split_huge_pages(&self, pid: u32, start: u64, end: u64, order: u32) -> std::io::Result<()> {
+    /// `split_huge_pages` of process `pid` over `[start, end)` to `order`,
+    /// around page `at` of each folio if given (the kernel's own format;
+    /// the order is left out for 0 without an offset, which kernels before
+    /// 6.8 understand).
+    pub fn split_huge_pages(&self, pid: u32, start: u64, end: u64, order: u32, at: Option<u64>) -> std::io::Result<()> {
         let mut text = format!("{pid},{start:#x},{end:#x}");
-        if order > 0 {
+        if order > 0 || at.is_some() {
             text += &format!(",{order}");
+        }
+        if let Some(at) = at {
+            text += &format!(",{at}");
         }
         std::fs::write(self.dir.join("split_huge_pages"), text)
     }

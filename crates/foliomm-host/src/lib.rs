@@ -162,10 +162,15 @@ impl HostBackend {
     }
 
     /// debugfs `split_huge_pages` over `[addr, addr + len)` of `proc`'s
-    /// worker, to `order` (which needs 6.8).
-    fn split_huge_pages(&self, proc: &str, addr: u64, len: u64, order: u32) -> BackendResult<Reply> {
-        if order > 0 && release::version() < foliomm::internals::release::KernelVersion::new(6, 8) {
+    /// worker, to `order` (which needs 6.8), around page `at` of each folio
+    /// (which needs 6.15).
+    fn split_huge_pages(&self, proc: &str, addr: u64, len: u64, order: u32, at: Option<u64>) -> BackendResult<Reply> {
+        use foliomm::internals::release::KernelVersion;
+        if order > 0 && release::version() < KernelVersion::new(6, 8) {
             return Err(StepError::Unsupported("split_huge_pages takes an order from Linux 6.8".into()));
+        }
+        if at.is_some() && release::version() < KernelVersion::new(6, 15) {
+            return Err(StepError::Unsupported("split_huge_pages takes an offset in the folio from Linux 6.15".into()));
         }
         let pid = self.pid(proc).ok_or_else(|| Machinery::NoProcess(proc.into()))?;
         let mut debugfs = self.debugfs.lock().unwrap();
@@ -173,7 +178,7 @@ impl HostBackend {
             *debugfs = Some(debugfs::Debugfs::open(&self.dir.join("debugfs")).map_err(StepError::Unsupported)?);
         }
         let d = debugfs.as_ref().expect("opened above");
-        d.split_huge_pages(pid, addr, addr + len, order).map_err(|e| match protocol::Refused::from(e) {
+        d.split_huge_pages(pid, addr, addr + len, order, at).map_err(|e| match protocol::Refused::from(e) {
             // Lockdown, or a debugfs restricted to its API: not the split's answer.
             protocol::Refused::Errno(foliomm::Errno::EPERM) => {
                 StepError::Unsupported("the kernel refuses writes to debugfs (EPERM): no split_huge_pages".into())
@@ -364,7 +369,7 @@ impl Backend for HostBackend {
                 sysfs::set(SHM_RMID_FORCED, "1").map_err(StepError::Unsupported)?;
                 self.request(t, t.tid, op)
             }
-            Op::SplitHugePages { addr, len, order } => self.split_huge_pages(t.proc, addr, len, order),
+            Op::SplitHugePages { addr, len, order, at } => self.split_huge_pages(t.proc, addr, len, order, at),
             Op::NumaScan { .. } => {
                 Err(StepError::Unsupported("the kernel scans for NUMA balancing on its own schedule".into()))
             }

@@ -49,11 +49,12 @@ pub enum Op {
         advice: Advice,
     },
     /// Split the large folios mapped in `[addr, addr + len)` to `order`
-    /// (debugfs `split_huge_pages`).
+    /// (debugfs `split_huge_pages`), around page `at` of each if given.
     SplitHugePages {
         addr: u64,
         len: u64,
         order: u32,
+        at: Option<u64>,
     },
     /// `move_pages(0, ...)` of every page of `[addr, addr + len)`: to
     /// `node`, or without one a query; `all` for `MPOL_MF_MOVE_ALL`.

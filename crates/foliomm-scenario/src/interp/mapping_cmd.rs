@@ -52,9 +52,9 @@ impl State<'_> {
                 outcome(step, r)?;
                 Ok("ok".into())
             }
-            Cmd::Split(pl, order) => {
+            Cmd::Split(pl, order, at) => {
                 let (addr, len) = self.place(pl)?;
-                outcome(step, self.perform(t, Op::SplitHugePages { addr, len, order: *order }))?;
+                outcome(step, self.perform(t, Op::SplitHugePages { addr, len, order: *order, at: *at }))?;
                 Ok("ok".into())
             }
             Cmd::MovePages(m) => {

@@ -162,7 +162,7 @@ impl State<'_> {
                 }
             }
             Cmd::Madvise(pl, Advice::DontNeed) if self.zap_keeps_bytes(step, pl) => touch(pl, false, &mut f)?,
-            Cmd::Munmap(pl) | Cmd::Mprotect(pl, _) | Cmd::Madvise(pl, _) | Cmd::Mlock(pl, _) | Cmd::Split(pl, _) => {
+            Cmd::Munmap(pl) | Cmd::Mprotect(pl, _) | Cmd::Madvise(pl, _) | Cmd::Mlock(pl, _) | Cmd::Split(pl, ..) => {
                 touch(pl, true, &mut f)?
             }
             Cmd::MovePages(m) => touch(&m.place, true, &mut f)?,

@@ -39,7 +39,7 @@ impl State<'_> {
         let places: Vec<Place> = match &step.cmd {
             Cmd::Fork(_) => self.maps.keys().map(|m| Place { map: m.clone(), range: None }).collect(),
             Cmd::Mmap { name, .. } | Cmd::Mremap { name, .. } => vec![Place { map: name.clone(), range: None }],
-            Cmd::Munmap(p) | Cmd::Mprotect(p, _) | Cmd::Madvise(p, _) | Cmd::Mlock(p, _) | Cmd::Split(p, _) => {
+            Cmd::Munmap(p) | Cmd::Mprotect(p, _) | Cmd::Madvise(p, _) | Cmd::Mlock(p, _) | Cmd::Split(p, ..) => {
                 vec![p.clone()]
             }
             Cmd::MovePages(m) => vec![m.place.clone()],

@@ -146,9 +146,11 @@ pub enum Cmd {
     /// `khugepaged [N]`: N full scans of khugepaged over every MM it has
     /// a slot for (1 unless given).
     Khugepaged(u32),
-    /// `split PLACE [to order N]`: the kernel's debugfs `split_huge_pages`
-    /// over the place (to order 0 unless given).
-    Split(Place, u32),
+    /// `split PLACE [to order N] [at PAGE]`: the kernel's debugfs
+    /// `split_huge_pages` over the place (to order 0 unless given), each
+    /// folio split around its page PAGE if given (`in_folio_offset`, 6.15
+    /// on: `folio_split`).
+    Split(Place, u32, Option<u64>),
     /// `move_pages PLACE [to NODE] [all] [unmoved N] [status S...]`:
     /// `move_pages(2)` of every page of the place, to NODE (a query
     /// without), `MPOL_MF_MOVE_ALL` with `all`. The call must leave

@@ -35,7 +35,7 @@
 //! P: mlock a[0..8K]                  mlock (populates, VM_LOCKED); munlock a
 //! P: madvise a hugepage              hugepage nohugepage dontneed remove dontfork dofork
 //!                                    populate_read populate_write pageout cold collapse
-//! P: split a [to order 2]            debugfs split_huge_pages over the place
+//! P: split a [to order 2] [at 3]     debugfs split_huge_pages over the place
 //! khugepaged [3]                     full khugepaged scans (1 unless given)
 //! P: move_pages a [to 1] [all] [unmoved N] [status [ONLY] 1 EBUSY 1*510 -]...
 //!                                    move_pages(2) of every page (a query without `to`);

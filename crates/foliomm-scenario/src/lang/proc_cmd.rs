@@ -40,7 +40,17 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             } else {
                 0
             };
-            Cmd::Split(p, order)
+            let at = if l.eat("at") {
+                let col = l.col();
+                let t = l.next("a page offset in the folio")?;
+                match t.parse::<u64>() {
+                    Ok(n) if n < 512 => Some(n),
+                    _ => return l.err(col, format!("expected a page offset in a folio, 0 to 511, found '{t}'")),
+                }
+            } else {
+                None
+            };
+            Cmd::Split(p, order, at)
         }
         "move_pages" => super::numa_cmd::parse_move_pages(l)?,
         "mbind" => super::numa_cmd::parse_mbind(l)?,

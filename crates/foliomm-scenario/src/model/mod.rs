@@ -244,8 +244,8 @@ impl Backend for ModelBackend {
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
             Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
-            Op::SplitHugePages { addr, len, order } => {
-                done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order).map(|_| ()))?
+            Op::SplitHugePages { addr, len, order, at } => {
+                done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order, at).map(|_| ()))?
             }
             Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
             Op::NumaScan { addr, len } => Reply::Value(self.mm_of(t)?.numa_scan(addr, addr + len)),

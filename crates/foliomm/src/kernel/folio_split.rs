@@ -32,29 +32,37 @@ impl Kernel {
     /// share of the references. Panics if `f` is small or still mapped: a
     /// caller's bug, not a state the kernel reaches.
     pub fn split_unmapped_folio(&self, f: Folio, at: u64, refs_per_page: i32) -> Vec<(Pfn, u32)> {
-        let uniform = (!self.config.release().splits_folios_in_buddies()).then_some(0);
-        self.split_pieces(f, at, uniform, refs_per_page)
+        let uniform = !self.config.release().splits_folios_in_buddies();
+        self.split_pieces(f, at, 0, uniform, refs_per_page)
     }
 
     /// Splits the large, unmapped `f` into order-0 folios (`split_folio`,
     /// `uniform_split`), each with `refs_per_page` references; returns
     /// their frames.
     pub fn split_unmapped_folio_to_pages(&self, f: Folio, refs_per_page: i32) -> Vec<Pfn> {
-        self.split_unmapped_folio_to_order(f, 0, refs_per_page).into_iter().map(|(pfn, _)| pfn).collect()
+        self.split_unmapped_folio_to_order(f, 0, None, refs_per_page).into_iter().map(|(pfn, _)| pfn).collect()
     }
 
-    /// Splits the large, unmapped `f` into folios of `order`, below its own
-    /// (`split_folio_to_order`, `uniform_split`), each with `refs_per_page`
-    /// references per page; returns them as (head, order).
-    pub fn split_unmapped_folio_to_order(&self, f: Folio, order: u32, refs_per_page: i32) -> Vec<(Pfn, u32)> {
-        self.split_pieces(f, 0, Some(order), refs_per_page)
+    /// Splits the large, unmapped `f`, below its own order, into folios of
+    /// `order` (`split_folio_to_order`, `uniform_split`) or, with `at`,
+    /// halves it again and again until page `at` is in a folio of `order`,
+    /// every other half a folio of its own (`folio_split`); each piece gets
+    /// `refs_per_page` references per page. Returns them as (head, order).
+    pub fn split_unmapped_folio_to_order(
+        &self,
+        f: Folio,
+        order: u32,
+        at: Option<u64>,
+        refs_per_page: i32,
+    ) -> Vec<(Pfn, u32)> {
+        self.split_pieces(f, at.unwrap_or(0), order, at.is_none(), refs_per_page)
     }
 
-    /// The split itself: uniform (every piece a folio of the given order)
-    /// or around page `at`.
-    fn split_pieces(&self, f: Folio, at: u64, uniform: Option<u32>, refs_per_page: i32) -> Vec<(Pfn, u32)> {
+    /// The split itself: uniform (every piece a folio of order `to`) or
+    /// around page `at` (down to `to` there).
+    fn split_pieces(&self, f: Folio, at: u64, to: u32, uniform: bool, refs_per_page: i32) -> Vec<(Pfn, u32)> {
         let order = f.order();
-        assert!(order > uniform.unwrap_or(0) && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
+        assert!(order > to && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
         let kept = pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED | pg::LOCKED;
@@ -67,25 +75,28 @@ impl Kernel {
         }
         let mut pieces = Vec::new();
         let (mut first, mut o) = (f.pfn, order);
-        if let Some(to) = uniform {
+        if uniform {
             // split_folio (and truncation before 6.15): every piece a folio.
             let rest = (f.pfn + (1 << to)..f.pfn + f.nr_pages()).step_by(1 << to);
             (pieces, o) = (rest.map(|p| (p, to)).collect(), to);
         }
-        let last = o.min(uniform.unwrap_or(0));
-        while o > last {
+        // Orders a piece may not have are skipped: 1 for anon
+        // (`__split_unmapped_folio`), those below the design's smallest.
+        let min = self.design.min_large_order().max(if keep & pg::ANON != 0 { 2 } else { 1 });
+        let mut size = o;
+        while o > to {
             o -= 1;
-            let half = 1 << o;
-            // The half without page `at` becomes a folio; the other is
-            // halved again.
-            if f.pfn + at < first + half {
-                pieces.push((first + half, o));
-            } else {
-                pieces.push((first, o));
-                first += half;
+            if o > 0 && o < min && o > to {
+                continue;
             }
+            // The piece holding page `at` is split into folios of order
+            // `o`; all but the one holding `at` are done.
+            let around = first + ((f.pfn + at - first) >> o << o);
+            let done = (first..first + (1 << size)).step_by(1 << o).filter(|&p| p != around);
+            pieces.extend(done.map(|p| (p, o)));
+            (first, size) = (around, o);
         }
-        pieces.push((first, last));
+        pieces.push((first, to));
         pieces.sort_unstable();
         super::page_alloc::clear_descriptors(f);
         for &(pfn, o) in &pieces {

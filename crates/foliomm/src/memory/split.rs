@@ -47,6 +47,30 @@ pub fn split_folio_to_order<'k>(
     held: i32,
     list: Option<&mut Vec<Folio<'k>>>,
 ) -> Result<()> {
+    split_mapped(k, mmlist, f, new_order, None, held, list)
+}
+
+/// `folio_split(folio, new_order, page)` (6.15 on): as
+/// [`split_folio_to_order`], but non-uniform: only page `at` of `f` ends
+/// in a folio of `new_order`; the folio is halved around it, each half
+/// without it a folio of its own (`__split_unmapped_folio` with
+/// `uniform_split == false`), so fewer folios come out. The same checks
+/// (`non_uniform_split_supported`: no order-1 anon folio, none in the swap
+/// cache) and errors.
+pub fn folio_split(k: &Kernel, mmlist: &MmList, f: Folio, new_order: u32, at: u64, held: i32) -> Result<()> {
+    split_mapped(k, mmlist, f, new_order, Some(at), held, None)
+}
+
+/// `__folio_split`: the split of a mapped folio, uniform or around `at`.
+fn split_mapped<'k>(
+    k: &'k Kernel,
+    mmlist: &MmList,
+    f: Folio<'k>,
+    new_order: u32,
+    at: Option<u64>,
+    held: i32,
+    list: Option<&mut Vec<Folio<'k>>>,
+) -> Result<()> {
     let in_cache = k.folio_swap(f).is_some();
     let file = crate::shmem::in_page_cache(f) && !f.head().test(crate::phys::pg::HUGETLB);
     let order_1 = new_order == 1 && !file;
@@ -61,7 +85,7 @@ pub fn split_folio_to_order<'k>(
         return Err(Errno::EAGAIN);
     }
     with_mappings(k, mmlist, f, true, |maps| {
-        if can_split(k, f, maps.len() as u64, held) && remap(k, f, new_order, maps, held, list) {
+        if can_split(k, f, maps.len() as u64, held) && remap(k, f, (new_order, at), maps, held, list) {
             Ok(())
         } else {
             Err(Errno::EAGAIN)
@@ -128,15 +152,16 @@ fn can_split(k: &Kernel, f: Folio, found: u64, held: i32) -> bool {
 
 /// The split under every table's lock: the folio's references are frozen
 /// (`folio_ref_freeze`: false, nothing done, if one came or went since they
-/// were counted), the mappings leave `f`, it becomes folios of `order` (the
-/// caller's `held` references on the first), each mapping joins its new
+/// were counted), the mappings leave `f`, it becomes folios of `order`
+/// (around page `at` if given; the caller's `held` references on the
+/// first), each mapping joins its new
 /// folio; from 6.12 a zero-filled page split to a page of its own is
 /// mapped by the shared zero page instead, outside mlocked VMAs
 /// (`try_to_map_unused_to_zeropage`), and freed.
 fn remap<'k>(
     k: &'k Kernel,
     f: Folio<'k>,
-    order: u32,
+    (order, at): (u32, Option<u64>),
     maps: &[Mapping],
     held: i32,
     list: Option<&mut Vec<Folio<'k>>>,
@@ -155,12 +180,12 @@ fn remap<'k>(
     // `held` the caller's alone go to the first piece.
     let file = !f.test_anon();
     let cache = if file { f.nr_pages() as i32 } else { 0 };
-    let pieces = k.split_unmapped_folio_to_order(f, order, 1);
+    let pieces = k.split_unmapped_folio_to_order(f, order, at, 1);
     Folio::from_head(phys, pieces[0].0).ref_add(held - cache);
-    let to_zero = !file && order == 0 && k.config.release().split_maps_zero_pages_to_zero_page();
+    let to_zero = !file && k.config.release().split_maps_zero_pages_to_zero_page();
     for (m, excl) in maps.iter().zip(exclusive) {
         let piece = Folio::containing(phys, f.pfn + m.page);
-        if to_zero && !m.locked && zero_filled(k, piece.pfn) {
+        if to_zero && !m.locked && piece.order() == 0 && zero_filled(k, piece.pfn) {
             // The VMA's protection: a PROT_NONE entry stays inaccessible.
             let prot = load(phys, m.table, m.idx).0 & (Pte::PRESENT | Pte::PROTNONE);
             store(phys, m.table, m.idx, Pte::new(k.zero_pfn, prot | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));

@@ -1,12 +1,13 @@
 //! The kernel's debugfs interface for splitting the large folios mapped in
 //! a range of a process (mm/huge_memory.c `split_huge_pages_pid`, written
-//! as `PID,START,END[,ORDER]` to `/sys/kernel/debug/split_huge_pages`),
-//! which the kernel's `split_huge_page_test` drives.
+//! as `PID,START,END[,ORDER[,IN_FOLIO_OFFSET]]` to
+//! `/sys/kernel/debug/split_huge_pages`), which the kernel's
+//! `split_huge_page_test` drives.
 
 use crate::arch::{pte_index, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::Stats;
-use crate::memory::split::split_folio_to_order;
+use crate::memory::split::{folio_split, split_folio_to_order};
 use crate::mm_types::{vm, Mm};
 use crate::pgtable::{load, walk_pmd};
 use crate::rmap;
@@ -18,10 +19,14 @@ impl Mm {
     /// mapped there of an order above `new_order` that nothing but its
     /// mappings (and the page cache) holds (`can_split_folio`) is split to
     /// `new_order` with a reference taken
-    /// (`split_folio_to_order`); hugetlb VMAs are passed over. Returns how
+    /// (`split_folio_to_order`), or from 6.15, given an offset `at` inside
+    /// the folio, split non-uniformly around that page (`folio_split`; the
+    /// walk goes on page by page, so the halves it reaches later are split
+    /// again, uniformly where they are smaller than `at`); hugetlb VMAs are
+    /// passed over. Returns how
     /// many folios it tried and how many it split (the kernel only logs
     /// them). A failed split counts `thp_split_page_failed` / `split_failed`.
-    pub fn split_huge_pages(&self, start: u64, end: u64, new_order: u32) -> Result<(u64, u64)> {
+    pub fn split_huge_pages(&self, start: u64, end: u64, new_order: u32, at: Option<u64>) -> Result<(u64, u64)> {
         let k = &*self.kernel;
         if new_order >= PMD_ORDER {
             return Err(Errno::EINVAL);
@@ -48,7 +53,12 @@ impl Mm {
                 continue;
             }
             let order = f.order();
-            match split_folio_to_order(k, &self.mmlist, f, new_order, 1, None) {
+            let at = at.filter(|&a| a < f.nr_pages() && k.config.release().splits_folios_in_buddies());
+            let done = match at {
+                Some(at) => folio_split(k, &self.mmlist, f, new_order, at, 1),
+                None => split_folio_to_order(k, &self.mmlist, f, new_order, 1, None),
+            };
+            match done {
                 Ok(()) => {
                     split += 1;
                     k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);

@@ -155,7 +155,14 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -
 /// caller's (`caller`: its MM and address) for `MADV_COLLAPSE`
 /// ([`crate::release::KernelVersion::retracts_every_mapping`]), every one
 /// for khugepaged. (Linux retracts a private one without an anon_vma too.)
-fn retract_page_tables(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, caller: (&Mm, u64), cc: CollapseControl) {
+fn retract_page_tables(
+    k: &Kernel,
+    mmlist: &MmList,
+    inode: &Inode,
+    start: u64,
+    caller: (&Mm, u64),
+    cc: CollapseControl,
+) {
     let every = cc.khugepaged || k.config.release().retracts_every_mapping();
     let records = inode.i_mmap.read();
     for r in records.iter() {
@@ -229,7 +236,14 @@ fn collapse_pte_mapped_thp(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Fo
 /// Steps 1 to 3 of `collapse_pte_mapped_thp` under the PTE table's lock:
 /// every entry of `table` must be none or map page `i` of `f` at PTE `i`;
 /// those mappings are removed (rmap, reference, RSS) and flushed.
-fn clear_ptes(k: &Kernel, mm: &Mm, pmd: crate::pgtable::PmdSlot, table: crate::arch::Pfn, haddr: u64, f: Folio) -> Result<(), ScanResult> {
+fn clear_ptes(
+    k: &Kernel,
+    mm: &Mm,
+    pmd: crate::pgtable::PmdSlot,
+    table: crate::arch::Pfn,
+    haddr: u64,
+    f: Folio,
+) -> Result<(), ScanResult> {
     let phys = &k.phys;
     let _ptl = pte_lock_checked(phys, pmd, table).ok_or(ScanResult::PmdNull)?;
     let mut mapped = Vec::new();
