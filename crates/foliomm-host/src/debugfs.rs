@@ -29,12 +29,22 @@ impl Debugfs {
         Ok(Debugfs { dir: dir.into(), mounted_here: true })
     }
 
-    /// `split_huge_pages` of process `pid` over `[start, end)` to `order`,
-    /// around page `at` of each folio if given (the kernel's own format;
-    /// the order is left out for 0 without an offset, which kernels before
-    /// 6.8 understand).
-    pub fn split_huge_pages(&self, pid: u32, start: u64, end: u64, order: u32, at: Option<u64>) -> std::io::Result<()> {
-        let mut text = format!("{pid},{start:#x},{end:#x}");
+    /// `split_huge_pages` over `[start, end)` of a process's addresses or
+    /// a file's pages, to `order`, around page `at` of each folio if given
+    /// (the kernel's own format; the order is left out for 0 without an
+    /// offset, which kernels before 6.8 understand).
+    pub fn split_huge_pages(
+        &self,
+        target: &SplitTarget,
+        (start, end): (u64, u64),
+        order: u32,
+        at: Option<u64>,
+    ) -> std::io::Result<()> {
+        let who = match target {
+            SplitTarget::Pid(pid) => pid.to_string(),
+            SplitTarget::File(path) => path.clone(),
+        };
+        let mut text = format!("{who},{start:#x},{end:#x}");
         if order > 0 || at.is_some() {
             text += &format!(",{order}");
         }
@@ -43,6 +53,13 @@ impl Debugfs {
         }
         std::fs::write(self.dir.join("split_huge_pages"), text)
     }
+}
+
+/// What `split_huge_pages` splits in: a process's range of addresses, or
+/// a file's range of pages named by a path (one starting with `/`).
+pub enum SplitTarget {
+    Pid(u32),
+    File(String),
 }
 
 impl Drop for Debugfs {

@@ -161,10 +161,16 @@ impl HostBackend {
         Ok(Reply::Done)
     }
 
-    /// debugfs `split_huge_pages` over `[addr, addr + len)` of `proc`'s
-    /// worker, to `order` (which needs 6.8), around page `at` of each folio
-    /// (which needs 6.15).
-    fn split_huge_pages(&self, proc: &str, addr: u64, len: u64, order: u32, at: Option<u64>) -> BackendResult<Reply> {
+    /// debugfs `split_huge_pages` over `range` of a worker's addresses or a
+    /// file's pages, to `order` (which needs 6.8), around page `at` of each
+    /// folio (which needs 6.15).
+    fn split_huge_pages(
+        &self,
+        target: debugfs::SplitTarget,
+        range: (u64, u64),
+        order: u32,
+        at: Option<u64>,
+    ) -> BackendResult<Reply> {
         use foliomm::internals::release::KernelVersion;
         if order > 0 && release::version() < KernelVersion::new(6, 8) {
             return Err(StepError::Unsupported("split_huge_pages takes an order from Linux 6.8".into()));
@@ -172,13 +178,12 @@ impl HostBackend {
         if at.is_some() && release::version() < KernelVersion::new(6, 15) {
             return Err(StepError::Unsupported("split_huge_pages takes an offset in the folio from Linux 6.15".into()));
         }
-        let pid = self.pid(proc).ok_or_else(|| Machinery::NoProcess(proc.into()))?;
         let mut debugfs = self.debugfs.lock().unwrap();
         if debugfs.is_none() {
             *debugfs = Some(debugfs::Debugfs::open(&self.dir.join("debugfs")).map_err(StepError::Unsupported)?);
         }
         let d = debugfs.as_ref().expect("opened above");
-        d.split_huge_pages(pid, addr, addr + len, order, at).map_err(|e| match protocol::Refused::from(e) {
+        d.split_huge_pages(&target, range, order, at).map_err(|e| match protocol::Refused::from(e) {
             // Lockdown, or a debugfs restricted to its API: not the split's answer.
             protocol::Refused::Errno(foliomm::Errno::EPERM) => {
                 StepError::Unsupported("the kernel refuses writes to debugfs (EPERM): no split_huge_pages".into())
@@ -369,7 +374,16 @@ impl Backend for HostBackend {
                 sysfs::set(SHM_RMID_FORCED, "1").map_err(StepError::Unsupported)?;
                 self.request(t, t.tid, op)
             }
-            Op::SplitHugePages { addr, len, order, at } => self.split_huge_pages(t.proc, addr, len, order, at),
+            Op::SplitHugePages { addr, len, order, at } => {
+                let pid = self.pid(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                self.split_huge_pages(debugfs::SplitTarget::Pid(pid), (addr, addr + len), order, at)
+            }
+            Op::SplitFile { file, offset, len, order, at } => {
+                let pid = self.pid(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                let page = foliomm::internals::arch::PAGE_SIZE;
+                let pages = (offset / page, (offset + len).div_ceil(page));
+                self.split_huge_pages(debugfs::SplitTarget::File(format!("/proc/{pid}/fd/{file}")), pages, order, at)
+            }
             Op::NumaScan { .. } => {
                 Err(StepError::Unsupported("the kernel scans for NUMA balancing on its own schedule".into()))
             }

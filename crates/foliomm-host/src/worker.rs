@@ -129,7 +129,9 @@ impl WorkerThread {
             Op::Exit => std::process::exit(0),
             Op::ExitThread => return Next::End,
             Op::Spawn => unreachable!("the controller starts worker processes"),
-            Op::SplitHugePages { .. } => unreachable!("the controller writes to debugfs for its workers"),
+            Op::SplitHugePages { .. } | Op::SplitFile { .. } => {
+                unreachable!("the controller writes to debugfs for its workers")
+            }
             Op::NumaScan { .. } => unreachable!("the controller refuses NUMA scans"),
             Op::SpawnThread => {
                 let p = self.proc.clone();

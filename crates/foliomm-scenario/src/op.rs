@@ -56,6 +56,16 @@ pub enum Op {
         order: u32,
         at: Option<u64>,
     },
+    /// Split the large folios of a file's page cache in `[offset, offset +
+    /// len)` to `order`, around page `at` of each if given (debugfs
+    /// `split_huge_pages` given the file's path).
+    SplitFile {
+        file: u64,
+        offset: u64,
+        len: u64,
+        order: u32,
+        at: Option<u64>,
+    },
     /// `move_pages(0, ...)` of every page of `[addr, addr + len)`: to
     /// `node`, or without one a query; `all` for `MPOL_MF_MOVE_ALL`.
     /// Replies [`Reply::Moved`].

@@ -104,13 +104,14 @@ enum Op {
 }
 
 /// What [`Op::Reshape`] does: MADV_PAGEOUT (the pages mapped once go to
-/// swap), debugfs `split_huge_pages` to an order (0, 2, 4), MADV_COLLAPSE,
+/// swap), debugfs `split_huge_pages` to an order (0, 2, 4), around a page
+/// of each folio or not, MADV_COLLAPSE,
 /// a full khugepaged scan (of every process, whatever the range), or
 /// `move_pages` to a node (with `MPOL_MF_MOVE_ALL` or not).
 #[derive(Clone, Copy, Debug)]
 enum Reshape {
     PageOut,
-    Split(u32),
+    Split(u32, Option<u64>),
     Collapse,
     Khugepaged,
     Migrate { node: i32, all: bool },
@@ -128,7 +129,8 @@ fn range() -> impl Strategy<Value = (u64, u64)> {
 fn reshape() -> impl Strategy<Value = Reshape> {
     prop_oneof![
         Just(Reshape::PageOut),
-        prop_oneof![Just(0u32), Just(2), Just(4)].prop_map(Reshape::Split),
+        (prop_oneof![Just(0u32), Just(2), Just(4)], proptest::option::of(0..512u64))
+            .prop_map(|(order, at)| Reshape::Split(order, at)),
         Just(Reshape::Collapse),
         Just(Reshape::Khugepaged),
         (0..2i32, any::<bool>()).prop_map(|(node, all)| Reshape::Migrate { node, all }),
@@ -240,8 +242,8 @@ impl World {
                         let r = mm.madvise(a, len, Advice::PageOut);
                         prop_assert_eq!(r.is_ok(), rs.covers(a, len), "pageout over holes fails with ENOMEM");
                     }
-                    Reshape::Split(order) => {
-                        let r = mm.split_huge_pages(a, a + len, order);
+                    Reshape::Split(order, at) => {
+                        let r = mm.split_huge_pages(a, a + len, order, at);
                         prop_assert!(r.is_ok(), "split_huge_pages: {r:?}");
                     }
                     Reshape::Collapse => {

@@ -52,6 +52,13 @@ impl State<'_> {
                 outcome(step, r)?;
                 Ok("ok".into())
             }
+            Cmd::Split(pl, order, at) if !self.maps.contains_key(&pl.map) && self.files.contains_key(&pl.map) => {
+                let (file, _) = self.file(&pl.map, t.proc)?;
+                let (offset, end) = pl.range.ok_or("a file's split needs its range: split FILE[START..END]")?;
+                let op = Op::SplitFile { file, offset, len: end - offset, order: *order, at: *at };
+                outcome(step, self.perform(t, op))?;
+                Ok("ok".into())
+            }
             Cmd::Split(pl, order, at) => {
                 let (addr, len) = self.place(pl)?;
                 outcome(step, self.perform(t, Op::SplitHugePages { addr, len, order: *order, at: *at }))?;

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use foliomm::internals::arch::PAGE_SIZE;
+use foliomm::internals::mm::split_huge_pages::split_huge_pages_in_file;
 use foliomm::internals::shmem::stat::Seek;
 use foliomm::internals::shmem::Inode;
 
@@ -51,6 +52,12 @@ impl ModelBackend {
             Op::PunchHole { file, offset, len } => done(m.punch_hole(&self.file(file)?, offset, len))?,
             Op::Fallocate { file, offset, len, keep_size } => done(self.file(file)?.fallocate(offset, len, keep_size))?,
             Op::Pwrite { file, offset, data } => Reply::Value(self.file(file)?.write(offset, &data)? as u64),
+            Op::SplitFile { file, offset, len, order, at } => {
+                let pages = (offset / PAGE_SIZE, (offset + len).div_ceil(PAGE_SIZE));
+                let inode = self.file(file)?;
+                split_huge_pages_in_file(&m.kernel, &m.mms, &inode, pages, order, at);
+                Reply::Done
+            }
             Op::Pread { file, offset, len } => {
                 let mut buf = vec![0; len as usize];
                 let n = self.file(file)?.read(offset, &mut buf);

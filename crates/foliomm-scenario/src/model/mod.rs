@@ -277,6 +277,7 @@ impl Backend for ModelBackend {
             | Op::Fallocate { .. }
             | Op::Pwrite { .. }
             | Op::Pread { .. }
+            | Op::SplitFile { .. }
             | Op::ObserveFile { .. } => self.file_op(t, op)?,
             Op::Pin { addr, len, kind } => {
                 let mm = self.mm_of(t)?;

@@ -81,6 +81,12 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 14)
     }
 
+    /// Whether debugfs `split_huge_pages` reads a target order after the
+    /// range (6.8 on); before, it ignores one and splits to pages.
+    pub fn split_huge_pages_takes_an_order(self) -> bool {
+        self >= KernelVersion::new(6, 8)
+    }
+
     /// Whether truncation splits a large folio around the page it must
     /// free into folios of falling orders (`folio_split`, buddy-style):
     /// 6.15 on. Before, `split_folio` into single pages.

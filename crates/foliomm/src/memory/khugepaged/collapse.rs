@@ -31,8 +31,8 @@ struct Isolated<'k> {
 }
 
 /// `collapse_huge_page` for the PMD range at `haddr` that [`super::scan_pmd`]
-/// found worth it (`scanned`), the mmap_lock not held: allocates the THP
-/// (`thp_collapse_alloc`, or `thp_collapse_alloc_failed` and
+/// found worth it (`scanned`), the mmap_lock not held: allocates the THP on
+/// the node holding most of the range's pages (`thp_collapse_alloc`, or `thp_collapse_alloc_failed` and
 /// `SCAN_ALLOC_HUGE_PAGE_FAIL`), swaps in the swapped-out pages under the
 /// mmap_lock for read (`__collapse_huge_page_swapin`), then, under it for
 /// write with the VMA write-locked, clears the PMD and flushes
@@ -40,7 +40,7 @@ struct Isolated<'k> {
 /// (`__collapse_huge_page_isolate`; on failure the PMD is restored), copies
 /// and maps the new folio with a PMD, AnonExclusive.
 pub fn collapse_huge_page(k: &Kernel, mm: &Mm, haddr: u64, scanned: Scanned, cc: CollapseControl) -> ScanResult {
-    let Ok(new) = k.alloc_folio_on(crate::phys::Placement::LOCAL, PMD_ORDER, false) else {
+    let Ok(new) = k.alloc_folio_on(scanned.nodes.target(k), PMD_ORDER, false) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
         return ScanResult::AllocHugePageFail;
     };

@@ -25,7 +25,7 @@ use crate::kernel::{Kernel, ScanResult, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, MmList, Vma};
 use crate::pgtable::{load, pte_lock_checked, pte_lockptr, store, walk_pmd};
-use crate::phys::{pg, Placement};
+use crate::phys::pg;
 use crate::rmap;
 use crate::shmem::{cache_refs, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
@@ -50,7 +50,7 @@ pub fn collapse_file(
     cc: CollapseControl,
 ) -> ScanResult {
     let mmlist = &mm.mmlist;
-    let mut present = 0;
+    let (mut present, mut nodes) = (0, super::NodeLoad::default());
     {
         let pages = inode.pages.lock().unwrap();
         for &pfn in pages.range(start..start + HPAGE_PMD_NR as u64).map(|(_, p)| p) {
@@ -68,6 +68,9 @@ pub fn collapse_file(
             if f.refcount() as u64 != cache_refs(f) as u64 + rmap::folio_mapcount(k, f) {
                 return ScanResult::PageCount;
             }
+            if f.pfn == pfn {
+                nodes.add(k, pfn);
+            }
             present += 1;
         }
     }
@@ -78,7 +81,7 @@ pub fn collapse_file(
     if present == 0 {
         return ScanResult::Truncated;
     }
-    let Ok(new) = k.alloc_folio_on(Placement::LOCAL, PMD_ORDER, true) else {
+    let Ok(new) = k.alloc_folio_on(nodes.target(k), PMD_ORDER, true) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
         return ScanResult::AllocHugePageFail;
     };

@@ -17,7 +17,7 @@ pub use crate::kernel::ScanResult;
 use crate::kernel::{Consumer, Kernel, Stats};
 use crate::mm_types::{vm, Mm, Vma, Vmas};
 use crate::pgtable::{load, pte_lock_checked, walk_pmd, PmdSlot};
-use crate::phys::pg;
+use crate::phys::{pg, NodeMask, Placement, MAX_NUMNODES};
 use crate::rmap;
 use crate::sync::Arc;
 
@@ -48,10 +48,41 @@ impl CollapseControl {
 }
 
 /// What the scan of a range found that the collapse needs: how many of
-/// its PTEs are swapped out (`unmapped`).
+/// its PTEs are swapped out (`unmapped`), and where its pages are.
 #[derive(Clone, Copy, Debug)]
 pub struct Scanned {
     unmapped: u32,
+    nodes: NodeLoad,
+}
+
+/// `collapse_control.node_load`: how many of a range's pages (folios, for
+/// a file) the scan found on each node.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeLoad([u32; MAX_NUMNODES]);
+
+impl Default for NodeLoad {
+    fn default() -> Self {
+        NodeLoad([0; MAX_NUMNODES])
+    }
+}
+
+impl NodeLoad {
+    /// Counts one more on the node of `pfn`.
+    fn add(&mut self, k: &Kernel, pfn: crate::arch::Pfn) {
+        self.0[k.phys.nid(pfn)] += 1;
+    }
+
+    /// `hpage_collapse_find_target_node`: the new THP prefers the first
+    /// node that holds the most, and may come from any node that holds as
+    /// many (`alloc_nmask`).
+    pub fn target(&self, k: &Kernel) -> Placement {
+        let nodes = &self.0[..k.phys.nr_nodes()];
+        let max = nodes.iter().copied().max().unwrap_or(0);
+        let preferred = nodes.iter().position(|&n| n == max).unwrap_or(0);
+        let allowed = (0..nodes.len()).filter(|&n| nodes[n] == max).fold(0, |m, n| m | 1 << n);
+        let allowed = NodeMask(allowed);
+        Placement { preferred, allowed }
+    }
 }
 
 /// `thp_vma_allowable_order(vma, vm_flags, TVA_KHUGEPAGED or
@@ -153,6 +184,7 @@ pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<
     let (pmd, table) = find_pmd(k, mm, haddr)?;
     let _ptl = pte_lock_checked(&k.phys, pmd, table).ok_or(ScanResult::PmdNull)?;
     let (mut none, mut unmapped, mut shared, mut referenced, mut writable) = (0, 0, 0, 0, false);
+    let mut nodes = NodeLoad::default();
     let mut last_large = None;
     for i in 0..HPAGE_PMD_NR as usize {
         let pte = load(&k.phys, table, pte_index(haddr) + i);
@@ -180,6 +212,7 @@ pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<
         if !f.test_anon() {
             return Err(ScanResult::PageAnon);
         }
+        nodes.add(k, pte.pfn());
         let is_shared = rmap::page_maybe_mapped_shared(k, f, pte.pfn() - f.pfn);
         if f.is_large() && last_large != Some(f.pfn) {
             if cc.khugepaged && f.is_large() {
@@ -213,7 +246,7 @@ pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<
     if cc.khugepaged && (referenced == 0 || (unmapped > 0 && referenced < HPAGE_PMD_NR / 2)) {
         return Err(ScanResult::LackReferencedPage);
     }
-    Ok(Scanned { unmapped })
+    Ok(Scanned { unmapped, nodes })
 }
 
 /// `folio_expected_ref_count` of a mapped anon folio: a reference per
