@@ -19,6 +19,10 @@ use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
 use shuttle::thread;
 
+/// The collapse races (shmem ranges by MADV_COLLAPSE and khugepaged).
+#[path = "shuttle/collapse.rs"]
+mod collapse;
+
 const K: u64 = 1024;
 
 fn schedules() -> usize {
@@ -437,62 +441,4 @@ fn migration_race() {
 fn shuttle_migration_races_cow_writes_and_zap() {
     shuttle::check_random(migration_race, schedules());
     shuttle::check_pct(migration_race, schedules(), 3);
-}
-
-/// A shared memfd range that a parent writes half of and a child shares:
-/// the parent collapses it into a THP (`collapse_file`: pages unmapped
-/// everywhere, copied, their tables retracted) while the child writes the
-/// other half and a third thread moves the first pages to node 1. Every
-/// byte either process wrote reads back through both mappings, whatever
-/// succeeded, and the checker agrees.
-fn shmem_collapse_race() {
-    let config = Config { memory: 16 << 20, nodes: 2, vma_lock: VmaLockDesign::VmaRefcount, ..Config::default() };
-    let m = Machine::new(config).expect("a small machine");
-    m.thp.set_enabled(ThpMode::Never).unwrap();
-    let file = m.memfd_create(2 << 20).unwrap();
-    let parent = m.new_mm().unwrap();
-    let at = 0x7f00_0000_0000;
-    let flags = MmapFlags { shared: true, fixed: true, ..MmapFlags::default() };
-    parent.mmap_file(at, 2 << 20, Prot::RW, flags, Some((&file, 0))).expect("mmap");
-    let mut cpu = m.new_cpu();
-    cpu.write_byte_per_page(&parent, at, 64 * K, 0x11).expect("write");
-    let child = parent.fork().unwrap();
-    let collapser = {
-        let parent = parent.clone();
-        thread::spawn(move || {
-            let r = parent.madvise(at, 2 << 20, foliomm::internals::mm::Advice::Collapse);
-            assert!(matches!(r, Ok(()) | Err(Errno::EAGAIN) | Err(Errno::EINVAL)), "{r:?}");
-        })
-    };
-    let mover = {
-        let parent = parent.clone();
-        thread::spawn(move || {
-            let pages: Vec<u64> = (at..at + 16 * K).step_by(4 * K as usize).collect();
-            let r = parent.move_pages(&pages, Some(&vec![1; pages.len()]), true);
-            assert!(matches!(r.result, Ok(_) | Err(Errno::ENOMEM)), "{r:?}");
-        })
-    };
-    let writer = {
-        let (m, child) = (m.clone(), child.clone());
-        thread::spawn(move || {
-            let mut cpu = m.new_cpu();
-            write_and_check(&mut cpu, &child, at + 64 * K, 64 * K, 0x33);
-        })
-    };
-    collapser.join().unwrap();
-    mover.join().unwrap();
-    writer.join().unwrap();
-    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
-    let want: Vec<u8> = (0..32).map(|p| if p < 16 { 0x11 } else { 0x33 }).collect();
-    for mm in [&parent, &child] {
-        assert_eq!(cpu.read_byte_per_page(mm, at, 128 * K).unwrap(), want, "the shared bytes");
-    }
-    drop((parent, child));
-}
-
-#[test]
-fn shuttle_shmem_collapse_races_writes_and_migration() {
-    shuttle::check_random(shmem_collapse_race, schedules());
-    shuttle::check_pct(shmem_collapse_race, schedules(), 3);
 }
