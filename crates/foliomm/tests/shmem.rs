@@ -243,7 +243,7 @@ fn fallocate_and_pwrite_out_of_memory_lose_nothing() {
     assert_eq!(f.size(), 8 * K, "fallocate's size change waits for success");
     assert_eq!(m.kernel.frames_in_use(), in_use, "the folios fallocate added were freed");
     let mut buf = [0u8; 4];
-    assert_eq!(f.read(100, &mut buf), 4);
+    assert_eq!(f.read(100, &mut buf), Ok(4));
     assert_eq!(&buf, b"kept");
     assert_clean(&m);
     let big = vec![0x61u8; 64 * M as usize];
@@ -251,7 +251,7 @@ fn fallocate_and_pwrite_out_of_memory_lose_nothing() {
     assert!(written > 0 && written < big.len(), "a short write: {written} bytes");
     assert_eq!(f.size(), written as u64, "the size covers what was written");
     let mut back = vec![0u8; written];
-    assert_eq!(f.read(0, &mut back), written);
+    assert_eq!(f.read(0, &mut back), Ok(written));
     assert!(back.iter().all(|&b| b == 0x61));
     assert_clean(&m);
     assert_eq!(f.fallocate(0, 0, false), Err(Errno::EINVAL));
@@ -313,7 +313,7 @@ fn a_grow_seal_stops_a_write_at_the_first_page_past_the_end() {
     assert_eq!(f.write(16 * K, &[0x5b; 10]), Err(Errno::EPERM));
     assert_eq!(f.size(), 16 * K);
     let mut buf = [0u8; 2];
-    assert_eq!(f.read(16 * K - 1, &mut buf), 1);
+    assert_eq!(f.read(16 * K - 1, &mut buf), Ok(1));
     assert_eq!(buf[0], 0x5a);
     // A writable shared mapping keeps F_SEAL_WRITE out until it goes.
     let mm = m.new_mm().unwrap();

@@ -60,7 +60,7 @@ impl ModelBackend {
             }
             Op::Pread { file, offset, len } => {
                 let mut buf = vec![0; len as usize];
-                let n = self.file(file)?.read(offset, &mut buf);
+                let n = self.file(file)?.read(offset, &mut buf)?;
                 buf.truncate(n);
                 Reply::Bytes(buf)
             }

@@ -1,6 +1,7 @@
 //! shmem page caches against the folios they hold: each cached page is part
 //! of an allocated, swap-backed, non-anon folio whose mapping names the
-//! inode, held by one cache at consecutive indexes from an aligned one.
+//! inode, held by one cache at consecutive indexes from an aligned one; an
+//! index holds a page or a swap entry, not both.
 
 use std::collections::HashMap;
 
@@ -51,6 +52,13 @@ pub(super) fn check_page_caches(
                     push(format!("folio {:#x} is cached by inode {ino} at {first} and by inode {other} at {at}", f.pfn))
                 }
                 _ => {}
+            }
+        }
+        let resident: HashMap<u64, Pfn> = inode.cached().into_iter().collect();
+        for (index, e) in inode.swapped() {
+            if let Some(pfn) = resident.get(&index) {
+                let what = format!("inode {}: index {index} holds pfn {pfn:#x} and swap slot {}", inode.ino, e.offset);
+                bad.push(Violation::new(PageCache, Subject::Folio(*pfn), what));
             }
         }
     }

@@ -13,7 +13,9 @@ use crate::kernel::Kernel;
 use crate::mapcount::MmId;
 use crate::mm_types::{Mm, Vmas};
 use crate::phys::pg;
+use crate::shmem::Inode;
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::Arc;
 
 /// One swap entry found by the walk.
 pub(super) struct SwapLeaf {
@@ -43,13 +45,18 @@ pub(super) fn check_mm_swap(mm: &Mm, vmas: &Vmas, leaves: &[SwapLeaf], bad: &mut
     }
 }
 
-/// Checks the swap device's counts and cache against every swap entry.
-pub(super) fn check_swap_map(m: &Kernel, leaves: &[SwapLeaf], bad: &mut Vec<Violation>) {
+/// Checks the swap device's counts and cache against every swap entry:
+/// those of page tables and those shmem page caches hold for pages
+/// swapped out (one name each, never exclusive).
+pub(super) fn check_swap_map(m: &Kernel, leaves: &[SwapLeaf], inodes: &[Arc<Inode>], bad: &mut Vec<Violation>) {
     let mut named: BTreeMap<SwpEntry, (u32, bool)> = BTreeMap::new();
     for l in leaves {
         let n = named.entry(l.pte.swp_entry()).or_default();
         n.0 += 1;
         n.1 |= l.pte.swp_exclusive();
+    }
+    for (_, e) in inodes.iter().flat_map(|i| i.swapped()) {
+        named.entry(e).or_default().0 += 1;
     }
     let Some(dev) = m.swap.as_ref() else {
         if let Some(l) = leaves.first() {

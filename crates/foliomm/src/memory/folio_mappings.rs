@@ -149,3 +149,23 @@ fn table_mappings<'m>(
         })
         .collect()
 }
+
+/// `try_to_unmap` of the locked page-cache folio `f`: every PTE mapping it
+/// (a huge PMD split first) cleared and flushed, its rmap, reference and
+/// RSS dropped; returns whether an entry was dirty (the folio's bytes are
+/// newer than any copy). Errors as [`with_mappings`].
+pub fn unmap_file_folio(k: &Kernel, mmlist: &MmList, f: Folio) -> Result<bool> {
+    with_mappings(k, mmlist, f, true, |maps| {
+        let mut dirty = false;
+        for m in maps {
+            let pte = load(&k.phys, m.table, m.idx);
+            dirty |= pte.dirty();
+            crate::pgtable::store(&k.phys, m.table, m.idx, crate::arch::Pte::NONE);
+            crate::rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
+            m.mm.add_rss(f, -1);
+            m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + PAGE_SIZE);
+            f.put_refs(1);
+        }
+        Ok(dirty)
+    })
+}

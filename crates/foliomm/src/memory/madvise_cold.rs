@@ -1,15 +1,16 @@
 //! `MADV_PAGEOUT` and `MADV_COLD` (mm/madvise.c
 //! `madvise_cold_or_pageout_pte_range`, then `reclaim_pages` for pageout):
-//! the walk over one VMA's range that picks the anon folios mapped only
-//! here and takes them off the LRU, for [`super::vmscan`] to reclaim or to
-//! put back on the inactive list.
+//! the walk over one VMA's range that picks the anon (and, for pageout,
+//! shmem) folios mapped only here and takes them off the LRU, for
+//! [`super::vmscan`] to reclaim or to put back on the inactive list.
 //!
 //! Differs from Linux: 6.1 splits even a covered PTE-mapped THP (its pages
-//! end up swapped out alike); shmem is not paged out; a folio is on its
+//! end up swapped out alike); only order-0 shmem folios are paged out
+//! (Linux writes a large one out whole, or splits it); a folio is on its
 //! LRU list at once (Linux skips one still in a CPU's `folio_batch`).
 
 use super::split::split_folio_to_order;
-use super::vmscan::shrink_folio;
+use super::vmscan::{shrink_folio, shrink_shmem_folio};
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
@@ -50,7 +51,9 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
             Vec::new()
         };
         for f in isolated {
-            if pageout {
+            if pageout && !f.test_anon() {
+                shrink_shmem_folio(k, &mm.mmlist, f);
+            } else if pageout {
                 shrink_folio(k, &mm.mmlist, f, true);
             } else {
                 f.head().clear(pg::REFERENCED);
@@ -134,6 +137,13 @@ fn isolate<'k>(
             let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
             if !f.test_anon() {
                 a += nr as u64 * PAGE_SIZE;
+                // A small shmem folio mapped only here is paged out too.
+                let shmem = pageout && !f.is_large() && crate::shmem::in_page_cache(f) && !f.head().test(pg::HUGETLB);
+                if shmem && rmap::folio_mapcount(k, f) != 1 {
+                    Stats::inc(&k.stats.pageout_skipped_shared);
+                } else if shmem && f.try_get() {
+                    out.push(f);
+                }
                 continue;
             }
             // Part of a large folio: split it (if no other MM may map it)

@@ -9,6 +9,7 @@
 //! `swap_writeout` completes at once); an mlocked folio goes back to the
 //! active list, not the unevictable one.
 
+use super::folio_mappings::unmap_file_folio;
 use super::rmap_walk::{folio_referenced, try_to_unmap};
 use super::split::{deferred_split_scan, split_folio_to_order};
 use crate::arch::{SwpEntry, PAGE_SIZE, PMD_ORDER};
@@ -101,6 +102,56 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
     };
     drop(lock);
     putback(k, f, verdict)
+}
+
+/// `shrink_folio_list` for an order-0 shmem folio `MADV_PAGEOUT` took
+/// (with a reference, which this consumes; `reclaim_pages` ignores
+/// references): unmapped everywhere through the file's `i_mmap`
+/// ([`unmap_file_folio`], a dirty entry dirtying it); if nothing but the
+/// page cache and this reference holds it then, a clean one leaves the
+/// cache (`__remove_mapping`: a hole reads the zeros it held), and a dirty
+/// one gets a swap slot, is written there (`shmem_writeout`,
+/// `swap_writeout`), is named by its swap entry in the cache, and is freed.
+/// Without a swap device or a free slot it stays (`redirty`). Returns
+/// true if it was freed.
+pub(crate) fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
+    let inode = mmlist.inode(f.head().link.load(crate::sync::atomic::Ordering::Relaxed));
+    let (Some(inode), Some(lock)) = (inode, f.trylock()) else {
+        k.folio_put_refs(f, 1);
+        return false;
+    };
+    match unmap_file_folio(k, mmlist, f) {
+        Ok(true) => f.head().set(pg::DIRTY),
+        Ok(false) => {}
+        Err(_) => {
+            drop(lock);
+            k.folio_put_refs(f, 1);
+            return false;
+        }
+    }
+    let freeable = f.refcount() == 2 && !f.is_large();
+    let freed = match (freeable, f.head().test(pg::DIRTY)) {
+        (false, _) => false,
+        (true, false) => {
+            inode.remove_for_reclaim(f, None) && f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_ok()
+        }
+        (true, true) => match k.add_to_swap(f) {
+            Ok(e) if inode.remove_for_reclaim(f, Some(e)) => remove_mapping(k, f, e),
+            Ok(_) => {
+                k.delete_from_swap_cache(f);
+                false
+            }
+            Err(_) => false,
+        },
+    };
+    drop(lock);
+    if freed {
+        k.free_frozen_folio(f);
+        Stats::inc(&k.stats.pgsteal_anon);
+    } else {
+        k.folio_put_refs(f, 1);
+    }
+    freed
 }
 
 /// `folio_check_references` for an anon folio: mapped in an mlocked VMA,

@@ -98,13 +98,23 @@ impl Mm {
     }
 
     /// `smaps_pte_entry` / `smaps_pmd_entry` → `smaps_account`, page by
-    /// page; a swap entry counts in `Swap`.
+    /// page; a swap entry counts in `Swap`, and so does a shmem page swapped
+    /// out: every one in the VMA's file range for a shared or read-only VMA
+    /// (`shmem_swap_usage`), else those where no entry maps anything
+    /// (`smaps_pte_hole`, the private pages being the VMA's own).
     fn account_pages(&self, v: &Vma, info: &mut VmaInfo) {
         let k = &*self.kernel;
         let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
+        let swapped = v.file().map(|inode| inode.swapped()).unwrap_or_default();
+        let swapped_at = |addr: u64| swapped.binary_search_by_key(&v.page_index(addr), |&(i, _)| i).is_ok();
+        let whole = v.flags() & vm::SHARED != 0 || v.flags() & vm::WRITE == 0;
         for addr in (v.start()..v.end()).step_by(PAGE_SIZE as usize) {
-            let Some(slot) = leaf_slot(&k.phys, self.pgd, addr) else { continue };
-            let leaf = slot.load(&k.phys);
+            let slot = leaf_slot(&k.phys, self.pgd, addr);
+            let leaf = slot.as_ref().map(|s| s.load(&k.phys));
+            if swapped_at(addr) && (whole || leaf.is_none_or(|l| l.is_none())) {
+                info.swap_kb += PAGE_SIZE / 1024;
+            }
+            let (Some(slot), Some(leaf)) = (slot, leaf) else { continue };
             if leaf.is_swap() && !slot.huge() {
                 info.swap_kb += PAGE_SIZE / 1024;
                 continue;

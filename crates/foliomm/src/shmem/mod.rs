@@ -8,8 +8,9 @@
 //! reference per page (`filemap_add_folio`), is swap-backed and not anon,
 //! and its `mapping` (the head's `link`) names the inode.
 //!
-//! Differs from Linux: no swap, no LRU, no writeback; the inode's bytes
-//! live only in its folios (holes read as zeros).
+//! Differs from Linux: no LRU, no writeback; the inode's bytes live in its
+//! folios and, for pages swapped out ([`swap`]), in swap slots (holes read
+//! as zeros).
 #![warn(missing_docs)]
 
 mod hugetlb_resv;
@@ -19,12 +20,12 @@ mod placement;
 mod rw;
 pub mod seals;
 pub mod stat;
+mod swap;
 mod truncate;
-
-use std::collections::BTreeMap;
 
 pub use hugetlb_resv::PrivateResv;
 pub use i_mmap::{HugetlbVmaLock, IMmap};
+pub use swap::PageCache;
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
 use crate::folio::thp::shmem_policy::Asker;
@@ -68,8 +69,9 @@ pub struct Inode {
     pub ino: u64,
     /// `i_size` in bytes.
     size: AtomicU64,
-    /// `i_pages`: page index to the pfn of the page at that index.
-    pub(crate) pages: Mutex<BTreeMap<u64, Pfn>>,
+    /// `i_pages`: page index to the pfn of the page at that index, or to
+    /// its swap entry.
+    pub(crate) pages: Mutex<PageCache>,
     /// `i_mmap`: the VMAs mapping the file.
     pub i_mmap: IMmap,
     /// The mount (superblock) the inode lives on.
@@ -104,7 +106,7 @@ impl Inode {
             k: k.clone(),
             ino: k.new_serial(),
             size: AtomicU64::new(size),
-            pages: Mutex::new(BTreeMap::new()),
+            pages: Mutex::new(PageCache::default()),
             i_mmap: IMmap::default(),
             mount,
             i_rwsem: Mutex::new(()),
@@ -204,21 +206,19 @@ impl Inode {
         Ok((f, pfn))
     }
 
-    /// The pfn of page `index` in the cache `pages`, after adding a new
+    /// The pfn of page `index` in the cache `pages`, after swapping it in
+    /// if it was swapped out, or adding a new
     /// zeroed folio of one of `orders` (or order 0) if it was a hole
     /// (`shmem_alloc_and_add_folio` + `shmem_add_to_page_cache`); whether
     /// the folio is new. The folio is uptodate afterwards, unless new for
     /// a `fallocate` (`shmem_get_folio_gfp`'s `clear:`); a new one is clean
     /// until written, except that `fallocate` dirties every folio it meets
     /// (`shmem_fallocate`'s `folio_mark_dirty`).
-    fn find_or_add(
-        &self,
-        pages: &mut BTreeMap<u64, Pfn>,
-        index: u64,
-        orders: u32,
-        falloc: bool,
-    ) -> Result<(bool, Pfn)> {
+    fn find_or_add(&self, pages: &mut PageCache, index: u64, orders: u32, falloc: bool) -> Result<(bool, Pfn)> {
         let dirty = if falloc { pg::DIRTY } else { 0 };
+        if pages.swapped.contains_key(&index) {
+            return Ok((false, self.swapin(pages, index)?));
+        }
         if let Some(&pfn) = pages.get(&index) {
             Folio::containing(&self.k.phys, pfn).head().set(pg::UPTODATE | dirty);
             return Ok((false, pfn));
@@ -243,12 +243,13 @@ impl Inode {
     /// A zeroed folio for `index`: the highest order of `orders` whose
     /// aligned range is free of cached pages and can be allocated, else
     /// order 0. Counts `thp_file_alloc` / `thp_file_fallback`.
-    fn alloc(&self, pages: &BTreeMap<u64, Pfn>, index: u64, orders: u32) -> Result<Folio<'_>> {
+    fn alloc(&self, pages: &PageCache, index: u64, orders: u32) -> Result<Folio<'_>> {
         // A design that cannot hold folios of the smallest orders skips them.
         let min = self.k.design.min_large_order();
         for order in (min..=PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
             let first = index & !((1 << order) - 1);
-            if pages.range(first..first + (1 << order)).next().is_some() {
+            let swapped = pages.swapped.range(first..first + (1 << order)).next().is_some();
+            if swapped || pages.range(first..first + (1 << order)).next().is_some() {
                 continue;
             }
             match self.k.alloc_folio_on(crate::phys::Placement::LOCAL, order, true) {

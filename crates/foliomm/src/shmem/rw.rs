@@ -27,18 +27,29 @@ use crate::{Errno, Result};
 impl Inode {
     /// `pread(fd, buf, offset)`: copies the file's bytes from `offset` into
     /// `buf`, stopping at `i_size`; returns how many were read (0 at or past
-    /// the end). Holes read zeros and stay holes.
-    pub fn read(&self, offset: u64, buf: &mut [u8]) -> usize {
+    /// the end). Holes read zeros and stay holes; a page swapped out is
+    /// read back in first (`shmem_get_folio(SGP_READ)`). ENOMEM when it
+    /// cannot be.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let n = self.size().saturating_sub(offset).min(buf.len() as u64) as usize;
-        let pages = self.pages.lock().unwrap();
+        let mut pages = self.pages.lock().unwrap();
+        let mut failed = None;
         for_each_page(offset, n, |at, range| {
             let out = &mut buf[range];
-            match pages.get(&(at / PAGE_SIZE)) {
-                Some(&pfn) => self.k.phys.read_bytes(pfn, (at % PAGE_SIZE) as usize, out),
+            let index = at / PAGE_SIZE;
+            let pfn = match pages.get(&index) {
+                Some(&pfn) => Some(pfn),
+                None if pages.swapped.contains_key(&index) && failed.is_none() => {
+                    self.swapin(&mut pages, index).map_err(|e| failed = Some(e)).ok()
+                }
+                None => None,
+            };
+            match pfn {
+                Some(pfn) => self.k.phys.read_bytes(pfn, (at % PAGE_SIZE) as usize, out),
                 None => out.fill(0),
             }
         });
-        n
+        failed.map_or(Ok(n), Err)
     }
 
     /// `pwrite(fd, data, offset)`: copies `data` into the file from

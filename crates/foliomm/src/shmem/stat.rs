@@ -26,9 +26,11 @@ pub enum Seek {
 
 impl Inode {
     /// `st_blocks`: 512-byte blocks allocated to the file (`i_blocks`,
-    /// raised per page added to the cache, huge pages whole).
+    /// raised per page added to the cache, huge pages whole, and kept for
+    /// a page swapped out).
     pub fn blocks(&self) -> u64 {
-        self.pages.lock().unwrap().len() as u64 * (PAGE_SIZE / 512)
+        let pages = self.pages.lock().unwrap();
+        (pages.len() + pages.swapped.len()) as u64 * (PAGE_SIZE / 512)
     }
 
     /// `st_nlink`: 1 for a named tmpfs file until it is unlinked; 0 for a
@@ -47,7 +49,7 @@ impl Inode {
     /// or past `i_size`, and for `SEEK_DATA` when only holes follow. On
     /// shmem a page is data when its folio is cached and uptodate (a
     /// fallocated folio never written is a hole: `folio_seek_hole_data`
-    /// without `is_partially_uptodate`); on hugetlbfs the whole file is
+    /// without `is_partially_uptodate`), or swapped out; on hugetlbfs the whole file is
     /// data (`default_llseek`).
     pub fn seek(&self, offset: u64, whence: Seek) -> Result<u64> {
         let size = self.size();
@@ -59,7 +61,8 @@ impl Inode {
         }
         let pages = self.pages.lock().unwrap();
         let is_data = |index: u64| {
-            pages.get(&index).is_some_and(|&pfn| Folio::containing(&self.k.phys, pfn).head().test(pg::UPTODATE))
+            let uptodate = |&pfn: &_| Folio::containing(&self.k.phys, pfn).head().test(pg::UPTODATE);
+            pages.get(&index).is_some_and(uptodate) || pages.swapped.contains_key(&index)
         };
         let found = (offset / PAGE_SIZE..size.div_ceil(PAGE_SIZE)).find(|&i| is_data(i) == (whence == Seek::Data));
         match (found, whence) {

@@ -47,9 +47,21 @@ impl Inode {
 
     /// `shmem_undo_range(offset, end - 1)` (`end` is `u64::MAX` for a
     /// truncation): see the module documentation. The size is not changed.
+    /// The swap slots of the pages wholly inside the range are freed; a
+    /// page the range covers in part is swapped in first
+    /// (`shmem_get_partial_folio`), or left swapped if it cannot be.
     pub(crate) fn undo_range(&self, offset: u64, end: u64) {
         let phys = &self.k.phys;
         let mut pages = self.pages.lock().unwrap();
+        let (first_whole, end_whole) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
+        let head = (offset % PAGE_SIZE != 0).then_some(offset / PAGE_SIZE);
+        let tail = (end % PAGE_SIZE != 0 && end != u64::MAX).then_some(end / PAGE_SIZE);
+        for partial in [head, tail].into_iter().flatten() {
+            if pages.swapped.contains_key(&partial) {
+                let _ = self.swapin(&mut pages, partial);
+            }
+        }
+        self.free_swap(&mut pages, first_whole, end_whole);
         for (first, f) in self.boundary_folios(&pages, offset, end) {
             let (start, stop) = (first * PAGE_SIZE, (first + f.nr_pages()) * PAGE_SIZE);
             let (lo, hi) = (offset.max(start), end.min(stop));

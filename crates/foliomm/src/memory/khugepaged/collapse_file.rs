@@ -7,18 +7,18 @@
 //! freed so that the next fault can map the THP by a PMD, and
 //! `MADV_COLLAPSE` maps it in the caller's range at once.
 //!
-//! Differs from Linux: no swapped shmem pages (the model swaps anon memory
-//! only, so `max_ptes_swap` never stops a file scan); the old pages are
+//! Differs from Linux: swapped-out pages are read back before the new
+//! folio is allocated (Linux allocates first); the old pages are
 //! unmapped while their tables are locked ([`super::super::folio_mappings`])
 //! rather than by `try_to_unmap`, and only shared mappings' tables are
 //! retracted, each only if every entry is none; 6.1's khugepaged leaves a
 //! PTE-mapped THP for the MM's next scan (`khugepaged_add_pte_mapped_thp`)
 //! where the model retracts it at once.
 
-use super::super::folio_mappings::with_mappings;
+use super::super::folio_mappings::unmap_file_folio;
 use super::super::zap::try_to_free_pte;
 use super::{CollapseControl, HPAGE_PMD_NR};
-use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
+use crate::arch::{Pte, PMD_ORDER, PMD_SIZE};
 use crate::folio::thp::khugepaged::KhugepagedKnob;
 use crate::folio::Folio;
 use crate::kernel::{Kernel, ScanResult, Stats};
@@ -51,8 +51,14 @@ pub fn collapse_file(
 ) -> ScanResult {
     let mmlist = &mm.mmlist;
     let (mut present, mut nodes) = (0, super::NodeLoad::default());
+    let swapped;
     {
         let pages = inode.pages.lock().unwrap();
+        swapped = pages.swapped.range(start..start + HPAGE_PMD_NR as u64).count() as u32;
+        if swapped > cc.limit(k, KhugepagedKnob::MaxPtesSwap) {
+            Stats::inc(&k.stats.thp_scan_exceed_swap_pte);
+            return ScanResult::ExceedSwapPte;
+        }
         for &pfn in pages.range(start..start + HPAGE_PMD_NR as u64).map(|(_, p)| p) {
             let f = Folio::containing(&k.phys, pfn);
             if f.order() == PMD_ORDER && f.index() == start {
@@ -78,8 +84,12 @@ pub fn collapse_file(
         Stats::inc(&k.stats.thp_scan_exceed_none_pte);
         return ScanResult::ExceedNonePte;
     }
-    if present == 0 {
+    if present == 0 && swapped == 0 {
         return ScanResult::Truncated;
+    }
+    // collapse_file() reads the swapped-out pages back first.
+    if inode.swapin_range(start, HPAGE_PMD_NR as u64).is_err() {
+        return ScanResult::Fail;
     }
     let Ok(new) = k.alloc_folio_on(nodes.target(k), PMD_ORDER, true) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
@@ -120,16 +130,7 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -
     for &f in &old {
         let Some(lock) = f.trylock() else { return ScanResult::PageLock };
         locks.push(lock);
-        let unmapped = with_mappings(k, mmlist, f, true, |maps| {
-            for m in maps {
-                crate::pgtable::store(&k.phys, m.table, m.idx, Pte::NONE);
-                rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
-                m.mm.add_rss(f, -1);
-                m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + PAGE_SIZE);
-                f.put_refs(1);
-            }
-            Ok(())
-        });
+        let unmapped = unmap_file_folio(k, mmlist, f);
         if unmapped.is_err() || f.refcount() != cache_refs(f) {
             return ScanResult::PageCount;
         }
