@@ -49,7 +49,7 @@ fn extreme_ranges_are_errors_at_every_entry_point() {
         assert!(cpu.write(&mm, x, &[2; 8]).is_err(), "write at {x:#x}");
         assert!(cpu.read(&mm, x, &mut [0; 8]).is_err(), "read at {x:#x}");
         assert!(x < MAX_FILE_SIZE || memfd.write(x, &[3; 8]).is_err(), "pwrite at {x:#x}");
-        assert_eq!(memfd.read(x, &mut [0; 8]), 0, "pread at {x:#x}");
+        assert_eq!(memfd.read(x, &mut [0; 8]), Ok(0), "pread at {x:#x}");
         assert!(x < MAX_FILE_SIZE || m.ftruncate(&memfd, x).is_err(), "ftruncate to {x:#x}");
         assert!(x < MAX_FILE_SIZE || m.memfd_create(x).is_err(), "memfd_create of {x:#x}");
         assert!(m.hugetlbfs_create(x, HugeSize::Pmd).is_err(), "hugetlbfs_create of {x:#x}");

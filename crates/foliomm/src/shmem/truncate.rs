@@ -54,8 +54,8 @@ impl Inode {
         let phys = &self.k.phys;
         let mut pages = self.pages.lock().unwrap();
         let (first_whole, end_whole) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
-        let head = (offset % PAGE_SIZE != 0).then_some(offset / PAGE_SIZE);
-        let tail = (end % PAGE_SIZE != 0 && end != u64::MAX).then_some(end / PAGE_SIZE);
+        let head = (!offset.is_multiple_of(PAGE_SIZE)).then_some(offset / PAGE_SIZE);
+        let tail = (!end.is_multiple_of(PAGE_SIZE) && end != u64::MAX).then_some(end / PAGE_SIZE);
         for partial in [head, tail].into_iter().flatten() {
             if pages.swapped.contains_key(&partial) {
                 let _ = self.swapin(&mut pages, partial);
