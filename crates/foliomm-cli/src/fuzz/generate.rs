@@ -12,7 +12,8 @@
 //! `g2` also hugetlb mappings of 2M and 1G pages with pool changes, GUP
 //! pins held across fork and unmap, and threads in `parallel` blocks, each
 //! on a mapping of its own so that no result depends on timing. From `g3`
-//! also a swap device in most workloads and `MADV_PAGEOUT` of sub-ranges.
+//! also a swap device in most workloads and `MADV_PAGEOUT` of sub-ranges
+//! (of memfd mappings too from `g5`), from `g4` `MADV_COLLAPSE`.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -20,7 +21,7 @@ use rand::{Rng, SeedableRng};
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 4] = ["g1", "g2", "g3", "g4"];
+pub const VERSIONS: [&str; 5] = ["g1", "g2", "g3", "g4", "g5"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
 /// below 100, `g2` below 112, `g3` below 118, `g4` below 122): the default weights, which
@@ -220,8 +221,8 @@ impl World {
             ("pin", Some(m)) if p == "P" => self.pin_step(&m),
             ("parallel", _) if p == "P" => self.parallel(),
             ("pool", _) if !self.pools.is_empty() => self.pool_step(),
-            // Anonymous memory only: shmem pageout is not modelled.
-            ("pageout", Some(m)) if m.huge.is_none() && m.file.is_none() => {
+            // Not hugetlb; memfds (small folios: shmem enabled=never) from g5.
+            ("pageout", Some(m)) if m.huge.is_none() && (m.file.is_none() || self.version >= 5) => {
                 let place = self.vma_place(&m);
                 self.lines.push(format!("{p}: madvise {place} pageout"));
             }

@@ -202,9 +202,12 @@ impl Kernel {
     /// `hugetlb_acct_memory(delta > 0)`: promises `n` free pages of `size`
     /// to a mapping, adding surplus pages if the pool has too few
     /// (`gather_surplus_pages`, all or none); ENOMEM if they cannot be had.
+    /// `gather_surplus_pages` counts what it needs as a signed number: a
+    /// count wrapped below zero (see [`Kernel::hugetlb_unreserve`]) needs
+    /// nothing more.
     pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
         let mut pool = self.pool(size);
-        while (pool.free.len() as u64) < pool.resv.wrapping_add(n) {
+        while (pool.resv.wrapping_add(n) as i64) > pool.free.len() as i64 {
             if !self.alloc_surplus(&mut pool) {
                 self.return_unused_surplus(&mut pool);
                 return Err(Errno::ENOMEM);
