@@ -135,11 +135,19 @@ pub(crate) fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio) -> bool 
         (true, false) => {
             inode.remove_for_reclaim(f, None) && f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_ok()
         }
+        // The slot holds the bytes before the cache names it: a swap-in
+        // that finds the entry at once reads them.
         (true, true) => match k.add_to_swap(f) {
-            Ok(e) if inode.remove_for_reclaim(f, Some(e)) => remove_mapping(k, f, e),
-            Ok(_) => {
-                k.delete_from_swap_cache(f);
-                false
+            Ok(e) => {
+                swap_writeout(k, f, e);
+                if inode.remove_for_reclaim(f, Some(e)) {
+                    count_swpout(k, f);
+                    remove_mapping(k, f, e)
+                } else {
+                    f.head().set(pg::DIRTY);
+                    k.delete_from_swap_cache(f);
+                    false
+                }
             }
             Err(_) => false,
         },
@@ -184,12 +192,8 @@ fn check_references(k: &Kernel, mmlist: &MmList, f: Folio) -> Verdict {
 /// the caller. Returns false, `f` left written and clean in the swap
 /// cache, if a reference came meanwhile.
 fn remove_mapping(k: &Kernel, f: Folio, e: SwpEntry) -> bool {
-    let dev = k.swap.as_ref().expect("a slot implies a device");
     if f.head().test(pg::DIRTY) {
-        f.head().clear(pg::DIRTY);
-        for p in 0..f.nr_pages() {
-            dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
-        }
+        swap_writeout(k, f, e);
         count_swpout(k, f);
     }
     let refs = 1 + f.nr_pages() as i32;
@@ -236,6 +240,18 @@ fn split_and_reclaim(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
 
 /// `count_swpout_vm_event`: `pswpout` per page, `thp_swpout` for a
 /// PMD-sized folio, the mTHP `swpout` stat per folio of its order.
+/// `swap_writeout` of `f`'s pages to its slots from `e`; `f` is clean
+/// afterwards.
+fn swap_writeout(k: &Kernel, f: Folio, e: SwpEntry) {
+    let dev = k.swap.as_ref().expect("a slot implies a device");
+    f.head().clear(pg::DIRTY);
+    for p in 0..f.nr_pages() {
+        dev.write(&k.phys, SwpEntry { offset: e.offset + p, ..e }, f.pfn + p);
+    }
+}
+
+/// The swap-out counters for `f`: `pswpout`, and `thp_swpout` / mTHP
+/// `swpout` for a large folio.
 fn count_swpout(k: &Kernel, f: Folio) {
     Stats::add(&k.stats.pswpout, f.nr_pages());
     if f.order() == PMD_ORDER {
