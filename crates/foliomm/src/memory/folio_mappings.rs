@@ -151,16 +151,21 @@ fn table_mappings<'m>(
 }
 
 /// `try_to_unmap` of the locked page-cache folio `f`: every PTE mapping it
-/// (a huge PMD split first) cleared and flushed, its rmap, reference and
-/// RSS dropped; returns whether an entry was dirty (the folio's bytes are
-/// newer than any copy). Errors as [`with_mappings`].
-pub fn unmap_file_folio(k: &Kernel, mmlist: &MmList, f: Folio) -> Result<bool> {
+/// (a huge PMD split first) cleared atomically (a dirty bit a CPU sets
+/// meanwhile is not lost) and flushed, its rmap, reference and RSS
+/// dropped; returns whether an entry was dirty (the folio's bytes are
+/// newer than any copy). Unless `ignore_mlock` (`TTU_IGNORE_MLOCK`), a
+/// mapping in an mlocked VMA stops it before anything is unmapped
+/// (EAGAIN). Errors as [`with_mappings`].
+pub fn unmap_file_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_mlock: bool) -> Result<bool> {
     with_mappings(k, mmlist, f, true, |maps| {
+        if !ignore_mlock && maps.iter().any(|m| m.locked) {
+            return Err(Errno::EAGAIN);
+        }
         let mut dirty = false;
         for m in maps {
-            let pte = load(&k.phys, m.table, m.idx);
-            dirty |= pte.dirty();
-            crate::pgtable::store(&k.phys, m.table, m.idx, crate::arch::Pte::NONE);
+            let old = crate::pgtable::slot(&k.phys, m.table, m.idx).swap(0, crate::sync::atomic::Ordering::AcqRel);
+            dirty |= crate::arch::Pte(old).dirty();
             crate::rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
             m.mm.add_rss(f, -1);
             m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + PAGE_SIZE);

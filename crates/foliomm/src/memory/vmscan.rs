@@ -120,7 +120,7 @@ pub(crate) fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio) -> bool 
         k.folio_put_refs(f, 1);
         return false;
     };
-    match unmap_file_folio(k, mmlist, f) {
+    match unmap_file_folio(k, mmlist, f, false) {
         Ok(true) => f.head().set(pg::DIRTY),
         Ok(false) => {}
         Err(_) => {

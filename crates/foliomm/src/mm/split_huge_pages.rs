@@ -94,8 +94,13 @@ pub fn split_huge_pages_in_file(
     let new_order = if k.config.release().split_huge_pages_takes_an_order() { new_order } else { 0 };
     let (mut tried, mut split, mut index) = (0, 0, start);
     while index < end {
-        let pfn = inode.pages.lock().unwrap().get(&index).copied();
-        let Some(f) = pfn.map(|p| Folio::containing(&k.phys, p)).filter(|f| f.is_large() && f.try_get()) else {
+        // filemap_get_folio(): the reference taken under the cache's lock.
+        let held = {
+            let pages = inode.pages.lock().unwrap();
+            let f = pages.get(&index).map(|&p| Folio::containing(&k.phys, p));
+            f.filter(|f| f.is_large() && f.try_get())
+        };
+        let Some(f) = held else {
             index += 1;
             continue;
         };

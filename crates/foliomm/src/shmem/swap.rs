@@ -81,14 +81,18 @@ impl Inode {
     /// (given a reference on the slot: `swap_shmem_alloc`) from now on; or,
     /// with no `e` (a clean folio: `__remove_mapping`), leaves a hole. The
     /// cache's reference on `f` is dropped. False, nothing done, if `f` is
-    /// no longer this cache's, or something but the cache, the caller's
-    /// reference and the swap cache holds it (checked under the cache's
-    /// lock, which every lookup that takes a reference holds).
+    /// no longer this cache's, something but the cache, the caller's
+    /// reference and the swap cache holds it, or it was written since the
+    /// caller found it clean or wrote it to `e` (`PG_dirty` again: a
+    /// `pwrite` or a partial hole punch changes its bytes under the
+    /// cache's lock, where Linux's hold the folio lock). Checked under the
+    /// cache's lock, which every lookup that takes a reference holds.
     pub(crate) fn remove_for_reclaim(&self, f: Folio, e: Option<SwpEntry>) -> bool {
         let mut pages = self.pages.lock().unwrap();
         let index = f.index();
         let expected = cache_refs(f) + 1 + e.is_some() as i32;
-        if pages.get(&index) != Some(&f.pfn) || f.is_large() || f.refcount() != expected {
+        let changed = f.head().test(pg::DIRTY);
+        if pages.get(&index) != Some(&f.pfn) || f.is_large() || f.refcount() != expected || changed {
             return false;
         }
         pages.remove(&index);
@@ -105,6 +109,9 @@ impl Inode {
     /// swapped out are freed (`free_swap_and_cache_nr`) and their entries
     /// dropped.
     pub(super) fn free_swap(&self, pages: &mut PageCache, first: u64, end: u64) {
+        if first >= end {
+            return;
+        }
         let gone: Vec<(u64, SwpEntry)> = pages.swapped.range(first..end).map(|(&i, &e)| (i, e)).collect();
         for (index, e) in gone {
             pages.swapped.remove(&index);

@@ -65,11 +65,17 @@ impl Inode {
         for (first, f) in self.boundary_folios(&pages, offset, end) {
             let (start, stop) = (first * PAGE_SIZE, (first + f.nr_pages()) * PAGE_SIZE);
             let (lo, hi) = (offset.max(start), end.min(stop));
-            // folio_zero_range(): the covered bytes, page by page.
+            // folio_zero_range(): the covered bytes, page by page; a folio
+            // whose bytes change is dirty (reclaim may have written it out).
             let mut at = lo;
             while at < hi {
                 let page = at / PAGE_SIZE;
                 let n = hi.min((page + 1) * PAGE_SIZE) - at;
+                let mut old = vec![0u8; n as usize];
+                phys.read_bytes(f.pfn + page - first, (at % PAGE_SIZE) as usize, &mut old);
+                if old.iter().any(|&b| b != 0) {
+                    f.head().set(pg::DIRTY);
+                }
                 phys.fill(f.pfn + page - first, (at % PAGE_SIZE) as usize, n as usize, 0);
                 at += n;
             }

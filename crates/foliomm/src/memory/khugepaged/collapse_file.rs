@@ -63,7 +63,7 @@ pub fn collapse_file(
             let f = Folio::containing(&k.phys, pfn);
             if f.order() == PMD_ORDER && f.index() == start {
                 drop(pages);
-                return match collapse_pte_mapped_thp(k, mm, inode, haddr, f, !cc.khugepaged) {
+                return match collapse_pte_mapped_thp(k, mm, inode, (haddr, start), f, !cc.khugepaged) {
                     ScanResult::PmdMapped if cc.khugepaged => ScanResult::Succeed,
                     r => r,
                 };
@@ -105,7 +105,7 @@ pub fn collapse_file(
     if cc.khugepaged {
         return ScanResult::Succeed;
     }
-    collapse_pte_mapped_thp(k, mm, inode, haddr, new, true)
+    collapse_pte_mapped_thp(k, mm, inode, (haddr, start), new, true)
 }
 
 /// Under the cache's lock, the folios the range holds now (the scan let
@@ -116,6 +116,10 @@ pub fn collapse_file(
 /// PMD-sized folio meanwhile.
 fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -> ScanResult {
     let mut pages = inode.pages.lock().unwrap();
+    // A page reclaim swapped out again after the swap-in.
+    if pages.swapped.range(start..start + (1 << PMD_ORDER)).next().is_some() {
+        return ScanResult::Fail;
+    }
     let mut old: Vec<Folio> = Vec::new();
     for &pfn in pages.range(start..start + (1 << PMD_ORDER)).map(|(_, p)| p) {
         let f = Folio::containing(&k.phys, pfn);
@@ -130,7 +134,7 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -
     for &f in &old {
         let Some(lock) = f.trylock() else { return ScanResult::PageLock };
         locks.push(lock);
-        let unmapped = unmap_file_folio(k, mmlist, f);
+        let unmapped = unmap_file_folio(k, mmlist, f, true);
         if unmapped.is_err() || f.refcount() != cache_refs(f) {
             return ScanResult::PageCount;
         }
@@ -198,7 +202,30 @@ fn retract_page_tables(
 /// `SCAN_PTE_NON_PRESENT` for a swap entry); then, with `install`, `f` is
 /// mapped by the PMD. `SCAN_PMD_MAPPED` if a PMD maps it already;
 /// `SCAN_VMA_CHECK` if the VMA there no longer maps `f`'s pages.
-fn collapse_pte_mapped_thp(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Folio, install: bool) -> ScanResult {
+fn collapse_pte_mapped_thp(
+    k: &Kernel,
+    mm: &Mm,
+    inode: &Inode,
+    (haddr, index): (u64, u64),
+    f: Folio,
+    install: bool,
+) -> ScanResult {
+    // filemap_lock_folio(): the folio, with a reference, only if the cache
+    // still holds it at the range's first index.
+    {
+        let pages = inode.pages.lock().unwrap();
+        if pages.get(&index) != Some(&f.pfn) || f.order() != PMD_ORDER {
+            return ScanResult::Fail;
+        }
+        f.ref_add(1);
+    }
+    let r = install_thp(k, mm, inode, haddr, f, install);
+    k.folio_put_refs(f, 1);
+    r
+}
+
+/// [`collapse_pte_mapped_thp`] once the folio is held.
+fn install_thp(k: &Kernel, mm: &Mm, inode: &Inode, haddr: u64, f: Folio, install: bool) -> ScanResult {
     let vmas = mm.mmap_read_lock();
     let same_file = |v: &Vma| v.with_file(|x| x.is_some_and(|x| x.ino == inode.ino));
     // The mmap_lock was let go: the VMA there now must map the folio's
