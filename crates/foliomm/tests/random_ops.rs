@@ -18,6 +18,7 @@ use foliomm::internals::folio::thp::ThpMode;
 use foliomm::internals::mapcount::RmapIdStage;
 use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags, Prot};
+use proptest::option;
 use proptest::prelude::*;
 
 #[path = "random_ops/concurrent.rs"]
@@ -103,11 +104,10 @@ enum Op {
     },
 }
 
-/// What [`Op::Reshape`] does: MADV_PAGEOUT (the pages mapped once go to
-/// swap), debugfs `split_huge_pages` to an order (0, 2, 4), around a page
-/// of each folio or not, MADV_COLLAPSE,
-/// a full khugepaged scan (of every process, whatever the range), or
-/// `move_pages` to a node (with `MPOL_MF_MOVE_ALL` or not).
+/// What [`Op::Reshape`] does: MADV_PAGEOUT (pages mapped once go to swap),
+/// debugfs `split_huge_pages` to an order (0, 2, 4), maybe around a page,
+/// MADV_COLLAPSE, a full khugepaged scan (of every process, whatever the
+/// range), or `move_pages` to a node (`MPOL_MF_MOVE_ALL` or not).
 #[derive(Clone, Copy, Debug)]
 enum Reshape {
     PageOut,
@@ -129,8 +129,7 @@ fn range() -> impl Strategy<Value = (u64, u64)> {
 fn reshape() -> impl Strategy<Value = Reshape> {
     prop_oneof![
         Just(Reshape::PageOut),
-        (prop_oneof![Just(0u32), Just(2), Just(4)], proptest::option::of(0..512u64))
-            .prop_map(|(order, at)| Reshape::Split(order, at)),
+        (prop_oneof![Just(0u32), Just(2), Just(4)], option::of(0..512u64)).prop_map(|(o, at)| Reshape::Split(o, at)),
         Just(Reshape::Collapse),
         Just(Reshape::Khugepaged),
         (0..2i32, any::<bool>()).prop_map(|(node, all)| Reshape::Migrate { node, all }),
@@ -388,11 +387,7 @@ fn run(name: &str, ops: impl Strategy<Value = Op>) {
     eprintln!("{name}: the rmap-id designs' operations by seed 000 stage: {}", spread.join(", "));
     // Each kind of work the cases must have done at least once.
     let done = [
-        (
-            &reclaimed,
-            "reclaim runs under memory pressure",
-            "no case ran out of memory: the machine no longer presses reclaim",
-        ),
+        (&reclaimed, "reclaim runs under memory pressure", "no case ran out of memory: reclaim is not pressed"),
         (&splits, "large folios split", "no large folio was split"),
         (&collapses, "ranges collapsed", "no range was collapsed"),
         (&migrated, "pages migrated", "no page was migrated"),
