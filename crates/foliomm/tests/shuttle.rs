@@ -44,6 +44,20 @@ fn map(mm: &Mm, len: u64) -> u64 {
     mm.mmap(0, len, Prot::RW, MmapFlags::default()).expect("mmap")
 }
 
+/// Asserts that the invariant checker finds nothing on `m`.
+fn assert_clean(m: &Machine) {
+    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Asserts that each of `mms` reads `want`, a byte per page, from `at`.
+fn assert_bytes(cpu: &mut Cpu, mms: [&Mm; 2], at: u64, want: &[u8]) {
+    for mm in mms {
+        let got = cpu.read_byte_per_page(mm, at, want.len() as u64 * 4 * K).unwrap();
+        assert_eq!(got, want, "the bytes of mm {}", mm.id);
+    }
+}
+
 /// Writes `val` to the first byte of every page of `[at, at+len)` and
 /// reads it back.
 fn write_and_check(cpu: &mut Cpu, mm: &Mm, at: u64, len: u64, val: u8) {
@@ -382,8 +396,7 @@ fn deferred_split_race() {
     write_and_check(&mut cpu, &parent, a, 64 * K, 0x22);
     splitter.join().unwrap();
     zapper.join().unwrap();
-    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_clean(&m);
     let got = cpu.read_byte_per_page(&child, a + 16 * K, 16 * K).unwrap();
     assert!(got.iter().all(|&b| b == 0x11), "the child reads {got:?}");
     drop((parent, child));
@@ -429,8 +442,7 @@ fn migration_race() {
     write_and_check(&mut cpu, &parent, a, 16 * K, 0x23);
     migrator.join().unwrap();
     zapper.join().unwrap();
-    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_clean(&m);
     let got = cpu.read_byte_per_page(&parent, a, 64 * K).unwrap();
     let want: Vec<u8> = (0..16).map(|p| if p < 4 { 0x23 } else { 0x11 }).collect();
     assert_eq!(got, want, "the parent's bytes");

@@ -66,7 +66,9 @@ impl Inode {
         Ok(f.pfn)
     }
 
-    /// Swaps in every swapped-out page of `[first, first + nr)`.
+    /// Swaps in every swapped-out page of `[first, first + nr)`, as
+    /// `collapse_file` does with `shmem_get_folio(SGP_NOALLOC)` before it
+    /// copies a range (Linux allocates the new folio first).
     pub(crate) fn swapin_range(&self, first: u64, nr: u64) -> Result<()> {
         let mut pages = self.pages.lock().unwrap();
         let swapped: Vec<u64> = pages.swapped.range(first..first + nr).map(|(&i, _)| i).collect();

@@ -8,7 +8,7 @@ use foliomm::internals::mm::Advice;
 use foliomm::{Config, Errno, Machine, MmapFlags, Prot};
 use shuttle::thread;
 
-use super::{schedules, write_and_check, K};
+use super::{assert_bytes, assert_clean, schedules, write_and_check, K};
 
 /// A shared memfd range that a parent writes half of and a child shares:
 /// the parent collapses it into a THP (`collapse_file`: pages unmapped
@@ -60,12 +60,9 @@ fn shmem_collapse_race(khugepaged: bool) {
     collapser.join().unwrap();
     mover.join().unwrap();
     writer.join().unwrap();
-    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_clean(&m);
     let want: Vec<u8> = (0..32).map(|p| if p < 16 { 0x11 } else { 0x33 }).collect();
-    for mm in [&parent, &child] {
-        assert_eq!(cpu.read_byte_per_page(mm, at, 128 * K).unwrap(), want, "the shared bytes");
-    }
+    assert_bytes(&mut cpu, [&parent, &child], at, &want);
     drop((parent, child));
 }
 

@@ -8,7 +8,7 @@ use foliomm::internals::mm::Advice;
 use foliomm::{Config, Machine, MmapFlags, Prot};
 use shuttle::thread;
 
-use super::{schedules, write_and_check, K};
+use super::{assert_bytes, assert_clean, schedules, write_and_check, K};
 
 /// A 32K memfd written by a parent and mapped by a child: the parent
 /// pages its mapping out (`shrink_shmem_folio`: unmapped, written to a
@@ -47,12 +47,9 @@ fn shmem_pageout_race() {
     reclaimer.join().unwrap();
     writer.join().unwrap();
     reader.join().unwrap();
-    let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_clean(&m);
     let want: Vec<u8> = (0..8).map(|p| if p < 4 { 0x21 } else { 0x42 }).collect();
-    for mm in [&parent, &child] {
-        assert_eq!(cpu.read_byte_per_page(mm, at, 32 * K).unwrap(), want, "the shared bytes");
-    }
+    assert_bytes(&mut cpu, [&parent, &child], at, &want);
     drop((parent, child));
 }
 
