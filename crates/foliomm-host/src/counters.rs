@@ -28,6 +28,10 @@ const VMSTAT: &[&str] = &[
     "numa_hint_faults",
     "numa_hint_faults_local",
     "numa_pages_migrated",
+    "pswpin",
+    "pswpout",
+    "thp_swpout",
+    "thp_swpout_fallback",
 ];
 
 /// The counters' values since boot (the backend subtracts its baseline).
@@ -43,7 +47,9 @@ pub(crate) fn since_boot() -> Vec<(String, u64)> {
     }
     for order in 2..=9u32 {
         let dir = format!("{}/hugepages-{}kB/stats", sysfs::THP, 4u64 << order);
-        for name in ["anon_fault_alloc", "split_deferred", "split", "split_failed"] {
+        for name in
+            ["anon_fault_alloc", "split_deferred", "split", "split_failed", "swpout", "swpout_fallback", "swpin"]
+        {
             let file = name;
             if let Ok(v) = std::fs::read_to_string(format!("{dir}/{file}")) {
                 out.push((format!("{name}[{}K]", 4u64 << order), v.trim().parse().unwrap_or(0)));

@@ -24,6 +24,7 @@ pub mod swap;
 #[allow(unsafe_code)] // the host's system-call boundary: its only unsafe code
 pub mod sys;
 pub mod sysfs;
+mod truncate_guard;
 pub mod worker;
 
 use std::collections::HashMap;

@@ -178,7 +178,7 @@ impl WorkerThread {
             Op::Pwrite { file, offset, data } => files::pwrite(file, offset, &data),
             Op::Pread { file, offset, len } => files::pread(file, offset, len),
             Op::ObserveFile { file, offset } => files::observe_file(&self.proc.procfs, file, offset),
-            Op::Ftruncate { file, size } => done(sys::ftruncate(file, size)),
+            Op::Ftruncate { file, size } => crate::truncate_guard::ftruncate(file, size),
             Op::PunchHole { file, offset, len } => {
                 let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
                 done(sys::fallocate(file, mode, offset, len))

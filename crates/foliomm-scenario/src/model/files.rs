@@ -50,8 +50,10 @@ impl ModelBackend {
             Op::AddSeals { file, seals } => done(self.file(file)?.add_seals(seals))?,
             Op::Ftruncate { file, size } => done(m.ftruncate(&self.file(file)?, size))?,
             Op::PunchHole { file, offset, len } => done(m.punch_hole(&self.file(file)?, offset, len))?,
-            Op::Fallocate { file, offset, len, keep_size } => done(self.file(file)?.fallocate(offset, len, keep_size))?,
-            Op::Pwrite { file, offset, data } => Reply::Value(self.file(file)?.write(offset, &data)? as u64),
+            Op::Fallocate { file, offset, len, keep_size } => {
+                done(m.mms.fallocate(&self.file(file)?, offset, len, keep_size))?
+            }
+            Op::Pwrite { file, offset, data } => Reply::Value(m.mms.pwrite(&self.file(file)?, offset, &data)? as u64),
             Op::SplitFile { file, offset, len, order, at } => {
                 let pages = (offset / PAGE_SIZE, (offset + len).div_ceil(PAGE_SIZE));
                 let inode = self.file(file)?;
@@ -60,7 +62,7 @@ impl ModelBackend {
             }
             Op::Pread { file, offset, len } => {
                 let mut buf = vec![0; len as usize];
-                let n = self.file(file)?.read(offset, &mut buf)?;
+                let n = m.mms.pread(&self.file(file)?, offset, &mut buf)?;
                 buf.truncate(n);
                 Reply::Bytes(buf)
             }

@@ -2,7 +2,8 @@
 //! from every mapped anon folio must reach every mapping of it
 //! (`folio->mapping`'s anon_vma tree holds the VMA, and `folio->index`
 //! with the VMA's `vm_pgoff` gives the address), and every mapped anon
-//! folio is on exactly the LRU list its flags say, as is every folio on a
+//! folio, and every shmem folio in a page cache, is on exactly the LRU
+//! list its flags say, as is every folio on a
 //! list (at a quiescent point none is isolated); the deferred split queue
 //! holds exactly the partially mapped large folios, once each.
 
@@ -15,7 +16,9 @@ use crate::kernel::lru::LruList;
 use crate::kernel::Kernel;
 use crate::mm_types::{Mm, Vmas};
 use crate::phys::pg;
+use crate::shmem::Inode;
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::Arc;
 
 /// Checks that the walk from `f`, whose page `page` `mm` maps at `addr`,
 /// finds that mapping.
@@ -46,8 +49,9 @@ pub(super) fn check_anon_mapping(mm: &Mm, vmas: &Vmas, f: Folio, page: u64, addr
 }
 
 /// Checks the LRU lists against their folios' flags, and that every folio
-/// of `mapped_anon` (the mapped anon folios, not hugetlb) is on one.
-pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, bad: &mut Vec<Violation>) {
+/// of `mapped_anon` (the mapped anon folios, not hugetlb) and every folio
+/// in a shmem file's page cache is on one.
+pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, inodes: &[Arc<Inode>], bad: &mut Vec<Violation>) {
     let mut listed = HashSet::new();
     for which in [LruList::Inactive, LruList::Active] {
         for pfn in m.lru.snapshot(which) {
@@ -67,6 +71,13 @@ pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, bad: &mut Vec<Vi
     for &pfn in mapped_anon.iter().filter(|p| !listed.contains(p)) {
         let what = format!("mapped anon folio {pfn:#x} is on no LRU list");
         bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+    }
+    for inode in inodes.iter().filter(|i| !i.is_hugetlbfs()) {
+        let heads: HashSet<Pfn> = inode.cached().iter().map(|&(_, p)| Folio::containing(&m.phys, p).pfn).collect();
+        for pfn in heads.into_iter().filter(|p| !listed.contains(p)) {
+            let what = format!("shmem folio {pfn:#x} of inode {} is on no LRU list", inode.ino);
+            bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
+        }
     }
     let queued = m.deferred_split_snapshot();
     let mut seen = HashSet::new();

@@ -131,7 +131,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     vma::check_i_mmap(inodes, &linked, &mut bad);
     hugetlb::check_shared_tables(m, &walked.tables, &walked.shared, &mut bad);
     swap::check_swap_map(m, &walked.swaps, inodes, &mut bad);
-    anon_rmap::check_lru(m, &mapped_anon, &mut bad);
+    anon_rmap::check_lru(m, &mapped_anon, inodes, &mut bad);
     let (tables, leaves) = (walked.tables, walked.leaves);
     let truth = build_truth(m, &leaves, &mut bad);
     check_folios(m, ledger, &truth, &cached, &mut bad);

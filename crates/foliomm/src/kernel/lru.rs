@@ -1,10 +1,11 @@
 //! The anon LRU lists of the one node (`struct lruvec`'s `LRU_INACTIVE_ANON`
-//! and `LRU_ACTIVE_ANON`; mm/swap.c `folio_add_lru`, `folio_deactivate`,
+//! and `LRU_ACTIVE_ANON`), which hold the swap-backed folios: anon and
+//! shmem (`folio_is_file_lru` is false for both) (mm/swap.c `folio_add_lru`, `folio_deactivate`,
 //! mm/vmscan.c `isolate_lru_folios`, `folio_isolate_lru`,
 //! `move_folios_to_lru`).
 //!
 //! A folio on a list has `PG_lru` (and `PG_active` on the active list),
-//! changed only under the list lock (`lruvec->lru_lock`). New anon folios
+//! changed only under the list lock (`lruvec->lru_lock`). New folios
 //! start inactive, as since 5.9; reclaim takes folios from the inactive
 //! list's tail (the oldest) and refills it from the active list's tail.
 //!

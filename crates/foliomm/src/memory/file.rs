@@ -111,10 +111,12 @@ fn block_fits(vmf: &VmFault, index: u64, order: u32) -> bool {
 }
 
 /// `__do_fault` → `shmem_fault`: the file's folio for the faulting page,
-/// with a reference; SIGBUS past the end of the file.
+/// with a reference (with reclaim when memory runs out); SIGBUS past the
+/// end of the file.
 fn get_folio<'k>(vmf: &VmFault<'k>, inode: &Inode) -> Result<(Folio<'k>, Pfn)> {
     let index = vmf.vma.page_index(vmf.address);
-    match inode.get_folio(index, suitable_orders(vmf, inode, index)) {
+    let orders = suitable_orders(vmf, inode, index);
+    match super::vmscan::retry_after_reclaim(vmf.k, &vmf.mm.mmlist, || inode.get_folio(index, orders)) {
         Ok((f, pfn)) => Ok((Folio::from_head(&vmf.k.phys, f.pfn), pfn)),
         Err(Errno::EINVAL) => Err(Errno::SIGBUS),
         Err(e) => Err(e),

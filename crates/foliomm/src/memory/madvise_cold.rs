@@ -1,16 +1,17 @@
 //! `MADV_PAGEOUT` and `MADV_COLD` (mm/madvise.c
 //! `madvise_cold_or_pageout_pte_range`, then `reclaim_pages` for pageout):
-//! the walk over one VMA's range that picks the anon (and, for pageout,
-//! shmem) folios mapped only here and takes them off the LRU, for
-//! [`super::vmscan`] to reclaim or to put back on the inactive list.
+//! the walk over one VMA's range that picks the anon and shmem folios
+//! mapped only here and takes them off the LRU, for [`super::vmscan`] to
+//! reclaim or to put back on the inactive list.
 //!
 //! Differs from Linux: 6.1 splits even a covered PTE-mapped THP (its pages
-//! end up swapped out alike); only order-0 shmem folios are paged out
-//! (Linux writes a large one out whole, or splits it); a folio is on its
-//! LRU list at once (Linux skips one still in a CPU's `folio_batch`).
+//! end up swapped out alike); a folio is on its LRU list at once (Linux
+//! skips one still in a CPU's `folio_batch`); the caller may always page
+//! out a file's folios (`can_do_file_pageout`: the model has no owners or
+//! permissions).
 
 use super::split::split_folio_to_order;
-use super::vmscan::{shrink_folio, shrink_shmem_folio};
+use super::vmscan::shrink_folio;
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
@@ -51,9 +52,7 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
             Vec::new()
         };
         for f in isolated {
-            if pageout && !f.test_anon() {
-                shrink_shmem_folio(k, &mm.mmlist, f);
-            } else if pageout {
+            if pageout {
                 shrink_folio(k, &mm.mmlist, f, true);
             } else {
                 f.head().clear(pg::REFERENCED);
@@ -66,14 +65,14 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
     }
 }
 
-/// A PMD-mapped anon THP the range covers in part is split, mapping and
+/// A PMD-mapped THP the range covers in part is split, mapping and
 /// folio, unless it may be mapped shared (the era's question), so that its
 /// covered pages can go one by one (`madvise_cold_or_pageout_pte_range`'s
 /// PMD branch: `split_folio`).
 fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot) {
     let e = pmd.load(&k.phys);
     let f = Folio::from_head(&k.phys, e.pfn());
-    if e.special() || !f.test_anon() || k.decided(Consumer::PageoutSplit, f, rmap::folio_likely_mapped_shared(k, f, 0))
+    if e.special() || !reclaimable(f) || k.decided(Consumer::PageoutSplit, f, rmap::folio_likely_mapped_shared(k, f, 0))
     {
         return;
     }
@@ -91,7 +90,7 @@ fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
     split
 }
 
-/// The anon THP a huge PMD maps, if `[addr, stop)` covers it and it is not
+/// The anon or shmem THP a huge PMD maps, if `[addr, stop)` covers it and it is not
 /// maybe mapped shared, taken off the LRU with a reference; for
 /// `MADV_COLD` the PMD is made old first (`pmd_mkold`).
 fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64), pageout: bool) -> Option<Folio<'k>> {
@@ -101,7 +100,7 @@ fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64
         return None;
     }
     let f = Folio::from_head(&k.phys, e.pfn());
-    if !f.test_anon() || k.decided(Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) {
+    if !reclaimable(f) || k.decided(Consumer::Pageout, f, rmap::folio_maybe_mapped_shared(k, f)) {
         return None;
     }
     if !pageout && e.0 & Pte::ACCESSED != 0 {
@@ -111,7 +110,7 @@ fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64
     k.lru.isolate(f).then_some(f)
 }
 
-/// The anon folios mapped in `[addr, stop)` of `table` whose every page
+/// The anon and shmem folios mapped in `[addr, stop)` of `table` whose every page
 /// is mapped there once and nowhere else, each taken off the LRU with a
 /// reference (`folio_isolate_lru`); for `MADV_COLD` their PTEs are made
 /// old first (`clear_young_dirty_ptes` with `CYDP_CLEAR_YOUNG`).
@@ -135,15 +134,8 @@ fn isolate<'k>(
             let f = Folio::containing(&k.phys, pte.pfn());
             let max = ((stop - a) / PAGE_SIZE) as usize;
             let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
-            if !f.test_anon() {
+            if !reclaimable(f) {
                 a += nr as u64 * PAGE_SIZE;
-                // A small shmem folio mapped only here is paged out too.
-                let shmem = pageout && !f.is_large() && crate::shmem::in_page_cache(f) && !f.head().test(pg::HUGETLB);
-                if shmem && rmap::folio_mapcount(k, f) != 1 {
-                    Stats::inc(&k.stats.pageout_skipped_shared);
-                } else if shmem && f.try_get() {
-                    out.push(f);
-                }
                 continue;
             }
             // Part of a large folio: split it (if no other MM may map it)
@@ -183,4 +175,10 @@ fn isolate<'k>(
         break;
     }
     out
+}
+
+/// Whether `f` is a folio reclaim takes: anon, or shmem still in its page
+/// cache (a swap-backed folio on the anon lists), not hugetlb.
+fn reclaimable(f: Folio) -> bool {
+    (f.test_anon() || crate::shmem::in_page_cache(f)) && !f.head().test(pg::HUGETLB)
 }

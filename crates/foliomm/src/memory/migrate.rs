@@ -182,33 +182,19 @@ fn count_failed(k: &Kernel, f: Folio) {
     }
 }
 
-/// `folio_isolate_lru` for migration, taking a reference: an anon folio
-/// off the LRU; a shmem folio (which the model keeps on no LRU) marked
-/// [`pg::ISOLATED`]. False if it is not there to take (isolated already,
-/// a hugetlb folio, or neither).
+/// `folio_isolate_lru` for migration, taking a reference: an anon folio,
+/// or a shmem folio still in its page cache, off the LRU. False if it is
+/// not there to take (isolated already, a hugetlb folio, or neither).
 pub fn isolate_folio(k: &Kernel, f: Folio) -> bool {
-    if f.test_anon() {
-        return k.lru.isolate(f);
-    }
-    if !crate::shmem::in_page_cache(f) || f.head().test(pg::HUGETLB) || f.head().test_and_set(pg::ISOLATED) {
-        return false;
-    }
-    if f.try_get() {
-        return true;
-    }
-    f.head().clear(pg::ISOLATED);
-    false
+    let movable = f.test_anon() || (crate::shmem::in_page_cache(f) && !f.head().test(pg::HUGETLB));
+    movable && k.lru.isolate(f)
 }
 
-/// `putback_movable_pages`: each folio back on the LRU (or a shmem folio
-/// unmarked), its isolation reference dropped.
+/// `putback_movable_pages`: each folio back on the LRU, its isolation
+/// reference dropped.
 pub(crate) fn putback(k: &Kernel, folios: Vec<Folio>) {
     for f in folios {
-        if f.test_anon() {
-            k.lru.add(f);
-        } else {
-            f.head().clear(pg::ISOLATED);
-        }
+        k.lru.add(f);
         k.folio_put_refs(f, 1);
     }
 }
@@ -254,7 +240,6 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
     match moved {
         Ok(refs) => {
             count_moved(k, f);
-            f.head().clear(pg::ISOLATED);
             f.head().link.store(0, Relaxed);
             k.folio_put_refs(f, refs + 1);
             k.folio_put_refs(dst, 1);
@@ -309,7 +294,5 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
         dst.ref_add(1);
         store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK));
     }
-    if dst.test_anon() {
-        k.lru.add(dst);
-    }
+    k.lru.add(dst);
 }

@@ -1,5 +1,5 @@
-//! The anon rmap walk and what reclaim does with it (mm/rmap.c
-//! `rmap_walk_anon`, `page_vma_mapped_walk`, `try_to_unmap` /
+//! The rmap walk and what reclaim does with it (mm/rmap.c
+//! `rmap_walk_anon`, `rmap_walk_file`, `page_vma_mapped_walk`, `try_to_unmap` /
 //! `try_to_unmap_one`, `folio_referenced` / `folio_referenced_one`).
 //!
 //! From an anon folio's `folio->mapping` the walk finds its anon_vma, and
@@ -7,6 +7,7 @@
 //! children's, whose chains link them there); in each, the addresses of
 //! the folio's pages follow from `folio->index` and the VMA's `vm_pgoff`
 //! (`vma_address`), and the page tables there say whether they map it.
+//! A page-cache folio's walk goes through its file's `i_mmap` instead.
 //!
 //! Differs from Linux: the anon_vma's tree is scanned, not searched; the
 //! walk holds the anon_vma's lock for read as Linux does, and the MM's
@@ -22,16 +23,24 @@ use crate::mm_types::{vm, Mm, MmList};
 use crate::pgtable::{load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
 use crate::rmap::{self, VmaRecord};
 
-/// `rmap_walk_anon`: calls `visit` with the MM, the VMA's record and the
-/// address range `[start, end)` of it that holds page indexes of `f`, for
-/// each VMA linked to `f`'s anon_vma, in link order, until `visit` returns
-/// false. Visits nothing if the anon_vma is gone (no VMA holds it: nothing
-/// maps the folio).
-pub fn rmap_walk_anon(mmlist: &MmList, f: Folio, mut visit: impl FnMut(&Mm, &VmaRecord, u64, u64) -> bool) {
-    let Some(av) = mmlist.anon_vma(f.head().link.load(crate::sync::atomic::Ordering::Relaxed)) else {
-        return;
+/// `rmap_walk_anon` / `rmap_walk_file`: calls `visit` with the MM, the
+/// VMA's record and the address range `[start, end)` of it that holds page
+/// indexes of `f`, for each VMA linked to `f`'s anon_vma (or, for a
+/// page-cache folio, in its file's `i_mmap`), in link order, until `visit`
+/// returns false. Visits nothing if the anon_vma or the file is gone
+/// (nothing maps the folio).
+pub fn rmap_walk(mmlist: &MmList, f: Folio, mut visit: impl FnMut(&Mm, &VmaRecord, u64, u64) -> bool) {
+    let link = f.head().link.load(crate::sync::atomic::Ordering::Relaxed);
+    let (av, inode);
+    let tree = if f.test_anon() {
+        let Some(a) = mmlist.anon_vma(link) else { return };
+        av = a;
+        av.tree.read()
+    } else {
+        let Some(i) = mmlist.inode(link) else { return };
+        inode = i;
+        inode.i_mmap.read()
     };
-    let tree = av.tree.read();
     for rec in tree.iter() {
         let Some((start, end)) = rec.addresses(f.index(), f.index() + f.nr_pages()) else { continue };
         let Some(mm) = mmlist.get(rec.mm) else { continue };
@@ -60,7 +69,7 @@ fn leaf(k: &Kernel, mm: &Mm, addr: u64) -> Option<(PmdSlot, Pte)> {
 /// failure stay swapped out, as in Linux.
 pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: SwpEntry) -> bool {
     let mut ok = true;
-    rmap_walk_anon(mmlist, f, |mm, rec, start, end| {
+    rmap_walk(mmlist, f, |mm, rec, start, end| {
         let locked = rec.flags & vm::LOCKED != 0;
         let mut addr = start;
         while addr < end && ok {
@@ -155,7 +164,7 @@ pub struct Referenced {
 pub fn folio_referenced(k: &Kernel, mmlist: &MmList, f: Folio) -> Referenced {
     let phys = &k.phys;
     let mut r = Referenced::default();
-    rmap_walk_anon(mmlist, f, |mm, rec, start, end| {
+    rmap_walk(mmlist, f, |mm, rec, start, end| {
         let (mut young, mut mapped) = (false, false);
         let mut addr = start;
         while addr < end {

@@ -30,8 +30,8 @@ use crate::{Errno, Result};
 /// `new_order` if nothing but its mappings, the page cache and the
 /// caller's `held` references holds it; those stay on the first piece. With `list` (reclaim
 /// splitting an isolated folio, `split_folio_to_list`), every other piece
-/// still mapped goes there with a reference of its own instead of onto the
-/// LRU. EINVAL for a small folio, one neither anon nor in a shmem page
+/// still mapped, or in the page cache, goes there with a reference of its
+/// own instead of onto the LRU. EINVAL for a small folio, one neither anon nor in a shmem page
 /// cache (hugetlb), an order not below the folio's, order 1 of an anon
 /// folio (`uniform_split_supported`) or one below the design's smallest
 /// ([`crate::mapcount::MapcountDesign::min_large_order`]), or a folio in
@@ -202,7 +202,7 @@ fn remap<'k>(
     if let Some(list) = list {
         for &(pfn, _) in &pieces[1..] {
             let piece = Folio::from_head(phys, pfn);
-            if rmap::folio_mapcount(k, piece) > 0 {
+            if file || rmap::folio_mapcount(k, piece) > 0 {
                 piece.ref_add(1);
                 list.push(piece);
             }

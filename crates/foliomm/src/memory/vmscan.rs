@@ -1,10 +1,10 @@
-//! Reclaim of anonymous folios to swap (mm/vmscan.c `shrink_folio_list`,
+//! Reclaim of swap-backed folios, anon and shmem, to swap (mm/vmscan.c `shrink_folio_list`,
 //! `shrink_inactive_list`, `shrink_active_list`, `shrink_lruvec`,
 //! `try_to_free_pages`), for `MADV_PAGEOUT` ([`super::madvise_cold`]) and
 //! for an allocation that found no free memory ([`alloc_folio_reclaim`]).
 //!
-//! Differs from Linux: one node, no memcg, no file LRU (shmem is not
-//! reclaimed), no kswapd thread (the allocating task does its work under
+//! Differs from Linux: one node, no memcg, no file LRU (shmem folios are
+//! swap-backed: on the anon lists, as in Linux), no kswapd thread (the allocating task does its work under
 //! the low watermark), no writeback (the device is synchronous:
 //! `swap_writeout` completes at once); an mlocked folio goes back to the
 //! active list, not the unevictable one.
@@ -20,6 +20,7 @@ use crate::mm_types::MmList;
 use crate::phys::pg;
 use crate::phys::Placement;
 use crate::rmap;
+use crate::shmem::cache_refs;
 use crate::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::{Errno, Result};
 
@@ -39,8 +40,17 @@ enum Verdict {
     Activate,
 }
 
-/// `shrink_folio_list` for one anon folio taken off the LRU with a
-/// reference (which this consumes). Unless `ignore_references` (as
+/// `shrink_folio_list` for one folio taken off the LRU with a reference
+/// (which this consumes): anon ([`shrink_anon_folio`]) or shmem
+/// ([`shrink_shmem_folio`]). Returns true if it was freed.
+pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+    match f.test_anon() {
+        true => shrink_anon_folio(k, mmlist, f, ignore_references),
+        false => shrink_shmem_folio(k, mmlist, f, ignore_references),
+    }
+}
+
+/// [`shrink_folio`] for an anon folio. Unless `ignore_references` (as
 /// `reclaim_pages` asks), a folio whose mappings were accessed stays
 /// (`folio_check_references`). A folio that may be pinned stays; one in the
 /// swap cache keeps its slots; a large one something else holds stays (it
@@ -54,7 +64,7 @@ enum Verdict {
 /// unwritten), written out, taken from the swap cache and freed
 /// (`__remove_mapping`). A folio not freed goes back on a list. Returns
 /// true if it was freed.
-pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
     let Some(lock) = f.trylock() else {
         return putback(k, f, Verdict::Keep);
     };
@@ -93,9 +103,7 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
         Ok(e) if !try_to_unmap(k, mmlist, f, e) => Verdict::Activate,
         Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 && remove_mapping(k, f, e) => {
             drop(lock);
-            k.free_frozen_folio(f);
-            Stats::inc(&k.stats.pgsteal_anon);
-            return true;
+            return free_or_putback(k, f, true, Verdict::Keep);
         }
         Ok(_) => Verdict::Keep,
         Err(v) => v,
@@ -104,65 +112,91 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
     putback(k, f, verdict)
 }
 
-/// `shrink_folio_list` for an order-0 shmem folio `MADV_PAGEOUT` took
-/// (with a reference, which this consumes; `reclaim_pages` ignores
-/// references): unmapped everywhere through the file's `i_mmap`
-/// ([`unmap_file_folio`], a dirty entry dirtying it); if nothing but the
-/// page cache and this reference holds it then, a clean one leaves the
-/// cache (`__remove_mapping`: a hole reads the zeros it held), and a dirty
-/// one gets a swap slot, is written there (`shmem_writeout`,
-/// `swap_writeout`), is named by its swap entry in the cache, and is freed.
-/// Without a swap device or a free slot it stays (`redirty`). Returns
-/// true if it was freed.
-pub(crate) fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
+/// [`shrink_folio`] for a shmem folio. Unless `ignore_references`, a
+/// folio whose mappings were accessed stays, as an anon one does. It is
+/// unmapped everywhere through the file's `i_mmap` ([`unmap_file_folio`],
+/// a dirty entry dirtying it; a mapping in an mlocked VMA keeps it). If
+/// nothing but the page cache and this reference holds it then, a clean
+/// one leaves the cache (`__remove_mapping`: a hole reads the zeros it
+/// held), and a dirty one is written out (`shmem_writeout`): it gets swap
+/// slots, is written there (`swap_writeout`), is named by its swap entry
+/// in the cache, and is freed. A large one is written whole from 6.12 (a
+/// run of slots, one large entry); it is split first, its pages reclaimed
+/// one by one, before 6.12, when it reaches past the end of the file
+/// (Linux: past `fallocend` too), or when no run of slots is free
+/// (`try_split`). Without a swap device or a slot it is activated
+/// (`redirty`). Returns true if it was freed.
+fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
     let inode = mmlist.inode(f.head().link.load(crate::sync::atomic::Ordering::Relaxed));
     let (Some(inode), Some(lock)) = (inode, f.trylock()) else {
-        k.folio_put_refs(f, 1);
-        return false;
+        return putback(k, f, Verdict::Keep);
     };
+    let verdict = if ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
+    if verdict != Verdict::Freed {
+        drop(lock);
+        return putback(k, f, verdict);
+    }
     match unmap_file_folio(k, mmlist, f, false) {
         Ok(true) => f.head().set(pg::DIRTY),
         Ok(false) => {}
         Err(_) => {
             drop(lock);
-            k.folio_put_refs(f, 1);
-            return false;
+            return putback(k, f, Verdict::Activate);
         }
     }
-    let freeable = f.refcount() == 2 && !f.is_large();
-    let freed = match (freeable, f.head().test(pg::DIRTY)) {
-        (false, _) => false,
-        (true, false) => {
-            inode.remove_for_reclaim(f, None) && f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_ok()
+    if f.refcount() != cache_refs(f) + 1 {
+        drop(lock);
+        return putback(k, f, Verdict::Keep);
+    }
+    if !f.head().test(pg::DIRTY) {
+        let freed =
+            inode.remove_for_reclaim(f, None) && f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_ok();
+        drop(lock);
+        return free_or_putback(k, f, freed, Verdict::Keep);
+    }
+    let whole = k.config.release().swaps_out_large_shmem_folios() && f.index() + f.nr_pages() <= inode.nr_pages();
+    let slots = match f.is_large() && !whole {
+        true => Err(()),
+        false => k.add_to_swap(f).map_err(drop),
+    };
+    let e = match slots {
+        Ok(e) => e,
+        Err(()) if f.is_large() && k.swap.is_some() => {
+            drop(lock);
+            return split_and_reclaim(k, mmlist, f);
         }
-        // The slot holds the bytes before the cache names it: a swap-in
-        // that finds the entry at once reads them.
-        (true, true) => match k.add_to_swap(f) {
-            Ok(e) => {
-                swap_writeout(k, f, e);
-                if inode.remove_for_reclaim(f, Some(e)) {
-                    count_swpout(k, f);
-                    remove_mapping(k, f, e)
-                } else {
-                    f.head().set(pg::DIRTY);
-                    k.delete_from_swap_cache(f);
-                    false
-                }
-            }
-            Err(_) => false,
-        },
+        Err(()) => {
+            drop(lock);
+            return putback(k, f, Verdict::Activate);
+        }
+    };
+    // The slots hold the bytes before the cache names them: a swap-in
+    // that finds the entry at once reads them.
+    swap_writeout(k, f, e);
+    let freed = if inode.remove_for_reclaim(f, Some(e)) {
+        count_swpout(k, f);
+        remove_mapping(k, f, e)
+    } else {
+        f.head().set(pg::DIRTY);
+        k.delete_from_swap_cache(f);
+        false
     };
     drop(lock);
-    if freed {
-        k.free_frozen_folio(f);
-        Stats::inc(&k.stats.pgsteal_anon);
-    } else {
-        k.folio_put_refs(f, 1);
-    }
-    freed
+    free_or_putback(k, f, freed, Verdict::Keep)
 }
 
-/// `folio_check_references` for an anon folio: mapped in an mlocked VMA,
+/// Frees `f`, whose references `__remove_mapping` froze, counting it
+/// reclaimed; or, not `freed`, puts it back as `verdict` says.
+fn free_or_putback(k: &Kernel, f: Folio, freed: bool, verdict: Verdict) -> bool {
+    if !freed {
+        return putback(k, f, verdict);
+    }
+    k.free_frozen_folio(f);
+    Stats::inc(&k.stats.pgsteal_anon);
+    true
+}
+
+/// `folio_check_references` for a swap-backed (anon or shmem) folio: mapped in an mlocked VMA,
 /// or found referenced a second time (or in more than one VMA), it goes to
 /// the active list; referenced once, it stays inactive, marked
 /// `PG_referenced`; unreferenced, it is reclaimed (`Freed` as the wish).
@@ -325,15 +359,21 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
 }
 
 /// An order-0 folio for a user page (`GFP_HIGHUSER_MOVABLE`), zeroed or
-/// not. With a swap device, free memory under the low watermark is
-/// reclaimed first (kswapd's work, done here by the allocating task, so
-/// that the page tables a fault allocates without reclaim find room); when
-/// the allocation fails, direct reclaim runs and it is retried, up to
-/// `MAX_RECLAIM_RETRIES` rounds, with or without progress
-/// (`__alloc_pages_slowpath`); ENOMEM after that (the OOM killer is not
-/// modelled). The caller holds no page-table lock.
+/// not, with reclaim ([`retry_after_reclaim`]). The caller holds no
+/// page-table lock.
 pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, place: Placement, zeroed: bool) -> Result<Folio<'k>> {
-    let alloc = || k.alloc_folio_on(place, 0, zeroed);
+    retry_after_reclaim(k, mmlist, || k.alloc_folio_on(place, 0, zeroed))
+}
+
+/// Runs `op`, an allocation or a call that fails with ENOMEM when one
+/// does, with reclaim (`__alloc_pages_slowpath`). With a swap device, free
+/// memory under the low watermark is reclaimed first (kswapd's work, done
+/// here by the calling task, so that the page tables a fault allocates
+/// without reclaim find room); when `op` fails with ENOMEM, direct reclaim
+/// runs and `op` is run again, up to `MAX_RECLAIM_RETRIES` rounds, with or
+/// without progress; its ENOMEM after that (the OOM killer is not
+/// modelled). The caller holds no page-table lock and no page cache's lock.
+pub fn retry_after_reclaim<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() -> Result<T>) -> Result<T> {
     if k.swap.is_some() && k.phys.nr_free() < k.low_watermark() {
         Stats::inc(&k.stats.pageoutrun);
         try_to_free_pages(k, mmlist);
@@ -342,7 +382,7 @@ pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, place: Placement,
     // task may hold the folios isolated or locked for now), up to the limit.
     let mut rounds = 0;
     loop {
-        match alloc() {
+        match op() {
             Err(Errno::ENOMEM) if rounds < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
                 Stats::inc(&k.stats.allocstall);
                 try_to_free_pages(k, mmlist);

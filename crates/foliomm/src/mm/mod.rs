@@ -5,6 +5,7 @@
 //! VMA changes happen here, under the mmap_lock; the page tables change
 //! through [`crate::memory`].
 
+pub mod file_io;
 pub mod fork;
 pub mod gup;
 pub mod khugepaged;

@@ -47,10 +47,6 @@ pub mod pg {
     pub const ACTIVE: u64 = 1 << 16;
     /// `PG_referenced`: reclaim saw the folio referenced once already.
     pub const REFERENCED: u64 = 1 << 17;
-    /// A page-cache folio taken for migration (the model keeps no file
-    /// LRU to take it off: this stands for `folio_isolate_lru` having
-    /// cleared `PG_lru`).
-    pub const ISOLATED: u64 = 1 << 18;
     /// On the deferred split queue (on the second page; Linux's
     /// `!list_empty(&folio->_deferred_list)`): partially mapped, or from
     /// 6.12 a THP waiting to be judged underused.

@@ -81,6 +81,23 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 14)
     }
 
+    /// Whether reclaim writes a large shmem folio to swap whole
+    /// (`shmem_writeout` with `CONFIG_THP_SWAP`, "mm: shmem: support large
+    /// folio swap out"): 6.12 on. Before, `shmem_writepage` splits it
+    /// first and its pages go one by one.
+    pub fn swaps_out_large_shmem_folios(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
+
+    /// Whether a large shmem swap entry is read back from a synchronous
+    /// device (zram) as one folio of its order (`shmem_swap_alloc_folio`,
+    /// "mm: shmem: skip swapcache for swapin of synchronous swap device"):
+    /// 6.14 on by our reading, unsure of the exact release. Before, page by
+    /// page, the entry split (`shmem_split_large_entry`).
+    pub fn swaps_in_large_shmem_folios(self) -> bool {
+        self >= KernelVersion::new(6, 14)
+    }
+
     /// Whether debugfs `split_huge_pages` reads a target order after the
     /// range (6.8 on); before, it ignores one and splits to pages.
     pub fn split_huge_pages_takes_an_order(self) -> bool {

@@ -209,7 +209,8 @@ impl Inode {
     /// The pfn of page `index` in the cache `pages`, after swapping it in
     /// if it was swapped out, or adding a new
     /// zeroed folio of one of `orders` (or order 0) if it was a hole
-    /// (`shmem_alloc_and_add_folio` + `shmem_add_to_page_cache`); whether
+    /// (`shmem_alloc_and_add_folio` + `shmem_add_to_page_cache`, then
+    /// `folio_add_lru`: shmem folios are swap-backed, on the anon lists); whether
     /// the folio is new. The folio is uptodate afterwards, unless new for
     /// a `fallocate` (`shmem_get_folio_gfp`'s `clear:`); a new one is clean
     /// until written, except that `fallocate` dirties every folio it meets
@@ -237,6 +238,7 @@ impl Inode {
         for i in 0..f.nr_pages() {
             pages.insert(first + i, f.pfn + i);
         }
+        self.k.lru.add(f);
         Ok((true, f.pfn + (index - first)))
     }
 

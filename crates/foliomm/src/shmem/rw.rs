@@ -28,19 +28,24 @@ impl Inode {
     /// `pread(fd, buf, offset)`: copies the file's bytes from `offset` into
     /// `buf`, stopping at `i_size`; returns how many were read (0 at or past
     /// the end). Holes read zeros and stay holes; a page swapped out is
-    /// read back in first (`shmem_get_folio(SGP_READ)`). ENOMEM when it
-    /// cannot be.
+    /// read back in first (`shmem_get_folio(SGP_READ)`), the cache's lock
+    /// taken page by page (reclaim may take what was read meanwhile). When
+    /// a page cannot be read back, what was read before is returned, or
+    /// ENOMEM if nothing was.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let n = self.size().saturating_sub(offset).min(buf.len() as u64) as usize;
-        let mut pages = self.pages.lock().unwrap();
         let mut failed = None;
         for_each_page(offset, n, |at, range| {
-            let out = &mut buf[range];
+            if failed.is_some() {
+                return;
+            }
+            let out = &mut buf[range.clone()];
             let index = at / PAGE_SIZE;
+            let mut pages = self.pages.lock().unwrap();
             let pfn = match pages.get(&index) {
                 Some(&pfn) => Some(pfn),
-                None if pages.swapped.contains_key(&index) && failed.is_none() => {
-                    self.swapin(&mut pages, index).map_err(|e| failed = Some(e)).ok()
+                None if pages.swapped.contains_key(&index) => {
+                    self.swapin(&mut pages, index).map_err(|e| failed = Some((range.start, e))).ok()
                 }
                 None => None,
             };
@@ -49,7 +54,11 @@ impl Inode {
                 None => out.fill(0),
             }
         });
-        failed.map_or(Ok(n), Err)
+        match failed {
+            Some((0, e)) => Err(e),
+            Some((done, _)) => Ok(done),
+            None => Ok(n),
+        }
     }
 
     /// `pwrite(fd, data, offset)`: copies `data` into the file from

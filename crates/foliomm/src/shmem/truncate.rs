@@ -48,17 +48,22 @@ impl Inode {
     /// `shmem_undo_range(offset, end - 1)` (`end` is `u64::MAX` for a
     /// truncation): see the module documentation. The size is not changed.
     /// The swap slots of the pages wholly inside the range are freed; a
-    /// page the range covers in part is swapped in first
-    /// (`shmem_get_partial_folio`), or left swapped if it cannot be.
+    /// swap entry holding the first or the last byte that the range covers
+    /// in part (a page, or a large entry) is read back first, within
+    /// `i_size` (`shmem_get_partial_folio`), or left swapped if it cannot
+    /// be; past `i_size` the part of a large entry inside the range is
+    /// freed (Linux frees the whole entry before the stable fix of
+    /// `shmem_free_swap`, and spins after it: see `scenarios/swap/27`).
     pub(crate) fn undo_range(&self, offset: u64, end: u64) {
         let phys = &self.k.phys;
         let mut pages = self.pages.lock().unwrap();
         let (first_whole, end_whole) = (offset.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
-        let head = (!offset.is_multiple_of(PAGE_SIZE)).then_some(offset / PAGE_SIZE);
-        let tail = (!end.is_multiple_of(PAGE_SIZE) && end != u64::MAX).then_some(end / PAGE_SIZE);
-        for partial in [head, tail].into_iter().flatten() {
-            if pages.swapped.contains_key(&partial) {
-                let _ = self.swapin(&mut pages, partial);
+        let last = (end != u64::MAX && end > offset).then(|| (end - 1) / PAGE_SIZE);
+        for index in [Some(offset / PAGE_SIZE), last].into_iter().flatten() {
+            let (first, order) = pages.swap_order(index);
+            let whole = first * PAGE_SIZE >= offset && ((first + (1 << order)) * PAGE_SIZE) <= end;
+            if pages.swapped.contains_key(&index) && !whole && index < self.nr_pages() {
+                let _ = self.swapin(&mut pages, index);
             }
         }
         self.free_swap(&mut pages, first_whole, end_whole);

@@ -68,7 +68,7 @@ pub fn collapse_file(
                     r => r,
                 };
             }
-            if f.head().test(pg::ISOLATED) {
+            if !f.head().test(pg::LRU) {
                 return ScanResult::PageLru;
             }
             if f.refcount() as u64 != cache_refs(f) as u64 + rmap::folio_mapcount(k, f) {
@@ -149,6 +149,7 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -
     for i in 0..new.nr_pages() {
         pages.insert(start + i, new.pfn + i);
     }
+    k.lru.add(new);
     drop(locks);
     for &f in &old {
         f.head().link.store(0, Relaxed);
