@@ -40,6 +40,7 @@ fn sum_of<'v>(v: &'v mut VmaInfo, key: &str) -> Option<&'v mut u64> {
         "Shared_Hugetlb:" => &mut v.shared_hugetlb_kb,
         "Private_Hugetlb:" => &mut v.private_hugetlb_kb,
         "Swap:" => &mut v.swap_kb,
+        "SwapPss:" => &mut v.swap_pss_kb,
         _ => return None,
     })
 }

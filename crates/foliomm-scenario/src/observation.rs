@@ -182,6 +182,7 @@ impl Observation {
         "vma_shared_hugetlb_kb",
         "vma_private_hugetlb_kb",
         "vma_swap_kb",
+        "vma_swap_pss_kb",
     ];
 
     /// Whether the backend saw `field` (every field unless the page or the
@@ -276,6 +277,7 @@ impl Observation {
             "vma_shared_hugetlb_kb" => v.shared_hugetlb_kb,
             "vma_private_hugetlb_kb" => v.private_hugetlb_kb,
             "vma_swap_kb" => v.swap_kb,
+            "vma_swap_pss_kb" => v.swap_pss_kb,
             _ => return None,
         })
     }

@@ -34,6 +34,10 @@ pub struct VmaInfo {
     /// `Swap`: the VMA's swap entries.
     #[serde(default)]
     pub swap_kb: u64,
+    /// `SwapPss`: each swap entry's share, a page over the number of
+    /// references to its slot (`swp_swapcount`).
+    #[serde(default)]
+    pub swap_pss_kb: u64,
 }
 
 impl VmaInfo {
@@ -98,7 +102,7 @@ impl Mm {
     }
 
     /// `smaps_pte_entry` / `smaps_pmd_entry` → `smaps_account`, page by
-    /// page; a swap entry counts in `Swap`, and so does a shmem page swapped
+    /// page; a swap entry counts in `Swap` (and its share in `SwapPss`), and so does a shmem page swapped
     /// out: every one in the VMA's file range for a shared or read-only VMA
     /// (`shmem_swap_usage`), else those where no entry maps anything
     /// (`smaps_pte_hole`, the private pages being the VMA's own).
@@ -108,6 +112,7 @@ impl Mm {
         let swapped = v.file().map(|inode| inode.swapped()).unwrap_or_default();
         let swapped_at = |addr: u64| swapped.binary_search_by_key(&v.page_index(addr), |&(i, _)| i).is_ok();
         let whole = v.flags() & vm::SHARED != 0 || v.flags() & vm::WRITE == 0;
+        let mut swap_pss = 0;
         for addr in (v.start()..v.end()).step_by(PAGE_SIZE as usize) {
             let slot = leaf_slot(&k.phys, self.pgd, addr);
             let leaf = slot.as_ref().map(|s| s.load(&k.phys));
@@ -117,6 +122,8 @@ impl Mm {
             let (Some(slot), Some(leaf)) = (slot, leaf) else { continue };
             if leaf.is_swap() && !slot.huge() {
                 info.swap_kb += PAGE_SIZE / 1024;
+                let refs = k.swap.as_ref().map_or(1, |dev| dev.count(leaf.swp_entry()).max(1));
+                swap_pss += (PAGE_SIZE << PSS_SHIFT) / refs as u64;
                 continue;
             }
             if !leaf.present() || leaf.huge() != slot.huge() || leaf.special() {
@@ -141,5 +148,9 @@ impl Mm {
             };
             *sum += PAGE_SIZE / 1024;
         }
+        info.swap_pss_kb = swap_pss >> (PSS_SHIFT + 10);
     }
 }
+
+/// `PSS_SHIFT`: the fixed-point shift of the proportional sums.
+const PSS_SHIFT: u32 = 12;

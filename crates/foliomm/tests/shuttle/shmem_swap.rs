@@ -58,3 +58,55 @@ fn shuttle_shmem_pageout_races_writes_and_reads() {
     shuttle::check_random(shmem_pageout_race, schedules());
     shuttle::check_pct(shmem_pageout_race, schedules(), 3);
 }
+
+/// A 6M memfd on a 4M machine with swap, written by two threads at once:
+/// one through a shared mapping, a page at a time, the other by `pwrite`
+/// ([`foliomm::internals::mm_types::MmList::pwrite`], which reclaims when
+/// the page cache cannot grow). Reclaim under pressure takes the file's
+/// own folios from the LRU (`shrink_shmem_folio` through `i_mmap`) while
+/// both write, each racing the other's faults and swap-ins. Every byte
+/// reads back through the mapping and the file, and the checker agrees.
+fn shmem_pressure_race() {
+    let config = Config { memory: 4 << 20, swap: 8 << 20, vma_lock: VmaLockDesign::VmaRefcount, ..Config::default() };
+    let m = Machine::new(config).expect("a small machine");
+    m.thp.set_enabled(ThpMode::Never).unwrap();
+    let len = 6 << 20;
+    let file = m.memfd_create(len).unwrap();
+    let mm = m.new_mm().unwrap();
+    let flags = MmapFlags { shared: true, ..MmapFlags::default() };
+    let at = mm.mmap_file(0, len, Prot::RW, flags, Some((&file, 0))).expect("mmap");
+    let faulter = {
+        let (m, mm) = (m.clone(), mm.clone());
+        thread::spawn(move || m.new_cpu().write_byte_per_page(&mm, at, len / 2, 0x21).expect("write"))
+    };
+    let writer = {
+        let (m, file) = (m.clone(), file.clone());
+        thread::spawn(move || {
+            for off in (len / 2..len).step_by(4 * K as usize) {
+                assert_eq!(m.mms.pwrite(&file, off, &[0x42]), Ok(1), "pwrite at {off:#x}");
+            }
+        })
+    };
+    faulter.join().unwrap();
+    writer.join().unwrap();
+    assert_clean(&m);
+    let got = m.new_cpu().read_byte_per_page(&mm, at, len).expect("read");
+    let want = |p: u64| if p < len / 2 / (4 * K) { 0x21 } else { 0x42 };
+    assert!(got.iter().zip(0..).all(|(&b, p)| b == want(p)), "the mapping's bytes");
+    let mut byte = [0u8];
+    for off in (0..len).step_by(4 * K as usize) {
+        assert_eq!(m.mms.pread(&file, off, &mut byte), Ok(1));
+        assert_eq!(byte[0], want(off / (4 * K)), "the file's byte at {off:#x}");
+    }
+    assert!(m.stats.pswpout.load(std::sync::atomic::Ordering::Relaxed) > 0, "reclaim wrote the file out");
+    drop(mm);
+}
+
+#[test]
+fn shuttle_shmem_reclaim_under_pressure_races_two_writers() {
+    // Each schedule writes 6M through a 4M machine: a tenth of the others..
+    let mut config = shuttle::Config::new();
+    config.max_steps = shuttle::MaxSteps::FailAfter(100_000_000);
+    let scheduler = shuttle::scheduler::RandomScheduler::new(schedules().div_ceil(10));
+    shuttle::Runner::new(scheduler, config).run(shmem_pressure_race);
+}
