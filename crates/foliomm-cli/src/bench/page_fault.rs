@@ -22,6 +22,7 @@ use std::os::fd::AsFd;
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::mm::Advice;
 use foliomm::internals::sync::cacheline::{self, Transfers};
+use foliomm::internals::sync::sim::{self, Profile};
 use foliomm::{Machine, MmapFlags, Prot};
 use foliomm_host::sys::{self, memfd, minor_faults, process_cpu_time, thread_cpu_time, Map, Mapping, Workers};
 
@@ -112,6 +113,7 @@ pub(super) fn model(
     threads: usize,
     size: u64,
     loops: u32,
+    simulated: Option<&Simulated>,
 ) -> Result<Vec<Sample>> {
     let mm = m.new_mm()?;
     let flags = MmapFlags { shared: test.shared(), ..MmapFlags::default() };
@@ -131,7 +133,7 @@ pub(super) fn model(
     };
     let faults_before = m.stats.pgfault.load(std::sync::atomic::Ordering::Relaxed);
     cacheline::forget();
-    let samples = run_threads(threads, loops, |i| {
+    let setup = |i: usize| {
         cacheline::account_as(i as u32 + 1);
         let cpu = m.new_cpu();
         let a = layout.region(i, size, shared);
@@ -150,7 +152,11 @@ pub(super) fn model(
             }
             Ok(())
         })
-    })?;
+    };
+    let samples = match simulated {
+        Some(s) => run_simulated(threads, loops, s, setup)?,
+        None => run_threads(threads, loops, setup)?,
+    };
     let faults = m.stats.pgfault.load(std::sync::atomic::Ordering::Relaxed) - faults_before;
     let expected = threads as u64 * loops as u64 * (size / PAGE);
     ensure!(faults == expected, "model: {faults} faults, expected {expected}");
@@ -244,6 +250,39 @@ fn host_processes(test: Test, procs: usize, len: usize, loops: u32) -> Result<Ve
             Ok(Sample { wall: ns(wall), cpu: ns(cpu), transfers: Transfers::default() })
         })
         .collect()
+}
+
+/// A run on simulated CPUs ([`sim`]): the cost profile, the seed of the
+/// interleaving, and the quantum (picoseconds) a CPU may run ahead.
+#[derive(Clone, Debug)]
+pub(super) struct Simulated {
+    pub profile: Profile,
+    pub seed: u64,
+    pub quantum: u64,
+}
+
+/// [`run_threads`] on simulated CPUs: each thread's times are its CPU's
+/// simulated clock over its loops (wall and CPU time alike: a simulated CPU
+/// never idles), its transfers those the coherence model counted.
+fn run_simulated<S, L>(
+    threads: usize,
+    loops: u32,
+    s: &Simulated,
+    setup: impl Fn(usize) -> (S, L) + Sync,
+) -> Result<Vec<Sample>>
+where
+    L: FnMut(&mut S) -> Result<()>,
+{
+    let (results, reports) = sim::run(threads, s.profile.clone(), s.seed, s.quantum, |i| {
+        let (mut state, mut lp) = setup(i);
+        let start = sim::now();
+        (0..loops).try_for_each(|_| lp(&mut state)).map(|()| start)
+    });
+    let samples = results.into_iter().zip(reports).map(|(r, report)| {
+        let took = Duration::from_nanos((report.clock - r?) / 1000);
+        Ok(Sample { wall: took, cpu: took, transfers: report.transfers })
+    });
+    samples.collect()
 }
 
 /// Runs `threads` threads: each makes its state with `setup(i)`, waits for

@@ -16,10 +16,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use foliomm::internals::machine::VmaLockDesign;
 use foliomm::internals::sync::cacheline::{Structure, Transfers};
+use foliomm::internals::sync::sim::Profile;
 use foliomm::{Config, Machine};
 
 use super::new_table;
-use super::page_fault::{self, Layout, Test};
+use super::page_fault::{self, Layout, Simulated, Test};
 use super::progress::Progress;
 use super::published::SEED_004;
 use super::runner::{Benchmark, Measurement};
@@ -45,6 +46,19 @@ pub(super) struct Seed004Args {
     /// The will-it-scale tests to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "page_fault1,page_fault2,page_fault3")]
     tests: Vec<Test>,
+    /// Run on simulated CPUs instead of threads (each count 1 to 64,
+    /// comma-separated, replacing --threads): virtual time from a cost
+    /// profile, the same figures on every run and machine for one seed.
+    #[arg(long, value_delimiter = ',')]
+    sim_cpus: Vec<usize>,
+    /// The first seed of the simulated interleavings; round r uses seed+r,
+    /// so the rounds' spread is the seeds'.
+    #[arg(long, default_value_t = 1)]
+    sim_seed: u64,
+    /// How far (ns of simulated time) a simulated CPU may run ahead of the
+    /// next before it hands over (0: strictly in clock order).
+    #[arg(long, default_value_t = 0)]
+    sim_quantum: u64,
 }
 
 /// Who serves the faults: a model design, or the host kernel.
@@ -76,6 +90,10 @@ pub(super) struct Seed004<'a> {
     layouts: Vec<Layout>,
     /// A machine per design, made and warmed once.
     machines: HashMap<VmaLockDesign, Arc<Machine>>,
+    /// The thread (or simulated CPU) counts.
+    threads: Vec<usize>,
+    /// Simulated CPUs, and the rounds each configuration has run.
+    simulated: Option<(Simulated, HashMap<Key, u64>)>,
 }
 
 impl<'a> Seed004<'a> {
@@ -83,13 +101,22 @@ impl<'a> Seed004<'a> {
         if args.threads.is_empty() || args.threads.iter().any(|t| !(1..=1024).contains(t)) {
             bail!("--threads: expected thread counts from 1 to 1024, like 1,2,4");
         }
+        if args.sim_cpus.iter().any(|t| !(1..=64).contains(t)) {
+            bail!("--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56");
+        }
+        let quantum = args.sim_quantum.checked_mul(1000).context("--sim-quantum: too large")?;
+        let simulated = (!args.sim_cpus.is_empty()).then(|| {
+            (Simulated { profile: Profile::two_socket_server(), seed: args.sim_seed, quantum }, HashMap::new())
+        });
+        let threads = if args.sim_cpus.is_empty() { args.threads.clone() } else { args.sim_cpus.clone() };
         let layouts = match args.layout.as_deref() {
             Some("separate") => vec![Layout::Separate],
             Some("shared") => vec![Layout::Shared],
             Some(_) => vec![Layout::Processes],
             None => vec![Layout::Separate, Layout::Shared, Layout::Processes],
         };
-        Ok(Seed004 { args, size: args.common.size_or("128M")?, layouts, machines: HashMap::new() })
+        let size = args.common.size_or("128M")?;
+        Ok(Seed004 { args, size, layouts, machines: HashMap::new(), threads, simulated })
     }
 
     /// The index of the table of `test` in `layout`, per CPU-second or
@@ -100,7 +127,17 @@ impl<'a> Seed004<'a> {
         (t * self.layouts.len() + l) * 2 + per_sec as usize
     }
 
+    /// A machine of design `d` with room for `threads` threads' regions (a
+    /// file test holds a thread's file and its private copies at once).
+    fn machine(&self, d: VmaLockDesign, threads: usize) -> Result<Arc<Machine>> {
+        let memory = 2 * threads as u64 * self.size + (256 << 20);
+        Ok(Machine::new(Config { memory, vma_lock: d, ..self.args.common.config(foliomm::Design::MmId) })?)
+    }
+
+    /// The designs, and the host kernel if `host` (never beside simulated
+    /// CPUs).
     fn backends(&self, host: bool) -> Vec<Backend> {
+        let host = host && self.simulated.is_none();
         DESIGNS.iter().map(|&d| Backend::Model(d)).chain(host.then_some(Backend::Host)).collect()
     }
 }
@@ -115,7 +152,11 @@ impl Benchmark for Seed004<'_> {
     const NAME: &'static str = "seed-004";
 
     fn settings(&self) -> serde_json::Value {
-        serde_json::json!({ "size": self.size, "loops": self.args.loops })
+        let sim = self
+            .simulated
+            .as_ref()
+            .map(|(s, _)| serde_json::json!({ "profile": s.profile, "seed": s.seed, "quantum_ps": s.quantum }));
+        serde_json::json!({ "size": self.size, "loops": self.args.loops, "simulated": sim })
     }
 
     /// Per test and layout, a table of faults per CPU-second and one of
@@ -138,7 +179,7 @@ impl Benchmark for Seed004<'_> {
         let mut keys = Vec::new();
         for &t in &self.args.tests {
             for &l in &self.layouts {
-                for &n in &self.args.threads {
+                for &n in &self.threads {
                     keys.extend(self.backends(host).into_iter().map(|b| (t, l, n, b)));
                 }
             }
@@ -152,14 +193,18 @@ impl Benchmark for Seed004<'_> {
     /// the first touch of model memory is host faults, and until the free
     /// lists have been churned once, allocations walk memory in order
     /// (faster than ever after).
+    ///
+    /// On simulated CPUs every measurement gets a fresh machine instead
+    /// (its free lists as the last run left them would make the figures
+    /// depend on the order of the runs), and nothing is warmed: simulated
+    /// time does not see host faults.
     fn prepare(&mut self, _: &[Key], bar: &Progress) -> Result<()> {
-        let most = *self.args.threads.iter().max().unwrap();
+        let most = *self.threads.iter().max().unwrap();
         for d in DESIGNS {
             bar.set_message(format!("warming {}", d.name()));
-            let memory = 2 * most as u64 * self.size + (256 << 20);
-            let m = Machine::new(Config { memory, vma_lock: d, ..self.args.common.config(foliomm::Design::MmId) })?;
-            for layout in [Layout::Shared, Layout::Separate] {
-                page_fault::model(&m, Test::PageFault1, layout, most, self.size, 1)?;
+            let m = self.machine(d, most)?;
+            for layout in [Layout::Shared, Layout::Separate].into_iter().filter(|_| self.simulated.is_none()) {
+                page_fault::model(&m, Test::PageFault1, layout, most, self.size, 1, None)?;
             }
             self.machines.insert(d, m);
         }
@@ -180,8 +225,19 @@ impl Benchmark for Seed004<'_> {
 
     fn measure(&mut self, &(test, layout, threads, b): &Key) -> Result<Measurement> {
         let (size, loops) = (self.size, self.args.loops);
+        // Round r of a simulated configuration runs with seed + r.
+        let simulated = self.simulated.as_mut().map(|(s, rounds)| {
+            let r = rounds.entry((test, layout, threads, b)).or_default();
+            *r += 1;
+            Simulated { seed: s.seed + *r - 1, ..s.clone() }
+        });
         let samples = match b {
-            Backend::Model(d) => page_fault::model(&self.machines[&d], test, layout, threads, size, loops)
+            Backend::Model(d) if simulated.is_some() => {
+                let m = self.machine(d, threads)?;
+                page_fault::model(&m, test, layout, threads, size, loops, simulated.as_ref())
+                    .with_context(|| format!("model, {}: {test:?}, {layout:?}, {threads} simulated CPUs", d.name()))?
+            }
+            Backend::Model(d) => page_fault::model(&self.machines[&d], test, layout, threads, size, loops, None)
                 .with_context(|| format!("model, {}: {test:?}, {layout:?}, {threads} threads", d.name()))?,
             Backend::Host => page_fault::host(test, layout, threads, size, loops)?,
         };
@@ -258,7 +314,7 @@ impl Seed004<'_> {
             run.settings["rounds"]
         );
         // Each design but the base, at each thread count, for both metrics.
-        let family = 2 * a.threads.len() * (DESIGNS.len() - 1);
+        let family = 2 * self.threads.len() * (DESIGNS.len() - 1);
         println!(
             "(the first column is the base, with its spread; the others as % change of the harmonic means, * where the"
         );
@@ -275,7 +331,7 @@ impl Seed004<'_> {
         println!("{head}");
         for (metric, per_sec) in [("faults/cpu", false), ("faults/sec", true)] {
             let table = &run.tables[self.table(test, layout, per_sec)];
-            for &t in &a.threads {
+            for &t in &self.threads {
                 let mark = if t > cores { '!' } else { ' ' };
                 let mut line = format!("Hmean {metric}-{t:<4}{mark:<3}");
                 let get = |b: Backend| table.samples(&row(t), &b.name());
@@ -302,7 +358,7 @@ impl Seed004<'_> {
         let header = ["threads", "design"].into_iter().chain(Structure::ALL.map(|s| s.name())).chain(["total"]);
         let mut table = new_table(header);
         let saved = &run.tables[self.table(test, layout, false)];
-        for &t in &self.args.threads {
+        for &t in &self.threads {
             for d in DESIGNS {
                 let Some(s) = saved.series(&row(t), d.name()) else { continue };
                 let mark = if t > cores { "!" } else { "" };

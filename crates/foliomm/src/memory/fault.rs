@@ -78,6 +78,7 @@ pub fn handle_mm_fault(mm: &Mm, vma: &Vma, addr: u64, write: bool) -> Result<()>
 pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()> {
     let k = &*mm.kernel;
     Stats::inc(&k.stats.pgfault);
+    crate::sync::sim::work(crate::sync::sim::Work::Fault);
     let r = match vma.is_hugetlb() {
         true => super::hugetlb::hugetlb_fault(mm, vma, addr, kind),
         // A read section for the PTE table the fault may reach.

@@ -76,6 +76,7 @@ impl Mm {
     /// `madvise(addr, len, advice)`. As in Linux, a range with holes is
     /// handled where mapped and then fails with ENOMEM.
     pub fn madvise(&self, addr: u64, len: u64, advice: Advice) -> Result<()> {
+        crate::sync::sim::work(crate::sync::sim::Work::Syscall);
         let end = range_end(addr, len)?;
         if advice == Advice::Remove {
             return self.madvise_remove(addr, end - addr);

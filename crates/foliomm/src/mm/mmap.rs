@@ -81,6 +81,7 @@ impl Mm {
         flags: MmapFlags,
         file: Option<(&Arc<Inode>, u64)>,
     ) -> Result<u64> {
+        crate::sync::sim::work(crate::sync::sim::Work::Syscall);
         if len == 0 || prot.0 & !(Prot::READ | Prot::WRITE | Prot::EXEC) != 0 {
             return Err(Errno::EINVAL);
         }

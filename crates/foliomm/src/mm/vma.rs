@@ -17,6 +17,7 @@ use crate::{Errno, Result};
 impl Mm {
     /// `munmap(addr, len)`.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
+        crate::sync::sim::work(crate::sync::sim::Work::Syscall);
         if len == 0 {
             return Err(Errno::EINVAL);
         }

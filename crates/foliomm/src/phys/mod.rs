@@ -105,6 +105,7 @@ impl PhysMem {
     pub fn alloc_pages_zeroed_on(&self, place: Placement, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
         let pfn = self.alloc_pages_on(place, order, kind)?;
         self.arena.zero(pfn as usize * WORDS_PER_PAGE, (PAGE_SIZE as usize) << order);
+        (0..1u32 << order).for_each(|_| crate::sync::sim::work(crate::sync::sim::Work::ZeroPage));
         Ok(pfn)
     }
 

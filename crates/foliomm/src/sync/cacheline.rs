@@ -195,6 +195,9 @@ fn access(s: Structure, addr: usize, write: bool) {
     if cpu == 0 {
         return;
     }
+    if super::sim::active() {
+        return super::sim::access(s, addr, write);
+    }
     let line = addr >> LINE_SHIFT;
     let record = &OWNERS[line & ((1 << TABLE_BITS) - 1)];
     let tag = ((line >> TABLE_BITS) as u64 + 1) << 32;

@@ -20,10 +20,13 @@
 
 mod bit_spinlock;
 pub mod cacheline;
+#[cfg(not(any(loom, shuttle)))]
+mod lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod rwsem;
 mod seqcount;
+pub mod sim;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -31,6 +34,8 @@ pub use bit_spinlock::BitSpinLock;
 pub use rwsem::RwSem;
 pub use seqcount::{AtomicSeqcount, SeqEntry, SeqWrite};
 
+#[cfg(not(any(loom, shuttle)))]
+pub use lock::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(loom)]
 pub use loom::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(all(shuttle, not(loom)))]
@@ -39,8 +44,6 @@ pub use shuttle::sync::Barrier;
 pub use shuttle::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(any(loom, shuttle)))]
 pub use std::sync::Barrier;
-#[cfg(not(any(loom, shuttle)))]
-pub use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use std::sync::{Arc, Weak};
 
@@ -104,7 +107,9 @@ pub(crate) fn backoff(spins: &mut u32) {
     #[cfg(any(loom, shuttle))]
     thread::yield_now();
     #[cfg(not(any(loom, shuttle)))]
-    if spins.is_multiple_of(64) {
+    if sim::active() {
+        sim::spin();
+    } else if spins.is_multiple_of(64) {
         thread::yield_now();
     } else {
         std::hint::spin_loop();

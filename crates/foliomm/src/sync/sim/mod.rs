@@ -1,0 +1,257 @@
+//! Simulated CPUs with virtual time: a deterministic, machine-independent
+//! way to run a threaded workload on 1 to 64 CPUs.
+//!
+//! Each workload thread is one simulated CPU with its own clock. Only one
+//! runs at a time: the baton goes to the runnable CPU with the smallest
+//! clock (ties broken by a seeded order), so the interleaving, the counts
+//! and the simulated times depend on the seed alone, not on the host's
+//! cores or its scheduler. A CPU's clock advances by the cost of what it
+//! does ([`Profile`]): every access to a shared cache line
+//! ([`crate::sync::cacheline`]'s hooks, through the [`coherence`] model),
+//! every round of waiting for a lock (the facade's spin loops and its
+//! locks' contended paths), and the private work the fault path declares
+//! ([`work`]). A CPU waiting for a lock spins in simulated time until the
+//! holder, whose clock is then the smallest, runs and lets it go.
+//!
+//! Mechanism: OS threads passing a baton (`park`/`unpark`), chosen over a
+//! custom shuttle scheduler (which would need the shuttle build of the
+//! whole library) and coroutines (which would need `unsafe` stack
+//! switching outside `phys`). A CPU keeps the baton while its clock is
+//! within the profile's quantum of the next one's, which bounds the
+//! hand-offs; with a quantum of 0 the order is exactly by clock.
+//!
+//! Differs from Linux: sleeping locks spin too (a waiter's time is the
+//! holder's remaining time either way; the wake-up cost is the spin
+//! round's); nothing preempts a CPU between its events.
+
+pub mod coherence;
+pub mod profile;
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
+
+pub use coherence::Outcome;
+pub use profile::Profile;
+
+use super::cacheline::{Structure, Transfers};
+
+/// What one simulated CPU did: its clock at the end, its accesses and
+/// transfers per structure, its invalidations, and the time it waited
+/// for locks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuReport {
+    /// Picoseconds.
+    pub clock: u64,
+    pub transfers: Transfers,
+    pub invalidations: u64,
+    /// Picoseconds spent waiting for locks.
+    pub waited: u64,
+}
+
+#[derive(Debug)]
+struct Cpu {
+    report: CpuReport,
+    done: bool,
+    thread: Option<Thread>,
+    /// The seeded tie-break: lower first.
+    rank: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    cpus: Vec<Cpu>,
+    current: Option<usize>,
+    registered: usize,
+    caches: coherence::Caches,
+}
+
+/// A simulation in progress.
+#[derive(Debug)]
+pub struct Sim {
+    state: Mutex<State>,
+    profile: Profile,
+    quantum: u64,
+}
+
+thread_local! {
+    static ME: RefCell<Option<(Arc<Sim>, usize)>> = const { RefCell::new(None) };
+}
+
+/// Whether this thread runs as a simulated CPU.
+pub fn active() -> bool {
+    ME.with(|m| m.borrow().is_some())
+}
+
+/// `splitmix64`: the seeded tie-break order.
+fn mix(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i + 1));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Runs `body(cpu)` on `cpus` simulated CPUs (1 to 64) under `profile`,
+/// each on an OS thread of its own but one at a time, in the order the
+/// clocks and `seed` give; returns the bodies' results and what each CPU
+/// did. `quantum` (picoseconds) lets a CPU run on while its clock is
+/// within that much of the smallest other one.
+pub fn run<R: Send>(
+    cpus: usize,
+    profile: Profile,
+    seed: u64,
+    quantum: u64,
+    body: impl Fn(usize) -> R + Sync,
+) -> (Vec<R>, Vec<CpuReport>) {
+    assert!((1..=64).contains(&cpus), "1 to 64 simulated CPUs, not {cpus}");
+    let cpu = |i| Cpu { report: CpuReport::default(), done: false, thread: None, rank: mix(seed, i as u64) };
+    let state = State { cpus: (0..cpus).map(cpu).collect(), current: None, registered: 0, caches: Default::default() };
+    let sim = Arc::new(Sim { state: Mutex::new(state), profile, quantum });
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cpus)
+            .map(|i| {
+                let (sim, body) = (sim.clone(), &body);
+                s.spawn(move || {
+                    super::cacheline::account_as(i as u32 + 1);
+                    ME.with(|m| *m.borrow_mut() = Some((sim.clone(), i)));
+                    sim.start(i);
+                    let r = body(i);
+                    sim.finish(i);
+                    ME.with(|m| *m.borrow_mut() = None);
+                    super::cacheline::account_as(0);
+                    r
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a simulated CPU panicked")).collect()
+    });
+    let state = sim.state.lock().unwrap();
+    (results, state.cpus.iter().map(|c| c.report.clone()).collect())
+}
+
+impl Sim {
+    /// Registers CPU `me`'s thread; the last to register gives the baton
+    /// to the first CPU; every CPU then waits for its turn.
+    fn start(&self, me: usize) {
+        let mut st = self.state.lock().unwrap();
+        st.cpus[me].thread = Some(std::thread::current());
+        st.registered += 1;
+        if st.registered == st.cpus.len() {
+            let first = self.next(&st, None);
+            self.hand_to(&mut st, first);
+        }
+        drop(st);
+        self.wait_turn(me);
+    }
+
+    /// CPU `me` is done: the baton goes on.
+    fn finish(&self, me: usize) {
+        let mut st = self.state.lock().unwrap();
+        st.cpus[me].done = true;
+        let next = self.next(&st, None);
+        self.hand_to(&mut st, next);
+    }
+
+    /// The runnable CPU to run next: the smallest clock (seeded ties),
+    /// unless `me` is within the quantum of it.
+    fn next(&self, st: &State, me: Option<usize>) -> Option<usize> {
+        let key = |i: usize| (st.cpus[i].report.clock, st.cpus[i].rank);
+        let best = (0..st.cpus.len()).filter(|&i| !st.cpus[i].done).min_by_key(|&i| key(i))?;
+        match me {
+            Some(me) if !st.cpus[me].done && st.cpus[me].report.clock <= st.cpus[best].report.clock + self.quantum => {
+                Some(me)
+            }
+            _ => Some(best),
+        }
+    }
+
+    fn hand_to(&self, st: &mut State, next: Option<usize>) {
+        st.current = next;
+        if let Some(t) = next.and_then(|n| st.cpus[n].thread.clone()) {
+            t.unpark();
+        }
+    }
+
+    fn wait_turn(&self, me: usize) {
+        while self.state.lock().unwrap().current != Some(me) {
+            std::thread::park();
+        }
+    }
+
+    /// Advances CPU `me`'s clock by `cost` (recording it with `f`), then
+    /// passes the baton if another CPU is due.
+    fn advance(&self, me: usize, f: impl FnOnce(&mut State, &Profile) -> u64) {
+        let mut st = self.state.lock().unwrap();
+        let cost = f(&mut st, &self.profile);
+        st.cpus[me].report.clock += cost;
+        let next = self.next(&st, Some(me));
+        if next == Some(me) {
+            return;
+        }
+        self.hand_to(&mut st, next);
+        drop(st);
+        self.wait_turn(me);
+    }
+}
+
+/// Runs `f` with this thread's simulation and CPU, if it has one.
+fn with_me(f: impl FnOnce(&Sim, usize)) {
+    ME.with(|m| {
+        if let Some((sim, me)) = m.borrow().as_ref() {
+            f(sim, *me);
+        }
+    });
+}
+
+/// An access by this CPU to the line at `addr`, a line of `s`.
+pub(crate) fn access(s: Structure, addr: usize, write: bool) {
+    with_me(|sim, me| {
+        sim.advance(me, |st, p| {
+            let out = st.caches.access(p, me, addr >> 6, write);
+            let r = &mut st.cpus[me].report;
+            r.transfers.accesses[s as usize] += 1;
+            r.transfers.transfers[s as usize] += out.transfer as u64;
+            r.invalidations += out.invalidated as u64;
+            out.cost
+        })
+    });
+}
+
+/// This CPU's clock in picoseconds (0 outside a simulation).
+pub fn now() -> u64 {
+    let mut clock = 0;
+    with_me(|sim, me| clock = sim.state.lock().unwrap().cpus[me].report.clock);
+    clock
+}
+
+/// One round of waiting for a lock.
+pub(crate) fn spin() {
+    with_me(|sim, me| {
+        sim.advance(me, |st, p| {
+            st.cpus[me].report.waited += p.spin;
+            p.spin
+        })
+    });
+}
+
+/// Private work the fault path declares.
+#[derive(Clone, Copy, Debug)]
+pub enum Work {
+    Fault,
+    ZeroPage,
+    Syscall,
+}
+
+/// Charges this CPU for `w` (nothing outside a simulation).
+pub fn work(w: Work) {
+    with_me(|sim, me| {
+        sim.advance(me, |_, p| match w {
+            Work::Fault => p.fault,
+            Work::ZeroPage => p.zero_page,
+            Work::Syscall => p.syscall,
+        })
+    });
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,62 @@
+use super::*;
+use crate::sync::cacheline::{self, Aligned, Structure::*};
+use crate::sync::Mutex as FacadeMutex;
+
+/// Every CPU increments one shared counter `n` times, under a facade lock:
+/// the line and the lock ping-pong between the CPUs.
+fn counter_workload(cpus: usize, seed: u64) -> (u64, Vec<CpuReport>) {
+    let counter = Aligned(FacadeMutex::new(0u64));
+    let (_, reports) = run(cpus, Profile::two_socket_server(), seed, 0, |_| {
+        for _ in 0..50 {
+            let mut g = counter.lock().unwrap();
+            cacheline::write(Folio, &*g);
+            *g += 1;
+            drop(g);
+            work(Work::Syscall);
+        }
+    });
+    let total = *counter.0.lock().unwrap();
+    (total, reports)
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    let (total, a) = counter_workload(8, 7);
+    assert_eq!(total, 400);
+    let (_, b) = counter_workload(8, 7);
+    assert_eq!(a, b, "two runs with one seed");
+    assert!(a.iter().map(|r| r.transfers.of(Folio)).sum::<u64>() > 0, "the line moved between CPUs");
+}
+
+#[test]
+fn clocks_advance_by_the_profile_and_cpus_take_turns() {
+    let p = Profile::two_socket_server();
+    let (_, reports) = run(2, p.clone(), 1, 0, |_| {
+        for _ in 0..10 {
+            work(Work::Fault);
+        }
+    });
+    for r in &reports {
+        assert_eq!(r.clock, 10 * p.fault, "private work only");
+    }
+}
+
+#[test]
+fn a_cpu_waiting_for_a_lock_waits_in_simulated_time() {
+    let lock = FacadeMutex::new(());
+    let p = Profile::two_socket_server();
+    let (_, reports) = run(2, p.clone(), 3, 0, |cpu| {
+        if cpu == 0 {
+            let _g = lock.lock().unwrap();
+            for _ in 0..20 {
+                work(Work::Fault);
+            }
+        } else {
+            // Let CPU 0 take the lock first.
+            work(Work::Syscall);
+            let _g = lock.lock().unwrap();
+        }
+    });
+    assert!(reports[1].waited > 0, "CPU 1 spun while CPU 0 held the lock");
+    assert!(reports[1].clock >= 20 * p.fault, "CPU 1 got the lock only after CPU 0 let it go");
+}
