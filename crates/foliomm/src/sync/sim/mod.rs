@@ -47,6 +47,8 @@ pub struct CpuReport {
     pub invalidations: u64,
     /// Picoseconds spent waiting for locks.
     pub waited: u64,
+    /// Picoseconds spent waiting for contended lines.
+    pub queued: u64,
 }
 
 #[derive(Debug)]
@@ -207,8 +209,10 @@ fn with_me(f: impl FnOnce(&Sim, usize)) {
 pub(crate) fn access(s: Structure, addr: usize, write: bool) {
     with_me(|sim, me| {
         sim.advance(me, |st, p| {
-            let out = st.caches.access(p, me, addr >> 6, write);
+            let now = st.cpus[me].report.clock;
+            let out = st.caches.access(p, me, now, addr >> 6, write);
             let r = &mut st.cpus[me].report;
+            r.queued += out.queued;
             r.transfers.accesses[s as usize] += 1;
             r.transfers.transfers[s as usize] += out.transfer as u64;
             r.invalidations += out.invalidated as u64;
