@@ -27,62 +27,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// The kernel structure a shared line belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Structure {
-    /// `mm->mmap_lock`'s count.
-    MmapLock,
-    /// `mm->mm_lock_seq`.
-    MmLockSeq,
-    /// A VMA's lock: `vm_refcnt`, or the `vm_lock` rwsem, `vm_lock_seq` and `detached`.
-    VmaLock,
-    /// Split page-table locks.
-    Ptl,
-    /// `mm->rss_stat`, a per-CPU counter that folds into the shared count once per batch.
-    MmCounters,
-    /// A folio's head `struct page` (refcount, mapcount, flags).
-    Folio,
-    /// The zone lock of the page allocator.
-    ZoneLock,
-    /// A file's `i_mmap_rwsem`.
-    IMmapRwsem,
-    /// A shared hugetlb VMA's lock (`hugetlb_vma_lock`'s `rw_sema`).
-    HugetlbVmaLock,
-    /// A hugetlb fault mutex (`hugetlb_fault_mutex_table[hash]`).
-    FaultMutex,
-}
-
-impl Structure {
-    pub const ALL: [Structure; 10] = [
-        Structure::MmapLock,
-        Structure::MmLockSeq,
-        Structure::VmaLock,
-        Structure::Ptl,
-        Structure::MmCounters,
-        Structure::Folio,
-        Structure::ZoneLock,
-        Structure::IMmapRwsem,
-        Structure::HugetlbVmaLock,
-        Structure::FaultMutex,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Structure::MmapLock => "mmap_lock",
-            Structure::MmLockSeq => "mm_lock_seq",
-            Structure::VmaLock => "vma_lock",
-            Structure::Ptl => "ptl",
-            Structure::MmCounters => "mm_counters",
-            Structure::Folio => "folio",
-            Structure::ZoneLock => "zone_lock",
-            Structure::IMmapRwsem => "i_mmap_rwsem",
-            Structure::HugetlbVmaLock => "hugetlb_vma_lock",
-            Structure::FaultMutex => "fault_mutex",
-        }
-    }
-}
-
-const N: usize = Structure::ALL.len();
+use super::structure::N;
+pub use super::structure::{Structure, Transfers};
 
 /// A value alone in its cache line (`____cacheline_aligned_in_smp`).
 #[derive(Debug, Default)]
@@ -93,33 +39,6 @@ impl<T> std::ops::Deref for Aligned<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
-    }
-}
-
-/// Accesses and transfers one simulated CPU made, per [`Structure`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Transfers {
-    pub accesses: [u64; N],
-    pub transfers: [u64; N],
-}
-
-impl Transfers {
-    /// Transfers into this CPU of lines of `s`.
-    pub fn of(&self, s: Structure) -> u64 {
-        self.transfers[s as usize]
-    }
-
-    /// Accesses to lines of `s`.
-    pub fn accesses_of(&self, s: Structure) -> u64 {
-        self.accesses[s as usize]
-    }
-
-    /// Adds `other`'s counts to these.
-    pub fn add(&mut self, other: &Transfers) {
-        for i in 0..N {
-            self.accesses[i] += other.accesses[i];
-            self.transfers[i] += other.transfers[i];
-        }
     }
 }
 
@@ -177,7 +96,7 @@ pub fn read<T>(s: Structure, word: &T) {
 /// per structure and thread, not per counter, and its sign is ignored.
 #[inline]
 pub fn percpu_add<T>(s: Structure, word: &T, amount: i64) {
-    if CPU.get() == 0 {
+    if CPU.get() == 0 && !super::sim::active() {
         return;
     }
     let mut pending = PENDING.get();
@@ -191,12 +110,12 @@ pub fn percpu_add<T>(s: Structure, word: &T, amount: i64) {
 
 #[inline]
 fn access(s: Structure, addr: usize, write: bool) {
+    if super::sim::active() {
+        return super::sim::access(s, addr, write);
+    }
     let cpu = CPU.get();
     if cpu == 0 {
         return;
-    }
-    if super::sim::active() {
-        return super::sim::access(s, addr, write);
     }
     let line = addr >> LINE_SHIFT;
     let record = &OWNERS[line & ((1 << TABLE_BITS) - 1)];

@@ -27,6 +27,7 @@ mod loom_tests;
 mod rwsem;
 mod seqcount;
 pub mod sim;
+pub mod structure;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -81,8 +82,9 @@ pub mod thread {
     }
 }
 
-/// The simulated CPU this thread runs as (`smp_processor_id`): its
-/// accounting CPU when it has one ([`cacheline::account_as`]), else a
+/// The simulated CPU this thread runs as (`smp_processor_id`): its CPU in
+/// a simulation ([`sim`]), its accounting CPU when it has one
+/// ([`cacheline::account_as`]), else a
 /// number it gets on first use. Under loom and shuttle all model threads
 /// share their OS thread's number.
 pub fn this_cpu() -> usize {
@@ -92,9 +94,10 @@ pub fn this_cpu() -> usize {
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         };
     }
-    match cacheline::cpu() {
-        0 => OWN.with(|c| *c),
-        c => c as usize,
+    match (sim::cpu(), cacheline::cpu()) {
+        (Some(c), _) => c,
+        (None, 0) => OWN.with(|c| *c),
+        (None, c) => c as usize,
     }
 }
 

@@ -34,7 +34,7 @@ use std::thread::Thread;
 pub use coherence::Outcome;
 pub use profile::Profile;
 
-use super::cacheline::{Structure, Transfers};
+use super::structure::{Structure, Transfers};
 
 /// What one simulated CPU did: its clock at the end, its accesses and
 /// transfers per structure, its invalidations, and the time it waited
@@ -114,13 +114,11 @@ pub fn run<R: Send>(
             .map(|i| {
                 let (sim, body) = (sim.clone(), &body);
                 s.spawn(move || {
-                    super::cacheline::account_as(i as u32 + 1);
                     ME.with(|m| *m.borrow_mut() = Some((sim.clone(), i)));
                     sim.start(i);
                     let r = body(i);
                     sim.finish(i);
                     ME.with(|m| *m.borrow_mut() = None);
-                    super::cacheline::account_as(0);
                     r
                 })
             })
@@ -219,6 +217,11 @@ pub(crate) fn access(s: Structure, addr: usize, write: bool) {
             out.cost
         })
     });
+}
+
+/// This thread's simulated CPU, from 1, if it runs as one.
+pub fn cpu() -> Option<usize> {
+    ME.with(|m| m.borrow().as_ref().map(|&(_, me)| me + 1))
 }
 
 /// This CPU's clock in picoseconds (0 outside a simulation).
