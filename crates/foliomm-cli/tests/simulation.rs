@@ -41,3 +41,24 @@ fn a_simulated_table_is_the_same_on_every_run() {
     assert!(rwsem[5].parse::<f64>().unwrap() > 0.5, "vma_lock transfers per fault: {rwsem:?}");
     assert!(mmap[3].parse::<f64>().unwrap() > 0.5, "mmap_lock transfers per fault: {mmap:?}");
 }
+
+/// The threaded scenarios' contention reports on 8 simulated CPUs (every
+/// file passing, the checker on).
+fn threaded_reports() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/threads");
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["run", "--check", "--sim-cpus", "8"]).args(&files).output();
+    let out = out.unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    text.lines().filter_map(|l| l.split_once("on simulated CPUs: ").map(|(_, r)| r.to_string())).collect()
+}
+
+#[test]
+fn threaded_scenarios_pass_on_simulated_cpus_with_the_same_report_every_run() {
+    let a = threaded_reports();
+    assert!(a.len() > 10 && a.iter().all(|r| r.contains("transfers [")), "{a:?}");
+    assert_eq!(a, threaded_reports(), "two runs");
+}

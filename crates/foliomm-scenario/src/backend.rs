@@ -95,6 +95,11 @@ pub trait Backend: Send + Sync {
     }
     /// Invariant violations (a backend that cannot check returns none).
     fn check(&self) -> Vec<Violation>;
+    /// The simulated CPUs `parallel` blocks run on (`set sim_cpus`), if
+    /// the backend simulates them (the model).
+    fn simulated_cpus(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The counters of the pool of `size` as sysfs shows them

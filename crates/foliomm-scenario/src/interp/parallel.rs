@@ -14,6 +14,8 @@
 //! instead of calling the backend: results, errors and bytes are checked
 //! exactly as for sequential lines.
 
+use foliomm::internals::sync::sim::{self, CpuReport, Profile};
+use foliomm::internals::sync::structure::{Structure, Transfers};
 use foliomm::internals::sync::{thread, Barrier};
 use std::any::Any;
 use std::collections::VecDeque;
@@ -51,7 +53,7 @@ impl State<'_> {
         let groups = self.groups(body)?;
         self.check_timing(body, &groups)?;
         let started = Instant::now();
-        let (logs, busy) = self.run_threads(body, &groups);
+        let (logs, busy, simulated) = self.run_threads(body, &groups)?;
         self.backend_time += started.elapsed();
         let mut logs: Vec<VecDeque<Log>> = logs.into_iter().map(VecDeque::from).collect();
         let group_of = |i: usize| groups.iter().position(|g| g.lines.contains(&i)).unwrap();
@@ -80,7 +82,8 @@ impl State<'_> {
             threads.push(format!("{name} {:.6} s", b.as_secs_f64()));
             self.count_ops(name, g.lines.len() as u64, *b);
         }
-        Ok(format!("{} lines in {} threads ({})", body.len(), groups.len(), threads.join(", ")))
+        let report = simulated.map_or(String::new(), |r| contention(&r));
+        Ok(format!("{} lines in {} threads ({}){report}", body.len(), groups.len(), threads.join(", ")))
     }
 
     /// The block's lines grouped by thread, in order of first appearance;
@@ -212,11 +215,15 @@ impl State<'_> {
     }
 
     /// Phase one: every group on its own OS thread against a scratch copy
-    /// of the state, all released together; each line's recorded results,
-    /// and each thread's time in the backend.
-    fn run_threads(&self, body: &[Step], groups: &[Group]) -> (Vec<Vec<Log>>, Vec<Duration>) {
+    /// of the state, all released together (or, with simulated CPUs, one
+    /// at a time in virtual time: [`Self::run_simulated`]); each line's
+    /// recorded results, and each thread's time in the backend.
+    fn run_threads(&self, body: &[Step], groups: &[Group]) -> Result<Phase, Failed> {
+        if let Some(cpus) = self.backend.simulated_cpus() {
+            return self.run_simulated(body, groups, cpus);
+        }
         let barrier = Barrier::new(groups.len());
-        thread::scope(|s| {
+        let (logs, busy) = thread::scope(|s| {
             let handles: Vec<_> = groups
                 .iter()
                 .map(|g| {
@@ -224,22 +231,76 @@ impl State<'_> {
                     let barrier = &barrier;
                     s.spawn(move || {
                         barrier.wait();
-                        let mut logs = Vec::new();
-                        for &i in &g.lines {
-                            scratch.record = Some(Vec::new());
-                            let r = scratch.process(&body[i], g.proc.clone(), g.tid);
-                            logs.push(scratch.record.take().unwrap());
-                            if r.is_err() {
-                                break;
-                            }
-                        }
-                        (logs, scratch.backend_time)
+                        run_lines(&mut scratch, body, g)
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a parallel thread panicked")).unzip()
-        })
+        });
+        Ok((logs, busy, None))
     }
+
+    /// [`Self::run_threads`] on `cpus` simulated CPUs, a thread each
+    /// ([`sim`]: the seed 1, the two-socket profile); the block's
+    /// CPUs' reports come back for the block's contention report.
+    fn run_simulated(&self, body: &[Step], groups: &[Group], cpus: usize) -> Result<Phase, Failed> {
+        if groups.len() > cpus {
+            return Err(format!(
+                "a block of {} threads needs as many simulated CPUs (set sim_cpus {cpus})",
+                groups.len()
+            )
+            .into());
+        }
+        let scratches: Vec<_> = groups.iter().map(|g| std::sync::Mutex::new(Some(self.scratch(&g.proc)))).collect();
+        let (results, reports) = sim::run(groups.len(), Profile::two_socket_server(), 1, 0, |i| {
+            let mut scratch = scratches[i].lock().unwrap().take().expect("each CPU runs once");
+            run_lines(&mut scratch, body, &groups[i])
+        });
+        let (logs, busy) = results.into_iter().unzip();
+        Ok((logs, busy, Some(reports)))
+    }
+}
+
+/// Phase one's outcome: each thread's logs and backend time, and with
+/// simulated CPUs their reports.
+type Phase = (Vec<Vec<Log>>, Vec<Duration>, Option<Vec<CpuReport>>);
+
+/// The contention report of a block on simulated CPUs: its simulated time
+/// (the last CPU's clock), the cache-line transfers by structure, and the
+/// time spent queueing for lines and waiting for locks.
+fn contention(reports: &[CpuReport]) -> String {
+    let ns = |ps: u64| ps as f64 / 1000.0;
+    let end = reports.iter().map(|r| r.clock).max().unwrap_or(0);
+    let mut transfers = Transfers::default();
+    reports.iter().for_each(|r| transfers.add(&r.transfers));
+    let moved: Vec<String> = Structure::ALL
+        .iter()
+        .filter(|&&s| transfers.of(s) > 0)
+        .map(|&s| format!("{} {}", s.name(), transfers.of(s)))
+        .collect();
+    let (queued, waited) = reports.iter().fold((0, 0), |(q, w), r| (q + r.queued, w + r.waited));
+    format!(
+        "; on simulated CPUs: {:.1} ns, transfers [{}], queued for lines {:.1} ns, waited for locks {:.1} ns",
+        ns(end),
+        moved.join(", "),
+        ns(queued),
+        ns(waited)
+    )
+}
+
+/// Runs group `g`'s lines against `scratch`, recording each line's results,
+/// until one fails; the logs and the time spent in the backend.
+fn run_lines(scratch: &mut State, body: &[Step], g: &Group) -> (Vec<Log>, Duration) {
+    let mut logs = Vec::new();
+    for &i in &g.lines {
+        scratch.record = Some(Vec::new());
+        let r = scratch.process(&body[i], g.proc.clone(), g.tid);
+        logs.push(scratch.record.take().unwrap());
+        if r.is_err() {
+            break;
+        }
+    }
+    (logs, scratch.backend_time)
 }
 
 /// Why lines `a` and `b` of two threads of one process cannot run

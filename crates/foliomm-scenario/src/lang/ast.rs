@@ -354,6 +354,9 @@ pub enum MachineSetting {
     /// NUMA nodes (`set nodes N`): the model cuts its memory into N nodes;
     /// a host needs at least N online nodes with memory.
     Nodes(u64),
+    /// Simulated CPUs (`set sim_cpus N`): the model runs each `parallel`
+    /// block's threads on simulated CPUs with virtual time.
+    SimCpus(u64),
 }
 
 /// The setting as its scenario line says it (`set memory 64M`).
@@ -376,6 +379,7 @@ impl std::fmt::Display for MachineSetting {
             MaxMapCount(n) => write!(f, "set max_map_count {n}"),
             Swap(b) => write!(f, "set swap {}", size_text(*b)),
             Nodes(n) => write!(f, "set nodes {n}"),
+            SimCpus(n) => write!(f, "set sim_cpus {n}"),
         }
     }
 }

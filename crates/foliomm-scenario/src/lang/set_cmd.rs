@@ -82,6 +82,13 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
                 n => l.err(col, format!("expected 1 to 8 NUMA nodes, found {n}")),
             }
         }
+        "sim_cpus" => {
+            let col = l.col();
+            match l.size("a number of simulated CPUs")? {
+                n if (1..=64).contains(&n) => Ok(Cmd::SetMachine(MachineSetting::SimCpus(n))),
+                n => l.err(col, format!("expected 1 to 64 simulated CPUs, found {n}")),
+            }
+        }
         "max_map_count" => {
             // The sysctl takes 0 to INT_MAX.
             let col = l.col();

@@ -162,6 +162,16 @@ pub const SETTINGS: &[Setting] = &[
         host: "checked against the online nodes with memory (refused where fewer)",
     },
     Setting {
+        name: "sim_cpus",
+        syntax: "set sim_cpus N",
+        doc: "run each parallel block's threads on simulated CPUs with virtual time, 1 to 64 (at least a block's \
+              threads): interleavings fixed by the clocks, and a contention report per block",
+        linux: None,
+        when: When::Machine,
+        names: None,
+        host: "ignored: its threads are real",
+    },
+    Setting {
         name: "thp",
         syntax: "set thp [enabled=MODE] [SIZE=MODE ...]",
         doc: "anonymous THP: the top-level mode and per-size modes (always, madvise, never, inherit)",
@@ -258,6 +268,7 @@ mod tests {
             "set max_map_count 9",
             "set swap 64M",
             "set nodes 2",
+            "set sim_cpus 8",
             "set thp enabled=never",
             "set shmem enabled=never",
             "set hugetlb pages=1",

@@ -35,6 +35,8 @@ struct Process {
 #[derive(Default)]
 pub struct ModelBackend {
     machine: OnceLock<Arc<Machine>>,
+    /// `set sim_cpus`.
+    sim_cpus: OnceLock<usize>,
     procs: RwLock<HashMap<String, Process>>,
     pins: Mutex<(u64, HashMap<u64, Pin>)>,
     /// Files by handle, while a process holds a descriptor of them (the
@@ -85,6 +87,10 @@ impl Backend for ModelBackend {
         "model"
     }
 
+    fn simulated_cpus(&self) -> Option<usize> {
+        self.sim_cpus.get().copied()
+    }
+
     fn refusal(&self, s: &MachineSetting) -> Option<String> {
         match s {
             MachineSetting::MmIds(n) if u32::try_from(*n).is_err() => {
@@ -117,6 +123,7 @@ impl Backend for ModelBackend {
                 MachineSetting::MaxMapCount(n) => config.max_map_count = *n as usize,
                 MachineSetting::Swap(b) => config.swap = *b,
                 MachineSetting::Nodes(n) => config.nodes = *n as usize,
+                MachineSetting::SimCpus(n) => _ = self.sim_cpus.set(*n as usize),
                 MachineSetting::Debug(d) => {
                     config.debug.set(d);
                 }
