@@ -9,6 +9,7 @@ mod overrides;
 mod prove;
 mod referee;
 mod settings;
+mod sim;
 mod trace;
 
 use std::path::PathBuf;
@@ -56,6 +57,9 @@ enum Command {
     /// Host-kernel settings foliomm changes (THP, shmem, the huge page pool).
     #[command(subcommand)]
     Host(HostCommand),
+    /// Simulated CPUs: a cost profile measured on this machine.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 #[derive(Subcommand)]
@@ -151,6 +155,7 @@ fn main() -> ExitCode {
         }
         Command::Fuzz(a) => fuzz::main(a.args),
         Command::Settings(a) => settings::print(&a).map(|_| true),
+        Command::Sim(c) => sim::run(&c).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),
         Command::Host(HostCommand::Restore { force }) => {

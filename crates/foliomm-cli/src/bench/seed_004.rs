@@ -16,7 +16,6 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use foliomm::internals::machine::VmaLockDesign;
 use foliomm::internals::sync::cacheline::{Structure, Transfers};
-use foliomm::internals::sync::sim::Profile;
 use foliomm::{Config, Machine};
 
 use super::new_table;
@@ -59,6 +58,10 @@ pub(super) struct Seed004Args {
     /// next before it hands over (0: strictly in clock order).
     #[arg(long, default_value_t = 0)]
     sim_quantum: u64,
+    /// The cost profile: `two-socket-server` (published latencies) or a
+    /// file `foliomm sim calibrate` wrote.
+    #[arg(long, default_value = "two-socket-server")]
+    sim_profile: String,
 }
 
 /// Who serves the faults: a model design, or the host kernel.
@@ -105,9 +108,10 @@ impl<'a> Seed004<'a> {
             bail!("--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56");
         }
         let quantum = args.sim_quantum.checked_mul(1000).context("--sim-quantum: too large")?;
-        let simulated = (!args.sim_cpus.is_empty()).then(|| {
-            (Simulated { profile: Profile::two_socket_server(), seed: args.sim_seed, quantum }, HashMap::new())
-        });
+        let simulated = (!args.sim_cpus.is_empty())
+            .then(|| crate::sim::profile(&args.sim_profile))
+            .transpose()?
+            .map(|profile| (Simulated { profile, seed: args.sim_seed, quantum }, HashMap::new()));
         let threads = if args.sim_cpus.is_empty() { args.threads.clone() } else { args.sim_cpus.clone() };
         let layouts = match args.layout.as_deref() {
             Some("separate") => vec![Layout::Separate],
