@@ -14,6 +14,7 @@
 //! merge into one VMA); the files are memfds, where will-it-scale makes
 //! them in `/tmp` (tmpfs on most systems).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -153,10 +154,7 @@ pub(super) fn model(
             Ok(())
         })
     };
-    let samples = match simulated {
-        Some(s) => run_simulated(threads, loops, s, setup)?,
-        None => run_threads(threads, loops, setup)?,
-    };
+    let samples = run_workers(threads, loops, simulated, setup)?;
     let faults = m.stats.pgfault.load(std::sync::atomic::Ordering::Relaxed) - faults_before;
     let expected = threads as u64 * loops as u64 * (size / PAGE);
     ensure!(faults == expected, "model: {faults} faults, expected {expected}");
@@ -259,6 +257,69 @@ pub(super) struct Simulated {
     pub profile: Profile,
     pub seed: u64,
     pub quantum: u64,
+}
+
+impl Simulated {
+    /// The run of configuration `key`'s next round: round r runs with
+    /// seed + r, so that the rounds' spread is the seeds'.
+    pub(super) fn next_round<K: std::hash::Hash + Eq>(&self, rounds: &mut HashMap<K, u64>, key: K) -> Simulated {
+        let r = rounds.entry(key).or_default();
+        *r += 1;
+        Simulated { seed: self.seed + *r - 1, ..self.clone() }
+    }
+}
+
+/// The benchmarks' options for simulated CPUs.
+#[derive(clap::Args, Clone, Debug)]
+pub(super) struct SimArgs {
+    /// Run on simulated CPUs (each count 1 to 64, comma-separated):
+    /// virtual time from a cost profile, the same figures on every run and
+    /// machine for one seed.
+    #[arg(long = "sim-cpus", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// The first seed of the simulated interleavings; round r uses seed+r,
+    /// so the rounds' spread is the seeds'.
+    #[arg(long = "sim-seed", default_value_t = 1)]
+    seed: u64,
+    /// How far (ns of simulated time) a simulated CPU may run ahead of the
+    /// next before it hands over (0: strictly in clock order).
+    #[arg(long = "sim-quantum", default_value_t = 0)]
+    quantum: u64,
+    /// The cost profile: `two-socket-server` (published latencies) or a
+    /// file `foliomm sim calibrate` wrote.
+    #[arg(long = "sim-profile", default_value = "two-socket-server")]
+    profile: String,
+}
+
+impl SimArgs {
+    /// The simulation the options ask for, if `--sim-cpus` was given.
+    pub(super) fn simulated(&self) -> Result<Option<Simulated>> {
+        if self.cpus.is_empty() {
+            return Ok(None);
+        }
+        ensure!(
+            self.cpus.iter().all(|c| (1..=64).contains(c)),
+            "--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56"
+        );
+        let quantum = self.quantum.checked_mul(1000).context("--sim-quantum: too large")?;
+        Ok(Some(Simulated { profile: crate::sim::profile(&self.profile)?, seed: self.seed, quantum }))
+    }
+}
+
+/// `threads` workers on OS threads ([`run_threads`]) or on simulated CPUs.
+pub(super) fn run_workers<S, L>(
+    threads: usize,
+    loops: u32,
+    simulated: Option<&Simulated>,
+    setup: impl Fn(usize) -> (S, L) + Sync,
+) -> Result<Vec<Sample>>
+where
+    L: FnMut(&mut S) -> Result<()>,
+{
+    match simulated {
+        Some(s) => run_simulated(threads, loops, s, setup),
+        None => run_threads(threads, loops, setup),
+    }
 }
 
 /// [`run_threads`] on simulated CPUs: each thread's times are its CPU's

@@ -17,6 +17,7 @@
 //! cache-line transfers per operation show which lines the instances fight
 //! over (`i_mmap_rwsem`, the hugetlb VMA lock, the fault mutexes).
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,7 +29,7 @@ use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Design, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
-use super::page_fault::run_threads;
+use super::page_fault::{run_workers, SimArgs, Simulated};
 use super::published::SEED_002;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
@@ -55,6 +56,10 @@ pub(super) struct Seed002Args {
     /// 1024, and at most the area's).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
     touched: u64,
+    /// Simulated CPUs, an instance each (`--sim-cpus` replaces
+    /// `--instances`; no host kernel beside them).
+    #[command(flatten)]
+    sim: SimArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -64,7 +69,7 @@ pub(super) enum Program {
 }
 
 /// Who runs the programs: a model design, or the host kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub(super) enum Runner {
     Model(#[serde(serialize_with = "design_name")] HugetlbSync),
     Host,
@@ -80,19 +85,26 @@ pub(super) struct Seed002<'a> {
     size: u64,
     /// The instance sets: the programs of the instances that run at once.
     sets: Vec<Vec<Program>>,
+    /// Simulated CPUs, and the rounds each configuration has run.
+    simulated: Option<(Simulated, HashMap<(Runner, usize), u64>)>,
 }
 
 impl<'a> Seed002<'a> {
     pub(super) fn new(args: &'a Seed002Args) -> Result<Seed002<'a>> {
         let size = args.common.size_or("1G")?;
         ensure!(size.is_multiple_of(1 << 30), "--size: expected a multiple of 1G, found {} MiB", size >> 20);
+        let simulated = args.sim.simulated()?.map(|s| (s, HashMap::new()));
+        let instances: Vec<usize> = match simulated {
+            Some(_) => args.sim.cpus.clone(),
+            None => args.instances.iter().map(|&n| n as usize).collect(),
+        };
         let mut sets: Vec<Vec<Program>> = Vec::new();
         for p in [Program::Fork, Program::Fault] {
-            sets.extend(args.instances.iter().map(|&n| vec![p; n as usize]));
+            sets.extend(instances.iter().map(|&n| vec![p; n]));
         }
-        let most = args.instances.iter().copied().max().unwrap_or(1).max(2);
+        let most = instances.iter().copied().max().unwrap_or(1).max(2);
         sets.push((0..most).map(|i| if i % 2 == 0 { Program::Fork } else { Program::Fault }).collect());
-        Ok(Seed002 { args, size, sets })
+        Ok(Seed002 { args, size, sets, simulated })
     }
 
     /// The row of instance set `i`: `fork x2`, `combined x2`.
@@ -148,6 +160,7 @@ impl Benchmark for Seed002<'_> {
 
     /// One group: every configuration interleaved with every other.
     fn plan(&self, host: bool) -> Vec<Vec<(Runner, usize)>> {
+        let host = host && self.simulated.is_none();
         let runners = HugetlbSync::ALL.iter().map(|&(d, _)| Runner::Model(d)).chain(host.then_some(Runner::Host));
         vec![runners.flat_map(|r| (0..self.sets.len()).map(move |i| (r, i))).collect()]
     }
@@ -162,8 +175,9 @@ impl Benchmark for Seed002<'_> {
 
     fn measure(&mut self, &(runner, i): &(Runner, usize)) -> Result<Measurement> {
         let (programs, size, a) = (&self.sets[i], self.size, self.args);
+        let simulated = self.simulated.as_mut().map(|(s, rounds)| s.next_round(rounds, (runner, i)));
         let (rates, transfers) = match runner {
-            Runner::Model(d) => model(d, programs, size, a)?,
+            Runner::Model(d) => model(d, programs, size, a, simulated.as_ref())?,
             Runner::Host => host(programs, size, a)?,
         };
         let samples = rates.iter().map(|&(p, r)| (p.table(), r)).collect();
@@ -187,12 +201,14 @@ impl Benchmark for Seed002<'_> {
     }
 }
 
-/// One round of `programs` (an instance each) on a new model machine.
+/// One round of `programs` (an instance each) on a new model machine, on
+/// threads or on simulated CPUs.
 fn model(
     design: HugetlbSync,
     programs: &[Program],
     size: u64,
     a: &Seed002Args,
+    simulated: Option<&Simulated>,
 ) -> Result<(Vec<(Program, f64)>, Transfers)> {
     let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..a.common.config(Design::MmId) };
     let m = Machine::new(config)?;
@@ -203,7 +219,7 @@ fn model(
     // long runs (one untimed faulting loop).
     model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, size, 0)?;
     cacheline::forget();
-    let samples = run_threads(programs.len(), a.loops, |i| {
+    let samples = run_workers(programs.len(), a.loops, simulated, |i| {
         cacheline::account_as(i as u32 + 1);
         let (file, program) = (file.clone(), programs[i]);
         let mm = m.new_mm().expect("an instance's MM");

@@ -19,7 +19,7 @@ use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{Config, Machine};
 
 use super::new_table;
-use super::page_fault::{self, Layout, Simulated, Test};
+use super::page_fault::{self, Layout, SimArgs, Simulated, Test};
 use super::progress::Progress;
 use super::published::SEED_004;
 use super::runner::{Benchmark, Measurement};
@@ -45,23 +45,10 @@ pub(super) struct Seed004Args {
     /// The will-it-scale tests to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "page_fault1,page_fault2,page_fault3")]
     tests: Vec<Test>,
-    /// Run on simulated CPUs instead of threads (each count 1 to 64,
-    /// comma-separated, replacing --threads): virtual time from a cost
-    /// profile, the same figures on every run and machine for one seed.
-    #[arg(long, value_delimiter = ',')]
-    sim_cpus: Vec<usize>,
-    /// The first seed of the simulated interleavings; round r uses seed+r,
-    /// so the rounds' spread is the seeds'.
-    #[arg(long, default_value_t = 1)]
-    sim_seed: u64,
-    /// How far (ns of simulated time) a simulated CPU may run ahead of the
-    /// next before it hands over (0: strictly in clock order).
-    #[arg(long, default_value_t = 0)]
-    sim_quantum: u64,
-    /// The cost profile: `two-socket-server` (published latencies) or a
-    /// file `foliomm sim calibrate` wrote.
-    #[arg(long, default_value = "two-socket-server")]
-    sim_profile: String,
+    /// Simulated CPUs instead of threads (`--sim-cpus` replaces
+    /// `--threads`).
+    #[command(flatten)]
+    sim: SimArgs,
 }
 
 /// Who serves the faults: a model design, or the host kernel.
@@ -104,15 +91,8 @@ impl<'a> Seed004<'a> {
         if args.threads.is_empty() || args.threads.iter().any(|t| !(1..=1024).contains(t)) {
             bail!("--threads: expected thread counts from 1 to 1024, like 1,2,4");
         }
-        if args.sim_cpus.iter().any(|t| !(1..=64).contains(t)) {
-            bail!("--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56");
-        }
-        let quantum = args.sim_quantum.checked_mul(1000).context("--sim-quantum: too large")?;
-        let simulated = (!args.sim_cpus.is_empty())
-            .then(|| crate::sim::profile(&args.sim_profile))
-            .transpose()?
-            .map(|profile| (Simulated { profile, seed: args.sim_seed, quantum }, HashMap::new()));
-        let threads = if args.sim_cpus.is_empty() { args.threads.clone() } else { args.sim_cpus.clone() };
+        let simulated = args.sim.simulated()?.map(|s| (s, HashMap::new()));
+        let threads = if args.sim.cpus.is_empty() { args.threads.clone() } else { args.sim.cpus.clone() };
         let layouts = match args.layout.as_deref() {
             Some("separate") => vec![Layout::Separate],
             Some("shared") => vec![Layout::Shared],
@@ -229,12 +209,7 @@ impl Benchmark for Seed004<'_> {
 
     fn measure(&mut self, &(test, layout, threads, b): &Key) -> Result<Measurement> {
         let (size, loops) = (self.size, self.args.loops);
-        // Round r of a simulated configuration runs with seed + r.
-        let simulated = self.simulated.as_mut().map(|(s, rounds)| {
-            let r = rounds.entry((test, layout, threads, b)).or_default();
-            *r += 1;
-            Simulated { seed: s.seed + *r - 1, ..s.clone() }
-        });
+        let simulated = self.simulated.as_mut().map(|(s, rounds)| s.next_round(rounds, (test, layout, threads, b)));
         let samples = match b {
             Backend::Model(d) if simulated.is_some() => {
                 let m = self.machine(d, threads)?;
