@@ -269,6 +269,10 @@ impl Simulated {
     }
 }
 
+/// A benchmark's simulation, if it runs on simulated CPUs, with the
+/// rounds each configuration `K` has run.
+pub(super) type SimRounds<K> = Option<(Simulated, HashMap<K, u64>)>;
+
 /// The benchmarks' options for simulated CPUs.
 #[derive(clap::Args, Clone, Debug)]
 pub(super) struct SimArgs {

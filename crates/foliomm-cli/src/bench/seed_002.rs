@@ -29,7 +29,7 @@ use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Design, Machine, MmapFlags, Prot};
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
-use super::page_fault::{run_workers, SimArgs, Simulated};
+use super::page_fault::{run_workers, SimArgs, SimRounds, Simulated};
 use super::published::SEED_002;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
@@ -86,7 +86,7 @@ pub(super) struct Seed002<'a> {
     /// The instance sets: the programs of the instances that run at once.
     sets: Vec<Vec<Program>>,
     /// Simulated CPUs, and the rounds each configuration has run.
-    simulated: Option<(Simulated, HashMap<(Runner, usize), u64>)>,
+    simulated: SimRounds<(Runner, usize)>,
 }
 
 impl<'a> Seed002<'a> {

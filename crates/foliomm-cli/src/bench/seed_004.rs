@@ -19,7 +19,7 @@ use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{Config, Machine};
 
 use super::new_table;
-use super::page_fault::{self, Layout, SimArgs, Simulated, Test};
+use super::page_fault::{self, Layout, SimArgs, SimRounds, Test};
 use super::progress::Progress;
 use super::published::SEED_004;
 use super::runner::{Benchmark, Measurement};
@@ -83,7 +83,7 @@ pub(super) struct Seed004<'a> {
     /// The thread (or simulated CPU) counts.
     threads: Vec<usize>,
     /// Simulated CPUs, and the rounds each configuration has run.
-    simulated: Option<(Simulated, HashMap<Key, u64>)>,
+    simulated: SimRounds<Key>,
 }
 
 impl<'a> Seed004<'a> {
