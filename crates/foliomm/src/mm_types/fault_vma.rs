@@ -140,7 +140,7 @@ pub(super) fn lock_under_rcu(
             Ok(()) => {}
         }
         // vma-rwsem: the VMA may have left the tree since the walk.
-        if vma.lock.is_detached() {
+        if vma.lock.isolated_since_lookup() {
             vma.end_read();
             *misses += 1;
             continue;

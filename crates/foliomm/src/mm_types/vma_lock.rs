@@ -91,6 +91,15 @@ impl VmaLock {
         }
     }
 
+    /// Whether a VMA read-locked after a lockless lookup has left the tree
+    /// meanwhile: `vma-rwsem`'s check of `detached` after `down_read` (6.4
+    /// to 6.14's `lock_vma_under_rcu`). The refcount design needs none (a
+    /// detached VMA's count is 0, and `vma_start_read`'s increment refused
+    /// it), nor does `mmap-lock`.
+    pub fn isolated_since_lookup(&self) -> bool {
+        matches!(self.kind, Kind::Rwsem { .. }) && self.is_detached()
+    }
+
     /// Accounts a write of the line of the design's lock word.
     fn account_write(&self) {
         match &self.kind {
