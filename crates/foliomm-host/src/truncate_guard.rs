@@ -11,10 +11,12 @@
 //! (`scenarios/swap/27`).
 //!
 //! The guard is a thread that waits while the call runs: if it has not
-//! returned after [`GRACE`], the guard reads the byte below the new end
-//! through the same descriptor, which reads the entry back (or splits it)
-//! and lets the truncation finish; the step is then refused as
-//! unobservable on this host (the read changed what the step would show).
+//! returned after [`GRACE`] and the calling thread's kernel stack is in
+//! `shmem_undo_range` (`/proc/self/task/TID/stack`: a slow truncation is
+//! left alone), the guard reads the byte below the new end through the same
+//! descriptor, which reads the entry back (or splits it) and lets the
+//! truncation finish; the step is then refused as unobservable on this
+//! host (the read changed what the step would show).
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -28,11 +30,15 @@ const GRACE: Duration = Duration::from_secs(3);
 /// `ftruncate(fd, size)` with the guard.
 pub(crate) fn ftruncate(fd: u64, size: u64) -> Answer {
     let (finished, wait) = mpsc::channel::<()>();
+    // "PID/task/TID": this thread's kernel stack is /proc/self/task/TID/stack.
+    let me = std::fs::read_link("/proc/thread-self").ok();
+    let stack = me.and_then(|p| p.file_name().map(|tid| format!("/proc/self/task/{}/stack", tid.to_string_lossy())));
     let guard = std::thread::spawn(move || {
         let mut rescued = false;
         while let Err(mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(GRACE) {
+            let spinning = stack.as_ref().and_then(|s| std::fs::read_to_string(s).ok());
             // A truncation to 0 meets no entry that begins below its end.
-            if size > 0 {
+            if size > 0 && spinning.is_some_and(|s| s.contains("shmem_undo_range")) {
                 rescued |= sys::pread(fd, size - 1, 1).is_ok();
             }
         }

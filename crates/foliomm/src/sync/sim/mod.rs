@@ -116,24 +116,40 @@ pub fn run<R: Send>(
                 s.spawn(move || {
                     ME.with(|m| *m.borrow_mut() = Some((sim.clone(), i)));
                     sim.start(i);
-                    let r = body(i);
-                    sim.finish(i);
-                    ME.with(|m| *m.borrow_mut() = None);
-                    r
+                    // Done even if the body panics: the others run on.
+                    let _done = Finish(&sim, i);
+                    body(i)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("a simulated CPU panicked")).collect()
     });
-    let state = sim.state.lock().unwrap();
+    let state = sim.lock();
     (results, state.cpus.iter().map(|c| c.report.clone()).collect())
 }
 
+/// Marks its CPU done and passes the baton on when dropped: at the end of
+/// the CPU's body, or while a panic unwinds it.
+struct Finish<'s>(&'s Sim, usize);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.0.finish(self.1);
+        ME.with(|m| *m.borrow_mut() = None);
+    }
+}
+
 impl Sim {
+    /// The state, also after a CPU panicked while holding it (the run then
+    /// fails at its join, instead of the others hanging).
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Registers CPU `me`'s thread; the last to register gives the baton
     /// to the first CPU; every CPU then waits for its turn.
     fn start(&self, me: usize) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.lock();
         st.cpus[me].thread = Some(std::thread::current());
         st.registered += 1;
         if st.registered == st.cpus.len() {
@@ -146,7 +162,7 @@ impl Sim {
 
     /// CPU `me` is done: the baton goes on.
     fn finish(&self, me: usize) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.lock();
         st.cpus[me].done = true;
         let next = self.next(&st, None);
         self.hand_to(&mut st, next);
@@ -158,7 +174,10 @@ impl Sim {
         let key = |i: usize| (st.cpus[i].report.clock, st.cpus[i].rank);
         let best = (0..st.cpus.len()).filter(|&i| !st.cpus[i].done).min_by_key(|&i| key(i))?;
         match me {
-            Some(me) if !st.cpus[me].done && st.cpus[me].report.clock <= st.cpus[best].report.clock + self.quantum => {
+            Some(me)
+                if !st.cpus[me].done
+                    && st.cpus[me].report.clock <= st.cpus[best].report.clock.saturating_add(self.quantum) =>
+            {
                 Some(me)
             }
             _ => Some(best),
@@ -173,7 +192,7 @@ impl Sim {
     }
 
     fn wait_turn(&self, me: usize) {
-        while self.state.lock().unwrap().current != Some(me) {
+        while self.lock().current != Some(me) {
             std::thread::park();
         }
     }
@@ -181,7 +200,7 @@ impl Sim {
     /// Advances CPU `me`'s clock by `cost` (recording it with `f`), then
     /// passes the baton if another CPU is due.
     fn advance(&self, me: usize, f: impl FnOnce(&mut State, &Profile) -> u64) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.lock();
         let cost = f(&mut st, &self.profile);
         st.cpus[me].report.clock += cost;
         let next = self.next(&st, Some(me));
@@ -227,7 +246,7 @@ pub fn cpu() -> Option<usize> {
 /// This CPU's clock in picoseconds (0 outside a simulation).
 pub fn now() -> u64 {
     let mut clock = 0;
-    with_me(|sim, me| clock = sim.state.lock().unwrap().cpus[me].report.clock);
+    with_me(|sim, me| clock = sim.lock().cpus[me].report.clock);
     clock
 }
 

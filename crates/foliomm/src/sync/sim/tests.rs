@@ -60,3 +60,18 @@ fn a_cpu_waiting_for_a_lock_waits_in_simulated_time() {
     assert!(reports[1].waited > 0, "CPU 1 spun while CPU 0 held the lock");
     assert!(reports[1].clock >= 20 * p.fault, "CPU 1 got the lock only after CPU 0 let it go");
 }
+
+#[test]
+fn a_panicking_cpu_fails_the_run_and_the_others_finish() {
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(3, Profile::two_socket_server(), 1, 0, |cpu| {
+            work(Work::Fault);
+            assert_ne!(cpu, 1, "CPU 1 fails");
+            work(Work::Fault);
+            finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+    }));
+    assert!(run.is_err(), "the run reports the panic");
+    assert_eq!(finished.into_inner(), 2, "the other CPUs ran to their end");
+}
