@@ -371,7 +371,7 @@ pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, place: Placement,
 /// here by the calling task, so that the page tables a fault allocates
 /// without reclaim find room); when `op` fails with ENOMEM, direct reclaim
 /// runs and `op` is run again, up to `MAX_RECLAIM_RETRIES` rounds, with or
-/// without progress; its ENOMEM after that (the OOM killer is not
+/// without progress (yielding after a round without); its ENOMEM after that (the OOM killer is not
 /// modelled). The caller holds no page-table lock and no page cache's lock.
 pub fn retry_after_reclaim<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() -> Result<T>) -> Result<T> {
     if k.swap.is_some() && k.phys.nr_free() < k.low_watermark() {
@@ -379,13 +379,19 @@ pub fn retry_after_reclaim<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() 
         try_to_free_pages(k, mmlist);
     }
     // should_reclaim_retry(): rounds that free nothing count too (another
-    // task may hold the folios isolated or locked for now), up to the limit.
-    let mut rounds = 0;
+    // task may hold the folios isolated or locked for now, or its freed
+    // pages in an unflushed mmu_gather), up to the limit; after such a
+    // round the task lets the others run first (the slow path's
+    // `cond_resched`).
+    let (mut rounds, mut spins) = (0, 0);
     loop {
         match op() {
             Err(Errno::ENOMEM) if rounds < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
                 Stats::inc(&k.stats.allocstall);
-                try_to_free_pages(k, mmlist);
+                if try_to_free_pages(k, mmlist) == 0 {
+                    crate::sync::backoff(&mut spins);
+                    crate::sync::thread::yield_now();
+                }
                 rounds += 1;
             }
             got => return got,
