@@ -27,7 +27,7 @@
 pub mod coherence;
 pub mod profile;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 
@@ -78,11 +78,13 @@ pub struct Sim {
 
 thread_local! {
     static ME: RefCell<Option<(Arc<Sim>, usize)>> = const { RefCell::new(None) };
+    /// Whether `ME` is set: one load on the hot paths that ask.
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether this thread runs as a simulated CPU.
 pub fn active() -> bool {
-    ME.with(|m| m.borrow().is_some())
+    ACTIVE.get()
 }
 
 /// `splitmix64`: the seeded tie-break order.
@@ -115,6 +117,7 @@ pub fn run<R: Send>(
                 let (sim, body) = (sim.clone(), &body);
                 s.spawn(move || {
                     ME.with(|m| *m.borrow_mut() = Some((sim.clone(), i)));
+                    ACTIVE.set(true);
                     sim.start(i);
                     // Done even if the body panics: the others run on.
                     let _done = Finish(&sim, i);
@@ -135,6 +138,7 @@ struct Finish<'s>(&'s Sim, usize);
 impl Drop for Finish<'_> {
     fn drop(&mut self) {
         self.0.finish(self.1);
+        ACTIVE.set(false);
         ME.with(|m| *m.borrow_mut() = None);
     }
 }
