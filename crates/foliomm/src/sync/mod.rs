@@ -15,7 +15,10 @@
 //! per-VMA lock design) and [`AtomicSeqcount`] (seed 000's seqcount
 //! with concurrent writers). [`cacheline`] accounts the cache-line
 //! transfers between simulated CPUs of the words the fault path shares
-//! (its owner records are `std` atomics: instrumentation, not protocol). Loom tests: `loom_tests` (run them with
+//! (its owner records are `std` atomics: instrumentation, not protocol).
+//! [`sim`] runs a threaded workload on simulated CPUs in virtual time; the
+//! `Mutex` and `RwLock` here (`lock.rs`, `std`'s outside loom and shuttle)
+//! wait in simulated time inside one. Loom tests: `loom_tests` (run them with
 //! `RUSTFLAGS="--cfg loom" cargo test --release -p foliomm --lib loom`).
 
 mod bit_spinlock;
