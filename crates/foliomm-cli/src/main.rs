@@ -329,6 +329,9 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
     }
     for m in &out.measures {
         println!("  measure {}: {:.6} s, {} lines, {:.0} lines/s", m.name, m.seconds, m.ops, m.ops_per_second());
+        if let Some(c) = &m.contention {
+            println!("    {c}");
+        }
         if m.threads.len() > 1 {
             for t in &m.threads {
                 println!("    {:<12} {:>8} lines {:>12.0} lines/s", t.thread, t.ops, t.ops_per_second());

@@ -7,7 +7,9 @@
 //! machine being shared), a load from memory (a pointer chase through a
 //! random cycle of 256 MiB), a host page fault of anonymous memory and the
 //! zeroing inside it (writing every line of a faulted page), and a system
-//! call (`madvise(MADV_NOHUGEPAGE)` of one page). Derived, not measured: a
+//! call (`madvise(MADV_NOHUGEPAGE)` of one page), and a wake-up (two
+//! threads that park and wake each other in turn: a futex round trip is
+//! two wake-ups; the median of batches). Derived, not measured: a
 //! hit (1 ns), a clean line from another core (two thirds of a transfer),
 //! an invalidation (half of one) and a round of spinning (a third); the
 //! sockets from `/sys/devices/system/cpu`.
@@ -46,6 +48,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         remote_hitm: hitm,
         invalidate: hitm / 2,
         spin: hitm / 3,
+        wakeup: wakeup_ps(),
         fault,
         zero_page,
         syscall: syscall_ps()?,
@@ -96,6 +99,41 @@ fn transfer_ps() -> u64 {
                 }
             });
             t.elapsed().as_nanos() as u64 * 1000 / (2 * ROUNDS)
+        })
+        .collect();
+    batches.sort_unstable();
+    batches[batches.len() / 2]
+}
+
+/// A wake-up of a sleeping thread: the median over batches of a
+/// park/unpark ping-pong's round trip, halved.
+fn wakeup_ps() -> u64 {
+    const ROUNDS: u64 = 2_000;
+    let mut batches: Vec<u64> = (0..9)
+        .map(|_| {
+            let (turn, main) = (AtomicU64::new(0), std::thread::current());
+            // Waits, parked, until `turn` reaches `n`.
+            let until = |n| {
+                while turn.load(Acquire) != n {
+                    std::thread::park();
+                }
+            };
+            std::thread::scope(|s| {
+                let other = s.spawn(|| {
+                    for i in 0..ROUNDS {
+                        until(2 * i + 1);
+                        turn.store(2 * i + 2, Release);
+                        main.unpark();
+                    }
+                });
+                let t = Instant::now();
+                for i in 0..ROUNDS {
+                    turn.store(2 * i + 1, Release);
+                    other.thread().unpark();
+                    until(2 * i + 2);
+                }
+                t.elapsed().as_nanos() as u64 * 1000 / (2 * ROUNDS)
+            })
         })
         .collect();
     batches.sort_unstable();

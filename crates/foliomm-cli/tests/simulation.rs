@@ -62,3 +62,30 @@ fn threaded_scenarios_pass_on_simulated_cpus_with_the_same_report_every_run() {
     assert!(a.len() > 10 && a.iter().all(|r| r.contains("transfers [")), "{a:?}");
     assert_eq!(a, threaded_reports(), "two runs");
 }
+
+/// The simulated lock wait of a contention report.
+fn waited(report: &str) -> f64 {
+    let (_, rest) = report.split_once("waited for locks ").unwrap();
+    rest.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_measure_block_sums_its_parallel_blocks_contention() {
+    let file = std::env::temp_dir().join(format!("foliomm-measure-{}.fmm", std::process::id()));
+    // Two threads mapping and unmapping in one MM: munmap's mmap_lock
+    // writers make the other's mmap and munmap wait.
+    let body = "P.t1: a = mmap 1M rw\nP.t1: write a = 0x11\nP.t1: munmap a\n\
+                P.t2: b = mmap 1M rw\nP.t2: write b = 0x22\nP.t2: munmap b\n";
+    let text = format!("set sim_cpus 2\nmeasure churn\nrepeat 3\nparallel\n{body}end\nend\nend\n");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["run", "--check"]).arg(&file).output().unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    let reports: Vec<&str> = text.lines().filter(|l| l.contains("on simulated CPUs: ")).collect();
+    let (blocks, measure) = reports.split_at(reports.len() - 1);
+    assert_eq!(blocks.len(), 3, "{text}");
+    let sum: f64 = blocks.iter().map(|b| waited(b)).sum();
+    assert!((waited(measure[0]) - sum).abs() < 1.0, "the measure's wait is its blocks': {text}");
+    assert!(measure[0].contains("[mmap_lock"), "the waits are the mmap_lock's: {text}");
+}

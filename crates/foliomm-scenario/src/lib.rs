@@ -15,7 +15,7 @@ pub mod op;
 
 pub use backend::{Backend, Thread};
 pub use error::{BackendResult, Machinery, StepError};
-pub use interp::{run, Failure, FailureKind, Measure, Outcome, RunOptions, ThreadOps};
+pub use interp::{run, Contention, Failure, FailureKind, Measure, Outcome, RunOptions, ThreadOps};
 pub use lang::{parse, ParseError};
 pub use model::ModelBackend;
 pub use observation::Observation;

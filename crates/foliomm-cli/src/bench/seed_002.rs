@@ -186,10 +186,11 @@ impl Benchmark for Seed002<'_> {
                 // Operations: every fault, or every fork, of every instance.
                 let per_loop = |p| if p == Program::Fault { size / HPAGE } else { 1 };
                 let ops = programs.iter().map(|&p| a.loops as u64 * per_loop(p)).sum::<u64>() as f64;
-                Structure::ALL
-                    .iter()
-                    .map(|&s| (format!("{}_transfers_per_op", s.name()), transfers.of(s) as f64 / ops))
-                    .collect()
+                let moved =
+                    Structure::ALL.map(|s| (format!("{}_transfers_per_op", s.name()), transfers.of(s) as f64 / ops));
+                let waited = Structure::ALL
+                    .map(|s| (format!("{}_wait_ns_per_op", s.name()), transfers.waited_of(s) as f64 / ops / 1e3));
+                moved.into_iter().chain(waited.into_iter().filter(|_| simulated.is_some())).collect()
             }
             Runner::Host => Vec::new(),
         };
@@ -386,16 +387,20 @@ fn print_tables(b: &Seed002, run: &SavedRun) {
         );
     }
     print_changes(&|r, p| rates(r, combined, p));
-    println!("\nModel: cache-line transfers per operation in the combined run:");
-    for (d, _) in HugetlbSync::ALL {
-        let Some(s) = run.tables[0].series(&b.row(combined), &runner_name(Runner::Model(d))) else { continue };
-        let shown: Vec<String> = s
-            .counters
-            .iter()
-            .filter(|(_, v)| *v >= 0.0005)
-            .map(|(n, v)| format!("{} {v:.3}", n.trim_end_matches("_transfers_per_op")))
-            .collect();
-        println!("  {:24} {}", runner_name(Runner::Model(d)), shown.join(", "));
+    for (what, suffix) in
+        [("cache-line transfers", "_transfers_per_op"), ("lock wait (ns, simulated)", "_wait_ns_per_op")]
+    {
+        println!("\nModel: {what} per operation in the combined run:");
+        for (d, _) in HugetlbSync::ALL {
+            let Some(s) = run.tables[0].series(&b.row(combined), &runner_name(Runner::Model(d))) else { continue };
+            let shown: Vec<String> = s
+                .counters
+                .iter()
+                .filter(|(n, v)| n.ends_with(suffix) && *v >= 0.0005)
+                .map(|(n, v)| format!("{} {v:.3}", n.trim_end_matches(suffix)))
+                .collect();
+            println!("  {:24} {}", runner_name(Runner::Model(d)), shown.join(", "));
+        }
     }
 }
 

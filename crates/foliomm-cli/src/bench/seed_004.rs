@@ -225,13 +225,16 @@ impl Benchmark for Seed004<'_> {
         let wall = samples.iter().map(|s| s.wall.as_secs_f64()).fold(0.0, f64::max);
         let mut transfers = Transfers::default();
         samples.iter().for_each(|s| transfers.add(&s.transfers));
+        let per_fault = |n: u64| n as f64 / faults.max(1) as f64;
         let counters = match b {
-            // The model's cache-line transfers per fault, by structure.
-            Backend::Model(_) => TRANSFERS
-                .iter()
-                .zip(Structure::ALL)
-                .map(|(name, s)| (name.clone(), transfers.of(s) as f64 / faults.max(1) as f64))
-                .collect(),
+            // The model's cache-line transfers per fault, by structure, and
+            // on simulated CPUs the lock wait (ns) per fault.
+            Backend::Model(_) => {
+                let moved = TRANSFERS.iter().zip(Structure::ALL).map(|(n, s)| (n.clone(), per_fault(transfers.of(s))));
+                let waited =
+                    WAITS.iter().zip(Structure::ALL).map(|(n, s)| (n.clone(), per_fault(transfers.waited_of(s)) / 1e3));
+                moved.chain(waited.filter(|_| simulated.is_some())).collect()
+            }
             Backend::Host => Vec::new(),
         };
         let samples = vec![
@@ -242,11 +245,20 @@ impl Benchmark for Seed004<'_> {
     }
 
     fn print(&self, run: &SavedRun) {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Simulated CPUs are never more than the machine has.
+        let cores = match self.simulated {
+            Some(_) => usize::MAX,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
         for &test in &self.args.tests {
             for &layout in &self.layouts {
                 self.print_scaling(run, (test, layout), cores);
-                self.print_transfers(run, (test, layout), cores);
+                let what = (test.name(), layout.name());
+                let each = "each thread one simulated CPU";
+                let title = format!("Cache-line transfers per fault, {}, {} (model; {each})", what.0, what.1);
+                self.print_per_fault(run, (test, layout), cores, &title, &TRANSFERS);
+                let title = format!("Lock wait per fault (ns), {}, {} (model on simulated CPUs)", what.0, what.1);
+                self.print_per_fault(run, (test, layout), cores, &title, &WAITS);
             }
         }
         print_seed();
@@ -254,8 +266,14 @@ impl Benchmark for Seed004<'_> {
 }
 
 /// The counters' names: `STRUCTURE_transfers_per_fault`.
-static TRANSFERS: std::sync::LazyLock<Vec<String>> =
-    std::sync::LazyLock::new(|| Structure::ALL.iter().map(|s| format!("{}_transfers_per_fault", s.name())).collect());
+static TRANSFERS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| per_structure("transfers_per_fault"));
+/// The simulated lock waits' names: `STRUCTURE_wait_ns_per_fault`.
+static WAITS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| per_structure("wait_ns_per_fault"));
+
+/// A counter name per structure, `STRUCTURE_what`.
+fn per_structure(what: &str) -> Vec<String> {
+    Structure::ALL.iter().map(|s| format!("{}_{what}", s.name())).collect()
+}
 
 fn hmean(v: &[f64]) -> f64 {
     v.len() as f64 / v.iter().map(|x| 1.0 / x).sum::<f64>()
@@ -328,20 +346,29 @@ impl Seed004<'_> {
         }
     }
 
-    fn print_transfers(&self, run: &SavedRun, (test, layout): (Test, Layout), cores: usize) {
-        println!(
-            "\nCache-line transfers per fault, {}, {} (model; each thread one simulated CPU):\n",
-            test.name(),
-            layout.name()
-        );
+    /// A table of `counters` (one per structure) per thread count and
+    /// design, if any row has them.
+    fn print_per_fault(
+        &self,
+        run: &SavedRun,
+        (test, layout): (Test, Layout),
+        cores: usize,
+        title: &str,
+        counters: &[String],
+    ) {
+        let saved = &run.tables[self.table(test, layout, false)];
+        let has = |t: usize, d: VmaLockDesign| saved.series(&row(t), d.name()).and_then(|s| s.counter(&counters[0]));
+        if !self.threads.iter().any(|&t| DESIGNS.iter().any(|&d| has(t, d).is_some())) {
+            return;
+        }
+        println!("\n{title}:\n");
         let header = ["threads", "design"].into_iter().chain(Structure::ALL.map(|s| s.name())).chain(["total"]);
         let mut table = new_table(header);
-        let saved = &run.tables[self.table(test, layout, false)];
         for &t in &self.threads {
             for d in DESIGNS {
                 let Some(s) = saved.series(&row(t), d.name()) else { continue };
                 let mark = if t > cores { "!" } else { "" };
-                let per: Vec<f64> = TRANSFERS.iter().map(|c| s.counter(c).unwrap_or(0.0)).collect();
+                let per: Vec<f64> = counters.iter().map(|c| s.counter(c).unwrap_or(0.0)).collect();
                 let cells = per.iter().chain([&per.iter().sum()]).map(|v| format!("{v:.4}")).collect::<Vec<_>>();
                 table
                     .add_row([format!("{t}{mark}"), d.name().to_string()].into_iter().chain(cells).collect::<Vec<_>>());

@@ -7,6 +7,7 @@
 //! `process` runs the steps of a process against the backend and the
 //! reference, and `expect` records observations and evaluates `expect` lines.
 
+mod contention;
 mod expect;
 mod file_cmd;
 mod mapping_cmd;
@@ -20,6 +21,7 @@ use crate::backend::Backend;
 use crate::error::StepError;
 use crate::lang::{Cmd, Step};
 use crate::observation::Observation;
+pub use contention::Contention;
 use state::State;
 pub use trace::TracePage;
 
@@ -150,6 +152,9 @@ pub struct Measure {
     /// Process lines run inside the block (each repetition counts).
     pub ops: u64,
     pub threads: Vec<ThreadOps>,
+    /// Its `parallel` blocks' contention report, on simulated CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<Contention>,
 }
 
 impl Measure {

@@ -15,12 +15,12 @@
 //! exactly as for sequential lines.
 
 use foliomm::internals::sync::sim::{self, CpuReport, Profile};
-use foliomm::internals::sync::structure::{Structure, Transfers};
 use foliomm::internals::sync::{thread, Barrier};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::contention::Contention;
 use super::state::State;
 use super::{Failed, StepResult};
 use crate::lang::{Cmd, Place, Step};
@@ -82,7 +82,15 @@ impl State<'_> {
             threads.push(format!("{name} {:.6} s", b.as_secs_f64()));
             self.count_ops(name, g.lines.len() as u64, *b);
         }
-        let report = simulated.map_or(String::new(), |r| contention(&r));
+        let report = match simulated.map(|r| Contention::of(&r)) {
+            Some(c) => {
+                if let Some(m) = &mut self.measure {
+                    m.contention.get_or_insert_with(Contention::default).add(&c);
+                }
+                format!("; {c}")
+            }
+            None => String::new(),
+        };
         Ok(format!("{} lines in {} threads ({}){report}", body.len(), groups.len(), threads.join(", ")))
     }
 
@@ -264,29 +272,6 @@ impl State<'_> {
 /// Phase one's outcome: each thread's logs and backend time, and with
 /// simulated CPUs their reports.
 type Phase = (Vec<Vec<Log>>, Vec<Duration>, Option<Vec<CpuReport>>);
-
-/// The contention report of a block on simulated CPUs: its simulated time
-/// (the last CPU's clock), the cache-line transfers by structure, and the
-/// time spent queueing for lines and waiting for locks.
-fn contention(reports: &[CpuReport]) -> String {
-    let ns = |ps: u64| ps as f64 / 1000.0;
-    let end = reports.iter().map(|r| r.clock).max().unwrap_or(0);
-    let mut transfers = Transfers::default();
-    reports.iter().for_each(|r| transfers.add(&r.transfers));
-    let moved: Vec<String> = Structure::ALL
-        .iter()
-        .filter(|&&s| transfers.of(s) > 0)
-        .map(|&s| format!("{} {}", s.name(), transfers.of(s)))
-        .collect();
-    let (queued, waited) = reports.iter().fold((0, 0), |(q, w), r| (q + r.queued, w + r.waited));
-    format!(
-        "; on simulated CPUs: {:.1} ns, transfers [{}], queued for lines {:.1} ns, waited for locks {:.1} ns",
-        ns(end),
-        moved.join(", "),
-        ns(queued),
-        ns(waited)
-    )
-}
 
 /// Runs group `g`'s lines against `scratch`, recording each line's results,
 /// until one fails; the logs and the time spent in the backend.

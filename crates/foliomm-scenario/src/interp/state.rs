@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use foliomm::internals::check::reference::{RefFiles, RefSpace};
 use foliomm::internals::machine::HugeSize;
 
-use super::{Failed, Measure, StepResult, ThreadOps};
+use super::{Contention, Failed, Measure, StepResult, ThreadOps};
 use crate::backend::{Backend, Thread};
 use crate::error::{BackendResult, StepError};
 use crate::lang::{Cmd, MachineSetting, Place, Step, Tunable};
@@ -23,6 +23,8 @@ pub(super) struct OpenMeasure {
     start: Duration,
     /// Per thread ("P/tid"): lines run and their time in the backend.
     ops: BTreeMap<String, (u64, Duration)>,
+    /// Its `parallel` blocks' contention on simulated CPUs, summed.
+    pub(super) contention: Option<Contention>,
 }
 
 /// What a run keeps between steps.
@@ -229,7 +231,12 @@ impl<'b> State<'b> {
                 if let Some(open) = &self.measure {
                     return Err(format!("measure {name} inside measure {}: blocks do not nest", open.name).into());
                 }
-                self.measure = Some(OpenMeasure { name: name.clone(), start: self.backend_time, ops: BTreeMap::new() });
+                self.measure = Some(OpenMeasure {
+                    name: name.clone(),
+                    start: self.backend_time,
+                    ops: BTreeMap::new(),
+                    contention: None,
+                });
                 return Ok(format!("measuring {name}"));
             }
             Cmd::End => {
@@ -244,7 +251,7 @@ impl<'b> State<'b> {
                     .collect();
                 let ops = threads.iter().map(|t| t.ops).sum();
                 let done = format!("{}: {seconds:.6} s in the backend, {ops} lines", m.name);
-                self.measures.push(Measure { name: m.name, seconds, ops, threads });
+                self.measures.push(Measure { name: m.name, seconds, ops, threads, contention: m.contention });
                 return Ok(done);
             }
             Cmd::Parallel(body) => {

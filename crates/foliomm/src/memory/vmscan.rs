@@ -389,7 +389,7 @@ pub fn retry_after_reclaim<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() 
             Err(Errno::ENOMEM) if rounds < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
                 Stats::inc(&k.stats.allocstall);
                 if try_to_free_pages(k, mmlist) == 0 {
-                    crate::sync::backoff(&mut spins);
+                    crate::sync::backoff(&mut spins, 0);
                     crate::sync::thread::yield_now();
                 }
                 rounds += 1;

@@ -12,8 +12,12 @@
 //!   reader adds 1 (never from 0, never past `VMA_REF_LIMIT`), and a writer
 //!   adds `VMA_LOCK_OFFSET` to shut readers out and waits for those inside.
 //!
-//! Differs from Linux: a writer waiting for readers spins and yields
-//! instead of sleeping on `mm->vma_writer_wait`, so readers wake no one.
+//! A writer waiting for readers sleeps on `mm->vma_writer_wait` on
+//! simulated CPUs, keyed by the VMA's `vm_refcnt`, and the reader whose
+//! `vma_refcount_put` leaves only the writer wakes it.
+//!
+//! Differs from Linux: outside a simulation such a writer spins and
+//! yields instead of sleeping, so readers wake no one.
 //!
 //! Cache lines ([`cacheline`]): `vm_refcnt` has a line of its own, as 6.15
 //! aligns it; the `vm_lock` rwsems are separate small allocations that may
@@ -23,7 +27,7 @@ use super::Vma;
 use crate::kernel::VmaLockDesign;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use crate::sync::cacheline::{self, Aligned, Structure::VmaLock as Line};
-use crate::sync::{backoff, RwSem};
+use crate::sync::{sleep_wait, wake_waiters, RwSem};
 
 /// The writer's share of `vm_refcnt` (`VMA_LOCK_OFFSET`, bit 30).
 pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
@@ -170,7 +174,12 @@ impl Vma {
             Kind::None => {}
             Kind::Rwsem { sem, .. } => sem.up_read(),
             Kind::Refcount(r) => {
-                r.fetch_sub(1, Release);
+                // `is_vma_writer_only`: a writer waits and this was the
+                // last reader (or the VMA's own reference went first).
+                let left = r.fetch_sub(1, Release) - 1;
+                if left & VMA_LOCK_OFFSET != 0 && left <= VMA_LOCK_OFFSET + 1 {
+                    wake_waiters(&r.0 as *const AtomicU32 as usize);
+                }
             }
         }
     }
@@ -265,7 +274,7 @@ fn wait_readers_out(r: &AtomicU32, target: u32) -> bool {
     }
     let mut spins = 0;
     while r.load(Acquire) != target {
-        backoff(&mut spins);
+        sleep_wait(&mut spins, r as *const AtomicU32 as usize, true);
     }
     true
 }

@@ -35,7 +35,7 @@ impl<'a> BitSpinLock<'a> {
         let mut spins = 0u32;
         while word.fetch_or(bit, order) & bit != 0 {
             while word.load(Relaxed) & bit != 0 {
-                backoff(&mut spins);
+                backoff(&mut spins, word as *const AtomicU64 as usize);
             }
         }
         BitSpinLock { word, bit, spins, release: if order == Relaxed { Relaxed } else { Release } }

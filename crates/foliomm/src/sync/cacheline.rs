@@ -52,7 +52,7 @@ static OWNERS: [AtomicU64; 1 << TABLE_BITS] = [const { AtomicU64::new(0) }; 1 <<
 
 thread_local! {
     static CPU: Cell<u32> = const { Cell::new(0) };
-    static COUNTS: Cell<Transfers> = const { Cell::new(Transfers { accesses: [0; N], transfers: [0; N] }) };
+    static COUNTS: Cell<Transfers> = const { Cell::new(Transfers { accesses: [0; N], transfers: [0; N], waited: [0; N] }) };
     static PENDING: Cell<[u32; N]> = const { Cell::new([0; N]) };
 }
 

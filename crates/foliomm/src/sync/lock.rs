@@ -1,21 +1,35 @@
 //! `std`'s mutex and reader-writer lock, aware of simulated CPUs: outside
 //! a simulation they are `std`'s; inside one ([`super::sim`]) a contended
-//! lock is waited for in simulated time (a [`super::sim::spin`] per try),
-//! so that the CPU holding it, whose clock is then the smallest, runs and
-//! lets it go instead of the waiter blocking the only running thread.
+//! lock is waited for in simulated time, so that the CPU holding it, whose
+//! clock is then the smallest, runs and lets it go instead of the waiter
+//! blocking the only running thread.
+//!
+//! The mutex models the kernel's spinlocks and its `struct mutex`, whose
+//! waiters spin while the owner runs (`mutex_optimistic_spin`; a simulated
+//! owner is never preempted): a waiter spins ([`super::sim::spin`] per
+//! try). The reader-writer lock models `struct rw_semaphore`
+//! (kernel/locking/rwsem.c): a waiter sleeps on the lock's wait list and
+//! is woken by the release that frees it. Linux's fairness rules hold in
+//! a simulation: with a waiter queued, a new reader or writer does not
+//! take the lock by its fast path (`RWSEM_FLAG_WAITERS` is in
+//! `RWSEM_READ_FAILED_MASK`), so a waiting writer blocks new readers; a
+//! reader in the slow path takes a free lock anyway (reader lock
+//! stealing), and a woken waiter takes it directly.
 
-use std::sync::{LockResult, TryLockError, TryLockResult};
+use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
-pub use std::sync::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+pub use std::sync::MutexGuard;
 
-/// Takes a lock with `try_lock` until it is free, spinning in simulated
-/// time meanwhile.
-fn simulated<G>(mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
+use super::sim;
+
+/// Takes the lock at `key` with `try_lock` until it is free, spinning in
+/// simulated time meanwhile.
+fn simulated<G>(key: usize, mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
     loop {
         match try_lock() {
             Ok(g) => return Ok(g),
             Err(TryLockError::Poisoned(p)) => return Err(p),
-            Err(TryLockError::WouldBlock) => super::sim::spin(),
+            Err(TryLockError::WouldBlock) => sim::spin(key),
         }
     }
 }
@@ -37,7 +51,7 @@ impl<T> Mutex<T> {
 impl<T: ?Sized> Mutex<T> {
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
         match super::sim::active() {
-            true => simulated(|| self.0.try_lock()),
+            true => simulated(&self.0 as *const _ as *const () as usize, || self.0.try_lock()),
             false => self.0.lock(),
         }
     }
@@ -47,9 +61,24 @@ impl<T: ?Sized> Mutex<T> {
     }
 }
 
-/// `std::sync::RwLock`, waited for in simulated time inside a simulation.
+/// `std::sync::RwLock` as a `struct rw_semaphore`: its waiters sleep
+/// inside a simulation.
 #[derive(Debug, Default)]
 pub struct RwLock<T: ?Sized>(std::sync::RwLock<T>);
+
+/// The read side held; dropping it is `up_read`.
+#[derive(Debug)]
+pub struct RwLockReadGuard<'a, T: ?Sized> {
+    inner: Option<std::sync::RwLockReadGuard<'a, T>>,
+    lock: &'a RwLock<T>,
+}
+
+/// The write side held; dropping it is `up_write`.
+#[derive(Debug)]
+pub struct RwLockWriteGuard<'a, T: ?Sized> {
+    inner: Option<std::sync::RwLockWriteGuard<'a, T>>,
+    lock: &'a RwLock<T>,
+}
 
 impl<T> RwLock<T> {
     pub const fn new(t: T) -> RwLock<T> {
@@ -57,22 +86,116 @@ impl<T> RwLock<T> {
     }
 }
 
+/// Wraps a `std` lock result in the facade's guard.
+fn wrap<G, W>(r: LockResult<G>, f: impl FnOnce(G) -> W) -> LockResult<W> {
+    match r {
+        Ok(g) => Ok(f(g)),
+        Err(p) => Err(PoisonError::new(f(p.into_inner()))),
+    }
+}
+
 impl<T: ?Sized> RwLock<T> {
+    /// The lock's wait-list key: its address.
+    fn key(&self) -> usize {
+        self as *const Self as *const () as usize
+    }
+
+    /// `down_read`.
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
-        match super::sim::active() {
-            true => simulated(|| self.0.try_read()),
+        let got = match sim::active() {
+            true => self.sleeping(false, || self.0.try_read()),
             false => self.0.read(),
-        }
+        };
+        wrap(got, |g| RwLockReadGuard { inner: Some(g), lock: self })
     }
 
+    /// `down_write`.
     pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
-        match super::sim::active() {
-            true => simulated(|| self.0.try_write()),
+        let got = match sim::active() {
+            true => self.sleeping(true, || self.0.try_write()),
             false => self.0.write(),
+        };
+        wrap(got, |g| RwLockWriteGuard { inner: Some(g), lock: self })
+    }
+
+    /// `down_read_trylock`: fails while a writer holds it, and in a
+    /// simulation also while anyone waits.
+    pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
+        if sim::active() && sim::first_waiter(self.key()).is_some() {
+            return Err(TryLockError::WouldBlock);
+        }
+        match self.0.try_read() {
+            Ok(g) => Ok(RwLockReadGuard { inner: Some(g), lock: self }),
+            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
+            Err(TryLockError::Poisoned(p)) => Err(TryLockError::Poisoned(PoisonError::new(RwLockReadGuard {
+                inner: Some(p.into_inner()),
+                lock: self,
+            }))),
         }
     }
 
-    pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        self.0.try_read()
+    /// Whether nobody holds it (a probe: takes and drops the write side).
+    fn free(&self) -> bool {
+        self.0.try_write().is_ok()
+    }
+
+    /// Takes it with `try_lock` in a simulation, by the rules of the
+    /// module comment, sleeping on its wait list until it can.
+    fn sleeping<G>(&self, writer: bool, mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
+        let mut woken = false;
+        loop {
+            let may_take = woken || sim::first_waiter(self.key()).is_none() || (!writer && self.free());
+            if may_take {
+                match try_lock() {
+                    Ok(g) => return Ok(g),
+                    Err(TryLockError::Poisoned(p)) => return Err(p),
+                    Err(TryLockError::WouldBlock) => {}
+                }
+            }
+            sim::sleep(self.key(), writer, woken);
+            woken = true;
+        }
+    }
+
+    /// After a release in a simulation: wakes the waiters if it is free
+    /// (`rwsem_wake` when the count leaves only waiters).
+    fn released(&self) {
+        if sim::active() && self.free() {
+            sim::wake(self.key());
+        }
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for RwLockReadGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.inner.as_ref().expect("held until dropped")
+    }
+}
+
+impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
+    fn drop(&mut self) {
+        drop(self.inner.take());
+        self.lock.released();
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for RwLockWriteGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.inner.as_ref().expect("held until dropped")
+    }
+}
+
+impl<T: ?Sized> std::ops::DerefMut for RwLockWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.inner.as_mut().expect("held until dropped")
+    }
+}
+
+impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
+    fn drop(&mut self) {
+        drop(self.inner.take());
+        self.lock.released();
     }
 }

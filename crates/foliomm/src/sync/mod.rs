@@ -104,17 +104,43 @@ pub fn this_cpu() -> usize {
     }
 }
 
-/// One round of waiting for a lock or a seqcount: spin, and every 64th round
-/// yield the CPU (model threads may be preempted while holding what we wait
-/// for). Under loom and shuttle every round yields, as their schedulers
-/// require of spin loops. Counts the round in `spins`.
-pub(crate) fn backoff(spins: &mut u32) {
+/// One round of waiting for a sleeping lock whose word is at `key` (a
+/// rwsem, or a writer waiting on `rcuwait` for readers to leave): on
+/// simulated CPUs, sleep on its wait list (to write if `writer`; after the
+/// first round at the head) until a release wakes it ([`sim::wake`]);
+/// elsewhere a [`backoff`] round. Counts the round in `spins`.
+pub(crate) fn sleep_wait(spins: &mut u32, key: usize, writer: bool) {
+    if sim::active() {
+        *spins += 1;
+        return sim::sleep(key, writer, *spins > 1);
+    }
+    backoff(spins, key);
+}
+
+/// Wakes the waiters of the sleeping lock at `key` after a release, on
+/// simulated CPUs (elsewhere waiters poll: nothing to do).
+pub(crate) fn wake_waiters(key: usize) {
+    if sim::active() {
+        sim::wake(key);
+    }
+}
+
+/// One round of waiting for a lock or a seqcount whose word is at `key`
+/// (0: not a lock): spin, and every 64th round yield the CPU (model
+/// threads may be preempted while holding what we wait for). Under loom
+/// and shuttle every round yields, as their schedulers require of spin
+/// loops; on simulated CPUs it is a [`sim::spin`]. Counts the round in
+/// `spins`.
+pub(crate) fn backoff(spins: &mut u32, key: usize) {
     *spins += 1;
     #[cfg(any(loom, shuttle))]
-    thread::yield_now();
+    {
+        let _ = key;
+        thread::yield_now();
+    }
     #[cfg(not(any(loom, shuttle)))]
     if sim::active() {
-        sim::spin();
+        sim::spin(key);
     } else if spins.is_multiple_of(64) {
         thread::yield_now();
     } else {

@@ -2,11 +2,16 @@
 //! kernel/locking/rwsem.c), with the kernel's unguarded calls: a holder
 //! may keep it across functions (as a fault keeps a VMA's `vm_lock`).
 //!
-//! Differs from Linux: waiters spin and yield instead of sleeping on a wait
-//! list, and there is no writer preference or optimistic spinning.
+//! Only writers wait (readers try-lock, as `vma_start_read` does): on
+//! simulated CPUs a writer sleeps on the wait list and the release that
+//! frees the semaphore wakes it ([`super::sleep_wait`]).
+//!
+//! Differs from Linux: outside a simulation a waiting writer spins and
+//! yields instead of sleeping, and there is no writer preference or
+//! optimistic spinning.
 
 use super::atomic::{AtomicI64, Ordering::*};
-use super::backoff;
+use super::{sleep_wait, wake_waiters};
 
 /// The count: the number of readers, or `RwSem::WRITER` while a writer holds it.
 #[derive(Debug, Default)]
@@ -31,13 +36,22 @@ impl RwSem {
     pub fn up_read(&self) {
         let before = self.0.fetch_sub(1, Release);
         debug_assert!(before > 0, "up_read without a reader");
+        if before == 1 {
+            wake_waiters(self.key());
+        }
+    }
+
+    /// The count's address: the wait-list key.
+    fn key(&self) -> usize {
+        &self.0 as *const AtomicI64 as usize
     }
 
     /// `down_write`: waits until no reader or writer holds it.
     pub fn down_write(&self) {
         let mut spins = 0;
-        while self.0.compare_exchange_weak(0, Self::WRITER, Acquire, Relaxed).is_err() {
-            backoff(&mut spins);
+        // Not `_weak`: a spurious failure would sleep with nobody to wake it.
+        while self.0.compare_exchange(0, Self::WRITER, Acquire, Relaxed).is_err() {
+            sleep_wait(&mut spins, self.key(), true);
         }
     }
 
@@ -45,6 +59,7 @@ impl RwSem {
     pub fn up_write(&self) {
         debug_assert_eq!(self.0.load(Relaxed), Self::WRITER, "up_write without the writer");
         self.0.store(0, Release);
+        wake_waiters(self.key());
     }
 
     /// Readers holding it now (0 while a writer holds it).

@@ -62,6 +62,11 @@ impl<'a> AtomicSeqcount<'a> {
         AtomicSeqcount { word, entry }
     }
 
+    /// The word's address, for the simulation's lock-wait accounting.
+    fn key(&self) -> usize {
+        self.word as *const AtomicU64 as usize
+    }
+
     /// `raw_write_atomic_seqcount_begin`: enters the write side; the writer
     /// is exclusive (and may use plain updates) when the entry allows it
     /// and nobody else was inside.
@@ -98,7 +103,7 @@ impl<'a> AtomicSeqcount<'a> {
     /// A shared writer waits for every exclusive writer to leave.
     fn wait_exclusive(&self, w: &mut SeqWrite) {
         while self.word.load(Acquire) & EXCLUSIVE_MASK != 0 {
-            backoff(&mut w.spins);
+            backoff(&mut w.spins, self.key());
         }
         fence(Release);
     }
@@ -119,7 +124,7 @@ impl<'a> AtomicSeqcount<'a> {
             if let Some(v) = self.try_read(&read) {
                 return v;
             }
-            backoff(&mut spins);
+            backoff(&mut spins, self.key());
         }
     }
 

@@ -58,13 +58,16 @@ impl Structure {
     }
 }
 
-pub(super) const N: usize = Structure::ALL.len();
+/// The number of structures.
+pub const N: usize = Structure::ALL.len();
 
-/// Accesses and transfers one simulated CPU made, per [`Structure`].
+/// Accesses and transfers one simulated CPU made, and on simulated CPUs
+/// ([`super::sim`]) the picoseconds it waited for locks, per [`Structure`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Transfers {
     pub accesses: [u64; N],
     pub transfers: [u64; N],
+    pub waited: [u64; N],
 }
 
 impl Transfers {
@@ -78,11 +81,17 @@ impl Transfers {
         self.accesses[s as usize]
     }
 
+    /// Picoseconds waited for locks in lines of `s` (simulated CPUs only).
+    pub fn waited_of(&self, s: Structure) -> u64 {
+        self.waited[s as usize]
+    }
+
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &Transfers) {
         for i in 0..N {
             self.accesses[i] += other.accesses[i];
             self.transfers[i] += other.transfers[i];
+            self.waited[i] += other.waited[i];
         }
     }
 }

@@ -26,11 +26,13 @@ enum Holders {
     Shared(u64),
 }
 
-/// A line: where it is, and when its last move completes (picoseconds).
+/// A line: where it is, when its last move completes (picoseconds), and
+/// the caller's tag for it (the structure it belongs to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Line {
     holders: Holders,
     ready: u64,
+    tag: u8,
 }
 
 /// What one access cost and did.
@@ -54,20 +56,27 @@ pub struct Caches {
 
 impl Caches {
     /// An access by `cpu` (0 to 63), at its time `now`, to the line at
-    /// `line` (an address shifted by 6), a write if `write`; the line's
-    /// state afterwards is the access's, and with the profile's
-    /// adjacent-line prefetch the 128-byte buddy line follows a transfer.
-    pub fn access(&mut self, p: &Profile, cpu: usize, now: u64, line: usize, write: bool) -> Outcome {
-        let out = self.one(p, cpu, now, line, write);
+    /// `line` (an address shifted by 6), a write if `write`, tagging the
+    /// line `tag`; the line's state afterwards is the access's, and with
+    /// the profile's adjacent-line prefetch the 128-byte buddy line
+    /// follows a transfer.
+    pub fn access(&mut self, p: &Profile, cpu: usize, now: u64, line: usize, write: bool, tag: u8) -> Outcome {
+        let out = self.one(p, cpu, now, line, write, Some(tag));
         if p.adjacent_prefetch && out.transfer {
             // The buddy line comes along (its own later access is a hit).
-            self.one(p, cpu, now, line ^ 1, false);
+            self.one(p, cpu, now, line ^ 1, false, None);
         }
         out
     }
 
-    fn one(&mut self, p: &Profile, cpu: usize, now: u64, line: usize, write: bool) -> Outcome {
+    /// The tag of the last access to `line`, if it was accessed.
+    pub fn tag(&self, line: usize) -> Option<u8> {
+        self.lines.get(&line).map(|l| l.tag)
+    }
+
+    fn one(&mut self, p: &Profile, cpu: usize, now: u64, line: usize, write: bool, tag: Option<u8>) -> Outcome {
         let old = self.lines.get(&line).copied();
+        let tag = tag.or(old.map(|l| l.tag)).unwrap_or(u8::MAX);
         let (mut out, holders) = moved(p, cpu, old.map(|l| l.holders), write);
         let mut ready = old.map_or(0, |l| l.ready);
         if out.cost != p.hit {
@@ -79,7 +88,7 @@ impl Caches {
                 ready = now + out.cost;
             }
         }
-        self.lines.insert(line, Line { holders, ready });
+        self.lines.insert(line, Line { holders, ready, tag });
         out
     }
 }
@@ -118,7 +127,7 @@ mod tests {
     /// Accesses a microsecond apart: none waits for another.
     fn apart(c: &mut Caches, p: &Profile, t: &mut u64, cpu: usize, line: usize, write: bool) -> Outcome {
         *t += 1_000_000;
-        c.access(p, cpu, *t, line, write)
+        c.access(p, cpu, *t, line, write, 0)
     }
 
     #[test]
@@ -140,9 +149,9 @@ mod tests {
     fn cpus_that_hammer_one_line_queue_for_it() {
         let p = Profile::two_socket_server();
         let mut c = Caches::default();
-        c.access(&p, 0, 0, 9, true);
+        c.access(&p, 0, 0, 9, true, 0);
         // Three CPUs write it at the same instant: each waits for the last.
-        let waits: Vec<u64> = (1..4).map(|cpu| c.access(&p, cpu, 1_000_000, 9, true).queued).collect();
+        let waits: Vec<u64> = (1..4).map(|cpu| c.access(&p, cpu, 1_000_000, 9, true, 0).queued).collect();
         assert_eq!(waits, [0, p.hitm, 2 * p.hitm]);
     }
 

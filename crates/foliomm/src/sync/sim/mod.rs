@@ -10,8 +10,12 @@
 //! ([`crate::sync::cacheline`]'s hooks, through the [`coherence`] model),
 //! every round of waiting for a lock (the facade's spin loops and its
 //! locks' contended paths), and the private work the fault path declares
-//! ([`work`]). A CPU waiting for a lock spins in simulated time until the
-//! holder, whose clock is then the smallest, runs and lets it go.
+//! ([`work`]). A CPU waiting for a spinning lock spins in simulated time
+//! until the holder, whose clock is then the smallest, runs and lets it
+//! go; a CPU waiting for a sleeping lock ([`sleep`]) leaves the run queue
+//! until the release wakes it ([`wake`], [`wait`]'s rules), and resumes
+//! the profile's wake-up latency after the release. The time a CPU waits
+//! is reported by the structure of the lock's line.
 //!
 //! Mechanism: OS threads passing a baton (`park`/`unpark`), chosen over a
 //! custom shuttle scheduler (which would need the shuttle build of the
@@ -20,12 +24,12 @@
 //! within the profile's quantum of the next one's, which bounds the
 //! hand-offs; with a quantum of 0 the order is exactly by clock.
 //!
-//! Differs from Linux: sleeping locks spin too (a waiter's time is the
-//! holder's remaining time either way; the wake-up cost is the spin
-//! round's); nothing preempts a CPU between its events.
+//! Differs from Linux: nothing preempts a CPU between its events, and a
+//! CPU that sleeps is idle (no other task runs on it).
 
 pub mod coherence;
 pub mod profile;
+mod wait;
 
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -34,7 +38,8 @@ use std::thread::Thread;
 pub use coherence::Outcome;
 pub use profile::Profile;
 
-use super::structure::{Structure, Transfers};
+use super::structure::{Structure, Transfers, N};
+use wait::{WaitLists, Waiter};
 
 /// What one simulated CPU did: its clock at the end, its accesses and
 /// transfers per structure, its invalidations, and the time it waited
@@ -45,7 +50,9 @@ pub struct CpuReport {
     pub clock: u64,
     pub transfers: Transfers,
     pub invalidations: u64,
-    /// Picoseconds spent waiting for locks.
+    /// Picoseconds spent waiting for locks (spinning or asleep); of which
+    /// `transfers.waited` those in lines of each [`Structure`] (the rest:
+    /// locks in lines no accounted access named).
     pub waited: u64,
     /// Picoseconds spent waiting for contended lines.
     pub queued: u64,
@@ -55,6 +62,8 @@ pub struct CpuReport {
 struct Cpu {
     report: CpuReport,
     done: bool,
+    /// Asleep on a wait list: not runnable until woken.
+    asleep: bool,
     thread: Option<Thread>,
     /// The seeded tie-break: lower first.
     rank: u64,
@@ -66,6 +75,9 @@ struct State {
     current: Option<usize>,
     registered: usize,
     caches: coherence::Caches,
+    waits: WaitLists,
+    /// Set when every CPU left sleeps: each fails instead of hanging.
+    deadlock: bool,
 }
 
 /// A simulation in progress.
@@ -108,8 +120,16 @@ pub fn run<R: Send>(
     body: impl Fn(usize) -> R + Sync,
 ) -> (Vec<R>, Vec<CpuReport>) {
     assert!((1..=64).contains(&cpus), "1 to 64 simulated CPUs, not {cpus}");
-    let cpu = |i| Cpu { report: CpuReport::default(), done: false, thread: None, rank: mix(seed, i as u64) };
-    let state = State { cpus: (0..cpus).map(cpu).collect(), current: None, registered: 0, caches: Default::default() };
+    let cpu =
+        |i| Cpu { report: CpuReport::default(), done: false, asleep: false, thread: None, rank: mix(seed, i as u64) };
+    let state = State {
+        cpus: (0..cpus).map(cpu).collect(),
+        current: None,
+        registered: 0,
+        caches: Default::default(),
+        waits: Default::default(),
+        deadlock: false,
+    };
     let sim = Arc::new(Sim { state: Mutex::new(state), profile, quantum });
     let results = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cpus)
@@ -176,10 +196,11 @@ impl Sim {
     /// unless `me` is within the quantum of it.
     fn next(&self, st: &State, me: Option<usize>) -> Option<usize> {
         let key = |i: usize| (st.cpus[i].report.clock, st.cpus[i].rank);
-        let best = (0..st.cpus.len()).filter(|&i| !st.cpus[i].done).min_by_key(|&i| key(i))?;
+        let runnable = |i: usize| !st.cpus[i].done && !st.cpus[i].asleep;
+        let best = (0..st.cpus.len()).filter(|&i| runnable(i)).min_by_key(|&i| key(i))?;
         match me {
             Some(me)
-                if !st.cpus[me].done
+                if runnable(me)
                     && st.cpus[me].report.clock <= st.cpus[best].report.clock.saturating_add(self.quantum) =>
             {
                 Some(me)
@@ -188,16 +209,57 @@ impl Sim {
         }
     }
 
+    /// Gives the baton to `next`; with no CPU runnable while some sleep,
+    /// declares a deadlock and wakes every thread to fail.
     fn hand_to(&self, st: &mut State, next: Option<usize>) {
         st.current = next;
+        if next.is_none() && st.cpus.iter().any(|c| c.asleep) {
+            st.deadlock = true;
+            st.cpus.iter().filter_map(|c| c.thread.as_ref()).for_each(Thread::unpark);
+        }
         if let Some(t) = next.and_then(|n| st.cpus[n].thread.clone()) {
             t.unpark();
         }
     }
 
     fn wait_turn(&self, me: usize) {
-        while self.lock().current != Some(me) {
+        loop {
+            let st = self.lock();
+            if st.current == Some(me) {
+                return;
+            }
+            let asleep = st.cpus[me].asleep;
+            assert!(!st.deadlock || !asleep, "simulated deadlock: every CPU left sleeps on a lock");
+            drop(st);
             std::thread::park();
+        }
+    }
+
+    /// CPU `me` sleeps on `key` until a release wakes it, and charges the
+    /// time to the structure of `key`'s line.
+    fn sleep(&self, me: usize, key: usize, writer: bool, front: bool) {
+        let mut st = self.lock();
+        st.waits.add(key, Waiter { cpu: me, writer }, front);
+        st.cpus[me].asleep = true;
+        let from = st.cpus[me].report.clock;
+        let next = self.next(&st, None);
+        self.hand_to(&mut st, next);
+        drop(st);
+        self.wait_turn(me);
+        let mut st = self.lock();
+        let waited = st.cpus[me].report.clock - from;
+        charge_wait(&mut st, me, key, waited);
+    }
+
+    /// Wakes the waiters a release of `key` by CPU `me` wakes: they run
+    /// again the profile's wake-up latency from now.
+    fn wake(&self, me: usize, key: usize) {
+        let mut st = self.lock();
+        let at = st.cpus[me].report.clock + self.profile.wakeup;
+        for cpu in st.waits.take_woken(key) {
+            let c = &mut st.cpus[cpu];
+            c.asleep = false;
+            c.report.clock = c.report.clock.max(at);
         }
     }
 
@@ -231,7 +293,7 @@ pub(crate) fn access(s: Structure, addr: usize, write: bool) {
     with_me(|sim, me| {
         sim.advance(me, |st, p| {
             let now = st.cpus[me].report.clock;
-            let out = st.caches.access(p, me, now, addr >> 6, write);
+            let out = st.caches.access(p, me, now, addr >> 6, write, s as u8);
             let r = &mut st.cpus[me].report;
             r.queued += out.queued;
             r.transfers.accesses[s as usize] += 1;
@@ -254,14 +316,51 @@ pub fn now() -> u64 {
     clock
 }
 
-/// One round of waiting for a lock.
-pub(crate) fn spin() {
+/// Adds `waited` to CPU `me`'s lock waits, under the structure of the
+/// line at `key` if an accounted access named it.
+fn charge_wait(st: &mut State, me: usize, key: usize, waited: u64) {
+    let tag = st.caches.tag(key >> 6).map(usize::from).filter(|&t| t < N);
+    let r = &mut st.cpus[me].report;
+    r.waited += waited;
+    if let Some(t) = tag {
+        r.transfers.waited[t] += waited;
+    }
+}
+
+/// One round of spinning for the lock at `key` (an address; 0: none).
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's locks are loom's or shuttle's there
+pub(crate) fn spin(key: usize) {
     with_me(|sim, me| {
         sim.advance(me, |st, p| {
-            st.cpus[me].report.waited += p.spin;
+            charge_wait(st, me, key, p.spin);
             p.spin
         })
     });
+}
+
+/// Sleeps this CPU on the wait list of the lock at `key`, to write if
+/// `writer`, at the head if `front` (a woken waiter that lost the lock
+/// again), until a release of `key` wakes it; the caller then tries the
+/// lock again. Must follow the failed try with no event between, so
+/// that no release can slip in (only one CPU runs at a time).
+pub(crate) fn sleep(key: usize, writer: bool, front: bool) {
+    with_me(|sim, me| sim.sleep(me, key, writer, front));
+}
+
+/// Who waits on the lock at `key`: None if nobody, else whether the first
+/// waiter waits to write.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))]
+pub(crate) fn first_waiter(key: usize) -> Option<bool> {
+    let mut first = None;
+    with_me(|sim, _| first = sim.lock().waits.waiting(key).and_then(|l| l.front()).map(|w| w.writer));
+    first
+}
+
+/// A release of the lock at `key`: wakes its first waiter, and every
+/// queued reader with a reader ([`wait`]'s rules). Nothing outside a
+/// simulation.
+pub(crate) fn wake(key: usize) {
+    with_me(|sim, me| sim.wake(me, key));
 }
 
 /// Private work the fault path declares.

@@ -21,9 +21,12 @@ pub struct Profile {
     pub remote_hitm: u64,
     /// Invalidating the other holders of a clean line before a write.
     pub invalidate: u64,
-    /// One round of waiting for a lock (a spin, or a sleeping waiter's
-    /// share of a wake-up).
+    /// One round of spinning for a lock.
     pub spin: u64,
+    /// From a release to the sleeping waiter it wakes running again
+    /// (`try_to_wake_up` and the switch to the woken task).
+    #[serde(default = "Profile::default_wakeup")]
+    pub wakeup: u64,
     /// The fixed work of a page fault (entry, walk, exit), beyond its
     /// shared accesses.
     pub fault: u64,
@@ -43,7 +46,8 @@ impl Profile {
     /// L1 hit about 1 ns, a clean line from another core's cache about
     /// 40 ns, a modified one (HITM) about 60 ns on the socket and 120 ns
     /// across the UPI link, DRAM about 90 ns; 28 CPUs per socket), with a
-    /// fault's fixed work of 1 µs and 4 KiB zeroed in 400 ns (10 GB/s).
+    /// fault's fixed work of 1 µs, 4 KiB zeroed in 400 ns (10 GB/s), and a
+    /// wake-up of a sleeping waiter on an idle CPU in 4 µs.
     pub fn two_socket_server() -> Profile {
         Profile {
             name: "two-socket-server".into(),
@@ -54,12 +58,18 @@ impl Profile {
             remote_hitm: 120_000,
             invalidate: 30_000,
             spin: 20_000,
+            wakeup: Profile::default_wakeup(),
             fault: 1_000_000,
             zero_page: 400_000,
             syscall: 500_000,
             cpus_per_socket: 28,
             adjacent_prefetch: false,
         }
+    }
+
+    /// The wake-up latency of a profile saved before it had one.
+    fn default_wakeup() -> u64 {
+        4_000_000
     }
 
     /// The socket of simulated CPU `cpu` (from 0).

@@ -75,3 +75,66 @@ fn a_panicking_cpu_fails_the_run_and_the_others_finish() {
     assert!(run.is_err(), "the run reports the panic");
     assert_eq!(finished.into_inner(), 2, "the other CPUs ran to their end");
 }
+
+#[test]
+fn a_sleeping_waiter_resumes_a_wake_up_after_the_release_and_is_charged_to_its_structure() {
+    let lock = Aligned(crate::sync::RwLock::new(()));
+    let p = Profile::two_socket_server();
+    let (_, reports) = run(2, p.clone(), 5, 0, |cpu| {
+        if cpu == 0 {
+            cacheline::write(MmapLock, &lock.0);
+            let _g = lock.0.write().unwrap();
+            for _ in 0..20 {
+                work(Work::Fault);
+            }
+        } else {
+            work(Work::Syscall);
+            cacheline::write(MmapLock, &lock.0);
+            let _g = lock.0.read().unwrap();
+        }
+    });
+    let r = &reports[1];
+    assert_eq!(r.waited, r.transfers.waited_of(MmapLock), "the lock's line names its structure");
+    assert!(r.clock >= reports[0].clock + p.wakeup, "woken after the release, a wake-up later");
+    assert!(r.clock < reports[0].clock + p.wakeup + p.fault, "and no later");
+}
+
+#[test]
+fn a_waiting_writer_blocks_new_readers() {
+    let lock = crate::sync::RwLock::new(Vec::new());
+    let order = FacadeMutex::new(Vec::new());
+    // CPU 0 reads long; CPU 1 then queues to write; CPU 2 comes to read
+    // after that and must wait for the writer although only readers hold it.
+    run(3, Profile::two_socket_server(), 9, 0, |cpu| {
+        for _ in 0..cpu * 3 {
+            work(Work::Syscall);
+        }
+        match cpu {
+            0 => {
+                let _g = lock.read().unwrap();
+                (0..10).for_each(|_| work(Work::Fault));
+            }
+            1 => lock.write().unwrap().push(1),
+            _ => {
+                assert!(lock.try_read().is_err(), "a trylock fails while a writer waits");
+                let seen = lock.read().unwrap().clone();
+                order.lock().unwrap().push(seen);
+            }
+        }
+    });
+    assert_eq!(*order.lock().unwrap(), [vec![1]], "the reader came after the writer");
+}
+
+#[test]
+fn every_cpu_asleep_is_a_deadlock_that_fails_the_run() {
+    let (a, b) = (crate::sync::RwLock::new(()), crate::sync::RwLock::new(()));
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(2, Profile::two_socket_server(), 1, 0, |cpu| {
+            let (first, second) = if cpu == 0 { (&a, &b) } else { (&b, &a) };
+            let _g = first.write().unwrap();
+            work(Work::Syscall);
+            let _h = second.write().unwrap();
+        })
+    }));
+    assert!(run.is_err(), "an ABBA deadlock is reported, not hung");
+}

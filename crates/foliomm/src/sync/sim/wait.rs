@@ -1,0 +1,104 @@
+//! Wait lists of the sleeping locks in simulated time: a rwsem's
+//! `sem->wait_list` (kernel/locking/rwsem.c) and the per-VMA lock's
+//! `mm->vma_writer_wait` (an `rcuwait`), keyed by the lock word's address.
+//!
+//! A waiter is queued in arrival order; a release wakes the first waiter
+//! and, if it waits to read, every other reader in the list
+//! (`rwsem_mark_wake` with `RWSEM_WAKE_ANY`, up to `MAX_READERS_WAKEUP`).
+//! A woken waiter takes the lock again itself, and if it loses the race
+//! goes back to the head of the list.
+//!
+//! Differs from Linux: no handoff bit (a waiter at the head may lose the
+//! lock to a newcomer any number of times) and no optimistic spinning of
+//! writers on a running owner.
+
+use std::collections::{HashMap, VecDeque};
+
+/// `MAX_READERS_WAKEUP`: readers one release wakes at most.
+const MAX_READERS_WAKEUP: usize = 0x100;
+
+/// One sleeping CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Waiter {
+    pub cpu: usize,
+    /// Whether it waits to write (`RWSEM_WAITING_FOR_WRITE`).
+    pub writer: bool,
+}
+
+/// Every lock's wait list.
+#[derive(Debug, Default)]
+pub(super) struct WaitLists {
+    lists: HashMap<usize, VecDeque<Waiter>>,
+}
+
+impl WaitLists {
+    /// Queues `w` on `key`: at the tail, or at the head if `front` (a
+    /// woken waiter that lost the lock).
+    pub fn add(&mut self, key: usize, w: Waiter, front: bool) {
+        let list = self.lists.entry(key).or_default();
+        match front {
+            true => list.push_front(w),
+            false => list.push_back(w),
+        }
+    }
+
+    /// The waiters on `key`, none if nobody waits.
+    #[cfg_attr(any(loom, shuttle), allow(dead_code))]
+    pub fn waiting(&self, key: usize) -> Option<&VecDeque<Waiter>> {
+        self.lists.get(&key).filter(|l| !l.is_empty())
+    }
+
+    /// Takes the waiters a release of `key` wakes: the first, and if it
+    /// waits to read, every other reader (up to `MAX_READERS_WAKEUP`).
+    pub fn take_woken(&mut self, key: usize) -> Vec<usize> {
+        let Some(list) = self.lists.get_mut(&key) else { return Vec::new() };
+        let woken = match list.front() {
+            None => Vec::new(),
+            Some(first) if first.writer => vec![list.pop_front().expect("a first waiter").cpu],
+            Some(_) => {
+                let mut woken = Vec::new();
+                list.retain(|w| match !w.writer && woken.len() < MAX_READERS_WAKEUP {
+                    true => {
+                        woken.push(w.cpu);
+                        false
+                    }
+                    false => true,
+                });
+                woken
+            }
+        };
+        if list.is_empty() {
+            self.lists.remove(&key);
+        }
+        woken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(cpu: usize, writer: bool) -> Waiter {
+        Waiter { cpu, writer }
+    }
+
+    #[test]
+    fn a_writer_at_the_head_is_woken_alone_and_readers_together() {
+        let mut l = WaitLists::default();
+        for (cpu, writer) in [(1, true), (2, false), (3, true), (4, false)] {
+            l.add(9, w(cpu, writer), false);
+        }
+        assert_eq!(l.take_woken(9), [1]);
+        assert_eq!(l.take_woken(9), [2, 4], "every queued reader, past the writer");
+        assert_eq!(l.take_woken(9), [3]);
+        assert!(l.waiting(9).is_none() && l.take_woken(9).is_empty());
+    }
+
+    #[test]
+    fn a_waiter_that_lost_the_lock_goes_back_to_the_head() {
+        let mut l = WaitLists::default();
+        l.add(1, w(5, true), false);
+        l.add(1, w(6, true), true);
+        assert_eq!(l.take_woken(1), [6]);
+    }
+}
