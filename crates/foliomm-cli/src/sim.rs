@@ -12,7 +12,8 @@
 //! two wake-ups; the median of batches). Derived, not measured: a
 //! hit (1 ns), a clean line from another core (two thirds of a transfer),
 //! an invalidation (half of one) and a round of spinning (a third); the
-//! sockets from `/sys/devices/system/cpu`.
+//! sockets from `/sys/devices/system/cpu`. A fork's fixed work is the
+//! published profile's (nothing here forks).
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Instant;
@@ -52,6 +53,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         fault,
         zero_page,
         syscall: syscall_ps()?,
+        fork: Profile::default_fork(),
         cpus_per_socket: 0,
         adjacent_prefetch: false,
     };

@@ -13,6 +13,7 @@ mod pmd_sharing;
 mod progress;
 mod published;
 mod report;
+mod rmap_scaling;
 mod runner;
 mod saved;
 mod seed_000;
@@ -95,6 +96,16 @@ enum Bench {
     /// seed's combined numbers and the model's cache-line transfers beside.
     #[command(name = "seed-002")]
     Seed002(seed_002::Seed002Args),
+    /// Concurrent rmap writers on the same folios per mapcount design, 1 to 64 simulated CPUs (seeds 003, 000)
+    ///
+    /// Every simulated CPU's process maps and unmaps one shmem file of 2M
+    /// THPs (`map`), or forks a child that exits while mapping one
+    /// anonymous THP they all share (`fork`): pairs per CPU-second as %
+    /// change against nr-mapped (compound-locked's bit spinlock against
+    /// the atomics; rmap-id's atomic seqcount), with the folio's
+    /// cache-line transfers and lock wait per pair.
+    #[command(name = "rmap-scaling")]
+    RmapScaling(rmap_scaling::RmapScalingArgs),
     /// Page-table memory hugetlb PMD sharing saves per forked child (seed 002)
     ///
     /// A parent maps 1 GiB VMAs of one hugetlbfs file at 1 GiB boundaries
@@ -220,6 +231,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Seed004(s) => runner::run(&mut seed_004::Seed004::new(s)?, &s.common),
         Bench::Seed003(s) => runner::run(&mut seed_003::Seed003::new(s)?, &s.common),
         Bench::Seed002(s) => runner::run(&mut seed_002::Seed002::new(s)?, &s.common),
+        Bench::RmapScaling(s) => runner::run(&mut rmap_scaling::RmapScaling::new(s)?, &s.common),
         Bench::PmdSharing(s) => runner::run(&mut pmd_sharing::PmdSharing::new(s)?, &s.common),
         Bench::SharedDecisions(s) => shared_decisions::run_bench(s),
     }

@@ -156,6 +156,6 @@ impl<'a> Folio<'a> {
 
     /// `folio_trylock`.
     pub fn trylock(&self) -> Option<BitSpinLock<'a>> {
-        BitSpinLock::try_lock(&self.head().flags, 0)
+        BitSpinLock::try_lock(Structure::Folio, &self.head().flags, 0)
     }
 }

@@ -7,6 +7,7 @@ use super::fields::{field, w};
 use super::large_mapcount::Entered;
 use super::{Cost, Level};
 use crate::folio::Folio;
+use crate::sync::cacheline::{self, Structure};
 
 impl PageMapcounts {
     /// What an add or remove of `nr` pages (or one PMD) from `first` cost,
@@ -48,23 +49,44 @@ impl PageMapcounts {
             Total::All => c.rmw += 1,
             _ => {}
         }
-        // Descriptors: the pages whose _mapcount changed, the second page
-        // (its fields), and for rmap-id the third (the square sum).
-        let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
-        let mut lines = if pte { nr } else { 0 };
-        let in_range = |p: u64| pte && first <= p && p < first + nr;
-        if touches_second && !in_range(1) {
-            lines += 1;
-        }
-        if self.f.rmap_sums.is_some() {
-            lines += (2..=self.sum_words(f).min(f.nr_pages() - 1)).filter(|&p| !in_range(p)).count() as u64;
-        }
+        let lines = self.touched_pages(f, first, nr, level).count() as u64;
         c.lines = lines;
         c
     }
 }
 
 impl PageMapcounts {
+    /// The descriptors (memmap cache lines) an add or remove of `nr` pages
+    /// (or one PMD) from `first` touches: the pages whose `_mapcount`
+    /// changes, the second page (its fields), and for rmap-id the pages of
+    /// the sums. A PMD map of a file folio that also counts in every page
+    /// ([`PageMapcounts::file_pmd_extra`]) is not among them.
+    pub(super) fn touched_pages(&self, f: Folio, first: u64, nr: u64, level: Level) -> impl Iterator<Item = u64> {
+        let pte = level == Level::Pte;
+        let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
+        let in_range = move |p: u64| pte && first <= p && p < first + nr;
+        let sums = match self.f.rmap_sums {
+            Some(_) => 2..=self.sum_words(f).min(f.nr_pages() - 1),
+            None => 2..=1,
+        };
+        let pages = if pte { first..first + nr } else { 0..0 };
+        let second = (touches_second && !in_range(1)).then_some(1);
+        pages.chain(second).chain(sums.filter(move |&p| !in_range(p)))
+    }
+
+    /// Accounts the writes of an add or remove to its descriptors' lines
+    /// ([`cacheline`]), when accounting: those of [`Self::touched_pages`],
+    /// and every page's for a PMD map of a file folio counted in every
+    /// page (`subpage`).
+    pub(super) fn touch(&self, f: Folio, first: u64, nr: u64, level: Level) {
+        if cacheline::accounting() {
+            let every = level == Level::Pmd && self.pmd_in_pages(f);
+            let extra = if every { 0..f.nr_pages() } else { 0..0 };
+            let pages = self.touched_pages(f, first, nr, level).filter(|&p| !every || p >= f.nr_pages());
+            pages.chain(extra).for_each(|p| cacheline::write(Structure::Folio, f.page(p)));
+        }
+    }
+
     /// What a PMD map or unmap of a file folio costs beyond the common
     /// part (seed 003): Linux 6.1 (`subpage`, `page_add_file_rmap` with
     /// `compound`) updates every page's `_mapcount` as well (performed in

@@ -11,6 +11,7 @@ use super::{MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::AtomicU64;
 use crate::sync::atomic::Ordering::*;
+use crate::sync::cacheline::Structure;
 use crate::sync::{AtomicSeqcount, BitSpinLock, SeqWrite};
 
 /// How an update of the large mapcount got in: alone in the rmap seqcount
@@ -42,7 +43,7 @@ impl PageMapcounts {
     /// The rmap seqcount (`folio->_rmap_atomic_seqcount`), entered as the
     /// stage enters it.
     pub(super) fn seqcount<'a>(&self, f: Folio<'a>) -> AtomicSeqcount<'a> {
-        AtomicSeqcount::new(&f.page(1).link, self.f.stage.seq_entry())
+        AtomicSeqcount::new(Structure::Folio, &f.page(1).link, self.f.stage.seq_entry())
     }
 
     /// Opens the rmap seqcount around a whole rmap update when the stage puts
@@ -73,7 +74,7 @@ impl PageMapcounts {
             return Entered::default();
         }
         let mm = mm.id;
-        let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
+        let lock = BitSpinLock::lock(Structure::Folio, &f.page(1).ids, field::LOCK_BIT);
         let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) + d;
@@ -111,7 +112,7 @@ impl PageMapcounts {
             return Entered::default();
         }
         let mm = mm.id;
-        let lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
+        let lock = BitSpinLock::lock(Structure::Folio, &f.page(1).ids, field::LOCK_BIT);
         let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) - d;

@@ -9,12 +9,13 @@ use super::large_mapcount::{sum_word, Entered};
 use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
+use crate::sync::cacheline::Structure;
 use crate::sync::BitSpinLock;
 
 impl PageMapcounts {
     /// The compound lock, for the design that takes it around every update.
     fn lock<'a>(&self, f: Folio<'a>) -> Option<BitSpinLock<'a>> {
-        self.f.compound_lock.then(|| BitSpinLock::lock(&f.page(1).flags, field::COMPOUND_LOCK_BIT))
+        self.f.compound_lock.then(|| BitSpinLock::lock(Structure::Folio, &f.page(1).flags, field::COMPOUND_LOCK_BIT))
     }
 
     /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
@@ -196,6 +197,7 @@ impl MapcountDesign for PageMapcounts {
         }
         let lock = self.lock(f);
         let section = self.begin_all(f);
+        self.touch(f, first, nr, level);
         let plain = section.is_some_and(|w| w.exclusive);
         let mut extra = Cost::default();
         let entered = match level {
@@ -262,6 +264,7 @@ impl MapcountDesign for PageMapcounts {
         let lock_spins = lock.as_ref().map_or(0, |l| l.spins());
         let nr_mapped = w(f, field::NR_PAGES_MAPPED);
         let section = self.begin_all(f);
+        self.touch(f, first, nr, level);
         let plain = section.is_some_and(|w| w.exclusive);
         let removed = match level {
             Level::Pte => {
@@ -387,7 +390,7 @@ impl MapcountDesign for PageMapcounts {
         if m <= 1 || shared(f) || m != f.refcount() as u64 {
             return false;
         }
-        let _lock = BitSpinLock::lock(&f.page(1).ids, field::LOCK_BIT);
+        let _lock = BitSpinLock::lock(Structure::Folio, &f.page(1).ids, field::LOCK_BIT);
         let ids = f.page(1).ids.load(Relaxed);
         let ok = !shared(f) && self.mapcount(f) == f.refcount() as u64;
         debug_assert!(!ok || slot_id(ids, 0) == mm || slot_id(ids, 1) == mm);

@@ -15,6 +15,7 @@ impl Mm {
     /// their page tables (`copy_page_range`). On failure the half-built
     /// child is torn down.
     pub fn fork(&self) -> Result<Arc<Mm>> {
+        crate::sync::sim::work(crate::sync::sim::Work::Fork);
         let k = &*self.kernel;
         let vmas = self.mmap_write_lock();
         let child = Mm::new(&self.kernel, &self.mmlist)?;

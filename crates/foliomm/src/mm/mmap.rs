@@ -264,6 +264,7 @@ impl Mm {
         if self.set_exited() {
             return;
         }
+        crate::sync::sim::work(crate::sync::sim::Work::Syscall);
         let mut vmas = self.mmap_write_lock();
         let all = vmas.take_all();
         let k = &*self.kernel;

@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicU64;
 use crate::arch::{Pfn, Pte};
 use crate::phys::PhysMem;
 use crate::sync::atomic::Ordering::*;
-use crate::sync::cacheline::{self, Structure};
+use crate::sync::cacheline::Structure;
 use crate::sync::BitSpinLock;
 
 /// The entry slot `idx` of table `table`.
@@ -60,17 +60,13 @@ pub struct Ptl<'a>(&'a crate::sync::atomic::AtomicU64);
 
 impl<'a> Ptl<'a> {
     /// Takes the lock (`spin_lock(ptl)`); dropping the guard releases it.
-    /// Accounted as one write of the lock's line (the holder unlocks it
-    /// before anyone else can take the line).
     pub fn lock(self) -> BitSpinLock<'a> {
-        cacheline::write(Structure::Ptl, self.0);
-        BitSpinLock::lock(self.0, 0)
+        BitSpinLock::lock(Structure::Ptl, self.0, 0)
     }
 
     /// Takes the lock if it is free (`spin_trylock(ptl)`).
     pub fn try_lock(self) -> Option<BitSpinLock<'a>> {
-        cacheline::write(Structure::Ptl, self.0);
-        BitSpinLock::try_lock(self.0, 0)
+        BitSpinLock::try_lock(Structure::Ptl, self.0, 0)
     }
 }
 

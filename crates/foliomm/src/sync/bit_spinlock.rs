@@ -2,15 +2,22 @@
 //! one bit of an atomic word is the lock. It serves as the split page-table
 //! lock (`ptdesc->ptl`, here `PG_locked` of the table's own descriptor), the
 //! folio lock, and the large-mapcount locks.
+//!
+//! Each lock names the [`Structure`] its word belongs to: every try, every
+//! look while spinning and the unlock are accesses to the word's line
+//! ([`super::cacheline`]), so on simulated CPUs a contended lock's line
+//! moves between the waiters and the holder as a real one does.
 
 use super::atomic::{AtomicU64, Ordering, Ordering::*};
 use super::backoff;
+use super::cacheline::{self, Structure};
 
 /// A held bit lock (include/linux/bit_spinlock.h); released on drop
 /// (`__bit_spin_unlock`). Differs from Linux: no preemption to disable, so
 /// a waiter yields now and then instead of spinning forever.
 pub struct BitSpinLock<'a> {
     word: &'a AtomicU64,
+    structure: Structure,
     bit: u64,
     spins: u32,
     /// The unlock's ordering: `Release` (`Relaxed` only in the broken lock).
@@ -18,35 +25,46 @@ pub struct BitSpinLock<'a> {
 }
 
 impl<'a> BitSpinLock<'a> {
-    /// Spins until bit `bit` of `word` is acquired (`bit_spin_lock`).
-    pub fn lock(word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
-        Self::lock_ordered(word, bit, Acquire)
+    /// Spins until bit `bit` of `word`, a word of a line of `s`, is
+    /// acquired (`bit_spin_lock`).
+    pub fn lock(s: Structure, word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
+        Self::lock_ordered(s, word, bit, Acquire)
     }
 
     /// The broken lock for the loom tests: acquires with `Relaxed`, so a
     /// holder need not see what the previous holder wrote.
     #[cfg(all(test, loom))]
     pub(crate) fn lock_relaxed(word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
-        Self::lock_ordered(word, bit, Relaxed)
+        Self::lock_ordered(Structure::Folio, word, bit, Relaxed)
     }
 
-    fn lock_ordered(word: &'a AtomicU64, bit: u32, order: Ordering) -> BitSpinLock<'a> {
+    fn lock_ordered(s: Structure, word: &'a AtomicU64, bit: u32, order: Ordering) -> BitSpinLock<'a> {
         let bit = 1u64 << bit;
         let mut spins = 0u32;
+        cacheline::write(s, word);
         while word.fetch_or(bit, order) & bit != 0 {
-            while word.load(Relaxed) & bit != 0 {
+            loop {
+                cacheline::read(s, word);
+                if word.load(Relaxed) & bit == 0 {
+                    break;
+                }
                 backoff(&mut spins, word as *const AtomicU64 as usize);
             }
+            cacheline::write(s, word);
         }
-        BitSpinLock { word, bit, spins, release: if order == Relaxed { Relaxed } else { Release } }
+        let release = if order == Relaxed { Relaxed } else { Release };
+        BitSpinLock { word, structure: s, bit, spins, release }
     }
 
-    /// Acquires the bit if it is free (`bit_spin_trylock`).
-    pub fn try_lock(word: &'a AtomicU64, bit: u32) -> Option<BitSpinLock<'a>> {
+    /// Acquires the bit of `word` (a word of a line of `s`) if it is free
+    /// (`bit_spin_trylock`).
+    pub fn try_lock(s: Structure, word: &'a AtomicU64, bit: u32) -> Option<BitSpinLock<'a>> {
         let bit = 1u64 << bit;
+        cacheline::write(s, word);
         // `then`, not `then_some`: a guard built for a failed attempt would
         // release the holder's lock when dropped.
-        (word.fetch_or(bit, Acquire) & bit == 0).then(|| BitSpinLock { word, bit, spins: 0, release: Release })
+        let guard = || BitSpinLock { word, structure: s, bit, spins: 0, release: Release };
+        (word.fetch_or(bit, Acquire) & bit == 0).then(guard)
     }
 
     /// Rounds spun waiting for the lock (for the cost counters).
@@ -57,6 +75,7 @@ impl<'a> BitSpinLock<'a> {
 
 impl Drop for BitSpinLock<'_> {
     fn drop(&mut self) {
+        cacheline::write(self.structure, self.word);
         self.word.fetch_and(!self.bit, self.release);
     }
 }

@@ -67,6 +67,13 @@ pub fn cpu() -> u32 {
     CPU.get()
 }
 
+/// Whether this thread's accesses are accounted (it runs as a simulated
+/// CPU, or accounts as one).
+#[inline]
+pub fn accounting() -> bool {
+    CPU.get() != 0 || super::sim::active()
+}
+
 /// Forgets every line's owner: all caches start cold (call it between
 /// benchmark runs, while no thread accounts).
 pub fn forget() {

@@ -24,7 +24,7 @@ impl Pair {
     }
 
     fn seqcount(&self) -> AtomicSeqcount<'_> {
-        AtomicSeqcount::new(&self.seq, self.entry)
+        AtomicSeqcount::new(super::cacheline::Structure::Folio, &self.seq, self.entry)
     }
 
     fn write(&self) -> bool {
@@ -68,7 +68,7 @@ fn two_increments(lock: for<'a> fn(&'a AtomicU64, u32) -> BitSpinLock<'a>) {
 
 #[test]
 fn loom_bit_spinlock_excludes() {
-    two_increments(|w, b| BitSpinLock::lock(w, b));
+    two_increments(|w, b| BitSpinLock::lock(super::cacheline::Structure::Folio, w, b));
 }
 
 #[test]

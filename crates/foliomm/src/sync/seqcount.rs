@@ -4,6 +4,7 @@
 
 use super::atomic::{fence, AtomicU64, Ordering::*};
 use super::backoff;
+use super::cacheline::{self, Structure};
 
 /// How a writer enters, by the series' stage: every writer shared (patches
 /// 6-15), a lone writer exclusive through a compare-exchange (patches
@@ -34,6 +35,9 @@ pub enum SeqEntry {
 /// page's `link`, and waiting spins and yields.
 pub struct AtomicSeqcount<'a> {
     word: &'a AtomicU64,
+    /// The structure the word's line belongs to: every access to the word
+    /// is one to its line ([`super::cacheline`]).
+    structure: Structure,
     entry: SeqEntry,
 }
 
@@ -58,8 +62,17 @@ const WRITERS: u64 = 0xffff_ffff;
 const STEP: u64 = 1 << 32;
 
 impl<'a> AtomicSeqcount<'a> {
-    pub fn new(word: &'a AtomicU64, entry: SeqEntry) -> AtomicSeqcount<'a> {
-        AtomicSeqcount { word, entry }
+    /// The seqcount in `word`, a word of a line of `s`, entered by `entry`.
+    pub fn new(s: Structure, word: &'a AtomicU64, entry: SeqEntry) -> AtomicSeqcount<'a> {
+        AtomicSeqcount { word, structure: s, entry }
+    }
+
+    /// An access to the word's line, a write if `write`.
+    fn touch(&self, write: bool) {
+        match write {
+            true => cacheline::write(self.structure, self.word),
+            false => cacheline::read(self.structure, self.word),
+        }
     }
 
     /// The word's address, for the simulation's lock-wait accounting.
@@ -72,6 +85,7 @@ impl<'a> AtomicSeqcount<'a> {
     /// and nobody else was inside.
     pub fn write_begin(&self) -> SeqWrite {
         let mut w = SeqWrite { exclusive: false, spins: 0, rmw: 1, lost: false };
+        self.touch(true);
         let s = self.word.load(Relaxed);
         if self.entry != SeqEntry::SharedOnly && s & WRITERS == 0 {
             if self.entry == SeqEntry::Cmpxchg {
@@ -104,6 +118,7 @@ impl<'a> AtomicSeqcount<'a> {
     fn wait_exclusive(&self, w: &mut SeqWrite) {
         while self.word.load(Acquire) & EXCLUSIVE_MASK != 0 {
             backoff(&mut w.spins, self.key());
+            self.touch(false);
         }
         fence(Release);
     }
@@ -112,6 +127,7 @@ impl<'a> AtomicSeqcount<'a> {
     /// sequence on (one atomic add either way).
     pub fn write_end(&self, w: SeqWrite) {
         let leave = if w.exclusive { EXCLUSIVE_ONE } else { SHARED_ONE };
+        self.touch(true);
         self.word.fetch_add(STEP.wrapping_sub(leave), Release);
     }
 
@@ -132,12 +148,14 @@ impl<'a> AtomicSeqcount<'a> {
     /// the sequence moved meanwhile (the caller may give up instead of
     /// retrying).
     pub fn try_read<T>(&self, read: impl Fn() -> T) -> Option<T> {
+        self.touch(false);
         let s1 = self.word.load(Acquire);
         if s1 & WRITERS != 0 {
             return None;
         }
         let v = read();
         fence(Acquire);
+        self.touch(false);
         (self.word.load(Relaxed) == s1).then_some(v)
     }
 

@@ -1,12 +1,13 @@
 //! The primitives under real threads (the loom tests check every interleaving).
 
 use super::atomic::{AtomicU64, Ordering::Relaxed};
+use super::cacheline::Structure;
 use super::*;
 
 #[test]
 fn excludes_other_holders() {
     let w = AtomicU64::new(0);
-    let g = BitSpinLock::lock(&w, 3);
+    let g = BitSpinLock::lock(Structure::Folio, &w, 3);
     assert!(BitSpinLock::try_lock(&w, 3).is_none());
     // A failed attempt leaves the holder's lock alone.
     assert_eq!(w.load(Relaxed) & (1 << 3), 1 << 3);
@@ -26,7 +27,7 @@ fn seqcount_readers_never_see_a_torn_pair() {
             for _ in 0..2 {
                 s.spawn(|| {
                     for _ in 0..20_000 {
-                        let sc = AtomicSeqcount::new(&seq, entry);
+                        let sc = AtomicSeqcount::new(Structure::Folio, &seq, entry);
                         let w = sc.write_begin();
                         if w.exclusive {
                             a.store(a.load(Relaxed) + 1, Relaxed);
@@ -41,13 +42,14 @@ fn seqcount_readers_never_see_a_torn_pair() {
             }
             s.spawn(|| {
                 for _ in 0..20_000 {
-                    let (x, y) = AtomicSeqcount::new(&seq, entry).read(|| (a.load(Relaxed), b.load(Relaxed)));
+                    let (x, y) =
+                        AtomicSeqcount::new(Structure::Folio, &seq, entry).read(|| (a.load(Relaxed), b.load(Relaxed)));
                     assert_eq!(x, y, "{entry:?}: a reader saw a half-done update");
                 }
             });
         });
         assert_eq!(a.load(Relaxed), 40_000, "{entry:?}: no update was lost");
-        assert!(AtomicSeqcount::new(&seq, entry).is_idle());
+        assert!(AtomicSeqcount::new(Structure::Folio, &seq, entry).is_idle());
     }
 }
 
@@ -59,7 +61,7 @@ fn serialises_increments() {
         for _ in 0..2 {
             s.spawn(|| {
                 for _ in 0..10_000 {
-                    let _g = BitSpinLock::lock(&w, 0);
+                    let _g = BitSpinLock::lock(Structure::Folio, &w, 0);
                     let v = n.load(Relaxed);
                     n.store(v + 1, Relaxed);
                 }

@@ -363,12 +363,14 @@ pub(crate) fn wake(key: usize) {
     with_me(|sim, me| sim.wake(me, key));
 }
 
-/// Private work the fault path declares.
+/// Private work the model declares: a fault's, a page's zeroing, a
+/// system call's, a fork's.
 #[derive(Clone, Copy, Debug)]
 pub enum Work {
     Fault,
     ZeroPage,
     Syscall,
+    Fork,
 }
 
 /// Charges this CPU for `w` (nothing outside a simulation).
@@ -378,6 +380,7 @@ pub fn work(w: Work) {
             Work::Fault => p.fault,
             Work::ZeroPage => p.zero_page,
             Work::Syscall => p.syscall,
+            Work::Fork => p.fork,
         })
     });
 }

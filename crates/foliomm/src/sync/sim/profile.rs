@@ -34,6 +34,11 @@ pub struct Profile {
     pub zero_page: u64,
     /// The fixed work of a system call (mmap, munmap, madvise).
     pub syscall: u64,
+    /// The fixed work of a fork of a small process and of its exit
+    /// (the task, the MM and its VMAs: `copy_process`, `exit_mmap`),
+    /// beyond its page tables' and folios' shared accesses.
+    #[serde(default = "Profile::default_fork")]
+    pub fork: u64,
     /// CPUs per socket (0: one socket).
     pub cpus_per_socket: u32,
     /// Whether the adjacent-line prefetcher fetches a line's 128-byte
@@ -62,9 +67,18 @@ impl Profile {
             fault: 1_000_000,
             zero_page: 400_000,
             syscall: 500_000,
+            fork: Profile::default_fork(),
             cpus_per_socket: 28,
             adjacent_prefetch: false,
         }
+    }
+
+    /// A fork's fixed work, for profiles saved before they had one and for
+    /// `sim calibrate` (which does not fork): 100 µs, about a third of a
+    /// fork-exit-wait cycle of seed 002's single fork program (3,546 per
+    /// second on the seed's machine).
+    pub fn default_fork() -> u64 {
+        100_000_000
     }
 
     /// The wake-up latency of a profile saved before it had one.
