@@ -17,8 +17,8 @@
 //!   seqcount each time, mm-id taking its `_mm_ids` bit lock.
 //!
 //! Figures: pairs (map and unmap, or fork and exit) per CPU-second of
-//! simulated time, the harmonic mean over rounds (round r runs with seed
-//! + r), as % change against nr-mapped; then the folio's cache-line
+//! simulated time, the harmonic mean over rounds (round r runs with the
+//! seed plus r), as % change against nr-mapped; then the folio's cache-line
 //! transfers and its lock wait per pair. Differs from Linux: the fixed
 //! work of a fork and of a fault are the profile's, and the anon_vma and
 //! page-cache locks are not simulated lines.

@@ -65,10 +65,9 @@ impl PageMapcounts {
         let pte = level == Level::Pte;
         let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
         let in_range = move |p: u64| pte && first <= p && p < first + nr;
-        let sums = match self.f.rmap_sums {
-            Some(_) => 2..=self.sum_words(f).min(f.nr_pages() - 1),
-            None => 2..=1,
-        };
+        // Pages 2..=k (none without sums).
+        let last_sum = if self.f.rmap_sums.is_some() { self.sum_words(f).min(f.nr_pages() - 1) } else { 1 };
+        let sums = 2..last_sum + 1;
         let pages = if pte { first..first + nr } else { 0..0 };
         let second = (touches_second && !in_range(1)).then_some(1);
         pages.chain(second).chain(sums.filter(move |&p| !in_range(p)))

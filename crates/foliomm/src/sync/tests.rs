@@ -8,13 +8,13 @@ use super::*;
 fn excludes_other_holders() {
     let w = AtomicU64::new(0);
     let g = BitSpinLock::lock(Structure::Folio, &w, 3);
-    assert!(BitSpinLock::try_lock(&w, 3).is_none());
+    assert!(BitSpinLock::try_lock(Structure::Folio, &w, 3).is_none());
     // A failed attempt leaves the holder's lock alone.
     assert_eq!(w.load(Relaxed) & (1 << 3), 1 << 3);
-    assert!(BitSpinLock::try_lock(&w, 3).is_none());
-    assert!(BitSpinLock::try_lock(&w, 4).is_some(), "other bits are independent");
+    assert!(BitSpinLock::try_lock(Structure::Folio, &w, 3).is_none());
+    assert!(BitSpinLock::try_lock(Structure::Folio, &w, 4).is_some(), "other bits are independent");
     drop(g);
-    assert!(BitSpinLock::try_lock(&w, 3).is_some());
+    assert!(BitSpinLock::try_lock(Structure::Folio, &w, 3).is_some());
 }
 
 #[test]
