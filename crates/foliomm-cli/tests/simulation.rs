@@ -89,3 +89,25 @@ fn a_measure_block_sums_its_parallel_blocks_contention() {
     assert!((waited(measure[0]) - sum).abs() < 1.0, "the measure's wait is its blocks': {text}");
     assert!(measure[0].contains("[mmap_lock"), "the waits are the mmap_lock's: {text}");
 }
+
+/// `bench rmap-scaling` of the `map` workload at 1 and 8 simulated CPUs.
+fn rmap_scaling() -> String {
+    let args = ["bench", "rmap-scaling", "--sim-cpus", "1,8", "--runs", "2", "--loops", "5", "--workloads", "map"];
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_compound_lock_collapses_where_the_atomics_do_not() {
+    let a = rmap_scaling();
+    assert_eq!(a, rmap_scaling(), "two runs with one seed");
+    // The first table's row of 8 CPUs: the % change of each design against nr-mapped.
+    let row = a.lines().find(|l| l.starts_with("| 8 ")).unwrap();
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let change = |i: usize| cells[i].trim_end_matches('%').parse::<f64>().unwrap();
+    // Cells: before the first pipe, CPUs, nr-mapped, subpage,
+    // compound-locked, large-mapcount, ...
+    assert!(change(4) < -10.0, "compound-locked falls behind the atomics at 8 CPUs: {row}");
+    assert!(change(5).abs() < 1.0, "large-mapcount's atomic shares nr-mapped's line: {row}");
+}
