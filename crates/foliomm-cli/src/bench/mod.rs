@@ -24,6 +24,7 @@ mod seed_001;
 mod seed_002;
 mod seed_003;
 mod seed_004;
+mod seed_004_validation;
 mod shared_decisions;
 mod stats;
 mod tlb;

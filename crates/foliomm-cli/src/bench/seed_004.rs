@@ -49,19 +49,29 @@ pub(super) struct Seed004Args {
     /// `--threads`).
     #[command(flatten)]
     sim: SimArgs,
+    /// With --sim-cpus: also run the model on threads and the host kernel
+    /// at the same counts (1 and 2 on a 2-core machine), in the same
+    /// interleaved rounds, and print the simulated figures against both as
+    /// ratios: the validation of the cost profile.
+    #[arg(long, requires = "cpus")]
+    validate: bool,
 }
 
-/// Who serves the faults: a model design, or the host kernel.
+/// Who serves the faults: a model design (on simulated CPUs with
+/// --sim-cpus), the model on threads beside simulated CPUs (--validate),
+/// or the host kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Backend {
     Model(VmaLockDesign),
+    Threads(VmaLockDesign),
     Host,
 }
 
 impl Backend {
-    fn name(self) -> String {
+    pub(super) fn name(self) -> String {
         match self {
             Backend::Model(d) => d.name().to_string(),
+            Backend::Threads(d) => format!("{} on threads", d.name()),
             Backend::Host => "host".to_string(),
         }
     }
@@ -118,16 +128,18 @@ impl<'a> Seed004<'a> {
         Ok(Machine::new(Config { memory, vma_lock: d, ..self.args.common.config(foliomm::Design::MmId) })?)
     }
 
-    /// The designs, and the host kernel if `host` (never beside simulated
-    /// CPUs).
+    /// The designs, and the host kernel if `host` (beside simulated CPUs
+    /// only to validate them, with the designs on threads).
     fn backends(&self, host: bool) -> Vec<Backend> {
-        let host = host && self.simulated.is_none();
-        DESIGNS.iter().map(|&d| Backend::Model(d)).chain(host.then_some(Backend::Host)).collect()
+        let validate = self.simulated.is_some() && self.args.validate;
+        let host = host && (self.simulated.is_none() || validate);
+        let threads = DESIGNS.iter().map(|&d| Backend::Threads(d)).filter(|_| validate);
+        DESIGNS.iter().map(|&d| Backend::Model(d)).chain(threads).chain(host.then_some(Backend::Host)).collect()
     }
 }
 
 /// The row of `threads` threads.
-fn row(threads: usize) -> String {
+pub(super) fn row(threads: usize) -> String {
     format!("{threads} threads")
 }
 
@@ -187,7 +199,10 @@ impl Benchmark for Seed004<'_> {
         for d in DESIGNS {
             bar.set_message(format!("warming {}", d.name()));
             let m = self.machine(d, most)?;
-            for layout in [Layout::Shared, Layout::Separate].into_iter().filter(|_| self.simulated.is_none()) {
+            for layout in [Layout::Shared, Layout::Separate]
+                .into_iter()
+                .filter(|_| self.simulated.is_none() || self.args.validate)
+            {
                 page_fault::model(&m, Test::PageFault1, layout, most, self.size, 1, None)?;
             }
             self.machines.insert(d, m);
@@ -216,8 +231,10 @@ impl Benchmark for Seed004<'_> {
                 page_fault::model(&m, test, layout, threads, size, loops, simulated.as_ref())
                     .with_context(|| format!("model, {}: {test:?}, {layout:?}, {threads} simulated CPUs", d.name()))?
             }
-            Backend::Model(d) => page_fault::model(&self.machines[&d], test, layout, threads, size, loops, None)
-                .with_context(|| format!("model, {}: {test:?}, {layout:?}, {threads} threads", d.name()))?,
+            Backend::Model(d) | Backend::Threads(d) => {
+                page_fault::model(&self.machines[&d], test, layout, threads, size, loops, None)
+                    .with_context(|| format!("model, {}: {test:?}, {layout:?}, {threads} threads", d.name()))?
+            }
             Backend::Host => page_fault::host(test, layout, threads, size, loops)?,
         };
         let faults = samples.len() as u64 * loops as u64 * (size / 4096);
@@ -229,7 +246,7 @@ impl Benchmark for Seed004<'_> {
         let counters = match b {
             // The model's cache-line transfers per fault, by structure, and
             // on simulated CPUs the lock wait (ns) per fault.
-            Backend::Model(_) => {
+            Backend::Model(_) | Backend::Threads(_) => {
                 let moved = TRANSFERS.iter().zip(Structure::ALL).map(|(n, s)| (n.clone(), per_fault(transfers.of(s))));
                 let waited =
                     WAITS.iter().zip(Structure::ALL).map(|(n, s)| (n.clone(), per_fault(transfers.waited_of(s)) / 1e3));
@@ -259,6 +276,10 @@ impl Benchmark for Seed004<'_> {
                 self.print_per_fault(run, (test, layout), cores, &title, &TRANSFERS);
                 let title = format!("Lock wait per fault (ns), {}, {} (model on simulated CPUs)", what.0, what.1);
                 self.print_per_fault(run, (test, layout), cores, &title, &WAITS);
+                if self.args.validate {
+                    let table = &run.tables[self.table(test, layout, false)];
+                    super::seed_004_validation::print(table, &self.threads, &DESIGNS);
+                }
             }
         }
         print_seed();
@@ -318,7 +339,10 @@ impl Seed004<'_> {
         println!(
             " change's interval (Welch's t, 95% for the {family} changes together) excludes 0, ~ where it does not;"
         );
-        println!(" rows marked ! have more threads than this machine's {cores} CPUs)\n");
+        match self.simulated {
+            Some(_) => println!(" simulated CPUs: the same figures on every run for the seed)\n"),
+            None => println!(" rows marked ! have more threads than this machine's {cores} CPUs)\n"),
+        }
         let backends = self.backends(!a.common.no_host);
         let mut head = format!("{:<22}", "");
         for b in &backends {
@@ -335,7 +359,7 @@ impl Seed004<'_> {
                 let base = get(Backend::Model(DESIGNS[0]));
                 for &b in &backends {
                     let text = match get(b) {
-                        Some(v) if b == Backend::Model(DESIGNS[0]) || b == Backend::Host => cell(v, None, family),
+                        Some(v) if !matches!(b, Backend::Model(d) if d != DESIGNS[0]) => cell(v, None, family),
                         Some(v) => cell(v, base, family),
                         None => "-".to_string(),
                     };

@@ -1,0 +1,46 @@
+//! `bench seed-004 --sim-cpus 1,2 --validate`: the simulated figures
+//! against the model's own on threads and the host kernel's, measured in
+//! the same interleaved rounds, as ratios with their 95% intervals. Where
+//! the simulation and the model on threads disagree by more than the noise
+//! at 1 CPU, a private cost of the profile (a fault's, a page's zeroing, a
+//! system call's) is off; where they agree at 1 CPU but not at 2, a shared
+//! one (a transfer, a lock wait) is.
+
+use super::new_table;
+use super::saved::Table;
+use super::seed_004::{row, Backend};
+use super::stats::change;
+use foliomm::internals::machine::VmaLockDesign;
+
+/// Prints, per CPU count and design, faults per CPU-second simulated, on
+/// threads and on the host, and the ratios simulated/threads and
+/// threads/host (the changes' intervals; `~` inside the noise).
+pub(super) fn print(table: &Table, cpus: &[usize], designs: &[VmaLockDesign]) {
+    println!("\nValidation: faults per CPU-second, simulated against the model on threads and the host kernel");
+    println!("(ratios as % change with the 95% interval over the rounds; ~ where it is inside the noise)\n");
+    let mut t = new_table(["CPUs", "design", "simulated", "on threads", "host", "simulated/threads", "threads/host"]);
+    let family = cpus.len() * designs.len() * 2;
+    for &n in cpus {
+        let host = table.samples(&row(n), &Backend::Host.name());
+        for &d in designs {
+            let sim = table.samples(&row(n), &Backend::Model(d).name());
+            let threads = table.samples(&row(n), &Backend::Threads(d).name());
+            let mean =
+                |v: Option<&[f64]>| v.map_or("-".into(), |v| format!("{:.0}", v.iter().sum::<f64>() / v.len() as f64));
+            let ratio = |a: Option<&[f64]>, b: Option<&[f64]>| match (a, b) {
+                (Some(a), Some(b)) => change(a, b, family).to_string(),
+                _ => "-".into(),
+            };
+            t.add_row([
+                n.to_string(),
+                d.name().to_string(),
+                mean(sim),
+                mean(threads),
+                mean(host),
+                ratio(threads, sim),
+                ratio(host, threads),
+            ]);
+        }
+    }
+    println!("{t}");
+}
