@@ -24,6 +24,7 @@ use super::progress::Progress;
 use super::published::SEED_004;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
+use super::seed_004_validation::{self as validation, Series};
 use super::stats::change;
 
 #[derive(clap::Args)]
@@ -68,7 +69,7 @@ pub(super) enum Backend {
 }
 
 impl Backend {
-    pub(super) fn name(self) -> String {
+    fn name(self) -> String {
         match self {
             Backend::Model(d) => d.name().to_string(),
             Backend::Threads(d) => format!("{} on threads", d.name()),
@@ -139,7 +140,7 @@ impl<'a> Seed004<'a> {
 }
 
 /// The row of `threads` threads.
-pub(super) fn row(threads: usize) -> String {
+fn row(threads: usize) -> String {
     format!("{threads} threads")
 }
 
@@ -278,7 +279,13 @@ impl Benchmark for Seed004<'_> {
                 self.print_per_fault(run, (test, layout), cores, &title, &WAITS);
                 if self.args.validate {
                     let table = &run.tables[self.table(test, layout, false)];
-                    super::seed_004_validation::print(table, &self.threads, &DESIGNS);
+                    let rows: Vec<_> = self.threads.iter().map(|&n| (n, row(n))).collect();
+                    let series = DESIGNS.map(|d| Series {
+                        design: d.name().into(),
+                        simulated: Backend::Model(d).name(),
+                        threads: Backend::Threads(d).name(),
+                    });
+                    validation::print(table, &rows, &series, &Backend::Host.name());
                 }
             }
         }

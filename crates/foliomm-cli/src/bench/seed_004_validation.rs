@@ -8,23 +8,29 @@
 
 use super::new_table;
 use super::saved::Table;
-use super::seed_004::{row, Backend};
 use super::stats::change;
-use foliomm::internals::machine::VmaLockDesign;
 
-/// Prints, per CPU count and design, faults per CPU-second simulated, on
-/// threads and on the host, and the ratios simulated/threads and
-/// threads/host (the changes' intervals; `~` inside the noise).
-pub(super) fn print(table: &Table, cpus: &[usize], designs: &[VmaLockDesign]) {
+/// A design's series: its name, its simulated one and its one on threads.
+pub(super) struct Series {
+    pub design: String,
+    pub simulated: String,
+    pub threads: String,
+}
+
+/// Prints, per CPU count (its row of `table`) and design, faults per
+/// CPU-second simulated, on threads and on the host (series `host`), and
+/// the ratios simulated/threads and threads/host (the changes' intervals;
+/// `~` inside the noise).
+pub(super) fn print(table: &Table, rows: &[(usize, String)], designs: &[Series], host: &str) {
     println!("\nValidation: faults per CPU-second, simulated against the model on threads and the host kernel");
     println!("(ratios as % change with the 95% interval over the rounds; ~ where it is inside the noise)\n");
     let mut t = new_table(["CPUs", "design", "simulated", "on threads", "host", "simulated/threads", "threads/host"]);
-    let family = cpus.len() * designs.len() * 2;
-    for &n in cpus {
-        let host = table.samples(&row(n), &Backend::Host.name());
-        for &d in designs {
-            let sim = table.samples(&row(n), &Backend::Model(d).name());
-            let threads = table.samples(&row(n), &Backend::Threads(d).name());
+    let family = rows.len() * designs.len() * 2;
+    for (n, row) in rows {
+        let host = table.samples(row, host);
+        for d in designs {
+            let sim = table.samples(row, &d.simulated);
+            let threads = table.samples(row, &d.threads);
             let mean =
                 |v: Option<&[f64]>| v.map_or("-".into(), |v| format!("{:.0}", v.iter().sum::<f64>() / v.len() as f64));
             let ratio = |a: Option<&[f64]>, b: Option<&[f64]>| match (a, b) {
@@ -33,7 +39,7 @@ pub(super) fn print(table: &Table, cpus: &[usize], designs: &[VmaLockDesign]) {
             };
             t.add_row([
                 n.to_string(),
-                d.name().to_string(),
+                d.design.clone(),
                 mean(sim),
                 mean(threads),
                 mean(host),
