@@ -15,6 +15,10 @@
 //! `RWSEM_READ_FAILED_MASK`), so a waiting writer blocks new readers; a
 //! reader in the slow path takes a free lock anyway (reader lock
 //! stealing), and a woken waiter takes it directly.
+//!
+//! Differs from Linux: a mutex waiter spins on even while the owner
+//! sleeps (on a rwsem, as a hugetlb fault holding its fault mutex may),
+//! where Linux's would stop spinning and sleep too.
 
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
@@ -134,9 +138,11 @@ impl<T: ?Sized> RwLock<T> {
         }
     }
 
-    /// Whether nobody holds it (a probe: takes and drops the write side).
+    /// Whether nobody holds it (a probe: takes and drops the write side;
+    /// a poisoned lock nobody holds is free, its next holder gets the
+    /// poison).
     fn free(&self) -> bool {
-        self.0.try_write().is_ok()
+        !matches!(self.0.try_write(), Err(TryLockError::WouldBlock))
     }
 
     /// Takes it with `try_lock` in a simulation, by the rules of the

@@ -20,8 +20,13 @@ pub struct RwSem(AtomicI64);
 impl RwSem {
     const WRITER: i64 = -1;
 
-    /// `down_read_trylock`: true if a read hold was taken (no writer holds it).
+    /// `down_read_trylock`: true if a read hold was taken (no writer holds
+    /// it; on simulated CPUs, also none waits: `RWSEM_FLAG_WAITERS` fails
+    /// the trylock).
     pub fn down_read_trylock(&self) -> bool {
+        if super::sim::active() && super::sim::first_waiter(self.key()).is_some() {
+            return false;
+        }
         let mut c = self.0.load(Relaxed);
         while c >= 0 {
             match self.0.compare_exchange_weak(c, c + 1, Acquire, Relaxed) {

@@ -132,9 +132,33 @@ fn every_cpu_asleep_is_a_deadlock_that_fails_the_run() {
         run(2, Profile::two_socket_server(), 1, 0, |cpu| {
             let (first, second) = if cpu == 0 { (&a, &b) } else { (&b, &a) };
             let _g = first.write().unwrap();
+            // A guard whose release is an accounted access, dropped while
+            // the failing CPU unwinds.
+            let word = crate::sync::atomic::AtomicU64::new(0);
+            let _bit = crate::sync::BitSpinLock::lock(Folio, &word, 0);
             work(Work::Syscall);
             let _h = second.write().unwrap();
         })
     }));
     assert!(run.is_err(), "an ABBA deadlock is reported, not hung");
+}
+
+#[test]
+fn a_writer_that_panics_wakes_its_waiter_with_the_poison() {
+    let lock = crate::sync::RwLock::new(());
+    let poisoned = std::sync::atomic::AtomicBool::new(false);
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(2, Profile::two_socket_server(), 1, 0, |cpu| {
+            if cpu == 0 {
+                let _g = lock.write().unwrap();
+                work(Work::Syscall);
+                work(Work::Syscall);
+                panic!("CPU 0 fails holding the lock");
+            }
+            work(Work::Syscall);
+            poisoned.store(lock.read().is_err(), std::sync::atomic::Ordering::Relaxed);
+        })
+    }));
+    assert!(run.is_err(), "the run reports CPU 0's panic");
+    assert!(poisoned.into_inner(), "CPU 1 was woken and got the poison, as outside a simulation");
 }

@@ -43,7 +43,6 @@ impl WaitLists {
     }
 
     /// The waiters on `key`, none if nobody waits.
-    #[cfg_attr(any(loom, shuttle), allow(dead_code))]
     pub fn waiting(&self, key: usize) -> Option<&VecDeque<Waiter>> {
         self.lists.get(&key).filter(|l| !l.is_empty())
     }
