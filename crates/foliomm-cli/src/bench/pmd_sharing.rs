@@ -85,7 +85,11 @@ impl Benchmark for PmdSharing<'_> {
     const NAME: &'static str = "pmd-sharing";
     /// Counts, not times: one round unless asked for more (which must agree).
     const RUNS: u32 = 1;
-    const WARM_UP: bool = false;
+
+    /// Counts do not depend on a warm machine.
+    fn warm_up(&self) -> bool {
+        false
+    }
 
     fn settings(&self) -> serde_json::Value {
         serde_json::json!({ "vmas": self.args.vmas, "children": self.args.children })

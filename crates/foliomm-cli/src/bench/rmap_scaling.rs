@@ -118,8 +118,11 @@ fn row(cpus: usize) -> String {
 impl Benchmark for RmapScaling<'_> {
     type Config = Key;
     const NAME: &'static str = "rmap-scaling";
-    /// Counts in simulated time do not depend on a warm machine.
-    const WARM_UP: bool = false;
+
+    /// Simulated time does not depend on a warm machine.
+    fn warm_up(&self) -> bool {
+        false
+    }
 
     fn settings(&self) -> serde_json::Value {
         let sim = self.simulated.as_ref().map(|(s, _)| serde_json::json!({ "profile": s.profile, "seed": s.seed }));

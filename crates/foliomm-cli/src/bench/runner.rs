@@ -22,9 +22,6 @@ pub trait Benchmark {
     const NAME: &'static str;
     /// Kept rounds when `--runs` is not given.
     const RUNS: u32 = 3;
-    /// Whether a warm-up round, not kept, comes first (false for counts
-    /// that do not depend on a warm machine).
-    const WARM_UP: bool = true;
 
     /// The benchmark's own options in force (size, loops, ...), saved
     /// with the run beside the common ones.
@@ -36,6 +33,11 @@ pub trait Benchmark {
     /// the groups one after another (so only one group's machines exist
     /// at a time). Without `host`, none on the host kernel.
     fn plan(&self, host: bool) -> Vec<Vec<Self::Config>>;
+    /// Whether a warm-up round, not kept, comes first (false for counts
+    /// and simulated times, which do not depend on a warm machine).
+    fn warm_up(&self) -> bool {
+        true
+    }
     /// Makes what `group` needs before its first round.
     fn prepare(&mut self, _group: &[Self::Config], _bar: &Progress) -> Result<()> {
         Ok(())
@@ -121,7 +123,7 @@ pub fn run<B: Benchmark>(b: &mut B, common: &CommonArgs) -> Result<()> {
 }
 
 /// Measures every group of `plan` in `rounds` interleaved rounds (after a
-/// warm-up round if `B::WARM_UP`) into `run`'s tables, with progress on
+/// warm-up round if [`Benchmark::warm_up`]) into `run`'s tables, with progress on
 /// stderr. Returns the notes: each configuration's of its last round, then
 /// why the host kernel was dropped, if it was.
 fn measure_into<B: Benchmark>(
@@ -130,7 +132,7 @@ fn measure_into<B: Benchmark>(
     rounds: u32,
     run: &mut SavedRun,
 ) -> Result<Vec<String>> {
-    let first = if B::WARM_UP { 0 } else { 1 };
+    let first = if b.warm_up() { 0 } else { 1 };
     let steps: usize = plan.iter().map(|g| g.len()).sum::<usize>() * (rounds + 1 - first) as usize;
     let bar = Progress::new(steps as u64);
     let mut host_note: Option<String> = None;

@@ -143,6 +143,12 @@ impl Benchmark for Seed002<'_> {
     /// A runner and an instance set.
     type Config = (Runner, usize);
     const NAME: &'static str = "seed-002";
+
+    /// Not on simulated CPUs: simulated time does not depend on a warm
+    /// machine.
+    fn warm_up(&self) -> bool {
+        self.simulated.is_none()
+    }
     const RUNS: u32 = 5;
 
     fn settings(&self) -> serde_json::Value {

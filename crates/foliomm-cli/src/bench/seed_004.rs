@@ -148,6 +148,12 @@ impl Benchmark for Seed004<'_> {
     type Config = Key;
     const NAME: &'static str = "seed-004";
 
+    /// Not on simulated CPUs alone: simulated time does not depend on a
+    /// warm machine (each run gets a fresh one).
+    fn warm_up(&self) -> bool {
+        self.simulated.is_none() || self.args.validate
+    }
+
     fn settings(&self) -> serde_json::Value {
         let sim = self
             .simulated
