@@ -27,7 +27,7 @@ use super::Vma;
 use crate::kernel::VmaLockDesign;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use crate::sync::cacheline::{self, Aligned, Structure::VmaLock as Line};
-use crate::sync::{sleep_wait, wake_waiters, RwSem};
+use crate::sync::{sleep_done, sleep_wait, wake_waiters, RwSem};
 
 /// The writer's share of `vm_refcnt` (`VMA_LOCK_OFFSET`, bit 30).
 pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
@@ -276,5 +276,6 @@ fn wait_readers_out(r: &AtomicU32, target: u32) -> bool {
     while r.load(Acquire) != target {
         sleep_wait(&mut spins, r as *const AtomicU32 as usize, true);
     }
+    sleep_done(spins, r as *const AtomicU32 as usize);
     true
 }

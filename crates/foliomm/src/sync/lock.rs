@@ -14,7 +14,8 @@
 //! take the lock by its fast path (`RWSEM_FLAG_WAITERS` is in
 //! `RWSEM_READ_FAILED_MASK`), so a waiting writer blocks new readers; a
 //! reader in the slow path takes a free lock anyway (reader lock
-//! stealing), and a woken waiter takes it directly.
+//! stealing) unless the first waiter has waited long enough for the
+//! handoff, and a woken waiter takes it directly.
 //!
 //! Differs from Linux: a mutex waiter spins on even while the owner
 //! sleeps (on a rwsem, as a hugetlb fault holding its fault mutex may),
@@ -150,13 +151,22 @@ impl<T: ?Sized> RwLock<T> {
     fn sleeping<G>(&self, writer: bool, mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
         let mut woken = false;
         loop {
-            let may_take = woken || sim::first_waiter(self.key()).is_none() || (!writer && self.free());
+            let steal = !writer && self.free() && !sim::handoff(self.key());
+            let may_take = woken || sim::first_waiter(self.key()).is_none() || steal;
             if may_take {
-                match try_lock() {
-                    Ok(g) => return Ok(g),
-                    Err(TryLockError::Poisoned(p)) => return Err(p),
-                    Err(TryLockError::WouldBlock) => {}
+                let got = match try_lock() {
+                    Ok(g) => Ok(g),
+                    Err(TryLockError::Poisoned(p)) => Err(p),
+                    Err(TryLockError::WouldBlock) => {
+                        sim::sleep(self.key(), writer, woken);
+                        woken = true;
+                        continue;
+                    }
+                };
+                if woken {
+                    sim::acquired(self.key());
                 }
+                return got;
             }
             sim::sleep(self.key(), writer, woken);
             woken = true;

@@ -117,6 +117,14 @@ pub(crate) fn sleep_wait(spins: &mut u32, key: usize, writer: bool) {
     backoff(spins, key);
 }
 
+/// After a wait of `spins` [`sleep_wait`] rounds for the lock at `key`
+/// ended with the lock taken: a woken writer stops being the first waiter.
+pub(crate) fn sleep_done(spins: u32, key: usize) {
+    if spins > 0 && sim::active() {
+        sim::acquired(key);
+    }
+}
+
 /// Wakes the waiters of the sleeping lock at `key` after a release, on
 /// simulated CPUs (elsewhere waiters poll: nothing to do).
 pub(crate) fn wake_waiters(key: usize) {

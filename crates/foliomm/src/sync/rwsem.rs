@@ -11,7 +11,7 @@
 //! optimistic spinning.
 
 use super::atomic::{AtomicI64, Ordering::*};
-use super::{sleep_wait, wake_waiters};
+use super::{sleep_done, sleep_wait, wake_waiters};
 
 /// The count: the number of readers, or `RwSem::WRITER` while a writer holds it.
 #[derive(Debug, Default)]
@@ -58,6 +58,7 @@ impl RwSem {
         while self.0.compare_exchange(0, Self::WRITER, Acquire, Relaxed).is_err() {
             sleep_wait(&mut spins, self.key(), true);
         }
+        sleep_done(spins, self.key());
     }
 
     /// `up_write`.

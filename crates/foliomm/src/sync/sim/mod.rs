@@ -64,6 +64,8 @@ struct Cpu {
     done: bool,
     /// Asleep on a wait list: not runnable until woken.
     asleep: bool,
+    /// When it last queued at a wait list's tail (picoseconds).
+    queued_at: u64,
     thread: Option<Thread>,
     /// The seeded tie-break: lower first.
     rank: u64,
@@ -120,8 +122,14 @@ pub fn run<R: Send>(
     body: impl Fn(usize) -> R + Sync,
 ) -> (Vec<R>, Vec<CpuReport>) {
     assert!((1..=64).contains(&cpus), "1 to 64 simulated CPUs, not {cpus}");
-    let cpu =
-        |i| Cpu { report: CpuReport::default(), done: false, asleep: false, thread: None, rank: mix(seed, i as u64) };
+    let cpu = |i| Cpu {
+        report: CpuReport::default(),
+        done: false,
+        asleep: false,
+        queued_at: 0,
+        thread: None,
+        rank: mix(seed, i as u64),
+    };
     let state = State {
         cpus: (0..cpus).map(cpu).collect(),
         current: None,
@@ -246,9 +254,13 @@ impl Sim {
     /// time to the structure of `key`'s line.
     fn sleep(&self, me: usize, key: usize, writer: bool, front: bool) {
         let mut st = self.lock();
-        st.waits.add(key, Waiter { cpu: me, writer }, front);
-        st.cpus[me].asleep = true;
         let from = st.cpus[me].report.clock;
+        if !front {
+            st.cpus[me].queued_at = from;
+        }
+        let since = st.cpus[me].queued_at;
+        st.waits.add(key, Waiter { cpu: me, writer, since }, front);
+        st.cpus[me].asleep = true;
         let next = self.next(&st, None);
         self.hand_to(&mut st, next);
         drop(st);
@@ -358,8 +370,27 @@ pub(crate) fn sleep(key: usize, writer: bool, front: bool) {
 /// waiter waits to write.
 pub(crate) fn first_waiter(key: usize) -> Option<bool> {
     let mut first = None;
-    with_me(|sim, _| first = sim.lock().waits.waiting(key).and_then(|l| l.front()).map(|w| w.writer));
+    with_me(|sim, _| first = sim.lock().waits.first(key).map(|w| w.writer));
     first
+}
+
+/// This CPU, woken from the lock at `key`'s wait list, has taken it.
+pub(crate) fn acquired(key: usize) {
+    with_me(|sim, me| sim.lock().waits.acquired(key, me));
+}
+
+/// Whether the first waiter on the lock at `key` has the handoff: it has
+/// waited `RWSEM_WAIT_TIMEOUT` by this CPU's clock, and no newcomer may
+/// steal the lock from it.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's RwLock is loom's or shuttle's there
+pub(crate) fn handoff(key: usize) -> bool {
+    let mut handoff = false;
+    with_me(|sim, me| {
+        let st = sim.lock();
+        let first = st.waits.first(key).map(|w| w.since);
+        handoff = first.is_some_and(|since| since + wait::HANDOFF_AFTER <= st.cpus[me].report.clock);
+    });
+    handoff
 }
 
 /// A release of the lock at `key`: wakes its first waiter, and every

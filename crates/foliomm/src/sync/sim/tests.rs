@@ -162,3 +162,56 @@ fn a_writer_that_panics_wakes_its_waiter_with_the_poison() {
     assert!(run.is_err(), "the run reports CPU 0's panic");
     assert!(poisoned.into_inner(), "CPU 1 was woken and got the poison, as outside a simulation");
 }
+
+#[test]
+fn a_woken_writer_stays_first_so_that_readers_do_not_starve_it() {
+    let lock = crate::sync::RwLock::new(0u32);
+    // Three readers hold the lock in overlapping turns for 10 ms; the
+    // writer queues behind them at once. While it is woken, readers that
+    // come find it still first and queue behind it.
+    let (done, _) = run(4, Profile::two_socket_server(), 3, 0, |cpu| {
+        if cpu == 0 {
+            work(Work::Syscall);
+            *lock.write().unwrap() += 1;
+            return now();
+        }
+        for i in 0..6000 {
+            let g = lock.read().unwrap();
+            (0..cpu).for_each(|_| work(Work::Syscall));
+            drop(g);
+            if i % 2 == 0 {
+                work(Work::Syscall);
+            }
+        }
+        0
+    });
+    let us = done[0] as f64 / 1e6;
+    assert!(us < 100.0, "the writer got the lock {us:.1} µs in, not when the readers were done");
+}
+
+#[test]
+fn a_writer_that_waited_past_the_timeout_has_the_handoff() {
+    let lock = crate::sync::RwLock::new(());
+    let order = FacadeMutex::new(Vec::new());
+    // CPU 0 reads for 5 ms; CPU 1 queues to write at once; CPU 2 comes to
+    // read 0.5 µs after CPU 0 let go, while CPU 1 is being woken: the lock
+    // is free, but CPU 1 has waited past RWSEM_WAIT_TIMEOUT, so CPU 2 may
+    // not steal it.
+    run(3, Profile::two_socket_server(), 5, 0, |cpu| match cpu {
+        0 => {
+            let _g = lock.read().unwrap();
+            (0..5000).for_each(|_| work(Work::Fault));
+        }
+        1 => {
+            work(Work::Syscall);
+            let _g = lock.write().unwrap();
+            order.lock().unwrap().push("writer");
+        }
+        _ => {
+            (0..10_001).for_each(|_| work(Work::Syscall));
+            let _g = lock.read().unwrap();
+            order.lock().unwrap().push("reader");
+        }
+    });
+    assert_eq!(*order.lock().unwrap(), ["writer", "reader"]);
+}

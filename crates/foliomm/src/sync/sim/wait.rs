@@ -5,8 +5,9 @@
 //! A waiter is queued in arrival order; a release wakes the first waiter
 //! and, if it waits to read, every other reader in the list
 //! (`rwsem_mark_wake` with `RWSEM_WAKE_ANY`, up to `MAX_READERS_WAKEUP`).
-//! A woken waiter takes the lock again itself, and if it loses the race
-//! goes back to the head of the list.
+//! A woken reader takes the lock itself; a woken writer stays the first
+//! waiter until it has the lock (Linux leaves it on the list), and if it
+//! loses the race goes back to sleep at the head.
 //!
 //! Differs from Linux: no handoff bit (a waiter at the head may lose the
 //! lock to a newcomer any number of times) and no optimistic spinning of
@@ -16,6 +17,8 @@ use std::collections::{HashMap, VecDeque};
 
 /// `MAX_READERS_WAKEUP`: readers one release wakes at most.
 const MAX_READERS_WAKEUP: usize = 0x100;
+/// `RWSEM_WAIT_TIMEOUT` in picoseconds: one jiffy at HZ=250.
+pub(super) const HANDOFF_AFTER: u64 = 4_000_000_000;
 
 /// One sleeping CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,18 +26,23 @@ pub(super) struct Waiter {
     pub cpu: usize,
     /// Whether it waits to write (`RWSEM_WAITING_FOR_WRITE`).
     pub writer: bool,
+    /// When it first queued (picoseconds of its clock).
+    pub since: u64,
 }
 
-/// Every lock's wait list.
+/// Every lock's wait list, and the writer each woke that has not taken
+/// the lock yet.
 #[derive(Debug, Default)]
 pub(super) struct WaitLists {
     lists: HashMap<usize, VecDeque<Waiter>>,
+    woken_writer: HashMap<usize, Waiter>,
 }
 
 impl WaitLists {
     /// Queues `w` on `key`: at the tail, or at the head if `front` (a
     /// woken waiter that lost the lock).
     pub fn add(&mut self, key: usize, w: Waiter, front: bool) {
+        self.acquired(key, w.cpu);
         let list = self.lists.entry(key).or_default();
         match front {
             true => list.push_front(w),
@@ -42,9 +50,19 @@ impl WaitLists {
         }
     }
 
-    /// The waiters on `key`, none if nobody waits.
-    pub fn waiting(&self, key: usize) -> Option<&VecDeque<Waiter>> {
-        self.lists.get(&key).filter(|l| !l.is_empty())
+    /// The first waiter on `key` (a woken writer that has not taken the
+    /// lock yet, or the head of the list), if anyone waits.
+    pub fn first(&self, key: usize) -> Option<Waiter> {
+        let head = || self.lists.get(&key).and_then(|l| l.front().copied());
+        self.woken_writer.get(&key).copied().or_else(head)
+    }
+
+    /// `cpu` has taken the lock at `key` (or sleeps again): it is no longer
+    /// a woken writer.
+    pub fn acquired(&mut self, key: usize, cpu: usize) {
+        if self.woken_writer.get(&key).is_some_and(|w| w.cpu == cpu) {
+            self.woken_writer.remove(&key);
+        }
     }
 
     /// Takes the waiters a release of `key` wakes: the first, and if it
@@ -53,7 +71,11 @@ impl WaitLists {
         let Some(list) = self.lists.get_mut(&key) else { return Vec::new() };
         let woken = match list.front() {
             None => Vec::new(),
-            Some(first) if first.writer => vec![list.pop_front().expect("a first waiter").cpu],
+            Some(first) if first.writer => {
+                let w = list.pop_front().expect("a first waiter");
+                self.woken_writer.insert(key, w);
+                vec![w.cpu]
+            }
             Some(_) => {
                 let mut woken = Vec::new();
                 list.retain(|w| match !w.writer && woken.len() < MAX_READERS_WAKEUP {
@@ -78,7 +100,7 @@ mod tests {
     use super::*;
 
     fn w(cpu: usize, writer: bool) -> Waiter {
-        Waiter { cpu, writer }
+        Waiter { cpu, writer, since: 0 }
     }
 
     #[test]
@@ -88,9 +110,12 @@ mod tests {
             l.add(9, w(cpu, writer), false);
         }
         assert_eq!(l.take_woken(9), [1]);
+        assert_eq!(l.first(9), Some(w(1, true)), "the woken writer is first until it has the lock");
+        l.acquired(9, 1);
         assert_eq!(l.take_woken(9), [2, 4], "every queued reader, past the writer");
         assert_eq!(l.take_woken(9), [3]);
-        assert!(l.waiting(9).is_none() && l.take_woken(9).is_empty());
+        l.acquired(9, 3);
+        assert!(l.first(9).is_none() && l.take_woken(9).is_empty());
     }
 
     #[test]
