@@ -149,27 +149,23 @@ impl<T: ?Sized> RwLock<T> {
     /// Takes it with `try_lock` in a simulation, by the rules of the
     /// module comment, sleeping on its wait list until it can.
     fn sleeping<G>(&self, writer: bool, mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
-        let mut woken = false;
+        let (key, mut spins) = (self.key(), 0);
         loop {
-            let steal = !writer && self.free() && !sim::handoff(self.key());
-            let may_take = woken || sim::first_waiter(self.key()).is_none() || steal;
-            if may_take {
+            let woken = spins > 0;
+            let steal = !writer && self.free() && !sim::handoff(key);
+            if woken || sim::first_waiter(key).is_none() || steal {
                 let got = match try_lock() {
                     Ok(g) => Ok(g),
                     Err(TryLockError::Poisoned(p)) => Err(p),
                     Err(TryLockError::WouldBlock) => {
-                        sim::sleep(self.key(), writer, woken);
-                        woken = true;
+                        super::sleep_wait(&mut spins, key, writer);
                         continue;
                     }
                 };
-                if woken {
-                    sim::acquired(self.key());
-                }
+                super::sleep_done(spins, key);
                 return got;
             }
-            sim::sleep(self.key(), writer, woken);
-            woken = true;
+            super::sleep_wait(&mut spins, key, writer);
         }
     }
 
