@@ -4,10 +4,12 @@
 //! [`super::wp`]. The caller holds the VMA stable (through
 //! [`crate::mm_types::vma_lock`]) and has checked the access against it.
 //!
-//! Differs from Linux: no LRU, swap, KSM, userfaultfd or memcg; a folio lock
-//! that is contended makes reuse fail instead of waiting.
+//! Differs from Linux: no KSM, userfaultfd or memcg; a folio lock that is
+//! contended makes reuse fail instead of waiting. The page tables a fault
+//! allocates come with reclaim, as its folios do.
 
 use super::huge_memory::{self, Huge};
+use super::vmscan::retry_after_reclaim;
 use super::{anon, file, wp};
 use crate::arch::{pte_index, Pfn, Pte, PMD_ORDER, PMD_SIZE};
 use crate::kernel::{Kernel, Stats};
@@ -92,7 +94,8 @@ pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()
 
 /// `__handle_mm_fault`: the PMD level, then [`handle_pte_fault`].
 fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind, _walk: &TableReadGuard) -> Result<()> {
-    let pmd = alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock)?;
+    // The tables come with reclaim, as `GFP_PGTABLE_USER` allows.
+    let pmd = retry_after_reclaim(k, &mm.mmlist, || alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock))?;
     let mut vmf = VmFault { k, mm, vma, address: addr, kind, pmd, table: 0, orig: Pte::NONE };
     loop {
         let e = pmd.load(&k.phys);
@@ -126,7 +129,7 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind,
             touch(k, pmd.table, pmd.idx, e, vmf.write());
             return Ok(());
         }
-        let Some(table) = alloc_pte_table(k, pmd)? else {
+        let Some(table) = retry_after_reclaim(k, &mm.mmlist, || alloc_pte_table(k, pmd))? else {
             continue;
         };
         vmf.table = table;

@@ -7,6 +7,7 @@
 //! unmaps it, and fork leaves it to be refaulted.
 
 use super::fault::VmFault;
+use super::vmscan::alloc_table_reclaim;
 use crate::arch::{Pte, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
@@ -56,7 +57,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         let Some(zero) = k.huge_zero_pfn() else {
             return Ok(Huge::Fallback);
         };
-        let table = k.alloc_table()?;
+        let table = alloc_table_reclaim(k, &mm.mmlist)?;
         let _pl = pte_lockptr(phys, pmd.table).lock();
         if !pmd.load(phys).is_none() {
             drop(_pl);
@@ -73,7 +74,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         Stats::inc(&k.stats.anon_fault_fallback[PMD_ORDER as usize]);
         return Ok(Huge::Fallback);
     };
-    let table = match k.alloc_table() {
+    let table = match alloc_table_reclaim(k, &mm.mmlist) {
         Ok(t) => t,
         Err(e) => {
             k.folio_put_refs(f, 1);

@@ -365,6 +365,13 @@ pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, place: Placement,
     retry_after_reclaim(k, mmlist, || k.alloc_folio_on(place, 0, zeroed))
 }
 
+/// A page-table page for a fault (`pte_alloc_one`: `GFP_PGTABLE_USER` may
+/// reclaim), with reclaim ([`retry_after_reclaim`]). The caller holds no
+/// page-table lock.
+pub fn alloc_table_reclaim(k: &Kernel, mmlist: &MmList) -> Result<crate::arch::Pfn> {
+    retry_after_reclaim(k, mmlist, || k.alloc_table())
+}
+
 /// Runs `op`, an allocation or a call that fails with ENOMEM when one
 /// does, with reclaim (`__alloc_pages_slowpath`). With a swap device, free
 /// memory under the low watermark is reclaimed first (kswapd's work, done
