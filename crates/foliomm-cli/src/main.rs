@@ -5,6 +5,7 @@ mod bench;
 mod compare;
 mod fuzz;
 mod host;
+mod matrix;
 mod overrides;
 mod prove;
 mod referee;
@@ -75,10 +76,11 @@ enum HostCommand {
 
 #[derive(clap::Args)]
 struct CompareArgs {
-    /// Scenario files.
+    /// Scenario files, or directories of them.
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// Settings of the model (the referee runs each file as written).
+    /// Settings of the model (the referee runs each file as written); a
+    /// flag given 'all' holds every configuration against the one host run.
     #[command(flatten)]
     settings: overrides::SettingFlags,
     /// Print only mismatches and summaries.
@@ -93,7 +95,8 @@ struct CompareArgs {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Scenario files (see scenarios/ and the README for the language).
+    /// Scenario files (see scenarios/ and the README for the language), or
+    /// directories of them.
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Run the invariant checker after every step.
@@ -109,6 +112,10 @@ struct RunArgs {
     /// Print only failures, skips (with their reasons) and the summary line.
     #[arg(long, short)]
     quiet: bool,
+    /// Evaluate every `expect` line: a failed one is reported and the run
+    /// goes on (any other failure still stops it).
+    #[arg(long)]
+    keep_going: bool,
     /// Where to run: the model, the host kernel (real processes; needs
     /// root), or Linux 6.1 in a qemu guest (needs qemu-system-x86 and
     /// linux-image-6.1.0-*-amd64-unsigned).
@@ -191,21 +198,38 @@ fn main() -> ExitCode {
 }
 
 fn run_files(a: RunArgs) -> Result<bool> {
-    if a.trace.is_some() && a.files.len() != 1 {
-        anyhow::bail!("--trace writes the trace of one scenario file; {} were given", a.files.len());
+    let files = scenario_files(&a.files)?;
+    if a.trace.is_some() && files.len() != 1 {
+        anyhow::bail!("--trace writes the trace of one scenario file; {} were given", files.len());
     }
-    let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
-    let mut json = Vec::new();
+    let configs = a.settings.configurations();
+    let matrix = configs.len() > 1;
+    if matrix && (a.backend != "model" || a.trace.is_some()) {
+        anyhow::bail!(
+            "a flag given 'all' runs a design matrix on the model, without --trace; \
+             to hold each configuration against the host, use `compare` with the same flags"
+        );
+    }
     if a.backend == "guest" && !a.settings.lines.is_empty() {
         anyhow::bail!(
             "--backend guest runs the files as written: put machine settings in the file, not on the command line"
         );
     }
+    let (mut passed, mut failed, mut skipped, mut bad) = (0, 0, 0, 0);
+    let mut count = |out: &Outcome| match &out.failure {
+        None => passed += 1,
+        // A scenario the backend cannot run is skipped, as kselftest's KSFT_SKIP.
+        Some(f) if f.kind == FailureKind::Unsupported => skipped += 1,
+        Some(_) => failed += 1,
+    };
+    let mut json = Vec::new();
     let mut referee = (a.backend != "model").then(|| Referee::new(&a.backend));
-    for file in &a.files {
+    let opts =
+        RunOptions { check: a.check, trace: a.trace.is_some(), keep_going: a.keep_going, ..RunOptions::default() };
+    for file in &files {
         // A file that cannot be read or parsed is reported; the batch goes on.
         let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));
-        let (src, mut steps) = match parsed {
+        let (src, steps) = match parsed {
             Ok(parsed) => parsed,
             Err(e) => {
                 bad += 1;
@@ -216,35 +240,79 @@ fn run_files(a: RunArgs) -> Result<bool> {
                 continue;
             }
         };
+        if matrix {
+            let cells: Vec<matrix::Cell> = configs
+                .iter()
+                .map(|config| {
+                    let mut steps = steps.clone();
+                    config.flags.apply(&mut steps);
+                    matrix::Cell { config, outcome: run(&steps, &mut ModelBackend::new(), opts) }
+                })
+                .collect();
+            cells.iter().for_each(|c| count(&c.outcome));
+            match a.json {
+                true => json.push(matrix::json(file, &cells)),
+                false => matrix::print(file, &a.settings.axis_names(), &cells),
+            }
+            continue;
+        }
+        let mut steps = steps;
         a.settings.apply(&mut steps);
-        let trace = a.trace.is_some();
         let out = match referee.as_mut() {
             Some(r) => r.run(&file.display().to_string(), &src, &steps),
-            None => {
-                run(&steps, &mut ModelBackend::new(), RunOptions { check: a.check, trace, ..RunOptions::default() })
-            }
+            None => run(&steps, &mut ModelBackend::new(), opts),
         };
         if let Some(path) = &a.trace {
             trace::write(path, file, &out)?;
         }
-        // A scenario the backend cannot run is skipped, as kselftest's KSFT_SKIP.
-        match &out.failure {
-            None => passed += 1,
-            Some(f) if f.kind == FailureKind::Unsupported => skipped += 1,
-            Some(_) => failed += 1,
-        }
+        count(&out);
         if a.json {
             json.push(serde_json::json!({ "file": file.display().to_string(), "outcome": out }));
         } else {
             print_outcome(file, &out, a.quiet);
         }
     }
+    let runs = files.len() * configs.len();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
-    } else if a.files.len() > 1 || a.quiet {
-        println!("{} files: {passed} passed, {failed} failed, {skipped} skipped, {bad} bad", a.files.len());
+    } else if matrix {
+        let n = (files.len(), configs.len());
+        println!("{runs} runs ({} files × {} configurations): {passed} passed, {failed} failed, {skipped} skipped, {bad} bad files", n.0, n.1);
+    } else if files.len() > 1 || a.quiet {
+        println!("{} files: {passed} passed, {failed} failed, {skipped} skipped, {bad} bad", files.len());
     }
     Ok(failed == 0 && bad == 0)
+}
+
+/// The scenario files `paths` name: a file as it is, a directory as the
+/// `.fmm` files under it, in name order.
+fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        let mut found = Vec::new();
+        let mut dirs = vec![path.clone()];
+        while let Some(dir) = dirs.pop() {
+            let entries = std::fs::read_dir(&dir).map_err(|e| anyhow::anyhow!("cannot list {}: {e}", dir.display()))?;
+            for entry in entries {
+                let p = entry?.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|e| e == "fmm") {
+                    found.push(p);
+                }
+            }
+        }
+        if found.is_empty() {
+            anyhow::bail!("{} is a directory without scenario files (*.fmm) in it", path.display());
+        }
+        found.sort();
+        files.extend(found);
+    }
+    Ok(files)
 }
 
 /// A scenario file's text; an error names what is wrong, with the line and
@@ -260,18 +328,21 @@ fn read_scenario(file: &std::path::Path) -> Result<String, String> {
 }
 
 fn compare_files(a: CompareArgs) -> Result<bool> {
+    let files = scenario_files(&a.files)?;
     let (mut total, mut agree, mut differ) = (0, 0, 0);
     let mut referee = Referee::new(&a.backend);
     // The model follows the referee's release unless a flag says otherwise.
     let release = referee.release().filter(|_| !a.settings.sets_kernel());
     let model_settings = a.settings.with(release.map(overrides::SettingFlags::kernel));
+    let configs = model_settings.configurations();
+    let mut per_config = vec![(0, 0); configs.len()];
     let mut skipped: Vec<String> = Vec::new();
     let mut bad: Vec<String> = Vec::new();
-    for file in &a.files {
+    for file in &files {
         let name = file.display().to_string();
         // A file that cannot be read or parsed is reported; the batch goes on.
         let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));
-        let (src, mut steps) = match parsed {
+        let (src, steps) = match parsed {
             Ok(parsed) => parsed,
             Err(e) => {
                 println!("== {name}\n  bad file: {e}");
@@ -280,26 +351,40 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
             }
         };
         let host = referee.run(&name, &src, &steps);
-        model_settings.apply(&mut steps);
-        let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
         if let Some(f) = host.failure.as_ref().filter(|f| f.kind == FailureKind::Unsupported) {
             println!("== {name}\n  skipped on the host: {}", f.message);
             skipped.push(format!("{name}: {}", f.message));
             continue;
         }
-        let n = compare::report(&name, &model, &host, a.quiet);
-        total += n;
-        if n == 0 {
-            agree += 1;
-        } else {
-            differ += 1;
+        // Each configuration of a matrix is held against the one host run.
+        for (config, tally) in configs.iter().zip(&mut per_config) {
+            let mut steps = steps.clone();
+            config.flags.apply(&mut steps);
+            let model = run(&steps, &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
+            let label = if configs.len() > 1 { format!("{name} [{}]", config.name) } else { name.clone() };
+            let n = compare::report(&label, &model, &host, a.quiet);
+            total += n;
+            *tally = (tally.0 + n, tally.1 + (n > 0) as usize);
+            if n == 0 {
+                agree += 1;
+            } else {
+                differ += 1;
+            }
+        }
+    }
+    if configs.len() > 1 {
+        let width = configs.iter().map(|c| c.name.len()).max().unwrap_or(0).max("configuration".len());
+        println!("{:<width$}  {:>10}  files that differ", "configuration", "mismatches");
+        for (c, (n, files)) in configs.iter().zip(&per_config) {
+            println!("{:<width$}  {n:>10}  {files}", c.name);
         }
     }
     println!("{total} mismatches in all");
+    let per = if configs.len() > 1 { format!(" ({} configurations each)", configs.len()) } else { String::new() };
     println!(
-        "compared {} of {} files: {agree} agree, {differ} differ, {} skipped on the host, {} bad",
-        agree + differ,
-        a.files.len(),
+        "compared {} of {} files{per}: {agree} agree, {differ} differ, {} skipped on the host, {} bad",
+        files.len() - skipped.len() - bad.len(),
+        files.len(),
         skipped.len(),
         bad.len()
     );
@@ -313,13 +398,15 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
     Ok(total == 0 && differ == 0 && bad.is_empty() && !(agree + differ == 0 && unavailable))
 }
 
-/// A file's run: its steps, counters and measures, then how it ended;
+/// A file's run: how it ended first, then its steps, counters and
+/// measures, and every failed `expect` line of a run that kept going;
 /// with `quiet`, only how it ended, and nothing for a file that passed.
 fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
     if quiet && out.failure.is_none() {
         return;
     }
     println!("== {} ({})", file.display(), out.backend);
+    println!("  {}", matrix::verdict(out));
     if !quiet {
         let width = out.steps.iter().map(|s| s.text.len()).max().unwrap_or(0).min(60);
         for s in &out.steps {
@@ -341,11 +428,9 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
     for n in &out.notes {
         println!("  note: {n}");
     }
-    match &out.failure {
-        None => println!("  PASS ({} steps)", out.steps.len()),
-        Some(f) if f.kind == FailureKind::Unsupported => println!("  SKIP at line {}: {}", f.line, f.message),
-        Some(f) if f.kind == FailureKind::Backend => println!("  FAIL (backend) at line {}: {}", f.line, f.message),
-        Some(f) => println!("  FAIL at line {}: {}", f.line, f.message),
+    let stopped_at = out.failure.as_ref().map(|f| f.line);
+    for f in out.failed_expects.iter().filter(|f| Some(f.line) != stopped_at) {
+        println!("  also FAIL at line {}: {}", f.line, f.message);
     }
 }
 

@@ -101,7 +101,7 @@ fn suite() -> Result<Vec<PathBuf>> {
 fn counts_for(design: Design, kernel: Option<&str>, files: &[PathBuf]) -> Result<Counts> {
     let release = kernel.map_or(String::new(), |v| format!("\nset kernel {v}"));
     let flag = parse(&format!("set mapcount {}{release}", design.name())).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let flags = SettingFlags { lines: flag };
+    let flags = SettingFlags { lines: flag, axes: Vec::new() };
     let mut sum = vec![[0u64; 3]; Consumer::ALL.len()];
     for file in files {
         let src = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;

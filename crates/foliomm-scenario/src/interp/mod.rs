@@ -1,7 +1,8 @@
 //! The interpreter: runs parsed steps on a [`Backend`], keeps the reference
 //! byte model of every process beside it (every read is compared with it),
 //! records observations, evaluates `expect` lines and, when asked, runs the
-//! backend's invariant checker after every step. It stops at the first failure.
+//! backend's invariant checker after every step. It stops at the first failure
+//! (with [`RunOptions::keep_going`], at the first that is not an `expect`).
 //!
 //! `state` holds what a run keeps between steps and dispatches each step,
 //! `process` runs the steps of a process against the backend and the
@@ -36,6 +37,9 @@ pub struct RunOptions {
     /// ([`StepOutcome::expected`]): for a C reproducer that checks bytes
     /// without foliomm.
     pub expected_reads: bool,
+    /// Go on after a failed `expect` line (each is recorded in
+    /// [`Outcome::failed_expects`]); any other failure still stops the run.
+    pub keep_going: bool,
 }
 
 /// What one step did.
@@ -55,6 +59,20 @@ pub struct StepOutcome {
     /// at the read's address and every 4 KiB after it for `read`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expected: Vec<(u64, u8)>,
+}
+
+impl StepOutcome {
+    /// What `step` did, as `result`, with nothing observed, traced or expected.
+    fn plain(step: &Step, result: String) -> StepOutcome {
+        StepOutcome {
+            line: step.line,
+            text: step.text.clone(),
+            result,
+            observed: None,
+            trace: Vec::new(),
+            expected: Vec::new(),
+        }
+    }
 }
 
 /// Why a run stopped early.
@@ -136,6 +154,11 @@ pub struct Outcome {
     pub counters: Vec<(String, u64)>,
     pub measures: Vec<Measure>,
     pub failure: Option<Failure>,
+    /// With [`RunOptions::keep_going`]: every `expect` line that failed, in
+    /// order (the first is also the `failure` unless something else stopped
+    /// the run earlier).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_expects: Vec<Failure>,
     /// What the reader should know about the run: counters that read as
     /// Linux's own accounting anomalies do, each with its line.
     #[serde(default)]
@@ -189,6 +212,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     st.expected_reads = opts.expected_reads.then(Vec::new);
     let mut outcomes = Vec::new();
     let mut failure = None;
+    let mut failed_expects = Vec::new();
     for step in steps {
         let r = st.step(step).and_then(|msg| {
             if st.check && st.started && st.measure.is_none() {
@@ -217,6 +241,12 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                     expected,
                 })
             }
+            Err(Failed { kind: FailureKind::Scenario, message })
+                if opts.keep_going && matches!(step.cmd, Cmd::Expect { .. }) =>
+            {
+                outcomes.push(StepOutcome::plain(step, format!("FAIL: {message}")));
+                failed_expects.push(Failure { line: step.line, kind: FailureKind::Scenario, message });
+            }
             Err(Failed { kind, message }) => {
                 failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), kind, message });
                 break;
@@ -244,6 +274,9 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
             message: format!("measure {name} has no 'end'"),
         });
     }
+    if let (None, Some(first)) = (&failure, failed_expects.first()) {
+        failure = Some(first.clone());
+    }
     let (design, kernel) = st.design_and_release();
     Outcome {
         backend: st.backend.name().into(),
@@ -255,6 +288,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         counters: st.backend.counters(),
         measures: st.measures,
         failure,
+        failed_expects,
         notes: st.notes,
     }
 }

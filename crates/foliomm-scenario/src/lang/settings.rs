@@ -28,6 +28,11 @@ pub struct Setting {
     /// The names its value takes, where they come from a table of their own.
     #[serde(skip)]
     pub names: Option<fn() -> String>,
+    /// The values `all` stands for in a command-line flag (`--mapcount
+    /// all`: one run per design, a design matrix); none where a setting has
+    /// no such list.
+    #[serde(skip)]
+    pub every: Option<fn() -> Vec<String>>,
 }
 
 impl Setting {
@@ -50,6 +55,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: None,
         host: "'at least' is checked against MemTotal; 'limit' puts the workers in a memory cgroup \
                of that limit; an exact size is refused",
     },
@@ -60,6 +66,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: Some(foliomm::internals::mapcount::Design::names),
+        every: Some(|| foliomm::internals::mapcount::Design::ALL.iter().map(|d| d.name().to_string()).collect()),
         host: "only the running kernel's era's design",
     },
     Setting {
@@ -69,6 +76,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("uname -r"),
         when: When::Machine,
         names: None,
+        every: Some(|| foliomm::KernelVersion::all().map(|v| v.to_string()).collect()),
         host: "only the running release",
     },
     Setting {
@@ -78,6 +86,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: Some(foliomm::internals::mapcount::RmapIdStage::names),
+        every: Some(|| foliomm::internals::mapcount::RmapIdStage::ALL.iter().map(|s| s.name().to_string()).collect()),
         host: "refused (the RFC was never merged)",
     },
     Setting {
@@ -87,6 +96,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: Some(|| foliomm::ZapStrategy::ALL.iter().map(|(_, n)| n.to_string()).collect()),
         host: "only batched",
     },
     Setting {
@@ -96,6 +106,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: Some(|| foliomm::VmaLockDesign::ALL.iter().map(|(_, n)| n.to_string()).collect()),
         host: "only vma-refcount",
     },
     Setting {
@@ -105,6 +116,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: Some(|| foliomm::HugetlbSync::ALL.iter().map(|(_, n)| n.to_string()).collect()),
         host: "only vma-lock",
     },
     Setting {
@@ -114,6 +126,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: None,
         host: "refused (the TLB is hardware)",
     },
     Setting {
@@ -123,6 +136,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: Some(|| foliomm::internals::machine::DebugSwitches::NAMES.join(", ")),
+        every: None,
         host: "refused",
     },
     Setting {
@@ -132,6 +146,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: None,
         host: "refused",
     },
     Setting {
@@ -141,6 +156,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("/proc/sys/vm/max_map_count"),
         when: When::Machine,
         names: None,
+        every: None,
         host: "only the host's current value (it is system-wide)",
     },
     Setting {
@@ -150,6 +166,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("swapon(2) of /dev/zram0 (disksize, mkswap)"),
         when: When::Machine,
         names: None,
+        every: None,
         host: "sets up zram0 as swap for the run (refused where zram0 is missing or busy)",
     },
     Setting {
@@ -159,6 +176,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("the machine's NUMA topology (qemu -numa), numa_node_id()"),
         when: When::Machine,
         names: None,
+        every: None,
         host: "checked against the online nodes with memory (refused where fewer)",
     },
     Setting {
@@ -169,6 +187,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Machine,
         names: None,
+        every: None,
         host: "ignored: its threads are real",
     },
     Setting {
@@ -178,6 +197,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("/sys/kernel/mm/transparent_hugepage/enabled, hugepages-*kB/enabled"),
         when: When::Anytime,
         names: None,
+        every: None,
         host: "written to sysfs, restored afterwards",
     },
     Setting {
@@ -187,6 +207,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("/sys/kernel/mm/transparent_hugepage/shmem_enabled, hugepages-*kB/shmem_enabled"),
         when: When::Anytime,
         names: None,
+        every: None,
         host: "written to sysfs, restored afterwards",
     },
     Setting {
@@ -196,6 +217,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("/sys/kernel/mm/hugepages/hugepages-*kB/nr_hugepages, nr_overcommit_hugepages"),
         when: When::Anytime,
         names: None,
+        every: None,
         host: "written to sysfs, restored afterwards; skipped if the kernel gives fewer pages",
     },
     Setting {
@@ -205,6 +227,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: Some("/sys/kernel/mm/transparent_hugepage/khugepaged/*"),
         when: When::Anytime,
         names: None,
+        every: None,
         host: "written to sysfs, restored afterwards",
     },
     Setting {
@@ -214,6 +237,7 @@ pub const SETTINGS: &[Setting] = &[
         linux: None,
         when: When::Anytime,
         names: None,
+        every: None,
         host: "no checker (nothing to check against)",
     },
 ];

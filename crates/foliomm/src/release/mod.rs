@@ -36,6 +36,11 @@ impl KernelVersion {
         KernelVersion { major, minor }
     }
 
+    /// Every release modelled, oldest first.
+    pub fn all() -> impl Iterator<Item = KernelVersion> {
+        (Self::OLDEST.minor..=Self::NEWEST.minor).map(|minor| KernelVersion::new(Self::OLDEST.major, minor))
+    }
+
     /// `"6.8"`, or a kernel release string such as `"6.1.0-47-amd64"` or
     /// `"6.18.2"` (the first two numbers count); `None` for anything else or
     /// a release outside [`KernelVersion::OLDEST`]..=[`KernelVersion::NEWEST`].
