@@ -3,6 +3,7 @@
 
 mod bench;
 mod compare;
+mod counters;
 mod fuzz;
 mod host;
 mod matrix;
@@ -55,6 +56,9 @@ enum Command {
     /// The scenario language's settings (`set NAME ...`): syntax, meaning,
     /// the Linux interface each mirrors and what the host does with it.
     Settings(settings::SettingsArgs),
+    /// Every counter a run prints: what it counts, its Linux name, and the
+    /// settings or designs it needs (`stat.NAME` in an `expect`).
+    Counters(counters::CountersArgs),
     /// Host-kernel settings foliomm changes (THP, shmem, the huge page pool).
     #[command(subcommand)]
     Host(HostCommand),
@@ -162,6 +166,7 @@ fn main() -> ExitCode {
         }
         Command::Fuzz(a) => fuzz::main(a.args),
         Command::Settings(a) => settings::print(&a).map(|_| true),
+        Command::Counters(a) => counters::print(&a).map(|_| true),
         Command::Sim(c) => sim::run(&c).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),

@@ -59,7 +59,7 @@ fn a_failure_inside_a_block_names_its_own_line() {
     assert_eq!(f.line, 5);
     assert!(f.message.contains("expected it to fail"), "{}", f.message);
     let out = run_src("P: a = mmap 8K rw\nparallel\nP.t1: write a\nP.t2: exit\nend\n");
-    assert!(out.failure.unwrap().message.contains("has not started"));
+    assert!(out.failure.unwrap().message.contains("cannot exit: it never started"));
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use super::state::State;
 use super::StepResult;
+use crate::lang::suggest::did_you_mean;
 use crate::lang::{CmpOp, MachineSetting, Only, Operand};
 use crate::observation::Observation;
 use foliomm::internals::mapcount::{Design, RmapIdStage};
@@ -107,17 +108,25 @@ impl State<'_> {
             Operand::Num(n) => Ok((*n, n.to_string())),
             Operand::Bool(b) => Ok((*b as u64, b.to_string())),
             Operand::Field { obj, field } if obj == "stat" => {
-                let v = self.backend.counters().into_iter().find(|(n, _)| n == field).map(|(_, v)| v);
-                let v = v.ok_or_else(|| format!("no counter '{field}' on the {} backend", self.backend.name()))?;
+                let counters = self.backend.counters();
+                let v = counters.iter().find(|(n, _)| n == field).map(|(_, v)| *v).ok_or_else(|| {
+                    let hint = did_you_mean(field, counters.iter().map(|(n, _)| n.as_str()));
+                    format!("no counter '{field}' on the {} backend{hint}", self.backend.name())
+                })?;
                 let anomaly = below_zero(field, v).map_or(String::new(), |n| format!(", {n}"));
                 Ok((v, format!("stat.{field} (= {v}{anomaly})")))
             }
             Operand::Field { obj, field } => {
-                let (_, ob) =
-                    self.obs.iter().find(|(n, _)| n == obj).ok_or_else(|| format!("no observation named '{obj}'"))?;
+                let (_, ob) = self.obs.iter().find(|(n, _)| n == obj).ok_or_else(|| {
+                    let made: Vec<&str> = self.obs.iter().map(|(n, _)| n.as_str()).collect();
+                    let hint = did_you_mean(obj, made.iter().copied());
+                    let made = if made.is_empty() { "none yet".to_string() } else { made.join(", ") };
+                    format!("no observation named '{obj}'{hint} (made so far: {made}; 'stat.NAME' reads a counter)")
+                })?;
                 let v = ob.field(field).ok_or_else(|| {
+                    let hint = did_you_mean(field, Observation::field_names());
                     format!(
-                        "no field '{field}' (fields: {})",
+                        "no field '{field}'{hint} (fields: {})",
                         Observation::field_names().collect::<Vec<_>>().join(", ")
                     )
                 })?;

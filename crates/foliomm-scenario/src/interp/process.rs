@@ -98,13 +98,15 @@ impl State<'_> {
                 self.exited.insert(p.clone());
                 Ok("exited".into())
             }
-            Cmd::Wait(child) => {
-                if self.exited.contains(child) {
-                    Ok(format!("{child} reaped"))
-                } else {
-                    Err(format!("wait: process {child} has not exited").into())
+            Cmd::Wait(child) => match (self.exited.contains(child), self.live.contains(child)) {
+                (true, _) => Ok(format!("{child} reaped")),
+                (_, true) => Err(format!("wait: process {child} has not exited (give it an 'exit' line first)").into()),
+                _ => {
+                    let known: Vec<&str> = self.live.iter().chain(&self.exited).map(String::as_str).collect();
+                    let hint = crate::lang::suggest::did_you_mean(child, known);
+                    Err(format!("wait: there is no process {child}{hint} (no fork made it)").into())
                 }
-            }
+            },
             Cmd::Write { place, val, every_byte } => {
                 let val = val.unwrap_or((step.line % 251 + 1) as u8);
                 self.write(step, t, place, Access::Write { val, every_byte: *every_byte })?;

@@ -58,6 +58,9 @@ pub(super) struct State<'b> {
     /// The files' bytes in the reference model, shared by the processes.
     pub(super) ref_files: RefFiles,
     pub(super) live: HashSet<String>,
+    /// Processes made empty by their first line (no fork made them) while
+    /// another existed, with that line: an EFAULT of theirs gets a hint.
+    pub(super) created_empty: HashMap<String, usize>,
     /// Named threads of each process: their numbers, `None` once exited.
     pub(super) threads: HashMap<String, HashMap<String, Option<u32>>>,
     pub(super) exited: HashSet<String>,
@@ -95,6 +98,7 @@ impl<'b> State<'b> {
             notes: Vec::new(),
             ref_files: RefFiles::default(),
             live: HashSet::new(),
+            created_empty: HashMap::new(),
             threads: HashMap::new(),
             exited: HashSet::new(),
             refs: HashMap::new(),
@@ -197,11 +201,15 @@ impl<'b> State<'b> {
         }
     }
 
-    fn proc(&mut self, name: &str) -> Result<(), Failed> {
+    fn proc(&mut self, name: &str, line: usize) -> Result<(), Failed> {
         if self.exited.contains(name) {
             return Err(format!("process {name} has exited").into());
         }
+        let others = !self.live.is_empty() || !self.exited.is_empty();
         if self.live.insert(name.to_string()) {
+            if others {
+                self.created_empty.insert(name.to_string(), line);
+            }
             self.backend
                 .perform(Thread::main(name), Op::Spawn)
                 .map_err(|e| Failed::from(e).context(&format!("cannot create process {name}")))?;
@@ -270,15 +278,47 @@ impl<'b> State<'b> {
         };
         let tid = self.thread_of(step, &p)?;
         let before = self.backend_time;
-        let r = self.process(step, p.clone(), tid)?;
+        let r = self.process(step, p.clone(), tid).map_err(|e| self.hint(&p, e))?;
         self.count_ops(format!("{p}/{tid}"), 1, self.backend_time - before);
         Ok(r)
+    }
+
+    /// `e` of a step of process `p`, with a hint: an EFAULT of a process its
+    /// first line made empty says so (it was probably meant to be forked);
+    /// an ENOMEM of the model says how much RAM it has and how to give more.
+    fn hint(&self, p: &str, e: Failed) -> Failed {
+        if e.message.contains("ENOMEM") && self.backend.name() == "model" {
+            let memory = self.settings.iter().rev().find(|(_, s)| {
+                matches!(
+                    s,
+                    MachineSetting::Memory(_) | MachineSetting::MemoryLimit(_) | MachineSetting::MemoryAtLeast(_)
+                )
+            });
+            let memory = memory.map_or("the default 4G".to_string(), |(_, s)| format!("'{s}'"));
+            let message = format!(
+                "{} (the model's RAM is {memory}: 'set memory SIZE' or --memory SIZE gives it more, 'set swap SIZE' \
+                 a swap device)",
+                e.message
+            );
+            return Failed { message, ..e };
+        }
+        match self.created_empty.get(p) {
+            Some(line) if e.message.contains("EFAULT") => Failed {
+                message: format!(
+                    "{} (process {p} was made empty by its first line, {line}, not by a fork: it maps only \
+                     what it mapped itself; 'PARENT: fork {p}' before it shares the parent's mappings)",
+                    e.message
+                ),
+                ..e
+            },
+            _ => e,
+        }
     }
 
     /// The number of the thread that runs `step` of process `p`, starting
     /// the process and the thread if they do not exist yet.
     pub(super) fn thread_of(&mut self, step: &Step, p: &str) -> Result<u32, Failed> {
-        self.proc(p)?;
+        self.proc(p, step.line)?;
         match &step.thread {
             None => Ok(0),
             Some(name) => self.thread(p, name, matches!(step.cmd, Cmd::Exit)),
@@ -292,7 +332,14 @@ impl<'b> State<'b> {
         match threads.get(name) {
             Some(Some(tid)) => return Ok(*tid),
             Some(None) => return Err(format!("thread {p}.{name} has exited").into()),
-            None if exiting => return Err(format!("thread {p}.{name} has not started").into()),
+            None if exiting => {
+                let why = format!(
+                    "thread {p}.{name} cannot exit: it never started (a thread starts at its first line, and this \
+                     'exit' is its first; inside 'parallel', a thread that only exits has nothing to run while the \
+                     block waits for it)"
+                );
+                return Err(why.into());
+            }
             None => {}
         }
         // Numbers are never reused: 0 is the first thread, named threads count from 1.

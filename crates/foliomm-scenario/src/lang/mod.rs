@@ -87,6 +87,7 @@ mod parser;
 mod proc_cmd;
 mod set_cmd;
 pub mod settings;
+pub mod suggest;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
 pub use lexer::parse_size;

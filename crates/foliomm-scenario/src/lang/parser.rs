@@ -179,10 +179,16 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
             };
             Ok(Cmd::Expect { lhs, op, rhs: l.expression()?, only })
         }
-        t => l.err(
-            col,
-            format!("expected 'set', 'expect', 'khugepaged', 'measure', 'repeat', 'end' or 'NAME:' (a process), found '{t}'"),
-        ),
+        t => {
+            let process = super::proc_cmd::is_command(t)
+                .then(|| format!(": '{t}' is a process's command, write 'PROCESS: {t} ...'"));
+            let hint =
+                process.unwrap_or_else(|| super::suggest::did_you_mean(t, super::proc_cmd::GLOBAL.iter().copied()));
+            l.err(
+                col,
+                format!("expected 'set', 'expect', 'khugepaged', 'measure', 'parallel', 'repeat', 'end' or 'NAME:' (a process), found '{t}'{hint}"),
+            )
+        }
     }
 }
 

@@ -142,13 +142,69 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
             let name = l.ident("an observation name")?;
             Cmd::Observe { place, name, except: parse_except(l)? }
         }
-        t => {
-            return l.err(
-                col,
-                format!("expected a command (mmap, memfd, tmpfs, munmap, mprotect, madvise, mlock, munlock, split, move_pages, mbind, numa_scan, mremap, truncate, punch, fallocate, pwrite, pread, close, unlink, seal, shmdt, shmrm, fork, exit, wait, write, fill, read, verify, observe, pin, get, unpin), found '{t}'"),
-            )
-        }
+        t => return l.err(col, unknown_command(t)),
     })
+}
+
+/// The commands a process runs as they are (`P: munmap a`).
+const COMMANDS: &[&str] = &[
+    "munmap",
+    "mprotect",
+    "mlock",
+    "munlock",
+    "split",
+    "move_pages",
+    "mbind",
+    "numa_scan",
+    "madvise",
+    "truncate",
+    "close",
+    "unlink",
+    "shmdt",
+    "shmrm",
+    "seal",
+    "punch",
+    "fallocate",
+    "pread",
+    "pwrite",
+    "fork",
+    "exit",
+    "wait",
+    "write",
+    "fill",
+    "read",
+    "verify",
+    "unpin",
+    "observe",
+];
+
+/// The commands that name what they make (`P: a = mmap 64K`).
+const ASSIGNED: &[&str] = &["mmap", "memfd", "tmpfs", "shmget", "shmat", "mremap", "pin", "get"];
+
+/// Whether `t` is a process's command, named or not.
+pub(super) fn is_command(t: &str) -> bool {
+    COMMANDS.contains(&t) || ASSIGNED.contains(&t)
+}
+
+/// The lines that belong to no process (`repeat 3`, not `P: repeat 3`).
+pub(super) const GLOBAL: &[&str] = &["set", "expect", "khugepaged", "measure", "repeat", "parallel", "end"];
+
+/// What a process line whose command is `t` is told: how to write a
+/// command that names what it makes, that a global line takes no process,
+/// or the closest command.
+fn unknown_command(t: &str) -> String {
+    if ASSIGNED.contains(&t) {
+        return format!("'{t}' names what it makes: write 'PROCESS: NAME = {t} ...' (as in 'P: a = {t} ...')");
+    }
+    if GLOBAL.contains(&t) {
+        return format!("'{t}' is not a process's command: write the line without 'PROCESS:' (as '{t} ...')");
+    }
+    let hint = super::suggest::did_you_mean(t, COMMANDS.iter().chain(ASSIGNED).copied());
+    format!(
+        "expected a command, found '{t}'{hint} (commands: {}; and NAME = {})",
+        COMMANDS.join(", "),
+        ASSIGNED.join(" | ")
+    )
 }
 
 /// `[except FIELD...]` after an observation: fields not to record.
@@ -162,7 +218,8 @@ fn parse_except(l: &mut Line) -> Result<Vec<String>, ParseError> {
         let f = l.ident("a field")?;
         if !Observation::field_names().any(|n| n == f) {
             let all = Observation::field_names().collect::<Vec<_>>().join(", ");
-            return l.err(col, format!("expected an observation field ({all}), found '{f}'"));
+            let hint = super::suggest::did_you_mean(&f, Observation::field_names());
+            return l.err(col, format!("expected an observation field, found '{f}'{hint} (fields: {all})"));
         }
         except.push(f);
     }
@@ -212,13 +269,26 @@ fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
             Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
         }
         "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
-        t => l.err(col, format!("expected mmap, memfd, tmpfs, shmget, shmat, mremap, pin or get, found '{t}'")),
+        t if COMMANDS.contains(&t) => l.err(col, format!("'{t}' makes nothing to name: write 'PROCESS: {t} ...'")),
+        t => {
+            let hint = super::suggest::did_you_mean(t, ASSIGNED.iter().copied());
+            l.err(col, format!("expected mmap, memfd, tmpfs, shmget, shmat, mremap, pin or get, found '{t}'{hint}"))
+        }
     }
 }
 
 /// `NAME = mmap LEN [options]`, after the `mmap`.
 fn parse_mmap(l: &mut Line, name: String, col: usize) -> Result<Cmd, ParseError> {
+    let len_col = l.col();
+    let bare = l.peek().is_some_and(|t| t.bytes().all(|b| b.is_ascii_digit()));
     let len = l.size("a length")?;
+    // A bare number counts bytes: `mmap 64` is rarely meant as 64 bytes.
+    if bare && len % 4096 != 0 {
+        return l.err(
+            len_col,
+            format!("a length of {len} bytes is not a whole number of pages: write {len}K for KiB (a bare number counts bytes)"),
+        );
+    }
     let (mut prot, mut populate, mut at, mut fixed, mut align) = (Prot::RW, false, None, false, None);
     let (mut shared, mut file, mut offset, mut hugetlb, mut noreserve) = (false, None, 0, None, false);
     let mut locked = false;

@@ -251,15 +251,8 @@ pub fn names(when: Option<When>) -> String {
 /// What an unknown setting `name` gets told: the known ones, and the
 /// closest if it looks like a typo of one.
 pub fn unknown(name: &str) -> String {
-    let closest = SETTINGS
-        .iter()
-        .map(|s| (strsim::damerau_levenshtein(name, s.name), s.name))
-        .min()
-        .filter(|&(d, n)| d <= 2.max(n.len() / 4));
-    match closest {
-        Some((_, n)) => format!("unknown setting '{name}': did you mean '{n}'? (known: {})", names(None)),
-        None => format!("unknown setting '{name}' (known: {})", names(None)),
-    }
+    let hint = super::suggest::did_you_mean(name, SETTINGS.iter().map(|s| s.name));
+    format!("unknown setting '{name}'{hint} (known: {})", names(None))
 }
 
 #[cfg(test)]
