@@ -36,8 +36,10 @@ enum Command {
     Run(RunArgs),
     /// Measure the model (and the host kernel, where it can) on fixed workloads.
     Bench(bench::BenchArgs),
-    /// Run scenario files on the model and on the host kernel and set every
-    /// observation side by side; exit status 1 on any mismatch.
+    /// Run scenario files on the model and on a real kernel (this host's, or
+    /// Linux 6.1 in a guest) and set every observation side by side; exit
+    /// status 1 on any mismatch (alias: compare).
+    #[command(name = "against-kernel", alias = "compare")]
     Compare(CompareArgs),
     /// Compare saved benchmark runs (`bench ... --save NAME`) in the manner
     /// of mmtests: each run's mean, its gain against the first, and whether

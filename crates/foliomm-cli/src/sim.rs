@@ -1,6 +1,6 @@
 //! `foliomm sim calibrate`: a cost profile for simulated CPUs
 //! (`foliomm::internals::sync::sim::Profile`) measured on this machine,
-//! saved as JSON for `bench seed-004 --sim-profile FILE`.
+//! saved as JSON for `bench vma-lock-scaling --sim-profile FILE`.
 //!
 //! Measured: a modified line's transfer between two threads (an atomic
 //! ping-pong: a round trip is two transfers; the median of batches, the
@@ -26,7 +26,7 @@ use foliomm_host::sys::{Advice, Map};
 #[derive(clap::Subcommand)]
 pub enum SimCommand {
     /// Measure this machine's costs into a profile (JSON) for
-    /// `bench seed-004 --sim-profile FILE`.
+    /// `bench vma-lock-scaling --sim-profile FILE`.
     Calibrate {
         /// Where to write the profile.
         #[arg(long, default_value = "foliomm-sim-profile.json")]
@@ -59,7 +59,11 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
     };
     std::fs::write(out, serde_json::to_string_pretty(&p)?).with_context(|| format!("writing {}", out.display()))?;
     println!("{}", serde_json::to_string_pretty(&p)?);
-    println!("written to {} (use: bench seed-004 --sim-cpus ... --sim-profile {})", out.display(), out.display());
+    println!(
+        "written to {} (use: bench vma-lock-scaling --sim-cpus ... --sim-profile {})",
+        out.display(),
+        out.display()
+    );
     Ok(())
 }
 

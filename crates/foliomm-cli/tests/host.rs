@@ -166,7 +166,7 @@ fn prove_passes_powersum_and_refutes_the_rfcs_digits_and_a_plain_sum() {
     assert!(out.contains("COUNTEREXAMPLE"), "{out}");
 }
 
-/// `bench seed-000` runs its micro benchmarks on the host kernel beside
+/// `bench mapped-shared` runs its micro benchmarks on the host kernel beside
 /// the model (each checks its bytes, the child's among them), two samples
 /// each, but remap at 64K (no PMD to split) and the model-only
 /// vm-scalability cases; and the THP settings are back afterwards.
@@ -383,7 +383,7 @@ fn interrupt(exe: &str, child: &mut std::process::Child, sig: &str) {
 
 /// A benchmark interrupted by SIGINT, SIGTERM or SIGKILL (then `foliomm host
 /// restore`) leaves every THP, shmem and hugetlb knob as it found it.
-/// `bench seed-001` sets the per-size THP knobs for its host rows.
+/// `bench zap-batching` sets the per-size THP knobs for its host rows.
 #[test]
 fn an_interrupted_benchmark_leaves_every_knob_as_it_was() {
     require_host!();
@@ -401,7 +401,7 @@ fn an_interrupted_benchmark_leaves_every_knob_as_it_was() {
         while !changed() && t.elapsed() < std::time::Duration::from_secs(60) {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert!(changed(), "bench seed-001 never changed a THP knob");
+        assert!(changed(), "bench zap-batching never changed a THP knob");
         interrupt(exe, &mut child, sig);
         let after = thp_knobs();
         let moved: Vec<String> = before

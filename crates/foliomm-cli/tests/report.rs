@@ -1,4 +1,4 @@
-//! Saved benchmark runs end to end: two small `bench seed-001 --save` runs
+//! Saved benchmark runs end to end: two small `bench zap-batching --save` runs
 //! on the model, `compare-runs` of them, and `report` of them checked in
 //! headless Chromium where it is installed (Debian's `chromium` package):
 //! no console error, every plot drew. The same for a scenario's trace
@@ -44,7 +44,7 @@ fn saved_runs_compare_and_report() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `bench seed-000 --stages --save`: a table per folio size, a row per
+/// `bench mapped-shared --stages --save`: a table per folio size, a row per
 /// benchmark, a series per stage named with its design, a sample per round.
 #[test]
 fn seed_000_stages_save_a_series_per_stage() {
@@ -55,7 +55,14 @@ fn seed_000_stages_save_a_series_per_stage() {
     foliomm(&[&args[..], &[path.to_str().unwrap()]].concat());
     let run: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path.with_extension("json")).unwrap()).unwrap();
-    assert_eq!(run["bench"], "seed-000");
+    // Run by its alias, saved by its name, with the command that
+    // reproduces it under that name.
+    assert_eq!(run["bench"], "mapped-shared");
+    assert!(
+        run["command"].as_str().unwrap().starts_with("foliomm bench mapped-shared --size 4M"),
+        "{}",
+        run["command"]
+    );
     let tables = run["tables"].as_array().unwrap();
     assert_eq!(tables.len(), 2, "2 MiB THP and 64 KiB mTHP");
     let munmap = &tables[0]["rows"][1];
@@ -112,11 +119,11 @@ fn every_bench_takes_the_common_flags_and_writes_one_schema() {
     let benches: [(&str, &[&str], bool); 8] = [
         ("fault", &["--size", "4M", "--runs", "2"], false),
         ("tlb", &["--size", "4M", "--runs", "2"], false),
-        ("seed-001", &["--size", "4M", "--runs", "2", "--mapcount", "mm-id"], true),
-        ("seed-000", &["--size", "4M", "--runs", "2", "--instances", "1"], true),
-        ("seed-003", &["--size", "4M", "--runs", "2", "--iterations", "1"], true),
+        ("zap-batching", &["--size", "4M", "--runs", "2", "--mapcount", "mm-id"], true),
+        ("mapped-shared", &["--size", "4M", "--runs", "2", "--instances", "1"], true),
+        ("shmem-rmap", &["--size", "4M", "--runs", "2", "--iterations", "1"], true),
         (
-            "seed-004",
+            "vma-lock-scaling",
             &[
                 "--size",
                 "4M",
@@ -133,7 +140,11 @@ fn every_bench_takes_the_common_flags_and_writes_one_schema() {
             ],
             true,
         ),
-        ("seed-002", &["--size", "1G", "--runs", "2", "--instances", "1", "--loops", "1", "--touched", "1"], true),
+        (
+            "hugetlb-pmd-share",
+            &["--size", "1G", "--runs", "2", "--instances", "1", "--loops", "1", "--touched", "1"],
+            true,
+        ),
         ("pmd-sharing", &["--vmas", "2", "--children", "1"], false),
     ];
     for (bench, own, counts) in benches {

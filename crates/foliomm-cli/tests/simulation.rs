@@ -1,4 +1,4 @@
-//! `bench seed-004 --sim-cpus`: simulated CPUs give the same tables on
+//! `bench vma-lock-scaling --sim-cpus`: simulated CPUs give the same tables on
 //! every run for one seed, and the designs' runs differ where their locks
 //! do.
 

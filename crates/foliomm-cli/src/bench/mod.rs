@@ -56,19 +56,22 @@ enum Bench {
     /// munmap of PTE-mapped folios of each size, zap per-page and batched (seed 001)
     ///
     /// munmap of a region populated with PTE-mapped folios of each size,
-    /// zap strategies per-page and batched, host kernel beside (the table
-    /// of the "optimize unmap/zap with PTE-mapped THP" series).
-    #[command(name = "seed-001")]
+    /// zap strategies per-page and batched, host kernel beside: the table
+    /// of David Hildenbrand's "mm/memory: optimize unmap/zap with PTE-mapped
+    /// THP" (v1, January 2024). Alias: seed-001.
+    #[command(name = "zap-batching", alias = "seed-001")]
     Seed001(seed_001::Seed001Args),
     /// Faulting and writing a region with and without the software TLB
     Tlb(CommonArgs),
     /// Seed 000's micro benchmarks and vm-scalability cases, per mapcount design
     ///
-    /// The 8 micro benchmarks of the "precise mapped shared" series on
-    /// PTE-mapped 2M THP and 64K mTHP, for every mapcount design, as %
-    /// change against nr-mapped, with the seed's published rows beside;
-    /// then its two vm-scalability cases as % change in throughput.
-    #[command(name = "seed-000")]
+    /// The 8 micro benchmarks of David Hildenbrand's "mm: precise \"mapped
+    /// shared\" vs. \"mapped exclusively\" detection for PTE-mapped THP /
+    /// partially-mappable folios" (WIP v1, November 2023) on PTE-mapped 2M THP
+    /// and 64K mTHP, for every mapcount design, as % change against
+    /// nr-mapped, with the seed's published rows beside; then its two
+    /// vm-scalability cases as % change in throughput. Alias: seed-000.
+    #[command(name = "mapped-shared", alias = "seed-000")]
     Seed000(Seed000Args),
     /// Page-fault scalability of the three VMA-lock designs (seed 004)
     ///
@@ -76,16 +79,20 @@ enum Bench {
     /// contended variant (one VMA for all threads), for each thread count
     /// and VMA-lock design, as faults per CPU-second and per second with
     /// the host kernel beside; then the cache-line transfers per fault the
-    /// model counts, by structure, and the seed's published rows.
-    #[command(name = "seed-004")]
+    /// model counts, by structure, and the seed's published rows: Suren
+    /// Baghdasaryan's "reimplement per-vma lock as a refcount" (v9, January 2025).
+    /// Alias: seed-004.
+    #[command(name = "vma-lock-scaling", alias = "seed-004")]
     Seed004(seed_004::Seed004Args),
     /// munmap(mmap(2G, MAP_SHARED|MAP_POPULATE, memfd)) per mapcount design (seed 003)
     ///
     /// With 4K pages and with 2M shmem folios, and with the file already
     /// PMD-mapped, or already PTE-mapped, elsewhere; under subpage,
     /// compound-locked, nr-mapped and mm-id; with the rmap cost per pair,
-    /// the seed's figures and the host kernel beside.
-    #[command(name = "seed-003")]
+    /// the seed's figures and the host kernel beside: Hugh Dickins'
+    /// measurement in "mm,thp,rmap: lock_compound_mapcounts() on THP
+    /// mapcounts" (November 2022). Alias: seed-003.
+    #[command(name = "shmem-rmap", alias = "seed-003")]
     Seed003(seed_003::Seed003Args),
     /// hugetlb fault and fork scalability of the PMD-sharing synchronization designs (seed 002)
     ///
@@ -94,8 +101,10 @@ enum Bench {
     /// forking one (map, write-fault a few pages, fork, the child exits:
     /// forks per second), with 1 and N instances and combined, under
     /// i-mmap-rwsem, vma-lock and no-lock, with the host kernel, the
-    /// seed's combined numbers and the model's cache-line transfers beside.
-    #[command(name = "seed-002")]
+    /// seed's combined numbers and the model's cache-line transfers beside:
+    /// Mike Kravetz's "hugetlb: Change huge pmd sharing synchronization
+    /// again" (RFC v4, July 2022). Alias: seed-002.
+    #[command(name = "hugetlb-pmd-share", alias = "seed-002")]
     Seed002(seed_002::Seed002Args),
     /// Concurrent rmap writers on the same folios per mapcount design, 1 to 64 simulated CPUs (seeds 003, 000)
     ///

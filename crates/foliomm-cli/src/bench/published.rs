@@ -1,4 +1,4 @@
-//! The seeds' published figures, which `foliomm bench seed-001`,
+//! The seeds' published figures, which `foliomm bench zap-batching`,
 //! `seed-000` and `seed-004` print beside the model's. They are copied from
 //! the results the seed series reported: seed 001 is the "optimize unmap/zap
 //! with PTE-mapped THP" series (munmap times per folio size), seed 000 the

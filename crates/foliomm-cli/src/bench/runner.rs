@@ -119,6 +119,7 @@ pub fn run<B: Benchmark>(b: &mut B, common: &CommonArgs) -> Result<()> {
     if !run.notes.is_empty() {
         println!("\n{}", run.notes.join("\n"));
     }
+    println!("\nreproduce: {}", run.command);
     Ok(())
 }
 

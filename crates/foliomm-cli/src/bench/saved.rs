@@ -67,6 +67,35 @@ pub struct SavedRun {
     /// partly backed, and why a row differs from the seed.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The command line that reproduces the run ([`reproducing_command`]).
+    #[serde(default)]
+    pub command: String,
+}
+
+/// The command line that reproduces this run: its arguments with the
+/// benchmark's own name (not an alias) and without the options that only
+/// say where the output goes (`--save`, `--json`, `--csv`), each quoted
+/// for a shell where it needs to be.
+pub fn reproducing_command(bench: &str) -> String {
+    let mut out = vec!["foliomm".to_string()];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--save" => {
+                args.next();
+            }
+            "--json" | "--csv" => {}
+            a if a.starts_with("--save=") => {}
+            _ if out.len() == 2 && out[1] == "bench" => out.push(bench.to_string()),
+            _ => out.push(arg),
+        }
+    }
+    let quoted =
+        out.into_iter().map(|a| match a.chars().all(|c| c.is_ascii_alphanumeric() || "-_.,=/:+".contains(c)) {
+            true => a,
+            false => format!("'{}'", a.replace('\'', "'\\''")),
+        });
+    quoted.collect::<Vec<_>>().join(" ")
 }
 
 /// Where a run ran.
@@ -154,7 +183,8 @@ impl SavedRun {
     pub fn new(bench: &str, settings: serde_json::Value, tables: Vec<Table>) -> SavedRun {
         let commit = option_env!("FOLIOMM_COMMIT").unwrap_or("unknown").to_string();
         let machine = MachineInfo::here();
-        SavedRun { schema: SCHEMA, bench: bench.into(), machine, commit, settings, tables, notes: Vec::new() }
+        let command = reproducing_command(bench);
+        SavedRun { schema: SCHEMA, bench: bench.into(), machine, commit, settings, tables, notes: Vec::new(), command }
     }
 
     /// Writes every sample and counter as CSV, a line each.

@@ -1,4 +1,4 @@
-//! `foliomm bench seed-000`: the 8 micro benchmarks of the "precise mapped
+//! `foliomm bench mapped-shared`: the 8 micro benchmarks of the "precise mapped
 //! shared" series on PTE-mapped 2M THP and 64K mTHP, for every mapcount
 //! design, as % change against nr-mapped, with the seed's published rows
 //! beside; then its two vm-scalability cases (usemem children COWing the
@@ -175,7 +175,7 @@ fn vm_scalability_run(m: &Arc<Machine>, instances: &[(Arc<Mm>, Vec<u64>)], a: u6
 /// (into [`SEED_000_COLUMNS`]) and a row (a design, a stage or the host).
 type Setup = (usize, usize, usize);
 
-/// `bench seed-000` as the runner drives it.
+/// `bench mapped-shared` as the runner drives it.
 pub(super) struct Seed000<'a> {
     args: &'a Seed000Args,
     size: u64,
@@ -195,7 +195,7 @@ impl<'a> Seed000<'a> {
 
 impl Benchmark for Seed000<'_> {
     type Config = Setup;
-    const NAME: &'static str = "seed-000";
+    const NAME: &'static str = "mapped-shared";
 
     fn settings(&self) -> serde_json::Value {
         serde_json::json!({ "size": self.size, "instances": self.instances, "stages": self.args.stages })

@@ -1,4 +1,4 @@
-//! `bench seed-000`'s results: the rows (designs or stages, and the host),
+//! `bench mapped-shared`'s results: the rows (designs or stages, and the host),
 //! and what its tables derive from a run's samples.
 
 use foliomm::internals::mapcount::{Design, RmapIdStage};

@@ -1,4 +1,4 @@
-//! `bench seed-000`'s tables: the micro benchmarks' changes per design
+//! `bench mapped-shared`'s tables: the micro benchmarks' changes per design
 //! (or per stage of the seed's series) with the seed's rows, the host
 //! kernel against mm-id, the rmap costs, and the vm-scalability cases.
 

@@ -1,4 +1,4 @@
-//! `foliomm bench seed-001`: munmap of a region populated with PTE-mapped
+//! `foliomm bench zap-batching`: munmap of a region populated with PTE-mapped
 //! folios of each size, zap strategies per-page and batched, host kernel
 //! beside (the table of the "optimize unmap/zap with PTE-mapped THP" series).
 //! The configurations run in interleaved rounds; each change comes with its
@@ -26,7 +26,7 @@ use super::stats::{change, summarize, Change, Summary};
 use super::{host_share_note, machine_for, model_populate, model_split_pmds, new_table, secs, CommonArgs};
 use crate::host;
 
-/// `bench seed-001`'s options: the common ones (the model's design is
+/// `bench zap-batching`'s options: the common ones (the model's design is
 /// nr-mapped unless --mapcount says otherwise: the seed measured a 6.8-era
 /// kernel).
 #[derive(clap::Args)]
@@ -49,7 +49,7 @@ pub(super) enum Setup {
 /// The swap table's only row.
 const SWAP_ROW: &str = "4KiB swapped out";
 
-/// `bench seed-001` as the runner drives it.
+/// `bench zap-batching` as the runner drives it.
 pub(super) struct Seed001<'a> {
     args: &'a CommonArgs,
     size: u64,
@@ -80,7 +80,7 @@ const COUNTERS: [&str; 3] = ["rmap_rmw_per_page", "memmap_lines_per_page", "zap_
 
 impl Benchmark for Seed001<'_> {
     type Config = Setup;
-    const NAME: &'static str = "seed-001";
+    const NAME: &'static str = "zap-batching";
 
     fn settings(&self) -> serde_json::Value {
         serde_json::json!({ "size": self.size, "mapcount": self.design.name() })

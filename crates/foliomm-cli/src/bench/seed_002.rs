@@ -1,4 +1,4 @@
-//! `foliomm bench seed-002`: seed 002's two programs over a shared hugetlb
+//! `foliomm bench hugetlb-pmd-share`: seed 002's two programs over a shared hugetlb
 //! area, for the three hugetlb synchronization designs and the host kernel.
 //!
 //! The faulting program maps the area (`MAP_SHARED` of one hugetlbfs file
@@ -79,7 +79,7 @@ fn design_name<S: serde::Serializer>(d: &HugetlbSync, s: S) -> Result<S::Ok, S::
     s.serialize_str(d.name())
 }
 
-/// `bench seed-002` as the runner drives it.
+/// `bench hugetlb-pmd-share` as the runner drives it.
 pub(super) struct Seed002<'a> {
     args: &'a Seed002Args,
     size: u64,
@@ -142,7 +142,7 @@ impl Program {
 impl Benchmark for Seed002<'_> {
     /// A runner and an instance set.
     type Config = (Runner, usize);
-    const NAME: &'static str = "seed-002";
+    const NAME: &'static str = "hugetlb-pmd-share";
 
     /// Not on simulated CPUs: simulated time does not depend on a warm
     /// machine.

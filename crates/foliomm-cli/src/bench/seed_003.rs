@@ -1,4 +1,4 @@
-//! `foliomm bench seed-003`: Hugh Dickins' measurement from the seed 003
+//! `foliomm bench shmem-rmap`: Hugh Dickins' measurement from the seed 003
 //! thread (the compound mapcount of shmem THPs under a bit spinlock):
 //! `munmap(mmap(SIZE, MAP_SHARED|MAP_POPULATE, shmem fd))` repeated, with
 //! 4K pages and with 2M folios, and two 2M variants: the file already mapped
@@ -88,7 +88,7 @@ struct CaseRow {
     change_against_subpage: Vec<Option<Change>>,
 }
 
-/// `bench seed-003` as the runner drives it.
+/// `bench shmem-rmap` as the runner drives it.
 pub(super) struct Seed003<'a> {
     args: &'a Seed003Args,
     size: u64,
@@ -111,7 +111,7 @@ const COUNTERS: [&str; 3] = ["rmap_rmw", "memmap_lines", "locks"];
 
 impl Benchmark for Seed003<'_> {
     type Config = Setup;
-    const NAME: &'static str = "seed-003";
+    const NAME: &'static str = "shmem-rmap";
     const RUNS: u32 = 5;
 
     fn settings(&self) -> serde_json::Value {

@@ -1,4 +1,4 @@
-//! `foliomm bench seed-004`: page-fault scalability of the three VMA-lock
+//! `foliomm bench vma-lock-scaling`: page-fault scalability of the three VMA-lock
 //! designs (seed 004's mmtests table): will-it-scale `page_fault1`, `2` and
 //! `3` in thread mode and their contended variants, model and host kernel,
 //! with the cache-line transfers per fault the model counts for each design
@@ -84,7 +84,7 @@ const DESIGNS: [VmaLockDesign; 3] = [VmaLockDesign::VmaRwsem, VmaLockDesign::Mma
 /// One configuration: a test in a layout at a thread count, on a backend.
 type Key = (Test, Layout, usize, Backend);
 
-/// `bench seed-004` as the runner drives it.
+/// `bench vma-lock-scaling` as the runner drives it.
 pub(super) struct Seed004<'a> {
     args: &'a Seed004Args,
     size: u64,
@@ -146,7 +146,7 @@ fn row(threads: usize) -> String {
 
 impl Benchmark for Seed004<'_> {
     type Config = Key;
-    const NAME: &'static str = "seed-004";
+    const NAME: &'static str = "vma-lock-scaling";
 
     /// Not on simulated CPUs alone: simulated time does not depend on a
     /// warm machine (each run gets a fresh one).

@@ -1,4 +1,4 @@
-//! `bench seed-004 --sim-cpus 1,2 --validate`: the simulated figures
+//! `bench vma-lock-scaling --sim-cpus 1,2 --validate`: the simulated figures
 //! against the model's own on threads and the host kernel's, measured in
 //! the same interleaved rounds, as ratios with their 95% intervals. A
 //! profile predicts the machine whose costs it holds: the calibrated one

@@ -77,9 +77,7 @@ pub fn run_bench(a: &SharedDecisionsArgs) -> Result<()> {
         .as_ref()
         .map_or("each design on its own era's release".into(), |v| format!("every design on Linux {v}"));
     println!("\"Mapped shared?\" decisions per mapcount design over {} workloads, {era}\n\n{t}\n", files.len());
-    let names: Vec<String> = a.files.iter().map(|f| format!(" {}", f.display())).collect();
-    let kernel = a.kernel.as_ref().map_or(String::new(), |v| format!(" --kernel {v}"));
-    println!("reproduce: foliomm bench shared-decisions{kernel}{}", names.concat());
+    println!("reproduce: {}", super::saved::reproducing_command("shared-decisions"));
     Ok(())
 }
 
