@@ -422,13 +422,13 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
         print_counters(&out.counters);
     }
     for m in &out.measures {
-        println!("  measure {}: {:.6} s, {} lines, {:.0} lines/s", m.name, m.seconds, m.ops, m.ops_per_second());
+        println!("  measure {}: {:.6} s, {} steps, {:.0} steps/s", m.name, m.seconds, m.ops, m.ops_per_second());
         if let Some(c) = &m.contention {
             println!("    {c}");
         }
         if m.threads.len() > 1 {
             for t in &m.threads {
-                println!("    {:<12} {:>8} lines {:>12.0} lines/s", t.thread, t.ops, t.ops_per_second());
+                println!("    {:<12} {:>8} steps {:>12.0} steps/s", t.thread, t.ops, t.ops_per_second());
             }
         }
     }
@@ -441,8 +441,13 @@ fn print_outcome(file: &std::path::Path, out: &Outcome, quiet: bool) {
     }
 }
 
+/// Counters printed even at 0: the safety ones (a wrong "exclusive" is a
+/// data leak), whose 0 is the news.
+const ALWAYS_PRINTED: &[&str] = &["precision_wrong_exclusive"];
+
+/// The counters that are not 0, and the safety ones, in columns.
 fn print_counters(counters: &[(String, u64)]) {
-    let nonzero: Vec<_> = counters.iter().filter(|(_, v)| *v != 0).collect();
+    let nonzero: Vec<_> = counters.iter().filter(|(n, v)| *v != 0 || ALWAYS_PRINTED.contains(&n.as_str())).collect();
     if nonzero.is_empty() {
         return;
     }

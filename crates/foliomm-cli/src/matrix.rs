@@ -64,6 +64,7 @@ pub fn differences(cells: &[Cell]) -> Vec<Difference> {
         let found: Vec<Option<Observation>> = observations.iter().map(of).collect();
         for field in Observation::field_names().filter(|f| *f != "frame") {
             let value = |o: &Option<Observation>| match o {
+                Some(o) if field == "maybe_shared" && o.page.sharers_unknown => "n/a".into(),
                 Some(o) if o.knows(field) => o.field(field).map_or("-".into(), |v| v.to_string()),
                 Some(_) => "n/a".into(),
                 None => "-".into(),

@@ -185,6 +185,44 @@ impl Observation {
         "vma_swap_pss_kb",
     ];
 
+    /// One line of what was observed: the frame and its folio, the page's
+    /// and the folio's counts (`maybe-shared n/a` where the design cannot
+    /// tell one MM from several), how it is mapped, and the range's RSS
+    /// with its PMD-mapped part (AnonHugePages, or ShmemPmdMapped for a
+    /// file page).
+    pub fn summary(&self) -> String {
+        let p = &self.page;
+        if !p.present {
+            let swapped = if p.swapped { ", swapped out" } else { "" };
+            return format!("absent{swapped}; rss {}K", self.range.rss_kb);
+        }
+        let mut flags = Vec::new();
+        for (on, name) in [(p.exclusive, "exclusive"), (p.anon_exclusive, "anon-exclusive"), (p.pmd_mapped, "pmd")] {
+            if on {
+                flags.push(name);
+            }
+        }
+        let shared = match (p.sharers_unknown, p.maybe_shared) {
+            (true, _) => "n/a (the design cannot tell)",
+            (false, true) => "yes",
+            (false, false) => "no",
+        };
+        let huge = match p.anon || p.zero_page {
+            true => format!("thp {}K", self.range.anon_huge_kb),
+            false => format!("shmem-pmd {}K", self.range.shmem_pmd_kb),
+        };
+        format!(
+            "frame {:#x} order {}{}, mapcount {}, folio mapcount {}, refcount {}, maybe-shared {shared}; rss {}K, {huge}",
+            p.pfn,
+            p.folio_order,
+            flags.iter().map(|f| format!(" {f}")).collect::<String>(),
+            p.mapcount,
+            p.folio_mapcount,
+            p.refcount,
+            self.range.rss_kb,
+        )
+    }
+
     /// Whether the backend saw `field` (every field unless the page or the
     /// VMA was hidden from it).
     pub fn knows(&self, field: &str) -> bool {
@@ -286,6 +324,25 @@ impl Observation {
 #[cfg(test)]
 mod tests {
     use super::Observation;
+
+    #[test]
+    fn the_summary_says_what_a_design_cannot_tell_and_which_pmd_size_counts() {
+        let mut o = Observation::default();
+        o.page.present = true;
+        o.page.anon = true;
+        (o.page.folio_order, o.page.mapcount, o.page.folio_mapcount, o.page.refcount) = (4, 1, 16, 16);
+        (o.page.maybe_shared, o.page.sharers_unknown) = (true, true);
+        let s = o.summary();
+        assert!(s.contains("mapcount 1, folio mapcount 16, refcount 16, maybe-shared n/a"), "{s}");
+        o.page.sharers_unknown = false;
+        assert!(o.summary().contains("maybe-shared yes"));
+        // A PMD-mapped shmem page counts in ShmemPmdMapped, not AnonHugePages.
+        (o.page.anon, o.page.pmd_mapped, o.range.shmem_pmd_kb) = (false, true, 2048);
+        let s = o.summary();
+        assert!(s.contains(" pmd,") && s.ends_with("shmem-pmd 2048K"), "{s}");
+        o.page.present = false;
+        assert_eq!(o.summary(), "absent; rss 0K");
+    }
 
     #[test]
     fn every_field_has_a_bit_for_except() {

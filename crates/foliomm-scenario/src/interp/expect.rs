@@ -79,17 +79,7 @@ impl State<'_> {
 
     /// Keeps an observation under `name`; returns a one-line summary.
     pub(super) fn record(&mut self, name: &str, o: Observation) -> String {
-        let pg = &o.page;
-        let summary = format!(
-            "{name}: frame {:#x} order {} {} {}{}rss {}K thp {}K",
-            pg.pfn,
-            pg.folio_order,
-            if pg.present { "present" } else { "absent" },
-            if pg.exclusive { "exclusive " } else { "" },
-            if pg.pmd_mapped { "pmd " } else { "" },
-            o.range.rss_kb,
-            o.range.anon_huge_kb
-        );
+        let summary = format!("{name}: {}", o.summary());
         self.obs.retain(|(n, _)| n != name);
         self.obs.push((name.to_string(), o));
         summary

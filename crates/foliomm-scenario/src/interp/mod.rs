@@ -9,6 +9,7 @@
 //! reference, and `expect` records observations and evaluates `expect` lines.
 
 mod contention;
+mod counters_json;
 mod expect;
 mod file_cmd;
 mod mapping_cmd;
@@ -151,6 +152,8 @@ pub struct Outcome {
     pub kernel: String,
     pub steps: Vec<StepOutcome>,
     pub observations: Vec<(String, Observation)>,
+    /// The backend's counters after the run, in its order (an object in JSON).
+    #[serde(with = "counters_json")]
     pub counters: Vec<(String, u64)>,
     pub measures: Vec<Measure>,
     pub failure: Option<Failure>,

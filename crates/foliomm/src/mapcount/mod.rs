@@ -173,6 +173,11 @@ pub trait MapcountDesign: Send + Sync {
     /// maybe shared although one MM maps it for imprecise designs, and for
     /// rmap-id while writers are at work.
     fn maybe_mapped_shared(&self, f: Folio) -> SharedAnswer;
+    /// Whether [`Self::maybe_mapped_shared`] can tell one MM mapping a large
+    /// folio many times from several MMs (the rmap-ID designs from their
+    /// rmap-id stage, mm-id); when false, "maybe shared" for a large folio
+    /// mapped more than once says only that.
+    fn knows_sharers(&self) -> bool;
     /// The era's guess whether the folio holding page `i` is mapped by more
     /// than one MM, as policy code asks it; may be wrong either way before
     /// 6.15.

@@ -397,6 +397,10 @@ impl MapcountDesign for PageMapcounts {
         ok
     }
 
+    fn knows_sharers(&self) -> bool {
+        self.construction().is_some() || self.f.mm_ids
+    }
+
     fn batches_pmd_split(&self) -> bool {
         self.f.batched_split && self.f.stage >= super::RmapIdStage::Batch
     }

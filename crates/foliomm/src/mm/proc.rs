@@ -62,6 +62,7 @@ impl Mm {
             let judged = if huge { 0 } else { i };
             info.exclusive = rmap::page_mapcount(k, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(k, f);
+            info.sharers_unknown = f.is_large() && info.maybe_shared && !k.design.knows_sharers();
             if f.head().test(crate::phys::pg::HUGETLB) && k.config.release().pagemap_hugetlb_by_sharing() {
                 // pagemap_hugetlb_range(): exclusive unless maybe mapped
                 // shared or in a shared PMD table. 6.1 asks page_mapcount()
@@ -203,6 +204,11 @@ pub struct PageInfo {
     /// be true although one does, for imprecise designs and for rmap-id
     /// while writers are at work.
     pub maybe_shared: bool,
+    /// `maybe_shared` is all the design can say: it cannot tell one MM
+    /// mapping the large folio many times from several (the designs before
+    /// the rmap-ID ones and mm-id); `n/a` in a report.
+    #[serde(default)]
+    pub sharers_unknown: bool,
     /// The era's policy guess "mapped shared" (`folio_likely_mapped_shared`).
     pub likely_shared: bool,
     /// The huge entry sits in a PMD table shared with other MMs (hugetlb
