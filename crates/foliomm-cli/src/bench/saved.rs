@@ -224,8 +224,12 @@ impl SavedRun {
         Ok(path)
     }
 
-    /// Reads a saved run, refusing another schema version.
+    /// Reads a saved run (its file, or NAME for NAME.json), refusing another
+    /// schema version.
     pub fn load(path: &Path) -> Result<SavedRun> {
+        // A run named as `--save` named it: NAME for NAME.json.
+        let named = path.with_extension("json");
+        let path = if !path.exists() && path.extension().is_none() && named.exists() { &named } else { path };
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let value: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
