@@ -235,7 +235,7 @@ fn a_report_of_single_samples_draws_no_error_bars() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("<td>8.000000</td>") && !page.contains("inf"), "{page}");
+    assert!(page.contains("<td>8.00 KiB</td>") && !page.contains("inf"), "{page}");
     assert_eq!(page.matches("<svg").count(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -281,6 +281,34 @@ fn assert_self_contained(page: &str) {
     }
 }
 
+/// Takes a screenshot of the page at `url` and looks at it: the page drew
+/// (much of it is not white) and the plots' first two lines are on it, in
+/// plotters' first two palette colours (red and green), drawn over many
+/// pixels each.
+fn check_screenshot(chromium: &str, url: &str, dir: &Path) {
+    let shot = dir.join("shot.png");
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,3000"])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium screenshot failed: {}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::fs::File::open(&shot).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
+    let near = |p: &[u8], c: [u8; 3]| (0..3).all(|i| p[i].abs_diff(c[i]) < 40);
+    let count = |c: [u8; 3]| pixels.iter().filter(|p| near(p, c)).count();
+    let ink = pixels.iter().filter(|p| !near(p, [255, 255, 255])).count();
+    assert!(ink > pixels.len() / 50, "the page is nearly blank: {ink} of {} pixels", pixels.len());
+    let (red, green) = (count([230, 25, 75]), count([60, 180, 75]));
+    assert!(red > 200 && green > 200, "the plot's lines are not on the page: {red} red, {green} green pixels");
+}
+
 /// Renders `html` in headless Chromium: no console error, and (a report)
 /// the plot's lines have points, or (a trace) its tables drew. Skipped,
 /// saying so, without Chromium.
@@ -306,6 +334,7 @@ fn check_in_browser(html: &Path, dir: &Path) {
         let drawn = dom.matches("<polyline").count() + dom.matches("<path").count();
         assert!(drawn > 0, "no line drawn in the rendered plot");
         assert!(!dom.contains("points=\"\""), "an empty line in the plot");
+        check_screenshot(chromium, &url, dir);
     } else {
         assert!(dom.contains("<table") && dom.contains("F1"), "no page table drawn in the trace");
     }

@@ -96,6 +96,20 @@ pub fn mean_interval(samples: &[f64]) -> (f64, f64) {
     (mean(samples) - half, mean(samples) + half)
 }
 
+/// The geometric mean of positive `samples` and its 95% confidence
+/// interval, both computed on logarithms: a time or a rate whose interval
+/// cannot reach below zero. The arithmetic mean and [`mean_interval`] for
+/// samples that are not all positive.
+pub fn log_mean_interval(samples: &[f64]) -> (f64, f64, f64) {
+    if samples.iter().any(|v| *v <= 0.0) {
+        let (lo, hi) = mean_interval(samples);
+        return (mean(samples), lo, hi);
+    }
+    let ln: Vec<f64> = samples.iter().map(|v| v.ln()).collect();
+    let (lo, hi) = mean_interval(&ln);
+    (mean(&ln).exp(), lo.exp(), hi.exp())
+}
+
 fn mean(s: &[f64]) -> f64 {
     s.iter().sum::<f64>() / s.len() as f64
 }
@@ -140,6 +154,15 @@ mod tests {
         assert!(lo < 1.0125 && 1.0125 < hi && hi - lo < 0.1, "[{lo}, {hi}]");
         let c = change(&a, &faster, 1);
         assert!(c.significant() && c.hi < -30.0 && (c.pct + 40.0).abs() < 1e-9, "{c}");
+    }
+
+    #[test]
+    fn an_interval_on_logarithms_stays_above_zero() {
+        let wide = [0.001, 0.1, 0.01];
+        let (lo, _) = mean_interval(&wide);
+        let (gm, llo, lhi) = log_mean_interval(&wide);
+        assert!(lo < 0.0 && llo > 0.0 && llo < gm && gm < lhi, "{lo} {llo} {gm} {lhi}");
+        assert!((gm - 0.01).abs() < 1e-12);
     }
 
     #[test]
