@@ -47,6 +47,12 @@ pub struct Observation {
     /// lines and the VMA holding the address.
     #[serde(default)]
     pub process: ProcessInfo,
+    /// The model's hint: the largest THP order its settings allow for the
+    /// VMA, when the page's folio is smaller because the aligned block of
+    /// that order around it does not fit in the VMA; 0 otherwise (and on a
+    /// kernel).
+    #[serde(default)]
+    pub thp_allowed_order: u32,
     /// Fields the scenario asked not to record (`observe ... except
     /// FIELD...`: what a run cannot fix, such as placement): bit `i` is the
     /// `i`-th of [`Observation::field_names`].
@@ -211,8 +217,19 @@ impl Observation {
             true => format!("thp {}K", self.range.anon_huge_kb),
             false => format!("shmem-pmd {}K", self.range.shmem_pmd_kb),
         };
+        let hint = match self.thp_allowed_order {
+            0 => String::new(),
+            o => {
+                let (kb, vma) = (4u64 << o, &self.process.vma);
+                format!(
+                    "; note: {kb}K folios are allowed here, but the {kb}K-aligned block around this page does not fit \
+                     in its VMA [{:#x}, {:#x}) (map it with 'align {kb}K', or longer)",
+                    vma.start, vma.end
+                )
+            }
+        };
         format!(
-            "frame {:#x} order {}{}, mapcount {}, folio mapcount {}, refcount {}, maybe-shared {shared}; rss {}K, {huge}",
+            "frame {:#x} order {}{}, mapcount {}, folio mapcount {}, refcount {}, maybe-shared {shared}; rss {}K, {huge}{hint}",
             p.pfn,
             p.folio_order,
             flags.iter().map(|f| format!(" {f}")).collect::<String>(),

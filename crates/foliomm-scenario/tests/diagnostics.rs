@@ -79,3 +79,17 @@ fn a_thread_whose_first_line_is_its_exit_is_told_why() {
     let e = failure("P: a = mmap 4K\nparallel\nP.t1: write a\nP.t2: exit\nend\n");
     assert!(e.starts_with("thread P.t2 cannot exit: it never started"), "{e}");
 }
+
+#[test]
+fn a_folio_smaller_than_allowed_because_of_its_vma_gets_a_hint() {
+    let result = |src: &str| {
+        let out = run(&parse(src).unwrap(), &mut ModelBackend::new(), RunOptions::default());
+        out.steps.last().unwrap().result.clone()
+    };
+    let misaligned =
+        result("set thp 64K=always\nP: a = mmap 64K rw at 0x10001000 fixed\nP: write a\nP: observe a as x\n");
+    assert!(misaligned.contains("order 0") && misaligned.contains("note: 64K folios are allowed here"), "{misaligned}");
+    assert!(misaligned.contains("[0x10001000, 0x10011000) (map it with 'align 64K'"), "{misaligned}");
+    let aligned = result("set thp 64K=always\nP: a = mmap 64K rw align 64K\nP: write a\nP: observe a as x\n");
+    assert!(aligned.contains("order 4") && !aligned.contains("note:"), "{aligned}");
+}

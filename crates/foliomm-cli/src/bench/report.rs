@@ -111,7 +111,10 @@ fn readable(v: f64, unit: &str) -> String {
 /// `16 MiB`, `1 GiB`, `1536 KiB`.
 fn readable_bytes(b: u64) -> String {
     let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    units.iter().find(|(u, _)| b >= *u && b.is_multiple_of(*u)).map_or(format!("{b} B"), |(u, n)| format!("{} {n}", b / u))
+    units
+        .iter()
+        .find(|(u, _)| b >= *u && b.is_multiple_of(*u))
+        .map_or(format!("{b} B"), |(u, n)| format!("{} {n}", b / u))
 }
 
 /// The settings of every run, a row each, marked where they differ.

@@ -8,7 +8,6 @@ use std::sync::{Arc, OnceLock};
 
 use foliomm::internals::arch::PAGE_SIZE;
 use foliomm::internals::check::Violation;
-use foliomm::internals::kernel::stats::CounterDoc;
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mapcount::Design;
 use foliomm::internals::mm::gup::Pin;
@@ -23,6 +22,9 @@ use crate::observation::{Observation, ProcessInfo};
 use crate::op::{pattern_bytes, Access, GupKind, MmapRequest, Op, Peek, Reply};
 
 mod files;
+mod glossary;
+mod thp_hint;
+pub use glossary::counter_glossary;
 
 /// A scenario process on the model: its address space and its threads' CPUs.
 struct Process {
@@ -352,47 +354,6 @@ impl Backend for ModelBackend {
     }
 }
 
-/// Every counter the model backend gives (`stat.NAME` in an `expect`),
-/// with what it counts: the kernel's, then the machine's lines.
-pub fn counter_glossary() -> Vec<CounterDoc> {
-    let mut out = foliomm::internals::kernel::stats::glossary();
-    let pools = [("hugepages", "2 MiB"), ("hugepages_1g", "1 GiB")];
-    let lines = [
-        ("total", "nr_hugepages", "Huge pages in the pool of {size} pages"),
-        ("free", "free_hugepages", "Free huge pages in the pool of {size} pages"),
-        ("rsvd", "resv_hugepages", "Huge pages of {size} promised to mappings and not yet faulted"),
-        ("surp", "surplus_hugepages", "Surplus huge pages of {size} (above nr_hugepages, from overcommit)"),
-    ];
-    for (prefix, size) in pools {
-        for (name, linux, what) in lines {
-            let doc = format!("{} (`{linux}`). Needs: set hugetlb.", what.replace("{size}", size));
-            out.push(CounterDoc::new(format!("{prefix}_{name}"), &doc));
-        }
-    }
-    for (name, line) in [
-        ("total", "HugePages_Total"),
-        ("free", "HugePages_Free"),
-        ("rsvd", "HugePages_Rsvd"),
-        ("surp", "HugePages_Surp"),
-    ] {
-        let doc = format!("The 2 MiB pool as /proc/meminfo shows it (`{line}`). Needs: set hugetlb.");
-        out.push(CounterDoc::new(format!("meminfo_hugepages_{name}"), &doc));
-    }
-    out.push(CounterDoc::new(
-        "meminfo_hugetlb_kb".into(),
-        "Every pool's pages in KiB, as /proc/meminfo shows them (`Hugetlb`). Needs: set hugetlb.",
-    ));
-    for (name, line) in [("total", "SwapTotal"), ("free", "SwapFree"), ("cached", "SwapCached")] {
-        let doc = format!("The swap device in KiB, as /proc/meminfo shows it (`{line}`). Needs: set swap.");
-        out.push(CounterDoc::new(format!("meminfo_swap_{name}_kb"), &doc));
-    }
-    out.push(CounterDoc::new(
-        "frames_in_use".into(),
-        "Frames of the model's RAM not free: folios, page tables, the zero pages.",
-    ));
-    out
-}
-
 /// The status lines of `mm` and the VMA holding `addr` (zeros in a hole).
 fn process_info(mm: &Mm, addr: u64) -> ProcessInfo {
     let status = mm.status();
@@ -456,7 +417,19 @@ impl ModelBackend {
             cpu.lock().unwrap().read(&mm, addr, &mut byte)?;
         }
         let (pgtables_kb, vma_count) = (mm.pgtables_kb(), mm.map_count());
-        Ok(Observation { page, range, byte: byte[0], pgtables_kb, vma_count, addr, process, ..Default::default() })
+        let thp_allowed_order = thp_hint::order_the_vma_missed(self.m(), &mm, addr, &page);
+        let o = Observation {
+            page,
+            range,
+            byte: byte[0],
+            pgtables_kb,
+            vma_count,
+            addr,
+            process,
+            thp_allowed_order,
+            ..Default::default()
+        };
+        Ok(o)
     }
 
     fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {
