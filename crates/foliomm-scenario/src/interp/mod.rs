@@ -217,6 +217,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut failure = None;
     let mut failed_expects = Vec::new();
     for step in steps {
+        let before = if opts.trace && st.started { st.trace_all() } else { Vec::new() };
         let r = st.step(step).and_then(|msg| {
             if st.check && st.started && st.measure.is_none() {
                 let bad = st.backend.check();
@@ -233,7 +234,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                 let observed = matches!(step.cmd, Cmd::Observe { .. } | Cmd::ObservePin { .. } | Cmd::Query { .. })
                     .then(|| st.obs.last().map(|(_, o)| *o))
                     .flatten();
-                let trace = if opts.trace { st.trace(step) } else { Vec::new() };
+                let trace = if opts.trace { st.trace(step, &before) } else { Vec::new() };
                 let expected = st.expected_reads.as_mut().map(std::mem::take).unwrap_or_default();
                 outcomes.push(StepOutcome {
                     line: step.line,
