@@ -211,9 +211,8 @@ fn seed_000_bench_costs_follow_each_design() {
         let row = table.and_then(|t| t["rows"].as_array().unwrap().iter().find(|r| r["label"] == bench));
         let series = row.and_then(|r| r["series"].as_array().unwrap().iter().find(|s| s["name"] == design));
         let series = series.unwrap_or_else(|| panic!("no series {folio} {design} {bench}"));
-        let counters = series["counters"].as_array().unwrap();
-        let rmap_ops = counters.iter().find(|c| c[0] == "rmap_ops").expect("an rmap_ops counter");
-        rmap_ops[1].as_f64().unwrap() as u64
+        let rmap_ops = series["counters"]["rmap_ops"].as_f64().expect("an rmap_ops counter");
+        rmap_ops as u64
     };
     let pages = 8 << 20 >> 12;
     for folio in ["2 MiB THP", "64 KiB mTHP"] {

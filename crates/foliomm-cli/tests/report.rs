@@ -169,15 +169,25 @@ fn every_bench_takes_the_common_flags_and_writes_one_schema() {
             .flat_map(|r| r["series"].as_array().unwrap())
             .collect();
         assert!(!series.is_empty() && series.iter().all(|s| !s["samples"].as_array().unwrap().is_empty()), "{bench}");
-        let counted = series.iter().any(|s| !s["counters"].as_array().unwrap().is_empty());
+        let counted = series.iter().any(|s| !s["counters"].as_object().unwrap().is_empty());
         assert_eq!(counted, counts, "{bench}: deterministic counters saved");
     }
     let csv = foliomm(&["bench", "seed-001", "--size", "4M", "--runs", "2", "--no-host", "--csv"]);
     let csv = String::from_utf8(csv.stdout).unwrap();
-    assert_eq!(csv.lines().next(), Some("table,row,series,what,round,value,unit"));
+    // What the run was, in '#' lines, then the header.
+    let (meta, data): (Vec<&str>, Vec<&str>) = csv.lines().partition(|l| l.starts_with('#'));
+    assert!(
+        meta[0].starts_with("# foliomm bench zap-batching at commit")
+            && meta[1].starts_with("# reproduce: foliomm bench zap-batching --size 4M"),
+        "{csv}"
+    );
+    assert_eq!(data.first(), Some(&"table,row,series,what,round,value,unit"));
     // 9 folio sizes, 2 strategies: 2 samples and 3 counters each; the swap
     // row, 2 strategies: 2 samples and 1 counter each.
-    assert_eq!(csv.lines().count(), 1 + 9 * 2 * (2 + 3) + 2 * (2 + 1), "{csv}");
+    assert_eq!(data.len(), 1 + 9 * 2 * (2 + 3) + 2 * (2 + 1), "{csv}");
+    // Values carry six significant digits at most.
+    let digits = |v: &str| v.trim_start_matches(['0', '.', '-']).chars().filter(char::is_ascii_digit).count();
+    assert!(data[1..].iter().all(|l| digits(l.split(',').nth(5).unwrap()) <= 6), "{csv}");
     let refused =
         Command::new(env!("CARGO_BIN_EXE_foliomm")).args(["bench", "pmd-sharing", "--size", "4M"]).output().unwrap();
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--size: pmd-sharing"));

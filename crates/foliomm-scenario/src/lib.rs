@@ -10,6 +10,7 @@ pub mod fuzz;
 pub mod interp;
 pub mod lang;
 pub mod model;
+pub mod named_values;
 pub mod observation;
 pub mod op;
 

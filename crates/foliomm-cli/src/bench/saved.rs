@@ -126,7 +126,9 @@ pub struct Table {
 pub struct Row {
     pub label: String,
     pub series: Vec<Series>,
-    /// The seed's figures for this row, by the seed's column names.
+    /// The seed's figures for this row, by the seed's column names (an
+    /// object in JSON).
+    #[serde(with = "foliomm_scenario::named_values")]
     pub published: Vec<(String, f64)>,
 }
 
@@ -137,7 +139,8 @@ pub struct Row {
 pub struct Series {
     pub name: String,
     pub samples: Vec<f64>,
-    #[serde(default)]
+    /// By name (an object in JSON).
+    #[serde(default, with = "foliomm_scenario::named_values")]
     pub counters: Vec<(String, f64)>,
 }
 
@@ -174,8 +177,24 @@ struct CsvLine<'a> {
     /// `sample` (with its round) or the counter's name.
     what: &'a str,
     round: Option<usize>,
-    value: f64,
+    /// Six significant digits ([`significant`]).
+    value: String,
     unit: &'a str,
+}
+
+/// `v` with six significant digits, trailing zeros dropped: what a timer
+/// or a per-operation cost can claim, without float noise (`0.000172`,
+/// not `0.00017199999999999998`).
+fn significant(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return v.to_string();
+    }
+    let decimals = (5 - v.abs().log10().floor() as i32).max(0) as usize;
+    let text = format!("{v:.decimals$}");
+    match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.').to_string(),
+        false => text,
+    }
 }
 
 impl SavedRun {
@@ -187,8 +206,20 @@ impl SavedRun {
         SavedRun { schema: SCHEMA, bench: bench.into(), machine, commit, settings, tables, notes: Vec::new(), command }
     }
 
-    /// Writes every sample and counter as CSV, a line each.
-    pub fn write_csv(&self, out: impl std::io::Write) -> Result<()> {
+    /// Writes every sample and counter as CSV, a line each, after `#`
+    /// lines that say what the run was (its benchmark, the command that
+    /// reproduces it, commit, machine and settings; `comment='#'` in
+    /// pandas, `--comment-char` elsewhere).
+    pub fn write_csv(&self, mut out: impl std::io::Write) -> Result<()> {
+        let m = &self.machine;
+        writeln!(out, "# foliomm bench {} at commit {}", self.bench, self.commit)?;
+        writeln!(out, "# reproduce: {}", self.command)?;
+        writeln!(
+            out,
+            "# machine: {} ({} cores), Linux {}, THP {}, shmem THP {}",
+            m.cpu, m.cores, m.kernel, m.thp, m.shmem_thp
+        )?;
+        writeln!(out, "# settings: {}", self.settings)?;
         let mut w = csv::Writer::from_writer(out);
         for t in &self.tables {
             for r in &t.rows {
@@ -203,10 +234,10 @@ impl SavedRun {
                         unit,
                     };
                     for (i, &v) in s.samples.iter().enumerate() {
-                        w.serialize(line("sample", Some(i + 1), v, &t.unit))?;
+                        w.serialize(line("sample", Some(i + 1), significant(v), &t.unit))?;
                     }
                     for (name, v) in &s.counters {
-                        w.serialize(line(name, None, *v, ""))?;
+                        w.serialize(line(name, None, significant(*v), ""))?;
                     }
                 }
             }
@@ -257,5 +288,16 @@ impl MachineInfo {
             thp: selected("/sys/kernel/mm/transparent_hugepage/enabled"),
             shmem_thp: selected("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn six_significant_digits() {
+        assert_eq!(super::significant(0.00017199999999999998), "0.000172");
+        assert_eq!(super::significant(1234567.89), "1234568");
+        assert_eq!(super::significant(2.5), "2.5");
+        assert_eq!(super::significant(0.0), "0");
     }
 }

@@ -9,7 +9,6 @@
 //! reference, and `expect` records observations and evaluates `expect` lines.
 
 mod contention;
-mod counters_json;
 mod expect;
 mod file_cmd;
 mod mapping_cmd;
@@ -153,7 +152,7 @@ pub struct Outcome {
     pub steps: Vec<StepOutcome>,
     pub observations: Vec<(String, Observation)>,
     /// The backend's counters after the run, in its order (an object in JSON).
-    #[serde(with = "counters_json")]
+    #[serde(with = "crate::named_values")]
     pub counters: Vec<(String, u64)>,
     pub measures: Vec<Measure>,
     pub failure: Option<Failure>,

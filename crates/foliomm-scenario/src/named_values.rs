@@ -1,27 +1,31 @@
-//! A run's counters in JSON as one object, `{"pgfault": 3, ...}`, in their
-//! order; the `[name, value]` pairs written before are read too.
+//! Named values (a run's counters, a benchmark row's published figures)
+//! in JSON as one object, `{"pgfault": 3, ...}`, in their order, for
+//! `#[serde(with = "named_values")]` on a `Vec<(String, V)>`; the
+//! `[name, value]` pairs written before are read too.
 
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use std::fmt;
+use std::marker::PhantomData;
 
-/// Writes `counters` as an object.
-pub fn serialize<S: Serializer>(counters: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
-    let mut map = s.serialize_map(Some(counters.len()))?;
-    for (name, value) in counters {
+/// Writes `values` as an object.
+pub fn serialize<S: Serializer, V: Serialize>(values: &[(String, V)], s: S) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(values.len()))?;
+    for (name, value) in values {
         map.serialize_entry(name, value)?;
     }
     map.end()
 }
 
-/// Reads counters from an object, or from pairs.
-pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, u64)>, D::Error> {
-    struct Counters;
-    impl<'de> Visitor<'de> for Counters {
-        type Value = Vec<(String, u64)>;
+/// Reads named values from an object, or from pairs.
+pub fn deserialize<'de, D: Deserializer<'de>, V: DeserializeOwned>(d: D) -> Result<Vec<(String, V)>, D::Error> {
+    struct Named<V>(PhantomData<V>);
+    impl<'de, V: DeserializeOwned> Visitor<'de> for Named<V> {
+        type Value = Vec<(String, V)>;
 
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("counters as an object of numbers, or as [name, number] pairs")
+            f.write_str("an object of named values, or [name, value] pairs")
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
@@ -40,7 +44,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, u64)>
             Ok(out)
         }
     }
-    d.deserialize_any(Counters)
+    d.deserialize_any(Named(PhantomData))
 }
 
 #[cfg(test)]
