@@ -60,6 +60,11 @@ fn two_axes_give_their_product_and_json_keeps_every_run() {
     assert_eq!(configs[20]["configuration"], "mm-id vma-refcount");
     let settings = configs[1]["outcome"]["settings"].as_array().unwrap();
     assert!(settings.iter().any(|s| s == "set vma_lock vma-rwsem"), "{settings:?}");
+    // Every setting in effect, defaults included.
+    let in_effect = configs[1]["outcome"]["in_effect"].as_array().unwrap();
+    for line in ["set mapcount subpage", "set vma_lock vma-rwsem", "set zap batched", "set tlb 2048"] {
+        assert!(in_effect.iter().any(|s| s == line), "{line} not in {in_effect:?}");
+    }
     assert!(v[0]["differences"].is_array());
 }
 

@@ -80,6 +80,11 @@ pub trait Backend: Send + Sync {
     fn release(&self) -> KernelVersion {
         KernelVersion::default()
     }
+    /// Every machine setting the started machine runs with, defaults
+    /// included, as `set` lines (none where the backend cannot say).
+    fn in_effect(&self) -> Vec<MachineSetting> {
+        Vec::new()
+    }
     /// Event counters by name.
     fn counters(&self) -> Vec<(String, u64)>;
     /// Whether counter `name` counts only this run's events or state (every

@@ -144,6 +144,10 @@ pub struct Outcome {
     /// line's included (as `set` lines).
     #[serde(default)]
     pub settings: Vec<String>,
+    /// Every machine setting the run's machine had, defaults included, as
+    /// `set` lines (the model's; empty on a kernel).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_effect: Vec<String>,
     /// The mapcount design and the Linux release the run followed.
     #[serde(default)]
     pub design: String,
@@ -284,6 +288,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     Outcome {
         backend: st.backend.name().into(),
         settings: st.settings.iter().map(|(_, s)| s.to_string()).collect(),
+        in_effect: st.backend.in_effect().iter().map(ToString::to_string).collect(),
         design: design.name().into(),
         kernel: kernel.to_string(),
         steps: outcomes,

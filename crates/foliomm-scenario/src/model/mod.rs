@@ -330,6 +330,27 @@ impl Backend for ModelBackend {
         self.machine().map(|m| m.kernel.config.release()).unwrap_or_default()
     }
 
+    fn in_effect(&self) -> Vec<MachineSetting> {
+        let Some(m) = self.machine() else { return Vec::new() };
+        let c = &m.kernel.config;
+        vec![
+            MachineSetting::Memory(c.memory),
+            MachineSetting::Mapcount(c.mapcount),
+            MachineSetting::Kernel(c.release()),
+            MachineSetting::RmapIdStage(c.rmap_id_stage),
+            MachineSetting::Zap(c.zap),
+            MachineSetting::VmaLock(c.vma_lock),
+            MachineSetting::HugetlbSync(c.hugetlb_sync),
+            MachineSetting::Tlb(c.tlb_entries as u64),
+            MachineSetting::MaxMapCount(c.max_map_count as u64),
+            MachineSetting::Nodes(c.nodes as u64),
+        ]
+        .into_iter()
+        // No swap device is no `set swap` line.
+        .chain((c.swap > 0).then_some(MachineSetting::Swap(c.swap)))
+        .collect()
+    }
+
     fn counters(&self) -> Vec<(String, u64)> {
         let Some(m) = self.machine() else {
             return Vec::new();
