@@ -254,6 +254,13 @@ impl Backend for HostBackend {
                 "the host kernel synchronizes hugetlb faults with the hugetlb VMA lock (vma-lock)"
             }
             MachineSetting::Tlb(_) => "the host's TLB is hardware",
+            MachineSetting::InitOnFree(on) if *on != procfs::init_on_free() => {
+                return Some(format!(
+                    "cannot honour '{s}': init_on_free is a boot parameter, and this host booted with it {}",
+                    if procfs::init_on_free() { "on" } else { "off" }
+                ));
+            }
+            MachineSetting::GatherLimit(Some(_)) => "Linux limits an mmu_gather by its slots, not by a page count",
             MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
             MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",
             MachineSetting::MaxMapCount(n) if Some(*n) != sysfs::max_map_count() => {

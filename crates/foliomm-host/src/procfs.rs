@@ -315,6 +315,15 @@ pub fn memory_nodes() -> u64 {
     list.trim().split(',').map(count).sum::<u64>().max(1)
 }
 
+/// Whether the kernel booted with `init_on_free` on (`init_on_free=1`, `on`
+/// or `y` in /proc/cmdline); may be wrong where the kernel's config turns
+/// it on by default (`CONFIG_INIT_ON_FREE_DEFAULT_ON`) and the command line
+/// says nothing.
+pub fn init_on_free() -> bool {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    cmdline.split_whitespace().any(|w| matches!(w, "init_on_free=1" | "init_on_free=on" | "init_on_free=y"))
+}
+
 /// The hugetlb and swap lines of /proc/meminfo under the names of
 /// `foliomm_scenario::backend::meminfo_counters` (swap: the run's zram
 /// device, the host having no other).

@@ -357,6 +357,11 @@ pub enum MachineSetting {
     /// Simulated CPUs (`set sim_cpus N`): the model runs each `parallel`
     /// block's threads on simulated CPUs with virtual time.
     SimCpus(u64),
+    /// `init_on_free=1` (`set init_on_free on`): freed pages are zeroed.
+    InitOnFree(bool),
+    /// The mmu_gather page-count cap seed 001's thread weighed
+    /// (`set gather_limit N`, `off` for Linux's slot limit alone).
+    GatherLimit(Option<u64>),
 }
 
 /// The setting as its scenario line says it (`set memory 64M`).
@@ -380,6 +385,9 @@ impl std::fmt::Display for MachineSetting {
             Swap(b) => write!(f, "set swap {}", size_text(*b)),
             Nodes(n) => write!(f, "set nodes {n}"),
             SimCpus(n) => write!(f, "set sim_cpus {n}"),
+            InitOnFree(on) => write!(f, "set init_on_free {}", if *on { "on" } else { "off" }),
+            GatherLimit(Some(n)) => write!(f, "set gather_limit {n}"),
+            GatherLimit(None) => write!(f, "set gather_limit off"),
         }
     }
 }

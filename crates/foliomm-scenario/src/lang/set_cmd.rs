@@ -112,6 +112,24 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
             HugetlbSync::parse,
             "i-mmap-rwsem, vma-lock, no-lock",
         )?))),
+        "init_on_free" => {
+            let col = l.col();
+            match l.next("on or off")? {
+                "on" => Ok(Cmd::SetMachine(MachineSetting::InitOnFree(true))),
+                "off" => Ok(Cmd::SetMachine(MachineSetting::InitOnFree(false))),
+                t => l.err(col, format!("expected on or off, found '{t}'")),
+            }
+        }
+        "gather_limit" => {
+            if l.eat("off") {
+                return Ok(Cmd::SetMachine(MachineSetting::GatherLimit(None)));
+            }
+            let col = l.col();
+            match l.size("a number of pages, or off")? {
+                0 => l.err(col, "expected at least 1 page (or off)".to_string()),
+                n => Ok(Cmd::SetMachine(MachineSetting::GatherLimit(Some(n)))),
+            }
+        }
         "check" => {
             let col = l.col();
             match l.next("on or off")? {

@@ -127,6 +127,8 @@ impl Backend for ModelBackend {
                 MachineSetting::Swap(b) => config.swap = *b,
                 MachineSetting::Nodes(n) => config.nodes = *n as usize,
                 MachineSetting::SimCpus(n) => _ = self.sim_cpus.set(*n as usize),
+                MachineSetting::InitOnFree(on) => config.init_on_free = *on,
+                MachineSetting::GatherLimit(n) => config.gather_page_limit = *n,
                 MachineSetting::Debug(d) => {
                     config.debug.set(d);
                 }
@@ -344,6 +346,8 @@ impl Backend for ModelBackend {
             MachineSetting::Tlb(c.tlb_entries as u64),
             MachineSetting::MaxMapCount(c.max_map_count as u64),
             MachineSetting::Nodes(c.nodes as u64),
+            MachineSetting::InitOnFree(c.init_on_free),
+            MachineSetting::GatherLimit(c.gather_page_limit),
         ]
         .into_iter()
         // No swap device is no `set swap` line.

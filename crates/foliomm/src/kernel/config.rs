@@ -33,6 +33,10 @@ pub struct Config {
     pub tlb_entries: usize,
     /// Fill freed frames with a poison byte (costs a write of every freed page).
     pub poison: bool,
+    /// `init_on_free=1`: every freed frame is zeroed (`free_pages_prepare`),
+    /// a cost at munmap and exit; the fault still zeroes the pages it
+    /// allocates, as Linux does without `init_on_alloc`. Wins over `poison`.
+    pub init_on_free: bool,
     /// Stop a gather after this many pages (the page-count limit weighed in
     /// seed 001's discussion); `None` limits slots only, as Linux does.
     pub gather_page_limit: Option<u64>,
@@ -143,6 +147,7 @@ impl Default for Config {
             hugetlb_sync: HugetlbSync::default(),
             tlb_entries: 2048,
             poison: false,
+            init_on_free: false,
             gather_page_limit: None,
             debug: DebugSwitches::default(),
             precision: false,

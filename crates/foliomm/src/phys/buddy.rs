@@ -189,6 +189,17 @@ mod tests {
     }
 
     #[test]
+    fn init_on_free_zeroes_freed_frames_and_wins_over_poison() {
+        for (init_on_free, want) in [(false, crate::phys::POISON), (true, 0)] {
+            let phys = PhysMem::new(4 << 20, true).unwrap().with_init_on_free(init_on_free);
+            let pfn = phys.alloc_pages(0).unwrap();
+            phys.fill(pfn, 0, crate::arch::PAGE_SIZE as usize, 0x5a);
+            phys.free_pages(pfn, 0);
+            assert_eq!(phys.read_byte(pfn, 100), want, "init_on_free {init_on_free}");
+        }
+    }
+
+    #[test]
     fn exhaustion_is_enomem() {
         let phys = PhysMem::new(4 << 20, false).unwrap();
         let big = phys.alloc_pages(MAX_PAGE_ORDER).unwrap();

@@ -34,8 +34,10 @@ pub struct PhysMem {
     /// Per-frame generation, bumped whenever the frame is freed: a TLB entry
     /// remembers it, so a use after free is recognised (model-only).
     generation: memmap::PerFrame<AtomicU32>,
-    /// Fill freed frames with [`POISON`] (`page_poisoning` / `init_on_free`).
+    /// Fill freed frames with [`POISON`] (`page_poisoning`).
     poison: bool,
+    /// Zero freed frames (`init_on_free`); wins over `poison`.
+    init_on_free: bool,
 }
 
 /// The byte freed frames are filled with when poisoning is on (`PAGE_POISON`).
@@ -46,6 +48,11 @@ impl PhysMem {
     /// free, on one node; `poison` fills every freed frame with [`POISON`].
     pub fn new(bytes: u64, poison: bool) -> Result<PhysMem, Errno> {
         PhysMem::new_numa(bytes, 1, poison)
+    }
+
+    /// This memory with every freed frame zeroed (`init_on_free=1`).
+    pub fn with_init_on_free(self, on: bool) -> PhysMem {
+        PhysMem { init_on_free: on, ..self }
     }
 
     /// [`PhysMem::new`] cut into `nodes` NUMA nodes; EINVAL when a node
@@ -65,6 +72,7 @@ impl PhysMem {
             nodes: node::new_nodes(nr_frames, nodes)?,
             generation: memmap::new_per_frame(nr_frames)?,
             poison,
+            init_on_free: false,
         };
         for n in phys.nodes.iter() {
             let mut zone = n.zone.lock().unwrap();

@@ -148,8 +148,8 @@ impl PhysMem {
     /// to this CPU's list for the orders that have one, trimming it by a
     /// batch past its high mark; else to the zone, merging with free
     /// buddies. The caller has reset the descriptors. Each frame's
-    /// generation moves on, and with poisoning its bytes become
-    /// [`super::POISON`].
+    /// generation moves on, and with `init_on_free` its bytes become 0
+    /// (counted as zeroing work), else with poisoning [`super::POISON`].
     pub fn free_pages(&self, pfn: Pfn, order: u32) {
         self.free_pages_as(pfn, order, MigrateType::Movable)
     }
@@ -157,7 +157,10 @@ impl PhysMem {
     /// [`PhysMem::free_pages`] of a block allocated for `kind`.
     pub fn free_pages_as(&self, pfn: Pfn, order: u32, kind: MigrateType) {
         for p in pfn..pfn + (1 << order) {
-            if self.poison {
+            if self.init_on_free {
+                self.fill(p, 0, PAGE_SIZE as usize, 0);
+                crate::sync::sim::work(crate::sync::sim::Work::ZeroPage);
+            } else if self.poison {
                 self.fill(p, 0, PAGE_SIZE as usize, super::POISON);
             }
             self.generation[p as usize].fetch_add(1, Release);
