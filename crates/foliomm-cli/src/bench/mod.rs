@@ -28,6 +28,7 @@ mod seed_004_validation;
 mod shared_decisions;
 mod stats;
 mod tlb;
+mod zap_tradeoffs;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

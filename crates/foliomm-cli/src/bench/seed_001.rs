@@ -6,7 +6,9 @@
 //! default: the seed measured a 6.8-era kernel. A second table has the
 //! same munmap over swap entries (base pages paged out first): one
 //! `free_swap_and_cache_nr` per entry against one per batch of
-//! consecutive entries, which the series did not measure.
+//! consecutive entries, which the series did not measure. With
+//! `--tradeoffs` a third table weighs the batched zap against the page cap
+//! and `init_on_free` the thread discussed ([`super::zap_tradeoffs`]).
 
 use foliomm::internals::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use super::published::SEED_001;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::stats::{change, summarize, Change, Summary};
+use super::zap_tradeoffs::{self, Tradeoff, PAGES_PER_FLUSH};
 use super::{host_share_note, machine_for, model_populate, model_split_pmds, new_table, secs, CommonArgs};
 use crate::host;
 
@@ -33,6 +36,11 @@ use crate::host;
 pub struct Seed001Args {
     #[command(flatten)]
     pub(super) common: CommonArgs,
+    /// Add the table of seed 001's thread's trade-offs: the batched zap
+    /// against a gather capped at 512 pages and against init_on_free, with
+    /// the pages freed per flush.
+    #[arg(long)]
+    pub(super) tradeoffs: bool,
 }
 
 /// One configuration: a folio size (an index into [`SEED_001`]) zapped by
@@ -44,6 +52,8 @@ pub(super) enum Setup {
     /// The swap row: base pages paged out, then unmapped.
     ModelSwap(ZapStrategy),
     HostSwap,
+    /// The batched zap of folio size `i` with a trade-off (`--tradeoffs`).
+    Tradeoff(usize, Tradeoff),
 }
 
 /// The swap table's only row.
@@ -54,15 +64,16 @@ pub(super) struct Seed001<'a> {
     args: &'a CommonArgs,
     size: u64,
     design: Design,
-    /// The machines of the folio size under way, per zap strategy.
-    machines: Vec<(ZapStrategy, Arc<Machine>)>,
+    tradeoffs: bool,
+    /// The machines of the group under way, by series name.
+    machines: Vec<(&'static str, Arc<Machine>)>,
 }
 
 impl<'a> Seed001<'a> {
     pub(super) fn new(a: &'a Seed001Args) -> Result<Seed001<'a>> {
         let args = &a.common;
         let design = args.mapcount.unwrap_or(Design::NrMapped);
-        Ok(Seed001 { args, size: args.size_or("1G")?, design, machines: Vec::new() })
+        Ok(Seed001 { args, size: args.size_or("1G")?, design, tradeoffs: a.tradeoffs, machines: Vec::new() })
     }
 }
 
@@ -90,27 +101,37 @@ impl Benchmark for Seed001<'_> {
     fn tables(&self) -> Vec<Table> {
         let table =
             |name: &str| Table { name: name.into(), unit: "s".into(), higher_is_better: false, rows: Vec::new() };
-        vec![table("munmap of PTE-mapped folios"), table("munmap of swap entries")]
+        let mut tables = vec![table("munmap of PTE-mapped folios"), table("munmap of swap entries")];
+        if self.tradeoffs {
+            tables.push(table("batched zap: gather cap and init_on_free"));
+        }
+        tables
     }
 
     fn plan(&self, host: bool) -> Vec<Vec<Setup>> {
         let zaps = [ZapStrategy::PerPage, ZapStrategy::Batched];
         let swap = zaps.iter().map(|&z| Setup::ModelSwap(z)).chain(host.then_some(Setup::HostSwap)).collect();
+        let tradeoffs = (0..SEED_001.len())
+            .filter(|_| self.tradeoffs)
+            .map(|i| Tradeoff::ALL.iter().map(|&w| Setup::Tradeoff(i, w)).collect());
         (0..SEED_001.len())
             .map(|i| zaps.iter().map(|&z| Setup::Model(i, z)).chain(host.then_some(Setup::Host(i))).collect())
             .chain([swap])
+            .chain(tradeoffs)
             .collect()
     }
 
     fn prepare(&mut self, group: &[Setup], _: &Progress) -> Result<()> {
         self.machines.clear();
         for c in group {
-            let (zap, swap) = match *c {
-                Setup::Model(_, zap) => (zap, 0),
-                Setup::ModelSwap(zap) => (zap, self.size + (64 << 20)),
+            let base = self.args.config(self.design);
+            let (name, config) = match *c {
+                Setup::Model(_, zap) => (zap.name(), Config { zap, ..base }),
+                Setup::ModelSwap(zap) => (zap.name(), Config { zap, swap: self.size + (64 << 20), ..base }),
+                Setup::Tradeoff(_, w) => (w.name(), w.config(Config { zap: ZapStrategy::Batched, ..base })),
                 _ => continue,
             };
-            self.machines.push((zap, machine_for(self.size, Config { zap, swap, ..self.args.config(self.design) })?));
+            self.machines.push((name, machine_for(self.size, config)?));
         }
         Ok(())
     }
@@ -121,6 +142,7 @@ impl Benchmark for Seed001<'_> {
             Setup::Host(i) => (row_label(i), "host".into()),
             Setup::ModelSwap(zap) => (SWAP_ROW.into(), zap.name().into()),
             Setup::HostSwap => (SWAP_ROW.into(), "host".into()),
+            Setup::Tradeoff(i, w) => (row_label(i), w.name().into()),
         }
     }
 
@@ -130,8 +152,9 @@ impl Benchmark for Seed001<'_> {
 
     fn measure(&mut self, c: &Setup) -> Result<Measurement> {
         let size = self.size;
-        let (i, zap) = match *c {
-            Setup::Model(i, zap) => (i, zap),
+        let (i, name) = match *c {
+            Setup::Model(i, zap) => (i, zap.name()),
+            Setup::Tradeoff(i, w) => (i, w.name()),
             Setup::Host(i) => {
                 let (_, unmap, share) = host::fault_munmap(size as usize, order(i), order(i) == 9)?;
                 let notes = host_share_note(&format!("{}K", SEED_001[i].0), share).into_iter().collect();
@@ -145,7 +168,7 @@ impl Benchmark for Seed001<'_> {
                 return Ok(Measurement { notes: notes.into_iter().collect(), ..Measurement::on(1, secs(unmap)) });
             }
         };
-        let m = &self.machines.iter().find(|(z, _)| *z == zap).expect("prepared").1;
+        let m = &self.machines.iter().find(|(n, _)| *n == name).expect("prepared").1;
         let (mm, addr, _) = model_populate(m, &mut m.new_cpu(), size, order(i))?;
         if order(i) == 9 {
             model_split_pmds(&mm, addr, size)?;
@@ -154,12 +177,16 @@ impl Benchmark for Seed001<'_> {
             let s = &m.stats;
             [&s.rmap_atomic_rmw, &s.rmap_cache_lines, &s.zap_batches].map(|c| c.load(Relaxed) as f64)
         };
-        let (before, t) = (counters(), Instant::now());
+        let (before, flushes, t) = (counters(), zap_tradeoffs::flushes(m), Instant::now());
         mm.munmap(addr, size)?;
         let elapsed = secs(t.elapsed());
         let after = counters();
         let pages = (size / 4096) as f64;
         let per_page = (0..3).map(|k| (COUNTERS[k], (after[k] - before[k]) / pages));
+        if let Setup::Tradeoff(..) = c {
+            let per_flush = pages / (zap_tradeoffs::flushes(m) - flushes).max(1.0);
+            return Ok(Measurement::on(2, elapsed).counting([(PAGES_PER_FLUSH, per_flush)]));
+        }
         Ok(Measurement::of([elapsed]).counting(per_page))
     }
 
@@ -177,6 +204,7 @@ impl Benchmark for Seed001<'_> {
         print_costs(&rows);
         print_why(&explain(&rows, self.size));
         print_swap(run, self.size);
+        zap_tradeoffs::print(run, 2, self.size);
     }
 
     fn conclude(&self, run: &SavedRun) -> Vec<String> {
@@ -190,7 +218,7 @@ impl Seed001<'_> {
     /// machine's swap device, then unmapped (timed), with the zap batches
     /// of swap entries per page.
     fn measure_swap(&mut self, zap: ZapStrategy) -> Result<Measurement> {
-        let m = &self.machines.iter().find(|(z, _)| *z == zap).expect("prepared").1;
+        let m = &self.machines.iter().find(|(n, _)| *n == zap.name()).expect("prepared").1;
         let (mm, addr, _) = model_populate(m, &mut m.new_cpu(), self.size, 0)?;
         mm.madvise(addr, self.size, foliomm::Advice::PageOut)?;
         let batches = || m.stats.zap_swap_batches.load(Relaxed) as f64;
