@@ -323,15 +323,26 @@ fn scenario_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 /// A scenario file's text; an error names what is wrong, with the line and
-/// column of the first byte that is not UTF-8.
-fn read_scenario(file: &std::path::Path) -> Result<String, String> {
+/// column of the first byte that is not UTF-8 or is a control character.
+pub(crate) fn read_scenario(file: &std::path::Path) -> Result<String, String> {
     let bytes = std::fs::read(file).map_err(|e| format!("cannot read it: {e}"))?;
-    String::from_utf8(bytes).map_err(|e| {
-        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+    let at = |good: &[u8]| {
         let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
         let col = good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
-        format!("line {line}, column {col}: not UTF-8 text")
-    })
+        format!("line {line}, column {col}")
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|e| format!("{}: not UTF-8 text", at(&e.as_bytes()[..e.utf8_error().valid_up_to()])))?;
+    // A control character (a NUL, an escape) is no part of a scenario, and
+    // would reach the terminal raw in a message.
+    match text.bytes().position(|b| b.is_ascii_control() && !b"\t\r\n".contains(&b)) {
+        Some(i) => Err(format!(
+            "{}: a control character (byte {:#04x}), not scenario text",
+            at(&text.as_bytes()[..i]),
+            text.as_bytes()[i]
+        )),
+        None => Ok(text),
+    }
 }
 
 fn compare_files(a: CompareArgs) -> Result<bool> {

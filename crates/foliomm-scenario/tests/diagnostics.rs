@@ -93,3 +93,9 @@ fn a_folio_smaller_than_allowed_because_of_its_vma_gets_a_hint() {
     let aligned = result("set thp 64K=always\nP: a = mmap 64K rw align 64K\nP: write a\nP: observe a as x\n");
     assert!(aligned.contains("order 4") && !aligned.contains("note:"), "{aligned}");
 }
+
+#[test]
+fn a_message_quoting_a_huge_token_is_cut() {
+    let e = parse_error(&format!("P: a = mmap 4K rw {}\n", "x".repeat(100_000)));
+    assert!(e.len() < 1000 && e.contains("… (cut: ") && e.starts_with("line 1, column 19:"), "{}", &e[..200]);
+}

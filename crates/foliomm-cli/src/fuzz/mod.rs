@@ -59,7 +59,7 @@ pub enum FuzzSub {
 
 /// `foliomm fuzz reproducer FILE`: the C program on stdout.
 pub fn print_reproducer(file: &std::path::Path) -> anyhow::Result<bool> {
-    let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let text = crate::read_scenario(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let c = reproducer::c_reproducer(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     print!("{c}");
     Ok(true)

@@ -70,7 +70,11 @@ impl State<'_> {
             Cmd::ShmGet { .. } | Cmd::ShmAt { .. } | Cmd::ShmDt(_) | Cmd::ShmRm(_) => self.shm_step(step, t),
             Cmd::Fork(child) => {
                 if self.live.contains(child) || self.exited.contains(child) {
-                    return Err(format!("process {child} already exists").into());
+                    let when = if self.exited.contains(child) { "existed (it has exited" } else { "exists (" };
+                    return Err(format!(
+                        "process {child} already {when}; a name is never reused: give each fork its own)"
+                    )
+                    .into());
                 }
                 if outcome(step, self.perform(t, Op::Fork { child: child.clone() }))?.is_some() {
                     let copy = self.refs[&p].clone();

@@ -278,16 +278,22 @@ impl<'b> State<'b> {
         };
         let tid = self.thread_of(step, &p)?;
         let before = self.backend_time;
-        let r = self.process(step, p.clone(), tid).map_err(|e| self.hint(&p, e))?;
+        let r = self.process(step, p.clone(), tid).map_err(|e| self.hint(&p, step, e))?;
         self.count_ops(format!("{p}/{tid}"), 1, self.backend_time - before);
         Ok(r)
     }
 
     /// `e` of a step of process `p`, with a hint: an EFAULT of a process its
     /// first line made empty says so (it was probably meant to be forked);
-    /// an ENOMEM of the model says how much RAM it has and how to give more.
-    fn hint(&self, p: &str, e: Failed) -> Failed {
-        if e.message.contains("ENOMEM") && self.backend.name() == "model" {
+    /// an ENOMEM of the model where memory ran out (not an mmap's or a
+    /// mapping change's, which are about address space and VMAs) says how
+    /// much RAM it has and how to give more.
+    fn hint(&self, p: &str, step: &Step, e: Failed) -> Failed {
+        let mapping = matches!(
+            step.cmd,
+            Cmd::Mmap { .. } | Cmd::Mremap { .. } | Cmd::Mprotect(..) | Cmd::Munmap(_) | Cmd::Mlock(..)
+        );
+        if e.message.contains("ENOMEM") && self.backend.name() == "model" && !mapping {
             let memory = self.settings.iter().rev().find(|(_, s)| {
                 matches!(
                     s,

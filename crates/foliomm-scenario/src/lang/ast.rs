@@ -14,11 +14,21 @@ use crate::op::{FileKind, GupKind};
 
 /// A parse error with its position (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}, column {col}: {msg}")]
+#[error("line {line}, column {col}: {}", shortened(.msg))]
 pub struct ParseError {
     pub line: usize,
     pub col: usize,
     pub msg: String,
+}
+
+/// `msg` cut after 400 characters (a message quoting a token of a huge
+/// line would otherwise repeat the line).
+fn shortened(msg: &str) -> String {
+    const MAX: usize = 400;
+    match msg.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}… (cut: {} characters in all)", &msg[..at], msg.chars().count()),
+        None => msg.to_string(),
+    }
 }
 
 /// A place in a mapping: the whole mapping, one page at an offset, or a range.
