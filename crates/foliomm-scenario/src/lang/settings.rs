@@ -300,6 +300,8 @@ mod tests {
             "set vma_lock vma-rwsem",
             "set hugetlb_sync no-lock",
             "set tlb 0",
+            "set init_on_free on",
+            "set gather_limit 512",
             "set debug no-large-reuse",
             "set mm_ids 5",
             "set max_map_count 9",
