@@ -53,7 +53,7 @@ pub struct Kernel {
     /// The anon LRU lists.
     pub lru: lru::Lru,
     /// The deferred split queue (head frames).
-    deferred_split: Mutex<std::collections::VecDeque<Pfn>>,
+    deferred_split: Mutex<deferred_split::SplitQueue>,
     /// The swap device, if the configuration has one.
     pub swap: Option<crate::swap::SwapDevice>,
     /// "Bad page" reports from frees whose fields were not reset: the folio
