@@ -9,7 +9,7 @@
 //! allocates come with reclaim, as its folios do.
 
 use super::huge_memory::{self, Huge};
-use super::vmscan::retry_after_reclaim;
+use super::vmscan::reclaim_on_enomem;
 use super::{anon, file, wp};
 use crate::arch::{pte_index, Pfn, Pte, PMD_ORDER, PMD_SIZE};
 use crate::kernel::{Kernel, Stats};
@@ -95,7 +95,7 @@ pub fn handle_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<()
 /// `__handle_mm_fault`: the PMD level, then [`handle_pte_fault`].
 fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind, _walk: &TableReadGuard) -> Result<()> {
     // The tables come with reclaim, as `GFP_PGTABLE_USER` allows.
-    let pmd = retry_after_reclaim(k, &mm.mmlist, || alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock))?;
+    let pmd = reclaim_on_enomem(k, &mm.mmlist, || alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock))?;
     let mut vmf = VmFault { k, mm, vma, address: addr, kind, pmd, table: 0, orig: Pte::NONE };
     loop {
         let e = pmd.load(&k.phys);
@@ -129,7 +129,7 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind,
             touch(k, pmd.table, pmd.idx, e, vmf.write());
             return Ok(());
         }
-        let Some(table) = retry_after_reclaim(k, &mm.mmlist, || alloc_pte_table(k, pmd))? else {
+        let Some(table) = reclaim_on_enomem(k, &mm.mmlist, || alloc_pte_table(k, pmd))? else {
             continue;
         };
         vmf.table = table;

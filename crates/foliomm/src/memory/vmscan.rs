@@ -366,10 +366,21 @@ pub fn alloc_folio_reclaim<'k>(k: &'k Kernel, mmlist: &MmList, place: Placement,
 }
 
 /// A page-table page for a fault (`pte_alloc_one`: `GFP_PGTABLE_USER` may
-/// reclaim), with reclaim ([`retry_after_reclaim`]). The caller holds no
+/// reclaim), with reclaim ([`reclaim_on_enomem`]). The caller holds no
 /// page-table lock.
 pub fn alloc_table_reclaim(k: &Kernel, mmlist: &MmList) -> Result<crate::arch::Pfn> {
-    retry_after_reclaim(k, mmlist, || k.alloc_table())
+    reclaim_on_enomem(k, mmlist, || k.alloc_table())
+}
+
+/// `op` (a page-table allocation, or a walk that allocates tables), and
+/// only if it fails with ENOMEM, [`retry_after_reclaim`]: the fault's
+/// common path pays nothing for the watermark check (a table is one page;
+/// the folio the fault allocates next checks it anyway).
+pub fn reclaim_on_enomem<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+    match op() {
+        Err(Errno::ENOMEM) => retry_after_reclaim(k, mmlist, op),
+        got => got,
+    }
 }
 
 /// Runs `op`, an allocation or a call that fails with ENOMEM when one
