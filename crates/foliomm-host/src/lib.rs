@@ -358,7 +358,8 @@ impl Backend for HostBackend {
                 match read(&path)?.checked_sub(read(&sysfs::hugetlb_path(size, "surplus_hugepages"))?) {
                     Some(got) if got == pages => Ok(()),
                     got => Err(StepError::Unsupported(format!(
-                        "the host kernel gave {got:?} of {pages} huge pages of {}",
+                        "the host kernel gave {} of {pages} huge pages of {}",
+                        got.unwrap_or(0),
                         size.name()
                     ))),
                 }
