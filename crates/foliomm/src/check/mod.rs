@@ -34,6 +34,7 @@ mod hugetlb;
 pub mod ledger;
 mod page_cache;
 pub mod precision;
+mod ref_page;
 pub mod reference;
 mod swap;
 pub mod violation;

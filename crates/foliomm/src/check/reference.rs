@@ -1,6 +1,7 @@
 //! The reference model: what every byte must read, computed the plainest way.
-//! One [`RefSpace`] per process maps pages to their protection and bytes;
-//! fork is a deep copy. Files ([`RefFiles`]) are shared by every space made
+//! One [`RefSpace`] per process maps pages to their protection and bytes
+//! ([`RefPage`], stored by content class); fork is a copy that shares every
+//! whole page until one side writes it. Files ([`RefFiles`]) are shared by every space made
 //! from the same store: a page of a shared file mapping reads and writes the
 //! file; a page of a private one reads the file until its first write gives
 //! it bytes of its own. It knows nothing of folios, page tables, caches or
@@ -12,12 +13,12 @@ use std::ops::Range;
 use rangemap::RangeMap;
 use std::sync::{Arc, Mutex};
 
+use super::ref_page::RefPage;
 use crate::arch::PAGE_SIZE;
 use crate::mm_types::Prot;
 use crate::{Errno, Result};
 
 const PS: usize = PAGE_SIZE as usize;
-type Bytes = Box<[u8; PS]>;
 
 /// How a run of pages is mapped: its protection and, for a file mapping,
 /// which file, shared or private. A file page's index is its page number
@@ -51,7 +52,7 @@ impl Backing {
 #[derive(Clone, Default)]
 struct RefFile {
     size: u64,
-    pages: BTreeMap<u64, Bytes>,
+    pages: BTreeMap<u64, RefPage>,
 }
 
 /// The files of a run, shared by the spaces that map them.
@@ -72,7 +73,7 @@ impl RefFiles {
             let lo = offset.max(i * PAGE_SIZE) - i * PAGE_SIZE;
             let hi = end.min((i + 1) * PAGE_SIZE) - i * PAGE_SIZE;
             if let Some(page) = f.pages.get_mut(&i) {
-                page[lo as usize..hi as usize].fill(0);
+                page.fill(lo as usize, (hi - lo) as usize, 0);
             }
         }
     }
@@ -90,9 +91,8 @@ impl RefFiles {
     pub fn write(&self, id: u64, offset: u64, data: &[u8]) {
         let mut files = self.0.lock().unwrap();
         let f = files.entry(id).or_default();
-        for (i, &b) in data.iter().enumerate() {
-            let at = offset + i as u64;
-            f.pages.entry(at / PAGE_SIZE).or_insert_with(|| Box::new([0; PS]))[(at % PAGE_SIZE) as usize] = b;
+        for (at, pos, n) in pieces(offset, data.len() as u64) {
+            f.pages.entry(at / PAGE_SIZE).or_default().write((at % PAGE_SIZE) as usize, &data[pos..pos + n]);
         }
         f.size = f.size.max(offset + data.len() as u64);
     }
@@ -102,7 +102,9 @@ impl RefFiles {
         let files = self.0.lock().unwrap();
         let Some(f) = files.get(&id) else { return Vec::new() };
         let end = f.size.min(offset.saturating_add(len));
-        (offset..end).map(|at| f.pages.get(&(at / PAGE_SIZE)).map_or(0, |p| p[(at % PAGE_SIZE) as usize])).collect()
+        (offset..end)
+            .map(|at| f.pages.get(&(at / PAGE_SIZE)).map_or(0, |p| p.byte((at % PAGE_SIZE) as usize)))
+            .collect()
     }
 
     /// `fallocate` without `KEEP_SIZE`: the size grows to `size` if smaller.
@@ -121,7 +123,8 @@ impl RefFiles {
         if let Some(last) =
             (!size.is_multiple_of(PAGE_SIZE)).then_some(size / PAGE_SIZE).and_then(|i| f.pages.get_mut(&i))
         {
-            last[(size % PAGE_SIZE) as usize..].fill(0);
+            let off = (size % PAGE_SIZE) as usize;
+            last.fill(off, PS - off, 0);
         }
         f.size = size;
     }
@@ -135,8 +138,17 @@ pub struct RefSpace {
     maps: RangeMap<u64, Mapping>,
     /// The page's own bytes (anonymous, or a private copy of a file page);
     /// a page without reads as zeros, or as the file.
-    data: BTreeMap<u64, Bytes>,
+    data: BTreeMap<u64, RefPage>,
     files: RefFiles,
+}
+
+/// The pieces of `[start, start + len)` within one page each: (address,
+/// position in the range, length).
+fn pieces(start: u64, len: u64) -> impl Iterator<Item = (u64, usize, usize)> {
+    let end = start + len;
+    let next = move |at: u64| ((at / PAGE_SIZE + 1) * PAGE_SIZE).min(end);
+    std::iter::successors(Some(start).filter(|&s| s < end), move |&at| Some(next(at)).filter(|&n| n < end))
+        .map(move |at| (at, (at - start) as usize, (next(at) - at) as usize))
 }
 
 /// The whole pages `[start, start + len)` touches.
@@ -257,7 +269,7 @@ impl RefSpace {
     pub fn remap(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
         let (old_range, new_range) = (page_range(old, old_len), page_range(new, new_len));
         let runs = self.runs(&old_range);
-        let moved: Vec<(u64, Bytes)> = self.data.range(old_range.clone()).map(|(&p, d)| (p, d.clone())).collect();
+        let moved: Vec<(u64, RefPage)> = self.data.range(old_range.clone()).map(|(&p, d)| (p, d.clone())).collect();
         self.unmap(old, old_len);
         // File indexes stay with their pages.
         let moved_by = |b: Backing| b.moved(old, new);
@@ -286,7 +298,7 @@ impl RefSpace {
     /// Runs `f` on the bytes the page at `addr` reads and writes (its own,
     /// or its file's), checking the access; a write to a private page of a
     /// file first copies the file's page. SIGBUS past the end of the file.
-    fn with_bytes<R>(&mut self, addr: u64, write: bool, f: impl FnOnce(&mut [u8; PS]) -> R) -> Result<R> {
+    fn with_bytes<R>(&mut self, addr: u64, write: bool, f: impl FnOnce(&mut RefPage) -> R) -> Result<R> {
         let page = addr & !(PAGE_SIZE - 1);
         let m = *self.maps.get(&page).ok_or(Errno::EFAULT)?;
         let need = if write { Prot::WRITE } else { Prot::READ | Prot::WRITE };
@@ -294,7 +306,7 @@ impl RefSpace {
             return Err(Errno::EACCES);
         }
         // Reads of bytes never written see zeros without storing any.
-        let zeros = || Box::new([0; PS]);
+        let zeros = RefPage::default;
         let Some(b) = m.file else {
             return Ok(match (self.data.get_mut(&page), write) {
                 (None, false) => f(&mut zeros()),
@@ -308,7 +320,7 @@ impl RefSpace {
         if index >= file.size.div_ceil(PAGE_SIZE) {
             return Err(Errno::SIGBUS);
         }
-        let file_page = |pages: &BTreeMap<u64, Bytes>| pages.get(&index).cloned().unwrap_or_else(zeros);
+        let file_page = |pages: &BTreeMap<u64, RefPage>| pages.get(&index).cloned().unwrap_or_else(zeros);
         let own = self.data.get_mut(&page);
         Ok(match (b.shared, own, write) {
             (true, _, true) => f(file.pages.entry(index).or_insert_with(zeros)),
@@ -321,18 +333,16 @@ impl RefSpace {
     /// Writes `data` at `addr`, page by page, stopping at the first page that
     /// is unmapped or not writable (as a real access would).
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<()> {
-        self.each_piece(addr, data.len() as u64, true, |d, off, pos, n| {
-            d[off..off + n].copy_from_slice(&data[pos..pos + n]);
-        })
+        self.each_piece(addr, data.len() as u64, true, |d, off, pos, n| d.write(off, &data[pos..pos + n]))
     }
 
     pub fn fill(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
-        self.each_piece(addr, len, true, |d, off, _, n| d[off..off + n].fill(val))
+        self.each_piece(addr, len, true, |d, off, _, n| d.fill(off, n, val))
     }
 
     pub fn write_byte_per_page(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
         for p in page_range(addr, len).step_by(PS) {
-            self.with_bytes(p, true, |d| d[0] = val)?;
+            self.with_bytes(p, true, |d| d.fill(0, 1, val))?;
         }
         Ok(())
     }
@@ -353,12 +363,12 @@ impl RefSpace {
 
     pub fn read(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
         let mut out = vec![0; len as usize];
-        self.each_piece(addr, len, false, |d, off, pos, n| out[pos..pos + n].copy_from_slice(&d[off..off + n]))?;
+        self.each_piece(addr, len, false, |d, off, pos, n| d.read(off, &mut out[pos..pos + n]))?;
         Ok(out)
     }
 
     pub fn read_byte_per_page(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
-        page_range(addr, len).step_by(PS).map(|p| self.with_bytes(p, false, |d| d[0])).collect()
+        page_range(addr, len).step_by(PS).map(|p| self.with_bytes(p, false, |d| d.byte(0))).collect()
     }
 
     fn each_piece(
@@ -366,15 +376,10 @@ impl RefSpace {
         addr: u64,
         len: u64,
         write: bool,
-        mut f: impl FnMut(&mut [u8; PS], usize, usize, usize),
+        mut f: impl FnMut(&mut RefPage, usize, usize, usize),
     ) -> Result<()> {
-        let end = addr + len;
-        let mut at = addr;
-        while at < end {
-            let next = (at / PAGE_SIZE + 1) * PAGE_SIZE;
-            let n = (next.min(end) - at) as usize;
-            self.with_bytes(at, write, |d| f(d, (at % PAGE_SIZE) as usize, (at - addr) as usize, n))?;
-            at = next;
+        for (at, pos, n) in pieces(addr, len) {
+            self.with_bytes(at, write, |d| f(d, (at % PAGE_SIZE) as usize, pos, n))?;
         }
         Ok(())
     }
