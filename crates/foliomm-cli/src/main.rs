@@ -105,9 +105,16 @@ struct RunArgs {
     /// directories of them.
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// Run the invariant checker after every step.
-    #[arg(long)]
-    check: bool,
+    /// Run the invariant checker after every step: over what the step
+    /// could have changed (`changed`, the default), in full every
+    /// --check-every steps and after the last; or in full after every step
+    /// (`full`, slower by the size of the machine).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "changed",
+          value_parser = ["changed", "full"], value_name = "SCOPE")]
+    check: Option<String>,
+    /// Steps between full checks under --check (default 1000).
+    #[arg(long, value_name = "N", requires = "check", value_parser = clap::value_parser!(u64).range(1..))]
+    check_every: Option<u64>,
     /// Settings, each overriding the files' `set` line of that name
     /// (`foliomm settings` lists them).
     #[command(flatten)]
@@ -231,8 +238,14 @@ fn run_files(a: RunArgs) -> Result<bool> {
     };
     let mut json = Vec::new();
     let mut referee = (a.backend != "model").then(|| Referee::new(&a.backend));
-    let opts =
-        RunOptions { check: a.check, trace: a.trace.is_some(), keep_going: a.keep_going, ..RunOptions::default() };
+    let opts = RunOptions {
+        check: a.check.is_some(),
+        check_full: a.check.as_deref() == Some("full"),
+        check_every: a.check_every.unwrap_or(0) as usize,
+        trace: a.trace.is_some(),
+        keep_going: a.keep_going,
+        ..RunOptions::default()
+    };
     for file in &files {
         // A file that cannot be read or parsed is reported; the batch goes on.
         let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));

@@ -29,8 +29,14 @@ pub use trace::TracePage;
 /// Options of a run.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunOptions {
-    /// Run the invariant checker after every step (a `set check` line overrides).
+    /// Run the invariant checker after every step (a `set check` line
+    /// overrides): over what the step could have changed, in full every
+    /// `check_every` steps and after the last.
     pub check: bool,
+    /// Every check in full (`run --check=full`).
+    pub check_full: bool,
+    /// Steps between full checks; 0 for [`DEFAULT_CHECK_EVERY`].
+    pub check_every: usize,
     /// Record each step's [`TracePage`]s.
     pub trace: bool,
     /// Record what the reference model expected each read to return
@@ -212,6 +218,19 @@ impl ThreadOps {
 
 type StepResult = Result<String, Failed>;
 
+/// Steps between full checks when `run --check-every` does not say.
+pub const DEFAULT_CHECK_EVERY: usize = 1000;
+
+/// The invariant checker's violations as a failure, if any.
+fn violations(bad: &[foliomm::internals::check::Violation]) -> Result<(), Failed> {
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = bad.iter().map(|v| format!("[{}] {v}", v.kind.name())).collect();
+    let message = format!("invariant checker after this step:\n  {}", lines.join("\n  "));
+    Err(Failed { kind: FailureKind::Invariant, message })
+}
+
 /// Runs `steps` on `backend`.
 pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outcome {
     let mut st = State::new(&*backend, opts.check);
@@ -219,16 +238,15 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut outcomes = Vec::new();
     let mut failure = None;
     let mut failed_expects = Vec::new();
+    let every = if opts.check_every == 0 { DEFAULT_CHECK_EVERY } else { opts.check_every };
+    let (mut checks, mut last_full) = (0usize, true);
     for step in steps {
         let before = if opts.trace && st.started { st.trace_all() } else { Vec::new() };
         let r = st.step(step).and_then(|msg| {
             if st.check && st.started && st.measure.is_none() {
-                let bad = st.backend.check();
-                if !bad.is_empty() {
-                    let lines: Vec<String> = bad.iter().map(|v| format!("[{}] {v}", v.kind.name())).collect();
-                    let message = format!("invariant checker after this step:\n  {}", lines.join("\n  "));
-                    return Err(Failed { kind: FailureKind::Invariant, message });
-                }
+                last_full = opts.check_full || checks.is_multiple_of(every);
+                checks += 1;
+                violations(&st.backend.check(last_full))?;
             }
             Ok(msg)
         });
@@ -258,6 +276,11 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
                 failure = Some(Failure { line: st.failed_line.unwrap_or(step.line), kind, message });
                 break;
             }
+        }
+    }
+    if let (false, None, Some(last)) = (last_full, &failure, steps.last()) {
+        if let Err(Failed { kind, message }) = violations(&st.backend.check(true)) {
+            failure = Some(Failure { line: last.line, kind, message: message.replace("this step", "the last step") });
         }
     }
     // Processes still alive at the end exit, so leaks show in the counters.

@@ -374,8 +374,9 @@ impl Backend for ModelBackend {
         c
     }
 
-    fn check(&self) -> Vec<Violation> {
-        self.machine().map(|m| m.check()).unwrap_or_default()
+    fn check(&self, full: bool) -> Vec<Violation> {
+        let check = |m: &Arc<Machine>| if full { m.check_all() } else { m.check_changed() };
+        self.machine().map(check).unwrap_or_default()
     }
 }
 

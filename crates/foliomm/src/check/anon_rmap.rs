@@ -7,7 +7,7 @@
 //! list (at a quiescent point none is isolated); the deferred split queue
 //! holds exactly the partially mapped large folios, once each.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{Subject, Violation, ViolationKind::Rmap};
 use crate::arch::Pfn;
@@ -20,17 +20,31 @@ use crate::shmem::Inode;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 
+/// Whether each (anon_vma, VMA) pair of one MM is linked (`None`: the
+/// anon_vma is gone), found once for all the VMA's pages.
+pub(super) type Links = HashMap<(u64, usize), Option<bool>>;
+
 /// Checks that the walk from `f`, whose page `page` `mm` maps at `addr`,
 /// finds that mapping.
-pub(super) fn check_anon_mapping(mm: &Mm, vmas: &Vmas, f: Folio, page: u64, addr: u64, bad: &mut Vec<Violation>) {
+pub(super) fn check_anon_mapping(
+    mm: &Mm,
+    vmas: &Vmas,
+    (f, page, addr): (Folio, u64, u64),
+    links: &mut Links,
+    bad: &mut Vec<Violation>,
+) {
     let at = Subject::Mm { mm: mm.id, addr: Some(addr) };
     let Some(v) = vmas.find(addr) else { return };
     let id = f.head().link.load(Relaxed);
-    let Some(av) = mm.mmlist.anon_vma(id) else {
+    let linked = *links.entry((id, v.id())).or_insert_with(|| {
+        let av = mm.mmlist.anon_vma(id)?;
+        let linked = av.tree.read().iter().any(|r| r.vma == v.id() && r.mm == mm.serial);
+        Some(linked)
+    });
+    let Some(linked) = linked else {
         let what = format!("mm {}: {addr:#x} maps folio {:#x}, whose anon_vma {id} is gone", mm.id, f.pfn);
         return bad.push(Violation::new(Rmap, at, what));
     };
-    let linked = av.tree.read().iter().any(|r| r.vma == v.id() && r.mm == mm.serial);
     let index = f.index() + page;
     let want = v.page_index(addr);
     if !linked || index != want {

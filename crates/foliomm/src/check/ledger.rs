@@ -32,6 +32,11 @@ impl Ledger {
     pub fn gups_of(&self, head: Pfn) -> (u32, u32) {
         self.gups.lock().unwrap().get(&head).copied().unwrap_or((0, 0))
     }
+
+    /// The heads of the folios GUP references are held on.
+    pub fn gupped(&self) -> Vec<Pfn> {
+        self.gups.lock().unwrap().keys().copied().collect()
+    }
 }
 
 impl Observer for Ledger {

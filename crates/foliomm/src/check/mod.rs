@@ -30,7 +30,9 @@
 //! precision report's shadow, [`precision`]).
 
 mod anon_rmap;
+mod frames;
 mod hugetlb;
+mod incremental;
 pub mod ledger;
 mod page_cache;
 pub mod precision;
@@ -40,6 +42,7 @@ mod swap;
 pub mod violation;
 mod vma;
 
+pub use incremental::Tracker;
 pub use ledger::Ledger;
 pub use violation::{Subject, Violation, ViolationKind};
 
@@ -47,7 +50,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::arch::{Pfn, Pte, PAGE_SHIFT, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
-use crate::kernel::{HugeSize, Incident, Kernel};
+use crate::kernel::{Incident, Kernel};
 use crate::mapcount::{FolioTruth, MmId, RmapMm};
 use crate::mm_types::{Mm, Vmas};
 use crate::pgtable::{pt_share_count, walk_all, Visit};
@@ -57,6 +60,9 @@ use crate::shmem::{self, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
 use ViolationKind::*;
+
+/// The folios page caches hold: head -> (inode, index).
+type Cached = HashMap<Pfn, (u64, u64)>;
 
 /// One leaf mapping found by the walk.
 struct Leaf {
@@ -84,50 +90,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     let mut linked = HashSet::new();
     let mut mapped_anon = HashSet::new();
     for mm in mms {
-        let vmas = mm.mmap_read_lock();
-        // Seed 000's CONFIG_DEBUG_VM check (patch 15, `rmap_id_init`): the
-        // sub-IDs the MM keeps are `calc_rmap_subid`'s.
-        if mm.rmap != RmapMm::new(mm.id) {
-            let what = format!("mm {}: precomputed rmap sub-IDs {:?} are not its ID's", mm.id, mm.rmap);
-            bad.push(Violation::new(Mapcount, Subject::Mm { mm: mm.id, addr: None }, what));
-        }
-        vma::check_vma_tree(mm, &vmas, &mut linked, &mut bad);
-        walked.tables.insert(mm.pgd);
-        for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
-            if !walked.tables.insert(t) {
-                let at = Subject::Mm { mm: mm.id, addr: Some(haddr) };
-                let what = format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id);
-                bad.push(Violation::new(PageTable, at, what));
-            }
-        }
-        let (before, swaps_before) = (walked.leaves.len(), walked.swaps.len());
-        walk_tables(m, mm, &mut walked, &mut bad);
-        swap::check_mm_swap(mm, &vmas, &walked.swaps[swaps_before..], &mut bad);
-        let (mut anon, mut shmem) = (0i64, 0i64);
-        for leaf in &walked.leaves[before..] {
-            check_leaf(m, &vmas, leaf, &mut bad);
-            let f = Folio::containing(&m.phys, leaf.pte.pfn());
-            if !leaf.pte.special() && f.test_anon() && !f.head().test(pg::HUGETLB) {
-                let page = if leaf.pages > 1 { 0 } else { leaf.pte.pfn() - f.pfn };
-                anon_rmap::check_anon_mapping(mm, &vmas, f, page, leaf.addr, &mut bad);
-                mapped_anon.insert(f.pfn);
-            }
-            // hugetlb pages count in no RSS counter.
-            if !leaf.pte.special() && !f.head().test(pg::HUGETLB) {
-                let n = leaf.pages as i64;
-                match f.test_anon() {
-                    true => anon += n,
-                    false => shmem += n,
-                }
-            }
-        }
-        for (name, have, want) in [("MM_ANONPAGES", &mm.rss_anon, anon), ("MM_SHMEMPAGES", &mm.rss_shmem, shmem)] {
-            let have = have.load(Relaxed);
-            if have != want {
-                let what = format!("mm {}: {name} is {have}, page tables map {want} such pages", mm.id);
-                bad.push(Violation::new(Rss, Subject::Mm { mm: mm.id, addr: None }, what));
-            }
-        }
+        check_mm(m, mm, &mut walked, &mut linked, &mut mapped_anon, &mut bad);
     }
     vma::check_i_mmap(inodes, &linked, &mut bad);
     hugetlb::check_shared_tables(m, &walked.tables, &walked.shared, &mut bad);
@@ -135,8 +98,15 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     anon_rmap::check_lru(m, &mapped_anon, inodes, &mut bad);
     let (tables, leaves) = (walked.tables, walked.leaves);
     let truth = build_truth(m, &leaves, &mut bad);
-    check_folios(m, ledger, &truth, &cached, &mut bad);
-    check_frames(m, ledger, &truth, &cached, &tables, &mut bad);
+    check_folios(m, ledger, &truth, (&cached, None), &mut bad);
+    frames::check_frames(m, ledger, &truth, &cached, &tables, &mut bad);
+    report_incidents(m, &mut bad);
+    bad
+}
+
+/// The bad pages reported when folios were freed and the incidents seen
+/// during operations (a use after free, a wrong "exclusive").
+fn report_incidents(m: &Kernel, bad: &mut Vec<Violation>) {
     for (pfn, what) in m.bad_pages.lock().unwrap().iter() {
         bad.push(Violation::new(BadPage, Subject::Folio(*pfn), format!("bad page: folio {pfn:#x}: {what}")));
     }
@@ -150,7 +120,64 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
             Incident::WrongExclusive { folio, what } => Violation::new(Exclusive, Subject::Folio(*folio), what.clone()),
         });
     }
-    bad
+}
+
+/// The checks of one MM: its VMA tree (the VMAs it links to files go in
+/// `linked`), its deposited tables, a walk of its tables into `walked`,
+/// its swap entries, each leaf, its anon mappings' rmap (the folios go in
+/// `mapped_anon`) and its RSS counters.
+fn check_mm(
+    m: &Kernel,
+    mm: &Mm,
+    walked: &mut Walked,
+    linked: &mut HashSet<(u64, rmap::VmaRecord)>,
+    mapped_anon: &mut HashSet<Pfn>,
+    bad: &mut Vec<Violation>,
+) {
+    let vmas = mm.mmap_read_lock();
+    // Seed 000's CONFIG_DEBUG_VM check (patch 15, `rmap_id_init`): the
+    // sub-IDs the MM keeps are `calc_rmap_subid`'s.
+    if mm.rmap != RmapMm::new(mm.id) {
+        let what = format!("mm {}: precomputed rmap sub-IDs {:?} are not its ID's", mm.id, mm.rmap);
+        bad.push(Violation::new(Mapcount, Subject::Mm { mm: mm.id, addr: None }, what));
+    }
+    vma::check_vma_tree(mm, &vmas, linked, bad);
+    walked.tables.insert(mm.pgd);
+    for (&haddr, &t) in mm.deposits.lock().unwrap().iter() {
+        if !walked.tables.insert(t) {
+            let at = Subject::Mm { mm: mm.id, addr: Some(haddr) };
+            let what = format!("mm {}: deposited table {t:#x} at {haddr:#x} is also used elsewhere", mm.id);
+            bad.push(Violation::new(PageTable, at, what));
+        }
+    }
+    let (before, swaps_before) = (walked.leaves.len(), walked.swaps.len());
+    walk_tables(m, mm, walked, bad);
+    swap::check_mm_swap(mm, &vmas, &walked.swaps[swaps_before..], bad);
+    let (mut anon, mut shmem, mut links) = (0i64, 0i64, anon_rmap::Links::new());
+    for leaf in &walked.leaves[before..] {
+        check_leaf(m, &vmas, leaf, bad);
+        let f = Folio::containing(&m.phys, leaf.pte.pfn());
+        if !leaf.pte.special() && f.test_anon() && !f.head().test(pg::HUGETLB) {
+            let page = if leaf.pages > 1 { 0 } else { leaf.pte.pfn() - f.pfn };
+            anon_rmap::check_anon_mapping(mm, &vmas, (f, page, leaf.addr), &mut links, bad);
+            mapped_anon.insert(f.pfn);
+        }
+        // hugetlb pages count in no RSS counter.
+        if !leaf.pte.special() && !f.head().test(pg::HUGETLB) {
+            let n = leaf.pages as i64;
+            match f.test_anon() {
+                true => anon += n,
+                false => shmem += n,
+            }
+        }
+    }
+    for (name, have, want) in [("MM_ANONPAGES", &mm.rss_anon, anon), ("MM_SHMEMPAGES", &mm.rss_shmem, shmem)] {
+        let have = have.load(Relaxed);
+        if have != want {
+            let what = format!("mm {}: {name} is {have}, page tables map {want} such pages", mm.id);
+            bad.push(Violation::new(Rss, Subject::Mm { mm: mm.id, addr: None }, what));
+        }
+    }
 }
 
 /// Walks one MM's tables, recording every table frame and every leaf. A
@@ -254,6 +281,17 @@ fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
     }
 }
 
+/// Whether `f`, which `leaf` maps, is an allocated folio (else a violation).
+fn allocated(f: Folio, leaf: &Leaf, bad: &mut Vec<Violation>) -> bool {
+    if f.refcount() <= 0 || f.head().test(pg::BUDDY) || f.head().test(pg::TABLE) {
+        let (mm, addr, pfn) = (leaf.mm, leaf.addr, leaf.pte.pfn());
+        let what = format!("mm {mm}: {addr:#x} maps pfn {pfn:#x}, which is not an allocated folio");
+        bad.push(Violation::new(PageTable, Subject::Mm { mm, addr: Some(addr) }, what));
+        return false;
+    }
+    true
+}
+
 fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> BTreeMap<Pfn, FolioTruth> {
     let phys = &m.phys;
     let mut truth: BTreeMap<Pfn, FolioTruth> = BTreeMap::new();
@@ -263,10 +301,7 @@ fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> BTreeMa
     let mut huge_mms: HashMap<Pfn, BTreeSet<MmId>> = HashMap::new();
     for leaf in leaves.iter().filter(|l| !l.pte.special()) {
         let f = Folio::containing(phys, leaf.pte.pfn());
-        if f.refcount() <= 0 || f.head().test(pg::BUDDY) || f.head().test(pg::TABLE) {
-            let (mm, addr, pfn) = (leaf.mm, leaf.addr, leaf.pte.pfn());
-            let what = format!("mm {mm}: {addr:#x} maps pfn {pfn:#x}, which is not an allocated folio");
-            bad.push(Violation::new(PageTable, Subject::Mm { mm, addr: Some(addr) }, what));
+        if !allocated(f, leaf, bad) {
             continue;
         }
         let t = truth
@@ -298,11 +333,14 @@ fn build_truth(m: &Kernel, leaves: &[Leaf], bad: &mut Vec<Violation>) -> BTreeMa
     truth
 }
 
-fn check_folios(
+/// Checks each folio of `truth` (head, mappings the page tables hold)
+/// against its counters, references and page cache; the precision shadow
+/// of only the MMs `mms` (and its number of MMs), or of all.
+fn check_folios<'a>(
     m: &Kernel,
     ledger: &Ledger,
-    truth: &BTreeMap<Pfn, FolioTruth>,
-    cached: &HashMap<Pfn, (u64, u64)>,
+    truth: impl IntoIterator<Item = (&'a Pfn, &'a FolioTruth)>,
+    (cached, mms): (&Cached, Option<&BTreeSet<MmId>>),
     bad: &mut Vec<Violation>,
 ) {
     let phys = &m.phys;
@@ -334,9 +372,9 @@ fn check_folios(
         }
         check_references(ledger, f, total + held_by_caches(f, cached).unwrap_or(0), bad);
         if let Some(shadow) = ledger.shadow.as_ref().filter(|_| !f.head().test(pg::HUGETLB)) {
-            let want: std::collections::BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
-            let have = shadow.of(head);
-            if have != want {
+            if !shadow.agrees(head, &t.per_mm, mms) {
+                let want: BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
+                let have = shadow.of(head);
                 let what = format!("folio {head:#x}: precision shadow {have:?}, page tables say {want:?}");
                 bad.push(Violation::new(Precision, at, what));
             }
@@ -367,131 +405,9 @@ fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Viol
     }
 }
 
-/// The free blocks sorted by start, and how many frames they hold; a frame
-/// in two blocks, or a total the zone does not count, is a violation.
-fn free_blocks(m: &Kernel, bad: &mut Vec<Violation>) -> (Vec<(Pfn, u32)>, u64) {
-    let mut blocks = m.phys.free_blocks();
-    blocks.sort_unstable();
-    let (mut nr_free, mut end_of_free) = (0, 0);
-    for &(pfn, order) in &blocks {
-        if pfn < end_of_free {
-            bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is in two free blocks")));
-        }
-        end_of_free = end_of_free.max(pfn + (1 << order));
-        nr_free += 1 << order;
-    }
-    if nr_free != m.phys.nr_free() {
-        let what = format!("free lists hold {nr_free} frames, the zone counts {}", m.phys.nr_free());
-        bad.push(Violation::new(Allocator, Subject::Machine, what));
-    }
-    (blocks, nr_free)
-}
-
 /// The references a page cache or the swap cache holds on `f`, if one
 /// holds it.
 fn held_by_caches(f: Folio, cached: &HashMap<Pfn, (u64, u64)>) -> Option<u64> {
     let page_cache = cached.contains_key(&f.pfn).then(|| shmem::cache_refs(f) as u64);
     page_cache.or(swap::cache_refs(f))
-}
-
-/// Checks an allocated folio that no page table maps: a free huge page
-/// (refcount 0), a folio of a page cache or the swap cache (their
-/// references, `held`), a folio a pin keeps alive after its last unmap,
-/// or else a leak.
-fn check_unmapped(ledger: &Ledger, f: Folio, free_huge: bool, held: Option<u64>, bad: &mut Vec<Violation>) {
-    let pfn = f.pfn;
-    if free_huge {
-        if f.refcount() != 0 {
-            let what = format!("free huge page {pfn:#x} has refcount {}", f.refcount());
-            bad.push(Violation::new(Refcount, Subject::Folio(pfn), what));
-        }
-    } else if let Some(refs) = held {
-        check_references(ledger, f, refs, bad);
-    } else if ledger.gups_of(pfn) != (0, 0) {
-        check_references(ledger, f, 0, bad);
-    } else {
-        let what = format!("folio {pfn:#x} (order {}) is allocated but mapped nowhere (leak)", f.order());
-        bad.push(Violation::new(Leak, Subject::Folio(pfn), what));
-    }
-}
-
-fn check_frames(
-    m: &Kernel,
-    ledger: &Ledger,
-    truth: &BTreeMap<Pfn, FolioTruth>,
-    cached: &HashMap<Pfn, (u64, u64)>,
-    tables: &BTreeSet<Pfn>,
-    bad: &mut Vec<Violation>,
-) {
-    let phys = &m.phys;
-    let n = phys.nr_frames();
-    // The free blocks by start, so the walk below skips them whole: its
-    // cost grows with what is allocated, not with the size of model RAM.
-    let (free_blocks, nr_free) = free_blocks(m, bad);
-    let zero: BTreeSet<Pfn> = m.zero_frames().collect();
-    let mut pfn = 0;
-    let mut allocated = 0;
-    // Per huge page size (in the order of HugeSize::ALL): folios, free
-    // ones, ones in use that will restore a reservation when freed.
-    let mut hugetlb = [[0u64; 3]; 2];
-    let mut next_free = free_blocks.iter().peekable();
-    while pfn < n {
-        if let Some(&&(start, order)) = next_free.peek().filter(|(start, _)| *start <= pfn) {
-            next_free.next();
-            let end = start + (1 << order);
-            let in_use = tables.range(start..end).chain(truth.range(start..end).map(|(p, _)| p)).next();
-            if let Some(used) = in_use {
-                bad.push(Violation::new(
-                    Allocator,
-                    Subject::Frame(*used),
-                    format!("frame {used:#x} is free but in use"),
-                ));
-            }
-            pfn = pfn.max(end);
-            continue;
-        }
-        let p = phys.page(pfn);
-        if zero.contains(&pfn) {
-            allocated += 1;
-            pfn += 1;
-            continue;
-        }
-        if p.test(pg::TABLE) {
-            if !tables.contains(&pfn) {
-                let what = format!("page table {pfn:#x} is allocated but reachable from no MM (leak)");
-                bad.push(Violation::new(Leak, Subject::Frame(pfn), what));
-            }
-            allocated += 1;
-            pfn += 1;
-            continue;
-        }
-        let f = Folio::from_head(phys, pfn);
-        if p.test(pg::TAIL) {
-            let what = format!("frame {pfn:#x} is a tail page without its head");
-            bad.push(Violation::new(Allocator, Subject::Frame(pfn), what));
-            pfn += 1;
-            continue;
-        }
-        let huge_size = HugeSize::of_order(f.order()).filter(|_| p.test(pg::HUGETLB));
-        if let Some(size) = huge_size {
-            hugetlb[size as usize][0] += 1;
-            hugetlb[size as usize][2] += p.test(pg::HUGETLB_RESTORE_RESERVE) as u64;
-        }
-        if !truth.contains_key(&pfn) {
-            let free_huge = huge_size.filter(|_| m.is_free_huge_page(pfn));
-            if let Some(size) = free_huge {
-                hugetlb[size as usize][1] += 1;
-            }
-            check_unmapped(ledger, f, free_huge.is_some(), held_by_caches(f, cached), bad);
-        }
-        allocated += f.nr_pages();
-        pfn += f.nr_pages();
-    }
-    for size in HugeSize::ALL {
-        hugetlb::check_pool(m, size, hugetlb[size as usize], bad);
-    }
-    if allocated + nr_free != n {
-        let what = format!("{allocated} allocated + {nr_free} free frames != {n} total");
-        bad.push(Violation::new(Allocator, Subject::Machine, what));
-    }
 }

@@ -16,7 +16,7 @@
 //! and a map update per rmap call); it hears of events through the
 //! [`super::Ledger`], the kernel's observer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::arch::Pfn;
 use crate::folio::Folio;
@@ -53,6 +53,21 @@ impl Shadow {
     /// Mappings per MM of `head`, for the checker.
     pub fn of(&self, head: Pfn) -> BTreeMap<MmId, i64> {
         self.0.lock().unwrap().get(&head).cloned().unwrap_or_default()
+    }
+
+    /// Whether the shadow of `head` holds `want` mappings per MM: for
+    /// every MM, or (with `only`) as many MMs, and the same count for each
+    /// MM of `only`.
+    pub fn agrees(&self, head: Pfn, want: &BTreeMap<MmId, u32>, only: Option<&BTreeSet<MmId>>) -> bool {
+        let shadows = self.0.lock().unwrap();
+        let empty = BTreeMap::new();
+        let have = shadows.get(&head).unwrap_or(&empty);
+        let same = |mm: &MmId| have.get(mm).copied().unwrap_or(0) == want.get(mm).map_or(0, |&n| n as i64);
+        have.len() == want.len()
+            && match only {
+                Some(mms) => mms.iter().all(same),
+                None => have.keys().all(same),
+            }
     }
 }
 

@@ -10,7 +10,7 @@ pub use crate::kernel::{
     MEMORY_RANGE,
 };
 
-use crate::check::{check_machine, Ledger, Violation};
+use crate::check::{check_machine, Ledger, Tracker, Violation};
 use crate::cpu::Cpu;
 use crate::folio::thp::ShmemHuge;
 use crate::ipc::ShmIds;
@@ -18,7 +18,7 @@ use crate::kernel::Kernel;
 use crate::mm::gup::{unpin_user_pages, Pin};
 use crate::mm_types::{Mm, MmList, VmaCache};
 use crate::shmem::{Inode, Mount};
-use crate::sync::Arc;
+use crate::sync::{Arc, Mutex};
 use crate::{Errno, Result};
 
 /// One model machine.
@@ -32,6 +32,8 @@ pub struct Machine {
     pub ledger: Arc<Ledger>,
     /// The System V shared memory segments.
     pub shm: ShmIds,
+    /// What the checker saw last, for [`Machine::check_changed`].
+    tracker: Mutex<Tracker>,
 }
 
 impl std::ops::Deref for Machine {
@@ -49,7 +51,7 @@ impl Machine {
         let ledger = Arc::new(Ledger::new(config.precision));
         let mms = Arc::new(MmList::new(VmaCache::new(config.vma_lock)));
         let kernel = Arc::new(Kernel::new(config, Some(ledger.clone()))?);
-        Ok(Arc::new(Machine { kernel, mms, ledger, shm: ShmIds::default() }))
+        Ok(Arc::new(Machine { kernel, mms, ledger, shm: ShmIds::default(), tracker: Mutex::default() }))
     }
 
     /// `shmget` by `mm` (see [`ShmIds::shmget`]).
@@ -122,5 +124,18 @@ impl Machine {
     /// found. Call it at a quiescent point.
     pub fn check(&self) -> Vec<Violation> {
         check_machine(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
+    }
+
+    /// [`Machine::check`], which also becomes the base of
+    /// [`Machine::check_changed`].
+    pub fn check_all(&self) -> Vec<Violation> {
+        self.tracker.lock().unwrap().check_all(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
+    }
+
+    /// The checker over what changed since the last [`Machine::check_all`]
+    /// or `check_changed` (see [`crate::check::Tracker`]: some checks wait
+    /// for the next full one); the full check the first time.
+    pub fn check_changed(&self) -> Vec<Violation> {
+        self.tracker.lock().unwrap().check_changed(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
     }
 }

@@ -164,8 +164,7 @@ pub fn unmap_file_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_mlock: boo
         }
         let mut dirty = false;
         for m in maps {
-            let old = crate::pgtable::slot(&k.phys, m.table, m.idx).swap(0, crate::sync::atomic::Ordering::AcqRel);
-            dirty |= crate::arch::Pte(old).dirty();
+            dirty |= crate::pgtable::take(&k.phys, m.table, m.idx).dirty();
             crate::rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
             m.mm.add_rss(f, -1);
             m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + PAGE_SIZE);

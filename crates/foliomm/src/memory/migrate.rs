@@ -23,10 +23,10 @@ use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, MmList};
-use crate::pgtable::{slot, store};
+use crate::pgtable::{store, take};
 use crate::phys::{pg, Placement};
 use crate::rmap;
-use crate::sync::atomic::Ordering::{AcqRel, Relaxed};
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
 
 /// `NR_MAX_MIGRATE_PAGES_RETRY`: passes over the folios that gave EAGAIN.
@@ -262,7 +262,7 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
 /// table's lock and finds the new one. `dst` joins the LRU.
 fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
     let phys = &k.phys;
-    let cleared: Vec<Pte> = maps.iter().map(|m| Pte(slot(phys, m.table, m.idx).swap(0, AcqRel))).collect();
+    let cleared: Vec<Pte> = maps.iter().map(|m| take(phys, m.table, m.idx)).collect();
     // One shootdown per MM over the span it maps (`try_to_unmap_flush`).
     let mut spans: Vec<(&Mm, u64, u64)> = Vec::new();
     for m in maps {

@@ -11,9 +11,8 @@ use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats, ZapStrategy};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma, Vmas};
-use crate::pgtable::{folio_pte_batch, huge_pud, load, pte_lock_checked, pte_lockptr, slot, store, walk_pmd, PmdSlot};
+use crate::pgtable::{folio_pte_batch, huge_pud, load, pte_lock_checked, pte_lockptr, store, take, walk_pmd, PmdSlot};
 use crate::rmap;
-use crate::sync::atomic::Ordering::{AcqRel, Release};
 use crate::tlb::MmuGather;
 
 use super::swap::{free_swap_and_cache_nr, swap_pte_batch};
@@ -125,7 +124,7 @@ fn zap_pte_range(
                 }
                 // get_and_clear_full_ptes(): atomic exchanges, so that an
                 // accessed/dirty bit a CPU sets meanwhile is not lost.
-                let pte = Pte(slot(phys, table, idx).swap(0, AcqRel));
+                let pte = take(phys, table, idx);
                 if pte.special() {
                     tlb.remove_tlb_entries(addr, 1);
                     addr += PAGE_SIZE;
@@ -141,7 +140,7 @@ fn zap_pte_range(
                 };
                 let mut dirty = pte.dirty();
                 for i in 1..nr {
-                    dirty |= Pte(slot(phys, table, idx + i).swap(0, AcqRel)).dirty();
+                    dirty |= take(phys, table, idx + i).dirty();
                 }
                 Stats::add(&k.stats.zap_ptes, nr as u64);
                 Stats::inc(&k.stats.zap_batches);
@@ -188,7 +187,7 @@ fn zap_swap_ptes(k: &Kernel, mm: &Mm, table: Pfn, idx: usize, pte: Pte, max: usi
     Stats::add(&k.stats.zap_swap_entries, nr as u64);
     Stats::inc(&k.stats.zap_swap_batches);
     for i in 0..nr {
-        slot(&k.phys, table, idx + i).store(0, Release);
+        store(&k.phys, table, idx + i, Pte(0));
     }
     mm.add_swap_rss(-(nr as i64));
     free_swap_and_cache_nr(k, pte.swp_entry(), nr as u64);

@@ -122,6 +122,12 @@ impl Mm {
         }
     }
 
+    /// `mm_lock_seq`: moves on at every `mmap_write_lock` and unlock, so
+    /// a VMA of this MM may have changed only if it moved.
+    pub fn lock_seq(&self) -> u64 {
+        self.mmap_lock.seq().load(Relaxed)
+    }
+
     /// A read section for walking this MM's page tables without the
     /// tables' locks (`pte_offset_map`'s `rcu_read_lock`): no PTE table
     /// reached inside it is freed before it ends.

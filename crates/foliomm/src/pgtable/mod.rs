@@ -35,7 +35,14 @@ pub fn load(phys: &PhysMem, table: Pfn, idx: usize) -> Pte {
 }
 
 pub fn store(phys: &PhysMem, table: Pfn, idx: usize, pte: Pte) {
+    phys.table_written(table);
     slot(phys, table, idx).store(pte.0, Release)
+}
+
+/// `ptep_get_and_clear`: clears the entry, returning what it held.
+pub fn take(phys: &PhysMem, table: Pfn, idx: usize) -> Pte {
+    phys.table_written(table);
+    Pte(slot(phys, table, idx).swap(0, AcqRel))
 }
 
 /// The lock of a page-table page (`pte_lockptr` / `pmd_lockptr`): its split

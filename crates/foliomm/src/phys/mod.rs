@@ -9,11 +9,13 @@
 
 mod arena;
 mod buddy;
+mod changes;
 mod contig;
 mod memmap;
 mod node;
 mod pcp;
 
+pub use changes::Changed;
 pub use memmap::{pg, Page};
 pub use node::{NodeMask, Placement, MAX_NUMNODES};
 pub use pcp::{MigrateType, NR_PCP};
@@ -38,6 +40,8 @@ pub struct PhysMem {
     poison: bool,
     /// Zero freed frames (`init_on_free`); wins over `poison`.
     init_on_free: bool,
+    /// What changed since the checker last asked, while it tracks.
+    changes: changes::Changes,
 }
 
 /// The byte freed frames are filled with when poisoning is on (`PAGE_POISON`).
@@ -73,6 +77,7 @@ impl PhysMem {
             generation: memmap::new_per_frame(nr_frames)?,
             poison,
             init_on_free: false,
+            changes: changes::Changes::default(),
         };
         for n in phys.nodes.iter() {
             let mut zone = n.zone.lock().unwrap();
@@ -90,6 +95,22 @@ impl PhysMem {
     /// The descriptor of `pfn` (`pfn_to_page`).
     pub fn page(&self, pfn: Pfn) -> &Page {
         &self.memmap[pfn as usize]
+    }
+
+    /// Starts (or stops) recording what changes: page tables written
+    /// ([`PhysMem::table_written`]) and blocks allocated or freed.
+    pub fn track_changes(&self, on: bool) {
+        self.changes.set_tracking(on);
+    }
+
+    /// Notes that an entry of page table `table` was written.
+    pub fn table_written(&self, table: Pfn) {
+        self.changes.table_written(table);
+    }
+
+    /// What changed since the last call (or since tracking started).
+    pub fn take_changes(&self) -> Changed {
+        self.changes.take()
     }
 
     /// Word `idx` (0..512) of frame `pfn`: a page-table entry or 8 data bytes.

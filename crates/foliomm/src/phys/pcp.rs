@@ -108,6 +108,13 @@ impl PhysMem {
         if order > PUD_ORDER {
             return Err(Errno::EINVAL);
         }
+        let pfn = self.alloc_block(place, order, kind)?;
+        self.changes.block(pfn, order);
+        Ok(pfn)
+    }
+
+    /// [`PhysMem::alloc_pages_on`] without the record of changes.
+    fn alloc_block(&self, place: Placement, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
         if order > MAX_PAGE_ORDER {
             return self.alloc_contig(place, order);
         }
@@ -156,6 +163,7 @@ impl PhysMem {
 
     /// [`PhysMem::free_pages`] of a block allocated for `kind`.
     pub fn free_pages_as(&self, pfn: Pfn, order: u32, kind: MigrateType) {
+        self.changes.block(pfn, order);
         for p in pfn..pfn + (1 << order) {
             if self.init_on_free {
                 self.fill(p, 0, PAGE_SIZE as usize, 0);

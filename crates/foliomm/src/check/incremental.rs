@@ -1,0 +1,280 @@
+//! The checker after a step, at the cost of what the step could have
+//! changed. [`Tracker`] keeps what the last check saw of each MM (its leaves
+//! and tables) and the mappings per folio those leaves add up to; physical
+//! memory records the page tables written and the blocks allocated or
+//! freed meanwhile ([`crate::phys::Changed`]). A check after a step
+//! re-walks only the MMs that are new, gone, changed their VMAs
+//! (`mm_lock_seq`) or RSS counters, or own a written table, updates the
+//! mappings by the difference, and checks the folios whose mappings
+//! changed, the blocks that changed hands, and the folios GUP holds.
+//!
+//! What it leaves to the full check ([`super::check_machine`], which the
+//! caller runs every N steps and at the end): the file rmap (`i_mmap`),
+//! shared hugetlb PMD tables (a step that meets one falls back to the full
+//! check), the swap map, the LRU and deferred split lists, the hugetlb
+//! pools and the frame totals, and folio fields that change without a
+//! mapping or GUP change (an accessed bit, a flag set by reclaim).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::{
+    check_folios, check_mm, frames::check_unmapped, held_by_caches, page_cache, report_incidents, Leaf, Ledger,
+    Subject, Violation, ViolationKind::*, Walked,
+};
+use crate::arch::Pfn;
+use crate::folio::Folio;
+use crate::kernel::Kernel;
+use crate::mapcount::{FolioTruth, MmId};
+use crate::mm_types::Mm;
+use crate::pgtable::pt_share_count;
+use crate::phys::pg;
+use crate::shmem::Inode;
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::Arc;
+
+/// What the last check saw of one MM.
+struct SeenMm {
+    id: MmId,
+    seq: u64,
+    rss: [i64; 4],
+    /// Its leaves that map folios: (head, page, base pages, folio pages)
+    /// as they were when seen.
+    leaves: Vec<(Pfn, Pfn, u64, u64)>,
+    tables: Vec<Pfn>,
+}
+
+/// The checker's memory between checks (see the module's doc).
+#[derive(Default)]
+pub struct Tracker {
+    /// By MM serial.
+    mms: HashMap<u64, SeenMm>,
+    /// The MMs (serials) whose walk reached each table.
+    owners: HashMap<Pfn, Vec<u64>>,
+    /// Mappings per folio head.
+    truth: HashMap<Pfn, FolioTruth>,
+    /// The MMs mapping each page by PTE, or each folio by a huge entry
+    /// (keyed by its head, `true`).
+    sharers: HashMap<(Pfn, bool), BTreeMap<MmId, u32>>,
+    /// Whether the record is a full check's (else the next check is full).
+    seeded: bool,
+}
+
+fn rss(mm: &Mm) -> [i64; 4] {
+    [&mm.rss_anon, &mm.rss_shmem, &mm.rss_swap, &mm.hugetlb_usage].map(|c| c.load(Relaxed))
+}
+
+impl Tracker {
+    /// Runs the full check, then records what it saw as the base of the
+    /// checks that follow and starts tracking changes.
+    pub fn check_all(&mut self, m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
+        m.phys.track_changes(true);
+        let _ = m.phys.take_changes();
+        let bad = super::check_machine(m, mms, inodes, ledger);
+        *self = Tracker { seeded: true, ..Tracker::default() };
+        let mut ignored = Vec::new();
+        for mm in mms {
+            let mut walked = Walked::default();
+            super::walk_tables(m, mm, &mut walked, &mut ignored);
+            walked.tables.extend(mm.deposits.lock().unwrap().values());
+            walked.tables.insert(mm.pgd);
+            self.record(m, mm, walked, &mut BTreeSet::new(), &mut ignored);
+        }
+        bad
+    }
+
+    /// Checks what changed since the last check (the full check when there
+    /// was none, or when a walk meets a shared PMD table).
+    pub fn check_changed(
+        &mut self,
+        m: &Kernel,
+        mms: &[Arc<Mm>],
+        inodes: &[Arc<Inode>],
+        ledger: &Ledger,
+    ) -> Vec<Violation> {
+        if !self.seeded {
+            return self.check_all(m, mms, inodes, ledger);
+        }
+        let changed = m.phys.take_changes();
+        let mut dirty: BTreeSet<u64> =
+            changed.tables.iter().filter_map(|t| self.owners.get(t)).flatten().copied().collect();
+        let alive: HashMap<u64, &Arc<Mm>> = mms.iter().map(|mm| (mm.serial, mm)).collect();
+        for mm in mms {
+            let seen = self.mms.get(&mm.serial);
+            if seen.is_none_or(|s| s.seq != mm.lock_seq() || s.rss != rss(mm) || s.id != mm.id) {
+                dirty.insert(mm.serial);
+            }
+        }
+        dirty.extend(self.mms.keys().filter(|s| !alive.contains_key(s)));
+        let (mut touched, mut ids) = (BTreeSet::new(), BTreeSet::new());
+        for serial in &dirty {
+            if let Some(seen) = self.mms.remove(serial) {
+                ids.insert(seen.id);
+                self.forget(*serial, seen, &mut touched);
+            }
+        }
+        ids.extend(dirty.iter().filter_map(|s| alive.get(s)).map(|mm| mm.id));
+        let mut bad = Vec::new();
+        for mm in dirty.iter().filter_map(|s| alive.get(s)) {
+            let mut walked = Walked::default();
+            check_mm(m, mm, &mut walked, &mut HashSet::new(), &mut HashSet::new(), &mut bad);
+            let shared = walked.tables.iter().any(|&t| pt_share_count(&m.phys, t).load(Relaxed) > 0);
+            if shared || !self.record(m, mm, walked, &mut touched, &mut bad) {
+                return self.check_all(m, mms, inodes, ledger);
+            }
+        }
+        let cached = page_cache::check_page_caches(m, inodes, &mut bad);
+        let blocks = changed.blocks.iter().flat_map(|&(pfn, order)| pfn..pfn + (1 << order));
+        let heads: BTreeSet<Pfn> = touched.iter().map(|&(p, _)| p).chain(ledger.gupped()).chain(blocks).collect();
+        self.check_frames(m, ledger, &heads, &cached, &mut bad);
+        check_folios(
+            m,
+            ledger,
+            heads.iter().filter_map(|h| self.truth.get_key_value(h)),
+            (&cached, Some(&ids)),
+            &mut bad,
+        );
+        for key in touched {
+            let mms: BTreeSet<MmId> = self.sharers.get(&key).into_iter().flat_map(BTreeMap::keys).copied().collect();
+            if mms.len() > 1 && m.phys.page(key.0).test(pg::ANON_EXCLUSIVE) {
+                let what = format!("page {:#x} is AnonExclusive but mapped by MMs {mms:?}", key.0);
+                bad.push(Violation::new(Exclusive, Subject::Frame(key.0), what));
+            }
+        }
+        report_incidents(m, &mut bad);
+        bad
+    }
+
+    /// Adds what a walk of `mm` found; false if a folio changed its size
+    /// under mappings the record keeps (the caller checks in full).
+    fn record(
+        &mut self,
+        m: &Kernel,
+        mm: &Mm,
+        walked: Walked,
+        touched: &mut BTreeSet<(Pfn, bool)>,
+        bad: &mut Vec<Violation>,
+    ) -> bool {
+        let mut leaves = Vec::new();
+        for leaf in walked.leaves.iter().filter(|l| !l.pte.special()) {
+            let f = Folio::containing(&m.phys, leaf.pte.pfn());
+            if !super::allocated(f, leaf, bad) {
+                continue;
+            }
+            let t = self
+                .truth
+                .entry(f.pfn)
+                .or_insert_with(|| FolioTruth { pte: vec![0; f.nr_pages() as usize], ..Default::default() });
+            if t.pte.len() as u64 != f.nr_pages() {
+                return false;
+            }
+            leaves.push((f.pfn, leaf.pte.pfn(), leaf.pages, f.nr_pages()));
+            add(t, &mut self.sharers, mm.id, f.pfn, leaf, touched);
+        }
+        for &t in &walked.tables {
+            self.owners.entry(t).or_default().push(mm.serial);
+        }
+        let tables = walked.tables.into_iter().collect();
+        self.mms.insert(mm.serial, SeenMm { id: mm.id, seq: mm.lock_seq(), rss: rss(mm), leaves, tables });
+        true
+    }
+
+    /// Takes what the record holds of one MM back out.
+    fn forget(&mut self, serial: u64, seen: SeenMm, touched: &mut BTreeSet<(Pfn, bool)>) {
+        for t in &seen.tables {
+            if let Some(o) = self.owners.get_mut(t) {
+                o.retain(|&s| s != serial);
+                if o.is_empty() {
+                    self.owners.remove(t);
+                }
+            }
+        }
+        for (head, pfn, pages, _) in seen.leaves {
+            let key = if pages > 1 { (head, true) } else { (pfn, false) };
+            touched.insert((head, false));
+            touched.insert(key);
+            if let Some(t) = self.truth.get_mut(&head) {
+                match pages > 1 {
+                    true => t.pmd -= 1,
+                    false => t.pte[(pfn - head) as usize] -= 1,
+                }
+                decrement(&mut t.per_mm, seen.id);
+                if t.per_mm.is_empty() {
+                    self.truth.remove(&head);
+                }
+            }
+            if let Some(s) = self.sharers.get_mut(&key) {
+                decrement(s, seen.id);
+                if s.is_empty() {
+                    self.sharers.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Checks each frame of `heads` that no mapping holds: a free frame
+    /// must be in no table and no leaf, an allocated folio must be held by
+    /// a cache, a pin or the hugetlb pool, an allocated table reachable.
+    fn check_frames(
+        &self,
+        m: &Kernel,
+        ledger: &Ledger,
+        heads: &BTreeSet<Pfn>,
+        cached: &HashMap<Pfn, (u64, u64)>,
+        bad: &mut Vec<Violation>,
+    ) {
+        let zero: BTreeSet<Pfn> = m.zero_frames().collect();
+        for &pfn in heads.iter().filter(|p| !self.truth.contains_key(p) && !zero.contains(p)) {
+            let p = m.phys.page(pfn);
+            if p.test(pg::TABLE) {
+                if !self.owners.contains_key(&pfn) {
+                    let what = format!("page table {pfn:#x} is allocated but reachable from no MM (leak)");
+                    bad.push(Violation::new(Leak, Subject::Frame(pfn), what));
+                }
+                continue;
+            }
+            let f = Folio::from_head(&m.phys, pfn);
+            let free_huge = p.test(pg::HUGETLB) && m.is_free_huge_page(pfn);
+            let free = p.test(pg::BUDDY) || (f.refcount() == 0 && !p.test(pg::HUGETLB));
+            if self.owners.contains_key(&pfn) && !p.test(pg::TABLE) {
+                bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is free but in use")));
+            } else if !free && !p.test(pg::TAIL) {
+                check_unmapped(ledger, f, free_huge, held_by_caches(f, cached), bad);
+            }
+        }
+    }
+}
+
+/// Adds one leaf's mapping of folio `head` to its truth `t` and sharers.
+fn add(
+    t: &mut FolioTruth,
+    sharers: &mut HashMap<(Pfn, bool), BTreeMap<MmId, u32>>,
+    mm: MmId,
+    head: Pfn,
+    leaf: &Leaf,
+    touched: &mut BTreeSet<(Pfn, bool)>,
+) {
+    *t.per_mm.entry(mm).or_default() += 1;
+    let key = match leaf.huge() {
+        true => {
+            t.pmd += 1;
+            (head, true)
+        }
+        false => {
+            t.pte[(leaf.pte.pfn() - head) as usize] += 1;
+            (leaf.pte.pfn(), false)
+        }
+    };
+    *sharers.entry(key).or_default().entry(mm).or_default() += 1;
+    touched.insert((head, false));
+    touched.insert(key);
+}
+
+/// Takes one from `k`'s count, dropping it at zero.
+fn decrement<K: Ord>(map: &mut BTreeMap<K, u32>, k: K) {
+    if let Some(n) = map.get_mut(&k) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(&k);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! What changed in physical memory since the checker last asked: page
+//! tables written and blocks allocated or freed, recorded only while the
+//! checker tracks changes ([`crate::check::Tracker`]), so that a check after a
+//! step looks at what the step could have changed. Model-only: Linux keeps
+//! no such record (its nearest relative is soft-dirty tracking).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::arch::Pfn;
+
+/// The record: off until the checker turns it on.
+#[derive(Default)]
+pub(super) struct Changes {
+    on: AtomicBool,
+    /// The table last recorded (plus one; 0 for none): a zap or fork
+    /// writes one table many times in a row, recorded once.
+    last_table: AtomicU64,
+    tables: Mutex<Vec<Pfn>>,
+    /// Blocks (first frame, order) allocated or freed.
+    blocks: Mutex<Vec<(Pfn, u32)>>,
+}
+
+/// What changed: tables written, blocks allocated or freed (repeats possible).
+#[derive(Default, Debug)]
+pub struct Changed {
+    pub tables: Vec<Pfn>,
+    pub blocks: Vec<(Pfn, u32)>,
+}
+
+impl Changes {
+    pub(super) fn set_tracking(&self, on: bool) {
+        self.on.store(on, Relaxed);
+    }
+
+    pub(super) fn table_written(&self, table: Pfn) {
+        if self.on.load(Relaxed) && self.last_table.swap(table + 1, Relaxed) != table + 1 {
+            self.tables.lock().unwrap().push(table);
+        }
+    }
+
+    pub(super) fn block(&self, pfn: Pfn, order: u32) {
+        if self.on.load(Relaxed) {
+            self.blocks.lock().unwrap().push((pfn, order));
+        }
+    }
+
+    pub(super) fn take(&self) -> Changed {
+        self.last_table.store(0, Relaxed);
+        let tables = std::mem::take(&mut *self.tables.lock().unwrap());
+        Changed { tables, blocks: std::mem::take(&mut *self.blocks.lock().unwrap()) }
+    }
+}
