@@ -2,9 +2,9 @@
 //! changed. [`Tracker`] keeps what the last check saw of each MM (its leaves
 //! and tables) and the mappings per folio those leaves add up to; physical
 //! memory records the page tables written and the blocks allocated or
-//! freed meanwhile ([`crate::phys::Changed`]). A check after a step
-//! re-walks only the MMs that are new, gone, changed their VMAs
-//! (`mm_lock_seq`) or RSS counters, or own a written table, updates the
+//! freed meanwhile, and the MMs created or write-locked
+//! ([`crate::phys::Changed`]). A check after a step re-walks only those
+//! MMs and the ones whose tables were written or freed, updates the
 //! mappings by the difference, and checks the folios whose mappings
 //! changed, the blocks that changed hands, and the folios GUP holds.
 //!
@@ -12,8 +12,9 @@
 //! caller runs every N steps and at the end): the file rmap (`i_mmap`),
 //! shared hugetlb PMD tables (a step that meets one falls back to the full
 //! check), the swap map, the LRU and deferred split lists, the hugetlb
-//! pools and the frame totals, and folio fields that change without a
-//! mapping or GUP change (an accessed bit, a flag set by reclaim).
+//! pools and the frame totals, folio fields that change without a
+//! mapping or GUP change (an accessed bit, a flag set by reclaim), and an
+//! RSS counter that changes with no page table written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -25,7 +26,7 @@ use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::{FolioTruth, MmId};
-use crate::mm_types::Mm;
+use crate::mm_types::{Mm, MmList};
 use crate::pgtable::pt_share_count;
 use crate::phys::pg;
 use crate::shmem::Inode;
@@ -35,8 +36,6 @@ use crate::sync::Arc;
 /// What the last check saw of one MM.
 struct SeenMm {
     id: MmId,
-    seq: u64,
-    rss: [i64; 4],
     /// Its leaves that map folios: (head, page, base pages, folio pages)
     /// as they were when seen.
     leaves: Vec<(Pfn, Pfn, u64, u64)>,
@@ -52,15 +51,12 @@ pub struct Tracker {
     owners: HashMap<Pfn, Vec<u64>>,
     /// Mappings per folio head.
     truth: HashMap<Pfn, FolioTruth>,
-    /// The MMs mapping each page by PTE, or each folio by a huge entry
-    /// (keyed by its head, `true`).
+    /// The MMs mapping each page of a large folio by PTE, or each folio by
+    /// a huge entry (keyed by its head, `true`); a small folio's are its
+    /// truth's `per_mm`.
     sharers: HashMap<(Pfn, bool), BTreeMap<MmId, u32>>,
     /// Whether the record is a full check's (else the next check is full).
     seeded: bool,
-}
-
-fn rss(mm: &Mm) -> [i64; 4] {
-    [&mm.rss_anon, &mm.rss_shmem, &mm.rss_swap, &mm.hugetlb_usage].map(|c| c.load(Relaxed))
 }
 
 impl Tracker {
@@ -84,27 +80,16 @@ impl Tracker {
 
     /// Checks what changed since the last check (the full check when there
     /// was none, or when a walk meets a shared PMD table).
-    pub fn check_changed(
-        &mut self,
-        m: &Kernel,
-        mms: &[Arc<Mm>],
-        inodes: &[Arc<Inode>],
-        ledger: &Ledger,
-    ) -> Vec<Violation> {
+    pub fn check_changed(&mut self, m: &Kernel, list: &MmList, inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
         if !self.seeded {
-            return self.check_all(m, mms, inodes, ledger);
+            return self.check_all(m, &list.alive(), inodes, ledger);
         }
         let changed = m.phys.take_changes();
-        let mut dirty: BTreeSet<u64> =
-            changed.tables.iter().filter_map(|t| self.owners.get(t)).flatten().copied().collect();
-        let alive: HashMap<u64, &Arc<Mm>> = mms.iter().map(|mm| (mm.serial, mm)).collect();
-        for mm in mms {
-            let seen = self.mms.get(&mm.serial);
-            if seen.is_none_or(|s| s.seq != mm.lock_seq() || s.rss != rss(mm) || s.id != mm.id) {
-                dirty.insert(mm.serial);
-            }
-        }
-        dirty.extend(self.mms.keys().filter(|s| !alive.contains_key(s)));
+        let freed = changed.blocks.iter().flat_map(|&(pfn, order)| pfn..pfn + (1 << order));
+        let tables = changed.tables.iter().copied().chain(freed);
+        let mut dirty: BTreeSet<u64> = tables.filter_map(|t| self.owners.get(&t)).flatten().copied().collect();
+        dirty.extend(changed.mms);
+        let alive: HashMap<u64, Arc<Mm>> = dirty.iter().filter_map(|&s| Some((s, list.get(s)?))).collect();
         let (mut touched, mut ids) = (BTreeSet::new(), BTreeSet::new());
         for serial in &dirty {
             if let Some(seen) = self.mms.remove(serial) {
@@ -119,7 +104,7 @@ impl Tracker {
             check_mm(m, mm, &mut walked, &mut HashSet::new(), &mut HashSet::new(), &mut bad);
             let shared = walked.tables.iter().any(|&t| pt_share_count(&m.phys, t).load(Relaxed) > 0);
             if shared || !self.record(m, mm, walked, &mut touched, &mut bad) {
-                return self.check_all(m, mms, inodes, ledger);
+                return self.check_all(m, &list.alive(), inodes, ledger);
             }
         }
         let cached = page_cache::check_page_caches(m, inodes, &mut bad);
@@ -134,8 +119,11 @@ impl Tracker {
             &mut bad,
         );
         for key in touched {
-            let mms: BTreeSet<MmId> = self.sharers.get(&key).into_iter().flat_map(BTreeMap::keys).copied().collect();
-            if mms.len() > 1 && m.phys.page(key.0).test(pg::ANON_EXCLUSIVE) {
+            // A small folio's one page has the folio's sharers.
+            let small = || self.truth.get(&key.0).filter(|t| t.pte.len() == 1 && !key.1).map(|t| &t.per_mm);
+            let Some(mms) = self.sharers.get(&key).or_else(small).filter(|s| s.len() > 1) else { continue };
+            if m.phys.page(key.0).test(pg::ANON_EXCLUSIVE) {
+                let mms: BTreeSet<&MmId> = mms.keys().collect();
                 let what = format!("page {:#x} is AnonExclusive but mapped by MMs {mms:?}", key.0);
                 bad.push(Violation::new(Exclusive, Subject::Frame(key.0), what));
             }
@@ -174,7 +162,7 @@ impl Tracker {
             self.owners.entry(t).or_default().push(mm.serial);
         }
         let tables = walked.tables.into_iter().collect();
-        self.mms.insert(mm.serial, SeenMm { id: mm.id, seq: mm.lock_seq(), rss: rss(mm), leaves, tables });
+        self.mms.insert(mm.serial, SeenMm { id: mm.id, leaves, tables });
         true
     }
 
@@ -188,7 +176,7 @@ impl Tracker {
                 }
             }
         }
-        for (head, pfn, pages, _) in seen.leaves {
+        for (head, pfn, pages, folio_pages) in seen.leaves {
             let key = if pages > 1 { (head, true) } else { (pfn, false) };
             touched.insert((head, false));
             touched.insert(key);
@@ -202,7 +190,7 @@ impl Tracker {
                     self.truth.remove(&head);
                 }
             }
-            if let Some(s) = self.sharers.get_mut(&key) {
+            if let Some(s) = self.sharers.get_mut(&key).filter(|_| folio_pages > 1) {
                 decrement(s, seen.id);
                 if s.is_empty() {
                     self.sharers.remove(&key);
@@ -264,7 +252,9 @@ fn add(
             (leaf.pte.pfn(), false)
         }
     };
-    *sharers.entry(key).or_default().entry(mm).or_default() += 1;
+    if t.pte.len() > 1 {
+        *sharers.entry(key).or_default().entry(mm).or_default() += 1;
+    }
     touched.insert((head, false));
     touched.insert(key);
 }

@@ -49,7 +49,14 @@ impl RefPage {
     pub(super) fn read(&self, off: usize, out: &mut [u8]) {
         match self {
             RefPage::Full(b) => out.copy_from_slice(&b[off..off + out.len()]),
-            _ => out.iter_mut().enumerate().for_each(|(i, o)| *o = self.byte(off + i)),
+            RefPage::Uniform(v) => out.fill(*v),
+            RefPage::Few { base, set } => {
+                out.fill(*base);
+                let end = off + out.len();
+                for &(o, v) in set.iter().filter(|&&(o, _)| (off..end).contains(&(o as usize))) {
+                    out[o as usize - off] = v;
+                }
+            }
         }
     }
 

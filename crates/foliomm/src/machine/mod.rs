@@ -136,6 +136,6 @@ impl Machine {
     /// or `check_changed` (see [`crate::check::Tracker`]: some checks wait
     /// for the next full one); the full check the first time.
     pub fn check_changed(&self) -> Vec<Violation> {
-        self.tracker.lock().unwrap().check_changed(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
+        self.tracker.lock().unwrap().check_changed(&self.kernel, &self.mms, &self.mms.inodes(), &self.ledger)
     }
 }

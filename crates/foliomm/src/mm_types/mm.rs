@@ -92,6 +92,7 @@ impl Mm {
             exited: AtomicBool::new(false),
         });
         list.add(&mm);
+        kernel.phys.mm_changed(serial);
         Ok(mm)
     }
 
@@ -122,12 +123,6 @@ impl Mm {
         }
     }
 
-    /// `mm_lock_seq`: moves on at every `mmap_write_lock` and unlock, so
-    /// a VMA of this MM may have changed only if it moved.
-    pub fn lock_seq(&self) -> u64 {
-        self.mmap_lock.seq().load(Relaxed)
-    }
-
     /// A read section for walking this MM's page tables without the
     /// tables' locks (`pte_offset_map`'s `rcu_read_lock`): no PTE table
     /// reached inside it is freed before it ends.
@@ -154,6 +149,7 @@ impl Mm {
     /// `mmap_write_lock`; VMAs to change are then write-locked with
     /// `Vmas::start_write` (insert and remove do it themselves).
     pub fn mmap_write_lock(&self) -> MmapWriteGuard<'_> {
+        self.kernel.phys.mm_changed(self.serial);
         self.mmap_lock.write()
     }
 

@@ -1,5 +1,6 @@
-//! What changed in physical memory since the checker last asked: page
-//! tables written and blocks allocated or freed, recorded only while the
+//! What changed since the checker last asked: page tables written, blocks
+//! allocated or freed, and MMs created or whose VMAs were write-locked
+//! (by serial), recorded only while the
 //! checker tracks changes ([`crate::check::Tracker`]), so that a check after a
 //! step looks at what the step could have changed. Model-only: Linux keeps
 //! no such record (its nearest relative is soft-dirty tracking).
@@ -19,13 +20,16 @@ pub(super) struct Changes {
     tables: Mutex<Vec<Pfn>>,
     /// Blocks (first frame, order) allocated or freed.
     blocks: Mutex<Vec<(Pfn, u32)>>,
+    mms: Mutex<Vec<u64>>,
 }
 
-/// What changed: tables written, blocks allocated or freed (repeats possible).
+/// What changed: tables written, blocks allocated or freed, MMs new or
+/// write-locked (repeats possible).
 #[derive(Default, Debug)]
 pub struct Changed {
     pub tables: Vec<Pfn>,
     pub blocks: Vec<(Pfn, u32)>,
+    pub mms: Vec<u64>,
 }
 
 impl Changes {
@@ -45,9 +49,18 @@ impl Changes {
         }
     }
 
+    pub(super) fn mm(&self, serial: u64) {
+        if self.on.load(Relaxed) {
+            self.mms.lock().unwrap().push(serial);
+        }
+    }
+
     pub(super) fn take(&self) -> Changed {
         self.last_table.store(0, Relaxed);
-        let tables = std::mem::take(&mut *self.tables.lock().unwrap());
-        Changed { tables, blocks: std::mem::take(&mut *self.blocks.lock().unwrap()) }
+        Changed { tables: take(&self.tables), blocks: take(&self.blocks), mms: take(&self.mms) }
     }
+}
+
+fn take<T>(list: &Mutex<Vec<T>>) -> Vec<T> {
+    std::mem::take(&mut *list.lock().unwrap())
 }

@@ -108,6 +108,12 @@ impl PhysMem {
         self.changes.table_written(table);
     }
 
+    /// Notes that the MM with serial `serial` is new or may change its
+    /// VMAs (`mmap_write_lock`).
+    pub fn mm_changed(&self, serial: u64) {
+        self.changes.mm(serial);
+    }
+
     /// What changed since the last call (or since tracking started).
     pub fn take_changes(&self) -> Changed {
         self.changes.take()
