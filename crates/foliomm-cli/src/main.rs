@@ -106,13 +106,14 @@ struct RunArgs {
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Run the invariant checker after every step: over what the step
-    /// could have changed (`changed`, the default), in full every
-    /// --check-every steps and after the last; or in full after every step
-    /// (`full`, slower by the size of the machine).
+    /// could have changed (`changed`, the default), in full after the last
+    /// step and whenever the step checks since the last full one have
+    /// walked twice as much as it did (or every --check-every steps); or in full
+    /// after every step (`full`, slower by the size of the machine).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "changed",
           value_parser = ["changed", "full"], value_name = "SCOPE")]
     check: Option<String>,
-    /// Steps between full checks under --check (default 1000).
+    /// Steps between full checks under --check (default: when due, see --check).
     #[arg(long, value_name = "N", requires = "check", value_parser = clap::value_parser!(u64).range(1..))]
     check_every: Option<u64>,
     /// Settings, each overriding the files' `set` line of that name

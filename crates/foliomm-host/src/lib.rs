@@ -464,7 +464,7 @@ impl Backend for HostBackend {
             || Observation::UNCOMPARED_FIELDS.contains(&field)
     }
 
-    fn check(&self, _full: bool) -> Vec<foliomm::internals::check::Violation> {
+    fn check(&self, _scope: foliomm::internals::check::Scope) -> Vec<foliomm::internals::check::Violation> {
         Vec::new()
     }
 }

@@ -98,10 +98,9 @@ pub trait Backend: Send + Sync {
     fn observes(&self, field: &str) -> bool {
         Observation::field_names().any(|f| f == field)
     }
-    /// Invariant violations (a backend that cannot check returns none):
-    /// of the whole machine if `full`, else of what changed since the last
-    /// check ([`foliomm::internals::check::Tracker`]).
-    fn check(&self, full: bool) -> Vec<Violation>;
+    /// Invariant violations (a backend that cannot check returns none),
+    /// over as much as `scope` says.
+    fn check(&self, scope: foliomm::internals::check::Scope) -> Vec<Violation>;
     /// The simulated CPUs `parallel` blocks run on (`set sim_cpus`), if
     /// the backend simulates them (the model).
     fn simulated_cpus(&self) -> Option<usize> {

@@ -23,6 +23,7 @@ use crate::error::StepError;
 use crate::lang::{Cmd, Step};
 use crate::observation::Observation;
 pub use contention::Contention;
+use foliomm::internals::check::Scope;
 use state::State;
 pub use trace::TracePage;
 
@@ -30,12 +31,13 @@ pub use trace::TracePage;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunOptions {
     /// Run the invariant checker after every step (a `set check` line
-    /// overrides): over what the step could have changed, in full every
-    /// `check_every` steps and after the last.
+    /// overrides): over what the step could have changed, in full after
+    /// the last step and every `check_every` steps, or when due
+    /// ([`Scope::Due`]).
     pub check: bool,
     /// Every check in full (`run --check=full`).
     pub check_full: bool,
-    /// Steps between full checks; 0 for [`DEFAULT_CHECK_EVERY`].
+    /// Steps between full checks; 0: when due.
     pub check_every: usize,
     /// Record each step's [`TracePage`]s.
     pub trace: bool,
@@ -218,9 +220,6 @@ impl ThreadOps {
 
 type StepResult = Result<String, Failed>;
 
-/// Steps between full checks when `run --check-every` does not say.
-pub const DEFAULT_CHECK_EVERY: usize = 1000;
-
 /// The invariant checker's violations as a failure, if any.
 fn violations(bad: &[foliomm::internals::check::Violation]) -> Result<(), Failed> {
     if bad.is_empty() {
@@ -238,15 +237,20 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut outcomes = Vec::new();
     let mut failure = None;
     let mut failed_expects = Vec::new();
-    let every = if opts.check_every == 0 { DEFAULT_CHECK_EVERY } else { opts.check_every };
+    let scope = |n: usize| match (opts.check_full, opts.check_every) {
+        (true, _) => Scope::All,
+        (false, 0) => Scope::Due,
+        (false, every) if n.is_multiple_of(every) => Scope::All,
+        _ => Scope::Changed,
+    };
     let (mut checks, mut last_full) = (0usize, true);
     for step in steps {
         let before = if opts.trace && st.started { st.trace_all() } else { Vec::new() };
         let r = st.step(step).and_then(|msg| {
             if st.check && st.started && st.measure.is_none() {
-                last_full = opts.check_full || checks.is_multiple_of(every);
-                checks += 1;
-                violations(&st.backend.check(last_full))?;
+                let scope = scope(checks);
+                (checks, last_full) = (checks + 1, scope == Scope::All);
+                violations(&st.backend.check(scope))?;
             }
             Ok(msg)
         });
@@ -279,7 +283,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         }
     }
     if let (false, None, Some(last)) = (last_full, &failure, steps.last()) {
-        if let Err(Failed { kind, message }) = violations(&st.backend.check(true)) {
+        if let Err(Failed { kind, message }) = violations(&st.backend.check(Scope::Last)) {
             failure = Some(Failure { line: last.line, kind, message: message.replace("this step", "the last step") });
         }
     }

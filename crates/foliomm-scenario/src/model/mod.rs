@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use foliomm::internals::arch::PAGE_SIZE;
-use foliomm::internals::check::Violation;
+use foliomm::internals::check::{Scope, Violation};
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mapcount::Design;
 use foliomm::internals::mm::gup::Pin;
@@ -374,9 +374,8 @@ impl Backend for ModelBackend {
         c
     }
 
-    fn check(&self, full: bool) -> Vec<Violation> {
-        let check = |m: &Arc<Machine>| if full { m.check_all() } else { m.check_changed() };
-        self.machine().map(check).unwrap_or_default()
+    fn check(&self, scope: Scope) -> Vec<Violation> {
+        self.machine().map(|m| m.check_scope(scope)).unwrap_or_default()
     }
 }
 

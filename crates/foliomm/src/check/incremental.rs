@@ -57,12 +57,30 @@ pub struct Tracker {
     sharers: HashMap<(Pfn, bool), BTreeMap<MmId, u32>>,
     /// Whether the record is a full check's (else the next check is full).
     seeded: bool,
+    /// Leaves the last full check walked, and the checks since have.
+    full_size: usize,
+    walked_since: usize,
+}
+
+/// How much a check looks at.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Scope {
+    /// Everything ([`Tracker::check_all`]).
+    All,
+    /// What changed ([`Tracker::check_changed`]).
+    Changed,
+    /// What changed, or everything once the checks of changes since the
+    /// last full one have walked twice as many leaves as it did: full
+    /// checks then cost about half what the step checks cost together.
+    Due,
+    /// Everything, keeping no record (the check after the last step).
+    Last,
 }
 
 impl Tracker {
     /// Runs the full check, then records what it saw as the base of the
     /// checks that follow and starts tracking changes.
-    pub fn check_all(&mut self, m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
+    fn check_all(&mut self, m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
         m.phys.track_changes(true);
         let _ = m.phys.take_changes();
         let bad = super::check_machine(m, mms, inodes, ledger);
@@ -75,13 +93,29 @@ impl Tracker {
             walked.tables.insert(mm.pgd);
             self.record(m, mm, walked, &mut BTreeSet::new(), &mut ignored);
         }
+        self.full_size = std::mem::take(&mut self.walked_since);
         bad
     }
 
-    /// Checks what changed since the last check (the full check when there
-    /// was none, or when a walk meets a shared PMD table).
-    pub fn check_changed(&mut self, m: &Kernel, list: &MmList, inodes: &[Arc<Inode>], ledger: &Ledger) -> Vec<Violation> {
-        if !self.seeded {
+    /// Checks as much as `scope` says: what changed since the last check
+    /// (the full check when there was none, or when a walk meets a shared
+    /// PMD table), or everything.
+    pub fn check(
+        &mut self,
+        scope: Scope,
+        m: &Kernel,
+        list: &MmList,
+        inodes: &[Arc<Inode>],
+        ledger: &Ledger,
+    ) -> Vec<Violation> {
+        if scope == Scope::Last {
+            *self = Tracker::default();
+            m.phys.track_changes(false);
+            let _ = m.phys.take_changes();
+            return super::check_machine(m, &list.alive(), inodes, ledger);
+        }
+        let due = scope == Scope::Due && self.walked_since >= 2 * self.full_size.max(1);
+        if !self.seeded || scope == Scope::All || due {
             return self.check_all(m, &list.alive(), inodes, ledger);
         }
         let changed = m.phys.take_changes();
@@ -162,6 +196,7 @@ impl Tracker {
             self.owners.entry(t).or_default().push(mm.serial);
         }
         let tables = walked.tables.into_iter().collect();
+        self.walked_since += leaves.len() + 1;
         self.mms.insert(mm.serial, SeenMm { id: mm.id, leaves, tables });
         true
     }
@@ -207,7 +242,7 @@ impl Tracker {
         m: &Kernel,
         ledger: &Ledger,
         heads: &BTreeSet<Pfn>,
-        cached: &HashMap<Pfn, (u64, u64)>,
+        cached: &super::Cached,
         bad: &mut Vec<Violation>,
     ) {
         let zero: BTreeSet<Pfn> = m.zero_frames().collect();

@@ -42,7 +42,7 @@ mod swap;
 pub mod violation;
 mod vma;
 
-pub use incremental::Tracker;
+pub use incremental::{Scope, Tracker};
 pub use ledger::Ledger;
 pub use violation::{Subject, Violation, ViolationKind};
 

@@ -66,7 +66,7 @@ impl Shadow {
         have.len() == want.len()
             && match only {
                 Some(mms) => mms.iter().all(same),
-                None => have.keys().all(same),
+                None => have.iter().zip(want).all(|((a, &x), (b, &y))| a == b && x == y as i64),
             }
     }
 }

@@ -10,7 +10,7 @@ pub use crate::kernel::{
     MEMORY_RANGE,
 };
 
-use crate::check::{check_machine, Ledger, Tracker, Violation};
+use crate::check::{check_machine, Ledger, Scope, Tracker, Violation};
 use crate::cpu::Cpu;
 use crate::folio::thp::ShmemHuge;
 use crate::ipc::ShmIds;
@@ -126,16 +126,19 @@ impl Machine {
         check_machine(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
     }
 
-    /// [`Machine::check`], which also becomes the base of
-    /// [`Machine::check_changed`].
-    pub fn check_all(&self) -> Vec<Violation> {
-        self.tracker.lock().unwrap().check_all(&self.kernel, &self.mms(), &self.mms.inodes(), &self.ledger)
+    /// The checker over as much as `scope` says (see [`Tracker`]): a full
+    /// check becomes the base of the checks of what changed after it.
+    pub fn check_scope(&self, scope: Scope) -> Vec<Violation> {
+        self.tracker.lock().unwrap().check(scope, &self.kernel, &self.mms, &self.mms.inodes(), &self.ledger)
     }
 
-    /// The checker over what changed since the last [`Machine::check_all`]
-    /// or `check_changed` (see [`crate::check::Tracker`]: some checks wait
-    /// for the next full one); the full check the first time.
+    /// [`Machine::check_scope`] over everything.
+    pub fn check_all(&self) -> Vec<Violation> {
+        self.check_scope(Scope::All)
+    }
+
+    /// [`Machine::check_scope`] over what changed since the last check.
     pub fn check_changed(&self) -> Vec<Violation> {
-        self.tracker.lock().unwrap().check_changed(&self.kernel, &self.mms, &self.mms.inodes(), &self.ledger)
+        self.check_scope(Scope::Changed)
     }
 }
