@@ -238,9 +238,9 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     let mut failure = None;
     let mut failed_expects = Vec::new();
     let scope = |n: usize| match (opts.check_full, opts.check_every) {
-        (true, _) => Scope::All,
+        (true, _) => Scope::Full,
         (false, 0) => Scope::Due,
-        (false, every) if n.is_multiple_of(every) => Scope::All,
+        (false, every) if n.is_multiple_of(every) => Scope::Base,
         _ => Scope::Changed,
     };
     let (mut checks, mut last_full) = (0usize, true);
@@ -249,7 +249,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         let r = st.step(step).and_then(|msg| {
             if st.check && st.started && st.measure.is_none() {
                 let scope = scope(checks);
-                (checks, last_full) = (checks + 1, scope == Scope::All);
+                (checks, last_full) = (checks + 1, matches!(scope, Scope::Full | Scope::Base));
                 violations(&st.backend.check(scope))?;
             }
             Ok(msg)
@@ -283,7 +283,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
         }
     }
     if let (false, None, Some(last)) = (last_full, &failure, steps.last()) {
-        if let Err(Failed { kind, message }) = violations(&st.backend.check(Scope::Last)) {
+        if let Err(Failed { kind, message }) = violations(&st.backend.check(Scope::Full)) {
             failure = Some(Failure { line: last.line, kind, message: message.replace("this step", "the last step") });
         }
     }

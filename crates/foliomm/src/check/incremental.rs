@@ -65,16 +65,17 @@ pub struct Tracker {
 /// How much a check looks at.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Scope {
-    /// Everything ([`Tracker::check_all`]).
-    All,
+    /// Everything, as the base of the checks of changes after it.
+    Base,
     /// What changed ([`Tracker::check_changed`]).
     Changed,
     /// What changed, or everything once the checks of changes since the
     /// last full one have walked twice as many leaves as it did: full
     /// checks then cost about half what the step checks cost together.
     Due,
-    /// Everything, keeping no record (the check after the last step).
-    Last,
+    /// Everything, keeping no record (`run --check=full`, and the check
+    /// after the last step).
+    Full,
 }
 
 impl Tracker {
@@ -108,21 +109,27 @@ impl Tracker {
         inodes: &[Arc<Inode>],
         ledger: &Ledger,
     ) -> Vec<Violation> {
-        if scope == Scope::Last {
+        if scope == Scope::Full {
             *self = Tracker::default();
             m.phys.track_changes(false);
             let _ = m.phys.take_changes();
             return super::check_machine(m, &list.alive(), inodes, ledger);
         }
         let due = scope == Scope::Due && self.walked_since >= 2 * self.full_size.max(1);
-        if !self.seeded || scope == Scope::All || due {
+        if !self.seeded || scope == Scope::Base || due {
             return self.check_all(m, &list.alive(), inodes, ledger);
         }
         let changed = m.phys.take_changes();
-        let freed = changed.blocks.iter().flat_map(|&(pfn, order)| pfn..pfn + (1 << order));
-        let tables = changed.tables.iter().copied().chain(freed);
+        let frames = || changed.blocks.iter().flat_map(|&(pfn, order)| pfn..pfn + (1 << order));
+        let tables = changed.tables.iter().copied().chain(frames());
         let mut dirty: BTreeSet<u64> = tables.filter_map(|t| self.owners.get(&t)).flatten().copied().collect();
         dirty.extend(changed.mms);
+        // The MMs that mapped a folio of a block that changed hands or shape.
+        let mappers: BTreeSet<MmId> =
+            frames().filter_map(|p| self.truth.get(&p)).flat_map(|t| t.per_mm.keys()).copied().collect();
+        if !mappers.is_empty() {
+            dirty.extend(self.mms.iter().filter(|(_, s)| mappers.contains(&s.id)).map(|(&serial, _)| serial));
+        }
         let alive: HashMap<u64, Arc<Mm>> = dirty.iter().filter_map(|&s| Some((s, list.get(s)?))).collect();
         let (mut touched, mut ids) = (BTreeSet::new(), BTreeSet::new());
         for serial in &dirty {
@@ -142,8 +149,7 @@ impl Tracker {
             }
         }
         let cached = page_cache::check_page_caches(m, inodes, &mut bad);
-        let blocks = changed.blocks.iter().flat_map(|&(pfn, order)| pfn..pfn + (1 << order));
-        let heads: BTreeSet<Pfn> = touched.iter().map(|&(p, _)| p).chain(ledger.gupped()).chain(blocks).collect();
+        let heads: BTreeSet<Pfn> = touched.iter().map(|&(p, _)| p).chain(ledger.gupped()).chain(frames()).collect();
         self.check_frames(m, ledger, &heads, &cached, &mut bad);
         check_folios(
             m,

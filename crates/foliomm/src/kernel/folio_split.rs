@@ -69,6 +69,7 @@ impl Kernel {
         let keep = f.head().flags.load(Relaxed) & kept;
         let (mapping, index, on_lru) = (f.head().link.load(Relaxed), f.index(), f.head().test(pg::LRU));
         self.deferred_split_remove(f);
+        self.phys.folios_changed(f.pfn, order);
         Stats::inc(&self.stats.split[order as usize]);
         if order == crate::arch::PMD_ORDER {
             Stats::inc(&self.stats.thp_split_page);

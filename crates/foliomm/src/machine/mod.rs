@@ -134,7 +134,7 @@ impl Machine {
 
     /// [`Machine::check_scope`] over everything.
     pub fn check_all(&self) -> Vec<Violation> {
-        self.check_scope(Scope::All)
+        self.check_scope(Scope::Base)
     }
 
     /// [`Machine::check_scope`] over what changed since the last check.

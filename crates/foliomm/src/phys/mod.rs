@@ -108,6 +108,12 @@ impl PhysMem {
         self.changes.table_written(table);
     }
 
+    /// Notes that the folios of the block of `2^order` frames at `pfn`
+    /// changed shape (a split), as an allocation or a free is noted.
+    pub fn folios_changed(&self, pfn: Pfn, order: u32) {
+        self.changes.block(pfn, order);
+    }
+
     /// Notes that the MM with serial `serial` is new or may change its
     /// VMAs (`mmap_write_lock`).
     pub fn mm_changed(&self, serial: u64) {
