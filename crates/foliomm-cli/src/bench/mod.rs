@@ -16,6 +16,7 @@ mod report;
 mod rmap_scaling;
 mod runner;
 mod saved;
+mod scale;
 mod seed_000;
 mod seed_000_host;
 mod seed_000_results;
@@ -133,6 +134,14 @@ enum Bench {
     /// and the wrong "exclusive" ones. Counts: the same on every run.
     #[command(name = "shared-decisions")]
     SharedDecisions(shared_decisions::SharedDecisionsArgs),
+    /// The model's time and host memory per process, VMA, GiB written and thread
+    ///
+    /// One parent forked 1 to 10,000 times; one process with 1,000 to
+    /// 1,000,000 VMAs; 256M up to --max-ram written a byte per page; 1 to 8
+    /// threads faulting at once. Each point runs in a process of its own,
+    /// so its peak resident memory is its own; flat time and memory per
+    /// unit along an axis is linear growth.
+    Scale(scale::ScaleArgs),
 }
 
 /// The options every benchmark takes, with the same meaning everywhere; a
@@ -245,6 +254,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::RmapScaling(s) => runner::run(&mut rmap_scaling::RmapScaling::new(s)?, &s.common),
         Bench::PmdSharing(s) => runner::run(&mut pmd_sharing::PmdSharing::new(s)?, &s.common),
         Bench::SharedDecisions(s) => shared_decisions::run_bench(s),
+        Bench::Scale(s) => scale::run(s),
     }
 }
 

@@ -76,7 +76,7 @@ fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind
     });
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd;
-    (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, inode, haddr, i_mmap.as_deref().map(Vec::as_slice))?;
+    (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, inode, haddr, i_mmap.as_deref().map(|r| &**r))?;
     let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr, size };
     let e = pmd.load(&k.phys);
     if e.is_none() {
@@ -387,7 +387,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         };
-        let (dpmd, other) = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(Vec::as_slice))?;
+        let (dpmd, other) = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(|r| &**r))?;
         others.extend(other);
         if pt_share_count(phys, dpmd.table).load(Relaxed) > 0 {
             // The child shares a table (the parent's, or another sharer's

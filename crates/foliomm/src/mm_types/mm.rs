@@ -239,7 +239,10 @@ impl MmList {
 
     fn add(&self, mm: &Arc<Mm>) {
         let mut mms = self.mms.lock().unwrap();
-        mms.retain(|(_, w)| w.strong_count() > 0);
+        // Dropped MMs leave the list when it doubles: constant time per MM.
+        if mms.len().is_power_of_two() {
+            mms.retain(|(_, w)| w.strong_count() > 0);
+        }
         mms.push((mm.serial, Arc::downgrade(mm)));
     }
 

@@ -17,6 +17,8 @@
 //! order is for: a VMA linked after another (mremap's destination, fork's
 //! child) is walked after it.
 
+use std::collections::HashMap;
+
 use crate::arch::PAGE_SIZE;
 use crate::sync::cacheline::{self, Structure};
 use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -58,53 +60,87 @@ impl VmaRecord {
     }
 }
 
+/// The records of a tree in link order, and where each VMA's is.
+#[derive(Debug, Default)]
+pub struct Records {
+    list: Vec<VmaRecord>,
+    at: HashMap<usize, usize>,
+}
+
+impl std::ops::Deref for Records {
+    type Target = [VmaRecord];
+
+    fn deref(&self) -> &[VmaRecord] {
+        &self.list
+    }
+}
+
+impl Records {
+    /// The record of the VMA `vma`, if linked: found by its index, not by
+    /// a scan (a fork updates its child's record in a tree holding every
+    /// earlier child's).
+    fn get_mut(&mut self, vma: usize) -> Option<&mut VmaRecord> {
+        self.at.get(&vma).map(|&i| &mut self.list[i])
+    }
+}
+
 /// An rmap tree and its lock.
 #[derive(Debug, Default)]
-pub struct RmapTree(RwLock<Vec<VmaRecord>>);
+pub struct RmapTree(RwLock<Records>);
 
 impl RmapTree {
     /// Links a VMA, after every VMA linked before it.
     pub fn link(&self, m: VmaRecord) {
-        self.0.write().unwrap().push(m);
+        let mut r = self.0.write().unwrap();
+        let i = r.list.len();
+        r.at.insert(m.vma, i);
+        r.list.push(m);
     }
 
     /// Unlinks the VMA `vma`; waits for every walker.
     pub fn unlink(&self, vma: usize) {
-        self.0.write().unwrap().retain(|m| m.vma != vma);
+        let mut r = self.0.write().unwrap();
+        let Some(first) = r.list.iter().position(|m| m.vma == vma) else { return };
+        r.list.retain(|m| m.vma != vma);
+        r.at.remove(&vma);
+        for i in first..r.list.len() {
+            let v = r.list[i].vma;
+            r.at.insert(v, i);
+        }
     }
 
     /// `vma_prepare` .. `vma_complete` around `vma_set_range`: the linked
     /// VMA `vma` now maps `pages` pages from `pgoff` at `start`. Does
     /// nothing for a VMA not linked (yet).
     pub fn update(&self, vma: usize, start: u64, pgoff: u64, pages: u64) {
-        if let Some(m) = self.0.write().unwrap().iter_mut().find(|m| m.vma == vma) {
+        if let Some(m) = self.0.write().unwrap().get_mut(vma) {
             (m.start, m.pgoff, m.pages) = (start, pgoff, pages);
         }
     }
 
     /// The linked VMA `vma` has new flags (`vm_flags_reset`).
     pub fn update_flags(&self, vma: usize, flags: u32) {
-        if let Some(m) = self.0.write().unwrap().iter_mut().find(|m| m.vma == vma) {
+        if let Some(m) = self.0.write().unwrap().get_mut(vma) {
             m.flags = flags;
         }
     }
 
     /// The read lock: the linked VMAs in walk order, fixed until the guard
     /// is dropped.
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<VmaRecord>> {
+    pub fn read(&self) -> RwLockReadGuard<'_, Records> {
         cacheline::write(Structure::IMmapRwsem, &self.0);
         self.0.read().unwrap()
     }
 
     /// The write lock: the records, with no walker and no change until the
     /// guard is dropped.
-    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<VmaRecord>> {
+    pub fn write(&self) -> RwLockWriteGuard<'_, Records> {
         cacheline::write(Structure::IMmapRwsem, &self.0);
         self.0.write().unwrap()
     }
 
     /// A copy of the records (for the checker).
     pub fn snapshot(&self) -> Vec<VmaRecord> {
-        self.read().clone()
+        self.read().to_vec()
     }
 }

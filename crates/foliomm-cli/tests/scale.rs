@@ -1,0 +1,28 @@
+//! `bench scale` measures every axis up to its flag, each point in a
+//! process of its own.
+
+use std::process::Command;
+
+#[test]
+fn scale_measures_each_axis_up_to_its_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm"))
+        .args(["bench", "scale", "--max-procs", "10", "--max-vmas", "2000", "--max-ram", "256M"])
+        .args(["--max-threads", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let points: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n_of = |axis: &str| -> Vec<u64> {
+        let rows = points.as_array().unwrap().iter().filter(|p| p["axis"] == axis);
+        rows.map(|p| p["n"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(n_of("processes"), [1, 10]);
+    assert_eq!(n_of("vmas"), [1000, 2000]);
+    assert_eq!(n_of("ram"), [256 << 20]);
+    assert_eq!(n_of("threads"), [1, 2]);
+    // Model frames hold real bytes: a byte written in each page of 256M
+    // grows the host's resident memory by about as much.
+    let ram = points.as_array().unwrap().iter().find(|p| p["axis"] == "ram").unwrap();
+    let grown = ram["grown_kib"].as_u64().unwrap();
+    assert!((200 << 10..400 << 10).contains(&grown), "grown by {grown} KiB");
+}
