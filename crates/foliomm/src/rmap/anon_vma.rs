@@ -198,7 +198,7 @@ mod loom_tests {
             let av = slot.chain.lock().unwrap().anon_vmas[0].clone();
             let s = slot.clone();
             let mover = thread::spawn(move || s.update(record(0x9000, 9)));
-            let seen = av.tree.read().clone();
+            let seen = av.tree.read().to_vec();
             mover.join().unwrap();
             assert!(seen == vec![record(0x1000, 1)] || seen == vec![record(0x9000, 9)], "{seen:?}");
         });
