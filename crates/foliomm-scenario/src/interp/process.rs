@@ -181,9 +181,15 @@ impl State<'_> {
                 return Ok("failed as expected".into());
             };
             let rs = self.refs.get_mut(&p).unwrap();
-            let want = if *every_byte { rs.read(at, len) } else { rs.read_byte_per_page(at, len) };
-            let want =
-                want.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
+            let mut want = std::mem::take(&mut self.want);
+            let said = match every_byte {
+                true => {
+                    want.resize(len as usize, 0);
+                    rs.read_into(at, &mut want)
+                }
+                false => rs.read_byte_per_page(at, len).map(|w| want = w),
+            };
+            said.map_err(|e| format!("the read succeeded but the reference model says it fails with {e}"))?;
             if let Some(runs) = self.expected_reads.as_mut() {
                 for &b in &want {
                     match runs.last_mut() {
@@ -193,6 +199,7 @@ impl State<'_> {
                 }
             }
             compare_bytes(at, *every_byte, &got, &want)?;
+            self.want = want;
             bytes += got.len();
             done += len.max(1);
         }
@@ -222,12 +229,14 @@ impl State<'_> {
 }
 
 /// The most a read or a pattern write asks of the backend at once (a
-/// multiple of the page size).
-pub(super) const READ_CHUNK: u64 = 64 << 20;
+/// multiple of the page size); below glibc's largest mmap threshold (32
+/// MiB), so that the model's buffer for one chunk after another comes from
+/// the heap, not from fresh host memory each time.
+pub(super) const READ_CHUNK: u64 = 16 << 20;
 
 impl State<'_> {
     /// A write step, mirrored into the reference model. It goes in chunks:
-    /// of 64 MiB where it should succeed (no buffer of the whole range), of
+    /// of [`READ_CHUNK`] where it should succeed (no buffer of the whole range), of
     /// a page where it should fail with ENOMEM, so that the reference holds
     /// exactly the pages written before the fault that found no memory (a
     /// page is written whole or not at all); else in one piece.

@@ -39,6 +39,9 @@ pub(super) struct State<'b> {
     /// With [`super::RunOptions::expected_reads`]: the current step's
     /// expected bytes so far, as runs.
     pub(super) expected_reads: Option<Vec<(u64, u8)>>,
+    /// What the reference model says a read chunk holds, kept from chunk
+    /// to chunk (a fresh buffer each time would fault in fresh host memory).
+    pub(super) want: Vec<u8>,
     pub(super) maps: HashMap<String, (u64, u64)>,
     /// Mappings and files of hugetlb pages by name, with their page size
     /// (MADV_DONTNEED on them acts on whole huge pages only).
@@ -90,6 +93,7 @@ impl<'b> State<'b> {
             failed_line: None,
             check,
             expected_reads: None,
+            want: Vec::new(),
             maps: HashMap::new(),
             hugetlb: HashMap::new(),
             files: HashMap::new(),

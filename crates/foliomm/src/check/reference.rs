@@ -363,8 +363,13 @@ impl RefSpace {
 
     pub fn read(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
         let mut out = vec![0; len as usize];
-        self.each_piece(addr, len, false, |d, off, pos, n| d.read(off, &mut out[pos..pos + n]))?;
+        self.read_into(addr, &mut out)?;
         Ok(out)
+    }
+
+    /// [`RefSpace::read`] of `out.len()` bytes into `out`.
+    pub fn read_into(&mut self, addr: u64, out: &mut [u8]) -> Result<()> {
+        self.each_piece(addr, out.len() as u64, false, |d, off, pos, n| d.read(off, &mut out[pos..pos + n]))
     }
 
     pub fn read_byte_per_page(&mut self, addr: u64, len: u64) -> Result<Vec<u8>> {
