@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{
-    check_folios, check_mm, frames::check_unmapped, held_by_caches, page_cache, report_incidents, Leaf, Ledger,
-    Subject, Violation, ViolationKind::*, Walked,
+    check_folios, check_mm, frames::check_unmapped, held_by_caches, page_cache, report_incidents, Ledger, Subject,
+    Violation, ViolationKind::*, Walked,
 };
 use crate::arch::Pfn;
 use crate::folio::Folio;
@@ -92,7 +92,8 @@ impl Tracker {
             super::walk_tables(m, mm, &mut walked, &mut ignored);
             walked.tables.extend(mm.deposits.lock().unwrap().values());
             walked.tables.insert(mm.pgd);
-            self.record(m, mm, walked, &mut BTreeSet::new(), &mut ignored);
+            let leaves = seen_leaves(m, &walked, &mut ignored);
+            self.record(mm, leaves, walked.tables, &mut BTreeSet::new());
         }
         self.full_size = std::mem::take(&mut self.walked_since);
         bad
@@ -131,21 +132,45 @@ impl Tracker {
             dirty.extend(self.mms.iter().filter(|(_, s)| mappers.contains(&s.id)).map(|(&serial, _)| serial));
         }
         let alive: HashMap<u64, Arc<Mm>> = dirty.iter().filter_map(|&s| Some((s, list.get(s)?))).collect();
-        let (mut touched, mut ids) = (BTreeSet::new(), BTreeSet::new());
+        let (mut touched, mut ids, mut bad) = (BTreeSet::new(), BTreeSet::new(), Vec::new());
         for serial in &dirty {
-            if let Some(seen) = self.mms.remove(serial) {
-                ids.insert(seen.id);
-                self.forget(*serial, seen, &mut touched);
-            }
-        }
-        ids.extend(dirty.iter().filter_map(|s| alive.get(s)).map(|mm| mm.id));
-        let mut bad = Vec::new();
-        for mm in dirty.iter().filter_map(|s| alive.get(s)) {
+            let seen = self.mms.remove(serial);
+            let Some(mm) = alive.get(serial) else {
+                if let Some(seen) = seen {
+                    ids.insert(seen.id);
+                    self.forget(*serial, seen, &mut touched);
+                }
+                continue;
+            };
             let mut walked = Walked::default();
             check_mm(m, mm, &mut walked, &mut HashSet::new(), &mut HashSet::new(), &mut bad);
-            let shared = walked.tables.iter().any(|&t| pt_share_count(&m.phys, t).load(Relaxed) > 0);
-            if shared || !self.record(m, mm, walked, &mut touched, &mut bad) {
+            if walked.tables.iter().any(|&t| pt_share_count(&m.phys, t).load(Relaxed) > 0) {
                 return self.check_all(m, &list.alive(), inodes, ledger);
+            }
+            // Entries rewritten with the same pages (fork's write
+            // protection of the parent, a COW reuse) change no folio's
+            // mappings; their folios are checked still.
+            let leaves = seen_leaves(m, &walked, &mut bad);
+            ids.insert(mm.id);
+            match seen {
+                Some(seen) if seen.id == mm.id && seen.leaves == leaves => {
+                    for &(head, pfn, pages, _) in &leaves {
+                        touched.insert((head, false));
+                        touched.insert(if pages > 1 { (head, true) } else { (pfn, false) });
+                    }
+                    self.set_tables(mm.serial, &seen.tables, &walked.tables);
+                    let tables = walked.tables.into_iter().collect();
+                    self.mms.insert(mm.serial, SeenMm { tables, ..seen });
+                }
+                seen => {
+                    if let Some(seen) = seen {
+                        ids.insert(seen.id);
+                        self.forget(*serial, seen, &mut touched);
+                    }
+                    if !self.record(mm, leaves, walked.tables, &mut touched) {
+                        return self.check_all(m, &list.alive(), inodes, ledger);
+                    }
+                }
             }
         }
         let cached = page_cache::check_page_caches(m, inodes, &mut bad);
@@ -172,39 +197,48 @@ impl Tracker {
         bad
     }
 
-    /// Adds what a walk of `mm` found; false if a folio changed its size
-    /// under mappings the record keeps (the caller checks in full).
+    /// Adds what a walk of `mm` found: its `leaves` ([`seen_leaves`]) and
+    /// `tables`; false if a folio changed its size under mappings the
+    /// record keeps (the caller checks in full).
     fn record(
         &mut self,
-        m: &Kernel,
         mm: &Mm,
-        walked: Walked,
+        leaves: Vec<(Pfn, Pfn, u64, u64)>,
+        tables: BTreeSet<Pfn>,
         touched: &mut BTreeSet<(Pfn, bool)>,
-        bad: &mut Vec<Violation>,
     ) -> bool {
-        let mut leaves = Vec::new();
-        for leaf in walked.leaves.iter().filter(|l| !l.pte.special()) {
-            let f = Folio::containing(&m.phys, leaf.pte.pfn());
-            if !super::allocated(f, leaf, bad) {
-                continue;
-            }
+        for &(head, pfn, pages, folio_pages) in &leaves {
             let t = self
                 .truth
-                .entry(f.pfn)
-                .or_insert_with(|| FolioTruth { pte: vec![0; f.nr_pages() as usize], ..Default::default() });
-            if t.pte.len() as u64 != f.nr_pages() {
+                .entry(head)
+                .or_insert_with(|| FolioTruth { pte: vec![0; folio_pages as usize], ..Default::default() });
+            if t.pte.len() as u64 != folio_pages {
                 return false;
             }
-            leaves.push((f.pfn, leaf.pte.pfn(), leaf.pages, f.nr_pages()));
-            add(t, &mut self.sharers, mm.id, f.pfn, leaf, touched);
+            add(t, &mut self.sharers, mm.id, (head, pfn, pages), touched);
         }
-        for &t in &walked.tables {
+        for &t in &tables {
             self.owners.entry(t).or_default().push(mm.serial);
         }
-        let tables = walked.tables.into_iter().collect();
         self.walked_since += leaves.len() + 1;
-        self.mms.insert(mm.serial, SeenMm { id: mm.id, leaves, tables });
+        self.mms.insert(mm.serial, SeenMm { id: mm.id, leaves, tables: tables.into_iter().collect() });
         true
+    }
+
+    /// The MM `serial` reaches `now` instead of the tables `before`.
+    fn set_tables(&mut self, serial: u64, before: &[Pfn], now: &BTreeSet<Pfn>) {
+        for t in before.iter().filter(|t| !now.contains(t)) {
+            if let Some(o) = self.owners.get_mut(t) {
+                o.retain(|&s| s != serial);
+                if o.is_empty() {
+                    self.owners.remove(t);
+                }
+            }
+        }
+        let before: BTreeSet<&Pfn> = before.iter().collect();
+        for &t in now.iter().filter(|t| !before.contains(t)) {
+            self.owners.entry(t).or_default().push(serial);
+        }
     }
 
     /// Takes what the record holds of one MM back out.
@@ -273,24 +307,34 @@ impl Tracker {
     }
 }
 
-/// Adds one leaf's mapping of folio `head` to its truth `t` and sharers.
+/// The leaves of a walk that map folios, as the record keeps them (head,
+/// page, base pages, folio pages); a leaf that maps no allocated folio is a
+/// violation, and left out.
+fn seen_leaves(m: &Kernel, walked: &Walked, bad: &mut Vec<Violation>) -> Vec<(Pfn, Pfn, u64, u64)> {
+    let leaves = walked.leaves.iter().filter(|l| !l.pte.special());
+    let folios = leaves.map(|l| (l, Folio::containing(&m.phys, l.pte.pfn())));
+    let allocated = folios.filter(|&(l, f)| super::allocated(f, l, bad));
+    allocated.map(|(l, f)| (f.pfn, l.pte.pfn(), l.pages, f.nr_pages())).collect()
+}
+
+/// Adds one leaf's mapping (head, page, base pages) to its folio's truth
+/// `t` and sharers.
 fn add(
     t: &mut FolioTruth,
     sharers: &mut HashMap<(Pfn, bool), BTreeMap<MmId, u32>>,
     mm: MmId,
-    head: Pfn,
-    leaf: &Leaf,
+    (head, pfn, pages): (Pfn, Pfn, u64),
     touched: &mut BTreeSet<(Pfn, bool)>,
 ) {
     *t.per_mm.entry(mm).or_default() += 1;
-    let key = match leaf.huge() {
+    let key = match pages > 1 {
         true => {
             t.pmd += 1;
             (head, true)
         }
         false => {
-            t.pte[(leaf.pte.pfn() - head) as usize] += 1;
-            (leaf.pte.pfn(), false)
+            t.pte[(pfn - head) as usize] += 1;
+            (pfn, false)
         }
     };
     if t.pte.len() > 1 {
