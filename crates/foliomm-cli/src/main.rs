@@ -6,6 +6,7 @@ mod compare;
 mod counters;
 mod fuzz;
 mod host;
+mod interrupt;
 mod matrix;
 mod overrides;
 mod prove;
@@ -247,7 +248,9 @@ fn run_files(a: RunArgs) -> Result<bool> {
         keep_going: a.keep_going,
         ..RunOptions::default()
     };
+    interrupt::install();
     for file in &files {
+        interrupt::at_file(file);
         // A file that cannot be read or parsed is reported; the batch goes on.
         let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));
         let (src, steps) = match parsed {

@@ -35,6 +35,13 @@ pub(crate) fn on_signal(undo: fn()) {
     });
 }
 
+/// Whether a handler that puts the host back and exits is installed (a
+/// host run has changed something): a caller's own handler then leaves the
+/// exit to it.
+pub fn handles_signals() -> bool {
+    INSTALLED.is_completed()
+}
+
 /// Whether process `pid` is alive: it exists and is not a zombie (a
 /// killed run whose parent has not reaped it yet is gone for our purpose).
 pub(crate) fn alive(pid: u32) -> bool {

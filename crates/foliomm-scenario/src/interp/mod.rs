@@ -12,6 +12,7 @@ mod contention;
 mod expect;
 mod file_cmd;
 mod mapping_cmd;
+pub mod now;
 mod parallel;
 mod process;
 mod shm_cmd;
@@ -245,6 +246,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     };
     let (mut checks, mut last_full) = (0usize, true);
     for step in steps {
+        now::enter(step.line, &step.text);
         let before = if opts.trace && st.started { st.trace_all() } else { Vec::new() };
         let r = st.step(step).and_then(|msg| {
             if st.check && st.started && st.measure.is_none() {
