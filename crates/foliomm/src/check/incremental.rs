@@ -8,8 +8,9 @@
 //! mappings by the difference, and checks the folios whose mappings
 //! changed, the blocks that changed hands, and the folios GUP holds.
 //!
-//! What it leaves to the full check ([`super::check_machine`], which the
-//! caller runs every N steps and at the end): the file rmap (`i_mmap`),
+//! What it leaves to the full check ([`super::check_machine`], which runs
+//! when due ([`Scope::Due`]), every N steps if the caller asks, and after
+//! the last step): the file rmap (`i_mmap`),
 //! shared hugetlb PMD tables (a step that meets one falls back to the full
 //! check), the swap map, the LRU and deferred split lists, the hugetlb
 //! pools and the frame totals, folio fields that change without a
@@ -67,7 +68,7 @@ pub struct Tracker {
 pub enum Scope {
     /// Everything, as the base of the checks of changes after it.
     Base,
-    /// What changed ([`Tracker::check_changed`]).
+    /// What changed since the last check.
     Changed,
     /// What changed, or everything once the checks of changes since the
     /// last full one have walked twice as many leaves as it did: full
@@ -121,6 +122,9 @@ impl Tracker {
             return self.check_all(m, &list.alive(), inodes, ledger);
         }
         let changed = m.phys.take_changes();
+        if changed.overflowed {
+            return self.check_all(m, &list.alive(), inodes, ledger);
+        }
         let frames = || changed.blocks.iter().flat_map(|&(pfn, order)| pfn..pfn + (1 << order));
         let tables = changed.tables.iter().copied().chain(frames());
         let mut dirty: BTreeSet<u64> = tables.filter_map(|t| self.owners.get(&t)).flatten().copied().collect();
@@ -227,13 +231,8 @@ impl Tracker {
 
     /// The MM `serial` reaches `now` instead of the tables `before`.
     fn set_tables(&mut self, serial: u64, before: &[Pfn], now: &BTreeSet<Pfn>) {
-        for t in before.iter().filter(|t| !now.contains(t)) {
-            if let Some(o) = self.owners.get_mut(t) {
-                o.retain(|&s| s != serial);
-                if o.is_empty() {
-                    self.owners.remove(t);
-                }
-            }
+        for &t in before.iter().filter(|t| !now.contains(t)) {
+            self.disown(serial, t);
         }
         let before: BTreeSet<&Pfn> = before.iter().collect();
         for &t in now.iter().filter(|t| !before.contains(t)) {
@@ -241,15 +240,20 @@ impl Tracker {
         }
     }
 
+    /// The MM `serial` no longer reaches table `t`.
+    fn disown(&mut self, serial: u64, t: Pfn) {
+        if let Some(o) = self.owners.get_mut(&t) {
+            o.retain(|&s| s != serial);
+            if o.is_empty() {
+                self.owners.remove(&t);
+            }
+        }
+    }
+
     /// Takes what the record holds of one MM back out.
     fn forget(&mut self, serial: u64, seen: SeenMm, touched: &mut BTreeSet<(Pfn, bool)>) {
-        for t in &seen.tables {
-            if let Some(o) = self.owners.get_mut(t) {
-                o.retain(|&s| s != serial);
-                if o.is_empty() {
-                    self.owners.remove(t);
-                }
-            }
+        for &t in &seen.tables {
+            self.disown(serial, t);
         }
         for (head, pfn, pages, folio_pages) in seen.leaves {
             let key = if pages > 1 { (head, true) } else { (pfn, false) };
@@ -298,8 +302,9 @@ impl Tracker {
             let f = Folio::from_head(&m.phys, pfn);
             let free_huge = p.test(pg::HUGETLB) && m.is_free_huge_page(pfn);
             let free = p.test(pg::BUDDY) || (f.refcount() == 0 && !p.test(pg::HUGETLB));
-            if self.owners.contains_key(&pfn) && !p.test(pg::TABLE) {
-                bad.push(Violation::new(Allocator, Subject::Frame(pfn), format!("frame {pfn:#x} is free but in use")));
+            if self.owners.contains_key(&pfn) {
+                let what = format!("frame {pfn:#x}, a table an MM reached, is no longer a page table");
+                bad.push(Violation::new(Allocator, Subject::Frame(pfn), what));
             } else if !free && !p.test(pg::TAIL) {
                 check_unmapped(ledger, f, free_huge, held_by_caches(f, cached), bad);
             }
