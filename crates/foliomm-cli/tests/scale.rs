@@ -20,9 +20,11 @@ fn scale_measures_each_axis_up_to_its_flag() {
     assert_eq!(n_of("vmas"), [1000, 2000]);
     assert_eq!(n_of("ram"), [256 << 20]);
     assert_eq!(n_of("threads"), [1, 2]);
-    // Model frames hold real bytes: a byte written in each page of 256M
-    // grows the host's resident memory by about as much.
+    // A frame holding a byte costs its state word, not 4 KiB: a byte
+    // written in each page of 256M grows the host's resident memory by the
+    // memmap (4 MiB), the state and generation words and the page tables,
+    // about 2% of what the model holds, never as much.
     let ram = points.as_array().unwrap().iter().find(|p| p["axis"] == "ram").unwrap();
     let grown = ram["grown_kib"].as_u64().unwrap();
-    assert!((200 << 10..400 << 10).contains(&grown), "grown by {grown} KiB");
+    assert!((4 << 10..8 << 10).contains(&grown), "grown by {grown} KiB");
 }

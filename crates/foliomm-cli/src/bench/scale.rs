@@ -31,8 +31,9 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_vmas: u64,
     /// The most model RAM written, one byte per page, like 4G (at most
-    /// 512G; the host needs about as much: model frames hold real bytes).
-    #[arg(long, default_value = "4G")]
+    /// 512G; the host needs about 2% of it: the memmap, and a state word per
+    /// frame instead of its 4 KiB).
+    #[arg(long, default_value = "64G")]
     max_ram: String,
     /// The most threads of one process faulting 64M each at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -249,7 +250,8 @@ fn vmas(n: u64) -> Result<Start> {
 
 /// One process writes a byte in every page of `bytes`.
 fn ram(bytes: u64) -> Result<Start> {
-    let m = Machine::new(Config { memory: bytes + 256 * M, ..Config::default() })?;
+    // Room for the page tables (one per 2 MiB) besides what is written.
+    let m = Machine::new(Config { memory: bytes + bytes / 256 + 256 * M, ..Config::default() })?;
     let (p, mut cpu) = (m.new_mm()?, m.new_cpu());
     let a = p.mmap(0, bytes, Prot::RW, MmapFlags::default())?;
     let start = Start::now()?;

@@ -68,7 +68,7 @@ pub(super) fn check_anon_mapping(
 pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, inodes: &[Arc<Inode>], bad: &mut Vec<Violation>) {
     let mut listed = HashSet::new();
     for which in [LruList::Inactive, LruList::Active] {
-        for pfn in m.lru.snapshot(which) {
+        for pfn in m.lru.snapshot(&m.phys, which) {
             let head = m.phys.page(pfn);
             let active = which == LruList::Active;
             let ok = head.refcount.load(Relaxed) > 0

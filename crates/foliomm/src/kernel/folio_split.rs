@@ -99,6 +99,7 @@ impl Kernel {
         }
         pieces.push((first, to));
         pieces.sort_unstable();
+        let lru = on_lru.then(|| self.lru.lock_for_split(f));
         super::page_alloc::clear_descriptors(f);
         for &(pfn, o) in &pieces {
             let piece = self.prep_compound(pfn, o);
@@ -108,8 +109,8 @@ impl Kernel {
         }
         // On the LRU before anyone can take a reference (`lru_add_split_folio`
         // under the LRU lock, the references frozen meanwhile).
-        if on_lru {
-            self.lru.split(&self.phys, f.pfn, &pieces);
+        if let Some(lru) = lru {
+            lru.split(&self.phys, &pieces);
         }
         for &(pfn, o) in &pieces {
             self.phys.page(pfn).refcount.store(refs_per_page << o, Release);

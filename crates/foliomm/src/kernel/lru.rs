@@ -15,12 +15,11 @@
 //! by when a folio went on it, and a split folio's pieces stand where it
 //! stood (`lru_add_split_folio`).
 
-use std::collections::{BTreeSet, HashMap};
-
 use crate::arch::Pfn;
 use crate::folio::Folio;
-use crate::phys::pg;
-use crate::sync::Mutex;
+use crate::phys::{pg, Page, PhysMem};
+use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::{Mutex, MutexGuard};
 
 /// Which list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,34 +28,95 @@ pub enum LruList {
     Active = 1,
 }
 
-#[derive(Debug, Default)]
+impl LruList {
+    /// The list a folio with `PG_lru` is on (`folio_lru_list`).
+    fn of(head: &Page) -> LruList {
+        if head.test(pg::ACTIVE) {
+            LruList::Active
+        } else {
+            LruList::Inactive
+        }
+    }
+}
+
+/// No neighbour: the folio is the newest or the oldest.
+const NONE: u64 = u32::MAX as u64;
+
+/// A folio's neighbours (`folio->lru`): in its head page's `ids` word,
+/// which a head page does not otherwise use, the newer neighbour's pfn in
+/// the high half and the older's in the low half (pfns fit 32 bits: model
+/// RAM is far below 16 TiB).
+fn links(phys: &PhysMem, pfn: Pfn) -> (u64, u64) {
+    let w = phys.page(pfn).ids.load(Relaxed);
+    (w >> 32, w & NONE)
+}
+
+fn set_links(phys: &PhysMem, pfn: Pfn, newer: u64, older: u64) {
+    debug_assert!(pfn < NONE, "a pfn fits the LRU's 32-bit links");
+    phys.page(pfn).ids.store(newer << 32 | older, Relaxed);
+}
+
+#[derive(Debug)]
 struct List {
-    /// (age, head) from the oldest; the same age for a split folio's pieces.
-    order: BTreeSet<(u64, Pfn)>,
-    age: HashMap<Pfn, u64>,
+    newest: u64,
+    oldest: u64,
+    len: usize,
+}
+
+impl Default for List {
+    fn default() -> List {
+        List { newest: NONE, oldest: NONE, len: 0 }
+    }
 }
 
 #[derive(Debug, Default)]
-struct Lists {
-    lists: [List; 2],
-    clock: u64,
-}
+struct Lists([List; 2]);
 
 impl Lists {
-    fn insert(&mut self, which: LruList, pfn: Pfn, age: u64) {
-        let l = &mut self.lists[which as usize];
-        l.order.insert((age, pfn));
-        l.age.insert(pfn, age);
+    /// Links `pfn` into `which` between `newer` and `older` (either NONE
+    /// at an end).
+    fn link(&mut self, phys: &PhysMem, which: LruList, pfn: Pfn, newer: u64, older: u64) {
+        let l = &mut self.0[which as usize];
+        set_links(phys, pfn, newer, older);
+        match newer {
+            NONE => l.newest = pfn,
+            n => set_links(phys, n, links(phys, n).0, pfn),
+        }
+        match older {
+            NONE => l.oldest = pfn,
+            o => set_links(phys, o, pfn, links(phys, o).1),
+        }
+        l.len += 1;
     }
 
-    /// Takes `pfn` off its list; returns the list and its age there.
-    fn remove(&mut self, f: Folio) -> Option<(LruList, u64)> {
-        let which = if f.head().test(pg::ACTIVE) { LruList::Active } else { LruList::Inactive };
-        let l = &mut self.lists[which as usize];
-        let age = l.age.remove(&f.pfn)?;
-        l.order.remove(&(age, f.pfn));
+    /// Takes `f`, on a list, off it and clears its list flags.
+    fn remove(&mut self, f: Folio) {
+        let phys = f.phys();
+        let which = LruList::of(f.head());
+        let l = &mut self.0[which as usize];
+        let (newer, older) = links(phys, f.pfn);
+        match newer {
+            NONE => l.newest = older,
+            n => set_links(phys, n, links(phys, n).0, older),
+        }
+        match older {
+            NONE => l.oldest = newer,
+            o => set_links(phys, o, newer, links(phys, o).1),
+        }
+        l.len -= 1;
+        set_links(phys, f.pfn, NONE, NONE);
         f.head().clear(pg::LRU | pg::ACTIVE);
-        Some((which, age))
+    }
+
+    /// Up to `nr` folios of `which` from the oldest.
+    fn oldest(&self, phys: &PhysMem, which: LruList, nr: usize) -> Vec<Pfn> {
+        let mut out = Vec::new();
+        let mut at = self.0[which as usize].oldest;
+        while at != NONE && out.len() < nr {
+            out.push(at);
+            at = links(phys, at).0;
+        }
+        out
     }
 }
 
@@ -74,9 +134,8 @@ impl Lru {
     /// Puts `f`, on no list, at the head of `which` (`move_folios_to_lru`).
     pub fn putback(&self, f: Folio, which: LruList) {
         let mut l = self.0.lock().unwrap();
-        l.clock += 1;
-        let age = l.clock;
-        l.insert(which, f.pfn, age);
+        let newest = l.0[which as usize].newest;
+        l.link(f.phys(), which, f.pfn, NONE, newest);
         f.head().set(pg::LRU | if which == LruList::Active { pg::ACTIVE } else { 0 });
     }
 
@@ -84,7 +143,10 @@ impl Lru {
     /// `lruvec_del_folio`); nothing if it is on none.
     pub fn del(&self, f: Folio) {
         if f.head().test(pg::LRU) {
-            self.0.lock().unwrap().remove(f);
+            let mut l = self.0.lock().unwrap();
+            if f.head().test(pg::LRU) {
+                l.remove(f);
+            }
         }
     }
 
@@ -101,11 +163,10 @@ impl Lru {
 
     /// `isolate_lru_folios`: up to `nr` folios from the tail of `which`,
     /// each taken off with a reference (a folio being freed is passed over).
-    pub fn isolate_tail<'k>(&self, phys: &'k crate::phys::PhysMem, which: LruList, nr: usize) -> Vec<Folio<'k>> {
+    pub fn isolate_tail<'k>(&self, phys: &'k PhysMem, which: LruList, nr: usize) -> Vec<Folio<'k>> {
         let mut l = self.0.lock().unwrap();
-        let tail: Vec<Pfn> = l.lists[which as usize].order.iter().take(nr).map(|&(_, pfn)| pfn).collect();
         let mut out = Vec::new();
-        for pfn in tail {
+        for pfn in l.oldest(phys, which, nr) {
             let f = Folio::from_head(phys, pfn);
             if f.try_get() {
                 l.remove(f);
@@ -115,30 +176,88 @@ impl Lru {
         out
     }
 
-    /// `lru_add_split_folio`: the pieces (`(head, order)`, `head` among
-    /// them) of a folio that stood on a list at `head` stand there too.
-    pub fn split(&self, phys: &crate::phys::PhysMem, head: Pfn, pieces: &[(Pfn, u32)]) {
-        let mut l = self.0.lock().unwrap();
-        for which in [LruList::Inactive, LruList::Active] {
-            let Some(&age) = l.lists[which as usize].age.get(&head) else { continue };
-            for &(pfn, _) in pieces.iter().filter(|p| p.0 != head) {
-                l.insert(which, pfn, age);
-            }
-            for &(pfn, _) in pieces {
-                phys.page(pfn).set(pg::LRU | if which == LruList::Active { pg::ACTIVE } else { 0 });
-            }
-        }
+    /// Locks the lists for the split of `f`, which is on one
+    /// (`folio_lruvec_lock` in `__folio_split`): its place is kept while
+    /// its descriptors are rebuilt.
+    pub fn lock_for_split<'l>(&'l self, f: Folio) -> SplitLock<'l> {
+        let lists = self.0.lock().unwrap();
+        debug_assert!(f.head().test(pg::LRU), "folio {:#x} splits off the LRU", f.pfn);
+        SplitLock { lists, which: LruList::of(f.head()), links: links(f.phys(), f.pfn) }
     }
 
     /// The number of folios on each list (inactive, active).
     pub fn sizes(&self) -> (usize, usize) {
         let l = self.0.lock().unwrap();
-        (l.lists[0].age.len(), l.lists[1].age.len())
+        (l.0[0].len, l.0[1].len)
     }
 
-    /// Every folio on `which`, from the oldest (for the checker).
-    pub fn snapshot(&self, which: LruList) -> Vec<Pfn> {
-        self.0.lock().unwrap().lists[which as usize].order.iter().map(|&(_, p)| p).collect()
+    /// Every folio on `which`, from the oldest (for the checker); a list
+    /// whose links loop stops one past its length.
+    pub fn snapshot(&self, phys: &PhysMem, which: LruList) -> Vec<Pfn> {
+        let l = self.0.lock().unwrap();
+        l.oldest(phys, which, l.0[which as usize].len + 1)
+    }
+}
+
+/// The lists locked across the split of a folio on one of them.
+pub struct SplitLock<'l> {
+    lists: MutexGuard<'l, Lists>,
+    which: LruList,
+    /// The folio's neighbours when the split began.
+    links: (u64, u64),
+}
+
+impl SplitLock<'_> {
+    /// `lru_add_split_folio`: the pieces (`(head, order)`, sorted, the old
+    /// head first) stand where the folio stood, in pfn order from the
+    /// oldest, with the list's flags.
+    pub fn split(mut self, phys: &PhysMem, pieces: &[(Pfn, u32)]) {
+        // The old head is linked again where it stood (its descriptor was
+        // rebuilt), then each piece just newer than the one before.
+        let (newer, mut older) = self.links;
+        self.lists.0[self.which as usize].len -= 1;
+        for &(pfn, _) in pieces {
+            self.lists.link(phys, self.which, pfn, newer, older);
+            older = pfn;
+        }
+        for &(pfn, _) in pieces {
+            phys.page(pfn).set(pg::LRU | if self.which == LruList::Active { pg::ACTIVE } else { 0 });
+        }
+    }
+}
+
+#[cfg(all(test, not(any(loom, shuttle))))]
+mod tests {
+    use super::*;
+
+    /// A split folio's pieces stand where it stood, in pfn order from the
+    /// oldest, and the links survive the split's rebuilt descriptors.
+    #[test]
+    fn split_pieces_stand_where_the_folio_stood() {
+        let phys = PhysMem::new(4 << 20, false).unwrap();
+        let lru = Lru::default();
+        let [a, b, c] = [0, 2, 0].map(|order| phys.alloc_pages(order).unwrap());
+        for pfn in [a, b, c] {
+            phys.page(pfn).refcount.store(1, Relaxed);
+            lru.add(Folio::from_head(&phys, pfn));
+        }
+        assert_eq!(lru.snapshot(&phys, LruList::Inactive), [a, b, c]);
+        let lock = lru.lock_for_split(Folio::from_head(&phys, b));
+        phys.page(b).ids.store(0, Relaxed);
+        phys.page(b).flags.store(0, Relaxed);
+        lock.split(&phys, &[(b, 0), (b + 1, 0), (b + 2, 1)]);
+        assert_eq!(lru.snapshot(&phys, LruList::Inactive), [a, b, b + 1, b + 2, c]);
+        assert_eq!(lru.sizes(), (5, 0));
+        assert!((1..3).all(|i| phys.page(b + i).test(pg::LRU)), "the pieces carry PG_lru");
+        phys.page(b + 1).refcount.store(1, Relaxed);
+        let taken: Vec<Pfn> = lru.isolate_tail(&phys, LruList::Inactive, 3).iter().map(|f| f.pfn).collect();
+        assert_eq!(taken, [a, b, b + 1], "reclaim takes the oldest first");
+        lru.putback(Folio::from_head(&phys, a), LruList::Active);
+        assert_eq!(lru.snapshot(&phys, LruList::Inactive), [b + 2, c]);
+        assert_eq!(lru.snapshot(&phys, LruList::Active), [a]);
+        lru.del(Folio::from_head(&phys, c));
+        assert_eq!(lru.snapshot(&phys, LruList::Inactive), [b + 2]);
+        assert_eq!(lru.sizes(), (1, 1));
     }
 }
 

@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
+use crate::arch::{PAGE_SIZE, WORDS_PER_PAGE};
 use crate::Errno;
 
 /// Values whose all-zero bytes are a valid value equal to their `Default`.
@@ -93,14 +94,18 @@ impl<T> Drop for Zeroed<T> {
     }
 }
 
-/// The host memory behind the frames: words of RAM.
+/// The host memory behind the frames: one state word per frame naming its
+/// class ([`super::content`]), and the words of RAM, touched only for
+/// frames whose class is full.
 pub(super) struct Arena {
     words: Zeroed<AtomicU64>,
+    states: Zeroed<AtomicU64>,
 }
 
 impl Arena {
-    pub(super) fn new(bytes: usize) -> Result<Arena, Errno> {
-        Ok(Arena { words: Zeroed::new(bytes / 8, true)? })
+    pub(super) fn new(frames: usize) -> Result<Arena, Errno> {
+        let words = Zeroed::new(frames.checked_mul(WORDS_PER_PAGE).ok_or(Errno::ENOMEM)?, false)?;
+        Ok(Arena { words, states: Zeroed::new(frames, false)? })
     }
 
     /// Word `index` of the arena.
@@ -108,18 +113,21 @@ impl Arena {
         &self.words[index]
     }
 
-    /// Zeroes `bytes` bytes from word `start` with one bulk store (zeroing
-    /// is the real work of a fault). The caller owns those frames: they were
-    /// just taken off the free lists.
-    pub(super) fn zero(&self, start: usize, bytes: usize) {
-        assert!(bytes.is_multiple_of(8), "whole words only");
-        let words = &self.words[start..start + bytes / 8];
+    /// The class word of frame `frame`.
+    pub(super) fn state(&self, frame: usize) -> &AtomicU64 {
+        &self.states[frame]
+    }
+
+    /// Fills frame `frame`'s words with `val` in every byte, one bulk store.
+    /// The caller holds the frame busy (or owns it): no other thread
+    /// accesses its words meanwhile.
+    pub(super) fn fill_frame(&self, frame: usize, val: u8) {
+        let words = &self.words[frame * WORDS_PER_PAGE..(frame + 1) * WORDS_PER_PAGE];
         // SAFETY: the words are inside the arena (the slice above is bounds
-        // checked, and `bytes` is whole words), and zero bytes are a valid AtomicU64. The frames were just
-        // allocated, so no page table maps them and no other thread can reach
-        // them without a model bug.
+        // checked), and any bytes are a valid AtomicU64. The caller excludes
+        // every other access to these words (see above).
         unsafe {
-            std::ptr::write_bytes(words.as_ptr().cast_mut().cast::<u8>(), 0, bytes);
+            std::ptr::write_bytes(words.as_ptr().cast_mut().cast::<u8>(), val, PAGE_SIZE as usize);
         }
     }
 }

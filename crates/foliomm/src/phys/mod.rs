@@ -1,5 +1,6 @@
 //! Simulated physical memory: a frame arena holding real bytes
-//! (`arena`), the memmap of page descriptors (`memmap`), and a buddy
+//! (`arena`) for the frames that need them, the rest by content class
+//! (`content`, `bytes`), the memmap of page descriptors (`memmap`), and a buddy
 //! allocator for orders `0..=MAX_PAGE_ORDER` (`buddy`) behind per-CPU
 //! page lists (`pcp`), one of each per NUMA node (`node`).
 //!
@@ -9,21 +10,22 @@
 
 mod arena;
 mod buddy;
+mod bytes;
 mod changes;
+mod content;
 mod contig;
 mod memmap;
 mod node;
 mod pcp;
 
 pub use changes::Changed;
+pub use content::{Content, Sparse};
 pub use memmap::{pg, Page};
 pub use node::{NodeMask, Placement, MAX_NUMNODES};
 pub use pcp::{MigrateType, NR_PCP};
 
-use std::sync::atomic::AtomicU64;
-
-use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE, WORDS_PER_PAGE};
-use crate::sync::atomic::{AtomicU32, Ordering::*};
+use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
+use crate::sync::atomic::AtomicU32;
 use crate::Errno;
 
 /// Physical memory: arena, memmap and buddy allocator.
@@ -67,7 +69,7 @@ impl PhysMem {
         if nr_frames == 0 {
             return Err(Errno::EINVAL);
         }
-        let arena = arena::Arena::new((nr_frames * PAGE_SIZE) as usize)?;
+        let arena = arena::Arena::new(nr_frames as usize)?;
         let memmap = memmap::new_per_frame(nr_frames)?;
         let phys = PhysMem {
             arena,
@@ -125,12 +127,6 @@ impl PhysMem {
         self.changes.take()
     }
 
-    /// Word `idx` (0..512) of frame `pfn`: a page-table entry or 8 data bytes.
-    pub fn word(&self, pfn: Pfn, idx: usize) -> &AtomicU64 {
-        debug_assert!(idx < WORDS_PER_PAGE);
-        self.arena.word(pfn as usize * WORDS_PER_PAGE + idx)
-    }
-
     /// Allocates like [`PhysMem::alloc_pages`] and zeroes the block
     /// (`__GFP_ZERO`, `clear_page`).
     pub fn alloc_pages_zeroed(&self, order: u32) -> Result<Pfn, Errno> {
@@ -145,91 +141,8 @@ impl PhysMem {
     /// [`PhysMem::alloc_pages_on`] with the block zeroed.
     pub fn alloc_pages_zeroed_on(&self, place: Placement, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
         let pfn = self.alloc_pages_on(place, order, kind)?;
-        self.arena.zero(pfn as usize * WORDS_PER_PAGE, (PAGE_SIZE as usize) << order);
+        (pfn..pfn + (1 << order)).for_each(|p| self.reset_frame(p, 0));
         (0..1u32 << order).for_each(|_| crate::sync::sim::work(crate::sync::sim::Work::ZeroPage));
         Ok(pfn)
-    }
-
-    /// Zeroes `nr` frames from `pfn`, word by word (`folio_zero_user`).
-    pub fn clear_frames(&self, pfn: Pfn, nr: u64) {
-        (pfn..pfn + nr).for_each(|p| self.fill(p, 0, PAGE_SIZE as usize, 0));
-    }
-
-    /// Copies frame `src` to frame `dst` (`copy_user_highpage`).
-    pub fn copy_frame(&self, dst: Pfn, src: Pfn) {
-        for i in 0..WORDS_PER_PAGE {
-            let v = self.word(src, i).load(Relaxed);
-            self.word(dst, i).store(v, Relaxed);
-        }
-    }
-
-    /// Reads byte `off` (0..4096) of frame `pfn`.
-    pub fn read_byte(&self, pfn: Pfn, off: usize) -> u8 {
-        let w = self.word(pfn, off / 8).load(Relaxed);
-        (w >> ((off % 8) * 8)) as u8
-    }
-
-    /// Reads `buf.len()` bytes from frame `pfn` starting at `off`; whole
-    /// aligned words are loaded at once.
-    pub fn read_bytes(&self, pfn: Pfn, off: usize, buf: &mut [u8]) {
-        let mut i = 0;
-        while i < buf.len() {
-            let pos = off + i;
-            if pos.is_multiple_of(8) && buf.len() - i >= 8 {
-                let v = self.word(pfn, pos / 8).load(Relaxed);
-                buf[i..i + 8].copy_from_slice(&v.to_le_bytes());
-                i += 8;
-            } else {
-                buf[i] = self.read_byte(pfn, pos);
-                i += 1;
-            }
-        }
-    }
-
-    /// Writes `data` into frame `pfn` at `off`; whole aligned words are stored
-    /// at once, partial words with an atomic read-modify-write.
-    pub fn write_bytes(&self, pfn: Pfn, off: usize, data: &[u8]) {
-        let mut i = 0;
-        while i < data.len() {
-            let pos = off + i;
-            if pos.is_multiple_of(8) && data.len() - i >= 8 {
-                let v = u64::from_le_bytes(data[i..i + 8].try_into().unwrap());
-                self.word(pfn, pos / 8).store(v, Relaxed);
-                i += 8;
-            } else {
-                self.write_byte(pfn, pos, data[i]);
-                i += 1;
-            }
-        }
-    }
-
-    /// Writes one byte of frame `pfn`.
-    pub fn write_byte(&self, pfn: Pfn, off: usize, val: u8) {
-        let shift = (off % 8) * 8;
-        let word = self.word(pfn, off / 8);
-        let mut cur = word.load(Relaxed);
-        loop {
-            let new = (cur & !(0xffu64 << shift)) | ((val as u64) << shift);
-            match word.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
-                Ok(_) => return,
-                Err(x) => cur = x,
-            }
-        }
-    }
-
-    /// Fills `len` bytes of frame `pfn` from `off` with `val` (`memset`).
-    pub fn fill(&self, pfn: Pfn, off: usize, len: usize, val: u8) {
-        let pattern = u64::from_le_bytes([val; 8]);
-        let mut pos = off;
-        let end = off + len;
-        while pos < end {
-            if pos.is_multiple_of(8) && end - pos >= 8 {
-                self.word(pfn, pos / 8).store(pattern, Relaxed);
-                pos += 8;
-            } else {
-                self.write_byte(pfn, pos, val);
-                pos += 1;
-            }
-        }
     }
 }

@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 
 use super::{PhysMem, Placement};
-use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE, PUD_ORDER};
+use crate::arch::{Pfn, MAX_PAGE_ORDER, PUD_ORDER};
 use crate::sync::atomic::Ordering::*;
 use crate::sync::{this_cpu, Mutex};
 use crate::Errno;
@@ -166,10 +166,10 @@ impl PhysMem {
         self.changes.block(pfn, order);
         for p in pfn..pfn + (1 << order) {
             if self.init_on_free {
-                self.fill(p, 0, PAGE_SIZE as usize, 0);
+                self.reset_frame(p, 0);
                 crate::sync::sim::work(crate::sync::sim::Work::ZeroPage);
             } else if self.poison {
-                self.fill(p, 0, PAGE_SIZE as usize, super::POISON);
+                self.reset_frame(p, super::POISON);
             }
             self.generation[p as usize].fetch_add(1, Release);
         }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::arch::{Pfn, SwpEntry, PAGE_SIZE};
-use crate::phys::PhysMem;
+use crate::phys::{Content, PhysMem};
 use crate::sync::Mutex;
 use crate::Errno;
 
@@ -28,7 +28,7 @@ struct Slot {
 /// The device's state under its lock.
 struct Inner {
     map: Vec<Slot>,
-    data: HashMap<u64, Box<[u8]>>,
+    data: HashMap<u64, Content>,
     /// The swap cache: slot to the frame of the page holding it, and back
     /// (`folio->swap`).
     cache: BTreeMap<u64, Pfn>,
@@ -195,11 +195,11 @@ impl SwapDevice {
         }
     }
 
-    /// `swap_writepage` on a synchronous device: the page's bytes stored.
+    /// `swap_writepage` on a synchronous device: the page's bytes stored,
+    /// by content class (as zram stores a same-filled page as its fill).
     pub fn write(&self, phys: &PhysMem, e: SwpEntry, pfn: Pfn) {
-        let mut buf = vec![0; PAGE_SIZE as usize].into_boxed_slice();
-        phys.read_bytes(pfn, 0, &mut buf);
-        self.inner.lock().unwrap().data.insert(e.offset, buf);
+        let content = phys.content(pfn);
+        self.inner.lock().unwrap().data.insert(e.offset, content);
     }
 
     /// `swap_read_folio` on a synchronous device: the slot's bytes into the
@@ -207,7 +207,7 @@ impl SwapDevice {
     pub fn read(&self, phys: &PhysMem, e: SwpEntry, pfn: Pfn) {
         let s = self.inner.lock().unwrap();
         let data = s.data.get(&e.offset).expect("a swapped-out slot holds its bytes");
-        phys.write_bytes(pfn, 0, data);
+        phys.set_content(pfn, data);
     }
 
     /// The device's totals.
