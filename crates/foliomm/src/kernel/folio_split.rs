@@ -100,7 +100,8 @@ impl Kernel {
         pieces.push((first, to));
         pieces.sort_unstable();
         let lru = on_lru.then(|| self.lru.lock_for_split(f));
-        super::page_alloc::clear_descriptors(f);
+        let mapped = super::page_alloc::clear_descriptors(f);
+        assert!(mapped.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, mapped.join("; "));
         for &(pfn, o) in &pieces {
             let piece = self.prep_compound(pfn, o);
             piece.head().set(keep);

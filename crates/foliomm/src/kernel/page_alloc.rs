@@ -126,19 +126,20 @@ impl Kernel {
     pub(super) fn free_folio(&self, f: Folio) {
         let order = f.order();
         let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
-        let m = f.head().mapcount.load(Relaxed);
-        if order == 0 && m != -1 {
-            bad.push(format!("_mapcount is {m}, expected -1"));
+        let hugetlb = f.head().test(pg::HUGETLB);
+        if hugetlb {
+            bad.extend((0..f.nr_pages()).filter_map(|i| mapped_page(f, i)));
+        } else {
+            self.lru.del(f);
+            self.deferred_split_remove(f);
+            bad.extend(clear_descriptors(f));
         }
         if !bad.is_empty() {
             self.bad_pages.lock().unwrap().push((f.pfn, bad.join("; ")));
         }
-        if f.head().test(pg::HUGETLB) {
+        if hugetlb {
             return self.free_huge_folio(f);
         }
-        self.lru.del(f);
-        self.deferred_split_remove(f);
-        clear_descriptors(f);
         if let Some(count) = self.stats.folio_free.get(order as usize) {
             Stats::inc(count);
         }
@@ -147,7 +148,7 @@ impl Kernel {
 
     /// Allocates a zeroed page-table page (`pte_alloc_one` and friends).
     pub fn alloc_table(&self) -> Result<Pfn, Errno> {
-        let pfn = self.phys.alloc_pages_zeroed_as(0, MigrateType::Unmovable)?;
+        let pfn = self.phys.alloc_words(MigrateType::Unmovable)?;
         let p = self.phys.page(pfn);
         p.flags.store(pg::TABLE, Relaxed);
         p.refcount.store(1, Relaxed);
@@ -168,10 +169,20 @@ impl Kernel {
     }
 }
 
-/// Resets every descriptor of `f` to what a free frame has.
-pub(super) fn clear_descriptors(f: Folio) {
-    for i in 0..f.nr_pages() {
-        let p = f.page(i);
+/// Page `i` of `f` described as a bad page if its `_mapcount` is not -1
+/// (a page table still maps it).
+fn mapped_page(f: Folio, i: u64) -> Option<String> {
+    let m = f.page(i).mapcount.load(Relaxed);
+    (m != -1).then(|| format!("page {i} _mapcount is {m}, expected -1"))
+}
+
+/// Resets every descriptor of `f` to what a free frame has, in one pass
+/// that checks each page's `_mapcount` as `free_tail_page_prepare` and
+/// `free_page_is_bad` do; returns the bad pages found.
+pub(super) fn clear_descriptors(f: Folio) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (i, p) in f.phys().pages_ahead(f.pfn..f.pfn + f.nr_pages()).enumerate() {
+        bad.extend(mapped_page(f, i as u64));
         p.flags.store(0, Relaxed);
         p.mapcount.store(0, Relaxed);
         p.compound.store(0, Relaxed);
@@ -181,4 +192,5 @@ pub(super) fn clear_descriptors(f: Folio) {
         }
         p.ids.store(0, Relaxed);
     }
+    bad
 }

@@ -151,8 +151,10 @@ pub trait MapcountDesign: Send + Sync {
     }
     /// Initialises the fields of a freshly allocated large folio (`prep_compound_head`).
     fn prep(&self, f: Folio);
-    /// Returns a description of each field not back at its initial value
-    /// (`free_tail_page_prepare` "bad page" checks); empty when freeable.
+    /// Returns a description of each field of the second page not back at
+    /// its initial value (`free_tail_page_prepare` "bad page" checks);
+    /// empty when freeable. Each page's `_mapcount` is checked as its
+    /// descriptor is cleared (`clear_descriptors`).
     fn check_freeable(&self, f: Folio) -> Vec<String>;
     /// First mapping of a new folio by `mm`: all pages by PTEs, or one PMD
     /// (`folio_add_new_anon_rmap`).

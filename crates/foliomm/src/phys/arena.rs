@@ -38,10 +38,10 @@ unsafe impl<T: Sync> Send for Zeroed<T> {}
 unsafe impl<T: Sync> Sync for Zeroed<T> {}
 
 impl<T: ZeroIsDefault> Zeroed<T> {
-    /// Maps `len` values; `huge` asks the host for THPs (cheap first touch
-    /// where the whole range is used densely, like model RAM). ENOMEM if the
-    /// host refuses the mapping.
-    pub(super) fn new(len: usize, huge: bool) -> Result<Zeroed<T>, Errno> {
+    /// Maps `len` values, ENOMEM if the host refuses the mapping. No THP
+    /// advice: most frames never reach the arena (they stay in their state
+    /// word), and a host THP would make one materialized frame cost 2 MiB.
+    pub(super) fn new(len: usize) -> Result<Zeroed<T>, Errno> {
         let bytes = len.checked_mul(size_of::<T>()).ok_or(Errno::ENOMEM)?.max(1);
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions; the result is checked against MAP_FAILED.
@@ -57,13 +57,6 @@ impl<T: ZeroIsDefault> Zeroed<T> {
         };
         if p == libc::MAP_FAILED {
             return Err(Errno::ENOMEM);
-        }
-        if huge {
-            // The host may ignore the advice, which only costs speed.
-            // SAFETY: advice on exactly the mapping just made; it changes no contents.
-            unsafe {
-                libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-            }
         }
         assert!(p.cast::<T>().is_aligned(), "a mapping is page aligned");
         let base = NonNull::new(p.cast::<T>()).ok_or(Errno::ENOMEM)?;
@@ -104,8 +97,8 @@ pub(super) struct Arena {
 
 impl Arena {
     pub(super) fn new(frames: usize) -> Result<Arena, Errno> {
-        let words = Zeroed::new(frames.checked_mul(WORDS_PER_PAGE).ok_or(Errno::ENOMEM)?, false)?;
-        Ok(Arena { words, states: Zeroed::new(frames, false)? })
+        let words = Zeroed::new(frames.checked_mul(WORDS_PER_PAGE).ok_or(Errno::ENOMEM)?)?;
+        Ok(Arena { words, states: Zeroed::new(frames)? })
     }
 
     /// Word `index` of the arena.

@@ -13,8 +13,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::content::{Content, Sparse, BUSY, FULL};
-use super::PhysMem;
+use super::{MigrateType, PhysMem};
 use crate::arch::{Pfn, PAGE_SIZE, WORDS_PER_PAGE};
+use crate::Errno;
 
 /// A frame's class as one load saw it.
 enum Class {
@@ -23,12 +24,20 @@ enum Class {
 }
 
 impl PhysMem {
-    /// Word `idx` (0..512) of frame `pfn`: a page-table entry or 8 data
-    /// bytes. The frame is materialized first (a page table is, on its
-    /// first access).
+    /// Allocates one zeroed frame whose bytes are in the arena from the
+    /// start, for [`PhysMem::word`]: a page table, whose entries are read
+    /// and written as atomic words with no class to check.
+    pub fn alloc_words(&self, kind: MigrateType) -> Result<Pfn, Errno> {
+        let pfn = self.alloc_pages_zeroed_as(0, kind)?;
+        self.materialize(pfn);
+        Ok(pfn)
+    }
+
+    /// Word `idx` (0..512) of frame `pfn`, which came from
+    /// [`PhysMem::alloc_words`]: a page-table entry.
     pub fn word(&self, pfn: Pfn, idx: usize) -> &AtomicU64 {
         debug_assert!(idx < WORDS_PER_PAGE);
-        self.materialize(pfn);
+        debug_assert!(matches!(self.class(pfn), Class::Full), "frame {pfn:#x} is not in the arena");
         self.at(pfn, idx)
     }
 
@@ -289,6 +298,7 @@ mod tests {
                         plain[frame as usize][off] = val;
                     }
                     Access::Word { frame, idx, val } => {
+                        phys.materialize(frame);
                         phys.word(frame, idx).store(val, Relaxed);
                         plain[frame as usize][idx * 8..idx * 8 + 8].copy_from_slice(&val.to_le_bytes());
                     }
@@ -343,13 +353,14 @@ mod tests {
     #[test]
     fn a_few_bytes_stay_out_of_the_arena() {
         let phys = PhysMem::new(4 << 20, false).unwrap();
-        phys.write_byte(3, 100, 7);
-        assert!(matches!(phys.content(3), Content::Sparse(_)));
-        phys.word(4, 0).store(1, Relaxed);
-        assert!(matches!(phys.class(4), Class::Full));
-        assert!(matches!(phys.class(3), Class::Sparse(..)));
-        phys.write_bytes(3, 0, &[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert!(matches!(phys.class(3), Class::Full), "nine bytes set do not fit the sparse class");
-        assert_eq!(phys.read_byte(3, 100), 7, "materializing kept the earlier byte");
+        let data = phys.alloc_pages_zeroed(0).unwrap();
+        phys.write_byte(data, 100, 7);
+        assert!(matches!(phys.class(data), Class::Sparse(..)));
+        let table = phys.alloc_words(MigrateType::Unmovable).unwrap();
+        assert!(matches!(phys.class(table), Class::Full), "a page table is in the arena from the start");
+        assert_eq!(phys.word(table, 5).load(Relaxed), 0);
+        phys.write_bytes(data, 0, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(matches!(phys.class(data), Class::Full), "nine bytes set do not fit the sparse class");
+        assert_eq!(phys.read_byte(data, 100), 7, "materializing kept the earlier byte");
     }
 }
