@@ -296,10 +296,15 @@ pub fn check_access(maps: &[MapsEntry], addr: u64, write: bool) -> Result<(), Er
 
 /// The host's RAM in bytes (`MemTotal` of /proc/meminfo; 0 if unreadable).
 pub fn mem_total() -> u64 {
+    meminfo("MemTotal")
+}
+
+/// A /proc/meminfo value in bytes, like `MemAvailable`; 0 if unreadable.
+pub fn meminfo(field: &str) -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let kb = meminfo
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
     kb.unwrap_or(0) << 10
 }

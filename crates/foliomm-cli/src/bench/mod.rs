@@ -167,8 +167,21 @@ struct CommonArgs {
     /// releases differ [default: each design's].
     #[arg(long)]
     kernel: Option<foliomm::KernelVersion>,
+    /// How the model's frames keep their bytes: dense keeps every written
+    /// frame's 4 KiB, so a fault's zeroing and a COW's copy take their real
+    /// time, as in the kernels the seeds measured; sparse stores frames by
+    /// content class (`set frames`), for machines larger than this host.
+    #[arg(long, value_enum, default_value = "dense")]
+    frames: Frames,
     #[command(flatten)]
     out: saved::OutputArgs,
+}
+
+/// `--frames`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Frames {
+    Sparse,
+    Dense,
 }
 
 impl CommonArgs {
@@ -185,7 +198,8 @@ impl CommonArgs {
     /// A machine configuration of `design` (unless `--mapcount` says
     /// otherwise) following `--kernel`.
     fn config(&self, design: Design) -> Config {
-        Config { mapcount: self.mapcount.unwrap_or(design), kernel: self.kernel, ..Config::default() }
+        let dense_frames = self.frames == Frames::Dense;
+        Config { mapcount: self.mapcount.unwrap_or(design), kernel: self.kernel, dense_frames, ..Config::default() }
     }
 
     /// An error if `flag` (`size`, `runs` or `mapcount`) was given to a
@@ -208,6 +222,7 @@ impl CommonArgs {
             "no_host": self.no_host,
             "mapcount": self.mapcount.map(|d| d.name()),
             "kernel": self.kernel.map(|v| v.to_string()),
+            "frames": if self.frames == Frames::Dense { "dense" } else { "sparse" },
         })
     }
 }
@@ -275,7 +290,23 @@ fn new_table<T: Into<comfy_table::Cell>>(header: impl IntoIterator<Item = T>) ->
 
 /// A machine for one region of `size` with room to spare.
 fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
-    Ok(Machine::new(Config { memory: size + (256 << 20), ..config })?)
+    new_machine(Config { memory: size + (256 << 20), ..config })
+}
+
+/// A model machine of `config`; with dense frames, one that could need
+/// more host memory than is available is refused with a clear error
+/// instead of running the host out of memory.
+fn new_machine(config: Config) -> Result<Arc<Machine>> {
+    let available = foliomm_host::procfs::meminfo("MemAvailable");
+    if config.dense_frames && config.memory > available {
+        bail!(
+            "a model machine of {} MiB with dense frames can need as much host memory, and this host has {} MiB \
+             available: pass --frames sparse (frames by content class) or a smaller --size",
+            config.memory >> 20,
+            available >> 20
+        );
+    }
+    Ok(Machine::new(config)?)
 }
 
 /// Maps `size` bytes in a new MM of `m` so that write faults use folios of

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::sync::atomic::Ordering::Relaxed;
-use foliomm::{Config, Machine, MmapFlags, Prot};
+use foliomm::{Config, MmapFlags, Prot};
 use foliomm_host::sys::{memfd, Map, Workers};
 
 use super::new_table;
@@ -143,7 +143,8 @@ fn vma_addr(i: u64, aligned: bool) -> u64 {
 
 /// The model's page-table KiB gained per child.
 fn model(a: &PmdSharingArgs, aligned: bool) -> Result<f64> {
-    let m = Machine::new(Config { memory: a.vmas * HPAGE + (64 << 20), ..a.common.config(foliomm::Design::MmId) })?;
+    let m =
+        super::new_machine(Config { memory: a.vmas * HPAGE + (64 << 20), ..a.common.config(foliomm::Design::MmId) })?;
     ensure!(
         m.kernel.set_nr_hugepages(HugeSize::Pmd, a.vmas) == a.vmas,
         "the model's memory holds no {} huge pages",

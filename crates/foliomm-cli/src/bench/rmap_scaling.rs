@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::folio::thp::ShmemHuge;
 use foliomm::internals::sync::cacheline::{Structure, Transfers};
-use foliomm::{Config, Design, Machine, MmapFlags, Prot};
+use foliomm::{Config, Design, MmapFlags, Prot};
 
 use super::new_table;
 use super::page_fault::{run_workers, SimArgs, SimRounds, Simulated};
@@ -194,7 +194,7 @@ fn model(
     sim: &Simulated,
 ) -> Result<(Vec<f64>, Transfers)> {
     let memory = (cpus as u64 + 2) * (size + 4 * PMD) + (256 << 20);
-    let m = Machine::new(Config { memory, ..a.common.config(d) })?;
+    let m = super::new_machine(Config { memory, ..a.common.config(d) })?;
     let shared = MmapFlags { shared: true, populate: true, ..MmapFlags::default() };
     let samples = match w {
         Workload::Map => {

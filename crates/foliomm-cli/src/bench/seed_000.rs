@@ -256,7 +256,7 @@ impl Benchmark for Seed000<'_> {
             // The seed's v6.7 zapped and forked PTE by PTE.
             config.zap = foliomm::internals::machine::ZapStrategy::PerPage;
         }
-        let m = Machine::new(config)?;
+        let m = super::new_machine(config)?;
         let Some(got) = seed_000_once(&m, &mut m.new_cpu(), size, order, bi, self.instances)? else {
             return Ok(Measurement::default());
         };

@@ -26,7 +26,7 @@ use anyhow::{ensure, Context, Result};
 use foliomm::internals::machine::{HugeSize, HugetlbSync};
 use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
-use foliomm::{Config, Design, Machine, MmapFlags, Prot};
+use foliomm::{Config, Design, MmapFlags, Prot};
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
 use super::page_fault::{run_workers, SimArgs, SimRounds, Simulated};
@@ -218,7 +218,7 @@ fn model(
     simulated: Option<&Simulated>,
 ) -> Result<(Vec<(Program, f64)>, Transfers)> {
     let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..a.common.config(Design::MmId) };
-    let m = Machine::new(config)?;
+    let m = super::new_machine(config)?;
     let pages = size / HPAGE;
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
     let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;

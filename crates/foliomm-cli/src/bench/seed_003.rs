@@ -135,7 +135,7 @@ impl Benchmark for Seed003<'_> {
     fn prepare(&mut self, _: &[Setup], _: &Progress) -> Result<()> {
         if self.machines.is_empty() {
             let config = |d| Config { memory: self.size + (256 << 20), ..self.args.common.config(d) };
-            self.machines = DESIGNS.iter().map(|&d| Ok(Machine::new(config(d))?)).collect::<Result<_>>()?;
+            self.machines = DESIGNS.iter().map(|&d| super::new_machine(config(d))).collect::<Result<_>>()?;
         }
         Ok(())
     }

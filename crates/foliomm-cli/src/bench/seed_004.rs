@@ -126,7 +126,7 @@ impl<'a> Seed004<'a> {
     /// file test holds a thread's file and its private copies at once).
     fn machine(&self, d: VmaLockDesign, threads: usize) -> Result<Arc<Machine>> {
         let memory = 2 * threads as u64 * self.size + (256 << 20);
-        Ok(Machine::new(Config { memory, vma_lock: d, ..self.args.common.config(foliomm::Design::MmId) })?)
+        super::new_machine(Config { memory, vma_lock: d, ..self.args.common.config(foliomm::Design::MmId) })
     }
 
     /// The designs, and the host kernel if `host` (beside simulated CPUs

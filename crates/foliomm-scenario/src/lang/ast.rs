@@ -369,6 +369,9 @@ pub enum MachineSetting {
     SimCpus(u64),
     /// `init_on_free=1` (`set init_on_free on`): freed pages are zeroed.
     InitOnFree(bool),
+    /// Every written frame in the arena (`set frames dense`), or frames by
+    /// content class (`sparse`, the default).
+    DenseFrames(bool),
     /// The mmu_gather page-count cap seed 001's thread weighed
     /// (`set gather_limit N`, `off` for Linux's slot limit alone).
     GatherLimit(Option<u64>),
@@ -396,6 +399,7 @@ impl std::fmt::Display for MachineSetting {
             Nodes(n) => write!(f, "set nodes {n}"),
             SimCpus(n) => write!(f, "set sim_cpus {n}"),
             InitOnFree(on) => write!(f, "set init_on_free {}", if *on { "on" } else { "off" }),
+            DenseFrames(on) => write!(f, "set frames {}", if *on { "dense" } else { "sparse" }),
             GatherLimit(Some(n)) => write!(f, "set gather_limit {n}"),
             GatherLimit(None) => write!(f, "set gather_limit off"),
         }

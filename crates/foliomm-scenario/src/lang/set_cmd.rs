@@ -112,6 +112,14 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
             HugetlbSync::parse,
             "i-mmap-rwsem, vma-lock, no-lock",
         )?))),
+        "frames" => {
+            let col = l.col();
+            match l.next("sparse or dense")? {
+                "sparse" => Ok(Cmd::SetMachine(MachineSetting::DenseFrames(false))),
+                "dense" => Ok(Cmd::SetMachine(MachineSetting::DenseFrames(true))),
+                t => l.err(col, format!("expected sparse or dense, found '{t}'")),
+            }
+        }
         "init_on_free" => {
             let col = l.col();
             match l.next("on or off")? {

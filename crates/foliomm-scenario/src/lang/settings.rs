@@ -130,6 +130,18 @@ pub const SETTINGS: &[Setting] = &[
         host: "refused (the TLB is hardware)",
     },
     Setting {
+        name: "frames",
+        syntax: "set frames sparse|dense",
+        doc: "how model frames keep their bytes: sparse (the default) stores a frame that holds one byte repeated \
+              with up to two others in a word, so a machine larger than the host fits; dense keeps every written \
+              frame's 4 KiB, so zeroing and copying take their real time (what benchmarks time)",
+        linux: None,
+        when: When::Machine,
+        names: None,
+        every: Some(|| vec!["sparse".into(), "dense".into()]),
+        host: "ignored: the host's frames always hold their bytes",
+    },
+    Setting {
         name: "init_on_free",
         syntax: "set init_on_free on|off",
         doc: "zero every freed page (init_on_free=1), a cost at munmap and exit (seed 001's thread); off by default",
@@ -301,6 +313,7 @@ mod tests {
             "set hugetlb_sync no-lock",
             "set tlb 0",
             "set init_on_free on",
+            "set frames dense",
             "set gather_limit 512",
             "set debug no-large-reuse",
             "set mm_ids 5",

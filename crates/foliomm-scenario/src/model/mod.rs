@@ -128,6 +128,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Nodes(n) => config.nodes = *n as usize,
                 MachineSetting::SimCpus(n) => _ = self.sim_cpus.set(*n as usize),
                 MachineSetting::InitOnFree(on) => config.init_on_free = *on,
+                MachineSetting::DenseFrames(on) => config.dense_frames = *on,
                 MachineSetting::GatherLimit(n) => config.gather_page_limit = *n,
                 MachineSetting::Debug(d) => {
                     config.debug.set(d);
@@ -347,6 +348,7 @@ impl Backend for ModelBackend {
             MachineSetting::MaxMapCount(c.max_map_count as u64),
             MachineSetting::Nodes(c.nodes as u64),
             MachineSetting::InitOnFree(c.init_on_free),
+            MachineSetting::DenseFrames(c.dense_frames),
             MachineSetting::GatherLimit(c.gather_page_limit),
         ]
         .into_iter()

@@ -54,7 +54,7 @@ impl Cpu {
     pub fn read(&mut self, mm: &Mm, addr: u64, buf: &mut [u8]) -> Result<()> {
         let m = self.kernel.clone();
         let phys = &m.phys;
-        self.access(mm, addr, buf.len() as u64, false, |pfn, off, pos, n| {
+        self.access(&m, mm, addr, buf.len() as u64, false, |pfn, off, pos, n| {
             phys.read_bytes(pfn, off, &mut buf[pos..pos + n])
         })
     }
@@ -63,7 +63,7 @@ impl Cpu {
     pub fn write(&mut self, mm: &Mm, addr: u64, data: &[u8]) -> Result<()> {
         let m = self.kernel.clone();
         let phys = &m.phys;
-        self.access(mm, addr, data.len() as u64, true, |pfn, off, pos, n| {
+        self.access(&m, mm, addr, data.len() as u64, true, |pfn, off, pos, n| {
             phys.write_bytes(pfn, off, &data[pos..pos + n])
         })
     }
@@ -72,7 +72,7 @@ impl Cpu {
     pub fn fill(&mut self, mm: &Mm, addr: u64, len: u64, val: u8) -> Result<()> {
         let m = self.kernel.clone();
         let phys = &m.phys;
-        self.access(mm, addr, len, true, |pfn, off, _, n| phys.fill(pfn, off, n, val))
+        self.access(&m, mm, addr, len, true, |pfn, off, _, n| phys.fill(pfn, off, n, val))
     }
 
     /// Writes `val` to the first byte of every page of `[addr, addr+len)`.
@@ -80,7 +80,7 @@ impl Cpu {
         let m = self.kernel.clone();
         let phys = &m.phys;
         for page in pages(addr, len) {
-            self.with_page(mm, page, true, |pfn| phys.write_byte(pfn, 0, val))?;
+            self.with_page(&m, mm, page, true, |pfn| phys.write_byte(pfn, 0, val))?;
         }
         Ok(())
     }
@@ -89,13 +89,14 @@ impl Cpu {
     pub fn read_byte_per_page(&mut self, mm: &Mm, addr: u64, len: u64) -> Result<Vec<u8>> {
         let m = self.kernel.clone();
         let phys = &m.phys;
-        pages(addr, len).map(|page| self.with_page(mm, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
+        pages(addr, len).map(|page| self.with_page(&m, mm, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
     }
 
     /// Splits `[addr, addr+len)` at page boundaries and runs
     /// `op(pfn, offset in page, offset in the access, length)` on each piece.
     fn access(
         &mut self,
+        m: &Kernel,
         mm: &Mm,
         addr: u64,
         len: u64,
@@ -110,7 +111,7 @@ impl Cpu {
             let n = (next.min(end) - at) as usize;
             let off = (at % PAGE_SIZE) as usize;
             let pos = (at - addr) as usize;
-            self.with_page(mm, at, write, |pfn| op(pfn, off, pos, n))?;
+            self.with_page(m, mm, at, write, |pfn| op(pfn, off, pos, n))?;
             at = next;
         }
         Ok(())
@@ -118,14 +119,13 @@ impl Cpu {
 
     /// Runs `f` on the frame behind `addr` inside an access section, through
     /// a translation that permits the access, faulting first as often as needed.
-    fn with_page<R>(&mut self, mm: &Mm, addr: u64, write: bool, f: impl FnOnce(Pfn) -> R) -> Result<R> {
-        let m = self.kernel.clone();
+    fn with_page<R>(&mut self, m: &Kernel, mm: &Mm, addr: u64, write: bool, f: impl FnOnce(Pfn) -> R) -> Result<R> {
         let mut f = Some(f);
         loop {
             {
                 let _section = mm.tlb.enter();
                 self.tlb.sync(&mm.tlb, &m.stats);
-                if let Some(pfn) = self.translate(&m, mm, addr, write) {
+                if let Some(pfn) = self.translate(m, mm, addr, write) {
                     return Ok((f.take().unwrap())(pfn));
                 }
             }

@@ -37,6 +37,12 @@ pub struct Config {
     /// a cost at munmap and exit; the fault still zeroes the pages it
     /// allocates, as Linux does without `init_on_alloc`. Wins over `poison`.
     pub init_on_free: bool,
+    /// Keep every written frame's bytes in the arena instead of storing
+    /// frames by content class ([`crate::phys::PhysMem::with_dense`]): a
+    /// fault's zeroing and a COW's copy then take the time they take on
+    /// hardware (the benchmarks that time them); off, a machine larger than
+    /// the host fits.
+    pub dense_frames: bool,
     /// Stop a gather after this many pages (the page-count limit weighed in
     /// seed 001's discussion); `None` limits slots only, as Linux does.
     pub gather_page_limit: Option<u64>,
@@ -148,6 +154,7 @@ impl Default for Config {
             tlb_entries: 2048,
             poison: false,
             init_on_free: false,
+            dense_frames: false,
             gather_page_limit: None,
             debug: DebugSwitches::default(),
             precision: false,

@@ -86,8 +86,9 @@ impl Kernel {
             return Err(Errno::EINVAL);
         }
         let design = config.mapcount.implementation_at(config.rmap_id_stage);
-        let phys =
-            PhysMem::new_numa(config.memory, config.nodes, config.poison)?.with_init_on_free(config.init_on_free);
+        let phys = PhysMem::new_numa(config.memory, config.nodes, config.poison)?
+            .with_init_on_free(config.init_on_free)
+            .with_dense(config.dense_frames);
         let zero_pfn = phys.alloc_pages_zeroed(0)?;
         let zp = phys.page(zero_pfn);
         zp.flags.store(pg::ZERO, Relaxed);

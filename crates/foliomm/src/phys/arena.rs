@@ -115,12 +115,17 @@ impl Arena {
     /// The caller holds the frame busy (or owns it): no other thread
     /// accesses its words meanwhile.
     pub(super) fn fill_frame(&self, frame: usize, val: u8) {
-        let words = &self.words[frame * WORDS_PER_PAGE..(frame + 1) * WORDS_PER_PAGE];
+        self.fill_frames(frame, 1, val);
+    }
+
+    /// [`Arena::fill_frame`] for the `nr` frames from `frame`.
+    pub(super) fn fill_frames(&self, frame: usize, nr: usize, val: u8) {
+        let words = &self.words[frame * WORDS_PER_PAGE..(frame + nr) * WORDS_PER_PAGE];
         // SAFETY: the words are inside the arena (the slice above is bounds
         // checked), and any bytes are a valid AtomicU64. The caller excludes
         // every other access to these words (see above).
         unsafe {
-            std::ptr::write_bytes(words.as_ptr().cast_mut().cast::<u8>(), val, PAGE_SIZE as usize);
+            std::ptr::write_bytes(words.as_ptr().cast_mut().cast::<u8>(), val, nr * PAGE_SIZE as usize);
         }
     }
 }

@@ -74,8 +74,12 @@ impl PhysMem {
     }
 
     /// Applies `change` to frame `pfn` while it is sparse; false if the
-    /// frame is full or the change does not fit its class (nothing done).
+    /// frame is full, the change does not fit its class, or the memory is
+    /// dense (nothing done).
     fn change_sparse(&self, pfn: Pfn, change: impl Fn(&mut Sparse) -> bool) -> bool {
+        if self.dense {
+            return false;
+        }
         let state = self.arena.state(pfn as usize);
         loop {
             let Class::Sparse(s, mut sparse) = self.class(pfn) else { return false };
@@ -88,20 +92,32 @@ impl PhysMem {
         }
     }
 
-    /// Makes every byte of frame `pfn` `val`; the caller owns the frame
-    /// (just allocated or being freed).
-    pub(super) fn reset_frame(&self, pfn: Pfn, val: u8) {
-        self.arena.state(pfn as usize).store(Sparse::uniform(val).encode(), Release);
+    /// Makes every byte of the `nr` frames from `pfn` `val`; the caller
+    /// owns them (just allocated or being freed). Dense memory writes the
+    /// bytes, with one bulk store.
+    pub(super) fn reset_frames(&self, pfn: Pfn, nr: u64, val: u8) {
+        let states = pfn as usize..(pfn + nr) as usize;
+        if self.dense {
+            states.clone().for_each(|f| self.arena.state(f).store(BUSY, Relaxed));
+            self.arena.fill_frames(pfn as usize, nr as usize, val);
+            states.for_each(|f| self.arena.state(f).store(FULL, Release));
+        } else {
+            let uniform = Sparse::uniform(val).encode();
+            states.for_each(|f| self.arena.state(f).store(uniform, Release));
+        }
     }
 
     /// Zeroes `nr` frames from `pfn` (`folio_zero_user`); the caller owns them.
     pub fn clear_frames(&self, pfn: Pfn, nr: u64) {
-        (pfn..pfn + nr).for_each(|p| self.reset_frame(p, 0));
+        self.reset_frames(pfn, nr, 0);
     }
 
     /// Copies frame `src` to frame `dst` (`copy_user_highpage`); the caller
     /// owns `dst`. A sparse source costs one word.
     pub fn copy_frame(&self, dst: Pfn, src: Pfn) {
+        if self.dense {
+            self.materialize(src);
+        }
         match self.class(src) {
             Class::Sparse(s, _) => self.arena.state(dst as usize).store(s, Release),
             Class::Full => {
@@ -130,6 +146,11 @@ impl PhysMem {
     /// Makes frame `pfn` hold `content`; the caller owns the frame.
     pub fn set_content(&self, pfn: Pfn, content: &Content) {
         match content {
+            Content::Sparse(s) if self.dense => {
+                let (base, few) = s.parts();
+                self.reset_frames(pfn, 1, base);
+                few.iter().for_each(|&(off, b)| self.write_byte(pfn, off as usize, b));
+            }
             Content::Sparse(s) => self.arena.state(pfn as usize).store(s.encode(), Release),
             Content::Full(bytes) => self.write_bytes(pfn, 0, bytes),
         }
@@ -280,10 +301,19 @@ mod tests {
         /// Every access path keeps each frame's bytes what plain 4 KiB
         /// buffers would hold, whichever class the frame is in.
         #[test]
-        fn every_class_holds_what_plain_bytes_hold(accesses in proptest::collection::vec(access(), 1..40)) {
-            let phys = PhysMem::new(4 << 20, false).unwrap();
+        fn every_class_holds_what_plain_bytes_hold(
+            accesses in proptest::collection::vec(access(), 1..40),
+            dense in any::<bool>(),
+        ) {
+            let phys = PhysMem::new(4 << 20, false).unwrap().with_dense(dense);
             let mut plain = [vec![0u8; PAGE], vec![0u8; PAGE]];
+            let mut written = [false; 2];
             for a in accesses {
+                match a {
+                    Access::Copy { dst: frame } | Access::Write { frame, .. } | Access::Fill { frame, .. }
+                    | Access::Byte { frame, .. } | Access::Word { frame, .. } | Access::Swap { frame }
+                    | Access::Reset { frame, .. } => written[frame as usize] = true,
+                }
                 match a {
                     Access::Write { frame, off, data } => {
                         phys.write_bytes(frame, off, &data);
@@ -308,11 +338,11 @@ mod tests {
                     }
                     Access::Swap { frame } => {
                         let content = phys.content(frame);
-                        phys.reset_frame(frame, 0xee);
+                        phys.reset_frames(frame, 1, 0xee);
                         phys.set_content(frame, &content);
                     }
                     Access::Reset { frame, val } => {
-                        phys.reset_frame(frame, val);
+                        phys.reset_frames(frame, 1, val);
                         plain[frame as usize].fill(val);
                     }
                 }
@@ -321,6 +351,8 @@ mod tests {
                     phys.read_bytes(frame as u64, 0, &mut got);
                     prop_assert!(got == *want, "frame {} differs from plain bytes", frame);
                     prop_assert_eq!(phys.read_byte(frame as u64, 4095), want[4095]);
+                    let full = matches!(phys.class(frame as u64), Class::Full);
+                    prop_assert!(!dense || !written[frame] || full, "dense memory left frame {} sparse", frame);
                 }
             }
         }
@@ -333,7 +365,7 @@ mod tests {
         let phys = PhysMem::new(4 << 20, false).unwrap();
         for round in 0..200u64 {
             let pfn = round % 16;
-            phys.reset_frame(pfn, 0);
+            phys.reset_frames(pfn, 1, 0);
             std::thread::scope(|s| {
                 for t in 0..4usize {
                     let phys = &phys;

@@ -42,6 +42,8 @@ pub struct PhysMem {
     poison: bool,
     /// Zero freed frames (`init_on_free`); wins over `poison`.
     init_on_free: bool,
+    /// Keep every written frame's bytes in the arena ([`PhysMem::with_dense`]).
+    dense: bool,
     /// What changed since the checker last asked, while it tracks.
     changes: changes::Changes,
 }
@@ -59,6 +61,13 @@ impl PhysMem {
     /// This memory with every freed frame zeroed (`init_on_free=1`).
     pub fn with_init_on_free(self, on: bool) -> PhysMem {
         PhysMem { init_on_free: on, ..self }
+    }
+
+    /// This memory with every frame it writes held in the arena (no
+    /// content classes): zeroing and copying cost what they do on
+    /// hardware, for benchmarks that time them.
+    pub fn with_dense(self, on: bool) -> PhysMem {
+        PhysMem { dense: on, ..self }
     }
 
     /// [`PhysMem::new`] cut into `nodes` NUMA nodes; EINVAL when a node
@@ -79,6 +88,7 @@ impl PhysMem {
             generation: memmap::new_per_frame(nr_frames)?,
             poison,
             init_on_free: false,
+            dense: false,
             changes: changes::Changes::default(),
         };
         for n in phys.nodes.iter() {
@@ -141,7 +151,7 @@ impl PhysMem {
     /// [`PhysMem::alloc_pages_on`] with the block zeroed.
     pub fn alloc_pages_zeroed_on(&self, place: Placement, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
         let pfn = self.alloc_pages_on(place, order, kind)?;
-        (pfn..pfn + (1 << order)).for_each(|p| self.reset_frame(p, 0));
+        self.reset_frames(pfn, 1 << order, 0);
         (0..1u32 << order).for_each(|_| crate::sync::sim::work(crate::sync::sim::Work::ZeroPage));
         Ok(pfn)
     }

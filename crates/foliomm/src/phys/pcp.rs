@@ -166,10 +166,10 @@ impl PhysMem {
         self.changes.block(pfn, order);
         for p in pfn..pfn + (1 << order) {
             if self.init_on_free {
-                self.reset_frame(p, 0);
+                self.reset_frames(p, 1, 0);
                 crate::sync::sim::work(crate::sync::sim::Work::ZeroPage);
             } else if self.poison {
-                self.reset_frame(p, super::POISON);
+                self.reset_frames(p, 1, super::POISON);
             }
             // Only the frame's owner frees it: a plain increment will do
             // (a locked add per frame was a fifth of a 2M folio's munmap).
