@@ -73,28 +73,10 @@ impl Default for List {
 struct Lists([List; 2]);
 
 impl Lists {
-    /// Links `pfn` into `which` between `newer` and `older` (either NONE
-    /// at an end).
-    fn link(&mut self, phys: &PhysMem, which: LruList, pfn: Pfn, newer: u64, older: u64) {
+    /// Makes `newer` and `older` neighbours on `which`; NONE on a side
+    /// makes the other the list's end there.
+    fn join(&mut self, phys: &PhysMem, which: LruList, newer: u64, older: u64) {
         let l = &mut self.0[which as usize];
-        set_links(phys, pfn, newer, older);
-        match newer {
-            NONE => l.newest = pfn,
-            n => set_links(phys, n, links(phys, n).0, pfn),
-        }
-        match older {
-            NONE => l.oldest = pfn,
-            o => set_links(phys, o, pfn, links(phys, o).1),
-        }
-        l.len += 1;
-    }
-
-    /// Takes `f`, on a list, off it and clears its list flags.
-    fn remove(&mut self, f: Folio) {
-        let phys = f.phys();
-        let which = LruList::of(f.head());
-        let l = &mut self.0[which as usize];
-        let (newer, older) = links(phys, f.pfn);
         match newer {
             NONE => l.newest = older,
             n => set_links(phys, n, links(phys, n).0, older),
@@ -103,7 +85,22 @@ impl Lists {
             NONE => l.oldest = newer,
             o => set_links(phys, o, newer, links(phys, o).1),
         }
-        l.len -= 1;
+    }
+
+    /// Links `pfn` into `which` between `newer` and `older`.
+    fn link(&mut self, phys: &PhysMem, which: LruList, pfn: Pfn, newer: u64, older: u64) {
+        self.join(phys, which, newer, pfn);
+        self.join(phys, which, pfn, older);
+        self.0[which as usize].len += 1;
+    }
+
+    /// Takes `f`, on a list, off it and clears its list flags.
+    fn remove(&mut self, f: Folio) {
+        let phys = f.phys();
+        let which = LruList::of(f.head());
+        let (newer, older) = links(phys, f.pfn);
+        self.join(phys, which, newer, older);
+        self.0[which as usize].len -= 1;
         set_links(phys, f.pfn, NONE, NONE);
         f.head().clear(pg::LRU | pg::ACTIVE);
     }
