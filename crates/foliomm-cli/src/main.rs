@@ -4,6 +4,7 @@
 mod bench;
 mod compare;
 mod counters;
+mod designs;
 mod fuzz;
 mod host;
 mod interrupt;
@@ -62,6 +63,9 @@ enum Command {
     /// Every counter a run prints: what it counts, its Linux name, and the
     /// settings or designs it needs (`stat.NAME` in an `expect`).
     Counters(counters::CountersArgs),
+    /// The mapcount designs and the memmap space each spends on mapcounts
+    /// per folio size (seed 000's Q/A).
+    Designs(designs::DesignsArgs),
     /// Host-kernel settings foliomm changes (THP, shmem, the huge page pool).
     #[command(subcommand)]
     Host(HostCommand),
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
         Command::Fuzz(a) => fuzz::main(a.args),
         Command::Settings(a) => settings::print(&a).map(|_| true),
         Command::Counters(a) => counters::print(&a).map(|_| true),
+        Command::Designs(a) => designs::print(&a).map(|_| true),
         Command::Sim(c) => sim::run(&c).map(|_| true),
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),

@@ -279,7 +279,7 @@ fn secs(d: Duration) -> f64 {
 
 /// A terminal table in the seeds' style (pipes, a rule under the header),
 /// every column but the first right-aligned.
-fn new_table<T: Into<comfy_table::Cell>>(header: impl IntoIterator<Item = T>) -> comfy_table::Table {
+pub(crate) fn new_table<T: Into<comfy_table::Cell>>(header: impl IntoIterator<Item = T>) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::ASCII_MARKDOWN).set_header(header);
     for c in t.column_iter_mut().skip(1) {

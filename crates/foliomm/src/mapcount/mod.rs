@@ -42,6 +42,7 @@ mod cost;
 mod eras;
 mod fields;
 mod large_mapcount;
+mod memmap_space;
 pub mod mm_id;
 mod page_mapcounts;
 mod stage;
@@ -54,6 +55,7 @@ use crate::release::KernelVersion;
 
 pub use eras::PageMapcounts;
 pub use fields::ENTIRELY_MAPPED;
+pub use memmap_space::MemmapSpace;
 pub use mm_id::{MmId, MmIds, RmapMm};
 pub use stage::RmapIdStage;
 
