@@ -44,7 +44,7 @@ fn costs_follow_each_era_s_fields() {
             "{stage}: plain mapcount and sums, atomic per-page counts and _nr_pages_mapped"
         );
     }
-    for stage in [RmapIdStage::RmapId, RmapIdStage::OneTwoThree, RmapIdStage::Batch] {
+    for stage in [RmapIdStage::RmapId, RmapIdStage::OneTwoThree, RmapIdStage::Batch, RmapIdStage::AllShared] {
         assert_eq!(
             staged(Design::RmapIdPowersum, stage),
             [(518, 1, 512), (7, 1, 3)],

@@ -200,10 +200,11 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
 /// [`RmapIdStage::ALL`] order: `rmap-id`, then `rmap-id-powersum`.
 /// At the "mapcount" stage they have no rmap sums and guess as 6.10's
 /// `folio_likely_mapped_shared` does (patch 3's `folio_mapped_shared`).
-pub(super) static RMAP_ID_STAGES: [[PageMapcounts; 7]; 2] = [staged(DESIGNS[4]), staged(DESIGNS[5])];
+pub(super) static RMAP_ID_STAGES: [[PageMapcounts; RmapIdStage::ALL.len()]; 2] =
+    [staged(DESIGNS[4]), staged(DESIGNS[5])];
 
-const fn staged(base: PageMapcounts) -> [PageMapcounts; 7] {
-    let mut out = [base; 7];
+const fn staged(base: PageMapcounts) -> [PageMapcounts; RmapIdStage::ALL.len()] {
+    let mut out = [base; RmapIdStage::ALL.len()];
     let mut i = 0;
     while i < out.len() {
         out[i].f.stage = RmapIdStage::ALL[i];

@@ -8,7 +8,8 @@ use crate::sync::SeqEntry;
 named_enum! {
     /// How far into seed 000's series the rmap-ID designs go (`set
     /// rmap_id_stage NAME`, `--rmap-id-stage NAME`); each stage includes
-    /// the ones before it. Only `rmap-id` and `rmap-id-powersum` read it.
+    /// the ones before it, but `all-shared`, which is `all` without the
+    /// exclusive entry. Only `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
     /// After patch 3: a total mapcount and `folio_mapped_shared()` (a
@@ -39,6 +40,12 @@ named_enum! {
     /// with plain stores when exclusive.
     #[default]
     All = "all",
+    /// `all` without patch 17's exclusive entry: every writer enters the
+    /// seqcount shared and updates with atomic RMWs, the per-page counts
+    /// still under it, so no writer ever spins on another (the seed's answer
+    /// for PREEMPT_RT: "If we disable the 'exclusive' path for the atomic
+    /// seqcount, we wouldn't have to spin on the writer's side").
+    AllShared = "all-shared",
     }
 }
 
@@ -68,6 +75,7 @@ impl RmapIdStage {
     /// How a writer enters the rmap seqcount at this stage.
     pub fn seq_entry(self) -> SeqEntry {
         match self {
+            RmapIdStage::AllShared => SeqEntry::SharedOnly,
             s if s < RmapIdStage::Exclusive => SeqEntry::SharedOnly,
             RmapIdStage::Exclusive => SeqEntry::Cmpxchg,
             _ => SeqEntry::AddReturn,
