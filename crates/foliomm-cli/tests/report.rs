@@ -87,7 +87,8 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id batch",
             "rmap-id exclusive",
             "rmap-id nocmpxchg",
-            "rmap-id all"
+            "rmap-id all",
+            "rmap-id all-shared"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));
