@@ -111,14 +111,9 @@ impl Arena {
         &self.states[frame]
     }
 
-    /// Fills frame `frame`'s words with `val` in every byte, one bulk store.
-    /// The caller holds the frame busy (or owns it): no other thread
-    /// accesses its words meanwhile.
-    pub(super) fn fill_frame(&self, frame: usize, val: u8) {
-        self.fill_frames(frame, 1, val);
-    }
-
-    /// [`Arena::fill_frame`] for the `nr` frames from `frame`.
+    /// Fills the `nr` frames from `frame` with `val` in every byte, one
+    /// bulk store. The caller holds the frames busy (or owns them): no other
+    /// thread accesses their words meanwhile.
     pub(super) fn fill_frames(&self, frame: usize, nr: usize, val: u8) {
         let words = &self.words[frame * WORDS_PER_PAGE..(frame + nr) * WORDS_PER_PAGE];
         // SAFETY: the words are inside the arena (the slice above is bounds

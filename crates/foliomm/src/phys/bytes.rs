@@ -65,7 +65,7 @@ impl PhysMem {
                 continue;
             }
             let (base, few) = sparse.parts();
-            self.arena.fill_frame(pfn as usize, base);
+            self.arena.fill_frames(pfn as usize, 1, base);
             for &(off, b) in few {
                 self.write_word_byte(pfn, off as usize, b);
             }

@@ -147,14 +147,6 @@ impl Content {
     pub fn of_bytes(bytes: Box<[u8]>) -> Content {
         Sparse::of_bytes(&bytes).map_or(Content::Full(bytes), Content::Sparse)
     }
-
-    /// Host memory this content keeps beyond its own size (for accounting).
-    pub fn heap_bytes(&self) -> usize {
-        match self {
-            Content::Sparse(_) => 0,
-            Content::Full(b) => b.len(),
-        }
-    }
 }
 
 #[cfg(test)]

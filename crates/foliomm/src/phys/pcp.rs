@@ -164,13 +164,14 @@ impl PhysMem {
     /// [`PhysMem::free_pages`] of a block allocated for `kind`.
     pub fn free_pages_as(&self, pfn: Pfn, order: u32, kind: MigrateType) {
         self.changes.block(pfn, order);
-        for p in pfn..pfn + (1 << order) {
-            if self.init_on_free {
-                self.reset_frames(p, 1, 0);
-                crate::sync::sim::work(crate::sync::sim::Work::ZeroPage);
-            } else if self.poison {
-                self.reset_frames(p, 1, super::POISON);
-            }
+        let nr = 1u64 << order;
+        if self.init_on_free {
+            self.reset_frames(pfn, nr, 0);
+            (0..nr).for_each(|_| crate::sync::sim::work(crate::sync::sim::Work::ZeroPage));
+        } else if self.poison {
+            self.reset_frames(pfn, nr, super::POISON);
+        }
+        for p in pfn..pfn + nr {
             // Only the frame's owner frees it: a plain increment will do
             // (a locked add per frame was a fifth of a 2M folio's munmap).
             let generation = &self.generation[p as usize];
