@@ -83,6 +83,7 @@ impl HostBackend {
                 std::io::Error::from_raw_os_error(n)
             ))),
             Ok(Err(Refused::Unobservable(why))) => Err(StepError::Unsupported(why)),
+            Ok(Err(Refused::Hangs(why))) => Err(StepError::Hangs(why)),
             Err(e) => Err(broken(format!("answered {:?}: {e}", line.trim()))),
         }
     }

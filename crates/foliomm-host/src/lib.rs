@@ -25,6 +25,7 @@ pub mod swap;
 pub mod sys;
 pub mod sysfs;
 mod truncate_guard;
+mod uffd;
 pub mod worker;
 
 use std::collections::HashMap;

@@ -17,6 +17,7 @@ const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
 const PM_SWAP: u64 = 1 << 62;
 const PM_EXCLUSIVE: u64 = 1 << 56;
+const PM_UFFD_WP: u64 = 1 << 57;
 const PM_PFN: u64 = (1 << 55) - 1;
 const PMD: u64 = 2 << 20;
 const KPF_COMPOUND_HEAD: u64 = 1 << 15;
@@ -44,6 +45,7 @@ struct PageFacts {
     zero: bool,
     huge: bool,
     exclusive: bool,
+    uffd_wp: bool,
     pfn: u64,
 }
 
@@ -160,6 +162,7 @@ impl Procfs {
                 zero: c & PAGE_IS_PFNZERO != 0,
                 huge: c & PAGE_IS_HUGE != 0,
                 exclusive: e & PM_EXCLUSIVE != 0,
+                uffd_wp: e & PM_UFFD_WP != 0,
                 pfn: e & PM_PFN,
             })
             .collect())
@@ -204,6 +207,7 @@ impl Procfs {
             pmd_mapped: f.huge,
             folio_order: self.folio_order(f.pfn),
             exclusive: f.exclusive,
+            uffd_wp: f.uffd_wp,
             node: crate::sys::scenario::page_node(page),
             ..PageInfo::default()
         })

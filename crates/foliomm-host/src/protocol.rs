@@ -33,6 +33,9 @@ pub enum Refused {
     OsError(i32),
     /// The kernel does not show what was asked (why, in words).
     Unobservable(String),
+    /// The step would have waited forever (why, in words): a fault no
+    /// userfaultfd handler rule answers.
+    Hangs(String),
 }
 
 impl From<std::io::Error> for Refused {

@@ -40,6 +40,7 @@ struct Process {
     socket: PathBuf,
     name: String,
     procfs: Procfs,
+    uffds: crate::uffd::Uffds,
 }
 
 impl Process {
@@ -47,7 +48,7 @@ impl Process {
         // An open /proc/self/pagemap stays bound to the process that opened
         // it: a forked child opens its own.
         let procfs = Procfs::open().expect("cannot open /proc/self/pagemap or /proc/kpageflags (needs root)");
-        Arc::new(Process { socket: socket.into(), name: name.into(), procfs })
+        Arc::new(Process { socket: socket.into(), name: name.into(), procfs, uffds: Default::default() })
     }
 
     fn thread_name(&self, tid: u32) -> String {
@@ -195,7 +196,13 @@ impl WorkerThread {
                     .map_err(Refused::from)
             }
             Op::Mremap { addr, len, new_len, to, dontunmap } => mremap(addr, len, new_len, to, dontunmap),
-            Op::Access { addr, len, access } => access_memory(&self.proc.procfs, addr, len, access),
+            Op::Access { addr, len, access } => access_memory(&self.proc, addr, len, access),
+            Op::Userfaultfd { sigbus } => self.proc.uffds.make(sigbus, |handler| {
+                fence_off_next_stack();
+                let builder = std::thread::Builder::new().name("uffd handler".into()).stack_size(THREAD_STACK as usize);
+                builder.spawn(handler).map(|_| ())
+            }),
+            Op::Uffd { uffd, call } => self.proc.uffds.call(uffd, call),
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),
             Op::ObserveZeroPage => observe_zero_page(&self.proc.procfs),
             Op::Peek { addr } => observe(&self.proc.procfs, addr, PAGE).map(|r| match r {
@@ -340,7 +347,8 @@ fn fault_in_file_page(procfs: &Procfs, maps: &[MapsEntry], addr: u64, write: boo
 
 /// Performs an access page by page, stopping at the first page the VMAs
 /// forbid, as a CPU would (with an error instead of SIGSEGV).
-fn access_memory(procfs: &Procfs, addr: u64, len: u64, access: Access) -> Answer {
+fn access_memory(proc: &Process, addr: u64, len: u64, access: Access) -> Answer {
+    let procfs = &proc.procfs;
     let maps = maps();
     let write = !matches!(access, Access::Read { .. });
     let every_byte = match access {
@@ -353,6 +361,7 @@ fn access_memory(procfs: &Procfs, addr: u64, len: u64, access: Access) -> Answer
     while at < end {
         check_access(&maps, at, write).map_err(Refused::Errno)?;
         fault_in_file_page(procfs, &maps, at, write)?;
+        proc.uffds.fault_in(at, write)?;
         let next = if every_byte { ((at / PAGE) + 1) * PAGE } else { at + PAGE };
         let span = if every_byte { at..next.min(end) } else { at..at + 1 };
         // The page lies in a VMA that permits this access (checked above).
@@ -365,5 +374,6 @@ fn access_memory(procfs: &Procfs, addr: u64, len: u64, access: Access) -> Answer
         }
         at = next;
     }
+    proc.uffds.take_unhandled()?;
     Ok(if write { Reply::Done } else { Reply::Bytes(out) })
 }

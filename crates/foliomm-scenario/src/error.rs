@@ -20,6 +20,10 @@ pub enum StepError {
     /// does not model): the scenario is skipped on this backend.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The step would wait forever (a fault no userfaultfd handler rule
+    /// answers): the scenario fails.
+    #[error("the step would wait forever: {0}")]
+    Hangs(String),
 }
 
 /// How a backend's machinery failed: never an errno, never expected.

@@ -132,6 +132,7 @@ impl Observation {
         "node",
         "swap_kb",
         "swap_total_kb",
+        "uffd_wp",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -172,6 +173,7 @@ impl Observation {
         "exclusive",
         "byte",
         "kpagecount",
+        "uffd_wp",
         "node",
     ];
 
@@ -203,7 +205,7 @@ impl Observation {
             return format!("absent{swapped}; rss {}K", self.range.rss_kb);
         }
         let mut flags = Vec::new();
-        for (on, name) in [(p.exclusive, "exclusive"), (p.anon_exclusive, "anon-exclusive"), (p.pmd_mapped, "pmd")] {
+        for (on, name) in [(p.exclusive, "exclusive"), (p.anon_exclusive, "anon-exclusive"), (p.pmd_mapped, "pmd"), (p.uffd_wp, "uffd-wp")] {
             if on {
                 flags.push(name);
             }
@@ -305,6 +307,7 @@ impl Observation {
             "maybe_shared" => p.maybe_shared as u64,
             "likely_shared" => p.likely_shared as u64,
             "pmd_shared" => p.pmd_shared as u64,
+            "uffd_wp" => p.uffd_wp as u64,
             "pgtables_kb" => self.pgtables_kb,
             "vma_count" => self.vma_count,
             "pmd_aligned" => self.addr.is_multiple_of(2 << 20) as u64,

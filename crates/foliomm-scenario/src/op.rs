@@ -8,7 +8,7 @@
 
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mm::{Advice, PageInfo};
-use foliomm::internals::mm_types::Prot;
+use foliomm::internals::mm_types::{Prot, UffdReason};
 
 use crate::error::{BackendResult, Machinery, StepError};
 use crate::observation::Observation;
@@ -219,6 +219,48 @@ pub enum Op {
     /// The shared zero page (`ZERO_PAGE(0)`), as a read fault of private
     /// anonymous memory maps it: its frame, and that it is the zero page.
     ObserveZeroPage,
+    /// `userfaultfd()` and `UFFDIO_API`, with `UFFD_FEATURE_SIGBUS` if
+    /// `sigbus`; replies with its handle. A handler thread of the process
+    /// answers the faults it is given by the rules [`UffdCall::On`] sets;
+    /// a fault no rule answers fails its step ([`StepError::Hangs`]).
+    Userfaultfd {
+        sigbus: bool,
+    },
+    /// One call on the userfaultfd `uffd` (an ioctl, or a handler rule).
+    Uffd {
+        uffd: u64,
+        call: UffdCall,
+    },
+}
+
+/// A call on a userfaultfd (`ioctl(uffd, UFFDIO_*)`), or the rule its
+/// handler thread follows.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum UffdCall {
+    /// `UFFDIO_REGISTER` in `modes` (`VM_UFFD_*` bits of
+    /// [`foliomm::internals::mm_types::vm`]).
+    Register { addr: u64, len: u64, modes: u32 },
+    /// `UFFDIO_UNREGISTER`.
+    Unregister { addr: u64, len: u64 },
+    /// `UFFDIO_COPY` of pages filled with `val` (`UFFDIO_COPY_MODE_WP` if
+    /// `wp`), or with `val` `None` `UFFDIO_ZEROPAGE`; replies with the bytes
+    /// done (the kernel's `copy`/`zeropage` field) unless none was.
+    Fill { addr: u64, len: u64, val: Option<u8>, wp: bool },
+    /// `UFFDIO_WRITEPROTECT` with (`protect`) or without `MODE_WP`.
+    WriteProtect { addr: u64, len: u64, protect: bool },
+    /// How the handler answers faults of `reason` from now on.
+    On { reason: UffdReason, action: UffdAction },
+}
+
+/// What a handler thread does with one fault: resolve its page, then wake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum UffdAction {
+    /// `UFFDIO_COPY` of a page filled with the byte.
+    Copy(u8),
+    /// `UFFDIO_ZEROPAGE`.
+    ZeroPage,
+    /// `UFFDIO_WRITEPROTECT` without `MODE_WP` of the page.
+    Unprotect,
 }
 
 /// What a backend replies to an [`Op`] that succeeded.

@@ -220,6 +220,13 @@ pub enum Errno {
     /// policy does not allow it (`-EIO`).
     #[error("EIO: a page is not where the policy puts it")]
     EIO,
+    /// Not an errno: the fault was handed to a userfaultfd
+    /// (`handle_userfault`, `VM_FAULT_RETRY`). The thread waits for the
+    /// handler; in foliomm its caller plays the handler (reads the
+    /// message from the VMA's [`internals::mm_types::UserfaultfdCtx`],
+    /// answers it) and retries the access.
+    #[error("the fault waits for its userfaultfd handler")]
+    Userfault,
 }
 
 /// Each errno with its kernel name and its number on x86-64 Linux (0 for
@@ -247,6 +254,9 @@ const ERRNOS: [(Errno, &str, i32); 14] = {
 impl Errno {
     /// The kernel's name of the error.
     pub fn name(self) -> &'static str {
+        if self == Errno::Userfault {
+            return "userfault";
+        }
         ERRNOS.iter().find(|e| e.0 == self).map_or("?", |e| e.1)
     }
 

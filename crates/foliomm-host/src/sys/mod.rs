@@ -3,7 +3,8 @@
 //! line has no `unsafe` of its own. Callers get types whose misuse is a
 //! compile error, an `io::Error` or a panic, never undefined behaviour.
 //! The scenario worker's calls are in `scenario`, GUP references in
-//! [`gup`], `PAGEMAP_SCAN` in [`pagemap_scan`]. Outside
+//! [`gup`], `PAGEMAP_SCAN` in [`pagemap_scan`], userfaultfd's in
+//! `userfaultfd`. Outside
 //! `foliomm::internals::phys`, this module is foliomm's only `unsafe` code.
 
 mod clock;
@@ -11,6 +12,7 @@ pub mod gup;
 mod mapping;
 mod pagemap_scan;
 pub(crate) mod scenario;
+pub(crate) mod userfaultfd;
 mod workers;
 
 pub use clock::{minor_faults, process_cpu_time, thread_cpu_time};

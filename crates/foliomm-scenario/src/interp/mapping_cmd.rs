@@ -22,6 +22,7 @@ impl State<'_> {
             Cmd::Munmap(pl) => {
                 let (a, l) = self.place(pl)?;
                 if outcome(step, self.perform(t, Op::Munmap { addr: a, len: l }))?.is_some() {
+                    self.uffds.forget(&p, a, l);
                     self.refs.get_mut(&p).unwrap().unmap(a, l);
                 }
                 Ok("ok".into())
@@ -256,6 +257,7 @@ impl State<'_> {
         } else {
             rs.remap(a, l.min(new_len), n, new_len);
             if n != a {
+                self.uffds.forget(&p, a, l);
                 rs.unmap(a, l);
             } else if new_len < l {
                 // Shrunk in place: the tail is gone.

@@ -18,6 +18,7 @@ mod process;
 mod shm_cmd;
 mod state;
 mod trace;
+mod uffd_cmd;
 
 use crate::backend::Backend;
 use crate::error::StepError;
@@ -137,7 +138,7 @@ impl From<&str> for Failed {
 impl From<StepError> for Failed {
     fn from(e: StepError) -> Failed {
         let kind = match e {
-            StepError::Errno(_) => FailureKind::Scenario,
+            StepError::Errno(_) | StepError::Hangs(_) => FailureKind::Scenario,
             StepError::Machinery(_) => FailureKind::Backend,
             StepError::Unsupported(_) => FailureKind::Unsupported,
         };

@@ -68,6 +68,7 @@ impl State<'_> {
             | Cmd::Pread { .. } => self.file_step(step, t),
             Cmd::Observe { place, .. } if self.files.contains_key(&place.map) => self.file_step(step, t),
             Cmd::ShmGet { .. } | Cmd::ShmAt { .. } | Cmd::ShmDt(_) | Cmd::ShmRm(_) => self.shm_step(step, t),
+            Cmd::Userfaultfd { .. } | Cmd::Uffd(_) => self.uffd_step(step, t),
             Cmd::Fork(child) => {
                 if self.live.contains(child) || self.exited.contains(child) {
                     let when = if self.exited.contains(child) { "existed (it has exited" } else { "exists (" };
@@ -96,6 +97,7 @@ impl State<'_> {
             }
             Cmd::Exit => {
                 self.perform(t, Op::Exit)?;
+                self.uffds.exited(&p);
                 self.threads.remove(&p);
                 self.live.remove(&p);
                 self.refs.remove(&p);
@@ -176,10 +178,12 @@ impl State<'_> {
         while done < l || (l == 0 && done == 0) {
             let (at, len) = (a + done, (l - done).min(chunk));
             let read = Op::Access { addr: at, len, access: Access::Read { every_byte: *every_byte } };
+            let fills = self.uffd_fills(t, at, len)?;
             let got = self.perform(t, read).and_then(Reply::bytes);
             let Some(got) = outcome(step, got)? else {
                 return Ok("failed as expected".into());
             };
+            self.apply_uffd_fills(&p, &fills);
             let rs = self.refs.get_mut(&p).unwrap();
             let mut want = std::mem::take(&mut self.want);
             let said = match every_byte {
@@ -250,7 +254,11 @@ impl State<'_> {
         let mut at = a;
         while at < a + l {
             let len = ((at / chunk + 1) * chunk).min(a + l) - at;
+            let fills = self.uffd_fills(t, at, len)?;
             let r = self.perform(t, Op::Access { addr: at, len, access }).and_then(Reply::done);
+            if r.is_ok() {
+                self.apply_uffd_fills(t.proc, &fills);
+            }
             let got = errno_of(&r);
             let failed = r.is_err();
             // Every chunk but the last must succeed; the last ends as the step says.

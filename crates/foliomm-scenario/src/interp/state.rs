@@ -71,6 +71,8 @@ pub(super) struct State<'b> {
     pub(super) obs: Vec<(String, Observation)>,
     /// Pins by name: the backend's handle and the thread that took it.
     pub(super) pins: HashMap<String, (u64, String, u32)>,
+    /// The userfaultfds, their rules and registrations.
+    pub(super) uffds: super::uffd_cmd::Uffds,
     /// Time spent inside the backend's calls.
     pub(super) backend_time: Duration,
     /// The open `measure` block.
@@ -108,6 +110,7 @@ impl<'b> State<'b> {
             refs: HashMap::new(),
             obs: Vec::new(),
             pins: HashMap::new(),
+            uffds: Default::default(),
             backend_time: Duration::ZERO,
             measure: None,
             measures: Vec::new(),
@@ -153,6 +156,7 @@ impl<'b> State<'b> {
         s.threads = self.threads.clone();
         s.exited = self.exited.clone();
         s.pins = self.pins.clone();
+        s.uffds = self.uffds.clone();
         let refs = self.refs.get(proc).map(|r| (proc.to_string(), r.with_files_of(&s.ref_files)));
         s.refs = refs.into_iter().collect();
         s

@@ -225,6 +225,11 @@ pub enum Cmd {
         pin: String,
         name: String,
     },
+    Userfaultfd {
+        name: String,
+        sigbus: bool,
+    },
+    Uffd(super::uffd_cmd::UffdStep),
     Expect {
         lhs: Operand,
         op: CmpOp,

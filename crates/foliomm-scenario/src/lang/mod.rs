@@ -86,6 +86,7 @@ mod numa_cmd;
 mod parser;
 mod proc_cmd;
 mod set_cmd;
+mod uffd_cmd;
 pub mod settings;
 pub mod suggest;
 
@@ -93,3 +94,4 @@ pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step
 pub use lexer::parse_size;
 pub use parser::parse;
 pub use set_cmd::MAX_TLB_ENTRIES;
+pub use uffd_cmd::{UffdStep, UffdStepCall};

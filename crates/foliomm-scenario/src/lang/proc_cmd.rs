@@ -117,6 +117,7 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "read" | "verify" => Cmd::Read { place: l.place()?, every_byte: verb == "verify" },
         "unpin" => Cmd::Unpin(l.ident("the pin to release")?),
+        v if super::uffd_cmd::VERBS.contains(&v) => super::uffd_cmd::parse_uffd(l, v)?,
         "observe" if l.peek() == Some("pin") => {
             l.pos += 1;
             let pin = l.ident("a pin")?;
@@ -176,10 +177,16 @@ const COMMANDS: &[&str] = &[
     "verify",
     "unpin",
     "observe",
+    "uffd_register",
+    "uffd_unregister",
+    "uffd_copy",
+    "uffd_zeropage",
+    "uffd_wp",
+    "on",
 ];
 
 /// The commands that name what they make (`P: a = mmap 64K`).
-const ASSIGNED: &[&str] = &["mmap", "memfd", "tmpfs", "shmget", "shmat", "mremap", "pin", "get"];
+const ASSIGNED: &[&str] = &["mmap", "memfd", "tmpfs", "shmget", "shmat", "mremap", "pin", "get", "userfaultfd"];
 
 /// Whether `t` is a process's command, named or not.
 pub(super) fn is_command(t: &str) -> bool {
@@ -234,7 +241,7 @@ fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
     let name = l.ident("a mapping name")?;
     l.pos += 1;
     let col = l.col();
-    match l.next("mmap, memfd, tmpfs, shmget, shmat, mremap, pin or get")? {
+    match l.next("mmap, memfd, tmpfs, shmget, shmat, mremap, pin, get or userfaultfd")? {
         "mmap" => parse_mmap(l, name, col),
         "memfd" => {
             let size = l.size("a file size")?;
@@ -269,10 +276,12 @@ fn parse_assignment(l: &mut Line) -> Result<Cmd, ParseError> {
             Ok(Cmd::Pin { name, place, kind: GupKind::Pin { write, longterm } })
         }
         "get" => Ok(Cmd::Pin { name, place: l.place()?, kind: GupKind::Get }),
+        "userfaultfd" => super::uffd_cmd::parse_userfaultfd(l, name),
         t if COMMANDS.contains(&t) => l.err(col, format!("'{t}' makes nothing to name: write 'PROCESS: {t} ...'")),
         t => {
             let hint = super::suggest::did_you_mean(t, ASSIGNED.iter().copied());
-            l.err(col, format!("expected mmap, memfd, tmpfs, shmget, shmat, mremap, pin or get, found '{t}'{hint}"))
+            let all = ASSIGNED.join(", ");
+            l.err(col, format!("expected one of {all}, found '{t}'{hint}"))
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::op::{pattern_bytes, Access, GupKind, MmapRequest, Op, Peek, Reply};
 mod files;
 mod glossary;
 mod thp_hint;
+mod uffd;
 pub use glossary::counter_glossary;
 
 /// A scenario process on the model: its address space and its threads' CPUs.
@@ -45,6 +46,7 @@ pub struct ModelBackend {
     /// Files by handle, while a process holds a descriptor of them (the
     /// mappings hold their own references).
     files: Mutex<HashMap<u64, Arc<Inode>>>,
+    uffds: Mutex<uffd::Uffds>,
 }
 
 impl ModelBackend {
@@ -207,125 +209,22 @@ impl Backend for ModelBackend {
     }
 
     fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {
-        let m = self.m();
-        Ok(match op {
-            Op::Spawn => {
-                self.add_process(t.proc, m.new_mm()?, HashSet::new());
-                Reply::Done
-            }
-            Op::SpawnThread => {
-                let cpu = Arc::new(Mutex::new(m.new_cpu()));
-                let mut procs = self.procs.write().unwrap();
-                let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
-                if p.threads.insert(t.tid, cpu).is_some() {
-                    return Err(t.failure("exists already"));
+        // A call that may fault on a userfaultfd's range waits for its
+        // handler and goes on (accesses, populating advice and locks are
+        // restartable); a pin gives up (Linux's long-term pins do not wait).
+        let may_wait = matches!(op, Op::Access { .. } | Op::Madvise { .. } | Op::Mlock { .. } | Op::Pin { .. });
+        if !may_wait {
+            return self.perform_once(t, op);
+        }
+        loop {
+            match self.perform_once(t, op.clone()) {
+                Err(StepError::Errno(Errno::Userfault)) if matches!(op, Op::Pin { .. }) => {
+                    return Err(StepError::Unsupported("a pin of a page a userfaultfd must fill".into()));
                 }
-                p.mm.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Reply::Done
+                Err(StepError::Errno(Errno::Userfault)) => self.handle_userfaults(&self.mm_of(t)?)?,
+                r => return r,
             }
-            Op::ExitThread => {
-                let mut procs = self.procs.write().unwrap();
-                let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
-                match (t.tid, p.threads.remove(&t.tid)) {
-                    (0, _) => return Err(t.failure("is the process's first; exit the process")),
-                    (_, Some(_)) => {
-                        p.mm.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                        Reply::Done
-                    }
-                    (_, None) => return Err(t.failure("does not exist")),
-                }
-            }
-            Op::Exit => {
-                let p = self.procs.write().unwrap().remove(t.proc);
-                let p = p.ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
-                p.mm.exit();
-                m.shm.exit(p.mm.serial);
-                self.release(p.fds);
-                Reply::Done
-            }
-            Op::Fork { child } => {
-                let c = self.mm_of(t)?.fork()?;
-                let fds = self.procs.read().unwrap().get(t.proc).map(|p| p.fds.clone()).unwrap_or_default();
-                self.add_process(&child, c, fds);
-                Reply::Done
-            }
-            Op::ShmGet { size, hugetlb } => Reply::Value(m.shmget(&*self.mm_of(t)?, size, hugetlb)?),
-            Op::ShmAt { shm, readonly } => Reply::Value(m.shm.shmat(&*self.mm_of(t)?, shm, readonly)?),
-            Op::ShmDt { addr } => done(m.shm.shmdt(&*self.mm_of(t)?, addr))?,
-            Op::ShmRm { shm } => done(m.shm.rmid(shm))?,
-            Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
-            Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
-            Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
-            Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
-            Op::SplitHugePages { addr, len, order, at } => {
-                done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order, at).map(|_| ()))?
-            }
-            Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
-            Op::NumaScan { addr, len } => Reply::Value(self.mm_of(t)?.numa_scan(addr, addr + len)),
-            Op::Mbind { addr, len, mode, nodes, flags } => {
-                let nodes = foliomm::internals::phys::NodeMask(nodes);
-                done(self.mm_of(t)?.mbind(addr, len, mode, nodes, flags))?
-            }
-            Op::MovePages { addr, len, node, all } => {
-                let pages: Vec<u64> = (addr..addr + len).step_by(4096).collect();
-                let nodes = node.map(|n| vec![n; pages.len()]);
-                let r = self.mm_of(t)?.move_pages(&pages, nodes.as_deref(), all);
-                Reply::Moved { unmoved: r.result?, status: r.status }
-            }
-            Op::Mremap { addr, len, new_len, to, dontunmap: false } => {
-                Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)
-            }
-            Op::Mremap { addr, len, new_len, to, dontunmap: true } => {
-                Reply::Value(self.mm_of(t)?.mremap_dontunmap(addr, len, new_len, to)?)
-            }
-            Op::Access { addr, len, access } => self.access(t, addr, len, access)?,
-            Op::Observe { addr, len } => Reply::Observed(Box::new(self.observe(t, addr, len)?)),
-            Op::Peek { addr } => Reply::Peeked(self.peek(t, addr)?),
-            Op::CreateFile { .. }
-            | Op::Close { .. }
-            | Op::Unlink { .. }
-            | Op::AddSeals { .. }
-            | Op::Ftruncate { .. }
-            | Op::PunchHole { .. }
-            | Op::Fallocate { .. }
-            | Op::Pwrite { .. }
-            | Op::Pread { .. }
-            | Op::SplitFile { .. }
-            | Op::ObserveFile { .. } => self.file_op(t, op)?,
-            Op::Pin { addr, len, kind } => {
-                let mm = self.mm_of(t)?;
-                let pin = match kind {
-                    GupKind::Get => mm.get_user_pages(addr, len)?,
-                    GupKind::Pin { write, longterm } => mm.pin_user_pages(addr, len, write, longterm)?,
-                };
-                let mut pins = self.pins.lock().unwrap();
-                pins.0 += 1;
-                let id = pins.0;
-                pins.1.insert(id, pin);
-                Reply::Value(id)
-            }
-            Op::Unpin { pin } => {
-                let pin = self.pins.lock().unwrap().1.remove(&pin).ok_or(Errno::EINVAL)?;
-                m.unpin_user_pages(pin);
-                Reply::Done
-            }
-            Op::ObservePin { pin } => Reply::Observed(Box::new(self.observe_pin(pin)?)),
-            Op::ObserveZeroPage => {
-                let f = foliomm::internals::folio::Folio::containing(&m.phys, m.zero_pfn);
-                let page = foliomm::internals::mm::PageInfo {
-                    present: true,
-                    pfn: m.zero_pfn,
-                    zero_page: true,
-                    refcount: f.refcount() as u64,
-                    ..Default::default()
-                };
-                Reply::Observed(Box::new(Observation {
-                    page,
-                    byte: m.phys.read_byte(m.zero_pfn, 0),
-                    ..Default::default()
-                }))
-            }
-        })
+        }
     }
 
     /// The release the started machine follows (the default before).
@@ -400,6 +299,131 @@ fn done(r: foliomm::Result<()>) -> BackendResult<Reply> {
 }
 
 impl ModelBackend {
+    fn perform_once(&self, t: Thread, op: Op) -> BackendResult<Reply> {
+        let m = self.m();
+        Ok(match op {
+            Op::Spawn => {
+                self.add_process(t.proc, m.new_mm()?, HashSet::new());
+                Reply::Done
+            }
+            Op::SpawnThread => {
+                let cpu = Arc::new(Mutex::new(m.new_cpu()));
+                let mut procs = self.procs.write().unwrap();
+                let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                if p.threads.insert(t.tid, cpu).is_some() {
+                    return Err(t.failure("exists already"));
+                }
+                p.mm.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Reply::Done
+            }
+            Op::ExitThread => {
+                let mut procs = self.procs.write().unwrap();
+                let p = procs.get_mut(t.proc).ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                match (t.tid, p.threads.remove(&t.tid)) {
+                    (0, _) => return Err(t.failure("is the process's first; exit the process")),
+                    (_, Some(_)) => {
+                        p.mm.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        Reply::Done
+                    }
+                    (_, None) => return Err(t.failure("does not exist")),
+                }
+            }
+            Op::Exit => {
+                let p = self.procs.write().unwrap().remove(t.proc);
+                let p = p.ok_or_else(|| Machinery::NoProcess(t.proc.into()))?;
+                self.uffds.lock().unwrap().exited(&p.mm);
+                p.mm.exit();
+                m.shm.exit(p.mm.serial);
+                self.release(p.fds);
+                Reply::Done
+            }
+            Op::Fork { child } => {
+                let c = self.mm_of(t)?.fork()?;
+                let fds = self.procs.read().unwrap().get(t.proc).map(|p| p.fds.clone()).unwrap_or_default();
+                self.add_process(&child, c, fds);
+                Reply::Done
+            }
+            Op::ShmGet { size, hugetlb } => Reply::Value(m.shmget(&*self.mm_of(t)?, size, hugetlb)?),
+            Op::ShmAt { shm, readonly } => Reply::Value(m.shm.shmat(&*self.mm_of(t)?, shm, readonly)?),
+            Op::ShmDt { addr } => done(m.shm.shmdt(&*self.mm_of(t)?, addr))?,
+            Op::ShmRm { shm } => done(m.shm.rmid(shm))?,
+            Op::Mmap(req) => Reply::Value(self.mmap(t, req)?),
+            Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
+            Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
+            Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
+            Op::SplitHugePages { addr, len, order, at } => {
+                done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order, at).map(|_| ()))?
+            }
+            Op::Madvise { addr, len, advice } => done(self.mm_of(t)?.madvise(addr, len, advice))?,
+            Op::NumaScan { addr, len } => Reply::Value(self.mm_of(t)?.numa_scan(addr, addr + len)),
+            Op::Mbind { addr, len, mode, nodes, flags } => {
+                let nodes = foliomm::internals::phys::NodeMask(nodes);
+                done(self.mm_of(t)?.mbind(addr, len, mode, nodes, flags))?
+            }
+            Op::MovePages { addr, len, node, all } => {
+                let pages: Vec<u64> = (addr..addr + len).step_by(4096).collect();
+                let nodes = node.map(|n| vec![n; pages.len()]);
+                let r = self.mm_of(t)?.move_pages(&pages, nodes.as_deref(), all);
+                Reply::Moved { unmoved: r.result?, status: r.status }
+            }
+            Op::Mremap { addr, len, new_len, to, dontunmap: false } => {
+                Reply::Value(self.mm_of(t)?.mremap(addr, len, new_len, true, to)?)
+            }
+            Op::Mremap { addr, len, new_len, to, dontunmap: true } => {
+                Reply::Value(self.mm_of(t)?.mremap_dontunmap(addr, len, new_len, to)?)
+            }
+            Op::Access { addr, len, access } => self.access(t, addr, len, access)?,
+            Op::Observe { addr, len } => Reply::Observed(Box::new(self.observe(t, addr, len)?)),
+            Op::Peek { addr } => Reply::Peeked(self.peek(t, addr)?),
+            Op::CreateFile { .. }
+            | Op::Close { .. }
+            | Op::Unlink { .. }
+            | Op::AddSeals { .. }
+            | Op::Ftruncate { .. }
+            | Op::PunchHole { .. }
+            | Op::Fallocate { .. }
+            | Op::Pwrite { .. }
+            | Op::Pread { .. }
+            | Op::SplitFile { .. }
+            | Op::ObserveFile { .. } => self.file_op(t, op)?,
+            Op::Pin { addr, len, kind } => {
+                let mm = self.mm_of(t)?;
+                let pin = match kind {
+                    GupKind::Get => mm.get_user_pages(addr, len)?,
+                    GupKind::Pin { write, longterm } => mm.pin_user_pages(addr, len, write, longterm)?,
+                };
+                let mut pins = self.pins.lock().unwrap();
+                pins.0 += 1;
+                let id = pins.0;
+                pins.1.insert(id, pin);
+                Reply::Value(id)
+            }
+            Op::Unpin { pin } => {
+                let pin = self.pins.lock().unwrap().1.remove(&pin).ok_or(Errno::EINVAL)?;
+                m.unpin_user_pages(pin);
+                Reply::Done
+            }
+            Op::ObservePin { pin } => Reply::Observed(Box::new(self.observe_pin(pin)?)),
+            Op::Userfaultfd { sigbus } => self.userfaultfd(t, sigbus)?,
+            Op::Uffd { uffd, call } => self.uffd_call(uffd, call)?,
+            Op::ObserveZeroPage => {
+                let f = foliomm::internals::folio::Folio::containing(&m.phys, m.zero_pfn);
+                let page = foliomm::internals::mm::PageInfo {
+                    present: true,
+                    pfn: m.zero_pfn,
+                    zero_page: true,
+                    refcount: f.refcount() as u64,
+                    ..Default::default()
+                };
+                Reply::Observed(Box::new(Observation {
+                    page,
+                    byte: m.phys.read_byte(m.zero_pfn, 0),
+                    ..Default::default()
+                }))
+            }
+        })
+    }
+
     fn mmap(&self, t: Thread, req: MmapRequest) -> BackendResult<u64> {
         let (fixed, populate, shared, hugetlb, noreserve, locked) =
             (req.fixed, req.populate, req.shared, req.hugetlb, req.noreserve, req.locked);

@@ -19,6 +19,9 @@ impl Pte {
     pub const PROTNONE: u64 = 1 << 8;
     /// `_PAGE_SPECIAL`: no struct page semantics (the zero pages).
     pub const SPECIAL: u64 = 1 << 9;
+    /// `_PAGE_UFFD_WP` (`_PAGE_BIT_SOFTW2`): userfaultfd write-protects the
+    /// page; a write faults to the handler (`pte_uffd_wp`, `pmd_uffd_wp`).
+    pub const UFFD_WP: u64 = 1 << 10;
     pub const PFN_MASK: u64 = 0x000f_ffff_ffff_f000;
     /// `_PAGE_SWP_EXCLUSIVE` (`_PAGE_PWT`) of a swap entry: the page was
     /// `PageAnonExclusive` when it was unmapped for swap-out.
@@ -54,6 +57,10 @@ impl Pte {
     }
     pub fn special(self) -> bool {
         self.0 & Self::SPECIAL != 0
+    }
+    /// `pte_uffd_wp` of a present entry.
+    pub fn uffd_wp(self) -> bool {
+        self.present() && self.0 & Self::UFFD_WP != 0
     }
     pub fn with(self, bits: u64) -> Pte {
         Pte(self.0 | bits)

@@ -340,6 +340,19 @@ impl RefSpace {
         self.each_piece(addr, len, true, |d, off, _, n| d.fill(off, n, val))
     }
 
+    /// Gives each page of `[addr, addr + len)` bytes all `val` of its own,
+    /// whatever its protection: pages the kernel filled for userspace
+    /// (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`). EFAULT at the first unmapped page.
+    pub fn fill_pages(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
+        for p in page_range(addr, len).step_by(PS) {
+            self.maps.get(&p).ok_or(Errno::EFAULT)?;
+            let mut page = RefPage::default();
+            page.fill(0, PS, val);
+            self.data.insert(p, page);
+        }
+        Ok(())
+    }
+
     pub fn write_byte_per_page(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
         for p in page_range(addr, len).step_by(PS) {
             self.with_bytes(p, true, |d| d.fill(0, 1, val))?;

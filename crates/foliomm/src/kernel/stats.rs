@@ -331,6 +331,25 @@ counters! {
     /// (`VMA_LOCK_MISS`).
     /// Needs: set vma_lock vma-rwsem or vma-refcount, and threads.
     vma_lock_miss,
+    /// Faults on a none entry of a range registered for missing faults,
+    /// handed to the userfaultfd's handler (`handle_userfault` with
+    /// `VM_UFFD_MISSING`).
+    /// Needs: a range registered with uffd ... missing.
+    uffd_missing_fault,
+    /// Write faults on a page userfaultfd write-protects, handed to the
+    /// handler (`handle_userfault` with `VM_UFFD_WP`).
+    /// Needs: a range registered with uffd ... wp.
+    uffd_wp_fault,
+    /// Faults handed to a userfaultfd that asked for SIGBUS instead
+    /// (`UFFD_FEATURE_SIGBUS`).
+    /// Needs: a range registered with uffd ... sigbus.
+    uffd_sigbus,
+    /// Pages `UFFDIO_COPY` filled (`mfill_atomic_pte_copy`).
+    /// Needs: uffd_copy, or a handler that copies.
+    uffd_copy,
+    /// Pages `UFFDIO_ZEROPAGE` mapped (`mfill_atomic_pte_zeropage`).
+    /// Needs: uffd_zeropage, or a handler that maps the zero page.
+    uffd_zeropage,
 }
 
 impl Stats {

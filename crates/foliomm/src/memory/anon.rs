@@ -1,12 +1,15 @@
 //! Anonymous faults on a none PTE (mm/memory.c `do_anonymous_page`,
 //! `alloc_anon_folio`): the zero page for a read, the largest allowed folio
-//! for a write.
+//! for a write; in a range registered for missing faults, the fault goes to
+//! the userfaultfd once the PTE lock shows the entry still none.
 
 use super::fault::VmFault;
+use super::userfaultfd::handle_userfault;
 use crate::arch::{pte_index, Pte, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
+use crate::mm_types::UffdReason;
 use crate::pgtable::{load, pte_range_none, store};
 use crate::rmap;
 use crate::Result;
@@ -20,6 +23,10 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     if !vmf.write() {
         let ptl = vmf.pte_lock();
         if ptl.is_some() && load(phys, table, pte_index(addr)).is_none() {
+            if vmf.vma.userfaultfd_missing() {
+                drop(ptl);
+                return handle_userfault(vmf, UffdReason::Missing);
+            }
             let zero = Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED);
             store(phys, table, pte_index(addr), zero);
             Stats::inc(&k.stats.zero_page_map);
@@ -36,6 +43,11 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         k.folio_put_refs(f, 1);
         return Ok(());
     }
+    if vmf.vma.userfaultfd_missing() {
+        drop(ptl);
+        k.folio_put_refs(f, 1);
+        return handle_userfault(vmf, UffdReason::Missing);
+    }
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(base)));
     for i in 0..nr {
@@ -49,10 +61,12 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
 
 /// `alloc_anon_folio`: from the highest allowed order below PMD order down,
 /// the first whose naturally aligned range lies inside the VMA, has only none
-/// PTEs and can be allocated; else order 0. The folio comes zeroed.
+/// PTEs and can be allocated; else order 0, the only order in a VMA
+/// registered with a userfaultfd. The folio comes zeroed.
 fn alloc_anon_folio<'k>(vmf: &VmFault<'k>) -> Result<Folio<'k>> {
     let k = vmf.k;
-    let orders = vmf.thp_orders() & ((1 << PMD_ORDER) - 1);
+    let armed = vmf.vma.userfaultfd_armed();
+    let orders = if armed { 0 } else { vmf.thp_orders() & ((1 << PMD_ORDER) - 1) };
     for order in (1..PMD_ORDER).rev().filter(|o| orders & (1 << o) != 0) {
         let size = PAGE_SIZE << order;
         let base = vmf.address & !(size - 1);

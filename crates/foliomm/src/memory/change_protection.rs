@@ -53,6 +53,7 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
                     continue;
                 }
                 let can_write = !p.special()
+                    && !p.uffd_wp()
                     && (vma.shared() || {
                         let f = Folio::containing(phys, p.pfn());
                         f.anon_exclusive(p.pfn() - f.pfn)

@@ -106,7 +106,7 @@ impl CopyVma<'_> {
                 // A file page of a private mapping: read-only, shared with the
                 // child as it is (folio_dup_file_rmap_ptes).
                 rmap::folio_add_file_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, dst.rmap);
-                let child = pte.without(Pte::ACCESSED);
+                let child = pte.without(Pte::ACCESSED | Pte::UFFD_WP);
                 (0..nr).for_each(|i| store(phys, dtable, idx + i, child.next_pfn(i as u64)));
                 dst.add_rss(f, nr as i64);
                 Stats::add(&k.stats.fork_ptes, nr as u64);
@@ -125,7 +125,10 @@ impl CopyVma<'_> {
                 addr += PAGE_SIZE;
                 continue;
             }
-            let child = pte.without(Pte::RW | Pte::ACCESSED);
+            // The child is registered with no userfaultfd
+            // (dup_userfaultfd without UFFD_FEATURE_EVENT_FORK): its entries
+            // lose the uffd-wp bit (copy_present_ptes: pte_clear_uffd_wp).
+            let child = pte.without(Pte::RW | Pte::ACCESSED | Pte::UFFD_WP);
             for i in 0..nr {
                 if any_writable {
                     let s = load(phys, stable, idx + i);

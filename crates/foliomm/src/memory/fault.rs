@@ -4,7 +4,10 @@
 //! [`super::wp`]. The caller holds the VMA stable (through
 //! [`crate::mm_types::vma_lock`]) and has checked the access against it.
 //!
-//! Differs from Linux: no KSM, userfaultfd or memcg; a folio lock that is
+//! A write to an entry userfaultfd write-protects goes to the handler
+//! first (`wp_huge_pmd`, `do_wp_page`: `userfaultfd_pte_wp`).
+//!
+//! Differs from Linux: no KSM or memcg; a folio lock that is
 //! contended makes reuse fail instead of waiting. The page tables a fault
 //! allocates come with reclaim, as its folios do.
 
@@ -13,7 +16,7 @@ use super::vmscan::reclaim_on_enomem;
 use super::{anon, file, wp};
 use crate::arch::{pte_index, Pfn, Pte, PMD_ORDER, PMD_SIZE};
 use crate::kernel::{Kernel, Stats};
-use crate::mm_types::{vm, Mm, Vma};
+use crate::mm_types::{vm, Mm, UffdReason, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lock_checked, pte_lockptr, store, PmdSlot};
 use crate::sync::BitSpinLock;
 use crate::tlb::table_rcu::TableReadGuard;
@@ -119,6 +122,9 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind,
         } else if e.huge() && !e.hw_present() && vma.readable() {
             return super::numa_balancing::do_huge_pmd_numa_page(&vmf, pmd);
         } else if e.huge() {
+            if kind == FaultKind::Write && e.uffd_wp() && vma.userfaultfd_wp() {
+                return super::userfaultfd::handle_userfault(&vmf, UffdReason::WriteProtect);
+            }
             if kind != FaultKind::Read && !e.write() {
                 if huge_memory::do_huge_pmd_wp_page(&vmf)? == Huge::Done {
                     return Ok(());
@@ -168,6 +174,9 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
         // and `vma_is_accessible`).
         super::numa_balancing::do_numa_page(vmf)
     } else if vmf.kind != FaultKind::Read && !pte.write() {
+        if vmf.write() && pte.uffd_wp() && vmf.vma.userfaultfd_wp() {
+            return super::userfaultfd::handle_userfault(vmf, UffdReason::WriteProtect);
+        }
         if vmf.vma.shared() {
             return file::wp_page_shared(vmf);
         }

@@ -12,7 +12,7 @@ use crate::arch::{Pte, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
-use crate::mm_types::{Mm, Vma};
+use crate::mm_types::{Mm, UffdReason, Vma};
 use crate::pgtable::{self, pte_lockptr, walk_pmd, PmdSlot};
 use crate::phys::pg;
 use crate::rmap;
@@ -64,6 +64,11 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
             k.free_table(table);
             return Ok(Huge::Done);
         }
+        if vma.userfaultfd_missing() {
+            drop(_pl);
+            k.free_table(table);
+            return super::userfaultfd::handle_userfault(vmf, UffdReason::Missing).map(|_| Huge::Done);
+        }
         deposit(mm, haddr, table);
         pmd.store(phys, Pte::new(zero, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED));
         Stats::inc(&k.stats.huge_zero_map);
@@ -82,10 +87,13 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         }
     };
     let pl = pte_lockptr(phys, pmd.table).lock();
-    if !pmd.load(phys).is_none() {
+    if !pmd.load(phys).is_none() || vma.userfaultfd_missing() {
         drop(pl);
         k.folio_put_refs(f, 1);
         k.free_table(table);
+        if vma.userfaultfd_missing() {
+            return super::userfaultfd::handle_userfault(vmf, UffdReason::Missing).map(|_| Huge::Done);
+        }
         return Ok(Huge::Done);
     }
     rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
@@ -264,7 +272,7 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
         spmd.store(phys, e.without(Pte::RW));
     }
     deposit(dst, addr & !(PMD_SIZE - 1), table);
-    dpmd.store(phys, e.without(Pte::RW | Pte::ACCESSED));
+    dpmd.store(phys, e.without(Pte::RW | Pte::ACCESSED | Pte::UFFD_WP));
     Ok(true)
 }
 
@@ -305,14 +313,14 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
 }
 
 /// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
-pub(crate) fn move_huge_pmd(k: &Kernel, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, src: u64, dst: u64) {
+pub(crate) fn move_huge_pmd(k: &Kernel, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, src: u64, dst: u64, moved: &dyn Fn(Pte) -> Pte) {
     let phys = &k.phys;
     let _sl = pte_lockptr(phys, spmd.table).lock();
     let _dl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, dpmd.table).lock());
     let e = spmd.load(phys);
     debug_assert!(dpmd.load(phys).is_none());
     spmd.store(phys, Pte::NONE);
-    dpmd.store(phys, e);
+    dpmd.store(phys, moved(e));
     let table = mm.deposits.lock().unwrap().remove(&src);
     if let Some(t) = table {
         deposit(mm, dst, t);
@@ -328,7 +336,7 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
     // A shared mapping's PMD becomes writable whole (no write notification,
     // as for PTEs in `change_protection`).
-    let can_write = !e.special() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
+    let can_write = !e.special() && !e.uffd_wp() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     n != e

@@ -4,7 +4,8 @@
 //! hugetlb pages and PMD sharing ([`hugetlb`]) and private hugetlb
 //! reservations ([`hugetlb_resv`]), zap and
 //! `free_pgtables` ([`zap`]), fork's copy ([`copy_page_range`]), mprotect's
-//! [`change_protection`] and mremap's [`move_page_tables`]. Every function
+//! [`change_protection`], mremap's [`move_page_tables`] and [`userfaultfd`]'s
+//! faults and resolving ioctls. Every function
 //! works on one MM's page tables; the VMA changes around them live above, in
 //! [`crate::mm`].
 
@@ -25,6 +26,7 @@ pub mod numa_balancing;
 pub mod rmap_walk;
 pub mod split;
 pub mod swap;
+pub mod userfaultfd;
 pub mod vmscan;
 pub mod wp;
 pub mod zap;

@@ -12,8 +12,10 @@ use crate::Result;
 /// PMD moves as one entry (with its deposited table) when both addresses are
 /// PMD-aligned and the block is whole; otherwise it is split and its PTEs
 /// move one by one (`move_ptes`). rmap is unchanged: the same MM maps the
-/// same folios.
-pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64) -> Result<()> {
+/// same folios. With `clear_uffd_wp` the present entries lose their
+/// uffd-wp bit (a VMA that leaves its userfaultfd behind, 6.13 on).
+pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64, clear_uffd_wp: bool) -> Result<()> {
+    let moved = |p: Pte| if clear_uffd_wp && p.present() { p.without(Pte::UFFD_WP) } else { p };
     let phys = &k.phys;
     let mut off = 0;
     while off < len {
@@ -26,7 +28,7 @@ pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64
         let e = spmd.load(phys);
         if e.huge() && src % PMD_SIZE == 0 && dst % PMD_SIZE == 0 && step == PMD_SIZE {
             let dpmd = alloc_pmd(k, mm.pgd, dst, &mm.page_table_lock)?;
-            super::huge_memory::move_huge_pmd(k, mm, spmd, dpmd, src, dst);
+            super::huge_memory::move_huge_pmd(k, mm, spmd, dpmd, src, dst, &moved);
             off += step;
             continue;
         }
@@ -45,7 +47,7 @@ pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64
                 let p = load(phys, stable, pte_index(s));
                 if !p.is_none() {
                     store(phys, stable, pte_index(s), Pte::NONE);
-                    store(phys, dtable, pte_index(d), p);
+                    store(phys, dtable, pte_index(d), moved(p));
                 }
             }
         }

@@ -31,8 +31,10 @@ impl Mm {
                 // hugetlb_dup_vma_private(): the child owns no reservation,
                 // and has had no page taken back.
                 c.set_hugetlb_resv(None);
-                // dup_mmap(): nor any mlock.
-                c.set_flags(c.flags() & !(vm::HUGETLB_RESV_UNMAPPED | vm::LOCKED));
+                // dup_mmap(): nor any mlock; dup_userfaultfd() without
+                // UFFD_FEATURE_EVENT_FORK: nor any userfaultfd registration.
+                c.set_flags(c.flags() & !(vm::HUGETLB_RESV_UNMAPPED | vm::LOCKED | vm::UFFD_FLAGS));
+                c.set_userfaultfd_ctx(None);
                 // Linked (to its file) before its PTEs exist, after the
                 // parent's VMA, as dup_mmap does.
                 cvmas.insert(c.clone());

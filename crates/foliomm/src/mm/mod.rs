@@ -1,7 +1,8 @@
 //! What a process asks of its address space: mmap and exit ([`mmap`]),
 //! munmap and VMA split/merge ([`vma`]), [`mprotect`], [`madvise`],
 //! [`mremap`], [`fork`], GUP ([`gup`]), the /proc views ([`proc`]) and
-//! the truncation of a shmem file under its mappings ([`truncate`]). The
+//! the truncation of a shmem file under its mappings ([`truncate`]) and
+//! the [`userfaultfd`] ioctls. The
 //! VMA changes happen here, under the mmap_lock; the page tables change
 //! through [`crate::memory`].
 
@@ -21,6 +22,7 @@ pub mod proc;
 pub mod smaps;
 pub mod split_huge_pages;
 pub mod truncate;
+pub mod userfaultfd;
 pub mod vma;
 
 pub use madvise::Advice;

@@ -139,6 +139,11 @@ impl Mm {
         let src = vmas.get(old).cloned().expect("mremap source VMA");
         let moved = vmas.dup(&src);
         moved.set_range(new, new + new_len, src.pgoff());
+        // mremap_userfaultfd_prep() without UFFD_FEATURE_EVENT_REMAP: the
+        // moved VMA leaves its userfaultfd behind.
+        let clear_uffd_wp = src.userfaultfd_armed() && self.kernel.config.release().mremap_clears_uffd_wp();
+        moved.set_userfaultfd_ctx(None);
+        moved.set_flags(moved.flags() & !vm::UFFD_FLAGS);
         // The destination is linked to the file after the source, and the
         // source unlinked after the move, so an `i_mmap` walker (which
         // takes them in that order) finds each page at one end or the
@@ -149,7 +154,7 @@ impl Mm {
             // (clear_vma_resv_huge_pages on the source).
             src.set_hugetlb_resv(None);
             move_hugetlb_page_tables(&self.kernel, self, &moved, old, new, old_len)?;
-        } else if let Err(e) = move_page_tables(&self.kernel, self, old, new, old_len) {
+        } else if let Err(e) = move_page_tables(&self.kernel, self, old, new, old_len, clear_uffd_wp) {
             // Out of page tables midway: the entries moved go back, into
             // tables the source still has, and the destination goes
             // (move_vma's error path); the source VMA stays. Moving back
@@ -157,7 +162,7 @@ impl Mm {
             // holds i_mmap_rwsem for write (take_rmap_locks).
             let file = src.file();
             let i_mmap = file.as_ref().map(|f| f.i_mmap.write());
-            move_page_tables(&self.kernel, self, new, old, old_len).expect("the source's tables still exist");
+            move_page_tables(&self.kernel, self, new, old, old_len, false).expect("the source's tables still exist");
             drop(i_mmap);
             let moved = vmas.remove(new).expect("mremap destination VMA");
             vmas.free(moved);

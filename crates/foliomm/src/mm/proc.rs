@@ -46,6 +46,7 @@ impl Mm {
         info.pmd_mapped = huge;
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
+        info.uffd_wp = leaf.uffd_wp();
         info.zero_page = f.is_zero_page();
         info.anon = f.test_anon();
         info.folio_order = f.order();
@@ -223,6 +224,9 @@ pub struct PageInfo {
     /// nodes reports); 0 when not present.
     #[serde(default)]
     pub node: u32,
+    /// pagemap `PM_UFFD_WP`: userfaultfd write-protects the page.
+    #[serde(default)]
+    pub uffd_wp: bool,
 }
 
 /// smaps-style sums over a range, in KiB.

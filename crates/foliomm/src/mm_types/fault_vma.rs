@@ -22,6 +22,9 @@ enum Hold<'a> {
     MmapLock { _vmas: MmapReadGuard<'a> },
     /// The VMA's own lock, read-held; dropping it counts `VMA_LOCK_SUCCESS`.
     VmaLock(&'a Mm),
+    /// The VMA's own lock, read-held by an ioctl (`uffd_lock_vma`), which
+    /// counts no fault event.
+    IoctlVmaLock,
     /// The VMA lock given up for a retry.
     Released,
 }
@@ -55,6 +58,15 @@ impl FaultVma<'_> {
         }
     }
 
+    /// The same hold for an ioctl rather than a fault: releasing it counts
+    /// no `VMA_LOCK_SUCCESS`.
+    pub fn for_ioctl(mut self) -> Self {
+        if let Hold::VmaLock(_) = self.hold {
+            self.hold = Hold::IoctlVmaLock;
+        }
+        self
+    }
+
     /// Gives up the VMA lock for a retry under the mmap_lock (`VMA_LOCK_RETRY`).
     pub fn retry(mut self) {
         if let Hold::VmaLock(mm) = self.hold {
@@ -67,9 +79,13 @@ impl FaultVma<'_> {
 
 impl Drop for FaultVma<'_> {
     fn drop(&mut self) {
-        if let Hold::VmaLock(mm) = self.hold {
-            self.vma.end_read();
-            Stats::inc(&mm.kernel.stats.vma_lock_success);
+        match self.hold {
+            Hold::VmaLock(mm) => {
+                self.vma.end_read();
+                Stats::inc(&mm.kernel.stats.vma_lock_success);
+            }
+            Hold::IoctlVmaLock => self.vma.end_read(),
+            Hold::MmapLock { .. } | Hold::Released => {}
         }
     }
 }

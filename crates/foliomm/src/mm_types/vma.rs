@@ -16,6 +16,7 @@
 use arc_swap::ArcSwapOption;
 
 use super::vma_lock::VmaLock;
+use super::userfaultfd::UserfaultfdCtx;
 use super::Mempolicy;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
@@ -95,6 +96,15 @@ pub mod vm {
     /// Such a VMA merges with no neighbour without an anon_vma, which a
     /// flag difference gives (a neighbour with the same anon_vma has it too).
     pub const ANON_PARENTS: u32 = 1 << 15;
+    /// `VM_UFFD_MISSING`: faults on none entries go to the VMA's userfaultfd.
+    pub const UFFD_MISSING: u32 = 1 << 16;
+    /// `VM_UFFD_WP`: writes to pages userfaultfd write-protects go to it.
+    pub const UFFD_WP: u32 = 1 << 17;
+    /// `VM_UFFD_MINOR`: faults on pages in the page cache but not mapped
+    /// here go to it (shmem and hugetlbfs only).
+    pub const UFFD_MINOR: u32 = 1 << 18;
+    /// `__VM_UFFD_FLAGS`: any userfaultfd registration.
+    pub const UFFD_FLAGS: u32 = UFFD_MISSING | UFFD_WP | UFFD_MINOR;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
     pub const PROT_MASK: u32 = READ | WRITE | EXEC;
 }
@@ -135,6 +145,8 @@ pub struct Vma {
     hugetlb_resv: ArcSwapOption<PrivateResv>,
     /// `vm_policy`, encoded ([`Mempolicy::encode`]).
     policy: AtomicU64,
+    /// `vm_userfaultfd_ctx`: the userfaultfd the VMA is registered with.
+    uffd: ArcSwapOption<UserfaultfdCtx>,
     /// `vm_area_struct::anon_vma` and `anon_vma_chain`.
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
@@ -154,6 +166,7 @@ impl Vma {
             file: ArcSwapOption::empty(),
             hugetlb_resv: ArcSwapOption::empty(),
             policy: AtomicU64::new(0),
+            uffd: ArcSwapOption::empty(),
             anon_vma: AnonVmaSlot::default(),
             lock: VmaLock::new(design),
         }
@@ -166,6 +179,7 @@ impl Vma {
         self.set_range(v.start, v.end, v.pgoff);
         self.set_flags(v.flags);
         self.set_policy(Mempolicy::Default);
+        self.uffd.store(None);
         self.anon_vma.reset();
         self.lock.init();
     }
@@ -211,6 +225,7 @@ impl Vma {
     pub(super) fn clear_file(&self) {
         self.file.store(None);
         self.hugetlb_resv.store(None);
+        self.uffd.store(None);
     }
     /// The reservation map of a private hugetlb mapping, if this VMA owns
     /// its reservations (`HPAGE_RESV_OWNER`).
@@ -230,6 +245,30 @@ impl Vma {
     /// caller holds the mmap_lock for write.
     pub fn set_policy(&self, p: Mempolicy) {
         self.policy.store(p.encode(), Relaxed);
+    }
+    /// `vm_userfaultfd_ctx.ctx`: the userfaultfd the VMA is registered
+    /// with, if any.
+    pub fn userfaultfd_ctx(&self) -> Option<Arc<UserfaultfdCtx>> {
+        self.uffd.load_full()
+    }
+    /// Registers the VMA with `ctx` or (`None`) unregisters it
+    /// (`userfaultfd_set_ctx`, `userfaultfd_reset_ctx`); the caller holds
+    /// the mmap_lock for write and sets the `VM_UFFD_*` flags with it.
+    pub fn set_userfaultfd_ctx(&self, ctx: Option<Arc<UserfaultfdCtx>>) {
+        self.uffd.store(ctx);
+    }
+    /// `userfaultfd_missing`: faults on none entries go to userspace.
+    pub fn userfaultfd_missing(&self) -> bool {
+        self.flags() & vm::UFFD_MISSING != 0
+    }
+    /// `userfaultfd_wp`: the VMA is registered for write-protect faults.
+    pub fn userfaultfd_wp(&self) -> bool {
+        self.flags() & vm::UFFD_WP != 0
+    }
+    /// `userfaultfd_armed`: registered in any mode (no large anonymous
+    /// folios: `alloc_anon_folio` falls back to order 0).
+    pub fn userfaultfd_armed(&self) -> bool {
+        self.flags() & vm::UFFD_FLAGS != 0
     }
     /// Where a folio of `order` for `addr` goes under the VMA's policy
     /// (`vma_alloc_folio` → `get_vma_policy`, the interleave index from
@@ -335,19 +374,27 @@ impl Vma {
     /// `is_mergeable_vma` + `is_mergeable_anon_vma` for `self` followed by `next`.
     pub fn can_merge_with(&self, next: &Vma) -> bool {
         let (a, b) = (self.anon_vma(), next.anon_vma());
-        let same_file = match (self.file.load().as_ref(), next.file.load().as_ref()) {
-            (None, None) => true,
-            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
-            _ => false,
-        };
+        let same_file = same_object(self.file.load().as_ref(), next.file.load().as_ref());
+        // The same userfaultfd context (is_mergeable_vm_userfaultfd_ctx).
+        let same_uffd = same_object(self.uffd.load().as_ref(), next.uffd.load().as_ref());
         // hugetlb VMAs have a close operation: never merged.
         same_file
+            && same_uffd
             && !self.is_hugetlb()
             && self.end() == next.start()
             && self.flags() == next.flags()
             && self.policy() == next.policy()
             && self.pgoff() + (self.end() - self.start()) / PAGE_SIZE == next.pgoff()
             && (a == 0 || b == 0 || a == b)
+    }
+}
+
+/// Whether two optional references name the same object (or both none).
+fn same_object<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        _ => false,
     }
 }
 

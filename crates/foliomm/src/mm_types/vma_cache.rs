@@ -48,6 +48,7 @@ impl VmaCache {
         let dup = self.alloc(VmaInit { mm, start, end, flags, pgoff, file: v.file() });
         dup.set_hugetlb_resv(v.hugetlb_resv());
         dup.set_policy(v.policy());
+        dup.set_userfaultfd_ctx(v.userfaultfd_ctx());
         dup.anon_vma.clone_from(&v.anon_vma);
         dup
     }

@@ -1,0 +1,185 @@
+//! The userfaultfd steps: making one, registering ranges, the resolving
+//! ioctls and the handler's rules; and what the reference byte model must
+//! learn from them: the pages a copy fills, and the pages a handler fills
+//! when an access faults on them ([`State::uffd_fills`]).
+
+use std::collections::HashMap;
+
+use foliomm::internals::mm_types::{vm, UffdReason};
+use foliomm::Errno;
+
+use super::process::outcome;
+use super::state::State;
+use super::StepResult;
+use crate::backend::Thread;
+use crate::error::StepError;
+use crate::lang::{Cmd, Place, Step, UffdStepCall};
+use crate::op::{Op, Reply, UffdAction, UffdCall};
+
+const PAGE: u64 = 4096;
+
+/// What a run knows of its userfaultfds.
+#[derive(Clone, Default)]
+pub(super) struct Uffds {
+    /// Each userfaultfd by process and name: the backend's handle.
+    names: HashMap<(String, String), u64>,
+    /// The handler's rules of each userfaultfd, by handle.
+    rules: HashMap<u64, HashMap<UffdReason, UffdAction>>,
+    /// The ranges each process registered: start, end, handle, modes.
+    regs: HashMap<String, Vec<(u64, u64, u64, u32)>>,
+}
+
+impl Uffds {
+    /// Forgets the registrations of `[start, start + len)` in `proc`
+    /// (unregistered, unmapped, or moved away by mremap, which keeps no
+    /// registration without `UFFD_FEATURE_EVENT_REMAP`).
+    pub(super) fn forget(&mut self, proc: &str, start: u64, len: u64) {
+        let Some(regs) = self.regs.get_mut(proc) else { return };
+        let end = start + len;
+        let mut kept = Vec::new();
+        for &(s, e, h, m) in regs.iter() {
+            if e <= start || s >= end {
+                kept.push((s, e, h, m));
+                continue;
+            }
+            if s < start {
+                kept.push((s, start, h, m));
+            }
+            if e > end {
+                kept.push((end, e, h, m));
+            }
+        }
+        *regs = kept;
+    }
+
+    /// Forgets everything of an exited process.
+    pub(super) fn exited(&mut self, proc: &str) {
+        self.regs.remove(proc);
+        self.names.retain(|(p, _), _| p != proc);
+    }
+}
+
+/// `[addr, addr + len)` widened to whole pages.
+fn pages(addr: u64, len: u64) -> (u64, u64) {
+    let start = addr & !(PAGE - 1);
+    (start, (addr + len.max(1)).div_ceil(PAGE) * PAGE - start)
+}
+
+impl State<'_> {
+    /// Runs a userfaultfd step of thread `t`.
+    pub(super) fn uffd_step(&mut self, step: &Step, t: Thread) -> StepResult {
+        let p = t.proc.to_string();
+        if let Cmd::Userfaultfd { name, sigbus } = &step.cmd {
+            let made = self.perform(t, Op::Userfaultfd { sigbus: *sigbus }).and_then(Reply::value);
+            if let Some(h) = outcome(step, made)? {
+                self.uffds.names.insert((p, name.clone()), h);
+            }
+            return Ok("made".into());
+        }
+        let Cmd::Uffd(u) = &step.cmd else { unreachable!("not a userfaultfd step") };
+        let Some(&h) = self.uffds.names.get(&(p.clone(), u.uffd.clone())) else {
+            return Err(format!(
+                "no userfaultfd {} in process {p}: make it first ('{p}: {} = userfaultfd'); a child does not inherit one",
+                u.uffd, u.uffd
+            )
+            .into());
+        };
+        let range = |s: &Self, place: &Place| s.place(place).map(|(a, l)| pages(a, l));
+        let call = match &u.call {
+            UffdStepCall::Register { place, modes } => {
+                let (addr, len) = range(self, place)?;
+                UffdCall::Register { addr, len, modes: *modes }
+            }
+            UffdStepCall::Unregister(place) => {
+                let (addr, len) = range(self, place)?;
+                UffdCall::Unregister { addr, len }
+            }
+            UffdStepCall::Fill { place, val, wp } => {
+                let (addr, len) = range(self, place)?;
+                UffdCall::Fill { addr, len, val: *val, wp: *wp }
+            }
+            UffdStepCall::WriteProtect { place, protect } => {
+                let (addr, len) = range(self, place)?;
+                UffdCall::WriteProtect { addr, len, protect: *protect }
+            }
+            UffdStepCall::On { reason, action } => UffdCall::On { reason: *reason, action: *action },
+        };
+        let r = self.perform(t, Op::Uffd { uffd: h, call: call.clone() });
+        match call {
+            UffdCall::Fill { addr, len, val, .. } => {
+                let done = match r.and_then(Reply::value) {
+                    Ok(done) => done,
+                    Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
+                };
+                // The pages done hold the bytes (the zero page reads 0, as an
+                // unpopulated page of the model did).
+                let rs = self.refs.get_mut(&p).unwrap();
+                rs.fill_pages(addr, done, val.unwrap_or(0)).map_err(|e| format!("the reference model cannot fill: {e}"))?;
+                // userfaultfd_copy(): a short count is EAGAIN.
+                let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
+                outcome(step, r)?;
+                Ok(format!("{} KiB filled", done / 1024))
+            }
+            UffdCall::Register { addr, len, modes } => {
+                if outcome(step, r)?.is_some() {
+                    self.uffds.forget(&p, addr, len);
+                    self.uffds.regs.entry(p).or_default().push((addr, addr + len, h, modes));
+                }
+                Ok("registered".into())
+            }
+            UffdCall::Unregister { addr, len } => {
+                if outcome(step, r)?.is_some() {
+                    self.uffds.forget(&p, addr, len);
+                }
+                Ok("unregistered".into())
+            }
+            UffdCall::WriteProtect { .. } => outcome(step, r).map(|_| "ok".into()),
+            UffdCall::On { reason, action } => {
+                if outcome(step, r)?.is_some() {
+                    self.uffds.rules.entry(h).or_default().insert(reason, action);
+                }
+                Ok("rule set".into())
+            }
+        }
+    }
+
+    /// The pages of `[addr, addr + len)` that an access of thread `t` will
+    /// find empty in a range registered for missing faults whose handler
+    /// copies: each with the byte the handler fills it with. Asked of the
+    /// backend's page tables (a peek) before the access.
+    pub(super) fn uffd_fills(&mut self, t: Thread, addr: u64, len: u64) -> Result<Vec<(u64, u8)>, StepError> {
+        let Some(regs) = self.uffds.regs.get(t.proc) else { return Ok(Vec::new()) };
+        let (start, span) = pages(addr, len);
+        let mut wanted = Vec::new();
+        for &(s, e, h, modes) in regs {
+            let Some(&UffdAction::Copy(val)) = self.uffds.rules.get(&h).and_then(|r| r.get(&UffdReason::Missing)) else {
+                continue;
+            };
+            if modes & vm::UFFD_MISSING == 0 {
+                continue;
+            }
+            let (from, to) = (s.max(start), e.min(start + span));
+            wanted.extend((from..to.max(from)).step_by(PAGE as usize).map(|page| (page, val)));
+        }
+        let mut fills = Vec::new();
+        for (page, val) in wanted {
+            let peek = self.perform(t, Op::Peek { addr: page })?;
+            if let Reply::Peeked(pk) = peek {
+                if !pk.page.present && !pk.page.swapped {
+                    fills.push((page, val));
+                }
+            }
+        }
+        Ok(fills)
+    }
+
+    /// Applies the fills [`State::uffd_fills`] found to the reference model
+    /// of `proc`, as the handler did before the access went on.
+    pub(super) fn apply_uffd_fills(&mut self, proc: &str, fills: &[(u64, u8)]) {
+        let rs = self.refs.get_mut(proc).unwrap();
+        for &(page, val) in fills {
+            // The page is mapped (the access found it registered and empty).
+            let _ = rs.fill_pages(page, PAGE, val);
+        }
+    }
+}

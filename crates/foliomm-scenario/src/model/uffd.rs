@@ -1,0 +1,129 @@
+//! The model's userfaultfds: each file's context, the address space it was
+//! made in (`ctx->mm`, which its ioctls act on) and its handler's rules.
+//! A fault handed to a context comes back to [`ModelBackend::perform`] as
+//! [`Errno::Userfault`]; the backend then plays the handler thread: it
+//! reads the messages, resolves each by its rule, and retries the call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use foliomm::internals::arch::PAGE_SIZE;
+use foliomm::internals::mm_types::{UffdReason, UserfaultfdCtx};
+use foliomm::{Errno, Mm};
+
+use super::ModelBackend;
+use crate::backend::Thread;
+use crate::error::{BackendResult, StepError};
+use crate::op::{Reply, UffdAction, UffdCall};
+
+/// One userfaultfd of a process.
+pub(super) struct UffdFile {
+    ctx: Arc<UserfaultfdCtx>,
+    mm: Arc<Mm>,
+    rules: HashMap<UffdReason, UffdAction>,
+}
+
+/// The userfaultfds of a run, by handle, and the next handle.
+#[derive(Default)]
+pub(super) struct Uffds {
+    files: HashMap<u64, UffdFile>,
+    next: u64,
+}
+
+impl Uffds {
+    /// Closes the files made in `mm` (its process exited).
+    pub(super) fn exited(&mut self, mm: &Arc<Mm>) {
+        self.files.retain(|_, f| !Arc::ptr_eq(&f.mm, mm));
+    }
+}
+
+impl ModelBackend {
+    /// `userfaultfd()` in thread `t`'s process; replies with its handle.
+    pub(super) fn userfaultfd(&self, t: Thread, sigbus: bool) -> BackendResult<Reply> {
+        let mm = self.mm_of(t)?;
+        let mut u = self.uffds.lock().unwrap();
+        u.next += 1;
+        let id = u.next;
+        let ctx = Arc::new(UserfaultfdCtx::new(id, sigbus));
+        u.files.insert(id, UffdFile { ctx, mm, rules: HashMap::new() });
+        Ok(Reply::Value(id))
+    }
+
+    /// One call on userfaultfd `uffd`, on the address space it was made in.
+    pub(super) fn uffd_call(&self, uffd: u64, call: UffdCall) -> BackendResult<Reply> {
+        let (ctx, mm) = {
+            let u = self.uffds.lock().unwrap();
+            let f = u.files.get(&uffd).ok_or(Errno::EINVAL)?;
+            (f.ctx.clone(), f.mm.clone())
+        };
+        Ok(match call {
+            UffdCall::Register { addr, len, modes } => {
+                let file = |v: &Arc<foliomm::internals::mm_types::Vma>| v.file().is_some();
+                if mm.vmas().iter().any(|v| v.start() < addr + len && addr < v.end() && file(v)) {
+                    return Err(StepError::Unsupported("userfaultfd on shmem and hugetlb memory is not modelled yet".into()));
+                }
+                mm.userfaultfd_register(&ctx, addr, len, modes)?;
+                Reply::Done
+            }
+            UffdCall::Unregister { addr, len } => {
+                mm.userfaultfd_unregister(&ctx, addr, len)?;
+                Reply::Done
+            }
+            UffdCall::Fill { addr, len, val, wp } => {
+                let bytes = val.map(|v| vec![v; len as usize]);
+                Reply::Value(mm.uffd_fill(addr, len, bytes.as_deref(), wp)?)
+            }
+            UffdCall::WriteProtect { addr, len, protect } => {
+                mm.uffd_writeprotect(addr, len, protect)?;
+                Reply::Done
+            }
+            UffdCall::On { reason, action } => {
+                let mut u = self.uffds.lock().unwrap();
+                u.files.get_mut(&uffd).ok_or(Errno::EINVAL)?.rules.insert(reason, action);
+                Reply::Done
+            }
+        })
+    }
+
+    /// The handler threads of `mm`'s userfaultfds at work: every message
+    /// waiting is read and resolved by its file's rule (an error of the
+    /// resolving ioctl, such as EEXIST for a page another thread filled,
+    /// is the handler's to ignore). A message no rule answers would leave
+    /// its thread waiting forever; none at all means the fault would not
+    /// be retried (a model bug).
+    pub(super) fn handle_userfaults(&self, mm: &Arc<Mm>) -> BackendResult<()> {
+        let files: Vec<(u64, Arc<UserfaultfdCtx>, HashMap<UffdReason, UffdAction>)> = {
+            let u = self.uffds.lock().unwrap();
+            u.files.iter().filter(|(_, f)| Arc::ptr_eq(&f.mm, mm)).map(|(&h, f)| (h, f.ctx.clone(), f.rules.clone())).collect()
+        };
+        let mut handled = 0;
+        for (h, ctx, rules) in files {
+            while let Some(msg) = ctx.read() {
+                let page = msg.address;
+                let r = match rules.get(&msg.reason) {
+                    Some(&UffdAction::Copy(v)) => mm.uffd_fill(page, PAGE_SIZE, Some(&[v; PAGE_SIZE as usize]), false).map(|_| ()),
+                    Some(UffdAction::ZeroPage) => mm.uffd_fill(page, PAGE_SIZE, None, false).map(|_| ()),
+                    Some(UffdAction::Unprotect) => mm.uffd_writeprotect(page, PAGE_SIZE, false),
+                    None => {
+                        let (kind, rule) = match msg.reason {
+                            UffdReason::Missing => ("missing", "missing copy BYTE' or 'on NAME missing zeropage"),
+                            UffdReason::WriteProtect => ("write-protect", "wp unprotect"),
+                        };
+                        return Err(StepError::Hangs(format!(
+                            "the {kind} fault at {page:#x} went to userfaultfd {h}, whose handler has no rule for it \
+                             (give it one: 'PROCESS: on NAME {rule}')"
+                        )));
+                    }
+                };
+                match r {
+                    Ok(()) | Err(Errno::EEXIST) => handled += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        match handled {
+            0 => Err(StepError::Hangs("a fault went to a userfaultfd but left no message to answer".into())),
+            _ => Ok(()),
+        }
+    }
+}

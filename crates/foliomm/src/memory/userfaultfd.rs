@@ -1,0 +1,155 @@
+//! userfaultfd on the page tables: where a fault goes to userspace
+//! (fs/userfaultfd.c `handle_userfault`) and how the resolving ioctls map
+//! one page (mm/userfaultfd.c `mfill_atomic_pte_copy`,
+//! `mfill_atomic_pte_zeropage`, `mfill_atomic_install_pte`) or change its
+//! write protection (`uffd_wp_range` through `change_protection`).
+//!
+//! Differs from Linux: anonymous private memory only (no shmem or hugetlb
+//! pages yet); no uffd-wp bit in swap entries or PTE markers.
+
+use super::fault::VmFault;
+use crate::arch::{pmd_addr_end, pte_index, Pte, PAGE_SIZE};
+use crate::folio::Folio;
+use crate::kernel::{Kernel, Stats};
+use crate::mapcount::Level;
+use crate::mm_types::{Mm, UffdMsg, UffdReason, Vma};
+use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lockptr, store, walk_pmd};
+use crate::{rmap, Errno, Result};
+
+/// `handle_userfault`: hands the fault to the VMA's userfaultfd. SIGBUS if
+/// the context asked for it (`UFFD_FEATURE_SIGBUS`) or has gone; else the
+/// message is queued and the fault returns [`Errno::Userfault`]
+/// (`VM_FAULT_RETRY`: the thread waits for the handler, then retries).
+pub(super) fn handle_userfault(vmf: &VmFault, reason: UffdReason) -> Result<()> {
+    let stats = &vmf.k.stats;
+    let Some(ctx) = vmf.vma.userfaultfd_ctx() else {
+        return Err(Errno::SIGBUS);
+    };
+    if ctx.sigbus {
+        Stats::inc(&stats.uffd_sigbus);
+        return Err(Errno::SIGBUS);
+    }
+    Stats::inc(match reason {
+        UffdReason::Missing => &stats.uffd_missing_fault,
+        UffdReason::WriteProtect => &stats.uffd_wp_fault,
+    });
+    ctx.queue(UffdMsg { address: vmf.address & !(PAGE_SIZE - 1), reason, write: vmf.write() });
+    Err(Errno::Userfault)
+}
+
+/// What one page of a resolving ioctl maps.
+#[derive(Clone, Copy)]
+pub enum Fill<'a> {
+    /// `UFFDIO_COPY`: a new page with these bytes (one page of them),
+    /// write-protected by userfaultfd if `wp` (`UFFDIO_COPY_MODE_WP`).
+    Copy { bytes: &'a [u8], wp: bool },
+    /// `UFFDIO_ZEROPAGE`: the shared zero page.
+    ZeroPage,
+}
+
+/// `mfill_atomic_pte` for one page at `addr` of an anonymous private VMA
+/// the caller holds stable and prepared (an anon_vma): the page tables down
+/// to the PTE are allocated; EEXIST if the PMD maps a huge page or the PTE
+/// is not none, ENOMEM if no page or table can be had.
+pub fn mfill_atomic_pte(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, fill: Fill) -> Result<()> {
+    let phys = &k.phys;
+    let pmd = alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock)?;
+    let Some(table) = alloc_pte_table(k, pmd)? else {
+        return Err(Errno::EEXIST);
+    };
+    let idx = pte_index(addr);
+    match fill {
+        Fill::ZeroPage => {
+            let _ptl = pte_lockptr(phys, table).lock();
+            if !load(phys, table, idx).is_none() {
+                return Err(Errno::EEXIST);
+            }
+            store(phys, table, idx, Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
+            Stats::inc(&k.stats.uffd_zeropage);
+        }
+        Fill::Copy { bytes, wp } => {
+            let f = super::vmscan::alloc_folio_reclaim(k, &mm.mmlist, vma.placement(addr, 0), false)?;
+            phys.write_bytes(f.pfn, 0, bytes);
+            let ptl = pte_lockptr(phys, table).lock();
+            if !load(phys, table, idx).is_none() {
+                drop(ptl);
+                k.folio_put_refs(f, 1);
+                return Err(Errno::EEXIST);
+            }
+            rmap::folio_add_new_anon_rmap(k, f, Level::Pte, mm.rmap, (vma.anon_vma(), vma.page_index(addr)));
+            // mfill_atomic_install_pte: dirty, writable if the VMA is and
+            // the copy is not write-protected.
+            let mut bits = Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY;
+            bits |= if wp { Pte::UFFD_WP } else if vma.writable() { Pte::RW } else { 0 };
+            store(phys, table, idx, Pte::new(f.pfn, bits));
+            mm.add_anon_rss(1);
+            Stats::inc(&k.stats.uffd_copy);
+        }
+    }
+    Ok(())
+}
+
+/// `uffd_wp_range` over `[start, end)` of one VMA: `protect` sets the
+/// uffd-wp bit on every present entry and takes write away; otherwise the
+/// bit is cleared and, from 6.4, an entry that may be written without a
+/// fault (`MM_CP_TRY_CHANGE_WRITABLE`: an AnonExclusive page of a writable
+/// VMA) becomes writable at once. A huge PMD the range covers only in part is
+/// split first (`change_pmd_range`). Returns whether an entry changed.
+pub fn uffd_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, protect: bool) -> bool {
+    let phys = &k.phys;
+    let change = |p: Pte, page_exclusive: &dyn Fn() -> bool| -> Pte {
+        if !p.present() {
+            return p;
+        }
+        if protect {
+            return p.with(Pte::UFFD_WP).without(Pte::RW);
+        }
+        // MM_CP_TRY_CHANGE_WRITABLE (6.4 on): can_change_pte_writable().
+        let p = p.without(Pte::UFFD_WP);
+        let upgrade = k.config.release().uffd_unprotect_makes_writable();
+        match upgrade && vma.writable() && !p.special() && p.hw_present() && page_exclusive() {
+            true => p.with(Pte::RW),
+            false => p,
+        }
+    };
+    let mut changed = false;
+    let mut addr = start;
+    while addr < end {
+        let next = pmd_addr_end(addr, end);
+        let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else {
+            addr = next;
+            continue;
+        };
+        let e = pmd.load(phys);
+        if e.huge() && (addr & (crate::arch::PMD_SIZE - 1) != 0 || next - addr < crate::arch::PMD_SIZE) {
+            super::huge_memory::split_huge_pmd(k, mm, addr);
+            continue;
+        }
+        let _ptl = pte_lockptr(phys, pmd.table).lock();
+        let e = pmd.load(phys);
+        if e.huge() {
+            let n = change(e, &|| phys.page(e.pfn()).test(crate::phys::pg::ANON_EXCLUSIVE));
+            if n != e {
+                pmd.store(phys, n);
+                changed = true;
+            }
+        } else if !e.is_none() {
+            drop(_ptl);
+            let table = e.pfn();
+            let _ptl = pte_lockptr(phys, table).lock();
+            for a in (addr..next).step_by(PAGE_SIZE as usize) {
+                let p = load(phys, table, pte_index(a));
+                let n = change(p, &|| {
+                    let f = Folio::containing(phys, p.pfn());
+                    f.test_anon() && f.anon_exclusive(p.pfn() - f.pfn)
+                });
+                if n != p {
+                    store(phys, table, pte_index(a), n);
+                    changed = true;
+                }
+            }
+        }
+        addr = next;
+    }
+    changed
+}

@@ -1,0 +1,222 @@
+//! The userfaultfd ioctls on an address space (fs/userfaultfd.c
+//! `userfaultfd_register`, `userfaultfd_unregister`; mm/userfaultfd.c
+//! `mfill_atomic`, `mwriteprotect_range`). A fault in a registered range
+//! reaches the context through [`crate::memory::userfaultfd`].
+//!
+//! Differs from Linux: anonymous private VMAs only; no `mmap_changing`
+//! (non-cooperative events), no `UFFDIO_WAKE` (the model's waiting thread
+//! is its caller, which retries on its own).
+
+use super::vma::{merge_around, set_vma_flags};
+use crate::arch::{PAGE_SIZE, TASK_SIZE};
+use crate::memory::userfaultfd::{mfill_atomic_pte, uffd_wp_range, Fill};
+use super::MMAP_MIN_ADDR;
+use crate::mm_types::{vm, FaultVma, Mm, UserfaultfdCtx, Vma};
+use crate::sync::Arc;
+use crate::{Errno, Result};
+
+/// `validate_range`: a page-aligned, non-empty range of user addresses
+/// (EINVAL otherwise); returns its end.
+fn validate_range(start: u64, len: u64) -> Result<u64> {
+    let aligned = start.is_multiple_of(PAGE_SIZE) && len.is_multiple_of(PAGE_SIZE);
+    if !aligned || len == 0 || start < MMAP_MIN_ADDR || start >= TASK_SIZE || len > TASK_SIZE - start {
+        return Err(Errno::EINVAL);
+    }
+    Ok(start + len)
+}
+
+/// `vma_can_userfault`: missing and write-protect faults on anonymous,
+/// shmem and hugetlb VMAs, minor faults on shmem and hugetlb only.
+fn can_userfault(v: &Vma, modes: u32) -> bool {
+    modes & vm::UFFD_MINOR == 0 || v.file().is_some()
+}
+
+impl Mm {
+    /// `UFFDIO_REGISTER` of `[start, start + len)` with `ctx` in `modes`
+    /// (`VM_UFFD_*` bits): the VMAs in the range (holes are allowed, but
+    /// not an empty range: EINVAL) are split at its edges and registered.
+    /// EINVAL for a bad range or mode, or a VMA that cannot take the mode
+    /// (for a range no VMA reaches, ENOMEM before 6.4 if none lies above);
+    /// EPERM for a VMA that may never be written (`VM_MAYWRITE` clear);
+    /// EBUSY for one registered with another context. A VMA registered
+    /// with `ctx` in all of `modes` already is left as it is; any other
+    /// gets exactly `modes` (`userfaultfd_register_range`).
+    pub fn userfaultfd_register(&self, ctx: &Arc<UserfaultfdCtx>, start: u64, len: u64, modes: u32) -> Result<()> {
+        let end = validate_range(start, len)?;
+        if modes == 0 || modes & !vm::UFFD_FLAGS != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut vmas = self.mmap_write_lock();
+        let mut any = false;
+        for v in vmas.overlapping(start, end) {
+            any = true;
+            if !can_userfault(v, modes) {
+                return Err(Errno::EINVAL);
+            }
+            if v.flags() & vm::NO_MAYWRITE != 0 {
+                return Err(Errno::EPERM);
+            }
+            if v.userfaultfd_ctx().is_some_and(|c| !Arc::ptr_eq(&c, ctx)) {
+                return Err(Errno::EBUSY);
+            }
+        }
+        if !any {
+            return Err(self.no_vma_error(&vmas, start));
+        }
+        let is_ctx = |v: &Vma| v.userfaultfd_ctx().is_some_and(|c| Arc::ptr_eq(&c, ctx));
+        let keep: Vec<u64> =
+            vmas.overlapping(start, end).filter(|v| is_ctx(v) && v.flags() & modes == modes).map(|v| v.start()).collect();
+        let new_flags = |f: u32| (f & !vm::UFFD_FLAGS) | modes;
+        for addr in [start, end] {
+            if vmas.find(addr).is_some_and(|v| !keep.contains(&v.start())) {
+                self.split_vma(&mut vmas, addr)?;
+            }
+        }
+        let targets: Vec<Arc<Vma>> = vmas.overlapping(start, end).filter(|v| !keep.contains(&v.start())).cloned().collect();
+        let mut changed = Vec::new();
+        for v in &targets {
+            vmas.start_write(v);
+            v.set_userfaultfd_ctx(Some(ctx.clone()));
+            changed.extend(set_vma_flags(&mut vmas, v.start(), v.end(), new_flags));
+        }
+        merge_around(&mut vmas, start, end, self.kernel.config.release(), &changed);
+        Ok(())
+    }
+
+    /// `UFFDIO_UNREGISTER` of `[start, start + len)` for `ctx`: the VMAs
+    /// registered with it lose their registration and the uffd-wp bits of
+    /// their entries (`userfaultfd_clear_vma`), then merge where they can.
+    /// EINVAL for a bad range, for one no VMA reaches (ENOMEM before 6.4
+    /// where none lies above), or (from 6.16) for a VMA registered with
+    /// another context, which older releases unregister too.
+    pub fn userfaultfd_unregister(&self, ctx: &Arc<UserfaultfdCtx>, start: u64, len: u64) -> Result<()> {
+        let end = validate_range(start, len)?;
+        let mut vmas = self.mmap_write_lock();
+        if vmas.overlapping(start, end).next().is_none() {
+            return Err(self.no_vma_error(&vmas, start));
+        }
+        let is_ctx = |v: &Vma| v.userfaultfd_ctx().is_some_and(|c| Arc::ptr_eq(&c, ctx));
+        let other = |v: &Vma| v.userfaultfd_ctx().is_some() && !is_ctx(v);
+        let release = self.kernel.config.release();
+        if release.uffd_unregister_checks_ctx() && vmas.overlapping(start, end).any(|v| other(v)) {
+            return Err(Errno::EINVAL);
+        }
+        // Before the check, another context's VMAs were unregistered too.
+        let is_ctx = |v: &Vma| is_ctx(v) || (!release.uffd_unregister_checks_ctx() && other(v));
+        for addr in [start, end] {
+            if vmas.find(addr).is_some_and(|v| is_ctx(v)) {
+                self.split_vma(&mut vmas, addr)?;
+            }
+        }
+        let targets: Vec<Arc<Vma>> = vmas.overlapping(start, end).filter(|v| is_ctx(v)).cloned().collect();
+        let mut changed = Vec::new();
+        let mut flush = false;
+        for v in &targets {
+            vmas.start_write(v);
+            if v.userfaultfd_wp() {
+                flush |= uffd_wp_range(&self.kernel, self, v, v.start(), v.end(), false);
+            }
+            v.set_userfaultfd_ctx(None);
+            changed.extend(set_vma_flags(&mut vmas, v.start(), v.end(), |f| f & !vm::UFFD_FLAGS));
+        }
+        if flush {
+            self.tlb.flush_range(&self.kernel.stats, start, end);
+        }
+        merge_around(&mut vmas, start, end, self.kernel.config.release(), &changed);
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY` of `bytes` (whole pages) to `dst`, write-protected if
+    /// `wp` (`UFFDIO_COPY_MODE_WP`), or (`bytes` `None`) `UFFDIO_ZEROPAGE`
+    /// of `len` bytes: page by page through `mfill_atomic_pte`. Returns the
+    /// bytes done; an error if none was: ENOENT if `[dst, dst + len)` is not
+    /// inside one registered VMA (with any context: Linux checks no more),
+    /// EINVAL for a bad range, a
+    /// write-protected copy into a VMA not registered for it or one not
+    /// anonymous, EEXIST for a page already mapped. The caller reports a
+    /// short count as EAGAIN, as `userfaultfd_copy` does.
+    pub fn uffd_fill(&self, dst: u64, len: u64, bytes: Option<&[u8]>, wp: bool) -> Result<u64> {
+        let end = validate_range(dst, len)?;
+        if bytes.is_some_and(|b| b.len() as u64 != len) {
+            return Err(Errno::EINVAL);
+        }
+        let held = self.uffd_lock_vma(dst)?;
+        let v = held.vma();
+        // validate_dst_vma(): registered, with any context.
+        if end > v.end() || v.userfaultfd_ctx().is_none() {
+            return Err(Errno::ENOENT);
+        }
+        if (wp && !v.userfaultfd_wp()) || v.file().is_some() {
+            return Err(Errno::EINVAL);
+        }
+        let mut done = 0;
+        while dst + done < end {
+            let fill = match bytes {
+                Some(b) => Fill::Copy { bytes: &b[done as usize..(done + PAGE_SIZE) as usize], wp },
+                None => Fill::ZeroPage,
+            };
+            match mfill_atomic_pte(&self.kernel, self, v, dst + done, fill) {
+                Ok(()) => done += PAGE_SIZE,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+
+    /// `UFFDIO_WRITEPROTECT` of `[start, start + len)`: sets (`protect`) or
+    /// clears the uffd-wp bit of every present entry of the VMAs in the
+    /// range (holes are skipped), under the mmap_lock for read
+    /// (`mwriteprotect_range`); ENOENT if a VMA in the range, or none at
+    /// all, is registered for write-protect faults (before 6.4: unless the
+    /// range lies inside one VMA); EINVAL for a bad range.
+    pub fn uffd_writeprotect(&self, start: u64, len: u64, protect: bool) -> Result<()> {
+        let end = validate_range(start, len)?;
+        let vmas = self.mmap_read_lock();
+        let release = self.kernel.config.release();
+        if !release.uffd_writeprotects_across_vmas() && vmas.find(start).is_none_or(|v| end > v.end()) {
+            return Err(Errno::ENOENT);
+        }
+        let mut result = Err(Errno::ENOENT);
+        let mut flush = false;
+        for v in vmas.overlapping(start, end) {
+            if !v.userfaultfd_wp() {
+                result = Err(Errno::ENOENT);
+                break;
+            }
+            flush |= uffd_wp_range(&self.kernel, self, v, v.start().max(start), v.end().min(end), protect);
+            result = Ok(());
+        }
+        if flush {
+            self.tlb.flush_range(&self.kernel.stats, start, end);
+        }
+        result
+    }
+
+    /// The error of a registration whose range no VMA reaches.
+    fn no_vma_error(&self, vmas: &crate::mm_types::Vmas, start: u64) -> Errno {
+        let none_above = vmas.next_starting(start, u64::MAX).is_none() && vmas.find(start).is_none();
+        match self.kernel.config.release().uffd_register_einval_without_vma() || !none_above {
+            true => Errno::EINVAL,
+            false => Errno::ENOMEM,
+        }
+    }
+
+    /// `uffd_lock_vma`: the VMA holding `addr` read-locked on its own
+    /// (`lock_vma_under_rcu`) if it needs no anon_vma, else under the
+    /// mmap_lock with one made (`find_vma_and_prepare_anon`); ENOENT if no
+    /// VMA holds `addr`. Differs from Linux, which then takes the VMA lock
+    /// and lets the mmap_lock go: the model keeps the mmap_lock.
+    fn uffd_lock_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
+        if let Some(held) = self.lock_vma_under_rcu(addr).map(FaultVma::for_ioctl) {
+            if held.vma().shared() || held.vma().anon_vma() != 0 {
+                return Ok(held);
+            }
+        }
+        let held = self.lock_mm_and_find_vma(addr).map_err(|_| Errno::ENOENT)?;
+        if !held.vma().shared() {
+            self.anon_vma_prepare(held.vma());
+        }
+        Ok(held)
+    }
+}

@@ -1,0 +1,67 @@
+//! A userfaultfd (fs/userfaultfd.c `struct userfaultfd_ctx`): what one
+//! `userfaultfd()` file holds. Registered VMAs point at it
+//! (`vm_userfaultfd_ctx`); a fault it must handle queues a message on it
+//! (`handle_userfault`), which its handler reads (`userfaultfd_read`) and
+//! answers with an ioctl ([`crate::mm`]'s `uffd_*` operations).
+//!
+//! Differs from Linux: the faulting thread does not sleep on the context's
+//! wait queue. The fault returns [`crate::Errno::Userfault`] up to the
+//! thread's caller, which plays the handler thread (reads the message,
+//! resolves it) and retries the access, as the woken thread would.
+
+use crate::sync::Mutex;
+use std::collections::VecDeque;
+
+/// Why a fault was handed to userspace (`uffd_msg.arg.pagefault.flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum UffdReason {
+    /// A none entry in a range registered for missing faults
+    /// (`VM_UFFD_MISSING`).
+    Missing,
+    /// A write to a page userfaultfd write-protects (`VM_UFFD_WP`,
+    /// `UFFD_PAGEFAULT_FLAG_WP`).
+    WriteProtect,
+}
+
+/// One `UFFD_EVENT_PAGEFAULT` message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UffdMsg {
+    /// The faulting address, rounded down to its page (Linux without
+    /// `UFFD_FEATURE_EXACT_ADDRESS`).
+    pub address: u64,
+    pub reason: UffdReason,
+    /// `UFFD_PAGEFAULT_FLAG_WRITE`.
+    pub write: bool,
+}
+
+/// A userfaultfd and the messages its handler has not read yet.
+#[derive(Debug)]
+pub struct UserfaultfdCtx {
+    /// A number naming the context (the file descriptor's stand-in).
+    pub id: u64,
+    /// `UFFD_FEATURE_SIGBUS`: faults raise SIGBUS instead of waiting.
+    pub sigbus: bool,
+    pending: Mutex<VecDeque<UffdMsg>>,
+}
+
+impl UserfaultfdCtx {
+    /// `userfaultfd()` + `UFFDIO_API` with `UFFD_FEATURE_SIGBUS` if `sigbus`.
+    pub fn new(id: u64, sigbus: bool) -> UserfaultfdCtx {
+        UserfaultfdCtx { id, sigbus, pending: Mutex::new(VecDeque::new()) }
+    }
+
+    /// Queues a fault's message (`handle_userfault`'s `uwq` on
+    /// `fault_pending_wqh`); a fault already pending for the same page
+    /// and reason is not queued twice.
+    pub(crate) fn queue(&self, msg: UffdMsg) {
+        let mut q = self.pending.lock().unwrap();
+        if !q.iter().any(|m| m.address == msg.address && m.reason == msg.reason) {
+            q.push_back(msg);
+        }
+    }
+
+    /// The oldest message not read yet (`userfaultfd_read`), if any.
+    pub fn read(&self) -> Option<UffdMsg> {
+        self.pending.lock().unwrap().pop_front()
+    }
+}
