@@ -183,6 +183,9 @@ impl State<'_> {
             let Some(got) = outcome(step, got)? else {
                 return Ok("failed as expected".into());
             };
+            if fills.sigbus_at.is_some() {
+                return Err("the read succeeded but its userfaultfd (made with sigbus) says it fails with SIGBUS".into());
+            }
             self.apply_uffd_fills(&p, &fills);
             let rs = self.refs.get_mut(&p).unwrap();
             let mut want = std::mem::take(&mut self.want);
@@ -256,9 +259,8 @@ impl State<'_> {
             let len = ((at / chunk + 1) * chunk).min(a + l) - at;
             let fills = self.uffd_fills(t, at, len)?;
             let r = self.perform(t, Op::Access { addr: at, len, access }).and_then(Reply::done);
-            if r.is_ok() {
-                self.apply_uffd_fills(t.proc, &fills);
-            }
+            self.apply_uffd_fills(t.proc, &fills);
+            let (len_done, sigbus) = fills.reach(at, len);
             let got = errno_of(&r);
             let failed = r.is_err();
             // Every chunk but the last must succeed; the last ends as the step says.
@@ -268,11 +270,16 @@ impl State<'_> {
             if let Some(got) = got.filter(|g| mirrored(*g, self.hugetlb.contains_key(&place.map))) {
                 let rs = self.refs.get_mut(t.proc).unwrap();
                 let expected = match access {
-                    Access::Write { val, every_byte: true } => rs.fill(at, len, val),
-                    Access::Write { val, every_byte: false } => rs.write_byte_per_page(at, len, val),
-                    Access::Pattern { origin, seed } => rs.write(at, &crate::op::pattern_bytes(origin, at, len, seed)),
+                    _ if len_done == 0 => Ok(()),
+                    Access::Write { val, every_byte: true } => rs.fill(at, len_done, val),
+                    Access::Write { val, every_byte: false } => rs.write_byte_per_page(at, len_done, val),
+                    Access::Pattern { origin, seed } => {
+                        rs.write(at, &crate::op::pattern_bytes(origin, at, len_done, seed))
+                    }
                     Access::Read { .. } => unreachable!("a write"),
                 };
+                // A userfaultfd made with UFFD_FEATURE_SIGBUS stops it there.
+                let expected = expected.and(if sigbus { Err(Errno::SIGBUS) } else { Ok(()) });
                 same_result("write", got, expected)?;
             }
             if failed {

@@ -3,7 +3,7 @@
 //! learn from them: the pages a copy fills, and the pages a handler fills
 //! when an access faults on them ([`State::uffd_fills`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use foliomm::internals::mm_types::{vm, UffdReason};
 use foliomm::Errno;
@@ -25,6 +25,8 @@ pub(super) struct Uffds {
     names: HashMap<(String, String), u64>,
     /// The handler's rules of each userfaultfd, by handle.
     rules: HashMap<u64, HashMap<UffdReason, UffdAction>>,
+    /// The userfaultfds made with `UFFD_FEATURE_SIGBUS`, by handle.
+    sigbus: HashSet<u64>,
     /// The ranges each process registered: start, end, handle, modes.
     regs: HashMap<String, Vec<(u64, u64, u64, u32)>>,
 }
@@ -73,6 +75,9 @@ impl State<'_> {
             let made = self.perform(t, Op::Userfaultfd { sigbus: *sigbus }).and_then(Reply::value);
             if let Some(h) = outcome(step, made)? {
                 self.uffds.names.insert((p, name.clone()), h);
+                if *sigbus {
+                    self.uffds.sigbus.insert(h);
+                }
             }
             return Ok("made".into());
         }
@@ -143,30 +148,40 @@ impl State<'_> {
         }
     }
 
-    /// The pages of `[addr, addr + len)` that an access of thread `t` will
-    /// find empty in a range registered for missing faults whose handler
-    /// copies: each with the byte the handler fills it with. Asked of the
-    /// backend's page tables (a peek) before the access.
-    pub(super) fn uffd_fills(&mut self, t: Thread, addr: u64, len: u64) -> Result<Vec<(u64, u8)>, StepError> {
-        let Some(regs) = self.uffds.regs.get(t.proc) else { return Ok(Vec::new()) };
+    /// What an access of thread `t` to `[addr, addr + len)` will meet in
+    /// ranges registered for missing faults: the empty pages a handler
+    /// fills by copying (each with its byte), and the first empty page of a
+    /// userfaultfd made with `sigbus`, where the access stops with SIGBUS.
+    /// Asked of the backend's page tables (a peek) before the access.
+    pub(super) fn uffd_fills(&mut self, t: Thread, addr: u64, len: u64) -> Result<Fills, StepError> {
+        let mut fills = Fills::default();
+        let Some(regs) = self.uffds.regs.get(t.proc) else { return Ok(fills) };
         let (start, span) = pages(addr, len);
         let mut wanted = Vec::new();
         for &(s, e, h, modes) in regs {
-            let Some(&UffdAction::Copy(val)) = self.uffds.rules.get(&h).and_then(|r| r.get(&UffdReason::Missing)) else {
-                continue;
+            let rule = self.uffds.rules.get(&h).and_then(|r| r.get(&UffdReason::Missing));
+            let fill = match (self.uffds.sigbus.contains(&h), rule) {
+                (true, _) => None,
+                (false, Some(&UffdAction::Copy(val))) => Some(val),
+                _ => continue,
             };
             if modes & vm::UFFD_MISSING == 0 {
                 continue;
             }
             let (from, to) = (s.max(start), e.min(start + span));
-            wanted.extend((from..to.max(from)).step_by(PAGE as usize).map(|page| (page, val)));
+            wanted.extend((from..to.max(from)).step_by(PAGE as usize).map(|page| (page, fill)));
         }
-        let mut fills = Vec::new();
-        for (page, val) in wanted {
-            let peek = self.perform(t, Op::Peek { addr: page })?;
-            if let Reply::Peeked(pk) = peek {
-                if !pk.page.present && !pk.page.swapped {
-                    fills.push((page, val));
+        wanted.sort_unstable_by_key(|&(page, _)| page);
+        for (page, fill) in wanted {
+            let Reply::Peeked(pk) = self.perform(t, Op::Peek { addr: page })? else { continue };
+            if pk.page.present || pk.page.swapped {
+                continue;
+            }
+            match fill {
+                Some(val) => fills.pages.push((page, val)),
+                None => {
+                    fills.sigbus_at = Some(page);
+                    break;
                 }
             }
         }
@@ -174,12 +189,31 @@ impl State<'_> {
     }
 
     /// Applies the fills [`State::uffd_fills`] found to the reference model
-    /// of `proc`, as the handler did before the access went on.
-    pub(super) fn apply_uffd_fills(&mut self, proc: &str, fills: &[(u64, u8)]) {
+    /// of `proc`, as the handler did before the access went on (those
+    /// below the SIGBUS, if any).
+    pub(super) fn apply_uffd_fills(&mut self, proc: &str, fills: &Fills) {
         let rs = self.refs.get_mut(proc).unwrap();
-        for &(page, val) in fills {
+        for &(page, val) in fills.pages.iter().filter(|&&(page, _)| fills.sigbus_at.is_none_or(|s| page < s)) {
             // The page is mapped (the access found it registered and empty).
             let _ = rs.fill_pages(page, PAGE, val);
+        }
+    }
+}
+
+/// What an access will meet in registered ranges ([`State::uffd_fills`]).
+#[derive(Default)]
+pub(super) struct Fills {
+    pages: Vec<(u64, u8)>,
+    pub(super) sigbus_at: Option<u64>,
+}
+
+impl Fills {
+    /// How much of `[at, at + len)` the access performs before SIGBUS
+    /// stops it, and whether it does.
+    pub(super) fn reach(&self, at: u64, len: u64) -> (u64, bool) {
+        match self.sigbus_at {
+            Some(s) if s < at + len => (s.saturating_sub(at), true),
+            _ => (len, false),
         }
     }
 }

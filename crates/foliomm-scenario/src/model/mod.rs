@@ -221,7 +221,16 @@ impl Backend for ModelBackend {
                 Err(StepError::Errno(Errno::Userfault)) if matches!(op, Op::Pin { .. }) => {
                     return Err(StepError::Unsupported("a pin of a page a userfaultfd must fill".into()));
                 }
-                Err(StepError::Errno(Errno::Userfault)) => self.handle_userfaults(&self.mm_of(t)?)?,
+                Err(StepError::Errno(Errno::Userfault)) => {
+                    // The woken thread retries its fault, then its access.
+                    let (mm, cpu) = self.thread(t)?;
+                    for (addr, write) in self.handle_userfaults(&mm)? {
+                        match cpu.lock().unwrap().retry_fault(&mm, addr, write) {
+                            Ok(()) | Err(Errno::Userfault) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
                 r => return r,
             }
         }

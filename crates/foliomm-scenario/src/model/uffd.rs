@@ -90,13 +90,14 @@ impl ModelBackend {
     /// resolving ioctl, such as EEXIST for a page another thread filled,
     /// is the handler's to ignore). A message no rule answers would leave
     /// its thread waiting forever; none at all means the fault would not
-    /// be retried (a model bug).
-    pub(super) fn handle_userfaults(&self, mm: &Arc<Mm>) -> BackendResult<()> {
+    /// be retried (a model bug). Returns the faults resolved (address and
+    /// whether a write), which their threads retry.
+    pub(super) fn handle_userfaults(&self, mm: &Arc<Mm>) -> BackendResult<Vec<(u64, bool)>> {
         let files: Vec<(u64, Arc<UserfaultfdCtx>, HashMap<UffdReason, UffdAction>)> = {
             let u = self.uffds.lock().unwrap();
             u.files.iter().filter(|(_, f)| Arc::ptr_eq(&f.mm, mm)).map(|(&h, f)| (h, f.ctx.clone(), f.rules.clone())).collect()
         };
-        let mut handled = 0;
+        let mut handled = Vec::new();
         for (h, ctx, rules) in files {
             while let Some(msg) = ctx.read() {
                 let page = msg.address;
@@ -116,14 +117,14 @@ impl ModelBackend {
                     }
                 };
                 match r {
-                    Ok(()) | Err(Errno::EEXIST) => handled += 1,
+                    Ok(()) | Err(Errno::EEXIST) => handled.push((page, msg.write)),
                     Err(e) => return Err(e.into()),
                 }
             }
         }
-        match handled {
-            0 => Err(StepError::Hangs("a fault went to a userfaultfd but left no message to answer".into())),
-            _ => Ok(()),
+        match handled.is_empty() {
+            true => Err(StepError::Hangs("a fault went to a userfaultfd but left no message to answer".into())),
+            false => Ok(handled),
         }
     }
 }

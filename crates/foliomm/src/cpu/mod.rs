@@ -92,6 +92,15 @@ impl Cpu {
         pages(addr, len).map(|page| self.with_page(&m, mm, page, false, |pfn| phys.read_byte(pfn, 0))).collect()
     }
 
+    /// The fault a thread woken by its userfaultfd's handler runs again
+    /// (`do_user_addr_fault` after `VM_FAULT_RETRY`, with
+    /// `FAULT_FLAG_TRIED`): a read or write fault at `addr`, which finds
+    /// what the handler installed. The access itself is the caller's to
+    /// redo.
+    pub fn retry_fault(&mut self, mm: &Mm, addr: u64, write: bool) -> Result<()> {
+        do_user_addr_fault(mm, addr, write)
+    }
+
     /// Splits `[addr, addr+len)` at page boundaries and runs
     /// `op(pfn, offset in page, offset in the access, length)` on each piece.
     fn access(

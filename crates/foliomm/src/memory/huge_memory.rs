@@ -79,6 +79,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         Stats::inc(&k.stats.anon_fault_fallback[PMD_ORDER as usize]);
         return Ok(Huge::Fallback);
     };
+    count_thp_fault_alloc(k, true);
     let table = match alloc_table_reclaim(k, &mm.mmlist) {
         Ok(t) => t,
         Err(e) => {
@@ -101,9 +102,20 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
     map_anon_pmd(k, mm, pmd, f, vma);
     k.deferred_split_new_thp(f);
     drop(pl);
-    Stats::inc(&k.stats.thp_fault_alloc);
-    Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);
+    count_thp_fault_alloc(k, false);
     Ok(Huge::Done)
+}
+
+/// Counts a THP a fault allocated (`THP_FAULT_ALLOC`, the PMD order's
+/// `anon_fault_alloc`): from 6.13 once allocated (`vma_alloc_anon_folio_pmd`,
+/// even if the fault then gives it back: a racing fault mapped the PMD,
+/// or a userfaultfd takes the fault); before, once mapped. `allocated`
+/// says which of the two moments the caller is at.
+fn count_thp_fault_alloc(k: &Kernel, allocated: bool) {
+    if k.config.release().counts_thp_fault_alloc_when_allocated() == allocated {
+        Stats::inc(&k.stats.thp_fault_alloc);
+        Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);
+    }
 }
 
 /// `map_anon_folio_pmd`: installs a new, writable, dirty PMD for `f`.
@@ -135,6 +147,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
             split_huge_pmd(k, mm, addr);
             return Ok(Huge::Fallback);
         };
+        count_thp_fault_alloc(k, true);
         let pl = pte_lockptr(phys, pmd.table).lock();
         if pmd.load(phys) != orig {
             drop(pl);
@@ -145,8 +158,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
         mm.tlb.flush_range(&k.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
         rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(addr & !(PMD_SIZE - 1))));
         map_anon_pmd(k, mm, pmd, f, vma);
-        Stats::inc(&k.stats.thp_fault_alloc);
-        Stats::inc(&k.stats.anon_fault_alloc[PMD_ORDER as usize]);
+        count_thp_fault_alloc(k, false);
         return Ok(Huge::Done);
     }
     {

@@ -302,6 +302,12 @@ impl KernelVersion {
     pub fn collapses_read_only_ptes(self) -> bool {
         self >= KernelVersion::new(6, 18)
     }
+    /// Whether a THP fault counts `THP_FAULT_ALLOC` when the folio is
+    /// allocated (`vma_alloc_anon_folio_pmd`: in 6.13, not in 6.9; taken as
+    /// 6.13) rather than once the PMD maps it.
+    pub fn counts_thp_fault_alloc_when_allocated(self) -> bool {
+        self >= KernelVersion::new(6, 13)
+    }
     /// Whether `UFFDIO_WRITEPROTECT` without `MODE_WP` makes an
     /// AnonExclusive page of a private writable VMA writable at once
     /// (`MM_CP_TRY_CHANGE_WRITABLE` in `uffd_wp_range`): 6.4 on. Before,
