@@ -34,7 +34,11 @@ pub(crate) struct Uffds {
 impl Uffds {
     /// `userfaultfd()` with its handler thread (spawned by `spawn`, which
     /// places the thread's stack); replies with its handle (the descriptor).
-    pub(crate) fn make(&self, sigbus: bool, spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>) -> Answer {
+    pub(crate) fn make(
+        &self,
+        sigbus: bool,
+        spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>,
+    ) -> Answer {
         let fd = Arc::new(sys::open(sigbus)?);
         let rules = Rules::default();
         let (f, r, u) = (fd.clone(), rules.clone(), self.unhandled.clone());
@@ -66,6 +70,7 @@ impl Uffds {
                 let bytes = val.map(|v| vec![v; len as usize]);
                 Ok(Reply::Value(sys::fill(&fd, addr, len, bytes.as_deref(), wp)?))
             }
+            UffdCall::Continue { addr, len, wp } => Ok(Reply::Value(sys::continue_range(&fd, addr, len, wp)?)),
             UffdCall::WriteProtect { addr, len, protect } => {
                 sys::writeprotect(&fd, addr, len, protect)?;
                 Ok(Reply::Done)
@@ -107,26 +112,30 @@ impl Uffds {
 fn handle(fd: &OwnedFd, rules: &Rules, unhandled: &Mutex<Option<String>>) {
     while let Ok(msg) = sys::read_fault(fd) {
         let Some(f) = msg else { continue };
-        let reason = if f.wp { UffdReason::WriteProtect } else { UffdReason::Missing };
-        let rule = rules.lock().unwrap().get(&reason).copied();
-        let action = rule.unwrap_or_else(|| {
-            let (kind, access) = (if f.wp { "write-protect" } else { "missing" }, if f.write { "write" } else { "read" });
-            let rule = if f.wp { "wp unprotect" } else { "missing copy BYTE' or 'on NAME missing zeropage" };
+        let (reason, kind, rule, fallback) = match (f.wp, f.minor) {
+            (true, _) => (UffdReason::WriteProtect, "write-protect", "wp unprotect", UffdAction::Unprotect),
+            (_, true) => (UffdReason::Minor, "minor", "minor continue", UffdAction::Continue),
+            _ => (
+                UffdReason::Missing,
+                "missing",
+                "missing copy BYTE' or 'on NAME missing zeropage",
+                UffdAction::ZeroPage,
+            ),
+        };
+        let action = rules.lock().unwrap().get(&reason).copied().unwrap_or_else(|| {
+            let access = if f.write { "write" } else { "read" };
             *unhandled.lock().unwrap() = Some(format!(
                 "the {kind} fault ({access}) at {:#x} went to a userfaultfd whose handler has no rule for it \
                  (give it one: 'PROCESS: on NAME {rule}')",
                 f.address
             ));
-            if f.wp {
-                UffdAction::Unprotect
-            } else {
-                UffdAction::ZeroPage
-            }
+            fallback
         });
         let _ = match action {
             UffdAction::Copy(v) => sys::fill(fd, f.address, PAGE, Some(&[v; PAGE as usize]), false).map(|_| ()),
             UffdAction::ZeroPage => sys::fill(fd, f.address, PAGE, None, false).map(|_| ()),
             UffdAction::Unprotect => sys::writeprotect(fd, f.address, PAGE, false),
+            UffdAction::Continue => sys::continue_range(fd, f.address, PAGE, false).map(|_| ()),
         };
         let _ = sys::wake(fd, f.address, PAGE);
     }

@@ -206,7 +206,11 @@ impl WorkerThread {
             Op::Observe { addr, len } => observe(&self.proc.procfs, addr, len),
             Op::ObserveZeroPage => observe_zero_page(&self.proc.procfs),
             Op::Peek { addr } => observe(&self.proc.procfs, addr, PAGE).map(|r| match r {
-                Reply::Observed(o) => Reply::Peeked(Peek { page: o.page, byte: o.byte, fields: Vec::new() }),
+                Reply::Observed(o) => {
+                    let file = maps().iter().any(|v| v.start <= addr && addr < v.end && v.file);
+                    let cached = file && sys::page_resident(addr & !(PAGE - 1)).unwrap_or(false);
+                    Reply::Peeked(Peek { page: o.page, byte: o.byte, cached, fields: Vec::new() })
+                }
                 r => r,
             }),
         })

@@ -205,7 +205,12 @@ impl Observation {
             return format!("absent{swapped}; rss {}K", self.range.rss_kb);
         }
         let mut flags = Vec::new();
-        for (on, name) in [(p.exclusive, "exclusive"), (p.anon_exclusive, "anon-exclusive"), (p.pmd_mapped, "pmd"), (p.uffd_wp, "uffd-wp")] {
+        for (on, name) in [
+            (p.exclusive, "exclusive"),
+            (p.anon_exclusive, "anon-exclusive"),
+            (p.pmd_mapped, "pmd"),
+            (p.uffd_wp, "uffd-wp"),
+        ] {
             if on {
                 flags.push(name);
             }

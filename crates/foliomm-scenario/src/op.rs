@@ -246,6 +246,9 @@ pub enum UffdCall {
     /// `wp`), or with `val` `None` `UFFDIO_ZEROPAGE`; replies with the bytes
     /// done (the kernel's `copy`/`zeropage` field) unless none was.
     Fill { addr: u64, len: u64, val: Option<u8>, wp: bool },
+    /// `UFFDIO_CONTINUE`: maps the pages the shmem file caches
+    /// (`UFFDIO_CONTINUE_MODE_WP` if `wp`); replies as [`UffdCall::Fill`].
+    Continue { addr: u64, len: u64, wp: bool },
     /// `UFFDIO_WRITEPROTECT` with (`protect`) or without `MODE_WP`.
     WriteProtect { addr: u64, len: u64, protect: bool },
     /// How the handler answers faults of `reason` from now on.
@@ -261,6 +264,8 @@ pub enum UffdAction {
     ZeroPage,
     /// `UFFDIO_WRITEPROTECT` without `MODE_WP` of the page.
     Unprotect,
+    /// `UFFDIO_CONTINUE` of the page.
+    Continue,
 }
 
 /// What a backend replies to an [`Op`] that succeeded.
@@ -375,6 +380,10 @@ pub struct Peek {
     pub page: PageInfo,
     /// The byte at the address.
     pub byte: u8,
+    /// The page cache holds an uptodate folio for the file page behind the
+    /// address (`mincore` of a file mapping); false for anonymous memory.
+    #[serde(default)]
+    pub cached: bool,
     /// The mapcount design's raw fields of the page's large folio, by
     /// Linux's names (the model only).
     pub fields: Vec<(String, i64)>,

@@ -106,7 +106,8 @@ fn a_userfaultfd_fault_no_rule_answers_is_named_as_a_wait_forever() {
     let e = failure(src);
     assert!(e.starts_with("the step would wait forever: the missing fault at 0x"), "{e}");
     assert!(e.contains("has no rule for it (give it one: 'PROCESS: on NAME missing copy BYTE'"), "{e}");
-    let wp = "P: a = mmap 16K rw\nP: write a\nP: u = userfaultfd\nP: uffd_register u a wp\nP: uffd_wp u a on\nP: write a\n";
+    let wp =
+        "P: a = mmap 16K rw\nP: write a\nP: u = userfaultfd\nP: uffd_register u a wp\nP: uffd_wp u a on\nP: write a\n";
     assert!(failure(wp).contains("the write-protect fault at 0x"), "{}", failure(wp));
 }
 
@@ -117,7 +118,10 @@ fn userfaultfd_lines_say_what_they_expected() {
     let e = parse_error("P: a = mmap 16K rw\nP: u = userfaultfd\nP: uffd_register u a misssing\n");
     assert!(e.starts_with("line 3, column 22: expected a mode (missing, wp or minor), found 'misssing'"), "{e}");
     let e = parse_error("P: u = userfaultfd\nP: on u missing unprotect\n");
-    assert!(e.contains("expected missing copy BYTE, missing zeropage or wp unprotect, found 'missing unprotect'"), "{e}");
+    assert!(
+        e.contains("expected missing copy BYTE, missing zeropage or wp unprotect, found 'missing unprotect'"),
+        "{e}"
+    );
     let e = parse_error("P: a = mmap 16K rw\nP: u = userfaultfd\nP: uffd_copy u a\n");
     assert!(e.contains("expected '= BYTE' after the place"), "{e}");
     let e = failure("P: a = mmap 16K rw\nP: uffd_register v a missing\n");

@@ -19,8 +19,12 @@ const EVENT_PAGEFAULT: u8 = 0x12;
 /// `UFFD_PAGEFAULT_FLAG_WRITE`, `UFFD_PAGEFAULT_FLAG_WP`.
 const FLAG_WRITE: u64 = 1 << 0;
 const FLAG_WP: u64 = 1 << 1;
-/// `UFFDIO_COPY_MODE_WP`, `UFFDIO_WRITEPROTECT_MODE_WP`.
+/// `UFFD_PAGEFAULT_FLAG_MINOR`.
+const FLAG_MINOR: u64 = 1 << 2;
+/// `UFFDIO_COPY_MODE_WP`, `UFFDIO_CONTINUE_MODE_WP`,
+/// `UFFDIO_WRITEPROTECT_MODE_WP`.
 const COPY_MODE_WP: u64 = 1 << 1;
+const CONTINUE_MODE_WP: u64 = 1 << 1;
 const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 
 /// `_IOC(dir, 0xAA, nr, size)` as x86-64 encodes it.
@@ -73,6 +77,14 @@ struct ZeroPage {
 
 #[repr(C)]
 #[derive(Default)]
+struct Continue {
+    range: Range,
+    mode: u64,
+    mapped: i64,
+}
+
+#[repr(C)]
+#[derive(Default)]
 struct WriteProtect {
     range: Range,
     mode: u64,
@@ -85,6 +97,7 @@ const UFFDIO_WAKE: u64 = ioc(READ, 0x02, size_of::<Range>());
 const UFFDIO_COPY: u64 = ioc(READ_WRITE, 0x03, size_of::<Copy>());
 const UFFDIO_ZEROPAGE: u64 = ioc(READ_WRITE, 0x04, size_of::<ZeroPage>());
 const UFFDIO_WRITEPROTECT: u64 = ioc(READ_WRITE, 0x06, size_of::<WriteProtect>());
+const UFFDIO_CONTINUE: u64 = ioc(READ_WRITE, 0x07, size_of::<Continue>());
 
 /// `ioctl(fd, request, arg)` on a structure of ours.
 fn ioctl<T>(fd: &OwnedFd, request: u64, arg: &mut T) -> io::Result<()> {
@@ -143,6 +156,20 @@ pub(crate) fn fill(fd: &OwnedFd, dst: u64, len: u64, src: Option<&[u8]>, wp: boo
             (r, z.zeropage)
         }
     };
+    bytes_done(done)
+}
+
+/// `UFFDIO_CONTINUE` of `[dst, dst + len)` (`MODE_WP` if `wp`): the bytes
+/// mapped, or the error when none was.
+pub(crate) fn continue_range(fd: &OwnedFd, dst: u64, len: u64, wp: bool) -> io::Result<u64> {
+    let mode = if wp { CONTINUE_MODE_WP } else { 0 };
+    let mut c = Continue { range: Range { start: dst, len }, mode, mapped: 0 };
+    let r = ioctl(fd, UFFDIO_CONTINUE, &mut c);
+    bytes_done((r, c.mapped))
+}
+
+/// An mfill ioctl's result: its count field if positive, else its error.
+fn bytes_done(done: (io::Result<()>, i64)) -> io::Result<u64> {
     match done {
         (_, n) if n > 0 => Ok(n as u64),
         (Err(e), _) => Err(e),
@@ -162,6 +189,8 @@ pub(crate) struct Fault {
     pub(crate) address: u64,
     /// `UFFD_PAGEFAULT_FLAG_WP`: a write to a write-protected page.
     pub(crate) wp: bool,
+    /// `UFFD_PAGEFAULT_FLAG_MINOR`: a page the cache holds.
+    pub(crate) minor: bool,
     /// `UFFD_PAGEFAULT_FLAG_WRITE`.
     pub(crate) write: bool,
 }
@@ -181,5 +210,6 @@ pub(crate) fn read_fault(fd: &OwnedFd) -> io::Result<Option<Fault>> {
     // struct uffd_msg: event (1), reserved (7), then flags and address.
     let flags = u64::from_ne_bytes(msg[8..16].try_into().unwrap());
     let address = u64::from_ne_bytes(msg[16..24].try_into().unwrap());
-    Ok(Some(Fault { address: address & !4095, wp: flags & FLAG_WP != 0, write: flags & FLAG_WRITE != 0 }))
+    let (wp, minor, write) = (flags & FLAG_WP != 0, flags & FLAG_MINOR != 0, flags & FLAG_WRITE != 0);
+    Ok(Some(Fault { address: address & !4095, wp, minor, write }))
 }

@@ -184,7 +184,9 @@ impl State<'_> {
                 return Ok("failed as expected".into());
             };
             if fills.sigbus_at.is_some() {
-                return Err("the read succeeded but its userfaultfd (made with sigbus) says it fails with SIGBUS".into());
+                return Err(
+                    "the read succeeded but its userfaultfd (made with sigbus) says it fails with SIGBUS".into()
+                );
             }
             self.apply_uffd_fills(&p, &fills);
             let rs = self.refs.get_mut(&p).unwrap();

@@ -90,7 +90,7 @@ impl State<'_> {
                 let addr = start + i * 4096;
                 for p in &procs {
                     let peek = self.backend.perform(Thread::main(p), Op::Peek { addr }).and_then(Reply::peek);
-                    if let Ok(Peek { page, byte, fields }) = peek {
+                    if let Ok(Peek { page, byte, fields, .. }) = peek {
                         let (proc, map, offset) = (p.to_string(), place.map.clone(), addr - base);
                         out.push(TracePage { proc, map, offset, addr, page, byte, fields });
                     }

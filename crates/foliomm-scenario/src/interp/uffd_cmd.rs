@@ -103,6 +103,10 @@ impl State<'_> {
                 let (addr, len) = range(self, place)?;
                 UffdCall::Fill { addr, len, val: *val, wp: *wp }
             }
+            UffdStepCall::Continue { place, wp } => {
+                let (addr, len) = range(self, place)?;
+                UffdCall::Continue { addr, len, wp: *wp }
+            }
             UffdStepCall::WriteProtect { place, protect } => {
                 let (addr, len) = range(self, place)?;
                 UffdCall::WriteProtect { addr, len, protect: *protect }
@@ -119,7 +123,8 @@ impl State<'_> {
                 // The pages done hold the bytes (the zero page reads 0, as an
                 // unpopulated page of the model did).
                 let rs = self.refs.get_mut(&p).unwrap();
-                rs.fill_pages(addr, done, val.unwrap_or(0)).map_err(|e| format!("the reference model cannot fill: {e}"))?;
+                rs.fill_pages(addr, done, val.unwrap_or(0))
+                    .map_err(|e| format!("the reference model cannot fill: {e}"))?;
                 // userfaultfd_copy(): a short count is EAGAIN.
                 let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
                 outcome(step, r)?;
@@ -137,6 +142,15 @@ impl State<'_> {
                     self.uffds.forget(&p, addr, len);
                 }
                 Ok("unregistered".into())
+            }
+            UffdCall::Continue { len, .. } => {
+                let done = match r.and_then(Reply::value) {
+                    Ok(done) => done,
+                    Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
+                };
+                let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
+                outcome(step, r)?;
+                Ok(format!("{} KiB mapped", done / 1024))
             }
             UffdCall::WriteProtect { .. } => outcome(step, r).map(|_| "ok".into()),
             UffdCall::On { reason, action } => {
@@ -174,7 +188,11 @@ impl State<'_> {
         wanted.sort_unstable_by_key(|&(page, _)| page);
         for (page, fill) in wanted {
             let Reply::Peeked(pk) = self.perform(t, Op::Peek { addr: page })? else { continue };
-            if pk.page.present || pk.page.swapped {
+            // A file page faults as missing when the file has a hole there
+            // (whatever this mapping maps), an anonymous one when unmapped.
+            let file = self.refs.get(t.proc).is_some_and(|r| r.file_backed(page));
+            let missing = !pk.page.present && !pk.page.swapped && (!file || !pk.cached);
+            if !missing {
                 continue;
             }
             match fill {

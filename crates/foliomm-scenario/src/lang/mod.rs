@@ -86,9 +86,9 @@ mod numa_cmd;
 mod parser;
 mod proc_cmd;
 mod set_cmd;
-mod uffd_cmd;
 pub mod settings;
 pub mod suggest;
+mod uffd_cmd;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
 pub use lexer::parse_size;

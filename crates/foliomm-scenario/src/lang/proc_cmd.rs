@@ -181,6 +181,7 @@ const COMMANDS: &[&str] = &[
     "uffd_unregister",
     "uffd_copy",
     "uffd_zeropage",
+    "uffd_continue",
     "uffd_wp",
     "on",
 ];

@@ -25,9 +25,12 @@ pub enum UffdStepCall {
     /// `uffd_copy NAME PLACE = BYTE [wp]`, or (`val` `None`)
     /// `uffd_zeropage NAME PLACE`.
     Fill { place: Place, val: Option<u8>, wp: bool },
+    /// `uffd_continue NAME PLACE [wp]`.
+    Continue { place: Place, wp: bool },
     /// `uffd_wp NAME PLACE on|off`.
     WriteProtect { place: Place, protect: bool },
-    /// `on NAME missing copy BYTE | missing zeropage | wp unprotect`.
+    /// `on NAME missing copy BYTE | missing zeropage | wp unprotect |
+    /// minor continue`.
     On { reason: UffdReason, action: UffdAction },
 }
 
@@ -35,7 +38,8 @@ pub enum UffdStepCall {
 pub const MODES: [(&str, u32); 3] = [("missing", vm::UFFD_MISSING), ("wp", vm::UFFD_WP), ("minor", vm::UFFD_MINOR)];
 
 /// The verbs of the ioctls, after which the file's name comes.
-pub(super) const VERBS: [&str; 6] = ["uffd_register", "uffd_unregister", "uffd_copy", "uffd_zeropage", "uffd_wp", "on"];
+pub(super) const VERBS: [&str; 7] =
+    ["uffd_register", "uffd_unregister", "uffd_copy", "uffd_zeropage", "uffd_continue", "uffd_wp", "on"];
 
 /// `NAME = userfaultfd [sigbus]`, after `userfaultfd`.
 pub(super) fn parse_userfaultfd(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
@@ -71,6 +75,7 @@ pub(super) fn parse_uffd(l: &mut Line, verb: &str) -> Result<Cmd, ParseError> {
             UffdStepCall::Fill { place, val: Some(val), wp: l.eat("wp") }
         }
         "uffd_zeropage" => UffdStepCall::Fill { place: l.place()?, val: None, wp: false },
+        "uffd_continue" => UffdStepCall::Continue { place: l.place()?, wp: l.eat("wp") },
         "uffd_wp" => {
             let place = l.place()?;
             let col = l.col();
@@ -86,9 +91,10 @@ pub(super) fn parse_uffd(l: &mut Line, verb: &str) -> Result<Cmd, ParseError> {
     Ok(Cmd::Uffd(UffdStep { uffd, call }))
 }
 
-/// `missing copy BYTE`, `missing zeropage` or `wp unprotect`, after `on NAME`.
+/// `missing copy BYTE`, `missing zeropage`, `wp unprotect` or `minor
+/// continue`, after `on NAME`.
 fn parse_rule(l: &mut Line) -> Result<UffdStepCall, ParseError> {
-    const RULES: &str = "missing copy BYTE, missing zeropage or wp unprotect";
+    const RULES: &str = "missing copy BYTE, missing zeropage, wp unprotect or minor continue";
     let col = l.col();
     let (reason, action) = match (l.next(RULES)?, l.next(RULES)?) {
         ("missing", "copy") => {
@@ -101,6 +107,7 @@ fn parse_rule(l: &mut Line) -> Result<UffdStepCall, ParseError> {
         }
         ("missing", "zeropage") => (UffdReason::Missing, UffdAction::ZeroPage),
         ("wp", "unprotect") => (UffdReason::WriteProtect, UffdAction::Unprotect),
+        ("minor", "continue") => (UffdReason::Minor, UffdAction::Continue),
         (a, b) => return l.err(col, format!("expected {RULES}, found '{a} {b}'")),
     };
     Ok(UffdStepCall::On { reason, action })

@@ -496,7 +496,15 @@ impl ModelBackend {
         let mm = self.mm_of(t)?;
         let page = mm.page_peek(addr);
         let byte = if page.present { self.m().phys.read_byte(page.pfn, (addr % PAGE_SIZE) as usize) } else { 0 };
-        Ok(Peek { page, byte, fields: mm.folio_fields(addr) })
+        let file_page =
+            mm.vmas().into_iter().find(|v| v.contains(addr)).and_then(|v| Some((v.file()?, v.page_index(addr))));
+        let cached = file_page.is_some_and(|(inode, index)| {
+            inode.get_cached(index).is_some_and(|(f, _)| {
+                self.m().kernel.folio_put_refs(f, 1);
+                true
+            })
+        });
+        Ok(Peek { page, byte, cached, fields: mm.folio_fields(addr) })
     }
 
     fn observe_pin(&self, pin: u64) -> BackendResult<Observation> {

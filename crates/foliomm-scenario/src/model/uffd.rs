@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use foliomm::internals::arch::PAGE_SIZE;
+use foliomm::internals::memory::userfaultfd::Fill;
 use foliomm::internals::mm_types::{UffdReason, UserfaultfdCtx};
 use foliomm::{Errno, Mm};
 
@@ -58,9 +59,8 @@ impl ModelBackend {
         };
         Ok(match call {
             UffdCall::Register { addr, len, modes } => {
-                let file = |v: &Arc<foliomm::internals::mm_types::Vma>| v.file().is_some();
-                if mm.vmas().iter().any(|v| v.start() < addr + len && addr < v.end() && file(v)) {
-                    return Err(StepError::Unsupported("userfaultfd on shmem and hugetlb memory is not modelled yet".into()));
+                if mm.vmas().iter().any(|v| v.start() < addr + len && addr < v.end() && v.is_hugetlb()) {
+                    return Err(StepError::Unsupported("userfaultfd on hugetlb memory is not modelled yet".into()));
                 }
                 mm.userfaultfd_register(&ctx, addr, len, modes)?;
                 Reply::Done
@@ -69,10 +69,11 @@ impl ModelBackend {
                 mm.userfaultfd_unregister(&ctx, addr, len)?;
                 Reply::Done
             }
-            UffdCall::Fill { addr, len, val, wp } => {
-                let bytes = val.map(|v| vec![v; len as usize]);
-                Reply::Value(mm.uffd_fill(addr, len, bytes.as_deref(), wp)?)
+            UffdCall::Fill { addr, len, val: Some(v), wp } => {
+                Reply::Value(mm.uffd_fill(addr, len, Fill::Copy { bytes: &vec![v; len as usize], wp })?)
             }
+            UffdCall::Fill { addr, len, val: None, .. } => Reply::Value(mm.uffd_fill(addr, len, Fill::ZeroPage)?),
+            UffdCall::Continue { addr, len, wp } => Reply::Value(mm.uffd_fill(addr, len, Fill::Continue { wp })?),
             UffdCall::WriteProtect { addr, len, protect } => {
                 mm.uffd_writeprotect(addr, len, protect)?;
                 Reply::Done
@@ -95,20 +96,31 @@ impl ModelBackend {
     pub(super) fn handle_userfaults(&self, mm: &Arc<Mm>) -> BackendResult<Vec<(u64, bool)>> {
         let files: Vec<(u64, Arc<UserfaultfdCtx>, HashMap<UffdReason, UffdAction>)> = {
             let u = self.uffds.lock().unwrap();
-            u.files.iter().filter(|(_, f)| Arc::ptr_eq(&f.mm, mm)).map(|(&h, f)| (h, f.ctx.clone(), f.rules.clone())).collect()
+            u.files
+                .iter()
+                .filter(|(_, f)| Arc::ptr_eq(&f.mm, mm))
+                .map(|(&h, f)| (h, f.ctx.clone(), f.rules.clone()))
+                .collect()
         };
         let mut handled = Vec::new();
         for (h, ctx, rules) in files {
             while let Some(msg) = ctx.read() {
                 let page = msg.address;
                 let r = match rules.get(&msg.reason) {
-                    Some(&UffdAction::Copy(v)) => mm.uffd_fill(page, PAGE_SIZE, Some(&[v; PAGE_SIZE as usize]), false).map(|_| ()),
-                    Some(UffdAction::ZeroPage) => mm.uffd_fill(page, PAGE_SIZE, None, false).map(|_| ()),
+                    Some(&UffdAction::Copy(v)) => {
+                        let bytes = &[v; PAGE_SIZE as usize];
+                        mm.uffd_fill(page, PAGE_SIZE, Fill::Copy { bytes, wp: false }).map(|_| ())
+                    }
+                    Some(UffdAction::ZeroPage) => mm.uffd_fill(page, PAGE_SIZE, Fill::ZeroPage).map(|_| ()),
+                    Some(UffdAction::Continue) => {
+                        mm.uffd_fill(page, PAGE_SIZE, Fill::Continue { wp: false }).map(|_| ())
+                    }
                     Some(UffdAction::Unprotect) => mm.uffd_writeprotect(page, PAGE_SIZE, false),
                     None => {
                         let (kind, rule) = match msg.reason {
                             UffdReason::Missing => ("missing", "missing copy BYTE' or 'on NAME missing zeropage"),
                             UffdReason::WriteProtect => ("write-protect", "wp unprotect"),
+                            UffdReason::Minor => ("minor", "minor continue"),
                         };
                         return Err(StepError::Hangs(format!(
                             "the {kind} fault at {page:#x} went to userfaultfd {h}, whose handler has no rule for it \

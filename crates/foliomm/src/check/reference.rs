@@ -343,14 +343,32 @@ impl RefSpace {
     /// Gives each page of `[addr, addr + len)` bytes all `val` of its own,
     /// whatever its protection: pages the kernel filled for userspace
     /// (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`). EFAULT at the first unmapped page.
+    /// A page of a shared file mapping is the file's: the file gets the
+    /// bytes (EFAULT past its end).
     pub fn fill_pages(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {
         for p in page_range(addr, len).step_by(PS) {
-            self.maps.get(&p).ok_or(Errno::EFAULT)?;
+            let m = *self.maps.get(&p).ok_or(Errno::EFAULT)?;
             let mut page = RefPage::default();
             page.fill(0, PS, val);
-            self.data.insert(p, page);
+            match m.file.filter(|b| b.shared) {
+                Some(b) => {
+                    let mut files = self.files.0.lock().unwrap();
+                    let file = files.get_mut(&b.file).ok_or(Errno::EFAULT)?;
+                    if b.index(p) >= file.size.div_ceil(PAGE_SIZE) {
+                        return Err(Errno::EFAULT);
+                    }
+                    file.pages.insert(b.index(p), page);
+                }
+                None => _ = self.data.insert(p, page),
+            }
         }
         Ok(())
+    }
+
+    /// Whether the page at `addr` is mapped from a file (shmem), shared or
+    /// private.
+    pub fn file_backed(&self, addr: u64) -> bool {
+        self.maps.get(&(addr & !(PAGE_SIZE - 1))).is_some_and(|m| m.file.is_some())
     }
 
     pub fn write_byte_per_page(&mut self, addr: u64, len: u64, val: u8) -> Result<()> {

@@ -340,6 +340,10 @@ counters! {
     /// handler (`handle_userfault` with `VM_UFFD_WP`).
     /// Needs: a range registered with uffd ... wp.
     uffd_wp_fault,
+    /// Faults on a page the page cache holds, in a range registered for
+    /// minor faults, handed to the handler (`VM_UFFD_MINOR`).
+    /// Needs: a shmem or hugetlb range registered with uffd ... minor.
+    uffd_minor_fault,
     /// Faults handed to a userfaultfd that asked for SIGBUS instead
     /// (`UFFD_FEATURE_SIGBUS`).
     /// Needs: a range registered with uffd ... sigbus.

@@ -25,7 +25,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         if ptl.is_some() && load(phys, table, pte_index(addr)).is_none() {
             if vmf.vma.userfaultfd_missing() {
                 drop(ptl);
-                return handle_userfault(vmf, UffdReason::Missing);
+                return Err(handle_userfault(vmf, UffdReason::Missing));
             }
             let zero = Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED);
             store(phys, table, pte_index(addr), zero);
@@ -46,7 +46,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     if vmf.vma.userfaultfd_missing() {
         drop(ptl);
         k.folio_put_refs(f, 1);
-        return handle_userfault(vmf, UffdReason::Missing);
+        return Err(handle_userfault(vmf, UffdReason::Missing));
     }
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(base)));

@@ -7,6 +7,10 @@
 //! allows it (`do_set_pmd`); another large folio by all its PTEs at once
 //! when it fits the VMA and the page table (`finish_fault`).
 //!
+//! In a range registered with a userfaultfd, a fault on a hole goes there
+//! for missing faults, on a cached page for minor ones, and pages are
+//! mapped one at a time, without fault-around for write-protect and minor.
+//!
 //! Differs from Linux: no `page_mkwrite` (shmem has none), no readahead;
 //! fault-around never skips a folio it cannot lock (Linux does, so it maps
 //! a varying number of pages). A PTE of a shared writable mapping is made
@@ -15,11 +19,12 @@
 
 use super::fault::VmFault;
 use super::huge_memory::Huge;
+use super::userfaultfd::handle_userfault;
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PTRS_PER_TABLE};
 use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::mapcount::Level;
-use crate::mm_types::vm;
+use crate::mm_types::{vm, UffdReason};
 use crate::pgtable::{load, pte_lockptr, pte_range_none, store};
 use crate::rmap;
 use crate::shmem::{in_page_cache, Inode};
@@ -45,7 +50,10 @@ pub(super) fn do_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
 /// `do_read_fault`: fault-around first; if that did not map the address,
 /// the page itself (allocated into the cache when a hole).
 fn do_read_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
-    if FAULT_AROUND_PAGES > 1 && do_fault_around(vmf, inode) {
+    // should_fault_around(): not where userfaultfd must see each page
+    // (uffd_disable_fault_around: registered for write-protect or minor).
+    let uffd = vmf.vma.flags() & (vm::UFFD_WP | vm::UFFD_MINOR) != 0;
+    if FAULT_AROUND_PAGES > 1 && !uffd && do_fault_around(vmf, inode) {
         return Ok(());
     }
     let (f, pfn) = get_folio(vmf, inode)?;
@@ -112,9 +120,18 @@ fn block_fits(vmf: &VmFault, index: u64, order: u32) -> bool {
 
 /// `__do_fault` → `shmem_fault`: the file's folio for the faulting page,
 /// with a reference (with reclaim when memory runs out); SIGBUS past the
-/// end of the file.
+/// end of the file. In a range registered with a userfaultfd the fault
+/// goes there first (`shmem_get_folio_gfp`): for minor faults when the
+/// cache holds an entry for the page, for missing ones when it holds none.
 fn get_folio<'k>(vmf: &VmFault<'k>, inode: &Inode) -> Result<(Folio<'k>, Pfn)> {
     let index = vmf.vma.page_index(vmf.address);
+    if vmf.vma.userfaultfd_armed() && index < inode.nr_pages() {
+        match inode.has_entry(index) {
+            true if vmf.vma.userfaultfd_minor() => return Err(handle_userfault(vmf, UffdReason::Minor)),
+            false if vmf.vma.userfaultfd_missing() => return Err(handle_userfault(vmf, UffdReason::Missing)),
+            _ => {}
+        }
+    }
     let orders = suitable_orders(vmf, inode, index);
     match super::vmscan::retry_after_reclaim(vmf.k, &vmf.mm.mmlist, || inode.get_folio(index, orders)) {
         Ok((f, pfn)) => Ok((Folio::from_head(&vmf.k.phys, f.pfn), pfn)),
@@ -145,7 +162,9 @@ fn finish_fault(vmf: &VmFault, f: Folio, pfn: Pfn) -> Result<()> {
     let (k, phys, table, addr) = (vmf.k, &vmf.k.phys, vmf.table, vmf.address);
     let nr = f.nr_pages();
     let first_addr = addr / PAGE_SIZE * PAGE_SIZE - (pfn - f.pfn) * PAGE_SIZE;
+    // One page at a time in a registered VMA, for userfaultfd to see each.
     let whole = nr > 1
+        && !vmf.vma.userfaultfd_armed()
         && first_addr >= vmf.vma.start()
         && first_addr + nr * PAGE_SIZE <= vmf.vma.end()
         && first_addr / PMD_SIZE == (first_addr + nr * PAGE_SIZE - 1) / PMD_SIZE;

@@ -67,7 +67,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         if vma.userfaultfd_missing() {
             drop(_pl);
             k.free_table(table);
-            return super::userfaultfd::handle_userfault(vmf, UffdReason::Missing).map(|_| Huge::Done);
+            return Err(super::userfaultfd::handle_userfault(vmf, UffdReason::Missing));
         }
         deposit(mm, haddr, table);
         pmd.store(phys, Pte::new(zero, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED));
@@ -93,7 +93,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         k.folio_put_refs(f, 1);
         k.free_table(table);
         if vma.userfaultfd_missing() {
-            return super::userfaultfd::handle_userfault(vmf, UffdReason::Missing).map(|_| Huge::Done);
+            return Err(super::userfaultfd::handle_userfault(vmf, UffdReason::Missing));
         }
         return Ok(Huge::Done);
     }
@@ -325,7 +325,15 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
 }
 
 /// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
-pub(crate) fn move_huge_pmd(k: &Kernel, mm: &Mm, spmd: PmdSlot, dpmd: PmdSlot, src: u64, dst: u64, moved: &dyn Fn(Pte) -> Pte) {
+pub(crate) fn move_huge_pmd(
+    k: &Kernel,
+    mm: &Mm,
+    spmd: PmdSlot,
+    dpmd: PmdSlot,
+    src: u64,
+    dst: u64,
+    moved: &dyn Fn(Pte) -> Pte,
+) {
     let phys = &k.phys;
     let _sl = pte_lockptr(phys, spmd.table).lock();
     let _dl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, dpmd.table).lock());
@@ -348,7 +356,8 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
     // A shared mapping's PMD becomes writable whole (no write notification,
     // as for PTEs in `change_protection`).
-    let can_write = !e.special() && !e.uffd_wp() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
+    let can_write =
+        !e.special() && !e.uffd_wp() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     n != e

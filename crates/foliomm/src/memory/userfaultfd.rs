@@ -4,8 +4,8 @@
 //! `mfill_atomic_pte_zeropage`, `mfill_atomic_install_pte`) or change its
 //! write protection (`uffd_wp_range` through `change_protection`).
 //!
-//! Differs from Linux: anonymous private memory only (no shmem or hugetlb
-//! pages yet); no uffd-wp bit in swap entries or PTE markers.
+//! Differs from Linux: no hugetlb pages yet; no uffd-wp bit in swap
+//! entries and no PTE markers (write protection of shmem holes).
 
 use super::fault::VmFault;
 use crate::arch::{pmd_addr_end, pte_index, Pte, PAGE_SIZE};
@@ -16,25 +16,27 @@ use crate::mm_types::{Mm, UffdMsg, UffdReason, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lockptr, store, walk_pmd};
 use crate::{rmap, Errno, Result};
 
-/// `handle_userfault`: hands the fault to the VMA's userfaultfd. SIGBUS if
-/// the context asked for it (`UFFD_FEATURE_SIGBUS`) or has gone; else the
-/// message is queued and the fault returns [`Errno::Userfault`]
-/// (`VM_FAULT_RETRY`: the thread waits for the handler, then retries).
-pub(super) fn handle_userfault(vmf: &VmFault, reason: UffdReason) -> Result<()> {
+/// `handle_userfault`: hands the fault to the VMA's userfaultfd and
+/// returns what the fault ends with: SIGBUS if the context asked for it
+/// (`UFFD_FEATURE_SIGBUS`) or has gone; else the message is queued and the
+/// fault ends with [`Errno::Userfault`] (`VM_FAULT_RETRY`: the thread waits
+/// for the handler, then retries).
+pub(super) fn handle_userfault(vmf: &VmFault, reason: UffdReason) -> Errno {
     let stats = &vmf.k.stats;
     let Some(ctx) = vmf.vma.userfaultfd_ctx() else {
-        return Err(Errno::SIGBUS);
+        return Errno::SIGBUS;
     };
     if ctx.sigbus {
         Stats::inc(&stats.uffd_sigbus);
-        return Err(Errno::SIGBUS);
+        return Errno::SIGBUS;
     }
     Stats::inc(match reason {
         UffdReason::Missing => &stats.uffd_missing_fault,
         UffdReason::WriteProtect => &stats.uffd_wp_fault,
+        UffdReason::Minor => &stats.uffd_minor_fault,
     });
     ctx.queue(UffdMsg { address: vmf.address & !(PAGE_SIZE - 1), reason, write: vmf.write() });
-    Err(Errno::Userfault)
+    Errno::Userfault
 }
 
 /// What one page of a resolving ioctl maps.
@@ -43,14 +45,24 @@ pub enum Fill<'a> {
     /// `UFFDIO_COPY`: a new page with these bytes (one page of them),
     /// write-protected by userfaultfd if `wp` (`UFFDIO_COPY_MODE_WP`).
     Copy { bytes: &'a [u8], wp: bool },
-    /// `UFFDIO_ZEROPAGE`: the shared zero page.
+    /// `UFFDIO_ZEROPAGE`: the shared zero page, or in a shared shmem VMA a
+    /// new zeroed page of the file.
     ZeroPage,
+    /// `UFFDIO_CONTINUE`: the page the shmem file's cache holds
+    /// (write-protected if `wp`).
+    Continue { wp: bool },
 }
 
-/// `mfill_atomic_pte` for one page at `addr` of an anonymous private VMA
-/// the caller holds stable and prepared (an anon_vma): the page tables down
-/// to the PTE are allocated; EEXIST if the PMD maps a huge page or the PTE
-/// is not none, ENOMEM if no page or table can be had.
+/// `mfill_atomic_pte` for one page at `addr` of a VMA the caller holds
+/// stable, an anon_vma made for a private one: the page tables down to the
+/// PTE are allocated, then the page mapped. A private VMA (anonymous or
+/// shmem) gets an anonymous copy or the zero page
+/// (`mfill_atomic_pte_copy`, `mfill_atomic_pte_zeropage`); a shared shmem
+/// VMA a new page of the file (`shmem_mfill_atomic_pte`); a continue maps
+/// the file's cached page (`mfill_atomic_pte_continue`, writable only in
+/// a shared writable VMA). EEXIST if the PMD maps a huge page, the PTE is
+/// not none or (shared shmem) the cache has the page; EFAULT past the end
+/// of the file or, for a continue, at a hole; ENOMEM.
 pub fn mfill_atomic_pte(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, fill: Fill) -> Result<()> {
     let phys = &k.phys;
     let pmd = alloc_pmd(k, mm.pgd, addr, &mm.page_table_lock)?;
@@ -58,16 +70,39 @@ pub fn mfill_atomic_pte(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, fill: Fill) -
         return Err(Errno::EEXIST);
     };
     let idx = pte_index(addr);
-    match fill {
-        Fill::ZeroPage => {
+    let file = vma.file();
+    let index = vma.page_index(addr);
+    let writable = |wp: bool| vma.writable() && !wp;
+    match (fill, file.as_deref()) {
+        (Fill::Continue { wp }, Some(inode)) => {
+            if index >= inode.nr_pages() || !inode.has_entry(index) {
+                return Err(Errno::EFAULT);
+            }
+            let (f, pfn) = inode.get_folio(index, 0)?;
+            install_file_pte(k, mm, table, idx, (f, pfn), vma.shared() && writable(wp), wp)
+        }
+        (Fill::Continue { .. }, None) => Err(Errno::EINVAL),
+        (Fill::Copy { bytes, wp }, Some(inode)) if vma.shared() => {
+            let got = inode.add_filled_page(index, Some(bytes))?;
+            install_file_pte(k, mm, table, idx, got, writable(wp), wp)?;
+            Stats::inc(&k.stats.uffd_copy);
+            Ok(())
+        }
+        (Fill::ZeroPage, Some(inode)) if vma.shared() => {
+            install_file_pte(k, mm, table, idx, inode.add_filled_page(index, None)?, writable(false), false)?;
+            Stats::inc(&k.stats.uffd_zeropage);
+            Ok(())
+        }
+        (Fill::ZeroPage, _) => {
             let _ptl = pte_lockptr(phys, table).lock();
             if !load(phys, table, idx).is_none() {
                 return Err(Errno::EEXIST);
             }
             store(phys, table, idx, Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED));
             Stats::inc(&k.stats.uffd_zeropage);
+            Ok(())
         }
-        Fill::Copy { bytes, wp } => {
+        (Fill::Copy { bytes, wp }, _) => {
             let f = super::vmscan::alloc_folio_reclaim(k, &mm.mmlist, vma.placement(addr, 0), false)?;
             phys.write_bytes(f.pfn, 0, bytes);
             let ptl = pte_lockptr(phys, table).lock();
@@ -76,16 +111,52 @@ pub fn mfill_atomic_pte(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, fill: Fill) -
                 k.folio_put_refs(f, 1);
                 return Err(Errno::EEXIST);
             }
-            rmap::folio_add_new_anon_rmap(k, f, Level::Pte, mm.rmap, (vma.anon_vma(), vma.page_index(addr)));
+            rmap::folio_add_new_anon_rmap(k, f, Level::Pte, mm.rmap, (vma.anon_vma(), index));
             // mfill_atomic_install_pte: dirty, writable if the VMA is and
             // the copy is not write-protected.
-            let mut bits = Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY;
-            bits |= if wp { Pte::UFFD_WP } else if vma.writable() { Pte::RW } else { 0 };
-            store(phys, table, idx, Pte::new(f.pfn, bits));
+            store(phys, table, idx, Pte::new(f.pfn, install_bits(writable(wp), wp)));
             mm.add_anon_rss(1);
             Stats::inc(&k.stats.uffd_copy);
+            Ok(())
         }
     }
+}
+
+/// The bits `mfill_atomic_install_pte` gives an entry: dirty and young,
+/// writable if `writable`, uffd-wp (and so read-only) if `wp`.
+fn install_bits(writable: bool, wp: bool) -> u64 {
+    let base = Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY;
+    base | if wp {
+        Pte::UFFD_WP
+    } else if writable {
+        Pte::RW
+    } else {
+        0
+    }
+}
+
+/// Maps page `pfn` of the file folio `f` (whose reference the caller
+/// passes on to the mapping) at entry `idx` of `table` if it is none
+/// (`mfill_atomic_install_pte` with a page-cache page), else EEXIST.
+fn install_file_pte(
+    k: &Kernel,
+    mm: &Mm,
+    table: u64,
+    idx: usize,
+    (f, pfn): (Folio, u64),
+    writable: bool,
+    wp: bool,
+) -> Result<()> {
+    let phys = &k.phys;
+    let ptl = pte_lockptr(phys, table).lock();
+    if !load(phys, table, idx).is_none() {
+        drop(ptl);
+        k.folio_put_refs(f, 1);
+        return Err(Errno::EEXIST);
+    }
+    rmap::folio_add_file_rmap(k, f, pfn - f.pfn, 1, Level::Pte, mm.rmap);
+    store(phys, table, idx, Pte::new(pfn, install_bits(writable, wp)));
+    mm.add_rss(f, 1);
     Ok(())
 }
 

@@ -3,14 +3,14 @@
 //! `mfill_atomic`, `mwriteprotect_range`). A fault in a registered range
 //! reaches the context through [`crate::memory::userfaultfd`].
 //!
-//! Differs from Linux: anonymous private VMAs only; no `mmap_changing`
+//! Differs from Linux: no hugetlb VMAs yet; no `mmap_changing`
 //! (non-cooperative events), no `UFFDIO_WAKE` (the model's waiting thread
 //! is its caller, which retries on its own).
 
 use super::vma::{merge_around, set_vma_flags};
+use super::MMAP_MIN_ADDR;
 use crate::arch::{PAGE_SIZE, TASK_SIZE};
 use crate::memory::userfaultfd::{mfill_atomic_pte, uffd_wp_range, Fill};
-use super::MMAP_MIN_ADDR;
 use crate::mm_types::{vm, FaultVma, Mm, UserfaultfdCtx, Vma};
 use crate::sync::Arc;
 use crate::{Errno, Result};
@@ -64,15 +64,19 @@ impl Mm {
             return Err(self.no_vma_error(&vmas, start));
         }
         let is_ctx = |v: &Vma| v.userfaultfd_ctx().is_some_and(|c| Arc::ptr_eq(&c, ctx));
-        let keep: Vec<u64> =
-            vmas.overlapping(start, end).filter(|v| is_ctx(v) && v.flags() & modes == modes).map(|v| v.start()).collect();
+        let keep: Vec<u64> = vmas
+            .overlapping(start, end)
+            .filter(|v| is_ctx(v) && v.flags() & modes == modes)
+            .map(|v| v.start())
+            .collect();
         let new_flags = |f: u32| (f & !vm::UFFD_FLAGS) | modes;
         for addr in [start, end] {
             if vmas.find(addr).is_some_and(|v| !keep.contains(&v.start())) {
                 self.split_vma(&mut vmas, addr)?;
             }
         }
-        let targets: Vec<Arc<Vma>> = vmas.overlapping(start, end).filter(|v| !keep.contains(&v.start())).cloned().collect();
+        let targets: Vec<Arc<Vma>> =
+            vmas.overlapping(start, end).filter(|v| !keep.contains(&v.start())).cloned().collect();
         let mut changed = Vec::new();
         for v in &targets {
             vmas.start_write(v);
@@ -126,36 +130,42 @@ impl Mm {
         Ok(())
     }
 
-    /// `UFFDIO_COPY` of `bytes` (whole pages) to `dst`, write-protected if
-    /// `wp` (`UFFDIO_COPY_MODE_WP`), or (`bytes` `None`) `UFFDIO_ZEROPAGE`
-    /// of `len` bytes: page by page through `mfill_atomic_pte`. Returns the
-    /// bytes done; an error if none was: ENOENT if `[dst, dst + len)` is not
-    /// inside one registered VMA (with any context: Linux checks no more),
-    /// EINVAL for a bad range, a
-    /// write-protected copy into a VMA not registered for it or one not
-    /// anonymous, EEXIST for a page already mapped. The caller reports a
-    /// short count as EAGAIN, as `userfaultfd_copy` does.
-    pub fn uffd_fill(&self, dst: u64, len: u64, bytes: Option<&[u8]>, wp: bool) -> Result<u64> {
+    /// `UFFDIO_COPY` (with the bytes of the whole range), `UFFDIO_ZEROPAGE`
+    /// or `UFFDIO_CONTINUE` of `[dst, dst + len)`, page by page through
+    /// `mfill_atomic_pte`. Returns the bytes done; an error if none was:
+    /// ENOENT if the range is not inside one registered VMA (with any
+    /// context: Linux checks no more), EINVAL for a bad range, a
+    /// write-protected fill of a VMA not registered for it or a continue
+    /// outside shmem, and the first page's error (EEXIST for a page already
+    /// mapped...). The caller reports a short count as EAGAIN, as
+    /// `userfaultfd_copy` does.
+    pub fn uffd_fill(&self, dst: u64, len: u64, fill: Fill) -> Result<u64> {
         let end = validate_range(dst, len)?;
-        if bytes.is_some_and(|b| b.len() as u64 != len) {
-            return Err(Errno::EINVAL);
-        }
+        let (copy, wp) = match fill {
+            Fill::Copy { bytes, .. } if bytes.len() as u64 != len => return Err(Errno::EINVAL),
+            Fill::Copy { bytes, wp } => (Some(bytes), wp),
+            Fill::ZeroPage => (None, false),
+            Fill::Continue { wp } => (None, wp),
+        };
         let held = self.uffd_lock_vma(dst)?;
         let v = held.vma();
         // validate_dst_vma(): registered, with any context.
         if end > v.end() || v.userfaultfd_ctx().is_none() {
             return Err(Errno::ENOENT);
         }
-        if (wp && !v.userfaultfd_wp()) || v.file().is_some() {
+        let continues = matches!(fill, Fill::Continue { .. });
+        if (wp && !v.userfaultfd_wp()) || v.is_hugetlb() || (continues && v.file().is_none()) {
             return Err(Errno::EINVAL);
         }
         let mut done = 0;
         while dst + done < end {
-            let fill = match bytes {
-                Some(b) => Fill::Copy { bytes: &b[done as usize..(done + PAGE_SIZE) as usize], wp },
-                None => Fill::ZeroPage,
+            let page = match (fill, copy) {
+                (Fill::Copy { .. }, Some(b)) => {
+                    Fill::Copy { bytes: &b[done as usize..(done + PAGE_SIZE) as usize], wp }
+                }
+                (other, _) => other,
             };
-            match mfill_atomic_pte(&self.kernel, self, v, dst + done, fill) {
+            match mfill_atomic_pte(&self.kernel, self, v, dst + done, page) {
                 Ok(()) => done += PAGE_SIZE,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break,

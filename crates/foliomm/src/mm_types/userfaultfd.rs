@@ -21,6 +21,9 @@ pub enum UffdReason {
     /// A write to a page userfaultfd write-protects (`VM_UFFD_WP`,
     /// `UFFD_PAGEFAULT_FLAG_WP`).
     WriteProtect,
+    /// A fault on a page the page cache holds but this VMA does not map
+    /// (`VM_UFFD_MINOR`, `UFFD_PAGEFAULT_FLAG_MINOR`; shmem and hugetlb).
+    Minor,
 }
 
 /// One `UFFD_EVENT_PAGEFAULT` message.

@@ -15,8 +15,8 @@
 
 use arc_swap::ArcSwapOption;
 
-use super::vma_lock::VmaLock;
 use super::userfaultfd::UserfaultfdCtx;
+use super::vma_lock::VmaLock;
 use super::Mempolicy;
 use crate::arch::PAGE_SIZE;
 use crate::kernel::VmaLockDesign;
@@ -264,6 +264,10 @@ impl Vma {
     /// `userfaultfd_wp`: the VMA is registered for write-protect faults.
     pub fn userfaultfd_wp(&self) -> bool {
         self.flags() & vm::UFFD_WP != 0
+    }
+    /// `userfaultfd_minor`: faults on pages the cache holds go to userspace.
+    pub fn userfaultfd_minor(&self) -> bool {
+        self.flags() & vm::UFFD_MINOR != 0
     }
     /// `userfaultfd_armed`: registered in any mode (no large anonymous
     /// folios: `alloc_anon_folio` falls back to order 0).

@@ -228,10 +228,17 @@ impl Inode {
         if !falloc {
             f.head().set(pg::UPTODATE);
         }
-        // The cache's references are the allocation's plus one per further
-        // page; the folio names its inode; one entry per page it covers.
+        Ok((true, self.add_to_page_cache(pages, index, f, dirty)))
+    }
+
+    /// `shmem_add_to_page_cache` + `folio_add_lru` of the new folio `f` at
+    /// `index`, with `flags` besides `SWAPBACKED`: the cache's references
+    /// are the allocation's plus one per further page, the folio names its
+    /// inode, and the cache has an entry per page it covers. Returns the
+    /// pfn of page `index`.
+    fn add_to_page_cache(&self, pages: &mut PageCache, index: u64, f: Folio, flags: u64) -> Pfn {
         f.ref_add(cache_refs(f) - 1);
-        f.head().set(pg::SWAPBACKED | dirty);
+        f.head().set(pg::SWAPBACKED | flags);
         f.head().link.store(self.ino, Relaxed);
         let first = index & !(f.nr_pages() - 1);
         f.set_index(first);
@@ -239,7 +246,37 @@ impl Inode {
             pages.insert(first + i, f.pfn + i);
         }
         self.k.lru.add(f);
-        Ok((true, f.pfn + (index - first)))
+        f.pfn + (index - first)
+    }
+
+    /// Whether the cache holds an entry for page `index`: a folio, uptodate
+    /// or not, or a swap entry (`filemap_get_entry`, which userfaultfd's
+    /// minor and missing checks ask).
+    pub fn has_entry(&self, index: u64) -> bool {
+        let pages = self.pages.lock().unwrap();
+        pages.contains_key(&index) || pages.swapped.contains_key(&index)
+    }
+
+    /// `shmem_mfill_atomic_pte`'s folio: a new order-0 page holding
+    /// `bytes` (or zeroes), uptodate but clean (only the entry mapping it
+    /// is dirty), added to the cache at `index`, with a reference for the
+    /// caller. EFAULT at or past `i_size`, EEXIST if the cache has an entry
+    /// there, ENOMEM.
+    pub fn add_filled_page(&self, index: u64, bytes: Option<&[u8]>) -> Result<(Folio<'_>, Pfn)> {
+        if index >= self.nr_pages() {
+            return Err(Errno::EFAULT);
+        }
+        let mut pages = self.pages.lock().unwrap();
+        if pages.contains_key(&index) || pages.swapped.contains_key(&index) {
+            return Err(Errno::EEXIST);
+        }
+        let f = self.k.alloc_folio_zeroed(0)?;
+        if let Some(b) = bytes {
+            self.k.phys.write_bytes(f.pfn, 0, b);
+        }
+        let pfn = self.add_to_page_cache(&mut pages, index, f, pg::UPTODATE);
+        f.ref_add(1);
+        Ok((f, pfn))
     }
 
     /// A zeroed folio for `index`: the highest order of `orders` whose
