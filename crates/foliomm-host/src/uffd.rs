@@ -20,13 +20,17 @@ const PAGE: u64 = 4096;
 /// The handler's rules of one userfaultfd.
 type Rules = Arc<Mutex<HashMap<UffdReason, UffdAction>>>;
 
+/// The ranges registered, in any file, with the size of their pages.
+type Ranges = Arc<Mutex<Vec<(u64, u64, u64)>>>;
+
 /// The userfaultfds of one worker process.
 #[derive(Default)]
 pub(crate) struct Uffds {
     files: Mutex<HashMap<u64, (Arc<OwnedFd>, Rules)>>,
     /// Ranges registered, in any file: accesses there are faulted in with
-    /// `MADV_POPULATE_*` first, so that SIGBUS comes back as an error.
-    ranges: Mutex<Vec<(u64, u64)>>,
+    /// `MADV_POPULATE_*` first, so that SIGBUS comes back as an error; the
+    /// handlers resolve a fault's page of the size registered.
+    ranges: Ranges,
     /// What the handlers found no rule for since the last look.
     unhandled: Arc<Mutex<Option<String>>>,
 }
@@ -41,8 +45,8 @@ impl Uffds {
     ) -> Answer {
         let fd = Arc::new(sys::open(sigbus)?);
         let rules = Rules::default();
-        let (f, r, u) = (fd.clone(), rules.clone(), self.unhandled.clone());
-        spawn(Box::new(move || handle(&f, &r, &u)))?;
+        let (f, r, u, g) = (fd.clone(), rules.clone(), self.unhandled.clone(), self.ranges.clone());
+        spawn(Box::new(move || handle(&f, &r, &u, &g)))?;
         let id = std::os::fd::AsRawFd::as_raw_fd(&*fd) as u64;
         self.files.lock().unwrap().insert(id, (fd, rules));
         Ok(Reply::Value(id))
@@ -52,14 +56,14 @@ impl Uffds {
     pub(crate) fn call(&self, uffd: u64, call: UffdCall) -> Answer {
         let (fd, rules) = self.files.lock().unwrap().get(&uffd).cloned().ok_or(Refused::Errno(Errno::EINVAL))?;
         match call {
-            UffdCall::Register { addr, len, modes } => {
+            UffdCall::Register { addr, len, modes, page } => {
                 // UFFDIO_REGISTER_MODE_MISSING, _WP, _MINOR.
                 let mode = [(vm::UFFD_MISSING, 1), (vm::UFFD_WP, 2), (vm::UFFD_MINOR, 4)]
                     .iter()
                     .filter(|(m, _)| modes & m != 0)
                     .fold(0, |acc, (_, bit)| acc | bit);
                 sys::register(&fd, addr, len, mode)?;
-                self.ranges.lock().unwrap().push((addr, addr + len));
+                self.ranges.lock().unwrap().push((addr, addr + len, page));
                 Ok(Reply::Done)
             }
             UffdCall::Unregister { addr, len } => {
@@ -86,7 +90,7 @@ impl Uffds {
     /// a registered range, so that a fault the userfaultfd answers with
     /// SIGBUS is an error here rather than a signal.
     pub(crate) fn fault_in(&self, addr: u64, write: bool) -> Result<(), Refused> {
-        if !self.ranges.lock().unwrap().iter().any(|&(s, e)| s <= addr && addr < e) {
+        if !self.ranges.lock().unwrap().iter().any(|&(s, e, _)| s <= addr && addr < e) {
             return Ok(());
         }
         let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
@@ -109,9 +113,12 @@ impl Uffds {
 /// The handler thread of `fd`: resolves every fault by its rule, then
 /// wakes the range (a resolution that failed, EEXIST for one, wakes
 /// nothing by itself). Ends when the descriptor is gone.
-fn handle(fd: &OwnedFd, rules: &Rules, unhandled: &Mutex<Option<String>>) {
+fn handle(fd: &OwnedFd, rules: &Rules, unhandled: &Mutex<Option<String>>, ranges: &Ranges) {
     while let Ok(msg) = sys::read_fault(fd) {
         let Some(f) = msg else { continue };
+        let registered =
+            ranges.lock().unwrap().iter().rev().find(|&&(s, e, _)| s <= f.address && f.address < e).copied();
+        let size = registered.map_or(PAGE, |(_, _, page)| page);
         let (reason, kind, rule, fallback) = match (f.wp, f.minor) {
             (true, _) => (UffdReason::WriteProtect, "write-protect", "wp unprotect", UffdAction::Unprotect),
             (_, true) => (UffdReason::Minor, "minor", "minor continue", UffdAction::Continue),
@@ -132,11 +139,11 @@ fn handle(fd: &OwnedFd, rules: &Rules, unhandled: &Mutex<Option<String>>) {
             fallback
         });
         let _ = match action {
-            UffdAction::Copy(v) => sys::fill(fd, f.address, PAGE, Some(&[v; PAGE as usize]), false).map(|_| ()),
-            UffdAction::ZeroPage => sys::fill(fd, f.address, PAGE, None, false).map(|_| ()),
-            UffdAction::Unprotect => sys::writeprotect(fd, f.address, PAGE, false),
-            UffdAction::Continue => sys::continue_range(fd, f.address, PAGE, false).map(|_| ()),
+            UffdAction::Copy(v) => sys::fill(fd, f.address, size, Some(&vec![v; size as usize]), false).map(|_| ()),
+            UffdAction::ZeroPage => sys::fill(fd, f.address, size, None, false).map(|_| ()),
+            UffdAction::Unprotect => sys::writeprotect(fd, f.address, size, false),
+            UffdAction::Continue => sys::continue_range(fd, f.address, size, false).map(|_| ()),
         };
-        let _ = sys::wake(fd, f.address, PAGE);
+        let _ = sys::wake(fd, f.address, size);
     }
 }

@@ -238,8 +238,10 @@ pub enum Op {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum UffdCall {
     /// `UFFDIO_REGISTER` in `modes` (`VM_UFFD_*` bits of
-    /// [`foliomm::internals::mm_types::vm`]).
-    Register { addr: u64, len: u64, modes: u32 },
+    /// [`foliomm::internals::mm_types::vm`]); `page` is the size of the
+    /// range's pages (a huge page size for hugetlb), which the handler
+    /// resolves one at a time.
+    Register { addr: u64, len: u64, modes: u32, page: u64 },
     /// `UFFDIO_UNREGISTER`.
     Unregister { addr: u64, len: u64 },
     /// `UFFDIO_COPY` of pages filled with `val` (`UFFDIO_COPY_MODE_WP` if
@@ -381,7 +383,9 @@ pub struct Peek {
     /// The byte at the address.
     pub byte: u8,
     /// The page cache holds an uptodate folio for the file page behind the
-    /// address (`mincore` of a file mapping); false for anonymous memory.
+    /// address (`mincore` of a file mapping; of a hugetlb mapping, which
+    /// `mincore` answers from the entry, that the entry maps a page);
+    /// false for anonymous memory.
     #[serde(default)]
     pub cached: bool,
     /// The mapcount design's raw fields of the page's large folio, by

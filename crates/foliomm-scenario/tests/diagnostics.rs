@@ -119,7 +119,9 @@ fn userfaultfd_lines_say_what_they_expected() {
     assert!(e.starts_with("line 3, column 22: expected a mode (missing, wp or minor), found 'misssing'"), "{e}");
     let e = parse_error("P: u = userfaultfd\nP: on u missing unprotect\n");
     assert!(
-        e.contains("expected missing copy BYTE, missing zeropage, wp unprotect or minor continue, found 'missing unprotect'"),
+        e.contains(
+            "expected missing copy BYTE, missing zeropage, wp unprotect or minor continue, found 'missing unprotect'"
+        ),
         "{e}"
     );
     let e = parse_error("P: a = mmap 16K rw\nP: u = userfaultfd\nP: uffd_copy u a\n");

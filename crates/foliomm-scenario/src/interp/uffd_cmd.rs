@@ -27,8 +27,19 @@ pub(super) struct Uffds {
     rules: HashMap<u64, HashMap<UffdReason, UffdAction>>,
     /// The userfaultfds made with `UFFD_FEATURE_SIGBUS`, by handle.
     sigbus: HashSet<u64>,
-    /// The ranges each process registered: start, end, handle, modes.
-    regs: HashMap<String, Vec<(u64, u64, u64, u32)>>,
+    /// The ranges each process registered.
+    regs: HashMap<String, Vec<Reg>>,
+}
+
+/// A range a process registered: `[start, end)` with userfaultfd `uffd`
+/// in `modes`, in pages of `page` bytes.
+#[derive(Clone, Copy)]
+struct Reg {
+    start: u64,
+    end: u64,
+    uffd: u64,
+    modes: u32,
+    page: u64,
 }
 
 impl Uffds {
@@ -39,16 +50,16 @@ impl Uffds {
         let Some(regs) = self.regs.get_mut(proc) else { return };
         let end = start + len;
         let mut kept = Vec::new();
-        for &(s, e, h, m) in regs.iter() {
-            if e <= start || s >= end {
-                kept.push((s, e, h, m));
+        for &r in regs.iter() {
+            if r.end <= start || r.start >= end {
+                kept.push(r);
                 continue;
             }
-            if s < start {
-                kept.push((s, start, h, m));
+            if r.start < start {
+                kept.push(Reg { end: start, ..r });
             }
-            if e > end {
-                kept.push((end, e, h, m));
+            if r.end > end {
+                kept.push(Reg { start: end, ..r });
             }
         }
         *regs = kept;
@@ -93,7 +104,8 @@ impl State<'_> {
         let call = match &u.call {
             UffdStepCall::Register { place, modes } => {
                 let (addr, len) = range(self, place)?;
-                UffdCall::Register { addr, len, modes: *modes }
+                let page = self.hugetlb.get(&place.map).map_or(PAGE, |h| h.bytes());
+                UffdCall::Register { addr, len, modes: *modes, page }
             }
             UffdStepCall::Unregister(place) => {
                 let (addr, len) = range(self, place)?;
@@ -130,10 +142,11 @@ impl State<'_> {
                 outcome(step, r)?;
                 Ok(format!("{} KiB filled", done / 1024))
             }
-            UffdCall::Register { addr, len, modes } => {
+            UffdCall::Register { addr, len, modes, page } => {
                 if outcome(step, r)?.is_some() {
                     self.uffds.forget(&p, addr, len);
-                    self.uffds.regs.entry(p).or_default().push((addr, addr + len, h, modes));
+                    let reg = Reg { start: addr, end: addr + len, uffd: h, modes, page };
+                    self.uffds.regs.entry(p).or_default().push(reg);
                 }
                 Ok("registered".into())
             }
@@ -172,21 +185,22 @@ impl State<'_> {
         let Some(regs) = self.uffds.regs.get(t.proc) else { return Ok(fills) };
         let (start, span) = pages(addr, len);
         let mut wanted = Vec::new();
-        for &(s, e, h, modes) in regs {
-            let rule = self.uffds.rules.get(&h).and_then(|r| r.get(&UffdReason::Missing));
-            let fill = match (self.uffds.sigbus.contains(&h), rule) {
+        for r in regs {
+            let rule = self.uffds.rules.get(&r.uffd).and_then(|rules| rules.get(&UffdReason::Missing));
+            let fill = match (self.uffds.sigbus.contains(&r.uffd), rule) {
                 (true, _) => None,
                 (false, Some(&UffdAction::Copy(val))) => Some(val),
                 _ => continue,
             };
-            if modes & vm::UFFD_MISSING == 0 {
+            if r.modes & vm::UFFD_MISSING == 0 {
                 continue;
             }
-            let (from, to) = (s.max(start), e.min(start + span));
-            wanted.extend((from..to.max(from)).step_by(PAGE as usize).map(|page| (page, fill)));
+            // Whole pages of the registration's size (huge pages in hugetlb).
+            let (from, to) = (r.start.max(start) & !(r.page - 1), r.end.min(start + span));
+            wanted.extend((from..to.max(from)).step_by(r.page as usize).map(|page| (page, r.page, fill)));
         }
-        wanted.sort_unstable_by_key(|&(page, _)| page);
-        for (page, fill) in wanted {
+        wanted.sort_unstable_by_key(|&(page, _, _)| page);
+        for (page, size, fill) in wanted {
             let Reply::Peeked(pk) = self.perform(t, Op::Peek { addr: page })? else { continue };
             // A file page faults as missing when the file has a hole there
             // (whatever this mapping maps), an anonymous one when unmapped.
@@ -196,9 +210,9 @@ impl State<'_> {
                 continue;
             }
             match fill {
-                Some(val) => fills.pages.push((page, val)),
+                Some(val) => fills.pages.push((page, size, val)),
                 None => {
-                    fills.sigbus_at = Some(page);
+                    fills.sigbus_at = Some(page.max(addr & !(PAGE - 1)));
                     break;
                 }
             }
@@ -211,9 +225,9 @@ impl State<'_> {
     /// below the SIGBUS, if any).
     pub(super) fn apply_uffd_fills(&mut self, proc: &str, fills: &Fills) {
         let rs = self.refs.get_mut(proc).unwrap();
-        for &(page, val) in fills.pages.iter().filter(|&&(page, _)| fills.sigbus_at.is_none_or(|s| page < s)) {
+        for &(page, size, val) in fills.pages.iter().filter(|&&(page, _, _)| fills.sigbus_at.is_none_or(|s| page < s)) {
             // The page is mapped (the access found it registered and empty).
-            let _ = rs.fill_pages(page, PAGE, val);
+            let _ = rs.fill_pages(page, size, val);
         }
     }
 }
@@ -221,7 +235,8 @@ impl State<'_> {
 /// What an access will meet in registered ranges ([`State::uffd_fills`]).
 #[derive(Default)]
 pub(super) struct Fills {
-    pages: Vec<(u64, u8)>,
+    /// The pages a handler fills: first address, size, byte.
+    pages: Vec<(u64, u64, u8)>,
     pub(super) sigbus_at: Option<u64>,
 }
 

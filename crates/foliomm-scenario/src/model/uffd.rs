@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use foliomm::internals::arch::PAGE_SIZE;
 use foliomm::internals::memory::userfaultfd::Fill;
-use foliomm::internals::mm_types::{UffdReason, UserfaultfdCtx};
+use foliomm::internals::mm_types::{vm, UffdReason, UserfaultfdCtx};
 use foliomm::{Errno, Mm};
 
 use super::ModelBackend;
@@ -58,9 +58,10 @@ impl ModelBackend {
             (f.ctx.clone(), f.mm.clone())
         };
         Ok(match call {
-            UffdCall::Register { addr, len, modes } => {
-                if mm.vmas().iter().any(|v| v.start() < addr + len && addr < v.end() && v.is_hugetlb()) {
-                    return Err(StepError::Unsupported("userfaultfd on hugetlb memory is not modelled yet".into()));
+            UffdCall::Register { addr, len, modes, .. } => {
+                let hugetlb = mm.vmas().iter().any(|v| v.start() < addr + len && addr < v.end() && v.is_hugetlb());
+                if hugetlb && modes & vm::UFFD_WP != 0 {
+                    return Err(StepError::Unsupported("userfaultfd write protection of hugetlb memory".into()));
                 }
                 mm.userfaultfd_register(&ctx, addr, len, modes)?;
                 Reply::Done
@@ -106,16 +107,17 @@ impl ModelBackend {
         for (h, ctx, rules) in files {
             while let Some(msg) = ctx.read() {
                 let page = msg.address;
+                // The handler resolves the fault's page: a huge page in hugetlb.
+                let size = mm.vmas().iter().find(|v| v.contains(page)).and_then(|v| v.huge_page_size());
+                let size = size.unwrap_or(PAGE_SIZE);
                 let r = match rules.get(&msg.reason) {
                     Some(&UffdAction::Copy(v)) => {
-                        let bytes = &[v; PAGE_SIZE as usize];
-                        mm.uffd_fill(page, PAGE_SIZE, Fill::Copy { bytes, wp: false }).map(|_| ())
+                        let bytes = &vec![v; size as usize];
+                        mm.uffd_fill(page, size, Fill::Copy { bytes, wp: false }).map(|_| ())
                     }
-                    Some(UffdAction::ZeroPage) => mm.uffd_fill(page, PAGE_SIZE, Fill::ZeroPage).map(|_| ()),
-                    Some(UffdAction::Continue) => {
-                        mm.uffd_fill(page, PAGE_SIZE, Fill::Continue { wp: false }).map(|_| ())
-                    }
-                    Some(UffdAction::Unprotect) => mm.uffd_writeprotect(page, PAGE_SIZE, false),
+                    Some(UffdAction::ZeroPage) => mm.uffd_fill(page, size, Fill::ZeroPage).map(|_| ()),
+                    Some(UffdAction::Continue) => mm.uffd_fill(page, size, Fill::Continue { wp: false }).map(|_| ()),
+                    Some(UffdAction::Unprotect) => mm.uffd_writeprotect(page, size, false),
                     None => {
                         let (kind, rule) = match msg.reason {
                             UffdReason::Missing => ("missing", "missing copy BYTE' or 'on NAME missing zeropage"),

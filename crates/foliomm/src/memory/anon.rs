@@ -4,7 +4,6 @@
 //! the userfaultfd once the PTE lock shows the entry still none.
 
 use super::fault::VmFault;
-use super::userfaultfd::handle_userfault;
 use crate::arch::{pte_index, Pte, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::Stats;
@@ -25,7 +24,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
         if ptl.is_some() && load(phys, table, pte_index(addr)).is_none() {
             if vmf.vma.userfaultfd_missing() {
                 drop(ptl);
-                return Err(handle_userfault(vmf, UffdReason::Missing));
+                return Err(vmf.userfault(UffdReason::Missing));
             }
             let zero = Pte::new(k.zero_pfn, Pte::PRESENT | Pte::USER | Pte::SPECIAL | Pte::ACCESSED);
             store(phys, table, pte_index(addr), zero);
@@ -46,7 +45,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     if vmf.vma.userfaultfd_missing() {
         drop(ptl);
         k.folio_put_refs(f, 1);
-        return Err(handle_userfault(vmf, UffdReason::Missing));
+        return Err(vmf.userfault(UffdReason::Missing));
     }
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(base)));

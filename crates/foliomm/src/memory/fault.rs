@@ -123,7 +123,7 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind,
             return super::numa_balancing::do_huge_pmd_numa_page(&vmf, pmd);
         } else if e.huge() {
             if kind == FaultKind::Write && e.uffd_wp() && vma.userfaultfd_wp() {
-                return Err(super::userfaultfd::handle_userfault(&vmf, UffdReason::WriteProtect));
+                return Err(vmf.userfault(UffdReason::WriteProtect));
             }
             if kind != FaultKind::Read && !e.write() {
                 if huge_memory::do_huge_pmd_wp_page(&vmf)? == Huge::Done {
@@ -175,7 +175,7 @@ fn handle_pte_fault(vmf: &mut VmFault) -> Result<()> {
         super::numa_balancing::do_numa_page(vmf)
     } else if vmf.kind != FaultKind::Read && !pte.write() {
         if vmf.write() && pte.uffd_wp() && vmf.vma.userfaultfd_wp() {
-            return Err(super::userfaultfd::handle_userfault(vmf, UffdReason::WriteProtect));
+            return Err(vmf.userfault(UffdReason::WriteProtect));
         }
         if vmf.vma.shared() {
             return file::wp_page_shared(vmf);

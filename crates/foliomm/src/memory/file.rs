@@ -19,7 +19,6 @@
 
 use super::fault::VmFault;
 use super::huge_memory::Huge;
-use super::userfaultfd::handle_userfault;
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE, PTRS_PER_TABLE};
 use crate::folio::Folio;
 use crate::kernel::Stats;
@@ -127,8 +126,8 @@ fn get_folio<'k>(vmf: &VmFault<'k>, inode: &Inode) -> Result<(Folio<'k>, Pfn)> {
     let index = vmf.vma.page_index(vmf.address);
     if vmf.vma.userfaultfd_armed() && index < inode.nr_pages() {
         match inode.has_entry(index) {
-            true if vmf.vma.userfaultfd_minor() => return Err(handle_userfault(vmf, UffdReason::Minor)),
-            false if vmf.vma.userfaultfd_missing() => return Err(handle_userfault(vmf, UffdReason::Missing)),
+            true if vmf.vma.userfaultfd_minor() => return Err(vmf.userfault(UffdReason::Minor)),
+            false if vmf.vma.userfaultfd_missing() => return Err(vmf.userfault(UffdReason::Missing)),
             _ => {}
         }
     }

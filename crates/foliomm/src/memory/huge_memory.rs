@@ -67,7 +67,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         if vma.userfaultfd_missing() {
             drop(_pl);
             k.free_table(table);
-            return Err(super::userfaultfd::handle_userfault(vmf, UffdReason::Missing));
+            return Err(vmf.userfault(UffdReason::Missing));
         }
         deposit(mm, haddr, table);
         pmd.store(phys, Pte::new(zero, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::SPECIAL | Pte::ACCESSED));
@@ -93,7 +93,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         k.folio_put_refs(f, 1);
         k.free_table(table);
         if vma.userfaultfd_missing() {
-            return Err(super::userfaultfd::handle_userfault(vmf, UffdReason::Missing));
+            return Err(vmf.userfault(UffdReason::Missing));
         }
         return Ok(Huge::Done);
     }

@@ -21,14 +21,17 @@
 //! Private mappings' reservations (which page uses a promise, the owner
 //! taking a page back from its children) are in [`super::hugetlb_resv`].
 //!
-//! Differs from Linux: no userfaultfd, migration or poison entries.
+//! A userfaultfd sees missing and minor faults (`hugetlb_no_page`).
+//!
+//! Differs from Linux: no userfaultfd write protection, migration or
+//! poison entries.
 
 use super::fault::FaultKind;
 use crate::arch::{pmd_index, pud_addr_end, Pfn, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
-use crate::mm_types::{Mm, Vma};
+use crate::mm_types::{vm, Mm, UffdReason, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, store, walk_pmd, walk_pud, PmdSlot};
 use crate::rmap::{self, VmaRecord};
 use crate::shmem::{in_page_cache, Inode};
@@ -61,9 +64,24 @@ pub fn hugetlb_fault(mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind) -> Result<(
 /// take back from its children, if its COW found the pool empty.
 fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind: FaultKind) -> Result<Option<Pfn>> {
     let k = &*mm.kernel;
+    with_fault_locks(mm, vma, inode, haddr, |walked| hugetlb_fault_walked(k, mm, vma, inode, walked, kind))
+}
+
+/// Runs `f` on the slot of `haddr`'s huge entry, allocated as
+/// `huge_pte_alloc` does, with what a hugetlb fault holds meanwhile: the
+/// fault mutex of the file page and, by the synchronization design, the
+/// VMA's hugetlb lock or the file's `i_mmap_rwsem` for read (as
+/// `hugetlb_fault` and `hugetlb_mfill_atomic_pte` do).
+pub(super) fn with_fault_locks<R>(
+    mm: &Mm,
+    vma: &Vma,
+    inode: &Inode,
+    haddr: u64,
+    f: impl FnOnce(&Walked) -> Result<R>,
+) -> Result<R> {
+    let k = &*mm.kernel;
     let size = inode.huge_size().expect("a hugetlbfs file");
-    let index = vma.page_index(haddr);
-    let mutex = k.hugetlb_fault_mutex(inode.ino, index);
+    let mutex = k.hugetlb_fault_mutex(inode.ino, vma.page_index(haddr));
     cacheline::write(Structure::FaultMutex, mutex);
     let _mutex = mutex.lock().unwrap();
     let design = k.config.hugetlb_sync;
@@ -77,13 +95,25 @@ fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd;
     (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, inode, haddr, i_mmap.as_deref().map(|r| &**r))?;
-    let walked = Walked { pmd, generation: k.phys.generation(pmd.table), haddr, size };
+    f(&Walked { pmd, generation: k.phys.generation(pmd.table), haddr, size })
+}
+
+/// [`hugetlb_fault_locked`] once its entry's slot is found.
+fn hugetlb_fault_walked(
+    k: &Kernel,
+    mm: &Mm,
+    vma: &Vma,
+    inode: &Inode,
+    walked: &Walked,
+    kind: FaultKind,
+) -> Result<Option<Pfn>> {
+    let pmd = walked.pmd;
     let e = pmd.load(&k.phys);
     if e.is_none() {
-        return hugetlb_no_page(k, mm, vma, inode, &walked, kind);
+        return hugetlb_no_page(k, mm, vma, inode, walked, kind);
     }
     if kind != FaultKind::Read && !e.write() {
-        return hugetlb_wp(k, mm, vma, &walked, e, kind);
+        return hugetlb_wp(k, mm, vma, walked, e, kind);
     }
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
     if pmd.load(&k.phys) == e && walked.still_ours(k, mm) {
@@ -96,12 +126,12 @@ fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind
 /// The PMD (or, for a 1 GiB page, PUD) slot a fault found, with what it
 /// takes to tell, when it comes to write it, whether the table is still
 /// this MM's.
-struct Walked {
-    pmd: PmdSlot,
+pub(super) struct Walked {
+    pub(super) pmd: PmdSlot,
     /// The table frame's generation when found (it moves on when freed).
     generation: u32,
-    haddr: u64,
-    size: HugeSize,
+    pub(super) haddr: u64,
+    pub(super) size: HugeSize,
 }
 
 impl Walked {
@@ -110,7 +140,7 @@ impl Walked {
     /// write the fault was about to make goes through a table the MM no
     /// longer uses: the seed-002 race, recorded for the checker and not
     /// made. The caller holds the table's PTL.
-    fn still_ours(&self, k: &Kernel, mm: &Mm) -> bool {
+    pub(super) fn still_ours(&self, k: &Kernel, mm: &Mm) -> bool {
         let phys = &k.phys;
         let freed = phys.generation(self.pmd.table) != self.generation;
         let table_now = match self.size {
@@ -137,7 +167,11 @@ impl Walked {
 /// window of `addr`.
 fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
     let start = addr & !(PUD_SIZE - 1);
-    vma.huge_page_size() == Some(PMD_SIZE) && vma.shared() && start >= vma.start() && start + PUD_SIZE <= vma.end()
+    // uffd_disable_huge_pmd_share(): not under userfaultfd's minor or
+    // write-protect modes, which must see each MM's own entries.
+    let uffd = vma.flags() & (vm::UFFD_WP | vm::UFFD_MINOR) != 0;
+    let fits = start >= vma.start() && start + PUD_SIZE <= vma.end();
+    vma.huge_page_size() == Some(PMD_SIZE) && vma.shared() && !uffd && fits
 }
 
 /// `huge_pte_offset`: the slot of the huge entry of `addr` in `mm` for
@@ -270,6 +304,18 @@ fn hugetlb_no_page(
     let (pmd, haddr, nr) = (walked.pmd, walked.haddr, walked.size.pages());
     let index = vma.page_index(haddr);
     super::hugetlb_resv::resv_unmapped(vma)?;
+    // A userfaultfd sees a missing page (not in the cache, inside i_size)
+    // or, for minor faults, a cached one.
+    if vma.userfaultfd_armed() {
+        let reason = match inode.has_entry(index) {
+            false if index >= inode.nr_pages() => return Err(Errno::SIGBUS),
+            false => vma.userfaultfd_missing().then_some(UffdReason::Missing),
+            true => vma.userfaultfd_minor().then_some(UffdReason::Minor),
+        };
+        if let Some(reason) = reason {
+            return Err(super::userfaultfd::handle_userfault(k, vma, haddr, kind == FaultKind::Write, reason));
+        }
+    }
     let (f, anon) = if vma.shared() {
         (inode.hugetlb_get_folio(index)?, false)
     } else if let Some((f, _)) = inode.get_cached(index) {

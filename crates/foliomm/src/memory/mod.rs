@@ -18,6 +18,7 @@ pub mod folio_mappings;
 pub mod huge_memory;
 pub mod hugetlb;
 pub mod hugetlb_resv;
+pub mod hugetlb_userfaultfd;
 pub mod khugepaged;
 pub mod madvise_cold;
 pub mod migrate;

@@ -16,14 +16,16 @@ use crate::mm_types::{Mm, UffdMsg, UffdReason, Vma};
 use crate::pgtable::{alloc_pmd, alloc_pte_table, load, pte_lockptr, store, walk_pmd};
 use crate::{rmap, Errno, Result};
 
-/// `handle_userfault`: hands the fault to the VMA's userfaultfd and
-/// returns what the fault ends with: SIGBUS if the context asked for it
-/// (`UFFD_FEATURE_SIGBUS`) or has gone; else the message is queued and the
-/// fault ends with [`Errno::Userfault`] (`VM_FAULT_RETRY`: the thread waits
-/// for the handler, then retries).
-pub(super) fn handle_userfault(vmf: &VmFault, reason: UffdReason) -> Errno {
-    let stats = &vmf.k.stats;
-    let Some(ctx) = vmf.vma.userfaultfd_ctx() else {
+/// `handle_userfault`: hands a fault at `address` (a `write` or not) in
+/// `vma` to its userfaultfd and returns what the fault ends with: SIGBUS if
+/// the context asked for it (`UFFD_FEATURE_SIGBUS`) or has gone; else the
+/// message (with the address rounded down to its page, or for hugetlb to
+/// its huge page, as Linux's `vmf->address` is) is queued and the fault
+/// ends with [`Errno::Userfault`] (`VM_FAULT_RETRY`: the thread waits for
+/// the handler, then retries).
+pub(super) fn handle_userfault(k: &Kernel, vma: &Vma, address: u64, write: bool, reason: UffdReason) -> Errno {
+    let stats = &k.stats;
+    let Some(ctx) = vma.userfaultfd_ctx() else {
         return Errno::SIGBUS;
     };
     if ctx.sigbus {
@@ -35,8 +37,15 @@ pub(super) fn handle_userfault(vmf: &VmFault, reason: UffdReason) -> Errno {
         UffdReason::WriteProtect => &stats.uffd_wp_fault,
         UffdReason::Minor => &stats.uffd_minor_fault,
     });
-    ctx.queue(UffdMsg { address: vmf.address & !(PAGE_SIZE - 1), reason, write: vmf.write() });
+    ctx.queue(UffdMsg { address: address & !(PAGE_SIZE - 1), reason, write });
     Errno::Userfault
+}
+
+impl VmFault<'_> {
+    /// [`handle_userfault`] of this fault.
+    pub(super) fn userfault(&self, reason: UffdReason) -> Errno {
+        handle_userfault(self.k, self.vma, self.address, self.write(), reason)
+    }
 }
 
 /// What one page of a resolving ioctl maps.

@@ -3,13 +3,14 @@
 //! `mfill_atomic`, `mwriteprotect_range`). A fault in a registered range
 //! reaches the context through [`crate::memory::userfaultfd`].
 //!
-//! Differs from Linux: no hugetlb VMAs yet; no `mmap_changing`
+//! Differs from Linux: no write protection of hugetlb pages; no `mmap_changing`
 //! (non-cooperative events), no `UFFDIO_WAKE` (the model's waiting thread
 //! is its caller, which retries on its own).
 
 use super::vma::{merge_around, set_vma_flags};
 use super::MMAP_MIN_ADDR;
 use crate::arch::{PAGE_SIZE, TASK_SIZE};
+use crate::memory::hugetlb_userfaultfd::{hugetlb_mfill_atomic_pte, unshare_all_pmds};
 use crate::memory::userfaultfd::{mfill_atomic_pte, uffd_wp_range, Fill};
 use crate::mm_types::{vm, FaultVma, Mm, UserfaultfdCtx, Vma};
 use crate::sync::Arc;
@@ -38,9 +39,12 @@ impl Mm {
     /// EINVAL for a bad range or mode, or a VMA that cannot take the mode
     /// (for a range no VMA reaches, ENOMEM before 6.4 if none lies above);
     /// EPERM for a VMA that may never be written (`VM_MAYWRITE` clear);
-    /// EBUSY for one registered with another context. A VMA registered
+    /// EBUSY for one registered with another context; EINVAL for a hugetlb
+    /// VMA the range cuts inside a huge page. A VMA registered
     /// with `ctx` in all of `modes` already is left as it is; any other
-    /// gets exactly `modes` (`userfaultfd_register_range`).
+    /// gets exactly `modes` (`userfaultfd_register_range`); a hugetlb one
+    /// registered for minor or write-protect faults stops sharing PMD
+    /// tables.
     pub fn userfaultfd_register(&self, ctx: &Arc<UserfaultfdCtx>, start: u64, len: u64, modes: u32) -> Result<()> {
         let end = validate_range(start, len)?;
         if modes == 0 || modes & !vm::UFFD_FLAGS != 0 {
@@ -50,6 +54,12 @@ impl Mm {
         let mut any = false;
         for v in vmas.overlapping(start, end) {
             any = true;
+            // A hugetlb VMA is registered in whole huge pages.
+            let huge = v.huge_page_size().unwrap_or(PAGE_SIZE);
+            let misaligned = |a: u64| v.start() < a && a < v.end() && !a.is_multiple_of(huge);
+            if misaligned(start) || misaligned(end) {
+                return Err(Errno::EINVAL);
+            }
             if !can_userfault(v, modes) {
                 return Err(Errno::EINVAL);
             }
@@ -82,6 +92,9 @@ impl Mm {
             vmas.start_write(v);
             v.set_userfaultfd_ctx(Some(ctx.clone()));
             changed.extend(set_vma_flags(&mut vmas, v.start(), v.end(), new_flags));
+            if v.is_hugetlb() && modes & (vm::UFFD_WP | vm::UFFD_MINOR) != 0 {
+                unshare_all_pmds(&self.kernel, self, v);
+            }
         }
         merge_around(&mut vmas, start, end, self.kernel.config.release(), &changed);
         Ok(())
@@ -154,19 +167,26 @@ impl Mm {
             return Err(Errno::ENOENT);
         }
         let continues = matches!(fill, Fill::Continue { .. });
-        if (wp && !v.userfaultfd_wp()) || v.is_hugetlb() || (continues && v.file().is_none()) {
+        if (wp && !v.userfaultfd_wp()) || (continues && v.file().is_none()) {
+            return Err(Errno::EINVAL);
+        }
+        // mfill_atomic_hugetlb(): whole huge pages.
+        let step = v.huge_page_size().unwrap_or(PAGE_SIZE);
+        if !dst.is_multiple_of(step) || !len.is_multiple_of(step) {
             return Err(Errno::EINVAL);
         }
         let mut done = 0;
         while dst + done < end {
             let page = match (fill, copy) {
-                (Fill::Copy { .. }, Some(b)) => {
-                    Fill::Copy { bytes: &b[done as usize..(done + PAGE_SIZE) as usize], wp }
-                }
+                (Fill::Copy { .. }, Some(b)) => Fill::Copy { bytes: &b[done as usize..(done + step) as usize], wp },
                 (other, _) => other,
             };
-            match mfill_atomic_pte(&self.kernel, self, v, dst + done, page) {
-                Ok(()) => done += PAGE_SIZE,
+            let r = match v.is_hugetlb() {
+                true => hugetlb_mfill_atomic_pte(self, v, dst + done, page),
+                false => mfill_atomic_pte(&self.kernel, self, v, dst + done, page),
+            };
+            match r {
+                Ok(()) => done += step,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break,
             }
