@@ -75,6 +75,7 @@ impl Uffds {
                 Ok(Reply::Value(sys::fill(&fd, addr, len, bytes.as_deref(), wp)?))
             }
             UffdCall::Continue { addr, len, wp } => Ok(Reply::Value(sys::continue_range(&fd, addr, len, wp)?)),
+            UffdCall::Move { src, dst, len, holes } => Ok(Reply::Value(sys::move_range(&fd, dst, src, len, holes)?)),
             UffdCall::WriteProtect { addr, len, protect } => {
                 sys::writeprotect(&fd, addr, len, protect)?;
                 Ok(Reply::Done)

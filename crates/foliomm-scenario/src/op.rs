@@ -253,6 +253,10 @@ pub enum UffdCall {
     Continue { addr: u64, len: u64, wp: bool },
     /// `UFFDIO_WRITEPROTECT` with (`protect`) or without `MODE_WP`.
     WriteProtect { addr: u64, len: u64, protect: bool },
+    /// `UFFDIO_MOVE` of `[src, src + len)` to `dst`
+    /// (`UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES` if `holes`); replies with the
+    /// bytes moved unless none was.
+    Move { src: u64, dst: u64, len: u64, holes: bool },
     /// How the handler answers faults of `reason` from now on.
     On { reason: UffdReason, action: UffdAction },
 }

@@ -85,6 +85,16 @@ struct Continue {
 
 #[repr(C)]
 #[derive(Default)]
+struct Move {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
+}
+
+#[repr(C)]
+#[derive(Default)]
 struct WriteProtect {
     range: Range,
     mode: u64,
@@ -98,6 +108,9 @@ const UFFDIO_COPY: u64 = ioc(READ_WRITE, 0x03, size_of::<Copy>());
 const UFFDIO_ZEROPAGE: u64 = ioc(READ_WRITE, 0x04, size_of::<ZeroPage>());
 const UFFDIO_WRITEPROTECT: u64 = ioc(READ_WRITE, 0x06, size_of::<WriteProtect>());
 const UFFDIO_CONTINUE: u64 = ioc(READ_WRITE, 0x07, size_of::<Continue>());
+const UFFDIO_MOVE: u64 = ioc(READ_WRITE, 0x05, size_of::<Move>());
+/// `UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES`.
+const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 1 << 1;
 
 /// `ioctl(fd, request, arg)` on a structure of ours.
 fn ioctl<T>(fd: &OwnedFd, request: u64, arg: &mut T) -> io::Result<()> {
@@ -166,6 +179,15 @@ pub(crate) fn continue_range(fd: &OwnedFd, dst: u64, len: u64, wp: bool) -> io::
     let mut c = Continue { range: Range { start: dst, len }, mode, mapped: 0 };
     let r = ioctl(fd, UFFDIO_CONTINUE, &mut c);
     bytes_done((r, c.mapped))
+}
+
+/// `UFFDIO_MOVE` of `[src, src + len)` to `dst`: the bytes moved, or the
+/// error when none was.
+pub(crate) fn move_range(fd: &OwnedFd, dst: u64, src: u64, len: u64, holes: bool) -> io::Result<u64> {
+    let mode = if holes { MOVE_MODE_ALLOW_SRC_HOLES } else { 0 };
+    let mut m = Move { dst, src, len, mode, moved: 0 };
+    let r = ioctl(fd, UFFDIO_MOVE, &mut m);
+    bytes_done((r, m.moved))
 }
 
 /// An mfill ioctl's result: its count field if positive, else its error.

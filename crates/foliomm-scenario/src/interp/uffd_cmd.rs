@@ -123,6 +123,14 @@ impl State<'_> {
                 let (addr, len) = range(self, place)?;
                 UffdCall::WriteProtect { addr, len, protect: *protect }
             }
+            UffdStepCall::Move { src, dst, holes } => {
+                let (s, len) = range(self, src)?;
+                let (d, dlen) = range(self, dst)?;
+                if dlen != len {
+                    return Err(format!("uffd_move: the source is {len:#x} bytes, the destination {dlen:#x}").into());
+                }
+                UffdCall::Move { src: s, dst: d, len, holes: *holes }
+            }
             UffdStepCall::On { reason, action } => UffdCall::On { reason: *reason, action: *action },
         };
         let r = self.perform(t, Op::Uffd { uffd: h, call: call.clone() });
@@ -164,6 +172,23 @@ impl State<'_> {
                 let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
                 outcome(step, r)?;
                 Ok(format!("{} KiB mapped", done / 1024))
+            }
+            UffdCall::Move { src, dst, len, .. } => {
+                let done = match r.and_then(Reply::value) {
+                    Ok(done) => done,
+                    Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
+                };
+                // The pages moved: the destination reads what the source
+                // did, the source reads zeros (it maps nothing now).
+                let rs = self.refs.get_mut(&p).unwrap();
+                let bytes =
+                    rs.read(src, done).map_err(|e| format!("the reference model cannot read the source: {e}"))?;
+                rs.zap(src, done);
+                let placed = rs.fill_pages(dst, done, 0).and_then(|()| rs.write(dst, &bytes));
+                placed.map_err(|e| format!("the reference model cannot write the destination: {e}"))?;
+                let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
+                outcome(step, r)?;
+                Ok(format!("{} KiB moved", done / 1024))
             }
             UffdCall::WriteProtect { .. } => outcome(step, r).map(|_| "ok".into()),
             UffdCall::On { reason, action } => {

@@ -183,6 +183,7 @@ const COMMANDS: &[&str] = &[
     "uffd_zeropage",
     "uffd_continue",
     "uffd_wp",
+    "uffd_move",
     "on",
 ];
 

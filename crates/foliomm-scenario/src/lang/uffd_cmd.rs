@@ -29,6 +29,8 @@ pub enum UffdStepCall {
     Continue { place: Place, wp: bool },
     /// `uffd_wp NAME PLACE on|off`.
     WriteProtect { place: Place, protect: bool },
+    /// `uffd_move NAME SRC to DST [holes]`.
+    Move { src: Place, dst: Place, holes: bool },
     /// `on NAME missing copy BYTE | missing zeropage | wp unprotect |
     /// minor continue`.
     On { reason: UffdReason, action: UffdAction },
@@ -38,8 +40,8 @@ pub enum UffdStepCall {
 pub const MODES: [(&str, u32); 3] = [("missing", vm::UFFD_MISSING), ("wp", vm::UFFD_WP), ("minor", vm::UFFD_MINOR)];
 
 /// The verbs of the ioctls, after which the file's name comes.
-pub(super) const VERBS: [&str; 7] =
-    ["uffd_register", "uffd_unregister", "uffd_copy", "uffd_zeropage", "uffd_continue", "uffd_wp", "on"];
+pub(super) const VERBS: [&str; 8] =
+    ["uffd_register", "uffd_unregister", "uffd_copy", "uffd_zeropage", "uffd_continue", "uffd_wp", "uffd_move", "on"];
 
 /// `NAME = userfaultfd [sigbus]`, after `userfaultfd`.
 pub(super) fn parse_userfaultfd(l: &mut Line, name: String) -> Result<Cmd, ParseError> {
@@ -76,6 +78,14 @@ pub(super) fn parse_uffd(l: &mut Line, verb: &str) -> Result<Cmd, ParseError> {
         }
         "uffd_zeropage" => UffdStepCall::Fill { place: l.place()?, val: None, wp: false },
         "uffd_continue" => UffdStepCall::Continue { place: l.place()?, wp: l.eat("wp") },
+        "uffd_move" => {
+            let src = l.place()?;
+            let col = l.col();
+            if !l.eat("to") {
+                return l.err(col, "expected 'to DESTINATION' after the source (uffd_move NAME SRC to DST)");
+            }
+            UffdStepCall::Move { src, dst: l.place()?, holes: l.eat("holes") }
+        }
         "uffd_wp" => {
             let place = l.place()?;
             let col = l.col();

@@ -75,6 +75,7 @@ impl ModelBackend {
             }
             UffdCall::Fill { addr, len, val: None, .. } => Reply::Value(mm.uffd_fill(addr, len, Fill::ZeroPage)?),
             UffdCall::Continue { addr, len, wp } => Reply::Value(mm.uffd_fill(addr, len, Fill::Continue { wp })?),
+            UffdCall::Move { src, dst, len, holes } => Reply::Value(mm.uffd_move(&ctx, dst, src, len, holes)?),
             UffdCall::WriteProtect { addr, len, protect } => {
                 mm.uffd_writeprotect(addr, len, protect)?;
                 Reply::Done

@@ -351,6 +351,10 @@ counters! {
     /// Pages `UFFDIO_COPY` filled (`mfill_atomic_pte_copy`).
     /// Needs: uffd_copy, or a handler that copies.
     uffd_copy,
+    /// Pages `UFFDIO_MOVE` moved (`move_pages`; a THP moved by its PMD
+    /// counts its pages).
+    /// Needs: uffd_move (Linux 6.8 on).
+    uffd_move,
     /// Pages `UFFDIO_ZEROPAGE` mapped (`mfill_atomic_pte_zeropage`).
     /// Needs: uffd_zeropage, or a handler that maps the zero page.
     uffd_zeropage,

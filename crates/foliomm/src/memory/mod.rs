@@ -27,6 +27,7 @@ pub mod numa_balancing;
 pub mod rmap_walk;
 pub mod split;
 pub mod swap;
+pub mod uffd_move;
 pub mod userfaultfd;
 pub mod vmscan;
 pub mod wp;

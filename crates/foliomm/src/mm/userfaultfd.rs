@@ -11,6 +11,7 @@ use super::vma::{merge_around, set_vma_flags};
 use super::MMAP_MIN_ADDR;
 use crate::arch::{PAGE_SIZE, TASK_SIZE};
 use crate::memory::hugetlb_userfaultfd::{hugetlb_mfill_atomic_pte, unshare_all_pmds};
+use crate::memory::uffd_move::{move_step, Step};
 use crate::memory::userfaultfd::{mfill_atomic_pte, uffd_wp_range, Fill};
 use crate::mm_types::{vm, FaultVma, Mm, UserfaultfdCtx, Vma};
 use crate::sync::Arc;
@@ -221,6 +222,43 @@ impl Mm {
             self.tlb.flush_range(&self.kernel.stats, start, end);
         }
         result
+    }
+
+    /// `UFFDIO_MOVE` of `[src, src + len)` to `dst` in this MM, for the
+    /// userfaultfd `ctx` the destination must be registered with (6.8 on;
+    /// before, EINVAL). Both VMAs must be private anonymous ones holding
+    /// their whole range, alike in protection and mlock, the source
+    /// writable (else EINVAL; ENOENT if no VMA holds either start). Moves
+    /// step by step ([`move_step`]); returns the bytes moved, or the first
+    /// step's error (the caller reports a short count as EAGAIN). Differs
+    /// from Linux: under the mmap_lock for read, not the two VMAs' locks
+    /// (`uffd_move_lock`).
+    pub fn uffd_move(&self, ctx: &Arc<UserfaultfdCtx>, dst: u64, src: u64, len: u64, holes: bool) -> Result<u64> {
+        validate_range(dst, len)?;
+        validate_range(src, len)?;
+        if !self.kernel.config.release().has_uffd_move() {
+            return Err(Errno::EINVAL);
+        }
+        let vmas = self.mmap_read_lock();
+        let (d, s) = (vmas.find(dst).ok_or(Errno::ENOENT)?.clone(), vmas.find(src).ok_or(Errno::ENOENT)?.clone());
+        let alike = |f: u32| f & (vm::PROT_MASK | vm::LOCKED);
+        let ours = d.userfaultfd_ctx().is_some_and(|c| Arc::ptr_eq(&c, ctx));
+        let anon = d.file().is_none() && s.file().is_none();
+        let fits = dst + len <= d.end() && src + len <= s.end();
+        if !(ours && anon && fits && alike(d.flags()) == alike(s.flags()) && s.writable()) {
+            return Err(Errno::EINVAL);
+        }
+        self.anon_vma_prepare(&d);
+        let mut moved = 0;
+        while moved < len {
+            match move_step(&self.kernel, self, &d, (src + moved, dst + moved, len - moved), holes) {
+                Ok(Step::Moved(n)) => moved += n,
+                Ok(Step::Again) => {}
+                Err(e) if moved == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(moved)
     }
 
     /// The error of a registration whose range no VMA reaches.

@@ -316,6 +316,11 @@ impl KernelVersion {
     pub fn uffd_unprotect_makes_writable(self) -> bool {
         self >= KernelVersion::new(6, 4)
     }
+    /// Whether userfaultfd has `UFFDIO_MOVE` (6.8, "userfaultfd:
+    /// UFFDIO_MOVE uABI"); before, the ioctl is unknown (EINVAL).
+    pub fn has_uffd_move(self) -> bool {
+        self >= KernelVersion::new(6, 8)
+    }
     /// Whether `UFFDIO_WRITEPROTECT` walks every VMA of its range, holes
     /// skipped (`mwriteprotect_range` with `for_each_vma_range`): 6.4 on.
     /// Before, the range had to lie inside one registered VMA (ENOENT).
