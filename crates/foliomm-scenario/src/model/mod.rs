@@ -35,6 +35,10 @@ struct Process {
     fds: HashSet<u64>,
 }
 
+/// How often a call may meet a userfaultfd fault in a row that no
+/// handler call of its own answered before it counts as waiting forever.
+const RETRIES_WITHOUT_ANSWER: usize = 100_000;
+
 /// Runs scenarios on the model.
 #[derive(Default)]
 pub struct ModelBackend {
@@ -216,7 +220,9 @@ impl Backend for ModelBackend {
         if !may_wait {
             return self.perform_once(t, op);
         }
-        loop {
+        // A fault whose message another thread's call answered is retried
+        // as it is; one that keeps coming back unanswered would wait forever.
+        for _ in 0..RETRIES_WITHOUT_ANSWER {
             match self.perform_once(t, op.clone()) {
                 Err(StepError::Errno(Errno::Userfault)) if matches!(op, Op::Pin { .. }) => {
                     return Err(StepError::Unsupported("a pin of a page a userfaultfd must fill".into()));
@@ -224,7 +230,11 @@ impl Backend for ModelBackend {
                 Err(StepError::Errno(Errno::Userfault)) => {
                     // The woken thread retries its fault, then its access.
                     let (mm, cpu) = self.thread(t)?;
-                    for (addr, write) in self.handle_userfaults(&mm)? {
+                    let answered = self.handle_userfaults(&mm)?;
+                    if answered.is_empty() {
+                        foliomm::internals::sync::thread::yield_now();
+                    }
+                    for (addr, write) in answered {
                         match cpu.lock().unwrap().retry_fault(&mm, addr, write) {
                             Ok(()) | Err(Errno::Userfault) => {}
                             Err(e) => return Err(e.into()),
@@ -234,6 +244,7 @@ impl Backend for ModelBackend {
                 r => return r,
             }
         }
+        Err(StepError::Hangs("a fault went to a userfaultfd again and again and no handler answered it".into()))
     }
 
     /// The release the started machine follows (the default before).
