@@ -10,6 +10,7 @@ use std::sync::Arc;
 use foliomm::internals::arch::PAGE_SIZE;
 use foliomm::internals::memory::userfaultfd::Fill;
 use foliomm::internals::mm_types::{vm, UffdReason, UserfaultfdCtx};
+use foliomm::internals::sync::Mutex;
 use foliomm::{Errno, Mm};
 
 use super::ModelBackend;
@@ -22,6 +23,10 @@ pub(super) struct UffdFile {
     ctx: Arc<UserfaultfdCtx>,
     mm: Arc<Mm>,
     rules: HashMap<UffdReason, UffdAction>,
+    /// Held while a call plays the file's one handler thread: a fault
+    /// whose message another call is answering waits here for the answer,
+    /// as the faulting thread sleeps until the handler wakes it.
+    handler: Arc<Mutex<()>>,
 }
 
 /// The userfaultfds of a run, by handle, and the next handle.
@@ -46,7 +51,7 @@ impl ModelBackend {
         u.next += 1;
         let id = u.next;
         let ctx = Arc::new(UserfaultfdCtx::new(id, sigbus));
-        u.files.insert(id, UffdFile { ctx, mm, rules: HashMap::new() });
+        u.files.insert(id, UffdFile { ctx, mm, rules: HashMap::new(), handler: Arc::default() });
         Ok(Reply::Value(id))
     }
 
@@ -96,16 +101,18 @@ impl ModelBackend {
     /// and whether a write), which their threads retry; none if another
     /// thread's handler call took the message first.
     pub(super) fn handle_userfaults(&self, mm: &Arc<Mm>) -> BackendResult<Vec<(u64, bool)>> {
-        let files: Vec<(u64, Arc<UserfaultfdCtx>, HashMap<UffdReason, UffdAction>)> = {
+        type Handler = (u64, Arc<UserfaultfdCtx>, HashMap<UffdReason, UffdAction>, Arc<Mutex<()>>);
+        let files: Vec<Handler> = {
             let u = self.uffds.lock().unwrap();
             u.files
                 .iter()
                 .filter(|(_, f)| Arc::ptr_eq(&f.mm, mm))
-                .map(|(&h, f)| (h, f.ctx.clone(), f.rules.clone()))
+                .map(|(&h, f)| (h, f.ctx.clone(), f.rules.clone(), f.handler.clone()))
                 .collect()
         };
         let mut handled = Vec::new();
-        for (h, ctx, rules) in files {
+        for (h, ctx, rules, handler) in files {
+            let _handler = handler.lock().unwrap();
             while let Some(msg) = ctx.read() {
                 let page = msg.address;
                 // The handler resolves the fault's page: a huge page in hugetlb.
