@@ -18,8 +18,11 @@ pub enum ScanResult {
     PmdNone,
     /// `SCAN_PMD_MAPPED`: a huge PMD maps the range already.
     PmdMapped,
-    /// `SCAN_EXCEED_NONE_PTE`: more none (or zero-page) PTEs than `max_ptes_none`.
+    /// `SCAN_EXCEED_NONE_PTE`: more none (or zero-page) PTEs than
+    /// `max_ptes_none`, or any in a VMA registered with a userfaultfd.
     ExceedNonePte,
+    /// `SCAN_PTE_UFFD_WP`: a PTE userfaultfd write-protects.
+    PteUffdWp,
     /// `SCAN_EXCEED_SWAP_PTE`: more swap PTEs than `max_ptes_swap`.
     ExceedSwapPte,
     /// `SCAN_EXCEED_SHARED_PTE`: more PTEs of (maybe) shared folios than `max_ptes_shared`.
@@ -59,13 +62,14 @@ pub enum ScanResult {
 
 impl ScanResult {
     /// Every result, in counter order.
-    pub const ALL: [ScanResult; 23] = [
+    pub const ALL: [ScanResult; 24] = [
         Self::Fail,
         Self::Succeed,
         Self::PmdNull,
         Self::PmdNone,
         Self::PmdMapped,
         Self::ExceedNonePte,
+        Self::PteUffdWp,
         Self::ExceedSwapPte,
         Self::ExceedSharedPte,
         Self::PteNonPresent,
@@ -94,6 +98,7 @@ impl ScanResult {
             "pmd_none",
             "pmd_mapped",
             "exceed_none_pte",
+            "pte_uffd_wp",
             "exceed_swap_pte",
             "exceed_shared_pte",
             "pte_non_present",

@@ -273,10 +273,12 @@ impl Mm {
     /// `uffd_lock_vma`: the VMA holding `addr` read-locked on its own
     /// (`lock_vma_under_rcu`) if it needs no anon_vma, else under the
     /// mmap_lock with one made (`find_vma_and_prepare_anon`); ENOENT if no
-    /// VMA holds `addr`. Differs from Linux, which then takes the VMA lock
-    /// and lets the mmap_lock go: the model keeps the mmap_lock.
+    /// VMA holds `addr`. Before 6.9 always the mmap_lock. Differs from
+    /// Linux, which then takes the VMA lock and lets the mmap_lock go: the
+    /// model keeps the mmap_lock.
     fn uffd_lock_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
-        if let Some(held) = self.lock_vma_under_rcu(addr).map(FaultVma::for_ioctl) {
+        let vma_lock = self.kernel.config.release().uffd_ioctls_take_vma_lock();
+        if let Some(held) = vma_lock.then(|| self.lock_vma_under_rcu(addr)).flatten().map(FaultVma::for_ioctl) {
             if held.vma().shared() || held.vma().anon_vma() != 0 {
                 return Ok(held);
             }

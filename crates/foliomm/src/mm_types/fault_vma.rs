@@ -112,7 +112,8 @@ impl Mm {
     /// it turns out to be another VMA now (reused for another MM or range:
     /// the revalidation the `no-vma-revalidate` switch skips). A VMA
     /// detached under our feet is looked up again (`VMA_LOCK_MISS`).
-    /// Always `None` under `mmap-lock`.
+    /// Always `None` under `mmap-lock`; `None` for a VMA registered with a
+    /// userfaultfd in 6.4 and 6.5.
     pub fn lock_vma_under_rcu(&self, addr: u64) -> Option<FaultVma<'_>> {
         let k: &Kernel = &self.kernel;
         if k.config.vma_lock == VmaLockDesign::MmapLock {
@@ -124,6 +125,13 @@ impl Mm {
         let got = lock_under_rcu(lookup, self.serial, self.mmap_lock.seq(), addr, revalidate, &mut misses);
         Stats::add(&k.stats.vma_lock_miss, misses);
         match got {
+            // 6.4 and 6.5 send faults on a VMA registered with a
+            // userfaultfd to the mmap_lock.
+            Some(vma) if vma.userfaultfd_armed() && k.config.release().vma_lock_refuses_uffd() => {
+                vma.end_read();
+                Stats::inc(&k.stats.vma_lock_abort);
+                None
+            }
             Some(vma) => Some(FaultVma { vma, hold: Hold::VmaLock(self) }),
             None => {
                 Stats::inc(&k.stats.vma_lock_abort);

@@ -316,6 +316,19 @@ impl KernelVersion {
     pub fn uffd_unprotect_makes_writable(self) -> bool {
         self >= KernelVersion::new(6, 4)
     }
+    /// Whether `lock_vma_under_rcu` refuses a VMA registered with a
+    /// userfaultfd (`userfaultfd_armed`), so that its faults take the
+    /// mmap_lock: 6.4 and 6.5, the first per-VMA-lock releases, until
+    /// `handle_userfault` learned to drop the VMA lock (6.6).
+    pub fn vma_lock_refuses_uffd(self) -> bool {
+        (KernelVersion::new(6, 4)..KernelVersion::new(6, 6)).contains(&self)
+    }
+    /// Whether the userfaultfd ioctls that fill pages lock the VMA alone
+    /// (`uffd_mfill_lock` → `uffd_lock_vma`, 6.9); before, they hold the
+    /// mmap_lock for read.
+    pub fn uffd_ioctls_take_vma_lock(self) -> bool {
+        self >= KernelVersion::new(6, 9)
+    }
     /// Whether userfaultfd has `UFFDIO_MOVE` (6.8, "userfaultfd:
     /// UFFDIO_MOVE uABI"); before, the ioctl is unknown (EINVAL).
     pub fn has_uffd_move(self) -> bool {

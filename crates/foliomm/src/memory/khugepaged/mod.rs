@@ -184,6 +184,9 @@ pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<
     let (pmd, table) = find_pmd(k, mm, haddr)?;
     let _ptl = pte_lock_checked(&k.phys, pmd, table).ok_or(ScanResult::PmdNull)?;
     let (mut none, mut unmapped, mut shared, mut referenced, mut writable) = (0, 0, 0, 0, false);
+    // A VMA registered with a userfaultfd allows no none PTE: its faults
+    // must reach the handler.
+    let armed = mm.published_vma(haddr).is_some_and(|v| v.userfaultfd_armed());
     let mut nodes = NodeLoad::default();
     let mut last_large = None;
     for i in 0..HPAGE_PMD_NR as usize {
@@ -198,11 +201,14 @@ pub fn scan_pmd(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> Result<
         }
         if none_or_zero(k, pte) {
             none += 1;
-            if none > cc.limit(k, KhugepagedKnob::MaxPtesNone) {
+            if armed || none > cc.limit(k, KhugepagedKnob::MaxPtesNone) {
                 Stats::inc(&k.stats.thp_scan_exceed_none_pte);
                 return Err(ScanResult::ExceedNonePte);
             }
             continue;
+        }
+        if pte.uffd_wp() {
+            return Err(ScanResult::PteUffdWp);
         }
         writable |= pte.write();
         if pte.special() {
