@@ -36,6 +36,11 @@ pub(super) fn check_vma_tree(mm: &Mm, vmas: &Vmas, linked: &mut HashSet<(u64, Vm
         if let Some(n) = v.lock.readers().filter(|&n| n != 0) {
             push(Some(start), format!("VMA at {start:#x} still has {n} reader(s) of its lock"));
         }
+        // userfaultfd_register's invariant: a context iff a mode.
+        if v.userfaultfd_armed() != v.userfaultfd_ctx().is_some() {
+            let (armed, ctx) = (v.userfaultfd_armed(), v.userfaultfd_ctx().map(|c| c.id));
+            push(Some(start), format!("VMA at {start:#x}: userfaultfd modes set {armed}, context {ctx:?}"));
+        }
         if let Some(inode) = v.file() {
             let want = v.record();
             let found = inode.i_mmap.snapshot().into_iter().filter(|m| m.vma == want.vma).collect::<Vec<_>>();

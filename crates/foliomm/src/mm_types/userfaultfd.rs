@@ -68,3 +68,38 @@ impl UserfaultfdCtx {
         self.pending.lock().unwrap().pop_front()
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::{thread, Arc};
+
+    const MSG: UffdMsg = UffdMsg { address: 0x1000, reason: UffdReason::Missing, write: true };
+
+    /// Two threads fault on one page while a handler may read: every
+    /// message is read once, and at most one is pending for the page at a
+    /// time (without a read in between, the second fault queues nothing).
+    #[test]
+    fn loom_faults_on_one_page_queue_one_message() {
+        for handler_reads in [false, true] {
+            loom::model(move || {
+                let ctx = Arc::new(UserfaultfdCtx::new(1, false));
+                let faults: Vec<_> = (0..2)
+                    .map(|_| {
+                        let c = ctx.clone();
+                        thread::spawn(move || c.queue(MSG))
+                    })
+                    .collect();
+                let mut read = (handler_reads && ctx.read().is_some()) as u32;
+                faults.into_iter().for_each(|f| f.join().unwrap());
+                while ctx.read().is_some() {
+                    read += 1;
+                }
+                match handler_reads {
+                    false => assert_eq!(read, 1),
+                    true => assert!((1..=2).contains(&read), "{read} messages"),
+                }
+            });
+        }
+    }
+}
