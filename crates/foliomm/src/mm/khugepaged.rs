@@ -45,13 +45,14 @@ fn collapse_range(k: &Kernel, mm: &Mm, haddr: u64, cc: CollapseControl) -> ScanR
 }
 
 /// `madvise_collapse_errno`: the errno `MADV_COLLAPSE` returns for the
-/// last failure. EBUSY for `SCAN_EXCEED_NONE_PTE` from 6.18 only matters
-/// with userfaultfd (not modelled); ENOMEM for a failed allocation, EAGAIN
-/// for what may pass (a busy or pinned folio), EINVAL for the rest.
-fn madvise_collapse_errno(r: ScanResult) -> Errno {
+/// last failure: ENOMEM for a failed allocation, EBUSY (from 6.4) for none
+/// PTEs in a VMA registered with a userfaultfd (the only way a collapse
+/// meets too many), EAGAIN for what may pass (a busy or pinned folio),
+/// EINVAL for the rest.
+fn madvise_collapse_errno(r: ScanResult, release: crate::release::KernelVersion) -> Errno {
     match r {
         ScanResult::AllocHugePageFail => Errno::ENOMEM,
-        ScanResult::ExceedNonePte => Errno::EBUSY,
+        ScanResult::ExceedNonePte if release.collapse_busy_on_none_ptes() => Errno::EBUSY,
         ScanResult::PageCount | ScanResult::PageLock | ScanResult::PageLru | ScanResult::DelPageLru => Errno::EAGAIN,
         _ => Errno::EINVAL,
     }
@@ -105,7 +106,7 @@ impl Mm {
         if hend >= hstart && thps == (hend - hstart) / PMD_SIZE {
             Ok(())
         } else {
-            Err(madvise_collapse_errno(last_fail))
+            Err(madvise_collapse_errno(last_fail, self.kernel.config.release()))
         }
     }
 }

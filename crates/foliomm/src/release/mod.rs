@@ -316,6 +316,12 @@ impl KernelVersion {
     pub fn uffd_unprotect_makes_writable(self) -> bool {
         self >= KernelVersion::new(6, 4)
     }
+    /// Whether `MADV_COLLAPSE` fails with EBUSY, not EINVAL, for a range
+    /// with too many none PTEs (`madvise_collapse_errno` names
+    /// `SCAN_EXCEED_NONE_PTE`: in 6.4, not in 6.2; taken as 6.4).
+    pub fn collapse_busy_on_none_ptes(self) -> bool {
+        self >= KernelVersion::new(6, 4)
+    }
     /// Whether `lock_vma_under_rcu` refuses a VMA registered with a
     /// userfaultfd (`userfaultfd_armed`), so that its faults take the
     /// mmap_lock: 6.4 and 6.5, the first per-VMA-lock releases, until

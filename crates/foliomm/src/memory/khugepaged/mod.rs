@@ -5,7 +5,9 @@
 //! itself is in [`collapse`].
 //!
 //! Differs from Linux: anonymous and shmem VMAs only (the model has no
-//! other page cache); no NUMA node choice, uffd-wp or mmu notifiers.
+//! other page cache); no NUMA node choice or mmu notifiers; the
+//! userfaultfd checks (no none PTE in a registered VMA, no uffd-wp PTE) are
+//! made by the scan only, not again when the pages are isolated.
 
 mod collapse;
 mod collapse_file;
