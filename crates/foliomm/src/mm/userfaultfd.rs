@@ -21,7 +21,7 @@ use crate::{Errno, Result};
 /// (EINVAL otherwise); returns its end.
 fn validate_range(start: u64, len: u64) -> Result<u64> {
     let aligned = start.is_multiple_of(PAGE_SIZE) && len.is_multiple_of(PAGE_SIZE);
-    if !aligned || len == 0 || start < MMAP_MIN_ADDR || start >= TASK_SIZE || len > TASK_SIZE - start {
+    if !aligned || len == 0 || !(MMAP_MIN_ADDR..TASK_SIZE).contains(&start) || len > TASK_SIZE - start {
         return Err(Errno::EINVAL);
     }
     Ok(start + len)
