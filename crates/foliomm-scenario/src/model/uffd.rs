@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use foliomm::internals::arch::PAGE_SIZE;
 use foliomm::internals::memory::userfaultfd::Fill;
-use foliomm::internals::mm_types::{vm, UffdReason, UserfaultfdCtx};
+use foliomm::internals::mm_types::{UffdReason, UserfaultfdCtx};
 use foliomm::internals::sync::Mutex;
 use foliomm::{Errno, Mm};
 
@@ -64,10 +64,6 @@ impl ModelBackend {
         };
         Ok(match call {
             UffdCall::Register { addr, len, modes, .. } => {
-                let hugetlb = mm.vmas().iter().any(|v| v.start() < addr + len && addr < v.end() && v.is_hugetlb());
-                if hugetlb && modes & vm::UFFD_WP != 0 {
-                    return Err(StepError::Unsupported("userfaultfd write protection of hugetlb memory".into()));
-                }
                 mm.userfaultfd_register(&ctx, addr, len, modes)?;
                 Reply::Done
             }

@@ -21,10 +21,10 @@
 //! Private mappings' reservations (which page uses a promise, the owner
 //! taking a page back from its children) are in [`super::hugetlb_resv`].
 //!
-//! A userfaultfd sees missing and minor faults (`hugetlb_no_page`).
+//! A userfaultfd sees missing and minor faults (`hugetlb_no_page`) and
+//! writes to the huge pages it write-protects.
 //!
-//! Differs from Linux: no userfaultfd write protection, migration or
-//! poison entries.
+//! Differs from Linux: no uffd-wp markers, migration or poison entries.
 
 use super::fault::FaultKind;
 use crate::arch::{pmd_index, pud_addr_end, Pfn, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
@@ -111,6 +111,9 @@ fn hugetlb_fault_walked(
     let e = pmd.load(&k.phys);
     if e.is_none() {
         return hugetlb_no_page(k, mm, vma, inode, walked, kind);
+    }
+    if kind == FaultKind::Write && e.uffd_wp() && vma.userfaultfd_wp() {
+        return Err(super::userfaultfd::handle_userfault(k, vma, walked.haddr, true, UffdReason::WriteProtect));
     }
     if kind != FaultKind::Read && !e.write() {
         return hugetlb_wp(k, mm, vma, walked, e, kind);
@@ -471,7 +474,8 @@ fn copy_huge_entry(
     if !f.test_anon() {
         f.ref_add(1);
         rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.rmap);
-        dpmd.store(phys, e);
+        // The child is registered with no userfaultfd: no uffd-wp bit.
+        dpmd.store(phys, e.without(Pte::UFFD_WP));
         dst.add_rss(f, nr as i64);
         return Ok(());
     }
@@ -479,7 +483,7 @@ fn copy_huge_entry(
     f.ref_add(1);
     if rmap::folio_try_dup_anon_rmap(k, f, 0, nr, Level::Pmd, dst.rmap, pinned).is_ok() {
         spmd.store(phys, e.without(Pte::RW));
-        dpmd.store(phys, e.without(Pte::RW));
+        dpmd.store(phys, e.without(Pte::RW | Pte::UFFD_WP));
         dst.add_rss(f, nr as i64);
         src.tlb.flush_range(&k.stats, addr, addr + size.bytes());
         return Ok(());

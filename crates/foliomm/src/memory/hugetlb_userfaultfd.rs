@@ -9,12 +9,12 @@
 
 use super::hugetlb::with_fault_locks;
 use super::userfaultfd::Fill;
-use crate::arch::{pud_addr_end, Pte, PAGE_SIZE};
+use crate::arch::{pud_addr_end, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma};
-use crate::pgtable::pte_lockptr;
+use crate::pgtable::{pte_lockptr, walk_pmd, walk_pud, PmdSlot};
 use crate::rmap;
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
@@ -99,4 +99,36 @@ pub(crate) fn unshare_all_pmds(k: &Kernel, mm: &Mm, vma: &Vma) {
             addr = pud_addr_end(addr, vma.end());
         }
     });
+}
+
+/// `uffd_wp_range` of a hugetlb VMA (`hugetlb_change_protection` with
+/// `MM_CP_UFFD_WP` or `_RESOLVE`) over whole huge pages of `[start, end)`:
+/// `protect` sets the uffd-wp bit of every mapped huge page and takes
+/// write away; otherwise the bit is cleared and the entry stays read-only
+/// (the VMA's protection is: copy-on-write for a private one, write
+/// notification for a shared one registered for write protection), so the
+/// next write takes the ordinary write fault. Returns whether an entry
+/// changed. Differs from Linux: a none entry gets no uffd-wp marker.
+pub(crate) fn hugetlb_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, protect: bool) -> bool {
+    let phys = &k.phys;
+    let size = vma.huge_page_size().expect("a hugetlb VMA");
+    let mut changed = false;
+    for haddr in (start..end).step_by(size as usize) {
+        let slot = match size {
+            PMD_SIZE => walk_pmd(phys, mm.pgd, haddr),
+            _ => walk_pud(phys, mm.pgd, haddr).map(|(table, idx)| PmdSlot { table, idx }),
+        };
+        let Some(slot) = slot else { continue };
+        let _ptl = pte_lockptr(phys, slot.table).lock();
+        let e = slot.load(phys);
+        if !e.present() || !e.huge() {
+            continue;
+        }
+        let n = if protect { e.with(Pte::UFFD_WP).without(Pte::RW) } else { e.without(Pte::UFFD_WP | Pte::RW) };
+        if n != e {
+            slot.store(phys, n);
+            changed = true;
+        }
+    }
+    changed
 }

@@ -4,8 +4,9 @@
 //! `mfill_atomic_pte_zeropage`, `mfill_atomic_install_pte`) or change its
 //! write protection (`uffd_wp_range` through `change_protection`).
 //!
-//! Differs from Linux: no hugetlb pages yet; no uffd-wp bit in swap
-//! entries and no PTE markers (write protection of shmem holes).
+//! Differs from Linux: no uffd-wp bit in swap entries and no PTE markers
+//! (the write protection of a none entry of shmem or hugetlb, and of an
+//! entry a zap of such a VMA drops, is lost).
 
 use super::fault::VmFault;
 use crate::arch::{pmd_addr_end, pte_index, Pte, PAGE_SIZE};
@@ -176,6 +177,9 @@ fn install_file_pte(
 /// VMA) becomes writable at once. A huge PMD the range covers only in part is
 /// split first (`change_pmd_range`). Returns whether an entry changed.
 pub fn uffd_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, protect: bool) -> bool {
+    if vma.is_hugetlb() {
+        return super::hugetlb_userfaultfd::hugetlb_wp_range(k, mm, vma, start, end, protect);
+    }
     let phys = &k.phys;
     let change = |p: Pte, page_exclusive: &dyn Fn() -> bool| -> Pte {
         if !p.present() {

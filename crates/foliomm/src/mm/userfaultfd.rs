@@ -3,7 +3,7 @@
 //! `mfill_atomic`, `mwriteprotect_range`). A fault in a registered range
 //! reaches the context through [`crate::memory::userfaultfd`].
 //!
-//! Differs from Linux: no write protection of hugetlb pages; no `mmap_changing`
+//! Differs from Linux: no `mmap_changing`
 //! (non-cooperative events), no `UFFDIO_WAKE` (the model's waiting thread
 //! is its caller, which retries on its own).
 
@@ -213,6 +213,12 @@ impl Mm {
         for v in vmas.overlapping(start, end) {
             if !v.userfaultfd_wp() {
                 result = Err(Errno::ENOENT);
+                break;
+            }
+            // A hugetlb VMA is protected in whole huge pages.
+            let huge = v.huge_page_size().unwrap_or(PAGE_SIZE);
+            if !start.is_multiple_of(huge) || !len.is_multiple_of(huge) {
+                result = Err(Errno::EINVAL);
                 break;
             }
             flush |= uffd_wp_range(&self.kernel, self, v, v.start().max(start), v.end().min(end), protect);
