@@ -7,8 +7,10 @@ use anyhow::{Context, Result};
 pub struct ProveArgs {
     /// Constructions to check: powersum (rmap-id-powersum's),
     /// seed-subids (rmap-id's, the RFC's from patch 11 on),
-    /// seed-subids-tables (rmap-id's before patch 11), or plain (known
-    /// wrong). Default: every construction a design uses (the first three).
+    /// seed-subids-tables (rmap-id's before patch 11), seed-subids-32 (the
+    /// seed's 32-bit-atomics option: 64K IDs, up to 8 sums of 32 bits), or
+    /// plain (known wrong). Default: every construction a design uses (the
+    /// first three).
     #[arg(long = "construction")]
     pub constructions: Vec<String>,
     /// Exhaustive search: IDs 1..=N (N from 1 to 64).
@@ -17,7 +19,8 @@ pub struct ProveArgs {
     /// Exhaustive search: up to this many mappings (1 to 16).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub max_mappings: u64,
-    /// Random search: this many sets of 24-bit IDs (up to 10^10).
+    /// Random search: this many sets of IDs (24-bit; 16-bit for
+    /// seed-subids-32), up to 10^10.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(..=10_000_000_000))]
     pub trials: u64,
     /// Random search: up to 2^ORDER mappings (the folio order, 2 to 15:
@@ -48,12 +51,14 @@ pub fn prove(a: ProveArgs) -> Result<bool> {
     for c in cs.iter().copied() {
         let mut ok = true;
         println!(
-            "{}: IDs 1..={}, up to {} mappings exhaustively; {} random sets of up to 2^{} mappings of 24-bit IDs (seed {})",
+            "{}: IDs 1..={}, up to {} mappings exhaustively; {} random sets of up to 2^{} mappings of {}-bit IDs, {}-bit sums (seed {})",
             c.name(),
             a.max_id,
             a.max_mappings,
             a.trials,
             a.order,
+            c.id_bits(),
+            c.width(),
             a.seed
         );
         // Every order from 2 to the seed's limit, and the one searched.
@@ -62,7 +67,7 @@ pub fn prove(a: ProveArgs) -> Result<bool> {
             println!("  no overflow at any order from 2 to 15 (fits up to order {})", c.max_order());
         } else {
             let list: Vec<String> = wraps.iter().map(|o| o.to_string()).collect();
-            println!("  OVERFLOW: with 24-bit IDs the sums can wrap at orders {}", list.join(", "));
+            println!("  OVERFLOW: the {}-bit sums can wrap at orders {}", c.width(), list.join(", "));
             ok = false;
         }
         match check(c, a.max_id, a.max_mappings as usize, a.trials, a.order, a.seed) {

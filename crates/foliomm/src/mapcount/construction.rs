@@ -27,6 +27,12 @@ pub enum Construction {
     /// The same before patch 11: 4 values up to order 10, 5 up to 12, 6 up
     /// to 15, from the lookup tables `rmap_subids_4/5/6`.
     SeedSubIdsTables,
+    /// The seed's answer for 32-bit architectures ("We would only want to
+    /// use 32bit atomics. With 64k rmap IDs we could support order-15
+    /// folios with a maximum of 8x 32bit rmap values"): 16-bit IDs, sums
+    /// kept in 32 bits, the sub-ID scheme with as many digits as make each
+    /// sum fit: 2 values up to order 2, 3 up to 5, 6 up to 10, 8 up to 15.
+    SeedSubIds32,
 }
 
 /// The constructions foliomm's designs use: `rmap-id-powersum`'s, and
@@ -34,11 +40,12 @@ pub enum Construction {
 pub const SHIPPED: &[Construction] =
     &[Construction::PowerSum, Construction::SeedSubIds, Construction::SeedSubIdsTables];
 
-/// Bits of an rmap ID (the seed supports 16M MMs).
+/// Bits of an rmap ID (the seed supports 16M MMs; its 32-bit variant 64K).
 pub const ID_BITS: u32 = 24;
 
-/// The most sums a folio keeps (the seed's 6 values for the largest orders).
-pub const MAX_VALUES: usize = 6;
+/// The most sums a folio keeps (the 32-bit variant's 8 values for the
+/// largest orders; the 64-bit constructions keep at most 6).
+pub const MAX_VALUES: usize = 8;
 
 /// One mapping's contribution to each sum; derefs to a slice.
 #[derive(Clone, Copy, Debug)]
@@ -62,14 +69,32 @@ impl Construction {
             Construction::Plain => "plain",
             Construction::SeedSubIds => "seed-subids",
             Construction::SeedSubIdsTables => "seed-subids-tables",
+            Construction::SeedSubIds32 => "seed-subids-32",
+        }
+    }
+
+    /// Bits of the MM IDs the construction takes.
+    pub fn id_bits(self) -> u32 {
+        if self == Construction::SeedSubIds32 {
+            16
+        } else {
+            ID_BITS
+        }
+    }
+
+    /// Bits each sum is kept in (its atomic's width).
+    pub fn width(self) -> u32 {
+        if self == Construction::SeedSubIds32 {
+            32
+        } else {
+            64
         }
     }
 
     /// The construction called `s`, or `None` for an unknown name.
     pub fn parse(s: &str) -> Option<Construction> {
-        [Construction::PowerSum, Construction::Plain, Construction::SeedSubIds, Construction::SeedSubIdsTables]
-            .into_iter()
-            .find(|c| c.name() == s)
+        use Construction::*;
+        [PowerSum, Plain, SeedSubIds, SeedSubIdsTables, SeedSubIds32].into_iter().find(|c| c.name() == s)
     }
 
     /// What one mapping by MM `id` adds to each sum, in a folio of `order`,
@@ -87,7 +112,7 @@ impl Construction {
                 push(id.wrapping_mul(id));
             }
             Construction::Plain => push(id),
-            Construction::SeedSubIds | Construction::SeedSubIdsTables => {
+            Construction::SeedSubIds | Construction::SeedSubIdsTables | Construction::SeedSubIds32 => {
                 let (k, bits, class) = self.seed_digits(order);
                 (0..k).for_each(|v| push(seed_subid(class, (id >> (v * bits)) & ((1 << bits) - 1))));
             }
@@ -100,12 +125,14 @@ impl Construction {
         self.values(0, order).len()
     }
 
-    /// The sums for one mapping per entry of `ids`, in a folio of `order`.
+    /// The sums for one mapping per entry of `ids`, in a folio of `order`,
+    /// each wrapping at its [`Construction::width`] as its atomic would.
     pub fn sums(self, ids: &[u64], order: u32) -> Vec<u64> {
+        let mask = u64::MAX >> (64 - self.width());
         let mut sums = vec![0u64; self.count(order)];
         for &id in ids {
             for (s, &v) in sums.iter_mut().zip(self.values(id, order).iter()) {
-                *s = s.wrapping_add(v);
+                *s = s.wrapping_add(v) & mask;
             }
         }
         sums
@@ -121,7 +148,7 @@ impl Construction {
         match self {
             Construction::PowerSum => (sums[1] == n.wrapping_mul(a.wrapping_mul(a))).then_some(a),
             Construction::Plain => Some(a),
-            Construction::SeedSubIds | Construction::SeedSubIdsTables => {
+            Construction::SeedSubIds | Construction::SeedSubIdsTables | Construction::SeedSubIds32 => {
                 // Each sum / n must be one sub-ID: base-(P+1) digits all 0 or 1.
                 let (_, bits, class) = self.seed_digits(order);
                 let base = (1u64 << class) + 1;
@@ -147,19 +174,19 @@ impl Construction {
     }
 
     /// Whether `2^order` mappings (all a folio of that order is looked at
-    /// with) keep every sum below 2^64 for IDs below 2^ID_BITS.
+    /// with) keep every sum within its width for IDs of its bits.
     pub fn fits(self, order: u32) -> bool {
-        let max_id = (1u128 << ID_BITS) - 1;
+        let max_id = (1u128 << self.id_bits()) - 1;
         let term = match self {
             Construction::PowerSum => max_id * max_id,
             Construction::Plain => max_id,
-            Construction::SeedSubIds | Construction::SeedSubIdsTables => {
+            Construction::SeedSubIds | Construction::SeedSubIdsTables | Construction::SeedSubIds32 => {
                 let (_, bits, class) = self.seed_digits(order);
                 let base = (1u128 << class) + 1;
                 (0..bits).map(|j| base.pow(j)).sum()
             }
         };
-        (1u128 << order) * term <= u64::MAX as u128
+        (1u128 << order) * term < 1u128 << self.width()
     }
 
     /// The largest folio order (up to 15, the seed's limit) from order 2
@@ -175,8 +202,15 @@ impl Construction {
     /// the order whose page count P the sub-IDs are built for (the largest
     /// of the class). From patch 11: order 2: 1 value; <= 5: 2; <= 9: 3;
     /// 10: 4; <= 12: 5; <= 15: 6. Before, 4 values up to order 10.
+    /// The 32-bit variant: 2 values up to order 2, 3 up to 5, 6 up to
+    /// 10, 8 up to 15, each digit's sub-ID built for its class's largest
+    /// order.
     pub fn seed_digits(self, order: u32) -> (u32, u32, u32) {
         let (k, class) = match order {
+            0..=2 if self == Construction::SeedSubIds32 => (2, 2),
+            3..=5 if self == Construction::SeedSubIds32 => (3, 5),
+            6..=10 if self == Construction::SeedSubIds32 => (6, 10),
+            _ if self == Construction::SeedSubIds32 => (8, 15),
             0..=2 if self == Construction::SeedSubIds => (1, 2),
             3..=5 if self == Construction::SeedSubIds => (2, 5),
             6..=9 if self == Construction::SeedSubIds => (3, 9),
@@ -184,7 +218,7 @@ impl Construction {
             11..=12 => (5, 12),
             _ => (6, 15),
         };
-        (k, ID_BITS.div_ceil(k), class)
+        (k, self.id_bits().div_ceil(k), class)
     }
 }
 
@@ -225,8 +259,8 @@ fn verdict(c: Construction, ids: &[u64], order: u32) -> Option<Counterexample> {
 }
 
 /// Every multiset of `n` IDs from `1..=max_id`, for `n` in `1..=max_n`,
-/// then `trials` random sets of up to `2^order` IDs below 2^ID_BITS (seeded
-/// by `seed`). Returns the first counterexample.
+/// then `trials` random sets of up to `2^order` IDs of the construction's
+/// bits (seeded by `seed`). Returns the first counterexample.
 pub fn check(c: Construction, max_id: u64, max_n: usize, trials: u64, order: u32, seed: u64) -> Option<Counterexample> {
     fn multisets(
         c: Construction,
@@ -255,7 +289,7 @@ pub fn check(c: Construction, max_id: u64, max_n: usize, trials: u64, order: u32
         }
     }
     let mut next = crate::xorshift(seed);
-    let id_mask = (1u64 << ID_BITS) - 1;
+    let id_mask = (1u64 << c.id_bits()) - 1;
     for _ in 0..trials {
         let n = 2 + (next() % ((1u64 << order) - 1)) as usize;
         let a = (next() & id_mask).max(1);
@@ -316,5 +350,25 @@ mod tests {
         // 2^16 * (2^24 - 1)^2 < 2^64, so order 16 still fits.
         assert_eq!(Construction::PowerSum.max_order(), 16);
         assert!(Construction::PowerSum.max_order() >= crate::arch::MAX_PAGE_ORDER);
+    }
+
+    #[test]
+    fn the_32_bit_variant_fits_32_bits_up_to_order_15_and_is_exact() {
+        let c = Construction::SeedSubIds32;
+        // The seed: "order-15 folios with a maximum of 8x 32bit rmap values"
+        // (order 16 would still fit: 2^16 mappings of the largest sub-ID).
+        assert!(c.max_order() >= 15);
+        assert_eq!((c.count(2), c.count(5), c.count(9), c.count(10), c.count(15)), (2, 3, 6, 6, 8));
+        // The 64-bit scheme's digits for 24-bit IDs overflow 32 bits.
+        let wide = Construction::SeedSubIds.sums(&[0xff_ffff; 64], 5);
+        assert!(wide.iter().any(|&s| s > u32::MAX as u64));
+        // Exact for up to a folio's page count of mappings.
+        for order in [2, 5, 9, 15] {
+            assert_eq!(check(c, 6, 5.min(1 << order), 20_000, order, 1), None, "order {order}");
+        }
+        // A sum wraps at 32 bits: with 64K IDs but 24-bit digits it would not fit.
+        let ids = [0xffff; 4];
+        assert!(c.sums(&ids, 2).iter().all(|&s| s <= u32::MAX as u64));
+        assert_eq!(c.owner(4, &c.sums(&ids, 2), 2), Some(0xffff));
     }
 }
