@@ -9,8 +9,8 @@ pub struct ProveArgs {
     /// seed-subids (rmap-id's, the RFC's from patch 11 on),
     /// seed-subids-tables (rmap-id's before patch 11), seed-subids-32 (the
     /// seed's 32-bit-atomics option: 64K IDs, up to 8 sums of 32 bits), or
-    /// plain (known wrong). Default: every construction a design uses (the
-    /// first three).
+    /// plain (known wrong). Default: every construction a design uses (all
+    /// but plain).
     #[arg(long = "construction")]
     pub constructions: Vec<String>,
     /// Exhaustive search: IDs 1..=N (N from 1 to 64).

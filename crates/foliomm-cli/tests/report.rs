@@ -88,7 +88,8 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id exclusive",
             "rmap-id nocmpxchg",
             "rmap-id all",
-            "rmap-id all-shared"
+            "rmap-id all-shared",
+            "rmap-id all-32bit"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));

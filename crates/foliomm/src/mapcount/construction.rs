@@ -35,10 +35,11 @@ pub enum Construction {
     SeedSubIds32,
 }
 
-/// The constructions foliomm's designs use: `rmap-id-powersum`'s, and
-/// `rmap-id`'s as the RFC wrote it (from patch 11 on, and before).
+/// The constructions foliomm's designs use: `rmap-id-powersum`'s,
+/// `rmap-id`'s as the RFC wrote it (from patch 11 on, and before), and the
+/// seed's 32-bit option (the `all-32bit` stage).
 pub const SHIPPED: &[Construction] =
-    &[Construction::PowerSum, Construction::SeedSubIds, Construction::SeedSubIdsTables];
+    &[Construction::PowerSum, Construction::SeedSubIds, Construction::SeedSubIdsTables, Construction::SeedSubIds32];
 
 /// Bits of an rmap ID (the seed supports 16M MMs; its 32-bit variant 64K).
 pub const ID_BITS: u32 = 24;

@@ -212,5 +212,6 @@ const fn staged(base: PageMapcounts) -> [PageMapcounts; RmapIdStage::ALL.len()] 
     }
     out[0].f.rmap_sums = None;
     out[0].f.guess = Guess::Likely;
+    out[RmapIdStage::All32 as usize].f.rmap_sums = Some(Construction::SeedSubIds32);
     out
 }

@@ -65,8 +65,8 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn max_mm_id(&self) -> MmId {
-        match self.f.rmap_sums {
-            Some(_) => (1 << super::construction::ID_BITS) - 1,
+        match self.construction() {
+            Some(c) => (1 << c.id_bits()) - 1,
             None => field::ID_MASK as MmId,
         }
     }

@@ -9,7 +9,8 @@ named_enum! {
     /// How far into seed 000's series the rmap-ID designs go (`set
     /// rmap_id_stage NAME`, `--rmap-id-stage NAME`); each stage includes
     /// the ones before it, but `all-shared`, which is `all` without the
-    /// exclusive entry. Only `rmap-id` and `rmap-id-powersum` read it.
+    /// exclusive entry, and `all-32bit`, `all` with 32-bit sums. Only
+    /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
     /// After patch 3: a total mapcount and `folio_mapped_shared()` (a
@@ -46,6 +47,13 @@ named_enum! {
     /// for PREEMPT_RT: "If we disable the 'exclusive' path for the atomic
     /// seqcount, we wouldn't have to spin on the writer's side").
     AllShared = "all-shared",
+    /// `all` with the seed's option for 32-bit architectures ("We would
+    /// only want to use 32bit atomics. With 64k rmap IDs we could support
+    /// order-15 folios with a maximum of 8x 32bit rmap values"): 64K MM
+    /// IDs and the sub-ID construction of 32-bit sums
+    /// ([`super::construction::Construction::SeedSubIds32`]), for both
+    /// rmap-ID designs.
+    All32 = "all-32bit",
     }
 }
 
