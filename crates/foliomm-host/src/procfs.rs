@@ -196,7 +196,7 @@ impl Procfs {
         let page = addr & !(PAGE - 1);
         let f = &self.facts(page, PAGE)?[0];
         if !f.present {
-            return Ok(PageInfo { swapped: f.swapped, ..PageInfo::default() });
+            return Ok(PageInfo { swapped: f.swapped, uffd_wp: f.uffd_wp, ..PageInfo::default() });
         }
         let kpf = self.kpageflags(f.pfn, 1)[0];
         Ok(PageInfo {

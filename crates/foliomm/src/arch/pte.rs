@@ -26,6 +26,9 @@ impl Pte {
     /// `_PAGE_SWP_EXCLUSIVE` (`_PAGE_PWT`) of a swap entry: the page was
     /// `PageAnonExclusive` when it was unmapped for swap-out.
     pub const SWP_EXCLUSIVE: u64 = 1 << 3;
+    /// `_PAGE_SWP_UFFD_WP` (`_PAGE_USER`) of a swap entry: userfaultfd
+    /// write-protected the page, and does again when it is swapped in.
+    pub const SWP_UFFD_WP: u64 = 1 << 2;
 
     pub const NONE: Pte = Pte(0);
 
@@ -106,7 +109,8 @@ impl Pte {
     /// `pte_swp_mkexclusive`), laid out as x86-64 does it: the type in the
     /// top 5 bits, the offset inverted above PROTNONE (so that the entry
     /// never names a real frame, the L1TF mitigation), PRESENT and PROTNONE
-    /// clear. foliomm keeps no soft-dirty or uffd-wp bits in it.
+    /// clear. foliomm keeps no soft-dirty bit in it; the uffd-wp bit is
+    /// set apart ([`Pte::SWP_UFFD_WP`]).
     pub fn swap(e: SwpEntry, exclusive: bool) -> Pte {
         let offset = (!e.offset & SWP_OFFSET_MASK) << SWP_OFFSET_SHIFT;
         let excl = if exclusive { Pte::SWP_EXCLUSIVE } else { 0 };
@@ -128,6 +132,27 @@ impl Pte {
     /// `pte_swp_exclusive`.
     pub fn swp_exclusive(self) -> bool {
         self.0 & Pte::SWP_EXCLUSIVE != 0
+    }
+
+    /// `pte_swp_uffd_wp`.
+    pub fn swp_uffd_wp(self) -> bool {
+        self.is_swap() && self.0 & Pte::SWP_UFFD_WP != 0
+    }
+
+    /// Whether userfaultfd write-protects the entry, present or swapped
+    /// (`pte_uffd_wp`, `pte_swp_uffd_wp`; pagemap's `PM_UFFD_WP`).
+    pub fn any_uffd_wp(self) -> bool {
+        self.uffd_wp() || self.swp_uffd_wp()
+    }
+
+    /// The entry without its uffd-wp bit, present or swapped
+    /// (`pte_clear_uffd_wp`, `pte_swp_clear_uffd_wp`).
+    pub fn clear_uffd_wp(self) -> Pte {
+        match self {
+            p if p.present() => p.without(Pte::UFFD_WP),
+            p if p.is_swap() => p.without(Pte::SWP_UFFD_WP),
+            p => p,
+        }
     }
 }
 

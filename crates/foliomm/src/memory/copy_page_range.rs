@@ -155,7 +155,8 @@ impl CopyVma<'_> {
         if pte.swp_exclusive() {
             store(&k.phys, stable, idx, shared);
         }
-        store(&k.phys, dtable, idx, shared);
+        // The child is registered with no userfaultfd: no uffd-wp bit.
+        store(&k.phys, dtable, idx, shared.without(Pte::SWP_UFFD_WP));
         dst.add_swap_rss(1);
     }
 

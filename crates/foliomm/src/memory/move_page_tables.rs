@@ -15,7 +15,7 @@ use crate::Result;
 /// same folios. With `clear_uffd_wp` the present entries lose their
 /// uffd-wp bit (a VMA that leaves its userfaultfd behind, 6.13 on).
 pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64, clear_uffd_wp: bool) -> Result<()> {
-    let moved = |p: Pte| if clear_uffd_wp && p.present() { p.without(Pte::UFFD_WP) } else { p };
+    let moved = |p: Pte| if clear_uffd_wp { p.clear_uffd_wp() } else { p };
     let phys = &k.phys;
     let mut off = 0;
     while off < len {

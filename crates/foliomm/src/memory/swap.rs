@@ -19,13 +19,15 @@ use crate::rmap;
 use crate::Result;
 
 /// `swap_pte_batch`: how many entries from `idx` (at most `max`) continue
-/// the swap entry `pte`: consecutive slots with the same exclusive bit.
+/// the swap entry `pte`: consecutive slots with the same exclusive and
+/// uffd-wp bits.
 pub fn swap_pte_batch(phys: &PhysMem, table: Pfn, idx: usize, pte: Pte, max: usize) -> usize {
     let e = pte.swp_entry();
     let continues = |i: usize| {
         let n = load(phys, table, idx + i);
         let next = SwpEntry { offset: e.offset + i as u64, ..e };
-        n.is_swap() && n.swp_exclusive() == pte.swp_exclusive() && n.swp_entry() == next
+        let alike = n.swp_exclusive() == pte.swp_exclusive() && n.swp_uffd_wp() == pte.swp_uffd_wp();
+        n.is_swap() && alike && n.swp_entry() == next
     };
     1 + (1..max).take_while(|&i| continues(i)).count()
 }
@@ -141,9 +143,14 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     let mut pte = Pte::new(page, Pte::PRESENT | Pte::USER | Pte::ACCESSED);
     let reuse = exclusive || f.refcount() == 1;
     let release = k.config.release();
-    let writes = reuse && vmf.vma.writable() && (vmf.write() || release.swapin_maps_writable_on_read());
+    // A write-protected page comes back write-protected, read-only.
+    let uffd_wp = orig.swp_uffd_wp() && vmf.vma.userfaultfd_wp();
+    let writes = reuse && vmf.vma.writable() && !uffd_wp && (vmf.write() || release.swapin_maps_writable_on_read());
     if writes {
         pte = pte.with(Pte::RW | if vmf.write() { Pte::DIRTY } else { 0 });
+    }
+    if uffd_wp {
+        pte = pte.with(Pte::UFFD_WP);
     }
     if f.test_anon() {
         rmap::folio_add_anon_rmap_ptes(k, f, page - f.pfn, 1, vmf.mm.rmap, reuse);
@@ -232,7 +239,7 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
     let ptl = vmf.pte_lock();
     let same = (0..nr).all(|i| {
         load(phys, vmf.table, pte_index(base) + i as usize)
-            == Pte::swap(SwpEntry { offset: e.offset + i, ..e }, first.swp_exclusive())
+            == Pte::swap(SwpEntry { offset: e.offset + i, ..e }, first.swp_exclusive()).with(first.0 & Pte::SWP_UFFD_WP)
     });
     if ptl.is_none() || !same {
         drop(ptl);

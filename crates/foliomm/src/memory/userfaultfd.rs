@@ -4,9 +4,9 @@
 //! `mfill_atomic_pte_zeropage`, `mfill_atomic_install_pte`) or change its
 //! write protection (`uffd_wp_range` through `change_protection`).
 //!
-//! Differs from Linux: no uffd-wp bit in swap entries and no PTE markers
-//! (the write protection of a none entry of shmem or hugetlb, and of an
-//! entry a zap of such a VMA drops, is lost).
+//! Differs from Linux: no PTE markers (the write protection of a none
+//! entry of shmem or hugetlb, and of an entry a zap of such a VMA drops, is
+//! lost).
 
 use super::fault::VmFault;
 use crate::arch::{pmd_addr_end, pte_index, Pte, PAGE_SIZE};
@@ -182,6 +182,11 @@ pub fn uffd_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, prote
     }
     let phys = &k.phys;
     let change = |p: Pte, page_exclusive: &dyn Fn() -> bool| -> Pte {
+        // A swap entry keeps the mark for the swap-in (change_pte_range:
+        // pte_swp_mkuffd_wp, pte_swp_clear_uffd_wp).
+        if p.is_swap() {
+            return if protect { p.with(Pte::SWP_UFFD_WP) } else { p.without(Pte::SWP_UFFD_WP) };
+        }
         if !p.present() {
             return p;
         }

@@ -34,6 +34,7 @@ impl Mm {
         let leaf = slot.load(phys);
         // pte_to_pagemap_entry(): PM_SWAP, and nothing of a page.
         info.swapped = leaf.is_swap() && !slot.huge();
+        info.uffd_wp = leaf.any_uffd_wp();
         if !leaf.present() || leaf.huge() != slot.huge() {
             return info;
         }
@@ -46,7 +47,6 @@ impl Mm {
         info.pmd_mapped = huge;
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
-        info.uffd_wp = leaf.uffd_wp();
         info.zero_page = f.is_zero_page();
         info.anon = f.test_anon();
         info.folio_order = f.order();
@@ -164,7 +164,7 @@ impl Mm {
 pub struct PageInfo {
     /// pagemap `PM_PRESENT`: a present leaf entry (PROT_NONE ones too) maps
     /// the page. When false, the other fields are their defaults (but
-    /// `swapped`).
+    /// `swapped` and `uffd_wp`).
     pub present: bool,
     /// pagemap `PM_SWAP`: a swap entry stands for the page (never
     /// `PM_MMAP_EXCLUSIVE` then: there is no page to judge).
@@ -224,7 +224,8 @@ pub struct PageInfo {
     /// nodes reports); 0 when not present.
     #[serde(default)]
     pub node: u32,
-    /// pagemap `PM_UFFD_WP`: userfaultfd write-protects the page.
+    /// pagemap `PM_UFFD_WP`: userfaultfd write-protects the page (mapped or
+    /// swapped out).
     #[serde(default)]
     pub uffd_wp: bool,
 }
