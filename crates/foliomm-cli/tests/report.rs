@@ -127,7 +127,7 @@ fn fault_and_tlb_save_their_samples() {
 #[test]
 fn every_bench_takes_the_common_flags_and_writes_one_schema() {
     let common = ["--no-host", "--json", "--kernel", "6.13"];
-    let benches: [(&str, &[&str], bool); 8] = [
+    let benches: [(&str, &[&str], bool); 9] = [
         ("fault", &["--size", "4M", "--runs", "2"], false),
         ("tlb", &["--size", "4M", "--runs", "2"], false),
         ("zap-batching", &["--size", "4M", "--runs", "2", "--mapcount", "mm-id"], true),
@@ -157,6 +157,7 @@ fn every_bench_takes_the_common_flags_and_writes_one_schema() {
             true,
         ),
         ("pmd-sharing", &["--vmas", "2", "--children", "1"], false),
+        ("usemem", &["--size", "4M", "--runs", "2", "--processes", "1,2"], false),
     ];
     for (bench, own, counts) in benches {
         let args = [&["bench", bench][..], own, &common].concat();

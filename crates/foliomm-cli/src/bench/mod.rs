@@ -29,6 +29,7 @@ mod seed_004_validation;
 mod shared_decisions;
 mod stats;
 mod tlb;
+mod usemem;
 mod zap_tradeoffs;
 
 use std::sync::Arc;
@@ -108,6 +109,17 @@ enum Bench {
     /// again" (RFC v4, July 2022). Alias: seed-002.
     #[command(name = "hugetlb-pmd-share", alias = "seed-002")]
     Seed002(seed_002::Seed002Args),
+    /// vm-scalability's usemem on private hugetlb memory, per hugetlb design and the host (seed 002)
+    ///
+    /// N processes each fault private hugetlb memory in before the clock
+    /// (`usemem -n N --prealloc --prefault -O -U SIZE`) and write it
+    /// through once: KB/s per process under i-mmap-rwsem, vma-lock and
+    /// no-lock and on the host kernel, beside the seed's three runs of 48
+    /// processes, where no timed fault means no difference: the run Mike
+    /// Kravetz's "hugetlb: Change huge pmd sharing synchronization again"
+    /// (RFC v4, July 2022) opens with.
+    #[command(name = "usemem")]
+    Usemem(usemem::UsememArgs),
     /// Concurrent rmap writers on the same folios per mapcount design, 1 to 64 simulated CPUs (seeds 003, 000)
     ///
     /// Every simulated CPU's process maps and unmaps one shmem file of 2M
@@ -266,6 +278,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Bench::Seed004(s) => runner::run(&mut seed_004::Seed004::new(s)?, &s.common),
         Bench::Seed003(s) => runner::run(&mut seed_003::Seed003::new(s)?, &s.common),
         Bench::Seed002(s) => runner::run(&mut seed_002::Seed002::new(s)?, &s.common),
+        Bench::Usemem(s) => runner::run(&mut usemem::Usemem::new(s)?, &s.common),
         Bench::RmapScaling(s) => runner::run(&mut rmap_scaling::RmapScaling::new(s)?, &s.common),
         Bench::PmdSharing(s) => runner::run(&mut pmd_sharing::PmdSharing::new(s)?, &s.common),
         Bench::SharedDecisions(s) => shared_decisions::run_bench(s),

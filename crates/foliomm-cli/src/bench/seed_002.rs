@@ -316,7 +316,7 @@ fn host_loop(map: Map, program: Program, size: u64, touched: u64) -> bool {
 }
 
 /// `model, DESIGN` or `host kernel`.
-fn runner_name(r: Runner) -> String {
+pub(super) fn runner_name(r: Runner) -> String {
     match r {
         Runner::Model(d) => format!("model, {}", d.name()),
         Runner::Host => "host kernel".to_string(),
