@@ -262,6 +262,12 @@ impl Backend for HostBackend {
                     if procfs::init_on_free() { "on" } else { "off" }
                 ));
             }
+            MachineSetting::PageMapcount(on) if *on == procfs::no_page_mapcount() => {
+                return Some(format!(
+                    "cannot honour '{s}': per-page mapcounts are a build option, and this host's kernel was built {}",
+                    if procfs::no_page_mapcount() { "without them" } else { "with them (CONFIG_PAGE_MAPCOUNT)" }
+                ));
+            }
             MachineSetting::GatherLimit(Some(_)) => "Linux limits an mmu_gather by its slots, not by a page count",
             MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
             MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",

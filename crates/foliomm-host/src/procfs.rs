@@ -333,6 +333,14 @@ pub fn init_on_free() -> bool {
     cmdline.split_whitespace().any(|w| matches!(w, "init_on_free=1" | "init_on_free=on" | "init_on_free=y"))
 }
 
+/// Whether the running kernel was built with `CONFIG_NO_PAGE_MAPCOUNT`
+/// (its /boot/config); false when the config cannot be read.
+pub fn no_page_mapcount() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let config = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).unwrap_or_default();
+    config.lines().any(|l| l == "CONFIG_NO_PAGE_MAPCOUNT=y")
+}
+
 /// The hugetlb and swap lines of /proc/meminfo under the names of
 /// `foliomm_scenario::backend::meminfo_counters` (swap: the run's zram
 /// device, the host having no other).

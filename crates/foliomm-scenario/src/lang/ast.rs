@@ -374,6 +374,7 @@ pub enum MachineSetting {
     SimCpus(u64),
     /// `init_on_free=1` (`set init_on_free on`): freed pages are zeroed.
     InitOnFree(bool),
+    PageMapcount(bool),
     /// Every written frame in the arena (`set frames dense`), or frames by
     /// content class (`sparse`, the default).
     DenseFrames(bool),
@@ -404,6 +405,7 @@ impl std::fmt::Display for MachineSetting {
             Nodes(n) => write!(f, "set nodes {n}"),
             SimCpus(n) => write!(f, "set sim_cpus {n}"),
             InitOnFree(on) => write!(f, "set init_on_free {}", if *on { "on" } else { "off" }),
+            PageMapcount(on) => write!(f, "set page_mapcount {}", if *on { "on" } else { "off" }),
             DenseFrames(on) => write!(f, "set frames {}", if *on { "dense" } else { "sparse" }),
             GatherLimit(Some(n)) => write!(f, "set gather_limit {n}"),
             GatherLimit(None) => write!(f, "set gather_limit off"),

@@ -120,14 +120,8 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
                 t => l.err(col, format!("expected sparse or dense, found '{t}'")),
             }
         }
-        "init_on_free" => {
-            let col = l.col();
-            match l.next("on or off")? {
-                "on" => Ok(Cmd::SetMachine(MachineSetting::InitOnFree(true))),
-                "off" => Ok(Cmd::SetMachine(MachineSetting::InitOnFree(false))),
-                t => l.err(col, format!("expected on or off, found '{t}'")),
-            }
-        }
+        "init_on_free" => Ok(Cmd::SetMachine(MachineSetting::InitOnFree(on_off(l)?))),
+        "page_mapcount" => Ok(Cmd::SetMachine(MachineSetting::PageMapcount(on_off(l)?))),
         "gather_limit" => {
             if l.eat("off") {
                 return Ok(Cmd::SetMachine(MachineSetting::GatherLimit(None)));
@@ -274,5 +268,15 @@ fn named<T>(l: &mut Line, what: &str, parse: fn(&str) -> Option<T>, known: &str)
     match parse(t) {
         Some(v) => Ok(v),
         None => l.err(col, format!("unknown {what} '{t}' (known: {known})")),
+    }
+}
+
+/// `on` or `off`.
+fn on_off(l: &mut Line) -> Result<bool, ParseError> {
+    let col = l.col();
+    match l.next("on or off")? {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        t => l.err(col, format!("expected on or off, found '{t}'")),
     }
 }

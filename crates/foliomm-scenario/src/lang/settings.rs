@@ -152,6 +152,18 @@ pub const SETTINGS: &[Setting] = &[
         host: "only what the host booted with (/proc/cmdline)",
     },
     Setting {
+        name: "page_mapcount",
+        syntax: "set page_mapcount on|off",
+        doc: "off: the mm-id design built without per-page mapcounts in large folios (CONFIG_NO_PAGE_MAPCOUNT, \
+              6.15+): /proc/kpagecount gives the folio's average and PM_MMAP_EXCLUSIVE whether it may be mapped \
+              shared; on by default, and only mm-id can go without",
+        linux: Some("CONFIG_PAGE_MAPCOUNT / CONFIG_NO_PAGE_MAPCOUNT (build option)"),
+        when: When::Machine,
+        names: None,
+        every: Some(|| vec!["on".into(), "off".into()]),
+        host: "only what the host kernel was built with (/boot/config-*)",
+    },
+    Setting {
         name: "gather_limit",
         syntax: "set gather_limit N|off",
         doc: "stop an mmu_gather after N pages, the page-count cap seed 001's thread weighed; off by default (Linux limits slots only)",
@@ -314,6 +326,7 @@ mod tests {
             "set tlb 0",
             "set frames dense",
             "set init_on_free on",
+            "set page_mapcount off",
             "set gather_limit 512",
             "set debug no-large-reuse",
             "set mm_ids 5",

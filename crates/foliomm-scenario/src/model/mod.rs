@@ -134,6 +134,7 @@ impl Backend for ModelBackend {
                 MachineSetting::Nodes(n) => config.nodes = *n as usize,
                 MachineSetting::SimCpus(n) => _ = self.sim_cpus.set(*n as usize),
                 MachineSetting::InitOnFree(on) => config.init_on_free = *on,
+                MachineSetting::PageMapcount(on) => config.page_mapcount = *on,
                 MachineSetting::DenseFrames(on) => config.dense_frames = *on,
                 MachineSetting::GatherLimit(n) => config.gather_page_limit = *n,
                 MachineSetting::Debug(d) => {
@@ -148,6 +149,12 @@ impl Backend for ModelBackend {
         // Pages freed before the flush are poisoned, so that a read through
         // a stale TLB entry shows in the bytes too, not only to the checker.
         config.poison |= config.debug.free_before_flush.is_some();
+        if !config.page_mapcount && config.mapcount != Design::MmId {
+            let d = config.mapcount.name();
+            return Err(StepError::Unsupported(format!(
+                "set page_mapcount off needs the mm-id design (CONFIG_NO_PAGE_MAPCOUNT came with MM IDs): {d} keeps per-page mapcounts"
+            )));
+        }
         let m = Machine::new(config.clone())
             .map_err(|e| StepError::Unsupported(format!("cannot build a machine with {} bytes: {e}", config.memory)))?;
         self.machine.set(m).map_err(|_| Machinery::Setup("the machine was started twice".into()).into())
@@ -267,6 +274,7 @@ impl Backend for ModelBackend {
             MachineSetting::MaxMapCount(c.max_map_count as u64),
             MachineSetting::Nodes(c.nodes as u64),
             MachineSetting::InitOnFree(c.init_on_free),
+            MachineSetting::PageMapcount(c.page_mapcount),
             MachineSetting::DenseFrames(c.dense_frames),
             MachineSetting::GatherLimit(c.gather_page_limit),
         ]

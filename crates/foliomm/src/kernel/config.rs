@@ -43,6 +43,10 @@ pub struct Config {
     /// hardware (the benchmarks that time them); off, a machine larger than
     /// the host fits.
     pub dense_frames: bool,
+    /// Large folios keep a `_mapcount` per page (`CONFIG_PAGE_MAPCOUNT`,
+    /// the default); off, the `mm-id` design goes without
+    /// (`CONFIG_NO_PAGE_MAPCOUNT`, 6.15+), which no other design can.
+    pub page_mapcount: bool,
     /// Stop a gather after this many pages (the page-count limit weighed in
     /// seed 001's discussion); `None` limits slots only, as Linux does.
     pub gather_page_limit: Option<u64>,
@@ -155,6 +159,7 @@ impl Default for Config {
             poison: false,
             init_on_free: false,
             dense_frames: false,
+            page_mapcount: true,
             gather_page_limit: None,
             debug: DebugSwitches::default(),
             precision: false,

@@ -85,7 +85,10 @@ impl Kernel {
         if !MEMORY_RANGE.contains(&config.memory) {
             return Err(Errno::EINVAL);
         }
-        let design = config.mapcount.implementation_at(config.rmap_id_stage);
+        let design = match config.page_mapcount {
+            true => config.mapcount.implementation_at(config.rmap_id_stage),
+            false => config.mapcount.without_page_mapcount().ok_or(Errno::EINVAL)?,
+        };
         let phys = PhysMem::new_numa(config.memory, config.nodes, config.poison)?
             .with_init_on_free(config.init_on_free)
             .with_dense(config.dense_frames);

@@ -23,7 +23,12 @@ impl PageMapcounts {
         // _nr_pages_mapped: plain stores for seed 000's exclusive writer
         // once they are under the seqcount.
         if !entered.plain_pages {
-            c.rmw += if pte { nr } else { 1 };
+            // Without per-page counts a PTE update touches none of them.
+            c.rmw += match (pte, self.f.page_mapcounts) {
+                (true, true) => nr,
+                (true, false) => 0,
+                (false, _) => 1,
+            };
             if self.f.nr_pages_mapped {
                 c.rmw += 1;
             }
@@ -64,11 +69,13 @@ impl PageMapcounts {
     pub(super) fn touched_pages(&self, f: Folio, first: u64, nr: u64, level: Level) -> impl Iterator<Item = u64> {
         let pte = level == Level::Pte;
         let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
-        let in_range = move |p: u64| pte && first <= p && p < first + nr;
+        let per_page = self.f.page_mapcounts;
+        let in_range = move |p: u64| pte && per_page && first <= p && p < first + nr;
         // Pages 2..=k (none without sums).
         let last_sum = if self.f.rmap_sums.is_some() { self.sum_words(f).min(f.nr_pages() - 1) } else { 1 };
         let sums = 2..last_sum + 1;
-        let pages = if pte { first..first + nr } else { 0..0 };
+        // Without per-page counts only the folio's own fields change.
+        let pages = if pte && self.f.page_mapcounts { first..first + nr } else { 0..0 };
         let second = (touches_second && !in_range(1)).then_some(1);
         pages.chain(second).chain(sums.filter(move |&p| !in_range(p)))
     }

@@ -48,6 +48,9 @@ pub(super) struct Features {
     /// Seed 000's stage, for the rmap-ID designs ([`RmapIdStage::All`]
     /// for the others, which do not read it).
     pub(super) stage: RmapIdStage,
+    /// A `_mapcount` per page of a large folio (`CONFIG_PAGE_MAPCOUNT`);
+    /// without, only the folio's counts (`CONFIG_NO_PAGE_MAPCOUNT`, 6.15+).
+    pub(super) page_mapcounts: bool,
 }
 
 /// The guess an era's policy code (madvise cold/pageout/free, NUMA
@@ -98,6 +101,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::Page,
             batched_split: false,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
@@ -113,6 +117,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::Page,
             batched_split: false,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
@@ -128,6 +133,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::FirstPage,
             batched_split: false,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
@@ -143,6 +149,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::Likely,
             batched_split: true,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
     // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
@@ -160,6 +167,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::Design,
             batched_split: true,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
     PageMapcounts {
@@ -174,6 +182,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::Design,
             batched_split: true,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
@@ -192,9 +201,21 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             guess: Guess::Design,
             batched_split: true,
             stage: RmapIdStage::All,
+            page_mapcounts: true,
         },
     },
 ];
+
+/// `mm-id` built with `CONFIG_NO_PAGE_MAPCOUNT` (6.15+, seed 000's "(e)
+/// interest in removing the subpage mapcount"): no per-page `_mapcount`
+/// and no `_nr_pages_mapped` in a large folio; whether it is partially
+/// mapped is judged by its large mapcount against its size.
+pub(super) static MM_ID_NO_PAGE_MAPCOUNT: PageMapcounts = {
+    let mut d = DESIGNS[6];
+    d.f.page_mapcounts = false;
+    d.f.nr_pages_mapped = false;
+    d
+};
 
 /// The rmap-ID designs at every stage of seed 000's series, in
 /// [`RmapIdStage::ALL`] order: `rmap-id`, then `rmap-id-powersum`.

@@ -248,6 +248,13 @@ impl Design {
         }
     }
 
+    /// The design built with `CONFIG_NO_PAGE_MAPCOUNT` (6.15+): `mm-id`
+    /// without per-page mapcounts; `None` for the others, which cannot go
+    /// without.
+    pub fn without_page_mapcount(self) -> Option<&'static dyn MapcountDesign> {
+        (self == Design::MmId).then_some(&eras::MM_ID_NO_PAGE_MAPCOUNT as &dyn MapcountDesign)
+    }
+
     /// Whether the design reads seed 000's stage setting.
     pub fn has_stages(self) -> bool {
         matches!(self, Design::RmapId | Design::RmapIdPowersum)

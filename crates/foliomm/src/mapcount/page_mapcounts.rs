@@ -24,6 +24,20 @@ impl PageMapcounts {
         self.construction().map_or(1, |c| c.count(f.order()) as u64)
     }
 
+    /// What a removal tells under `CONFIG_NO_PAGE_MAPCOUNT`
+    /// (`__folio_remove_rmap`'s branch for it), from the large mapcount
+    /// left: every page unmapped when it reaches 0; otherwise none, and the
+    /// folio queued for deferred split when fewer mappings than pages are
+    /// left and no PMD maps it (a PTE removal), or its last PMD went
+    /// (`last_pmd`).
+    fn removed_without_page_mapcounts(&self, f: Folio, last_pmd: bool, cost: Cost) -> Removed {
+        let left = self.mapcount(f);
+        let few = left < f.nr_pages();
+        let partially = left > 0 && few && (last_pmd || self.entire_mapcount(f) == 0);
+        let unmapped_pages = if left == 0 { f.nr_pages() } else { 0 };
+        Removed { unmapped_pages, deferred_split: partially, cost }
+    }
+
     /// Whether a PMD mapping of `f` counts in every page's `_mapcount`
     /// too, as Linux 6.1 counts it for a file THP (`page_add_file_rmap`
     /// with `compound`: the `subpage` design).
@@ -154,7 +168,7 @@ impl MapcountDesign for PageMapcounts {
         let nr = f.nr_pages() as i32;
         let (entire, nr_mapped, all, ptes) = match level {
             Level::Pte => {
-                for i in 0..f.nr_pages() {
+                for i in (0..f.nr_pages()).filter(|_| self.f.page_mapcounts) {
                     f.page(i).mapcount.store(0, Relaxed);
                 }
                 (-1, nr, nr - 1, nr)
@@ -197,7 +211,8 @@ impl MapcountDesign for PageMapcounts {
         let entered = match level {
             Level::Pte => {
                 let mut newly = 0;
-                for i in first..first + nr {
+                // CONFIG_NO_PAGE_MAPCOUNT: no per-page count to keep.
+                for i in (first..first + nr).filter(|_| self.f.page_mapcounts) {
                     if bump(&f.page(i).mapcount, 1, plain) == -1 {
                         newly += 1;
                     }
@@ -270,6 +285,11 @@ impl MapcountDesign for PageMapcounts {
                     }
                     Total::None => Entered::default(),
                 };
+                if !self.f.page_mapcounts {
+                    self.end_all(f, section);
+                    let cost = self.cost(f, first, nr, level, entered, lock_spins);
+                    return self.removed_without_page_mapcounts(f, false, cost);
+                }
                 let mut last = 0;
                 for page in f.phys().pages_ahead(f.pfn + first..f.pfn + first + nr) {
                     if bump(&page.mapcount, -1, plain) == 0 {
@@ -300,7 +320,12 @@ impl MapcountDesign for PageMapcounts {
                 let mut removed =
                     Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
                 removed.cost += extra;
-                if bump(w(f, field::ENTIRE), -1, plain) == 0 {
+                let last_pmd = bump(w(f, field::ENTIRE), -1, plain) == 0;
+                if !self.f.page_mapcounts {
+                    self.end_all(f, section);
+                    return self.removed_without_page_mapcounts(f, last_pmd, removed.cost);
+                }
+                if last_pmd {
                     let still = if self.f.nr_pages_mapped {
                         (bump(nr_mapped, -ENTIRELY_MAPPED, plain) - ENTIRELY_MAPPED) as u64
                     } else if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 {
@@ -341,6 +366,9 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn page_mapcount(&self, f: Folio, i: u64) -> Option<u64> {
+        if !self.f.page_mapcounts {
+            return None;
+        }
         let entire = if self.pmd_in_pages(f) { 0 } else { self.entire_mapcount(f) };
         Some((f.page(i).mapcount.load(Relaxed) + 1) as u64 + entire)
     }

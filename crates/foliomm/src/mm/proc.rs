@@ -10,6 +10,19 @@ use crate::pgtable::{leaf_slot, pt_share_count};
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
 
+/// `folio_average_page_mapcount`: the large folio's mapcount spread over
+/// its pages, its PMD mappings counted whole (what `/proc/kpagecount` shows
+/// under `CONFIG_NO_PAGE_MAPCOUNT`).
+fn average_page_mapcount(k: &crate::kernel::Kernel, f: Folio) -> u64 {
+    let mapcount = rmap::folio_mapcount(k, f);
+    let entire = k.design.entire_mapcount(f);
+    match mapcount {
+        0 => 0,
+        m if m <= entire => entire,
+        m => (m - entire + f.nr_pages() / 2) / f.nr_pages() + entire,
+    }
+}
+
 impl Mm {
     /// What `/proc/self/pagemap` and `/proc/kpageflags` say of the page at
     /// `addr`, plus the model's fields; the precision report (when on)
@@ -54,15 +67,19 @@ impl Mm {
         if !info.zero_page {
             let i = pfn - f.pfn;
             info.anon_exclusive = f.anon_exclusive(if huge { 0 } else { i });
-            info.mapcount = rmap::page_mapcount(k, f, i).unwrap_or(0);
+            // kpagecount: the folio's average without per-page counts
+            // (folio_average_page_mapcount, CONFIG_NO_PAGE_MAPCOUNT).
+            info.mapcount = rmap::page_mapcount(k, f, i).unwrap_or_else(|| average_page_mapcount(k, f));
             info.folio_mapcount = rmap::folio_mapcount(k, f);
             info.refcount = f.refcount() as u64;
             // pagemap_pmd_range_thp() asks about pmd_page(), the head, for
             // every subpage of a PMD mapping; pte_to_pagemap_entry() about
             // the page itself (__folio_page_mapped_exclusively).
             let judged = if huge { 0 } else { i };
-            info.exclusive = rmap::page_mapcount(k, f, judged) == Some(1);
             info.maybe_shared = rmap::folio_maybe_mapped_shared(k, f);
+            // __folio_page_mapped_exclusively(): without per-page counts,
+            // whether the folio may be mapped shared.
+            info.exclusive = rmap::page_mapcount(k, f, judged).map_or(!info.maybe_shared, |n| n == 1);
             info.sharers_unknown = f.is_large() && info.maybe_shared && !k.design.knows_sharers();
             if f.head().test(crate::phys::pg::HUGETLB) && k.config.release().pagemap_hugetlb_by_sharing() {
                 // pagemap_hugetlb_range(): exclusive unless maybe mapped
