@@ -19,6 +19,7 @@ mod shm_cmd;
 mod state;
 mod trace;
 mod uffd_cmd;
+mod uffd_state;
 
 use crate::backend::Backend;
 use crate::error::StepError;

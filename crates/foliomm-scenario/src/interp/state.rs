@@ -72,7 +72,7 @@ pub(super) struct State<'b> {
     /// Pins by name: the backend's handle and the thread that took it.
     pub(super) pins: HashMap<String, (u64, String, u32)>,
     /// The userfaultfds, their rules and registrations.
-    pub(super) uffds: super::uffd_cmd::Uffds,
+    pub(super) uffds: super::uffd_state::Uffds,
     /// Time spent inside the backend's calls.
     pub(super) backend_time: Duration,
     /// The open `measure` block.

@@ -2,14 +2,12 @@
 //! ioctls and the handler's rules; and what the reference byte model must
 //! learn from them: the pages a copy fills, and the pages a handler fills
 //! when an access faults on them ([`State::uffd_fills`]).
-
-use std::collections::{HashMap, HashSet};
-
 use foliomm::internals::mm_types::{vm, UffdReason};
 use foliomm::Errno;
 
 use super::process::outcome;
 use super::state::State;
+use super::uffd_state::Reg;
 use super::StepResult;
 use crate::backend::Thread;
 use crate::error::StepError;
@@ -17,60 +15,6 @@ use crate::lang::{Cmd, Place, Step, UffdStepCall};
 use crate::op::{Op, Reply, UffdAction, UffdCall};
 
 const PAGE: u64 = 4096;
-
-/// What a run knows of its userfaultfds.
-#[derive(Clone, Default)]
-pub(super) struct Uffds {
-    /// Each userfaultfd by process and name: the backend's handle.
-    names: HashMap<(String, String), u64>,
-    /// The handler's rules of each userfaultfd, by handle.
-    rules: HashMap<u64, HashMap<UffdReason, UffdAction>>,
-    /// The userfaultfds made with `UFFD_FEATURE_SIGBUS`, by handle.
-    sigbus: HashSet<u64>,
-    /// The ranges each process registered.
-    regs: HashMap<String, Vec<Reg>>,
-}
-
-/// A range a process registered: `[start, end)` with userfaultfd `uffd`
-/// in `modes`, in pages of `page` bytes.
-#[derive(Clone, Copy)]
-struct Reg {
-    start: u64,
-    end: u64,
-    uffd: u64,
-    modes: u32,
-    page: u64,
-}
-
-impl Uffds {
-    /// Forgets the registrations of `[start, start + len)` in `proc`
-    /// (unregistered, unmapped, or moved away by mremap, which keeps no
-    /// registration without `UFFD_FEATURE_EVENT_REMAP`).
-    pub(super) fn forget(&mut self, proc: &str, start: u64, len: u64) {
-        let Some(regs) = self.regs.get_mut(proc) else { return };
-        let end = start + len;
-        let mut kept = Vec::new();
-        for &r in regs.iter() {
-            if r.end <= start || r.start >= end {
-                kept.push(r);
-                continue;
-            }
-            if r.start < start {
-                kept.push(Reg { end: start, ..r });
-            }
-            if r.end > end {
-                kept.push(Reg { start: end, ..r });
-            }
-        }
-        *regs = kept;
-    }
-
-    /// Forgets everything of an exited process.
-    pub(super) fn exited(&mut self, proc: &str) {
-        self.regs.remove(proc);
-        self.names.retain(|(p, _), _| p != proc);
-    }
-}
 
 /// `[addr, addr + len)` widened to whole pages.
 fn pages(addr: u64, len: u64) -> (u64, u64) {

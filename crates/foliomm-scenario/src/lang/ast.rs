@@ -31,13 +31,7 @@ fn shortened(msg: &str) -> String {
     }
 }
 
-/// A place in a mapping: the whole mapping, one page at an offset, or a range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
-    pub map: String,
-    /// Byte offsets into the mapping; `None` means the whole mapping.
-    pub range: Option<(u64, u64)>,
-}
+pub use super::place::Place;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cmd {
@@ -229,7 +223,7 @@ pub enum Cmd {
         name: String,
         sigbus: bool,
     },
-    Uffd(super::uffd_cmd::UffdStep),
+    Uffd(super::uffd_step::UffdStep),
     Expect {
         lhs: Operand,
         op: CmpOp,

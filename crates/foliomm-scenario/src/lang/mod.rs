@@ -84,14 +84,16 @@ mod ast;
 mod lexer;
 mod numa_cmd;
 mod parser;
+mod place;
 mod proc_cmd;
 mod set_cmd;
 pub mod settings;
 pub mod suggest;
 mod uffd_cmd;
+mod uffd_step;
 
 pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
 pub use lexer::parse_size;
 pub use parser::parse;
 pub use set_cmd::MAX_TLB_ENTRIES;
-pub use uffd_cmd::{UffdStep, UffdStepCall};
+pub use uffd_step::{UffdStep, UffdStepCall};
