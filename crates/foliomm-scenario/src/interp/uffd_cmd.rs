@@ -2,6 +2,7 @@
 //! ioctls and the handler's rules; and what the reference byte model must
 //! learn from them: the pages a copy fills, and the pages a handler fills
 //! when an access faults on them ([`State::uffd_fills`]).
+
 use foliomm::internals::mm_types::{vm, UffdReason};
 use foliomm::Errno;
 
