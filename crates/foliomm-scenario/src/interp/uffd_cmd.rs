@@ -79,22 +79,24 @@ impl State<'_> {
             UffdStepCall::On { reason, action } => UffdCall::On { reason: *reason, action: *action },
         };
         let r = self.perform(t, Op::Uffd { uffd: h, call: call.clone() });
+        // The filling ioctls reply with the bytes done; a short count is
+        // EAGAIN (userfaultfd_copy and its siblings).
+        let (len, what) = match call {
+            UffdCall::Fill { len, .. } => (len, "filled"),
+            UffdCall::Continue { len, .. } => (len, "mapped"),
+            UffdCall::Move { len, .. } => (len, "moved"),
+            _ => (0, ""),
+        };
+        if !what.is_empty() {
+            let done = match r.and_then(Reply::value) {
+                Ok(done) => done,
+                Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
+            };
+            self.uffd_done(&p, &call, done)?;
+            outcome(step, if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) })?;
+            return Ok(format!("{} KiB {what}", done / 1024));
+        }
         match call {
-            UffdCall::Fill { addr, len, val, .. } => {
-                let done = match r.and_then(Reply::value) {
-                    Ok(done) => done,
-                    Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
-                };
-                // The pages done hold the bytes (the zero page reads 0, as an
-                // unpopulated page of the model did).
-                let rs = self.refs.get_mut(&p).unwrap();
-                rs.fill_pages(addr, done, val.unwrap_or(0))
-                    .map_err(|e| format!("the reference model cannot fill: {e}"))?;
-                // userfaultfd_copy(): a short count is EAGAIN.
-                let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
-                outcome(step, r)?;
-                Ok(format!("{} KiB filled", done / 1024))
-            }
             UffdCall::Register { addr, len, modes, page } => {
                 if outcome(step, r)?.is_some() {
                     self.uffds.forget(&p, addr, len);
@@ -109,32 +111,6 @@ impl State<'_> {
                 }
                 Ok("unregistered".into())
             }
-            UffdCall::Continue { len, .. } => {
-                let done = match r.and_then(Reply::value) {
-                    Ok(done) => done,
-                    Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
-                };
-                let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
-                outcome(step, r)?;
-                Ok(format!("{} KiB mapped", done / 1024))
-            }
-            UffdCall::Move { src, dst, len, .. } => {
-                let done = match r.and_then(Reply::value) {
-                    Ok(done) => done,
-                    Err(e) => return outcome(step, Err::<(), _>(e)).map(|_| "failed as expected".into()),
-                };
-                // The pages moved: the destination reads what the source
-                // did, the source reads zeros (it maps nothing now).
-                let rs = self.refs.get_mut(&p).unwrap();
-                let bytes =
-                    rs.read(src, done).map_err(|e| format!("the reference model cannot read the source: {e}"))?;
-                rs.zap(src, done);
-                let placed = rs.fill_pages(dst, done, 0).and_then(|()| rs.write(dst, &bytes));
-                placed.map_err(|e| format!("the reference model cannot write the destination: {e}"))?;
-                let r = if done == len { Ok(()) } else { Err(StepError::Errno(Errno::EAGAIN)) };
-                outcome(step, r)?;
-                Ok(format!("{} KiB moved", done / 1024))
-            }
             UffdCall::WriteProtect { .. } => outcome(step, r).map(|_| "ok".into()),
             UffdCall::On { reason, action } => {
                 if outcome(step, r)?.is_some() {
@@ -142,6 +118,28 @@ impl State<'_> {
                 }
                 Ok("rule set".into())
             }
+            UffdCall::Fill { .. } | UffdCall::Continue { .. } | UffdCall::Move { .. } => unreachable!("answered above"),
+        }
+    }
+
+    /// What `done` bytes of a filling ioctl did to process `p`'s pages, in
+    /// the reference model: a copy's pages hold its byte (the zero page
+    /// reads 0, as an unpopulated page did); a move's destination reads
+    /// what its source did, and the source reads zeros (it maps nothing).
+    fn uffd_done(&mut self, p: &str, call: &UffdCall, done: u64) -> Result<(), String> {
+        let rs = self.refs.get_mut(p).unwrap();
+        match *call {
+            UffdCall::Fill { addr, val, .. } => {
+                rs.fill_pages(addr, done, val.unwrap_or(0)).map_err(|e| format!("the reference model cannot fill: {e}"))
+            }
+            UffdCall::Move { src, dst, .. } => {
+                let bytes =
+                    rs.read(src, done).map_err(|e| format!("the reference model cannot read the source: {e}"))?;
+                rs.zap(src, done);
+                let placed = rs.fill_pages(dst, done, 0).and_then(|()| rs.write(dst, &bytes));
+                placed.map_err(|e| format!("the reference model cannot write the destination: {e}"))
+            }
+            _ => Ok(()),
         }
     }
 
