@@ -142,3 +142,21 @@ fn loom_seqcount_lone_writer_is_exclusive() {
         });
     }
 }
+
+/// A reader that reads the two values once, without the seqcount: loom
+/// must find the interleaving where it sees a writer's half-done update
+/// (what the seqcount's retry is for).
+#[test]
+#[should_panic(expected = "a reader saw a half-done update")]
+fn loom_seqcount_reader_that_never_retries_is_caught() {
+    loom::model(|| {
+        let p = Arc::new(Pair::new(SeqEntry::SharedOnly));
+        let writer = {
+            let p = p.clone();
+            thread::spawn(move || p.write())
+        };
+        let (a, b) = (p.a.load(Relaxed), p.b.load(Relaxed));
+        assert_eq!(a, b, "a reader saw a half-done update");
+        writer.join().unwrap();
+    });
+}
