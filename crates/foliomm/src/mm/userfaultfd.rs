@@ -277,11 +277,12 @@ impl Mm {
     }
 
     /// `uffd_lock_vma`: the VMA holding `addr` read-locked on its own
-    /// (`lock_vma_under_rcu`) if it needs no anon_vma, else under the
-    /// mmap_lock with one made (`find_vma_and_prepare_anon`); ENOENT if no
-    /// VMA holds `addr`. Before 6.9 always the mmap_lock. Differs from
-    /// Linux, which then takes the VMA lock and lets the mmap_lock go: the
-    /// model keeps the mmap_lock.
+    /// (`lock_vma_under_rcu`) if it needs no anon_vma, else found under
+    /// the mmap_lock with one made (`find_vma_and_prepare_anon`), then
+    /// read-locked there and the mmap_lock let go
+    /// (`vma_start_read_locked`; EAGAIN at the reader limit); ENOENT if no
+    /// VMA holds `addr`. Before 6.9, and under `mmap-lock`, the mmap_lock
+    /// throughout.
     fn uffd_lock_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
         let vma_lock = self.kernel.config.release().uffd_ioctls_take_vma_lock();
         if let Some(held) = vma_lock.then(|| self.lock_vma_under_rcu(addr)).flatten().map(FaultVma::for_ioctl) {
@@ -293,6 +294,9 @@ impl Mm {
         if !held.vma().shared() {
             self.anon_vma_prepare(held.vma());
         }
-        Ok(held)
+        match vma_lock && self.kernel.config.vma_lock != crate::kernel::VmaLockDesign::MmapLock {
+            true => held.into_vma_lock(),
+            false => Ok(held),
+        }
     }
 }

@@ -67,6 +67,18 @@ impl FaultVma<'_> {
         self
     }
 
+    /// A VMA held under the mmap_lock, read-locked on its own and the
+    /// mmap_lock let go (`vma_start_read_locked` + `mmap_read_unlock`, as
+    /// `uffd_lock_vma`'s fallback does); EAGAIN if the VMA lock refuses (the
+    /// reader limit), the same hold if it is not the mmap_lock's.
+    pub fn into_vma_lock(mut self) -> Result<Self> {
+        if let Hold::MmapLock { .. } = self.hold {
+            self.vma.start_read_locked().map_err(|_| Errno::EAGAIN)?;
+            self.hold = Hold::IoctlVmaLock;
+        }
+        Ok(self)
+    }
+
     /// Gives up the VMA lock for a retry under the mmap_lock (`VMA_LOCK_RETRY`).
     pub fn retry(mut self) {
         if let Hold::VmaLock(mm) = self.hold {

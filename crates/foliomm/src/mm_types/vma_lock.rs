@@ -167,6 +167,19 @@ impl Vma {
         Ok(())
     }
 
+    /// `vma_start_read_locked`: read-locks the VMA while the caller holds
+    /// the mmap_lock (for read), so that no writer can be in: only the
+    /// reader limit of the refcount design can refuse it. Busy under
+    /// `mmap-lock`, which has no VMA lock.
+    pub fn start_read_locked(&self) -> Result<(), ReadFailure> {
+        self.lock.account_write();
+        match &self.lock.kind {
+            Kind::None => Err(ReadFailure::Busy),
+            Kind::Rwsem { sem, .. } => sem.down_read_trylock().then_some(()).ok_or(ReadFailure::Busy),
+            Kind::Refcount(r) => inc_not_zero_limited(r, VMA_REF_LIMIT),
+        }
+    }
+
     /// `vma_end_read` (`vma_refcount_put` / `up_read`).
     pub fn end_read(&self) {
         self.lock.account_write();
