@@ -298,6 +298,50 @@ fn shuttle_hugetlb_unshare_race_is_found_under_no_lock() {
     shuttle::check_pct(|| hugetlb_unshare_race(HugetlbSync::NoLock), schedules().max(2000), 3);
 }
 
+/// Seed 002's page removal against faults: two threads write every huge
+/// page of a shared hugetlb mapping while the file loses pages to a hole
+/// punch and a truncation, which take each page out of the cache under its
+/// fault mutex and unmap again one a fault mapped meanwhile
+/// (`remove_inode_hugepages`). Each write lands or gets SIGBUS (past the
+/// end); afterwards no entry maps a page the cache let go, and the pool and
+/// reservations add up (the checker).
+fn hugetlb_fault_against_removal(sync: HugetlbSync) {
+    let config = Config { memory: 32 << 20, hugetlb_sync: sync, ..Config::default() };
+    let m = Machine::new(config).expect("a small machine");
+    assert_eq!(m.kernel.set_nr_hugepages(HugeSize::Pmd, 8), 8);
+    let f = m.hugetlbfs_create(8 << 20, HugeSize::Pmd).unwrap();
+    let flags = MmapFlags { shared: true, hugetlb: Some(HugeSize::Pmd), ..MmapFlags::default() };
+    let writers: Vec<_> = (0..2u8)
+        .map(|t| {
+            let (m, f) = (m.clone(), f.clone());
+            thread::spawn(move || {
+                let mm = m.new_mm().unwrap();
+                let a = mm.mmap_file(0, 8 << 20, Prot::RW, flags, Some((&f, 0))).unwrap();
+                match m.new_cpu().write_byte_per_page(&mm, a, 8 << 20, 0x40 + t) {
+                    Ok(()) | Err(Errno::SIGBUS) => {}
+                    Err(e) => panic!("fault: {e}"),
+                }
+            })
+        })
+        .collect();
+    m.punch_hole(&f, 2 << 20, 2 << 20).unwrap();
+    m.ftruncate(&f, 4 << 20).unwrap();
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker after a schedule: {bad:?}");
+    drop(f);
+    let bad = m.check();
+    assert!(bad.is_empty(), "the checker after exit: {bad:?}");
+}
+
+#[test]
+fn shuttle_hugetlb_page_removal_races_faults_under_every_design() {
+    for (sync, _) in HugetlbSync::ALL {
+        shuttle::check_random(move || hugetlb_fault_against_removal(sync), schedules());
+        shuttle::check_pct(move || hugetlb_fault_against_removal(sync), schedules(), 3);
+    }
+}
+
 /// Readers that met a writer inside the rmap-id seqcount, over all
 /// schedules of [`shuttle_a_reader_racing_rmap_updates_answers_shared`].
 static BUSY_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

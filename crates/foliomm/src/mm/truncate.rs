@@ -11,10 +11,13 @@
 //! hole punch unmap again once the folios left the cache, so no PTE
 //! outlives its page's place in the cache.
 //!
+//! A hugetlbfs file's pages leave the cache one at a time under their fault
+//! mutexes, as Linux's `remove_inode_hugepages` has them.
+//!
 //! Differs from Linux: no folio lock; the fault's check under the PTL and
 //! the second unmap stand in for it (Linux's hole punch unmaps a folio
 //! still mapped when it drops it, `truncate_cleanup_folio`; here the
-//! whole range is unmapped again).
+//! whole range of a shmem file is unmapped again).
 
 use crate::arch::PAGE_SIZE;
 use crate::kernel::HugetlbSync;
@@ -41,7 +44,10 @@ impl MmList {
         inode.resize_seals(size)?;
         let shrinks = size < inode.size();
         inode.set_size(size)?;
-        if shrinks {
+        if shrinks && inode.is_hugetlbfs() {
+            self.unmap_mapping_pages(inode, size / PAGE_SIZE, u64::MAX, true);
+            self.remove_inode_hugepages(inode, size, u64::MAX, true);
+        } else if shrinks {
             let first = size.div_ceil(PAGE_SIZE);
             self.unmap_mapping_pages(inode, first, u64::MAX, true);
             self.unmap_to_split(inode, size, u64::MAX);
@@ -73,12 +79,36 @@ impl MmList {
         if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }
+        if inode.is_hugetlbfs() {
+            self.remove_inode_hugepages(inode, offset, end, false);
+            return Ok(());
+        }
         self.unmap_to_split(inode, offset, end);
         inode.undo_range(offset, end);
         if whole_pages {
             self.unmap_mapping_pages(inode, first, last, false);
         }
         Ok(())
+    }
+
+    /// `remove_inode_hugepages` (after `hugetlb_vmdelete_list` unmapped the
+    /// range): each huge page wholly inside `[offset, end)` leaves the
+    /// cache under its fault mutex, so that no fault maps it meanwhile; one
+    /// a fault mapped since the unmap is unmapped again first, under the
+    /// mutex (`hugetlb_unmap_file_folio`; private copies too on
+    /// `truncate`). Then the rest of the range: partly covered pages
+    /// zeroed, and on truncation every reservation past the end given back.
+    fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64, truncate: bool) {
+        let nr = inode.page_unit() / PAGE_SIZE;
+        for first in inode.huge_pages_in(offset, end) {
+            let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
+            let _mutex = mutex.lock().unwrap();
+            if inode.huge_page_mapped(first) {
+                self.unmap_mapping_pages(inode, first, first + nr, truncate);
+            }
+            inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
+        }
+        inode.undo_range(offset, end);
     }
 
     /// Unmaps the large folios `[offset, end)` covers in part and could

@@ -124,6 +124,25 @@ impl Inode {
         }
     }
 
+    /// The first page index of every huge page the cache holds wholly
+    /// inside `[offset, end)`.
+    pub fn huge_pages_in(&self, offset: u64, end: u64) -> Vec<u64> {
+        let nr = self.hpage_pages();
+        let pages = self.pages.lock().unwrap();
+        let firsts = pages.range(offset.div_ceil(crate::arch::PAGE_SIZE)..end.div_ceil(crate::arch::PAGE_SIZE));
+        firsts
+            .map(|(&i, _)| i)
+            .filter(|&i| i % nr == 0 && (i + nr).saturating_mul(crate::arch::PAGE_SIZE) <= end)
+            .collect()
+    }
+
+    /// Whether a page table maps the huge page at `first` (`folio_mapped`);
+    /// false if the cache has none there.
+    pub fn huge_page_mapped(&self, first: u64) -> bool {
+        let pfn = self.pages.lock().unwrap().get(&first).copied();
+        pfn.is_some_and(|p| crate::rmap::folio_mapcount(&self.k, Folio::from_head(&self.k.phys, p)) > 0)
+    }
+
     /// Whether the file is a hugetlbfs file.
     pub fn is_hugetlbfs(&self) -> bool {
         self.huge_size().is_some()
