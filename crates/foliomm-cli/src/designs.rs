@@ -23,12 +23,20 @@ pub struct DesignsArgs {
 
 /// Prints the table (or JSON) of every design at every order asked.
 pub fn print(a: &DesignsArgs) -> Result<()> {
+    // Every design, then mm-id built without per-page mapcounts.
+    let space = |d: Design, without: bool, o: u32| match without {
+        false => d.memmap_space(o),
+        true => d.memmap_space_without_page_mapcount(o).expect("mm-id goes without"),
+    };
+    let rows: Vec<(Design, bool)> = Design::ALL.iter().map(|&d| (d, false)).chain([(Design::MmId, true)]).collect();
+    let label = |d: Design, without: bool| format!("{}{}", d.name(), if without { ", page_mapcount off" } else { "" });
     if a.json {
-        let rows: Vec<_> = Design::ALL
+        let rows: Vec<_> = rows
             .iter()
-            .flat_map(|&d| a.orders.iter().map(move |&o| (d, o, d.memmap_space(o))))
-            .map(|(d, o, s)| {
-                serde_json::json!({"design": d.name(), "order": o, "fields": s.fields, "page_mapcounts": s.page_mapcounts})
+            .flat_map(|&(d, w)| a.orders.iter().map(move |&o| (d, w, o)))
+            .map(|(d, w, o)| {
+                let s = space(d, w, o);
+                serde_json::json!({"design": label(d, w), "order": o, "fields": s.fields, "page_mapcounts": s.page_mapcounts})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -37,16 +45,16 @@ pub fn print(a: &DesignsArgs) -> Result<()> {
     println!("Mapcount space in a large folio's memmap, in bytes: the folio's fields + the per-page _mapcounts\n");
     let orders = a.orders.iter().map(|o| format!("order {o}"));
     let mut t = new_table(["design".to_string(), "folio fields".to_string()].into_iter().chain(orders));
-    for &d in Design::ALL.iter() {
-        let at = |o: u32| d.memmap_space(o);
+    for &(d, without) in &rows {
+        let at = |o: u32| space(d, without, o);
         let names = at(a.orders[0]).fields.iter().map(|f| f.0).collect::<Vec<_>>().join(", ");
         let cells = a.orders.iter().map(|&o| format!("{} + {}", at(o).folio_bytes(), at(o).page_mapcounts));
-        t.add_row([d.name().to_string(), names].into_iter().chain(cells));
+        t.add_row([label(d, without), names].into_iter().chain(cells));
     }
     println!("{t}");
     println!(
         "\nseed 000 (Q/A): rmap values 8 B at order 2, 16 B at order 5, 32 B at order 10, the seqcount apart;\n\
-         the per-page mapcounts alone 16 B, 128 B and 4096 B. CONFIG_NO_PAGE_MAPCOUNT (6.15+) gives those up."
+         the per-page mapcounts alone 16 B, 128 B and 4096 B, which CONFIG_NO_PAGE_MAPCOUNT (6.15+, the last row) gives up."
     );
     Ok(())
 }

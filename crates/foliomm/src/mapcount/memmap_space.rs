@@ -46,7 +46,7 @@ impl PageMapcounts {
             fields.push(("rmap values", 8 * c.count(order) as u64));
             fields.push(("atomic seqcount", 8));
         }
-        MemmapSpace { fields, page_mapcounts: 4 << order }
+        MemmapSpace { fields, page_mapcounts: if self.f.page_mapcounts { 4 << order } else { 0 } }
     }
 }
 
@@ -55,6 +55,12 @@ impl Design {
     /// seed 000's last stage).
     pub fn memmap_space(self, order: u32) -> MemmapSpace {
         super::eras::DESIGNS[self as usize].memmap_space(order)
+    }
+
+    /// The same built without per-page mapcounts (`set page_mapcount
+    /// off`); `None` for a design that cannot go without them.
+    pub fn memmap_space_without_page_mapcount(self, order: u32) -> Option<MemmapSpace> {
+        (self == Design::MmId).then(|| super::eras::MM_ID_NO_PAGE_MAPCOUNT.memmap_space(order))
     }
 }
 
@@ -77,5 +83,9 @@ mod tests {
         let mm_id = Design::MmId.memmap_space(9);
         assert_eq!(mm_id.folio_bytes(), 4 + 4 + 4 + 16, "{mm_id:?}");
         assert_eq!(Design::Subpage.memmap_space(9).folio_bytes(), 4, "6.1: _entire_mapcount alone");
+        // CONFIG_NO_PAGE_MAPCOUNT: no per-page counts, no _nr_pages_mapped.
+        let without = Design::MmId.memmap_space_without_page_mapcount(9).unwrap();
+        assert_eq!((without.folio_bytes(), without.page_mapcounts), (4 + 4 + 16, 0));
+        assert!(Design::RmapId.memmap_space_without_page_mapcount(9).is_none());
     }
 }
