@@ -236,17 +236,16 @@ impl Mm {
     /// their whole range, alike in protection and mlock, the source
     /// writable (else EINVAL; ENOENT if no VMA holds either start). Moves
     /// step by step ([`move_step`]); returns the bytes moved, or the first
-    /// step's error (the caller reports a short count as EAGAIN). Differs
-    /// from Linux: under the mmap_lock for read, not the two VMAs' locks
-    /// (`uffd_move_lock`).
+    /// step's error (the caller reports a short count as EAGAIN), under
+    /// the two VMAs' locks ([`Mm::uffd_move_lock`]).
     pub fn uffd_move(&self, ctx: &Arc<UserfaultfdCtx>, dst: u64, src: u64, len: u64, holes: bool) -> Result<u64> {
         validate_range(dst, len)?;
         validate_range(src, len)?;
         if !self.kernel.config.release().has_uffd_move() {
             return Err(Errno::EINVAL);
         }
-        let vmas = self.mmap_read_lock();
-        let (d, s) = (vmas.find(dst).ok_or(Errno::ENOENT)?.clone(), vmas.find(src).ok_or(Errno::ENOENT)?.clone());
+        let locks = self.uffd_move_lock(dst, src)?;
+        let (d, s) = (locks.dst(), locks.src());
         let alike = |f: u32| f & (vm::PROT_MASK | vm::LOCKED);
         let ours = d.userfaultfd_ctx().is_some_and(|c| Arc::ptr_eq(&c, ctx));
         let anon = d.file().is_none() && s.file().is_none();
@@ -254,10 +253,9 @@ impl Mm {
         if !(ours && anon && fits && alike(d.flags()) == alike(s.flags()) && s.writable()) {
             return Err(Errno::EINVAL);
         }
-        self.anon_vma_prepare(&d);
         let mut moved = 0;
         while moved < len {
-            match move_step(&self.kernel, self, &d, (src + moved, dst + moved, len - moved), holes) {
+            match move_step(&self.kernel, self, d, (src + moved, dst + moved, len - moved), holes) {
                 Ok(Step::Moved(n)) => moved += n,
                 Ok(Step::Again) => {}
                 Err(e) if moved == 0 => return Err(e),
@@ -265,6 +263,35 @@ impl Mm {
             }
         }
         Ok(moved)
+    }
+
+    /// `uffd_move_lock`: the destination VMA as `uffd_lock_vma` holds it;
+    /// the source VMA the same if it holds `src`, else read-locked on its
+    /// own (`lock_vma_under_rcu`); failing that, both found and locked
+    /// under the mmap_lock ([`Mm::lock_two_vmas`]). Before 6.9, and under
+    /// `mmap-lock`, the mmap_lock holds both throughout.
+    fn uffd_move_lock(&self, dst: u64, src: u64) -> Result<MoveLocks<'_>> {
+        let vma_lock = self.kernel.config.release().uffd_ioctls_take_vma_lock()
+            && self.kernel.config.vma_lock != crate::kernel::VmaLockDesign::MmapLock;
+        if !vma_lock {
+            let vmas = self.mmap_read_lock();
+            let d = vmas.find(dst).ok_or(Errno::ENOENT)?.clone();
+            let s = vmas.find(src).ok_or(Errno::ENOENT)?.clone();
+            if !d.shared() {
+                self.anon_vma_prepare(&d);
+            }
+            return Ok(MoveLocks::MmapLock { _held: vmas, dst: d, src: s });
+        }
+        let d = self.uffd_lock_vma(dst)?;
+        if d.vma().contains(src) {
+            return Ok(MoveLocks::Vmas(d, None));
+        }
+        if let Some(s) = self.lock_vma_under_rcu(src).map(FaultVma::for_ioctl) {
+            return Ok(MoveLocks::Vmas(d, Some(s)));
+        }
+        drop(d);
+        let (d, s) = self.lock_two_vmas(dst, src)?;
+        Ok(MoveLocks::Vmas(d, s))
     }
 
     /// The error of a registration whose range no VMA reaches.
@@ -297,6 +324,31 @@ impl Mm {
         match vma_lock && self.kernel.config.vma_lock != crate::kernel::VmaLockDesign::MmapLock {
             true => held.into_vma_lock(),
             false => Ok(held),
+        }
+    }
+}
+
+/// What holds `UFFDIO_MOVE`'s two VMAs ([`Mm::uffd_move_lock`]).
+enum MoveLocks<'a> {
+    /// The mmap_lock for read (before 6.9, or under `mmap-lock`), held
+    /// while the VMAs are used.
+    MmapLock { _held: crate::mm_types::MmapReadGuard<'a>, dst: Arc<Vma>, src: Arc<Vma> },
+    /// The destination's VMA lock, and the source's if it is another VMA.
+    Vmas(FaultVma<'a>, Option<FaultVma<'a>>),
+}
+
+impl MoveLocks<'_> {
+    fn dst(&self) -> &Vma {
+        match self {
+            MoveLocks::MmapLock { dst, .. } => dst,
+            MoveLocks::Vmas(d, _) => d.vma(),
+        }
+    }
+
+    fn src(&self) -> &Vma {
+        match self {
+            MoveLocks::MmapLock { src, .. } => src,
+            MoveLocks::Vmas(d, s) => s.as_ref().unwrap_or(d).vma(),
         }
     }
 }

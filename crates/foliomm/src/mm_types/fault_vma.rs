@@ -111,6 +111,28 @@ impl Mm {
         Ok(FaultVma { vma, hold: Hold::MmapLock { _vmas: vmas } })
     }
 
+    /// `uffd_move_lock`'s fallback (`find_vmas_mm_locked`, then
+    /// `vma_start_read_locked` and `_nested`): under the mmap_lock for
+    /// read, the VMAs holding `dst` and `src` (ENOENT if either is
+    /// missing), the first with an anon_vma made if private, each
+    /// read-locked on its own (the second only if it is another VMA;
+    /// EAGAIN at the reader limit), then the mmap_lock let go.
+    pub fn lock_two_vmas(&self, dst: u64, src: u64) -> Result<(FaultVma<'_>, Option<FaultVma<'_>>)> {
+        let vmas = self.mmap_read_lock();
+        let d = vmas.find(dst).ok_or(Errno::ENOENT)?.clone();
+        let s = vmas.find(src).ok_or(Errno::ENOENT)?.clone();
+        if !d.shared() {
+            self.anon_vma_prepare(&d);
+        }
+        d.start_read_locked().map_err(|_| Errno::EAGAIN)?;
+        let d = FaultVma { vma: d, hold: Hold::IoctlVmaLock };
+        if Arc::ptr_eq(d.vma(), &s) {
+            return Ok((d, None));
+        }
+        s.start_read_locked().map_err(|_| Errno::EAGAIN)?;
+        Ok((d, Some(FaultVma { vma: s, hold: Hold::IoctlVmaLock })))
+    }
+
     /// The VMA containing `addr` in the published tree, found without a
     /// lock (an RCU walk): it may be leaving the tree, or be another VMA by
     /// the time the caller looks (compare its id).
