@@ -292,3 +292,31 @@ fn wait_readers_out(r: &AtomicU32, target: u32) -> bool {
     sleep_done(spins, r as *const AtomicU32 as usize);
     true
 }
+
+#[cfg(all(test, not(loom), not(shuttle)))]
+mod tests {
+    use super::*;
+    use crate::mm_types::{VmaCache, VmaInit};
+
+    /// Under `vma-refcount` a VMA admits `VMA_REF_LIMIT` references at
+    /// most (its own and its readers'): the next reader is refused, by the
+    /// fault's `vma_start_read` and by the ioctls' `vma_start_read_locked`
+    /// alike (`uffd_lock_vma` then answers EAGAIN), until one leaves.
+    #[test]
+    fn a_reader_past_the_reference_limit_is_refused() {
+        let cache = VmaCache::new(VmaLockDesign::VmaRefcount);
+        let v = cache.alloc(VmaInit { mm: 1, start: 0, end: 4096, flags: 0, pgoff: 0, file: None });
+        v.start_write(1);
+        v.mark_attached();
+        let Kind::Refcount(r) = &v.lock.kind else { panic!("a refcount lock") };
+        let mm_seq = AtomicU64::new(2);
+        r.store(VMA_REF_LIMIT, Relaxed);
+        assert_eq!(v.start_read_locked(), Err(ReadFailure::Busy));
+        assert_eq!(v.start_read(1, &mm_seq, true), Err(ReadFailure::Busy));
+        r.store(VMA_REF_LIMIT - 1, Relaxed);
+        assert_eq!(v.start_read_locked(), Ok(()));
+        assert_eq!(r.load(Relaxed), VMA_REF_LIMIT);
+        v.end_read();
+        assert_eq!(v.start_read(1, &mm_seq, true), Ok(()));
+    }
+}
