@@ -338,6 +338,7 @@ enum MoveLocks<'a> {
 }
 
 impl MoveLocks<'_> {
+    /// The destination VMA.
     fn dst(&self) -> &Vma {
         match self {
             MoveLocks::MmapLock { dst, .. } => dst,
@@ -345,6 +346,7 @@ impl MoveLocks<'_> {
         }
     }
 
+    /// The source VMA: the destination's when the move stays in one VMA.
     fn src(&self) -> &Vma {
         match self {
             MoveLocks::MmapLock { src, .. } => src,
