@@ -6,11 +6,12 @@
 //! so a later write dirties only the PTE, not the folio. PROT_NONE entries
 //! lose PRESENT and gain PROTNONE (`pte_modify`).
 
-use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, PAGE_SIZE};
+use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, Pfn, Pte, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{huge_pud, load, pte_lockptr, store, walk_pmd};
+use crate::phys::PhysMem;
 use crate::tlb::MmuGather;
 
 /// `change_protection` over one VMA whose flags were just changed. Returns
@@ -46,11 +47,9 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         } else if !e.is_none() {
             let table = e.pfn();
             let _ptl = pte_lockptr(phys, table).lock();
-            for a in (addr..next).step_by(PAGE_SIZE as usize) {
-                let idx = pte_index(a);
-                let p = load(phys, table, idx);
+            let n = change_pte_range(phys, table, addr, next, |p| {
                 if !p.present() {
-                    continue;
+                    return p;
                 }
                 let can_write = !p.special()
                     && !p.uffd_wp()
@@ -58,14 +57,29 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
                         let f = Folio::containing(phys, p.pfn());
                         f.anon_exclusive(p.pfn() - f.pfn)
                     });
-                let n = p.modify_prot(vma.readable(), vma.writable() && can_write);
-                if n != p {
-                    store(phys, table, idx, n);
-                    changed = true;
-                }
-            }
+                p.modify_prot(vma.readable(), vma.writable() && can_write)
+            });
+            changed |= n > 0;
         }
         addr = next;
+    }
+    changed
+}
+
+/// The loop of `change_pte_range` that mprotect, NUMA hinting
+/// (`MM_CP_PROT_NUMA`) and uffd-wp (`MM_CP_UFFD_WP`) share: each entry of
+/// the PTE table `table` in `[addr, next)` becomes `f(entry)`. The caller
+/// holds the table's lock; where the kernel passes `cp_flags`, the caller
+/// passes its per-entry rule. Returns how many entries changed.
+pub(crate) fn change_pte_range(phys: &PhysMem, table: Pfn, addr: u64, next: u64, mut f: impl FnMut(Pte) -> Pte) -> u64 {
+    let mut changed = 0;
+    for a in (addr..next).step_by(PAGE_SIZE as usize) {
+        let p = load(phys, table, pte_index(a));
+        let n = f(p);
+        if n != p {
+            store(phys, table, pte_index(a), n);
+            changed += 1;
+        }
     }
     changed
 }

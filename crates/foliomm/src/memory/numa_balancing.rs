@@ -69,13 +69,12 @@ pub fn change_prot_numa(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64) ->
                 addr = next;
                 continue;
             };
-            for a in (addr..next).step_by(PAGE_SIZE as usize) {
-                let p = load(phys, table, pte_index(a));
-                if p.hw_present() && !prot_numa_skip(k, mm, vma, p) {
-                    store(phys, table, pte_index(a), p.modify_prot(false, false));
-                    updated += 1;
+            updated += super::change_protection::change_pte_range(phys, table, addr, next, |p| {
+                match p.hw_present() && !prot_numa_skip(k, mm, vma, p) {
+                    true => p.modify_prot(false, false),
+                    false => p,
                 }
-            }
+            });
         }
         addr = next;
     }

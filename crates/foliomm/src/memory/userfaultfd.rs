@@ -226,17 +226,13 @@ pub fn uffd_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, prote
             drop(_ptl);
             let table = e.pfn();
             let _ptl = pte_lockptr(phys, table).lock();
-            for a in (addr..next).step_by(PAGE_SIZE as usize) {
-                let p = load(phys, table, pte_index(a));
-                let n = change(p, &|| {
+            let n = super::change_protection::change_pte_range(phys, table, addr, next, |p| {
+                change(p, &|| {
                     let f = Folio::containing(phys, p.pfn());
                     f.test_anon() && f.anon_exclusive(p.pfn() - f.pfn)
-                });
-                if n != p {
-                    store(phys, table, pte_index(a), n);
-                    changed = true;
-                }
-            }
+                })
+            });
+            changed |= n > 0;
         }
         addr = next;
     }
