@@ -296,8 +296,9 @@ fn assert_self_contained(page: &str) {
 
 /// Takes a screenshot of the page at `url` and looks at it: the page drew
 /// (much of it is not white) and the plots' first two lines are on it, in
-/// plotters' first two palette colours (red and green), drawn over many
-/// pixels each.
+/// plotters' first two palette colours (red and green). The runs compared
+/// are A/A, so one line may lie mostly under the other: each colour is
+/// asked for only where its legend swatch and a few points would put it.
 fn check_screenshot(chromium: &str, url: &str, dir: &Path) {
     let shot = dir.join("shot.png");
     let out = Command::new(chromium)
@@ -319,7 +320,7 @@ fn check_screenshot(chromium: &str, url: &str, dir: &Path) {
     let ink = pixels.iter().filter(|p| !near(p, [255, 255, 255])).count();
     assert!(ink > pixels.len() / 50, "the page is nearly blank: {ink} of {} pixels", pixels.len());
     let (red, green) = (count([230, 25, 75]), count([60, 180, 75]));
-    assert!(red > 200 && green > 200, "the plot's lines are not on the page: {red} red, {green} green pixels");
+    assert!(red > 50 && green > 50, "the plot's lines are not on the page: {red} red, {green} green pixels");
 }
 
 /// Renders `html` in headless Chromium: no console error, and (a report)
