@@ -13,6 +13,7 @@ pub mod debugfs;
 pub mod files;
 pub mod guest;
 pub mod khugepaged;
+pub mod ksm;
 pub mod memcg;
 pub mod procfs;
 pub mod protocol;
@@ -39,7 +40,7 @@ use foliomm::internals::machine::HugeSize;
 use foliomm::internals::mapcount::Design;
 use foliomm_scenario::backend::{hugepage_counters, Backend, Thread};
 use foliomm_scenario::error::{BackendResult, Machinery, StepError};
-use foliomm_scenario::lang::{MachineSetting, Tunable};
+use foliomm_scenario::lang::{Daemon, MachineSetting, Tunable};
 use foliomm_scenario::op::{Access, GupKind, Op, Reply};
 use foliomm_scenario::Observation;
 
@@ -318,8 +319,12 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn khugepaged(&self, passes: u32) -> BackendResult<()> {
-        khugepaged::run(passes).map_err(StepError::Unsupported)
+    fn scan(&self, daemon: Daemon, passes: u32) -> BackendResult<()> {
+        match daemon {
+            Daemon::Khugepaged => khugepaged::run(passes),
+            Daemon::Ksmd => ksm::run(passes),
+        }
+        .map_err(StepError::Unsupported)
     }
 
     fn tune(&self, t: &Tunable) -> BackendResult<()> {

@@ -26,6 +26,7 @@ const KPF_ZERO_PAGE: u64 = 1 << 24;
 /// `KPF_HUGE`: a hugetlb page.
 const KPF_HUGE: u64 = 1 << 17;
 const KPF_ANON: u64 = 1 << 12;
+const KPF_KSM: u64 = 1 << 21;
 
 const PAGE_IS_PRESENT: u64 = 1 << 3;
 const PAGE_IS_PFNZERO: u64 = 1 << 5;
@@ -204,6 +205,7 @@ impl Procfs {
             pfn: f.pfn,
             zero_page: f.zero || kpf & KPF_ZERO_PAGE != 0,
             anon: kpf & KPF_ANON != 0,
+            ksm: kpf & KPF_KSM != 0,
             pmd_mapped: f.huge,
             folio_order: self.folio_order(f.pfn),
             exclusive: f.exclusive,

@@ -259,6 +259,8 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::PageOut => libc::MADV_PAGEOUT,
         Advice::Cold => libc::MADV_COLD,
         Advice::Collapse => libc::MADV_COLLAPSE,
+        Advice::Mergeable => libc::MADV_MERGEABLE,
+        Advice::Unmergeable => libc::MADV_UNMERGEABLE,
     };
     done(sys::madvise(addr, len, a))
 }

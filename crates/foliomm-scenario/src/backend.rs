@@ -10,7 +10,7 @@ use foliomm::internals::machine::{HugeCounts, HugeSize};
 use foliomm::internals::release::KernelVersion;
 
 use crate::error::{BackendResult, Machinery, StepError};
-use crate::lang::{MachineSetting, Tunable};
+use crate::lang::{Daemon, MachineSetting, Tunable};
 use crate::observation::Observation;
 use crate::op::{GupKind, Op, Reply};
 
@@ -61,9 +61,9 @@ pub trait Backend: Send + Sync {
     /// shmem THP modes, or a huge page pool's `nr_hugepages` and
     /// `nr_overcommit_hugepages` (unsupported if the pool gets fewer pages).
     fn tune(&self, t: &Tunable) -> BackendResult<()>;
-    /// Runs khugepaged for `passes` full scans (`khugepaged/full_scans`
+    /// Runs khugepaged or ksmd for `passes` full scans (its `full_scans`
     /// grown by that many) and returns once they are done.
-    fn khugepaged(&self, passes: u32) -> BackendResult<()>;
+    fn scan(&self, daemon: Daemon, passes: u32) -> BackendResult<()>;
     /// Whether the backend can take GUP references of this kind; a scenario
     /// that needs one it cannot take is skipped there.
     fn supports_gup(&self, kind: GupKind) -> bool {

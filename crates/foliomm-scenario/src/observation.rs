@@ -133,6 +133,7 @@ impl Observation {
         "swap_kb",
         "swap_total_kb",
         "uffd_wp",
+        "ksm",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -174,6 +175,7 @@ impl Observation {
         "byte",
         "kpagecount",
         "uffd_wp",
+        "ksm",
         "node",
     ];
 
@@ -210,6 +212,7 @@ impl Observation {
             (p.anon_exclusive, "anon-exclusive"),
             (p.pmd_mapped, "pmd"),
             (p.uffd_wp, "uffd-wp"),
+            (p.ksm, "ksm"),
         ] {
             if on {
                 flags.push(name);
@@ -313,6 +316,7 @@ impl Observation {
             "likely_shared" => p.likely_shared as u64,
             "pmd_shared" => p.pmd_shared as u64,
             "uffd_wp" => p.uffd_wp as u64,
+            "ksm" => p.ksm as u64,
             "pgtables_kb" => self.pgtables_kb,
             "vma_count" => self.vma_count,
             "pmd_aligned" => self.addr.is_multiple_of(2 << 20) as u64,

@@ -375,8 +375,8 @@ impl<'b> State<'b> {
                     Tunable::Khugepaged(_) => "khugepaged set".into(),
                 })
             }
-            Cmd::Khugepaged(passes) => {
-                self.backend.khugepaged(*passes)?;
+            Cmd::Scan(daemon, passes) => {
+                self.backend.scan(*daemon, *passes)?;
                 Ok(format!("{passes} full scan{}", if *passes == 1 { "" } else { "s" }))
             }
             Cmd::Expect { lhs, op, rhs, only } => self.expect(step.line, lhs, *op, rhs, only),

@@ -147,9 +147,9 @@ pub enum Cmd {
     Madvise(Place, Advice),
     /// `mlock` (true) or `munlock` (false) of a place.
     Mlock(Place, bool),
-    /// `khugepaged [N]`: N full scans of khugepaged over every MM it has
-    /// a slot for (1 unless given).
-    Khugepaged(u32),
+    /// `khugepaged [N]` / `ksmd [N]`: N full scans of the daemon over every
+    /// MM it has a slot for (1 unless given).
+    Scan(Daemon, u32),
     /// `split PLACE [to order N] [at PAGE]`: the kernel's debugfs
     /// `split_huge_pages` over the place (to order 0 unless given), each
     /// folio split around its page PAGE if given (`in_folio_offset`, 6.15
@@ -487,4 +487,24 @@ pub struct Step {
     /// Where the step must fail (`fails [<6.7] EPERM`); elsewhere it must
     /// succeed.
     pub fails_only: Only,
+}
+
+/// A kernel thread a scenario runs for whole scans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Daemon {
+    /// khugepaged: collapses ranges into PMD-mapped THPs.
+    Khugepaged,
+    /// ksmd: merges equal pages of `MADV_MERGEABLE` ranges.
+    Ksmd,
+}
+
+impl Daemon {
+    /// The daemon named `name` as a scenario writes it.
+    pub fn parse(name: &str) -> Option<Daemon> {
+        match name {
+            "khugepaged" => Some(Daemon::Khugepaged),
+            "ksmd" => Some(Daemon::Ksmd),
+            _ => None,
+        }
+    }
 }

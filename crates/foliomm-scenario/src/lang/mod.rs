@@ -92,7 +92,7 @@ pub mod suggest;
 mod uffd_cmd;
 mod uffd_step;
 
-pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
+pub use ast::{Cmd, CmpOp, Daemon, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
 pub use lexer::parse_size;
 pub use parser::parse;
 pub use set_cmd::MAX_TLB_ENTRIES;

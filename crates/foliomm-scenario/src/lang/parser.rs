@@ -2,7 +2,7 @@
 
 use foliomm::Errno;
 
-use super::ast::{Cmd, CmpOp, Only, ParseError, Step};
+use super::ast::{Cmd, CmpOp, Daemon, Only, ParseError, Step};
 use super::lexer::{is_ident, tokenize, Line};
 use super::proc_cmd::parse_proc_cmd;
 use super::set_cmd::parse_set;
@@ -135,11 +135,12 @@ fn parse_global(l: &mut Line) -> Result<Cmd, ParseError> {
         "set" => parse_set(l),
         "measure" => Ok(Cmd::Measure(l.ident("a name for the measurement")?)),
         "end" => Ok(Cmd::End),
-        "khugepaged" => {
+        name @ ("khugepaged" | "ksmd") => {
+            let daemon = Daemon::parse(name).expect("a daemon's name");
             let col = l.col();
             match l.peek().map(|_| l.size("a number of full scans")).transpose()? {
-                None => Ok(Cmd::Khugepaged(1)),
-                Some(n @ 1..=100) => Ok(Cmd::Khugepaged(n as u32)),
+                None => Ok(Cmd::Scan(daemon, 1)),
+                Some(n @ 1..=100) => Ok(Cmd::Scan(daemon, n as u32)),
                 Some(n) => l.err(col, format!("expected 1 to 100 full scans, found {n}")),
             }
         }

@@ -196,7 +196,7 @@ pub(super) fn is_command(t: &str) -> bool {
 }
 
 /// The lines that belong to no process (`repeat 3`, not `P: repeat 3`).
-pub(super) const GLOBAL: &[&str] = &["set", "expect", "khugepaged", "measure", "repeat", "parallel", "end"];
+pub(super) const GLOBAL: &[&str] = &["set", "expect", "khugepaged", "ksmd", "measure", "repeat", "parallel", "end"];
 
 /// What a process line whose command is `t` is told: how to write a
 /// command that names what it makes, that a global line takes no process,

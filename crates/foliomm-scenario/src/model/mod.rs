@@ -16,7 +16,7 @@ use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
 use crate::backend::{hugepage_counters, meminfo_counters, Backend, Thread};
 use crate::error::{BackendResult, Machinery, StepError};
-use crate::lang::{MachineSetting, Tunable};
+use crate::lang::{Daemon, MachineSetting, Tunable};
 use crate::observation::Observation;
 use crate::op::{pattern_bytes, Access, GupKind, MmapRequest, Op, Reply};
 
@@ -213,9 +213,12 @@ impl Backend for ModelBackend {
         }
     }
 
-    fn khugepaged(&self, passes: u32) -> BackendResult<()> {
+    fn scan(&self, daemon: Daemon, passes: u32) -> BackendResult<()> {
         let m = self.m();
-        foliomm::internals::mm::khugepaged::khugepaged_scan(&m.kernel, &m.mms, passes);
+        match daemon {
+            Daemon::Khugepaged => _ = foliomm::internals::mm::khugepaged::khugepaged_scan(&m.kernel, &m.mms, passes),
+            Daemon::Ksmd => foliomm::internals::mm::ksm::ksmd_scan(&m.kernel, &m.mms, passes),
+        }
         Ok(())
     }
 

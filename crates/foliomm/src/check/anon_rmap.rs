@@ -36,6 +36,9 @@ pub(super) fn check_anon_mapping(
     let at = Subject::Mm { mm: mm.id, addr: Some(addr) };
     let Some(v) = vmas.find(addr) else { return };
     let id = f.head().link.load(Relaxed);
+    if f.test_ksm() {
+        return check_ksm_mapping(mm, v.id(), (f, id, addr), at, bad);
+    }
     let linked = *links.entry((id, v.id())).or_insert_with(|| {
         let av = mm.mmlist.anon_vma(id)?;
         let linked = av.tree.read().iter().any(|r| r.vma == v.id() && r.mm == mm.serial);
@@ -60,6 +63,22 @@ pub(super) fn check_anon_mapping(
         );
         bad.push(Violation::new(Rmap, at, what));
     }
+}
+
+/// Checks that the KSM folio `f`, of stable node `id`, which `mm` maps at
+/// `addr` in the VMA `vma`, is its node's frame and that `rmap_walk_ksm`
+/// from the node reaches that mapping.
+fn check_ksm_mapping(mm: &Mm, vma: usize, (f, id, addr): (Folio, u64, u64), at: Subject, bad: &mut Vec<Violation>) {
+    let tree = &mm.mmlist.ksm.stable;
+    let what = match tree.get(id) {
+        None => format!("mm {}: {addr:#x} maps KSM folio {:#x}, whose stable node {id} is gone", mm.id, f.pfn),
+        Some(n) if n.kpfn != f.pfn => {
+            format!("mm {}: {addr:#x} maps KSM folio {:#x}, but its stable node {id} names {:#x}", mm.id, f.pfn, n.kpfn)
+        }
+        Some(_) if tree.walk_ranges(id).iter().any(|(r, start, _)| (r.vma, r.mm, *start) == (vma, mm.serial, addr)) => return,
+        Some(_) => format!("mm {}: {addr:#x} maps KSM folio {:#x}: no rmap item of node {id} reaches it", mm.id, f.pfn),
+    };
+    bad.push(Violation::new(Rmap, at, what));
 }
 
 /// Checks the LRU lists against their folios' flags, and that every folio

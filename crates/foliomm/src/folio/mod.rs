@@ -110,6 +110,11 @@ impl<'a> Folio<'a> {
         self.head().test(pg::ANON)
     }
 
+    /// `folio_test_ksm`: a KSM folio (always also anon).
+    pub fn test_ksm(&self) -> bool {
+        self.head().test(pg::KSM)
+    }
+
     pub fn is_zero_page(&self) -> bool {
         self.head().test(pg::ZERO)
     }

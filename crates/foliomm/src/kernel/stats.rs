@@ -173,6 +173,12 @@ counters! {
     /// Ranges khugepaged collapsed (`khugepaged/pages_collapsed`).
     /// Needs: khugepaged.
     khugepaged_pages_collapsed,
+    /// Full passes of ksmd over every MM with a KSM slot (`ksm/full_scans`).
+    /// Needs: madvise ... mergeable, then ksmd.
+    ksm_full_scans,
+    /// Copies of a KSM page made by a write to it (`cow_ksm`).
+    /// Needs: a write to a page ksmd merged.
+    cow_ksm,
     /// Pages migrated (`pgmigrate_success`).
     /// Needs: set nodes 2 or more, and move_pages, mbind or numa_scan.
     pgmigrate_success,

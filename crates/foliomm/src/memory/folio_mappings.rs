@@ -16,6 +16,7 @@ use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
 use crate::mm_types::{vm, Mm, MmList};
+use crate::rmap::VmaRecord;
 use crate::pgtable::{load, pte_lockptr, walk_pmd};
 use crate::sync::{Arc, BitSpinLock};
 use crate::{Errno, Result};
@@ -50,21 +51,23 @@ pub fn with_mappings<T>(
 ) -> Result<T> {
     let link = f.head().link.load(crate::sync::atomic::Ordering::Relaxed);
     let (av, inode);
-    let tree = if f.test_anon() {
-        av = mmlist.anon_vma(link).ok_or(Errno::EBUSY)?;
-        av.tree.read()
+    let span = |r: &VmaRecord, (start, end): (u64, u64)| Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0));
+    let (_tree, spans): (_, Vec<(Arc<Mm>, u64, u64, bool)>) = if f.test_ksm() {
+        // rmap_walk_ksm(): each rmap item's page in the VMAs spanning it.
+        let ranges = mmlist.ksm.stable.walk_ranges(link);
+        (None, ranges.iter().filter_map(|(r, start, end)| span(r, (*start, *end))).collect())
     } else {
-        inode = mmlist.inode(link).ok_or(Errno::EBUSY)?;
-        inode.i_mmap.read()
+        let tree = if f.test_anon() {
+            av = mmlist.anon_vma(link).ok_or(Errno::EBUSY)?;
+            av.tree.read()
+        } else {
+            inode = mmlist.inode(link).ok_or(Errno::EBUSY)?;
+            inode.i_mmap.read()
+        };
+        let (first, last) = (f.index(), f.index() + f.nr_pages());
+        let spans = tree.iter().filter_map(|r| span(r, r.addresses(first, last)?)).collect();
+        (Some(tree), spans)
     };
-    let (first, last) = (f.index(), f.index() + f.nr_pages());
-    let spans: Vec<(Arc<Mm>, u64, u64, bool)> = tree
-        .iter()
-        .filter_map(|r| {
-            let (start, end) = r.addresses(first, last)?;
-            Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0))
-        })
-        .collect();
     let _sections: Vec<_> = spans.iter().map(|(mm, ..)| mm.pt_read()).collect();
     let pmd_ranges = |start: u64, end: u64| (start & !(PMD_SIZE - 1)..end).step_by(PMD_SIZE as usize);
     let huge_here = |mm: &Mm, a: u64| {

@@ -234,6 +234,10 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
             }
             Ok(maps.len() as i32)
         })?;
+        if f.test_ksm() {
+            // ksm_migrate_folio(): the stable node names the new frame.
+            mmlist.ksm.stable.set_kpfn(f.head().link.load(Relaxed), dst.pfn);
+        }
         drop(lock);
         Ok(mapped + cache_refs)
     })();
@@ -278,7 +282,7 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
     for i in 0..f.nr_pages() {
         phys.copy_frame(dst.pfn + i, f.pfn + i);
     }
-    let kept = pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED;
+    let kept = pg::ANON | pg::KSM | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED;
     dst.head().set(f.head().flags.load(Relaxed) & kept);
     dst.head().link.store(f.head().link.load(Relaxed), Relaxed);
     dst.set_index(f.index());

@@ -20,6 +20,7 @@ pub mod hugetlb;
 pub mod hugetlb_resv;
 pub mod hugetlb_userfaultfd;
 pub mod khugepaged;
+pub mod ksm;
 pub mod madvise_cold;
 pub mod migrate;
 pub mod move_page_tables;

@@ -23,7 +23,7 @@ use crate::mm_types::{vm, Mm, MmList};
 use crate::pgtable::{load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
 use crate::rmap::{self, VmaRecord};
 
-/// `rmap_walk_anon` / `rmap_walk_file`: calls `visit` with the MM, the
+/// `rmap_walk_anon` / `rmap_walk_file` / `rmap_walk_ksm`: calls `visit` with the MM, the
 /// VMA's record and the address range `[start, end)` of it that holds page
 /// indexes of `f`, for each VMA linked to `f`'s anon_vma (or, for a
 /// page-cache folio, in its file's `i_mmap`), in link order, until `visit`
@@ -31,6 +31,17 @@ use crate::rmap::{self, VmaRecord};
 /// (nothing maps the folio).
 pub fn rmap_walk(mmlist: &MmList, f: Folio, mut visit: impl FnMut(&Mm, &VmaRecord, u64, u64) -> bool) {
     let link = f.head().link.load(crate::sync::atomic::Ordering::Relaxed);
+    if f.test_ksm() {
+        // rmap_walk_ksm(), each anon_vma's lock let go before the visits.
+        for (rec, start, end) in mmlist.ksm.stable.walk_ranges(link) {
+            let Some(mm) = mmlist.get(rec.mm) else { continue };
+            let _tables = mm.pt_read();
+            if !visit(&mm, &rec, start, end) {
+                break;
+            }
+        }
+        return;
+    }
     let (av, inode);
     let tree = if f.test_anon() {
         let Some(a) = mmlist.anon_vma(link) else { return };

@@ -50,7 +50,8 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
     }
 }
 
-/// [`shrink_folio`] for an anon folio. Unless `ignore_references` (as
+/// [`shrink_folio`] for an anon folio; a KSM folio is activated (Linux
+/// reclaims it, see the body). Unless `ignore_references` (as
 /// `reclaim_pages` asks), a folio whose mappings were accessed stays
 /// (`folio_check_references`). A folio that may be pinned stays; one in the
 /// swap cache keeps its slots; a large one something else holds stays (it
@@ -65,6 +66,12 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
 /// (`__remove_mapping`). A folio not freed goes back on a list. Returns
 /// true if it was freed.
 fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+    if f.test_ksm() {
+        // Differs from Linux, which swaps KSM folios out through
+        // rmap_walk_ksm and copies them at swap-in where another
+        // anon_vma maps the entry (ksm_might_need_to_copy).
+        return putback(k, f, Verdict::Activate);
+    }
     let Some(lock) = f.trylock() else {
         return putback(k, f, Verdict::Keep);
     };

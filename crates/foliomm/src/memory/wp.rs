@@ -49,19 +49,22 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
             }
             return Ok(());
         }
+        if f.test_ksm() {
+            Stats::inc(&k.stats.cow_ksm);
+        }
         f.ref_add(1);
         f
     };
     wp_page_copy(vmf, Some(f))
 }
 
-/// `wp_can_reuse_anon_folio` for a small folio: it may be reused when the
-/// mapping holds its only reference, once the swap cache has let go of it
+/// `wp_can_reuse_anon_folio` for a small folio: never a KSM folio; else it
+/// may be reused when the mapping holds its only reference, once the swap cache has let go of it
 /// (`folio_free_swap`, which it does only when no swap entry names the
 /// slot any more); the folio lock is taken for that.
 fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
     let in_cache = f.head().test(crate::phys::pg::SWAPCACHE);
-    if f.refcount() > 1 + in_cache as i32 {
+    if f.test_ksm() || f.refcount() > 1 + in_cache as i32 {
         return false;
     }
     let Some(_lock) = f.trylock() else { return false };

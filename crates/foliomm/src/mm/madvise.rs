@@ -42,11 +42,18 @@ pub enum Advice {
     /// `MADV_COLLAPSE`: collapse every aligned 2 MiB range into a
     /// PMD-mapped THP now (see [`crate::mm::khugepaged`]).
     Collapse,
+    /// `MADV_MERGEABLE`: set `VM_MERGEABLE` where KSM may merge (private
+    /// mappings, not hugetlb; others are passed over) and give the MM a
+    /// KSM slot (see [`crate::mm::ksm`]).
+    Mergeable,
+    /// `MADV_UNMERGEABLE`: break every KSM page of the range's mergeable
+    /// VMAs, then clear `VM_MERGEABLE`.
+    Unmergeable,
 }
 
 impl Advice {
     /// Every advice, with the lowercase `MADV_*` suffix that names it.
-    pub const ALL: [(Advice, &'static str); 11] = [
+    pub const ALL: [(Advice, &'static str); 13] = [
         (Advice::DontNeed, "dontneed"),
         (Advice::Remove, "remove"),
         (Advice::HugePage, "hugepage"),
@@ -58,6 +65,8 @@ impl Advice {
         (Advice::PageOut, "pageout"),
         (Advice::Cold, "cold"),
         (Advice::Collapse, "collapse"),
+        (Advice::Mergeable, "mergeable"),
+        (Advice::Unmergeable, "unmergeable"),
     ];
 
     /// The advice named by the lowercase `MADV_*` suffix (`dontneed`,
@@ -124,6 +133,8 @@ impl Mm {
             Advice::NoHugePage => (vm::NOHUGEPAGE, vm::HUGEPAGE),
             Advice::DontFork => (vm::DONTCOPY, 0),
             Advice::DoFork => (0, vm::DONTCOPY),
+            Advice::Mergeable => (vm::MERGEABLE, 0),
+            Advice::Unmergeable => (0, vm::MERGEABLE),
             Advice::DontNeed
             | Advice::Remove
             | Advice::PopulateRead
@@ -139,7 +150,18 @@ impl Mm {
             return Err(Errno::EINVAL);
         }
         let covered = vmas.covers(addr, end);
-        let new_flags = |flags: u32| (flags | set) & !clear;
+        let new_flags = |flags: u32| match advice {
+            // ksm_madvise(): only where vma_ksm_compatible().
+            Advice::Mergeable => super::ksm::mergeable_flags(flags),
+            _ => (flags | set) & !clear,
+        };
+        if advice == Advice::Mergeable && vmas.overlapping(addr, end).any(|v| new_flags(v.flags()) != v.flags()) {
+            // __ksm_enter(): the MM gets its slot with its first mergeable VMA.
+            self.ksm.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if advice == Advice::Unmergeable {
+            self.unmerge_ksm_pages(&vmas, addr, end)?;
+        }
         if advice == Advice::HugePage {
             // hugepage_madvise() → khugepaged_enter_vma(), before the VMA
             // is split or its flags are changed.

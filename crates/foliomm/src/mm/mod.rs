@@ -10,6 +10,7 @@ pub mod file_io;
 pub mod fork;
 pub mod gup;
 pub mod khugepaged;
+pub mod ksm;
 pub mod madvise;
 pub mod mempolicy;
 pub mod migrate;

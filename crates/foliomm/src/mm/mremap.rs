@@ -134,6 +134,9 @@ impl Mm {
         if vmas.len() >= self.kernel.config.max_map_count.saturating_sub(3) {
             return Err(Errno::ENOMEM);
         }
+        // prep_move_vma(): KSM pages are broken before they move (the
+        // VMA stays mergeable).
+        self.unmerge_ksm_pages(vmas, old, old + old_len)?;
         self.split_vma_unchecked(vmas, old);
         self.split_vma_unchecked(vmas, old + old_len);
         let src = vmas.get(old).cloned().expect("mremap source VMA");

@@ -62,6 +62,7 @@ impl Mm {
         info.writable = leaf.write();
         info.zero_page = f.is_zero_page();
         info.anon = f.test_anon();
+        info.ksm = f.test_ksm();
         info.folio_order = f.order();
         info.node = phys.nid(pfn) as u32;
         if !info.zero_page {
@@ -245,6 +246,9 @@ pub struct PageInfo {
     /// swapped out).
     #[serde(default)]
     pub uffd_wp: bool,
+    /// kpageflags `KPF_KSM`: a KSM page (ksmd merged it).
+    #[serde(default)]
+    pub ksm: bool,
 }
 
 /// smaps-style sums over a range, in KiB.

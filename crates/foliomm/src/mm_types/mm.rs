@@ -58,6 +58,8 @@ pub struct Mm {
     /// `MMF_VM_HUGEPAGE`: khugepaged has a slot for this MM and scans it
     /// (see `crate::memory::khugepaged::khugepaged_enter_vma`).
     pub khugepaged: AtomicBool,
+    /// `MMF_VM_MERGEABLE`: ksmd has a slot for this MM (`__ksm_enter`).
+    pub ksm: AtomicBool,
     /// `mm_users` as threads count it: the tasks sharing this address
     /// space (1 at creation; a caller that starts or ends a thread of it
     /// says so). The NUMA scan asks whether it is 1.
@@ -88,6 +90,7 @@ impl Mm {
             tlb: MmTlb::new(serial),
             has_pinned: AtomicBool::new(false),
             khugepaged: AtomicBool::new(false),
+            ksm: AtomicBool::new(false),
             users: crate::sync::atomic::AtomicU32::new(1),
             exited: AtomicBool::new(false),
         });
@@ -183,6 +186,8 @@ pub struct MmList {
     pub vma_cache: Arc<VmaCache>,
     inodes: Mutex<Vec<(u64, Weak<Inode>)>>,
     anon_vmas: Mutex<HashMap<u64, Weak<AnonVma>>>,
+    /// KSM's stable tree and ksmd's memory of the pages it scanned.
+    pub ksm: crate::rmap::ksm::Ksm,
 }
 
 impl MmList {
@@ -193,6 +198,7 @@ impl MmList {
             vma_cache: Arc::new(vma_cache),
             inodes: Mutex::default(),
             anon_vmas: Mutex::default(),
+            ksm: Default::default(),
         }
     }
 

@@ -103,6 +103,9 @@ pub mod vm {
     /// `VM_UFFD_MINOR`: faults on pages in the page cache but not mapped
     /// here go to it (shmem and hugetlbfs only).
     pub const UFFD_MINOR: u32 = 1 << 18;
+    /// `VM_MERGEABLE`: ksmd may merge the VMA's anonymous pages
+    /// (`MADV_MERGEABLE`).
+    pub const MERGEABLE: u32 = 1 << 19;
     /// `__VM_UFFD_FLAGS`: any userfaultfd registration.
     pub const UFFD_FLAGS: u32 = UFFD_MISSING | UFFD_WP | UFFD_MINOR;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).

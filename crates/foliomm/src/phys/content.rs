@@ -26,7 +26,7 @@ pub(super) const BUSY: u64 = 3;
 /// A frame of one base byte with up to two other bytes (offset, value),
 /// kept sorted by offset and never equal to the base, so that equal
 /// contents have equal states.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Sparse {
     base: u8,
     n: u8,
@@ -136,7 +136,7 @@ impl Sparse {
 
 /// A frame's bytes taken out of the model ([`super::PhysMem::content`]): a
 /// swap slot or a saved copy holds this.
-#[derive(Clone, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Content {
     Sparse(Sparse),
     Full(Box<[u8]>),

@@ -47,6 +47,9 @@ pub mod pg {
     pub const ACTIVE: u64 = 1 << 16;
     /// `PG_referenced`: reclaim saw the folio referenced once already.
     pub const REFERENCED: u64 = 1 << 17;
+    /// `folio_test_ksm`: a KSM folio (`PAGE_MAPPING_KSM` in Linux's
+    /// `folio->mapping`, whose `link` then names its stable node).
+    pub const KSM: u64 = 1 << 18;
     /// On the deferred split queue (on the second page; Linux's
     /// `!list_empty(&folio->_deferred_list)`): partially mapped, or from
     /// 6.12 a THP waiting to be judged underused.

@@ -165,6 +165,15 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 16)
     }
 
+    /// Whether `break_ksm` (unmerging a KSM page) faults as an unshare
+    /// (`FAULT_FLAG_UNSHARE`: the copy stays read-only and clean, 6.2 on,
+    /// "mm/ksm: fix KSM COW breaking with userfaultfd-wp via
+    /// FAULT_FLAG_UNSHARE"). 6.1 faults as a write: the copy is writable
+    /// and dirty.
+    pub fn break_ksm_unshares(self) -> bool {
+        self >= KernelVersion::new(6, 2)
+    }
+
     /// Whether `MADV_DONTNEED` frees a PTE table it covered whole and left
     /// empty (`zap_pte_range` → `try_to_free_pte` with
     /// `zap_details.reclaim_pt`, 6375e95f381e "mm: pgtable: reclaim empty

@@ -10,6 +10,7 @@
 //! and adds what the design's update cost to the counters.
 
 pub mod anon_vma;
+pub mod ksm;
 pub mod vma_record;
 
 pub use anon_vma::{AnonVma, AnonVmaSlot};
