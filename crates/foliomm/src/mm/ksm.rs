@@ -126,32 +126,59 @@ fn checksum(content: &Content) -> u64 {
 }
 
 /// `cmp_and_merge_page` for page `i` of `f` (a reference held, which this
-/// drops), mapped by `mm` at `addr`.
+/// drops), mapped by `mm` at `addr`. A KSM page already in its node is
+/// done; another page's checksum must have held since the last visit
+/// (checked before the stable tree search from 6.10, after it before).
 fn cmp_and_merge_page(k: &Kernel, (mm, addr): (&Arc<Mm>, u64), (f, i): (Folio, u64), unstable: &mut Vec<(Arc<Mm>, u64)>) {
     let ksm = &mm.mmlist.ksm;
     let key = (mm.serial, addr);
     let mut item = ksm.scanned.lock().unwrap().get(&key).copied().unwrap_or_default();
+    let node_of_page = f.test_ksm().then(|| f.head().link.load(Relaxed));
     let page = f.pfn + i;
     let content = k.phys.content(page);
-    let found = stable_tree_search(k, ksm, &content);
-    if let Some((kf, node)) = found {
-        if kf.pfn == page && item.stable == Some(node) {
-            k.folio_put_refs(kf, 1);
-            k.folio_put_refs(f, 1);
-            return;
-        }
+    let checksum_first = k.config.release().ksm_checksum_before_stable_search();
+    let in_node = node_of_page.is_some() && node_of_page == item.stable;
+    if in_node || (node_of_page.is_none() && checksum_first && checksum_changed(&mut item, ksm, key, &content)) {
+        k.folio_put_refs(f, 1);
+    } else {
+        merge_page(k, (mm, addr), (f, i), (&mut item, &content), unstable, !checksum_first);
     }
-    // remove_rmap_item_from_tree()
+    ksm.scanned.lock().unwrap().insert(key, item);
+}
+
+/// `remove_rmap_item_from_tree` and the checksum test: true (the page is
+/// done for this scan) if the page's checksum changed since the last visit.
+fn checksum_changed(item: &mut Scanned, ksm: &Ksm, (mm, addr): (u64, u64), content: &Content) -> bool {
+    if let Some(old) = item.stable.take() {
+        ksm.stable.remove_item(old, mm, addr);
+    }
+    let sum = checksum(content);
+    std::mem::replace(&mut item.checksum, sum) != sum
+}
+
+/// The rest of `cmp_and_merge_page`: into a KSM page of the same content,
+/// else (the checksum tested here when `check_sum`) with an equal page of
+/// the unstable tree, else into it.
+fn merge_page(
+    k: &Kernel,
+    (mm, addr): (&Arc<Mm>, u64),
+    (f, i): (Folio, u64),
+    (item, content): (&mut Scanned, &Content),
+    unstable: &mut Vec<(Arc<Mm>, u64)>,
+    check_sum: bool,
+) {
+    let ksm = &mm.mmlist.ksm;
+    let key = (mm.serial, addr);
+    let page = f.pfn + i;
     if let Some(old) = item.stable.take() {
         ksm.stable.remove_item(old, mm.serial, addr);
     }
-    if let Some((kf, node)) = found {
+    if let Some((kf, node)) = stable_tree_search(k, ksm, content) {
         item.stable = try_to_merge_with_ksm_page(k, (mm, addr), (f, i), Some((kf, node)));
         k.folio_put_refs(kf, 1);
-    } else if checksum(&content) != item.checksum {
-        item.checksum = checksum(&content);
+    } else if check_sum && checksum_changed(item, ksm, key, content) {
         k.folio_put_refs(f, 1);
-    } else if let Some(tree) = unstable_tree_search(k, unstable, page, &content) {
+    } else if let Some(tree) = unstable_tree_search(k, unstable, page, content) {
         item.stable = try_to_merge_two_pages(k, (mm, addr), (f, i), tree);
     } else {
         if !unstable.iter().any(|(m, a)| (m.serial, *a) == key) {
@@ -159,23 +186,29 @@ fn cmp_and_merge_page(k: &Kernel, (mm, addr): (&Arc<Mm>, u64), (f, i): (Folio, u
         }
         k.folio_put_refs(f, 1);
     }
-    ksm.scanned.lock().unwrap().insert(key, item);
 }
 
+/// A page of the unstable tree, by its MM and address, with its folio and
+/// page there (a reference held).
+type TreePage<'k> = (Arc<Mm>, u64, (Folio<'k>, u64));
+
 /// `unstable_tree_search_insert`'s search: the first page of the unstable
-/// tree whose content is `content`, by its MM and address; none if the
-/// tree maps `page` itself somewhere (a fork's page is not merged with
-/// itself).
-fn unstable_tree_search(k: &Kernel, unstable: &[(Arc<Mm>, u64)], page: u64, content: &Content) -> Option<(Arc<Mm>, u64)> {
+/// tree whose content is `content`; none if the tree maps `page` itself
+/// somewhere (a fork's page is not merged with itself).
+fn unstable_tree_search<'k>(
+    k: &'k Kernel,
+    unstable: &[(Arc<Mm>, u64)],
+    page: u64,
+    content: &Content,
+) -> Option<TreePage<'k>> {
     for (tmm, taddr) in unstable {
         let Some((tf, ti)) = mergeable_page(k, tmm, *taddr) else { continue };
-        let (same_page, same) = (tf.pfn + ti == page, &k.phys.content(tf.pfn + ti) == content);
-        k.folio_put_refs(tf, 1);
-        if same_page {
-            return None;
+        if tf.pfn + ti != page && &k.phys.content(tf.pfn + ti) == content {
+            return Some((tmm.clone(), *taddr, (tf, ti)));
         }
-        if same {
-            return Some((tmm.clone(), *taddr));
+        k.folio_put_refs(tf, 1);
+        if tf.pfn + ti == page {
+            return None;
         }
     }
     None
@@ -198,25 +231,42 @@ fn try_to_merge_with_ksm_page(k: &Kernel, (mm, addr): (&Mm, u64), (f, i): (Folio
 
 /// `try_to_merge_two_pages` and `stable_tree_insert`: page `i` of `f`
 /// (mapped by `mm` at `addr`) becomes a KSM page, and the unstable tree's
-/// page of `tree` merges into it; if that fails the first is broken again
-/// (`break_cow`). Returns the new stable node.
-fn try_to_merge_two_pages(k: &Kernel, (mm, addr): (&Mm, u64), (f, i): (Folio, u64), tree: (Arc<Mm>, u64)) -> Option<u64> {
+/// page merges into it; if that fails the first is broken again
+/// (`break_cow`). The tree page's reference is held meanwhile, so two
+/// pages of one large folio cannot split it to merge; it is split
+/// afterwards instead, for the next scan (`cmp_and_merge_page`'s `split`).
+/// Returns the new stable node.
+fn try_to_merge_two_pages(k: &Kernel, (mm, addr): (&Mm, u64), (f, i): (Folio, u64), tree: TreePage) -> Option<u64> {
     let page = f.pfn + i;
-    let node = try_to_merge_with_ksm_page(k, (mm, addr), (f, i), None)?;
-    let ksm = &mm.mmlist.ksm;
-    let (tmm, taddr) = tree;
+    let (tmm, taddr, (tf, ti)) = tree;
+    let same_folio = f.is_large() && tf.pfn == f.pfn;
+    let Some(node) = try_to_merge_with_ksm_page(k, (mm, addr), (f, i), None) else {
+        k.folio_put_refs(tf, 1);
+        let f = Folio::containing(&k.phys, page);
+        if same_folio && f.is_large() && f.try_get() {
+            let _ = crate::memory::split::split_folio_to_order(k, &mm.mmlist, f, 0, 1, None);
+            k.folio_put_refs(f, 1);
+        }
+        return None;
+    };
     let kf = Folio::containing(&k.phys, page);
-    let joined = kf.try_get().then(|| {
-        let joined = mergeable_page(k, &tmm, taddr)
-            .and_then(|tpage| try_to_merge_with_ksm_page(k, (&tmm, taddr), tpage, Some((kf, node))));
-        k.folio_put_refs(kf, 1);
-        joined
-    });
-    if joined.flatten().is_some() {
+    let joined = match kf.try_get() {
+        true => {
+            let joined = try_to_merge_with_ksm_page(k, (&tmm, taddr), (tf, ti), Some((kf, node)));
+            k.folio_put_refs(kf, 1);
+            joined
+        }
+        false => {
+            k.folio_put_refs(tf, 1);
+            None
+        }
+    };
+    if joined.is_some() {
+        let ksm = &mm.mmlist.ksm;
         ksm.scanned.lock().unwrap().entry((tmm.serial, taddr)).or_insert_with(Scanned::default).stable = Some(node);
         return Some(node);
     }
-    ksm.stable.remove_item(node, mm.serial, addr);
+    mm.mmlist.ksm.stable.remove_item(node, mm.serial, addr);
     let vmas = mm.mmap_read_lock();
     if let Some(v) = vmas.find(addr) {
         let _ = break_ksm(k, mm, v, addr);

@@ -174,6 +174,14 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 2)
     }
 
+    /// Whether ksmd checks a page's checksum before it searches the stable
+    /// tree for it ("mm/ksm: don't waste time searching stable tree for
+    /// fast changing page", 6.10; bracket 6.9-6.11 read): then a page equal
+    /// to a KSM page joins it on its second visit, not its first.
+    pub fn ksm_checksum_before_stable_search(self) -> bool {
+        self >= KernelVersion::new(6, 10)
+    }
+
     /// Whether `MADV_DONTNEED` frees a PTE table it covered whole and left
     /// empty (`zap_pte_range` → `try_to_free_pte` with
     /// `zap_details.reclaim_pt`, 6375e95f381e "mm: pgtable: reclaim empty
