@@ -26,6 +26,10 @@ pub fn process_info(addr: u64) -> ProcessInfo {
         rss_shmem_kb: kb(&status, "RssShmem"),
         hugetlb_kb: kb(&status, "HugetlbPages"),
         swap_kb: kb(&status, "VmSwap"),
+        ksm_merging_pages: std::fs::read_to_string("/proc/self/ksm_merging_pages")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0),
         vma: vma_info(addr).unwrap_or_default(),
     }
 }

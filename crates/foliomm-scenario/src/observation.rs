@@ -77,6 +77,10 @@ pub struct ProcessInfo {
     /// `VmSwap`.
     #[serde(default)]
     pub swap_kb: u64,
+    /// `/proc/PID/ksm_merging_pages`: the process's pages merged into KSM
+    /// pages (as ksmd last counted them).
+    #[serde(default)]
+    pub ksm_merging_pages: u64,
     /// The smaps entry of the VMA holding the address (zeros in a hole).
     pub vma: VmaInfo,
 }
@@ -134,6 +138,7 @@ impl Observation {
         "swap_total_kb",
         "uffd_wp",
         "ksm",
+        "ksm_merging_pages",
     ];
 
     /// Fields only the model knows (the kernel exposes no PTE write bit,
@@ -317,6 +322,7 @@ impl Observation {
             "pmd_shared" => p.pmd_shared as u64,
             "uffd_wp" => p.uffd_wp as u64,
             "ksm" => p.ksm as u64,
+            "ksm_merging_pages" => self.process.ksm_merging_pages,
             "pgtables_kb" => self.pgtables_kb,
             "vma_count" => self.vma_count,
             "pmd_aligned" => self.addr.is_multiple_of(2 << 20) as u64,

@@ -23,6 +23,7 @@ fn process_info(mm: &Mm, addr: u64) -> ProcessInfo {
         rss_shmem_kb: status.rss_shmem_kb,
         hugetlb_kb: status.hugetlb_kb,
         swap_kb: status.swap_kb,
+        ksm_merging_pages: mm.ksm_merging_pages(),
         vma: mm.vma_info(addr).unwrap_or_default(),
     }
 }

@@ -21,8 +21,7 @@ impl Mm {
         let child = Mm::new(&self.kernel, &self.mmlist)?;
         // khugepaged_fork(): the child gets a slot if the parent has one.
         child.khugepaged.store(self.khugepaged.load(Relaxed), Relaxed);
-        // ksm_fork(): and a KSM slot likewise.
-        child.ksm.store(self.ksm.load(Relaxed), Relaxed);
+        super::ksm::ksm_fork(self, &child);
         let result = (|| {
             let mut cvmas = child.mmap_write_lock();
             for v in vmas.iter().filter(|v| v.flags() & vm::DONTCOPY == 0) {

@@ -61,6 +61,28 @@ impl Mm {
     }
 }
 
+/// `ksm_fork`: the child of a parent with a KSM slot gets one too, and
+/// (before 6.15) the parent's `ksm_merging_pages`, which `dup_mm` copied.
+pub(super) fn ksm_fork(parent: &Mm, child: &Mm) {
+    if !parent.ksm.load(Relaxed) {
+        return;
+    }
+    child.ksm.store(true, Relaxed);
+    if !parent.kernel.config.release().ksm_fork_resets_counters() {
+        let count = parent.ksm_merging_pages();
+        parent.mmlist.ksm.inherited.lock().unwrap().insert(child.serial, count);
+    }
+}
+
+impl Mm {
+    /// `mm->ksm_merging_pages` (/proc/PID/ksm_merging_pages): this MM's
+    /// rmap items in stable nodes, plus what a fork copied.
+    pub fn ksm_merging_pages(&self) -> u64 {
+        let ksm = &self.mmlist.ksm;
+        ksm.stable.items_of(self.serial) + ksm.inherited.lock().unwrap().get(&self.serial).copied().unwrap_or(0)
+    }
+}
+
 /// `passes` full scans of ksmd (`ksm/full_scans` grows by `passes`).
 pub fn ksmd_scan(k: &Kernel, mmlist: &MmList, passes: u32) {
     for _ in 0..passes {

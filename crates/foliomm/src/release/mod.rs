@@ -182,6 +182,13 @@ impl KernelVersion {
         self >= KernelVersion::new(6, 10)
     }
 
+    /// Whether a fork child's `ksm_merging_pages` starts at 0 (`ksm_fork`
+    /// resets the counters `dup_mm` copied; 6.15 on, bracket 6.14-6.18
+    /// read). Before, the child starts with its parent's count.
+    pub fn ksm_fork_resets_counters(self) -> bool {
+        self >= KernelVersion::new(6, 15)
+    }
+
     /// Whether `MADV_DONTNEED` frees a PTE table it covered whole and left
     /// empty (`zap_pte_range` → `try_to_free_pte` with
     /// `zap_details.reclaim_pt`, 6375e95f381e "mm: pgtable: reclaim empty

@@ -46,6 +46,9 @@ pub struct Ksm {
     pub stable: StableTree,
     pub scanned: Mutex<HashMap<(u64, u64), Scanned>>,
     pub full_scans: crate::sync::atomic::AtomicU64,
+    /// The `ksm_merging_pages` a fork child copied from its parent (before
+    /// 6.15), by MM serial.
+    pub inherited: Mutex<HashMap<u64, u64>>,
 }
 
 /// What ksmd remembers of a page it scanned (the rest of `struct
@@ -111,6 +114,11 @@ impl StableTree {
     /// (its folio freed: `ksm_get_folio` finds another mapping there).
     pub fn prune(&self, stale: impl Fn(u64, &StableNode) -> bool) {
         self.nodes.lock().unwrap().retain(|&id, n| !stale(id, n));
+    }
+
+    /// The rmap items of MM `mm` in every node.
+    pub fn items_of(&self, mm: u64) -> u64 {
+        self.nodes.lock().unwrap().values().map(|n| n.items.iter().filter(|i| i.mm == mm).count() as u64).sum()
     }
 
     /// The VMAs an rmap walk from node `id` visits (`rmap_walk_ksm`): for
