@@ -85,7 +85,7 @@ pub fn change_prot_numa(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64) ->
     updated
 }
 
-/// `prot_numa_skip` for a present PTE: the zero page; in a COW (private)
+/// `prot_numa_skip` for a present PTE: the zero page; a KSM page; in a COW (private)
 /// mapping a folio that may be pinned or mapped shared (from 6.15
 /// `folio_maybe_mapped_shared`, 6.10 `folio_likely_mapped_shared`, before
 /// that `page_count() != 1`: [`crate::release::KernelVersion::prot_numa_asks_refcount`]);
@@ -96,6 +96,9 @@ fn prot_numa_skip(k: &Kernel, mm: &Mm, vma: &Vma, p: Pte) -> bool {
         return true;
     }
     let f = Folio::containing(&k.phys, p.pfn());
+    if f.test_ksm() {
+        return true;
+    }
     if !vma.shared() {
         let shared = if k.config.release().prot_numa_asks_refcount() {
             f.refcount() != 1
