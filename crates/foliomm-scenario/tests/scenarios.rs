@@ -246,6 +246,26 @@ fn a_reuse_of_a_shared_folio_is_caught_as_wrong_exclusive_and_by_bytes() {
     assert!(f.message.contains("data integrity"), "{}", f.message);
 }
 
+/// Why a KSM page is never reused: reused once mapped once, it stays in the
+/// stable tree, writable; a page ksmd merges into it then sees the owner's
+/// next write. The byte checks catch the leak.
+#[test]
+fn a_reused_ksm_page_leaks_writes_to_the_next_page_merged_into_it() {
+    let src = "set debug ksm-reuse\nP: a = mmap 4K rw\nQ: b = mmap 4K rw\nP: fill a = 7\nQ: fill b = 7\n\
+               P: madvise a mergeable\nQ: madvise b mergeable\nksmd 2\nQ: munmap b\nP: write a = 9\n\
+               R: c = mmap 4K rw\nR: fill c = 7\nR: write c = 9\nR: madvise c mergeable\nksmd 2\n\
+               P: write a[8] = 1\nR: verify c\n";
+    let steps = parse(src).unwrap();
+    let out = run(&steps, &mut ModelBackend::new(), RunOptions::default());
+    let f = out.failure.expect("R must see P's write");
+    assert!(f.message.contains("data integrity"), "{}", f.message);
+    // Without the switch the write copies the KSM page, and R keeps its bytes.
+    let fixed = src.replace("set debug ksm-reuse\n", "");
+    let out =
+        run(&parse(&fixed).unwrap(), &mut ModelBackend::new(), RunOptions { check: true, ..RunOptions::default() });
+    assert!(out.failure.is_none(), "{:?}", out.failure.map(|f| f.message));
+}
+
 /// Found by the fuzzer: a pread or pwrite of tens of terabytes allocated a
 /// buffer of the whole range and aborted; they go in 64 MiB pieces now,
 /// a pread stopping at the end of the file.

@@ -75,7 +75,9 @@ fn check_ksm_mapping(mm: &Mm, vma: usize, (f, id, addr): (Folio, u64, u64), at: 
         Some(n) if n.kpfn != f.pfn => {
             format!("mm {}: {addr:#x} maps KSM folio {:#x}, but its stable node {id} names {:#x}", mm.id, f.pfn, n.kpfn)
         }
-        Some(_) if tree.walk_ranges(id).iter().any(|(r, start, _)| (r.vma, r.mm, *start) == (vma, mm.serial, addr)) => return,
+        Some(_) if tree.walk_ranges(id).iter().any(|(r, start, _)| (r.vma, r.mm, *start) == (vma, mm.serial, addr)) => {
+            return
+        }
         Some(_) => format!("mm {}: {addr:#x} maps KSM folio {:#x}: no rmap item of node {id} reaches it", mm.id, f.pfn),
     };
     bad.push(Violation::new(Rmap, at, what));

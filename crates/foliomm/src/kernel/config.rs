@@ -117,12 +117,16 @@ pub struct DebugSwitches {
     /// it holds it, that the VMA still belongs to this MM and covers the
     /// address (seed 004's revalidation): wrong once VMAs are reused.
     pub no_vma_revalidate: bool,
+    /// A write fault reuses a KSM page mapped once, as any small anon
+    /// page: it stays in the stable tree, writable, so a page ksmd merges
+    /// into it later sees the owner's writes.
+    pub ksm_reuse: bool,
 }
 
 impl DebugSwitches {
     /// Names of the switches a scenario or the command line can set.
     pub const NAMES: &'static [&'static str] =
-        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush", "no-vma-revalidate"];
+        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush", "no-vma-revalidate", "ksm-reuse"];
 
     /// Turns on the switch called `name`; false if there is none.
     pub fn set(&mut self, name: &str) -> bool {
@@ -131,6 +135,7 @@ impl DebugSwitches {
             "reuse-shared" => self.reuse_shared = true,
             "skip-fork-flush" => self.skip_fork_flush = true,
             "no-vma-revalidate" => self.no_vma_revalidate = true,
+            "ksm-reuse" => self.ksm_reuse = true,
             "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
             _ => return false,
         }

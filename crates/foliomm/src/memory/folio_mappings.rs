@@ -16,8 +16,8 @@ use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
 use crate::mm_types::{vm, Mm, MmList};
-use crate::rmap::VmaRecord;
 use crate::pgtable::{load, pte_lockptr, walk_pmd};
+use crate::rmap::VmaRecord;
 use crate::sync::{Arc, BitSpinLock};
 use crate::{Errno, Result};
 
@@ -33,6 +33,10 @@ pub struct Mapping<'m> {
     pub level: Level,
     pub locked: bool,
 }
+
+/// An MM, the address range of it that may map the folio, and whether the
+/// VMA there is mlocked.
+type Span = (Arc<Mm>, u64, u64, bool);
 
 /// Finds every mapping of the locked folio `f` through its anon_vma
 /// (`rmap_walk_anon`) or, for a page-cache folio, its file's `i_mmap`
@@ -51,8 +55,9 @@ pub fn with_mappings<T>(
 ) -> Result<T> {
     let link = f.head().link.load(crate::sync::atomic::Ordering::Relaxed);
     let (av, inode);
-    let span = |r: &VmaRecord, (start, end): (u64, u64)| Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0));
-    let (_tree, spans): (_, Vec<(Arc<Mm>, u64, u64, bool)>) = if f.test_ksm() {
+    let span =
+        |r: &VmaRecord, (start, end): (u64, u64)| Some((mmlist.get(r.mm)?, start, end, r.flags & vm::LOCKED != 0));
+    let (_tree, spans): (_, Vec<Span>) = if f.test_ksm() {
         // rmap_walk_ksm(): each rmap item's page in the VMAs spanning it.
         let ranges = mmlist.ksm.stable.walk_ranges(link);
         (None, ranges.iter().filter_map(|(r, start, end)| span(r, (*start, *end))).collect())

@@ -15,8 +15,8 @@ use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma};
-use crate::phys::pg;
 use crate::pgtable::{leaf_slot, load, pte_lock_checked, store, walk_pmd};
+use crate::phys::pg;
 use crate::rmap::{self, ksm::RmapItem};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
@@ -81,7 +81,12 @@ pub fn try_to_merge_one_page(
 }
 
 /// [`try_to_merge_one_page`] once the page is an order-0 folio `f`.
-fn merge_small_page(k: &Kernel, (mm, vma, addr): (&Mm, &Vma, u64), f: Folio, kpage: Option<(Folio, u64)>) -> Result<u64> {
+fn merge_small_page(
+    k: &Kernel,
+    (mm, vma, addr): (&Mm, &Vma, u64),
+    f: Folio,
+    kpage: Option<(Folio, u64)>,
+) -> Result<u64> {
     let ksm = &mm.mmlist.ksm;
     let anon_vma = mm.mmlist.anon_vma(vma.anon_vma()).ok_or(Errno::EBUSY)?;
     let item = RmapItem { mm: mm.serial, addr, anon_vma };

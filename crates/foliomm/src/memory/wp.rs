@@ -64,7 +64,7 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
 /// slot any more); the folio lock is taken for that.
 fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
     let in_cache = f.head().test(crate::phys::pg::SWAPCACHE);
-    if f.test_ksm() || f.refcount() > 1 + in_cache as i32 {
+    if (f.test_ksm() && !k.config.debug.ksm_reuse) || f.refcount() > 1 + in_cache as i32 {
         return false;
     }
     let Some(_lock) = f.trylock() else { return false };

@@ -151,7 +151,12 @@ fn checksum(content: &Content) -> u64 {
 /// drops), mapped by `mm` at `addr`. A KSM page already in its node is
 /// done; another page's checksum must have held since the last visit
 /// (checked before the stable tree search from 6.10, after it before).
-fn cmp_and_merge_page(k: &Kernel, (mm, addr): (&Arc<Mm>, u64), (f, i): (Folio, u64), unstable: &mut Vec<(Arc<Mm>, u64)>) {
+fn cmp_and_merge_page(
+    k: &Kernel,
+    (mm, addr): (&Arc<Mm>, u64),
+    (f, i): (Folio, u64),
+    unstable: &mut Vec<(Arc<Mm>, u64)>,
+) {
     let ksm = &mm.mmlist.ksm;
     let key = (mm.serial, addr);
     let mut item = ksm.scanned.lock().unwrap().get(&key).copied().unwrap_or_default();
@@ -240,7 +245,12 @@ fn unstable_tree_search<'k>(
 /// at `addr` if still mergeable (`find_mergeable_vma`), and the page
 /// merged there ([`try_to_merge_one_page`], which the reference on `f`
 /// goes with). Returns the stable node it joined.
-fn try_to_merge_with_ksm_page(k: &Kernel, (mm, addr): (&Mm, u64), (f, i): (Folio, u64), kpage: Option<(Folio, u64)>) -> Option<u64> {
+fn try_to_merge_with_ksm_page(
+    k: &Kernel,
+    (mm, addr): (&Mm, u64),
+    (f, i): (Folio, u64),
+    kpage: Option<(Folio, u64)>,
+) -> Option<u64> {
     let vmas = mm.mmap_read_lock();
     match vmas.find(addr).filter(|v| v.flags() & vm::MERGEABLE != 0 && v.anon_vma() != 0) {
         Some(v) => try_to_merge_one_page(k, (mm, v, addr), (f, i), kpage).ok(),
