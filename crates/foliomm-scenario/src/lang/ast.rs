@@ -10,6 +10,7 @@ use foliomm::internals::mm_types::Prot;
 use foliomm::internals::release::KernelVersion;
 use foliomm::Errno;
 
+use super::daemon::Daemon;
 use crate::op::{FileKind, GupKind};
 
 /// A parse error with its position (1-based).
@@ -487,24 +488,4 @@ pub struct Step {
     /// Where the step must fail (`fails [<6.7] EPERM`); elsewhere it must
     /// succeed.
     pub fails_only: Only,
-}
-
-/// A kernel thread a scenario runs for whole scans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Daemon {
-    /// khugepaged: collapses ranges into PMD-mapped THPs.
-    Khugepaged,
-    /// ksmd: merges equal pages of `MADV_MERGEABLE` ranges.
-    Ksmd,
-}
-
-impl Daemon {
-    /// The daemon named `name` as a scenario writes it.
-    pub fn parse(name: &str) -> Option<Daemon> {
-        match name {
-            "khugepaged" => Some(Daemon::Khugepaged),
-            "ksmd" => Some(Daemon::Ksmd),
-            _ => None,
-        }
-    }
 }

@@ -81,6 +81,7 @@
 //! of the syntax tree.
 
 mod ast;
+mod daemon;
 mod lexer;
 mod numa_cmd;
 mod parser;
@@ -92,7 +93,8 @@ pub mod suggest;
 mod uffd_cmd;
 mod uffd_step;
 
-pub use ast::{Cmd, CmpOp, Daemon, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
+pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
+pub use daemon::Daemon;
 pub use lexer::parse_size;
 pub use parser::parse;
 pub use set_cmd::MAX_TLB_ENTRIES;

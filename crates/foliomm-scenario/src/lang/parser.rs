@@ -2,7 +2,8 @@
 
 use foliomm::Errno;
 
-use super::ast::{Cmd, CmpOp, Daemon, Only, ParseError, Step};
+use super::ast::{Cmd, CmpOp, Only, ParseError, Step};
+use super::daemon::Daemon;
 use super::lexer::{is_ident, tokenize, Line};
 use super::proc_cmd::parse_proc_cmd;
 use super::set_cmd::parse_set;
