@@ -22,6 +22,9 @@ use shuttle::thread;
 /// The collapse races (shmem ranges by MADV_COLLAPSE and khugepaged).
 #[path = "shuttle/collapse.rs"]
 mod collapse;
+/// KSM's races (ksmd against writes, fork and zap).
+#[path = "shuttle/ksm.rs"]
+mod ksm;
 /// The shmem swap races (pageout against writes and reads).
 #[path = "shuttle/shmem_swap.rs"]
 mod shmem_swap;
