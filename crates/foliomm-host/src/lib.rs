@@ -253,6 +253,9 @@ impl Backend for HostBackend {
             MachineSetting::VmaLock(d) if *d != foliomm::internals::machine::VmaLockDesign::VmaRefcount => {
                 "the host kernel locks VMAs by reference count (vma-refcount)"
             }
+            MachineSetting::VmaLayout(l) if *l != foliomm::internals::machine::VmaLayout::Design => {
+                "the host kernel's vm_area_struct is laid out as its release does (design)"
+            }
             MachineSetting::HugetlbSync(d) if *d != foliomm::internals::machine::HugetlbSync::VmaLock => {
                 "the host kernel synchronizes hugetlb faults with the hugetlb VMA lock (vma-lock)"
             }

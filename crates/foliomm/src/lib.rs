@@ -167,7 +167,7 @@ pub(crate) use internals::{
 pub use check::{Violation, ViolationKind};
 pub use cpu::Cpu;
 pub use folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-pub use machine::{Config, DebugSwitches, HugeSize, HugetlbSync, Machine, VmaLockDesign, ZapStrategy};
+pub use machine::{Config, DebugSwitches, HugeSize, HugetlbSync, Machine, VmaLayout, VmaLockDesign, ZapStrategy};
 pub use mapcount::{Design, RmapIdStage};
 pub use mm::{Advice, MmapFlags, PageInfo, RangeInfo};
 pub use mm_types::{Mm, Prot};

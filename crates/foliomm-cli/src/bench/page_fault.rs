@@ -293,6 +293,10 @@ pub(super) struct SimArgs {
     /// file `foliomm sim calibrate` wrote.
     #[arg(long = "sim-profile", default_value = "two-socket-server")]
     profile: String,
+    /// Adjacent-line prefetch on: a line moves with its 128-byte buddy, as
+    /// on the Broadwell machines where seed 004's old regression showed.
+    #[arg(long = "sim-prefetch")]
+    prefetch: bool,
 }
 
 impl SimArgs {
@@ -306,7 +310,9 @@ impl SimArgs {
             "--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56"
         );
         let quantum = self.quantum.checked_mul(1000).context("--sim-quantum: too large")?;
-        Ok(Some(Simulated { profile: crate::sim::profile(&self.profile)?, seed: self.seed, quantum }))
+        let mut profile = crate::sim::profile(&self.profile)?;
+        profile.adjacent_prefetch |= self.prefetch;
+        Ok(Some(Simulated { profile, seed: self.seed, quantum }))
     }
 }
 

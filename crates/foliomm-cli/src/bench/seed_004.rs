@@ -46,6 +46,11 @@ pub(super) struct Seed004Args {
     /// The will-it-scale tests to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "page_fault1,page_fault2,page_fault3")]
     tests: Vec<Test>,
+    /// Where the VMA lock lies against the fields a fault reads
+    /// (`set vma_layout`): each design's own, or embedded in the VMA's
+    /// first line (the 6.4 merge window's false sharing).
+    #[arg(long, value_enum, default_value = "design")]
+    vma_layout: foliomm::VmaLayout,
     /// Simulated CPUs instead of threads (`--sim-cpus` replaces
     /// `--threads`).
     #[command(flatten)]
@@ -126,7 +131,8 @@ impl<'a> Seed004<'a> {
     /// file test holds a thread's file and its private copies at once).
     fn machine(&self, d: VmaLockDesign, threads: usize) -> Result<Arc<Machine>> {
         let memory = 2 * threads as u64 * self.size + (256 << 20);
-        super::new_machine(Config { memory, vma_lock: d, ..self.args.common.config(foliomm::Design::MmId) })
+        let vma_layout = self.args.vma_layout;
+        super::new_machine(Config { memory, vma_lock: d, vma_layout, ..self.args.common.config(foliomm::Design::MmId) })
     }
 
     /// The designs, and the host kernel if `host` (beside simulated CPUs

@@ -3,7 +3,7 @@
 
 use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
+use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy};
 use foliomm::internals::mapcount::{Design, RmapIdStage};
 use foliomm::internals::mm::Advice;
 use foliomm::internals::mm_types::Prot;
@@ -347,6 +347,8 @@ pub enum MachineSetting {
     Zap(ZapStrategy),
     /// How faults lock their VMA: `mmap-lock`, `vma-rwsem` or `vma-refcount`.
     VmaLock(VmaLockDesign),
+    /// Where the VMA lock lies against the fault's fields: `design`, `embedded`.
+    VmaLayout(VmaLayout),
     /// How hugetlb faults and unsharing synchronize: `i-mmap-rwsem`,
     /// `vma-lock` or `no-lock`.
     HugetlbSync(HugetlbSync),
@@ -391,6 +393,7 @@ impl std::fmt::Display for MachineSetting {
             RmapIdStage(s) => write!(f, "set rmap_id_stage {}", s.name()),
             Zap(z) => write!(f, "set zap {}", z.name()),
             VmaLock(d) => write!(f, "set vma_lock {}", d.name()),
+            VmaLayout(l) => write!(f, "set vma_layout {}", l.name()),
             HugetlbSync(d) => write!(f, "set hugetlb_sync {}", d.name()),
             Tlb(n) => write!(f, "set tlb {n}"),
             Debug(d) => write!(f, "set debug {d}"),

@@ -3,7 +3,7 @@
 
 use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
-use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy};
+use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy};
 use foliomm::internals::mapcount::{Design, RmapIdStage};
 
 use super::ast::{Cmd, MachineSetting, ParseError, Tunable};
@@ -105,6 +105,12 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
             "VMA-lock design",
             VmaLockDesign::parse,
             "mmap-lock, vma-rwsem, vma-refcount",
+        )?))),
+        "vma_layout" => Ok(Cmd::SetMachine(MachineSetting::VmaLayout(named(
+            l,
+            "VMA layout",
+            VmaLayout::parse,
+            "design, embedded",
         )?))),
         "hugetlb_sync" => Ok(Cmd::SetMachine(MachineSetting::HugetlbSync(named(
             l,

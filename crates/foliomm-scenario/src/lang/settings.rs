@@ -110,6 +110,17 @@ pub const SETTINGS: &[Setting] = &[
         host: "only vma-refcount",
     },
     Setting {
+        name: "vma_layout",
+        syntax: "set vma_layout design|embedded",
+        doc: "where the VMA lock lies for the cache-line accounting: the design's own (6.15's aligned vm_refcnt, \
+              6.4-6.14's slab vm_lock) or embedded in the VMA's first line (seed 004's false sharing)",
+        linux: None,
+        when: When::Machine,
+        names: None,
+        every: Some(|| foliomm::VmaLayout::ALL.iter().map(|(_, n)| n.to_string()).collect()),
+        host: "only design",
+    },
+    Setting {
         name: "hugetlb_sync",
         syntax: "set hugetlb_sync i-mmap-rwsem|vma-lock|no-lock",
         doc: "how hugetlb faults and PMD unsharing synchronize (seed 002)",

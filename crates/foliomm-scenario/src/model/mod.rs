@@ -125,6 +125,7 @@ impl Backend for ModelBackend {
                 MachineSetting::RmapIdStage(s) => config.rmap_id_stage = *s,
                 MachineSetting::Zap(z) => config.zap = *z,
                 MachineSetting::VmaLock(d) => config.vma_lock = *d,
+                MachineSetting::VmaLayout(l) => config.vma_layout = *l,
                 MachineSetting::HugetlbSync(d) => config.hugetlb_sync = *d,
                 MachineSetting::Tlb(n) => config.tlb_entries = *n as usize,
                 // Refused above when it does not fit.
@@ -272,6 +273,7 @@ impl Backend for ModelBackend {
             MachineSetting::RmapIdStage(c.rmap_id_stage),
             MachineSetting::Zap(c.zap),
             MachineSetting::VmaLock(c.vma_lock),
+            MachineSetting::VmaLayout(c.vma_layout),
             MachineSetting::HugetlbSync(c.hugetlb_sync),
             MachineSetting::Tlb(c.tlb_entries as u64),
             MachineSetting::MaxMapCount(c.max_map_count as u64),

@@ -27,6 +27,9 @@ pub struct Config {
     pub zap: ZapStrategy,
     /// How a fault locks its VMA.
     pub vma_lock: VmaLockDesign,
+    /// Where the VMA lock lies against the fields a fault reads (for the
+    /// cache-line accounting).
+    pub vma_layout: VmaLayout,
     /// How hugetlb faults and PMD unsharing synchronize (seed 002).
     pub hugetlb_sync: HugetlbSync,
     /// Entries in each CPU's software TLB; 0 turns the TLB off (every access walks).
@@ -159,6 +162,7 @@ impl Default for Config {
             rmap_id_stage: RmapIdStage::default(),
             zap: ZapStrategy::Batched,
             vma_lock: VmaLockDesign::default(),
+            vma_layout: VmaLayout::default(),
             hugetlb_sync: HugetlbSync::default(),
             tlb_entries: 2048,
             poison: false,
@@ -212,6 +216,27 @@ macro_rules! design_names {
 }
 
 design_names!(VmaLockDesign { MmapLock = "mmap-lock", VmaRwsem = "vma-rwsem", VmaRefcount = "vma-refcount" });
+
+/// Where a VMA's lock word lies against the fields every fault reads
+/// (`vm_start`, `vm_end`, `vm_mm`, `vm_flags`, `vm_lock_seq`: the VMA's
+/// first cache line), as the cache-line accounting sees it (seed 004; see
+/// [`crate::mm_types::vma_lock`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum VmaLayout {
+    /// The design's own: 6.15's `vm_refcnt` alone in a line of the
+    /// cacheline-aligned VMA (`vma-refcount`); 6.4 to 6.14's `vm_lock`, a
+    /// 40-byte object of its own slab, packed with other VMAs' locks
+    /// (`vma-rwsem`).
+    #[default]
+    Design,
+    /// The lock word inside the VMA's first line, beside the fields a fault
+    /// reads: the 6.4 merge window's layout, whose false sharing moved
+    /// `vm_lock` out ("mm: separate vma->lock from vm_area_struct").
+    Embedded,
+}
+
+design_names!(VmaLayout { Design = "design", Embedded = "embedded" });
 
 /// How a hugetlb fault keeps the PMD table it found from being unshared
 /// under it (seed 002; see [`crate::memory::hugetlb`]).

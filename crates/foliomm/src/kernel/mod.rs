@@ -20,7 +20,9 @@ mod scan_result;
 pub mod stats;
 mod swap_state;
 
-pub use config::{Config, DebugSwitches, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE};
+pub use config::{
+    Config, DebugSwitches, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE,
+};
 pub use hugetlb_pool::{HugeCounts, HugeSize};
 pub use observer::{Consumer, Observer};
 pub use scan_result::ScanResult;

@@ -6,8 +6,8 @@
 #![warn(missing_docs)]
 
 pub use crate::kernel::{
-    Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLockDesign, ZapStrategy, DEFAULT_MAX_MAP_COUNT,
-    MEMORY_RANGE,
+    Config, DebugSwitches, HugeCounts, HugeSize, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy,
+    DEFAULT_MAX_MAP_COUNT, MEMORY_RANGE,
 };
 
 use crate::check::{check_machine, Ledger, Scope, Tracker, Violation};
@@ -49,7 +49,7 @@ impl Machine {
     /// Builds a machine; EINVAL or ENOMEM when its memory cannot be had.
     pub fn new(config: Config) -> Result<Arc<Machine>> {
         let ledger = Arc::new(Ledger::new(config.precision));
-        let mms = Arc::new(MmList::new(VmaCache::new(config.vma_lock)));
+        let mms = Arc::new(MmList::new(VmaCache::new(config.vma_lock).with_layout(config.vma_layout)));
         let kernel = Arc::new(Kernel::new(config, Some(ledger.clone()))?);
         Ok(Arc::new(Machine { kernel, mms, ledger, shm: ShmIds::default(), tracker: Mutex::default() }))
     }

@@ -108,6 +108,7 @@ impl Mm {
     pub fn lock_mm_and_find_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
         let vmas = self.mmap_read_lock();
         let vma = vmas.find(addr).ok_or(Errno::EFAULT)?.clone();
+        vma.account_fields_read();
         Ok(FaultVma { vma, hold: Hold::MmapLock { _vmas: vmas } })
     }
 
@@ -203,6 +204,7 @@ pub(super) fn lock_under_rcu(
             *misses += 1;
             continue;
         }
+        vma.account_fields_read();
         if revalidate && !vma.contains(addr) {
             vma.end_read();
             return None;

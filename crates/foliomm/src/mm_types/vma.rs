@@ -19,7 +19,7 @@ use super::userfaultfd::UserfaultfdCtx;
 use super::vma_lock::VmaLock;
 use super::Mempolicy;
 use crate::arch::PAGE_SIZE;
-use crate::kernel::VmaLockDesign;
+use crate::kernel::{VmaLayout, VmaLockDesign};
 use crate::rmap::{AnonVmaSlot, VmaRecord};
 use crate::shmem::{HugetlbVmaLock, Inode, PrivateResv};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -131,7 +131,10 @@ pub struct VmaInit {
 }
 
 /// A virtual memory area.
+/// Cacheline-aligned with its fault-path fields first, as 6.15 lays
+/// `vm_area_struct` out: the accounting takes the first line for them.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Vma {
     /// `vm_mm`: the serial number ([`super::Mm::serial`]) of the owning MM.
     mm: AtomicU64,
@@ -159,7 +162,7 @@ pub struct Vma {
 impl Vma {
     /// A new, empty, detached VMA with the lock `design` gives it (the
     /// slab constructor); only [`super::VmaCache`] makes them.
-    pub(super) fn new(design: VmaLockDesign) -> Vma {
+    pub(super) fn new(design: VmaLockDesign, layout: VmaLayout, slot: usize) -> Vma {
         Vma {
             mm: AtomicU64::new(0),
             start: AtomicU64::new(0),
@@ -171,7 +174,7 @@ impl Vma {
             policy: AtomicU64::new(0),
             uffd: ArcSwapOption::empty(),
             anon_vma: AnonVmaSlot::default(),
-            lock: VmaLock::new(design),
+            lock: VmaLock::new(design, layout, slot),
         }
     }
 

@@ -10,7 +10,8 @@
 
 use super::vma::VmaInit;
 use super::Vma;
-use crate::kernel::VmaLockDesign;
+use crate::kernel::{VmaLayout, VmaLockDesign};
+use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::sync::{Arc, Mutex};
 
 /// Free VMAs kept for reuse at most; more are dropped.
@@ -20,12 +21,20 @@ const KEEP: usize = 1024;
 #[derive(Debug)]
 pub struct VmaCache {
     design: VmaLockDesign,
+    layout: VmaLayout,
+    /// VMAs made so far (each one's slot in the `vm_lock` slab).
+    made: AtomicU64,
     free: Mutex<Vec<Arc<Vma>>>,
 }
 
 impl VmaCache {
     pub fn new(design: VmaLockDesign) -> VmaCache {
-        VmaCache { design, free: Mutex::new(Vec::new()) }
+        VmaCache { design, layout: VmaLayout::Design, made: AtomicU64::new(0), free: Mutex::new(Vec::new()) }
+    }
+
+    /// The cache with its VMAs laid out as `layout` says.
+    pub fn with_layout(self, layout: VmaLayout) -> VmaCache {
+        VmaCache { layout, ..self }
     }
 
     /// The VMA-lock design the cache's VMAs carry.
@@ -37,7 +46,8 @@ impl VmaCache {
     /// `vma_set_range`): a freed one when the cache is type-safe and has one.
     pub fn alloc(&self, init: VmaInit) -> Arc<Vma> {
         let reused = self.free.lock().unwrap().pop();
-        let vma = reused.unwrap_or_else(|| Arc::new(Vma::new(self.design)));
+        let vma = reused
+            .unwrap_or_else(|| Arc::new(Vma::new(self.design, self.layout, self.made.fetch_add(1, Relaxed) as usize)));
         vma.init(init);
         vma
     }

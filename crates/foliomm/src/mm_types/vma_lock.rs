@@ -19,12 +19,19 @@
 //! Differs from Linux: outside a simulation such a writer spins and
 //! yields instead of sleeping, so readers wake no one.
 //!
-//! Cache lines ([`cacheline`]): `vm_refcnt` has a line of its own, as 6.15
-//! aligns it; the `vm_lock` rwsems are separate small allocations that may
-//! share lines, as the 6.4 slab of 40-byte `struct vma_lock` packed them.
+//! Cache lines ([`cacheline`], by [`VmaLayout`]): the VMA's first line holds
+//! what every fault reads (`vm_start`, `vm_end`, `vm_mm`, `vm_flags`,
+//! `vm_lock_seq`: the VMA is cacheline-aligned, as 6.15's cache is).
+//! `vm_refcnt` has a line of its own, as 6.15 aligns it; a `vm_lock` rwsem
+//! is a 40-byte object of its own slab (6.4 to 6.14's `vma_lock_cachep`),
+//! so that each line holds parts of two or three VMAs' locks and faults on
+//! neighbouring VMAs bounce it; the `embedded` layout puts the lock word in
+//! the first line itself, so every lock taken by one CPU takes the fields
+//! from the others (the 6.4 merge window's regression). The slab's lines
+//! are accounted at addresses of their own, never the model's memory.
 
 use super::Vma;
-use crate::kernel::VmaLockDesign;
+use crate::kernel::{VmaLayout, VmaLockDesign};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use crate::sync::cacheline::{self, Aligned, Structure::VmaLock as Line};
 use crate::sync::{sleep_done, sleep_wait, wake_waiters, RwSem};
@@ -36,12 +43,31 @@ pub const VMA_REF_LIMIT: u32 = VMA_LOCK_OFFSET - 1;
 /// `vm_lock_seq` of a VMA not write-locked since it was made (`UINT_MAX`).
 const NEVER_LOCKED: u64 = u64::MAX;
 
-/// A VMA's lock state: `vm_lock_seq` and the design's lock.
+/// Where the accounting finds a slab `vm_lock`: slot `i` at
+/// `VMA_LOCK_SLAB + 40 * i`, far from any address of the model's memory.
+const VMA_LOCK_SLAB: usize = 0xffff_8000_0000_0000;
+/// `sizeof(struct vma_lock)` (6.4 to 6.14).
+const VMA_LOCK_SIZE: usize = 40;
+
+/// A VMA's lock state: `vm_lock_seq`, the design's lock, and where the
+/// accounting puts the lock word.
 #[derive(Debug)]
 pub struct VmaLock {
     /// `vm_lock_seq`.
     seq: AtomicU64,
     kind: Kind,
+    place: Place,
+}
+
+/// Where the lock word's line is, for the accounting.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// Where the model keeps it (`vm_refcnt`'s own aligned line).
+    Own,
+    /// A slot of the `vm_lock` slab, at this address.
+    Slab(usize),
+    /// In the VMA's first line.
+    Embedded,
 }
 
 #[derive(Debug)]
@@ -65,14 +91,19 @@ pub enum ReadFailure {
 }
 
 impl VmaLock {
-    /// A detached VMA's lock.
-    pub(super) fn new(design: VmaLockDesign) -> VmaLock {
+    /// A detached VMA's lock, the `slot`-th the VMA cache made.
+    pub(super) fn new(design: VmaLockDesign, layout: VmaLayout, slot: usize) -> VmaLock {
         let kind = match design {
             VmaLockDesign::MmapLock => Kind::None,
             VmaLockDesign::VmaRwsem => Kind::Rwsem { sem: Box::default(), detached: AtomicBool::new(true) },
             VmaLockDesign::VmaRefcount => Kind::Refcount(Aligned(AtomicU32::new(0))),
         };
-        VmaLock { seq: AtomicU64::new(NEVER_LOCKED), kind }
+        let place = match (layout, design) {
+            (VmaLayout::Embedded, _) => Place::Embedded,
+            (VmaLayout::Design, VmaLockDesign::VmaRwsem) => Place::Slab(VMA_LOCK_SLAB + VMA_LOCK_SIZE * slot),
+            (VmaLayout::Design, _) => Place::Own,
+        };
+        VmaLock { seq: AtomicU64::new(NEVER_LOCKED), kind, place }
     }
 
     /// `vma_lock_init` for a VMA handed out by the cache (still detached).
@@ -104,21 +135,6 @@ impl VmaLock {
         matches!(self.kind, Kind::Rwsem { .. }) && self.is_detached()
     }
 
-    /// Accounts a write of the line of the design's lock word.
-    fn account_write(&self) {
-        match &self.kind {
-            Kind::None => {}
-            Kind::Rwsem { sem, .. } => cacheline::write(Line, &**sem),
-            Kind::Refcount(r) => cacheline::write(Line, &r.0),
-        }
-    }
-
-    /// Accounts reads of `vm_lock_seq` and `mm_lock_seq`.
-    fn account_seq_reads(&self, mm_seq: &AtomicU64) {
-        cacheline::read(Line, &self.seq);
-        cacheline::read(cacheline::Structure::MmLockSeq, mm_seq);
-    }
-
     /// Readers holding the VMA, or `None` under `mmap-lock`. Exact only
     /// when no thread is between its lookup and its revalidation.
     pub fn readers(&self) -> Option<u32> {
@@ -131,6 +147,40 @@ impl VmaLock {
 }
 
 impl Vma {
+    /// The address of the VMA's first line (the struct is cacheline-aligned).
+    fn first_line(&self) -> usize {
+        self as *const Vma as usize
+    }
+
+    /// Accounts a write of the line of the design's lock word, where the
+    /// layout puts it.
+    fn account_lock_write(&self) {
+        let own = match &self.lock.kind {
+            Kind::None => return,
+            Kind::Rwsem { sem, .. } => &**sem as *const RwSem as usize,
+            Kind::Refcount(r) => &r.0 as *const AtomicU32 as usize,
+        };
+        let at = match self.lock.place {
+            Place::Own => own,
+            Place::Slab(addr) => addr,
+            Place::Embedded => self.first_line() + 48,
+        };
+        cacheline::access_at(Line, at, true);
+    }
+
+    /// Accounts a fault's reads of `vm_start`, `vm_end` and `vm_flags` (the
+    /// VMA's first line) once it holds the VMA.
+    pub(crate) fn account_fields_read(&self) {
+        cacheline::access_at(cacheline::Structure::Vma, self.first_line(), false);
+    }
+
+    /// Accounts reads of `vm_lock_seq` (in the VMA's first line) and
+    /// `mm_lock_seq`.
+    fn account_seq_reads(&self, mm_seq: &AtomicU64) {
+        cacheline::access_at(Line, self.first_line(), false);
+        cacheline::read(cacheline::Structure::MmLockSeq, mm_seq);
+    }
+
     /// `vma_start_read`: read-locks the VMA for a fault of the MM whose
     /// `mm_lock_seq` is `mm_seq` and whose serial is `mm`. With
     /// `revalidate` (always, but for the seed-004 debug switch) a VMA now
@@ -138,11 +188,11 @@ impl Vma {
     /// here from `lock_vma_under_rcu`).
     pub fn start_read(&self, mm: u64, mm_seq: &AtomicU64, revalidate: bool) -> Result<(), ReadFailure> {
         let seq = &self.lock.seq;
-        self.lock.account_seq_reads(mm_seq);
+        self.account_seq_reads(mm_seq);
         if seq.load(Relaxed) == mm_seq.load(Relaxed) {
             return Err(ReadFailure::Busy);
         }
-        self.lock.account_write();
+        self.account_lock_write();
         match &self.lock.kind {
             Kind::None => return Err(ReadFailure::Busy),
             Kind::Rwsem { sem, .. } => {
@@ -159,7 +209,7 @@ impl Vma {
             }
         }
         // A writer may have locked it between the first check and the hold.
-        self.lock.account_seq_reads(mm_seq);
+        self.account_seq_reads(mm_seq);
         if seq.load(Relaxed) == mm_seq.load(Acquire) {
             self.end_read();
             return Err(ReadFailure::Busy);
@@ -172,7 +222,7 @@ impl Vma {
     /// reader limit of the refcount design can refuse it. Busy under
     /// `mmap-lock`, which has no VMA lock.
     pub fn start_read_locked(&self) -> Result<(), ReadFailure> {
-        self.lock.account_write();
+        self.account_lock_write();
         match &self.lock.kind {
             Kind::None => Err(ReadFailure::Busy),
             Kind::Rwsem { sem, .. } => sem.down_read_trylock().then_some(()).ok_or(ReadFailure::Busy),
@@ -180,9 +230,11 @@ impl Vma {
         }
     }
 
-    /// `vma_end_read` (`vma_refcount_put` / `up_read`).
+    /// `vma_end_read` (`vma_refcount_put` / `up_read`), which reads
+    /// `vm_mm` (in the VMA's first line) before it lets go.
     pub fn end_read(&self) {
-        self.lock.account_write();
+        self.account_fields_read();
+        self.account_lock_write();
         match &self.lock.kind {
             Kind::None => {}
             Kind::Rwsem { sem, .. } => sem.up_read(),
@@ -206,8 +258,8 @@ impl Vma {
         if seq.load(Relaxed) == mm_seq {
             return;
         }
-        self.lock.account_write();
-        cacheline::write(Line, seq);
+        self.account_lock_write();
+        cacheline::access_at(Line, self.first_line(), true);
         match &self.lock.kind {
             Kind::None => seq.store(mm_seq, Relaxed),
             Kind::Rwsem { sem, .. } => {
@@ -228,7 +280,7 @@ impl Vma {
 
     /// `vma_mark_attached`: the write-locked VMA goes into the tree.
     pub(super) fn mark_attached(&self) {
-        self.lock.account_write();
+        self.account_lock_write();
         match &self.lock.kind {
             Kind::None => {}
             Kind::Rwsem { detached, .. } => detached.store(false, Release),
@@ -239,7 +291,7 @@ impl Vma {
     /// `vma_mark_detached`: the write-locked VMA has left the tree; once
     /// this returns no reader holds it or can take it.
     pub(super) fn mark_detached(&self) {
-        self.lock.account_write();
+        self.account_lock_write();
         match &self.lock.kind {
             Kind::None => {}
             Kind::Rwsem { detached, .. } => detached.store(true, Release),

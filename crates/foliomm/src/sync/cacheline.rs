@@ -97,6 +97,13 @@ pub fn read<T>(s: Structure, word: &T) {
     access(s, word as *const T as usize, false);
 }
 
+/// An access to the line of `addr`, a word of a line of `s` that the
+/// model keeps elsewhere or not at all (a layout's place for it).
+#[inline]
+pub fn access_at(s: Structure, addr: usize, write: bool) {
+    access(s, addr, write);
+}
+
 /// An update by `amount` of a per-CPU counter whose shared count is `word`
 /// (`percpu_counter_add_batch`): the shared line is written when this CPU's
 /// pending amount reaches the batch. Differs from Linux: one pending amount

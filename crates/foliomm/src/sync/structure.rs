@@ -12,6 +12,9 @@ pub enum Structure {
     MmLockSeq,
     /// A VMA's lock: `vm_refcnt`, or the `vm_lock` rwsem, `vm_lock_seq` and `detached`.
     VmaLock,
+    /// The fields of a VMA a fault reads (`vm_start`, `vm_end`, `vm_mm`,
+    /// `vm_flags`): the VMA's first line.
+    Vma,
     /// Split page-table locks.
     Ptl,
     /// `mm->rss_stat`, a per-CPU counter that folds into the shared count once per batch.
@@ -29,10 +32,11 @@ pub enum Structure {
 }
 
 impl Structure {
-    pub const ALL: [Structure; 10] = [
+    pub const ALL: [Structure; 11] = [
         Structure::MmapLock,
         Structure::MmLockSeq,
         Structure::VmaLock,
+        Structure::Vma,
         Structure::Ptl,
         Structure::MmCounters,
         Structure::Folio,
@@ -47,6 +51,7 @@ impl Structure {
             Structure::MmapLock => "mmap_lock",
             Structure::MmLockSeq => "mm_lock_seq",
             Structure::VmaLock => "vma_lock",
+            Structure::Vma => "vma",
             Structure::Ptl => "ptl",
             Structure::MmCounters => "mm_counters",
             Structure::Folio => "folio",
