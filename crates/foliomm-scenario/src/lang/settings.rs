@@ -333,6 +333,7 @@ mod tests {
             "set rmap_id_stage batch",
             "set zap per-page",
             "set vma_lock vma-rwsem",
+            "set vma_layout embedded",
             "set hugetlb_sync no-lock",
             "set tlb 0",
             "set frames dense",
