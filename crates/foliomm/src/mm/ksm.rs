@@ -92,12 +92,14 @@ pub fn ksmd_scan(k: &Kernel, mmlist: &MmList, passes: u32) {
 
 /// One full scan; then the rmap items of pages not seen go, with their
 /// places in stable nodes (`remove_trailing_rmap_items`), and so do the
-/// stable nodes whose KSM folio was freed.
+/// stable nodes whose KSM folio was freed and the counters of MMs gone.
 fn full_scan(k: &Kernel, mmlist: &MmList) {
     let ksm = &mmlist.ksm;
     let mut unstable: Vec<(Arc<Mm>, u64)> = Vec::new();
     let mut seen = HashSet::new();
-    for mm in mmlist.alive().into_iter().filter(|mm| mm.ksm.load(Relaxed) && !mm.has_exited()) {
+    let slots: Vec<Arc<Mm>> =
+        mmlist.alive().into_iter().filter(|mm| mm.ksm.load(Relaxed) && !mm.has_exited()).collect();
+    for mm in &slots {
         let ranges: Vec<(u64, u64)> = mm
             .vmas()
             .iter()
@@ -105,9 +107,9 @@ fn full_scan(k: &Kernel, mmlist: &MmList) {
             .map(|v| (v.start(), v.end()))
             .collect();
         for addr in ranges.into_iter().flat_map(|(s, e)| (s..e).step_by(PAGE_SIZE as usize)) {
-            let Some((f, i)) = mergeable_page(k, &mm, addr) else { continue };
+            let Some((f, i)) = mergeable_page(k, mm, addr) else { continue };
             seen.insert((mm.serial, addr));
-            cmp_and_merge_page(k, (&mm, addr), (f, i), &mut unstable);
+            cmp_and_merge_page(k, (mm, addr), (f, i), &mut unstable);
         }
     }
     let mut scanned = ksm.scanned.lock().unwrap();
@@ -119,6 +121,8 @@ fn full_scan(k: &Kernel, mmlist: &MmList) {
         keep
     });
     ksm.stable.prune(|id, n| kpage(k, id, n.kpfn).is_none());
+    // ksm_exit(): a counter copied at fork goes with its MM's slot.
+    ksm.inherited.lock().unwrap().retain(|serial, _| slots.iter().any(|mm| mm.serial == *serial));
     ksm.full_scans.fetch_add(1, Relaxed);
     Stats::inc(&k.stats.ksm_full_scans);
 }
