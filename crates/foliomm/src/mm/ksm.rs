@@ -123,7 +123,6 @@ fn full_scan(k: &Kernel, mmlist: &MmList) {
     ksm.stable.prune(|id, n| kpage(k, id, n.kpfn).is_none());
     // ksm_exit(): a counter copied at fork goes with its MM's slot.
     ksm.inherited.lock().unwrap().retain(|serial, _| slots.iter().any(|mm| mm.serial == *serial));
-    ksm.full_scans.fetch_add(1, Relaxed);
     Stats::inc(&k.stats.ksm_full_scans);
 }
 
@@ -137,8 +136,8 @@ fn kpage(k: &Kernel, id: u64, kpfn: u64) -> Option<Folio<'_>> {
 /// `stable_tree_search`: the KSM folio (and its node) whose content is
 /// `content`, with a reference taken.
 fn stable_tree_search<'k>(k: &'k Kernel, ksm: &Ksm, content: &Content) -> Option<(Folio<'k>, u64)> {
-    ksm.stable.all().into_iter().find_map(|(id, n)| {
-        let f = kpage(k, id, n.kpfn).filter(|f| &k.phys.content(f.pfn) == content)?;
+    ksm.stable.frames().into_iter().find_map(|(id, kpfn)| {
+        let f = kpage(k, id, kpfn).filter(|f| &k.phys.content(f.pfn) == content)?;
         f.try_get().then_some((f, id))
     })
 }

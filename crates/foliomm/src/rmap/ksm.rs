@@ -39,13 +39,12 @@ pub struct StableNode {
     pub items: Vec<RmapItem>,
 }
 
-/// KSM's state: the stable tree, ksmd's rmap items by (MM serial,
-/// address), and `full_scans`.
+/// KSM's state: the stable tree and ksmd's rmap items by (MM serial,
+/// address) (`ksm/full_scans` is the `ksm_full_scans` counter).
 #[derive(Debug, Default)]
 pub struct Ksm {
     pub stable: StableTree,
     pub scanned: Mutex<HashMap<(u64, u64), Scanned>>,
-    pub full_scans: crate::sync::atomic::AtomicU64,
     /// The `ksm_merging_pages` a fork child copied from its parent (before
     /// 6.15), by MM serial.
     pub inherited: Mutex<HashMap<u64, u64>>,
@@ -85,6 +84,12 @@ impl StableTree {
     /// Every node with its identity, in identity order.
     pub fn all(&self) -> Vec<(u64, StableNode)> {
         self.nodes.lock().unwrap().iter().map(|(&id, n)| (id, n.clone())).collect()
+    }
+
+    /// Every node's identity and frame, in identity order (what a search
+    /// by content walks, without the rmap items).
+    pub fn frames(&self) -> Vec<(u64, Pfn)> {
+        self.nodes.lock().unwrap().iter().map(|(&id, n)| (id, n.kpfn)).collect()
     }
 
     /// `stable_tree_append`: adds `item` to node `id`.
