@@ -247,6 +247,9 @@ impl Backend for HostBackend {
                 return Some(format!("cannot honour '{s}': the host kernel is Linux {}", release::version()));
             }
             MachineSetting::RmapIdStage(_) => "seed 000's stages exist in the model only (the RFC was never merged)",
+            MachineSetting::CompoundLock(_) => {
+                "seed 003's compound lock exists in the model only (it never reached a release)"
+            }
             MachineSetting::Zap(z) if *z != foliomm::internals::machine::ZapStrategy::Batched => {
                 "the host kernel zaps batched"
             }

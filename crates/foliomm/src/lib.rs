@@ -168,7 +168,7 @@ pub use check::{Violation, ViolationKind};
 pub use cpu::Cpu;
 pub use folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 pub use machine::{Config, DebugSwitches, HugeSize, HugetlbSync, Machine, VmaLayout, VmaLockDesign, ZapStrategy};
-pub use mapcount::{Design, RmapIdStage};
+pub use mapcount::{CompoundLock, Design, RmapIdStage};
 pub use mm::{Advice, MmapFlags, PageInfo, RangeInfo};
 pub use mm_types::{Mm, Prot};
 pub use release::KernelVersion;

@@ -17,11 +17,14 @@ fn staged(design: Design, stage: RmapIdStage) -> [(u64, u64, u64); 2] {
     let f = m.alloc_folio(9).unwrap();
     let d = design.implementation_at(stage);
     let mm = foliomm::internals::mapcount::RmapMm::new(1);
-    let batch = d.add(f, 0, 512, Level::Pte, mm);
-    let single = d.add(f, 5, 1, Level::Pte, mm);
-    d.remove(f, 5, 1, Level::Pte, mm);
-    d.remove(f, 0, 512, Level::Pte, mm);
+    let (batch, single) = (d.add(f, 0, 512, Level::Pte, mm), d.add(f, 5, 1, Level::Pte, mm));
+    // NR_ANON_MAPPED's deltas: every page newly mapped, then none; none
+    // unmapped while page 5 keeps a PTE, then all.
+    assert_eq!((batch.newly_mapped, single.newly_mapped), (512, 0), "{design} newly mapped");
+    assert_eq!(d.remove(f, 5, 1, Level::Pte, mm).unmapped_pages, 0, "{design}: page 5 stays mapped");
+    assert_eq!(d.remove(f, 0, 512, Level::Pte, mm).unmapped_pages, 512, "{design}: all unmapped");
     m.folio_put_refs(f, 1);
+    let (batch, single) = (batch.cost, single.cost);
     [(batch.rmw, batch.locks, batch.lines), (single.rmw, single.locks, single.lines)]
 }
 

@@ -22,6 +22,9 @@ use shuttle::thread;
 /// The collapse races (shmem ranges by MADV_COLLAPSE and khugepaged).
 #[path = "shuttle/collapse.rs"]
 mod collapse;
+/// Seed 003's race (compound mapcounts without the compound lock).
+#[path = "shuttle/compound_lock.rs"]
+mod compound_lock;
 /// KSM's races (ksmd against writes, fork and zap).
 #[path = "shuttle/ksm.rs"]
 mod ksm;

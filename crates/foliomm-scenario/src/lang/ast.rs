@@ -4,7 +4,7 @@
 use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy};
-use foliomm::internals::mapcount::{Design, RmapIdStage};
+use foliomm::internals::mapcount::{CompoundLock, Design, RmapIdStage};
 use foliomm::internals::mm::Advice;
 use foliomm::internals::mm_types::Prot;
 use foliomm::internals::release::KernelVersion;
@@ -343,6 +343,8 @@ pub enum MachineSetting {
     Kernel(KernelVersion),
     /// Seed 000's stage for the rmap-ID designs (`set rmap_id_stage NAME`).
     RmapIdStage(RmapIdStage),
+    /// How seed 003's design locks its compound mapcounts.
+    CompoundLock(CompoundLock),
     /// Zap strategy: `batched` or `per-page`.
     Zap(ZapStrategy),
     /// How faults lock their VMA: `mmap-lock`, `vma-rwsem` or `vma-refcount`.
@@ -391,6 +393,7 @@ impl std::fmt::Display for MachineSetting {
             Mapcount(d) => write!(f, "set mapcount {}", d.name()),
             Kernel(v) => write!(f, "set kernel {v}"),
             RmapIdStage(s) => write!(f, "set rmap_id_stage {}", s.name()),
+            CompoundLock(l) => write!(f, "set compound_lock {}", l.name()),
             Zap(z) => write!(f, "set zap {}", z.name()),
             VmaLock(d) => write!(f, "set vma_lock {}", d.name()),
             VmaLayout(l) => write!(f, "set vma_layout {}", l.name()),

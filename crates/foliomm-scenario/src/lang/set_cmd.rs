@@ -4,7 +4,7 @@
 use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy};
-use foliomm::internals::mapcount::{Design, RmapIdStage};
+use foliomm::internals::mapcount::{CompoundLock, Design, RmapIdStage};
 
 use super::ast::{Cmd, MachineSetting, ParseError, Tunable};
 use super::lexer::{parse_size, Line};
@@ -52,6 +52,10 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
                 Ok(v) => Ok(Cmd::SetMachine(MachineSetting::Kernel(v))),
                 Err(why) => l.err(col, why),
             }
+        }
+        "compound_lock" => {
+            let lock = named(l, "compound lock", CompoundLock::parse, &CompoundLock::names())?;
+            Ok(Cmd::SetMachine(MachineSetting::CompoundLock(lock)))
         }
         "rmap_id_stage" => {
             let s = named(l, "seed 000 stage", RmapIdStage::parse, &RmapIdStage::names())?;

@@ -90,6 +90,17 @@ pub const SETTINGS: &[Setting] = &[
         host: "refused (the RFC was never merged)",
     },
     Setting {
+        name: "compound_lock",
+        syntax: "set compound_lock bit-spinlock|sleeping|unlocked",
+        doc: "how seed 003's compound-locked design serialises its mapcount updates: its bit spinlock, a sleeping \
+              lock (its PREEMPT_RT alternative) or none (the racy predecessor, whose NR_ANON_MAPPED drifts)",
+        linux: None,
+        when: When::Machine,
+        names: Some(foliomm::CompoundLock::names),
+        every: Some(|| foliomm::CompoundLock::ALL.iter().map(|l| l.name().to_string()).collect()),
+        host: "refused (the series never reached a release)",
+    },
+    Setting {
         name: "zap",
         syntax: "set zap batched|per-page",
         doc: "how zap and fork walk PTE-mapped large folios (folio_pte_batch, 6.9+, or page by page)",
@@ -331,6 +342,7 @@ mod tests {
             "set mapcount mm-id",
             "set kernel 6.8",
             "set rmap_id_stage batch",
+            "set compound_lock sleeping",
             "set zap per-page",
             "set vma_lock vma-rwsem",
             "set vma_layout embedded",

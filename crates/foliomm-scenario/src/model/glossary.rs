@@ -36,6 +36,13 @@ pub fn counter_glossary() -> Vec<CounterDoc> {
         let doc = format!("The swap device in KiB, as /proc/meminfo shows it (`{line}`). Needs: set swap.");
         out.push(CounterDoc::new(format!("meminfo_swap_{name}_kb"), &doc));
     }
+    for (name, kind, line) in [("nr_anon_pages", "Anonymous", "AnonPages"), ("nr_mapped", "File", "Mapped")] {
+        let doc = format!(
+            "{kind} pages page tables map now, from what each rmap update reported (`{name}` in /proc/vmstat, \
+             `{line}` in /proc/meminfo; a gauge, not an event count; whole large folios under page_mapcount off)."
+        );
+        out.push(CounterDoc::new(name.into(), &doc));
+    }
     out.push(CounterDoc::new(
         "frames_in_use".into(),
         "Frames of the model's RAM not free: folios, page tables, the zero pages.",

@@ -9,7 +9,7 @@
 //!   allocated folio mapped nowhere unless pinned;
 //! - a writable anon entry maps an AnonExclusive page; an AnonExclusive page
 //!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
-//! - RSS counters; PMD leaves map whole, aligned PMD-sized folios;
+//! - RSS counters, `NR_ANON_MAPPED` and `NR_FILE_MAPPED`; PMD leaves map whole, aligned PMD-sized folios;
 //! - hugetlb: a shared PMD table is reached by exactly 1 + its share count
 //!   MMs; the pool's total and free counts match its folios, and its
 //!   reservations do not exceed its free pages;
@@ -34,6 +34,7 @@ mod frames;
 mod hugetlb;
 mod incremental;
 pub mod ledger;
+mod mapped_pages;
 mod page_cache;
 pub mod precision;
 mod ref_page;
@@ -98,6 +99,7 @@ pub fn check_machine(m: &Kernel, mms: &[Arc<Mm>], inodes: &[Arc<Inode>], ledger:
     anon_rmap::check_lru(m, &mapped_anon, inodes, &mut bad);
     let (tables, leaves) = (walked.tables, walked.leaves);
     let truth = build_truth(m, &leaves, &mut bad);
+    mapped_pages::check_mapped_pages(m, &truth, &mut bad);
     check_folios(m, ledger, &truth, (&cached, None), &mut bad);
     frames::check_frames(m, ledger, &truth, &cached, &tables, &mut bad);
     report_incidents(m, &mut bad);

@@ -41,6 +41,9 @@ pub enum ViolationKind {
     Vma,
     /// `MM_ANONPAGES` and `MM_SHMEMPAGES` against the page tables.
     Rss,
+    /// The machine's `NR_ANON_MAPPED` and `NR_FILE_MAPPED` against the page
+    /// tables.
+    Vmstat,
     /// shmem page caches: their folios, and file folios mapped from none.
     PageCache,
     /// Folio and page mapcounts, the design's fields, the anon rmap.
@@ -73,6 +76,7 @@ impl ViolationKind {
             ViolationKind::PageTable => "page_table",
             ViolationKind::Vma => "vma",
             ViolationKind::Rss => "rss",
+            ViolationKind::Vmstat => "vmstat",
             ViolationKind::PageCache => "page_cache",
             ViolationKind::Mapcount => "mapcount",
             ViolationKind::Exclusive => "exclusive",

@@ -2,7 +2,7 @@
 //! zap batching), the TLB size, and the deliberate bugs tests switch on.
 #![warn(missing_docs)]
 
-use crate::mapcount::{Design, MmId, RmapIdStage};
+use crate::mapcount::{CompoundLock, Design, MmId, RmapIdStage};
 use crate::release::KernelVersion;
 
 /// The model RAM sizes a machine takes, from one 4 MiB block to 1 TiB. Frames
@@ -23,6 +23,9 @@ pub struct Config {
     pub kernel: Option<KernelVersion>,
     /// Seed 000's stage, for the rmap-ID designs (the others ignore it).
     pub rmap_id_stage: RmapIdStage,
+    /// How seed 003's `compound-locked` design serialises its updates; any
+    /// but the default needs that design.
+    pub compound_lock: CompoundLock,
     /// How zap unmaps PTE-mapped large folios.
     pub zap: ZapStrategy,
     /// How a fault locks its VMA.
@@ -160,6 +163,7 @@ impl Default for Config {
             mapcount: Design::default(),
             kernel: None,
             rmap_id_stage: RmapIdStage::default(),
+            compound_lock: CompoundLock::default(),
             zap: ZapStrategy::Batched,
             vma_lock: VmaLockDesign::default(),
             vma_layout: VmaLayout::default(),

@@ -26,11 +26,11 @@ pub use config::{
 pub use hugetlb_pool::{HugeCounts, HugeSize};
 pub use observer::{Consumer, Observer};
 pub use scan_result::ScanResult;
-pub use stats::Stats;
+pub use stats::{MappedPages, Stats};
 
 use crate::arch::{Pfn, PMD_ORDER};
 use crate::folio::thp::ThpSettings;
-use crate::mapcount::{MapcountDesign, MmId, MmIds};
+use crate::mapcount::{CompoundLock, Design, MapcountDesign, MmId, MmIds};
 use crate::phys::{pg, PhysMem};
 use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::sync::{Arc, Mutex};
@@ -87,9 +87,12 @@ impl Kernel {
         if !MEMORY_RANGE.contains(&config.memory) {
             return Err(Errno::EINVAL);
         }
-        let design = match config.page_mapcount {
-            true => config.mapcount.implementation_at(config.rmap_id_stage),
-            false => config.mapcount.without_page_mapcount().ok_or(Errno::EINVAL)?,
+        let design = match (config.page_mapcount, config.mapcount, config.compound_lock) {
+            (false, d, CompoundLock::BitSpinlock) => d.without_page_mapcount().ok_or(Errno::EINVAL)?,
+            (true, Design::CompoundLocked, lock) => lock.design(),
+            (true, d, CompoundLock::BitSpinlock) => d.implementation_at(config.rmap_id_stage),
+            // Another compound lock needs seed 003's design.
+            _ => return Err(Errno::EINVAL),
         };
         let phys = PhysMem::new_numa(config.memory, config.nodes, config.poison)?
             .with_init_on_free(config.init_on_free)

@@ -2,7 +2,7 @@
 //! the mTHP `stats/` files where Linux has a counter for the same event.
 
 use crate::arch::MAX_PAGE_ORDER;
-use crate::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 const ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
 
@@ -31,6 +31,8 @@ macro_rules! counters {
             /// Collapse attempts per result (`SCAN_*`, see
             /// [`super::ScanResult`]), as `collapse_scan[name]`.
             pub collapse_scan: [AtomicU64; super::ScanResult::ALL.len()],
+            /// Pages mapped now, per kind: gauges, not events.
+            pub mapped: MappedPages,
         }
 
         impl Stats {
@@ -43,6 +45,33 @@ macro_rules! counters {
         /// Every scalar counter's name and doc comment, in declaration order.
         const SCALAR_DOCS: &[(&str, &str)] = &[$((stringify!($name), concat!($($doc, "\n"),*)),)*];
     };
+}
+
+/// Pages that page tables map, as each rmap update reports them
+/// (`__folio_mod_stat`): `NR_ANON_MAPPED` (`nr_anon_pages` in
+/// `/proc/vmstat`, `AnonPages` in `/proc/meminfo`) and `NR_FILE_MAPPED`
+/// (`nr_mapped`, `Mapped`). hugetlb pages count in neither. Under
+/// `CONFIG_NO_PAGE_MAPCOUNT` a large folio counts whole while any page of
+/// it is mapped. Differs from Linux: machine-wide, not per node and memcg.
+#[derive(Debug, Default)]
+pub struct MappedPages {
+    pub anon: AtomicI64,
+    pub file: AtomicI64,
+}
+
+impl MappedPages {
+    /// Adds `delta` pages of `anon` or file memory.
+    pub fn add(&self, anon: bool, delta: i64) {
+        if delta != 0 {
+            if anon { &self.anon } else { &self.file }.fetch_add(delta, Relaxed);
+        }
+    }
+
+    /// The gauges with their `/proc/vmstat` names; may be negative only
+    /// under a design that miscounts (`set compound_lock unlocked`).
+    pub fn snapshot(&self) -> [(&'static str, i64); 2] {
+        [("nr_anon_pages", self.anon.load(Relaxed)), ("nr_mapped", self.file.load(Relaxed))]
+    }
 }
 
 /// The per-order families, named `NAME[SIZE]` by [`Stats::snapshot`]: each

@@ -33,7 +33,7 @@ impl PageMapcounts {
                 c.rmw += 1;
             }
         }
-        if self.f.compound_lock {
+        if self.takes_compound_lock() {
             c.rmw += 1;
             c.locks += 1;
         }
@@ -68,7 +68,7 @@ impl PageMapcounts {
     /// ([`PageMapcounts::file_pmd_extra`]) is not among them.
     pub(super) fn touched_pages(&self, f: Folio, first: u64, nr: u64, level: Level) -> impl Iterator<Item = u64> {
         let pte = level == Level::Pte;
-        let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.f.compound_lock;
+        let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.seed_003();
         let per_page = self.f.page_mapcounts;
         let in_range = move |p: u64| pte && per_page && first <= p && p < first + nr;
         // Pages 2..=k (none without sums).
@@ -105,11 +105,31 @@ impl PageMapcounts {
         let nr = f.nr_pages();
         if self.pmd_in_pages(f) {
             Cost { rmw: nr, lines: nr, ..Cost::default() }
-        } else if self.f.compound_lock && edge && w(f, field::TOTAL).load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        } else if self.seed_003() && edge && w(f, field::TOTAL).load(std::sync::atomic::Ordering::Relaxed) > 0 {
             Cost { lines: nr, ..Cost::default() }
         } else {
             Cost::default()
         }
+    }
+}
+
+impl PageMapcounts {
+    /// Pages mapped by at least one PTE, by a scan of every page's
+    /// `_mapcount` (`nr_subpages_unmapped`), each page's line read on
+    /// simulated CPUs.
+    pub(super) fn scan_pte_mapped(&self, f: Folio) -> u64 {
+        if cacheline::accounting() {
+            (0..f.nr_pages()).for_each(|p| cacheline::read(Structure::Folio, f.page(p)));
+        }
+        super::fields::pages_mapped_by_ptes(f)
+    }
+
+    /// Whether a PMD maps the folio, as a PTE update before 6.2 asks it
+    /// after changing a page's `_mapcount` (`compound_mapcount`: a read of
+    /// the second page's line).
+    pub(super) fn pmd_mapped_now(&self, f: Folio) -> bool {
+        cacheline::read(Structure::Folio, f.page(1));
+        super::MapcountDesign::entire_mapcount(self, f) > 0
     }
 }
 

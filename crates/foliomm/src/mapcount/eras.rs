@@ -2,6 +2,7 @@
 //! the per-page `_mapcount` and `_entire_mapcount` (docs/KERNEL-REFERENCE.md §3),
 //! and the table of the seven designs.
 
+use super::compound_lock::CompoundLock;
 use super::construction::Construction;
 use super::stage::RmapIdStage;
 
@@ -26,9 +27,9 @@ pub(super) struct Features {
     /// Two MM-ID slots with per-slot mapcounts and the "maybe shared" bit
     /// under a bit spinlock in `_mm_ids` (6.15+).
     pub(super) mm_ids: bool,
-    /// Every update under a bit spinlock in the first tail page (6.2-rc,
-    /// seed 003: `lock_compound_mapcounts`).
-    pub(super) compound_lock: bool,
+    /// Seed 003's era (6.2-rc): how every update is serialised
+    /// (`lock_compound_mapcounts`: a bit spinlock in the first tail page).
+    pub(super) compound_lock: Option<CompoundLock>,
     /// Per-MM rmap-ID sums beside the large mapcount, under an atomic
     /// seqcount (seed 000's tracking), kept in the `ids` word of pages 1..=k:
     /// exact "mapped exclusively by MM x" where the construction fits.
@@ -95,7 +96,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: false,
             total: Total::None,
             mm_ids: false,
-            compound_lock: false,
+            compound_lock: None,
             rmap_sums: None,
             split_queue_exact: false,
             guess: Guess::Page,
@@ -111,7 +112,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: false,
             total: Total::Ptes,
             mm_ids: false,
-            compound_lock: true,
+            compound_lock: Some(CompoundLock::BitSpinlock),
             rmap_sums: None,
             split_queue_exact: false,
             guess: Guess::Page,
@@ -127,7 +128,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: true,
             total: Total::None,
             mm_ids: false,
-            compound_lock: false,
+            compound_lock: None,
             rmap_sums: None,
             split_queue_exact: false,
             guess: Guess::FirstPage,
@@ -143,7 +144,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: true,
             total: Total::All,
             mm_ids: false,
-            compound_lock: false,
+            compound_lock: None,
             rmap_sums: None,
             split_queue_exact: true,
             guess: Guess::Likely,
@@ -161,7 +162,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: true,
             total: Total::All,
             mm_ids: false,
-            compound_lock: false,
+            compound_lock: None,
             rmap_sums: Some(Construction::SeedSubIds),
             split_queue_exact: false,
             guess: Guess::Design,
@@ -176,7 +177,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: true,
             total: Total::All,
             mm_ids: false,
-            compound_lock: false,
+            compound_lock: None,
             rmap_sums: Some(Construction::PowerSum),
             split_queue_exact: false,
             guess: Guess::Design,
@@ -195,7 +196,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             nr_pages_mapped: true,
             total: Total::All,
             mm_ids: true,
-            compound_lock: false,
+            compound_lock: None,
             rmap_sums: None,
             split_queue_exact: true,
             guess: Guess::Design,

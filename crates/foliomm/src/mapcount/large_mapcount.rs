@@ -28,6 +28,9 @@ pub(super) struct Entered {
     /// The per-page and entire mapcounts and `_nr_pages_mapped` were
     /// updated with plain stores inside the section (seed 000's patch 20).
     pub plain_pages: bool,
+    /// `_large_mapcount` after the update (biased by -1), as
+    /// `folio_add_return_large_mapcount` returns it; 0 for designs without.
+    pub after: i32,
 }
 
 impl PageMapcounts {
@@ -70,15 +73,14 @@ impl PageMapcounts {
             return self.update_sums(c, f, d, mm, section);
         }
         if !self.f.mm_ids {
-            w(f, field::TOTAL).fetch_add(d, Relaxed);
-            return Entered::default();
+            return Entered { after: w(f, field::TOTAL).fetch_add(d, Relaxed) + d, ..Entered::default() };
         }
         let mm = mm.id;
         let lock = BitSpinLock::lock(Structure::Folio, &f.page(1).ids, field::LOCK_BIT);
-        let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) + d;
         large.store(t, Relaxed);
+        let entered = Entered { spins: lock.spins(), after: t, ..Entered::default() };
         let ids = f.page(1).ids.load(Relaxed);
         for s in 0..2 {
             if slot_id(ids, s) == mm {
@@ -108,15 +110,14 @@ impl PageMapcounts {
             return self.update_sums(c, f, -d, mm, section);
         }
         if !self.f.mm_ids {
-            w(f, field::TOTAL).fetch_sub(d, Relaxed);
-            return Entered::default();
+            return Entered { after: w(f, field::TOTAL).fetch_sub(d, Relaxed) - d, ..Entered::default() };
         }
         let mm = mm.id;
         let lock = BitSpinLock::lock(Structure::Folio, &f.page(1).ids, field::LOCK_BIT);
-        let entered = Entered { spins: lock.spins(), ..Entered::default() };
         let large = w(f, field::TOTAL);
         let t = large.load(Relaxed) - d;
         large.store(t, Relaxed);
+        let entered = Entered { spins: lock.spins(), after: t, ..Entered::default() };
         let ids = f.page(1).ids.load(Relaxed);
         for s in 0..2 {
             if slot_id(ids, s) == mm {
@@ -150,7 +151,7 @@ impl PageMapcounts {
         let values = rmap_values(c, f, &mm, &mut scratch);
         let seq = self.seqcount(f);
         let sec = section.unwrap_or_else(|| seq.write_begin());
-        bump(w(f, field::TOTAL), d, sec.exclusive);
+        let after = bump(w(f, field::TOTAL), d, sec.exclusive) + d;
         for (i, &v) in values.iter().enumerate() {
             let delta = (d as i64 as u64).wrapping_mul(v);
             let sum = sum_word(f, i as u64);
@@ -169,6 +170,7 @@ impl PageMapcounts {
             rmw: sec.rmw as u64,
             lost: sec.lost,
             plain_pages: section.is_some() && sec.exclusive,
+            after,
         }
     }
 

@@ -37,6 +37,7 @@ macro_rules! named_enum {
     };
 }
 
+mod compound_lock;
 pub mod construction;
 mod cost;
 mod eras;
@@ -53,6 +54,7 @@ use std::collections::BTreeMap;
 use crate::folio::Folio;
 use crate::release::KernelVersion;
 
+pub use compound_lock::CompoundLock;
 pub use eras::PageMapcounts;
 pub use fields::ENTIRELY_MAPPED;
 pub use memmap_space::MemmapSpace;
@@ -68,10 +70,23 @@ pub enum Level {
     Pmd,
 }
 
+/// What an rmap addition did to the folio (`__folio_add_rmap` results).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Added {
+    /// Pages that became mapped (`NR_ANON_MAPPED` / `NR_FILE_MAPPED`
+    /// delta): with per-page mapcounts, pages no PTE or PMD mapped before;
+    /// without (`CONFIG_NO_PAGE_MAPCOUNT`), the whole folio when it was
+    /// mapped nowhere.
+    pub newly_mapped: u64,
+    /// What the addition cost.
+    pub cost: Cost,
+}
+
 /// What an rmap removal did to the folio (`__folio_remove_rmap` results).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Removed {
-    /// Pages that stopped being mapped (`NR_ANON_MAPPED` delta).
+    /// Pages that stopped being mapped (`NR_ANON_MAPPED` / `NR_FILE_MAPPED`
+    /// delta, the mirror image of [`Added::newly_mapped`]).
     pub unmapped_pages: u64,
     /// Queue the folio for deferred split: it stays mapped in part (6.10+),
     /// or, in earlier eras, a PTE unmap unmapped one of its pages.
@@ -162,8 +177,8 @@ pub trait MapcountDesign: Send + Sync {
     /// (`folio_add_new_anon_rmap`).
     fn add_new(&self, f: Folio, level: Level, mm: RmapMm);
     /// Adds `nr` PTE mappings of pages `first..first+nr`, or one PMD mapping;
-    /// returns what that cost.
-    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Cost;
+    /// returns the pages it newly mapped and what that cost.
+    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Added;
     /// Removes mappings, the mirror image of [`MapcountDesign::add`].
     fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Removed;
     /// `folio_mapcount`: page-table entries (PTEs and PMDs) mapping the folio.

@@ -4,20 +4,15 @@
 //! `folio_maybe_mapped_shared`; mm/memory.c `__wp_can_reuse_large_anon_folio`).
 
 use super::eras::{Guess, PageMapcounts, Total};
-use super::fields::{bump, field, pages_mapped_by_ptes, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
+use super::fields::{bump, field, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::large_mapcount::{sum_word, Entered};
-use super::{Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
+use super::{Added, Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::cacheline::Structure;
 use crate::sync::BitSpinLock;
 
 impl PageMapcounts {
-    /// The compound lock, for the design that takes it around every update.
-    fn lock<'a>(&self, f: Folio<'a>) -> Option<BitSpinLock<'a>> {
-        self.f.compound_lock.then(|| BitSpinLock::lock(Structure::Folio, &f.page(1).flags, field::COMPOUND_LOCK_BIT))
-    }
-
     /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
     /// the rmap sums in pages 1..=k.
     pub(super) fn sum_words(&self, f: Folio) -> u64 {
@@ -26,16 +21,22 @@ impl PageMapcounts {
 
     /// What a removal tells under `CONFIG_NO_PAGE_MAPCOUNT`
     /// (`__folio_remove_rmap`'s branch for it), from the large mapcount
-    /// left: every page unmapped when it reaches 0; otherwise none, and the
+    /// `left` as the update returned it: every page unmapped when it reaches 0; otherwise none, and the
     /// folio queued for deferred split when fewer mappings than pages are
     /// left and no PMD maps it (a PTE removal), or its last PMD went
     /// (`last_pmd`).
-    fn removed_without_page_mapcounts(&self, f: Folio, last_pmd: bool, cost: Cost) -> Removed {
-        let left = self.mapcount(f);
+    fn removed_without_page_mapcounts(&self, f: Folio, left: u64, last_pmd: bool, cost: Cost) -> Removed {
         let few = left < f.nr_pages();
         let partially = left > 0 && few && (last_pmd || self.entire_mapcount(f) == 0);
         let unmapped_pages = if left == 0 { f.nr_pages() } else { 0 };
         Removed { unmapped_pages, deferred_split: partially, cost }
+    }
+
+    /// What an addition tells under `CONFIG_NO_PAGE_MAPCOUNT`: the whole
+    /// folio newly mapped if the large mapcount the update returned says it
+    /// `was_unmapped`, else nothing (`__folio_add_rmap`).
+    fn whole_if_was_unmapped(&self, f: Folio, was_unmapped: bool) -> u64 {
+        was_unmapped as u64 * f.nr_pages()
     }
 
     /// Whether a PMD mapping of `f` counts in every page's `_mapcount`
@@ -104,7 +105,7 @@ impl MapcountDesign for PageMapcounts {
         let get = |i: usize| w(f, i).load(Relaxed) as i64;
         let mut out: Vec<(String, i64)> = Vec::new();
         let mut push = |name: &str, v: i64| out.push((name.to_string(), v));
-        match (self.f.total, self.f.compound_lock) {
+        match (self.f.total, self.seed_003()) {
             (Total::None, _) => {}
             (_, true) => push("subpages_mapcount", get(field::TOTAL)),
             (_, false) => push("_large_mapcount", get(field::TOTAL)),
@@ -198,17 +199,19 @@ impl MapcountDesign for PageMapcounts {
         }
     }
 
-    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Cost {
+    fn add(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Added {
         if is_hugetlb(f) {
+            // hugetlb pages count in no NR_*_MAPPED.
             self.hugetlb_add(f, 1);
-            return Cost { rmw: 1 + (self.f.total == Total::All) as u64, lines: 1, ..Cost::default() };
+            let cost = Cost { rmw: 1 + (self.f.total == Total::All) as u64, lines: 1, ..Cost::default() };
+            return Added { newly_mapped: 0, cost };
         }
         let lock = self.lock(f);
         let section = self.begin_all(f);
         self.touch(f, first, nr, level);
         let plain = section.is_some_and(|w| w.exclusive);
         let mut extra = Cost::default();
-        let entered = match level {
+        let (entered, newly_mapped) = match level {
             Level::Pte => {
                 let mut newly = 0;
                 // CONFIG_NO_PAGE_MAPCOUNT: no per-page count to keep.
@@ -217,49 +220,61 @@ impl MapcountDesign for PageMapcounts {
                         newly += 1;
                     }
                 }
-                if self.f.nr_pages_mapped {
-                    bump(w(f, field::NR_PAGES_MAPPED), newly, plain);
-                }
-                match self.f.total {
+                let before = self.f.nr_pages_mapped.then(|| bump(w(f, field::NR_PAGES_MAPPED), newly, plain));
+                let entered = match self.f.total {
                     Total::All => self.add_large(f, nr as i32, mm, section),
                     Total::Ptes => {
                         w(f, field::TOTAL).fetch_add(nr as i32, Relaxed);
                         Entered::default()
                     }
                     Total::None => Entered::default(),
-                }
+                };
+                let newly_mapped = match before {
+                    _ if !self.f.page_mapcounts => self.whole_if_was_unmapped(f, entered.after + 1 == nr as i32),
+                    // 6.2+: one atomic tells whether a PMD maps the folio.
+                    Some(b) => (b + newly < ENTIRELY_MAPPED) as u64 * newly as u64,
+                    // 6.1's page counts hold a file folio's PMD mappings.
+                    None if self.pmd_in_pages(f) => newly as u64,
+                    // Before 6.2: a page is newly mapped if no PMD maps the
+                    // folio, read after counting the PTE: racy unlocked.
+                    None => (!self.pmd_mapped_now(f)) as u64 * newly as u64,
+                };
+                (entered, newly_mapped)
             }
             Level::Pmd => {
                 if !f.test_anon() {
                     let first = w(f, field::ENTIRE).load(Relaxed) == -1;
                     extra = self.file_pmd_extra(f, first);
-                    if self.f.compound_lock && first && w(f, field::TOTAL).load(Relaxed) > 0 {
-                        // 6.2-rc page_add_file_rmap(): the first PMD map of a
-                        // folio PTEs map counts the pages it newly maps
-                        // (nr_subpages_unmapped) for NR_FILE_MAPPED, scanning
-                        // every page under the compound lock. The model keeps
-                        // no NR_FILE_MAPPED: the scan runs for its cost.
-                        std::hint::black_box(f.nr_pages() - pages_mapped_by_ptes(f));
-                    }
                 }
+                let mut in_pages = 0;
                 if self.pmd_in_pages(f) {
-                    (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_add(1, Relaxed));
+                    in_pages = (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.fetch_add(1, Relaxed) == -1).count();
                 }
                 let first_pmd = bump(w(f, field::ENTIRE), 1, plain) == -1;
-                if first_pmd && self.f.nr_pages_mapped {
-                    bump(w(f, field::NR_PAGES_MAPPED), ENTIRELY_MAPPED, plain);
-                }
-                if self.f.total == Total::All {
-                    self.add_large(f, 1, mm, section)
-                } else {
-                    Entered::default()
-                }
+                let before = (first_pmd && self.f.nr_pages_mapped)
+                    .then(|| bump(w(f, field::NR_PAGES_MAPPED), ENTIRELY_MAPPED, plain));
+                let entered =
+                    if self.f.total == Total::All { self.add_large(f, 1, mm, section) } else { Entered::default() };
+                let newly_mapped = match before {
+                    _ if !self.f.page_mapcounts => self.whole_if_was_unmapped(f, entered.after == 0),
+                    _ if self.pmd_in_pages(f) => in_pages as u64,
+                    _ if !first_pmd => 0,
+                    // 6.2+: the pages PTEs did not map, unless an unmap and
+                    // another map raced ahead (`__folio_add_rmap`).
+                    Some(b) if b < ENTIRELY_MAPPED => f.nr_pages() - (b & (ENTIRELY_MAPPED - 1)) as u64,
+                    Some(_) => 0,
+                    // subpages_mapcount says whether pages are PTE-mapped:
+                    // then the scan (`nr_subpages_unmapped`), racy unlocked.
+                    None if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 => f.nr_pages(),
+                    None => f.nr_pages() - self.scan_pte_mapped(f),
+                };
+                (entered, newly_mapped)
             }
         };
         self.end_all(f, section);
         let mut cost = self.cost(f, first, nr, level, entered, lock.map_or(0, |l| l.spins()));
         cost += extra;
-        cost
+        Added { newly_mapped, cost }
     }
 
     fn remove(&self, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) -> Removed {
@@ -288,7 +303,7 @@ impl MapcountDesign for PageMapcounts {
                 if !self.f.page_mapcounts {
                     self.end_all(f, section);
                     let cost = self.cost(f, first, nr, level, entered, lock_spins);
-                    return self.removed_without_page_mapcounts(f, false, cost);
+                    return self.removed_without_page_mapcounts(f, (entered.after + 1) as u64, false, cost);
                 }
                 let mut last = 0;
                 for page in f.phys().pages_ahead(f.pfn + first..f.pfn + first + nr) {
@@ -299,12 +314,12 @@ impl MapcountDesign for PageMapcounts {
                 let after = self.f.nr_pages_mapped.then(|| bump(nr_mapped, -last, plain) - last);
                 let unmapped = match after {
                     Some(a) if a >= ENTIRELY_MAPPED => 0,
-                    None if self.entire_mapcount(f) > 0 => 0,
+                    None if self.pmd_mapped_now(f) => 0,
                     _ => last as u64,
                 };
                 // Without _nr_pages_mapped, whether pages stay mapped takes a
                 // scan; only `split_queue_exact` eras ask.
-                let still_mapped = || after.map_or_else(|| pages_mapped_by_ptes(f) > 0, |a| a != 0);
+                let still_mapped = || after.map_or_else(|| self.scan_pte_mapped(f) > 0, |a| a != 0);
                 let queue = unmapped > 0 && (!self.f.split_queue_exact || still_mapped());
                 let cost = self.cost(f, first, nr, level, entered, lock_spins);
                 Removed { unmapped_pages: unmapped, deferred_split: queue, cost }
@@ -317,13 +332,14 @@ impl MapcountDesign for PageMapcounts {
                 }
                 let entered =
                     if self.f.total == Total::All { self.sub_large(f, 1, mm, section) } else { Entered::default() };
+                let left = (entered.after + 1) as u64;
                 let mut removed =
                     Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
                 removed.cost += extra;
                 let last_pmd = bump(w(f, field::ENTIRE), -1, plain) == 0;
                 if !self.f.page_mapcounts {
                     self.end_all(f, section);
-                    return self.removed_without_page_mapcounts(f, last_pmd, removed.cost);
+                    return self.removed_without_page_mapcounts(f, left, last_pmd, removed.cost);
                 }
                 if last_pmd {
                     let still = if self.f.nr_pages_mapped {
@@ -332,7 +348,7 @@ impl MapcountDesign for PageMapcounts {
                         // subpages_mapcount says no page is PTE-mapped: no scan.
                         0
                     } else {
-                        pages_mapped_by_ptes(f)
+                        self.scan_pte_mapped(f)
                     };
                     removed.unmapped_pages = f.nr_pages() - still;
                     removed.deferred_split = still > 0 && still < f.nr_pages();

@@ -44,6 +44,7 @@ pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, (
     } else {
         f.head().mapcount.store(0, Relaxed);
     }
+    mod_mapped(k, f, f.nr_pages() as i64);
     match level {
         Level::Pte => (0..f.nr_pages()).for_each(|i| f.set_anon_exclusive(i, true)),
         Level::Pmd => f.set_anon_exclusive(0, true),
@@ -121,20 +122,33 @@ pub fn folio_remove_rmap(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level
     if f.is_large() {
         let r = k.design.remove(f, first, nr, level, mm);
         account(k, r.cost);
+        mod_mapped(k, f, -(r.unmapped_pages as i64));
         if r.deferred_split && f.test_anon() {
             deferred_split_folio(k, f);
         }
         return r;
     }
     let last = f.head().mapcount.fetch_sub(1, Relaxed) == 0;
+    mod_mapped(k, f, -(last as i64));
     Removed { unmapped_pages: last as u64, ..Removed::default() }
 }
 
 fn add_counts(k: &Kernel, f: Folio, first: u64, nr: u64, level: Level, mm: RmapMm) {
-    if f.is_large() {
-        account(k, k.design.add(f, first, nr, level, mm));
+    let newly = if f.is_large() {
+        let added = k.design.add(f, first, nr, level, mm);
+        account(k, added.cost);
+        added.newly_mapped
     } else {
-        f.head().mapcount.fetch_add(1, Relaxed);
+        (f.head().mapcount.fetch_add(1, Relaxed) == -1) as u64
+    };
+    mod_mapped(k, f, newly as i64);
+}
+
+/// `__folio_mod_stat`: `NR_ANON_MAPPED` or `NR_FILE_MAPPED` += `delta`
+/// pages of `f`; hugetlb folios count in neither.
+fn mod_mapped(k: &Kernel, f: Folio, delta: i64) {
+    if !f.head().test(pg::HUGETLB) {
+        k.stats.mapped.add(f.test_anon(), delta);
     }
 }
 

@@ -9,8 +9,8 @@
 //! moves between the waiters and the holder as a real one does.
 
 use super::atomic::{AtomicU64, Ordering, Ordering::*};
-use super::backoff;
 use super::cacheline::{self, Structure};
+use super::{backoff, sleep_done, sleep_wait, wake_waiters};
 
 /// A held bit lock (include/linux/bit_spinlock.h); released on drop
 /// (`__bit_spin_unlock`). Differs from Linux: no preemption to disable, so
@@ -22,6 +22,8 @@ pub struct BitSpinLock<'a> {
     spins: u32,
     /// The unlock's ordering: `Release` (`Relaxed` only in the broken lock).
     release: Ordering,
+    /// Waiters sleep on the word's wait list and the unlock wakes them.
+    sleeping: bool,
 }
 
 impl<'a> BitSpinLock<'a> {
@@ -36,6 +38,25 @@ impl<'a> BitSpinLock<'a> {
     #[cfg(all(test, loom))]
     pub(crate) fn lock_relaxed(word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
         Self::lock_ordered(Structure::Folio, word, bit, Relaxed)
+    }
+
+    /// Sleeps until bit `bit` of `word` is acquired, as `folio_lock` waits
+    /// for `PG_locked` (`folio_wait_bit_common`): a waiter leaves its CPU
+    /// until the unlock wakes it (`folio_unlock` → `folio_wake_bit`). The
+    /// PREEMPT_RT alternative seed 003 offers for its compound lock.
+    /// Differs from Linux: one wait list per word, not a hashed wait queue
+    /// per bit; outside a simulation a waiter spins and yields.
+    pub fn lock_sleeping(s: Structure, word: &'a AtomicU64, bit: u32) -> BitSpinLock<'a> {
+        let mask = 1u64 << bit;
+        let key = word as *const AtomicU64 as usize;
+        let mut spins = 0u32;
+        cacheline::write(s, word);
+        while word.fetch_or(mask, Acquire) & mask != 0 {
+            sleep_wait(&mut spins, key, true);
+            cacheline::write(s, word);
+        }
+        sleep_done(spins, key);
+        BitSpinLock { word, structure: s, bit: mask, spins, release: Release, sleeping: true }
     }
 
     fn lock_ordered(s: Structure, word: &'a AtomicU64, bit: u32, order: Ordering) -> BitSpinLock<'a> {
@@ -53,7 +74,7 @@ impl<'a> BitSpinLock<'a> {
             cacheline::write(s, word);
         }
         let release = if order == Relaxed { Relaxed } else { Release };
-        BitSpinLock { word, structure: s, bit, spins, release }
+        BitSpinLock { word, structure: s, bit, spins, release, sleeping: false }
     }
 
     /// Acquires the bit of `word` (a word of a line of `s`) if it is free
@@ -63,7 +84,7 @@ impl<'a> BitSpinLock<'a> {
         cacheline::write(s, word);
         // `then`, not `then_some`: a guard built for a failed attempt would
         // release the holder's lock when dropped.
-        let guard = || BitSpinLock { word, structure: s, bit, spins: 0, release: Release };
+        let guard = || BitSpinLock { word, structure: s, bit, spins: 0, release: Release, sleeping: false };
         (word.fetch_or(bit, Acquire) & bit == 0).then(guard)
     }
 
@@ -77,5 +98,8 @@ impl Drop for BitSpinLock<'_> {
     fn drop(&mut self) {
         cacheline::write(self.structure, self.word);
         self.word.fetch_and(!self.bit, self.release);
+        if self.sleeping {
+            wake_waiters(self.word as *const AtomicU64 as usize);
+        }
     }
 }
