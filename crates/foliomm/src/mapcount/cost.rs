@@ -21,8 +21,8 @@ impl PageMapcounts {
         let mut c = Cost { spins: lock_spins + entered.spins, lost: entered.lost as u64, ..Cost::default() };
         // Per-page _mapcount (PTE) or _entire_mapcount (PMD), and
         // _nr_pages_mapped: plain stores for seed 000's exclusive writer
-        // once they are under the seqcount.
-        if !entered.plain_pages {
+        // once they are under the seqcount, and under seed 003's lock.
+        if !entered.plain_pages && !self.takes_compound_lock() {
             // Without per-page counts a PTE update touches none of them.
             c.rmw += match (pte, self.f.page_mapcounts) {
                 (true, true) => nr,
@@ -38,7 +38,7 @@ impl PageMapcounts {
             c.locks += 1;
         }
         match self.f.total {
-            Total::Ptes if pte => c.rmw += 1,
+            Total::Ptes if pte && !self.takes_compound_lock() => c.rmw += 1,
             Total::All if self.f.mm_ids => {
                 // The bit lock is the only atomic; slots update under it.
                 c.rmw += 1;

@@ -77,10 +77,12 @@ pub(super) enum Guess {
 /// Designs before 6.15 answer "maybe mapped shared?" conservatively
 /// (mapcount > 1) and always copy a large folio on COW; `mm-id` (its slots)
 /// and both `rmap-id`s (their sums) can prove a single owner and reuse it.
-/// Differs from Linux: statistics (NR_ANON_MAPPED) are returned to the
-/// caller instead of kept per node, and `subpage` has no DoubleMap (it
-/// counted PMD-split pages twice to spare work; the counts are the same, but
-/// its PMD unmap scans every page where 6.1 scanned only with DoubleMap).
+/// Differs from Linux: `subpage` has no DoubleMap (it counted PMD-split
+/// pages twice to spare work; the counts are the same, but its PMD unmap
+/// scans every page where 6.1 scanned only with DoubleMap, and its
+/// `NR_ANON_MAPPED` decisions for an anon THP that one process maps by a
+/// PMD and another by PTEs can race as `set compound_lock unlocked`'s do,
+/// where 6.1's DoubleMap bias made them per page).
 #[derive(Clone, Copy, Debug)]
 pub struct PageMapcounts {
     pub(super) name: &'static str,

@@ -209,7 +209,9 @@ impl MapcountDesign for PageMapcounts {
         let lock = self.lock(f);
         let section = self.begin_all(f);
         self.touch(f, first, nr, level);
-        let plain = section.is_some_and(|w| w.exclusive);
+        // Plain updates for seed 000's exclusive writer, and under seed 003's
+        // lock ("skipping the usual atomic operations on those fields").
+        let plain = section.is_some_and(|w| w.exclusive) || lock.is_some();
         let mut extra = Cost::default();
         let (entered, newly_mapped) = match level {
             Level::Pte => {
@@ -224,7 +226,7 @@ impl MapcountDesign for PageMapcounts {
                 let entered = match self.f.total {
                     Total::All => self.add_large(f, nr as i32, mm, section),
                     Total::Ptes => {
-                        w(f, field::TOTAL).fetch_add(nr as i32, Relaxed);
+                        bump(w(f, field::TOTAL), nr as i32, plain);
                         Entered::default()
                     }
                     Total::None => Entered::default(),
@@ -289,13 +291,15 @@ impl MapcountDesign for PageMapcounts {
         let nr_mapped = w(f, field::NR_PAGES_MAPPED);
         let section = self.begin_all(f);
         self.touch(f, first, nr, level);
-        let plain = section.is_some_and(|w| w.exclusive);
+        // Plain updates for seed 000's exclusive writer, and under seed 003's
+        // lock ("skipping the usual atomic operations on those fields").
+        let plain = section.is_some_and(|w| w.exclusive) || lock.is_some();
         let removed = match level {
             Level::Pte => {
                 let entered = match self.f.total {
                     Total::All => self.sub_large(f, nr as i32, mm, section),
                     Total::Ptes => {
-                        w(f, field::TOTAL).fetch_sub(nr as i32, Relaxed);
+                        bump(w(f, field::TOTAL), -(nr as i32), plain);
                         Entered::default()
                     }
                     Total::None => Entered::default(),
@@ -314,7 +318,7 @@ impl MapcountDesign for PageMapcounts {
                 let after = self.f.nr_pages_mapped.then(|| bump(nr_mapped, -last, plain) - last);
                 let unmapped = match after {
                     Some(a) if a >= ENTIRELY_MAPPED => 0,
-                    None if self.pmd_mapped_now(f) => 0,
+                    None if !self.pmd_in_pages(f) && self.pmd_mapped_now(f) => 0,
                     _ => last as u64,
                 };
                 // Without _nr_pages_mapped, whether pages stay mapped takes a
@@ -327,9 +331,11 @@ impl MapcountDesign for PageMapcounts {
             Level::Pmd => {
                 let last = w(f, field::ENTIRE).load(Relaxed) == 0;
                 let extra = if f.test_anon() { Cost::default() } else { self.file_pmd_extra(f, last) };
-                if self.pmd_in_pages(f) {
-                    (0..f.nr_pages()).for_each(|i| _ = f.page(i).mapcount.fetch_sub(1, Relaxed));
-                }
+                // 6.1's file PMD: every page's count drops, and a page whose
+                // count hits -1 is unmapped (`page_remove_file_rmap`).
+                let in_pages = self.pmd_in_pages(f).then(|| {
+                    (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.fetch_sub(1, Relaxed) == 0).count() as u64
+                });
                 let entered =
                     if self.f.total == Total::All { self.sub_large(f, 1, mm, section) } else { Entered::default() };
                 let left = (entered.after + 1) as u64;
@@ -341,7 +347,9 @@ impl MapcountDesign for PageMapcounts {
                     self.end_all(f, section);
                     return self.removed_without_page_mapcounts(f, left, last_pmd, removed.cost);
                 }
-                if last_pmd {
+                if let Some(unmapped) = in_pages {
+                    removed.unmapped_pages = unmapped;
+                } else if last_pmd {
                     let still = if self.f.nr_pages_mapped {
                         (bump(nr_mapped, -ENTIRELY_MAPPED, plain) - ENTIRELY_MAPPED) as u64
                     } else if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 {
