@@ -301,7 +301,7 @@ fn shuttle_hugetlb_unshare_race_is_safe_under_i_mmap_rwsem_and_vma_lock() {
 #[test]
 #[should_panic(expected = "the checker found")]
 fn shuttle_hugetlb_unshare_race_is_found_under_no_lock() {
-    shuttle::check_pct(|| hugetlb_unshare_race(HugetlbSync::NoLock), schedules().max(2000), 3);
+    shuttle::check_pct(|| hugetlb_unshare_race(HugetlbSync::NoLock), schedules().max(6000), 3);
 }
 
 /// Seed 002's page removal against faults: two threads write every huge
@@ -334,15 +334,24 @@ fn hugetlb_fault_against_removal(sync: HugetlbSync) {
     m.ftruncate(&f, 4 << 20).unwrap();
     writers.into_iter().for_each(|w| w.join().unwrap());
     let bad = m.check();
-    assert!(bad.is_empty(), "the checker after a schedule: {bad:?}");
+    assert!(bad.is_empty(), "{}: the checker after a schedule: {bad:?}", sync.name());
     drop(f);
     let bad = m.check();
-    assert!(bad.is_empty(), "the checker after exit: {bad:?}");
+    assert!(bad.is_empty(), "{}: the checker after exit: {bad:?}", sync.name());
 }
 
+/// Under the hugetlb VMA lock and under `i_mmap_rwsem` a truncation waits
+/// for the faults in the file's mappings. Not under `no-lock`: the seed's
+/// "reverting 87bf91d39bb5 exposes races in page fault/file truncation".
+/// A fault that read the old size zeroes its new page while the
+/// truncation, which does not find it in the cache yet, hands back every
+/// reservation past the end, the fault's consumed one among them; the
+/// checker then finds the reservation count below zero (seen in one of
+/// 5,000 schedules with `FOLIOMM_SHUTTLE_SCHEDULES=5000`: too rare for a
+/// test that must find it every run).
 #[test]
-fn shuttle_hugetlb_page_removal_races_faults_under_every_design() {
-    for (sync, _) in HugetlbSync::ALL {
+fn shuttle_hugetlb_page_removal_races_faults_under_the_seeds_designs() {
+    for sync in [HugetlbSync::IMmapRwsem, HugetlbSync::VmaLock] {
         shuttle::check_random(move || hugetlb_fault_against_removal(sync), schedules());
         shuttle::check_pct(move || hugetlb_fault_against_removal(sync), schedules(), 3);
     }

@@ -107,8 +107,10 @@ impl PhysMem {
         }
     }
 
-    /// Zeroes `nr` frames from `pfn` (`folio_zero_user`); the caller owns them.
+    /// Zeroes `nr` frames from `pfn` (`folio_zero_user`); the caller owns
+    /// them. On simulated CPUs each frame costs the profile's zeroing.
     pub fn clear_frames(&self, pfn: Pfn, nr: u64) {
+        (0..nr).for_each(|_| crate::sync::sim::work(crate::sync::sim::Work::ZeroPage));
         self.reset_frames(pfn, nr, 0);
     }
 

@@ -52,25 +52,37 @@ impl Inode {
 
     /// `hugetlb_no_page`'s page-cache part for a shared mapping: the huge
     /// folio holding page `index`, with a reference for the caller; a new
-    /// one (zeroed, from the pool, a reserved page if the map promised
-    /// one) when the file has none there. SIGBUS past the end of the file
-    /// or when the pool has no page to give.
+    /// one (from the pool, a reserved page if the map promised one) when
+    /// the file has none there, zeroed before it enters the cache and
+    /// outside the cache's lock (`folio_zero_user`, then
+    /// `hugetlb_add_to_page_cache`). SIGBUS past the end of the file or
+    /// when the pool has no page to give. The caller holds the page's fault
+    /// mutex, so no other fault or fallocate adds the page meanwhile. As in
+    /// Linux the end is not read again: a truncation that neither the
+    /// hugetlb VMA lock nor `i_mmap_rwsem` keeps out (`no-lock`) may leave
+    /// the page past it.
     pub fn hugetlb_get_folio(&self, index: u64) -> Result<Folio<'_>> {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let first = index & !(nr - 1);
-        let mut pages = self.pages.lock().unwrap();
-        if let Some(&pfn) = pages.get(&first) {
-            let f = Folio::from_head(&self.k.phys, pfn);
-            f.ref_add(1);
-            return Ok(f);
-        }
-        if index >= self.nr_pages() {
-            return Err(Errno::SIGBUS);
-        }
-        let mut map = self.resv_map.lock().unwrap();
-        let f = self.k.alloc_hugetlb_folio(size, map.contains(&first)).map_err(|_| Errno::SIGBUS)?;
-        map.insert(first);
+        let reserved = {
+            let pages = self.pages.lock().unwrap();
+            if let Some(&pfn) = pages.get(&first) {
+                let f = Folio::from_head(&self.k.phys, pfn);
+                f.ref_add(1);
+                return Ok(f);
+            }
+            if index >= self.nr_pages() {
+                return Err(Errno::SIGBUS);
+            }
+            self.resv_map.lock().unwrap().contains(&first)
+        };
+        let f = self.k.alloc_hugetlb_folio(size, reserved).map_err(|_| Errno::SIGBUS)?;
         self.k.phys.clear_frames(f.pfn, nr);
+        let mut pages = self.pages.lock().unwrap();
+        debug_assert!(!pages.contains_key(&first), "page {first} added twice: its fault mutex was not held");
+        // The map records the page with the cache, so that a truncation
+        // counts it as instantiated exactly when the cache holds it.
+        self.resv_map.lock().unwrap().insert(first);
         f.head().set(pg::UPTODATE);
         f.head().link.store(self.ino, Relaxed);
         for i in 0..nr {
@@ -96,7 +108,7 @@ impl Inode {
     }
 
     /// `hugetlbfs_fallocate`: every huge page `[offset, end)` touches is
-    /// instantiated from the pool (a promised one where the map promised
+    /// instantiated from the pool, each under its fault mutex (a promised one where the map promised
     /// it); without `keep_size` the size covers the range. ENOMEM when the
     /// pool runs out (Linux: ENOSPC); the pages added before stay.
     pub(super) fn hugetlb_fallocate(&self, offset: u64, end: u64, keep_size: bool) -> Result<()> {
@@ -107,6 +119,8 @@ impl Inode {
         }
         let last = end.div_ceil(PAGE_SIZE).min(self.nr_pages());
         for index in (offset / PAGE_SIZE / nr * nr..last).step_by(nr as usize) {
+            let mutex = self.k.hugetlb_fault_mutex(self.ino, index);
+            let _mutex = mutex.lock().unwrap();
             let f = self.hugetlb_get_folio(index).map_err(|_| Errno::ENOMEM)?;
             self.k.folio_put_refs(f, 1);
         }
