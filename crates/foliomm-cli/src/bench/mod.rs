@@ -89,8 +89,9 @@ enum Bench {
     Seed004(seed_004::Seed004Args),
     /// munmap(mmap(2G, MAP_SHARED|MAP_POPULATE, memfd)) per mapcount design (seed 003)
     ///
-    /// With 4K pages and with 2M shmem folios, and with the file already
-    /// PMD-mapped, or already PTE-mapped, elsewhere; under subpage,
+    /// With 4K pages and with 2M shmem folios, with the file already
+    /// PMD-mapped, or already PTE-mapped, elsewhere, and with 2M folios
+    /// mapped by PTEs (4 KiB off a PMD boundary); under subpage,
     /// compound-locked, nr-mapped and mm-id; with the rmap cost per pair,
     /// the seed's figures and the host kernel beside: Hugh Dickins'
     /// measurement in "mm,thp,rmap: lock_compound_mapcounts() on THP
