@@ -28,6 +28,9 @@ mod compound_lock;
 /// KSM's races (ksmd against writes, fork and zap).
 #[path = "shuttle/ksm.rs"]
 mod ksm;
+/// A write fault's PMD split against MADV_DONTNEED.
+#[path = "shuttle/pmd_split.rs"]
+mod pmd_split;
 /// The shmem swap races (pageout against writes and reads).
 #[path = "shuttle/shmem_swap.rs"]
 mod shmem_swap;

@@ -34,17 +34,26 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         let Some(pmd) = walk_pmd(phys, mm.pgd, addr) else {
             // No PMD table: nothing there, or a 1 GiB hugetlb page.
             if let Some(pud) = huge_pud(phys, mm.pgd, addr) {
-                changed |= super::huge_memory::change_huge_pmd(k, pud, vma);
+                changed |= super::huge_memory::change_huge_pmd(k, pud, vma).unwrap_or(false);
                 addr = pud_addr_end(addr, end);
                 continue;
             }
             addr = next;
             continue;
         };
-        let e = pmd.load(phys);
+        let mut e = pmd.load(phys);
         if e.huge() {
-            changed |= super::huge_memory::change_huge_pmd(k, pmd, vma);
-        } else if !e.is_none() {
+            match super::huge_memory::change_huge_pmd(k, pmd, vma) {
+                Some(c) => {
+                    changed |= c;
+                    addr = next;
+                    continue;
+                }
+                // Split meanwhile: its PTEs change instead.
+                None => e = pmd.load(phys),
+            }
+        }
+        if !e.is_none() && !e.huge() {
             let table = e.pfn();
             let _ptl = pte_lockptr(phys, table).lock();
             let n = change_pte_range(phys, table, addr, next, |p| {

@@ -214,9 +214,11 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
         return unmap_file_pmd(k, mm, pmd, haddr, e);
     }
     let table = withdraw(mm, haddr);
-    // pmdp_invalidate(): the huge entry goes away and the TLB is flushed
-    // before any PTE can be used.
-    pmd.store(phys, Pte::NONE);
+    // pmdp_invalidate(): no CPU may use the huge entry (its TLB entries are
+    // flushed) before any PTE can be used; a walker without the lock still
+    // sees a huge entry, not none, and takes the lock (x86's pmd_present
+    // and pmd_trans_huge look at _PAGE_PSE).
+    pmd.store(phys, e.without(Pte::PRESENT));
     mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
     Stats::inc(&k.stats.thp_split_pmd);
     let bits = e.without(Pte::PSE | Pte::PFN_MASK);
@@ -291,14 +293,16 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
 /// `zap_huge_pmd`: clears a whole huge PMD, frees its deposited table and
 /// gathers the PMD's single folio reference (`tlb_remove_page_size`).
 /// Also clears a 1 GiB hugetlb page's PUD (`__unmap_hugepage_range`),
-/// which has no deposit.
-pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64) {
+/// which has no deposit. Returns false, doing nothing, when the entry is
+/// no longer huge under the lock (a split got there first): the caller
+/// zaps the PTEs instead.
+pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64) -> bool {
     let phys = &k.phys;
     let full = {
         let _pl = pte_lockptr(phys, pmd.table).lock();
         let e = pmd.load(phys);
         if !e.huge() {
-            return;
+            return false;
         }
         pmd.store(phys, Pte::NONE);
         let table = mm.deposits.lock().unwrap().remove(&haddr);
@@ -322,6 +326,7 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
     if full {
         tlb.flush_mmu();
     }
+    true
 }
 
 /// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
@@ -348,11 +353,16 @@ pub(crate) fn move_huge_pmd(
 }
 
 /// `change_huge_pmd` (mprotect of a whole huge PMD, or of a 1 GiB hugetlb
-/// page's PUD). Returns whether it changed.
-pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
+/// page's PUD). Returns whether it changed; `None` when the entry is no
+/// longer huge under the lock (a split got there first: the caller changes
+/// the PTEs instead).
+pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> Option<bool> {
     let phys = &k.phys;
     let _pl = pte_lockptr(phys, pmd.table).lock();
     let e = pmd.load(phys);
+    if !e.huge() {
+        return None;
+    }
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
     // A shared mapping's PMD becomes writable whole (no write notification,
     // as for PTEs in `change_protection`).
@@ -360,5 +370,5 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> bool {
         !e.special() && !e.uffd_wp() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
-    n != e
+    Some(n != e)
 }

@@ -72,15 +72,18 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
         let next = pmd_addr_end(addr, end);
         let mut e = pmd.load(&k.phys);
         if e.huge() {
-            if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
-                super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr);
+            let whole = addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE;
+            if whole && super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr) {
                 addr = next;
                 continue;
             }
-            super::huge_memory::split_huge_pmd(k, mm, addr);
+            // Split first, or split meanwhile: its PTEs are zapped instead.
+            if !whole {
+                super::huge_memory::split_huge_pmd(k, mm, addr);
+            }
             e = pmd.load(&k.phys);
         }
-        if !e.is_none() {
+        if !e.is_none() && !e.huge() {
             zap_pte_range(k, mm, tlb, (pmd, e.pfn()), (addr, next), details);
         }
         addr = next;

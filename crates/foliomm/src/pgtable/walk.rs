@@ -134,8 +134,15 @@ impl LeafSlot {
     pub fn entry(self, phys: &PhysMem) -> &AtomicU64 {
         slot(phys, self.table, self.idx)
     }
+    /// The slot's entry now; none when a huge slot holds a table instead
+    /// (the huge entry was split since the lookup: what `addr` maps is in
+    /// that table, and a walk again finds it).
     pub fn load(self, phys: &PhysMem) -> Pte {
-        load(phys, self.table, self.idx)
+        let e = load(phys, self.table, self.idx);
+        if self.huge() && !e.huge() && e.present() {
+            return Pte::NONE;
+        }
+        e
     }
     /// Whether the slot is a huge PMD or PUD.
     pub fn huge(self) -> bool {
