@@ -239,3 +239,19 @@ const fn staged(base: PageMapcounts) -> [PageMapcounts; RmapIdStage::ALL.len()] 
     out[RmapIdStage::All32 as usize].f.rmap_sums = Some(Construction::SeedSubIds32);
     out
 }
+
+/// `compound-locked` with each way of locking, in [`CompoundLock::ALL`] order.
+static COMPOUND_LOCKED: [PageMapcounts; 3] = {
+    let base = DESIGNS[super::Design::CompoundLocked as usize];
+    let mut out = [base; 3];
+    out[1].f.compound_lock = Some(CompoundLock::Sleeping);
+    out[2].f.compound_lock = Some(CompoundLock::Unlocked);
+    out
+};
+
+impl CompoundLock {
+    /// The `compound-locked` design taking its lock this way.
+    pub fn design(self) -> &'static dyn super::MapcountDesign {
+        &COMPOUND_LOCKED[self as usize]
+    }
+}

@@ -13,7 +13,7 @@
 #![warn(missing_docs)]
 
 /// An enum whose variants carry their names (`set ... NAME`, `--... NAME`):
-/// `ALL` in order, `name()`, and under the `clap` feature a `ValueEnum`
+/// `ALL` in order, `name()`, `parse()`, `names()`, and under the `clap` feature a `ValueEnum`
 /// taking those names.
 macro_rules! named_enum {
     ($(#[$emeta:meta])* $Name:ident { $($(#[$meta:meta])* $variant:ident = $name:literal),* $(,)? }) => {
@@ -32,6 +32,16 @@ macro_rules! named_enum {
                 match self {
                     $($Name::$variant => $name,)*
                 }
+            }
+
+            /// The value called `name`.
+            pub fn parse(name: &str) -> Option<$Name> {
+                Self::ALL.iter().copied().find(|v| v.name() == name)
+            }
+
+            /// Every name, for error messages.
+            pub fn names() -> String {
+                Self::ALL.iter().map(|v| v.name()).collect::<Vec<_>>().join(", ")
             }
         }
     };
@@ -238,16 +248,6 @@ named_enum! {
 }
 
 impl Design {
-    /// The design called `name`.
-    pub fn parse(name: &str) -> Option<Design> {
-        Design::ALL.iter().copied().find(|d| d.name() == name)
-    }
-
-    /// Every name, for error messages.
-    pub fn names() -> String {
-        Design::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
-    }
-
     /// The implementation of the design (at seed 000's last stage).
     pub fn implementation(self) -> &'static dyn MapcountDesign {
         self.implementation_at(RmapIdStage::All)

@@ -3,6 +3,7 @@
 //! `__folio_remove_rmap`; include/linux/mm.h `folio_mapcount`,
 //! `folio_maybe_mapped_shared`; mm/memory.c `__wp_can_reuse_large_anon_folio`).
 
+use super::compound_lock::CompoundLock;
 use super::eras::{Guess, PageMapcounts, Total};
 use super::fields::{bump, field, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::large_mapcount::{sum_word, Entered};
@@ -11,6 +12,33 @@ use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::cacheline::Structure;
 use crate::sync::BitSpinLock;
+
+impl PageMapcounts {
+    /// Takes the compound lock around an update, for the design that has
+    /// one (`lock_compound_mapcounts`); `None` for the others and for the
+    /// unlocked variant.
+    pub(super) fn lock<'a>(&self, f: Folio<'a>) -> Option<BitSpinLock<'a>> {
+        let word = &f.page(1).flags;
+        match self.f.compound_lock? {
+            CompoundLock::BitSpinlock => Some(BitSpinLock::lock(Structure::Folio, word, field::COMPOUND_LOCK_BIT)),
+            CompoundLock::Sleeping => {
+                Some(BitSpinLock::lock_sleeping(Structure::Folio, word, field::COMPOUND_LOCK_BIT))
+            }
+            CompoundLock::Unlocked => None,
+        }
+    }
+
+    /// Whether the design is seed 003's era: `subpages_mapcount` beside
+    /// the compound mapcount, however it locks.
+    pub(super) fn seed_003(&self) -> bool {
+        self.f.compound_lock.is_some()
+    }
+
+    /// Whether every update takes a lock (for the cost counters).
+    pub(super) fn takes_compound_lock(&self) -> bool {
+        self.f.compound_lock.is_some_and(|l| l != CompoundLock::Unlocked)
+    }
+}
 
 impl PageMapcounts {
     /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or

@@ -58,16 +58,6 @@ named_enum! {
 }
 
 impl RmapIdStage {
-    /// The stage called `name`.
-    pub fn parse(name: &str) -> Option<RmapIdStage> {
-        Self::ALL.iter().copied().find(|s| s.name() == name)
-    }
-
-    /// Every name, for error messages.
-    pub fn names() -> String {
-        Self::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
-    }
-
     /// The design whose answers `design` gives at this stage, for
     /// expectations per design: at the mapcount stage an rmap-ID design is
     /// nr-mapped's v6.7 with a total mapcount (no sums, always copy, the
