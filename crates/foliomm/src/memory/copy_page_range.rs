@@ -49,7 +49,7 @@ impl CopyVma<'_> {
                 super::huge_memory::split_huge_pmd(k, src, addr);
                 e = spmd.load(phys);
             }
-            if !e.is_none() {
+            if !e.is_none() && !e.huge() {
                 let dpmd = alloc_pmd(k, dst.pgd, addr, &dst.page_table_lock)?;
                 let dtable = alloc_pte_table(k, dpmd)?.expect("child PMD cannot be huge");
                 self.copy_pte_range(dtable, e.pfn(), addr, next)?;

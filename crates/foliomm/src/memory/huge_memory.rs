@@ -260,7 +260,8 @@ fn unmap_file_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
 /// `copy_huge_pmd`: the child gets a read-only, old copy of the PMD and a
 /// deposited table of its own; the parent's PMD is write-protected.
 /// Returns false, changing nothing, when the THP may be pinned: the caller
-/// splits the parent's PMD and copies PTEs instead (-EAGAIN in Linux).
+/// splits the parent's PMD and copies PTEs instead (-EAGAIN in Linux); or
+/// when the entry is no longer huge under the lock.
 pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<bool> {
     let phys = &k.phys;
     let e = spmd.load(phys);
@@ -272,6 +273,12 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
     let dl = pte_lockptr(phys, dpmd.table).lock();
     let sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
     let e = spmd.load(phys);
+    if !e.huge() {
+        // Split meanwhile (an rmap walk's split): the caller copies PTEs.
+        drop((sl, dl));
+        k.free_table(table);
+        return Ok(false);
+    }
     if !e.special() {
         let f = Folio::from_head(phys, e.pfn());
         f.ref_add(1);
