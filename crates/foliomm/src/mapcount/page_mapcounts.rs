@@ -291,7 +291,7 @@ impl MapcountDesign for PageMapcounts {
                     _ if !first_pmd => 0,
                     // 6.2+: the pages PTEs did not map, unless an unmap and
                     // another map raced ahead (`__folio_add_rmap`).
-                    Some(b) if b < ENTIRELY_MAPPED => f.nr_pages() - (b & (ENTIRELY_MAPPED - 1)) as u64,
+                    Some(b) if b < ENTIRELY_MAPPED => f.nr_pages().saturating_sub((b & (ENTIRELY_MAPPED - 1)) as u64),
                     Some(_) => 0,
                     // subpages_mapcount says whether pages are PTE-mapped:
                     // then the scan (`nr_subpages_unmapped`), racy unlocked.
@@ -379,15 +379,20 @@ impl MapcountDesign for PageMapcounts {
                     removed.unmapped_pages = unmapped;
                 } else if last_pmd {
                     let still = if self.f.nr_pages_mapped {
-                        (bump(nr_mapped, -ENTIRELY_MAPPED, plain) - ENTIRELY_MAPPED) as u64
+                        // An add of ENTIRELY_MAPPED raced ahead: it counted no
+                        // page, and neither does this (`__folio_remove_rmap`).
+                        let after = bump(nr_mapped, -ENTIRELY_MAPPED, plain) - ENTIRELY_MAPPED;
+                        (after < ENTIRELY_MAPPED).then_some(after as u64)
                     } else if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 {
                         // subpages_mapcount says no page is PTE-mapped: no scan.
-                        0
+                        Some(0)
                     } else {
-                        self.scan_pte_mapped(f)
+                        Some(self.scan_pte_mapped(f))
                     };
-                    removed.unmapped_pages = f.nr_pages() - still;
-                    removed.deferred_split = still > 0 && still < f.nr_pages();
+                    if let Some(still) = still.map(|s| s.min(f.nr_pages())) {
+                        removed.unmapped_pages = f.nr_pages() - still;
+                        removed.deferred_split = still > 0 && still < f.nr_pages();
+                    }
                 }
                 removed
             }

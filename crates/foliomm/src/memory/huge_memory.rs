@@ -265,6 +265,10 @@ fn unmap_file_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) {
 pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd: PmdSlot, addr: u64) -> Result<bool> {
     let phys = &k.phys;
     let e = spmd.load(phys);
+    if !e.huge() {
+        // Split since the caller looked: it copies the PTEs.
+        return Ok(false);
+    }
     if !e.special() && !Folio::from_head(phys, e.pfn()).test_anon() {
         // A file PMD is not copied: the child refaults it.
         return Ok(true);
@@ -337,6 +341,8 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
 }
 
 /// `move_huge_pmd` (mremap): moves a whole huge PMD and its deposit.
+/// Returns false, moving nothing, when the entry is no longer huge under
+/// the lock (split meanwhile): the caller moves the PTEs.
 pub(crate) fn move_huge_pmd(
     k: &Kernel,
     mm: &Mm,
@@ -345,11 +351,14 @@ pub(crate) fn move_huge_pmd(
     src: u64,
     dst: u64,
     moved: &dyn Fn(Pte) -> Pte,
-) {
+) -> bool {
     let phys = &k.phys;
     let _sl = pte_lockptr(phys, spmd.table).lock();
     let _dl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, dpmd.table).lock());
     let e = spmd.load(phys);
+    if !e.huge() {
+        return false;
+    }
     debug_assert!(dpmd.load(phys).is_none());
     spmd.store(phys, Pte::NONE);
     dpmd.store(phys, moved(e));
@@ -357,6 +366,7 @@ pub(crate) fn move_huge_pmd(
     if let Some(t) = table {
         deposit(mm, dst, t);
     }
+    true
 }
 
 /// `change_huge_pmd` (mprotect of a whole huge PMD, or of a 1 GiB hugetlb

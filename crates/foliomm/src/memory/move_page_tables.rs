@@ -28,15 +28,16 @@ pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64
         let e = spmd.load(phys);
         if e.huge() && src % PMD_SIZE == 0 && dst % PMD_SIZE == 0 && step == PMD_SIZE {
             let dpmd = alloc_pmd(k, mm.pgd, dst, &mm.page_table_lock)?;
-            super::huge_memory::move_huge_pmd(k, mm, spmd, dpmd, src, dst, &moved);
-            off += step;
-            continue;
+            if super::huge_memory::move_huge_pmd(k, mm, spmd, dpmd, src, dst, &moved) {
+                off += step;
+                continue;
+            }
         }
-        if e.huge() {
+        if spmd.load(phys).huge() {
             super::huge_memory::split_huge_pmd(k, mm, src);
         }
         let e = spmd.load(phys);
-        if !e.is_none() {
+        if !e.is_none() && !e.huge() {
             let dpmd = alloc_pmd(k, mm.pgd, dst, &mm.page_table_lock)?;
             let dtable = alloc_pte_table(k, dpmd)?.expect("mremap destination cannot be huge");
             let stable = e.pfn();

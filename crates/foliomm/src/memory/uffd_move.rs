@@ -47,7 +47,10 @@ pub fn move_step(k: &Kernel, mm: &Mm, dst_vma: &Vma, (src, dst, left): (u64, u64
             if !movable {
                 return Err(Errno::EBUSY);
             }
-            super::huge_memory::move_huge_pmd(k, mm, spmd, dpmd, src, dst, &|p| moved_entry(p));
+            if !super::huge_memory::move_huge_pmd(k, mm, spmd, dpmd, src, dst, &|p| moved_entry(p)) {
+                // Split meanwhile: the next step moves its PTEs.
+                return Ok(Step::Again);
+            }
             if !e.special() {
                 move_anon_rmap(Folio::from_head(phys, e.pfn()), dst_vma, dst);
             }

@@ -64,7 +64,7 @@ impl Inode {
     pub fn hugetlb_get_folio(&self, index: u64) -> Result<Folio<'_>> {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let first = index & !(nr - 1);
-        let reserved = {
+        let f = {
             let pages = self.pages.lock().unwrap();
             if let Some(&pfn) = pages.get(&first) {
                 let f = Folio::from_head(&self.k.phys, pfn);
@@ -74,15 +74,17 @@ impl Inode {
             if index >= self.nr_pages() {
                 return Err(Errno::SIGBUS);
             }
-            self.resv_map.lock().unwrap().contains(&first)
+            // The promise is used and recorded as the page is taken from the
+            // pool (`alloc_hugetlb_folio`, `vma_commit_reservation`), so that
+            // an mmap promising pages meanwhile does not promise this one.
+            let mut map = self.resv_map.lock().unwrap();
+            let f = self.k.alloc_hugetlb_folio(size, map.contains(&first)).map_err(|_| Errno::SIGBUS)?;
+            map.insert(first);
+            f
         };
-        let f = self.k.alloc_hugetlb_folio(size, reserved).map_err(|_| Errno::SIGBUS)?;
         self.k.phys.clear_frames(f.pfn, nr);
         let mut pages = self.pages.lock().unwrap();
         debug_assert!(!pages.contains_key(&first), "page {first} added twice: its fault mutex was not held");
-        // The map records the page with the cache, so that a truncation
-        // counts it as instantiated exactly when the cache holds it.
-        self.resv_map.lock().unwrap().insert(first);
         f.head().set(pg::UPTODATE);
         f.head().link.store(self.ino, Relaxed);
         for i in 0..nr {
