@@ -159,6 +159,12 @@ impl<'a> Folio<'a> {
         }
     }
 
+    /// `folio_lock`: waits, asleep on simulated CPUs, until `PG_locked` is
+    /// taken. Callers take it before any page-table lock, as Linux does.
+    pub fn lock(&self) -> BitSpinLock<'a> {
+        BitSpinLock::lock_sleeping(Structure::Folio, &self.head().flags, 0)
+    }
+
     /// `folio_trylock`.
     pub fn trylock(&self) -> Option<BitSpinLock<'a>> {
         BitSpinLock::try_lock(Structure::Folio, &self.head().flags, 0)

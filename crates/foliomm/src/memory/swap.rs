@@ -121,10 +121,14 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             (f, true, f.pfn)
         }
     };
+    // folio_lock_or_retry(): a folio of the swap cache is locked before the
+    // PTL, so that two MMs faulting it in at once do not both find it not
+    // yet anon and both add it as new (`folio_add_new_anon_rmap`).
+    let folio_lock = cached.then(|| f.lock());
     let idx = pte_index(vmf.address);
     let ptl = vmf.pte_lock();
     if ptl.is_none() || load(phys, vmf.table, idx) != orig {
-        drop(ptl);
+        drop((ptl, folio_lock));
         if !cached {
             dev.clear_prepared(e);
         }
@@ -165,7 +169,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         f.set_anon_exclusive(0, reuse);
     }
     store(phys, vmf.table, idx, pte);
-    drop(ptl);
+    drop((ptl, folio_lock));
     if vmf.kind == FaultKind::Write && !writes {
         return wp::do_wp_page(&VmFault { orig: pte, ..*vmf });
     }
