@@ -111,9 +111,7 @@ impl PageMapcounts {
             Cost::default()
         }
     }
-}
 
-impl PageMapcounts {
     /// Pages mapped by at least one PTE, by a scan of every page's
     /// `_mapcount` (`nr_subpages_unmapped`), each page's line read on
     /// simulated CPUs.
@@ -121,7 +119,7 @@ impl PageMapcounts {
         if cacheline::accounting() {
             (0..f.nr_pages()).for_each(|p| cacheline::read(Structure::Folio, f.page(p)));
         }
-        super::fields::pages_mapped_by_ptes(f)
+        (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.load(std::sync::atomic::Ordering::Relaxed) >= 0).count() as u64
     }
 
     /// Whether a PMD maps the folio, as a PTE update before 6.2 asks it

@@ -57,11 +57,6 @@ pub(super) fn shared(f: Folio) -> bool {
     f.page(1).ids.load(Relaxed) & (1 << field::SHARED_BIT) != 0
 }
 
-/// Pages mapped by at least one PTE, counted the slow way.
-pub(super) fn pages_mapped_by_ptes(f: Folio) -> u64 {
-    (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.load(Relaxed) >= 0).count() as u64
-}
-
 /// Adds `d` to `a`, returning the old value: a plain load and store when the
 /// writer is alone in the rmap seqcount (`plain`, seed 000's exclusive
 /// path), an atomic read-modify-write otherwise.
