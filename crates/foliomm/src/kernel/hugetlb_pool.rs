@@ -11,14 +11,22 @@
 //! allocation finds the pool short, and go back to it when freed or no
 //! longer promised.
 //!
-//! Differs from Linux: no per-node pools, no cgroup accounting, no
-//! surplus 1 GiB pages (Linux allows them only with a CMA area; here
-//! `nr_overcommit_hugepages` of the 1 GiB pool is ignored as well).
+//! Pages come from the nodes in turn (`next_nid_to_alloc`) and go back in
+//! turn (`next_nid_to_free`); an allocation takes the most recently freed
+//! page of the first node its placement allows (`dequeue_hugetlb_folio_nodemask`).
+//! Migration may take a temporary page from the buddy allocator when the
+//! target node has none free (`alloc_migrate_hugetlb_folio`).
+//!
+//! Differs from Linux: one free list whose pages know their node, and no
+//! per-node counts (`nr_hugepages` per node, per-node surplus); no cgroup
+//! accounting, no surplus 1 GiB pages (Linux allows them only with a CMA
+//! area; here `nr_overcommit_hugepages` of the 1 GiB pool is ignored as
+//! well).
 #![warn(missing_docs)]
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
-use crate::phys::pg;
+use crate::phys::{pg, Placement};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Mutex;
 use crate::Errno;
@@ -117,6 +125,9 @@ struct Pool {
     surplus: u64,
     /// `nr_overcommit_hugepages`: the most surplus pages there may be.
     overcommit: u64,
+    /// `next_nid_to_alloc`, `next_nid_to_free`: where the pool grows and
+    /// shrinks next.
+    next_nid: [usize; 2],
 }
 
 impl Kernel {
@@ -134,14 +145,14 @@ impl Kernel {
             pool.surplus -= 1;
         }
         while pool.total - pool.surplus < want {
-            let Ok(f) = self.alloc_folio(size.order()) else { break };
+            let Some(f) = self.alloc_pool_folio(size, &mut pool.next_nid[0]) else { break };
             f.head().set(pg::HUGETLB);
             f.head().refcount.store(0, Relaxed);
             pool.free.push(f.pfn);
             pool.total += 1;
         }
         while pool.total - pool.surplus > want && pool.free.len() as u64 > pool.resv {
-            let pfn = pool.free.pop().expect("a free page beyond the reserved ones");
+            let pfn = self.remove_pool_folio(&mut pool);
             let f = Folio::from_head(&self.phys, pfn);
             f.head().clear(pg::HUGETLB);
             f.head().refcount.store(1, Relaxed);
@@ -154,6 +165,31 @@ impl Kernel {
             pool.surplus += 1;
         }
         pool.total - pool.surplus
+    }
+
+    /// `alloc_pool_huge_folio`: a page of `size` from the next node in turn
+    /// that has one (`for_each_node_mask_to_alloc`), `next` moving past it.
+    fn alloc_pool_folio(&self, size: HugeSize, next: &mut usize) -> Option<Folio<'_>> {
+        let nodes = self.phys.nr_nodes();
+        (0..nodes).find_map(|_| {
+            let nid = *next % nodes;
+            *next = nid + 1;
+            self.alloc_folio_placed(Placement::this_node(nid), size.order()).ok()
+        })
+    }
+
+    /// `remove_pool_hugetlb_folio`: takes a free page off the list, from
+    /// the next node in turn that has one (`for_each_node_mask_to_free`).
+    fn remove_pool_folio(&self, pool: &mut Pool) -> Pfn {
+        let nodes = self.phys.nr_nodes();
+        for _ in 0..nodes {
+            let nid = pool.next_nid[1] % nodes;
+            pool.next_nid[1] = nid + 1;
+            if let Some(pfn) = take_free(pool, &self.phys, Placement::this_node(nid)) {
+                return pfn;
+            }
+        }
+        pool.free.pop().expect("a free page beyond the reserved ones")
     }
 
     /// Writes `nr_overcommit_hugepages` of the 2 MiB pool (the 1 GiB
@@ -175,12 +211,12 @@ impl Kernel {
 
     /// `alloc_surplus_hugetlb_folio`: one more free page, a surplus one
     /// from the buddy allocator, if the overcommit limit and memory allow.
-    fn alloc_surplus(&self, pool: &mut Pool) -> bool {
+    fn alloc_surplus(&self, pool: &mut Pool, place: Placement) -> bool {
         if pool.surplus >= pool.overcommit {
             return false;
         }
         // Only the 2 MiB pool has an overcommit limit above 0.
-        let Ok(f) = self.alloc_folio(PMD_ORDER) else { return false };
+        let Ok(f) = self.alloc_folio_placed(place, PMD_ORDER) else { return false };
         f.head().set(pg::HUGETLB);
         f.head().refcount.store(0, Relaxed);
         pool.free.push(f.pfn);
@@ -208,7 +244,7 @@ impl Kernel {
     pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
         let mut pool = self.pool(size);
         while (pool.resv.wrapping_add(n) as i64) > pool.free.len() as i64 {
-            if !self.alloc_surplus(&mut pool) {
+            if !self.alloc_surplus(&mut pool, Placement::LOCAL) {
                 self.return_unused_surplus(&mut pool);
                 return Err(Errno::ENOMEM);
             }
@@ -227,16 +263,23 @@ impl Kernel {
     }
 
     /// `alloc_hugetlb_folio`: a free huge folio of `size` with one
-    /// reference, its bytes not cleared; `reserved` consumes a promise made
-    /// earlier, otherwise only an unpromised page will do, a surplus one if
-    /// the overcommit limit allows. ENOMEM if none.
-    pub fn alloc_hugetlb_folio(&self, size: HugeSize, reserved: bool) -> Result<Folio<'_>, Errno> {
+    /// reference, its bytes not cleared, from the first node `place`
+    /// allows that has one (the VMA's policy, `dequeue_hugetlb_folio_vma`);
+    /// `reserved` consumes a promise made earlier, otherwise only an
+    /// unpromised page will do, a surplus one if the overcommit limit
+    /// allows. ENOMEM if none.
+    pub fn alloc_hugetlb_folio(&self, size: HugeSize, reserved: bool, place: Placement) -> Result<Folio<'_>, Errno> {
         let mut pool = self.pool(size);
         let unpromised = (pool.free.len() as u64).wrapping_sub(pool.resv);
-        if !reserved && unpromised == 0 && !self.alloc_surplus(&mut pool) {
+        if !reserved && unpromised == 0 && !self.alloc_surplus(&mut pool, place) {
             return Err(Errno::ENOMEM);
         }
-        let pfn = pool.free.pop().ok_or(Errno::ENOMEM)?;
+        // The allowed nodes may have none free where others have.
+        let pfn = match take_free(&mut pool, &self.phys, place) {
+            None if !reserved && self.alloc_surplus(&mut pool, place) => take_free(&mut pool, &self.phys, place),
+            pfn => pfn,
+        };
+        let pfn = pfn.ok_or(Errno::ENOMEM)?;
         if reserved {
             pool.resv = pool.resv.wrapping_sub(1);
         }
@@ -245,20 +288,50 @@ impl Kernel {
         Ok(f)
     }
 
+    /// `alloc_hugetlb_folio_nodemask` for a migration to node `nid`
+    /// (`alloc_migration_target`, `__GFP_THISNODE`): an unpromised free
+    /// page there, else (2 MiB pages only) a temporary one from the buddy
+    /// allocator on that node (`alloc_migrate_hugetlb_folio`), counted in
+    /// the pool until freed but never surplus. ENOMEM if neither.
+    pub fn alloc_hugetlb_migration_target(&self, size: HugeSize, nid: usize) -> Result<Folio<'_>, Errno> {
+        let mut pool = self.pool(size);
+        let unpromised = (pool.free.len() as u64).wrapping_sub(pool.resv) as i64 > 0;
+        let f = match unpromised.then(|| take_free(&mut pool, &self.phys, Placement::this_node(nid))).flatten() {
+            Some(pfn) => Folio::from_head(&self.phys, pfn),
+            None if size == HugeSize::Pmd => {
+                let f = self.alloc_folio_placed(Placement::this_node(nid), size.order())?;
+                f.head().set(pg::HUGETLB | pg::HUGETLB_TEMPORARY);
+                pool.total += 1;
+                return Ok(f);
+            }
+            None => return Err(Errno::ENOMEM),
+        };
+        f.head().refcount.store(1, Relaxed);
+        Ok(f)
+    }
+
     /// `free_huge_folio`: a hugetlb folio whose last reference went back
-    /// on the free list, its mapping and flags but the compound and
-    /// hugetlb ones cleared.
+    /// on the free list of its node, its mapping and flags but the
+    /// compound and hugetlb ones cleared; a temporary page goes back to the
+    /// buddy allocator.
     pub(super) fn free_huge_folio(&self, f: Folio) {
         let head = f.head();
         let restore = head.test(pg::HUGETLB_RESTORE_RESERVE);
+        let temporary = head.test(pg::HUGETLB_TEMPORARY);
         head.flags.store(pg::HEAD | pg::HUGETLB, Relaxed);
         head.link.store(0, Relaxed);
         let size = HugeSize::of_order(f.order()).expect("a hugetlb folio has a huge page's order");
         let mut pool = self.pool(size);
-        pool.free.push(f.pfn);
         if restore {
             pool.resv = pool.resv.wrapping_add(1);
         }
+        if temporary {
+            pool.total -= 1;
+            head.clear(pg::HUGETLB);
+            self.free_folio(f);
+            return;
+        }
+        pool.free.push(f.pfn);
         // A surplus page goes back to the buddy allocator.
         self.return_unused_surplus(&mut pool);
     }
@@ -274,4 +347,11 @@ impl Kernel {
     pub fn is_free_huge_page(&self, pfn: Pfn) -> bool {
         HugeSize::ALL.into_iter().any(|size| self.pool(size).free.contains(&pfn))
     }
+}
+
+/// `dequeue_hugetlb_folio_nodemask`: the most recently freed page of the
+/// first node of `place`'s zonelist that has one, taken off the list.
+fn take_free(pool: &mut Pool, phys: &crate::phys::PhysMem, place: Placement) -> Option<Pfn> {
+    let at = phys.zonelist(place).find_map(|nid| pool.free.iter().rposition(|&pfn| phys.nid(pfn) == nid))?;
+    Some(pool.free.remove(at))
 }

@@ -19,6 +19,12 @@ impl Kernel {
         self.phys.alloc_pages(order).map(|pfn| self.prep_folio(pfn, order))
     }
 
+    /// [`Kernel::alloc_folio`] on the first node of `place` that has a free
+    /// block (with reclaim: no watermark test, unlike [`Kernel::alloc_folio_on`]).
+    pub(super) fn alloc_folio_placed(&self, place: Placement, order: u32) -> Result<Folio<'_>, Errno> {
+        self.phys.alloc_pages_on(place, order, MigrateType::Movable).map(|pfn| self.prep_folio(pfn, order))
+    }
+
     /// [`Kernel::alloc_folio`] with the bytes zeroed (`vma_alloc_zeroed_movable_folio`).
     pub fn alloc_folio_zeroed(&self, order: u32) -> Result<Folio<'_>, Errno> {
         self.phys.alloc_pages_zeroed(order).map(|pfn| self.prep_folio(pfn, order))

@@ -320,7 +320,7 @@ fn hugetlb_no_page(
         }
     }
     let (f, anon) = if vma.shared() {
-        (inode.hugetlb_get_folio(index)?, false)
+        (inode.hugetlb_get_folio(index, vma.huge_placement(index, walked.size.order()))?, false)
     } else if let Some((f, _)) = inode.get_cached(index) {
         (Folio::from_head(phys, f.pfn), false)
     } else {
@@ -444,7 +444,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         }
-        copy_huge_entry(k, (dst, dst_vma.anon_vma()), src, (dpmd, spmd), addr, size)?;
+        copy_huge_entry(k, (dst, dst_vma), src, (dpmd, spmd), addr, size)?;
         addr += size.bytes();
     }
     Ok(())
@@ -456,7 +456,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
 /// of its VMA). ENOMEM when a pinned page's copy finds no pool page.
 fn copy_huge_entry(
     k: &Kernel,
-    (dst, anon_vma): (&Mm, u64),
+    (dst, dst_vma): (&Mm, &Vma),
     src: &Mm,
     (dpmd, spmd): (PmdSlot, PmdSlot),
     addr: u64,
@@ -490,9 +490,9 @@ fn copy_huge_entry(
     }
     f.put_refs(1);
     // A maybe-pinned exclusive page: the child gets its own copy now.
-    let new = k.alloc_hugetlb_folio(size, false)?;
+    let new = k.alloc_hugetlb_folio(size, false, dst_vma.huge_placement(f.index(), size.order()))?;
     (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, (anon_vma, f.index()));
+    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, (dst_vma.anon_vma(), f.index()));
     dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
     dst.add_rss(new, nr as i64);
     Ok(())

@@ -33,7 +33,7 @@ pub(super) fn alloc_private<'k>(
 ) -> Result<Folio<'k>> {
     let resv = vma.hugetlb_resv().filter(|_| uses_reserve);
     let reserved = resv.as_ref().is_some_and(|r| r.reserved(index));
-    let f = k.alloc_hugetlb_folio(size, reserved)?;
+    let f = k.alloc_hugetlb_folio(size, reserved, vma.huge_placement(index, size.order()))?;
     if let Some(r) = resv {
         r.commit(index);
     }

@@ -42,13 +42,13 @@ pub fn hugetlb_mfill_atomic_pte(mm: &Mm, vma: &Vma, haddr: u64, fill: Fill) -> R
                 if !inode.has_entry(index) {
                     return Err(Errno::EFAULT);
                 }
-                (inode.hugetlb_get_folio(index)?, false, wp)
+                (inode.hugetlb_get_folio(index, vma.huge_placement(index, walked.size.order()))?, false, wp)
             }
             Fill::Copy { bytes, wp } => {
                 let f = match vma.shared() {
                     _ if index >= inode.nr_pages() => return Err(Errno::EFAULT),
                     true if inode.has_entry(index) => return Err(Errno::EEXIST),
-                    true => inode.hugetlb_get_folio(index)?,
+                    true => inode.hugetlb_get_folio(index, vma.huge_placement(index, walked.size.order()))?,
                     false => {
                         let f = super::hugetlb_resv::alloc_private(k, vma, index, walked.size, true)?;
                         Folio::from_head(phys, f.pfn)

@@ -13,10 +13,12 @@
 //! Differs from Linux: the mappings are held still by their tables' locks
 //! ([`super::folio_mappings`]) and cleared while the bytes move, not
 //! replaced by migration entries; a PMD mapping moves as a PMD (as with
-//! `set_pmd_migration_entry`). Anon folios and shmem folios migrate; a
-//! hugetlb folio, or one in the swap cache, fails with EBUSY.
+//! `set_pmd_migration_entry`). Anon, shmem and 2 MiB hugetlb folios
+//! migrate (the hugetlb differences in [`super::hugetlb_migrate`]); a
+//! folio in the swap cache fails with EBUSY.
 
 use super::folio_mappings::{with_mappings, Mapping};
+use super::hugetlb_migrate::{self as hugetlb, is_hugetlb};
 use super::split::split_folio_to_order;
 use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
 use crate::folio::Folio;
@@ -100,7 +102,7 @@ fn migrate_batch<'k>(
         let mut retry = Vec::new();
         let mut rest = from.into_iter();
         while let Some(f) = rest.next() {
-            let thp = f.order() == PMD_ORDER;
+            let thp = f.order() == PMD_ORDER && !is_hugetlb(f);
             let partial = f.nr_pages() > 2
                 && f.page(1).test(pg::PARTIALLY_MAPPED)
                 && k.config.release().migrate_splits_partially_mapped();
@@ -120,7 +122,7 @@ fn migrate_batch<'k>(
             match move_folio(k, mmlist, f, nid) {
                 Ok(()) => {}
                 Err(Errno::ENOMEM)
-                    if f.is_large() && !nosplit && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
+                    if f.is_large() && !nosplit && !is_hugetlb(f) && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
                 {
                     nr_failed += 1;
                     if thp {
@@ -170,30 +172,38 @@ fn try_split<'k>(k: &'k Kernel, mmlist: &MmList, f: Folio<'k>, list: &mut Vec<Fo
 
 fn count_moved(k: &Kernel, f: Folio) {
     k.stats.pgmigrate_success.fetch_add(f.nr_pages(), Relaxed);
-    if f.order() == PMD_ORDER {
+    if f.order() == PMD_ORDER && !is_hugetlb(f) {
         Stats::inc(&k.stats.thp_migration_success);
     }
 }
 
 fn count_failed(k: &Kernel, f: Folio) {
     k.stats.pgmigrate_fail.fetch_add(f.nr_pages(), Relaxed);
-    if f.order() == PMD_ORDER {
+    if f.order() == PMD_ORDER && !is_hugetlb(f) {
         Stats::inc(&k.stats.thp_migration_fail);
     }
 }
 
 /// `folio_isolate_lru` for migration, taking a reference: an anon folio,
-/// or a shmem folio still in its page cache, off the LRU. False if it is
-/// not there to take (isolated already, a hugetlb folio, or neither).
+/// or a shmem folio still in its page cache, off the LRU; a hugetlb folio
+/// by `isolate_hugetlb`. False if it is not there to take (isolated
+/// already, or neither).
 pub fn isolate_folio(k: &Kernel, f: Folio) -> bool {
-    let movable = f.test_anon() || (crate::shmem::in_page_cache(f) && !f.head().test(pg::HUGETLB));
+    if is_hugetlb(f) {
+        return hugetlb::isolate_hugetlb(f);
+    }
+    let movable = f.test_anon() || crate::shmem::in_page_cache(f);
     movable && k.lru.isolate(f)
 }
 
-/// `putback_movable_pages`: each folio back on the LRU, its isolation
-/// reference dropped.
+/// `putback_movable_pages`: each folio back on the LRU (a hugetlb one
+/// migratable again), its isolation reference dropped.
 pub(crate) fn putback(k: &Kernel, folios: Vec<Folio>) {
     for f in folios {
+        if is_hugetlb(f) {
+            hugetlb::putback_hugetlb(k, f);
+            continue;
+        }
         k.lru.add(f);
         k.folio_put_refs(f, 1);
     }
@@ -205,9 +215,14 @@ pub(crate) fn putback(k: &Kernel, folios: Vec<Folio>) {
 /// holds it; EBUSY for a folio in the swap cache, or a page-cache folio
 /// no longer in its file. A page-cache folio's file index moves to the
 /// new folio under the cache's lock (`__folio_migrate_mapping`), taken
-/// before the tables' (which are only tried).
+/// before the tables' (which are only tried). A page-cache hugetlb folio
+/// is locked first, then the MMs sharing its PMD table let go of it
+/// ([`hugetlb::unshare_for_migration`]), as `unmap_and_move_huge_page` does.
 fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
-    let dst = k.alloc_folio_on(Placement::this_node(nid), f.order(), false)?;
+    let dst = match is_hugetlb(f) {
+        true => hugetlb::alloc_target(k, f, nid)?,
+        false => k.alloc_folio_on(Placement::this_node(nid), f.order(), false)?,
+    };
     let moved = (|| {
         if k.folio_swap(f).is_some() {
             return Err(Errno::EBUSY);
@@ -216,12 +231,22 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
             true => None,
             false => Some(mmlist.inode(f.head().link.load(Relaxed)).ok_or(Errno::EBUSY)?),
         };
+        let hugetlb_lock = match is_hugetlb(f) {
+            true => Some(f.trylock().ok_or(Errno::EAGAIN)?),
+            false => None,
+        };
+        if let Some(inode) = inode.as_ref().filter(|_| hugetlb_lock.is_some()) {
+            hugetlb::unshare_for_migration(k, mmlist, inode, f)?;
+        }
         let mut cache = inode.as_ref().map(|i| i.pages.lock().unwrap());
         if cache.as_ref().is_some_and(|c| c.get(&f.index()) != Some(&f.pfn)) {
             return Err(Errno::EBUSY);
         }
         let cache_refs = if cache.is_some() { crate::shmem::cache_refs(f) } else { 0 };
-        let lock = f.trylock().ok_or(Errno::EAGAIN)?;
+        let lock = match hugetlb_lock {
+            Some(lock) => lock,
+            None => f.trylock().ok_or(Errno::EAGAIN)?,
+        };
         let mapped = with_mappings(k, mmlist, f, false, |maps| {
             let mapcount = rmap::folio_mapcount(k, f);
             if maps.len() as u64 != mapcount || f.refcount() as u64 != mapcount + 1 + cache_refs as u64 {
@@ -244,6 +269,9 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
     match moved {
         Ok(refs) => {
             count_moved(k, f);
+            if is_hugetlb(f) {
+                hugetlb::move_hugetlb_state(f, dst);
+            }
             f.head().link.store(0, Relaxed);
             k.folio_put_refs(f, refs + 1);
             k.folio_put_refs(dst, 1);
@@ -263,7 +291,7 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
 /// copied (`folio_migrate_copy`, `folio_migrate_flags`); then each mapping
 /// installed on `dst` with its bits and its page's AnonExclusive
 /// (`remove_migration_pte`). A fault meeting a cleared entry waits for the
-/// table's lock and finds the new one. `dst` joins the LRU.
+/// table's lock and finds the new one. `dst` joins the LRU, unless hugetlb.
 fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
     let phys = &k.phys;
     let cleared: Vec<Pte> = maps.iter().map(|m| take(phys, m.table, m.idx)).collect();
@@ -298,5 +326,7 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
         dst.ref_add(1);
         store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK));
     }
-    k.lru.add(dst);
+    if !is_hugetlb(dst) {
+        k.lru.add(dst);
+    }
 }

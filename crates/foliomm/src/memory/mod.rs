@@ -17,6 +17,7 @@ pub mod file;
 pub mod folio_mappings;
 pub mod huge_memory;
 pub mod hugetlb;
+pub mod hugetlb_migrate;
 pub mod hugetlb_resv;
 pub mod hugetlb_userfaultfd;
 pub mod khugepaged;

@@ -288,6 +288,12 @@ impl Vma {
     pub fn placement(&self, addr: u64, order: u32) -> crate::phys::Placement {
         self.policy().placement(self.interleave_index(addr, order), order, self.flags() & vm::HUGEPAGE != 0)
     }
+    /// Where the hugetlb page of `order` at file page `index` comes from
+    /// under the VMA's policy (`huge_node`, its interleave index the huge
+    /// page's number): the policy's nodes, without a THP's `__GFP_THISNODE`.
+    pub fn huge_placement(&self, index: u64, order: u32) -> crate::phys::Placement {
+        self.policy().placement(index >> order, 0, true)
+    }
     /// The interleave index of a folio of `order` at `addr`
     /// (`get_vma_policy`'s `ilx`: `vm_pgoff` and the offset, in folios).
     pub fn interleave_index(&self, addr: u64, order: u32) -> u64 {

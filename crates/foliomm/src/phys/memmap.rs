@@ -54,6 +54,12 @@ pub mod pg {
     /// `!list_empty(&folio->_deferred_list)`): partially mapped, or from
     /// 6.12 a THP waiting to be judged underused.
     pub const DEFERRED: u64 = 1 << 19;
+    /// `HPG_temporary`: a hugetlb page taken from the buddy allocator for a
+    /// migration, freed back to it rather than to the pool.
+    pub const HUGETLB_TEMPORARY: u64 = 1 << 20;
+    /// A hugetlb page isolated for migration (Linux clears
+    /// `HPG_migratable` instead, set on pages in use).
+    pub const HUGETLB_ISOLATED: u64 = 1 << 21;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

@@ -113,7 +113,7 @@ impl PhysMem {
     }
 
     /// The nodes `place` may use, in the order an allocation tries them.
-    pub(super) fn zonelist(&self, place: Placement) -> impl Iterator<Item = usize> + '_ {
+    pub fn zonelist(&self, place: Placement) -> impl Iterator<Item = usize> + '_ {
         let n = self.nodes.len();
         (0..n).map(move |i| (place.preferred + i) % n).filter(move |&nid| place.allowed.contains(nid))
     }

@@ -20,7 +20,7 @@ use super::{Inode, Mount};
 use crate::arch::PAGE_SIZE;
 use crate::folio::Folio;
 use crate::kernel::HugeSize;
-use crate::phys::pg;
+use crate::phys::{pg, Placement};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
 
@@ -61,7 +61,7 @@ impl Inode {
     /// Linux the end is not read again: a truncation that neither the
     /// hugetlb VMA lock nor `i_mmap_rwsem` keeps out (`no-lock`) may leave
     /// the page past it.
-    pub fn hugetlb_get_folio(&self, index: u64) -> Result<Folio<'_>> {
+    pub fn hugetlb_get_folio(&self, index: u64, place: Placement) -> Result<Folio<'_>> {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let first = index & !(nr - 1);
         let f = {
@@ -78,7 +78,7 @@ impl Inode {
             // pool (`alloc_hugetlb_folio`, `vma_commit_reservation`), so that
             // an mmap promising pages meanwhile does not promise this one.
             let mut map = self.resv_map.lock().unwrap();
-            let f = self.k.alloc_hugetlb_folio(size, map.contains(&first)).map_err(|_| Errno::SIGBUS)?;
+            let f = self.k.alloc_hugetlb_folio(size, map.contains(&first), place).map_err(|_| Errno::SIGBUS)?;
             map.insert(first);
             f
         };
@@ -123,7 +123,7 @@ impl Inode {
         for index in (offset / PAGE_SIZE / nr * nr..last).step_by(nr as usize) {
             let mutex = self.k.hugetlb_fault_mutex(self.ino, index);
             let _mutex = mutex.lock().unwrap();
-            let f = self.hugetlb_get_folio(index).map_err(|_| Errno::ENOMEM)?;
+            let f = self.hugetlb_get_folio(index, Placement::LOCAL).map_err(|_| Errno::ENOMEM)?;
             self.k.folio_put_refs(f, 1);
         }
         Ok(())

@@ -139,6 +139,22 @@ impl<T: ?Sized> RwLock<T> {
         }
     }
 
+    /// `down_write_trylock`: fails while anyone holds it, and in a
+    /// simulation also while anyone waits.
+    pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
+        if sim::active() && sim::first_waiter(self.key()).is_some() {
+            return Err(TryLockError::WouldBlock);
+        }
+        match self.0.try_write() {
+            Ok(g) => Ok(RwLockWriteGuard { inner: Some(g), lock: self }),
+            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
+            Err(TryLockError::Poisoned(p)) => Err(TryLockError::Poisoned(PoisonError::new(RwLockWriteGuard {
+                inner: Some(p.into_inner()),
+                lock: self,
+            }))),
+        }
+    }
+
     /// Whether nobody holds it (a probe: takes and drops the write side;
     /// a poisoned lock nobody holds is free, its next holder gets the
     /// poison).
