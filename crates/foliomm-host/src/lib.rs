@@ -78,6 +78,10 @@ pub struct HostBackend {
     memcg: Mutex<Option<memcg::Memcg>>,
     /// debugfs, once a step splits folios.
     debugfs: Mutex<Option<debugfs::Debugfs>>,
+    /// The scenario's NUMA nodes (`set nodes`, 1 by default): on a machine
+    /// with more, its huge page pools are kept on node 0, as on the
+    /// machine it describes.
+    nodes: std::sync::atomic::AtomicU64,
 }
 
 impl HostBackend {
@@ -94,6 +98,7 @@ impl HostBackend {
             one_cpu: Default::default(),
             memcg: Mutex::new(None),
             debugfs: Mutex::new(None),
+            nodes: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
@@ -253,6 +258,11 @@ impl Backend for HostBackend {
         {
             *self.memcg.lock().unwrap() = Some(memcg::Memcg::create(bytes).map_err(StepError::Unsupported)?);
         }
+        let nodes = settings.iter().rev().find_map(|s| match s {
+            MachineSetting::Nodes(n) => Some(*n),
+            _ => None,
+        });
+        self.nodes.store(nodes.unwrap_or(1), std::sync::atomic::Ordering::Relaxed);
         std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there
         // is a killed run's whose process id came round again.
@@ -308,7 +318,17 @@ impl Backend for HostBackend {
                         .map_err(StepError::Unsupported)?;
                 }
                 let path = sysfs::hugetlb_path(size, "nr_hugepages");
-                sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
+                let nodes = self.nodes.load(std::sync::atomic::Ordering::Relaxed);
+                if nodes < procfs::memory_nodes() {
+                    // Node 0 alone: the other nodes' pools emptied first.
+                    for nid in (0..procfs::memory_nodes()).rev() {
+                        let n = if nid == 0 { pages } else { 0 };
+                        sysfs::set(&sysfs::node_hugetlb_path(nid, size), &n.to_string())
+                            .map_err(StepError::Unsupported)?;
+                    }
+                } else {
+                    sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
+                }
                 // Pages in use beyond the new size stay, as surplus pages.
                 let read = |p: &str| {
                     sysfs::read_selected(p).map_err(setup)?.parse::<u64>().map_err(|e| setup(format!("{p}: {e}")))

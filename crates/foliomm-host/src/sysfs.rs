@@ -118,6 +118,11 @@ pub fn hugetlb_path(size: HugeSize, name: &str) -> String {
     format!("/sys/kernel/mm/hugepages/hugepages-{}kB/{name}", size.bytes() >> 10)
 }
 
+/// `nr_hugepages` of node `nid`'s pool of `size`.
+pub fn node_hugetlb_path(nid: u64, size: HugeSize) -> String {
+    format!("/sys/devices/system/node/node{nid}/hugepages/hugepages-{}kB/nr_hugepages", size.bytes() >> 10)
+}
+
 /// The counts of the pool of `size` (zero where unreadable).
 pub fn huge_counts(size: HugeSize) -> HugeCounts {
     let read = |name: &str| {

@@ -2,11 +2,14 @@
 //! `queue_folios_pte_range`, `migrate_folio_add`, `mbind_range`): a range's
 //! VMAs get a memory policy, and with `MPOL_MF_MOVE` the folios already
 //! there that the policy's nodes do not hold move to them, except those
-//! (maybe) mapped shared, which only `MPOL_MF_MOVE_ALL` moves.
+//! (maybe) mapped shared, which only `MPOL_MF_MOVE_ALL` moves. A hugetlb
+//! page reached through a PMD table its MM shares also stays without
+//! `MPOL_MF_MOVE_ALL` (`queue_folios_hugetlb`'s `hugetlb_pmd_shared`).
 //!
-//! Differs from Linux: hugetlb VMAs are not scanned; the migration target is the policy's node for the folio
-//! (the nearest of a bind policy's, the interleave node of its index),
-//! taken on that node alone.
+//! Differs from Linux: the migration target is the policy's node for the
+//! folio (the nearest of a bind policy's, the interleave node of its
+//! index), taken on that node alone; a 1 GiB hugetlb page is never
+//! isolated, so counts as not moved.
 
 use super::vma::merge_around;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
@@ -14,7 +17,8 @@ use crate::folio::Folio;
 use crate::kernel::Consumer;
 use crate::memory::migrate::{isolate_folio, migrate_pages, putback, Reason};
 use crate::mm_types::{Mempolicy, Mm, Vmas};
-use crate::pgtable::{leaf_slot, pte_lockptr};
+use crate::pgtable::{leaf_slot, pt_share_count, pte_lockptr};
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::phys::NodeMask;
 use crate::rmap;
 use crate::{Errno, Result};
@@ -111,7 +115,7 @@ impl Mm {
             }
             any = true;
             reach = v.end();
-            if q.flags & (MPOL_MF_STRICT | MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0 && !v.is_hugetlb() {
+            if q.flags & (MPOL_MF_STRICT | MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0 {
                 self.queue_folios(v.start().max(start), v.end().min(end), v, q)?;
             }
         }
@@ -151,7 +155,8 @@ impl Mm {
                 q.large = Some(f.pfn);
             }
             let moving = q.flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0;
-            if !moving || !self.migrate_folio_add(f, vma, addr, q) {
+            let pmd_shared = vma.is_hugetlb() && pt_share_count(&k.phys, slot.table).load(Relaxed) > 0;
+            if !moving || !self.migrate_folio_add(f, vma, addr, pmd_shared, q) {
                 q.failed += 1;
                 if q.strictly_unmovable() {
                     return Err(Errno::EIO);
@@ -164,17 +169,25 @@ impl Mm {
 
     /// `migrate_folio_add`: without `MPOL_MF_MOVE_ALL` a folio (maybe)
     /// mapped shared stays, which is no failure (asked as the release asks
-    /// it, at its first page: `page_mapcount(head)` in 6.1); any other is
-    /// isolated and queued for the node the policy gives its index, or
-    /// false if it cannot be isolated.
-    fn migrate_folio_add<'k>(&'k self, f: Folio<'k>, vma: &crate::mm_types::Vma, addr: u64, q: &mut Queue<'k>) -> bool {
+    /// it, at its first page: `page_mapcount(head)` in 6.1), and so does a
+    /// hugetlb page mapped through a shared PMD table (`pmd_shared`); any
+    /// other is isolated and queued for the node the policy gives its
+    /// index, or false if it cannot be isolated.
+    fn migrate_folio_add<'k>(
+        &'k self,
+        f: Folio<'k>,
+        vma: &crate::mm_types::Vma,
+        addr: u64,
+        pmd_shared: bool,
+        q: &mut Queue<'k>,
+    ) -> bool {
         let k = &*self.kernel;
         if q.flags & MPOL_MF_MOVE_ALL == 0 {
             let shared = rmap::page_maybe_mapped_shared(k, f, 0);
             if f.is_large() {
                 k.decided(Consumer::Migrate, f, shared);
             }
-            if shared {
+            if shared || pmd_shared {
                 return true;
             }
         }
