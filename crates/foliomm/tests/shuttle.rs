@@ -25,6 +25,9 @@ mod collapse;
 /// Seed 003's race (compound mapcounts without the compound lock).
 #[path = "shuttle/compound_lock.rs"]
 mod compound_lock;
+/// Seed 002's unsharing by a hugetlb migration's rmap walk against a fault.
+#[path = "shuttle/hugetlb_migrate.rs"]
+mod hugetlb_migrate;
 /// KSM's races (ksmd against writes, fork and zap).
 #[path = "shuttle/ksm.rs"]
 mod ksm;

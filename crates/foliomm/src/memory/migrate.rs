@@ -122,7 +122,10 @@ fn migrate_batch<'k>(
             match move_folio(k, mmlist, f, nid) {
                 Ok(()) => {}
                 Err(Errno::ENOMEM)
-                    if f.is_large() && !nosplit && !is_hugetlb(f) && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
+                    if f.is_large()
+                        && !nosplit
+                        && !is_hugetlb(f)
+                        && split.as_deref_mut().is_some_and(|l| try_split(k, mmlist, f, l)) =>
                 {
                     nr_failed += 1;
                     if thp {

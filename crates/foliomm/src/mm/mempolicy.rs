@@ -18,9 +18,9 @@ use crate::kernel::Consumer;
 use crate::memory::migrate::{isolate_folio, migrate_pages, putback, Reason};
 use crate::mm_types::{Mempolicy, Mm, Vmas};
 use crate::pgtable::{leaf_slot, pt_share_count, pte_lockptr};
-use crate::sync::atomic::Ordering::Relaxed;
 use crate::phys::NodeMask;
 use crate::rmap;
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::{Errno, Result};
 
 /// `MPOL_MF_STRICT`: fail with EIO if a folio is not where the policy says
