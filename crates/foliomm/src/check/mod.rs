@@ -281,6 +281,15 @@ fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
     if pte.write() && f.test_anon() && !f.anon_exclusive(page) {
         push(Exclusive, format!("mm {mm}: {addr:#x} is writable but page {:#x} is not AnonExclusive", pte.pfn()));
     }
+    // A shared file mapping maps the file's own page: one the cache let go
+    // would take writes the file never sees.
+    if let Some((inode, index)) =
+        vmas.find(addr).and_then(|v| Some((v.file().filter(|_| v.shared())?, v.page_index(addr))))
+    {
+        if inode.cached_pfn(index) != Some(pte.pfn()) {
+            push(PageCache, format!("mm {mm}: {addr:#x} of a shared mapping maps pfn {:#x}, which inode {} does not hold at index {index}", pte.pfn(), inode.ino));
+        }
+    }
 }
 
 /// Whether `f`, which `leaf` maps, is an allocated folio (else a violation).

@@ -96,10 +96,14 @@ impl MmList {
     /// cache under its fault mutex, so that no fault maps it meanwhile; one
     /// a fault mapped since the unmap is unmapped again first, under the
     /// mutex (`hugetlb_unmap_file_folio`; private copies too on
-    /// `truncate`). Then the rest of the range: partly covered pages
-    /// zeroed, and on truncation every reservation past the end given back.
+    /// `truncate`). Then, on truncation, the rest past the end and every
+    /// reservation there given back; for a hole, the partly covered pages
+    /// at its edges zeroed. A page a fault added inside the hole after the
+    /// listing stays cached and mapped, as in Linux, whose scan has moved
+    /// past its index.
     fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64, truncate: bool) {
-        let nr = inode.page_unit() / PAGE_SIZE;
+        let unit = inode.page_unit();
+        let nr = unit / PAGE_SIZE;
         for first in inode.huge_pages_in(offset, end) {
             let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
             let _mutex = mutex.lock().unwrap();
@@ -108,7 +112,16 @@ impl MmList {
             }
             inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
         }
-        inode.undo_range(offset, end);
+        if end == u64::MAX {
+            return inode.undo_range(offset, end);
+        }
+        let (lo, hi) = (offset.next_multiple_of(unit).min(end), (end / unit * unit).max(offset));
+        if lo > offset {
+            inode.undo_range(offset, lo);
+        }
+        if end > hi.max(lo) {
+            inode.undo_range(hi.max(lo), end);
+        }
     }
 
     /// Unmaps the large folios `[offset, end)` covers in part and could

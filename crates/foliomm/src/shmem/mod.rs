@@ -310,6 +310,11 @@ impl Inode {
         self.pages.lock().unwrap().iter().map(|(&i, &p)| (i, p)).collect()
     }
 
+    /// The page the cache holds at `index`, if any (for the checker).
+    pub fn cached_pfn(&self, index: u64) -> Option<Pfn> {
+        self.pages.lock().unwrap().get(&index).copied()
+    }
+
     /// Sets `i_size` (`i_size_write`); faults past it fail from now on.
     /// EINVAL past [`MAX_FILE_SIZE`].
     pub(crate) fn set_size(&self, size: u64) -> Result<()> {
