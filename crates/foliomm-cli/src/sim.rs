@@ -9,7 +9,8 @@
 //! zeroing inside it (writing every line of a faulted page), and a system
 //! call (`madvise(MADV_NOHUGEPAGE)` of one page), and a wake-up (two
 //! threads that park and wake each other in turn: a futex round trip is
-//! two wake-ups; the median of batches). Derived, not measured: a
+//! two wake-ups; the median of batches), and a locked RMW beyond a plain
+//! add (`fetch_add` on one word against a plain add). Derived, not measured: a
 //! hit (1 ns), a clean line from another core (two thirds of a transfer),
 //! an invalidation (half of one) and a round of spinning (a third); the
 //! sockets from `/sys/devices/system/cpu`. A fork's fixed work is the
@@ -49,6 +50,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         remote_hitm: hitm,
         invalidate: hitm / 2,
         spin: hitm / 3,
+        atomic: atomic_ps(),
         wakeup: wakeup_ps(),
         fault,
         zero_page,
@@ -67,14 +69,14 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
     Ok(())
 }
 
-/// The profile `name` names: the built-in `two-socket-server`, or a file
-/// `sim calibrate` wrote.
+/// The profile `name` names: a built-in one (`two-socket-server`,
+/// `cheap-atomics`), or a file `sim calibrate` wrote.
 pub fn profile(name: &str) -> Result<Profile> {
-    if name == "two-socket-server" {
-        return Ok(Profile::two_socket_server());
+    if let Some(p) = Profile::builtin(name) {
+        return Ok(p);
     }
     let text = std::fs::read_to_string(name).with_context(|| {
-        format!("--sim-profile: expected two-socket-server or a file of `sim calibrate`, found '{name}'")
+        format!("--sim-profile: expected two-socket-server, cheap-atomics or a file of `sim calibrate`, found '{name}'")
     })?;
     serde_json::from_str(&text).with_context(|| format!("--sim-profile {name}: not a profile"))
 }
@@ -105,6 +107,32 @@ fn transfer_ps() -> u64 {
                 }
             });
             t.elapsed().as_nanos() as u64 * 1000 / (2 * ROUNDS)
+        })
+        .collect();
+    batches.sort_unstable();
+    batches[batches.len() / 2]
+}
+
+/// A locked RMW's cost beyond a plain store to a line this CPU holds:
+/// `fetch_add` against a volatile-ish add (`black_box`) on one word,
+/// the median of batches.
+fn atomic_ps() -> u64 {
+    const OPS: u64 = 2_000_000;
+    let mut batches: Vec<u64> = (0..9)
+        .map(|_| {
+            let word = AtomicU64::new(0);
+            let t = Instant::now();
+            for _ in 0..OPS {
+                word.fetch_add(1, Relaxed);
+            }
+            let locked = t.elapsed().as_nanos() as u64;
+            let mut plain = 0u64;
+            let t = Instant::now();
+            for _ in 0..OPS {
+                plain = std::hint::black_box(plain + 1);
+            }
+            let unlocked = t.elapsed().as_nanos() as u64;
+            locked.saturating_sub(unlocked) * 1000 / OPS
         })
         .collect();
     batches.sort_unstable();

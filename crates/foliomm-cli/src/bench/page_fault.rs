@@ -289,8 +289,9 @@ pub(super) struct SimArgs {
     /// next before it hands over (0: strictly in clock order).
     #[arg(long = "sim-quantum", default_value_t = 0)]
     quantum: u64,
-    /// The cost profile: `two-socket-server` (published latencies) or a
-    /// file `foliomm sim calibrate` wrote.
+    /// The cost profile: `two-socket-server` (published latencies),
+    /// `cheap-atomics` (the same with locked RMWs as cheap as plain stores,
+    /// seed 000's AMD EPYC) or a file `foliomm sim calibrate` wrote.
     #[arg(long = "sim-profile", default_value = "two-socket-server")]
     profile: String,
     /// Adjacent-line prefetch on: a line moves with its 128-byte buddy, as

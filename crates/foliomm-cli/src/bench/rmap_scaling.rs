@@ -15,8 +15,19 @@
 //!   fork adds a PMD mapping of the one folio (`copy_huge_pmd`) and every
 //!   exit removes one, the rmap-id designs entering the folio's atomic
 //!   seqcount each time, mm-id taking its `_mm_ids` bit lock.
+//! - `cow`: seed 000's vm-scalability case-anon-cow-seq on one THP: the
+//!   processes are children of one parent that wrote an anonymous 2M THP;
+//!   each writes the THP's pages in order, one per loop, so that its first
+//!   write PTE-maps the THP in its MM and every write copies one page and
+//!   removes that page's mapping of the shared folio, all children at once.
 //!
-//! Figures: pairs (map and unmap, or fork and exit) per CPU-second of
+//! Beside the designs, rmap-id without its exclusive seqcount entry
+//! (`all-shared`) and with the entry switched off at run time where
+//! atomics are cheap (`all-auto`): under `--sim-profile cheap-atomics`
+//! (seed 000's AMD EPYC, whose locked RMWs cost no more than plain stores)
+//! `all-auto` runs as `all-shared`, under `two-socket-server` as `all`.
+//!
+//! Figures: pairs (map and unmap, or fork and exit; a COW write) per CPU-second of
 //! simulated time, the harmonic mean over rounds (round r runs with the
 //! seed plus r), as % change against nr-mapped; then the folio's cache-line
 //! transfers and its lock wait per pair. Differs from Linux: the fixed
@@ -27,6 +38,7 @@ use std::collections::HashMap;
 
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::folio::thp::ShmemHuge;
+use foliomm::internals::mapcount::RmapIdStage;
 use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{CompoundLock, Config, Design, MmapFlags, Prot};
 
@@ -44,9 +56,10 @@ pub(super) struct RmapScalingArgs {
     /// Pairs each simulated CPU makes per round (1 to 10000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     loops: u32,
-    /// The workloads, comma-separated: `map` (shmem THPs, seed 003) and
-    /// `fork` (an anonymous THP, seed 000).
-    #[arg(long, value_delimiter = ',', default_value = "map,fork")]
+    /// The workloads, comma-separated: `map` (shmem THPs, seed 003),
+    /// `fork` (an anonymous THP, seed 000) and `cow` (seed 000's
+    /// case-anon-cow-seq on one THP; --loops up to 512 pages).
+    #[arg(long, value_delimiter = ',', default_value = "map,fork,cow")]
     workloads: Vec<Workload>,
     /// Simulated CPUs (required here; default 1,2,4,8,16,32,64).
     #[command(flatten)]
@@ -61,6 +74,9 @@ pub(super) enum Workload {
     Map,
     /// fork() of a process mapping an anonymous 2M THP; the child exits.
     Fork,
+    /// A child's write to the next page of the THP it shares with its
+    /// parent and the other children: a COW.
+    Cow,
 }
 
 impl Workload {
@@ -68,32 +84,46 @@ impl Workload {
         match self {
             Workload::Map => "map: munmap(mmap(shmem THPs, MAP_SHARED|MAP_POPULATE)) (seed 003)",
             Workload::Fork => "fork: fork() of a process mapping an anonymous THP, the child exits (seed 000)",
+            Workload::Cow => "cow: each child COWs the next page of the THP all share (seed 000's case-anon-cow-seq)",
         }
     }
 }
 
-/// A column: a design, and for seed 003's how it locks.
-type Column = (Design, CompoundLock);
+/// A column: a design, for seed 003's how it locks, for seed 000's its
+/// stage.
+type Column = (Design, CompoundLock, RmapIdStage);
 
 /// The base design first (the atomics seed 003 led to), then the others;
 /// seed 003's with its bit spinlock and with the sleeping lock it offered
 /// for PREEMPT_RT (not unlocked: that one miscounts, which the checker
-/// would report).
-const COLUMNS: [Column; 8] = [
-    (Design::NrMapped, CompoundLock::BitSpinlock),
-    (Design::Subpage, CompoundLock::BitSpinlock),
-    (Design::CompoundLocked, CompoundLock::BitSpinlock),
-    (Design::CompoundLocked, CompoundLock::Sleeping),
-    (Design::LargeMapcount, CompoundLock::BitSpinlock),
-    (Design::RmapId, CompoundLock::BitSpinlock),
-    (Design::RmapIdPowersum, CompoundLock::BitSpinlock),
-    (Design::MmId, CompoundLock::BitSpinlock),
-];
+/// would report); rmap-id also without its exclusive entry, and with it
+/// switched by the profile.
+const COLUMNS: [Column; 10] = {
+    use {
+        CompoundLock::*,
+        Design::*,
+        RmapIdStage::{All, AllAuto, AllShared},
+    };
+    [
+        (NrMapped, BitSpinlock, All),
+        (Subpage, BitSpinlock, All),
+        (CompoundLocked, BitSpinlock, All),
+        (CompoundLocked, Sleeping, All),
+        (LargeMapcount, BitSpinlock, All),
+        (RmapId, BitSpinlock, All),
+        (RmapId, BitSpinlock, AllShared),
+        (RmapId, BitSpinlock, AllAuto),
+        (RmapIdPowersum, BitSpinlock, All),
+        (MmId, BitSpinlock, All),
+    ]
+};
 
-/// The column's heading: the design's name, `/sleeping` for the sleeping lock.
-fn name((d, lock): Column) -> String {
-    match lock {
-        CompoundLock::BitSpinlock => d.name().to_string(),
+/// The column's heading: the design's name, `/sleeping` for the sleeping
+/// lock, `/STAGE` for a stage other than `all`.
+fn name((d, lock, stage): Column) -> String {
+    match (lock, stage) {
+        (CompoundLock::BitSpinlock, RmapIdStage::All) => d.name().to_string(),
+        (CompoundLock::BitSpinlock, _) => format!("{}/{}", d.name(), stage.name()),
         _ => format!("{}/{}", d.name(), lock.name()),
     }
 }
@@ -203,13 +233,13 @@ impl Benchmark for RmapScaling<'_> {
 fn model(
     w: Workload,
     cpus: usize,
-    (d, compound_lock): Column,
+    (d, compound_lock, rmap_id_stage): Column,
     size: u64,
     a: &RmapScalingArgs,
     sim: &Simulated,
 ) -> Result<(Vec<f64>, Transfers)> {
     let memory = (cpus as u64 + 2) * (size + 4 * PMD) + (256 << 20);
-    let m = super::new_machine(Config { memory, compound_lock, ..a.common.config(d) })?;
+    let m = super::new_machine(Config { memory, compound_lock, rmap_id_stage, ..a.common.config(d) })?;
     let shared = MmapFlags { shared: true, populate: true, ..MmapFlags::default() };
     let samples = match w {
         Workload::Map => {
@@ -235,6 +265,19 @@ fn model(
             run_workers(cpus, a.loops, Some(sim), |i| {
                 (children[i].clone(), |mm: &mut std::sync::Arc<foliomm::Mm>| {
                     mm.fork()?.exit();
+                    Ok(())
+                })
+            })?
+        }
+        Workload::Cow => {
+            let (parent, at, _) = super::model_populate(&m, &mut m.new_cpu(), PMD, 9)?;
+            ensure!(parent.page_info(at).pmd_mapped, "model: the THP is not PMD-mapped");
+            let children: Vec<_> = (0..cpus).map(|_| parent.fork()).collect::<Result<_, _>>()?;
+            run_workers(cpus, a.loops, Some(sim), |i| {
+                let (mut cpu, mut page) = (m.new_cpu(), 0);
+                (children[i].clone(), move |mm: &mut std::sync::Arc<foliomm::Mm>| {
+                    cpu.write(mm, at + (page % 512) * 4096, &[0x33])?;
+                    page += 1;
                     Ok(())
                 })
             })?

@@ -9,7 +9,9 @@ named_enum! {
     /// How far into seed 000's series the rmap-ID designs go (`set
     /// rmap_id_stage NAME`, `--rmap-id-stage NAME`); each stage includes
     /// the ones before it, but `all-shared`, which is `all` without the
-    /// exclusive entry, and `all-32bit`, `all` with 32-bit sums. Only
+    /// exclusive entry, `all-32bit`, `all` with 32-bit sums, and
+    /// `all-auto`, `all` switching the exclusive entry off at run time
+    /// where atomics are cheap. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -54,6 +56,13 @@ named_enum! {
     /// ([`super::construction::Construction::SeedSubIds32`]), for both
     /// rmap-ID designs.
     All32 = "all-32bit",
+    /// `all` with the exclusive entry switched off at run time on a CPU
+    /// whose atomic RMWs cost no more than plain stores, the seed's advice
+    /// for AMD EPYC ("disable that optimization at runtime when we detect
+    /// CPUs that can handle atomic RMW operations that efficiently"). On
+    /// simulated CPUs the profile tells ([`crate::sync::sim::atomics_are_cheap`]);
+    /// elsewhere foliomm does not know the CPU, and the entry stays on.
+    AllAuto = "all-auto",
     }
 }
 
@@ -76,6 +85,7 @@ impl RmapIdStage {
             RmapIdStage::AllShared => SeqEntry::SharedOnly,
             s if s < RmapIdStage::Exclusive => SeqEntry::SharedOnly,
             RmapIdStage::Exclusive => SeqEntry::Cmpxchg,
+            RmapIdStage::AllAuto if crate::sync::sim::atomics_are_cheap() => SeqEntry::SharedOnly,
             _ => SeqEntry::AddReturn,
         }
     }
@@ -84,5 +94,22 @@ impl RmapIdStage {
 impl std::fmt::Display for RmapIdStage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(self.name())
+    }
+}
+
+#[cfg(all(test, not(any(loom, shuttle))))]
+mod tests {
+    use super::*;
+    use crate::sync::sim::{self, Profile};
+
+    #[test]
+    fn all_auto_turns_the_exclusive_entry_off_where_atomics_are_cheap() {
+        assert_eq!(RmapIdStage::AllAuto.seq_entry(), SeqEntry::AddReturn, "outside a simulation");
+        for (profile, want) in
+            [(Profile::two_socket_server(), SeqEntry::AddReturn), (Profile::cheap_atomics(), SeqEntry::SharedOnly)]
+        {
+            let (got, _) = sim::run(2, profile, 1, 0, |_| RmapIdStage::AllAuto.seq_entry());
+            assert_eq!(got, [want, want]);
+        }
     }
 }

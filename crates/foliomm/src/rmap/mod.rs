@@ -235,8 +235,12 @@ fn note(k: &Kernel, f: Folio, mm: MmId, delta: i64) {
     }
 }
 
-/// Adds one design operation's cost (and the spins it waited) to the counters.
+/// Adds one design operation's cost (and the spins it waited) to the
+/// counters, and its locked RMWs to a simulated CPU's clock.
 fn account(k: &Kernel, c: Cost) {
+    if c.rmw != 0 {
+        crate::sync::sim::work(crate::sync::sim::Work::Atomics(c.rmw));
+    }
     for (counter, n) in [
         (&k.stats.rmap_atomic_rmw, c.rmw),
         (&k.stats.rmap_locks, c.locks),

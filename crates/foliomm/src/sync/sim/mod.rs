@@ -401,13 +401,14 @@ pub(crate) fn wake(key: usize) {
 }
 
 /// Private work the model declares: a fault's, a page's zeroing, a
-/// system call's, a fork's.
+/// system call's, a fork's, and the locked RMWs of a mapcount update.
 #[derive(Clone, Copy, Debug)]
 pub enum Work {
     Fault,
     ZeroPage,
     Syscall,
     Fork,
+    Atomics(u64),
 }
 
 /// Charges this CPU for `w` (nothing outside a simulation).
@@ -418,8 +419,18 @@ pub fn work(w: Work) {
             Work::ZeroPage => p.zero_page,
             Work::Syscall => p.syscall,
             Work::Fork => p.fork,
+            Work::Atomics(n) => n * p.atomic,
         })
     });
+}
+
+/// Whether this simulated CPU's atomic RMWs cost no more than plain
+/// stores (its profile's `atomic` is 0); false outside a simulation,
+/// where the host's CPU is not known.
+pub fn atomics_are_cheap() -> bool {
+    let mut cheap = false;
+    with_me(|sim, _| cheap = sim.profile.atomic == 0);
+    cheap
 }
 
 #[cfg(test)]
