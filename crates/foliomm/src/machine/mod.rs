@@ -142,3 +142,28 @@ impl Machine {
         self.check_scope(Scope::Changed)
     }
 }
+
+/// The checker's view of a shared file mapping (`check::check_leaf`),
+/// tried on a whole machine.
+#[cfg(all(test, not(any(loom, shuttle))))]
+mod tests {
+    use super::Machine;
+    use crate::{Config, MmapFlags, Prot};
+
+    #[test]
+    fn a_shared_mapping_of_a_page_the_cache_let_go_is_reported() {
+        let m = Machine::new(Config { memory: 16 << 20, ..Config::default() }).unwrap();
+        let f = m.memfd_create(8 << 10).unwrap();
+        let mm = m.new_mm().unwrap();
+        let flags = MmapFlags { shared: true, ..MmapFlags::default() };
+        let a = mm.mmap_file(0, 8 << 10, Prot::RW, flags, Some((&f, 0))).unwrap();
+        m.new_cpu().write(&mm, a + 4096, b"x").unwrap();
+        assert!(m.check().is_empty());
+        let pfn = f.pages.lock().unwrap().remove(&1).expect("page 1 cached");
+        let bad: Vec<String> = m.check().iter().map(ToString::to_string).collect();
+        f.pages.lock().unwrap().insert(1, pfn);
+        let want = format!("maps pfn {pfn:#x}, which inode {} does not hold at index 1", f.ino);
+        assert!(bad.iter().any(|v| v.contains(&want)), "{bad:?}");
+        assert!(m.check().is_empty());
+    }
+}
