@@ -20,6 +20,9 @@
 //!   each writes the THP's pages in order, one per loop, so that its first
 //!   write PTE-maps the THP in its MM and every write copies one page and
 //!   removes that page's mapping of the shared folio, all children at once.
+//! - `cow-rand`: case-anon-cow-rand the same way: each child writes the
+//!   pages in an order of its own (page `(37 * n + 101 * cpu) mod 512` at
+//!   its n-th write), so the children copy different pages of the folio.
 //!
 //! Beside the designs, rmap-id without its exclusive seqcount entry
 //! (`all-shared`) and with the entry switched off at run time where
@@ -57,9 +60,9 @@ pub(super) struct RmapScalingArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     loops: u32,
     /// The workloads, comma-separated: `map` (shmem THPs, seed 003),
-    /// `fork` (an anonymous THP, seed 000) and `cow` (seed 000's
-    /// case-anon-cow-seq on one THP; --loops up to 512 pages).
-    #[arg(long, value_delimiter = ',', default_value = "map,fork,cow")]
+    /// `fork` (an anonymous THP, seed 000), `cow` and `cow-rand` (seed
+    /// 000's case-anon-cow-seq and -rand on one THP; --loops up to 512 pages).
+    #[arg(long, value_delimiter = ',', default_value = "map,fork,cow,cow-rand")]
     workloads: Vec<Workload>,
     /// Simulated CPUs (required here; default 1,2,4,8,16,32,64).
     #[command(flatten)]
@@ -77,6 +80,8 @@ pub(super) enum Workload {
     /// A child's write to the next page of the THP it shares with its
     /// parent and the other children: a COW.
     Cow,
+    /// A child's write to a page of that THP in an order of its own.
+    CowRand,
 }
 
 impl Workload {
@@ -85,6 +90,9 @@ impl Workload {
             Workload::Map => "map: munmap(mmap(shmem THPs, MAP_SHARED|MAP_POPULATE)) (seed 003)",
             Workload::Fork => "fork: fork() of a process mapping an anonymous THP, the child exits (seed 000)",
             Workload::Cow => "cow: each child COWs the next page of the THP all share (seed 000's case-anon-cow-seq)",
+            Workload::CowRand => {
+                "cow-rand: each child COWs the THP's pages in an order of its own (case-anon-cow-rand)"
+            }
         }
     }
 }
@@ -269,15 +277,17 @@ fn model(
                 })
             })?
         }
-        Workload::Cow => {
+        Workload::Cow | Workload::CowRand => {
             let (parent, at, _) = super::model_populate(&m, &mut m.new_cpu(), PMD, 9)?;
             ensure!(parent.page_info(at).pmd_mapped, "model: the THP is not PMD-mapped");
             let children: Vec<_> = (0..cpus).map(|_| parent.fork()).collect::<Result<_, _>>()?;
+            let (step, offset) = if w == Workload::Cow { (1, 0) } else { (37, 101) };
             run_workers(cpus, a.loops, Some(sim), |i| {
-                let (mut cpu, mut page) = (m.new_cpu(), 0);
+                let (mut cpu, mut n) = (m.new_cpu(), 0u64);
                 (children[i].clone(), move |mm: &mut std::sync::Arc<foliomm::Mm>| {
-                    cpu.write(mm, at + (page % 512) * 4096, &[0x33])?;
-                    page += 1;
+                    let page = (step * n + offset * i as u64) % 512;
+                    cpu.write(mm, at + page * 4096, &[0x33])?;
+                    n += 1;
                     Ok(())
                 })
             })?
