@@ -126,32 +126,29 @@ impl<T: ?Sized> RwLock<T> {
     /// `down_read_trylock`: fails while a writer holds it, and in a
     /// simulation also while anyone waits.
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if sim::active() && sim::first_waiter(self.key()).is_some() {
-            return Err(TryLockError::WouldBlock);
-        }
-        match self.0.try_read() {
-            Ok(g) => Ok(RwLockReadGuard { inner: Some(g), lock: self }),
-            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
-            Err(TryLockError::Poisoned(p)) => Err(TryLockError::Poisoned(PoisonError::new(RwLockReadGuard {
-                inner: Some(p.into_inner()),
-                lock: self,
-            }))),
-        }
+        self.try_as(|l| l.try_read(), |g| RwLockReadGuard { inner: Some(g), lock: self })
     }
 
     /// `down_write_trylock`: fails while anyone holds it, and in a
     /// simulation also while anyone waits.
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
+        self.try_as(|l| l.try_write(), |g| RwLockWriteGuard { inner: Some(g), lock: self })
+    }
+
+    /// One try of the inner lock by `take`, its guard wrapped by `f`; in a
+    /// simulation a waiter makes it fail (the waiter comes first).
+    fn try_as<'a, G, W>(
+        &'a self,
+        take: impl FnOnce(&'a std::sync::RwLock<T>) -> TryLockResult<G>,
+        f: impl FnOnce(G) -> W,
+    ) -> TryLockResult<W> {
         if sim::active() && sim::first_waiter(self.key()).is_some() {
             return Err(TryLockError::WouldBlock);
         }
-        match self.0.try_write() {
-            Ok(g) => Ok(RwLockWriteGuard { inner: Some(g), lock: self }),
+        match take(&self.0) {
+            Ok(g) => Ok(f(g)),
             Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
-            Err(TryLockError::Poisoned(p)) => Err(TryLockError::Poisoned(PoisonError::new(RwLockWriteGuard {
-                inner: Some(p.into_inner()),
-                lock: self,
-            }))),
+            Err(TryLockError::Poisoned(p)) => Err(TryLockError::Poisoned(PoisonError::new(f(p.into_inner())))),
         }
     }
 
