@@ -157,7 +157,20 @@ fn every_hugetlb_scenario_passes_under_every_hugetlb_sync_design_with_the_checke
 /// fault and the table.
 #[test]
 fn seed_002s_unshare_race_is_found_only_under_no_lock() {
-    let f = scenario_dir().join("races/01-hugetlb-unshare-against-a-fault.fmm");
+    unshare_race_found_only_under_no_lock("races/01-hugetlb-unshare-against-a-fault.fmm");
+}
+
+/// The same race with the unsharing done by a migration's rmap walk
+/// (`try_to_migrate_one`).
+#[test]
+fn seed_002s_migration_unshare_race_is_found_only_under_no_lock() {
+    unshare_race_found_only_under_no_lock("races/03-hugetlb-migration-unshares-against-a-fault.fmm");
+}
+
+/// Runs `file` under the seed's two designs, which pass, and under
+/// `no-lock`, where the checker must name the fault and the table.
+fn unshare_race_found_only_under_no_lock(file: &str) {
+    let f = scenario_dir().join(file);
     for design in ["vma-lock", "i-mmap-rwsem"] {
         passes_with(&f, &format!("set hugetlb_sync {design}"));
     }
