@@ -318,21 +318,25 @@ impl Backend for HostBackend {
                         .map_err(StepError::Unsupported)?;
                 }
                 let path = sysfs::hugetlb_path(size, "nr_hugepages");
+                let read = |p: &str| {
+                    sysfs::read_selected(p).map_err(setup)?.parse::<u64>().map_err(|e| setup(format!("{p}: {e}")))
+                };
+                let persistent = |nr: &str, surplus: &str| -> BackendResult<u64> { Ok(read(nr)? - read(surplus)?) };
+                let surplus_of = |p: &str| p.replace("nr_hugepages", "surplus_hugepages");
+                let now = persistent(&path, &surplus_of(&path))?;
                 let nodes = self.nodes.load(std::sync::atomic::Ordering::Relaxed);
-                if nodes < procfs::memory_nodes() {
-                    // Node 0 alone: the other nodes' pools emptied first.
-                    for nid in (0..procfs::memory_nodes()).rev() {
-                        let n = if nid == 0 { pages } else { 0 };
-                        sysfs::set(&sysfs::node_hugetlb_path(nid, size), &n.to_string())
-                            .map_err(StepError::Unsupported)?;
-                    }
+                if nodes < procfs::memory_nodes() && pages > now {
+                    // A pool that grows grows on node 0, as the scenario's
+                    // one-node machine's does: a node's count is written as
+                    // its share of the global one. Shrinking stays global,
+                    // so that pages in use anywhere turn surplus.
+                    let node0 = sysfs::node_hugetlb_path(0, size);
+                    let want = persistent(&node0, &surplus_of(&node0))? + pages - now;
+                    sysfs::set(&node0, &want.to_string()).map_err(StepError::Unsupported)?;
                 } else {
                     sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
                 }
                 // Pages in use beyond the new size stay, as surplus pages.
-                let read = |p: &str| {
-                    sysfs::read_selected(p).map_err(setup)?.parse::<u64>().map_err(|e| setup(format!("{p}: {e}")))
-                };
                 match read(&path)?.checked_sub(read(&sysfs::hugetlb_path(size, "surplus_hugepages"))?) {
                     Some(got) if got == pages => Ok(()),
                     got => Err(StepError::Unsupported(format!(

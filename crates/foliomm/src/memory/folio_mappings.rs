@@ -11,12 +11,12 @@
 //! (`migration_entry_wait`); the outcome is the same.
 
 use super::huge_memory::split_huge_pmd;
-use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE};
+use crate::arch::{pte_index, Pfn, PAGE_SIZE, PMD_SIZE, PUD_ORDER, PUD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
 use crate::mm_types::{vm, Mm, MmList};
-use crate::pgtable::{load, pte_lockptr, walk_pmd};
+use crate::pgtable::{load, pte_lockptr, walk_pmd, walk_pud, PmdSlot};
 use crate::rmap::VmaRecord;
 use crate::sync::{Arc, BitSpinLock};
 use crate::{Errno, Result};
@@ -43,7 +43,8 @@ type Span = (Arc<Mm>, u64, u64, bool);
 /// (`rmap_walk_file`) and calls `act` with them while every table holding
 /// one is locked. With `split_pmds` a huge PMD mapping the folio is split
 /// first (`TTU_SPLIT_HUGE_PMD`) and only PTEs are passed; without, a huge
-/// PMD is passed as one mapping at [`Level::Pmd`]. EBUSY if the anon_vma
+/// PMD (a 1 GiB hugetlb folio's PUD) is passed as one mapping at
+/// [`Level::Pmd`]. EBUSY if the anon_vma
 /// or the file is gone; EAGAIN if a table's lock is busy or a table
 /// changed meanwhile.
 pub fn with_mappings<T>(
@@ -74,9 +75,17 @@ pub fn with_mappings<T>(
         (Some(tree), spans)
     };
     let _sections: Vec<_> = spans.iter().map(|(mm, ..)| mm.pt_read()).collect();
-    let pmd_ranges = |start: u64, end: u64| (start & !(PMD_SIZE - 1)..end).step_by(PMD_SIZE as usize);
+    // The slot a huge entry mapping the folio takes: a PMD slot, or a PUD
+    // slot for a 1 GiB hugetlb folio (which no PTE table ever maps).
+    let gigantic = f.order() == PUD_ORDER;
+    let unit = if gigantic { PUD_SIZE } else { PMD_SIZE };
+    let pmd_ranges = move |start: u64, end: u64| (start & !(unit - 1)..end).step_by(unit as usize);
+    let huge_slot = |mm: &Mm, a: u64| match gigantic {
+        true => walk_pud(&k.phys, mm.pgd, a).map(|(table, idx)| PmdSlot { table, idx }),
+        false => walk_pmd(&k.phys, mm.pgd, a),
+    };
     let huge_here = |mm: &Mm, a: u64| {
-        let e = walk_pmd(&k.phys, mm.pgd, a).map(|pmd| pmd.load(&k.phys));
+        let e = huge_slot(mm, a).map(|slot| slot.load(&k.phys));
         e.is_some_and(|e| e.huge() && e.pfn() == f.pfn)
     };
     if split_pmds {
@@ -92,11 +101,11 @@ pub fn with_mappings<T>(
     for (i, (mm, start, end, _)) in spans.iter().enumerate() {
         for a in pmd_ranges(*start, *end) {
             let from = a.max(*start);
-            let Some(pmd) = walk_pmd(&k.phys, mm.pgd, from) else { continue };
+            let Some(pmd) = huge_slot(mm, from) else { continue };
             let e = pmd.load(&k.phys);
             if huge_here(mm, from) && !split_pmds {
                 tables.push((pmd.table, i, from, pmd.idx as u64, true));
-            } else if !e.is_none() && !e.huge() {
+            } else if !e.is_none() && !e.huge() && !gigantic {
                 tables.push((e.pfn(), i, from, (a + PMD_SIZE).min(*end), false));
             }
         }
@@ -107,7 +116,7 @@ pub fn with_mappings<T>(
     let mut last = None;
     for &(table, i, from, to_or_idx, huge) in &tables {
         let (mm, _, _, locked) = &spans[i];
-        let still = walk_pmd(&k.phys, mm.pgd, from).is_some_and(|pmd| {
+        let still = huge_slot(mm, from).is_some_and(|pmd| {
             if huge {
                 pmd.table == table && huge_here(mm, from)
             } else {

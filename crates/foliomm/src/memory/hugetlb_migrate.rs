@@ -10,8 +10,10 @@
 //! only its entry is migrated. The MMs that let go refault through the
 //! table again (`huge_pmd_share`) and find the new page.
 //!
-//! Differs from Linux: 1 GiB pages are not isolated (Linux migrates them to
-//! a free pool page of the target node); the walk unshares first and then
+//! A 1 GiB page moves only to a free pool page of the target node (no
+//! temporary gigantic page is allocated for a migration, as in Linux).
+//!
+//! Differs from Linux: the walk unshares first and then
 //! holds the tables still ([`super::folio_mappings`]) instead of doing both
 //! in one pass with migration entries, so a fault between the two may share
 //! the table again, which the move then sees as one mapping.
@@ -30,11 +32,10 @@ pub(super) fn is_hugetlb(f: Folio) -> bool {
     f.head().test(pg::HUGETLB)
 }
 
-/// `isolate_hugetlb`: takes a reference on the in-use 2 MiB hugetlb folio
-/// `f` for migration; false if it is free, isolated already, or 1 GiB.
+/// `isolate_hugetlb`: takes a reference on the in-use hugetlb folio `f`
+/// for migration; false if it is free or isolated already.
 pub(super) fn isolate_hugetlb(f: Folio) -> bool {
-    let in_use = f.refcount() > 0 && HugeSize::of_order(f.order()) == Some(HugeSize::Pmd);
-    if !in_use || f.head().test_and_set(pg::HUGETLB_ISOLATED) {
+    if f.refcount() <= 0 || f.head().test_and_set(pg::HUGETLB_ISOLATED) {
         return false;
     }
     f.ref_add(1);

@@ -13,14 +13,14 @@
 //! Differs from Linux: the mappings are held still by their tables' locks
 //! ([`super::folio_mappings`]) and cleared while the bytes move, not
 //! replaced by migration entries; a PMD mapping moves as a PMD (as with
-//! `set_pmd_migration_entry`). Anon, shmem and 2 MiB hugetlb folios
+//! `set_pmd_migration_entry`). Anon, shmem and hugetlb folios
 //! migrate (the hugetlb differences in [`super::hugetlb_migrate`]); a
 //! folio in the swap cache fails with EBUSY.
 
 use super::folio_mappings::{with_mappings, Mapping};
 use super::hugetlb_migrate::{self as hugetlb, is_hugetlb};
 use super::split::split_folio_to_order;
-use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER, PMD_SIZE};
+use crate::arch::{Pte, PAGE_SIZE, PMD_ORDER};
 use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
@@ -301,7 +301,7 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
     // One shootdown per MM over the span it maps (`try_to_unmap_flush`).
     let mut spans: Vec<(&Mm, u64, u64)> = Vec::new();
     for m in maps {
-        let end = m.addr + if m.level == Level::Pmd { PMD_SIZE } else { PAGE_SIZE };
+        let end = m.addr + if m.level == Level::Pmd { f.nr_pages() * PAGE_SIZE } else { PAGE_SIZE };
         match spans.iter_mut().find(|(mm, ..)| std::ptr::eq(*mm, m.mm)) {
             Some((_, start, stop)) => (*start, *stop) = ((*start).min(m.addr), (*stop).max(end)),
             None => spans.push((m.mm, m.addr, end)),

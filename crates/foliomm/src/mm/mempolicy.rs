@@ -8,8 +8,7 @@
 //!
 //! Differs from Linux: the migration target is the policy's node for the
 //! folio (the nearest of a bind policy's, the interleave node of its
-//! index), taken on that node alone; a 1 GiB hugetlb page is never
-//! isolated, so counts as not moved.
+//! index), taken on that node alone.
 
 use super::vma::merge_around;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
