@@ -28,7 +28,9 @@
 //! (`all-shared`) and with the entry switched off at run time where
 //! atomics are cheap (`all-auto`): under `--sim-profile cheap-atomics`
 //! (seed 000's AMD EPYC, whose locked RMWs cost no more than plain stores)
-//! `all-auto` runs as `all-shared`, under `two-socket-server` as `all`.
+//! `all-auto` runs as `all-shared`, under `two-socket-server` as `all`;
+//! and under the seed's Q/A alternative, a bit spinlock with an ordinary
+//! seqcount (`all-locked`).
 //!
 //! Figures: pairs (map and unmap, or fork and exit; a COW write) per CPU-second of
 //! simulated time, the harmonic mean over rounds (round r runs with the
@@ -104,13 +106,13 @@ type Column = (Design, CompoundLock, RmapIdStage);
 /// The base design first (the atomics seed 003 led to), then the others;
 /// seed 003's with its bit spinlock and with the sleeping lock it offered
 /// for PREEMPT_RT (not unlocked: that one miscounts, which the checker
-/// would report); rmap-id also without its exclusive entry, and with it
-/// switched by the profile.
-const COLUMNS: [Column; 10] = {
+/// would report); rmap-id also without its exclusive entry, with it
+/// switched by the profile, and under the Q/A's bit spinlock.
+const COLUMNS: [Column; 11] = {
     use {
         CompoundLock::*,
         Design::*,
-        RmapIdStage::{All, AllAuto, AllShared},
+        RmapIdStage::{All, AllAuto, AllLocked, AllShared},
     };
     [
         (NrMapped, BitSpinlock, All),
@@ -121,6 +123,7 @@ const COLUMNS: [Column; 10] = {
         (RmapId, BitSpinlock, All),
         (RmapId, BitSpinlock, AllShared),
         (RmapId, BitSpinlock, AllAuto),
+        (RmapId, BitSpinlock, AllLocked),
         (RmapIdPowersum, BitSpinlock, All),
         (MmId, BitSpinlock, All),
     ]

@@ -11,7 +11,8 @@ named_enum! {
     /// the ones before it, but `all-shared`, which is `all` without the
     /// exclusive entry, `all-32bit`, `all` with 32-bit sums, and
     /// `all-auto`, `all` switching the exclusive entry off at run time
-    /// where atomics are cheap. Only
+    /// where atomics are cheap, and `all-locked`, `all` under a bit
+    /// spinlock and an ordinary seqcount. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -63,6 +64,12 @@ named_enum! {
     /// simulated CPUs the profile tells ([`crate::sync::sim::atomics_are_cheap`]);
     /// elsewhere foliomm does not know the CPU, and the entry stays on.
     AllAuto = "all-auto",
+    /// `all` with the alternative the seed's Q/A weighs and rejects ("a bit
+    /// spinlock + ordinary seqcount instead of the atomic seqcount ... the
+    /// performance hit during the vm-scalability benchmarks is much more
+    /// extreme"): every writer takes the bit spinlock and updates with
+    /// plain stores; concurrent writers of one folio wait in turn.
+    AllLocked = "all-locked",
     }
 }
 
@@ -86,6 +93,7 @@ impl RmapIdStage {
             s if s < RmapIdStage::Exclusive => SeqEntry::SharedOnly,
             RmapIdStage::Exclusive => SeqEntry::Cmpxchg,
             RmapIdStage::AllAuto if crate::sync::sim::atomics_are_cheap() => SeqEntry::SharedOnly,
+            RmapIdStage::AllLocked => SeqEntry::Locked,
             _ => SeqEntry::AddReturn,
         }
     }

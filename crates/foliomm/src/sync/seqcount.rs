@@ -9,12 +9,15 @@ use super::cacheline::{self, Structure};
 /// How a writer enters, by the series' stage: every writer shared (patches
 /// 6-15), a lone writer exclusive through a compare-exchange (patches
 /// 16-17, `atomic_long_try_cmpxchg`), or through an add-return that backs
-/// off to shared when it finds company (patch 18, 64-bit only).
+/// off to shared when it finds company (patch 18, 64-bit only); or, as the
+/// seed's Q/A asked ("a bit spinlock + ordinary seqcount instead of the
+/// atomic seqcount"), every writer exclusive, waiting until it is alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SeqEntry {
     SharedOnly,
     Cmpxchg,
     AddReturn,
+    Locked,
 }
 
 /// Seed 000's "atomic seqcount": a sequence count whose write side is an
@@ -86,6 +89,9 @@ impl<'a> AtomicSeqcount<'a> {
     pub fn write_begin(&self) -> SeqWrite {
         let mut w = SeqWrite { exclusive: false, spins: 0, rmw: 1, lost: false };
         self.touch(true);
+        if self.entry == SeqEntry::Locked {
+            return self.lock(w);
+        }
         let s = self.word.load(Relaxed);
         if self.entry != SeqEntry::SharedOnly && s & WRITERS == 0 {
             if self.entry == SeqEntry::Cmpxchg {
@@ -112,6 +118,25 @@ impl<'a> AtomicSeqcount<'a> {
         self.word.fetch_add(SHARED_ONE, Acquire);
         self.wait_exclusive(&mut w);
         w
+    }
+
+    /// [`SeqEntry::Locked`]: a test-and-test-and-set of the exclusive bit
+    /// while no writer is inside (`bit_spin_lock`), then the plain
+    /// sequence's write side; every failed compare-exchange is an RMW more.
+    fn lock(&self, mut w: SeqWrite) -> SeqWrite {
+        loop {
+            let s = self.word.load(Relaxed);
+            if s & WRITERS == 0 {
+                if self.word.compare_exchange(s, s | EXCLUSIVE_ONE, Acquire, Relaxed).is_ok() {
+                    fence(Release);
+                    return SeqWrite { exclusive: true, ..w };
+                }
+                w.rmw += 1;
+                w.lost = true;
+            }
+            backoff(&mut w.spins, self.key());
+            self.touch(false);
+        }
     }
 
     /// A shared writer waits for every exclusive writer to leave.

@@ -20,7 +20,7 @@ fn excludes_other_holders() {
 #[test]
 fn seqcount_readers_never_see_a_torn_pair() {
     // Writers keep two values equal; readers must never see them differ.
-    for entry in [SeqEntry::SharedOnly, SeqEntry::Cmpxchg, SeqEntry::AddReturn] {
+    for entry in [SeqEntry::SharedOnly, SeqEntry::Cmpxchg, SeqEntry::AddReturn, SeqEntry::Locked] {
         let seq = AtomicU64::new(0);
         let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
         std::thread::scope(|s| {
