@@ -29,8 +29,9 @@
 //! atomics are cheap (`all-auto`): under `--sim-profile cheap-atomics`
 //! (seed 000's AMD EPYC, whose locked RMWs cost no more than plain stores)
 //! `all-auto` runs as `all-shared`, under `two-socket-server` as `all`;
-//! and under the seed's Q/A alternative, a bit spinlock with an ordinary
-//! seqcount (`all-locked`).
+//! under the seed's Q/A alternative, a bit spinlock with an ordinary
+//! seqcount (`all-locked`); and with its idea of leaving out the RMW of a
+//! zero sub-ID (`all-skip-zero`).
 //!
 //! Figures: pairs (map and unmap, or fork and exit; a COW write) per CPU-second of
 //! simulated time, the harmonic mean over rounds (round r runs with the
@@ -107,12 +108,13 @@ type Column = (Design, CompoundLock, RmapIdStage);
 /// seed 003's with its bit spinlock and with the sleeping lock it offered
 /// for PREEMPT_RT (not unlocked: that one miscounts, which the checker
 /// would report); rmap-id also without its exclusive entry, with it
-/// switched by the profile, and under the Q/A's bit spinlock.
-const COLUMNS: [Column; 11] = {
+/// switched by the profile, under the Q/A's bit spinlock, and skipping the
+/// sums of zero sub-IDs (one of the seed's ideas).
+const COLUMNS: [Column; 12] = {
     use {
         CompoundLock::*,
         Design::*,
-        RmapIdStage::{All, AllAuto, AllLocked, AllShared},
+        RmapIdStage::{All, AllAuto, AllLocked, AllShared, AllSkipZero},
     };
     [
         (NrMapped, BitSpinlock, All),
@@ -124,6 +126,7 @@ const COLUMNS: [Column; 11] = {
         (RmapId, BitSpinlock, AllShared),
         (RmapId, BitSpinlock, AllAuto),
         (RmapId, BitSpinlock, AllLocked),
+        (RmapId, BitSpinlock, AllSkipZero),
         (RmapIdPowersum, BitSpinlock, All),
         (MmId, BitSpinlock, All),
     ]

@@ -48,8 +48,8 @@ impl PageMapcounts {
                 c.locks += 1;
                 // Entering (1 RMW, 2 after a lost race) and leaving the
                 // seqcount (the seed's 2 RMWs); the mapcount and each sum
-                // are plain when alone, atomic otherwise.
-                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { 1 + self.sum_words(f) };
+                // changed are plain when alone, atomic otherwise.
+                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { 1 + entered.sums };
             }
             Total::All => c.rmw += 1,
             _ => {}

@@ -31,6 +31,9 @@ pub(super) struct Entered {
     /// `_large_mapcount` after the update (biased by -1), as
     /// `folio_add_return_large_mapcount` returns it; 0 for designs without.
     pub after: i32,
+    /// rmap-id: the rmap sums the update changed (all of them, but at
+    /// stage `all-skip-zero` those of a zero sub-ID).
+    pub sums: u64,
 }
 
 impl PageMapcounts {
@@ -152,7 +155,10 @@ impl PageMapcounts {
         let seq = self.seqcount(f);
         let sec = section.unwrap_or_else(|| seq.write_begin());
         let after = bump(w(f, field::TOTAL), d, sec.exclusive) + d;
-        for (i, &v) in values.iter().enumerate() {
+        let skip_zero = self.f.stage == RmapIdStage::AllSkipZero;
+        let mut sums = 0;
+        for (i, &v) in values.iter().enumerate().filter(|&(_, &v)| v != 0 || !skip_zero) {
+            sums += 1;
             let delta = (d as i64 as u64).wrapping_mul(v);
             let sum = sum_word(f, i as u64);
             if sec.exclusive {
@@ -171,6 +177,7 @@ impl PageMapcounts {
             lost: sec.lost,
             plain_pages: section.is_some() && sec.exclusive,
             after,
+            sums,
         }
     }
 

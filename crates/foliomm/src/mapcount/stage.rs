@@ -11,8 +11,9 @@ named_enum! {
     /// the ones before it, but `all-shared`, which is `all` without the
     /// exclusive entry, `all-32bit`, `all` with 32-bit sums, and
     /// `all-auto`, `all` switching the exclusive entry off at run time
-    /// where atomics are cheap, and `all-locked`, `all` under a bit
-    /// spinlock and an ordinary seqcount. Only
+    /// where atomics are cheap, `all-locked`, `all` under a bit spinlock and
+    /// an ordinary seqcount, and `all-skip-zero`, `all` leaving out the
+    /// update of a sum whose sub-ID is 0. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -70,6 +71,12 @@ named_enum! {
     /// extreme"): every writer takes the bit spinlock and updates with
     /// plain stores; concurrent writers of one folio wait in turn.
     AllLocked = "all-locked",
+    /// `all` with one of the seed's ideas: "If a sub-ID is 0, we could just
+    /// optimize out the atomic RMW operation. This would primarily help for
+    /// smallish rmap IDs." The sums of a zero sub-ID are neither read nor
+    /// written by an update (the cost's cache lines still count their
+    /// lines).
+    AllSkipZero = "all-skip-zero",
     }
 }
 
