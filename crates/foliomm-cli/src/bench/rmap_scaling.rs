@@ -30,8 +30,9 @@
 //! (seed 000's AMD EPYC, whose locked RMWs cost no more than plain stores)
 //! `all-auto` runs as `all-shared`, under `two-socket-server` as `all`;
 //! under the seed's Q/A alternative, a bit spinlock with an ordinary
-//! seqcount (`all-locked`); and with its idea of leaving out the RMW of a
-//! zero sub-ID (`all-skip-zero`).
+//! seqcount (`all-locked`); and with its ideas of leaving out the RMW of a
+//! zero sub-ID (`all-skip-zero`) and of giving a contended folio up as
+//! "always assumed mapped shared" (`all-give-up`).
 //!
 //! Figures: pairs (map and unmap, or fork and exit; a COW write) per CPU-second of
 //! simulated time, the harmonic mean over rounds (round r runs with the
@@ -108,13 +109,14 @@ type Column = (Design, CompoundLock, RmapIdStage);
 /// seed 003's with its bit spinlock and with the sleeping lock it offered
 /// for PREEMPT_RT (not unlocked: that one miscounts, which the checker
 /// would report); rmap-id also without its exclusive entry, with it
-/// switched by the profile, under the Q/A's bit spinlock, and skipping the
-/// sums of zero sub-IDs (one of the seed's ideas).
-const COLUMNS: [Column; 12] = {
+/// switched by the profile, under the Q/A's bit spinlock, and with two of
+/// the seed's ideas (skipping the sums of zero sub-IDs; giving a contended
+/// folio up as always shared).
+const COLUMNS: [Column; 13] = {
     use {
         CompoundLock::*,
         Design::*,
-        RmapIdStage::{All, AllAuto, AllLocked, AllShared, AllSkipZero},
+        RmapIdStage::{All, AllAuto, AllGiveUp, AllLocked, AllShared, AllSkipZero},
     };
     [
         (NrMapped, BitSpinlock, All),
@@ -127,6 +129,7 @@ const COLUMNS: [Column; 12] = {
         (RmapId, BitSpinlock, AllAuto),
         (RmapId, BitSpinlock, AllLocked),
         (RmapId, BitSpinlock, AllSkipZero),
+        (RmapId, BitSpinlock, AllGiveUp),
         (RmapIdPowersum, BitSpinlock, All),
         (MmId, BitSpinlock, All),
     ]

@@ -63,6 +63,7 @@ impl Kernel {
     fn split_pieces(&self, f: Folio, at: u64, to: u32, uniform: bool, refs_per_page: i32) -> Vec<(Pfn, u32)> {
         let order = f.order();
         assert!(order > to && at < f.nr_pages(), "split of folio {:#x} at page {at}", f.pfn);
+        self.design.forget_untracked(f);
         let bad = self.design.check_freeable(f);
         assert!(bad.is_empty(), "split of mapped folio {:#x}: {}", f.pfn, bad.join("; "));
         let kept = pg::ANON | pg::SWAPBACKED | pg::DIRTY | pg::UPTODATE | pg::REFERENCED | pg::LOCKED;

@@ -131,6 +131,9 @@ impl Kernel {
 
     pub(super) fn free_folio(&self, f: Folio) {
         let order = f.order();
+        if order > 0 {
+            self.design.forget_untracked(f);
+        }
         let mut bad = if order > 0 { self.design.check_freeable(f) } else { Vec::new() };
         let hugetlb = f.head().test(pg::HUGETLB);
         if hugetlb {

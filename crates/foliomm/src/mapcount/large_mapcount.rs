@@ -9,6 +9,7 @@ use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
 use super::stage::RmapIdStage;
 use super::{MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
+use crate::phys::pg;
 use crate::sync::atomic::AtomicU64;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::cacheline::Structure;
@@ -156,8 +157,15 @@ impl PageMapcounts {
         let sec = section.unwrap_or_else(|| seq.write_begin());
         let after = bump(w(f, field::TOTAL), d, sec.exclusive) + d;
         let skip_zero = self.f.stage == RmapIdStage::AllSkipZero;
+        // A writer that met another gives the folio up for "always mapped
+        // shared" (seed 000's idea), and nobody keeps its sums any more.
+        let contended = !sec.exclusive && (sec.spins > 0 || sec.lost);
+        if self.f.stage == RmapIdStage::AllGiveUp && contended {
+            f.page(1).set(pg::RMAP_UNTRACKED);
+        }
+        let untracked = untracked(f);
         let mut sums = 0;
-        for (i, &v) in values.iter().enumerate().filter(|&(_, &v)| v != 0 || !skip_zero) {
+        for (i, &v) in values.iter().enumerate().filter(|&(_, &v)| (v != 0 || !skip_zero) && !untracked) {
             sums += 1;
             let delta = (d as i64 as u64).wrapping_mul(v);
             let sum = sum_word(f, i as u64);
@@ -181,6 +189,15 @@ impl PageMapcounts {
         }
     }
 
+    /// Stage `all-give-up`: an unmapped folio given up leaves with its sums
+    /// zeroed and tracked again, as its next user expects.
+    pub(super) fn reset_untracked(&self, f: Folio) {
+        if let Some(c) = self.construction().filter(|_| untracked(f)) {
+            (0..c.count(f.order()) as u64).for_each(|i| sum_word(f, i).store(0, Relaxed));
+            f.page(1).clear(pg::RMAP_UNTRACKED);
+        }
+    }
+
     /// rmap-id: a consistent mapcount and rmap sums.
     pub(super) fn sums(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
         self.seqcount(f).read(|| snapshot(c, f))
@@ -189,7 +206,7 @@ impl PageMapcounts {
     /// rmap-id: the MM that maps every mapping of the folio, if one does
     /// (`__folio_has_large_matching_rmap_val` for every candidate at once).
     pub(super) fn sole_owner(&self, f: Folio) -> Option<MmId> {
-        let c = self.construction()?;
+        let c = self.construction().filter(|_| !untracked(f))?;
         let (n, sums) = self.sums(c, f);
         owner(c, f, n, &sums)
     }
@@ -208,7 +225,7 @@ impl PageMapcounts {
         if total <= 1 {
             return SharedAnswer::Exclusive;
         }
-        if total > f.nr_pages() {
+        if total > f.nr_pages() || untracked(f) {
             return SharedAnswer::MaybeShared;
         }
         match self.seqcount(f).try_read(|| snapshot(c, f)) {
@@ -217,6 +234,12 @@ impl PageMapcounts {
             Some(_) => SharedAnswer::MaybeShared,
         }
     }
+}
+
+/// Whether `f` was given up for "always assumed mapped shared" (stage
+/// `all-give-up`): its rmap sums mean nothing.
+pub(super) fn untracked(f: Folio) -> bool {
+    f.page(1).test(pg::RMAP_UNTRACKED)
 }
 
 /// What one mapping by `mm` adds to each rmap sum of `f`: from patch 11 on,
@@ -293,6 +316,34 @@ mod tests {
         d.remove(f, 7, 1, Level::Pte, b);
         d.remove(f, 2, 510, Level::Pte, a);
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::Exclusive, "unmapped");
+        m.folio_put_refs(f, 1);
+    }
+
+    /// Stage `all-give-up`: a writer that had to wait for another inside
+    /// the seqcount marks the folio, whose sums are then left alone and
+    /// which then reads as maybe shared, never as one MM's.
+    #[test]
+    fn a_contended_folio_is_given_up_as_always_shared() {
+        let config = Config { memory: 16 << 20, mapcount: Design::RmapId, ..Config::default() };
+        let m = Machine::new(config).unwrap();
+        let d = &RMAP_ID_STAGES[0][RmapIdStage::AllGiveUp as usize];
+        let f = m.alloc_folio(9).unwrap();
+        let a = RmapMm::new(3);
+        d.add(f, 0, 2, Level::Pte, a);
+        assert_eq!(d.sole_owner(f), Some(3), "uncontended: tracked");
+        let seq = d.seqcount(f);
+        let holder = seq.write_begin();
+        assert!(holder.exclusive);
+        std::thread::scope(|s| {
+            let writer = s.spawn(|| d.add(f, 2, 1, Level::Pte, a));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            seq.write_end(holder);
+            writer.join().unwrap();
+        });
+        assert!(super::untracked(f), "the writer that waited gave the folio up");
+        assert_eq!(d.sole_owner(f), None);
+        assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::MaybeShared, "3 mappings, untracked");
+        d.remove(f, 0, 3, Level::Pte, a);
         m.folio_put_refs(f, 1);
     }
 }

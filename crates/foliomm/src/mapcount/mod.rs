@@ -183,6 +183,10 @@ pub trait MapcountDesign: Send + Sync {
     /// empty when freeable. Each page's `_mapcount` is checked as its
     /// descriptor is cleared (`clear_descriptors`).
     fn check_freeable(&self, f: Folio) -> Vec<String>;
+    /// Clears what a design stopped keeping for the unmapped `f` (stage
+    /// `all-give-up`'s rmap sums), before it is freed or split; nothing for
+    /// the others.
+    fn forget_untracked(&self, _f: Folio) {}
     /// First mapping of a new folio by `mm`: all pages by PTEs, or one PMD
     /// (`folio_add_new_anon_rmap`).
     fn add_new(&self, f: Folio, level: Level, mm: RmapMm);

@@ -160,6 +160,10 @@ impl MapcountDesign for PageMapcounts {
         out
     }
 
+    fn forget_untracked(&self, f: Folio) {
+        self.reset_untracked(f)
+    }
+
     fn check_freeable(&self, f: Folio) -> Vec<String> {
         let ws = &f.page(1).w;
         let mut bad = Vec::new();

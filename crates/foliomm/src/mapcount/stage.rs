@@ -12,8 +12,9 @@ named_enum! {
     /// exclusive entry, `all-32bit`, `all` with 32-bit sums, and
     /// `all-auto`, `all` switching the exclusive entry off at run time
     /// where atomics are cheap, `all-locked`, `all` under a bit spinlock and
-    /// an ordinary seqcount, and `all-skip-zero`, `all` leaving out the
-    /// update of a sum whose sub-ID is 0. Only
+    /// an ordinary seqcount, `all-skip-zero`, `all` leaving out the update
+    /// of a sum whose sub-ID is 0, and `all-give-up`, `all` giving a
+    /// contended folio up for "always mapped shared". Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -77,6 +78,14 @@ named_enum! {
     /// written by an update (the cost's cache lines still count their
     /// lines).
     AllSkipZero = "all-skip-zero",
+    /// `all` with another of the seed's ideas: "Once we detect heavy
+    /// contention -- many concurrent writers -- we could stop the rmap ID
+    /// tracking and mark the folio as 'always assumed mapped shared'." A
+    /// writer that enters the seqcount shared after waiting for or racing
+    /// another marks the folio; from then on no writer updates its sums,
+    /// every reader answers "maybe shared" when it has more than one
+    /// mapping, and COW never reuses it.
+    AllGiveUp = "all-give-up",
     }
 }
 

@@ -60,6 +60,11 @@ pub mod pg {
     /// A hugetlb page isolated for migration (Linux clears
     /// `HPG_migratable` instead, set on pages in use).
     pub const HUGETLB_ISOLATED: u64 = 1 << 21;
+    /// On the second page of a large folio, seed 000's idea "once we detect
+    /// heavy contention ... stop the rmap ID tracking and mark the folio as
+    /// always assumed mapped shared" (stage `all-give-up`): its rmap sums
+    /// are no longer kept.
+    pub const RMAP_UNTRACKED: u64 = 1 << 22;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;
