@@ -206,8 +206,13 @@ impl PageMapcounts {
     /// rmap-id: the MM that maps every mapping of the folio, if one does
     /// (`__folio_has_large_matching_rmap_val` for every candidate at once).
     pub(super) fn sole_owner(&self, f: Folio) -> Option<MmId> {
-        let c = self.construction().filter(|_| !untracked(f))?;
-        let (n, sums) = self.sums(c, f);
+        let c = self.construction()?;
+        // The mark is read inside the section: a writer sets it before it
+        // skips its sums, and leaves the section after.
+        let (given_up, (n, sums)) = self.seqcount(f).read(|| (untracked(f), snapshot(c, f)));
+        if given_up {
+            return None;
+        }
         owner(c, f, n, &sums)
     }
 
@@ -225,12 +230,12 @@ impl PageMapcounts {
         if total <= 1 {
             return SharedAnswer::Exclusive;
         }
-        if total > f.nr_pages() || untracked(f) {
+        if total > f.nr_pages() {
             return SharedAnswer::MaybeShared;
         }
-        match self.seqcount(f).try_read(|| snapshot(c, f)) {
+        match self.seqcount(f).try_read(|| (untracked(f), snapshot(c, f))) {
             None => SharedAnswer::Busy,
-            Some((n, sums)) if n <= 1 || owner(c, f, n, &sums).is_some() => SharedAnswer::Exclusive,
+            Some((false, (n, sums))) if n <= 1 || owner(c, f, n, &sums).is_some() => SharedAnswer::Exclusive,
             Some(_) => SharedAnswer::MaybeShared,
         }
     }

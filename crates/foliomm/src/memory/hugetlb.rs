@@ -108,7 +108,7 @@ fn hugetlb_fault_walked(
     kind: FaultKind,
 ) -> Result<Option<Pfn>> {
     let pmd = walked.pmd;
-    let e = pmd.load(&k.phys);
+    let e = super::hugetlb_migrate::entry_not_migrating(k, pmd);
     if e.is_none() {
         return hugetlb_no_page(k, mm, vma, inode, walked, kind);
     }

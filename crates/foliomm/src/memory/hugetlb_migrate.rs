@@ -19,9 +19,11 @@
 //! the table again, which the move then sees as one mapping.
 
 use super::hugetlb::huge_pmd_unshare;
+use crate::arch::Pte;
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, HugetlbSync, Kernel};
 use crate::mm_types::MmList;
+use crate::pgtable::{pte_lockptr, PmdSlot};
 use crate::phys::pg;
 use crate::shmem::Inode;
 use crate::tlb::MmuGather;
@@ -64,6 +66,21 @@ pub(super) fn move_hugetlb_state(src: Folio, dst: Folio) {
         src.head().set(pg::HUGETLB_TEMPORARY);
     }
     src.head().clear(pg::HUGETLB_ISOLATED);
+}
+
+/// The huge entry of `slot` as a fault may act on it: a none entry is read
+/// again under the table's lock, which a migration holds while the entry
+/// is cleared (where Linux leaves a migration entry for the fault to wait
+/// on, `migration_entry_wait_huge`), so that a fault on a page being moved
+/// does not take it for a hole and allocate another.
+pub(super) fn entry_not_migrating(k: &Kernel, slot: PmdSlot) -> Pte {
+    match slot.load(&k.phys) {
+        e if e.is_none() => {
+            let _ptl = pte_lockptr(&k.phys, slot.table).lock();
+            slot.load(&k.phys)
+        }
+        e => e,
+    }
 }
 
 /// `try_to_migrate_one`'s hugetlb branch for the page-cache hugetlb folio

@@ -25,10 +25,12 @@ use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, MmList};
-use crate::pgtable::{store, take};
+use crate::pgtable::{pt_share_count, store, take};
 use crate::phys::{pg, Placement};
 use crate::rmap;
+use crate::shmem::PageCache;
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::MutexGuard;
 use crate::{Errno, Result};
 
 /// `NR_MAX_MIGRATE_PAGES_RETRY`: passes over the folios that gave EAGAIN.
@@ -220,7 +222,11 @@ pub(crate) fn putback(k: &Kernel, folios: Vec<Folio>) {
 /// new folio under the cache's lock (`__folio_migrate_mapping`), taken
 /// before the tables' (which are only tried). A page-cache hugetlb folio
 /// is locked first, then the MMs sharing its PMD table let go of it
-/// ([`hugetlb::unshare_for_migration`]), as `unmap_and_move_huge_page` does.
+/// ([`hugetlb::unshare_for_migration`]), as `unmap_and_move_huge_page` does;
+/// its cache's lock comes after the tables' (its faults take that lock
+/// inside `i_mmap_rwsem`, which the walk takes), and a table shared again
+/// meanwhile gives EAGAIN (Linux's walk keeps `i_mmap_rwsem` for write, so
+/// no fault shares it again before the entry is a migration entry).
 fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
     let dst = match is_hugetlb(f) {
         true => hugetlb::alloc_target(k, f, nid)?,
@@ -241,16 +247,27 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
         if let Some(inode) = inode.as_ref().filter(|_| hugetlb_lock.is_some()) {
             hugetlb::unshare_for_migration(k, mmlist, inode, f)?;
         }
-        let mut cache = inode.as_ref().map(|i| i.pages.lock().unwrap());
-        if cache.as_ref().is_some_and(|c| c.get(&f.index()) != Some(&f.pfn)) {
+        let hugetlb = hugetlb_lock.is_some();
+        let lock_cache = || inode.as_ref().map(|i| i.pages.lock().unwrap());
+        let in_file = |c: &Option<MutexGuard<PageCache>>| c.as_ref().is_none_or(|c| c.get(&f.index()) == Some(&f.pfn));
+        let mut early = if hugetlb { None } else { lock_cache() };
+        if !in_file(&early) {
             return Err(Errno::EBUSY);
         }
-        let cache_refs = if cache.is_some() { crate::shmem::cache_refs(f) } else { 0 };
+        let cache_refs = if inode.is_some() { crate::shmem::cache_refs(f) } else { 0 };
         let lock = match hugetlb_lock {
             Some(lock) => lock,
             None => f.trylock().ok_or(Errno::EAGAIN)?,
         };
         let mapped = with_mappings(k, mmlist, f, false, |maps| {
+            let mut late = if hugetlb { lock_cache() } else { None };
+            let cache = if hugetlb { &mut late } else { &mut early };
+            if !in_file(cache) {
+                return Err(Errno::EBUSY);
+            }
+            if hugetlb && maps.iter().any(|m| pt_share_count(&k.phys, m.table).load(Relaxed) > 0) {
+                return Err(Errno::EAGAIN);
+            }
             let mapcount = rmap::folio_mapcount(k, f);
             if maps.len() as u64 != mapcount || f.refcount() as u64 != mapcount + 1 + cache_refs as u64 {
                 return Err(Errno::EAGAIN);

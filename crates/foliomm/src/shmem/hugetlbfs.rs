@@ -155,7 +155,10 @@ impl Inode {
     /// Whether a page table maps the huge page at `first` (`folio_mapped`);
     /// false if the cache has none there.
     pub fn huge_page_mapped(&self, first: u64) -> bool {
-        let pfn = self.pages.lock().unwrap().get(&first).copied();
+        // Under the cache's lock, which a migration holds while it moves the
+        // page's mappings and its entry together.
+        let pages = self.pages.lock().unwrap();
+        let pfn = pages.get(&first).copied();
         pfn.is_some_and(|p| crate::rmap::folio_mapcount(&self.k, Folio::from_head(&self.k.phys, p)) > 0)
     }
 
