@@ -89,7 +89,10 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id nocmpxchg",
             "rmap-id all",
             "rmap-id all-shared",
-            "rmap-id all-32bit"
+            "rmap-id all-32bit",
+            "rmap-id all-locked",
+            "rmap-id all-skip-zero",
+            "rmap-id all-give-up"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));
