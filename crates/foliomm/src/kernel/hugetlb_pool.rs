@@ -274,9 +274,11 @@ impl Kernel {
         if !reserved && unpromised == 0 && !self.alloc_surplus(&mut pool, place) {
             return Err(Errno::ENOMEM);
         }
-        // The allowed nodes may have none free where others have.
+        // The allowed nodes may have none free where others have: a surplus
+        // page from the buddy allocator there, if the overcommit limit
+        // allows, reserved or not (`alloc_buddy_hugetlb_folio_with_mpol`).
         let pfn = match take_free(&mut pool, &self.phys, place) {
-            None if !reserved && self.alloc_surplus(&mut pool, place) => take_free(&mut pool, &self.phys, place),
+            None if self.alloc_surplus(&mut pool, place) => take_free(&mut pool, &self.phys, place),
             pfn => pfn,
         };
         let pfn = pfn.ok_or(Errno::ENOMEM)?;
