@@ -298,12 +298,17 @@ fn owner(c: Construction, f: Folio, n: u64, sums: &[u64]) -> Option<MmId> {
 mod tests {
     use super::super::eras::RMAP_ID_STAGES;
     use super::super::{Design, Level, MapcountDesign, RmapIdStage, RmapMm, SharedAnswer};
+    use crate::sync::Arc;
     use crate::{Config, Machine};
+
+    /// A small machine of the rmap-id design.
+    fn rmap_id_machine() -> Arc<Machine> {
+        Machine::new(Config { memory: 16 << 20, mapcount: Design::RmapId, ..Config::default() }).unwrap()
+    }
 
     #[test]
     fn a_busy_reader_answers_maybe_shared() {
-        let config = Config { memory: 16 << 20, mapcount: Design::RmapId, ..Config::default() };
-        let m = Machine::new(config).unwrap();
+        let m = rmap_id_machine();
         let d = &RMAP_ID_STAGES[0][RmapIdStage::All as usize];
         let f = m.alloc_folio(9).unwrap();
         let (a, b) = (RmapMm::new(3), RmapMm::new(4));
@@ -329,8 +334,7 @@ mod tests {
     /// which then reads as maybe shared, never as one MM's.
     #[test]
     fn a_contended_folio_is_given_up_as_always_shared() {
-        let config = Config { memory: 16 << 20, mapcount: Design::RmapId, ..Config::default() };
-        let m = Machine::new(config).unwrap();
+        let m = rmap_id_machine();
         let d = &RMAP_ID_STAGES[0][RmapIdStage::AllGiveUp as usize];
         let f = m.alloc_folio(9).unwrap();
         let a = RmapMm::new(3);
