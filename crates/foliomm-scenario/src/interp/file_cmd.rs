@@ -10,6 +10,8 @@ use super::StepResult;
 use crate::backend::Thread;
 use crate::lang::{Cmd, Step};
 use crate::op::{FileKind, Op, Reply};
+use foliomm::internals::arch::PAGE_SIZE;
+use foliomm::internals::machine::HugeSize;
 
 impl State<'_> {
     /// Runs a file step of thread `t`.
@@ -50,6 +52,9 @@ impl State<'_> {
                 let (h, id) = self.file(file, &p)?;
                 if outcome(step, self.perform(t, Op::PunchHole { file: h, offset: *offset, len: *len }))?.is_some() {
                     self.ref_files.punch(id, *offset, offset + len);
+                    if let Some(&huge) = self.hugetlb.get(file) {
+                        self.hugetlb_hole(id, *offset..offset + len, huge);
+                    }
                 }
                 Ok("hole punched".into())
             }
@@ -58,7 +63,7 @@ impl State<'_> {
                 if outcome(step, self.perform(t, Op::Ftruncate { file: h, size: *size }))?.is_some() {
                     self.ref_files.truncate(id, *size);
                     for rs in self.refs.values_mut() {
-                        rs.truncate_file(id, size.div_ceil(4096));
+                        rs.drop_file_pages(id, size.div_ceil(PAGE_SIZE)..u64::MAX);
                     }
                 }
                 Ok("truncated".into())
@@ -84,6 +89,17 @@ impl State<'_> {
                 Ok(self.record(name, o.except(except)))
             }
             _ => unreachable!("not a file step"),
+        }
+    }
+
+    /// A hole punched at `hole` (bytes) in the hugetlbfs file `id` of
+    /// `huge` pages: the huge pages it covers whole leave every mapping of
+    /// the file, private copies too (`hugetlbfs_punch_hole`).
+    pub(super) fn hugetlb_hole(&mut self, id: u64, hole: std::ops::Range<u64>, huge: HugeSize) {
+        let unit = huge.bytes();
+        let pages = hole.start.next_multiple_of(unit) / PAGE_SIZE..hole.end / unit * unit / PAGE_SIZE;
+        for rs in self.refs.values_mut() {
+            rs.drop_file_pages(id, pages.clone());
         }
     }
 

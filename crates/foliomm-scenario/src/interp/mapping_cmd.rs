@@ -216,7 +216,10 @@ impl State<'_> {
             self.refs.get_mut(&p).unwrap().zap(a, l);
         }
         if *adv == Advice::Remove && r.is_ok() {
-            self.refs.get_mut(&p).unwrap().remove(a, l);
+            let holes = self.refs.get_mut(&p).unwrap().remove(a, l);
+            if let Some(&huge) = self.hugetlb.get(&pl.map) {
+                holes.into_iter().for_each(|(id, hole)| self.hugetlb_hole(id, hole, huge));
+            }
         }
         if *adv == Advice::PopulateWrite && r.is_ok() {
             self.refs.get_mut(&p).unwrap().break_cow(a, l);

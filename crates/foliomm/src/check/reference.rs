@@ -242,23 +242,29 @@ impl RefSpace {
     }
 
     /// MADV_REMOVE: punches the whole pages of the range out of the shared
-    /// file mapped there.
-    pub fn remove(&mut self, start: u64, len: u64) {
+    /// file mapped there; returns each hole as (file, byte range).
+    pub fn remove(&mut self, start: u64, len: u64) -> Vec<(u64, Range<u64>)> {
+        let mut holes = Vec::new();
         for (range, m) in self.runs(&page_range(start, len)) {
             if let Some(b) = m.file.filter(|b| b.shared) {
                 let (first, end) = (b.index(range.start), b.index(range.end - PAGE_SIZE) + 1);
                 self.files.punch(b.file, first * PAGE_SIZE, end * PAGE_SIZE);
+                holes.push((b.file, first * PAGE_SIZE..end * PAGE_SIZE));
             }
         }
+        holes
     }
 
-    /// Truncation of `file` to `pages` pages zaps even the private copies
-    /// of the pages past the end (`unmap_mapping_range(.., even_cows)`).
-    pub fn truncate_file(&mut self, file: u64, pages: u64) {
+    /// The pages of `file` at indexes `pages` leave this space's private
+    /// mappings of it, private copies too: truncation past the end
+    /// (`unmap_mapping_range(.., even_cows)`), and a hole punched in a
+    /// hugetlbfs file, whose unmap (`hugetlb_vmdelete_list`) never spares a
+    /// private copy.
+    pub fn drop_file_pages(&mut self, file: u64, pages: Range<u64>) {
         for (range, m) in self.runs(&(0..u64::MAX)) {
             if let Some(b) = m.file.filter(|b| b.file == file) {
-                let past_end = self.data.range(range).map(|(&p, _)| p).filter(|&p| b.index(p) >= pages);
-                let gone: Vec<u64> = past_end.collect();
+                let inside = self.data.range(range).map(|(&p, _)| p).filter(|&p| pages.contains(&b.index(p)));
+                let gone: Vec<u64> = inside.collect();
                 gone.iter().for_each(|p| drop(self.data.remove(p)));
             }
         }
