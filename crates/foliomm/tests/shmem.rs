@@ -352,3 +352,37 @@ fn madvise_hugepage_of_shmem_under_advise_gives_no_khugepaged_slot() {
     assert!(p.khugepaged.load(Relaxed), "an anonymous VMA with an anon_vma");
     assert_clean(&m);
 }
+
+/// Seed 002's lock order in a hugetlbfs hole punch: while a fault holds a
+/// shared VMA's hugetlb lock, the range's unmap skips that VMA and the
+/// page's removal backs out of `i_mmap_rwsem` to wait for the lock
+/// (`hugetlb_unmap_file_folio`); once the fault lets go, the page leaves
+/// the mapping and the file, and reads zero.
+#[test]
+fn a_hole_punch_waits_for_a_fault_holding_the_vma_lock() {
+    let m = machine();
+    assert_eq!(m.kernel.set_nr_hugepages(HugeSize::Pmd, 2), 2);
+    let f = m.hugetlbfs_create(4 * M, HugeSize::Pmd).unwrap();
+    let mm = m.new_mm().unwrap();
+    let flags = MmapFlags { shared: true, hugetlb: Some(HugeSize::Pmd), ..MmapFlags::default() };
+    let a = mm.mmap_file(0, 4 * M, Prot::RW, flags, Some((&f, 0))).unwrap();
+    m.new_cpu().write(&mm, a, b"held").unwrap();
+    let vma = mm.published_vmas().into_iter().find(|v| v.start() == a).unwrap();
+    let vma_lock = vma.hugetlb_vma_lock().expect("a shared hugetlb VMA has a lock");
+    let fault = vma_lock.read().unwrap();
+    let punch = {
+        let (m, f) = (m.clone(), f.clone());
+        std::thread::spawn(move || m.punch_hole(&f, 0, 2 * M))
+    };
+    // The punch cannot finish while the fault holds the lock.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!punch.is_finished(), "the hole punch went past a VMA whose lock a fault holds");
+    assert!(mm.page_info(a).present, "the page stays mapped while the fault holds the lock");
+    drop(fault);
+    punch.join().unwrap().unwrap();
+    let backed_out = m.stats.hugetlb_unmap_backed_out.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(backed_out, 1, "the removal backed out once to wait for the VMA's lock");
+    assert!(!mm.page_info(a).present, "the page left the mapping");
+    assert_eq!(byte(&m, &mm, a), 0, "the hole reads zero");
+    assert_clean(&m);
+}

@@ -472,7 +472,7 @@ mod tests {
         assert_eq!(s.read(0x40000 + P, 1).unwrap(), [3], "file page 3");
         assert_eq!(s.read(0x40000 + 3 * P, 1).unwrap(), [5], "grown: file page 5");
         files.truncate(f, 2 * P);
-        s.truncate_file(f, 2);
+        s.drop_file_pages(f, 2..u64::MAX);
         assert_eq!(s.read(0x40000, 1), Err(Errno::SIGBUS), "truncation drops even the private copy");
         assert!(s.data.is_empty());
     }

@@ -366,6 +366,11 @@ counters! {
     /// (`VMA_LOCK_MISS`).
     /// Needs: set vma_lock vma-rwsem or vma-refcount, and threads.
     vma_lock_miss,
+    /// hugetlbfs page removals that met a VMA whose hugetlb lock a fault
+    /// held, let go of `i_mmap_rwsem` and waited for it
+    /// (`hugetlb_unmap_file_folio`'s back-out, seed 002's lock order).
+    /// Needs: set hugetlb_sync vma-lock, threads, and a truncation or hole punch.
+    hugetlb_unmap_backed_out,
     /// Faults on a none entry of a range registered for missing faults,
     /// handed to the userfaultfd's handler (`handle_userfault` with
     /// `VM_UFFD_MISSING`).

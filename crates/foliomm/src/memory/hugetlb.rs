@@ -179,7 +179,7 @@ fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
 
 /// `huge_pte_offset`: the slot of the huge entry of `addr` in `mm` for
 /// pages of `size`, if the tables down to it exist.
-fn huge_pte_offset(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) -> Option<PmdSlot> {
+pub(crate) fn huge_pte_offset(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) -> Option<PmdSlot> {
     match size {
         HugeSize::Pmd => walk_pmd(&k.phys, mm.pgd, addr),
         HugeSize::Pud => walk_pud(&k.phys, mm.pgd, addr).map(|(table, idx)| PmdSlot { table, idx }),

@@ -9,11 +9,11 @@
 //! Differs from Linux: no subpool or cgroup charges, and no
 //! `restore_reserve_on_error` (a fault here fails before it allocates).
 
+use super::hugetlb::huge_pte_offset;
 use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, Kernel};
 use crate::mm_types::{vm, Mm, Vma};
-use crate::pgtable::{huge_pud, walk_pmd, PmdSlot};
 use crate::phys::pg;
 use crate::shmem::Inode;
 use crate::tlb::MmuGather;
@@ -40,14 +40,6 @@ pub(super) fn alloc_private<'k>(
     Ok(f)
 }
 
-/// The slot mapping the huge page of `size` at `addr` in `mm`, if any.
-fn huge_slot(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) -> Option<PmdSlot> {
-    match size {
-        HugeSize::Pmd => walk_pmd(&k.phys, mm.pgd, addr),
-        HugeSize::Pud => huge_pud(&k.phys, mm.pgd, addr),
-    }
-}
-
 /// `__unmap_hugepage_range`'s restore, before `[start, end)` of the
 /// owner's private VMA `v` is zapped: each anonymous huge page mapped
 /// there is marked to give its promise back to the pool when it is freed
@@ -65,7 +57,7 @@ pub(crate) fn restore_reservations(k: &Kernel, mm: &Mm, v: &Vma, start: u64, end
     let Some(resv) = v.hugetlb_resv() else { return };
     let step = resv.size.bytes();
     for addr in (start..end).step_by(step as usize) {
-        let Some(slot) = huge_slot(k, mm, addr, resv.size) else { continue };
+        let Some(slot) = huge_pte_offset(k, mm, addr, resv.size) else { continue };
         let e = slot.load(&k.phys);
         if e.is_none() || !e.huge() {
             continue;
@@ -109,7 +101,7 @@ pub(super) fn unmap_ref_private(k: &Kernel, mm: &Mm, vma: &Vma, inode: &Inode, p
         if v.hugetlb_resv().is_some() {
             continue;
         }
-        let maps_it = huge_slot(k, &other, haddr, size).is_some_and(|s| {
+        let maps_it = huge_pte_offset(k, &other, haddr, size).is_some_and(|s| {
             let e = s.load(&k.phys);
             !e.is_none() && e.huge() && e.pfn() == pfn
         });

@@ -9,6 +9,7 @@
 pub mod file_io;
 pub mod fork;
 pub mod gup;
+pub mod hugetlbfs_unmap;
 pub mod khugepaged;
 pub mod ksm;
 pub mod madvise;

@@ -20,13 +20,9 @@
 //! whole range of a shmem file is unmapped again).
 
 use crate::arch::PAGE_SIZE;
-use crate::kernel::HugetlbSync;
-use crate::memory::zap::{unmap_page_range, ZapDetails};
 use crate::mm_types::{vm, Mm, MmList};
-use crate::rmap::VmaRecord;
-use crate::shmem::{HugetlbVmaLock, Inode};
+use crate::shmem::Inode;
 use crate::sync::Arc;
-use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
 impl MmList {
@@ -46,7 +42,7 @@ impl MmList {
         inode.set_size(size)?;
         if shrinks && inode.is_hugetlbfs() {
             self.unmap_mapping_pages(inode, size / PAGE_SIZE, u64::MAX, true);
-            self.remove_inode_hugepages(inode, size, u64::MAX, true);
+            self.remove_inode_hugepages(inode, size, u64::MAX);
         } else if shrinks {
             let first = size.div_ceil(PAGE_SIZE);
             self.unmap_mapping_pages(inode, first, u64::MAX, true);
@@ -80,7 +76,7 @@ impl MmList {
             self.unmap_mapping_pages(inode, first, last, false);
         }
         if inode.is_hugetlbfs() {
-            self.remove_inode_hugepages(inode, offset, end, false);
+            self.remove_inode_hugepages(inode, offset, end);
             return Ok(());
         }
         self.unmap_to_split(inode, offset, end);
@@ -94,21 +90,21 @@ impl MmList {
     /// `remove_inode_hugepages` (after `hugetlb_vmdelete_list` unmapped the
     /// range): each huge page wholly inside `[offset, end)` leaves the
     /// cache under its fault mutex, so that no fault maps it meanwhile; one
-    /// a fault mapped since the unmap is unmapped again first, under the
-    /// mutex (`hugetlb_unmap_file_folio`; private copies too on
-    /// `truncate`). Then, on truncation, the rest past the end and every
+    /// still mapped (a fault mapped it since, or the unmap skipped a busy
+    /// VMA) is unmapped first, under the mutex (`hugetlb_unmap_file_folio`).
+    /// Then, on truncation, the rest past the end and every
     /// reservation there given back; for a hole, the partly covered pages
     /// at its edges zeroed. A page a fault added inside the hole after the
     /// listing stays cached and mapped, as in Linux, whose scan has moved
     /// past its index.
-    fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64, truncate: bool) {
+    fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64) {
         let unit = inode.page_unit();
         let nr = unit / PAGE_SIZE;
         for first in inode.huge_pages_in(offset, end) {
             let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
             let _mutex = mutex.lock().unwrap();
             if inode.huge_page_mapped(first) {
-                self.unmap_mapping_pages(inode, first, first + nr, truncate);
+                self.hugetlb_unmap_file_folio(inode, first);
             }
             inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
         }
@@ -135,54 +131,19 @@ impl MmList {
     /// `unmap_mapping_pages(mapping, first, last - first, even_cows)`: under
     /// `i_mmap_rwsem` for read, zaps in every VMA linked to `inode` the
     /// pages that map file pages `first..last`, private copies too if
-    /// `even_cows` (`unmap_mapping_range_tree` → `zap_page_range_single`).
-    /// No mmap_lock is taken: the VMAs found keep their ranges and page
-    /// tables until the walk ends.
+    /// `even_cows` (`unmap_mapping_range_tree` → `zap_page_range_single`);
+    /// on hugetlbfs, `hugetlb_vmdelete_list` under `i_mmap_rwsem` for write
+    /// instead. No mmap_lock is taken: the VMAs found keep their ranges and
+    /// page tables until the walk ends.
     fn unmap_mapping_pages(&self, inode: &Inode, first: u64, last: u64, even_cows: bool) {
         // MMs are let go after the walk: dropping the last reference to one
         // exits it, which unlinks its VMAs.
         let mut mms = Vec::new();
         if inode.is_hugetlbfs() {
-            // hugetlb_vmdelete_list(): unsharing needs `i_mmap_rwsem` for
-            // write and, under `vma-lock`, each VMA's lock for write, which
-            // comes first in the lock order: they are collected under the
-            // read lock, taken, then the write lock, and it all starts again
-            // if a VMA was linked in between (Linux tries them under the
-            // write lock and backs out when one is contended).
-            let locks_of = |records: &[VmaRecord]| -> Vec<HugetlbVmaLock> {
-                match inode.k.config.hugetlb_sync {
-                    HugetlbSync::VmaLock => records.iter().filter_map(|m| inode.i_mmap.vma_lock(m.vma)).collect(),
-                    _ => Vec::new(),
-                }
-            };
-            loop {
-                let vma_locks = locks_of(&inode.i_mmap.read());
-                let _held: Vec<_> = vma_locks.iter().map(|l| l.write().unwrap()).collect();
-                let i_mmap = inode.i_mmap.write();
-                let all_held = locks_of(&i_mmap).iter().all(|l| vma_locks.iter().any(|h| Arc::ptr_eq(h, l)));
-                if all_held {
-                    self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
-                    break;
-                }
-            }
-        } else {
-            let i_mmap = inode.i_mmap.read();
-            self.zap_mappings(&i_mmap, first, last, even_cows, &mut mms);
+            return self.hugetlb_vmdelete_list(inode, first, last, &mut mms);
         }
-    }
-
-    /// Zaps in each of `mappings` the pages that map file pages
-    /// `first..last`; the MMs it zapped in go to `mms`.
-    fn zap_mappings(&self, mappings: &[VmaRecord], first: u64, last: u64, even_cows: bool, mms: &mut Vec<Arc<Mm>>) {
-        for m in mappings {
-            let Some((start, end)) = m.addresses(first, last) else { continue };
-            // An MM being dropped unmaps everything itself.
-            let Some(mm) = self.get(m.mm) else { continue };
-            let k = &*mm.kernel;
-            let mut tlb = MmuGather::new(k, &mm.tlb, false);
-            unmap_page_range(k, &mm, &mut tlb, start, end, ZapDetails { skip_cows: !even_cows, reclaim_pt: false });
-            drop(tlb);
-            mms.push(mm);
+        for m in inode.i_mmap.read().iter() {
+            self.zap_mapping(m, first, last, even_cows, &mut mms);
         }
     }
 }

@@ -24,7 +24,7 @@ mod swap;
 mod truncate;
 
 pub use hugetlb_resv::PrivateResv;
-pub use i_mmap::{HugetlbVmaLock, IMmap};
+pub use i_mmap::{Busy, HugetlbVmaLock, IMmap};
 pub use swap::PageCache;
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER};
