@@ -180,11 +180,14 @@ impl State<'_> {
         }
         let rs = self.refs.get_mut(&p).unwrap();
         match handle {
-            Some((_, id)) => rs.map_file(addr, *len, *prot, id, offset / 4096, *shared),
+            Some((_, id)) => {
+                let cow_pages = file_size.map_or(1, |size| size.pages());
+                rs.map_file(addr, *len, *prot, (id, offset / 4096), *shared, cow_pages)
+            }
             // Shared anonymous memory is a file of its own.
             None if *shared => {
                 let id = self.ref_files.new_file(*len);
-                rs.map_file(addr, *len, *prot, id, 0, true)
+                rs.map_file(addr, *len, *prot, (id, 0), true, 1)
             }
             None => rs.map(addr, *len, *prot),
         }

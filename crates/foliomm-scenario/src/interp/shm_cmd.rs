@@ -34,7 +34,7 @@ impl State<'_> {
                 let got = self.perform(t, Op::ShmAt { shm: id, readonly: *readonly }).and_then(Reply::value);
                 let Some(addr) = outcome(step, got)? else { return Ok("failed as expected".into()) };
                 let prot = if *readonly { Prot(Prot::READ) } else { Prot::RW };
-                self.refs.get_mut(&p).unwrap().map_file(addr, len, prot, file, 0, true);
+                self.refs.get_mut(&p).unwrap().map_file(addr, len, prot, (file, 0), true, 1);
                 self.maps.insert(name.clone(), (addr, len));
                 if let Some(&h) = self.hugetlb.get(shm) {
                     self.hugetlb.insert(name.clone(), h);

@@ -35,6 +35,10 @@ struct Backing {
     file: u64,
     delta: u64,
     shared: bool,
+    /// Pages a private mapping copies together at the first write to one
+    /// of them: 1, or a huge page's for hugetlbfs (aligned alike in the
+    /// address space and the file).
+    cow_pages: u64,
 }
 
 impl Backing {
@@ -193,9 +197,20 @@ impl RefSpace {
     }
 
     /// A new mapping of file `file` from page `index`, shared or private.
-    pub fn map_file(&mut self, start: u64, len: u64, prot: Prot, file: u64, index: u64, shared: bool) {
+    /// A new mapping of `file` from page `index`, shared or private; a
+    /// private one copies `cow_pages` pages at a time (see [`Backing`]).
+    pub fn map_file(
+        &mut self,
+        start: u64,
+        len: u64,
+        prot: Prot,
+        (file, index): (u64, u64),
+        shared: bool,
+        cow_pages: u64,
+    ) {
         let delta = index.wrapping_sub(start / PAGE_SIZE);
-        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }) });
+        let backing = Backing { file, delta, shared, cow_pages };
+        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(backing) });
     }
 
     pub fn unmap(&mut self, start: u64, len: u64) {
@@ -332,7 +347,16 @@ impl RefSpace {
             (true, _, true) => f(file.pages.entry(index).or_insert_with(zeros)),
             (true, _, false) | (false, None, false) => f(&mut file_page(&file.pages)),
             (false, Some(d), _) => f(d),
-            (false, None, true) => f(self.data.entry(page).or_insert_with(|| file_page(&file.pages))),
+            (false, None, true) => {
+                // The rest of a huge page is copied with it.
+                let unit = b.cow_pages * PAGE_SIZE;
+                for q in (page & !(unit - 1)..(page & !(unit - 1)) + unit).step_by(PS) {
+                    if q != page && !self.data.contains_key(&q) {
+                        self.data.insert(q, file.pages.get(&b.index(q)).cloned().unwrap_or_else(zeros));
+                    }
+                }
+                f(self.data.entry(page).or_insert_with(|| file_page(&file.pages)))
+            }
         })
     }
 
@@ -463,7 +487,7 @@ mod tests {
         files.write(f, 5 * P, &[5]);
         let mut s = RefSpace::with_files(files.clone());
         // Pages 2..4 of the file at 0x10000; a private copy of file page 2.
-        s.map_file(0x10000, 2 * P, Prot::RW, f, 2, false);
+        s.map_file(0x10000, 2 * P, Prot::RW, (f, 2), false, 1);
         s.write(0x10000, &[9]).unwrap();
         s.remap(0x10000, 2 * P, 0x80000, 2 * P);
         s.remap(0x80000, 2 * P, 0x40000, 4 * P);
