@@ -13,15 +13,19 @@
 //! pins held across fork and unmap, and threads in `parallel` blocks, each
 //! on a mapping of its own so that no result depends on timing. From `g3`
 //! also a swap device in most workloads and `MADV_PAGEOUT` of sub-ranges
-//! (of memfd mappings too from `g5`), from `g4` `MADV_COLLAPSE`.
+//! (of memfd mappings too from `g5`), from `g4` `MADV_COLLAPSE`, from `g6`
+//! hugetlbfs files mapped shared and private, with hole punches,
+//! truncation and `pread` ([`hugetlb`]).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+mod hugetlb;
+
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 5] = ["g1", "g2", "g3", "g4", "g5"];
+pub const VERSIONS: [&str; 6] = ["g1", "g2", "g3", "g4", "g5", "g6"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
 /// below 100, `g2` below 112, `g3` below 118, `g4` below 122): the default weights, which
@@ -342,31 +346,6 @@ impl World {
         self.maps.push(Mapping { name, len, file: None, procs: vec![p.to_string()], split: false, huge: None });
     }
 
-    /// A `MAP_HUGETLB` mapping of one or two pages of a size whose pool
-    /// has them to spare, private or shared; false if no pool has.
-    fn mmap_hugetlb(&mut self, p: &str, name: &str) -> bool {
-        let i = self.rng.gen_range(0..self.pools.len());
-        let (size, pages, used) = self.pools[i];
-        let n = self.rng.gen_range(1..=if size > 2048 * K { 1 } else { 2 });
-        if used + n + 1 > pages {
-            return false;
-        }
-        self.pools[i].2 += n;
-        let opt = if size > 2048 * K { "hugetlb=1G" } else { "hugetlb" };
-        let shared = if self.rng.gen_bool(0.3) { " shared" } else { "" };
-        self.lines.push(format!("{p}: {name} = mmap {}K rw{shared} {opt}", size * n / K));
-        let m = Mapping {
-            name: name.into(),
-            len: size * n,
-            file: None,
-            procs: vec![p.into()],
-            split: false,
-            huge: Some(size),
-        };
-        self.maps.push(m);
-        true
-    }
-
     /// P pins part of a mapping (a longterm R/W pin, or a plain GUP
     /// reference), or releases a pin it holds.
     fn pin_step(&mut self, m: &Mapping) {
@@ -411,22 +390,15 @@ impl World {
         self.lines.push("end".into());
     }
 
-    /// A new number of pages for the workload's pool of 2M pages: more, or
-    /// fewer down to what was mapped and one to spare.
-    fn pool_step(&mut self) {
-        if let Some(pool) = self.pools.iter_mut().find(|(size, ..)| *size == 2048 * K) {
-            pool.1 = pool.2 + 1 + self.rng.gen_range(0..=4);
-            let line = format!("set hugetlb pages={}", pool.1);
-            self.lines.push(line);
-        }
-    }
-
     /// A step on the file behind mapping `m`, by a process holding it.
     fn file_step(&mut self, p: &str, m: &Mapping) {
         let Some(f) = m.file.clone().filter(|_| p == "P") else {
             return self.lines.push(format!("{p}: read {}", m.name));
         };
         let size = self.files.iter().find(|(n, _)| *n == f).map_or(m.len, |(_, s)| *s);
+        if let Some(unit) = m.huge {
+            return self.hugetlbfs_file_step(&f, size, unit);
+        }
         let (s, e) = self.range(size.max(4 * K));
         match self.rng.gen_range(0..3) {
             0 => {
@@ -472,8 +444,9 @@ pub fn scenario(version: &str, seed: u64, steps: usize, bias: Option<&[f64]>) ->
         // A quarter of the workloads have a pool of 2M pages, one in
         // twelve also one of 1G pages (of which the model needs the
         // memory, a machine setting that comes first).
-        if w.rng.gen_bool(0.25) {
-            let pages = w.rng.gen_range(2..=7);
+        // From g6 half of them, with more pages for files mapped twice.
+        if w.rng.gen_bool(if w.version >= 6 { 0.5 } else { 0.25 }) {
+            let pages = w.rng.gen_range(2..=if w.version >= 6 { 10 } else { 7 });
             w.pools.push((2048 * K, pages, 0));
             w.lines.push(format!("set hugetlb pages={pages}"));
         }
