@@ -239,13 +239,15 @@ impl Mm {
         Ok(())
     }
 
-    /// Marks the folio mapped at `addr` dirty (a GUP write through an
-    /// entry that allows it, `FOLL_TOUCH`).
+    /// Marks the folio mapped at `addr` dirty unless its entry is dirty
+    /// already (a GUP write through an entry that allows it, `FOLL_TOUCH`
+    /// in `follow_page_pte`). Differs from Linux for a clean huge entry,
+    /// which `touch_pmd` marks dirty instead of the folio.
     pub(super) fn touch_dirty(&self, addr: u64) {
         let (phys, _walk) = (&self.kernel.phys, self.pt_read());
         let Some(slot) = leaf_slot(phys, self.pgd, addr) else { return };
         let e = slot.load(phys);
-        if e.present() && !e.special() {
+        if e.present() && !e.special() && !e.dirty() {
             crate::folio::Folio::containing(phys, slot.page_pfn(e, addr)).head().set(crate::phys::pg::DIRTY);
         }
     }
