@@ -24,7 +24,11 @@ impl State<'_> {
                 else {
                     return Ok("failed as expected".into());
                 };
-                self.files.insert(name.clone(), (h, self.ref_files.new_file(*size)));
+                let unit = match kind {
+                    FileKind::Hugetlbfs(size) => size.pages(),
+                    _ => 1,
+                };
+                self.files.insert(name.clone(), (h, self.ref_files.new_file(*size, unit)));
                 if let FileKind::Hugetlbfs(size) = kind {
                     self.hugetlb.insert(name.clone(), *size);
                 }
@@ -71,8 +75,11 @@ impl State<'_> {
             Cmd::Fallocate { file, offset, len, keep_size } => {
                 let (h, id) = self.file(file, &p)?;
                 let r = self.perform(t, Op::Fallocate { file: h, offset: *offset, len: *len, keep_size: *keep_size });
-                if outcome(step, r)?.is_some() && !keep_size {
-                    self.ref_files.extend(id, offset + len);
+                if outcome(step, r)?.is_some() {
+                    self.ref_files.allocate(id, *offset, offset + len);
+                    if !keep_size {
+                        self.ref_files.extend(id, offset + len);
+                    }
                 }
                 Ok("allocated".into())
             }

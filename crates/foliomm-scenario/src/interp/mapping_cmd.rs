@@ -180,14 +180,12 @@ impl State<'_> {
         }
         let rs = self.refs.get_mut(&p).unwrap();
         match handle {
-            Some((_, id)) => {
-                let cow_pages = file_size.map_or(1, |size| size.pages());
-                rs.map_file(addr, *len, *prot, (id, offset / 4096), *shared, cow_pages)
-            }
+            Some((_, id)) => rs.map_file(addr, *len, *prot, id, offset / 4096, *shared),
             // Shared anonymous memory is a file of its own.
             None if *shared => {
-                let id = self.ref_files.new_file(*len);
-                rs.map_file(addr, *len, *prot, (id, 0), true, 1)
+                // Only shared mappings of it: its huge pages need no unit.
+                let id = self.ref_files.new_file(*len, 1);
+                rs.map_file(addr, *len, *prot, id, 0, true)
             }
             None => rs.map(addr, *len, *prot),
         }
@@ -226,6 +224,9 @@ impl State<'_> {
         }
         if *adv == Advice::PopulateWrite && r.is_ok() {
             self.refs.get_mut(&p).unwrap().break_cow(a, l);
+        }
+        if *adv == Advice::PopulateRead && r.is_ok() {
+            self.refs.get_mut(&p).unwrap().fault_read(a, l);
         }
         outcome(step, r)?;
         Ok("ok".into())

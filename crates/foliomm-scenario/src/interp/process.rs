@@ -229,8 +229,9 @@ impl State<'_> {
             return Ok("failed as expected".into());
         };
         // FOLL_WRITE breaks COW: a private file page becomes the process's own.
-        if matches!(kind, crate::op::GupKind::Pin { write: true, .. }) {
-            self.refs.get_mut(&p).unwrap().break_cow(a, l);
+        match kind {
+            crate::op::GupKind::Pin { write: true, .. } => self.refs.get_mut(&p).unwrap().break_cow(a, l),
+            _ => self.refs.get_mut(&p).unwrap().fault_read(a, l),
         }
         self.pins.insert(name.clone(), (id, p, t.tid));
         Ok(format!("{name} pinned"))

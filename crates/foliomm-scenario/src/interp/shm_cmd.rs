@@ -23,7 +23,7 @@ impl State<'_> {
                 // The segment's file spans whole pages (whole huge pages).
                 let unit = hugetlb.map_or(4096, |h| h.bytes());
                 let len = size.next_multiple_of(unit);
-                self.segments.insert(name.clone(), (id, self.ref_files.new_file(len), len));
+                self.segments.insert(name.clone(), (id, self.ref_files.new_file(len, 1), len));
                 if let Some(h) = hugetlb {
                     self.hugetlb.insert(name.clone(), *h);
                 }
@@ -34,7 +34,7 @@ impl State<'_> {
                 let got = self.perform(t, Op::ShmAt { shm: id, readonly: *readonly }).and_then(Reply::value);
                 let Some(addr) = outcome(step, got)? else { return Ok("failed as expected".into()) };
                 let prot = if *readonly { Prot(Prot::READ) } else { Prot::RW };
-                self.refs.get_mut(&p).unwrap().map_file(addr, len, prot, (file, 0), true, 1);
+                self.refs.get_mut(&p).unwrap().map_file(addr, len, prot, file, 0, true);
                 self.maps.insert(name.clone(), (addr, len));
                 if let Some(&h) = self.hugetlb.get(shm) {
                     self.hugetlb.insert(name.clone(), h);

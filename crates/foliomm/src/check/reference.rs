@@ -7,7 +7,7 @@
 //! it bytes of its own. It knows nothing of folios, page tables, caches or
 //! COW, so a model bug that leaks or loses a byte shows as a difference.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 
 use rangemap::RangeMap;
@@ -35,10 +35,6 @@ struct Backing {
     file: u64,
     delta: u64,
     shared: bool,
-    /// Pages a private mapping copies together at the first write to one
-    /// of them: 1, or a huge page's for hugetlbfs (aligned alike in the
-    /// address space and the file).
-    cow_pages: u64,
 }
 
 impl Backing {
@@ -52,11 +48,40 @@ impl Backing {
     }
 }
 
-/// One file: its size and the bytes of the pages ever written.
+/// One file: its size and the bytes of the pages ever written; for a
+/// hugetlbfs file, the pages of a huge page (`unit`) and which huge pages
+/// its cache holds (by first page index): a private mapping's fault where
+/// the cache has none gets a zeroed huge page of its own
+/// (`hugetlb_no_page`), which the file's later pages do not change.
 #[derive(Clone, Default)]
 struct RefFile {
     size: u64,
     pages: BTreeMap<u64, RefPage>,
+    unit: u64,
+    cached: BTreeSet<u64>,
+}
+
+impl RefFile {
+    /// Whether it is a hugetlbfs file.
+    fn hugetlbfs(&self) -> bool {
+        self.unit > 1
+    }
+
+    /// The first page index of the huge page holding page `index`.
+    fn unit_of(&self, index: u64) -> u64 {
+        index - index % self.unit.max(1)
+    }
+
+    /// The cached huge pages that start in pages `from..to` leave the
+    /// cache, their bytes too.
+    fn uncache(&mut self, from: u64, to: u64) {
+        let gone: Vec<u64> = self.cached.range(from..to.max(from)).copied().collect();
+        for first in gone {
+            self.cached.remove(&first);
+            let pages: Vec<u64> = self.pages.range(first..first + self.unit).map(|(&i, _)| i).collect();
+            pages.iter().for_each(|i| drop(self.pages.remove(i)));
+        }
+    }
 }
 
 /// The files of a run, shared by the spaces that map them.
@@ -69,10 +94,15 @@ impl RefFiles {
         RefFiles(Arc::new(Mutex::new(self.0.lock().unwrap().clone())))
     }
 
-    /// A punched hole: the bytes of `[offset, end)` read zero.
+    /// A punched hole: the bytes of `[offset, end)` read zero; the huge
+    /// pages of a hugetlbfs file it covers whole leave the cache.
     pub fn punch(&self, id: u64, offset: u64, end: u64) {
         let mut files = self.0.lock().unwrap();
         let Some(f) = files.get_mut(&id) else { return };
+        if f.hugetlbfs() {
+            let unit = f.unit * PAGE_SIZE;
+            f.uncache(offset.div_ceil(unit) * f.unit, end / unit * f.unit);
+        }
         for i in offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE) {
             let lo = offset.max(i * PAGE_SIZE) - i * PAGE_SIZE;
             let hi = end.min((i + 1) * PAGE_SIZE) - i * PAGE_SIZE;
@@ -82,13 +112,24 @@ impl RefFiles {
         }
     }
 
-    /// A new file of `size` bytes, all zeros; returns its id (the
-    /// backends' file handles may repeat across processes, the ids do not).
-    pub fn new_file(&self, size: u64) -> u64 {
+    /// A new file of `size` bytes, all zeros, of huge pages of `unit`
+    /// pages on hugetlbfs (else 1); returns its id (the backends' file
+    /// handles may repeat across processes, the ids do not).
+    pub fn new_file(&self, size: u64, unit: u64) -> u64 {
         let mut files = self.0.lock().unwrap();
         let id = files.len() as u64 + 1;
-        files.insert(id, RefFile { size, pages: BTreeMap::new() });
+        files.insert(id, RefFile { size, unit, ..RefFile::default() });
         id
+    }
+
+    /// `fallocate` of `[offset, end)`: a hugetlbfs file caches the huge
+    /// pages it covers.
+    pub fn allocate(&self, id: u64, offset: u64, end: u64) {
+        let mut files = self.0.lock().unwrap();
+        let Some(f) = files.get_mut(&id).filter(|f| f.hugetlbfs()) else { return };
+        let unit = f.unit * PAGE_SIZE;
+        let firsts: Vec<u64> = (offset / unit..end.div_ceil(unit)).map(|u| u * f.unit).collect();
+        f.cached.extend(firsts);
     }
 
     /// `pwrite`: the bytes of `data` from `offset`; the size grows to cover them.
@@ -123,6 +164,7 @@ impl RefFiles {
     pub fn truncate(&self, id: u64, size: u64) {
         let mut files = self.0.lock().unwrap();
         let f = files.entry(id).or_default();
+        f.uncache(size.div_ceil(PAGE_SIZE), u64::MAX);
         f.pages.split_off(&size.div_ceil(PAGE_SIZE));
         if let Some(last) =
             (!size.is_multiple_of(PAGE_SIZE)).then_some(size / PAGE_SIZE).and_then(|i| f.pages.get_mut(&i))
@@ -197,20 +239,9 @@ impl RefSpace {
     }
 
     /// A new mapping of file `file` from page `index`, shared or private.
-    /// A new mapping of `file` from page `index`, shared or private; a
-    /// private one copies `cow_pages` pages at a time (see [`Backing`]).
-    pub fn map_file(
-        &mut self,
-        start: u64,
-        len: u64,
-        prot: Prot,
-        (file, index): (u64, u64),
-        shared: bool,
-        cow_pages: u64,
-    ) {
+    pub fn map_file(&mut self, start: u64, len: u64, prot: Prot, file: u64, index: u64, shared: bool) {
         let delta = index.wrapping_sub(start / PAGE_SIZE);
-        let backing = Backing { file, delta, shared, cow_pages };
-        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(backing) });
+        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }) });
     }
 
     pub fn unmap(&mut self, start: u64, len: u64) {
@@ -342,20 +373,27 @@ impl RefSpace {
             return Err(Errno::SIGBUS);
         }
         let file_page = |pages: &BTreeMap<u64, RefPage>| pages.get(&index).cloned().unwrap_or_else(zeros);
+        let first = file.unit_of(index);
+        if file.hugetlbfs() && b.shared {
+            file.cached.insert(first);
+        }
         let own = self.data.get_mut(&page);
-        Ok(match (b.shared, own, write) {
+        // A private fault on a hugetlbfs hole maps a zeroed page of its own.
+        let hole = file.hugetlbfs() && !file.cached.contains(&first);
+        Ok(match (b.shared, own, write || hole) {
             (true, _, true) => f(file.pages.entry(index).or_insert_with(zeros)),
             (true, _, false) | (false, None, false) => f(&mut file_page(&file.pages)),
             (false, Some(d), _) => f(d),
             (false, None, true) => {
-                // The rest of a huge page is copied with it.
-                let unit = b.cow_pages * PAGE_SIZE;
-                for q in (page & !(unit - 1)..(page & !(unit - 1)) + unit).step_by(PS) {
-                    if q != page && !self.data.contains_key(&q) {
-                        self.data.insert(q, file.pages.get(&b.index(q)).cloned().unwrap_or_else(zeros));
-                    }
+                // The rest of a huge page is copied with it (`hugetlb_wp`).
+                let unit = file.unit.max(1) * PAGE_SIZE;
+                let base = page & !(unit - 1);
+                for q in (base..base + unit).step_by(PS).filter(|&q| q != page) {
+                    let copy =
+                        || if hole { zeros() } else { file.pages.get(&b.index(q)).cloned().unwrap_or_else(zeros) };
+                    self.data.entry(q).or_insert_with(copy);
                 }
-                f(self.data.entry(page).or_insert_with(|| file_page(&file.pages)))
+                f(self.data.entry(page).or_insert_with(|| if hole { zeros() } else { file_page(&file.pages) }))
             }
         })
     }
@@ -412,13 +450,24 @@ impl RefSpace {
     /// MADV_POPULATE_WRITE, MAP_POPULATE or mlock of a private writable
     /// mapping): each writable page of a private file mapping gets its own
     /// copy of the file's page, which later writes to the file no longer
-    /// show through. Pages it cannot write are left as they are.
+    /// show through. Pages it cannot write are faulted for read
+    /// ([`Self::fault_read`]), as are shared ones.
     pub fn break_cow(&mut self, addr: u64, len: u64) {
         for p in page_range(addr, len).step_by(PS) {
             let private_file = self.maps.get(&p).is_some_and(|m| m.file.is_some_and(|b| !b.shared));
-            if private_file && !self.data.contains_key(&p) {
-                let _ = self.with_bytes(p, true, |_| ());
+            if !(private_file && !self.data.contains_key(&p) && self.with_bytes(p, true, |_| ()).is_ok()) {
+                let _ = self.with_bytes(p, false, |_| ());
             }
+        }
+    }
+
+    /// A read fault that reads nothing (MADV_POPULATE_READ, a read pin):
+    /// a shared mapping of a hugetlbfs file brings its huge pages into the
+    /// cache; a private one gets zeroed pages of its own where the cache
+    /// has none. Nothing else changes.
+    pub fn fault_read(&mut self, addr: u64, len: u64) {
+        for p in page_range(addr, len).step_by(PS) {
+            let _ = self.with_bytes(p, false, |_| ());
         }
     }
 
@@ -482,12 +531,12 @@ mod tests {
     #[test]
     fn a_moved_file_mapping_keeps_its_file_pages_and_grows_along_the_file() {
         let files = RefFiles::default();
-        let f = files.new_file(8 * P);
+        let f = files.new_file(8 * P, 1);
         files.write(f, 3 * P, &[3]);
         files.write(f, 5 * P, &[5]);
         let mut s = RefSpace::with_files(files.clone());
         // Pages 2..4 of the file at 0x10000; a private copy of file page 2.
-        s.map_file(0x10000, 2 * P, Prot::RW, (f, 2), false, 1);
+        s.map_file(0x10000, 2 * P, Prot::RW, f, 2, false);
         s.write(0x10000, &[9]).unwrap();
         s.remap(0x10000, 2 * P, 0x80000, 2 * P);
         s.remap(0x80000, 2 * P, 0x40000, 4 * P);
