@@ -34,11 +34,12 @@ use std::collections::HashMap;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, RwLock};
 
 use foliomm::internals::folio::thp::{ShmemMode, ThpMode};
 use foliomm::internals::machine::HugeSize;
-use foliomm_scenario::backend::{hugepage_counters, Backend, Thread};
+use foliomm_scenario::backend::{hugepage_counters, node_hugepage_counters, Backend, Thread};
 use foliomm_scenario::error::{BackendResult, Machinery, StepError};
 use foliomm_scenario::lang::{Daemon, MachineSetting, Tunable};
 use foliomm_scenario::op::{Access, GupKind, Op, Reply};
@@ -82,6 +83,10 @@ pub struct HostBackend {
     /// with more, its huge page pools are kept on node 0, as on the
     /// machine it describes.
     nodes: std::sync::atomic::AtomicU64,
+    /// Where the pool of a scenario of several nodes grows next (the
+    /// model's `next_nid_to_alloc`, from node 0 in each run; the kernel's
+    /// own carries over from earlier runs).
+    pool_next_node: std::sync::atomic::AtomicU64,
 }
 
 impl HostBackend {
@@ -99,6 +104,7 @@ impl HostBackend {
             memcg: Mutex::new(None),
             debugfs: Mutex::new(None),
             nodes: std::sync::atomic::AtomicU64::new(1),
+            pool_next_node: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -263,6 +269,15 @@ impl Backend for HostBackend {
             _ => None,
         });
         self.nodes.store(nodes.unwrap_or(1), std::sync::atomic::Ordering::Relaxed);
+        self.pool_next_node.store(0, std::sync::atomic::Ordering::Relaxed);
+        if nodes.is_some_and(|n| n > 1) {
+            // Which node a pool page is on matters: the run starts from an
+            // empty pool, as the model's machine does, not from the pages
+            // an earlier run left on some node.
+            for size in HugeSize::ALL {
+                sysfs::set(&sysfs::hugetlb_path(size, "nr_hugepages"), "0").map_err(StepError::Unsupported)?;
+            }
+        }
         std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there
         // is a killed run's whose process id came round again.
@@ -324,15 +339,20 @@ impl Backend for HostBackend {
                 let persistent = |nr: &str, surplus: &str| -> BackendResult<u64> { Ok(read(nr)? - read(surplus)?) };
                 let surplus_of = |p: &str| p.replace("nr_hugepages", "surplus_hugepages");
                 let now = persistent(&path, &surplus_of(&path))?;
-                let nodes = self.nodes.load(std::sync::atomic::Ordering::Relaxed);
-                if nodes < procfs::memory_nodes() && pages > now {
-                    // A pool that grows grows on node 0, as the scenario's
-                    // one-node machine's does: a node's count is written as
-                    // its share of the global one. Shrinking stays global,
-                    // so that pages in use anywhere turn surplus.
-                    let node0 = sysfs::node_hugetlb_path(0, size);
-                    let want = persistent(&node0, &surplus_of(&node0))? + pages - now;
-                    sysfs::set(&node0, &want.to_string()).map_err(StepError::Unsupported)?;
+                let (nodes, host_nodes) = (self.nodes.load(Relaxed), procfs::memory_nodes());
+                if (nodes < host_nodes || nodes > 1) && pages > now {
+                    // A pool that grows grows as the scenario's machine's
+                    // does: on node 0 of a one-node machine, else on its
+                    // nodes in turn from node 0. A node's count is written
+                    // as its share of the global one. Shrinking stays
+                    // global, so that pages in use anywhere turn surplus.
+                    for _ in now..pages {
+                        let nid =
+                            if nodes < host_nodes { 0 } else { self.pool_next_node.fetch_add(1, Relaxed) % nodes };
+                        let node = sysfs::node_hugetlb_path(nid, size);
+                        let want = persistent(&node, &surplus_of(&node))? + 1;
+                        sysfs::set(&node, &want.to_string()).map_err(StepError::Unsupported)?;
+                    }
                 } else {
                     sysfs::set(&path, &pages.to_string()).map_err(StepError::Unsupported)?;
                 }
@@ -420,6 +440,11 @@ impl Backend for HostBackend {
         for size in HugeSize::ALL {
             counters.extend(hugepage_counters(size, sysfs::huge_counts(size)));
         }
+        let nodes = procfs::memory_nodes() as usize;
+        for (size, nid) in HugeSize::ALL.into_iter().flat_map(|s| (0..nodes).map(move |n| (s, n))).filter(|_| nodes > 1)
+        {
+            counters.extend(node_hugepage_counters(nid, size, sysfs::node_huge_counts(nid, size)));
+        }
         counters.extend(procfs::meminfo_hugetlb_and_swap());
         counters
     }
@@ -428,7 +453,10 @@ impl Backend for HostBackend {
     /// them up from nothing), while other counters count the whole system.
     fn exact_counter(&self, name: &str) -> bool {
         let swap = ["meminfo_swap_total_kb", "meminfo_swap_free_kb"];
-        name.starts_with("hugepages_") || name.starts_with("meminfo_huge") || swap.contains(&name)
+        let per_node = name
+            .strip_prefix("node")
+            .is_some_and(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with("_hugepages"));
+        name.starts_with("hugepages_") || per_node || name.starts_with("meminfo_huge") || swap.contains(&name)
     }
 
     /// Every field the kernel reports, but `RssShmem` only where the

@@ -136,6 +136,21 @@ pub fn huge_counts(size: HugeSize) -> HugeCounts {
     }
 }
 
+/// The counts of node `nid`'s part of the pool of `size` (zero where
+/// unreadable; no reservations per node).
+pub fn node_huge_counts(nid: usize, size: HugeSize) -> HugeCounts {
+    let dir = format!("/sys/devices/system/node/node{nid}/hugepages/hugepages-{}kB", size.bytes() >> 10);
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("{dir}/{name}")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    };
+    HugeCounts {
+        total: read("nr_hugepages"),
+        free: read("free_hugepages"),
+        resv: 0,
+        surplus: read("surplus_hugepages"),
+    }
+}
+
 /// The host's `vm.max_map_count`, if readable.
 pub fn max_map_count() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()

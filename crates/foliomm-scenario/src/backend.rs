@@ -121,6 +121,19 @@ pub fn hugepage_counters(size: HugeSize, h: HugeCounts) -> [(String, u64); 4] {
         .map(|(n, v)| (format!("{prefix}_{n}"), v))
 }
 
+/// The counts of node `nid`'s part of the pool of `size` as sysfs shows
+/// them (`node<nid>/hugepages/hugepages-<size>kB/nr_hugepages`,
+/// `free_hugepages`, `surplus_hugepages`), named as scenarios read them:
+/// `node<nid>_hugepages_total`, `_free`, `_surp` (`_1g_` for 1 GiB pages).
+/// Backends give them on machines of more than one node.
+pub fn node_hugepage_counters(nid: usize, size: HugeSize, h: HugeCounts) -> [(String, u64); 3] {
+    let prefix = match size {
+        HugeSize::Pmd => "hugepages",
+        HugeSize::Pud => "hugepages_1g",
+    };
+    [("total", h.total), ("free", h.free), ("surp", h.surplus)].map(|(n, v)| (format!("node{nid}_{prefix}_{n}"), v))
+}
+
 /// The hugetlb lines of `/proc/meminfo`: `HugePages_Total`, `_Free`,
 /// `_Rsvd`, `_Surp` of the default size (2 MiB) as `meminfo_hugepages_...`,
 /// and `Hugetlb` (every pool's pages, in KiB) as `meminfo_hugetlb_kb`.

@@ -19,6 +19,14 @@ pub fn counter_glossary() -> Vec<CounterDoc> {
             out.push(CounterDoc::new(format!("{prefix}_{name}"), &doc));
         }
     }
+    let node_lines = [("total", "nr_hugepages"), ("free", "free_hugepages"), ("surp", "surplus_hugepages")];
+    for ((prefix, size), (name, linux)) in pools.into_iter().flat_map(|p| node_lines.map(|l| (p, l))) {
+        let doc = format!(
+            "The pool of {size} pages on node N: its pages, free ones or surplus ones \
+             (node<N>/hugepages/..., `{linux}`); printed on machines of several nodes. Needs: set nodes and set hugetlb."
+        );
+        out.push(CounterDoc::new(format!("node<N>_{prefix}_{name}"), &doc));
+    }
     for (name, line) in [
         ("total", "HugePages_Total"),
         ("free", "HugePages_Free"),

@@ -14,7 +14,7 @@ use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::{Mutex, RwLock};
 use foliomm::{Config, Cpu, Errno, Machine, Mm, MmapFlags};
 
-use crate::backend::{hugepage_counters, meminfo_counters, Backend, Thread};
+use crate::backend::{hugepage_counters, meminfo_counters, node_hugepage_counters, Backend, Thread};
 use crate::error::{BackendResult, Machinery, StepError};
 use crate::lang::{Daemon, MachineSetting, Tunable};
 use crate::observation::Observation;
@@ -308,6 +308,11 @@ impl Backend for ModelBackend {
         let pools: Vec<_> = HugeSize::ALL.into_iter().map(|size| (size, m.huge_counts(size))).collect();
         for &(size, h) in &pools {
             c.extend(hugepage_counters(size, h));
+        }
+        let nodes = m.kernel.phys.nr_nodes();
+        for (size, nid) in HugeSize::ALL.into_iter().flat_map(|s| (0..nodes).map(move |n| (s, n))).filter(|_| nodes > 1)
+        {
+            c.extend(node_hugepage_counters(nid, size, m.kernel.huge_counts_node(size, nid)));
         }
         c.extend(meminfo_counters(&pools));
         // SwapTotal, SwapFree, SwapCached (0 without a swap device).

@@ -17,8 +17,13 @@
 //! Migration may take a temporary page from the buddy allocator when the
 //! target node has none free (`alloc_migrate_hugetlb_folio`).
 //!
-//! Differs from Linux: one free list whose pages know their node, and no
-//! per-node counts (`nr_hugepages` per node, per-node surplus); no cgroup
+//! Each node has its count of pages and of surplus pages
+//! (`nr_huge_pages_node`, `surplus_huge_pages_node`): a page freed on a
+//! node with surplus pages goes back to the buddy allocator, one freed
+//! elsewhere stays in the pool (`free_huge_folio`).
+//!
+//! Differs from Linux: one free list whose pages know their node; a freed
+//! surplus page a restored reservation needs stays in the pool; no cgroup
 //! accounting, no surplus 1 GiB pages (Linux allows them only with a CMA
 //! area; here `nr_overcommit_hugepages` of the 1 GiB pool is ignored as
 //! well).
@@ -26,7 +31,7 @@
 
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
-use crate::phys::{pg, Placement};
+use crate::phys::{pg, Placement, MAX_NUMNODES};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Mutex;
 use crate::Errno;
@@ -117,7 +122,6 @@ impl Default for HugePool {
 /// Fault mutexes: a power of two (Linux: 8 per possible CPU, rounded up).
 const FAULT_MUTEXES: usize = 64;
 
-#[derive(Default)]
 struct Pool {
     total: u64,
     free: Vec<Pfn>,
@@ -128,6 +132,70 @@ struct Pool {
     /// `next_nid_to_alloc`, `next_nid_to_free`: where the pool grows and
     /// shrinks next.
     next_nid: [usize; 2],
+    /// `nr_huge_pages_node`, `surplus_huge_pages_node`.
+    total_node: [u64; MAX_NUMNODES],
+    surplus_node: [u64; MAX_NUMNODES],
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        Pool {
+            total: 0,
+            free: Vec::new(),
+            resv: 0,
+            surplus: 0,
+            overcommit: 0,
+            next_nid: [0; 2],
+            total_node: [0; MAX_NUMNODES],
+            surplus_node: [0; MAX_NUMNODES],
+        }
+    }
+}
+
+impl Pool {
+    /// `account_new_hugetlb_folio`: a new page on node `nid`, a surplus one
+    /// if `surplus`.
+    fn add(&mut self, nid: usize, surplus: bool) {
+        (self.total, self.total_node[nid]) = (self.total + 1, self.total_node[nid] + 1);
+        if surplus {
+            (self.surplus, self.surplus_node[nid]) = (self.surplus + 1, self.surplus_node[nid] + 1);
+        }
+    }
+
+    /// `remove_hugetlb_folio`: a page of node `nid` leaves the pool, as a
+    /// surplus one if `surplus`.
+    fn remove(&mut self, nid: usize, surplus: bool) {
+        (self.total, self.total_node[nid]) = (self.total - 1, self.total_node[nid] - 1);
+        if surplus {
+            (self.surplus, self.surplus_node[nid]) = (self.surplus - 1, self.surplus_node[nid] - 1);
+        }
+    }
+
+    /// `adjust_pool_surplus(delta)`: one page turns persistent (-1: of a
+    /// node with surplus pages, in allocation turn) or surplus (+1: of a
+    /// node with persistent pages, in freeing turn); false if none can.
+    fn adjust_surplus(&mut self, nodes: usize, delta: i64) -> bool {
+        let Pool { next_nid, total_node, surplus_node, .. } = self;
+        let (next, ok): (_, &dyn Fn(usize) -> bool) = match delta < 0 {
+            true => (&mut next_nid[0], &|n| surplus_node[n] > 0),
+            false => (&mut next_nid[1], &|n| surplus_node[n] < total_node[n]),
+        };
+        let Some(nid) = in_turn(next, nodes, |n| ok(n).then_some(n)) else { return false };
+        self.surplus = self.surplus.wrapping_add_signed(delta);
+        self.surplus_node[nid] = self.surplus_node[nid].wrapping_add_signed(delta);
+        true
+    }
+}
+
+/// `for_each_node_mask_to_alloc` / `_to_free` over `nodes` nodes: the
+/// first answer of `f` from node `*next` on, `*next` moved past each node
+/// asked.
+fn in_turn<T>(next: &mut usize, nodes: usize, mut f: impl FnMut(usize) -> Option<T>) -> Option<T> {
+    (0..nodes).find_map(|_| {
+        let nid = *next % nodes;
+        *next = nid + 1;
+        f(nid)
+    })
 }
 
 impl Kernel {
@@ -140,56 +208,49 @@ impl Kernel {
     /// pool's total (`nr_hugepages` as read back, surplus included), which
     /// may fall short as in Linux.
     pub fn set_nr_hugepages(&self, size: HugeSize, want: u64) -> u64 {
-        let mut pool = self.pool(size);
-        while pool.surplus > 0 && pool.total - pool.surplus < want {
-            pool.surplus -= 1;
-        }
+        let (mut pool, nodes) = (self.pool(size), self.phys.nr_nodes());
+        while pool.surplus > 0 && pool.total - pool.surplus < want && pool.adjust_surplus(nodes, -1) {}
         while pool.total - pool.surplus < want {
             let Some(f) = self.alloc_pool_folio(size, &mut pool.next_nid[0]) else { break };
             f.head().set(pg::HUGETLB);
             f.head().refcount.store(0, Relaxed);
             pool.free.push(f.pfn);
-            pool.total += 1;
+            pool.add(self.phys.nid(f.pfn), false);
         }
-        while pool.total - pool.surplus > want && pool.free.len() as u64 > pool.resv {
-            let pfn = self.remove_pool_folio(&mut pool);
+        // Free pages not promised go back, persistent ones first.
+        let (persistent, free) = (pool.total - pool.surplus, pool.free.len() as u64);
+        let persistent_free = if free > persistent { free.saturating_sub(pool.surplus) } else { free };
+        let min_count = want.max((pool.resv + persistent).saturating_sub(persistent_free));
+        while min_count < pool.total - pool.surplus {
+            let Some(pfn) = self.remove_pool_folio(&mut pool, false) else { break };
             let f = Folio::from_head(&self.phys, pfn);
             f.head().clear(pg::HUGETLB);
             f.head().refcount.store(1, Relaxed);
             self.folio_put_refs(f, 1);
-            pool.total -= 1;
         }
-        // adjust_pool_surplus(): any page may turn surplus, a free one
-        // kept for its promise too.
-        while pool.total - pool.surplus > want && pool.surplus < pool.total {
-            pool.surplus += 1;
-        }
+        // adjust_pool_surplus(): pages in use or promised turn surplus.
+        while want < pool.total - pool.surplus && pool.adjust_surplus(nodes, 1) {}
         pool.total - pool.surplus
     }
 
     /// `alloc_pool_huge_folio`: a page of `size` from the next node in turn
     /// that has one (`for_each_node_mask_to_alloc`), `next` moving past it.
     fn alloc_pool_folio(&self, size: HugeSize, next: &mut usize) -> Option<Folio<'_>> {
-        let nodes = self.phys.nr_nodes();
-        (0..nodes).find_map(|_| {
-            let nid = *next % nodes;
-            *next = nid + 1;
-            self.alloc_folio_placed(Placement::this_node(nid), size.order()).ok()
-        })
+        in_turn(next, self.phys.nr_nodes(), |nid| self.alloc_folio_placed(Placement::this_node(nid), size.order()).ok())
     }
 
-    /// `remove_pool_hugetlb_folio`: takes a free page off the list, from
-    /// the next node in turn that has one (`for_each_node_mask_to_free`).
-    fn remove_pool_folio(&self, pool: &mut Pool) -> Pfn {
-        let nodes = self.phys.nr_nodes();
-        for _ in 0..nodes {
-            let nid = pool.next_nid[1] % nodes;
-            pool.next_nid[1] = nid + 1;
-            if let Some(pfn) = take_free(pool, &self.phys, Placement::this_node(nid)) {
-                return pfn;
-            }
-        }
-        pool.free.pop().expect("a free page beyond the reserved ones")
+    /// `remove_pool_hugetlb_folio`: takes a free page off the list, the
+    /// most recently freed of the next node in turn that has one (and, with
+    /// `surplus`, surplus pages), out of the pool's counts.
+    fn remove_pool_folio(&self, pool: &mut Pool, surplus: bool) -> Option<Pfn> {
+        let Pool { next_nid, free, surplus_node, .. } = &mut *pool;
+        let found = in_turn(&mut next_nid[1], self.phys.nr_nodes(), |nid| {
+            let on_node = free.iter().rposition(|&pfn| self.phys.nid(pfn) == nid);
+            on_node.filter(|_| !surplus || surplus_node[nid] > 0).map(|at| (nid, at))
+        });
+        let (nid, at) = found?;
+        pool.remove(nid, surplus);
+        Some(pool.free.remove(at))
     }
 
     /// Writes `nr_overcommit_hugepages` of the 2 MiB pool (the 1 GiB
@@ -220,16 +281,17 @@ impl Kernel {
         f.head().set(pg::HUGETLB);
         f.head().refcount.store(0, Relaxed);
         pool.free.push(f.pfn);
-        (pool.total, pool.surplus) = (pool.total + 1, pool.surplus + 1);
+        pool.add(self.phys.nid(f.pfn), true);
         true
     }
 
-    /// Gives free surplus pages back to the buddy allocator while there are
-    /// more free pages than promised (`return_unused_surplus_pages`).
-    fn return_unused_surplus(&self, pool: &mut Pool) {
-        while pool.surplus > 0 && pool.free.len() as u64 > pool.resv {
-            let f = Folio::from_head(&self.phys, pool.free.pop().expect("a free page"));
-            (pool.total, pool.surplus) = (pool.total - 1, pool.surplus - 1);
+    /// `return_unused_surplus_pages`: gives up to `n` free surplus pages
+    /// back to the buddy allocator, each from the next node in turn with
+    /// surplus and free pages, until none has.
+    fn return_unused_surplus(&self, pool: &mut Pool, n: u64) {
+        for _ in 0..n.min(pool.surplus) {
+            let Some(pfn) = self.remove_pool_folio(pool, true) else { return };
+            let f = Folio::from_head(&self.phys, pfn);
             f.head().clear(pg::HUGETLB);
             self.free_folio(f);
         }
@@ -242,12 +304,13 @@ impl Kernel {
     /// count wrapped below zero (see [`Kernel::hugetlb_unreserve`]) needs
     /// nothing more.
     pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
-        let mut pool = self.pool(size);
+        let (mut pool, mut allocated) = (self.pool(size), 0);
         while (pool.resv.wrapping_add(n) as i64) > pool.free.len() as i64 {
             if !self.alloc_surplus(&mut pool, Placement::LOCAL) {
-                self.return_unused_surplus(&mut pool);
+                self.return_unused_surplus(&mut pool, allocated);
                 return Err(Errno::ENOMEM);
             }
+            allocated += 1;
         }
         pool.resv = pool.resv.wrapping_add(n);
         Ok(())
@@ -259,7 +322,7 @@ impl Kernel {
     pub fn hugetlb_unreserve(&self, size: HugeSize, n: u64) {
         let mut pool = self.pool(size);
         pool.resv = pool.resv.wrapping_sub(n);
-        self.return_unused_surplus(&mut pool);
+        self.return_unused_surplus(&mut pool, n);
     }
 
     /// `alloc_hugetlb_folio`: a free huge folio of `size` with one
@@ -303,7 +366,7 @@ impl Kernel {
             None if size == HugeSize::Pmd => {
                 let f = self.alloc_folio_placed(Placement::this_node(nid), size.order())?;
                 f.head().set(pg::HUGETLB | pg::HUGETLB_TEMPORARY);
-                pool.total += 1;
+                pool.add(nid, false);
                 return Ok(f);
             }
             None => return Err(Errno::ENOMEM),
@@ -327,15 +390,35 @@ impl Kernel {
         if restore {
             pool.resv = pool.resv.wrapping_add(1);
         }
-        if temporary {
-            pool.total -= 1;
+        let nid = self.phys.nid(f.pfn);
+        // A surplus page goes back to the buddy allocator, unless a
+        // restored promise needs it.
+        let surplus = pool.surplus_node[nid] > 0 && pool.free.len() as i64 >= pool.resv as i64;
+        if temporary || surplus {
+            pool.remove(nid, !temporary);
             head.clear(pg::HUGETLB);
             self.free_folio(f);
             return;
         }
         pool.free.push(f.pfn);
-        // A surplus page goes back to the buddy allocator.
-        self.return_unused_surplus(&mut pool);
+    }
+
+    /// `move_hugetlb_state` of a temporary target page: a surplus page the
+    /// migration took from node `from` counts on node `to` now.
+    pub fn hugetlb_move_surplus(&self, size: HugeSize, from: usize, to: usize) {
+        let mut pool = self.pool(size);
+        if from != to && pool.surplus_node[from] > 0 {
+            pool.surplus_node[from] -= 1;
+            pool.surplus_node[to] += 1;
+        }
+    }
+
+    /// The counts of node `nid` in the pool of `size` (its
+    /// `nr_hugepages`, `free_hugepages`, `surplus_hugepages` in sysfs).
+    pub fn huge_counts_node(&self, size: HugeSize, nid: usize) -> HugeCounts {
+        let pool = self.pool(size);
+        let free = pool.free.iter().filter(|&&pfn| self.phys.nid(pfn) == nid).count() as u64;
+        HugeCounts { total: pool.total_node[nid], free, resv: 0, surplus: pool.surplus_node[nid] }
     }
 
     /// `hugetlb_fault_mutex_hash` + the table: the mutex of page `index`

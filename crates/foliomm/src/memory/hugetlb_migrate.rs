@@ -59,11 +59,13 @@ pub(super) fn alloc_target<'k>(k: &'k Kernel, src: Folio, nid: usize) -> Result<
 
 /// `move_hugetlb_state` after `src` moved to `dst`: a temporary `dst` stays
 /// in the pool and `src` takes its temporary state, to go back to the buddy
-/// allocator when freed.
-pub(super) fn move_hugetlb_state(src: Folio, dst: Folio) {
+/// allocator when freed; a surplus page of `src`'s node counts on `dst`'s.
+pub(super) fn move_hugetlb_state(k: &Kernel, src: Folio, dst: Folio) {
     if dst.head().test(pg::HUGETLB_TEMPORARY) {
         dst.head().clear(pg::HUGETLB_TEMPORARY);
         src.head().set(pg::HUGETLB_TEMPORARY);
+        let size = HugeSize::of_order(src.order()).expect("a hugetlb folio");
+        k.hugetlb_move_surplus(size, k.phys.nid(src.pfn), k.phys.nid(dst.pfn));
     }
     src.head().clear(pg::HUGETLB_ISOLATED);
 }

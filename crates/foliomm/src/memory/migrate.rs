@@ -290,7 +290,7 @@ fn move_folio(k: &Kernel, mmlist: &MmList, f: Folio, nid: usize) -> Result<()> {
         Ok(refs) => {
             count_moved(k, f);
             if is_hugetlb(f) {
-                hugetlb::move_hugetlb_state(f, dst);
+                hugetlb::move_hugetlb_state(k, f, dst);
             }
             f.head().link.store(0, Relaxed);
             k.folio_put_refs(f, refs + 1);
