@@ -37,6 +37,7 @@ pub mod ledger;
 mod mapped_pages;
 mod page_cache;
 pub mod precision;
+mod ref_file;
 mod ref_page;
 pub mod reference;
 mod swap;
