@@ -96,17 +96,31 @@ impl MmList {
     /// reservation there given back; for a hole, the partly covered pages
     /// at its edges zeroed. A page a fault added inside the hole after the
     /// listing stays cached and mapped, as in Linux, whose scan has moved
-    /// past its index.
+    /// past its index; on truncation the scan runs again until it finds
+    /// none.
     fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64) {
         let unit = inode.page_unit();
         let nr = unit / PAGE_SIZE;
-        for first in inode.huge_pages_in(offset, end) {
-            let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
-            let _mutex = mutex.lock().unwrap();
-            if inode.huge_page_mapped(first) {
-                self.hugetlb_unmap_file_folio(inode, first);
+        loop {
+            let listed = inode.huge_pages_in(offset, end);
+            if listed.is_empty() {
+                break;
             }
-            inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
+            for first in listed {
+                let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
+                let _mutex = mutex.lock().unwrap();
+                if inode.huge_page_mapped(first) {
+                    self.hugetlb_unmap_file_folio(inode, first);
+                }
+                inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
+            }
+            // A hole keeps a page a fault added behind the scan, as Linux's
+            // does. A truncation, which then drops every page left past the
+            // end, takes such a page the same way first (Linux leaves it
+            // cached past the end, and mapped where the fault mapped it).
+            if end != u64::MAX {
+                break;
+            }
         }
         if end == u64::MAX {
             return inode.undo_range(offset, end);
