@@ -17,6 +17,7 @@
 use crate::folio::Folio;
 use crate::kernel::{HugetlbSync, Kernel, Stats};
 use crate::memory::hugetlb::huge_pte_offset;
+use crate::memory::hugetlb_resv::restore_reservations;
 use crate::memory::zap::{unmap_page_range, ZapDetails};
 use crate::mm_types::{Mm, MmList};
 use crate::rmap::VmaRecord;
@@ -67,14 +68,18 @@ impl MmList {
     }
 
     /// Zaps in the VMA of `m` the pages that map file pages `first..last`
-    /// (`zap_page_range_single`; `unmap_hugepage_range` on hugetlbs, which
-    /// never spares a private copy), private copies too if `even_cows`;
-    /// the MM goes to `mms`.
+    /// (`zap_page_range_single`; `unmap_hugepage_range` on hugetlbfs, which
+    /// never spares a private copy and gives the owner of a private
+    /// mapping back the reservations of its copies), private copies too
+    /// if `even_cows`; the MM goes to `mms`.
     pub(super) fn zap_mapping(&self, m: &VmaRecord, first: u64, last: u64, even_cows: bool, mms: &mut Vec<Arc<Mm>>) {
         let Some((start, end)) = m.addresses(first, last) else { return };
         // An MM being dropped unmaps everything itself.
         let Some(mm) = self.get(m.mm) else { return };
         let k = &*mm.kernel;
+        if let Some(v) = mm.published_vma(start).filter(|v| v.id() == m.vma) {
+            restore_reservations(k, &mm, &v, start, end);
+        }
         let mut tlb = MmuGather::new(k, &mm.tlb, false);
         unmap_page_range(k, &mm, &mut tlb, start, end, ZapDetails { skip_cows: !even_cows, reclaim_pt: false });
         drop(tlb);
