@@ -270,10 +270,11 @@ impl Backend for HostBackend {
         });
         self.nodes.store(nodes.unwrap_or(1), std::sync::atomic::Ordering::Relaxed);
         self.pool_next_node.store(0, std::sync::atomic::Ordering::Relaxed);
-        if nodes.is_some_and(|n| n > 1) {
-            // Which node a pool page is on matters: the run starts from an
-            // empty pool, as the model's machine does, not from the pages
-            // an earlier run left on some node.
+        if procfs::memory_nodes() > 1 {
+            // On a machine of several nodes, which node a pool page is on
+            // shows: the run starts from an empty pool, as the model's
+            // machine does, not from the pages an earlier run left on
+            // some node.
             for size in HugeSize::ALL {
                 sysfs::set(&sysfs::hugetlb_path(size, "nr_hugepages"), "0").map_err(StepError::Unsupported)?;
             }
