@@ -125,30 +125,30 @@ pub fn node_hugetlb_path(nid: u64, size: HugeSize) -> String {
 
 /// The counts of the pool of `size` (zero where unreadable).
 pub fn huge_counts(size: HugeSize) -> HugeCounts {
-    let read = |name: &str| {
-        std::fs::read_to_string(hugetlb_path(size, name)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
-    };
-    HugeCounts {
-        total: read("nr_hugepages"),
-        free: read("free_hugepages"),
-        resv: read("resv_hugepages"),
-        surplus: read("surplus_hugepages"),
-    }
+    HugeCounts { resv: read_count(&hugetlb_path(size, "resv_hugepages")), ..counts_in(&hugetlb_path(size, "")) }
 }
 
 /// The counts of node `nid`'s part of the pool of `size` (zero where
 /// unreadable; no reservations per node).
 pub fn node_huge_counts(nid: usize, size: HugeSize) -> HugeCounts {
-    let dir = format!("/sys/devices/system/node/node{nid}/hugepages/hugepages-{}kB", size.bytes() >> 10);
-    let read = |name: &str| {
-        std::fs::read_to_string(format!("{dir}/{name}")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
-    };
+    counts_in(&node_hugetlb_path(nid as u64, size).replace("nr_hugepages", ""))
+}
+
+/// `nr_hugepages`, `free_hugepages` and `surplus_hugepages` of the pool
+/// directory `dir` (ending in `/`).
+fn counts_in(dir: &str) -> HugeCounts {
+    let read = |name: &str| read_count(&format!("{dir}{name}"));
     HugeCounts {
         total: read("nr_hugepages"),
         free: read("free_hugepages"),
         resv: 0,
         surplus: read("surplus_hugepages"),
     }
+}
+
+/// The number in the file `path` (0 where unreadable).
+fn read_count(path: &str) -> u64 {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
 /// The host's `vm.max_map_count`, if readable.

@@ -113,10 +113,7 @@ pub trait Backend: Send + Sync {
 /// `hugepages_total`, `_free`, `_rsvd`, `_surp` for 2 MiB pages,
 /// `hugepages_1g_...` for 1 GiB ones.
 pub fn hugepage_counters(size: HugeSize, h: HugeCounts) -> [(String, u64); 4] {
-    let prefix = match size {
-        HugeSize::Pmd => "hugepages",
-        HugeSize::Pud => "hugepages_1g",
-    };
+    let prefix = pool_prefix(size);
     [("total", h.total), ("free", h.free), ("rsvd", h.resv), ("surp", h.surplus)]
         .map(|(n, v)| (format!("{prefix}_{n}"), v))
 }
@@ -127,11 +124,16 @@ pub fn hugepage_counters(size: HugeSize, h: HugeCounts) -> [(String, u64); 4] {
 /// `node<nid>_hugepages_total`, `_free`, `_surp` (`_1g_` for 1 GiB pages).
 /// Backends give them on machines of more than one node.
 pub fn node_hugepage_counters(nid: usize, size: HugeSize, h: HugeCounts) -> [(String, u64); 3] {
-    let prefix = match size {
+    let prefix = pool_prefix(size);
+    [("total", h.total), ("free", h.free), ("surp", h.surplus)].map(|(n, v)| (format!("node{nid}_{prefix}_{n}"), v))
+}
+
+/// How counter names start for the pool of `size`.
+fn pool_prefix(size: HugeSize) -> &'static str {
+    match size {
         HugeSize::Pmd => "hugepages",
         HugeSize::Pud => "hugepages_1g",
-    };
-    [("total", h.total), ("free", h.free), ("surp", h.surplus)].map(|(n, v)| (format!("node{nid}_{prefix}_{n}"), v))
+    }
 }
 
 /// The hugetlb lines of `/proc/meminfo`: `HugePages_Total`, `_Free`,

@@ -243,14 +243,15 @@ impl Kernel {
     /// most recently freed of the next node in turn that has one (and, with
     /// `surplus`, surplus pages), out of the pool's counts.
     fn remove_pool_folio(&self, pool: &mut Pool, surplus: bool) -> Option<Pfn> {
-        let Pool { next_nid, free, surplus_node, .. } = &mut *pool;
-        let found = in_turn(&mut next_nid[1], self.phys.nr_nodes(), |nid| {
-            let on_node = free.iter().rposition(|&pfn| self.phys.nid(pfn) == nid);
-            on_node.filter(|_| !surplus || surplus_node[nid] > 0).map(|at| (nid, at))
+        let mut next = pool.next_nid[1];
+        let found = in_turn(&mut next, self.phys.nr_nodes(), |nid| {
+            let ok = !surplus || pool.surplus_node[nid] > 0;
+            ok.then(|| take_free(pool, &self.phys, Placement::this_node(nid))).flatten().map(|pfn| (nid, pfn))
         });
-        let (nid, at) = found?;
+        pool.next_nid[1] = next;
+        let (nid, pfn) = found?;
         pool.remove(nid, surplus);
-        Some(pool.free.remove(at))
+        Some(pfn)
     }
 
     /// Writes `nr_overcommit_hugepages` of the 2 MiB pool (the 1 GiB

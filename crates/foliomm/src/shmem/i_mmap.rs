@@ -121,8 +121,9 @@ mod loom_tests {
     /// deadlocks with it (taking the VMA's lock for write under
     /// `i_mmap_rwsem` would); backing out, it acts on the VMA once, after
     /// the fault (at most once); skipping, never when it was busy. The walk
-    /// starts once the fault holds the lock: loom 0.7 takes a reader's arrival during a failing `try_write`
-    /// for a wait, and reports a deadlock that is not one.
+    /// starts once the fault holds the lock: loom 0.7 takes a reader's
+    /// arrival during a failing `try_write` for a wait, and reports a
+    /// deadlock that is not one.
     #[test]
     fn loom_a_walk_against_the_lock_order_backs_out_or_skips() {
         for busy in [Busy::BackOut, Busy::Skip] {
