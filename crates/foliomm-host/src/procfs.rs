@@ -18,6 +18,7 @@ const PM_PRESENT: u64 = 1 << 63;
 const PM_SWAP: u64 = 1 << 62;
 const PM_EXCLUSIVE: u64 = 1 << 56;
 const PM_UFFD_WP: u64 = 1 << 57;
+const PM_SOFT_DIRTY: u64 = 1 << 55;
 const PM_PFN: u64 = (1 << 55) - 1;
 const PMD: u64 = 2 << 20;
 const KPF_COMPOUND_HEAD: u64 = 1 << 15;
@@ -47,6 +48,7 @@ struct PageFacts {
     huge: bool,
     exclusive: bool,
     uffd_wp: bool,
+    soft_dirty: bool,
     pfn: u64,
 }
 
@@ -164,6 +166,7 @@ impl Procfs {
                 huge: c & PAGE_IS_HUGE != 0,
                 exclusive: e & PM_EXCLUSIVE != 0,
                 uffd_wp: e & PM_UFFD_WP != 0,
+                soft_dirty: e & PM_SOFT_DIRTY != 0,
                 pfn: e & PM_PFN,
             })
             .collect())
@@ -197,7 +200,8 @@ impl Procfs {
         let page = addr & !(PAGE - 1);
         let f = &self.facts(page, PAGE)?[0];
         if !f.present {
-            return Ok(PageInfo { swapped: f.swapped, uffd_wp: f.uffd_wp, ..PageInfo::default() });
+            let (swapped, uffd_wp, soft_dirty) = (f.swapped, f.uffd_wp, f.soft_dirty);
+            return Ok(PageInfo { swapped, uffd_wp, soft_dirty, ..PageInfo::default() });
         }
         let kpf = self.kpageflags(f.pfn, 1)[0];
         Ok(PageInfo {
@@ -210,6 +214,7 @@ impl Procfs {
             folio_order: self.folio_order(f.pfn),
             exclusive: f.exclusive,
             uffd_wp: f.uffd_wp,
+            soft_dirty: f.soft_dirty,
             node: crate::sys::scenario::page_node(page),
             ..PageInfo::default()
         })
@@ -333,6 +338,27 @@ pub fn memory_nodes() -> u64 {
 pub fn init_on_free() -> bool {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     cmdline.split_whitespace().any(|w| matches!(w, "init_on_free=1" | "init_on_free=on" | "init_on_free=y"))
+}
+
+/// Whether the running kernel was built with `CONFIG_MEM_SOFT_DIRTY`: a
+/// new mapping is soft-dirty as a whole (`VM_SOFTDIRTY`), so pagemap's
+/// `PM_SOFT_DIRTY` of its first page is set exactly then. Probed once, on
+/// a mapping of its own, so that no `clear_refs` of the caller can
+/// mislead it; false when pagemap cannot be read.
+pub fn soft_dirty() -> bool {
+    static BUILT_IN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BUILT_IN.get_or_init(|| {
+        use std::os::unix::fs::FileExt;
+        let Ok(addr) =
+            crate::sys::scenario::mmap(0, PAGE, libc::PROT_READ as u32, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        else {
+            return false;
+        };
+        let mut entry = [0u8; 8];
+        let read = std::fs::File::open("/proc/self/pagemap").and_then(|f| f.read_exact_at(&mut entry, addr / PAGE * 8));
+        let _ = crate::sys::scenario::munmap(addr, PAGE);
+        read.is_ok() && u64::from_ne_bytes(entry) & PM_SOFT_DIRTY != 0
+    })
 }
 
 /// Whether the running kernel was built with `CONFIG_NO_PAGE_MAPCOUNT`

@@ -48,6 +48,12 @@ pub(crate) fn refusal(s: &MachineSetting) -> Option<String> {
                 if procfs::no_page_mapcount() { "without them" } else { "with them (CONFIG_PAGE_MAPCOUNT)" }
             ));
         }
+        MachineSetting::SoftDirty(on) if *on != procfs::soft_dirty() => {
+            return Some(format!(
+                "cannot honour '{s}': soft-dirty tracking is a build option, and this host's kernel was built {}",
+                if procfs::soft_dirty() { "with it (CONFIG_MEM_SOFT_DIRTY)" } else { "without it" }
+            ));
+        }
         MachineSetting::GatherLimit(Some(_)) => "Linux limits an mmu_gather by its slots, not by a page count",
         MachineSetting::Debug(_) => "debug switches break the model, not the kernel",
         MachineSetting::MmIds(_) => "the host kernel's MM ID space cannot be limited",

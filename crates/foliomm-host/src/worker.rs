@@ -188,6 +188,7 @@ impl WorkerThread {
             Op::Mprotect { addr, len, prot } => done(sys::mprotect(addr, len, prot.0)),
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
+            Op::ClearSoftDirty => done(std::fs::write("/proc/self/clear_refs", "4")),
             Op::Mbind { addr, len, mode, nodes, flags } => done(sys::mbind(addr, len, mode, nodes, flags)),
             Op::MovePages { addr, len, node, all } => {
                 let pages: Vec<u64> = (addr..addr + len).step_by(PAGE as usize).collect();
@@ -304,6 +305,7 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     let o = Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() };
     // Before 6.2 VmSwap may lag (SPLIT_RSS_COUNTING): not recorded.
     let o = if crate::release::version().counts_rss_exactly() { o } else { o.except(&["swap_total_kb".into()]) };
+    let o = if crate::procfs::soft_dirty() { o } else { o.unsupported("soft_dirty") };
     Ok(Reply::Observed(Box::new(o)))
 }
 

@@ -58,6 +58,11 @@ pub struct Observation {
     /// `i`-th of [`Observation::field_names`].
     #[serde(default)]
     pub unrecorded: u64,
+    /// Fields the backend's kernel does not have (`soft_dirty` without
+    /// `CONFIG_MEM_SOFT_DIRTY`), in the bits of `unrecorded`: unknown, so
+    /// expectations on them are skipped and `compare` leaves them alone.
+    #[serde(default)]
+    pub unsupported: u64,
 }
 
 /// What `/proc/PID/status` and `/proc/PID/smaps` say around an observed
@@ -137,6 +142,7 @@ impl Observation {
         "swap_kb",
         "swap_total_kb",
         "uffd_wp",
+        "soft_dirty",
         "ksm",
         "ksm_merging_pages",
     ];
@@ -180,6 +186,7 @@ impl Observation {
         "byte",
         "kpagecount",
         "uffd_wp",
+        "soft_dirty",
         "ksm",
         "node",
     ];
@@ -217,6 +224,7 @@ impl Observation {
             (p.anon_exclusive, "anon-exclusive"),
             (p.pmd_mapped, "pmd"),
             (p.uffd_wp, "uffd-wp"),
+            (p.soft_dirty, "soft-dirty"),
             (p.ksm, "ksm"),
         ] {
             if on {
@@ -256,11 +264,18 @@ impl Observation {
     }
 
     /// Whether the backend saw `field` (every field unless the page or the
-    /// VMA was hidden from it).
+    /// VMA was hidden from it, or its kernel lacks the field).
     pub fn knows(&self, field: &str) -> bool {
         !(self.page_hidden && Self::PAGE_FIELDS.contains(&field)
             || self.vma_hidden && Self::VMA_FIELDS.contains(&field)
-            || !self.recorded(field))
+            || !self.recorded(field)
+            || Self::field_bit(field).is_some_and(|b| self.unsupported & b != 0))
+    }
+
+    /// This observation with `field` unknown: the backend's kernel lacks it.
+    pub fn unsupported(self, field: &str) -> Observation {
+        let unsupported = self.unsupported | Self::field_bit(field).unwrap_or(0);
+        Observation { unsupported, ..self }
     }
 
     /// Whether `field` was recorded (not named after `except`).
@@ -321,6 +336,7 @@ impl Observation {
             "likely_shared" => p.likely_shared as u64,
             "pmd_shared" => p.pmd_shared as u64,
             "uffd_wp" => p.uffd_wp as u64,
+            "soft_dirty" => p.soft_dirty as u64,
             "ksm" => p.ksm as u64,
             "ksm_merging_pages" => self.process.ksm_merging_pages,
             "pgtables_kb" => self.pgtables_kb,

@@ -90,6 +90,8 @@ pub enum Op {
         nodes: u64,
         flags: u32,
     },
+    /// `echo 4 > /proc/self/clear_refs`: the caller's soft-dirty bits cleared.
+    ClearSoftDirty,
     /// `mlock` (`lock`) or `munlock`.
     Mlock {
         addr: u64,

@@ -87,6 +87,10 @@ impl State<'_> {
                 }
                 Ok(format!("{child} forked"))
             }
+            Cmd::ClearSoftDirty => {
+                outcome(step, self.perform(t, Op::ClearSoftDirty))?;
+                Ok("soft-dirty bits cleared".into())
+            }
             Cmd::Exit if tid != 0 => {
                 self.perform(t, Op::ExitThread)?;
                 let name = step.thread.as_deref().unwrap_or_default();

@@ -83,6 +83,7 @@
 mod ast;
 mod daemon;
 mod lexer;
+mod machine_setting;
 mod numa_cmd;
 mod parser;
 mod place;
@@ -93,9 +94,10 @@ pub mod suggest;
 mod uffd_cmd;
 mod uffd_step;
 
-pub use ast::{Cmd, CmpOp, MachineSetting, Only, Operand, ParseError, Place, Step, Tunable};
+pub use ast::{Cmd, CmpOp, Only, Operand, ParseError, Place, Step, Tunable};
 pub use daemon::Daemon;
 pub use lexer::parse_size;
+pub use machine_setting::MachineSetting;
 pub use parser::parse;
 pub use set_cmd::MAX_TLB_ENTRIES;
 pub use uffd_step::{UffdStep, UffdStepCall};

@@ -24,6 +24,13 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
         "mprotect" => Cmd::Mprotect(l.place()?, l.prot()?),
         "mlock" => Cmd::Mlock(l.place()?, true),
         "munlock" => Cmd::Mlock(l.place()?, false),
+        "clear_refs" => {
+            let col = l.col();
+            if !l.eat("soft_dirty") {
+                return l.err(col, "expected 'soft_dirty' (clear_refs soft_dirty: echo 4 > /proc/PID/clear_refs)");
+            }
+            Cmd::ClearSoftDirty
+        }
         "split" => {
             let p = l.place()?;
             let order = if l.eat("to") {
@@ -169,6 +176,7 @@ const COMMANDS: &[&str] = &[
     "pread",
     "pwrite",
     "fork",
+    "clear_refs",
     "exit",
     "wait",
     "write",

@@ -6,8 +6,9 @@ use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::{HugeSize, HugetlbSync, VmaLayout, VmaLockDesign, ZapStrategy};
 use foliomm::internals::mapcount::{CompoundLock, Design, RmapIdStage};
 
-use super::ast::{Cmd, MachineSetting, ParseError, Tunable};
+use super::ast::{Cmd, ParseError, Tunable};
 use super::lexer::{parse_size, Line};
+use super::machine_setting::MachineSetting;
 use super::settings;
 
 /// The most TLB entries per CPU `set tlb` takes (real TLBs hold a few
@@ -132,6 +133,7 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
         }
         "init_on_free" => Ok(Cmd::SetMachine(MachineSetting::InitOnFree(on_off(l)?))),
         "page_mapcount" => Ok(Cmd::SetMachine(MachineSetting::PageMapcount(on_off(l)?))),
+        "soft_dirty" => Ok(Cmd::SetMachine(MachineSetting::SoftDirty(on_off(l)?))),
         "gather_limit" => {
             if l.eat("off") {
                 return Ok(Cmd::SetMachine(MachineSetting::GatherLimit(None)));

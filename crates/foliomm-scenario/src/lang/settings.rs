@@ -186,6 +186,18 @@ pub const SETTINGS: &[Setting] = &[
         host: "only what the host kernel was built with (/boot/config-*)",
     },
     Setting {
+        name: "soft_dirty",
+        syntax: "set soft_dirty on|off",
+        doc: "on: the kernel is built with soft-dirty tracking (CONFIG_MEM_SOFT_DIRTY): pagemap's soft_dirty bit, \
+              and clear_refs soft_dirty clears it and write-protects so that the next write sets it again; off \
+              by default, as Kconfig has it",
+        linux: Some("CONFIG_MEM_SOFT_DIRTY (build option)"),
+        when: When::Machine,
+        names: None,
+        every: Some(|| vec!["off".into(), "on".into()]),
+        host: "only what the host kernel was built with (probed through pagemap)",
+    },
+    Setting {
         name: "gather_limit",
         syntax: "set gather_limit N|off",
         doc: "stop an mmu_gather after N pages, the page-count cap seed 001's thread weighed; off by default (Linux limits slots only)",
@@ -351,6 +363,7 @@ mod tests {
             "set frames dense",
             "set init_on_free on",
             "set page_mapcount off",
+            "set soft_dirty on",
             "set gather_limit 512",
             "set debug no-large-reuse",
             "set mm_ids 5",

@@ -137,6 +137,7 @@ impl Backend for ModelBackend {
                 MachineSetting::SimCpus(n) => _ = self.sim_cpus.set(*n as usize),
                 MachineSetting::InitOnFree(on) => config.init_on_free = *on,
                 MachineSetting::PageMapcount(on) => config.page_mapcount = *on,
+                MachineSetting::SoftDirty(on) => config.soft_dirty = *on,
                 MachineSetting::DenseFrames(on) => config.dense_frames = *on,
                 MachineSetting::GatherLimit(n) => config.gather_page_limit = *n,
                 MachineSetting::Debug(d) => {
@@ -288,6 +289,7 @@ impl Backend for ModelBackend {
             MachineSetting::Nodes(c.nodes as u64),
             MachineSetting::InitOnFree(c.init_on_free),
             MachineSetting::PageMapcount(c.page_mapcount),
+            MachineSetting::SoftDirty(c.soft_dirty),
             MachineSetting::DenseFrames(c.dense_frames),
             MachineSetting::GatherLimit(c.gather_page_limit),
         ]
@@ -386,6 +388,7 @@ impl ModelBackend {
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
             Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
+            Op::ClearSoftDirty => done(Ok(self.mm_of(t)?.clear_refs_soft_dirty()))?,
             Op::SplitHugePages { addr, len, order, at } => {
                 done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order, at).map(|_| ()))?
             }

@@ -52,7 +52,10 @@ impl ModelBackend {
             thp_allowed_order,
             ..Default::default()
         };
-        Ok(o)
+        match self.m().kernel.config.soft_dirty {
+            true => Ok(o),
+            false => Ok(o.unsupported("soft_dirty")),
+        }
     }
 
     pub(super) fn peek(&self, t: Thread, addr: u64) -> BackendResult<Peek> {

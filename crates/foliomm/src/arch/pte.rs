@@ -22,6 +22,13 @@ impl Pte {
     /// `_PAGE_UFFD_WP` (`_PAGE_BIT_SOFTW2`): userfaultfd write-protects the
     /// page; a write faults to the handler (`pte_uffd_wp`, `pmd_uffd_wp`).
     pub const UFFD_WP: u64 = 1 << 10;
+    /// `_PAGE_SOFT_DIRTY` (`_PAGE_BIT_SOFTW3`): written since the last
+    /// `clear_refs` of soft-dirty bits. Software sets it with the dirty bit
+    /// ([`Pte::MKDIRTY`]); the MMU's own dirty bit never does, which is why
+    /// tracking write-protects the entries it clears.
+    pub const SOFT_DIRTY: u64 = 1 << 11;
+    /// What x86's `pte_mkdirty`/`pmd_mkdirty` set: dirty and soft-dirty.
+    pub const MKDIRTY: u64 = Self::DIRTY | Self::SOFT_DIRTY;
     pub const PFN_MASK: u64 = 0x000f_ffff_ffff_f000;
     /// `_PAGE_SWP_EXCLUSIVE` (`_PAGE_PWT`) of a swap entry: the page was
     /// `PageAnonExclusive` when it was unmapped for swap-out.
@@ -29,6 +36,9 @@ impl Pte {
     /// `_PAGE_SWP_UFFD_WP` (`_PAGE_USER`) of a swap entry: userfaultfd
     /// write-protected the page, and does again when it is swapped in.
     pub const SWP_UFFD_WP: u64 = 1 << 2;
+    /// `_PAGE_SWP_SOFT_DIRTY` (`_PAGE_RW`) of a swap entry: the page was
+    /// soft-dirty when it was unmapped, and is again when it comes back.
+    pub const SWP_SOFT_DIRTY: u64 = 1 << 1;
 
     pub const NONE: Pte = Pte(0);
 
@@ -109,8 +119,8 @@ impl Pte {
     /// `pte_swp_mkexclusive`), laid out as x86-64 does it: the type in the
     /// top 5 bits, the offset inverted above PROTNONE (so that the entry
     /// never names a real frame, the L1TF mitigation), PRESENT and PROTNONE
-    /// clear. foliomm keeps no soft-dirty bit in it; the uffd-wp bit is
-    /// set apart ([`Pte::SWP_UFFD_WP`]).
+    /// clear. The soft-dirty and uffd-wp bits are set apart
+    /// ([`Pte::swp_bits_of`]).
     pub fn swap(e: SwpEntry, exclusive: bool) -> Pte {
         let offset = (!e.offset & SWP_OFFSET_MASK) << SWP_OFFSET_SHIFT;
         let excl = if exclusive { Pte::SWP_EXCLUSIVE } else { 0 };
@@ -143,6 +153,47 @@ impl Pte {
     /// (`pte_uffd_wp`, `pte_swp_uffd_wp`; pagemap's `PM_UFFD_WP`).
     pub fn any_uffd_wp(self) -> bool {
         self.uffd_wp() || self.swp_uffd_wp()
+    }
+
+    /// Whether the entry is soft-dirty, present or swapped (`pte_soft_dirty`,
+    /// `pte_swp_soft_dirty`); pagemap's `PM_SOFT_DIRTY` adds the VMA's
+    /// `VM_SOFTDIRTY`.
+    pub fn any_soft_dirty(self) -> bool {
+        match self {
+            p if p.present() => p.0 & Pte::SOFT_DIRTY != 0,
+            p if p.is_swap() => p.0 & Pte::SWP_SOFT_DIRTY != 0,
+            _ => false,
+        }
+    }
+
+    /// The entry as `clear_soft_dirty` leaves it: a present one
+    /// write-protected without its soft-dirty bit (`pte_wrprotect`,
+    /// `pte_clear_soft_dirty`), a swapped one without its own
+    /// (`pte_swp_clear_soft_dirty`); dirty and accessed stay.
+    pub fn clear_soft_dirty(self) -> Pte {
+        match self {
+            p if p.present() => p.without(Pte::RW | Pte::SOFT_DIRTY),
+            p if p.is_swap() => p.without(Pte::SWP_SOFT_DIRTY),
+            p => p,
+        }
+    }
+
+    /// The entry made soft-dirty, present or swapped (`move_soft_dirty_pte`
+    /// of mremap: a moved page looks written at its new place).
+    pub fn mksoft_dirty(self) -> Pte {
+        match self {
+            p if p.present() => p.with(Pte::SOFT_DIRTY),
+            p if p.is_swap() => p.with(Pte::SWP_SOFT_DIRTY),
+            p => p,
+        }
+    }
+
+    /// The swap-entry bits a present entry's state becomes when its page
+    /// is unmapped for swap-out (`pte_swp_mksoft_dirty`,
+    /// `pte_swp_mkuffd_wp` in `try_to_unmap_one`).
+    pub fn swp_bits_of(self) -> u64 {
+        let sd = if self.0 & Pte::SOFT_DIRTY != 0 { Pte::SWP_SOFT_DIRTY } else { 0 };
+        sd | if self.uffd_wp() { Pte::SWP_UFFD_WP } else { 0 }
     }
 
     /// The entry without its uffd-wp bit, present or swapped

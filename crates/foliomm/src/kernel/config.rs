@@ -53,6 +53,10 @@ pub struct Config {
     /// the default); off, the `mm-id` design goes without
     /// (`CONFIG_NO_PAGE_MAPCOUNT`, 6.15+), which no other design can.
     pub page_mapcount: bool,
+    /// `CONFIG_MEM_SOFT_DIRTY`: pagemap reports soft-dirty bits and
+    /// `clear_refs` of them write-protects to track writes; off (Kconfig's
+    /// default), neither does anything.
+    pub soft_dirty: bool,
     /// Stop a gather after this many pages (the page-count limit weighed in
     /// seed 001's discussion); `None` limits slots only, as Linux does.
     pub gather_page_limit: Option<u64>,
@@ -173,6 +177,7 @@ impl Default for Config {
             init_on_free: false,
             dense_frames: false,
             page_mapcount: true,
+            soft_dirty: false,
             gather_page_limit: None,
             debug: DebugSwitches::default(),
             precision: false,

@@ -50,7 +50,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(base)));
     for i in 0..nr {
-        let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
+        let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY | Pte::RW);
         store(phys, table, pte_index(base) + i as usize, e);
     }
     vmf.mm.add_anon_rss(nr as i64);

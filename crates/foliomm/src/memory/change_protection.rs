@@ -2,8 +2,9 @@
 //! entries. In a private mapping write permission is granted only to
 //! AnonExclusive pages (`can_change_pte_writable`); in a shared writable
 //! one to every page, as its `vm_page_prot` is writable (shmem and
-//! hugetlbfs want no write notification: `vma_wants_writenotify` is false),
-//! so a later write dirties only the PTE, not the folio. PROT_NONE entries
+//! hugetlbfs want no write notification: `vma_wants_writenotify` is false
+//! unless soft-dirty tracking wants it), so a later write dirties only the
+//! PTE, not the folio. PROT_NONE entries
 //! lose PRESENT and gain PROTNONE (`pte_modify`).
 
 use crate::arch::{pmd_addr_end, pte_index, pud_addr_end, Pfn, Pte, PAGE_SIZE};
@@ -60,12 +61,10 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
                 if !p.present() {
                     return p;
                 }
-                let can_write = !p.special()
-                    && !p.uffd_wp()
-                    && (vma.shared() || {
-                        let f = Folio::containing(phys, p.pfn());
-                        f.anon_exclusive(p.pfn() - f.pfn)
-                    });
+                let can_write = can_change_writable(k, vma, p, || {
+                    let f = Folio::containing(phys, p.pfn());
+                    f.anon_exclusive(p.pfn() - f.pfn)
+                });
                 p.modify_prot(vma.readable(), vma.writable() && can_write)
             });
             changed |= n > 0;
@@ -73,6 +72,22 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         addr = next;
     }
     changed
+}
+
+/// `can_change_pte_writable` (and `can_change_pmd_writable`): whether an
+/// entry of `vma` may become writable without a write fault. Never a zero
+/// page, one userfaultfd write-protects, or one soft-dirty tracking waits
+/// to see written (`pte_needs_soft_dirty_wp`); in a private mapping only an
+/// AnonExclusive page (`exclusive`, asked only there); in a shared one
+/// every page, unless tracking wants write notification
+/// (`vma_wants_writenotify`): then only a dirty one.
+pub(crate) fn can_change_writable(k: &Kernel, vma: &Vma, e: Pte, exclusive: impl FnOnce() -> bool) -> bool {
+    let tracked = k.config.soft_dirty;
+    let allowed = match vma.shared() {
+        true => !vma.soft_dirty_enabled(tracked) || e.dirty(),
+        false => exclusive(),
+    };
+    !e.special() && !e.uffd_wp() && !vma.needs_soft_dirty_wp(tracked, e.any_soft_dirty()) && allowed
 }
 
 /// The loop of `change_pte_range` that mprotect, NUMA hinting

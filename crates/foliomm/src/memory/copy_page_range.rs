@@ -96,7 +96,7 @@ impl CopyVma<'_> {
             let max_nr = ((end - addr) / PAGE_SIZE) as usize;
             let batching = k.config.zap == crate::kernel::ZapStrategy::Batched;
             let (nr, any_writable) = if batching && single == 0 && f.is_large() && max_nr > 1 {
-                folio_pte_batch(phys, f, stable, idx, pte, max_nr, true)
+                folio_pte_batch(phys, f, stable, idx, pte, max_nr, self.batch_respects())
             } else {
                 (1, pte.write())
             };
@@ -144,6 +144,14 @@ impl CopyVma<'_> {
         Ok(())
     }
 
+    /// The bits a batch of the parent's PTEs must share beside the pages
+    /// (`copy_present_ptes`): dirty in a private mapping, soft-dirty where
+    /// writes are being tracked.
+    fn batch_respects(&self) -> u64 {
+        let dirty = if self.src_vma.shared() { 0 } else { Pte::DIRTY };
+        dirty | if self.src_vma.soft_dirty_enabled(self.k.config.soft_dirty) { Pte::SOFT_DIRTY } else { 0 }
+    }
+
     /// `copy_nonpresent_pte` for a swap entry: one more entry names the
     /// slot (`swap_duplicate`), and neither the parent's entry nor the
     /// child's copy is exclusive any more (`pte_swp_clear_exclusive`).
@@ -172,8 +180,9 @@ impl CopyVma<'_> {
         let old = Folio::containing(&k.phys, pte.pfn());
         let index = old.index() + pte.pfn() - old.pfn;
         rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.rmap, (dst_vma.anon_vma(), index));
-        let w = if dst_vma.writable() { Pte::RW | Pte::DIRTY } else { 0 };
-        store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | w));
+        // copy_present_page(): maybe_mkwrite(pte_mkdirty()).
+        let w = if dst_vma.writable() { Pte::RW } else { 0 };
+        store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY | w));
         dst.add_anon_rss(1);
         Stats::inc(&k.stats.fork_copy_pinned);
         Ok(())

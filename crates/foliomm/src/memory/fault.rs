@@ -148,7 +148,7 @@ fn __handle_mm_fault(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, kind: FaultKind,
 /// of `handle_pte_fault`). The caller holds the table's lock.
 fn touch(k: &Kernel, table: Pfn, idx: usize, orig: Pte, write: bool) {
     if load(&k.phys, table, idx) == orig {
-        let bits = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
+        let bits = Pte::ACCESSED | if write { Pte::MKDIRTY } else { 0 };
         store(&k.phys, table, idx, orig.with(bits));
     }
 }

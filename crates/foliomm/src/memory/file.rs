@@ -90,7 +90,7 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
     }
     k.folio_put_refs(f, 1);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(addr)));
-    let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY | Pte::RW);
+    let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY | Pte::RW);
     store(phys, table, pte_index(addr), e);
     vmf.mm.add_anon_rss(1);
     Stats::inc(&k.stats.cow_copy);
@@ -140,14 +140,17 @@ fn get_folio<'k>(vmf: &VmFault<'k>, inode: &Inode) -> Result<(Folio<'k>, Pfn)> {
 }
 
 /// The PTE `set_pte_range` makes for a page of this VMA: writable for a
-/// write, or in a shared writable mapping; dirty for a write.
+/// write, or in a shared writable mapping whose `vm_page_prot` allows it
+/// (not while soft-dirty tracking wants write notification); dirty and
+/// soft-dirty for a write.
 fn file_pte(vmf: &VmFault, pfn: Pfn, write: bool) -> Pte {
     let mut bits = Pte::PRESENT | Pte::USER | Pte::ACCESSED;
-    if vmf.vma.shared() && vmf.vma.writable() {
+    let notify = vmf.vma.soft_dirty_enabled(vmf.k.config.soft_dirty);
+    if vmf.vma.shared() && vmf.vma.writable() && (write || !notify) {
         bits |= Pte::RW;
     }
     if write {
-        bits |= Pte::DIRTY;
+        bits |= Pte::MKDIRTY;
     }
     Pte::new(pfn, bits)
 }
@@ -336,7 +339,7 @@ pub(super) fn wp_page_shared(vmf: &VmFault) -> Result<()> {
     let ptl = vmf.pte_lock();
     if ptl.is_some() && load(phys, table, idx) == orig {
         Folio::containing(phys, orig.pfn()).head().set(crate::phys::pg::DIRTY);
-        store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+        store(phys, table, idx, orig.with(Pte::ACCESSED | Pte::MKDIRTY | Pte::RW));
     }
     Ok(())
 }

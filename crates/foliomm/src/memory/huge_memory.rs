@@ -121,7 +121,7 @@ fn count_thp_fault_alloc(k: &Kernel, allocated: bool) {
 /// `map_anon_folio_pmd`: installs a new, writable, dirty PMD for `f`.
 fn map_anon_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, f: Folio, vma: &Vma) {
     let w = if vma.writable() { Pte::RW } else { 0 };
-    pmd.store(&k.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY | w));
+    pmd.store(&k.phys, Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::MKDIRTY | w));
     mm.add_anon_rss(HPAGE_NR as i64);
 }
 
@@ -178,7 +178,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
         };
         if reuse {
             if !vmf.unshare() {
-                pmd.store(phys, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+                pmd.store(phys, orig.with(Pte::ACCESSED | Pte::MKDIRTY | Pte::RW));
                 Stats::inc(&k.stats.thp_reuse_pmd);
             }
             return Ok(Huge::Done);
@@ -221,7 +221,17 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
     pmd.store(phys, e.without(Pte::PRESENT));
     mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
     Stats::inc(&k.stats.thp_split_pmd);
-    let bits = e.without(Pte::PSE | Pte::PFN_MASK);
+    // Before 6.2 the PTEs were left clean, the folio dirtied instead; from
+    // 6.2 `pte_mkdirty` re-applies the dirty bit, soft-dirty with it.
+    let bits = match (e.dirty(), k.config.release().pmd_split_dirties_ptes()) {
+        (true, true) => e.with(Pte::MKDIRTY),
+        (true, false) if !e.special() => {
+            Folio::from_head(phys, e.pfn()).head().set(pg::DIRTY);
+            e.without(Pte::DIRTY)
+        }
+        _ => e,
+    }
+    .without(Pte::PSE | Pte::PFN_MASK);
     if e.special() {
         for i in 0..HPAGE_NR as usize {
             pgtable::store(phys, table, i, Pte::new(k.zero_pfn, bits.0));
@@ -381,10 +391,10 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> Option<boo
         return None;
     }
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
-    // A shared mapping's PMD becomes writable whole (no write notification,
-    // as for PTEs in `change_protection`).
-    let can_write =
-        !e.special() && !e.uffd_wp() && if anon { phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE) } else { vma.shared() };
+    // A shared mapping's PMD becomes writable whole, as its PTEs would.
+    let can_write = super::change_protection::can_change_writable(k, vma, e, || {
+        anon && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE)
+    });
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     Some(n != e)

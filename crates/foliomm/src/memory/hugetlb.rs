@@ -120,7 +120,7 @@ fn hugetlb_fault_walked(
     }
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
     if pmd.load(&k.phys) == e && walked.still_ours(k, mm) {
-        let bits = Pte::ACCESSED | if kind == FaultKind::Write { Pte::DIRTY } else { 0 };
+        let bits = Pte::ACCESSED | if kind == FaultKind::Write { Pte::MKDIRTY } else { 0 };
         pmd.store(&k.phys, e.with(bits));
     }
     Ok(None)
@@ -342,7 +342,7 @@ fn hugetlb_no_page(
     let writable = vma.writable() && (vma.shared() || (anon && kind == FaultKind::Write));
     let mut bits = Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED;
     if writable {
-        bits |= Pte::RW | Pte::DIRTY;
+        bits |= Pte::RW | Pte::MKDIRTY;
     }
     match anon_vma {
         Some(av) => rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (av, index)),
@@ -381,7 +381,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
         }
         if vma.shared() || sole || (old.test_anon() && old.anon_exclusive(0)) {
             if kind == FaultKind::Write {
-                pmd.store(phys, orig.with(Pte::RW | Pte::DIRTY | Pte::ACCESSED));
+                pmd.store(phys, orig.with(Pte::RW | Pte::MKDIRTY | Pte::ACCESSED));
             }
             return Ok(None);
         }
@@ -401,7 +401,7 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
     }
     rmap::folio_remove_rmap(k, old, 0, size.pages(), Level::Pmd, mm.rmap);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
-    let w = if kind == FaultKind::Write { Pte::RW | Pte::DIRTY } else { 0 };
+    let w = if kind == FaultKind::Write { Pte::RW | Pte::MKDIRTY } else { 0 };
     pmd.store(phys, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | w));
     mm.tlb.flush_range(&k.stats, haddr, haddr + size.bytes());
     k.folio_put_refs(old, 1);

@@ -69,7 +69,7 @@ pub fn hugetlb_mfill_atomic_pte(mm: &Mm, vma: &Vma, haddr: u64, fill: Fill) -> R
         // Writable unless write-protected, or a continue of a private VMA
         // (the cache's page, copied on write).
         let writable = vma.writable() && !wp && (vma.shared() || anon);
-        let mut bits = Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY;
+        let mut bits = Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::MKDIRTY;
         bits |= if wp {
             Pte::UFFD_WP
         } else if writable {

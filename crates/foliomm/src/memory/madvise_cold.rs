@@ -133,7 +133,7 @@ fn isolate<'k>(
             }
             let f = Folio::containing(&k.phys, pte.pfn());
             let max = ((stop - a) / PAGE_SIZE) as usize;
-            let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, false).0 } else { 1 };
+            let nr = if f.is_large() { folio_pte_batch(&k.phys, f, table, idx, pte, max, 0).0 } else { 1 };
             if !reclaimable(f) {
                 a += nr as u64 * PAGE_SIZE;
                 continue;

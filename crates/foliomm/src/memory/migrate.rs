@@ -344,7 +344,10 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
             Level::Pmd => rmap::folio_add_anon_rmap_pmd(k, dst, m.mm.rmap, exclusive),
         }
         dst.ref_add(1);
-        store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK));
+        // remove_migration_pte(): the entry's dirty bit comes back through
+        // pte_mkdirty, soft-dirty with it.
+        let dirty = if old.dirty() { Pte::MKDIRTY } else { 0 };
+        store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK).with(dirty));
     }
     if !is_hugetlb(dst) {
         k.lru.add(dst);

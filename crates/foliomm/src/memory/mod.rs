@@ -4,13 +4,14 @@
 //! hugetlb pages and PMD sharing ([`hugetlb`]) and private hugetlb
 //! reservations ([`hugetlb_resv`]), zap and
 //! `free_pgtables` ([`zap`]), fork's copy ([`copy_page_range`]), mprotect's
-//! [`change_protection`], mremap's [`move_page_tables`] and [`userfaultfd`]'s
+//! [`change_protection`], soft-dirty's [`clear_refs`], mremap's [`move_page_tables`] and [`userfaultfd`]'s
 //! faults and resolving ioctls. Every function
 //! works on one MM's page tables; the VMA changes around them live above, in
 //! [`crate::mm`].
 
 pub mod anon;
 pub mod change_protection;
+pub mod clear_refs;
 pub mod copy_page_range;
 pub mod fault;
 pub mod file;

@@ -15,7 +15,11 @@ use crate::Result;
 /// same folios. With `clear_uffd_wp` the present entries lose their
 /// uffd-wp bit (a VMA that leaves its userfaultfd behind, 6.13 on).
 pub(crate) fn move_page_tables(k: &Kernel, mm: &Mm, old: u64, new: u64, len: u64, clear_uffd_wp: bool) -> Result<()> {
-    let moved = |p: Pte| if clear_uffd_wp { p.clear_uffd_wp() } else { p };
+    // move_soft_dirty_pte(): a moved page looks written at its new place.
+    let moved = |p: Pte| match clear_uffd_wp {
+        true => p.clear_uffd_wp().mksoft_dirty(),
+        false => p.mksoft_dirty(),
+    };
     let phys = &k.phys;
     let mut off = 0;
     while off < len {

@@ -116,12 +116,11 @@ fn prot_numa_skip(k: &Kernel, mm: &Mm, vma: &Vma, p: Pte) -> bool {
 }
 
 /// The entry a hinting fault restores (`pte_modify` with `vm_page_prot`,
-/// and write permission where `can_change_pte_writable` allows it: a
-/// shared mapping, or an AnonExclusive page).
+/// and write permission where `can_change_pte_writable` allows it).
 fn restored(k: &Kernel, vma: &Vma, e: Pte, page_pfn: u64) -> Pte {
     let f = Folio::containing(&k.phys, page_pfn);
     let i = if e.huge() { 0 } else { page_pfn - f.pfn };
-    let can_write = vma.shared() || (f.test_anon() && f.anon_exclusive(i));
+    let can_write = super::change_protection::can_change_writable(k, vma, e, || f.test_anon() && f.anon_exclusive(i));
     e.modify_prot(vma.readable(), vma.writable() && can_write)
 }
 

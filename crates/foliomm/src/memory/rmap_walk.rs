@@ -150,9 +150,8 @@ pub fn try_to_unmap_one(
     let dev = k.swap.as_ref().expect("a slot implies a device");
     dev.duplicate(e, 1);
     f.set_anon_exclusive(p, false);
-    // try_to_unmap_one(): pte_swp_mkuffd_wp() of a write-protected page.
-    let wp = if pte.uffd_wp() { Pte::SWP_UFFD_WP } else { 0 };
-    store(phys, table, idx, Pte::swap(e, exclusive).with(wp));
+    // try_to_unmap_one(): pte_swp_mksoft_dirty(), pte_swp_mkuffd_wp().
+    store(phys, table, idx, Pte::swap(e, exclusive).with(pte.swp_bits_of()));
     mm.add_anon_rss(-1);
     mm.add_swap_rss(1);
     rmap::folio_remove_rmap(k, f, p, 1, Level::Pte, mm.rmap);

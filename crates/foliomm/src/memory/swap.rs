@@ -19,14 +19,15 @@ use crate::rmap;
 use crate::Result;
 
 /// `swap_pte_batch`: how many entries from `idx` (at most `max`) continue
-/// the swap entry `pte`: consecutive slots with the same exclusive and
-/// uffd-wp bits.
+/// the swap entry `pte`: consecutive slots with the same exclusive,
+/// uffd-wp and soft-dirty bits (`pte_same` of the expected entry).
 pub fn swap_pte_batch(phys: &PhysMem, table: Pfn, idx: usize, pte: Pte, max: usize) -> usize {
     let e = pte.swp_entry();
     let continues = |i: usize| {
         let n = load(phys, table, idx + i);
         let next = SwpEntry { offset: e.offset + i as u64, ..e };
-        let alike = n.swp_exclusive() == pte.swp_exclusive() && n.swp_uffd_wp() == pte.swp_uffd_wp();
+        let carried = Pte::SWP_EXCLUSIVE | Pte::SWP_UFFD_WP | Pte::SWP_SOFT_DIRTY;
+        let alike = (n.0 ^ pte.0) & carried == 0;
         n.is_swap() && alike && n.swp_entry() == next
     };
     1 + (1..max).take_while(|&i| continues(i)).count()
@@ -144,14 +145,20 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     }
     vmf.mm.add_anon_rss(1);
     vmf.mm.add_swap_rss(-1);
-    let mut pte = Pte::new(page, Pte::PRESENT | Pte::USER | Pte::ACCESSED);
+    // A soft-dirty page comes back soft-dirty (pte_mksoft_dirty).
+    let sd = orig.any_soft_dirty();
+    let mut pte = Pte::new(page, Pte::PRESENT | Pte::USER | Pte::ACCESSED | if sd { Pte::SOFT_DIRTY } else { 0 });
     let reuse = exclusive || f.refcount() == 1;
     let release = k.config.release();
     // A write-protected page comes back write-protected, read-only.
     let uffd_wp = orig.swp_uffd_wp() && vmf.vma.userfaultfd_wp();
-    let writes = reuse && vmf.vma.writable() && !uffd_wp && (vmf.write() || release.swapin_maps_writable_on_read());
+    let writes = reuse
+        && vmf.vma.writable()
+        && !uffd_wp
+        && !vmf.vma.needs_soft_dirty_wp(k.config.soft_dirty, sd)
+        && (vmf.write() || release.swapin_maps_writable_on_read());
     if writes {
-        pte = pte.with(Pte::RW | if vmf.write() { Pte::DIRTY } else { 0 });
+        pte = pte.with(Pte::RW | if vmf.write() { Pte::MKDIRTY } else { 0 });
     }
     if uffd_wp {
         pte = pte.with(Pte::UFFD_WP);
@@ -243,7 +250,8 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
     let ptl = vmf.pte_lock();
     let same = (0..nr).all(|i| {
         load(phys, vmf.table, pte_index(base) + i as usize)
-            == Pte::swap(SwpEntry { offset: e.offset + i, ..e }, first.swp_exclusive()).with(first.0 & Pte::SWP_UFFD_WP)
+            == Pte::swap(SwpEntry { offset: e.offset + i, ..e }, first.swp_exclusive())
+                .with(first.0 & (Pte::SWP_UFFD_WP | Pte::SWP_SOFT_DIRTY))
     });
     if ptl.is_none() || !same {
         drop(ptl);
@@ -261,13 +269,16 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
         vmf.mm.rmap,
         (vmf.mm.anon_vma_prepare(vmf.vma), vmf.vma.page_index(base)),
     );
-    let writes = vmf.vma.writable() && (vmf.write() || k.config.release().swapin_maps_writable_on_read());
+    let sd = first.any_soft_dirty();
+    let writes = vmf.vma.writable()
+        && !vmf.vma.needs_soft_dirty_wp(k.config.soft_dirty, sd)
+        && (vmf.write() || k.config.release().swapin_maps_writable_on_read());
     // set_ptes(): one entry for every page, so a write fault dirties all.
     let bits = match (writes, vmf.write()) {
-        (true, true) => Pte::RW | Pte::DIRTY,
+        (true, true) => Pte::RW | Pte::MKDIRTY,
         (true, false) => Pte::RW,
         _ => 0,
-    };
+    } | if sd { Pte::SOFT_DIRTY } else { 0 };
     let pte = Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | bits);
     for i in 0..nr {
         store(phys, vmf.table, pte_index(base) + i as usize, pte.next_pfn(i));

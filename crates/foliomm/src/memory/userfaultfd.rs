@@ -135,7 +135,7 @@ pub fn mfill_atomic_pte(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, fill: Fill) -
 /// The bits `mfill_atomic_install_pte` gives an entry: dirty and young,
 /// writable if `writable`, uffd-wp (and so read-only) if `wp`.
 fn install_bits(writable: bool, wp: bool) -> u64 {
-    let base = Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::DIRTY;
+    let base = Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY;
     base | if wp {
         Pte::UFFD_WP
     } else if writable {

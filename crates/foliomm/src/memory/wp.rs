@@ -44,7 +44,7 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
         if reuse {
             f.set_anon_exclusive(i, true);
             if !vmf.unshare() {
-                store(phys, vmf.table, idx, orig.with(Pte::ACCESSED | Pte::DIRTY | Pte::RW));
+                store(phys, vmf.table, idx, orig.with(Pte::ACCESSED | Pte::MKDIRTY | Pte::RW));
                 Stats::inc(&k.stats.pgreuse);
             }
             return Ok(());
@@ -111,7 +111,8 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     let page = vmf.address & !(PAGE_SIZE - 1);
     mm.tlb.flush_range(&k.stats, page, page + PAGE_SIZE);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.rmap, (anon_vma, vmf.vma.page_index(vmf.address)));
-    let writable = if vmf.unshare() { 0 } else { Pte::DIRTY | Pte::RW };
+    // An unshare keeps the soft-dirty bit; a write dirties (pte_mkdirty).
+    let writable = if vmf.unshare() { orig.0 & Pte::SOFT_DIRTY } else { Pte::MKDIRTY | Pte::RW };
     store(phys, vmf.table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | writable));
     match old {
         Some(old) => {

@@ -137,7 +137,7 @@ fn zap_pte_range(
                 let max_nr = ((end - addr) / PAGE_SIZE) as usize;
                 let batched = k.config.zap == ZapStrategy::Batched;
                 let nr = if batched && f.is_large() && max_nr > 1 {
-                    folio_pte_batch(phys, f, table, idx, pte, max_nr, false).0
+                    folio_pte_batch(phys, f, table, idx, pte, max_nr, 0).0
                 } else {
                     1
                 };

@@ -129,6 +129,8 @@ impl Mm {
         let locked = if flags.locked && !huge { vm::LOCKED } else { 0 };
         let no_maywrite = if no_maywrite { vm::NO_MAYWRITE } else { 0 };
         let flags_vm = prot.0 & vm::PROT_MASK | shared | locked | no_maywrite | if huge { vm::HUGETLB } else { 0 };
+        // __mmap_complete(): a new mapping is soft-dirty as a whole, merged or not.
+        let flags_vm = flags_vm | if self.kernel.config.soft_dirty { vm::SOFTDIRTY } else { 0 };
         // hugetlb_reserve_pages(): the huge pages of the mapping are
         // promised now, or the mmap fails: a shared mapping's in the
         // file's reservation map, a private one's (file or anonymous) by a

@@ -5,7 +5,8 @@
 
 use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
-use crate::mm_types::Mm;
+use crate::memory::clear_refs::clear_soft_dirty_vma;
+use crate::mm_types::{vm, Mm};
 use crate::pgtable::{leaf_slot, pt_share_count};
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
@@ -36,11 +37,38 @@ impl Mm {
         self.page_state(addr, false)
     }
 
+    /// `clear_refs_write` of 4 (`CLEAR_REFS_SOFT_DIRTY`), under the
+    /// mmap_lock for write, each VMA write-locked as the walk does
+    /// (`PGWALK_WRLOCK`): every VMA loses `VM_SOFTDIRTY` (so writes to it
+    /// are tracked from now on) and every entry its soft-dirty bit
+    /// ([`clear_soft_dirty_vma`]); then the MM's TLB is flushed
+    /// (`flush_tlb_mm`). Without `CONFIG_MEM_SOFT_DIRTY` Linux accepts the
+    /// write and changes nothing.
+    pub fn clear_refs_soft_dirty(&self) {
+        let vmas = self.mmap_write_lock();
+        if !self.kernel.config.soft_dirty {
+            return;
+        }
+        for v in vmas.iter() {
+            vmas.start_write(v);
+            if v.flags() & vm::SOFTDIRTY != 0 {
+                v.set_flags(v.flags() & !vm::SOFTDIRTY);
+            }
+            clear_soft_dirty_vma(&self.kernel, self, v);
+        }
+        self.tlb.flush_all(&self.kernel.stats);
+    }
+
     fn page_state(&self, addr: u64, judge: bool) -> PageInfo {
-        let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
+        let (vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         let k = &*self.kernel;
         let phys = &k.phys;
         let mut info = PageInfo::default();
+        // PM_SOFT_DIRTY: the VMA's VM_SOFTDIRTY, holes too
+        // (pagemap_pte_hole); a hugetlb page reports no entry's bit
+        // (pagemap_hugetlb_range).
+        let vma = vmas.find(addr).map(|v| (v.flags() & vm::SOFTDIRTY != 0, v.is_hugetlb()));
+        info.soft_dirty = vma.is_some_and(|(sd, _)| sd);
         let Some(slot) = leaf_slot(phys, self.pgd, addr) else {
             return info;
         };
@@ -48,6 +76,7 @@ impl Mm {
         // pte_to_pagemap_entry(): PM_SWAP, and nothing of a page.
         info.swapped = leaf.is_swap() && !slot.huge();
         info.uffd_wp = leaf.any_uffd_wp();
+        info.soft_dirty |= k.config.soft_dirty && vma.is_some_and(|(_, hugetlb)| !hugetlb) && leaf.any_soft_dirty();
         if !leaf.present() || leaf.huge() != slot.huge() {
             return info;
         }
@@ -249,6 +278,12 @@ pub struct PageInfo {
     /// kpageflags `KPF_KSM`: a KSM page (ksmd merged it).
     #[serde(default)]
     pub ksm: bool,
+    /// pagemap `PM_SOFT_DIRTY`: written since the last `clear_refs` of
+    /// soft-dirty bits, or in a VMA made or not cleared since (mapped,
+    /// swapped out or not there); always false without
+    /// `CONFIG_MEM_SOFT_DIRTY`.
+    #[serde(default)]
+    pub soft_dirty: bool,
 }
 
 /// smaps-style sums over a range, in KiB.

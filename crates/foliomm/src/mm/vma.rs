@@ -8,7 +8,7 @@ use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::memory::huge_memory::split_huge_pmd;
 use crate::memory::hugetlb_resv;
 use crate::memory::zap::{free_pgtables, unmap_vma_range, ZapDetails};
-use crate::mm_types::{Mm, Vma, Vmas};
+use crate::mm_types::{vm, Mm, Vma, Vmas};
 use crate::release::KernelVersion;
 use crate::sync::Arc;
 use crate::tlb::MmuGather;
@@ -146,6 +146,13 @@ pub(super) fn merge_around(vmas: &mut Vmas, start: u64, end: u64, release: Kerne
         match vmas.get(next_start).cloned() {
             Some(b) if a.can_merge_with(&b) && anon_vmas_merge(&a, &b, changed, release) => {
                 vmas.start_write(&a);
+                // VM_SOFTDIRTY never stops a merge; the merged VMA has the
+                // changed one's (of two, the upper's, changed last).
+                let from = if changed.contains(&b.start()) { &b } else { &a };
+                let flags = a.flags() & !vm::SOFTDIRTY | from.flags() & vm::SOFTDIRTY;
+                if flags != a.flags() {
+                    a.set_flags(flags);
+                }
                 // `a` covers `b`'s pages in `i_mmap` before `b` leaves it.
                 a.set_range(a.start(), b.end(), a.pgoff());
                 let b = vmas.remove(next_start).expect("the VMA just found");

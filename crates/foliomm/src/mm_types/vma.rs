@@ -106,6 +106,9 @@ pub mod vm {
     /// `VM_MERGEABLE`: ksmd may merge the VMA's anonymous pages
     /// (`MADV_MERGEABLE`).
     pub const MERGEABLE: u32 = 1 << 19;
+    /// `VM_SOFTDIRTY`: the whole VMA counts as soft-dirty (it is new, or
+    /// `clear_refs` has not cleared it since); never stops a merge.
+    pub const SOFTDIRTY: u32 = 1 << 20;
     /// `__VM_UFFD_FLAGS`: any userfaultfd registration.
     pub const UFFD_FLAGS: u32 = UFFD_MISSING | UFFD_WP | UFFD_MINOR;
     /// The bits that mirror `PROT_*` (same values as [`super::Prot`]'s).
@@ -376,6 +379,20 @@ impl Vma {
         self.anon_vma.update(self.record());
     }
 
+    /// `vma_soft_dirty_enabled` under a kernel built with soft-dirty
+    /// (`config_on`): writes are being tracked here (the VMA's
+    /// `VM_SOFTDIRTY` is clear), so entries that are not soft-dirty must
+    /// stay write-protected. hugetlb VMAs never track (no write notify).
+    pub fn soft_dirty_enabled(&self, config_on: bool) -> bool {
+        config_on && self.flags() & vm::SOFTDIRTY == 0 && !self.is_hugetlb()
+    }
+
+    /// `pte_needs_soft_dirty_wp`: an entry (`soft_dirty` or not) must stay
+    /// write-protected so that the next write is seen.
+    pub fn needs_soft_dirty_wp(&self, config_on: bool, soft_dirty: bool) -> bool {
+        self.soft_dirty_enabled(config_on) && !soft_dirty
+    }
+
     /// `is_vm_hugetlb_page`.
     pub fn is_hugetlb(&self) -> bool {
         self.flags() & vm::HUGETLB != 0
@@ -398,7 +415,7 @@ impl Vma {
             && same_uffd
             && !self.is_hugetlb()
             && self.end() == next.start()
-            && self.flags() == next.flags()
+            && (self.flags() ^ next.flags()) & !vm::SOFTDIRTY == 0
             && self.policy() == next.policy()
             && self.pgoff() + (self.end() - self.start()) / PAGE_SIZE == next.pgoff()
             && (a == 0 || b == 0 || a == b)

@@ -8,8 +8,10 @@ use crate::phys::PhysMem;
 
 /// `folio_pte_batch`: how many PTEs from `idx` (at most `max_nr`, never past
 /// the table) map consecutive pages of folio `f` with the same bits, ignoring
-/// accessed and write (and dirty unless `respect_dirty`). Also returns whether
-/// any of them was writable (`FPB_MERGE_WRITE`).
+/// accessed and write, and dirty and soft-dirty unless `respect` holds them
+/// (`FPB_RESPECT_DIRTY`, `FPB_RESPECT_SOFT_DIRTY`: [`Pte::DIRTY`],
+/// [`Pte::SOFT_DIRTY`]). Also returns whether any of them was writable
+/// (`FPB_MERGE_WRITE`).
 pub fn folio_pte_batch(
     phys: &PhysMem,
     f: Folio,
@@ -17,9 +19,9 @@ pub fn folio_pte_batch(
     idx: usize,
     pte: Pte,
     max_nr: usize,
-    respect_dirty: bool,
+    respect: u64,
 ) -> (usize, bool) {
-    let ignore = Pte::ACCESSED | Pte::RW | if respect_dirty { 0 } else { Pte::DIRTY };
+    let ignore = Pte::ACCESSED | Pte::RW | ((Pte::DIRTY | Pte::SOFT_DIRTY) & !respect);
     let end_pfn = f.pfn + f.nr_pages();
     let max_nr = max_nr.min(PTRS_PER_TABLE as usize - idx);
     let mut expected = pte.without(ignore).next_pfn(1);

@@ -383,6 +383,12 @@ impl KernelVersion {
     pub fn uffd_unregister_checks_ctx(self) -> bool {
         self >= KernelVersion::new(6, 16)
     }
+    /// Whether splitting a dirty huge PMD makes dirty PTEs (`pte_mkdirty`,
+    /// soft-dirty on x86 with it: "mm/thp: re-apply mkdirty for small pages
+    /// after split", 6.2); before, the PTEs were clean and the folio dirty.
+    pub fn pmd_split_dirties_ptes(self) -> bool {
+        self >= KernelVersion::new(6, 2)
+    }
     /// Whether `move_ptes` clears the uffd-wp bits of PTEs mremap moves
     /// into a VMA that lost its registration (6.13); before, they moved
     /// with the entries, inert.

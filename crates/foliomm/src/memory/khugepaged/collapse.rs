@@ -122,7 +122,7 @@ fn swap_in_and_collapse(
 /// `folio_mk_pmd` + `pmd_mkdirty` + `maybe_pmd_mkwrite` under the VMA's
 /// protection.
 fn new_pmd(f: Folio, vma: &Vma) -> Pte {
-    let e = Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::DIRTY);
+    let e = Pte::new(f.pfn, Pte::PRESENT | Pte::USER | Pte::PSE | Pte::ACCESSED | Pte::MKDIRTY);
     e.modify_prot(vma.readable(), vma.writable())
 }
 
