@@ -318,6 +318,28 @@ fn a_reused_ksm_page_leaks_writes_to_the_next_page_merged_into_it() {
     assert!(out.failure.is_none(), "{:?}", out.failure.map(|f| f.message));
 }
 
+/// Why mprotect must ask soft-dirty tracking before it makes an entry
+/// writable (the 6.0 fix of `can_change_pte_writable`): without the check
+/// the write after `mprotect rw` goes unseen. The invariant checker finds
+/// the writable entry that is not soft-dirty, and pagemap shows the lost
+/// write; with the check both hold.
+#[test]
+fn mprotect_that_forgets_soft_dirty_loses_a_write() {
+    let src = "set soft_dirty on\nset debug soft-dirty-unchecked\nset thp enabled=never\nP: a = mmap 8K rw\n\
+               P: write a = 1\nP: clear_refs soft_dirty\nP: mprotect a r\nP: mprotect a rw\nP: write a[0] = 2\n\
+               P: observe a as w\nexpect w.soft_dirty == 1\n";
+    let checked = RunOptions { check: true, ..RunOptions::default() };
+    let out = run(&parse(src).unwrap(), &mut ModelBackend::new(), checked);
+    let f = out.failure.expect("the checker must find the writable clean entry");
+    assert!(f.message.contains("not soft-dirty while writes are tracked"), "{}", f.message);
+    let out = run(&parse(src).unwrap(), &mut ModelBackend::new(), RunOptions::default());
+    let f = out.failure.expect("pagemap must show the write as unseen");
+    assert!(f.message.contains("w.soft_dirty (= 0)"), "{}", f.message);
+    let fixed = src.replace("set debug soft-dirty-unchecked\n", "");
+    let out = run(&parse(&fixed).unwrap(), &mut ModelBackend::new(), checked);
+    assert!(out.failure.is_none(), "{:?}", out.failure.map(|f| f.message));
+}
+
 /// Found by the fuzzer: a pread or pwrite of tens of terabytes allocated a
 /// buffer of the whole range and aborted; they go in 64 MiB pieces now,
 /// a pread stopping at the end of the file.

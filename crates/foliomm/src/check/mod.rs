@@ -8,7 +8,8 @@
 //!   a quiescent point no other references exist), `_pincount` = pins, and no
 //!   allocated folio mapped nowhere unless pinned;
 //! - a writable anon entry maps an AnonExclusive page; an AnonExclusive page
-//!   is mapped by at most one MM; every mapping lies inside a VMA that allows it;
+//!   is mapped by at most one MM; every mapping lies inside a VMA that allows it
+//!   (and is soft-dirty if writable while soft-dirty tracking is on);
 //! - RSS counters, `NR_ANON_MAPPED` and `NR_FILE_MAPPED`; PMD leaves map whole, aligned PMD-sized folios;
 //! - hugetlb: a shared PMD table is reached by exactly 1 + its share count
 //!   MMs; the pool's total and free counts match its folios, and its
@@ -257,6 +258,12 @@ fn check_leaf(m: &Kernel, vmas: &Vmas, leaf: &Leaf, bad: &mut Vec<Violation>) {
             }
             if pte.hw_present() && !v.readable() {
                 push(Vma, format!("mm {mm}: {addr:#x} is accessible in a PROT_NONE VMA"));
+            }
+            // Soft-dirty tracking: a write must fault first and mark the
+            // entry, unless clear_refs left the entry of a pinned page alone.
+            let pinned = || Folio::containing(phys, pte.pfn()).maybe_dma_pinned();
+            if pte.write() && v.needs_soft_dirty_wp(m.config.soft_dirty, pte.any_soft_dirty()) && !pinned() {
+                push(Vma, format!("mm {mm}: {addr:#x} is writable but not soft-dirty while writes are tracked"));
             }
         }
     }

@@ -131,12 +131,24 @@ pub struct DebugSwitches {
     /// page: it stays in the stable tree, writable, so a page ksmd merges
     /// into it later sees the owner's writes.
     pub ksm_reuse: bool,
+    /// `can_change_pte_writable` forgets soft-dirty tracking, as before
+    /// "mm/mprotect: fix soft-dirty check in can_change_pte_writable()"
+    /// (6.0): mprotect makes a clean entry writable, and the next write is
+    /// never seen.
+    pub soft_dirty_unchecked: bool,
 }
 
 impl DebugSwitches {
     /// Names of the switches a scenario or the command line can set.
-    pub const NAMES: &'static [&'static str] =
-        &["no-large-reuse", "reuse-shared", "skip-fork-flush", "free-before-flush", "no-vma-revalidate", "ksm-reuse"];
+    pub const NAMES: &'static [&'static str] = &[
+        "no-large-reuse",
+        "reuse-shared",
+        "skip-fork-flush",
+        "free-before-flush",
+        "no-vma-revalidate",
+        "ksm-reuse",
+        "soft-dirty-unchecked",
+    ];
 
     /// Turns on the switch called `name`; false if there is none.
     pub fn set(&mut self, name: &str) -> bool {
@@ -146,6 +158,7 @@ impl DebugSwitches {
             "skip-fork-flush" => self.skip_fork_flush = true,
             "no-vma-revalidate" => self.no_vma_revalidate = true,
             "ksm-reuse" => self.ksm_reuse = true,
+            "soft-dirty-unchecked" => self.soft_dirty_unchecked = true,
             "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
             _ => return false,
         }

@@ -82,7 +82,7 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
 /// every page, unless tracking wants write notification
 /// (`vma_wants_writenotify`): then only a dirty one.
 pub(crate) fn can_change_writable(k: &Kernel, vma: &Vma, e: Pte, exclusive: impl FnOnce() -> bool) -> bool {
-    let tracked = k.config.soft_dirty;
+    let tracked = k.config.soft_dirty && !k.config.debug.soft_dirty_unchecked;
     let allowed = match vma.shared() {
         true => !vma.soft_dirty_enabled(tracked) || e.dirty(),
         false => exclusive(),

@@ -115,9 +115,10 @@ fn movable_page(f: Folio, i: u64) -> bool {
 }
 
 /// The entry a moved page gets (`folio_mk_pte` of the destination's
-/// protection): writable, dirty if it was, no uffd-wp.
+/// protection): writable, dirty if it was, soft-dirty so that a tracker
+/// notices the move (`pte_mksoft_dirty`), no uffd-wp.
 fn moved_entry(p: Pte) -> Pte {
-    p.without(Pte::UFFD_WP).with(Pte::RW | Pte::ACCESSED)
+    p.without(Pte::UFFD_WP).with(Pte::RW | Pte::ACCESSED | Pte::SOFT_DIRTY)
 }
 
 /// `folio_move_anon_rmap` and the new index: the folio now belongs to

@@ -196,7 +196,8 @@ pub fn uffd_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, prote
         // MM_CP_TRY_CHANGE_WRITABLE (6.4 on): can_change_pte_writable().
         let p = p.without(Pte::UFFD_WP);
         let upgrade = k.config.release().uffd_unprotect_makes_writable();
-        match upgrade && vma.writable() && !p.special() && p.hw_present() && page_exclusive() {
+        let may_write = || super::change_protection::can_change_writable(k, vma, p, page_exclusive);
+        match upgrade && vma.writable() && p.hw_present() && may_write() {
             true => p.with(Pte::RW),
             false => p,
         }
