@@ -37,6 +37,9 @@ mod pmd_split;
 /// The shmem swap races (pageout against writes and reads).
 #[path = "shuttle/shmem_swap.rs"]
 mod shmem_swap;
+/// Seed 004's `vma_refcount_put` against a VMA freed and reused.
+#[path = "shuttle/vma_put.rs"]
+mod vma_put;
 
 const K: u64 = 1024;
 

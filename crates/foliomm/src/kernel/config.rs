@@ -136,6 +136,11 @@ pub struct DebugSwitches {
     /// (6.0): mprotect makes a clean entry writable, and the next write is
     /// never seen.
     pub soft_dirty_unchecked: bool,
+    /// `vma_refcount_put` as v8 of seed 004 had it: `vm_mm`, for the
+    /// writer's wake-up, read only after the reference is dropped, when the
+    /// VMA may be freed and reused (v9 reads it before: "use a copy of
+    /// vma->vm_mm ... in case vma is freed from under us").
+    pub vma_put_late_mm: bool,
 }
 
 impl DebugSwitches {
@@ -148,6 +153,7 @@ impl DebugSwitches {
         "no-vma-revalidate",
         "ksm-reuse",
         "soft-dirty-unchecked",
+        "vma-put-late-mm",
     ];
 
     /// Turns on the switch called `name`; false if there is none.
@@ -159,6 +165,7 @@ impl DebugSwitches {
             "no-vma-revalidate" => self.no_vma_revalidate = true,
             "ksm-reuse" => self.ksm_reuse = true,
             "soft-dirty-unchecked" => self.soft_dirty_unchecked = true,
+            "vma-put-late-mm" => self.vma_put_late_mm = true,
             "free-before-flush" => self.free_before_flush = Some(std::time::Duration::from_millis(20)),
             _ => return false,
         }

@@ -6,7 +6,7 @@
 
 use super::vma_lock::ReadFailure;
 use super::{vma_tree, Mm, MmapReadGuard, Vma};
-use crate::kernel::{Kernel, Stats, VmaLockDesign};
+use crate::kernel::{Incident, Kernel, Stats, VmaLockDesign};
 use crate::sync::atomic::AtomicU64;
 use crate::sync::Arc;
 use crate::{Errno, Result};
@@ -83,9 +83,24 @@ impl FaultVma<'_> {
     pub fn retry(mut self) {
         if let Hold::VmaLock(mm) = self.hold {
             Stats::inc(&mm.kernel.stats.vma_lock_retry);
-            self.vma.end_read();
+            put_read(&self.vma, mm);
             self.hold = Hold::Released;
         }
+    }
+}
+
+/// `vma_end_read` of a fault's VMA in `mm`. Under the `vma-put-late-mm`
+/// switch `vma_refcount_put` reads `vm_mm` for the wake-up after dropping
+/// its reference, as seed 004's v8 did: by then the writer it wakes may
+/// have freed the VMA and the cache handed it on, and a read of a VMA freed
+/// since is recorded as a use after free.
+fn put_read(vma: &Vma, mm: &Mm) {
+    let k: &Kernel = &mm.kernel;
+    let frees = vma.frees();
+    if vma.end_read() && k.config.debug.vma_put_late_mm && vma.frees() != frees {
+        let what =
+            format!("vma_refcount_put read vm_mm (now {}) of a VMA freed after it dropped its reference", vma.mm());
+        k.violations.lock().unwrap().push(Incident::UseAfterFree { mm: mm.id, addr: vma.start(), what });
     }
 }
 
@@ -93,10 +108,10 @@ impl Drop for FaultVma<'_> {
     fn drop(&mut self) {
         match self.hold {
             Hold::VmaLock(mm) => {
-                self.vma.end_read();
+                put_read(&self.vma, mm);
                 Stats::inc(&mm.kernel.stats.vma_lock_success);
             }
-            Hold::IoctlVmaLock => self.vma.end_read(),
+            Hold::IoctlVmaLock => _ = self.vma.end_read(),
             Hold::MmapLock { .. } | Hold::Released => {}
         }
     }

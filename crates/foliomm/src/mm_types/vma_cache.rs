@@ -65,6 +65,7 @@ impl VmaCache {
 
     /// `vm_area_free` of a detached VMA.
     pub fn free(&self, v: Arc<Vma>) {
+        v.note_freed();
         debug_assert!(self.design == VmaLockDesign::MmapLock || v.lock.is_detached(), "freeing an attached VMA");
         v.clear_file();
         v.anon_vma.reset();

@@ -231,20 +231,26 @@ impl Vma {
     }
 
     /// `vma_end_read` (`vma_refcount_put` / `up_read`), which reads
-    /// `vm_mm` (in the VMA's first line) before it lets go.
-    pub fn end_read(&self) {
+    /// `vm_mm` (in the VMA's first line) before it lets go. Returns true
+    /// if it was the last reader a waiting writer needed, and woke it.
+    pub fn end_read(&self) -> bool {
         self.account_fields_read();
         self.account_lock_write();
         match &self.lock.kind {
-            Kind::None => {}
-            Kind::Rwsem { sem, .. } => sem.up_read(),
+            Kind::None => false,
+            Kind::Rwsem { sem, .. } => {
+                sem.up_read();
+                false
+            }
             Kind::Refcount(r) => {
                 // `is_vma_writer_only`: a writer waits and this was the
                 // last reader (or the VMA's own reference went first).
                 let left = r.fetch_sub(1, Release) - 1;
-                if left & VMA_LOCK_OFFSET != 0 && left <= VMA_LOCK_OFFSET + 1 {
+                let wakes = left & VMA_LOCK_OFFSET != 0 && left <= VMA_LOCK_OFFSET + 1;
+                if wakes {
                     wake_waiters(&r.0 as *const AtomicU32 as usize);
                 }
+                wakes
             }
         }
     }
