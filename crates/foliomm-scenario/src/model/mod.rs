@@ -388,7 +388,7 @@ impl ModelBackend {
             Op::Munmap { addr, len } => done(self.mm_of(t)?.munmap(addr, len))?,
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
             Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
-            Op::ClearSoftDirty => done(Ok(self.mm_of(t)?.clear_refs_soft_dirty()))?,
+            Op::ClearSoftDirty => self.mm_of(t).map(|mm| mm.clear_refs_soft_dirty()).map(|()| Reply::Done)?,
             Op::SplitHugePages { addr, len, order, at } => {
                 done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order, at).map(|_| ()))?
             }
