@@ -262,6 +262,7 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
         Advice::Collapse => libc::MADV_COLLAPSE,
         Advice::Mergeable => libc::MADV_MERGEABLE,
         Advice::Unmergeable => libc::MADV_UNMERGEABLE,
+        Advice::Free => libc::MADV_FREE,
     };
     done(sys::madvise(addr, len, a))
 }

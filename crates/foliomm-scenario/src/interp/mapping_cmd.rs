@@ -228,6 +228,11 @@ impl State<'_> {
         if *adv == Advice::PopulateRead && r.is_ok() {
             self.refs.get_mut(&p).unwrap().fault_read(a, l);
         }
+        // An EINVAL stops MADV_FREE at a VMA it refuses, after the ones
+        // before it: the reference lets the whole range go.
+        if *adv == Advice::Free && matches!(r, Ok(()) | Err(StepError::Errno(_))) {
+            self.refs.get_mut(&p).unwrap().lazyfree(a, l);
+        }
         outcome(step, r)?;
         Ok("ok".into())
     }

@@ -194,6 +194,7 @@ impl State<'_> {
             }
             self.apply_uffd_fills(&p, &fills);
             let rs = self.refs.get_mut(&p).unwrap();
+            rs.settle(at, len, &got, *every_byte);
             let mut want = std::mem::take(&mut self.want);
             let said = match every_byte {
                 true => {

@@ -39,6 +39,7 @@ mod mapped_pages;
 mod page_cache;
 pub mod precision;
 mod ref_file;
+mod ref_lazy;
 mod ref_page;
 pub mod reference;
 mod swap;

@@ -13,6 +13,7 @@ use std::ops::Range;
 use rangemap::RangeMap;
 
 pub use super::ref_file::RefFiles;
+use super::ref_lazy::Lazy;
 use super::ref_page::RefPage;
 use crate::arch::PAGE_SIZE;
 use crate::mm_types::Prot;
@@ -25,13 +26,13 @@ const PS: usize = PAGE_SIZE as usize;
 /// plus `delta` (wrapping), so one value describes a whole linear mapping
 /// and adjacent runs of one mapping coalesce.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Mapping {
+pub(super) struct Mapping {
     prot: u32,
-    file: Option<Backing>,
+    pub(super) file: Option<Backing>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Backing {
+pub(super) struct Backing {
     file: u64,
     delta: u64,
     shared: bool,
@@ -53,10 +54,13 @@ impl Backing {
 /// written costs nothing, however large its mapping).
 #[derive(Clone, Default)]
 pub struct RefSpace {
-    maps: RangeMap<u64, Mapping>,
+    pub(super) maps: RangeMap<u64, Mapping>,
     /// The page's own bytes (anonymous, or a private copy of a file page);
     /// a page without reads as zeros, or as the file.
-    data: BTreeMap<u64, RefPage>,
+    pub(super) data: BTreeMap<u64, RefPage>,
+    /// Pages `MADV_FREE` let go: what each reads if reclaim dropped it
+    /// ([`super::ref_lazy`]).
+    pub(super) lazy: BTreeMap<u64, Lazy>,
     files: RefFiles,
 }
 
@@ -83,7 +87,7 @@ impl RefSpace {
 
     /// A copy of this space whose file mappings use `files` instead.
     pub fn with_files_of(&self, files: &RefFiles) -> RefSpace {
-        RefSpace { maps: self.maps.clone(), data: self.data.clone(), files: files.clone() }
+        RefSpace { maps: self.maps.clone(), data: self.data.clone(), lazy: self.lazy.clone(), files: files.clone() }
     }
 
     /// Maps `range` (replacing whatever was there) with no bytes of its own.
@@ -95,8 +99,10 @@ impl RefSpace {
     }
 
     fn drop_data(&mut self, range: Range<u64>) {
-        let gone: Vec<u64> = self.data.range(range).map(|(&p, _)| p).collect();
+        let gone: Vec<u64> = self.data.range(range.clone()).map(|(&p, _)| p).collect();
         gone.iter().for_each(|p| drop(self.data.remove(p)));
+        let gone: Vec<u64> = self.lazy.range(range).map(|(&p, _)| p).collect();
+        gone.iter().for_each(|p| drop(self.lazy.remove(p)));
     }
 
     /// The mapped runs overlapping `range`, clipped to it.
@@ -194,6 +200,7 @@ impl RefSpace {
         let (old_range, new_range) = (page_range(old, old_len), page_range(new, new_len));
         let runs = self.runs(&old_range);
         let moved: Vec<(u64, RefPage)> = self.data.range(old_range.clone()).map(|(&p, d)| (p, d.clone())).collect();
+        let lazy: Vec<(u64, Lazy)> = self.lazy.range(old_range.clone()).map(|(&p, l)| (p, l.clone())).collect();
         self.unmap(old, old_len);
         // File indexes stay with their pages.
         let moved_by = |b: Backing| b.moved(old, new);
@@ -205,6 +212,9 @@ impl RefSpace {
         }
         for (p, d) in moved.into_iter().filter(|(p, _)| p - old < new_len) {
             self.data.insert(new + (p - old), d);
+        }
+        for (p, l) in lazy.into_iter().filter(|(p, _)| p - old < new_len) {
+            self.lazy.insert(new + (p - old), l);
         }
     }
 
@@ -222,7 +232,7 @@ impl RefSpace {
     /// Runs `f` on the bytes the page at `addr` reads and writes (its own,
     /// or its file's), checking the access; a write to a private page of a
     /// file first copies the file's page. SIGBUS past the end of the file.
-    fn with_bytes<R>(&mut self, addr: u64, write: bool, f: impl FnOnce(&mut RefPage) -> R) -> Result<R> {
+    fn with_bytes<R>(&mut self, addr: u64, write: bool, mut f: impl FnMut(&mut RefPage) -> R) -> Result<R> {
         let page = addr & !(PAGE_SIZE - 1);
         let m = *self.maps.get(&page).ok_or(Errno::EFAULT)?;
         let need = if write { Prot::WRITE } else { Prot::READ | Prot::WRITE };
@@ -232,6 +242,11 @@ impl RefSpace {
         // Reads of bytes never written see zeros without storing any.
         let zeros = RefPage::default;
         let Some(b) = m.file else {
+            // A page MADV_FREE let go is written whichever way it went.
+            if let Some(l) = self.lazy.get_mut(&page).filter(|_| write) {
+                f(&mut l.dropped);
+                l.written = true;
+            }
             return Ok(match (self.data.get_mut(&page), write) {
                 (None, false) => f(&mut zeros()),
                 (Some(d), _) => f(d),

@@ -39,22 +39,29 @@ pub enum Consumer {
     /// mapping alone (`prot_numa_skip`), and the hinting fault flagging a
     /// folio of a shared mapping `TNF_SHARED` (`numa_migrate_check`).
     NumaBalancing,
+    /// `MADV_FREE` leaving a folio alone that another process may map
+    /// (`madvise_free_huge_pmd`: `folio_maybe_mapped_shared`; a folio
+    /// covered in part: `folio_likely_mapped_shared` before splitting it; a
+    /// dirty or swap-cached one: `folio_mapcount != folio_nr_pages`; 6.1:
+    /// `folio_mapcount != 1`).
+    LazyFree,
 }
 
 impl Consumer {
     /// Every consumer, in table order.
-    pub const ALL: [Consumer; 6] = [
+    pub const ALL: [Consumer; 7] = [
         Consumer::CowReuse,
         Consumer::Pageout,
         Consumer::PageoutSplit,
         Consumer::Collapse,
         Consumer::Migrate,
         Consumer::NumaBalancing,
+        Consumer::LazyFree,
     ];
 
     /// The consumer's name in counters and tables.
     pub fn name(self) -> &'static str {
-        ["cow_reuse", "pageout", "pageout_split", "collapse", "migrate", "numa"][self as usize]
+        ["cow_reuse", "pageout", "pageout_split", "collapse", "migrate", "numa", "lazyfree"][self as usize]
     }
 }
 

@@ -282,6 +282,12 @@ counters! {
     /// Folios moved to the inactive list, in folios where Linux counts pages (`pgdeactivate`).
     /// Needs: set swap, or madvise cold.
     pgdeactivate,
+    /// Pages `MADV_FREE` made lazily freed (`pglazyfree`).
+    /// Needs: madvise free.
+    pglazyfree,
+    /// Lazily freed pages reclaim dropped without writing them (`pglazyfreed`).
+    /// Needs: madvise free, then madvise pageout or memory pressure.
+    pglazyfreed,
     /// Write faults that copied a page (or the zero page) into a new folio.
     cow_copy,
     /// Write faults on a PMD-mapped THP that reused it in place.

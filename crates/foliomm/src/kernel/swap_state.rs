@@ -42,7 +42,7 @@ impl Kernel {
 
     /// `folio_free_swap`: if `f` is in the swap cache and no swap entry
     /// names any of its slots any more, it leaves the cache
-    /// ([`Kernel::delete_from_swap_cache`]). Returns true if it left. The
+    /// ([`Kernel::delete_from_swap_cache`]) and is dirtied. Returns true if it left. The
     /// caller holds a reference of its own.
     pub fn folio_free_swap(&self, f: Folio) -> bool {
         let (Some(e), Some(dev)) = (self.folio_swap(f), self.swap.as_ref()) else { return false };
@@ -51,6 +51,8 @@ impl Kernel {
             return false;
         }
         self.delete_from_swap_cache(f);
+        // Its bytes are now only in memory: never dropped as clean.
+        f.head().set(pg::DIRTY);
         true
     }
 

@@ -24,6 +24,7 @@ pub mod hugetlb_userfaultfd;
 pub mod khugepaged;
 pub mod ksm;
 pub mod madvise_cold;
+pub mod madvise_free;
 pub mod migrate;
 pub mod move_page_tables;
 pub mod numa_balancing;

@@ -71,14 +71,15 @@ fn leaf(k: &Kernel, mm: &Mm, addr: u64) -> Option<(PmdSlot, Pte)> {
 }
 
 /// `try_to_unmap(folio, TTU_SPLIT_HUGE_PMD)` for reclaim of the locked
-/// anon folio `f`, whose slots start at `e`: every mapping the rmap walk
+/// anon folio `f`, whose slots start at `e` (`None` for a lazily freed
+/// folio, which is dropped instead): every mapping the rmap walk
 /// finds goes, a huge PMD split first, each PTE replaced by the swap entry
-/// of its page's slot ([`try_to_unmap_one`]). A `VM_LOCKED` VMA found
+/// of its page's slot, or cleared ([`try_to_unmap_one`]). A `VM_LOCKED` VMA found
 /// mapping the folio stops the walk (`mlock_vma_folio`; the folio
 /// stays). Returns true if nothing
 /// maps the folio afterwards (`!folio_mapped`); the pages unmapped before a
 /// failure stay swapped out, as in Linux.
-pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: SwpEntry) -> bool {
+pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: Option<SwpEntry>) -> bool {
     let mut ok = true;
     rmap_walk(mmlist, f, |mm, rec, start, end| {
         let locked = rec.flags & vm::LOCKED != 0;
@@ -99,7 +100,7 @@ pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: SwpEntry) -> bool 
                     continue;
                 }
                 Some((slot, pmd)) if !pmd.huge() => {
-                    let page_slot = SwpEntry { offset: e.offset + p, ..e };
+                    let page_slot = e.map(|e| SwpEntry { offset: e.offset + p, ..e });
                     ok = try_to_unmap_one(k, mm, (slot, pmd.pfn()), addr, f, p, (page_slot, locked));
                 }
                 _ => {}
@@ -119,6 +120,12 @@ pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: SwpEntry) -> bool 
 /// a dirty entry dirties the folio; the mapping's rmap and reference go.
 /// False only if the page could not be shared, or the VMA is mlocked
 /// (`locked`: nothing changes).
+///
+/// A lazily freed folio (no slot `e`) is dropped instead, the entry left
+/// none, if its only references are the mappings and the caller's and
+/// nothing dirtied it (an entry written since `MADV_FREE` dirties it on the
+/// way out); otherwise the entry goes back, the folio is swap-backed
+/// again, and the walk stops (the `MADV_FREE` check of `try_to_unmap_one`).
 pub fn try_to_unmap_one(
     k: &Kernel,
     mm: &Mm,
@@ -126,7 +133,7 @@ pub fn try_to_unmap_one(
     addr: u64,
     f: Folio,
     p: u64,
-    (e, locked): (SwpEntry, bool),
+    (e, locked): (Option<SwpEntry>, bool),
 ) -> bool {
     let (phys, idx) = (&k.phys, pte_index(addr));
     let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return true };
@@ -142,6 +149,18 @@ pub fn try_to_unmap_one(
         f.head().set(crate::phys::pg::DIRTY);
     }
     mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
+    let Some(e) = e else {
+        let unused = f.refcount() as u64 == 1 + rmap::folio_mapcount(k, f);
+        if !unused || f.head().test(crate::phys::pg::DIRTY) {
+            store(phys, table, idx, pte);
+            f.head().set(crate::phys::pg::SWAPBACKED);
+            return false;
+        }
+        mm.add_anon_rss(-1);
+        rmap::folio_remove_rmap(k, f, p, 1, Level::Pte, mm.rmap);
+        f.put_refs(1);
+        return true;
+    };
     let exclusive = f.anon_exclusive(p);
     if exclusive && f.maybe_dma_pinned() {
         store(phys, table, idx, pte);

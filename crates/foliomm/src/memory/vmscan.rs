@@ -81,6 +81,10 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: b
         drop(lock);
         return putback(k, f, if pinned { Verdict::Keep } else { verdict });
     }
+    if !f.head().test(pg::SWAPBACKED) {
+        drop(lock);
+        return drop_lazyfree(k, mmlist, f);
+    }
     let slots = match k.folio_swap(f) {
         Some(e) => Ok(e),
         None if f.is_large() && f.refcount() as u64 != rmap::folio_mapcount(k, f) + 1 => Err(Verdict::Activate),
@@ -107,7 +111,7 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: b
         },
     };
     let verdict = match slots {
-        Ok(e) if !try_to_unmap(k, mmlist, f, e) => Verdict::Activate,
+        Ok(e) if !try_to_unmap(k, mmlist, f, Some(e)) => Verdict::Activate,
         Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 && remove_mapping(k, f, e) => {
             drop(lock);
             return free_or_putback(k, f, true, Verdict::Keep);
@@ -117,6 +121,27 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: b
     };
     drop(lock);
     putback(k, f, verdict)
+}
+
+/// [`shrink_anon_folio`] for a lazily freed folio (`MADV_FREE`): no swap
+/// slots; it is unmapped everywhere and dropped ([`try_to_unmap`] without a
+/// slot), and freed if nothing else holds it (`folio_ref_freeze(folio,
+/// 1)`), counted in `pglazyfreed`. One written since is swap-backed again
+/// and activated, to be swapped like any other (`nr_lazyfree_fail`).
+fn drop_lazyfree(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
+    let Some(lock) = f.trylock() else {
+        return putback(k, f, Verdict::Keep);
+    };
+    if !try_to_unmap(k, mmlist, f, None) {
+        drop(lock);
+        return putback(k, f, Verdict::Activate);
+    }
+    drop(lock);
+    if f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_err() {
+        return putback(k, f, Verdict::Keep);
+    }
+    Stats::add(&k.stats.pglazyfreed, f.nr_pages());
+    free_or_putback(k, f, true, Verdict::Keep)
 }
 
 /// [`shrink_folio`] for a shmem folio. Unless `ignore_references`, a

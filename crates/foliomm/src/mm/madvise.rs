@@ -49,11 +49,15 @@ pub enum Advice {
     /// `MADV_UNMERGEABLE`: break every KSM page of the range's mergeable
     /// VMAs, then clear `VM_MERGEABLE`.
     Unmergeable,
+    /// `MADV_FREE`: the range's anonymous pages may be dropped instead of
+    /// swapped until written again (see [`crate::memory::madvise_free`]);
+    /// private anonymous mappings only.
+    Free,
 }
 
 impl Advice {
     /// Every advice, with the lowercase `MADV_*` suffix that names it.
-    pub const ALL: [(Advice, &'static str); 13] = [
+    pub const ALL: [(Advice, &'static str); 14] = [
         (Advice::DontNeed, "dontneed"),
         (Advice::Remove, "remove"),
         (Advice::HugePage, "hugepage"),
@@ -67,6 +71,7 @@ impl Advice {
         (Advice::Collapse, "collapse"),
         (Advice::Mergeable, "mergeable"),
         (Advice::Unmergeable, "unmergeable"),
+        (Advice::Free, "free"),
     ];
 
     /// The advice named by the lowercase `MADV_*` suffix (`dontneed`,
@@ -98,6 +103,9 @@ impl Mm {
         }
         if matches!(advice, Advice::PageOut | Advice::Cold) {
             return self.madvise_pageout(addr, end, advice == Advice::PageOut);
+        }
+        if advice == Advice::Free {
+            return self.madvise_free(addr, end);
         }
         if advice == Advice::DontNeed {
             // MADV_DONTNEED needs only the mmap_lock for read.
@@ -141,7 +149,8 @@ impl Mm {
             | Advice::PopulateWrite
             | Advice::PageOut
             | Advice::Cold
-            | Advice::Collapse => {
+            | Advice::Collapse
+            | Advice::Free => {
                 unreachable!()
             }
         };
@@ -195,6 +204,26 @@ impl Mm {
                 v.end().min(end),
                 pageout,
             );
+        }
+        if vmas.covers(addr, end) {
+            Ok(())
+        } else {
+            Err(Errno::ENOMEM)
+        }
+    }
+
+    /// `MADV_FREE` VMA by VMA (`madvise_free_single_vma`, under the
+    /// mmap_lock for read): EINVAL at the first VMA that is not private
+    /// anonymous memory (`vma_is_anonymous`) or is mlocked or hugetlb
+    /// (`madvise_dontneed_free_valid_vma`), the VMAs before it done; ENOMEM
+    /// after a range with holes.
+    fn madvise_free(&self, addr: u64, end: u64) -> Result<()> {
+        let vmas = self.mmap_read_lock();
+        for v in vmas.overlapping(addr, end) {
+            if v.file().is_some() || v.shared() || v.flags() & vm::LOCKED != 0 || v.is_hugetlb() {
+                return Err(Errno::EINVAL);
+            }
+            crate::memory::madvise_free::madvise_free_range(&self.kernel, self, v.start().max(addr), v.end().min(end));
         }
         if vmas.covers(addr, end) {
             Ok(())

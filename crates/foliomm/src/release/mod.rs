@@ -383,6 +383,14 @@ impl KernelVersion {
     pub fn uffd_unregister_checks_ctx(self) -> bool {
         self >= KernelVersion::new(6, 16)
     }
+    /// Whether `MADV_FREE` takes a PTE-mapped large folio the range covers
+    /// whole as one (`madvise_folio_pte_batch`) and splits only one it
+    /// covers in part ("mm/madvise: optimize lazyfreeing with mTHP in
+    /// madvise_free", 6.10); before, it split any large folio mapped once
+    /// and stopped at one mapped more than once.
+    pub fn lazyfree_batches_large_folios(self) -> bool {
+        self >= KernelVersion::new(6, 10)
+    }
     /// Whether splitting a dirty huge PMD makes dirty PTEs (`pte_mkdirty`,
     /// soft-dirty on x86 with it: "mm/thp: re-apply mkdirty for small pages
     /// after split", 6.2); before, the PTEs were clean and the folio dirty.
