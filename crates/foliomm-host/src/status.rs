@@ -45,6 +45,7 @@ fn sum_of<'v>(v: &'v mut VmaInfo, key: &str) -> Option<&'v mut u64> {
         "Private_Hugetlb:" => &mut v.private_hugetlb_kb,
         "Swap:" => &mut v.swap_kb,
         "SwapPss:" => &mut v.swap_pss_kb,
+        "LazyFree:" => &mut v.lazyfree_kb,
         _ => return None,
     })
 }

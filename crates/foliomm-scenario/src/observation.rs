@@ -57,12 +57,12 @@ pub struct Observation {
     /// FIELD...`: what a run cannot fix, such as placement): bit `i` is the
     /// `i`-th of [`Observation::field_names`].
     #[serde(default)]
-    pub unrecorded: u64,
+    pub unrecorded: u128,
     /// Fields the backend's kernel does not have (`soft_dirty` without
     /// `CONFIG_MEM_SOFT_DIRTY`), in the bits of `unrecorded`: unknown, so
     /// expectations on them are skipped and `compare` leaves them alone.
     #[serde(default)]
-    pub unsupported: u64,
+    pub unsupported: u128,
 }
 
 /// What `/proc/PID/status` and `/proc/PID/smaps` say around an observed
@@ -205,6 +205,7 @@ impl Observation {
         "vma_private_hugetlb_kb",
         "vma_swap_kb",
         "vma_swap_pss_kb",
+        "vma_lazyfree_kb",
     ];
 
     /// One line of what was observed: the frame and its folio, the page's
@@ -291,7 +292,7 @@ impl Observation {
     }
 
     /// The bit of `field` in [`Observation::unrecorded`].
-    fn field_bit(field: &str) -> Option<u64> {
+    fn field_bit(field: &str) -> Option<u128> {
         Self::field_names().position(|f| f == field).map(|i| 1 << i)
     }
 
@@ -359,6 +360,7 @@ impl Observation {
             "vma_offset_kb" => self.addr.saturating_sub(v.start).min(v.end - v.start) / 1024,
             "vma_kb" => (v.end - v.start) / 1024,
             "vma_flags" => v.flags,
+            "vma_lazyfree_kb" => v.lazyfree_kb,
             "vma_shared_clean_kb" => v.shared_clean_kb,
             "vma_shared_dirty_kb" => v.shared_dirty_kb,
             "vma_private_clean_kb" => v.private_clean_kb,
@@ -398,7 +400,7 @@ mod tests {
     #[test]
     fn every_field_has_a_bit_for_except() {
         let n = Observation::field_names().count();
-        assert!(n <= 64, "{n} fields: `unrecorded` (u64) holds a bit per field");
+        assert!(n <= 128, "{n} fields: `unrecorded` (u128) holds a bit per field");
         let o = Observation::default().except(&["frame".into(), "vma_swap_kb".into()]);
         assert!(!o.recorded("frame") && !o.recorded("vma_swap_kb") && o.recorded("byte"));
     }

@@ -120,7 +120,7 @@ pub(super) fn check_frames(
             if let Some(size) = free_huge {
                 hugetlb[size as usize][1] += 1;
             }
-            check_unmapped(ledger, f, free_huge.is_some(), held_by_caches(f, cached), bad);
+            check_unmapped(ledger, f, free_huge.is_some(), held_by_caches(m, f, cached), bad);
         }
         allocated += f.nr_pages();
         pfn += f.nr_pages();

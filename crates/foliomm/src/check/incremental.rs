@@ -306,7 +306,7 @@ impl Tracker {
                 let what = format!("frame {pfn:#x}, a table an MM reached, is no longer a page table");
                 bad.push(Violation::new(Allocator, Subject::Frame(pfn), what));
             } else if !free && !p.test(pg::TAIL) {
-                check_unmapped(ledger, f, free_huge, held_by_caches(f, cached), bad);
+                check_unmapped(ledger, f, free_huge, held_by_caches(m, f, cached), bad);
             }
         }
     }

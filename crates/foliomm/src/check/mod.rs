@@ -390,7 +390,7 @@ fn check_folios<'a>(
                 ));
             }
         }
-        check_references(ledger, f, total + held_by_caches(f, cached).unwrap_or(0), bad);
+        check_references(ledger, f, total + held_by_caches(m, f, cached).unwrap_or(0), bad);
         if let Some(shadow) = ledger.shadow.as_ref().filter(|_| !f.head().test(pg::HUGETLB)) {
             if !shadow.agrees(head, &t.per_mm, mms) {
                 let want: BTreeMap<MmId, i64> = t.per_mm.iter().map(|(&k, &v)| (k, v as i64)).collect();
@@ -425,9 +425,13 @@ fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Viol
     }
 }
 
-/// The references a page cache or the swap cache holds on `f`, if one
-/// holds it.
-fn held_by_caches(f: Folio, cached: &HashMap<Pfn, (u64, u64)>) -> Option<u64> {
+/// The references a page cache, the swap cache or the lazyfree LRU batch
+/// holds on `f`, if one holds it.
+fn held_by_caches(m: &Kernel, f: Folio, cached: &HashMap<Pfn, (u64, u64)>) -> Option<u64> {
     let page_cache = cached.contains_key(&f.pfn).then(|| shmem::cache_refs(f) as u64);
-    page_cache.or(swap::cache_refs(f))
+    let caches = page_cache.or(swap::cache_refs(f));
+    match (caches, m.lazyfree_batch_refs(f.pfn)) {
+        (None, 0) => None,
+        (c, batch) => Some(c.unwrap_or(0) + batch),
+    }
 }

@@ -14,6 +14,7 @@ mod deferred_split;
 mod folio_split;
 pub mod hugetlb_pool;
 pub mod lru;
+mod lru_batch;
 pub mod observer;
 mod page_alloc;
 mod scan_result;
@@ -54,6 +55,8 @@ pub struct Kernel {
     pub hugetlb: hugetlb_pool::HugePool,
     /// The anon LRU lists.
     pub lru: lru::Lru,
+    /// `MADV_FREE`'s folios on their way to the inactive list.
+    lazyfree_batch: lru_batch::LazyfreeBatch,
     /// The deferred split queue (head frames).
     deferred_split: Mutex<deferred_split::SplitQueue>,
     /// The swap device, if the configuration has one.
@@ -115,6 +118,7 @@ impl Kernel {
             mm_ids: MmIds::new(max_id),
             hugetlb: hugetlb_pool::HugePool::default(),
             lru: lru::Lru::default(),
+            lazyfree_batch: lru_batch::LazyfreeBatch::default(),
             deferred_split: deferred_split::new_queue(),
             swap,
             bad_pages: Mutex::new(Vec::new()),

@@ -32,6 +32,8 @@ use crate::rmap;
 /// covers in part, makes the entries old and moves the folios to the head
 /// of the inactive list, unreferenced (`folio_deactivate`).
 pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
+    // madvise_pageout() / madvise_cold(): lru_add_drain() first.
+    k.lru_add_drain();
     let _walk = mm.pt_read();
     let mut addr = start;
     while addr < end {

@@ -15,6 +15,9 @@
 //! before, a PTE-mapped large folio mapped more than once ends the walk of
 //! its page table, and one mapped once is split).
 //!
+//! A small folio waits in the LRU batch before it is lazily freed
+//! ([`Kernel::folio_mark_lazyfree`]).
+//!
 //! Differs from Linux: lazily freed folios stay on the anon inactive list
 //! (Linux moves them to the file LRU); the folio lock is taken with the
 //! page table's lock held, as a trylock.
@@ -23,8 +26,7 @@ use super::split::split_folio_to_order;
 use super::swap::{free_swap_and_cache_nr, swap_pte_batch};
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
-use crate::kernel::lru::LruList;
-use crate::kernel::{Consumer, Kernel, Stats};
+use crate::kernel::{Consumer, Kernel};
 use crate::mm_types::Mm;
 use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
 use crate::phys::pg;
@@ -37,6 +39,7 @@ const YOUNG_DIRTY: u64 = Pte::ACCESSED | Pte::DIRTY;
 /// `madvise_free_single_vma` over `[start, end)` of one anonymous VMA of
 /// `mm` (the caller holds the mmap_lock for read and checked the VMA).
 pub fn madvise_free_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
+    k.lru_add_drain();
     let _walk = mm.pt_read();
     let mut addr = start;
     while addr < end {
@@ -93,7 +96,7 @@ fn free_huge_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64)) ->
         pmd.store(&k.phys, e.without(YOUNG_DIRTY));
         mm.tlb.flush_range(&k.stats, addr, addr + PMD_SIZE);
     }
-    folio_mark_lazyfree(k, f);
+    k.folio_mark_lazyfree(f);
     true
 }
 
@@ -166,7 +169,7 @@ fn free_pte_range(k: &Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, (addr, stop): (
                 (idx..idx + nr).for_each(|i| store(phys, table, i, load(phys, table, i).without(YOUNG_DIRTY)));
                 mm.tlb.flush_range(&k.stats, a - nr as u64 * PAGE_SIZE, a);
             }
-            folio_mark_lazyfree(k, f);
+            k.folio_mark_lazyfree(f);
         }
         break;
     }
@@ -189,19 +192,4 @@ fn clear_folio_dirty(k: &Kernel, f: Folio) -> bool {
     }
     f.head().clear(pg::DIRTY);
     true
-}
-
-/// `folio_mark_lazyfree` + `lru_lazyfree`: an anon, swap-backed folio on
-/// the LRU, not in the swap cache, loses `PG_swapbacked`, `PG_active` and
-/// `PG_referenced` and goes to the head of the inactive list; counted in
-/// `pglazyfree` (pages).
-fn folio_mark_lazyfree(k: &Kernel, f: Folio) {
-    let h = f.head();
-    if !f.test_anon() || !h.test(pg::SWAPBACKED) || k.folio_swap(f).is_some() || !k.lru.isolate(f) {
-        return;
-    }
-    h.clear(pg::SWAPBACKED | pg::ACTIVE | pg::REFERENCED);
-    k.lru.putback(f, LruList::Inactive);
-    k.folio_put_refs(f, 1);
-    Stats::add(&k.stats.pglazyfree, f.nr_pages());
 }

@@ -331,6 +331,7 @@ fn count_swpout(k: &Kernel, f: Folio) {
 /// `shrink_inactive_list`: up to `nr` folios from the inactive tail, each
 /// through [`shrink_folio`]; returns how many were freed.
 fn shrink_inactive_list(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
+    k.lru_add_drain();
     let folios = k.lru.isolate_tail(&k.phys, LruList::Inactive, nr);
     Stats::add(&k.stats.pgscan_anon, folios.len() as u64);
     folios.into_iter().filter(|&f| shrink_folio(k, mmlist, f, false)).count()

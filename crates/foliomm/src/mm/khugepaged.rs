@@ -127,6 +127,8 @@ pub fn khugepaged_scan(k: &Kernel, mmlist: &MmList, passes: u32) -> u64 {
     if !k.thp.hugepage_pmd_enabled(k.config.release().khugepaged_runs_for_shmem()) {
         return 0;
     }
+    // khugepaged_do_scan(): lru_add_drain_all() first.
+    k.lru_add_drain();
     for _ in 0..passes {
         for mm in mmlist.alive().into_iter().filter(|mm| mm.khugepaged.load(Relaxed)) {
             let ranges: Vec<u64> = mm

@@ -86,6 +86,8 @@ impl Mm {
 /// `passes` full scans of ksmd (`ksm/full_scans` grows by `passes`).
 pub fn ksmd_scan(k: &Kernel, mmlist: &MmList, passes: u32) {
     for _ in 0..passes {
+        // A full scan starts with lru_add_drain_all() (scan_get_next_rmap_item).
+        k.lru_add_drain();
         full_scan(k, mmlist);
     }
 }

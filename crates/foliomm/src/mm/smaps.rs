@@ -38,6 +38,10 @@ pub struct VmaInfo {
     /// references to its slot (`swp_swapcount`).
     #[serde(default)]
     pub swap_pss_kb: u64,
+    /// `LazyFree`: pages `MADV_FREE` let go that reclaim could drop now
+    /// (anon, not swap-backed, neither entry nor folio dirty).
+    #[serde(default)]
+    pub lazyfree_kb: u64,
 }
 
 impl VmaInfo {
@@ -140,6 +144,9 @@ impl Mm {
                 None => rmap::folio_maybe_mapped_shared(k, f),
             };
             let dirty = leaf.dirty() || f.head().test(pg::DIRTY);
+            if f.test_anon() && !f.head().test(pg::SWAPBACKED) && !dirty {
+                info.lazyfree_kb += PAGE_SIZE / 1024;
+            }
             let sum = match (shared, dirty) {
                 (true, true) => &mut info.shared_dirty_kb,
                 (true, false) => &mut info.shared_clean_kb,
