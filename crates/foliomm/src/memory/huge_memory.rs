@@ -221,14 +221,15 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
     pmd.store(phys, e.without(Pte::PRESENT));
     mm.tlb.flush_range(&k.stats, haddr, haddr + PMD_SIZE);
     Stats::inc(&k.stats.thp_split_pmd);
-    // Before 6.2 the PTEs were left clean, the folio dirtied instead; from
-    // 6.2 `pte_mkdirty` re-applies the dirty bit, soft-dirty with it.
+    // A dirty PMD dirties the folio (`folio_set_dirty`); before 6.2 the
+    // PTEs are left clean, from 6.2 `pte_mkdirty` re-applies the dirty bit,
+    // soft-dirty with it.
+    if e.dirty() && !e.special() {
+        Folio::from_head(phys, e.pfn()).head().set(pg::DIRTY);
+    }
     let bits = match (e.dirty(), k.config.release().pmd_split_dirties_ptes()) {
         (true, true) => e.with(Pte::MKDIRTY),
-        (true, false) if !e.special() => {
-            Folio::from_head(phys, e.pfn()).head().set(pg::DIRTY);
-            e.without(Pte::DIRTY)
-        }
+        (true, false) => e.without(Pte::DIRTY),
         _ => e,
     }
     .without(Pte::PSE | Pte::PFN_MASK);
