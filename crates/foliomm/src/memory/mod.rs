@@ -28,6 +28,7 @@ pub mod madvise_free;
 pub mod migrate;
 pub mod move_page_tables;
 pub mod numa_balancing;
+pub mod rmap_lazyfree;
 pub mod rmap_walk;
 pub mod split;
 pub mod swap;

@@ -15,7 +15,7 @@
 //! an MM whose last reference went meanwhile is passed over.
 
 use super::huge_memory::split_huge_pmd;
-use crate::arch::{pte_index, Pfn, Pte, SwpEntry, PAGE_SIZE, PMD_SIZE};
+use crate::arch::{pmd_addr_end, pte_index, Pfn, Pte, SwpEntry, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Kernel;
 use crate::mapcount::Level;
@@ -92,6 +92,12 @@ pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: Option<SwpEntry>) 
                         ok = false;
                         break;
                     }
+                    // 6.12 on, a lazily freed THP goes without a split.
+                    if e.is_none() && k.config.release().discards_lazyfree_pmd_whole() {
+                        ok = super::rmap_lazyfree::discard_pmd(k, mm, addr, f);
+                        addr = (addr & !(PMD_SIZE - 1)) + PMD_SIZE;
+                        continue;
+                    }
                     split_huge_pmd(k, mm, addr);
                     // A PMD that stays huge (remapped meanwhile) is passed over.
                     if leaf(k, mm, addr).is_some_and(|(_, e)| e.huge()) {
@@ -99,10 +105,19 @@ pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: Option<SwpEntry>) 
                     }
                     continue;
                 }
-                Some((slot, pmd)) if !pmd.huge() => {
-                    let page_slot = e.map(|e| SwpEntry { offset: e.offset + p, ..e });
-                    ok = try_to_unmap_one(k, mm, (slot, pmd.pfn()), addr, f, p, (page_slot, locked));
-                }
+                Some((slot, pmd)) if !pmd.huge() => match e {
+                    Some(e) => {
+                        let page_slot = SwpEntry { offset: e.offset + p, ..e };
+                        ok = try_to_unmap_one(k, mm, (slot, pmd.pfn()), addr, f, p, (page_slot, locked));
+                    }
+                    None => {
+                        let max = (pmd_addr_end(addr, end) - addr) / PAGE_SIZE;
+                        let nr;
+                        (ok, nr) =
+                            super::rmap_lazyfree::discard_ptes(k, mm, (slot, pmd.pfn()), addr, (f, p), locked, max);
+                        addr += (nr.max(1) - 1) * PAGE_SIZE;
+                    }
+                },
                 _ => {}
             }
             addr += PAGE_SIZE;
@@ -120,12 +135,6 @@ pub fn try_to_unmap(k: &Kernel, mmlist: &MmList, f: Folio, e: Option<SwpEntry>) 
 /// a dirty entry dirties the folio; the mapping's rmap and reference go.
 /// False only if the page could not be shared, or the VMA is mlocked
 /// (`locked`: nothing changes).
-///
-/// A lazily freed folio (no slot `e`) is dropped instead, the entry left
-/// none, if its only references are the mappings and the caller's and
-/// nothing dirtied it (an entry written since `MADV_FREE` dirties it on the
-/// way out); otherwise the entry goes back, the folio is swap-backed
-/// again, and the walk stops (the `MADV_FREE` check of `try_to_unmap_one`).
 pub fn try_to_unmap_one(
     k: &Kernel,
     mm: &Mm,
@@ -133,7 +142,7 @@ pub fn try_to_unmap_one(
     addr: u64,
     f: Folio,
     p: u64,
-    (e, locked): (Option<SwpEntry>, bool),
+    (e, locked): (SwpEntry, bool),
 ) -> bool {
     let (phys, idx) = (&k.phys, pte_index(addr));
     let Some(_ptl) = pte_lock_checked(phys, pmd, table) else { return true };
@@ -149,18 +158,6 @@ pub fn try_to_unmap_one(
         f.head().set(crate::phys::pg::DIRTY);
     }
     mm.tlb.flush_range(&k.stats, addr, addr + PAGE_SIZE);
-    let Some(e) = e else {
-        let unused = f.refcount() as u64 == 1 + rmap::folio_mapcount(k, f);
-        if !unused || f.head().test(crate::phys::pg::DIRTY) {
-            store(phys, table, idx, pte);
-            f.head().set(crate::phys::pg::SWAPBACKED);
-            return false;
-        }
-        mm.add_anon_rss(-1);
-        rmap::folio_remove_rmap(k, f, p, 1, Level::Pte, mm.rmap);
-        f.put_refs(1);
-        return true;
-    };
     let exclusive = f.anon_exclusive(p);
     if exclusive && f.maybe_dma_pinned() {
         store(phys, table, idx, pte);

@@ -393,6 +393,17 @@ impl KernelVersion {
             15
         }
     }
+    /// Whether reclaim drops a PMD-mapped lazily freed THP whole, without
+    /// splitting its PMD (`unmap_huge_pmd_locked`, 6.12).
+    pub fn discards_lazyfree_pmd_whole(self) -> bool {
+        self >= KernelVersion::new(6, 12)
+    }
+    /// Whether reclaim unmaps a lazily freed large folio's PTEs in one
+    /// batch (`folio_unmap_pte_batch`, "mm: support batched unmap for
+    /// lazyfree large folios during reclamation", taken as 6.16).
+    pub fn batches_lazyfree_unmap(self) -> bool {
+        self >= KernelVersion::new(6, 16)
+    }
     /// Whether `MADV_FREE` takes a PTE-mapped large folio the range covers
     /// whole as one (`madvise_folio_pte_batch`) and splits only one it
     /// covers in part ("mm/madvise: optimize lazyfreeing with mTHP in
