@@ -340,6 +340,22 @@ fn mprotect_that_forgets_soft_dirty_loses_a_write() {
     assert!(out.failure.is_none(), "{:?}", out.failure.map(|f| f.message));
 }
 
+/// What MADV_FREE is for: with no swap device, memory let go is what
+/// reclaim can take. The second fill fits in 64M only after the first
+/// mapping's MADV_FREE; without it the model runs out of memory.
+#[test]
+fn lazily_freed_memory_is_what_reclaim_takes_without_swap() {
+    let src = "set memory limit 64M\nset thp enabled=never\nP: a = mmap 48M rw\nP: fill a = 1\nP: madvise a free\n\
+               P: b = mmap 48M rw\nP: fill b = 2\nP: verify b\nP: verify a\n";
+    let checked = RunOptions { check: true, ..RunOptions::default() };
+    let out = run(&parse(src).unwrap(), &mut ModelBackend::new(), checked);
+    assert!(out.failure.is_none(), "{:?}", out.failure.map(|f| f.message));
+    let kept = src.replace("P: madvise a free\n", "");
+    let out = run(&parse(&kept).unwrap(), &mut ModelBackend::new(), RunOptions::default());
+    let f = out.failure.expect("without MADV_FREE the second fill cannot fit");
+    assert!(f.message.contains("ENOMEM"), "{}", f.message);
+}
+
 /// Found by the fuzzer: a pread or pwrite of tens of terabytes allocated a
 /// buffer of the whole range and aborted; they go in 64 MiB pieces now,
 /// a pread stopping at the end of the file.

@@ -21,7 +21,7 @@ use crate::phys::pg;
 use crate::phys::Placement;
 use crate::rmap;
 use crate::shmem::cache_refs;
-use crate::sync::atomic::Ordering::{AcqRel, Acquire};
+use crate::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::{Errno, Result};
 
 /// `SWAP_CLUSTER_MAX`: folios reclaim takes off a list at a time, and what
@@ -361,11 +361,12 @@ fn inactive_is_low(inactive: usize, active: usize) -> bool {
 
 /// `try_to_free_pages` → `shrink_lruvec` for the anon lists, priority by
 /// priority (a list's size >> priority scanned on each), until
-/// `SWAP_CLUSTER_MAX` folios are freed; nothing without a swap device
-/// (`can_reclaim_anon_pages`). Returns the folios freed.
+/// `SWAP_CLUSTER_MAX` folios are freed; without a swap device
+/// (`can_reclaim_anon_pages` false) only lazily freed folios, which Linux
+/// keeps on the file LRU ([`shrink_lazyfree`]). Returns the folios freed.
 pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
     if k.swap.is_none() {
-        return 0;
+        return shrink_lazyfree(k, mmlist);
     }
     // shrink_slab(): the deferred split queue's shrinker frees the unmapped
     // parts of partially mapped folios (not counted as reclaimed, as in
@@ -387,6 +388,40 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
         if freed >= SWAP_CLUSTER_MAX {
             break;
         }
+    }
+    freed
+}
+
+/// Whether reclaim can free anything: with a swap device, or lazily freed
+/// folios (`MADV_FREE`) without one.
+fn reclaimable(k: &Kernel) -> bool {
+    k.swap.is_some() || k.stats.pglazyfree.load(Relaxed) > 0
+}
+
+/// Reclaim without a swap device: the lazily freed folios on the inactive
+/// list, oldest first, up to `SWAP_CLUSTER_MAX` freed; the others go back
+/// where they were. Differs from Linux, where they are on the file LRU and
+/// scanned by priority with the file folios.
+fn shrink_lazyfree(k: &Kernel, mmlist: &MmList) -> usize {
+    if !reclaimable(k) {
+        return 0;
+    }
+    k.lru_add_drain();
+    let (inactive, _) = k.lru.sizes();
+    let (mut freed, mut others) = (0, Vec::new());
+    for f in k.lru.isolate_tail(&k.phys, LruList::Inactive, inactive) {
+        let lazy = f.test_anon() && !f.head().test(pg::SWAPBACKED);
+        if lazy && freed < SWAP_CLUSTER_MAX {
+            Stats::inc(&k.stats.pgscan_anon);
+            freed += shrink_folio(k, mmlist, f, false) as usize;
+        } else {
+            others.push(f);
+        }
+    }
+    // Oldest first to the head: they stand as they stood.
+    for f in others {
+        k.lru.putback(f, LruList::Inactive);
+        k.folio_put_refs(f, 1);
     }
     freed
 }
@@ -425,7 +460,7 @@ pub fn reclaim_on_enomem<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() ->
 /// without progress (yielding after a round without); its ENOMEM after that (the OOM killer is not
 /// modelled). The caller holds no page-table lock and no page cache's lock.
 pub fn retry_after_reclaim<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() -> Result<T>) -> Result<T> {
-    if k.swap.is_some() && k.phys.nr_free() < k.low_watermark() {
+    if reclaimable(k) && k.phys.nr_free() < k.low_watermark() {
         Stats::inc(&k.stats.pageoutrun);
         try_to_free_pages(k, mmlist);
     }
@@ -437,7 +472,7 @@ pub fn retry_after_reclaim<T>(k: &Kernel, mmlist: &MmList, mut op: impl FnMut() 
     let (mut rounds, mut spins) = (0, 0);
     loop {
         match op() {
-            Err(Errno::ENOMEM) if rounds < MAX_RECLAIM_RETRIES && k.swap.is_some() => {
+            Err(Errno::ENOMEM) if rounds < MAX_RECLAIM_RETRIES && reclaimable(k) => {
                 Stats::inc(&k.stats.allocstall);
                 if try_to_free_pages(k, mmlist) == 0 {
                     crate::sync::backoff(&mut spins, 0);
