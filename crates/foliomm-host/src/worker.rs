@@ -248,6 +248,12 @@ fn mmap(req: MmapRequest) -> Answer {
 }
 
 fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
+    // MADV_FREE's small folios wait in the CPU's LRU batch: a worker that
+    // lets memory go stays on one CPU from then on (its children too), so
+    // that one batch holds them, as in the model.
+    if advice == Advice::Free {
+        let _ = crate::sys::run_on_node0(true);
+    }
     let a = match advice {
         Advice::DontNeed => libc::MADV_DONTNEED,
         Advice::HugePage => libc::MADV_HUGEPAGE,

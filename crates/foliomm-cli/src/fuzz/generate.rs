@@ -15,7 +15,8 @@
 //! also a swap device in most workloads and `MADV_PAGEOUT` of sub-ranges
 //! (of memfd mappings too from `g5`), from `g4` `MADV_COLLAPSE`, from `g6`
 //! hugetlbfs files mapped shared and private, with hole punches,
-//! truncation and `pread` ([`hugetlb`]).
+//! truncation and `pread` ([`hugetlb`]), from `g7` `MADV_FREE` of
+//! anonymous memory.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,7 +26,7 @@ mod hugetlb;
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 6] = ["g1", "g2", "g3", "g4", "g5", "g6"];
+pub const VERSIONS: [&str; 7] = ["g1", "g2", "g3", "g4", "g5", "g6", "g7"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
 /// below 100, `g2` below 112, `g3` below 118, `g4` below 122): the default weights, which
@@ -214,7 +215,12 @@ impl World {
             }
             ("madvise", Some(m)) => {
                 let place = self.vma_place(&m);
-                let advice = self.pick(&["dontneed", "dontneed", "hugepage", "nohugepage", "populate_write"]).unwrap();
+                // From g7, MADV_FREE where it applies: private anonymous memory.
+                let anon = m.file.is_none() && m.huge.is_none();
+                let advice = match self.version >= 7 && anon {
+                    true => self.pick(&["dontneed", "free", "hugepage", "nohugepage", "populate_write"]).unwrap(),
+                    false => self.pick(&["dontneed", "dontneed", "hugepage", "nohugepage", "populate_write"]).unwrap(),
+                };
                 if advice.ends_with("hugepage") {
                     self.mark_split(&p, &m.name, &place);
                 }
