@@ -31,6 +31,9 @@ mod hugetlb_migrate;
 /// KSM's races (ksmd against writes, fork and zap).
 #[path = "shuttle/ksm.rs"]
 mod ksm;
+/// MADV_FREE and reclaim against writes and a child.
+#[path = "shuttle/lazyfree.rs"]
+mod lazyfree;
 /// A write fault's PMD split against MADV_DONTNEED.
 #[path = "shuttle/pmd_split.rs"]
 mod pmd_split;
