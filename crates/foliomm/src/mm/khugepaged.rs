@@ -88,6 +88,9 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
         }
+        // lru_add_drain_all(): no LRU batch holds a reference the
+        // collapse would take for someone else's.
+        k.lru_add_drain();
         let (hstart, hend) = (start.next_multiple_of(PMD_SIZE), end & !(PMD_SIZE - 1));
         let (mut thps, mut last_fail) = (0, ScanResult::Fail);
         for haddr in (hstart..hend).step_by(PMD_SIZE as usize) {
