@@ -292,7 +292,9 @@ fn observe_zero_page(procfs: &Procfs) -> Answer {
     let page = procfs.page_info(p);
     sys::munmap(p, PAGE)?;
     let page = page.map_err(Refused::Unobservable)?;
-    Ok(Reply::Observed(Box::new(Observation { page, byte, ..Default::default() })))
+    // Soft-dirty would tell of the mapping made for the purpose, not the page.
+    let o = Observation { page, byte, ..Default::default() }.unsupported("soft_dirty");
+    Ok(Reply::Observed(Box::new(o)))
 }
 
 /// The first page of a range as pagemap and kpageflags report it, the sums
