@@ -34,14 +34,7 @@ use crate::rmap;
 pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
     // madvise_pageout() / madvise_cold(): lru_add_drain() first.
     k.lru_add_drain();
-    let _walk = mm.pt_read();
-    let mut addr = start;
-    while addr < end {
-        let stop = ((addr | (PMD_SIZE - 1)) + 1).min(end);
-        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
-            addr = stop;
-            continue;
-        };
+    for_each_pmd(k, mm, (start, end), |pmd, (addr, stop)| {
         if pmd.load(&k.phys).huge() && (!addr.is_multiple_of(PMD_SIZE) || stop - addr < PMD_SIZE) {
             split_partly_covered_thp(k, mm, pmd);
         }
@@ -62,6 +55,21 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
                 Stats::inc(&k.stats.pgdeactivate);
                 k.folio_put_refs(f, 1);
             }
+        }
+    });
+}
+
+/// The PMD level of the page walk the madvise ranges share
+/// (`walk_page_range`): `visit` for each PMD slot of `mm` in `[start, end)`
+/// that has a table above it, with the part of the range it covers, under
+/// the MM's table read section.
+pub(super) fn for_each_pmd(k: &Kernel, mm: &Mm, (start, end): (u64, u64), mut visit: impl FnMut(PmdSlot, (u64, u64))) {
+    let _walk = mm.pt_read();
+    let mut addr = start;
+    while addr < end {
+        let stop = ((addr | (PMD_SIZE - 1)) + 1).min(end);
+        if let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) {
+            visit(pmd, (addr, stop));
         }
         addr = stop;
     }
@@ -85,7 +93,7 @@ fn split_partly_covered_thp(k: &Kernel, mm: &Mm, pmd: PmdSlot) {
 
 /// `folio_get` (done) + `split_folio` + `folio_put`, without the PTL; true
 /// if the folio was split.
-fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
+pub(super) fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
     let split = split_folio_to_order(k, &mm.mmlist, f, 0, 1, None).is_ok();
     // The reference is on the first page now, if it was split.
     k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);

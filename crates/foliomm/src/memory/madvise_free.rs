@@ -22,13 +22,13 @@
 //! (Linux moves them to the file LRU); the folio lock is taken with the
 //! page table's lock held, as a trylock.
 
-use super::split::split_folio_to_order;
+use super::madvise_cold::{for_each_pmd, split_and_put};
 use super::swap::{free_swap_and_cache_nr, swap_pte_batch};
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{Consumer, Kernel};
 use crate::mm_types::Mm;
-use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
+use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, PmdSlot};
 use crate::phys::pg;
 use crate::rmap;
 
@@ -40,24 +40,15 @@ const YOUNG_DIRTY: u64 = Pte::ACCESSED | Pte::DIRTY;
 /// `mm` (the caller holds the mmap_lock for read and checked the VMA).
 pub fn madvise_free_range(k: &Kernel, mm: &Mm, start: u64, end: u64) {
     k.lru_add_drain();
-    let _walk = mm.pt_read();
-    let mut addr = start;
-    while addr < end {
-        let stop = ((addr | (PMD_SIZE - 1)) + 1).min(end);
-        let Some(pmd) = walk_pmd(&k.phys, mm.pgd, addr) else {
-            addr = stop;
-            continue;
-        };
-        if pmd.load(&k.phys).huge() && free_huge_pmd(k, mm, pmd, (addr, stop)) {
-            addr = stop;
-            continue;
+    for_each_pmd(k, mm, (start, end), |pmd, range| {
+        if pmd.load(&k.phys).huge() && free_huge_pmd(k, mm, pmd, range) {
+            return;
         }
         let e = pmd.load(&k.phys);
         if !e.is_none() && !e.huge() {
-            free_pte_range(k, mm, pmd, e.pfn(), (addr, stop));
+            free_pte_range(k, mm, pmd, e.pfn(), range);
         }
-        addr = stop;
-    }
+    });
 }
 
 /// `madvise_free_huge_pmd`: true if the huge PMD was dealt with (the huge
@@ -98,14 +89,6 @@ fn free_huge_pmd(k: &Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64)) ->
     }
     k.folio_mark_lazyfree(f);
     true
-}
-
-/// `folio_get` (done) + `split_folio` + `folio_put`, without the PTL;
-/// true if the folio was split.
-fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
-    let split = split_folio_to_order(k, &mm.mmlist, f, 0, 1, None).is_ok();
-    k.folio_put_refs(Folio::containing(&k.phys, f.pfn), 1);
-    split
 }
 
 /// `madvise_free_pte_range` over `[addr, stop)` of the PTE table `table`.
