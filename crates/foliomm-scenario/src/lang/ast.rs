@@ -326,15 +326,6 @@ pub struct MbindStep {
     pub flags: u32,
 }
 
-/// `bytes` with the largest unit that divides it (64M, 4K, 12345).
-pub fn size_text(bytes: u64) -> String {
-    let units = [(40, "T"), (30, "G"), (20, "M"), (10, "K")];
-    match units.iter().find(|(shift, _)| bytes != 0 && bytes.trailing_zeros() >= *shift) {
-        Some((shift, unit)) => format!("{}{unit}", bytes >> shift),
-        None => bytes.to_string(),
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operand {
     /// `name.field` of an observation, or `stat.counter`.

@@ -5,8 +5,6 @@ use foliomm::internals::machine::{HugetlbSync, VmaLayout, VmaLockDesign, ZapStra
 use foliomm::internals::mapcount::{CompoundLock, Design, RmapIdStage};
 use foliomm::internals::release::KernelVersion;
 
-use super::ast::size_text;
-
 /// Settings fixed when the machine is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MachineSetting {
@@ -98,5 +96,14 @@ impl std::fmt::Display for MachineSetting {
             GatherLimit(Some(n)) => write!(f, "set gather_limit {n}"),
             GatherLimit(None) => write!(f, "set gather_limit off"),
         }
+    }
+}
+
+/// `bytes` with the largest unit that divides it (64M, 4K, 12345).
+pub fn size_text(bytes: u64) -> String {
+    let units = [(40, "T"), (30, "G"), (20, "M"), (10, "K")];
+    match units.iter().find(|(shift, _)| bytes != 0 && bytes.trailing_zeros() >= *shift) {
+        Some((shift, unit)) => format!("{}{unit}", bytes >> shift),
+        None => bytes.to_string(),
     }
 }

@@ -8,20 +8,11 @@
 //! makes its entry dirty, so reclaim keeps it). The model cannot know when
 //! reclaim ran, so it lets a read settle it ([`RefSpace::settle`]).
 
-use super::ref_page::RefPage;
+use super::ref_page::{Lazy, RefPage};
 use super::reference::{pieces, RefSpace};
 use crate::arch::PAGE_SIZE;
 
 const PS: u64 = PAGE_SIZE;
-
-/// The version of a lazily freed page that reclaim dropped.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Lazy {
-    /// What the page reads if it was dropped: zeros, and every write since.
-    pub(super) dropped: RefPage,
-    /// Written since `MADV_FREE`: whichever version it is, it stays.
-    pub(super) written: bool,
-}
 
 impl RefSpace {
     /// `MADV_FREE` of `[start, start + len)`: each private anonymous page

@@ -26,6 +26,16 @@ pub(super) enum RefPage {
     Full(Arc<[u8; PS]>),
 }
 
+/// The version of a page `MADV_FREE` let go that reclaim dropped
+/// (`super::ref_lazy`).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Lazy {
+    /// What the page reads if it was dropped: zeros, and every write since.
+    pub(super) dropped: RefPage,
+    /// Written since `MADV_FREE`: whichever version it is, it stays.
+    pub(super) written: bool,
+}
+
 impl Default for RefPage {
     /// A page of zeros.
     fn default() -> RefPage {

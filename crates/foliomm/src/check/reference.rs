@@ -13,8 +13,7 @@ use std::ops::Range;
 use rangemap::RangeMap;
 
 pub use super::ref_file::RefFiles;
-use super::ref_lazy::Lazy;
-use super::ref_page::RefPage;
+use super::ref_page::{Lazy, RefPage};
 use crate::arch::PAGE_SIZE;
 use crate::mm_types::Prot;
 use crate::{Errno, Result};
