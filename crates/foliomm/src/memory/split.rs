@@ -174,6 +174,14 @@ fn remap<'k>(
     let exclusive: Vec<bool> = maps.iter().map(|m| f.anon_exclusive(m.page)).collect();
     for m in maps {
         rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
+        // try_to_migrate_one(): a dirty entry dirties the folio, which every
+        // piece inherits; remove_migration_pte() re-dirties the entry with
+        // pte_mkdirty, soft-dirty with it.
+        let e = load(phys, m.table, m.idx);
+        if e.dirty() {
+            f.head().set(crate::phys::pg::DIRTY);
+            store(phys, m.table, m.idx, e.with(Pte::MKDIRTY));
+        }
     }
     // Each piece gets one reference per page: a shmem folio's stay as the
     // page cache's (the cache's index still names the same frames), of
