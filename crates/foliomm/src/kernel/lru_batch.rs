@@ -22,9 +22,6 @@ use crate::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct LazyfreeBatch {
     pending: Mutex<Vec<Pfn>>,
-    /// Whether `pending` may hold a folio: lets the drains most zaps do
-    /// skip the lock (a hint; the lock decides).
-    busy: std::sync::atomic::AtomicBool,
 }
 
 impl Kernel {
@@ -40,7 +37,6 @@ impl Kernel {
         let full = {
             let mut pending = self.lazyfree_batch.pending.lock().unwrap();
             pending.push(f.pfn);
-            self.lazyfree_batch.busy.store(true, std::sync::atomic::Ordering::Relaxed);
             pending.len() >= self.config.release().folio_batch_size() || f.is_large()
         };
         if full {
@@ -54,14 +50,7 @@ impl Kernel {
     /// (`lru_lazyfree`, counted in `pglazyfree`, pages); the batch's
     /// references are dropped.
     pub fn lru_add_drain(&self) {
-        if !self.lazyfree_batch.busy.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let pending = {
-            let mut p = self.lazyfree_batch.pending.lock().unwrap();
-            self.lazyfree_batch.busy.store(false, std::sync::atomic::Ordering::Relaxed);
-            std::mem::take(&mut *p)
-        };
+        let pending = std::mem::take(&mut *self.lazyfree_batch.pending.lock().unwrap());
         for pfn in pending {
             let f = Folio::from_head(&self.phys, pfn);
             let h = f.head();

@@ -96,8 +96,12 @@ impl FaultVma<'_> {
 /// since is recorded as a use after free.
 fn put_read(vma: &Vma, mm: &Mm) {
     let k: &Kernel = &mm.kernel;
+    if !k.config.debug.vma_put_late_mm {
+        vma.end_read();
+        return;
+    }
     let frees = vma.frees();
-    if vma.end_read() && k.config.debug.vma_put_late_mm && vma.frees() != frees {
+    if vma.end_read() && vma.frees() != frees {
         let what =
             format!("vma_refcount_put read vm_mm (now {}) of a VMA freed after it dropped its reference", vma.mm());
         k.violations.lock().unwrap().push(Incident::UseAfterFree { mm: mm.id, addr: vma.start(), what });
