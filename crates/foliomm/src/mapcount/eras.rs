@@ -52,6 +52,10 @@ pub(super) struct Features {
     /// A `_mapcount` per page of a large folio (`CONFIG_PAGE_MAPCOUNT`);
     /// without, only the folio's counts (`CONFIG_NO_PAGE_MAPCOUNT`, 6.15+).
     pub(super) page_mapcounts: bool,
+    /// `PG_double_map` (Linux <= 6.1): a PMD split while other PMDs map an
+    /// anon THP raises every page's `_mapcount` by one until the last PMD
+    /// goes, so PTE updates need no look at the PMD count.
+    pub(super) double_map: bool,
 }
 
 /// The guess an era's policy code (madvise cold/pageout/free, NUMA
@@ -77,12 +81,7 @@ pub(super) enum Guess {
 /// Designs before 6.15 answer "maybe mapped shared?" conservatively
 /// (mapcount > 1) and always copy a large folio on COW; `mm-id` (its slots)
 /// and both `rmap-id`s (their sums) can prove a single owner and reuse it.
-/// Differs from Linux: `subpage` has no DoubleMap (it counted PMD-split
-/// pages twice to spare work; the counts are the same, but its PMD unmap
-/// scans every page where 6.1 scanned only with DoubleMap, and its
-/// `NR_ANON_MAPPED` decisions for an anon THP that one process maps by a
-/// PMD and another by PTEs can race as `set compound_lock unlocked`'s do,
-/// where 6.1's DoubleMap bias made them per page).
+/// `subpage` keeps 6.1's `PG_double_map` ([`super::double_map`]).
 #[derive(Clone, Copy, Debug)]
 pub struct PageMapcounts {
     pub(super) name: &'static str,
@@ -105,6 +104,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: false,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: true,
         },
     },
     // Seed 003 (6.2-rc): + subpages_mapcount, everything under a bit spinlock.
@@ -121,6 +121,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: false,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: false,
         },
     },
     // Linux 6.2-6.9: _nr_pages_mapped + ENTIRELY_MAPPED, atomics only.
@@ -137,6 +138,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: false,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: false,
         },
     },
     // Linux 6.10-6.14: + _large_mapcount (O(1) total).
@@ -153,6 +155,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: true,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: false,
         },
     },
     // Seed 000 (RFC, not merged): + rmap-ID sums under an atomic seqcount;
@@ -171,6 +174,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: true,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: false,
         },
     },
     PageMapcounts {
@@ -186,6 +190,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: true,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: false,
         },
     },
     // Linux 6.15+ (CONFIG_MM_ID, default CONFIG_PAGE_MAPCOUNT): + MM-ID slots
@@ -205,6 +210,7 @@ pub(super) const DESIGNS: [PageMapcounts; 7] = [
             batched_split: true,
             stage: RmapIdStage::All,
             page_mapcounts: true,
+            double_map: false,
         },
     },
 ];

@@ -7,8 +7,9 @@
 //! them keep a mapcount per page and are one implementation with per-era
 //! features (`eras`): the fields (`fields`), the large mapcount with its
 //! MM-ID slots or rmap-ID sums (`large_mapcount`), the rmap operations
-//! (`page_mapcounts`), the checks against the ground truth (`verify`) and
-//! what each operation costs (`cost`). [`construction`] holds the rmap-ID
+//! (`page_mapcounts`) with 6.1's `PG_double_map` (`double_map`) and 6.15's
+//! `CONFIG_NO_PAGE_MAPCOUNT` (`no_page_mapcount`), the checks against the
+//! ground truth (`verify`) and what each operation costs (`cost`). [`construction`] holds the rmap-ID
 //! constructions and their prover, [`mm_id`] the MM-ID allocator.
 #![warn(missing_docs)]
 
@@ -50,11 +51,13 @@ macro_rules! named_enum {
 mod compound_lock;
 pub mod construction;
 mod cost;
+mod double_map;
 mod eras;
 mod fields;
 mod large_mapcount;
 mod memmap_space;
 pub mod mm_id;
+mod no_page_mapcount;
 mod page_mapcounts;
 mod stage;
 mod verify;
@@ -218,6 +221,13 @@ pub trait MapcountDesign: Send + Sync {
     /// Whether a write fault by `mm` may reuse the whole large anon folio
     /// (`__wp_can_reuse_large_anon_folio`); false means copy.
     fn can_reuse(&self, f: Folio, mm: MmId) -> bool;
+    /// Linux 6.1's count updates for a PMD split of the anon `f`, which
+    /// calls no rmap function (`__split_huge_pmd_locked` with
+    /// `PG_double_map`): performs them and returns their cost; `None` for
+    /// the designs whose split adds the PTE mappings and removes the PMD's.
+    fn split_pmd(&self, _f: Folio) -> Option<Cost> {
+        None
+    }
     /// Whether a PMD split adds its PTE mappings in one call
     /// (`__split_huge_pmd_locked` from 6.8 and seed 000's patch 14) rather
     /// than page by page.

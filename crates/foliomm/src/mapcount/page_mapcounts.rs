@@ -47,26 +47,6 @@ impl PageMapcounts {
         self.construction().map_or(1, |c| c.count(f.order()) as u64)
     }
 
-    /// What a removal tells under `CONFIG_NO_PAGE_MAPCOUNT`
-    /// (`__folio_remove_rmap`'s branch for it), from the large mapcount
-    /// `left` as the update returned it: every page unmapped when it reaches 0; otherwise none, and the
-    /// folio queued for deferred split when fewer mappings than pages are
-    /// left and no PMD maps it (a PTE removal), or its last PMD went
-    /// (`last_pmd`).
-    fn removed_without_page_mapcounts(&self, f: Folio, left: u64, last_pmd: bool, cost: Cost) -> Removed {
-        let few = left < f.nr_pages();
-        let partially = left > 0 && few && (last_pmd || self.entire_mapcount(f) == 0);
-        let unmapped_pages = if left == 0 { f.nr_pages() } else { 0 };
-        Removed { unmapped_pages, deferred_split: partially, cost }
-    }
-
-    /// What an addition tells under `CONFIG_NO_PAGE_MAPCOUNT`: the whole
-    /// folio newly mapped if the large mapcount the update returned says it
-    /// `was_unmapped`, else nothing (`__folio_add_rmap`).
-    fn whole_if_was_unmapped(&self, f: Folio, was_unmapped: bool) -> u64 {
-        was_unmapped as u64 * f.nr_pages()
-    }
-
     /// Whether a PMD mapping of `f` counts in every page's `_mapcount`
     /// too, as Linux 6.1 counts it for a file THP (`page_add_file_rmap`
     /// with `compound`: the `subpage` design).
@@ -115,6 +95,7 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn prep(&self, f: Folio) {
+        f.page(1).clear(crate::phys::pg::DOUBLE_MAP);
         let ws = &f.page(1).w;
         ws[field::TOTAL].store(self.total_init(), Relaxed);
         ws[field::NR_PAGES_MAPPED].store(0, Relaxed);
@@ -142,6 +123,9 @@ impl MapcountDesign for PageMapcounts {
             push("_nr_pages_mapped", get(field::NR_PAGES_MAPPED));
         }
         push("_entire_mapcount", get(field::ENTIRE));
+        if self.f.double_map {
+            push("PG_double_map", f.page(1).test(crate::phys::pg::DOUBLE_MAP) as i64);
+        }
         push("_pincount", get(field::PINCOUNT));
         if self.f.mm_ids {
             let ids = f.page(1).ids.load(Relaxed);
@@ -181,6 +165,7 @@ impl MapcountDesign for PageMapcounts {
                 bad.push(format!("{name} is {v}, expected {want}"));
             }
         }
+        bad.extend(f.page(1).test(crate::phys::pg::DOUBLE_MAP).then(|| "PG_double_map is set".to_string()));
         // The rmap seqcount's sequence may be anything; no writer may be inside.
         if self.f.rmap_sums.is_some() && !self.seqcount(f).is_idle() {
             bad.push(format!("rmap seqcount is {:#x}, a writer is inside", f.page(1).link.load(Relaxed)));
@@ -269,6 +254,8 @@ impl MapcountDesign for PageMapcounts {
                     Some(b) => (b + newly < ENTIRELY_MAPPED) as u64 * newly as u64,
                     // 6.1's page counts hold a file folio's PMD mappings.
                     None if self.pmd_in_pages(f) => newly as u64,
+                    // 6.1's DoubleMap bias keeps a PMD-mapped page's count up.
+                    None if self.double_maps(f) => self.newly_beside_pmd(f, newly as u64, &mut extra),
                     // Before 6.2: a page is newly mapped if no PMD maps the
                     // folio, read after counting the PTE: racy unlocked.
                     None => (!self.pmd_mapped_now(f)) as u64 * newly as u64,
@@ -302,6 +289,9 @@ impl MapcountDesign for PageMapcounts {
                     None if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 => f.nr_pages(),
                     None => f.nr_pages() - self.scan_pte_mapped(f),
                 };
+                if self.double_maps(f) && first_pmd && newly_mapped < f.nr_pages() {
+                    extra += self.set_double_map(f);
+                }
                 (entered, newly_mapped)
             }
         };
@@ -350,7 +340,7 @@ impl MapcountDesign for PageMapcounts {
                 let after = self.f.nr_pages_mapped.then(|| bump(nr_mapped, -last, plain) - last);
                 let unmapped = match after {
                     Some(a) if a >= ENTIRELY_MAPPED => 0,
-                    None if !self.pmd_in_pages(f) && self.pmd_mapped_now(f) => 0,
+                    None if !self.pmd_in_pages(f) && !self.double_maps(f) && self.pmd_mapped_now(f) => 0,
                     _ => last as u64,
                 };
                 // Without _nr_pages_mapped, whether pages stay mapped takes a
@@ -390,6 +380,12 @@ impl MapcountDesign for PageMapcounts {
                     } else if self.f.total == Total::Ptes && w(f, field::TOTAL).load(Relaxed) == 0 {
                         // subpages_mapcount says no page is PTE-mapped: no scan.
                         Some(0)
+                    } else if self.double_maps(f) {
+                        // page_remove_anon_compound_rmap: without DoubleMap
+                        // no PTE maps a page; with it, lowering each count tells.
+                        let (unmapped, cost) = self.clear_double_map(f).unwrap_or((f.nr_pages(), Cost::default()));
+                        removed.cost += cost;
+                        Some(f.nr_pages() - unmapped)
                     } else {
                         Some(self.scan_pte_mapped(f))
                     };
@@ -417,7 +413,7 @@ impl MapcountDesign for PageMapcounts {
                 let pages: u64 = (0..f.nr_pages()).map(|i| (f.page(i).mapcount.load(Relaxed) + 1) as u64).sum();
                 let entire = self.entire_mapcount(f);
                 let in_pages = if self.pmd_in_pages(f) { entire * f.nr_pages() } else { 0 };
-                pages + entire - in_pages
+                pages + entire - in_pages - self.double_map_bias(f) as u64 * f.nr_pages()
             }
         }
     }
@@ -431,7 +427,7 @@ impl MapcountDesign for PageMapcounts {
             return None;
         }
         let entire = if self.pmd_in_pages(f) { 0 } else { self.entire_mapcount(f) };
-        Some((f.page(i).mapcount.load(Relaxed) + 1) as u64 + entire)
+        Some((f.page(i).mapcount.load(Relaxed) + 1 - self.double_map_bias(f)) as u64 + entire)
     }
 
     fn maybe_mapped_shared(&self, f: Folio) -> SharedAnswer {
@@ -482,6 +478,10 @@ impl MapcountDesign for PageMapcounts {
 
     fn knows_sharers(&self) -> bool {
         self.construction().is_some() || self.f.mm_ids
+    }
+
+    fn split_pmd(&self, f: Folio) -> Option<Cost> {
+        self.double_maps(f).then(|| self.split_pmd_counts(f))
     }
 
     fn batches_pmd_split(&self) -> bool {

@@ -41,11 +41,21 @@ impl PageMapcounts {
             return bad;
         }
         let mut pages_mapped = 0;
+        // 6.1 counts a file PMD in every page. DoubleMap raises an anon THP's
+        // counts from the split that made PTEs beside other PMDs to the last PMD.
         let pmd_in_pages = if self.pmd_in_pages(f) { truth.pmd } else { 0 };
+        let bias = self.double_map_bias(f) as u32;
+        let mixed = truth.pmd > 0 && truth.pte.iter().any(|&n| n > 0);
+        if bias == 1 && truth.pmd == 0 {
+            bad.push("PG_double_map is set, but no PMD maps the folio".into());
+        }
+        if self.double_maps(f) && mixed && bias == 0 {
+            bad.push("PMDs and PTEs both map the folio, but PG_double_map is clear".into());
+        }
         for (i, &n) in truth.pte.iter().enumerate() {
             let m = f.page(i as u64).mapcount.load(Relaxed) + 1;
             // CONFIG_NO_PAGE_MAPCOUNT: the pages' counts stay at -1.
-            let want = if self.f.page_mapcounts { n + pmd_in_pages } else { 0 };
+            let want = if self.f.page_mapcounts { n + pmd_in_pages + bias } else { 0 };
             if m as u32 != want {
                 bad.push(format!("page {i} mapcount {m}, page tables say {want}"));
             }

@@ -241,17 +241,10 @@ fn split_huge_pmd_locked(k: &Kernel, mm: &Mm, pmd: PmdSlot, haddr: u64, e: Pte) 
         let f = Folio::from_head(phys, e.pfn());
         let exclusive = f.anon_exclusive(0);
         f.ref_add(HPAGE_NR as i32 - 1);
-        let batched = k.design.batches_pmd_split();
-        if batched {
-            rmap::folio_add_anon_rmap_ptes(k, f, 0, HPAGE_NR, mm.rmap, exclusive);
-        }
         for i in 0..HPAGE_NR {
             pgtable::store(phys, table, i as usize, Pte::new(f.pfn + i, bits.0));
-            if !batched {
-                rmap::folio_add_anon_rmap_ptes(k, f, i, 1, mm.rmap, exclusive);
-            }
         }
-        rmap::folio_remove_rmap(k, f, 0, HPAGE_NR, Level::Pmd, mm.rmap);
+        rmap::folio_split_anon_pmd(k, f, mm.rmap, exclusive);
     }
     pmd.store(phys, Pte::new(table, Pte::PRESENT | Pte::RW | Pte::USER | Pte::ACCESSED));
 }

@@ -65,6 +65,10 @@ pub mod pg {
     /// always assumed mapped shared" (stage `all-give-up`): its rmap sums
     /// are no longer kept.
     pub const RMAP_UNTRACKED: u64 = 1 << 22;
+    /// `PG_double_map` (Linux <= 6.1, on the second page): an anon THP is
+    /// mapped by PMDs and PTEs at once, and every page's `_mapcount` is
+    /// raised by one (the `subpage` design only).
+    pub const DOUBLE_MAP: u64 = 1 << 23;
     /// Bits 56..63 hold an order: of a free block on its first page, of a
     /// large folio on its second page (`folio->_flags_1`).
     pub const ORDER_SHIFT: u32 = 56;

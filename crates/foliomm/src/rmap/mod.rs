@@ -62,6 +62,30 @@ pub fn folio_add_anon_rmap_ptes(k: &Kernel, f: Folio, first: u64, nr: u64, mm: R
     }
 }
 
+/// The rmap side of `__split_huge_pmd_locked` for an anon folio that one
+/// PMD of `mm` mapped and PTEs now map page by page, each AnonExclusive if
+/// the PMD's was (`exclusive`). Linux 6.1 updates the counts itself
+/// ([`crate::mapcount::MapcountDesign::split_pmd`]); later releases add the
+/// PTE mappings (in one call from 6.8, page by page before) and remove the
+/// PMD's.
+pub fn folio_split_anon_pmd(k: &Kernel, f: Folio, mm: RmapMm, exclusive: bool) {
+    let nr = f.nr_pages();
+    if let Some(cost) = k.design.split_pmd(f) {
+        note(k, f, mm.id, nr as i64 - 1);
+        account(k, cost);
+        if exclusive {
+            (0..nr).for_each(|i| f.set_anon_exclusive(i, true));
+        }
+        return;
+    }
+    if k.design.batches_pmd_split() {
+        folio_add_anon_rmap_ptes(k, f, 0, nr, mm, exclusive);
+    } else {
+        (0..nr).for_each(|i| folio_add_anon_rmap_ptes(k, f, i, 1, mm, exclusive));
+    }
+    folio_remove_rmap(k, f, 0, nr, Level::Pmd, mm);
+}
+
 /// `folio_add_anon_rmap_pmd`: adds a PMD mapping of an already anon folio
 /// (migration's `remove_migration_pmd`), its head AnonExclusive if
 /// `exclusive`.
