@@ -5,6 +5,8 @@
 //! one, so that a PTE map or unmap tells from its page's count alone whether
 //! the page is newly mapped or unmapped, and the last PMD unmap looks at the
 //! pages only when the flag is set. The `subpage` design; 6.2 replaced it.
+//! 6.1 sets the flag on a file THP too, where nothing reads it; foliomm
+//! keeps it for anon THPs only.
 //!
 //! Differs from Linux where a PMD and PTEs come to map a folio without a
 //! split, which only migration's restore does: foliomm sets the flag then
