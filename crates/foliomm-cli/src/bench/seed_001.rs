@@ -25,7 +25,7 @@ use super::published::SEED_001;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::stats::{change, summarize, Change, Summary};
-use super::zap_tradeoffs::{self, Tradeoff, PAGES_PER_FLUSH};
+use super::zap_tradeoffs::{self, Tradeoff, PAGES_PER_RESCHED};
 use super::{host_share_note, machine_for, model_populate, model_split_pmds, new_table, secs, CommonArgs};
 use crate::host;
 
@@ -177,15 +177,15 @@ impl Benchmark for Seed001<'_> {
             let s = &m.stats;
             [&s.rmap_atomic_rmw, &s.rmap_cache_lines, &s.zap_batches].map(|c| c.load(Relaxed) as f64)
         };
-        let (before, flushes, t) = (counters(), zap_tradeoffs::flushes(m), Instant::now());
+        let (before, points, t) = (counters(), zap_tradeoffs::resched_points(m), Instant::now());
         mm.munmap(addr, size)?;
         let elapsed = secs(t.elapsed());
         let after = counters();
         let pages = (size / 4096) as f64;
         let per_page = (0..3).map(|k| (COUNTERS[k], (after[k] - before[k]) / pages));
         if let Setup::Tradeoff(..) = c {
-            let per_flush = pages / (zap_tradeoffs::flushes(m) - flushes).max(1.0);
-            return Ok(Measurement::on(2, elapsed).counting([(PAGES_PER_FLUSH, per_flush)]));
+            let per_point = pages / (zap_tradeoffs::resched_points(m) - points).max(1.0);
+            return Ok(Measurement::on(2, elapsed).counting([(PAGES_PER_RESCHED, per_point)]));
         }
         Ok(Measurement::of([elapsed]).counting(per_page))
     }

@@ -315,6 +315,10 @@ counters! {
     zap_ptes,
     /// PTE batches zapped.
     zap_batches,
+    /// Reschedule points (`cond_resched`) between the chunks an mmu_gather
+    /// frees its pages in (`tlb_batch_pages_flush`): the work between two is
+    /// the latency seed 001's thread worried about.
+    zap_resched,
     /// TLB flushes requested (`flush_tlb_mm_range` calls).
     tlb_flush,
     /// Flushes a CPU applied that dropped entries from its TLB.
