@@ -88,11 +88,22 @@ fn observation_differences(
 }
 
 /// How the two runs ended, when not alike (one failed, or both at
-/// different lines or with different messages): each side's words.
+/// different lines, with different errnos or, without errnos, different
+/// messages; the model's hints after an errno do not count): each side's
+/// words.
 fn failure_difference(model: &Outcome, host: &Outcome) -> Option<(String, String)> {
     let show = |f: &Option<foliomm_scenario::interp::Failure>| {
         f.as_ref().map_or("passed".to_string(), |f| format!("failed at line {}: {}", f.line, f.message))
     };
+    let errno = |f: &foliomm_scenario::interp::Failure| {
+        let word = f.message.split("failed with ").nth(1)?.split(|c: char| !c.is_ascii_alphanumeric()).next()?;
+        word.starts_with('E').then(|| (f.line, word.to_string()))
+    };
+    if let (Some(m), Some(h)) = (&model.failure, &host.failure) {
+        if errno(m).is_some() && errno(m) == errno(h) {
+            return None;
+        }
+    }
     let (m, h) = (show(&model.failure), show(&host.failure));
     (m != h).then_some((m, h))
 }
@@ -173,4 +184,29 @@ pub fn report(file: &str, model: &Outcome, host: &Outcome, quiet: bool) -> usize
     }
     println!("  {}", if mismatches == 0 { "no mismatches".to_string() } else { format!("{mismatches} mismatches") });
     mismatches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_difference;
+    use foliomm_scenario::interp::{Failure, FailureKind};
+    use foliomm_scenario::Outcome;
+
+    fn failed(line: usize, message: &str) -> Outcome {
+        let failure = Some(Failure { line, kind: FailureKind::Scenario, message: message.into() });
+        Outcome { failure, ..Outcome::default() }
+    }
+
+    /// The same errno at the same line agrees whatever the model adds to
+    /// it; another errno, another line or no errno at all does not.
+    #[test]
+    fn failures_agree_by_line_and_errno() {
+        let model = failed(58, "failed with ENOMEM: out of memory (the model's RAM is the default 4G: ...)");
+        assert_eq!(failure_difference(&model, &failed(58, "failed with ENOMEM: out of memory")), None);
+        assert!(failure_difference(&model, &failed(58, "failed with EFAULT: bad address")).is_some());
+        assert!(failure_difference(&model, &failed(57, "failed with ENOMEM: out of memory")).is_some());
+        assert!(failure_difference(&model, &Outcome::default()).is_some());
+        let expect = failed(9, "expectation failed: x.byte (= 1) == 2");
+        assert!(failure_difference(&expect, &failed(9, "expectation failed: x.byte (= 3) == 2")).is_some());
+    }
 }

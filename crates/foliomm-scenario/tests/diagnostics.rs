@@ -74,6 +74,14 @@ fn enomem_says_how_much_ram_the_model_has() {
     assert!(e.contains("--memory SIZE gives it more"), "{e}");
 }
 
+/// A hugetlb pool that runs out is not the model's RAM: no hint to add RAM.
+#[test]
+fn an_empty_hugetlb_pool_does_not_blame_the_ram() {
+    let src = "set hugetlb pages=1\nP: h = mmap 2M rw hugetlb\nP: write h\nP: p = pin h write longterm\nP: fork C\n";
+    let e = failure(src);
+    assert!(e.contains("ENOMEM") && !e.contains("the model's RAM"), "{e}");
+}
+
 #[test]
 fn a_thread_whose_first_line_is_its_exit_is_told_why() {
     let e = failure("P: a = mmap 4K\nparallel\nP.t1: write a\nP.t2: exit\nend\n");

@@ -293,22 +293,26 @@ impl<'b> State<'b> {
 
     /// `e` of a step of process `p`, with a hint: an EFAULT of a process its
     /// first line made empty says so (it was probably meant to be forked);
-    /// an ENOMEM of the model where memory ran out (not an mmap's or a
-    /// mapping change's, which are about address space and VMAs) says how
-    /// much RAM it has and how to give more.
+    /// an ENOMEM of the model where its RAM ran out (not an mmap's or a
+    /// mapping change's, which are about address space and VMAs, nor one
+    /// with a tenth of the RAM free: a hugetlb pool's or a reservation's)
+    /// says how much RAM it has and how to give more.
     fn hint(&self, p: &str, step: &Step, e: Failed) -> Failed {
         let mapping = matches!(
             step.cmd,
             Cmd::Mmap { .. } | Cmd::Mremap { .. } | Cmd::Mprotect(..) | Cmd::Munmap(_) | Cmd::Mlock(..)
         );
-        if e.message.contains("ENOMEM") && self.backend.name() == "model" && !mapping {
-            let memory = self.settings.iter().rev().find(|(_, s)| {
-                matches!(
-                    s,
-                    MachineSetting::Memory(_) | MachineSetting::MemoryLimit(_) | MachineSetting::MemoryAtLeast(_)
-                )
-            });
-            let memory = memory.map_or("the default 4G".to_string(), |(_, s)| format!("'{s}'"));
+        let memory = self.settings.iter().rev().find_map(|(_, s)| match s {
+            MachineSetting::Memory(b) | MachineSetting::MemoryLimit(b) | MachineSetting::MemoryAtLeast(b) => {
+                Some((*b, format!("'{s}'")))
+            }
+            _ => None,
+        });
+        let (bytes, memory) = memory.unwrap_or((4 << 30, "the default 4G".to_string()));
+        let counters = self.backend.counters();
+        let frames = counters.iter().find(|(n, _)| n == "frames_in_use").map_or(0, |&(_, v)| v);
+        let full = frames * 4096 >= bytes / 10 * 9;
+        if e.message.contains("ENOMEM") && self.backend.name() == "model" && !mapping && full {
             let message = format!(
                 "{} (the model's RAM is {memory}: 'set memory SIZE' or --memory SIZE gives it more, 'set swap SIZE' \
                  a swap device)",
