@@ -44,7 +44,7 @@ impl PageMapcounts {
                 c.rmw += 1;
                 c.locks += 1;
             }
-            Total::All if self.f.rmap_sums.is_some() => {
+            Total::All if self.tracks(f) => {
                 c.locks += 1;
                 // Entering (1 RMW, 2 after a lost race) and leaving the
                 // seqcount (the seed's 2 RMWs); the mapcount and each sum
@@ -72,7 +72,7 @@ impl PageMapcounts {
         let per_page = self.f.page_mapcounts;
         let in_range = move |p: u64| pte && per_page && first <= p && p < first + nr;
         // Pages 2..=k (none without sums).
-        let last_sum = if self.f.rmap_sums.is_some() { self.sum_words(f).min(f.nr_pages() - 1) } else { 1 };
+        let last_sum = if self.tracks(f) { self.sum_words(f).min(f.nr_pages() - 1) } else { 1 };
         let sums = 2..last_sum + 1;
         // Without per-page counts only the folio's own fields change.
         let pages = if pte && self.f.page_mapcounts { first..first + nr } else { 0..0 };

@@ -57,7 +57,13 @@ impl PageMapcounts {
     /// every mapcount under it (patch 20, `__folio_add_rmap_range`); None
     /// otherwise, and for designs without rmap sums.
     pub(super) fn begin_all(&self, f: Folio) -> Option<SeqWrite> {
-        (self.f.rmap_sums.is_some() && self.f.stage >= RmapIdStage::All).then(|| self.seqcount(f).write_begin())
+        (self.tracks(f) && self.f.stage >= RmapIdStage::All).then(|| self.seqcount(f).write_begin())
+    }
+
+    /// Whether `f` has rmap sums under the seqcount: under a design with
+    /// them, unless the stage tracks anon folios only and `f` is not one.
+    pub(super) fn tracks(&self, f: Folio) -> bool {
+        self.f.rmap_sums.is_some() && (self.f.stage != RmapIdStage::AllAnon || f.test_anon())
     }
 
     /// Closes what [`PageMapcounts::begin_all`] opened.
@@ -73,7 +79,7 @@ impl PageMapcounts {
     /// MM-IDs, the slot bookkeeping of docs/KERNEL-REFERENCE.md §2.5.
     /// `section` is the write section [`PageMapcounts::begin_all`] opened.
     pub(super) fn add_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
-        if let Some(c) = self.construction() {
+        if let Some(c) = self.construction().filter(|_| self.tracks(f)) {
             return self.update_sums(c, f, d, mm, section);
         }
         if !self.f.mm_ids {
@@ -110,7 +116,7 @@ impl PageMapcounts {
 
     /// `folio_sub_return_large_mapcount`.
     pub(super) fn sub_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
-        if let Some(c) = self.construction() {
+        if let Some(c) = self.construction().filter(|_| self.tracks(f)) {
             return self.update_sums(c, f, -d, mm, section);
         }
         if !self.f.mm_ids {
@@ -206,7 +212,7 @@ impl PageMapcounts {
     /// rmap-id: the MM that maps every mapping of the folio, if one does
     /// (`__folio_has_large_matching_rmap_val` for every candidate at once).
     pub(super) fn sole_owner(&self, f: Folio) -> Option<MmId> {
-        let c = self.construction()?;
+        let c = self.construction().filter(|_| self.tracks(f))?;
         // The mark is read inside the section: a writer sets it before it
         // skips its sums, and leaves the section after.
         let (given_up, (n, sums)) = self.seqcount(f).read(|| (untracked(f), snapshot(c, f)));
@@ -230,7 +236,7 @@ impl PageMapcounts {
         if total <= 1 {
             return SharedAnswer::Exclusive;
         }
-        if total > f.nr_pages() {
+        if total > f.nr_pages() || !self.tracks(f) {
             return SharedAnswer::MaybeShared;
         }
         match self.seqcount(f).try_read(|| (untracked(f), snapshot(c, f))) {

@@ -13,8 +13,9 @@ named_enum! {
     /// `all-auto`, `all` switching the exclusive entry off at run time
     /// where atomics are cheap, `all-locked`, `all` under a bit spinlock and
     /// an ordinary seqcount, `all-skip-zero`, `all` leaving out the update
-    /// of a sum whose sub-ID is 0, and `all-give-up`, `all` giving a
-    /// contended folio up for "always mapped shared". Only
+    /// of a sum whose sub-ID is 0, `all-give-up`, `all` giving a
+    /// contended folio up for "always mapped shared", and `all-anon`, `all`
+    /// tracking anon folios only. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -86,6 +87,13 @@ named_enum! {
     /// every reader answers "maybe shared" when it has more than one
     /// mapping, and COW never reuses it.
     AllGiveUp = "all-give-up",
+    /// `all` with the seed's idea of tracking "only selected folios (e.g.,
+    /// anon)": a file folio (shmem, page cache) keeps only its large
+    /// mapcount, updated with one atomic outside the seqcount as 6.10's
+    /// large-mapcount design does, and is "always assumed mapped shared"
+    /// once mapped more than once (the seed's other idea for executables
+    /// and shared libraries).
+    AllAnon = "all-anon",
     }
 }
 

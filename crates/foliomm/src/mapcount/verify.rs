@@ -71,7 +71,7 @@ impl PageMapcounts {
         if self.f.mm_ids {
             verify_slots(f, truth, total, &mut bad);
         }
-        if let Some(c) = self.construction().filter(|_| !super::large_mapcount::untracked(f)) {
+        if let Some(c) = self.construction().filter(|_| !super::large_mapcount::untracked(f) && self.tracks(f)) {
             self.verify_sums(c, f, truth, total, &mut bad);
         }
         bad
