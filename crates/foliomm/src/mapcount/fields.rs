@@ -3,8 +3,9 @@
 //! `_pincount`, `_mm_id_mapcount[]`, `_mm_ids`), and helpers to read them.
 
 use crate::folio::Folio;
-use crate::sync::atomic::{AtomicI32, Ordering::*};
+use crate::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
+use super::eras::{PageMapcounts, Total};
 use super::MmId;
 
 /// Field layout in the second page's descriptor (`folio->_large_mapcount` etc.).
@@ -67,5 +68,59 @@ pub(super) fn bump(a: &AtomicI32, d: i32, plain: bool) -> i32 {
         v
     } else {
         a.fetch_add(d, Relaxed)
+    }
+}
+
+/// Word `i` of a large folio's rmap sums (`_mm_ids` for `i` = 0 under the
+/// other designs): the `ids` word of page 1 + `i`, and past the folio's
+/// last page the `link` word of page 2 onwards, which tail pages leave
+/// unused (page 1's is the rmap seqcount). Only an order-2 folio at seed
+/// 000's stages before 123 needs that: 4 sums, 3 tail pages. The RFC keeps
+/// `_rmap_valX` in struct folio's tail-page fields; foliomm's memmap has
+/// one `ids` word per page.
+pub(super) fn sum_word<'a>(f: Folio<'a>, i: u64) -> &'a AtomicU64 {
+    let tails = f.nr_pages() - 1;
+    if i < tails {
+        &f.page(1 + i).ids
+    } else {
+        &f.page(2 + i - tails).link
+    }
+}
+
+impl PageMapcounts {
+    /// The fields the design keeps in `f`, by Linux's names, raw
+    /// ([`super::MapcountDesign::fields`]).
+    pub(super) fn named_fields(&self, f: Folio) -> Vec<(String, i64)> {
+        let get = |i: usize| w(f, i).load(Relaxed) as i64;
+        let mut out: Vec<(String, i64)> = Vec::new();
+        let mut push = |name: &str, v: i64| out.push((name.to_string(), v));
+        match (self.f.total, self.seed_003()) {
+            (Total::None, _) => {}
+            (_, true) => push("subpages_mapcount", get(field::TOTAL)),
+            (_, false) => push("_large_mapcount", get(field::TOTAL)),
+        }
+        if self.f.nr_pages_mapped {
+            push("_nr_pages_mapped", get(field::NR_PAGES_MAPPED));
+        }
+        push("_entire_mapcount", get(field::ENTIRE));
+        if self.f.double_map {
+            push("PG_double_map", f.page(1).test(crate::phys::pg::DOUBLE_MAP) as i64);
+        }
+        push("_pincount", get(field::PINCOUNT));
+        if self.f.mm_ids {
+            let ids = f.page(1).ids.load(Relaxed);
+            for s in 0..2 {
+                push(&format!("_mm_id[{s}]"), slot_id(ids, s) as i64);
+                push(&format!("_mm_id_mapcount[{s}]"), get(field::SLOT0 + s));
+            }
+            push("maybe shared bit", shared(f) as i64);
+        }
+        if self.f.rmap_sums.is_some() {
+            push("rmap seqcount", f.page(1).link.load(Relaxed) as i64);
+            for i in 0..self.sum_words(f) {
+                push(&format!("rmap sum word {}", i + 1), sum_word(f, i).load(Relaxed) as i64);
+            }
+        }
+        out
     }
 }

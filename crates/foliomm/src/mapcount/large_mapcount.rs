@@ -5,12 +5,11 @@
 
 use super::construction::Construction;
 use super::eras::PageMapcounts;
-use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
+use super::fields::{bump, field, set_shared, set_slot_id, slot_id, sum_word, w};
 use super::stage::RmapIdStage;
 use super::{MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::phys::pg;
-use crate::sync::atomic::AtomicU64;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::cacheline::Structure;
 use crate::sync::{AtomicSeqcount, BitSpinLock, SeqWrite};
@@ -266,22 +265,6 @@ pub(super) fn rmap_values<'a>(
         mm.subids(f.order())
     } else {
         scratch.insert(c.values(mm.id as u64, f.order()))
-    }
-}
-
-/// Word `i` of a large folio's rmap sums (`_mm_ids` for `i` = 0 under the
-/// other designs): the `ids` word of page 1 + `i`, and past the folio's
-/// last page the `link` word of page 2 onwards, which tail pages leave
-/// unused (page 1's is the rmap seqcount). Only an order-2 folio at seed
-/// 000's stages before 123 needs that: 4 sums, 3 tail pages. The RFC keeps
-/// `_rmap_valX` in struct folio's tail-page fields; foliomm's memmap has
-/// one `ids` word per page.
-pub(super) fn sum_word<'a>(f: Folio<'a>, i: u64) -> &'a AtomicU64 {
-    let tails = f.nr_pages() - 1;
-    if i < tails {
-        &f.page(1 + i).ids
-    } else {
-        &f.page(2 + i - tails).link
     }
 }
 

@@ -5,8 +5,8 @@
 
 use super::compound_lock::CompoundLock;
 use super::eras::{Guess, PageMapcounts, Total};
-use super::fields::{bump, field, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
-use super::large_mapcount::{sum_word, Entered};
+use super::fields::{bump, field, set_slot_id, shared, slot_id, sum_word, w, ENTIRELY_MAPPED};
+use super::large_mapcount::Entered;
 use super::{Added, Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
@@ -80,7 +80,7 @@ impl MapcountDesign for PageMapcounts {
     }
 
     /// The smallest order whose tail pages hold the rmap sums
-    /// ([`super::large_mapcount::sum_word`]: the `ids` of every tail page
+    /// ([`super::fields::sum_word`]: the `ids` of every tail page
     /// and the `link` of all but the first).
     fn min_large_order(&self) -> u32 {
         let fits = |o: u32| self.construction().is_none_or(|c| c.count(o) as u64 <= (2u64 << o) - 3);
@@ -111,37 +111,7 @@ impl MapcountDesign for PageMapcounts {
     }
 
     fn fields(&self, f: Folio) -> Vec<(String, i64)> {
-        let get = |i: usize| w(f, i).load(Relaxed) as i64;
-        let mut out: Vec<(String, i64)> = Vec::new();
-        let mut push = |name: &str, v: i64| out.push((name.to_string(), v));
-        match (self.f.total, self.seed_003()) {
-            (Total::None, _) => {}
-            (_, true) => push("subpages_mapcount", get(field::TOTAL)),
-            (_, false) => push("_large_mapcount", get(field::TOTAL)),
-        }
-        if self.f.nr_pages_mapped {
-            push("_nr_pages_mapped", get(field::NR_PAGES_MAPPED));
-        }
-        push("_entire_mapcount", get(field::ENTIRE));
-        if self.f.double_map {
-            push("PG_double_map", f.page(1).test(crate::phys::pg::DOUBLE_MAP) as i64);
-        }
-        push("_pincount", get(field::PINCOUNT));
-        if self.f.mm_ids {
-            let ids = f.page(1).ids.load(Relaxed);
-            for s in 0..2 {
-                push(&format!("_mm_id[{s}]"), slot_id(ids, s) as i64);
-                push(&format!("_mm_id_mapcount[{s}]"), get(field::SLOT0 + s));
-            }
-            push("maybe shared bit", shared(f) as i64);
-        }
-        if self.f.rmap_sums.is_some() {
-            push("rmap seqcount", f.page(1).link.load(Relaxed) as i64);
-            for i in 0..self.sum_words(f) {
-                push(&format!("rmap sum word {}", i + 1), sum_word(f, i).load(Relaxed) as i64);
-            }
-        }
-        out
+        self.named_fields(f)
     }
 
     fn forget_untracked(&self, f: Folio) {
