@@ -7,7 +7,7 @@ use super::construction::Construction;
 use super::eras::PageMapcounts;
 use super::fields::{bump, field, set_shared, set_slot_id, slot_id, sum_word, w};
 use super::stage::RmapIdStage;
-use super::{MmId, RmapMm, SharedAnswer};
+use super::{Level, MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::*;
@@ -59,6 +59,29 @@ impl PageMapcounts {
         (self.tracks(f) && self.f.stage >= RmapIdStage::All).then(|| self.seqcount(f).write_begin())
     }
 
+    /// Whether an update at `level` leaves the rmap sums alone: a PMD's at
+    /// stage `all-skip-entire`.
+    pub(super) fn skips_entire(&self, level: Level) -> bool {
+        level == Level::Pmd && self.f.stage == RmapIdStage::AllSkipEntire
+    }
+
+    /// Whether the rmap sums say nothing about `f`: it was given up (stage
+    /// `all-give-up`), or a PMD maps it at stage `all-skip-entire`. Read
+    /// inside the seqcount.
+    fn blind(&self, f: Folio) -> bool {
+        untracked(f) || (self.f.stage == RmapIdStage::AllSkipEntire && w(f, field::ENTIRE).load(Relaxed) >= 0)
+    }
+
+    /// Whether `mm` holds every mapping of `f`, for COW reuse: the sole
+    /// owner by the sums; where they leave a PMD out, a folio mapped once
+    /// (by the faulting `mm`).
+    pub(super) fn owned_by(&self, f: Folio, mm: MmId) -> bool {
+        if self.f.stage == RmapIdStage::AllSkipEntire && w(f, field::ENTIRE).load(Relaxed) >= 0 {
+            return w(f, field::TOTAL).load(Relaxed) == 0;
+        }
+        self.sole_owner(f) == Some(mm)
+    }
+
     /// Whether `f` has rmap sums under the seqcount: under a design with
     /// them, unless the stage tracks anon folios only and `f` is not one.
     pub(super) fn tracks(&self, f: Folio) -> bool {
@@ -77,9 +100,9 @@ impl PageMapcounts {
     /// `folio_add_return_large_mapcount`: raw large mapcount += d and, with
     /// MM-IDs, the slot bookkeeping of docs/KERNEL-REFERENCE.md §2.5.
     /// `section` is the write section [`PageMapcounts::begin_all`] opened.
-    pub(super) fn add_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
+    pub(super) fn add_large(&self, f: Folio, d: i32, level: Level, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
         if let Some(c) = self.construction().filter(|_| self.tracks(f)) {
-            return self.update_sums(c, f, d, mm, section);
+            return self.update_sums(c, f, d, self.skips_entire(level), mm, section);
         }
         if !self.f.mm_ids {
             return Entered { after: w(f, field::TOTAL).fetch_add(d, Relaxed) + d, ..Entered::default() };
@@ -114,9 +137,9 @@ impl PageMapcounts {
     }
 
     /// `folio_sub_return_large_mapcount`.
-    pub(super) fn sub_large(&self, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
+    pub(super) fn sub_large(&self, f: Folio, d: i32, level: Level, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
         if let Some(c) = self.construction().filter(|_| self.tracks(f)) {
-            return self.update_sums(c, f, -d, mm, section);
+            return self.update_sums(c, f, -d, self.skips_entire(level), mm, section);
         }
         if !self.f.mm_ids {
             return Entered { after: w(f, field::TOTAL).fetch_sub(d, Relaxed) - d, ..Entered::default() };
@@ -150,11 +173,20 @@ impl PageMapcounts {
     /// rmap-id: large mapcount += d and each rmap sum += d·value(mm), inside
     /// the atomic seqcount (`folio_add_large_mapcount` and its `_exclusive`
     /// twin): plain updates when the writer is alone, atomic adds otherwise.
-    /// Inside `section` when one is open, else in a section of its own.
+    /// Inside `section` when one is open, else in a section of its own; no
+    /// sum when `no_sums` (a PMD's update at stage `all-skip-entire`).
     /// Differs from patch 17: its exclusive path for order <= 2 adds the
     /// sub-ID without multiplying by `d` (so an unmap would add); foliomm
     /// multiplies, as every other case of the RFC does.
-    fn update_sums(&self, c: Construction, f: Folio, d: i32, mm: RmapMm, section: Option<SeqWrite>) -> Entered {
+    fn update_sums(
+        &self,
+        c: Construction,
+        f: Folio,
+        d: i32,
+        no_sums: bool,
+        mm: RmapMm,
+        section: Option<SeqWrite>,
+    ) -> Entered {
         debug_assert!((mm.id as u64) < 1 << 24, "rmap IDs are 24-bit");
         let mut scratch = None;
         let values = rmap_values(c, f, &mm, &mut scratch);
@@ -168,7 +200,7 @@ impl PageMapcounts {
         if self.f.stage == RmapIdStage::AllGiveUp && contended {
             f.page(1).set(pg::RMAP_UNTRACKED);
         }
-        let untracked = untracked(f);
+        let untracked = untracked(f) || no_sums;
         let mut sums = 0;
         for (i, &v) in values.iter().enumerate().filter(|&(_, &v)| (v != 0 || !skip_zero) && !untracked) {
             sums += 1;
@@ -214,7 +246,7 @@ impl PageMapcounts {
         let c = self.construction().filter(|_| self.tracks(f))?;
         // The mark is read inside the section: a writer sets it before it
         // skips its sums, and leaves the section after.
-        let (given_up, (n, sums)) = self.seqcount(f).read(|| (untracked(f), snapshot(c, f)));
+        let (given_up, (n, sums)) = self.seqcount(f).read(|| (self.blind(f), snapshot(c, f)));
         if given_up {
             return None;
         }
@@ -238,7 +270,7 @@ impl PageMapcounts {
         if total > f.nr_pages() || !self.tracks(f) {
             return SharedAnswer::MaybeShared;
         }
-        match self.seqcount(f).try_read(|| (untracked(f), snapshot(c, f))) {
+        match self.seqcount(f).try_read(|| (self.blind(f), snapshot(c, f))) {
             None => SharedAnswer::Busy,
             Some((false, (n, sums))) if n <= 1 || owner(c, f, n, &sums).is_some() => SharedAnswer::Exclusive,
             Some(_) => SharedAnswer::MaybeShared,

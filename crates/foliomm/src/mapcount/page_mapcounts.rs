@@ -178,7 +178,7 @@ impl MapcountDesign for PageMapcounts {
             set_slot_id(f, 0, mm.id);
         }
         if let Some(c) = self.construction() {
-            let n = (all + 1) as u64;
+            let n = if self.skips_entire(level) { 0 } else { (all + 1) as u64 };
             let mut scratch = None;
             for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
                 sum_word(f, i as u64).store(n.wrapping_mul(v), Relaxed);
@@ -211,7 +211,7 @@ impl MapcountDesign for PageMapcounts {
                 }
                 let before = self.f.nr_pages_mapped.then(|| bump(w(f, field::NR_PAGES_MAPPED), newly, plain));
                 let entered = match self.f.total {
-                    Total::All => self.add_large(f, nr as i32, mm, section),
+                    Total::All => self.add_large(f, nr as i32, level, mm, section),
                     Total::Ptes => {
                         bump(w(f, field::TOTAL), nr as i32, plain);
                         Entered::default()
@@ -244,8 +244,11 @@ impl MapcountDesign for PageMapcounts {
                 let first_pmd = bump(w(f, field::ENTIRE), 1, plain) == -1;
                 let before = (first_pmd && self.f.nr_pages_mapped)
                     .then(|| bump(w(f, field::NR_PAGES_MAPPED), ENTIRELY_MAPPED, plain));
-                let entered =
-                    if self.f.total == Total::All { self.add_large(f, 1, mm, section) } else { Entered::default() };
+                let entered = if self.f.total == Total::All {
+                    self.add_large(f, 1, level, mm, section)
+                } else {
+                    Entered::default()
+                };
                 let newly_mapped = match before {
                     _ if !self.f.page_mapcounts => self.whole_if_was_unmapped(f, entered.after == 0),
                     _ if self.pmd_in_pages(f) => in_pages as u64,
@@ -289,7 +292,7 @@ impl MapcountDesign for PageMapcounts {
         let removed = match level {
             Level::Pte => {
                 let entered = match self.f.total {
-                    Total::All => self.sub_large(f, nr as i32, mm, section),
+                    Total::All => self.sub_large(f, nr as i32, level, mm, section),
                     Total::Ptes => {
                         bump(w(f, field::TOTAL), -(nr as i32), plain);
                         Entered::default()
@@ -328,8 +331,11 @@ impl MapcountDesign for PageMapcounts {
                 let in_pages = self.pmd_in_pages(f).then(|| {
                     (0..f.nr_pages()).filter(|&i| f.page(i).mapcount.fetch_sub(1, Relaxed) == 0).count() as u64
                 });
-                let entered =
-                    if self.f.total == Total::All { self.sub_large(f, 1, mm, section) } else { Entered::default() };
+                let entered = if self.f.total == Total::All {
+                    self.sub_large(f, 1, level, mm, section)
+                } else {
+                    Entered::default()
+                };
                 let left = (entered.after + 1) as u64;
                 let mut removed =
                     Removed { cost: self.cost(f, first, nr, level, entered, lock_spins), ..Removed::default() };
@@ -430,7 +436,7 @@ impl MapcountDesign for PageMapcounts {
         if self.f.rmap_sums.is_some() {
             // Reuse when this MM maps every mapping and nothing else holds a
             // reference (the seed's rule; no "large mapcount > 1" clause).
-            return self.sole_owner(f) == Some(mm) && self.mapcount(f) == f.refcount() as u64;
+            return self.owned_by(f, mm) && self.mapcount(f) == f.refcount() as u64;
         }
         if !self.f.mm_ids {
             return false; // before 6.15 a large anon folio is always copied

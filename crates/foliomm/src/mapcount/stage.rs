@@ -14,8 +14,9 @@ named_enum! {
     /// where atomics are cheap, `all-locked`, `all` under a bit spinlock and
     /// an ordinary seqcount, `all-skip-zero`, `all` leaving out the update
     /// of a sum whose sub-ID is 0, `all-give-up`, `all` giving a
-    /// contended folio up for "always mapped shared", and `all-anon`, `all`
-    /// tracking anon folios only. Only
+    /// contended folio up for "always mapped shared", `all-anon`, `all`
+    /// tracking anon folios only, and `all-skip-entire`, `all` leaving PMD
+    /// mappings out of the sums. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -94,6 +95,13 @@ named_enum! {
     /// once mapped more than once (the seed's other idea for executables
     /// and shared libraries).
     AllAnon = "all-anon",
+    /// `all` with the seed's idea "We could not do the rmap ID tracking for
+    /// 'entire mappings' and never look at the rmap ID values once we have
+    /// any 'entire' mapping": a PMD map or unmap changes the large and
+    /// entire mapcounts but no sum, and while a PMD maps the folio readers
+    /// answer "maybe shared" for more than one mapping (a single mapping is
+    /// its mapper's, and COW reuses it).
+    AllSkipEntire = "all-skip-entire",
     }
 }
 
