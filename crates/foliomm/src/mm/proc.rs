@@ -86,7 +86,9 @@ impl Mm {
         info.present = true;
         info.pfn = pfn;
         info.generation = phys.generation(pfn);
-        info.pmd_mapped = huge;
+        // As smaps and PAGEMAP_SCAN show it: before 6.5 smaps hides a
+        // PROT_NONE huge PMD (`smaps_counts_protnone_pmd`).
+        info.pmd_mapped = huge && (leaf.hw_present() || k.config.release().smaps_counts_protnone_pmd());
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
         info.zero_page = f.is_zero_page();

@@ -109,7 +109,9 @@ impl Mm {
     /// page; a swap entry counts in `Swap` (and its share in `SwapPss`), and so does a shmem page swapped
     /// out: every one in the VMA's file range for a shared or read-only VMA
     /// (`shmem_swap_usage`), else those where no entry maps anything
-    /// (`smaps_pte_hole`, the private pages being the VMA's own).
+    /// (`smaps_pte_hole`, the private pages being the VMA's own). Before 6.5
+    /// a PROT_NONE huge PMD counts nowhere
+    /// ([`crate::KernelVersion::smaps_counts_protnone_pmd`]).
     fn account_pages(&self, v: &Vma, info: &mut VmaInfo) {
         let k = &*self.kernel;
         let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
@@ -130,7 +132,8 @@ impl Mm {
                 swap_pss += (PAGE_SIZE << PSS_SHIFT) / refs as u64;
                 continue;
             }
-            if !leaf.present() || leaf.huge() != slot.huge() || leaf.special() {
+            let hidden_protnone = slot.huge() && !leaf.hw_present() && !k.config.release().smaps_counts_protnone_pmd();
+            if !leaf.present() || leaf.huge() != slot.huge() || leaf.special() || hidden_protnone {
                 continue;
             }
             let pfn = slot.page_pfn(leaf, addr);

@@ -378,6 +378,14 @@ impl KernelVersion {
     pub fn frees_by_pages_when_costly(self) -> bool {
         self >= KernelVersion::new(6, 9)
     }
+    /// Whether smaps counts a PROT_NONE huge PMD (a PROT_NONE VMA's, or a
+    /// NUMA hinting one): 6.1's `smaps_pmd_entry` asks
+    /// `follow_trans_huge_pmd(FOLL_DUMP)`, which refuses a protnone PMD
+    /// without FOLL_FORCE (`gup_can_follow_protnone`, 474098edac26), until
+    /// "mm/gup: reintroduce FOLL_NUMA as FOLL_HONOR_NUMA_FAULT" (6.5).
+    pub fn smaps_counts_protnone_pmd(self) -> bool {
+        self >= KernelVersion::new(6, 5)
+    }
     /// Whether splitting a dirty huge PMD makes dirty PTEs (`pte_mkdirty`,
     /// soft-dirty on x86 with it: "mm/thp: re-apply mkdirty for small pages
     /// after split", 6.2); before, the PTEs were clean and the folio dirty.
