@@ -64,7 +64,7 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
                 let can_write = can_change_writable(k, vma, p, || {
                     let f = Folio::containing(phys, p.pfn());
                     f.anon_exclusive(p.pfn() - f.pfn)
-                });
+                }) && (vma.shared() || p.dirty() || k.config.release().mprotect_writes_clean_private());
                 p.modify_prot(vma.readable(), vma.writable() && can_write)
             });
             changed |= n > 0;

@@ -385,10 +385,12 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> Option<boo
         return None;
     }
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
-    // A shared mapping's PMD becomes writable whole, as its PTEs would.
+    // A shared mapping's PMD becomes writable whole, as its PTEs would; a
+    // private THP's only from 6.2.
+    let thp_private = !vma.shared() && !vma.is_hugetlb();
     let can_write = super::change_protection::can_change_writable(k, vma, e, || {
         anon && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE)
-    });
+    }) && (!thp_private || k.config.release().mprotect_writes_clean_private());
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     Some(n != e)

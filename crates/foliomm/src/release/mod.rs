@@ -378,6 +378,15 @@ impl KernelVersion {
     pub fn frees_by_pages_when_costly(self) -> bool {
         self >= KernelVersion::new(6, 9)
     }
+    /// Whether mprotect makes an AnonExclusive entry of a private mapping
+    /// writable without a write fault although the PTE is clean, and a
+    /// THP's PMD at all ("mm/mprotect: allow clean exclusive anon pages to
+    /// be writable" and "mm/huge_memory: try avoiding write faults when
+    /// changing PMD protection", taken as 6.2). Before, only a dirty PTE
+    /// (6.1's `can_change_pte_writable`), never a PMD.
+    pub fn mprotect_writes_clean_private(self) -> bool {
+        self >= KernelVersion::new(6, 2)
+    }
     /// Whether smaps counts a PROT_NONE huge PMD (a PROT_NONE VMA's, or a
     /// NUMA hinting one): 6.1's `smaps_pmd_entry` asks
     /// `follow_trans_huge_pmd(FOLL_DUMP)`, which refuses a protnone PMD
