@@ -92,7 +92,9 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id all-32bit",
             "rmap-id all-locked",
             "rmap-id all-skip-zero",
-            "rmap-id all-give-up"
+            "rmap-id all-give-up",
+            "rmap-id all-anon",
+            "rmap-id all-skip-entire"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));
