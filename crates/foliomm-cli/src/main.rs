@@ -379,6 +379,7 @@ fn compare_files(a: CompareArgs) -> Result<bool> {
     let mut skipped: Vec<String> = Vec::new();
     let mut bad: Vec<String> = Vec::new();
     for file in &files {
+        interrupt::at_file(file);
         let name = file.display().to_string();
         // A file that cannot be read or parsed is reported; the batch goes on.
         let parsed = read_scenario(file).and_then(|src| parse(&src).map(|s| (src, s)).map_err(|e| e.to_string()));

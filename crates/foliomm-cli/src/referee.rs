@@ -16,6 +16,8 @@ pub enum Referee {
 impl Referee {
     /// `host` or `guest`.
     pub fn new(backend: &str) -> Referee {
+        // A guest's qemu must not outlive an interrupted run.
+        crate::interrupt::install();
         match backend {
             "guest" => Referee::Guest(None),
             _ => Referee::Host,

@@ -46,7 +46,7 @@ use foliomm_scenario::op::{Access, GupKind, Op, Reply};
 use foliomm_scenario::Observation;
 
 use connection::{setup, Conn};
-pub use signals::handles_signals;
+pub use signals::{end_descendants, handles_signals};
 pub use worker::worker_main;
 
 /// The first argument that makes the foliomm binary run as a worker.

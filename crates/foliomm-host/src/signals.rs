@@ -51,8 +51,9 @@ pub(crate) fn alive(pid: u32) -> bool {
 }
 
 /// Kills every descendant of this process (the host workers and the
-/// processes they forked) and waits, up to two seconds, until none is alive.
-fn end_descendants() {
+/// processes they forked, a guest's qemu) and waits, up to two seconds,
+/// until none is alive.
+pub fn end_descendants() {
     let parent_of = |pid: u32| -> Option<u32> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()

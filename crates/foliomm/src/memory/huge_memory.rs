@@ -386,11 +386,16 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> Option<boo
     }
     let anon = !e.special() && phys.page(e.pfn()).test(pg::ANON);
     // A shared mapping's PMD becomes writable whole, as its PTEs would; a
-    // private THP's only from 6.2.
-    let thp_private = !vma.shared() && !vma.is_hugetlb();
+    // private THP's only from 6.2; a private hugetlb page's never
+    // (`hugetlb_change_protection` applies the VMA's read-only private
+    // protection, and the next write reuses the page in `hugetlb_wp`).
+    let private_ok = match vma.is_hugetlb() {
+        true => false,
+        false => k.config.release().mprotect_writes_clean_private(),
+    };
     let can_write = super::change_protection::can_change_writable(k, vma, e, || {
         anon && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE)
-    }) && (!thp_private || k.config.release().mprotect_writes_clean_private());
+    }) && (vma.shared() || private_ok);
     let n = e.modify_prot(vma.readable(), vma.writable() && can_write);
     pmd.store(phys, n);
     Some(n != e)

@@ -87,8 +87,10 @@ impl Mm {
         info.pfn = pfn;
         info.generation = phys.generation(pfn);
         // As smaps and PAGEMAP_SCAN show it: before 6.5 smaps hides a
-        // PROT_NONE huge PMD (`smaps_counts_protnone_pmd`).
-        info.pmd_mapped = huge && (leaf.hw_present() || k.config.release().smaps_counts_protnone_pmd());
+        // PROT_NONE THP's PMD (`smaps_counts_protnone_pmd`), never a
+        // hugetlb page's (`smaps_hugetlb_range`).
+        let hugetlb = vma.is_some_and(|(_, hugetlb)| hugetlb);
+        info.pmd_mapped = huge && (leaf.hw_present() || hugetlb || k.config.release().smaps_counts_protnone_pmd());
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
         info.zero_page = f.is_zero_page();
