@@ -57,7 +57,11 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         if !e.is_none() && !e.huge() {
             let table = e.pfn();
             let _ptl = pte_lockptr(phys, table).lock();
+            let batched = k.config.release().mprotect_batches_ptes().then(|| batch_bits(phys, table, addr, next));
+            let mut at = 0;
             let n = change_pte_range(phys, table, addr, next, |p| {
+                at += 1;
+                let p = batched.as_ref().map_or(p, |b| if p.present() { p.with(b[at - 1]) } else { p });
                 if !p.present() {
                     return p;
                 }
@@ -72,6 +76,35 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         addr = next;
     }
     changed
+}
+
+/// The young and dirty bits each entry of `[addr, next)` takes from its
+/// batch: from 6.17 mprotect changes the PTEs that map consecutive pages of
+/// one large folio with the same write and soft-dirty bits at once
+/// (`mprotect_folio_pte_batch`), and `modify_prot_start_ptes` hands their
+/// young and dirty bits, OR'ed, to every entry of the batch.
+fn batch_bits(phys: &PhysMem, table: Pfn, addr: u64, next: u64) -> Vec<u64> {
+    let n = ((next - addr) / PAGE_SIZE) as usize;
+    let entry = |i: usize| load(phys, table, pte_index(addr) + i);
+    let same = |p: Pte, q: Pte| (p.0 ^ q.0) & (Pte::RW | Pte::SOFT_DIRTY) == 0;
+    let mut bits = vec![0; n];
+    let mut i = 0;
+    while i < n {
+        let p = entry(i);
+        let f = (p.present() && !p.special()).then(|| Folio::containing(phys, p.pfn())).filter(|f| f.is_large());
+        let end = f.map_or(p.pfn() + 1, |f| f.pfn + f.nr_pages());
+        let mut j = i + 1;
+        while f.is_some() && j < n && entry(j).present() && entry(j).pfn() == p.pfn() + (j - i) as u64 {
+            if entry(j).pfn() >= end || !same(p, entry(j)) {
+                break;
+            }
+            j += 1;
+        }
+        let or = (i..j).fold(0, |a, k| a | (entry(k).0 & (Pte::DIRTY | Pte::ACCESSED)));
+        bits[i..j].fill(or);
+        i = j;
+    }
+    bits
 }
 
 /// `can_change_pte_writable` (and `can_change_pmd_writable`): whether an

@@ -387,6 +387,12 @@ impl KernelVersion {
     pub fn mprotect_writes_clean_private(self) -> bool {
         self >= KernelVersion::new(6, 2)
     }
+    /// Whether mprotect changes a batch of PTEs mapping one large folio at
+    /// once, giving every entry the batch's young and dirty bits ("mm:
+    /// optimize mprotect() by PTE batching", taken as 6.17).
+    pub fn mprotect_batches_ptes(self) -> bool {
+        self >= KernelVersion::new(6, 17)
+    }
     /// Whether smaps counts a PROT_NONE huge PMD (a PROT_NONE VMA's, or a
     /// NUMA hinting one): 6.1's `smaps_pmd_entry` asks
     /// `follow_trans_huge_pmd(FOLL_DUMP)`, which refuses a protnone PMD
