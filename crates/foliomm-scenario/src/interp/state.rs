@@ -309,10 +309,12 @@ impl<'b> State<'b> {
             _ => None,
         });
         let (bytes, memory) = memory.unwrap_or((4 << 30, "the default 4G".to_string()));
-        let counters = self.backend.counters();
-        let frames = counters.iter().find(|(n, _)| n == "frames_in_use").map_or(0, |&(_, v)| v);
-        let full = frames * 4096 >= bytes / 10 * 9;
-        if e.message.contains("ENOMEM") && self.backend.name() == "model" && !mapping && full {
+        let full = || {
+            let counters = self.backend.counters();
+            let frames = counters.iter().find(|(n, _)| n == "frames_in_use").map_or(0, |&(_, v)| v);
+            frames * 4096 >= bytes / 10 * 9
+        };
+        if e.message.contains("ENOMEM") && self.backend.name() == "model" && !mapping && full() {
             let message = format!(
                 "{} (the model's RAM is {memory}: 'set memory SIZE' or --memory SIZE gives it more, 'set swap SIZE' \
                  a swap device)",

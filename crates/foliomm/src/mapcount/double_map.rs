@@ -14,6 +14,7 @@
 //! `NR_ANON_MAPPED` twice.
 
 use super::eras::PageMapcounts;
+use super::fields::{field, w};
 use super::page_mapcounts::is_hugetlb;
 use super::{Cost, MapcountDesign};
 use crate::folio::Folio;
@@ -35,13 +36,12 @@ impl PageMapcounts {
     /// last PMD the flag goes and every count drops again. The pages stay
     /// mapped: nothing for `NR_ANON_MAPPED`. Returns what it cost.
     pub(super) fn split_pmd_counts(&self, f: Folio) -> Cost {
-        let mut cost = self.every_page(f, 1);
+        let mut cost = self.raise_every_page(f);
         if self.entire_mapcount(f) > 1 {
             cost += self.set_double_map(f);
         }
-        let entire = &f.page(1).w[super::fields::field::ENTIRE];
         cost.rmw += 1;
-        if entire.fetch_sub(1, Relaxed) == 0 {
+        if w(f, field::ENTIRE).fetch_sub(1, Relaxed) == 0 {
             cost += self.clear_double_map(f).map_or_else(Cost::default, |(_, c)| c);
         }
         cost
@@ -53,7 +53,7 @@ impl PageMapcounts {
         if f.page(1).flags.fetch_or(pg::DOUBLE_MAP, Relaxed) & pg::DOUBLE_MAP != 0 {
             return Cost { rmw: 1, ..Cost::default() };
         }
-        let mut cost = self.every_page(f, 1);
+        let mut cost = self.raise_every_page(f);
         cost.rmw += 1;
         cost
     }
@@ -77,10 +77,10 @@ impl PageMapcounts {
         (self.double_maps(f) && f.page(1).test(pg::DOUBLE_MAP)) as i32
     }
 
-    /// Adds `d` to every page's `_mapcount`; returns what it cost.
-    fn every_page(&self, f: Folio, d: i32) -> Cost {
+    /// Raises every page's `_mapcount` by one; returns what it cost.
+    fn raise_every_page(&self, f: Folio) -> Cost {
         (0..f.nr_pages()).for_each(|i| {
-            f.page(i).mapcount.fetch_add(d, Relaxed);
+            f.page(i).mapcount.fetch_add(1, Relaxed);
         });
         self.every_page_cost(f)
     }

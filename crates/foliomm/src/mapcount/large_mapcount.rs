@@ -7,7 +7,7 @@ use super::construction::Construction;
 use super::eras::PageMapcounts;
 use super::fields::{bump, field, set_shared, set_slot_id, slot_id, sum_word, w};
 use super::stage::RmapIdStage;
-use super::{Level, MmId, RmapMm, SharedAnswer};
+use super::{Level, MapcountDesign, MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
 use crate::phys::pg;
 use crate::sync::atomic::Ordering::*;
@@ -69,15 +69,15 @@ impl PageMapcounts {
     /// `all-give-up`), or a PMD maps it at stage `all-skip-entire`. Read
     /// inside the seqcount.
     fn blind(&self, f: Folio) -> bool {
-        untracked(f) || (self.f.stage == RmapIdStage::AllSkipEntire && w(f, field::ENTIRE).load(Relaxed) >= 0)
+        untracked(f) || (self.f.stage == RmapIdStage::AllSkipEntire && self.entire_mapcount(f) > 0)
     }
 
     /// Whether `mm` holds every mapping of `f`, for COW reuse: the sole
     /// owner by the sums; where they leave a PMD out, a folio mapped once
     /// (by the faulting `mm`).
     pub(super) fn owned_by(&self, f: Folio, mm: MmId) -> bool {
-        if self.f.stage == RmapIdStage::AllSkipEntire && w(f, field::ENTIRE).load(Relaxed) >= 0 {
-            return w(f, field::TOTAL).load(Relaxed) == 0;
+        if self.f.stage == RmapIdStage::AllSkipEntire && self.entire_mapcount(f) > 0 {
+            return self.mapcount(f) == 1;
         }
         self.sole_owner(f) == Some(mm)
     }

@@ -85,7 +85,8 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
 /// young and dirty bits, OR'ed, to every entry of the batch.
 fn batch_bits(phys: &PhysMem, table: Pfn, addr: u64, next: u64) -> Vec<u64> {
     let n = ((next - addr) / PAGE_SIZE) as usize;
-    let entry = |i: usize| load(phys, table, pte_index(addr) + i);
+    let ptes: Vec<Pte> = (0..n).map(|i| load(phys, table, pte_index(addr) + i)).collect();
+    let entry = |i: usize| ptes[i];
     let same = |p: Pte, q: Pte| (p.0 ^ q.0) & (Pte::RW | Pte::SOFT_DIRTY) == 0;
     let mut bits = vec![0; n];
     let mut i = 0;

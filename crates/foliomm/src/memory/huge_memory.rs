@@ -389,10 +389,7 @@ pub(crate) fn change_huge_pmd(k: &Kernel, pmd: PmdSlot, vma: &Vma) -> Option<boo
     // private THP's only from 6.2; a private hugetlb page's never
     // (`hugetlb_change_protection` applies the VMA's read-only private
     // protection, and the next write reuses the page in `hugetlb_wp`).
-    let private_ok = match vma.is_hugetlb() {
-        true => false,
-        false => k.config.release().mprotect_writes_clean_private(),
-    };
+    let private_ok = !vma.is_hugetlb() && k.config.release().mprotect_writes_clean_private();
     let can_write = super::change_protection::can_change_writable(k, vma, e, || {
         anon && phys.page(e.pfn()).test(pg::ANON_EXCLUSIVE)
     }) && (vma.shared() || private_ok);
