@@ -246,17 +246,17 @@ macro_rules! design_names {
 
 design_names!(VmaLockDesign { MmapLock = "mmap-lock", VmaRwsem = "vma-rwsem", VmaRefcount = "vma-refcount" });
 
-/// Where a VMA's lock word lies against the fields every fault reads
-/// (`vm_start`, `vm_end`, `vm_mm`, `vm_flags`, `vm_lock_seq`: the VMA's
-/// first cache line), as the cache-line accounting sees it (seed 004; see
-/// [`crate::mm_types::vma_lock`]).
+/// How a VMA's members and its lock word lie in the kernel's memory, as
+/// the cache-line accounting sees them (seed 004; see
+/// `mm_types::vma_layout`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum VmaLayout {
-    /// The design's own: 6.15's `vm_refcnt` alone in a line of the
-    /// cacheline-aligned VMA (`vma-refcount`); 6.4 to 6.14's `vm_lock`, a
-    /// 40-byte object of its own slab, packed with other VMAs' locks
-    /// (`vma-rwsem`).
+    /// The design's own release: 6.15's three lines of a cacheline-aligned
+    /// VMA, `vm_refcnt` opening the third (`vma-refcount`); 6.4 to 6.14's
+    /// packed 184-byte VMAs, their `vm_lock` a 40-byte object of its own
+    /// slab, packed with other VMAs' locks (`vma-rwsem`); 6.1's packed
+    /// VMAs without a lock (`mmap-lock`).
     #[default]
     Design,
     /// The lock word inside the VMA's first line, beside the fields a fault

@@ -127,7 +127,7 @@ impl Mm {
     pub fn lock_mm_and_find_vma(&self, addr: u64) -> Result<FaultVma<'_>> {
         let vmas = self.mmap_read_lock();
         let vma = vmas.find(addr).ok_or(Errno::EFAULT)?.clone();
-        vma.account_fields_read();
+        vma.account_fault_reads();
         Ok(FaultVma { vma, hold: Hold::MmapLock { _vmas: vmas } })
     }
 
@@ -218,12 +218,12 @@ pub(super) fn lock_under_rcu(
             Ok(()) => {}
         }
         // vma-rwsem: the VMA may have left the tree since the walk.
-        if vma.lock.isolated_since_lookup() {
+        if vma.isolated_since_lookup() {
             vma.end_read();
             *misses += 1;
             continue;
         }
-        vma.account_fields_read();
+        vma.account_fault_reads();
         if revalidate && !vma.contains(addr) {
             vma.end_read();
             return None;

@@ -134,9 +134,13 @@ impl Mm {
     }
 
     /// `anon_vma_prepare` for `vma` of this MM: its anon_vma, made now if
-    /// it has none.
+    /// it has none (a write of the VMA's `anon_vma`, which every
+    /// anonymous fault reads).
     pub fn anon_vma_prepare(&self, vma: &super::Vma) -> u64 {
-        vma.anon_vma.prepare(|| self.mmlist.new_anon_vma(&self.kernel, None))
+        let had = vma.anon_vma();
+        let id = vma.anon_vma.prepare(|| self.mmlist.new_anon_vma(&self.kernel, None));
+        vma.account(&[super::vma_layout::Member::AnonVma], had == 0);
+        id
     }
 
     /// `mmap_read_lock`.

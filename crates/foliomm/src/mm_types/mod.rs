@@ -15,6 +15,7 @@ pub mod mmap_lock;
 pub mod userfaultfd;
 pub mod vma;
 pub mod vma_cache;
+mod vma_layout;
 pub mod vma_lock;
 pub mod vma_tree;
 

@@ -16,6 +16,7 @@
 use arc_swap::ArcSwapOption;
 
 use super::userfaultfd::UserfaultfdCtx;
+use super::vma_layout::{Member, VmaLines};
 use super::vma_lock::VmaLock;
 use super::Mempolicy;
 use crate::arch::PAGE_SIZE;
@@ -160,6 +161,8 @@ pub struct Vma {
     pub anon_vma: AnonVmaSlot,
     /// The per-VMA lock and `vm_lock_seq`.
     pub(crate) lock: VmaLock,
+    /// Where the kernel keeps the members, for the cache-line accounting.
+    pub(super) lines: VmaLines,
     /// How often the object went back to the slab (`vm_area_free`): what
     /// KASAN would tell of a read after a free, which a type-safe cache
     /// lets happen (foliomm's own bookkeeping; Linux has no such field).
@@ -181,7 +184,8 @@ impl Vma {
             policy: AtomicU64::new(0),
             uffd: ArcSwapOption::empty(),
             anon_vma: AnonVmaSlot::default(),
-            lock: VmaLock::new(design, layout, slot),
+            lock: VmaLock::new(design),
+            lines: VmaLines::new(design, layout, slot),
             frees: AtomicU64::new(0),
         }
     }
@@ -198,6 +202,7 @@ impl Vma {
 
     /// Gives a free VMA what `v` says (`vma_init`).
     pub(super) fn init(&self, v: VmaInit) {
+        self.account(&[Member::Mm], true);
         self.mm.store(v.mm, Relaxed);
         self.file.store(v.file);
         self.set_range(v.start, v.end, v.pgoff);
@@ -268,6 +273,7 @@ impl Vma {
     /// Sets `vm_policy` (`vma_replace_policy`, `vma_dup_policy`); the
     /// caller holds the mmap_lock for write.
     pub fn set_policy(&self, p: Mempolicy) {
+        self.account(&[Member::Policy], true);
         self.policy.store(p.encode(), Relaxed);
     }
     /// `vm_userfaultfd_ctx.ctx`: the userfaultfd the VMA is registered
@@ -343,6 +349,7 @@ impl Vma {
     /// for write and keeps the tree's key (the start) in step.
     /// A linked file VMA's `i_mmap` record changes with it.
     pub fn set_range(&self, start: u64, end: u64, pgoff: u64) {
+        self.account(&[Member::Start, Member::End, Member::Pgoff], true);
         self.start.store(start, Relaxed);
         self.end.store(end, Relaxed);
         self.pgoff.store(pgoff, Relaxed);
@@ -389,6 +396,7 @@ impl Vma {
     /// `vm_flags_reset`; the caller holds the mmap_lock for write. A linked
     /// file VMA's `i_mmap` record changes with it.
     pub fn set_flags(&self, flags: u32) {
+        self.account(&[Member::Prot, Member::Flags], true);
         self.flags.store(flags, Relaxed);
         self.with_file(|f| f.map(|f| f.i_mmap.update_flags(self.id(), flags)));
         self.anon_vma.update(self.record());

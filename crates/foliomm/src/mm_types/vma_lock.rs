@@ -19,21 +19,20 @@
 //! Differs from Linux: outside a simulation such a writer spins and
 //! yields instead of sleeping, so readers wake no one.
 //!
-//! Cache lines ([`cacheline`], by [`VmaLayout`]): the VMA's first line holds
-//! what every fault reads (`vm_start`, `vm_end`, `vm_mm`, `vm_flags`,
-//! `vm_lock_seq`: the VMA is cacheline-aligned, as 6.15's cache is).
-//! `vm_refcnt` has a line of its own, as 6.15 aligns it; a `vm_lock` rwsem
-//! is a 40-byte object of its own slab (6.4 to 6.14's `vma_lock_cachep`),
-//! so that each line holds parts of two or three VMAs' locks and faults on
+//! Cache lines ([`cacheline`]): the lock word and `vm_lock_seq` are
+//! accounted where the release's layout puts them ([`super::vma_layout`]):
+//! `vm_refcnt` opens the third line of 6.15's VMA; a `vm_lock` rwsem is a
+//! 40-byte object of its own slab (6.4 to 6.14's `vma_lock_cachep`), so
+//! that each line holds parts of two or three VMAs' locks and faults on
 //! neighbouring VMAs bounce it; the `embedded` layout puts the lock word in
 //! the first line itself, so every lock taken by one CPU takes the fields
-//! from the others (the 6.4 merge window's regression). The slab's lines
-//! are accounted at addresses of their own, never the model's memory.
+//! from the others (the 6.4 merge window's regression).
 
+use super::vma_layout::Member;
 use super::Vma;
-use crate::kernel::{VmaLayout, VmaLockDesign};
+use crate::kernel::VmaLockDesign;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
-use crate::sync::cacheline::{self, Aligned, Structure::VmaLock as Line};
+use crate::sync::cacheline::{self, Aligned};
 use crate::sync::{sleep_done, sleep_wait, wake_waiters, RwSem};
 
 /// The writer's share of `vm_refcnt` (`VMA_LOCK_OFFSET`, bit 30).
@@ -43,31 +42,12 @@ pub const VMA_REF_LIMIT: u32 = VMA_LOCK_OFFSET - 1;
 /// `vm_lock_seq` of a VMA not write-locked since it was made (`UINT_MAX`).
 const NEVER_LOCKED: u64 = u64::MAX;
 
-/// Where the accounting finds a slab `vm_lock`: slot `i` at
-/// `VMA_LOCK_SLAB + 40 * i`, far from any address of the model's memory.
-const VMA_LOCK_SLAB: usize = 0xffff_8000_0000_0000;
-/// `sizeof(struct vma_lock)` (6.4 to 6.14).
-const VMA_LOCK_SIZE: usize = 40;
-
-/// A VMA's lock state: `vm_lock_seq`, the design's lock, and where the
-/// accounting puts the lock word.
+/// A VMA's lock state: `vm_lock_seq` and the design's lock.
 #[derive(Debug)]
 pub struct VmaLock {
     /// `vm_lock_seq`.
     seq: AtomicU64,
     kind: Kind,
-    place: Place,
-}
-
-/// Where the lock word's line is, for the accounting.
-#[derive(Clone, Copy, Debug)]
-enum Place {
-    /// Where the model keeps it (`vm_refcnt`'s own aligned line).
-    Own,
-    /// A slot of the `vm_lock` slab, at this address.
-    Slab(usize),
-    /// In the VMA's first line.
-    Embedded,
 }
 
 #[derive(Debug)]
@@ -91,19 +71,14 @@ pub enum ReadFailure {
 }
 
 impl VmaLock {
-    /// A detached VMA's lock, the `slot`-th the VMA cache made.
-    pub(super) fn new(design: VmaLockDesign, layout: VmaLayout, slot: usize) -> VmaLock {
+    /// A detached VMA's lock.
+    pub(super) fn new(design: VmaLockDesign) -> VmaLock {
         let kind = match design {
             VmaLockDesign::MmapLock => Kind::None,
             VmaLockDesign::VmaRwsem => Kind::Rwsem { sem: Box::default(), detached: AtomicBool::new(true) },
             VmaLockDesign::VmaRefcount => Kind::Refcount(Aligned(AtomicU32::new(0))),
         };
-        let place = match (layout, design) {
-            (VmaLayout::Embedded, _) => Place::Embedded,
-            (VmaLayout::Design, VmaLockDesign::VmaRwsem) => Place::Slab(VMA_LOCK_SLAB + VMA_LOCK_SIZE * slot),
-            (VmaLayout::Design, _) => Place::Own,
-        };
-        VmaLock { seq: AtomicU64::new(NEVER_LOCKED), kind, place }
+        VmaLock { seq: AtomicU64::new(NEVER_LOCKED), kind }
     }
 
     /// `vma_lock_init` for a VMA handed out by the cache (still detached).
@@ -115,24 +90,10 @@ impl VmaLock {
     /// or `detached`); always false under `mmap-lock`, which has no state.
     pub fn is_detached(&self) -> bool {
         match &self.kind {
-            Kind::Rwsem { detached, .. } => cacheline::read(Line, detached),
-            Kind::Refcount(r) => cacheline::read(Line, &r.0),
-            Kind::None => {}
-        }
-        match &self.kind {
             Kind::None => false,
             Kind::Rwsem { detached, .. } => detached.load(Acquire),
             Kind::Refcount(r) => r.load(Acquire) == 0,
         }
-    }
-
-    /// Whether a VMA read-locked after a lockless lookup has left the tree
-    /// meanwhile: `vma-rwsem`'s check of `detached` after `down_read` (6.4
-    /// to 6.14's `lock_vma_under_rcu`). The refcount design needs none (a
-    /// detached VMA's count is 0, and `vma_start_read`'s increment refused
-    /// it), nor does `mmap-lock`.
-    pub fn isolated_since_lookup(&self) -> bool {
-        matches!(self.kind, Kind::Rwsem { .. }) && self.is_detached()
     }
 
     /// Readers holding the VMA, or `None` under `mmap-lock`. Exact only
@@ -147,37 +108,22 @@ impl VmaLock {
 }
 
 impl Vma {
-    /// The address of the VMA's first line (the struct is cacheline-aligned).
-    fn first_line(&self) -> usize {
-        self as *const Vma as usize
+    /// Whether a VMA read-locked after a lockless lookup has left the tree
+    /// meanwhile: `vma-rwsem`'s check of `detached` (beside `vm_lock_seq`)
+    /// after `down_read` (6.4 to 6.14's `lock_vma_under_rcu`). The refcount
+    /// design needs none (a detached VMA's count is 0, and
+    /// `vma_start_read`'s increment refused it), nor does `mmap-lock`.
+    pub fn isolated_since_lookup(&self) -> bool {
+        if !matches!(self.lock.kind, Kind::Rwsem { .. }) {
+            return false;
+        }
+        self.account(&[Member::LockSeq], false);
+        self.lock.is_detached()
     }
 
-    /// Accounts a write of the line of the design's lock word, where the
-    /// layout puts it.
-    fn account_lock_write(&self) {
-        let own = match &self.lock.kind {
-            Kind::None => return,
-            Kind::Rwsem { sem, .. } => &**sem as *const RwSem as usize,
-            Kind::Refcount(r) => &r.0 as *const AtomicU32 as usize,
-        };
-        let at = match self.lock.place {
-            Place::Own => own,
-            Place::Slab(addr) => addr,
-            Place::Embedded => self.first_line() + 48,
-        };
-        cacheline::access_at(Line, at, true);
-    }
-
-    /// Accounts a fault's reads of `vm_start`, `vm_end` and `vm_flags` (the
-    /// VMA's first line) once it holds the VMA.
-    pub(crate) fn account_fields_read(&self) {
-        cacheline::access_at(cacheline::Structure::Vma, self.first_line(), false);
-    }
-
-    /// Accounts reads of `vm_lock_seq` (in the VMA's first line) and
-    /// `mm_lock_seq`.
+    /// Accounts reads of `vm_lock_seq` and `mm_lock_seq`.
     fn account_seq_reads(&self, mm_seq: &AtomicU64) {
-        cacheline::access_at(Line, self.first_line(), false);
+        self.account(&[Member::LockSeq], false);
         cacheline::read(cacheline::Structure::MmLockSeq, mm_seq);
     }
 
@@ -234,7 +180,7 @@ impl Vma {
     /// `vm_mm` (in the VMA's first line) before it lets go. Returns true
     /// if it was the last reader a waiting writer needed, and woke it.
     pub fn end_read(&self) -> bool {
-        self.account_fields_read();
+        self.account(&[Member::Mm], false);
         self.account_lock_write();
         match &self.lock.kind {
             Kind::None => false,
@@ -265,7 +211,7 @@ impl Vma {
             return;
         }
         self.account_lock_write();
-        cacheline::access_at(Line, self.first_line(), true);
+        self.account(&[Member::LockSeq], true);
         match &self.lock.kind {
             Kind::None => seq.store(mm_seq, Relaxed),
             Kind::Rwsem { sem, .. } => {
