@@ -94,7 +94,8 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id all-skip-zero",
             "rmap-id all-give-up",
             "rmap-id all-anon",
-            "rmap-id all-skip-entire"
+            "rmap-id all-skip-entire",
+            "rmap-id all-pmd"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));

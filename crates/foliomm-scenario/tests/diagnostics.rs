@@ -139,3 +139,18 @@ fn userfaultfd_lines_say_what_they_expected() {
     let e = parse_error("P: u = userfaultfdd\n");
     assert!(e.contains("did you mean 'userfaultfd'?"), "{e}");
 }
+
+#[test]
+fn an_expect_list_names_stages_it_leaves_out_and_refuses_unknown_ones() {
+    let e = parse_error("P: a = mmap 4K\nP: observe a as x\nexpect [rmap-id, !all-pmt] x.rss_kb == 0\n");
+    assert!(e.starts_with("line 3, column"), "{e}");
+    assert!(e.contains("expected a stage of the rmap-id designs after '!', found 'all-pmt'"), "{e}");
+    // Left out at its stage, the line is skipped (it would fail); other
+    // stages and designs without stages check it.
+    let src = |stage: &str| {
+        format!("set mapcount rmap-id\nset rmap_id_stage {stage}\nP: a = mmap 4K rw\nP: write a\nP: observe a as x\nexpect [!all-pmd] x.rss_kb == 0\n")
+    };
+    let out = run(&parse(&src("all-pmd")).unwrap(), &mut ModelBackend::new(), RunOptions::default());
+    assert!(out.failure.is_none(), "{:?}", out.failure);
+    assert!(failure(&src("all")).contains("x.rss_kb (= 4) == 0"), "{}", failure(&src("all")));
+}

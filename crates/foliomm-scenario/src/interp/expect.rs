@@ -4,18 +4,17 @@
 use super::state::State;
 use super::StepResult;
 use crate::lang::suggest::did_you_mean;
-use crate::lang::{CmpOp, MachineSetting, Only, Operand};
+use crate::lang::{CmpOp, MachineSetting, Only, Operand, Run};
 use crate::observation::Observation;
 use foliomm::internals::mapcount::{Design, RmapIdStage};
-use foliomm::internals::release::KernelVersion;
 
 impl State<'_> {
     /// Evaluates `expect LHS OP RHS`, skipped where the run's mapcount design
     /// or release does not match `only` or the backend cannot see an operand.
     pub(super) fn expect(&mut self, line: usize, lhs: &Operand, op: CmpOp, rhs: &Operand, only: &Only) -> StepResult {
-        let (design, release) = self.design_and_release();
-        if !only.matches(design, release) {
-            return Ok(format!("skipped: only for {only} (this run: {design}, Linux {release})"));
+        let run = self.run_kind();
+        if !only.matches(run) {
+            return Ok(format!("skipped: only for {only} (this run: {run})"));
         }
         let inexact =
             |o: &Operand| o.fields().into_iter().any(|(obj, f)| obj == "stat" && !self.backend.exact_counter(f));
@@ -62,7 +61,7 @@ impl State<'_> {
     /// subpage), as the last `set rmap_id_stage` makes it answer. The
     /// release: the last `set kernel`, else the design's if one was set,
     /// else the backend's.
-    pub(super) fn design_and_release(&self) -> (Design, KernelVersion) {
+    pub(super) fn run_kind(&self) -> Run {
         let (mut design, mut kernel, mut stage) = (None, None, RmapIdStage::default());
         for (_, s) in &self.settings {
             match s {
@@ -74,7 +73,7 @@ impl State<'_> {
         }
         let release = kernel.or(design.map(Design::release)).unwrap_or_else(|| self.backend.release());
         let design = design.or(kernel.map(Design::of_release)).unwrap_or_else(|| Design::of_release(release));
-        (stage.answers_as(design), release)
+        Run { design: stage.answers_as(design), release, stage }
     }
 
     /// Keeps an observation under `name`; returns a one-line summary.

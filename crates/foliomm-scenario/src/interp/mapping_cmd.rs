@@ -75,8 +75,8 @@ impl State<'_> {
                 if unmoved != m.unmoved {
                     return Err(format!("{unmoved} pages not migrated, expected {} (status {shown})", m.unmoved).into());
                 }
-                let (design, release) = self.design_and_release();
-                match m.status.iter().find(|(only, _)| only.matches(design, release)) {
+                let run = self.run_kind();
+                match m.status.iter().find(|(only, _)| only.matches(run)) {
                     Some((_, want)) if *want != status => {
                         Err(format!("status {shown}, expected {}", status_text(want)).into())
                     }

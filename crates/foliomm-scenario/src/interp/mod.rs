@@ -315,7 +315,7 @@ pub fn run(steps: &[Step], backend: &mut dyn Backend, opts: RunOptions) -> Outco
     if let (None, Some(first)) = (&failure, failed_expects.first()) {
         failure = Some(first.clone());
     }
-    let (design, kernel) = st.design_and_release();
+    let crate::lang::Run { design, release: kernel, .. } = st.run_kind();
     Outcome {
         backend: st.backend.name().into(),
         settings: st.settings.iter().map(|(_, s)| s.to_string()).collect(),

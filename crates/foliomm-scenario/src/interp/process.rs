@@ -37,9 +37,9 @@ impl State<'_> {
     pub(super) fn process(&mut self, step: &Step, p: String, tid: u32) -> StepResult {
         let t = Thread { proc: &p, tid };
         // `fails [ONLY] ERRNO` outside ONLY: the step must succeed.
-        let (design, release) = self.design_and_release();
+        let run = self.run_kind();
         let must_succeed;
-        let step = match step.fails.is_some() && !step.fails_only.matches(design, release) {
+        let step = match step.fails.is_some() && !step.fails_only.matches(run) {
             true => {
                 must_succeed = Step { fails: None, ..step.clone() };
                 &must_succeed

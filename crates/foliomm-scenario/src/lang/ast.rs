@@ -4,7 +4,7 @@
 use foliomm::internals::folio::thp::khugepaged::KhugepagedKnob;
 use foliomm::internals::folio::thp::{ShmemHuge, ShmemMode, ThpMode};
 use foliomm::internals::machine::HugeSize;
-use foliomm::internals::mapcount::Design;
+use foliomm::internals::mapcount::{Design, RmapIdStage};
 use foliomm::internals::mm::Advice;
 use foliomm::internals::mm_types::Prot;
 use foliomm::internals::release::KernelVersion;
@@ -238,12 +238,35 @@ pub enum Cmd {
 }
 
 /// Where an `expect` line holds: under any of `designs` (all if empty),
-/// and on a release inside `releases`.
+/// on a release inside `releases`, and at no stage of `not_stages`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Only {
     pub designs: Vec<Design>,
     /// From the first release (`6.13+`), before the second (`<6.13`).
     pub releases: (Option<KernelVersion>, Option<KernelVersion>),
+    /// Seed 000's stages of the rmap-ID designs where it does not hold
+    /// (`!all-pmd`); other designs ignore them.
+    pub not_stages: Vec<RmapIdStage>,
+}
+
+/// What a run is, for `expect [...]`: the design whose answers it gives
+/// (after the stage's [`RmapIdStage::answers_as`]), the release it
+/// follows, and the stage of the rmap-ID designs.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    pub design: Design,
+    pub release: KernelVersion,
+    pub stage: RmapIdStage,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.design)?;
+        if self.design.has_stages() {
+            write!(f, " at stage {}", self.stage.name())?;
+        }
+        write!(f, ", Linux {}", self.release)
+    }
 }
 
 impl Only {
@@ -253,14 +276,19 @@ impl Only {
         let mut only = Only::default();
         for name in text.trim_end_matches(']').split(',').map(str::trim).filter(|d| !d.is_empty()) {
             let release = |v: &str| v.parse::<KernelVersion>();
-            match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<')) {
-                (Some(d), _, _) => only.designs.push(d),
-                (_, Some(v), _) => only.releases.0 = Some(release(v)?),
-                (_, _, Some(v)) => only.releases.1 = Some(release(v)?),
+            let stage = name.strip_prefix('!').map(|s| RmapIdStage::parse(s).ok_or(s));
+            match (Design::parse(name), name.strip_suffix('+'), name.strip_prefix('<'), stage) {
+                (Some(d), ..) => only.designs.push(d),
+                (_, Some(v), ..) => only.releases.0 = Some(release(v)?),
+                (_, _, Some(v), _) => only.releases.1 = Some(release(v)?),
+                (.., Some(Ok(s))) => only.not_stages.push(s),
+                (.., Some(Err(s))) => {
+                    return Err(format!("expected a stage of the rmap-id designs after '!', found '{s}'"))
+                }
                 _ => {
                     let known = Design::names();
                     return Err(format!(
-                        "expected a mapcount design ({known}) or a release range (6.13+ or <6.13), found '{name}'"
+                        "expected a mapcount design ({known}), a release range (6.13+ or <6.13) or !STAGE, found '{name}'"
                     ));
                 }
             }
@@ -268,12 +296,13 @@ impl Only {
         Ok(only)
     }
 
-    /// Whether a run of `design` following `release` matches.
-    pub fn matches(&self, design: Design, release: KernelVersion) -> bool {
+    /// Whether `run` matches.
+    pub fn matches(&self, run: Run) -> bool {
         let (from, before) = self.releases;
-        (self.designs.is_empty() || self.designs.contains(&design))
-            && from.is_none_or(|f| release >= f)
-            && before.is_none_or(|b| release < b)
+        (self.designs.is_empty() || self.designs.contains(&run.design))
+            && from.is_none_or(|f| run.release >= f)
+            && before.is_none_or(|b| run.release < b)
+            && !(run.design.has_stages() && self.not_stages.contains(&run.stage))
     }
 }
 
@@ -283,6 +312,7 @@ impl std::fmt::Display for Only {
         let mut items: Vec<String> = self.designs.iter().map(|d| d.name().to_string()).collect();
         items.extend(self.releases.0.map(|v| format!("{v}+")));
         items.extend(self.releases.1.map(|v| format!("<{v}")));
+        items.extend(self.not_stages.iter().map(|s| format!("!{}", s.name())));
         write!(f, "[{}]", items.join(", "))
     }
 }

@@ -73,19 +73,35 @@ impl PageMapcounts {
     }
 
     /// Whether `mm` holds every mapping of `f`, for COW reuse: the sole
-    /// owner by the sums; where they leave a PMD out, a folio mapped once
-    /// (by the faulting `mm`).
+    /// owner by the sums; where they leave a PMD out, or the stage does not
+    /// track `f`, a folio mapped once (by the faulting `mm`).
     pub(super) fn owned_by(&self, f: Folio, mm: MmId) -> bool {
-        if self.f.stage == RmapIdStage::AllSkipEntire && self.entire_mapcount(f) > 0 {
+        let selected_out = !self.tracks(f);
+        if selected_out || (self.f.stage == RmapIdStage::AllSkipEntire && self.entire_mapcount(f) > 0) {
             return self.mapcount(f) == 1;
         }
         self.sole_owner(f) == Some(mm)
     }
 
     /// Whether `f` has rmap sums under the seqcount: under a design with
-    /// them, unless the stage tracks anon folios only and `f` is not one.
+    /// them, unless the stage selects folios (`all-anon`: anon ones;
+    /// `all-pmd`: PMD-sized ones) and `f` is not one it selects.
     pub(super) fn tracks(&self, f: Folio) -> bool {
-        self.f.rmap_sums.is_some() && (self.f.stage != RmapIdStage::AllAnon || f.test_anon())
+        self.f.rmap_sums.is_some()
+            && match self.f.stage {
+                RmapIdStage::AllAnon => f.test_anon(),
+                RmapIdStage::AllPmd => f.order() >= crate::arch::PMD_ORDER,
+                _ => true,
+            }
+    }
+
+    /// `folio_likely_mapped_shared` as 6.7 to 6.14 guess it: more than one
+    /// mapping, and a PMD among them, more mappings than pages, or the
+    /// first page mapped twice. Wrong for a folio whose first page one MM
+    /// maps once while others map the rest.
+    pub(super) fn guess_shared(&self, f: Folio) -> bool {
+        let m = self.mapcount(f);
+        m > 1 && (self.entire_mapcount(f) > 0 || m > f.nr_pages() || f.page(0).mapcount.load(Relaxed) > 0)
     }
 
     /// Closes what [`PageMapcounts::begin_all`] opened.

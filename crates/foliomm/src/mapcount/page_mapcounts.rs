@@ -177,7 +177,7 @@ impl MapcountDesign for PageMapcounts {
             w(f, field::SLOT0).store(all, Relaxed);
             set_slot_id(f, 0, mm.id);
         }
-        if let Some(c) = self.construction() {
+        if let Some(c) = self.construction().filter(|_| self.tracks(f)) {
             let n = if self.skips_entire(level) { 0 } else { (all + 1) as u64 };
             let mut scratch = None;
             for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
@@ -424,10 +424,9 @@ impl MapcountDesign for PageMapcounts {
         match self.f.guess {
             Guess::Page => page_shared(i),
             Guess::FirstPage => page_shared(0),
-            Guess::Likely => {
-                let m = self.mapcount(f);
-                m > 1 && (self.entire_mapcount(f) > 0 || m > f.nr_pages() || f.page(0).mapcount.load(Relaxed) > 0)
-            }
+            Guess::Likely => self.guess_shared(f),
+            // Stage all-pmd: what the series replaced, for the folios it leaves out.
+            Guess::Design if self.f.stage == super::RmapIdStage::AllPmd && !self.tracks(f) => self.guess_shared(f),
             Guess::Design => self.maybe_mapped_shared(f).maybe_shared(),
         }
     }

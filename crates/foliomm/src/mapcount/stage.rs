@@ -15,8 +15,9 @@ named_enum! {
     /// an ordinary seqcount, `all-skip-zero`, `all` leaving out the update
     /// of a sum whose sub-ID is 0, `all-give-up`, `all` giving a
     /// contended folio up for "always mapped shared", `all-anon`, `all`
-    /// tracking anon folios only, and `all-skip-entire`, `all` leaving PMD
-    /// mappings out of the sums. Only
+    /// tracking anon folios only, `all-skip-entire`, `all` leaving PMD
+    /// mappings out of the sums, and `all-pmd`, `all` tracking PMD-sized
+    /// folios only. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -102,6 +103,15 @@ named_enum! {
     /// answer "maybe shared" for more than one mapping (a single mapping is
     /// its mapper's, and COW reuses it).
     AllSkipEntire = "all-skip-entire",
+    /// `all` with the seed's idea of tracking only "selected folio sizes":
+    /// folios smaller than a PMD (mTHP) keep only their large mapcount,
+    /// updated with one atomic outside the seqcount: they are "maybe shared"
+    /// once mapped more than once, policy code (pageout, NUMA balancing,
+    /// khugepaged) asks the guess it had before the series (6.7's
+    /// `folio_likely_mapped_shared`: a PMD, more mappings than pages, or
+    /// the first page mapped twice), and COW reuses one only while it has
+    /// a single mapping. PMD-sized folios are tracked as at `all`.
+    AllPmd = "all-pmd",
     }
 }
 
