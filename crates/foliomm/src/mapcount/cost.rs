@@ -73,7 +73,7 @@ impl PageMapcounts {
         let in_range = move |p: u64| pte && per_page && first <= p && p < first + nr;
         // Pages 2..=k (none without sums).
         let last_sum =
-            if self.tracks(f) && !self.skips_entire(level) { self.sum_words(f).min(f.nr_pages() - 1) } else { 1 };
+            if self.tracks(f) && !self.skips_entire(level) { self.last_sum_page(f, self.sum_words(f)) } else { 1 };
         let sums = 2..last_sum + 1;
         // Without per-page counts only the folio's own fields change.
         let pages = if pte && self.f.page_mapcounts { first..first + nr } else { 0..0 };

@@ -6,6 +6,7 @@ use crate::folio::Folio;
 use crate::sync::atomic::{AtomicI32, AtomicU64, Ordering::*};
 
 use super::eras::{PageMapcounts, Total};
+use super::stage::RmapIdStage;
 use super::MmId;
 
 /// Field layout in the second page's descriptor (`folio->_large_mapcount` etc.).
@@ -71,19 +72,38 @@ pub(super) fn bump(a: &AtomicI32, d: i32, plain: bool) -> i32 {
     }
 }
 
-/// Word `i` of a large folio's rmap sums (`_mm_ids` for `i` = 0 under the
-/// other designs): the `ids` word of page 1 + `i`, and past the folio's
-/// last page the `link` word of page 2 onwards, which tail pages leave
-/// unused (page 1's is the rmap seqcount). Only an order-2 folio at seed
-/// 000's stages before 123 needs that: 4 sums, 3 tail pages. The RFC keeps
-/// `_rmap_valX` in struct folio's tail-page fields; foliomm's memmap has
-/// one `ids` word per page.
-pub(super) fn sum_word<'a>(f: Folio<'a>, i: u64) -> &'a AtomicU64 {
-    let tails = f.nr_pages() - 1;
-    if i < tails {
-        &f.page(1 + i).ids
-    } else {
-        &f.page(2 + i - tails).link
+impl PageMapcounts {
+    /// Word `i` of a large folio's rmap sums (`_mm_ids` for `i` = 0 under
+    /// the other designs). Spread (every stage but `all-packed`): the `ids`
+    /// word of page 1 + `i`, a cache line each, and past the folio's last
+    /// page the `link` word of page 2 onwards, which tail pages leave
+    /// unused (page 1's is the rmap seqcount); only an order-2 folio at
+    /// seed 000's stages before 123 needs that: 4 sums, 3 tail pages.
+    /// Packed (`all-packed`): the first in page 1's `ids`, beside the
+    /// seqcount and the mapcount, the others two to a tail page (`link`,
+    /// then `ids`, from page 2). The RFC keeps `_rmap_valX` in struct
+    /// folio's tail-page fields; foliomm's memmap has two free words per
+    /// tail page.
+    pub(super) fn sum_word<'a>(&self, f: Folio<'a>, i: u64) -> &'a AtomicU64 {
+        if self.f.stage == RmapIdStage::AllPacked && i > 0 {
+            let p = f.page(1 + i.div_ceil(2));
+            return if i % 2 == 1 { &p.link } else { &p.ids };
+        }
+        let tails = f.nr_pages() - 1;
+        if i < tails {
+            &f.page(1 + i).ids
+        } else {
+            &f.page(2 + i - tails).link
+        }
+    }
+
+    /// The last page holding one of `f`'s `n` rmap sums (1 for none).
+    pub(super) fn last_sum_page(&self, f: Folio, n: u64) -> u64 {
+        if self.f.stage == RmapIdStage::AllPacked {
+            n.saturating_sub(1).div_ceil(2) + 1
+        } else {
+            n.min(f.nr_pages() - 1).max(1)
+        }
     }
 }
 
@@ -118,7 +138,7 @@ impl PageMapcounts {
         if self.f.rmap_sums.is_some() {
             push("rmap seqcount", f.page(1).link.load(Relaxed) as i64);
             for i in 0..self.sum_words(f) {
-                push(&format!("rmap sum word {}", i + 1), sum_word(f, i).load(Relaxed) as i64);
+                push(&format!("rmap sum word {}", i + 1), self.sum_word(f, i).load(Relaxed) as i64);
             }
         }
         out

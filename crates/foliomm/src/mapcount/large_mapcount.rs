@@ -5,7 +5,7 @@
 
 use super::construction::Construction;
 use super::eras::PageMapcounts;
-use super::fields::{bump, field, set_shared, set_slot_id, slot_id, sum_word, w};
+use super::fields::{bump, field, set_shared, set_slot_id, slot_id, w};
 use super::stage::RmapIdStage;
 use super::{Level, MapcountDesign, MmId, RmapMm, SharedAnswer};
 use crate::folio::Folio;
@@ -102,6 +102,12 @@ impl PageMapcounts {
     pub(super) fn guess_shared(&self, f: Folio) -> bool {
         let m = self.mapcount(f);
         m > 1 && (self.entire_mapcount(f) > 0 || m > f.nr_pages() || f.page(0).mapcount.load(Relaxed) > 0)
+    }
+
+    /// The mapcount and the rmap sums, read without the seqcount.
+    fn snapshot(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
+        let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+        (m, (0..c.count(f.order()) as u64).map(|i| self.sum_word(f, i).load(Relaxed)).collect())
     }
 
     /// Closes what [`PageMapcounts::begin_all`] opened.
@@ -221,7 +227,7 @@ impl PageMapcounts {
         for (i, &v) in values.iter().enumerate().filter(|&(_, &v)| (v != 0 || !skip_zero) && !untracked) {
             sums += 1;
             let delta = (d as i64 as u64).wrapping_mul(v);
-            let sum = sum_word(f, i as u64);
+            let sum = self.sum_word(f, i as u64);
             if sec.exclusive {
                 sum.store(sum.load(Relaxed).wrapping_add(delta), Relaxed);
             } else {
@@ -246,14 +252,14 @@ impl PageMapcounts {
     /// zeroed and tracked again, as its next user expects.
     pub(super) fn reset_untracked(&self, f: Folio) {
         if let Some(c) = self.construction().filter(|_| untracked(f)) {
-            (0..c.count(f.order()) as u64).for_each(|i| sum_word(f, i).store(0, Relaxed));
+            (0..c.count(f.order()) as u64).for_each(|i| self.sum_word(f, i).store(0, Relaxed));
             f.page(1).clear(pg::RMAP_UNTRACKED);
         }
     }
 
     /// rmap-id: a consistent mapcount and rmap sums.
     pub(super) fn sums(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
-        self.seqcount(f).read(|| snapshot(c, f))
+        self.seqcount(f).read(|| self.snapshot(c, f))
     }
 
     /// rmap-id: the MM that maps every mapping of the folio, if one does
@@ -262,7 +268,7 @@ impl PageMapcounts {
         let c = self.construction().filter(|_| self.tracks(f))?;
         // The mark is read inside the section: a writer sets it before it
         // skips its sums, and leaves the section after.
-        let (given_up, (n, sums)) = self.seqcount(f).read(|| (self.blind(f), snapshot(c, f)));
+        let (given_up, (n, sums)) = self.seqcount(f).read(|| (self.blind(f), self.snapshot(c, f)));
         if given_up {
             return None;
         }
@@ -286,7 +292,7 @@ impl PageMapcounts {
         if total > f.nr_pages() || !self.tracks(f) {
             return SharedAnswer::MaybeShared;
         }
-        match self.seqcount(f).try_read(|| (self.blind(f), snapshot(c, f))) {
+        match self.seqcount(f).try_read(|| (self.blind(f), self.snapshot(c, f))) {
             None => SharedAnswer::Busy,
             Some((false, (n, sums))) if n <= 1 || owner(c, f, n, &sums).is_some() => SharedAnswer::Exclusive,
             Some(_) => SharedAnswer::MaybeShared,
@@ -314,12 +320,6 @@ pub(super) fn rmap_values<'a>(
     } else {
         scratch.insert(c.values(mm.id as u64, f.order()))
     }
-}
-
-/// The mapcount and the rmap sums, read without the seqcount.
-fn snapshot(c: Construction, f: Folio) -> (u64, Vec<u64>) {
-    let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
-    (m, (0..c.count(f.order()) as u64).map(|i| sum_word(f, i).load(Relaxed)).collect())
 }
 
 /// The MM owning all `n` mappings with these sums, if one does; none when

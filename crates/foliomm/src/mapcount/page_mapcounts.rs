@@ -5,7 +5,7 @@
 
 use super::compound_lock::CompoundLock;
 use super::eras::{Guess, PageMapcounts, Total};
-use super::fields::{bump, field, set_slot_id, shared, slot_id, sum_word, w, ENTIRELY_MAPPED};
+use super::fields::{bump, field, set_slot_id, shared, slot_id, w, ENTIRELY_MAPPED};
 use super::large_mapcount::Entered;
 use super::{Added, Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapMm, SharedAnswer};
 use crate::folio::Folio;
@@ -106,7 +106,7 @@ impl MapcountDesign for PageMapcounts {
         // __folio_prep_large_rmap(): raw_seqcount_init().
         f.page(1).link.store(0, Relaxed);
         for i in 0..self.sum_words(f) {
-            sum_word(f, i).store(0, Relaxed);
+            self.sum_word(f, i).store(0, Relaxed);
         }
     }
 
@@ -141,7 +141,7 @@ impl MapcountDesign for PageMapcounts {
             bad.push(format!("rmap seqcount is {:#x}, a writer is inside", f.page(1).link.load(Relaxed)));
         }
         for i in 0..self.sum_words(f) {
-            let ids = sum_word(f, i).load(Relaxed);
+            let ids = self.sum_word(f, i).load(Relaxed);
             if ids != 0 {
                 bad.push(format!("sum word {}: _mm_ids / rmap sum is {ids:#x}, expected 0", i + 1));
             }
@@ -181,7 +181,7 @@ impl MapcountDesign for PageMapcounts {
             let n = if self.skips_entire(level) { 0 } else { (all + 1) as u64 };
             let mut scratch = None;
             for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
-                sum_word(f, i as u64).store(n.wrapping_mul(v), Relaxed);
+                self.sum_word(f, i as u64).store(n.wrapping_mul(v), Relaxed);
             }
         }
     }

@@ -16,8 +16,9 @@ named_enum! {
     /// of a sum whose sub-ID is 0, `all-give-up`, `all` giving a
     /// contended folio up for "always mapped shared", `all-anon`, `all`
     /// tracking anon folios only, `all-skip-entire`, `all` leaving PMD
-    /// mappings out of the sums, and `all-pmd`, `all` tracking PMD-sized
-    /// folios only. Only
+    /// mappings out of the sums, `all-pmd`, `all` tracking PMD-sized
+    /// folios only, and `all-packed`, `all` with two sums to a cache line.
+    /// Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -112,6 +113,13 @@ named_enum! {
     /// the first page mapped twice), and COW reuses one only while it has
     /// a single mapping. PMD-sized folios are tracked as at `all`.
     AllPmd = "all-pmd",
+    /// `all` with the seed's question "Maybe squeezing the data into less
+    /// cachelines helps [but that's hard]?" (its experiments found that
+    /// spreading the sums over more lines did not help): the first sum
+    /// shares page 1's line with the seqcount and the mapcount, the others
+    /// go two to a tail page's line, where `all` gives each its own
+    /// ([`super::eras::PageMapcounts::sum_word`]).
+    AllPacked = "all-packed",
     }
 }
 
