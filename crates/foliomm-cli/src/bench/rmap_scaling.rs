@@ -109,14 +109,15 @@ type Column = (Design, CompoundLock, RmapIdStage);
 /// seed 003's with its bit spinlock and with the sleeping lock it offered
 /// for PREEMPT_RT (not unlocked: that one miscounts, which the checker
 /// would report); rmap-id also without its exclusive entry, with it
-/// switched by the profile, under the Q/A's bit spinlock, and with three
+/// switched by the profile, under the Q/A's bit spinlock, and with four
 /// of the seed's ideas (skipping the sums of zero sub-IDs; giving a
-/// contended folio up as always shared; two sums to a cache line).
-const COLUMNS: [Column; 14] = {
+/// contended folio up as always shared; two sums to a cache line; the
+/// mapcount merged into the seqcount).
+const COLUMNS: [Column; 15] = {
     use {
         CompoundLock::*,
         Design::*,
-        RmapIdStage::{All, AllAuto, AllGiveUp, AllLocked, AllPacked, AllShared, AllSkipZero},
+        RmapIdStage::{All, AllAuto, AllGiveUp, AllLocked, AllMerged, AllPacked, AllShared, AllSkipZero},
     };
     [
         (NrMapped, BitSpinlock, All),
@@ -131,6 +132,7 @@ const COLUMNS: [Column; 14] = {
         (RmapId, BitSpinlock, AllSkipZero),
         (RmapId, BitSpinlock, AllGiveUp),
         (RmapId, BitSpinlock, AllPacked),
+        (RmapId, BitSpinlock, AllMerged),
         (RmapIdPowersum, BitSpinlock, All),
         (MmId, BitSpinlock, All),
     ]

@@ -49,7 +49,9 @@ impl PageMapcounts {
                 // Entering (1 RMW, 2 after a lost race) and leaving the
                 // seqcount (the seed's 2 RMWs); the mapcount and each sum
                 // changed are plain when alone, atomic otherwise.
-                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { 1 + entered.sums };
+                // Merged, the mapcount changes in the leaving RMW.
+                let mapcount_rmw = !self.merges() as u64;
+                c.rmw += entered.rmw + 1 + if entered.exclusive { 0 } else { mapcount_rmw + entered.sums };
             }
             Total::All => c.rmw += 1,
             _ => {}

@@ -117,7 +117,7 @@ impl PageMapcounts {
         match (self.f.total, self.seed_003()) {
             (Total::None, _) => {}
             (_, true) => push("subpages_mapcount", get(field::TOTAL)),
-            (_, false) => push("_large_mapcount", get(field::TOTAL)),
+            (_, false) => push("_large_mapcount", self.large_raw(f) as i64),
         }
         if self.f.nr_pages_mapped {
             push("_nr_pages_mapped", get(field::NR_PAGES_MAPPED));

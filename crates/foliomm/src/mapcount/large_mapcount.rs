@@ -29,7 +29,8 @@ pub(super) struct Entered {
     /// updated with plain stores inside the section (seed 000's patch 20).
     pub plain_pages: bool,
     /// `_large_mapcount` after the update (biased by -1), as
-    /// `folio_add_return_large_mapcount` returns it; 0 for designs without.
+    /// `folio_add_return_large_mapcount` returns it; 0 for designs without,
+    /// and at stage `all-merged`, where the section's end makes it.
     pub after: i32,
     /// rmap-id: the rmap sums the update changed (all of them, but at
     /// stage `all-skip-zero` those of a zero sub-ID).
@@ -49,7 +50,28 @@ impl PageMapcounts {
     /// The rmap seqcount (`folio->_rmap_atomic_seqcount`), entered as the
     /// stage enters it.
     pub(super) fn seqcount<'a>(&self, f: Folio<'a>) -> AtomicSeqcount<'a> {
-        AtomicSeqcount::new(Structure::Folio, &f.page(1).link, self.f.stage.seq_entry())
+        let seq = AtomicSeqcount::new(Structure::Folio, &f.page(1).link, self.f.stage.seq_entry());
+        if self.merges() {
+            seq.merged()
+        } else {
+            seq
+        }
+    }
+
+    /// Whether the large mapcount lives in the rmap seqcount's word (stage
+    /// `all-merged`).
+    pub(super) fn merges(&self) -> bool {
+        self.f.rmap_sums.is_some() && self.f.stage == RmapIdStage::AllMerged
+    }
+
+    /// The raw large mapcount (the mapcount less 1): `field::TOTAL`, or the
+    /// seqcount's value where it is merged in.
+    pub(super) fn large_raw(&self, f: Folio) -> i32 {
+        if self.merges() {
+            self.seqcount(f).merged_value() as i32
+        } else {
+            w(f, field::TOTAL).load(Relaxed)
+        }
     }
 
     /// Opens the rmap seqcount around a whole rmap update when the stage puts
@@ -106,14 +128,15 @@ impl PageMapcounts {
 
     /// The mapcount and the rmap sums, read without the seqcount.
     fn snapshot(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
-        let m = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+        let m = (self.large_raw(f) + 1) as u64;
         (m, (0..c.count(f.order()) as u64).map(|i| self.sum_word(f, i).load(Relaxed)).collect())
     }
 
-    /// Closes what [`PageMapcounts::begin_all`] opened.
-    pub(super) fn end_all(&self, f: Folio, section: Option<SeqWrite>) {
+    /// Closes what [`PageMapcounts::begin_all`] opened, for an update that
+    /// changed the mapcount by `d` (added as it closes where merged).
+    pub(super) fn end_all(&self, f: Folio, section: Option<SeqWrite>, d: i32) {
         if let Some(w) = section {
-            self.seqcount(f).write_end(w);
+            self.seqcount(f).write_end_adding(w, if self.merges() { d as i64 } else { 0 });
         }
     }
 }
@@ -214,7 +237,14 @@ impl PageMapcounts {
         let values = rmap_values(c, f, &mm, &mut scratch);
         let seq = self.seqcount(f);
         let sec = section.unwrap_or_else(|| seq.write_begin());
-        let after = bump(w(f, field::TOTAL), d, sec.exclusive) + d;
+        // Merged: the mapcount changes as the section ends, and `after` is
+        // unknown here; the rmap-ID designs decide nothing from it (their
+        // per-page mapcounts do), so nothing reads the word again for it.
+        debug_assert!(!self.merges() || self.f.page_mapcounts, "a merged mapcount's callers need no 'after'");
+        let after = match self.merges() {
+            true => 0,
+            false => bump(w(f, field::TOTAL), d, sec.exclusive) + d,
+        };
         let skip_zero = self.f.stage == RmapIdStage::AllSkipZero;
         // A writer that met another gives the folio up for "always mapped
         // shared" (seed 000's idea), and nobody keeps its sums any more.
@@ -235,7 +265,7 @@ impl PageMapcounts {
             }
         }
         if section.is_none() {
-            seq.write_end(sec);
+            seq.write_end_adding(sec, if self.merges() { d as i64 } else { 0 });
         }
         Entered {
             exclusive: sec.exclusive,
@@ -285,7 +315,7 @@ impl PageMapcounts {
     /// and indicate maybe mapped shared". Stopping at the first sign of a
     /// writer is foliomm's reading; COW reuse still retries ([`Self::sole_owner`]).
     pub(super) fn mapped_shared_once(&self, c: Construction, f: Folio) -> SharedAnswer {
-        let total = (w(f, field::TOTAL).load(Relaxed) + 1) as u64;
+        let total = (self.large_raw(f) + 1) as u64;
         if total <= 1 {
             return SharedAnswer::Exclusive;
         }

@@ -11,7 +11,7 @@ use super::{Added, Cost, FolioTruth, Level, MapcountDesign, MmId, Removed, RmapM
 use crate::folio::Folio;
 use crate::sync::atomic::Ordering::*;
 use crate::sync::cacheline::Structure;
-use crate::sync::BitSpinLock;
+use crate::sync::{AtomicSeqcount, BitSpinLock};
 
 impl PageMapcounts {
     /// Takes the compound lock around an update, for the design that has
@@ -59,7 +59,9 @@ impl PageMapcounts {
     /// only: no MM IDs, no `_nr_pages_mapped`, no page counts.
     fn hugetlb_add(&self, f: Folio, delta: i32) {
         w(f, field::ENTIRE).fetch_add(delta, Relaxed);
-        if self.f.total == Total::All {
+        if self.merges() {
+            self.seqcount(f).add_merged(delta as i64);
+        } else if self.f.total == Total::All {
             w(f, field::TOTAL).fetch_add(delta, Relaxed);
         }
     }
@@ -104,7 +106,8 @@ impl MapcountDesign for PageMapcounts {
         ws[field::SLOT0].store(-1, Relaxed);
         ws[field::SLOT0 + 1].store(-1, Relaxed);
         // __folio_prep_large_rmap(): raw_seqcount_init().
-        f.page(1).link.store(0, Relaxed);
+        let seq = if self.merges() { AtomicSeqcount::merged_init(self.total_init() as i64) } else { 0 };
+        f.page(1).link.store(seq, Relaxed);
         for i in 0..self.sum_words(f) {
             self.sum_word(f, i).store(0, Relaxed);
         }
@@ -140,6 +143,13 @@ impl MapcountDesign for PageMapcounts {
         if self.f.rmap_sums.is_some() && !self.seqcount(f).is_idle() {
             bad.push(format!("rmap seqcount is {:#x}, a writer is inside", f.page(1).link.load(Relaxed)));
         }
+        if self.merges() && self.large_raw(f) != self.total_init() {
+            bad.push(format!(
+                "the seqcount's merged mapcount is {}, expected {}",
+                self.large_raw(f),
+                self.total_init()
+            ));
+        }
         for i in 0..self.sum_words(f) {
             let ids = self.sum_word(f, i).load(Relaxed);
             if ids != 0 {
@@ -169,6 +179,7 @@ impl MapcountDesign for PageMapcounts {
             w(f, field::NR_PAGES_MAPPED).store(nr_mapped, Relaxed);
         }
         match self.f.total {
+            Total::All if self.merges() => f.page(1).link.store(AtomicSeqcount::merged_init(all as i64), Relaxed),
             Total::All => w(f, field::TOTAL).store(all, Relaxed),
             Total::Ptes => w(f, field::TOTAL).store(ptes, Relaxed),
             Total::None => {}
@@ -195,6 +206,7 @@ impl MapcountDesign for PageMapcounts {
         }
         let lock = self.lock(f);
         let section = self.begin_all(f);
+        let delta = if level == Level::Pte { nr as i32 } else { 1 };
         self.touch(f, first, nr, level);
         // Plain updates for seed 000's exclusive writer, and under seed 003's
         // lock ("skipping the usual atomic operations on those fields").
@@ -268,7 +280,7 @@ impl MapcountDesign for PageMapcounts {
                 (entered, newly_mapped)
             }
         };
-        self.end_all(f, section);
+        self.end_all(f, section, delta);
         let mut cost = self.cost(f, first, nr, level, entered, lock.map_or(0, |l| l.spins()));
         cost += extra;
         Added { newly_mapped, cost }
@@ -285,6 +297,7 @@ impl MapcountDesign for PageMapcounts {
         let lock_spins = lock.as_ref().map_or(0, |l| l.spins());
         let nr_mapped = w(f, field::NR_PAGES_MAPPED);
         let section = self.begin_all(f);
+        let delta = if level == Level::Pte { nr as i32 } else { 1 };
         self.touch(f, first, nr, level);
         // Plain updates for seed 000's exclusive writer, and under seed 003's
         // lock ("skipping the usual atomic operations on those fields").
@@ -300,7 +313,7 @@ impl MapcountDesign for PageMapcounts {
                     Total::None => Entered::default(),
                 };
                 if !self.f.page_mapcounts {
-                    self.end_all(f, section);
+                    self.end_all(f, section, -delta);
                     let cost = self.cost(f, first, nr, level, entered, lock_spins);
                     return self.removed_without_page_mapcounts(f, (entered.after + 1) as u64, false, cost);
                 }
@@ -342,7 +355,7 @@ impl MapcountDesign for PageMapcounts {
                 removed.cost += extra;
                 let last_pmd = bump(w(f, field::ENTIRE), -1, plain) == 0;
                 if !self.f.page_mapcounts {
-                    self.end_all(f, section);
+                    self.end_all(f, section, -delta);
                     return self.removed_without_page_mapcounts(f, left, last_pmd, removed.cost);
                 }
                 if let Some(unmapped) = in_pages {
@@ -373,13 +386,13 @@ impl MapcountDesign for PageMapcounts {
                 removed
             }
         };
-        self.end_all(f, section);
+        self.end_all(f, section, -delta);
         removed
     }
 
     fn mapcount(&self, f: Folio) -> u64 {
         match self.f.total {
-            Total::All => (w(f, field::TOTAL).load(Relaxed) + 1) as u64,
+            Total::All => (self.large_raw(f) + 1) as u64,
             Total::Ptes => w(f, field::TOTAL).load(Relaxed) as u64 + self.entire_mapcount(f),
             // total_mapcount() of a hugetlb page: its compound mapcount.
             Total::None if is_hugetlb(f) => self.entire_mapcount(f),

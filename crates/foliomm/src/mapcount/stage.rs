@@ -17,8 +17,8 @@ named_enum! {
     /// contended folio up for "always mapped shared", `all-anon`, `all`
     /// tracking anon folios only, `all-skip-entire`, `all` leaving PMD
     /// mappings out of the sums, `all-pmd`, `all` tracking PMD-sized
-    /// folios only, and `all-packed`, `all` with two sums to a cache line.
-    /// Only
+    /// folios only, `all-packed`, `all` with two sums to a cache line, and
+    /// `all-merged`, `all` with the mapcount in the seqcount's word. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -120,6 +120,15 @@ named_enum! {
     /// go two to a tail page's line, where `all` gives each its own
     /// ([`super::eras::PageMapcounts::sum_word`]).
     AllPacked = "all-packed",
+    /// `all` with the seed's idea "Finding ways of merging the total
+    /// mapcount with the seqcount": the large mapcount lives in the rmap
+    /// seqcount's word ([`crate::sync::AtomicSeqcount::merged`]) and changes
+    /// in the RMW that leaves the write section, so a shared writer saves
+    /// the mapcount's own RMW and a reader gets both in one load. The new
+    /// mapcount is known only after the section; the rmap-ID designs decide
+    /// nothing from it inside (they keep per-page mapcounts and
+    /// `_nr_pages_mapped`), so nothing has to move.
+    AllMerged = "all-merged",
     }
 }
 

@@ -16,7 +16,7 @@ impl PageMapcounts {
         let ptes: i64 = truth.pte.iter().map(|&n| n as i64).sum();
         match self.f.total {
             Total::All => {
-                let large = w(f, field::TOTAL).load(Relaxed) as i64 + 1;
+                let large = self.large_raw(f) as i64 + 1;
                 if large != total {
                     bad.push(format!("large mapcount {large}, page tables say {total}"));
                 }

@@ -42,7 +42,32 @@ pub struct AtomicSeqcount<'a> {
     /// is one to its line ([`super::cacheline`]).
     structure: Structure,
     entry: SeqEntry,
+    layout: &'static Layout,
 }
+
+/// Where the word keeps its writers and its sequence.
+#[derive(Debug)]
+struct Layout {
+    shared_one: u64,
+    exclusive_one: u64,
+    exclusive_mask: u64,
+    writers: u64,
+    step: u64,
+}
+
+/// Patch 18's 64-bit layout.
+const PATCH_18: Layout =
+    Layout { shared_one: 1, exclusive_one: 1 << 16, exclusive_mask: 0xffff << 16, writers: 0xffff_ffff, step: 1 << 32 };
+
+/// Seed 000's idea of "merging the total mapcount with the seqcount": 1,023
+/// shared and 1,023 exclusive writers (bits 0..20), a value (bits 20..44,
+/// biased by 2^23, so that it borrows from nothing), and a 20-bit sequence
+/// on top, whose carry leaves the word.
+const MERGED: Layout =
+    Layout { shared_one: 1, exclusive_one: 1 << 10, exclusive_mask: 0x3ff << 10, writers: 0xf_ffff, step: 1 << 44 };
+const VALUE_SHIFT: u32 = 20;
+const VALUE_BIAS: i64 = 1 << 23;
+const VALUE_MASK: u64 = (1 << 24) - 1;
 
 /// An open write section: whether the writer is alone in it, and what
 /// entering cost.
@@ -58,16 +83,37 @@ pub struct SeqWrite {
     pub lost: bool,
 }
 
-const SHARED_ONE: u64 = 1;
-const EXCLUSIVE_ONE: u64 = 1 << 16;
-const EXCLUSIVE_MASK: u64 = 0xffff << 16;
-const WRITERS: u64 = 0xffff_ffff;
-const STEP: u64 = 1 << 32;
-
 impl<'a> AtomicSeqcount<'a> {
     /// The seqcount in `word`, a word of a line of `s`, entered by `entry`.
     pub fn new(s: Structure, word: &'a AtomicU64, entry: SeqEntry) -> AtomicSeqcount<'a> {
-        AtomicSeqcount { word, structure: s, entry }
+        AtomicSeqcount { word, structure: s, entry, layout: &PATCH_18 }
+    }
+
+    /// The seqcount with a value merged into its word ([`MERGED`]): the
+    /// value changes in the exit's RMW ([`Self::write_end_adding`]), so a
+    /// shared writer saves the value's own RMW. Differs from patch 18's:
+    /// at most 1,023 writers of each kind inside at once, a value within
+    /// ±2^23, and a reader fooled only by 2^20 sections during its read.
+    pub fn merged(self) -> AtomicSeqcount<'a> {
+        AtomicSeqcount { layout: &MERGED, ..self }
+    }
+
+    /// A merged word holding `value`, no writer inside (`raw_seqcount_init`).
+    pub fn merged_init(value: i64) -> u64 {
+        ((value + VALUE_BIAS) as u64) << VALUE_SHIFT
+    }
+
+    /// The value of a merged word (a snapshot only inside [`Self::read`]).
+    pub fn merged_value(&self) -> i64 {
+        self.touch(false);
+        ((self.word.load(Relaxed) >> VALUE_SHIFT) & VALUE_MASK) as i64 - VALUE_BIAS
+    }
+
+    /// Adds `delta` to a merged word's value without a write section (one
+    /// RMW; readers retry, as for a section).
+    pub fn add_merged(&self, delta: i64) {
+        self.touch(true);
+        self.word.fetch_add((delta as u64) << VALUE_SHIFT, Release);
     }
 
     /// An access to the word's line, a write if `write`.
@@ -93,29 +139,29 @@ impl<'a> AtomicSeqcount<'a> {
             return self.lock(w);
         }
         let s = self.word.load(Relaxed);
-        if self.entry != SeqEntry::SharedOnly && s & WRITERS == 0 {
+        if self.entry != SeqEntry::SharedOnly && s & self.layout.writers == 0 {
             if self.entry == SeqEntry::Cmpxchg {
-                if self.word.compare_exchange(s, s | EXCLUSIVE_ONE, Acquire, Relaxed).is_ok() {
+                if self.word.compare_exchange(s, s | self.layout.exclusive_one, Acquire, Relaxed).is_ok() {
                     fence(Release);
                     return SeqWrite { exclusive: true, ..w };
                 }
             } else {
-                let s = self.word.fetch_add(EXCLUSIVE_ONE, Acquire).wrapping_add(EXCLUSIVE_ONE);
-                if s & WRITERS == EXCLUSIVE_ONE {
+                let s = self.word.fetch_add(self.layout.exclusive_one, Acquire).wrapping_add(self.layout.exclusive_one);
+                if s & self.layout.writers == self.layout.exclusive_one {
                     fence(Release);
                     return SeqWrite { exclusive: true, ..w };
                 }
                 // Raced with another writer: become a shared one.
                 w.rmw += 1;
                 w.lost = true;
-                self.word.fetch_add(SHARED_ONE.wrapping_sub(EXCLUSIVE_ONE), Acquire);
+                self.word.fetch_add(self.layout.shared_one.wrapping_sub(self.layout.exclusive_one), Acquire);
                 self.wait_exclusive(&mut w);
                 return w;
             }
             w.rmw += 1;
             w.lost = true;
         }
-        self.word.fetch_add(SHARED_ONE, Acquire);
+        self.word.fetch_add(self.layout.shared_one, Acquire);
         self.wait_exclusive(&mut w);
         w
     }
@@ -126,8 +172,8 @@ impl<'a> AtomicSeqcount<'a> {
     fn lock(&self, mut w: SeqWrite) -> SeqWrite {
         loop {
             let s = self.word.load(Relaxed);
-            if s & WRITERS == 0 {
-                if self.word.compare_exchange(s, s | EXCLUSIVE_ONE, Acquire, Relaxed).is_ok() {
+            if s & self.layout.writers == 0 {
+                if self.word.compare_exchange(s, s | self.layout.exclusive_one, Acquire, Relaxed).is_ok() {
                     fence(Release);
                     return SeqWrite { exclusive: true, ..w };
                 }
@@ -141,7 +187,7 @@ impl<'a> AtomicSeqcount<'a> {
 
     /// A shared writer waits for every exclusive writer to leave.
     fn wait_exclusive(&self, w: &mut SeqWrite) {
-        while self.word.load(Acquire) & EXCLUSIVE_MASK != 0 {
+        while self.word.load(Acquire) & self.layout.exclusive_mask != 0 {
             backoff(&mut w.spins, self.key());
             self.touch(false);
         }
@@ -151,9 +197,17 @@ impl<'a> AtomicSeqcount<'a> {
     /// `raw_write_atomic_seqcount_end`: leaves the write side, moving the
     /// sequence on (one atomic add either way).
     pub fn write_end(&self, w: SeqWrite) {
-        let leave = if w.exclusive { EXCLUSIVE_ONE } else { SHARED_ONE };
+        self.write_end_adding(w, 0);
+    }
+
+    /// Leaves the write side and, in a merged word, adds `delta` to its
+    /// value, in the one atomic add.
+    pub fn write_end_adding(&self, w: SeqWrite, delta: i64) {
+        let leave = if w.exclusive { self.layout.exclusive_one } else { self.layout.shared_one };
+        debug_assert!(delta == 0 || std::ptr::eq(self.layout, &MERGED), "a value in an unmerged word");
         self.touch(true);
-        self.word.fetch_add(STEP.wrapping_sub(leave), Release);
+        let add = self.layout.step.wrapping_sub(leave).wrapping_add((delta as u64) << VALUE_SHIFT);
+        self.word.fetch_add(add, Release);
     }
 
     /// Reads a consistent snapshot with `read`, retrying while writers are
@@ -175,7 +229,7 @@ impl<'a> AtomicSeqcount<'a> {
     pub fn try_read<T>(&self, read: impl Fn() -> T) -> Option<T> {
         self.touch(false);
         let s1 = self.word.load(Acquire);
-        if s1 & WRITERS != 0 {
+        if s1 & self.layout.writers != 0 {
             return None;
         }
         let v = read();
@@ -186,6 +240,6 @@ impl<'a> AtomicSeqcount<'a> {
 
     /// Whether no writer is inside (for the checker at a quiescent point).
     pub fn is_idle(&self) -> bool {
-        self.word.load(Acquire) & WRITERS == 0
+        self.word.load(Acquire) & self.layout.writers == 0
     }
 }
