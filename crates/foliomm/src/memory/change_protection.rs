@@ -57,20 +57,24 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
         if !e.is_none() && !e.huge() {
             let table = e.pfn();
             let _ptl = pte_lockptr(phys, table).lock();
-            let batched = k.config.release().mprotect_batches_ptes().then(|| batch_bits(phys, table, addr, next));
-            let mut at = 0;
-            let n = change_pte_range(phys, table, addr, next, |p| {
-                at += 1;
-                let p = batched.as_ref().map_or(p, |b| if p.present() { p.with(b[at - 1]) } else { p });
-                if !p.present() {
-                    return p;
-                }
-                let can_write = can_change_writable(k, vma, p, || {
-                    let f = Folio::containing(phys, p.pfn());
-                    f.anon_exclusive(p.pfn() - f.pfn)
-                }) && (vma.shared() || p.dirty() || k.config.release().mprotect_writes_clean_private());
-                p.modify_prot(vma.readable(), vma.writable() && can_write)
-            });
+            let n = change_pte_range_batched(
+                k,
+                table,
+                addr,
+                next,
+                |_| false,
+                |p| {
+                    if !p.present() {
+                        return p;
+                    }
+                    let can_write =
+                        can_change_writable(k, vma, p, || {
+                            let f = Folio::containing(phys, p.pfn());
+                            f.anon_exclusive(p.pfn() - f.pfn)
+                        }) && (vma.shared() || p.dirty() || k.config.release().mprotect_writes_clean_private());
+                    p.modify_prot(vma.readable(), vma.writable() && can_write)
+                },
+            );
             changed |= n > 0;
         }
         addr = next;
@@ -78,11 +82,36 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
     changed
 }
 
+/// [`change_pte_range`] as mprotect, NUMA hinting and uffd-wp run it:
+/// from 6.17 (`mprotect_batches_ptes`) the present entries `skipped` does
+/// not leave alone (`prot_numa_skip`) reach `f` with their batch's young
+/// and dirty bits ([`batch_bits`]), as `modify_prot_start_ptes` hands them
+/// to every entry of the batch; before, each entry alone.
+pub(crate) fn change_pte_range_batched(
+    k: &Kernel,
+    table: Pfn,
+    addr: u64,
+    next: u64,
+    skipped: impl Fn(Pte) -> bool,
+    mut f: impl FnMut(Pte) -> Pte,
+) -> u64 {
+    let phys = &k.phys;
+    let batched = k.config.release().mprotect_batches_ptes().then(|| batch_bits(phys, table, addr, next));
+    let mut at = 0;
+    change_pte_range(phys, table, addr, next, |p| {
+        at += 1;
+        match &batched {
+            Some(b) if p.present() && !skipped(p) => f(p.with(b[at - 1])),
+            _ => f(p),
+        }
+    })
+}
+
 /// The young and dirty bits each entry of `[addr, next)` takes from its
-/// batch: from 6.17 mprotect changes the PTEs that map consecutive pages of
-/// one large folio with the same write and soft-dirty bits at once
-/// (`mprotect_folio_pte_batch`), and `modify_prot_start_ptes` hands their
-/// young and dirty bits, OR'ed, to every entry of the batch.
+/// batch: from 6.17 `change_pte_range` changes the PTEs that map
+/// consecutive pages of one large folio with the same write and soft-dirty
+/// bits at once (`mprotect_folio_pte_batch`), and `modify_prot_start_ptes`
+/// hands their young and dirty bits, OR'ed, to every entry of the batch.
 fn batch_bits(phys: &PhysMem, table: Pfn, addr: u64, next: u64) -> Vec<u64> {
     let n = ((next - addr) / PAGE_SIZE) as usize;
     let ptes: Vec<Pte> = (0..n).map(|i| load(phys, table, pte_index(addr) + i)).collect();

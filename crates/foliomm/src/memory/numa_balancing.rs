@@ -69,10 +69,11 @@ pub fn change_prot_numa(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64) ->
                 addr = next;
                 continue;
             };
-            updated += super::change_protection::change_pte_range(phys, table, addr, next, |p| {
-                match p.hw_present() && !prot_numa_skip(k, mm, vma, p) {
-                    true => p.modify_prot(false, false),
-                    false => p,
+            let skipped = |p: Pte| !p.hw_present() || prot_numa_skip(k, mm, vma, p);
+            updated += super::change_protection::change_pte_range_batched(k, table, addr, next, skipped, |p| {
+                match skipped(p) {
+                    true => p,
+                    false => p.modify_prot(false, false),
                 }
             });
         }

@@ -227,12 +227,19 @@ pub fn uffd_wp_range(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64, prote
             drop(_ptl);
             let table = e.pfn();
             let _ptl = pte_lockptr(phys, table).lock();
-            let n = super::change_protection::change_pte_range(phys, table, addr, next, |p| {
-                change(p, &|| {
-                    let f = Folio::containing(phys, p.pfn());
-                    f.test_anon() && f.anon_exclusive(p.pfn() - f.pfn)
-                })
-            });
+            let n = super::change_protection::change_pte_range_batched(
+                k,
+                table,
+                addr,
+                next,
+                |_| false,
+                |p| {
+                    change(p, &|| {
+                        let f = Folio::containing(phys, p.pfn());
+                        f.test_anon() && f.anon_exclusive(p.pfn() - f.pfn)
+                    })
+                },
+            );
             changed |= n > 0;
         }
         addr = next;
