@@ -21,7 +21,23 @@ fn run_src(src: &str) -> foliomm_scenario::Outcome {
 /// `bench shared-decisions`), sorted.
 fn shipped() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    let dirs = ["", "cow", "threads", "shmem", "hugetlb", "swap", "split", "collapse", "migrate", "uffd", "ksm"];
+    let dirs = [
+        "",
+        "cow",
+        "threads",
+        "shmem",
+        "hugetlb",
+        "swap",
+        "split",
+        "collapse",
+        "migrate",
+        "uffd",
+        "ksm",
+        "lazyfree",
+        "soft-dirty",
+        "rmap-id",
+        "races",
+    ];
     for dir in dirs.map(|d| scenario_dir().join(d)) {
         let found = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
         files.extend(found.filter(|p| p.extension().is_some_and(|e| e == "fmm")));

@@ -12,8 +12,12 @@
 //! mapped once (`folio_mapcount == folio_nr_pages`); a large folio the
 //! range covers in part is split first unless it may be mapped shared
 //! (6.10 on: "mm/madvise: optimize lazyfreeing with mTHP in madvise_free";
-//! before, a PTE-mapped large folio mapped more than once ends the walk of
-//! its page table, and one mapped once is split).
+//! before, every PTE-mapped large folio is split unless the era's guess
+//! says it is mapped shared, which ends the walk of its page table).
+//! Differs from Linux: 6.3 and 6.4 asked `folio_mapcount() != 1` (a
+//! regression 6.5 fixed, "madvise:madvise_free_pte_range(): don't use
+//! mapcount() against large folio for sharing check"); foliomm asks those
+//! releases the era's guess too.
 //!
 //! A small folio waits in the LRU batch before it is lazily freed
 //! ([`Kernel::folio_mark_lazyfree`]).
@@ -117,15 +121,15 @@ fn free_pte_range(k: &Kernel, mm: &Mm, pmd: PmdSlot, table: Pfn, (addr, stop): (
             let nr = match (f.is_large(), batches) {
                 (false, _) => 1,
                 (true, true) => folio_pte_batch(phys, f, table, idx, pte, max, 0).0,
-                // 6.1: any large folio is split, if mapped once; else the
-                // walk of this table ends.
+                // Before 6.10 any large folio is split, if the era's guess
+                // says one process maps it; else the walk of this table ends.
                 (true, false) => 0,
             };
             if nr as u64 != f.nr_pages() || pte.pfn() != f.pfn {
-                let shared = match batches {
-                    true => rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn),
-                    false => rmap::folio_mapcount(k, f) != 1,
-                };
+                // The era's guess: 6.1 the page at hand's mapcount, 6.5 on
+                // the first page's (folio_estimated_sharers), 6.10 on
+                // folio_likely_mapped_shared, 6.15 on folio_maybe_mapped_shared.
+                let shared = rmap::folio_likely_mapped_shared(k, f, pte.pfn() - f.pfn);
                 if k.decided(Consumer::LazyFree, f, shared) || !f.try_get() {
                     if !batches {
                         return;
