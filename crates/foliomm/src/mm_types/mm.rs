@@ -137,9 +137,12 @@ impl Mm {
     /// it has none (a write of the VMA's `anon_vma`, which every
     /// anonymous fault reads).
     pub fn anon_vma_prepare(&self, vma: &super::Vma) -> u64 {
-        let had = vma.anon_vma();
-        let id = vma.anon_vma.prepare(|| self.mmlist.new_anon_vma(&self.kernel, None));
-        vma.account(&[super::vma_layout::Member::AnonVma], had == 0);
+        let mut made = false;
+        let id = vma.anon_vma.prepare(|| {
+            made = true;
+            self.mmlist.new_anon_vma(&self.kernel, None)
+        });
+        vma.account(&[super::vma_layout::Member::AnonVma], made);
         id
     }
 

@@ -45,8 +45,10 @@ fn shuttle_vma_refcount_put_copies_vm_mm_first() {
     shuttle::check_random(|| put_race(false), schedules());
 }
 
+/// PCT finds the late read within 2,000 schedules in about 93 runs of 100
+/// (measured at this commit and the one before); 10,000 make a miss rare.
 #[test]
 #[should_panic(expected = "vma_refcount_put read vm_mm")]
 fn shuttle_vma_refcount_put_reading_vm_mm_late_is_caught() {
-    shuttle::check_pct(|| put_race(true), schedules().max(2000), 3);
+    shuttle::check_pct(|| put_race(true), schedules().max(10_000), 3);
 }
