@@ -82,11 +82,12 @@ pub(crate) fn change_protection(k: &Kernel, mm: &Mm, vma: &Vma) -> bool {
     changed
 }
 
-/// [`change_pte_range`] as mprotect, NUMA hinting and uffd-wp run it:
-/// from 6.17 (`mprotect_batches_ptes`) the present entries `skipped` does
-/// not leave alone (`prot_numa_skip`) reach `f` with their batch's young
-/// and dirty bits ([`batch_bits`]), as `modify_prot_start_ptes` hands them
-/// to every entry of the batch; before, each entry alone.
+/// [`change_pte_range`] as mprotect, NUMA hinting and uffd-wp run it: the
+/// entries `skipped` says to leave alone (`prot_numa_skip`) stay as they
+/// are; the others become `f(entry)`, and from 6.17 (`mprotect_batches_ptes`)
+/// a present one reaches `f` with its batch's young and dirty bits
+/// ([`batch_bits`]), as `modify_prot_start_ptes` hands them to every entry
+/// of the batch; before, each entry alone.
 pub(crate) fn change_pte_range_batched(
     k: &Kernel,
     table: Pfn,
@@ -101,7 +102,8 @@ pub(crate) fn change_pte_range_batched(
     change_pte_range(phys, table, addr, next, |p| {
         at += 1;
         match &batched {
-            Some(b) if p.present() && !skipped(p) => f(p.with(b[at - 1])),
+            _ if skipped(p) => p,
+            Some(b) if p.present() => f(p.with(b[at - 1])),
             _ => f(p),
         }
     })

@@ -71,10 +71,7 @@ pub fn change_prot_numa(k: &Kernel, mm: &Mm, vma: &Vma, start: u64, end: u64) ->
             };
             let skipped = |p: Pte| !p.hw_present() || prot_numa_skip(k, mm, vma, p);
             updated += super::change_protection::change_pte_range_batched(k, table, addr, next, skipped, |p| {
-                match skipped(p) {
-                    true => p,
-                    false => p.modify_prot(false, false),
-                }
+                p.modify_prot(false, false)
             });
         }
         addr = next;

@@ -56,14 +56,14 @@ struct Layout {
 }
 
 /// Patch 18's 64-bit layout.
-const PATCH_18: Layout =
+static PATCH_18: Layout =
     Layout { shared_one: 1, exclusive_one: 1 << 16, exclusive_mask: 0xffff << 16, writers: 0xffff_ffff, step: 1 << 32 };
 
 /// Seed 000's idea of "merging the total mapcount with the seqcount": 1,023
 /// shared and 1,023 exclusive writers (bits 0..20), a value (bits 20..44,
 /// biased by 2^23, so that it borrows from nothing), and a 20-bit sequence
 /// on top, whose carry leaves the word.
-const MERGED: Layout =
+static MERGED: Layout =
     Layout { shared_one: 1, exclusive_one: 1 << 10, exclusive_mask: 0x3ff << 10, writers: 0xf_ffff, step: 1 << 44 };
 const VALUE_SHIFT: u32 = 20;
 const VALUE_BIAS: i64 = 1 << 23;
