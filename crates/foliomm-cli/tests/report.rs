@@ -97,7 +97,8 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id all-skip-entire",
             "rmap-id all-pmd",
             "rmap-id all-packed",
-            "rmap-id all-merged"
+            "rmap-id all-merged",
+            "rmap-id all-wide"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));

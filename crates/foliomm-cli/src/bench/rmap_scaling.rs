@@ -112,12 +112,12 @@ type Column = (Design, CompoundLock, RmapIdStage);
 /// switched by the profile, under the Q/A's bit spinlock, and with four
 /// of the seed's ideas (skipping the sums of zero sub-IDs; giving a
 /// contended folio up as always shared; two sums to a cache line; the
-/// mapcount merged into the seqcount).
-const COLUMNS: [Column; 15] = {
+/// mapcount merged into the seqcount; two sums to a 128-bit atomic).
+const COLUMNS: [Column; 16] = {
     use {
         CompoundLock::*,
         Design::*,
-        RmapIdStage::{All, AllAuto, AllGiveUp, AllLocked, AllMerged, AllPacked, AllShared, AllSkipZero},
+        RmapIdStage::{All, AllAuto, AllGiveUp, AllLocked, AllMerged, AllPacked, AllShared, AllSkipZero, AllWide},
     };
     [
         (NrMapped, BitSpinlock, All),
@@ -133,6 +133,7 @@ const COLUMNS: [Column; 15] = {
         (RmapId, BitSpinlock, AllGiveUp),
         (RmapId, BitSpinlock, AllPacked),
         (RmapId, BitSpinlock, AllMerged),
+        (RmapId, BitSpinlock, AllWide),
         (RmapIdPowersum, BitSpinlock, All),
         (MmId, BitSpinlock, All),
     ]

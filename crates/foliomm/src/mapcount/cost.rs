@@ -86,9 +86,15 @@ impl PageMapcounts {
     /// Accounts the writes of an add or remove to its descriptors' lines
     /// ([`cacheline`]), when accounting: those of [`Self::touched_pages`],
     /// and every page's for a PMD map of a file folio counted in every
-    /// page (`subpage`).
-    pub(super) fn touch(&self, f: Folio, first: u64, nr: u64, level: Level) {
+    /// page (`subpage`). A shared writer's 128-bit exchange (stage
+    /// `all-wide`, unless `plain`) reads each pair's line before it writes
+    /// it.
+    pub(super) fn touch(&self, f: Folio, first: u64, nr: u64, level: Level, plain: bool) {
         if cacheline::accounting() {
+            if self.wide(f) && !plain && self.tracks(f) && !self.skips_entire(level) {
+                let pairs = 2..self.last_sum_page(f, self.sum_words(f)) + 1;
+                pairs.for_each(|p| cacheline::read(Structure::Folio, f.page(p)));
+            }
             let every = level == Level::Pmd && self.pmd_in_pages(f);
             let extra = if every { 0..f.nr_pages() } else { 0..0 };
             let pages = self.touched_pages(f, first, nr, level).filter(|&p| !every || p >= f.nr_pages());

@@ -74,17 +74,18 @@ pub(super) fn bump(a: &AtomicI32, d: i32, plain: bool) -> i32 {
 
 impl PageMapcounts {
     /// Word `i` of a large folio's rmap sums (`_mm_ids` for `i` = 0 under
-    /// the other designs). Spread (every stage but `all-packed`): the `ids`
-    /// word of page 1 + `i`, a cache line each, and past the folio's last
-    /// page the `link` word of page 2 onwards, which tail pages leave
-    /// unused (page 1's is the rmap seqcount); only an order-2 folio at
-    /// seed 000's stages before 123 needs that: 4 sums, 3 tail pages.
-    /// Packed (`all-packed`): the first in page 1's `ids`, beside the
-    /// seqcount and the mapcount, the others two to a tail page (`link`,
-    /// then `ids`, from page 2). The RFC keeps `_rmap_valX` in struct
-    /// folio's tail-page fields; foliomm's memmap has two free words per
-    /// tail page.
-    pub(super) fn sum_word<'a>(&self, f: Folio<'a>, i: u64) -> &'a AtomicU64 {
+    /// the other designs), but at stage `all-wide` ([`Self::sum`]). Spread
+    /// (every stage but `all-packed`): the `ids` word of page 1 + `i`, a
+    /// cache line each, and past the folio's last page the `link` word of
+    /// page 2 onwards, which tail pages leave unused (page 1's is the rmap
+    /// seqcount); only an order-2 folio at seed 000's stages before 123
+    /// needs that: 4 sums, 3 tail pages. Packed (`all-packed`): the first
+    /// in page 1's `ids`, beside the seqcount and the mapcount, the others
+    /// two to a tail page (`link`, then `ids`, from page 2). The RFC keeps
+    /// `_rmap_valX` in struct folio's tail-page fields; foliomm's memmap
+    /// has two free words per tail page.
+    fn sum_word<'a>(&self, f: Folio<'a>, i: u64) -> &'a AtomicU64 {
+        debug_assert!(!self.wide(f), "a 128-bit pair is read whole");
         if self.f.stage == RmapIdStage::AllPacked && i > 0 {
             let p = f.page(1 + i.div_ceil(2));
             return if i % 2 == 1 { &p.link } else { &p.ids };
@@ -97,9 +98,68 @@ impl PageMapcounts {
         }
     }
 
+    /// Whether `f`'s sums go two to a 128-bit pair, the pair of page 2 +
+    /// i / 2 (stage `all-wide`; a folio of two pages has no page 2).
+    pub(super) fn wide(&self, f: Folio) -> bool {
+        self.f.stage == RmapIdStage::AllWide && f.nr_pages() > 2
+    }
+
+    /// Sum `i` (word `i`).
+    pub(super) fn sum(&self, f: Folio, i: u64) -> u64 {
+        match self.wide(f) {
+            true => f.page(2 + i / 2).wide_pair().load()[i as usize % 2],
+            false => self.sum_word(f, i).load(Relaxed),
+        }
+    }
+
+    /// Sets sum `i` of a folio no other writer can reach (being prepared,
+    /// mapped for the first time, or left by every mapping).
+    pub(super) fn set_sum(&self, f: Folio, i: u64, v: u64) {
+        if self.wide(f) {
+            let pair = f.page(2 + i / 2).wide_pair();
+            let mut halves = pair.load();
+            halves[i as usize % 2] = v;
+            pair.store(halves);
+        } else {
+            self.sum_word(f, i).store(v, Relaxed);
+        }
+    }
+
+    /// Adds each `(i, delta)` to sum `i`: with plain loads and stores when
+    /// `plain` (seed 000's exclusive writer), else with atomics. Returns
+    /// the locked operations taken: one per sum, or at `all-wide` one per
+    /// pair and one per exchange lost to another writer.
+    pub(super) fn add_sums(&self, f: Folio, deltas: &[(u64, u64)], plain: bool) -> u64 {
+        if !self.wide(f) {
+            for &(i, d) in deltas {
+                let sum = self.sum_word(f, i);
+                match plain {
+                    true => sum.store(sum.load(Relaxed).wrapping_add(d), Relaxed),
+                    false => _ = sum.fetch_add(d, Relaxed),
+                }
+            }
+            return deltas.len() as u64;
+        }
+        let mut locked = 0;
+        for pair in deltas.chunk_by(|a, b| a.0 / 2 == b.0 / 2) {
+            let mut d = [0; 2];
+            pair.iter().for_each(|&(i, v)| d[i as usize % 2] = v);
+            let wide = f.page(2 + pair[0].0 / 2).wide_pair();
+            if plain {
+                let [a, b] = wide.load();
+                wide.store([a.wrapping_add(d[0]), b.wrapping_add(d[1])]);
+            } else {
+                locked += 1 + wide.add(d);
+            }
+        }
+        locked
+    }
+
     /// The last page holding one of `f`'s `n` rmap sums (1 for none).
     pub(super) fn last_sum_page(&self, f: Folio, n: u64) -> u64 {
-        if self.f.stage == RmapIdStage::AllPacked {
+        if self.wide(f) {
+            n.div_ceil(2) + 1
+        } else if self.f.stage == RmapIdStage::AllPacked {
             n.saturating_sub(1).div_ceil(2) + 1
         } else {
             n.min(f.nr_pages() - 1).max(1)
@@ -138,7 +198,7 @@ impl PageMapcounts {
         if self.f.rmap_sums.is_some() {
             push("rmap seqcount", f.page(1).link.load(Relaxed) as i64);
             for i in 0..self.sum_words(f) {
-                push(&format!("rmap sum word {}", i + 1), self.sum_word(f, i).load(Relaxed) as i64);
+                push(&format!("rmap sum word {}", i + 1), self.sum(f, i) as i64);
             }
         }
         out

@@ -129,7 +129,7 @@ impl PageMapcounts {
     /// The mapcount and the rmap sums, read without the seqcount.
     fn snapshot(&self, c: Construction, f: Folio) -> (u64, Vec<u64>) {
         let m = (self.large_raw(f) + 1) as u64;
-        (m, (0..c.count(f.order()) as u64).map(|i| self.sum_word(f, i).load(Relaxed)).collect())
+        (m, (0..c.count(f.order()) as u64).map(|i| self.sum(f, i)).collect())
     }
 
     /// Closes what [`PageMapcounts::begin_all`] opened, for an update that
@@ -253,17 +253,13 @@ impl PageMapcounts {
             f.page(1).set(pg::RMAP_UNTRACKED);
         }
         let untracked = untracked(f) || no_sums;
-        let mut sums = 0;
+        let mut deltas = [(0, 0); super::construction::MAX_VALUES];
+        let mut n = 0;
         for (i, &v) in values.iter().enumerate().filter(|&(_, &v)| (v != 0 || !skip_zero) && !untracked) {
-            sums += 1;
-            let delta = (d as i64 as u64).wrapping_mul(v);
-            let sum = self.sum_word(f, i as u64);
-            if sec.exclusive {
-                sum.store(sum.load(Relaxed).wrapping_add(delta), Relaxed);
-            } else {
-                sum.fetch_add(delta, Relaxed);
-            }
+            deltas[n] = (i as u64, (d as i64 as u64).wrapping_mul(v));
+            n += 1;
         }
+        let sums = self.add_sums(f, &deltas[..n], sec.exclusive);
         if section.is_none() {
             seq.write_end_adding(sec, if self.merges() { d as i64 } else { 0 });
         }
@@ -282,7 +278,7 @@ impl PageMapcounts {
     /// zeroed and tracked again, as its next user expects.
     pub(super) fn reset_untracked(&self, f: Folio) {
         if let Some(c) = self.construction().filter(|_| untracked(f)) {
-            (0..c.count(f.order()) as u64).for_each(|i| self.sum_word(f, i).store(0, Relaxed));
+            (0..c.count(f.order()) as u64).for_each(|i| self.set_sum(f, i, 0));
             f.page(1).clear(pg::RMAP_UNTRACKED);
         }
     }
@@ -421,5 +417,36 @@ mod tests {
         assert_eq!(d.maybe_mapped_shared(f), SharedAnswer::MaybeShared, "3 mappings, untracked");
         d.remove(f, 0, 3, Level::Pte, a);
         m.folio_put_refs(f, 1);
+    }
+
+    /// Stage `all-wide`: a shared writer changes an order-9 folio's three
+    /// sums with two 128-bit exchanges where `all` takes three RMWs, and
+    /// both leave the same sums, which name the owner.
+    #[test]
+    fn a_shared_writer_changes_two_sums_with_one_wide_exchange() {
+        use crate::sync::{structure::Structure, AtomicSeqcount, SeqEntry};
+        let mut seen = Vec::new();
+        for stage in [RmapIdStage::All, RmapIdStage::AllWide] {
+            let config =
+                Config { memory: 16 << 20, mapcount: Design::RmapId, rmap_id_stage: stage, ..Config::default() };
+            let m = Machine::new(config).unwrap();
+            let d = &RMAP_ID_STAGES[0][stage as usize];
+            let f = m.alloc_folio(9).unwrap();
+            let owner = RmapMm::new(0x01_0203);
+            d.add(f, 0, 2, Level::Pte, owner);
+            // Another writer inside makes this one shared: atomics, no plain stores.
+            let other = AtomicSeqcount::new(Structure::Folio, &f.page(1).link, SeqEntry::SharedOnly);
+            let held = other.write_begin();
+            let cost = d.add(f, 2, 1, Level::Pte, owner).cost;
+            other.write_end(held);
+            let sums: Vec<u64> = (0..3).map(|i| d.sum(f, i)).collect();
+            assert_eq!(d.sole_owner(f), Some(0x01_0203), "{stage}: 3 mappings, all MM 0x10203's");
+            seen.push((cost.rmw, sums));
+            d.remove(f, 0, 3, Level::Pte, owner);
+            m.folio_put_refs(f, 1);
+        }
+        assert!(seen[0].1.iter().all(|&s| s != 0), "every digit of the ID is non-zero");
+        assert_eq!(seen[0].1, seen[1].1, "the same sums in words and in pairs");
+        assert_eq!(seen[0].0, seen[1].0 + 1, "3 sums: 3 RMWs in words, 2 exchanges in pairs");
     }
 }

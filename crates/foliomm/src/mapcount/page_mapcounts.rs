@@ -109,7 +109,7 @@ impl MapcountDesign for PageMapcounts {
         let seq = if self.merges() { AtomicSeqcount::merged_init(self.total_init() as i64) } else { 0 };
         f.page(1).link.store(seq, Relaxed);
         for i in 0..self.sum_words(f) {
-            self.sum_word(f, i).store(0, Relaxed);
+            self.set_sum(f, i, 0);
         }
     }
 
@@ -151,7 +151,7 @@ impl MapcountDesign for PageMapcounts {
             ));
         }
         for i in 0..self.sum_words(f) {
-            let ids = self.sum_word(f, i).load(Relaxed);
+            let ids = self.sum(f, i);
             if ids != 0 {
                 bad.push(format!("sum word {}: _mm_ids / rmap sum is {ids:#x}, expected 0", i + 1));
             }
@@ -192,7 +192,7 @@ impl MapcountDesign for PageMapcounts {
             let n = if self.skips_entire(level) { 0 } else { (all + 1) as u64 };
             let mut scratch = None;
             for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
-                self.sum_word(f, i as u64).store(n.wrapping_mul(v), Relaxed);
+                self.set_sum(f, i as u64, n.wrapping_mul(v));
             }
         }
     }
@@ -207,10 +207,10 @@ impl MapcountDesign for PageMapcounts {
         let lock = self.lock(f);
         let section = self.begin_all(f);
         let delta = if level == Level::Pte { nr as i32 } else { 1 };
-        self.touch(f, first, nr, level);
         // Plain updates for seed 000's exclusive writer, and under seed 003's
         // lock ("skipping the usual atomic operations on those fields").
         let plain = section.is_some_and(|w| w.exclusive) || lock.is_some();
+        self.touch(f, first, nr, level, plain);
         let mut extra = Cost::default();
         let (entered, newly_mapped) = match level {
             Level::Pte => {
@@ -298,10 +298,10 @@ impl MapcountDesign for PageMapcounts {
         let nr_mapped = w(f, field::NR_PAGES_MAPPED);
         let section = self.begin_all(f);
         let delta = if level == Level::Pte { nr as i32 } else { 1 };
-        self.touch(f, first, nr, level);
         // Plain updates for seed 000's exclusive writer, and under seed 003's
         // lock ("skipping the usual atomic operations on those fields").
         let plain = section.is_some_and(|w| w.exclusive) || lock.is_some();
+        self.touch(f, first, nr, level, plain);
         let removed = match level {
             Level::Pte => {
                 let entered = match self.f.total {

@@ -17,8 +17,9 @@ named_enum! {
     /// contended folio up for "always mapped shared", `all-anon`, `all`
     /// tracking anon folios only, `all-skip-entire`, `all` leaving PMD
     /// mappings out of the sums, `all-pmd`, `all` tracking PMD-sized
-    /// folios only, `all-packed`, `all` with two sums to a cache line, and
-    /// `all-merged`, `all` with the mapcount in the seqcount's word. Only
+    /// folios only, `all-packed`, `all` with two sums to a cache line,
+    /// `all-merged`, `all` with the mapcount in the seqcount's word, and
+    /// `all-wide`, `all` updating two sums with one 128-bit atomic. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -129,6 +130,16 @@ named_enum! {
     /// nothing from it inside (they keep per-page mapcounts and
     /// `_nr_pages_mapped`), so nothing has to move.
     AllMerged = "all-merged",
+    /// `all` with the seed's idea "Using 128bit/256bit/512bit atomics might
+    /// help": the sums go two to a 16-byte pair in a tail page
+    /// ([`crate::phys::WidePair`]), and a shared writer changes each pair
+    /// with one 128-bit compare-exchange loop (`cmpxchg16b`; no CPU has a
+    /// 128-bit atomic add), which reads the line before it writes it and
+    /// fails when another writer got in between. Folios of two pages keep
+    /// `all`'s words (they have no tail page for a pair). 256- and 512-bit
+    /// atomics are not modelled: no x86-64 or arm64 instruction performs
+    /// a read-modify-write that wide.
+    AllWide = "all-wide",
     }
 }
 

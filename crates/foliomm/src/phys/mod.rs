@@ -17,12 +17,14 @@ mod contig;
 mod memmap;
 mod node;
 mod pcp;
+mod wide_pair;
 
 pub use changes::Changed;
 pub use content::{Content, Sparse};
 pub use memmap::{pg, Page};
 pub use node::{NodeMask, Placement, MAX_NUMNODES};
 pub use pcp::{MigrateType, NR_PCP};
+pub use wide_pair::WidePair;
 
 use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
 use crate::sync::atomic::AtomicU32;
