@@ -56,6 +56,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         zero_page,
         syscall: syscall_ps()?,
         fork: Profile::default_fork(),
+        subid_calc: Profile::default_subid_calc(),
         cpus_per_socket: 0,
         adjacent_prefetch: false,
     };

@@ -98,7 +98,8 @@ fn seed_000_stages_save_a_series_per_stage() {
             "rmap-id all-pmd",
             "rmap-id all-packed",
             "rmap-id all-merged",
-            "rmap-id all-wide"
+            "rmap-id all-wide",
+            "rmap-id all-percpu"
         ]
     );
     assert!(munmap["series"].as_array().unwrap().iter().all(|s| s["samples"].as_array().unwrap().len() == 2));

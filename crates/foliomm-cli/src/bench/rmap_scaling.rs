@@ -112,12 +112,15 @@ type Column = (Design, CompoundLock, RmapIdStage);
 /// switched by the profile, under the Q/A's bit spinlock, and with four
 /// of the seed's ideas (skipping the sums of zero sub-IDs; giving a
 /// contended folio up as always shared; two sums to a cache line; the
-/// mapcount merged into the seqcount; two sums to a 128-bit atomic).
-const COLUMNS: [Column; 16] = {
+/// mapcount merged into the seqcount; two sums to a 128-bit atomic; the
+/// sub-IDs from a per-CPU copy).
+const COLUMNS: [Column; 17] = {
     use {
         CompoundLock::*,
         Design::*,
-        RmapIdStage::{All, AllAuto, AllGiveUp, AllLocked, AllMerged, AllPacked, AllShared, AllSkipZero, AllWide},
+        RmapIdStage::{
+            All, AllAuto, AllGiveUp, AllLocked, AllMerged, AllPacked, AllPercpu, AllShared, AllSkipZero, AllWide,
+        },
     };
     [
         (NrMapped, BitSpinlock, All),
@@ -134,6 +137,7 @@ const COLUMNS: [Column; 16] = {
         (RmapId, BitSpinlock, AllPacked),
         (RmapId, BitSpinlock, AllMerged),
         (RmapId, BitSpinlock, AllWide),
+        (RmapId, BitSpinlock, AllPercpu),
         (RmapIdPowersum, BitSpinlock, All),
         (MmId, BitSpinlock, All),
     ]

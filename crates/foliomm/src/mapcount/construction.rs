@@ -55,6 +55,14 @@ pub struct Values {
     v: [u64; MAX_VALUES],
 }
 
+impl From<&[u64]> for Values {
+    fn from(s: &[u64]) -> Values {
+        let mut v = [0; MAX_VALUES];
+        v[..s.len()].copy_from_slice(s);
+        Values { len: s.len(), v }
+    }
+}
+
 impl std::ops::Deref for Values {
     type Target = [u64];
     fn deref(&self) -> &[u64] {

@@ -64,6 +64,24 @@ impl PageMapcounts {
         self.f.rmap_sums.is_some() && self.f.stage == RmapIdStage::AllMerged
     }
 
+    /// What one mapping by `mm` adds to each rmap sum of `f`: from patch 11
+    /// on, up to order 9, the sub-IDs the MM computed once
+    /// (`get_rmap_subid_1/2/3`), or at stage `all-percpu` this CPU's copy
+    /// of them; otherwise computed into `scratch` (the RFC's lookup tables).
+    pub(super) fn rmap_values<'a>(
+        &self,
+        c: Construction,
+        f: Folio,
+        mm: &'a RmapMm,
+        scratch: &'a mut Option<super::construction::Values>,
+    ) -> &'a [u64] {
+        match (c == Construction::SeedSubIds && f.order() <= 9, self.f.stage == RmapIdStage::AllPercpu) {
+            (true, false) => mm.read_subids(f.order()),
+            (true, true) => scratch.insert(super::mm_id::percpu_subids(mm, f.order())),
+            (false, _) => scratch.insert(c.values(mm.id as u64, f.order())),
+        }
+    }
+
     /// The raw large mapcount (the mapcount less 1): `field::TOTAL`, or the
     /// seqcount's value where it is merged in.
     pub(super) fn large_raw(&self, f: Folio) -> i32 {
@@ -234,7 +252,7 @@ impl PageMapcounts {
     ) -> Entered {
         debug_assert!((mm.id as u64) < 1 << 24, "rmap IDs are 24-bit");
         let mut scratch = None;
-        let values = rmap_values(c, f, &mm, &mut scratch);
+        let values = self.rmap_values(c, f, &mm, &mut scratch);
         let seq = self.seqcount(f);
         let sec = section.unwrap_or_else(|| seq.write_begin());
         // Merged: the mapcount changes as the section ends, and `after` is
@@ -330,22 +348,6 @@ impl PageMapcounts {
 /// `all-give-up`): its rmap sums mean nothing.
 pub(super) fn untracked(f: Folio) -> bool {
     f.page(1).test(pg::RMAP_UNTRACKED)
-}
-
-/// What one mapping by `mm` adds to each rmap sum of `f`: from patch 11 on,
-/// up to order 9, the sub-IDs the MM computed once (`get_rmap_subid_1/2/3`);
-/// otherwise computed into `scratch` (the RFC's lookup tables).
-pub(super) fn rmap_values<'a>(
-    c: Construction,
-    f: Folio,
-    mm: &'a RmapMm,
-    scratch: &'a mut Option<super::construction::Values>,
-) -> &'a [u64] {
-    if c == Construction::SeedSubIds && f.order() <= 9 {
-        mm.subids(f.order())
-    } else {
-        scratch.insert(c.values(mm.id as u64, f.order()))
-    }
 }
 
 /// The MM owning all `n` mappings with these sums, if one does; none when

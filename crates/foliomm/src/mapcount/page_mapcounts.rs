@@ -191,7 +191,7 @@ impl MapcountDesign for PageMapcounts {
         if let Some(c) = self.construction().filter(|_| self.tracks(f)) {
             let n = if self.skips_entire(level) { 0 } else { (all + 1) as u64 };
             let mut scratch = None;
-            for (i, &v) in super::large_mapcount::rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
+            for (i, &v) in self.rmap_values(c, f, &mm, &mut scratch).iter().enumerate() {
                 self.set_sum(f, i as u64, n.wrapping_mul(v));
             }
         }

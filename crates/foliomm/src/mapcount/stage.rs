@@ -18,8 +18,9 @@ named_enum! {
     /// tracking anon folios only, `all-skip-entire`, `all` leaving PMD
     /// mappings out of the sums, `all-pmd`, `all` tracking PMD-sized
     /// folios only, `all-packed`, `all` with two sums to a cache line,
-    /// `all-merged`, `all` with the mapcount in the seqcount's word, and
-    /// `all-wide`, `all` updating two sums with one 128-bit atomic. Only
+    /// `all-merged`, `all` with the mapcount in the seqcount's word,
+    /// `all-wide`, `all` updating two sums with one 128-bit atomic, and
+    /// `all-percpu`, `all` reading the sub-IDs from a per-CPU copy. Only
     /// `rmap-id` and `rmap-id-powersum` read it.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
     RmapIdStage {
@@ -140,6 +141,14 @@ named_enum! {
     /// atomics are not modelled: no x86-64 or arm64 instruction performs
     /// a read-modify-write that wide.
     AllWide = "all-wide",
+    /// `all` with the seed's question "Does pre-calculating the sub-IDs
+    /// (e.g., either in the MM or in a pcpu variable) help? Some early
+    /// experiments indicate: no": every other stage from 123 on reads them
+    /// from the MM, where `mm_alloc_rmap_id` wrote them on the forking CPU;
+    /// this one from a copy of the CPU's own, refilled by
+    /// `calc_rmap_subid` when it holds another MM's
+    /// ([`super::mm_id::percpu_subids`]).
+    AllPercpu = "all-percpu",
     }
 }
 

@@ -29,10 +29,15 @@ pub enum Structure {
     HugetlbVmaLock,
     /// A hugetlb fault mutex (`hugetlb_fault_mutex_table[hash]`).
     FaultMutex,
+    /// The LRU lists' lock (`lruvec->lru_lock`).
+    LruLock,
+    /// Seed 000's rmap sub-IDs of an MM (`mm->mm_rmap_subid_*`), or their
+    /// per-CPU copy (stage `all-percpu`).
+    MmRmapIds,
 }
 
 impl Structure {
-    pub const ALL: [Structure; 11] = [
+    pub const ALL: [Structure; 13] = [
         Structure::MmapLock,
         Structure::MmLockSeq,
         Structure::VmaLock,
@@ -44,6 +49,8 @@ impl Structure {
         Structure::IMmapRwsem,
         Structure::HugetlbVmaLock,
         Structure::FaultMutex,
+        Structure::LruLock,
+        Structure::MmRmapIds,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +66,8 @@ impl Structure {
             Structure::IMmapRwsem => "i_mmap_rwsem",
             Structure::HugetlbVmaLock => "hugetlb_vma_lock",
             Structure::FaultMutex => "fault_mutex",
+            Structure::LruLock => "lru_lock",
+            Structure::MmRmapIds => "mm_rmap_ids",
         }
     }
 }

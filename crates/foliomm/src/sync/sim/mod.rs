@@ -401,7 +401,8 @@ pub(crate) fn wake(key: usize) {
 }
 
 /// Private work the model declares: a fault's, a page's zeroing, a
-/// system call's, a fork's, and the locked RMWs of a mapcount update.
+/// system call's, a fork's, the locked RMWs of a mapcount update, and a
+/// computation of an MM's rmap sub-IDs.
 #[derive(Clone, Copy, Debug)]
 pub enum Work {
     Fault,
@@ -409,6 +410,7 @@ pub enum Work {
     Syscall,
     Fork,
     Atomics(u64),
+    SubIds,
 }
 
 /// Charges this CPU for `w` (nothing outside a simulation).
@@ -420,6 +422,7 @@ pub fn work(w: Work) {
             Work::Syscall => p.syscall,
             Work::Fork => p.fork,
             Work::Atomics(n) => n * p.atomic,
+            Work::SubIds => p.subid_calc,
         })
     });
 }
