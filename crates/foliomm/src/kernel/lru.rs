@@ -10,7 +10,9 @@
 //! list's tail (the oldest) and refills it from the active list's tail.
 //!
 //! Differs from Linux: no per-CPU `folio_batch`es (a folio is on its list
-//! at once, each add and free taking the lists' lock), no file lists and no unevictable list (an mlocked folio goes
+//! at once, each add and free taking the lists' lock); on simulated CPUs
+//! the lock's cache line is accounted as Linux takes it, once per batch
+//! ([`Lru::account_batched`]); no file lists and no unevictable list (an mlocked folio goes
 //! back to the active list), no multi-gen LRU, no memcg; a list is ordered
 //! by when a folio went on it, and a split folio's pieces stand where it
 //! stood (`lru_add_split_folio`).
@@ -19,6 +21,7 @@ use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::phys::{pg, Page, PhysMem};
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::cacheline::{self, Structure};
 use crate::sync::{Mutex, MutexGuard};
 
 /// Which list.
@@ -117,20 +120,65 @@ impl Lists {
     }
 }
 
-/// The lists and their lock.
-#[derive(Debug, Default)]
-pub struct Lru(Mutex<Lists>);
+/// The lists and their lock, and the batches in which Linux takes it.
+#[derive(Debug)]
+pub struct Lru {
+    lists: Mutex<Lists>,
+    /// Adds per lock (`folio_batch_add_and_move`'s per-CPU `lru_add`
+    /// batch) and frees per lock (`release_pages` relocks every
+    /// `SWAP_CLUSTER_MAX`; from 6.8 `folios_put_refs` keeps it for a
+    /// `folio_batch`).
+    batch: [u32; 2],
+}
+
+thread_local! {
+    /// This CPU's adds and frees since it last took the lists' lock for
+    /// them.
+    static PENDING: std::cell::Cell<[u32; 2]> = const { std::cell::Cell::new([0; 2]) };
+}
+
+/// [`Lru::account_batched`]'s operations.
+const ADD: usize = 0;
+const FREE: usize = 1;
 
 impl Lru {
+    /// Empty lists, locked in `release`'s batches.
+    pub fn new(release: crate::release::KernelVersion) -> Lru {
+        let adds = release.folio_batch_size() as u32;
+        let frees = if adds == 15 { 32 } else { adds };
+        Lru { lists: Mutex::default(), batch: [adds, frees] }
+    }
+
+    /// Accounts the lock's line for an add or a free as Linux takes it:
+    /// once per batch of this CPU's, and at once for a large folio's add
+    /// (which does not wait in the batch).
+    fn account_batched(&self, op: usize, at_once: bool) {
+        if cacheline::accounting() {
+            let mut pending = PENDING.get();
+            pending[op] += 1;
+            if at_once || pending[op] >= self.batch[op] {
+                pending[op] = 0;
+                cacheline::write(Structure::LruLock, &self.lists);
+            }
+            PENDING.set(pending);
+        }
+    }
+
     /// `folio_add_lru`: puts `f`, on no list, at the head of the inactive
     /// list.
     pub fn add(&self, f: Folio) {
-        self.putback(f, LruList::Inactive);
+        self.account_batched(ADD, f.is_large());
+        self.link_newest(f, LruList::Inactive);
     }
 
     /// Puts `f`, on no list, at the head of `which` (`move_folios_to_lru`).
     pub fn putback(&self, f: Folio, which: LruList) {
-        let mut l = self.0.lock().unwrap();
+        cacheline::write(Structure::LruLock, &self.lists);
+        self.link_newest(f, which);
+    }
+
+    fn link_newest(&self, f: Folio, which: LruList) {
+        let mut l = self.lists.lock().unwrap();
         let newest = l.0[which as usize].newest;
         l.link(f.phys(), which, f.pfn, NONE, newest);
         f.head().set(pg::LRU | if which == LruList::Active { pg::ACTIVE } else { 0 });
@@ -140,7 +188,8 @@ impl Lru {
     /// `lruvec_del_folio`); nothing if it is on none.
     pub fn del(&self, f: Folio) {
         if f.head().test(pg::LRU) {
-            let mut l = self.0.lock().unwrap();
+            self.account_batched(FREE, false);
+            let mut l = self.lists.lock().unwrap();
             if f.head().test(pg::LRU) {
                 l.remove(f);
             }
@@ -150,7 +199,8 @@ impl Lru {
     /// `folio_isolate_lru`: takes `f` off its list with a reference; false
     /// if it is on none (isolated by someone else, or not yet added).
     pub fn isolate(&self, f: Folio) -> bool {
-        let mut l = self.0.lock().unwrap();
+        cacheline::write(Structure::LruLock, &self.lists);
+        let mut l = self.lists.lock().unwrap();
         if !f.head().test(pg::LRU) || !f.try_get() {
             return false;
         }
@@ -161,7 +211,8 @@ impl Lru {
     /// `isolate_lru_folios`: up to `nr` folios from the tail of `which`,
     /// each taken off with a reference (a folio being freed is passed over).
     pub fn isolate_tail<'k>(&self, phys: &'k PhysMem, which: LruList, nr: usize) -> Vec<Folio<'k>> {
-        let mut l = self.0.lock().unwrap();
+        cacheline::write(Structure::LruLock, &self.lists);
+        let mut l = self.lists.lock().unwrap();
         let mut out = Vec::new();
         for pfn in l.oldest(phys, which, nr) {
             let f = Folio::from_head(phys, pfn);
@@ -177,21 +228,22 @@ impl Lru {
     /// (`folio_lruvec_lock` in `__folio_split`): its place is kept while
     /// its descriptors are rebuilt.
     pub fn lock_for_split<'l>(&'l self, f: Folio) -> SplitLock<'l> {
-        let lists = self.0.lock().unwrap();
+        cacheline::write(Structure::LruLock, &self.lists);
+        let lists = self.lists.lock().unwrap();
         debug_assert!(f.head().test(pg::LRU), "folio {:#x} splits off the LRU", f.pfn);
         SplitLock { lists, which: LruList::of(f.head()), links: links(f.phys(), f.pfn) }
     }
 
     /// The number of folios on each list (inactive, active).
     pub fn sizes(&self) -> (usize, usize) {
-        let l = self.0.lock().unwrap();
+        let l = self.lists.lock().unwrap();
         (l.0[0].len, l.0[1].len)
     }
 
     /// Every folio on `which`, from the oldest (for the checker); a list
     /// whose links loop stops one past its length.
     pub fn snapshot(&self, phys: &PhysMem, which: LruList) -> Vec<Pfn> {
-        let l = self.0.lock().unwrap();
+        let l = self.lists.lock().unwrap();
         l.oldest(phys, which, l.0[which as usize].len + 1)
     }
 }
@@ -227,12 +279,36 @@ impl SplitLock<'_> {
 mod tests {
     use super::*;
 
+    /// The lists' lock line is taken once per batch of small folios added
+    /// on a CPU (15 before 6.8, 31 after), once per large folio, and
+    /// once per 32 (6.8: 31) frees.
+    #[test]
+    fn the_lock_line_is_taken_once_per_batch() {
+        use crate::release::KernelVersion;
+        use crate::sync::cacheline::{account_as, take};
+        let m = crate::Machine::new(crate::Config { memory: 16 << 20, ..crate::Config::default() }).unwrap();
+        let small: Vec<Folio> = (0..62).map(|_| m.alloc_folio(0).unwrap()).collect();
+        let large = m.alloc_folio(2).unwrap();
+        for (release, adds, frees) in [(KernelVersion::new(6, 7), 4 + 1, 1), (KernelVersion::NEWEST, 2 + 1, 2)] {
+            let lru = Lru::new(release);
+            account_as(1);
+            PENDING.set([0; 2]);
+            take();
+            small.iter().chain([&large]).for_each(|&f| lru.add(f));
+            assert_eq!(take().accesses_of(Structure::LruLock), adds, "{release}: 62 small adds and a large one");
+            small.iter().for_each(|&f| lru.del(f));
+            assert_eq!(take().accesses_of(Structure::LruLock), frees, "{release}: 62 frees");
+            account_as(0);
+            lru.del(large);
+        }
+    }
+
     /// A split folio's pieces stand where it stood, in pfn order from the
     /// oldest, and the links survive the split's rebuilt descriptors.
     #[test]
     fn split_pieces_stand_where_the_folio_stood() {
         let phys = PhysMem::new(4 << 20, false).unwrap();
-        let lru = Lru::default();
+        let lru = Lru::new(crate::release::KernelVersion::NEWEST);
         let [a, b, c] = [0, 2, 0].map(|order| phys.alloc_pages(order).unwrap());
         for pfn in [a, b, c] {
             phys.page(pfn).refcount.store(1, Relaxed);
@@ -273,7 +349,7 @@ mod loom_tests {
     fn isolating_the_tail_races_a_free() {
         loom::model(|| {
             let phys = Arc::new(PhysMem::new(4 << 20, false).unwrap());
-            let lru = Arc::new(Lru::default());
+            let lru = Arc::new(Lru::new(crate::release::KernelVersion::NEWEST));
             let pfn = phys.alloc_pages(0).unwrap();
             let f = Folio::from_head(&phys, pfn);
             f.head().refcount.store(1, Relaxed);
