@@ -30,7 +30,7 @@ impl AnonVma {
     /// A new anon_vma with no VMA (`anon_vma_alloc`), of the family whose
     /// root is `root` (a fork child's), or a root of its own.
     pub fn new(id: u64, root: Option<u64>) -> AnonVma {
-        AnonVma { id, root: root.unwrap_or(id), tree: RmapTree::default() }
+        AnonVma { id, root: root.unwrap_or(id), tree: RmapTree::anon() }
     }
 }
 

@@ -84,14 +84,31 @@ impl Records {
     }
 }
 
-/// An rmap tree and its lock.
-#[derive(Debug, Default)]
-pub struct RmapTree(RwLock<Records>);
+/// An rmap tree and its lock, whose line the cache-line accounting names
+/// `structure`: a file's `i_mmap_rwsem` (the default) or an anon_vma's
+/// `rwsem` ([`RmapTree::anon`]).
+#[derive(Debug)]
+pub struct RmapTree {
+    lock: RwLock<Records>,
+    structure: Structure,
+}
+
+impl Default for RmapTree {
+    fn default() -> RmapTree {
+        RmapTree { lock: RwLock::default(), structure: Structure::IMmapRwsem }
+    }
+}
 
 impl RmapTree {
+    /// An anon_vma's tree. Differs from Linux: each anon_vma has its own
+    /// lock, where Linux locks the family's root anon_vma's `rwsem`.
+    pub fn anon() -> RmapTree {
+        RmapTree { structure: Structure::AnonVma, ..RmapTree::default() }
+    }
+
     /// Links a VMA, after every VMA linked before it.
     pub fn link(&self, m: VmaRecord) {
-        let mut r = self.0.write().unwrap();
+        let mut r = self.write();
         let i = r.list.len();
         r.at.insert(m.vma, i);
         r.list.push(m);
@@ -99,7 +116,7 @@ impl RmapTree {
 
     /// Unlinks the VMA `vma`; waits for every walker.
     pub fn unlink(&self, vma: usize) {
-        let mut r = self.0.write().unwrap();
+        let mut r = self.write();
         let Some(first) = r.list.iter().position(|m| m.vma == vma) else { return };
         r.list.retain(|m| m.vma != vma);
         r.at.remove(&vma);
@@ -113,14 +130,14 @@ impl RmapTree {
     /// VMA `vma` now maps `pages` pages from `pgoff` at `start`. Does
     /// nothing for a VMA not linked (yet).
     pub fn update(&self, vma: usize, start: u64, pgoff: u64, pages: u64) {
-        if let Some(m) = self.0.write().unwrap().get_mut(vma) {
+        if let Some(m) = self.write().get_mut(vma) {
             (m.start, m.pgoff, m.pages) = (start, pgoff, pages);
         }
     }
 
     /// The linked VMA `vma` has new flags (`vm_flags_reset`).
     pub fn update_flags(&self, vma: usize, flags: u32) {
-        if let Some(m) = self.0.write().unwrap().get_mut(vma) {
+        if let Some(m) = self.write().get_mut(vma) {
             m.flags = flags;
         }
     }
@@ -128,15 +145,15 @@ impl RmapTree {
     /// The read lock: the linked VMAs in walk order, fixed until the guard
     /// is dropped.
     pub fn read(&self) -> RwLockReadGuard<'_, Records> {
-        cacheline::write(Structure::IMmapRwsem, &self.0);
-        self.0.read().unwrap()
+        cacheline::write(self.structure, &self.lock);
+        self.lock.read().unwrap()
     }
 
     /// The write lock: the records, with no walker and no change until the
     /// guard is dropped.
     pub fn write(&self) -> RwLockWriteGuard<'_, Records> {
-        cacheline::write(Structure::IMmapRwsem, &self.0);
-        self.0.write().unwrap()
+        cacheline::write(self.structure, &self.lock);
+        self.lock.write().unwrap()
     }
 
     /// A copy of the records (for the checker).

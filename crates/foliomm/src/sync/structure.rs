@@ -31,13 +31,15 @@ pub enum Structure {
     FaultMutex,
     /// The LRU lists' lock (`lruvec->lru_lock`).
     LruLock,
+    /// An anon_vma's `rwsem` (fork, exit, rmap walks of anon folios).
+    AnonVma,
     /// Seed 000's rmap sub-IDs of an MM (`mm->mm_rmap_subid_*`), or their
     /// per-CPU copy (stage `all-percpu`).
     MmRmapIds,
 }
 
 impl Structure {
-    pub const ALL: [Structure; 13] = [
+    pub const ALL: [Structure; 14] = [
         Structure::MmapLock,
         Structure::MmLockSeq,
         Structure::VmaLock,
@@ -50,6 +52,7 @@ impl Structure {
         Structure::HugetlbVmaLock,
         Structure::FaultMutex,
         Structure::LruLock,
+        Structure::AnonVma,
         Structure::MmRmapIds,
     ];
 
@@ -67,6 +70,7 @@ impl Structure {
             Structure::HugetlbVmaLock => "hugetlb_vma_lock",
             Structure::FaultMutex => "fault_mutex",
             Structure::LruLock => "lru_lock",
+            Structure::AnonVma => "anon_vma",
             Structure::MmRmapIds => "mm_rmap_ids",
         }
     }
