@@ -34,6 +34,7 @@ use crate::folio::Folio;
 use crate::kernel::{HugeSize, Kernel, Stats};
 use crate::phys::pg;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use crate::sync::cacheline::{self, Structure};
 use crate::sync::{Arc, Mutex};
 use crate::{Errno, Result};
 
@@ -61,6 +62,10 @@ pub enum Mount {
     /// flags): folios come from the huge page pool of that size.
     Hugetlbfs(HugeSize),
 }
+
+/// The synthetic addresses of the inodes' `i_pages`, a stride apart.
+const I_PAGES: usize = 0xffff_9000_0000_0000;
+const I_PAGES_STRIDE: usize = 1 << 36;
 
 /// A shmem inode and its page cache.
 pub struct Inode {
@@ -178,6 +183,7 @@ impl Inode {
     /// too). Once it is taken, the
     /// folio may still leave the cache: see [`in_page_cache`].
     pub fn get_cached(&self, index: u64) -> Option<(Folio<'_>, Pfn)> {
+        self.account_i_pages(index, 1, false);
         let pages = self.pages.lock().unwrap();
         let &pfn = pages.get(&index)?;
         let f = Folio::containing(&self.k.phys, pfn);
@@ -220,6 +226,7 @@ impl Inode {
         if pages.swapped.contains_key(&index) {
             return Ok((false, self.swapin(pages, index)?));
         }
+        self.account_i_pages(index, 1, false);
         if let Some(&pfn) = pages.get(&index) {
             Folio::containing(&self.k.phys, pfn).head().set(pg::UPTODATE | dirty);
             return Ok((false, pfn));
@@ -242,11 +249,31 @@ impl Inode {
         f.head().link.store(self.ino, Relaxed);
         let first = index & !(f.nr_pages() - 1);
         f.set_index(first);
+        self.account_i_pages(first, f.nr_pages(), true);
         for i in 0..f.nr_pages() {
             pages.insert(first + i, f.pfn + i);
         }
         self.k.lru.add(f);
         f.pfn + (index - first)
+    }
+
+    /// Accounts `mapping->i_pages`' lines for a lookup (a read of the slots'
+    /// lines: Linux walks the xarray under RCU) or a store of `nr` entries
+    /// from `index` (a write of the `xa_lock`'s line and of the slots'). The
+    /// lines: the lock's, then the slots, eight to a line, at a synthetic
+    /// address per inode (the xarray nodes' headers left out). Faults,
+    /// fault-around, new folios, reclaim and truncation are accounted;
+    /// `read`/`write`, collapse, migration and hugetlbfs are not.
+    pub(crate) fn account_i_pages(&self, index: u64, nr: u64, write: bool) {
+        if cacheline::accounting() {
+            let base = I_PAGES.wrapping_add((self.ino as usize).wrapping_mul(I_PAGES_STRIDE));
+            if write {
+                cacheline::access_at(Structure::PageCache, base, true);
+            }
+            for line in index / 8..=(index + nr - 1) / 8 {
+                cacheline::access_at(Structure::PageCache, base.wrapping_add(64 * (1 + line as usize)), write);
+            }
+        }
     }
 
     /// Whether the cache holds an entry for page `index`: a folio, uptodate

@@ -147,6 +147,7 @@ impl Inode {
         if pages.get(&index) != Some(&f.pfn) || f.refcount() != expected || changed {
             return false;
         }
+        self.account_i_pages(index, nr, true);
         for i in index..index + nr {
             pages.remove(&i);
         }

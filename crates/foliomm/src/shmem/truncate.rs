@@ -151,6 +151,7 @@ impl Inode {
     /// `filemap_remove_folio` + `folio_put_refs`: drops the cache's reference.
     pub(super) fn remove_from_cache(&self, pfn: Pfn) {
         let f = Folio::containing(&self.k.phys, pfn);
+        self.account_i_pages(f.index(), f.nr_pages(), true);
         f.head().link.store(0, Relaxed);
         self.k.folio_put_refs(f, cache_refs(f));
     }

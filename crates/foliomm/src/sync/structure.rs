@@ -33,13 +33,16 @@ pub enum Structure {
     LruLock,
     /// An anon_vma's `rwsem` (fork, exit, rmap walks of anon folios).
     AnonVma,
+    /// A shmem file's page cache (`mapping->i_pages`: its `xa_lock` and
+    /// slots).
+    PageCache,
     /// Seed 000's rmap sub-IDs of an MM (`mm->mm_rmap_subid_*`), or their
     /// per-CPU copy (stage `all-percpu`).
     MmRmapIds,
 }
 
 impl Structure {
-    pub const ALL: [Structure; 14] = [
+    pub const ALL: [Structure; 15] = [
         Structure::MmapLock,
         Structure::MmLockSeq,
         Structure::VmaLock,
@@ -53,6 +56,7 @@ impl Structure {
         Structure::FaultMutex,
         Structure::LruLock,
         Structure::AnonVma,
+        Structure::PageCache,
         Structure::MmRmapIds,
     ];
 
@@ -71,6 +75,7 @@ impl Structure {
             Structure::FaultMutex => "fault_mutex",
             Structure::LruLock => "lru_lock",
             Structure::AnonVma => "anon_vma",
+            Structure::PageCache => "i_pages",
             Structure::MmRmapIds => "mm_rmap_ids",
         }
     }
