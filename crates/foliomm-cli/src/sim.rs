@@ -57,6 +57,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         syscall: syscall_ps()?,
         fork: Profile::default_fork(),
         subid_calc: Profile::default_subid_calc(),
+        pt_step: Profile::default_pt_step(),
         cpus_per_socket: 0,
         adjacent_prefetch: false,
     };

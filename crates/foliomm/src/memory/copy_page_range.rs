@@ -39,6 +39,7 @@ impl CopyVma<'_> {
                 continue;
             };
             let next = pmd_addr_end(addr, end);
+            crate::sync::sim::work(crate::sync::sim::Work::PtSteps(1));
             let mut e = spmd.load(phys);
             if e.huge() {
                 let dpmd = alloc_pmd(k, dst.pgd, addr, &dst.page_table_lock)?;

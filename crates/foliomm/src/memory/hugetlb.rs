@@ -36,8 +36,7 @@ use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, st
 use crate::rmap::{self, VmaRecord};
 use crate::shmem::{in_page_cache, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
-use crate::sync::cacheline::{self, Structure};
-use crate::sync::Arc;
+use crate::sync::{cacheline, cacheline::Structure, sim, Arc};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -231,6 +230,7 @@ fn huge_pmd_share(
     let idx = vma.page_index(haddr);
     let me = vma.record();
     for s in i_mmap.iter().filter(|s| s.vma != me.vma && s.flags == me.flags) {
+        sim::work(sim::Work::PtSteps(1));
         let Some(saddr) = idx.checked_sub(s.pgoff).map(|off| s.start + off * PAGE_SIZE) else { continue };
         let window = saddr & !(PUD_SIZE - 1);
         let covers = s.pgoff <= idx && window >= s.start && window + PUD_SIZE <= s.start + s.pages * PAGE_SIZE;
@@ -432,6 +432,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
     let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
     let mut addr = src_vma.start();
     while addr < src_vma.end() {
+        sim::work(sim::Work::PtSteps(1));
         let Some(spmd) = huge_pte_offset(k, src, addr, size) else {
             addr = pud_addr_end(addr, src_vma.end());
             continue;

@@ -70,6 +70,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             continue;
         };
         let next = pmd_addr_end(addr, end);
+        crate::sync::sim::work(crate::sync::sim::Work::PtSteps(1));
         let mut e = pmd.load(&k.phys);
         if e.huge() {
             let whole = addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE;

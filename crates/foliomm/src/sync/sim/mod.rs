@@ -401,8 +401,8 @@ pub(crate) fn wake(key: usize) {
 }
 
 /// Private work the model declares: a fault's, a page's zeroing, a
-/// system call's, a fork's, the locked RMWs of a mapcount update, and a
-/// computation of an MM's rmap sub-IDs.
+/// system call's, a fork's, the locked RMWs of a mapcount update, a
+/// computation of an MM's rmap sub-IDs, and steps of a page-table walk.
 #[derive(Clone, Copy, Debug)]
 pub enum Work {
     Fault,
@@ -411,6 +411,7 @@ pub enum Work {
     Fork,
     Atomics(u64),
     SubIds,
+    PtSteps(u64),
 }
 
 /// Charges this CPU for `w` (nothing outside a simulation).
@@ -423,6 +424,7 @@ pub fn work(w: Work) {
             Work::Fork => p.fork,
             Work::Atomics(n) => n * p.atomic,
             Work::SubIds => p.subid_calc,
+            Work::PtSteps(n) => n * p.pt_step,
         })
     });
 }
