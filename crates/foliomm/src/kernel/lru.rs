@@ -151,7 +151,11 @@ impl Lru {
 
     /// Accounts the lock's line for an add or a free as Linux takes it:
     /// once per batch of this CPU's, and at once for a large folio's add
-    /// (which does not wait in the batch).
+    /// (which does not wait in the batch). The counts are per OS thread:
+    /// fresh for each simulated run's CPUs; threads that account as CPUs
+    /// outside a simulation carry a partial batch from one run to the
+    /// next. Differs from Linux: every free counts towards a batch, where
+    /// a lone `folio_put` takes the lock at once.
     fn account_batched(&self, op: usize, at_once: bool) {
         if cacheline::accounting() {
             let mut pending = PENDING.get();
@@ -199,7 +203,9 @@ impl Lru {
     /// `folio_isolate_lru`: takes `f` off its list with a reference; false
     /// if it is on none (isolated by someone else, or not yet added).
     pub fn isolate(&self, f: Folio) -> bool {
-        cacheline::write(Structure::LruLock, &self.lists);
+        if f.head().test(pg::LRU) {
+            cacheline::write(Structure::LruLock, &self.lists);
+        }
         let mut l = self.lists.lock().unwrap();
         if !f.head().test(pg::LRU) || !f.try_get() {
             return false;

@@ -32,8 +32,10 @@ pub(super) struct Entered {
     /// `folio_add_return_large_mapcount` returns it; 0 for designs without,
     /// and at stage `all-merged`, where the section's end makes it.
     pub after: i32,
-    /// rmap-id: the rmap sums the update changed (all of them, but at
-    /// stage `all-skip-zero` those of a zero sub-ID).
+    /// rmap-id: the locked operations on the rmap sums
+    /// ([`PageMapcounts::add_sums`]): one per sum changed (all of them,
+    /// but at stage `all-skip-zero` those of a zero sub-ID), at
+    /// `all-wide` one per pair and lost exchange; unused when exclusive.
     pub sums: u64,
 }
 

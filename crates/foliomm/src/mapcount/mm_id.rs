@@ -52,7 +52,7 @@ impl RmapMm {
 
     /// Accounts `mm_alloc_rmap_id`'s write of the sub-IDs as the MM is
     /// made (on the forking CPU).
-    pub fn account_init(&self) {
+    pub(super) fn account_init(&self) {
         cacheline::access_at(Structure::MmRmapIds, self.line(), true);
     }
 
@@ -64,11 +64,13 @@ impl RmapMm {
     }
 }
 
-/// The synthetic slab of `mm_struct`s and its stride.
-const MM_SUBIDS: usize = 0xffff_8880_0600_0000;
+/// The synthetic slab of `mm_struct`s and its stride; its base, and the
+/// per-CPU area's, sit apart from the VMA slabs' and the inodes' in the
+/// non-simulated owner table (at other offsets modulo its 64 MiB span).
+const MM_SUBIDS: usize = 0xffff_8880_0300_0000;
 const MM_STRIDE: usize = 2048;
 /// The synthetic per-CPU area: a CPU's copy of sub-IDs at its offset.
-const PERCPU_SUBIDS: usize = 0xffff_8881_0000_0000;
+const PERCPU_SUBIDS: usize = 0xffff_8881_0380_0000;
 const PERCPU_STRIDE: usize = 1 << 18;
 
 thread_local! {

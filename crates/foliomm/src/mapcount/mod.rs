@@ -190,6 +190,9 @@ pub trait MapcountDesign: Send + Sync {
     /// `all-give-up`'s rmap sums), before it is freed or split; nothing for
     /// the others.
     fn forget_untracked(&self, _f: Folio) {}
+    /// A new MM `mm` (`mm_init`): the rmap-ID designs from patch 11 on
+    /// compute its sub-IDs (`mm_alloc_rmap_id`); nothing for the others.
+    fn mm_created(&self, _mm: &RmapMm) {}
     /// First mapping of a new folio by `mm`: all pages by PTEs, or one PMD
     /// (`folio_add_new_anon_rmap`).
     fn add_new(&self, f: Folio, level: Level, mm: RmapMm);

@@ -41,8 +41,8 @@ impl PageMapcounts {
 }
 
 impl PageMapcounts {
-    /// The pages whose `ids` word the design uses: page 1 (`_mm_ids`), or
-    /// the rmap sums in pages 1..=k.
+    /// How many sum words the design keeps: 1 (`_mm_ids` in page 1), or
+    /// the rmap sums' count ([`PageMapcounts::sum`] says where each is).
     pub(super) fn sum_words(&self, f: Folio) -> u64 {
         self.construction().map_or(1, |c| c.count(f.order()) as u64)
     }
@@ -82,8 +82,8 @@ impl MapcountDesign for PageMapcounts {
     }
 
     /// The smallest order whose tail pages hold the rmap sums
-    /// ([`super::fields::sum_word`]: the `ids` of every tail page
-    /// and the `link` of all but the first).
+    /// ([`PageMapcounts::sum`]: the `ids` of every tail page and the
+    /// `link` of all but the first, or their pairs at `all-wide`).
     fn min_large_order(&self) -> u32 {
         let fits = |o: u32| self.construction().is_none_or(|c| c.count(o) as u64 <= (2u64 << o) - 3);
         (1..crate::arch::PMD_ORDER).find(|&o| fits(o)).unwrap_or(crate::arch::PMD_ORDER)
@@ -119,6 +119,12 @@ impl MapcountDesign for PageMapcounts {
 
     fn forget_untracked(&self, f: Folio) {
         self.reset_untracked(f)
+    }
+
+    fn mm_created(&self, mm: &RmapMm) {
+        if self.construction() == Some(super::construction::Construction::SeedSubIds) {
+            mm.account_init();
+        }
     }
 
     fn check_freeable(&self, f: Folio) -> Vec<String> {

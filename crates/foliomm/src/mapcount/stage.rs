@@ -120,7 +120,7 @@ named_enum! {
     /// spreading the sums over more lines did not help): the first sum
     /// shares page 1's line with the seqcount and the mapcount, the others
     /// go two to a tail page's line, where `all` gives each its own
-    /// ([`super::eras::PageMapcounts::sum_word`]).
+    /// ([`super::eras::PageMapcounts::sum`]).
     AllPacked = "all-packed",
     /// `all` with the seed's idea "Finding ways of merging the total
     /// mapcount with the seqcount": the large mapcount lives in the rmap
@@ -136,7 +136,11 @@ named_enum! {
     /// ([`crate::phys::WidePair`]), and a shared writer changes each pair
     /// with one 128-bit compare-exchange loop (`cmpxchg16b`; no CPU has a
     /// 128-bit atomic add), which reads the line before it writes it and
-    /// fails when another writer got in between. Folios of two pages keep
+    /// fails when another writer got in between (on simulated CPUs it never
+    /// does: no CPU runs between the load and the exchange; the reread
+    /// line is the cost seen there). A pair needs a tail page's free
+    /// 16 bytes, so an order-2 folio's one sum moves from page 1's line
+    /// to page 2's, a line more per update. Folios of two pages keep
     /// `all`'s words (they have no tail page for a pair). 256- and 512-bit
     /// atomics are not modelled: no x86-64 or arm64 instruction performs
     /// a read-modify-write that wide.

@@ -94,7 +94,7 @@ impl Mm {
             users: crate::sync::atomic::AtomicU32::new(1),
             exited: AtomicBool::new(false),
         });
-        mm.rmap.account_init();
+        kernel.design.mm_created(&mm.rmap);
         list.add(&mm);
         kernel.phys.mm_changed(serial);
         Ok(mm)

@@ -22,7 +22,9 @@ pub struct WidePair<'a>([&'a crate::sync::atomic::AtomicU64; 2]);
 
 // The pair's 16 bytes are 16-byte aligned in a 64-byte aligned descriptor.
 #[cfg(not(any(loom, shuttle)))]
-const _: () = assert!(std::mem::offset_of!(Page, w) % 16 == 0 && std::mem::size_of::<[u32; 4]>() == 16);
+const _: () = assert!(
+    std::mem::offset_of!(Page, w) % 16 == 0 && std::mem::offset_of!(Page, ids) >= std::mem::offset_of!(Page, w) + 16
+);
 
 impl Page {
     /// The 128-bit pair of this descriptor. Only a tail page's pair is

@@ -63,9 +63,12 @@ pub enum Mount {
     Hugetlbfs(HugeSize),
 }
 
-/// The synthetic addresses of the inodes' `i_pages`, a stride apart.
-const I_PAGES: usize = 0xffff_9000_0000_0000;
-const I_PAGES_STRIDE: usize = 1 << 36;
+/// The synthetic addresses of the inodes' `i_pages`: 256 MiB each (room
+/// for 128 GiB of slots), 4,096 inodes before one reuses another's
+/// addresses, each base a line further into the non-simulated owner
+/// table than the last ([`crate::sync::cacheline`]).
+const I_PAGES: usize = 0xffff_9000_0100_0000;
+const I_PAGES_STRIDE: usize = (1 << 28) + 64;
 
 /// A shmem inode and its page cache.
 pub struct Inode {
@@ -262,11 +265,12 @@ impl Inode {
     /// from `index` (a write of the `xa_lock`'s line and of the slots'). The
     /// lines: the lock's, then the slots, eight to a line, at a synthetic
     /// address per inode (the xarray nodes' headers left out). Faults,
-    /// fault-around, new folios, reclaim and truncation are accounted;
-    /// `read`/`write`, collapse, migration and hugetlbfs are not.
+    /// fault-around, `write` and `fallocate` (through the same lookup),
+    /// new folios, reclaim and truncation (hugetlbfs' too) are accounted;
+    /// `read`, collapse and migration are not.
     pub(crate) fn account_i_pages(&self, index: u64, nr: u64, write: bool) {
         if cacheline::accounting() {
-            let base = I_PAGES.wrapping_add((self.ino as usize).wrapping_mul(I_PAGES_STRIDE));
+            let base = I_PAGES + (self.ino as usize % 4096) * I_PAGES_STRIDE;
             if write {
                 cacheline::access_at(Structure::PageCache, base, true);
             }

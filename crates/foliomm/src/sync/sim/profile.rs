@@ -50,10 +50,11 @@ pub struct Profile {
     /// bit of the ID, 48 in all).
     #[serde(default = "Profile::default_subid_calc")]
     pub subid_calc: u64,
-    /// One step of a walk over page-table entries (the zap's and fork's
-    /// PMD loops, a hugetlb VMA's 2 MiB steps; also each mapping
-    /// `huge_pmd_share` looks at): the entry's load from a cached table and
-    /// the checks on it.
+    /// One step of a walk over page-table entries (each PMD entry the zap
+    /// and fork look at, each huge page's entry of fork's hugetlb copy,
+    /// whose skipped PUD windows cost one step; also each mapping
+    /// `huge_pmd_share` looks at): the entry's load from a cached table
+    /// and the checks on it.
     #[serde(default = "Profile::default_pt_step")]
     pub pt_step: u64,
     /// CPUs per socket (0: one socket).
