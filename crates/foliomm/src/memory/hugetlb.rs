@@ -1,6 +1,6 @@
-//! hugetlb faults, fork and PMD sharing (mm/hugetlb.c `hugetlb_fault`,
+//! hugetlb faults and PMD sharing (mm/hugetlb.c `hugetlb_fault`,
 //! `hugetlb_no_page`, `hugetlb_wp`, `huge_pte_alloc`, `huge_pmd_share`,
-//! `huge_pmd_unshare`, `copy_hugetlb_page_range`).
+//! `huge_pmd_unshare`; fork's copy is [`super::hugetlb_fork`]).
 //!
 //! A 2 MiB hugetlb page is mapped by a PMD entry, a 1 GiB one by a PUD
 //! entry (its lock is the PUD table's own, where Linux takes
@@ -27,7 +27,7 @@
 //! Differs from Linux: no uffd-wp markers, migration or poison entries.
 
 use super::fault::FaultKind;
-use crate::arch::{pmd_index, pud_addr_end, Pfn, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::arch::{pmd_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::{HugeSize, HugetlbSync, Incident, Kernel};
 use crate::mapcount::Level;
@@ -191,7 +191,7 @@ pub(crate) fn huge_pte_offset(k: &Kernel, mm: &Mm, addr: u64, size: HugeSize) ->
 /// when the caller holds `i_mmap_rwsem`, else it is taken for read to
 /// share. Also the MM whose table was looked at, to be let go after
 /// `i_mmap_rwsem` (see [`huge_pmd_share`]).
-fn huge_pte_alloc(
+pub(super) fn huge_pte_alloc(
     k: &Kernel,
     mm: &Mm,
     vma: &Vma,
@@ -406,95 +406,4 @@ fn hugetlb_wp(k: &Kernel, mm: &Mm, vma: &Vma, walked: &Walked, orig: Pte, kind: 
     mm.tlb.flush_range(&k.stats, haddr, haddr + size.bytes());
     k.folio_put_refs(old, 1);
     Ok(None)
-}
-
-/// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb
-/// VMA `src_vma` (its copy `dst_vma` linked already): a private one with
-/// an anon_vma, or, in the eras before 6.1, any. Where the child's
-/// table can be shared with the parent's, nothing is copied; a shared
-/// mapping's pages gain the child's references; a private mapping's
-/// anonymous pages become read-only in both (a pinned one is copied for
-/// the child at once). ENOMEM without page tables, or when the pool has
-/// no page for such a copy (`alloc_hugetlb_folio` fails: the fork fails,
-/// as Linux's does).
-pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &Vma, src_vma: &Vma) -> Result<()> {
-    let phys = &k.phys;
-    let inode = src_vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
-    let size = inode.huge_size().expect("a hugetlbfs file");
-    // No sharing may be set up or torn down while the copy runs: under
-    // i-mmap-rwsem `i_mmap_rwsem` is held for read across it, under
-    // vma-lock the parent VMA's lock.
-    let design = k.config.hugetlb_sync;
-    // MMs looked at, let go after the locks.
-    let mut others = Vec::new();
-    let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
-    let vma_lock = src_vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
-    let mut addr = src_vma.start();
-    while addr < src_vma.end() {
-        sim::work(sim::Work::PtSteps(1));
-        let Some(spmd) = huge_pte_offset(k, src, addr, size) else {
-            addr = pud_addr_end(addr, src_vma.end());
-            continue;
-        };
-        let (dpmd, other) = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(|r| &**r))?;
-        others.extend(other);
-        if pt_share_count(phys, dpmd.table).load(Relaxed) > 0 {
-            // The child shares a table (the parent's, or another sharer's
-            // of the same file pages): nothing to copy.
-            addr = pud_addr_end(addr, src_vma.end());
-            continue;
-        }
-        copy_huge_entry(k, (dst, dst_vma), src, (dpmd, spmd), addr, size)?;
-        addr += size.bytes();
-    }
-    Ok(())
-}
-
-/// Copies the parent's huge entry for a page of `size` at `addr` (slots
-/// `(child's, parent's)`), read under both page-table locks (a truncation
-/// may have zapped it meanwhile), into the child `dst` (with the anon_vma
-/// of its VMA). ENOMEM when a pinned page's copy finds no pool page.
-fn copy_huge_entry(
-    k: &Kernel,
-    (dst, dst_vma): (&Mm, &Vma),
-    src: &Mm,
-    (dpmd, spmd): (PmdSlot, PmdSlot),
-    addr: u64,
-    size: HugeSize,
-) -> Result<()> {
-    let phys = &k.phys;
-    let nr = size.pages();
-    let _dl = pte_lockptr(phys, dpmd.table).lock();
-    let _sl = (dpmd.table != spmd.table).then(|| pte_lockptr(phys, spmd.table).lock());
-    let e = spmd.load(phys);
-    if !e.huge() {
-        return Ok(());
-    }
-    let f = Folio::from_head(phys, e.pfn());
-    if !f.test_anon() {
-        f.ref_add(1);
-        rmap::folio_add_file_rmap(k, f, 0, nr, Level::Pmd, dst.rmap);
-        // The child is registered with no userfaultfd: no uffd-wp bit.
-        dpmd.store(phys, e.without(Pte::UFFD_WP));
-        dst.add_rss(f, nr as i64);
-        return Ok(());
-    }
-    let pinned = src.has_pinned.load(Relaxed);
-    f.ref_add(1);
-    if rmap::folio_try_dup_anon_rmap(k, f, 0, nr, Level::Pmd, dst.rmap, pinned).is_ok() {
-        spmd.store(phys, e.without(Pte::RW));
-        dpmd.store(phys, e.without(Pte::RW | Pte::UFFD_WP));
-        dst.add_rss(f, nr as i64);
-        src.tlb.flush_range(&k.stats, addr, addr + size.bytes());
-        return Ok(());
-    }
-    f.put_refs(1);
-    // A maybe-pinned exclusive page: the child gets its own copy now.
-    let new = k.alloc_hugetlb_folio(size, false, dst_vma.huge_placement(f.index(), size.order()))?;
-    (0..nr).for_each(|i| phys.copy_frame(new.pfn + i, f.pfn + i));
-    rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, dst.rmap, (dst_vma.anon_vma(), f.index()));
-    dpmd.store(phys, Pte::new(new.pfn, e.0 & !Pte::PFN_MASK));
-    dst.add_rss(new, nr as i64);
-    Ok(())
 }

@@ -1,7 +1,7 @@
 //! The page-table side of mm/memory.c and its neighbours, kept in one folder
 //! because they call one another as in Linux: the fault path ([`fault`] with
 //! [`anon`], [`file`](mod@file) and [`wp`]), PMD-mapped THP ([`huge_memory`]),
-//! hugetlb pages and PMD sharing ([`hugetlb`]) and private hugetlb
+//! hugetlb pages and PMD sharing ([`hugetlb`], at fork [`hugetlb_fork`]) and private hugetlb
 //! reservations ([`hugetlb_resv`]), zap and
 //! `free_pgtables` ([`zap`]), fork's copy ([`copy_page_range`]), mprotect's
 //! [`change_protection`], soft-dirty's [`clear_refs`], mremap's [`move_page_tables`] and [`userfaultfd`]'s
@@ -18,6 +18,7 @@ pub mod file;
 pub mod folio_mappings;
 pub mod huge_memory;
 pub mod hugetlb;
+pub mod hugetlb_fork;
 pub mod hugetlb_migrate;
 pub mod hugetlb_resv;
 pub mod hugetlb_userfaultfd;

@@ -3,7 +3,7 @@
 
 use crate::kernel::{HugetlbSync, Stats};
 use crate::memory::copy_page_range::CopyVma;
-use crate::memory::hugetlb::copy_hugetlb_page_range;
+use crate::memory::hugetlb_fork::copy_hugetlb_page_range;
 use crate::mm_types::{vm, Mm};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::Arc;
