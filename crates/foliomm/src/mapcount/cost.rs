@@ -73,14 +73,19 @@ impl PageMapcounts {
         let touches_second = !pte || self.f.nr_pages_mapped || self.f.total != Total::None || self.seed_003();
         let per_page = self.f.page_mapcounts;
         let in_range = move |p: u64| pte && per_page && first <= p && p < first + nr;
-        // Pages 2..=k (none without sums).
-        let last_sum =
-            if self.tracks(f) && !self.skips_entire(level) { self.last_sum_page(f, self.sum_words(f)) } else { 1 };
-        let sums = 2..last_sum + 1;
+        let sums = self.sum_pages(f, level);
         // Without per-page counts only the folio's own fields change.
         let pages = if pte && self.f.page_mapcounts { first..first + nr } else { 0..0 };
         let second = (touches_second && !in_range(1)).then_some(1);
         pages.chain(second).chain(sums.filter(move |&p| !in_range(p)))
+    }
+
+    /// The pages from 2 on that hold sums an update at `level` changes
+    /// (none without sums, or for a PMD left out of them).
+    fn sum_pages(&self, f: Folio, level: Level) -> std::ops::Range<u64> {
+        let last =
+            if self.tracks(f) && !self.skips_entire(level) { self.last_sum_page(f, self.sum_words(f)) } else { 1 };
+        2..last + 1
     }
 
     /// Accounts the writes of an add or remove to its descriptors' lines
@@ -91,9 +96,8 @@ impl PageMapcounts {
     /// it.
     pub(super) fn touch(&self, f: Folio, first: u64, nr: u64, level: Level, plain: bool) {
         if cacheline::accounting() {
-            if self.wide(f) && !plain && self.tracks(f) && !self.skips_entire(level) {
-                let pairs = 2..self.last_sum_page(f, self.sum_words(f)) + 1;
-                pairs.for_each(|p| cacheline::read(Structure::Folio, f.page(p)));
+            if self.wide(f) && !plain {
+                self.sum_pages(f, level).for_each(|p| cacheline::read(Structure::Folio, f.page(p)));
             }
             let every = level == Level::Pmd && self.pmd_in_pages(f);
             let extra = if every { 0..f.nr_pages() } else { 0..0 };

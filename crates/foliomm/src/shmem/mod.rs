@@ -275,7 +275,7 @@ impl Inode {
                 cacheline::access_at(Structure::PageCache, base, true);
             }
             for line in index / 8..=(index + nr - 1) / 8 {
-                cacheline::access_at(Structure::PageCache, base.wrapping_add(64 * (1 + line as usize)), write);
+                cacheline::access_at(Structure::PageCache, base + 64 * (1 + line as usize), write);
             }
         }
     }
