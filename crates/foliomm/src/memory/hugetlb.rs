@@ -70,7 +70,13 @@ fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind
 /// `huge_pte_alloc` does, with what a hugetlb fault holds meanwhile: the
 /// fault mutex of the file page and, by the synchronization design, the
 /// VMA's hugetlb lock or the file's `i_mmap_rwsem` for read (as
-/// `hugetlb_fault` and `hugetlb_mfill_atomic_pte` do).
+/// `hugetlb_fault` and `hugetlb_mfill_atomic_pte` do), in the design's
+/// order: from 6.1 (`vma-lock`) the mutex first, then the VMA lock and the
+/// allocation; from 5.7 to 6.0 (`i-mmap-rwsem`) `i_mmap_rwsem` and the
+/// allocation first, then the mutex, so that a fault queued behind a
+/// writer of the rwsem holds no mutex; and the reverted state (`no-lock`)
+/// allocates (`huge_pmd_share` taking the rwsem inside) before the mutex.
+/// The mutex is let go first.
 pub(super) fn with_fault_locks<R>(
     mm: &Mm,
     vma: &Vma,
@@ -80,12 +86,15 @@ pub(super) fn with_fault_locks<R>(
 ) -> Result<R> {
     let k = &*mm.kernel;
     let size = inode.huge_size().expect("a hugetlbfs file");
-    let mutex = k.hugetlb_fault_mutex(inode.ino, vma.page_index(haddr));
-    cacheline::write(Structure::FaultMutex, mutex);
-    let _mutex = mutex.lock().unwrap();
     let design = k.config.hugetlb_sync;
+    let lock_mutex = || {
+        let mutex = k.hugetlb_fault_mutex(inode.ino, vma.page_index(haddr));
+        cacheline::write(Structure::FaultMutex, mutex);
+        mutex.lock().unwrap()
+    };
     // Declared before the locks, so let go after them.
     let _other_mm;
+    let _mutex_first = (design == HugetlbSync::VmaLock).then(lock_mutex);
     let vma_lock = vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
     let _vma_lock = vma_lock.as_ref().map(|l| {
         cacheline::write(Structure::HugetlbVmaLock, &**l);
@@ -94,6 +103,7 @@ pub(super) fn with_fault_locks<R>(
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd;
     (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, inode, haddr, i_mmap.as_deref().map(|r| &**r))?;
+    let _mutex_after = (design != HugetlbSync::VmaLock).then(lock_mutex);
     f(&Walked { pmd, generation: k.phys.generation(pmd.table), haddr, size })
 }
 

@@ -22,7 +22,7 @@ use crate::memory::zap::{unmap_page_range, ZapDetails};
 use crate::mm_types::{Mm, MmList};
 use crate::rmap::VmaRecord;
 use crate::shmem::{Busy, Inode};
-use crate::sync::Arc;
+use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::tlb::MmuGather;
 
 impl MmList {
@@ -34,6 +34,37 @@ impl MmList {
     pub(super) fn hugetlb_vmdelete_list(&self, inode: &Inode, first: u64, last: u64, mms: &mut Vec<Arc<Mm>>) {
         let zap = |m: &VmaRecord| self.zap_mapping(m, first, last, true, mms);
         inode.i_mmap.walk_vma_locked(vma_locks(inode), Busy::Skip, |_| true, zap);
+    }
+
+    /// Unmaps the huge page at file page `first`, found mapped under its
+    /// fault `mutex` (held: `guard`) as `remove_inode_hugepages` removes
+    /// it; returns the mutex held again. From 6.1
+    /// ([`Self::hugetlb_unmap_file_folio`]) under the mutex throughout;
+    /// from 5.7 to 6.0 (`i-mmap-rwsem`), whose lock order puts
+    /// `i_mmap_rwsem` before the fault mutex (as its faults take them), it
+    /// lets go of the mutex, takes `i_mmap_rwsem` for write and the mutex
+    /// again, and zaps the page in every VMA (`hugetlb_vmdelete_list`).
+    pub(super) fn unmap_mapped_huge_page<'a>(
+        &self,
+        inode: &Inode,
+        first: u64,
+        mutex: &'a Mutex<()>,
+        guard: MutexGuard<'a, ()>,
+    ) -> MutexGuard<'a, ()> {
+        if inode.k.config.hugetlb_sync != HugetlbSync::IMmapRwsem {
+            self.hugetlb_unmap_file_folio(inode, first);
+            return guard;
+        }
+        drop(guard);
+        // The MMs zapped in, let go after every lock (declared first).
+        let mut zapped = Vec::new();
+        let records = inode.i_mmap.write();
+        let guard = mutex.lock().unwrap();
+        let last = first + inode.page_unit() / crate::arch::PAGE_SIZE;
+        for m in records.iter() {
+            self.zap_mapping(m, first, last, true, &mut zapped);
+        }
+        guard
     }
 
     /// `hugetlb_unmap_file_folio`, under the fault mutex of the huge page

@@ -91,7 +91,8 @@ impl MmList {
     /// range): each huge page wholly inside `[offset, end)` leaves the
     /// cache under its fault mutex, so that no fault maps it meanwhile; one
     /// still mapped (a fault mapped it since, or the unmap skipped a busy
-    /// VMA) is unmapped first, under the mutex (`hugetlb_unmap_file_folio`).
+    /// VMA) is unmapped first, under the mutex
+    /// ([`MmList::unmap_mapped_huge_page`]).
     /// Then, on truncation, the rest past the end and every
     /// reservation there given back; for a hole, the partly covered pages
     /// at its edges zeroed. A page a fault added inside the hole after the
@@ -108,9 +109,9 @@ impl MmList {
             }
             for first in listed {
                 let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
-                let _mutex = mutex.lock().unwrap();
+                let mut _mutex = mutex.lock().unwrap();
                 if inode.huge_page_mapped(first) {
-                    self.hugetlb_unmap_file_folio(inode, first);
+                    _mutex = self.unmap_mapped_huge_page(inode, first, mutex, _mutex);
                 }
                 inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
             }
