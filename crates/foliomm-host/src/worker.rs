@@ -189,6 +189,7 @@ impl WorkerThread {
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
             Op::ClearSoftDirty => done(std::fs::write("/proc/self/clear_refs", "4")),
+            Op::SetCpu { cpu } => crate::sys::run_on_cpu(cpu).map(|()| Reply::Done).map_err(Refused::Unobservable),
             Op::Mbind { addr, len, mode, nodes, flags } => done(sys::mbind(addr, len, mode, nodes, flags)),
             Op::MovePages { addr, len, node, all } => {
                 let pages: Vec<u64> = (addr..addr + len).step_by(PAGE as usize).collect();

@@ -92,6 +92,12 @@ pub enum Op {
     },
     /// `echo 4 > /proc/self/clear_refs`: the caller's soft-dirty bits cleared.
     ClearSoftDirty,
+    /// `sched_setaffinity(0, ...)`: the calling thread runs on its machine's
+    /// CPU number `cpu` (counted among the online CPUs) from now on, and
+    /// the threads and children it makes later start there.
+    SetCpu {
+        cpu: u32,
+    },
     /// `mlock` (`lock`) or `munlock`.
     Mlock {
         addr: u64,

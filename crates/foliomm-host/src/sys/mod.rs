@@ -32,29 +32,54 @@ pub fn run_on_node0(one: bool) -> std::io::Result<()> {
     if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let node0 = std::fs::read_to_string("/sys/devices/system/node/node0/cpulist").unwrap_or_default();
-    let in_node0 = |c: usize| {
-        node0.trim().is_empty()
-            || node0.trim().split(',').any(|r| match r.split_once('-') {
-                Some((a, b)) => a.parse().is_ok_and(|a: usize| a <= c) && b.parse().is_ok_and(|b: usize| c <= b),
-                None => r.parse() == Ok(c),
-            })
-    };
+    let node0 = cpu_list("/sys/devices/system/node/node0/cpulist");
     // SAFETY: CPU_ISSET reads the set we own; the index is below CPU_SETSIZE.
     let allowed: Vec<usize> =
         (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
-    let mut chosen: Vec<usize> = allowed.iter().copied().filter(|&c| in_node0(c)).collect();
+    let mut chosen: Vec<usize> = allowed.iter().copied().filter(|c| node0.is_empty() || node0.contains(c)).collect();
     if chosen.is_empty() {
         chosen = allowed;
     }
     if one {
         chosen.truncate(1);
     }
-    // SAFETY: as above; CPU_ZERO and CPU_SET write the set we own, every
-    // index below CPU_SETSIZE.
-    unsafe {
-        libc::CPU_ZERO(&mut set);
-        chosen.iter().for_each(|&c| libc::CPU_SET(c, &mut set));
+    set_affinity(&chosen)
+}
+
+/// Keeps the calling thread (and the threads and children it makes from
+/// now on) on online CPU number `n`, counted from the first
+/// (`sched_setaffinity`); an error names the CPUs online when there is no
+/// such CPU.
+pub fn run_on_cpu(n: u32) -> Result<(), String> {
+    let online = cpu_list("/sys/devices/system/cpu/online");
+    let &cpu =
+        online.get(n as usize).ok_or_else(|| format!("the host has {} CPUs online, no CPU {n}", online.len()))?;
+    set_affinity(&[cpu]).map_err(|e| format!("sched_setaffinity to CPU {cpu}: {e}"))
+}
+
+/// The CPUs of a kernel CPU list file ("0-3,8"); none if it cannot be read.
+fn cpu_list(path: &str) -> Vec<usize> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let range = |r: &str| -> Vec<usize> {
+        match r.split_once('-') {
+            Some((a, b)) => match (a.parse(), b.parse()) {
+                (Ok(a), Ok(b)) => (a..=b).collect(),
+                _ => Vec::new(),
+            },
+            None => r.parse().into_iter().collect(),
+        }
+    };
+    text.trim().split(',').flat_map(range).collect()
+}
+
+/// `sched_setaffinity(0, cpus)` for the calling thread.
+fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes the set we
+    // own, every index below CPU_SETSIZE (checked).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        unsafe { libc::CPU_SET(c, &mut set) };
     }
     // SAFETY: `set` is a valid cpu_set_t of `size` bytes.
     match unsafe { libc::sched_setaffinity(0, size, &set) } {

@@ -91,6 +91,10 @@ impl State<'_> {
                 outcome(step, self.perform(t, Op::ClearSoftDirty))?;
                 Ok("soft-dirty bits cleared".into())
             }
+            &Cmd::SetCpu(cpu) => {
+                outcome(step, self.perform(t, Op::SetCpu { cpu }))?;
+                Ok(format!("on CPU {cpu}"))
+            }
             Cmd::Exit if tid != 0 => {
                 self.perform(t, Op::ExitThread)?;
                 let name = step.thread.as_deref().unwrap_or_default();

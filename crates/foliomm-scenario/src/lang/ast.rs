@@ -151,6 +151,8 @@ pub enum Cmd {
     Mlock(Place, bool),
     /// `clear_refs soft_dirty` (`echo 4 > /proc/PID/clear_refs`).
     ClearSoftDirty,
+    /// `cpu N`: the thread moves to CPU N (`sched_setaffinity`).
+    SetCpu(u32),
     /// `khugepaged [N]` / `ksmd [N]`: N full scans of the daemon over every
     /// MM it has a slot for (1 unless given).
     Scan(Daemon, u32),

@@ -13,6 +13,9 @@ use super::lexer::{parse_size, Line};
 use crate::observation::Observation;
 use crate::op::{FileKind, GupKind};
 
+/// CPUs a thread may be put on (`cpu N`): the model's per-CPU slots.
+const MAX_CPUS: u32 = foliomm::internals::phys::NR_PCP as u32;
+
 pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
     if l.toks.get(l.pos + 1).is_some_and(|t| t.text == "=") {
         return parse_assignment(l);
@@ -30,6 +33,14 @@ pub(super) fn parse_proc_cmd(l: &mut Line) -> Result<Cmd, ParseError> {
                 return l.err(col, "expected 'soft_dirty' (clear_refs soft_dirty: echo 4 > /proc/PID/clear_refs)");
             }
             Cmd::ClearSoftDirty
+        }
+        "cpu" => {
+            let col = l.col();
+            let t = l.next("a CPU number")?;
+            match t.parse::<u32>() {
+                Ok(n) if n < MAX_CPUS => Cmd::SetCpu(n),
+                _ => return l.err(col, format!("expected a CPU number from 0 to {}, found '{t}'", MAX_CPUS - 1)),
+            }
         }
         "split" => {
             let p = l.place()?;

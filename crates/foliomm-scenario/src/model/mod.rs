@@ -35,10 +35,6 @@ struct Process {
     fds: HashSet<u64>,
 }
 
-/// How often a call may meet a userfaultfd fault in a row that no
-/// handler call of its own answered before it counts as waiting forever.
-const RETRIES_WITHOUT_ANSWER: usize = 100_000;
-
 /// Runs scenarios on the model.
 #[derive(Default)]
 pub struct ModelBackend {
@@ -51,6 +47,9 @@ pub struct ModelBackend {
     /// mappings hold their own references).
     files: Mutex<HashMap<u64, Arc<Inode>>>,
     uffds: Mutex<uffd::Uffds>,
+    /// The CPU each thread was put on (`cpu N`; CPU 0 otherwise), by
+    /// process and thread id.
+    placed: Mutex<HashMap<(String, u32), usize>>,
 }
 
 impl ModelBackend {
@@ -232,38 +231,7 @@ impl Backend for ModelBackend {
     }
 
     fn perform(&self, t: Thread, op: Op) -> BackendResult<Reply> {
-        // A call that may fault on a userfaultfd's range waits for its
-        // handler and goes on (accesses, populating advice and locks are
-        // restartable); a pin gives up (Linux's long-term pins do not wait).
-        let may_wait = matches!(op, Op::Access { .. } | Op::Madvise { .. } | Op::Mlock { .. } | Op::Pin { .. });
-        if !may_wait {
-            return self.perform_once(t, op);
-        }
-        // A fault whose message another thread's call answered is retried
-        // as it is; one that keeps coming back unanswered would wait forever.
-        for _ in 0..RETRIES_WITHOUT_ANSWER {
-            match self.perform_once(t, op.clone()) {
-                Err(StepError::Errno(Errno::Userfault)) if matches!(op, Op::Pin { .. }) => {
-                    return Err(StepError::Unsupported("a pin of a page a userfaultfd must fill".into()));
-                }
-                Err(StepError::Errno(Errno::Userfault)) => {
-                    // The woken thread retries its fault, then its access.
-                    let (mm, cpu) = self.thread(t)?;
-                    let answered = self.handle_userfaults(&mm)?;
-                    if answered.is_empty() {
-                        foliomm::internals::sync::thread::yield_now();
-                    }
-                    for (addr, write) in answered {
-                        match cpu.lock().unwrap().retry_fault(&mm, addr, write) {
-                            Ok(()) | Err(Errno::Userfault) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
-                r => return r,
-            }
-        }
-        Err(StepError::Hangs("a fault went to a userfaultfd again and again and no handler answered it".into()))
+        foliomm::internals::sync::on_cpu(self.cpu_of(t), || self.perform_placed(t, op))
     }
 
     /// The release the started machine follows (the default before).
@@ -336,6 +304,18 @@ fn done(r: foliomm::Result<()>) -> BackendResult<Reply> {
 }
 
 impl ModelBackend {
+    /// The CPU thread `t` runs on.
+    fn cpu_of(&self, t: Thread) -> usize {
+        self.placed.lock().unwrap().get(&(t.proc.to_string(), t.tid)).copied().unwrap_or(0)
+    }
+
+    /// Puts the new thread `t` on the CPU of `from` (a forking or spawning
+    /// thread), as its affinity is inherited.
+    fn inherit_cpu(&self, from: Thread, t: Thread) {
+        let cpu = self.cpu_of(from);
+        self.placed.lock().unwrap().insert((t.proc.to_string(), t.tid), cpu);
+    }
+
     fn perform_once(&self, t: Thread, op: Op) -> BackendResult<Reply> {
         let m = self.m();
         Ok(match op {
@@ -351,6 +331,8 @@ impl ModelBackend {
                     return Err(t.failure("exists already"));
                 }
                 p.mm.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                drop(procs);
+                self.inherit_cpu(Thread::main(t.proc), t);
                 Reply::Done
             }
             Op::ExitThread => {
@@ -378,6 +360,7 @@ impl ModelBackend {
                 let c = self.mm_of(t)?.fork()?;
                 let fds = self.procs.read().unwrap().get(t.proc).map(|p| p.fds.clone()).unwrap_or_default();
                 self.add_process(&child, c, fds);
+                self.inherit_cpu(t, Thread::main(&child));
                 Reply::Done
             }
             Op::ShmGet { size, hugetlb } => Reply::Value(m.shmget(&*self.mm_of(t)?, size, hugetlb)?),
@@ -389,6 +372,11 @@ impl ModelBackend {
             Op::Mprotect { addr, len, prot } => done(self.mm_of(t)?.mprotect(addr, len, prot))?,
             Op::Mlock { addr, len, lock } => done(self.mm_of(t)?.mlock(addr, len, lock))?,
             Op::ClearSoftDirty => self.mm_of(t).map(|mm| mm.clear_refs_soft_dirty()).map(|()| Reply::Done)?,
+            Op::SetCpu { cpu } => {
+                self.mm_of(t)?;
+                self.placed.lock().unwrap().insert((t.proc.to_string(), t.tid), cpu as usize);
+                Reply::Done
+            }
             Op::SplitHugePages { addr, len, order, at } => {
                 done(self.mm_of(t)?.split_huge_pages(addr, addr + len, order, at).map(|_| ()))?
             }

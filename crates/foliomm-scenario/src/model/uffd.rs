@@ -16,7 +16,11 @@ use foliomm::{Errno, Mm};
 use super::ModelBackend;
 use crate::backend::Thread;
 use crate::error::{BackendResult, StepError};
-use crate::op::{Reply, UffdAction, UffdCall};
+use crate::op::{Op, Reply, UffdAction, UffdCall};
+
+/// How often a call may meet a userfaultfd fault in a row that no
+/// handler call of its own answered before it counts as waiting forever.
+const RETRIES_WITHOUT_ANSWER: usize = 100_000;
 
 /// One userfaultfd of a process.
 pub(super) struct UffdFile {
@@ -44,6 +48,43 @@ impl Uffds {
 }
 
 impl ModelBackend {
+    /// [`Backend::perform`] on the thread's CPU: a call that may fault
+    /// on a userfaultfd's range waits for its handler and goes on.
+    pub(super) fn perform_placed(&self, t: Thread, op: Op) -> BackendResult<Reply> {
+        // A call that may fault on a userfaultfd's range waits for its
+        // handler and goes on (accesses, populating advice and locks are
+        // restartable); a pin gives up (Linux's long-term pins do not wait).
+        let may_wait = matches!(op, Op::Access { .. } | Op::Madvise { .. } | Op::Mlock { .. } | Op::Pin { .. });
+        if !may_wait {
+            return self.perform_once(t, op);
+        }
+        // A fault whose message another thread's call answered is retried
+        // as it is; one that keeps coming back unanswered would wait forever.
+        for _ in 0..RETRIES_WITHOUT_ANSWER {
+            match self.perform_once(t, op.clone()) {
+                Err(StepError::Errno(Errno::Userfault)) if matches!(op, Op::Pin { .. }) => {
+                    return Err(StepError::Unsupported("a pin of a page a userfaultfd must fill".into()));
+                }
+                Err(StepError::Errno(Errno::Userfault)) => {
+                    // The woken thread retries its fault, then its access.
+                    let (mm, cpu) = self.thread(t)?;
+                    let answered = self.handle_userfaults(&mm)?;
+                    if answered.is_empty() {
+                        foliomm::internals::sync::thread::yield_now();
+                    }
+                    for (addr, write) in answered {
+                        match cpu.lock().unwrap().retry_fault(&mm, addr, write) {
+                            Ok(()) | Err(Errno::Userfault) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                r => return r,
+            }
+        }
+        Err(StepError::Hangs("a fault went to a userfaultfd again and again and no handler answered it".into()))
+    }
+
     /// `userfaultfd()` in thread `t`'s process; replies with its handle.
     pub(super) fn userfaultfd(&self, t: Thread, sigbus: bool) -> BackendResult<Reply> {
         let mm = self.mm_of(t)?;

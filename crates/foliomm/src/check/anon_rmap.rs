@@ -96,7 +96,7 @@ fn check_ksm_mapping(mm: &Mm, vma: usize, (f, id, addr): (Folio, u64, u64), at: 
 
 /// Checks the LRU lists against their folios' flags, and that every folio
 /// of `mapped_anon` (the mapped anon folios, not hugetlb) and every folio
-/// in a shmem file's page cache is on one.
+/// in a shmem file's page cache is on one or waits in an LRU batch.
 pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, inodes: &[Arc<Inode>], bad: &mut Vec<Violation>) {
     let mut listed = HashSet::new();
     for which in [LruList::Inactive, LruList::Active] {
@@ -114,13 +114,15 @@ pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, inodes: &[Arc<In
             }
         }
     }
-    for &pfn in mapped_anon.iter().filter(|p| !listed.contains(p)) {
+    // A folio waiting in a CPU's LRU batch is on no list yet (or no more).
+    let listed_or_waiting = |p: &Pfn| listed.contains(p) || m.lru_batch_refs(*p) > 0;
+    for &pfn in mapped_anon.iter().filter(|p| !listed_or_waiting(p)) {
         let what = format!("mapped anon folio {pfn:#x} is on no LRU list");
         bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
     }
     for inode in inodes.iter().filter(|i| !i.is_hugetlbfs()) {
         let heads: HashSet<Pfn> = inode.cached().iter().map(|&(_, p)| Folio::containing(&m.phys, p).pfn).collect();
-        for pfn in heads.into_iter().filter(|p| !listed.contains(p)) {
+        for pfn in heads.into_iter().filter(|p| !listed_or_waiting(p)) {
             let what = format!("shmem folio {pfn:#x} of inode {} is on no LRU list", inode.ino);
             bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
         }

@@ -425,12 +425,12 @@ fn check_references(ledger: &Ledger, f: Folio, mappings: u64, bad: &mut Vec<Viol
     }
 }
 
-/// The references a page cache, the swap cache or the lazyfree LRU batch
-/// holds on `f`, if one holds it.
+/// The references a page cache, the swap cache or the CPUs' LRU batches
+/// hold on `f`, if one holds it.
 fn held_by_caches(m: &Kernel, f: Folio, cached: &HashMap<Pfn, (u64, u64)>) -> Option<u64> {
     let page_cache = cached.contains_key(&f.pfn).then(|| shmem::cache_refs(f) as u64);
     let caches = page_cache.or(swap::cache_refs(f));
-    match (caches, m.lazyfree_batch_refs(f.pfn)) {
+    match (caches, m.lru_batch_refs(f.pfn)) {
         (None, 0) => None,
         (c, batch) => Some(c.unwrap_or(0) + batch),
     }

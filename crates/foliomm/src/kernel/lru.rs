@@ -9,10 +9,12 @@
 //! start inactive, as since 5.9; reclaim takes folios from the inactive
 //! list's tail (the oldest) and refills it from the active list's tail.
 //!
-//! Differs from Linux: no per-CPU `folio_batch`es (a folio is on its list
-//! at once, each add and free taking the lists' lock); on simulated CPUs
-//! the lock's cache line is accounted as Linux takes it, once per batch
-//! ([`Lru::account_batched`]); no file lists and no unevictable list (an mlocked folio goes
+//! New folios reach the lists through the per-CPU batches of
+//! [`super::lru_batch`], a batch at a time under one hold of the lock.
+//!
+//! Differs from Linux: frees take the lock each, but on simulated CPUs its
+//! cache line is accounted as Linux takes it, once per batch
+//! ([`Lru::account_freed`]); no file lists and no unevictable list (an mlocked folio goes
 //! back to the active list), no multi-gen LRU, no memcg; a list is ordered
 //! by when a folio went on it, and a split folio's pieces stand where it
 //! stood (`lru_add_split_folio`).
@@ -120,69 +122,62 @@ impl Lists {
     }
 }
 
-/// The lists and their lock, and the batches in which Linux takes it.
+/// The lists and their lock.
 #[derive(Debug)]
 pub struct Lru {
     lists: Mutex<Lists>,
-    /// Adds per lock (`folio_batch_add_and_move`'s per-CPU `lru_add`
-    /// batch) and frees per lock (`release_pages` relocks every
-    /// `SWAP_CLUSTER_MAX`; from 6.8 `folios_put_refs` keeps it for a
-    /// `folio_batch`).
-    batch: [u32; 2],
+    /// Frees per lock (`release_pages` relocks every `SWAP_CLUSTER_MAX`;
+    /// from 6.8 `folios_put_refs` keeps it for a `folio_batch`).
+    frees_per_lock: u32,
 }
 
 thread_local! {
-    /// This CPU's adds and frees since it last took the lists' lock for
-    /// them.
-    static PENDING: std::cell::Cell<[u32; 2]> = const { std::cell::Cell::new([0; 2]) };
+    /// This CPU's frees since it last took the lists' lock for them.
+    static FREED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// [`Lru::account_batched`]'s operations.
-const ADD: usize = 0;
-const FREE: usize = 1;
-
 impl Lru {
-    /// Empty lists, locked in `release`'s batches.
+    /// Empty lists, freed into in `release`'s batches.
     pub fn new(release: crate::release::KernelVersion) -> Lru {
         let adds = release.folio_batch_size() as u32;
-        let frees = if adds == 15 { 32 } else { adds };
-        Lru { lists: Mutex::default(), batch: [adds, frees] }
+        Lru { lists: Mutex::default(), frees_per_lock: if adds == 15 { 32 } else { adds } }
     }
 
-    /// Accounts the lock's line for an add or a free as Linux takes it:
-    /// once per batch of this CPU's, and at once for a large folio's add
-    /// (which does not wait in the batch). The counts are per OS thread:
-    /// fresh for each simulated run's CPUs; threads that account as CPUs
-    /// outside a simulation carry a partial batch from one run to the
-    /// next. Differs from Linux: every free counts towards a batch, where
-    /// a lone `folio_put` takes the lock at once.
-    fn account_batched(&self, op: usize, at_once: bool) {
+    /// Accounts the lock's line for a free as Linux takes it: once per
+    /// batch of this CPU's. The counts are per OS thread: fresh for each
+    /// simulated run's CPUs; threads that account as CPUs outside a
+    /// simulation carry a partial batch from one run to the next. Differs
+    /// from Linux: every free counts towards a batch, where a lone
+    /// `folio_put` takes the lock at once.
+    fn account_freed(&self) {
         if cacheline::accounting() {
-            let mut pending = PENDING.get();
-            pending[op] += 1;
-            if at_once || pending[op] >= self.batch[op] {
-                pending[op] = 0;
+            let freed = FREED.get() + 1;
+            FREED.set(if freed >= self.frees_per_lock { 0 } else { freed });
+            if freed >= self.frees_per_lock {
                 cacheline::write(Structure::LruLock, &self.lists);
             }
-            PENDING.set(pending);
         }
     }
 
-    /// `folio_add_lru`: puts `f`, on no list, at the head of the inactive
-    /// list.
-    pub fn add(&self, f: Folio) {
-        self.account_batched(ADD, f.is_large());
-        self.link_newest(f, LruList::Inactive);
+    /// `folio_batch_move_lru` with `lru_add`: puts `folios`, on no list,
+    /// at the head of their lists in their order (the active list for one
+    /// with `PG_active`, which reclaim's putback sets), under one hold of
+    /// the lock.
+    pub fn add(&self, folios: &[Folio]) {
+        cacheline::write(Structure::LruLock, &self.lists);
+        let mut l = self.lists.lock().unwrap();
+        for &f in folios {
+            Self::link_newest(&mut l, f, LruList::of(f.head()));
+        }
     }
 
     /// Puts `f`, on no list, at the head of `which` (`move_folios_to_lru`).
     pub fn putback(&self, f: Folio, which: LruList) {
         cacheline::write(Structure::LruLock, &self.lists);
-        self.link_newest(f, which);
+        Self::link_newest(&mut self.lists.lock().unwrap(), f, which);
     }
 
-    fn link_newest(&self, f: Folio, which: LruList) {
-        let mut l = self.lists.lock().unwrap();
+    fn link_newest(l: &mut Lists, f: Folio, which: LruList) {
         let newest = l.0[which as usize].newest;
         l.link(f.phys(), which, f.pfn, NONE, newest);
         f.head().set(pg::LRU | if which == LruList::Active { pg::ACTIVE } else { 0 });
@@ -192,7 +187,7 @@ impl Lru {
     /// `lruvec_del_folio`); nothing if it is on none.
     pub fn del(&self, f: Folio) {
         if f.head().test(pg::LRU) {
-            self.account_batched(FREE, false);
+            self.account_freed();
             let mut l = self.lists.lock().unwrap();
             if f.head().test(pg::LRU) {
                 l.remove(f);
@@ -285,30 +280,6 @@ impl SplitLock<'_> {
 mod tests {
     use super::*;
 
-    /// The lists' lock line is taken once per batch of small folios added
-    /// on a CPU (15 before 6.8, 31 after), once per large folio, and
-    /// once per 32 (6.8: 31) frees.
-    #[test]
-    fn the_lock_line_is_taken_once_per_batch() {
-        use crate::release::KernelVersion;
-        use crate::sync::cacheline::{account_as, take};
-        let m = crate::Machine::new(crate::Config { memory: 16 << 20, ..crate::Config::default() }).unwrap();
-        let small: Vec<Folio> = (0..62).map(|_| m.alloc_folio(0).unwrap()).collect();
-        let large = m.alloc_folio(2).unwrap();
-        for (release, adds, frees) in [(KernelVersion::new(6, 7), 4 + 1, 1), (KernelVersion::NEWEST, 2 + 1, 2)] {
-            let lru = Lru::new(release);
-            account_as(1);
-            PENDING.set([0; 2]);
-            take();
-            small.iter().chain([&large]).for_each(|&f| lru.add(f));
-            assert_eq!(take().accesses_of(Structure::LruLock), adds, "{release}: 62 small adds and a large one");
-            small.iter().for_each(|&f| lru.del(f));
-            assert_eq!(take().accesses_of(Structure::LruLock), frees, "{release}: 62 frees");
-            account_as(0);
-            lru.del(large);
-        }
-    }
-
     /// A split folio's pieces stand where it stood, in pfn order from the
     /// oldest, and the links survive the split's rebuilt descriptors.
     #[test]
@@ -318,7 +289,7 @@ mod tests {
         let [a, b, c] = [0, 2, 0].map(|order| phys.alloc_pages(order).unwrap());
         for pfn in [a, b, c] {
             phys.page(pfn).refcount.store(1, Relaxed);
-            lru.add(Folio::from_head(&phys, pfn));
+            lru.add(&[Folio::from_head(&phys, pfn)]);
         }
         assert_eq!(lru.snapshot(&phys, LruList::Inactive), [a, b, c]);
         let lock = lru.lock_for_split(Folio::from_head(&phys, b));
@@ -359,7 +330,7 @@ mod loom_tests {
             let pfn = phys.alloc_pages(0).unwrap();
             let f = Folio::from_head(&phys, pfn);
             f.head().refcount.store(1, Relaxed);
-            lru.add(f);
+            lru.add(&[f]);
             let (p, l) = (phys.clone(), lru.clone());
             let reclaim = thread::spawn(move || l.isolate_tail(&p, LruList::Inactive, 1).len());
             let last = f.put_refs(1);

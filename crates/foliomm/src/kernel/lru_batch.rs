@@ -1,72 +1,242 @@
-//! The batch `folio_mark_lazyfree` adds to (mm/swap.c `cpu_fbatches`'s
-//! `lru_lazyfree`, `folio_batch_add_and_move`, `lru_lazyfree`,
-//! `lru_add_drain`). A small folio `MADV_FREE` lets go waits in the batch,
-//! with a reference, until the batch is full (`PAGEVEC_SIZE`) or drained;
-//! only then does it lose `PG_swapbacked`, so smaps counts it `LazyFree`
-//! and reclaim may drop it. A large folio goes through at once
-//! (`folio_may_be_lru_cached`).
+//! The per-CPU LRU batches (mm/swap.c `cpu_fbatches`: `lru_add` and
+//! `lru_lazyfree`; `folio_add_lru`, `folio_mark_lazyfree`,
+//! `folio_batch_add_and_move`, `lru_add_drain`, `lru_add_drain_all`).
 //!
-//! Differs from Linux: one batch for the machine, where Linux has one per
-//! CPU (a scenario's processes run on one CPU at a time on the host too,
-//! mostly); no other LRU batch is modelled (folios reach their lists at
-//! once, see [`super::lru`]).
+//! A new folio waits in its CPU's `lru_add` batch, with a reference and
+//! without `PG_lru`, before it joins the inactive list; a small folio
+//! `MADV_FREE` lets go waits in the `lru_lazyfree` batch, with a reference,
+//! and only when the batch moves does it lose `PG_swapbacked` (smaps then
+//! counts it `LazyFree`, and reclaim may drop it). A batch moves when it is
+//! full (`PAGEVEC_SIZE`), when a large folio joins it (none waits), and when
+//! it is drained: `lru_add_drain` empties the calling CPU's batches only,
+//! `lru_add_drain_all` every CPU's. So a folio waiting on another CPU can
+//! be neither isolated (reclaim, `MADV_PAGEOUT`) nor reused by a write
+//! fault, whose refcount check sees the batch's reference.
+//!
+//! Differs from Linux: CPUs share the [`NR_PCP`] slots modulo; the other
+//! batches (rotate, deactivate, activate, mlock) are not modelled (their
+//! folios move at once).
 
 use super::lru::LruList;
 use super::{Kernel, Stats};
 use crate::arch::Pfn;
 use crate::folio::Folio;
-use crate::phys::pg;
-use crate::sync::Mutex;
+use crate::phys::{pg, NR_PCP};
+use crate::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use crate::sync::{this_cpu, Mutex};
 
-/// The folios waiting to become lazily freed, by head frame.
+/// One CPU's batches, by head frame.
 #[derive(Debug, Default)]
-pub struct LazyfreeBatch {
-    pending: Mutex<Vec<Pfn>>,
+struct CpuBatches {
+    /// `lru_add`: folios on their way to the inactive list.
+    add: Vec<Pfn>,
+    /// `lru_lazyfree`: folios on their way to being lazily freed.
+    lazyfree: Vec<Pfn>,
+}
+
+/// Every CPU's batches, and whether they are in use.
+#[derive(Debug)]
+pub struct LruBatches {
+    cpus: Vec<Mutex<CpuBatches>>,
+    /// `lru_disable_count`: while above 0 no folio waits in a batch.
+    disabled: AtomicU32,
+}
+
+impl Default for LruBatches {
+    fn default() -> LruBatches {
+        LruBatches { cpus: (0..NR_PCP).map(|_| Mutex::default()).collect(), disabled: AtomicU32::new(0) }
+    }
+}
+
+impl LruBatches {
+    /// The calling CPU's batches.
+    fn here(&self) -> &Mutex<CpuBatches> {
+        &self.cpus[this_cpu() % NR_PCP]
+    }
+}
+
+/// The batches kept out of use ([`Kernel::lru_cache_disable`]) until dropped
+/// (`lru_cache_enable`).
+pub struct LruCacheDisabled<'k>(&'k LruBatches);
+
+impl Drop for LruCacheDisabled<'_> {
+    fn drop(&mut self) {
+        self.0.disabled.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Kernel {
+    /// `folio_add_lru`: `f`, on no list, joins this CPU's `lru_add` batch
+    /// with a reference (`folio_get`); the batch moves to the LRU once
+    /// full, when `f` is large, or while the batches are disabled.
+    pub fn folio_add_lru(&self, f: Folio) {
+        f.ref_add(1);
+        let full = {
+            let mut b = self.lru_batches.here().lock().unwrap();
+            b.add.push(f.pfn);
+            let full =
+                b.add.len() >= self.config.release().folio_batch_size() || f.is_large() || self.lru_cache_disabled();
+            full.then(|| std::mem::take(&mut b.add))
+        };
+        self.lru_add_move(full.unwrap_or_default());
+    }
+
+    /// `folio_batch_move_lru(lru_add)`: the folios join the inactive list
+    /// under one hold of its lock, then the batch's references are
+    /// dropped (a folio nobody else holds any more is freed here).
+    fn lru_add_move(&self, pfns: Vec<Pfn>) {
+        if pfns.is_empty() {
+            return;
+        }
+        let folios: Vec<Folio> = pfns.into_iter().map(|pfn| Folio::from_head(&self.phys, pfn)).collect();
+        self.lru.add(&folios);
+        folios.into_iter().for_each(|f| self.folio_put_refs(f, 1));
+    }
+
     /// `folio_mark_lazyfree`: an anon, swap-backed folio on the LRU, not in
-    /// the swap cache, joins the batch with a reference (`folio_get`); a
+    /// the swap cache, joins this CPU's `lru_lazyfree` batch with a
+    /// reference; from 6.11 to 6.16 it leaves its list as it joins
+    /// (`folio_test_clear_lru`), so that nobody isolates it meanwhile. A
     /// full batch, or a large folio, moves at once.
     pub fn folio_mark_lazyfree(&self, f: Folio) {
         let h = f.head();
         if !f.test_anon() || !h.test(pg::SWAPBACKED) || !h.test(pg::LRU) || self.folio_swap(f).is_some() {
             return;
         }
-        f.ref_add(1);
-        let full = {
-            let mut pending = self.lazyfree_batch.pending.lock().unwrap();
-            pending.push(f.pfn);
-            pending.len() >= self.config.release().folio_batch_size() || f.is_large()
-        };
-        if full {
-            self.lru_add_drain();
+        if self.config.release().lru_batches_clear_lru() {
+            // The isolation's reference is the batch's.
+            if !self.lru.isolate(f) {
+                return;
+            }
+        } else {
+            f.ref_add(1);
         }
+        let full = {
+            let mut b = self.lru_batches.here().lock().unwrap();
+            b.lazyfree.push(f.pfn);
+            let full = b.lazyfree.len() >= self.config.release().folio_batch_size()
+                || f.is_large()
+                || self.lru_cache_disabled();
+            full.then(|| std::mem::take(&mut b.lazyfree))
+        };
+        self.lru_lazyfree_move(full.unwrap_or_default());
     }
 
-    /// `lru_add_drain` of the lazyfree batch: each folio in it that still
-    /// qualifies and is still on the LRU loses `PG_swapbacked`, `PG_active`
-    /// and `PG_referenced` and goes to the head of the inactive list
-    /// (`lru_lazyfree`, counted in `pglazyfree`, pages); the batch's
-    /// references are dropped.
-    pub fn lru_add_drain(&self) {
-        let pending = std::mem::take(&mut *self.lazyfree_batch.pending.lock().unwrap());
-        for pfn in pending {
+    /// `folio_batch_move_lru(lru_lazyfree)`: each folio that still
+    /// qualifies loses `PG_swapbacked`, `PG_active` and `PG_referenced`
+    /// and goes to the head of the inactive list (`pglazyfree`, in pages);
+    /// one that no longer does stays as it was (back on the inactive list,
+    /// if it left its list: Linux's never left it, and keeps its place);
+    /// the batch's references are dropped.
+    fn lru_lazyfree_move(&self, pfns: Vec<Pfn>) {
+        let left_lists = self.config.release().lru_batches_clear_lru();
+        for pfn in pfns {
             let f = Folio::from_head(&self.phys, pfn);
             let h = f.head();
             let qualifies = h.test(pg::SWAPBACKED) && self.folio_swap(f).is_none();
-            if qualifies && self.lru.isolate(f) {
+            if qualifies && (left_lists || self.lru.isolate(f)) {
                 h.clear(pg::SWAPBACKED | pg::ACTIVE | pg::REFERENCED);
                 self.lru.putback(f, LruList::Inactive);
-                self.folio_put_refs(f, 1);
                 Stats::add(&self.stats.pglazyfree, f.nr_pages());
+                if !left_lists {
+                    self.folio_put_refs(f, 1);
+                }
+            } else if left_lists {
+                self.lru.putback(f, LruList::Inactive);
             }
             self.folio_put_refs(f, 1);
         }
     }
 
-    /// The references the lazyfree batch holds on the folio at `head`.
-    pub fn lazyfree_batch_refs(&self, head: Pfn) -> u64 {
-        self.lazyfree_batch.pending.lock().unwrap().iter().filter(|&&p| p == head).count() as u64
+    /// `lru_add_drain`: this CPU's batches move (`lru_add` first).
+    pub fn lru_add_drain(&self) {
+        self.drain_cpu(self.lru_batches.here());
+    }
+
+    /// The drain before a zap (munmap, `exit_mmap`, `MADV_DONTNEED`):
+    /// this CPU's batches, before 6.14; none after.
+    pub fn zap_drain(&self) {
+        if self.config.release().zap_drains_lru_batches() {
+            self.lru_add_drain();
+        }
+    }
+
+    /// `lru_add_drain_all`: every CPU's batches move.
+    pub fn lru_add_drain_all(&self) {
+        self.lru_batches.cpus.iter().for_each(|b| self.drain_cpu(b));
+    }
+
+    /// `lru_cache_disable` (migration's): every CPU's batches move, and no
+    /// folio waits in one until the guard is dropped (`lru_cache_enable`).
+    pub fn lru_cache_disable(&self) -> LruCacheDisabled<'_> {
+        self.lru_batches.disabled.fetch_add(1, Relaxed);
+        self.lru_add_drain_all();
+        LruCacheDisabled(&self.lru_batches)
+    }
+
+    fn lru_cache_disabled(&self) -> bool {
+        self.lru_batches.disabled.load(Relaxed) > 0
+    }
+
+    fn drain_cpu(&self, batches: &Mutex<CpuBatches>) {
+        let CpuBatches { add, lazyfree } = std::mem::take(&mut *batches.lock().unwrap());
+        self.lru_add_move(add);
+        self.lru_lazyfree_move(lazyfree);
+    }
+
+    /// The references the CPUs' LRU batches hold on the folio at `head`
+    /// (for the checker).
+    pub fn lru_batch_refs(&self, head: Pfn) -> u64 {
+        let waiting = |b: &CpuBatches| b.add.iter().chain(&b.lazyfree).filter(|&&p| p == head).count() as u64;
+        self.lru_batches.cpus.iter().map(|b| waiting(&b.lock().unwrap())).sum()
+    }
+}
+
+#[cfg(all(test, not(any(loom, shuttle))))]
+mod tests {
+    use crate::release::KernelVersion;
+    use crate::sync::cacheline::{account_as, take, Structure};
+    use crate::sync::on_cpu;
+    use crate::{Config, Machine};
+
+    /// The lists' lock line is taken once per batch of small folios added
+    /// on a CPU (15 before 6.9, 31 after), once for a large folio (which
+    /// moves the batch), and once per 32 (6.9: 31) frees.
+    #[test]
+    fn the_lock_line_is_taken_once_per_batch() {
+        for (release, adds, frees) in [(KernelVersion::new(6, 7), 4 + 1, 1), (KernelVersion::NEWEST, 2 + 1, 2)] {
+            let m = Machine::new(Config { memory: 16 << 20, kernel: Some(release), ..Config::default() }).unwrap();
+            let k = &m.kernel;
+            let small: Vec<_> = (0..62).map(|_| m.alloc_folio(0).unwrap()).collect();
+            let large = m.alloc_folio(2).unwrap();
+            account_as(1);
+            take();
+            on_cpu(0, || small.iter().chain([&large]).for_each(|&f| k.folio_add_lru(f)));
+            assert_eq!(take().accesses_of(Structure::LruLock), adds, "{release}: 62 small adds and a large one");
+            small.iter().for_each(|&f| k.folio_put_refs(f, 1));
+            assert_eq!(take().accesses_of(Structure::LruLock), frees, "{release}: 62 frees");
+            account_as(0);
+            k.folio_put_refs(large, 1);
+        }
+    }
+
+    /// A folio waits in its CPU's batch, off the LRU with the batch's
+    /// reference, until that CPU drains; another CPU's drain leaves it,
+    /// `lru_add_drain_all` takes it.
+    #[test]
+    fn a_folio_waits_in_its_cpus_batch_until_that_cpu_drains() {
+        let m = Machine::new(Config { memory: 16 << 20, ..Config::default() }).unwrap();
+        let k = &m.kernel;
+        let f = m.alloc_folio(0).unwrap();
+        on_cpu(0, || k.folio_add_lru(f));
+        assert_eq!((f.refcount(), k.lru_batch_refs(f.pfn)), (2, 1));
+        assert!(!f.head().test(crate::phys::pg::LRU), "a waiting folio is on no list");
+        on_cpu(1, || k.lru_add_drain());
+        assert_eq!(k.lru_batch_refs(f.pfn), 1, "another CPU's drain leaves it waiting");
+        on_cpu(1, || k.lru_add_drain_all());
+        assert_eq!((f.refcount(), k.lru_batch_refs(f.pfn)), (1, 0));
+        assert!(f.head().test(crate::phys::pg::LRU));
+        k.folio_put_refs(f, 1);
+        assert_eq!(k.lru.sizes(), (0, 0), "freed off its list");
     }
 }

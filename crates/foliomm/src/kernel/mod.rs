@@ -56,7 +56,7 @@ pub struct Kernel {
     /// The anon LRU lists.
     pub lru: lru::Lru,
     /// `MADV_FREE`'s folios on their way to the inactive list.
-    lazyfree_batch: lru_batch::LazyfreeBatch,
+    lru_batches: lru_batch::LruBatches,
     /// The deferred split queue (head frames).
     deferred_split: Mutex<deferred_split::SplitQueue>,
     /// The swap device, if the configuration has one.
@@ -118,7 +118,7 @@ impl Kernel {
             huge_zero: Mutex::new(None),
             mm_ids: MmIds::new(max_id),
             hugetlb: hugetlb_pool::HugePool::default(),
-            lazyfree_batch: lru_batch::LazyfreeBatch::default(),
+            lru_batches: lru_batch::LruBatches::default(),
             deferred_split: deferred_split::new_queue(),
             swap,
             bad_pages: Mutex::new(Vec::new()),

@@ -11,7 +11,7 @@
 //! permissions).
 
 use super::split::split_folio_to_order;
-use super::vmscan::shrink_folio;
+use super::vmscan::{shrink_folio, Reclaim};
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::kernel::lru::LruList;
@@ -48,7 +48,7 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
         };
         for f in isolated {
             if pageout {
-                shrink_folio(k, &mm.mmlist, f, true);
+                shrink_folio(k, &mm.mmlist, f, Reclaim::Pages);
             } else {
                 f.head().clear(pg::REFERENCED);
                 k.lru.putback(f, LruList::Inactive);

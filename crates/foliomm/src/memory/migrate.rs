@@ -209,7 +209,7 @@ pub(crate) fn putback(k: &Kernel, folios: Vec<Folio>) {
             hugetlb::putback_hugetlb(k, f);
             continue;
         }
-        k.lru.add(f);
+        k.folio_add_lru(f);
         k.folio_put_refs(f, 1);
     }
 }
@@ -350,6 +350,6 @@ fn move_mapped(k: &Kernel, f: Folio, dst: Folio, maps: &[Mapping]) {
         store(phys, m.table, m.idx, Pte::new(dst.pfn + m.page, old.0 & !Pte::PFN_MASK).with(dirty));
     }
     if !is_hugetlb(dst) {
-        k.lru.add(dst);
+        k.folio_add_lru(dst);
     }
 }

@@ -36,6 +36,7 @@ pub mod swap;
 pub mod uffd_move;
 pub mod userfaultfd;
 pub mod vmscan;
+mod vmscan_lazyfree;
 pub mod wp;
 pub mod zap;
 

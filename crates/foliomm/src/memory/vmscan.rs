@@ -26,15 +26,25 @@ use crate::{Errno, Result};
 
 /// `SWAP_CLUSTER_MAX`: folios reclaim takes off a list at a time, and what
 /// direct reclaim tries to free before the allocation is retried.
-const SWAP_CLUSTER_MAX: usize = 32;
+pub(super) const SWAP_CLUSTER_MAX: usize = 32;
 /// `DEF_PRIORITY`: the first pass scans a list's size >> 12.
 const DEF_PRIORITY: u32 = 12;
 /// `MAX_RECLAIM_RETRIES`: reclaim rounds an allocation tries before it fails.
 const MAX_RECLAIM_RETRIES: u32 = 16;
 
+/// Who reclaims: the LRU scan (`shrink_inactive_list`: references
+/// checked, what stays goes straight back on its list) or `reclaim_pages`
+/// (`MADV_PAGEOUT`: references ignored, what stays goes back through the
+/// CPU's LRU batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reclaim {
+    Lru,
+    Pages,
+}
+
 /// What became of a folio reclaim looked at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
+pub(super) enum Verdict {
     Freed,
     Keep,
     Activate,
@@ -43,16 +53,15 @@ enum Verdict {
 /// `shrink_folio_list` for one folio taken off the LRU with a reference
 /// (which this consumes): anon ([`shrink_anon_folio`]) or shmem
 /// ([`shrink_shmem_folio`]). Returns true if it was freed.
-pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
     match f.test_anon() {
-        true => shrink_anon_folio(k, mmlist, f, ignore_references),
-        false => shrink_shmem_folio(k, mmlist, f, ignore_references),
+        true => shrink_anon_folio(k, mmlist, f, how),
+        false => shrink_shmem_folio(k, mmlist, f, how),
     }
 }
 
 /// [`shrink_folio`] for an anon folio; a KSM folio is activated (Linux
-/// reclaims it, see the body). Unless `ignore_references` (as
-/// `reclaim_pages` asks), a folio whose mappings were accessed stays
+/// reclaims it, see the body). Unless `reclaim_pages` reclaims, a folio whose mappings were accessed stays
 /// (`folio_check_references`). A folio that may be pinned stays; one in the
 /// swap cache keeps its slots; a large one something else holds stays (it
 /// could not be split if need be: `can_split_folio`); else it gets a run of
@@ -65,25 +74,25 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_referen
 /// unwritten), written out, taken from the swap cache and freed
 /// (`__remove_mapping`). A folio not freed goes back on a list. Returns
 /// true if it was freed.
-fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
     if f.test_ksm() {
         // Differs from Linux, which swaps KSM folios out through
         // rmap_walk_ksm and copies them at swap-in where another
         // anon_vma maps the entry (ksm_might_need_to_copy).
-        return putback(k, f, Verdict::Activate);
+        return putback(k, f, Verdict::Activate, how);
     }
     let Some(lock) = f.trylock() else {
-        return putback(k, f, Verdict::Keep);
+        return putback(k, f, Verdict::Keep, how);
     };
-    let verdict = if ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
+    let verdict = if how == Reclaim::Pages { Verdict::Freed } else { check_references(k, mmlist, f) };
     let pinned = k.folio_swap(f).is_none() && f.maybe_dma_pinned();
     if verdict != Verdict::Freed || pinned {
         drop(lock);
-        return putback(k, f, if pinned { Verdict::Keep } else { verdict });
+        return putback(k, f, if pinned { Verdict::Keep } else { verdict }, how);
     }
     if !f.head().test(pg::SWAPBACKED) {
         drop(lock);
-        return drop_lazyfree(k, mmlist, f);
+        return super::vmscan_lazyfree::drop_lazyfree(k, mmlist, f, how);
     }
     let slots = match k.folio_swap(f) {
         Some(e) => Ok(e),
@@ -92,7 +101,7 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: b
         // without I/O.
         None if f.is_large() && f.page(1).test(pg::PARTIALLY_MAPPED) => {
             drop(lock);
-            return split_and_reclaim(k, mmlist, f);
+            return split_and_reclaim(k, mmlist, f, how);
         }
         None => match k.add_to_swap(f) {
             Ok(e) => {
@@ -105,7 +114,7 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: b
                     Stats::inc(&k.stats.thp_swpout_fallback);
                 }
                 Stats::inc(&k.stats.swpout_fallback[f.order() as usize]);
-                return split_and_reclaim(k, mmlist, f);
+                return split_and_reclaim(k, mmlist, f, how);
             }
             Err(_) => Err(Verdict::Activate),
         },
@@ -114,37 +123,16 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: b
         Ok(e) if !try_to_unmap(k, mmlist, f, Some(e)) => Verdict::Activate,
         Ok(e) if f.refcount() == 1 + f.nr_pages() as i32 && remove_mapping(k, f, e) => {
             drop(lock);
-            return free_or_putback(k, f, true, Verdict::Keep);
+            return free_or_putback(k, f, true, Verdict::Keep, how);
         }
         Ok(_) => Verdict::Keep,
         Err(v) => v,
     };
     drop(lock);
-    putback(k, f, verdict)
+    putback(k, f, verdict, how)
 }
 
-/// [`shrink_anon_folio`] for a lazily freed folio (`MADV_FREE`): no swap
-/// slots; it is unmapped everywhere and dropped ([`try_to_unmap`] without a
-/// slot), and freed if nothing else holds it (`folio_ref_freeze(folio,
-/// 1)`), counted in `pglazyfreed`. One written since is swap-backed again
-/// and activated, to be swapped like any other (`nr_lazyfree_fail`).
-fn drop_lazyfree(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
-    let Some(lock) = f.trylock() else {
-        return putback(k, f, Verdict::Keep);
-    };
-    if !try_to_unmap(k, mmlist, f, None) {
-        drop(lock);
-        return putback(k, f, Verdict::Activate);
-    }
-    drop(lock);
-    if f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_err() {
-        return putback(k, f, Verdict::Keep);
-    }
-    Stats::add(&k.stats.pglazyfreed, f.nr_pages());
-    free_or_putback(k, f, true, Verdict::Keep)
-}
-
-/// [`shrink_folio`] for a shmem folio. Unless `ignore_references`, a
+/// [`shrink_folio`] for a shmem folio. Unless `reclaim_pages` reclaims, a
 /// folio whose mappings were accessed stays, as an anon one does. It is
 /// unmapped everywhere through the file's `i_mmap` ([`unmap_file_folio`],
 /// a dirty entry dirtying it; a mapping in an mlocked VMA keeps it). If
@@ -158,33 +146,33 @@ fn drop_lazyfree(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
 /// (Linux: past `fallocend` too), or when no run of slots is free
 /// (`try_split`). Without a swap device or a slot it is activated
 /// (`redirty`). Returns true if it was freed.
-fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: bool) -> bool {
+fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
     let inode = mmlist.inode(f.head().link.load(crate::sync::atomic::Ordering::Relaxed));
     let (Some(inode), Some(lock)) = (inode, f.trylock()) else {
-        return putback(k, f, Verdict::Keep);
+        return putback(k, f, Verdict::Keep, how);
     };
-    let verdict = if ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
+    let verdict = if how == Reclaim::Pages { Verdict::Freed } else { check_references(k, mmlist, f) };
     if verdict != Verdict::Freed {
         drop(lock);
-        return putback(k, f, verdict);
+        return putback(k, f, verdict, how);
     }
     match unmap_file_folio(k, mmlist, f, false) {
         Ok(true) => f.head().set(pg::DIRTY),
         Ok(false) => {}
         Err(_) => {
             drop(lock);
-            return putback(k, f, Verdict::Activate);
+            return putback(k, f, Verdict::Activate, how);
         }
     }
     if f.refcount() != cache_refs(f) + 1 {
         drop(lock);
-        return putback(k, f, Verdict::Keep);
+        return putback(k, f, Verdict::Keep, how);
     }
     if !f.head().test(pg::DIRTY) {
         let freed =
             inode.remove_for_reclaim(f, None) && f.head().refcount.compare_exchange(1, 0, AcqRel, Acquire).is_ok();
         drop(lock);
-        return free_or_putback(k, f, freed, Verdict::Keep);
+        return free_or_putback(k, f, freed, Verdict::Keep, how);
     }
     let whole = k.config.release().swaps_out_large_shmem_folios() && f.index() + f.nr_pages() <= inode.nr_pages();
     let slots = match f.is_large() && !whole {
@@ -195,11 +183,11 @@ fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: 
         Ok(e) => e,
         Err(()) if f.is_large() && k.swap.is_some() => {
             drop(lock);
-            return split_and_reclaim(k, mmlist, f);
+            return split_and_reclaim(k, mmlist, f, how);
         }
         Err(()) => {
             drop(lock);
-            return putback(k, f, Verdict::Activate);
+            return putback(k, f, Verdict::Activate, how);
         }
     };
     // The slots hold the bytes before the cache names them: a swap-in
@@ -214,14 +202,14 @@ fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio, ignore_references: 
         false
     };
     drop(lock);
-    free_or_putback(k, f, freed, Verdict::Keep)
+    free_or_putback(k, f, freed, Verdict::Keep, how)
 }
 
 /// Frees `f`, whose references `__remove_mapping` froze, counting it
 /// reclaimed; or, not `freed`, puts it back as `verdict` says.
-fn free_or_putback(k: &Kernel, f: Folio, freed: bool, verdict: Verdict) -> bool {
+pub(super) fn free_or_putback(k: &Kernel, f: Folio, freed: bool, verdict: Verdict, how: Reclaim) -> bool {
     if !freed {
-        return putback(k, f, verdict);
+        return putback(k, f, verdict, how);
     }
     k.free_frozen_folio(f);
     Stats::inc(&k.stats.pgsteal_anon);
@@ -270,15 +258,31 @@ fn remove_mapping(k: &Kernel, f: Folio, e: SwpEntry) -> bool {
     true
 }
 
-/// Puts `f` back on a list (`move_folios_to_lru`) unless it was freed, and
-/// drops the isolation reference; returns whether it was freed.
-fn putback(k: &Kernel, f: Folio, verdict: Verdict) -> bool {
-    match verdict {
-        Verdict::Freed => Stats::inc(&k.stats.pgsteal_anon),
-        Verdict::Keep => k.lru.putback(f, LruList::Inactive),
+/// Puts `f` back unless it was freed, on the list `verdict` says, and
+/// drops the isolation reference; returns whether it was freed. LRU
+/// reclaim puts it back on its list at once (`move_folios_to_lru`);
+/// `reclaim_pages` through this CPU's `lru_add` batch (`folio_putback_lru`),
+/// so that it waits there, on no list, until the batch moves.
+pub(super) fn putback(k: &Kernel, f: Folio, verdict: Verdict, how: Reclaim) -> bool {
+    let which = match verdict {
+        Verdict::Freed => {
+            Stats::inc(&k.stats.pgsteal_anon);
+            None
+        }
+        Verdict::Keep => Some(LruList::Inactive),
         Verdict::Activate => {
             Stats::inc(&k.stats.pgactivate);
-            k.lru.putback(f, LruList::Active);
+            Some(LruList::Active)
+        }
+    };
+    match (which, how) {
+        (None, _) => {}
+        (Some(which), Reclaim::Lru) => k.lru.putback(f, which),
+        (Some(which), Reclaim::Pages) => {
+            if which == LruList::Active {
+                f.head().set(pg::ACTIVE);
+            }
+            k.folio_add_lru(f);
         }
     }
     k.folio_put_refs(f, 1);
@@ -292,14 +296,14 @@ fn putback(k: &Kernel, f: Folio, verdict: Verdict) -> bool {
 /// others still mapped from the split's list. A folio that cannot be split
 /// goes back to the active list. Returns false (the folio as such was not
 /// freed).
-fn split_and_reclaim(k: &Kernel, mmlist: &MmList, f: Folio) -> bool {
+fn split_and_reclaim(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
     let mut pieces = Vec::new();
     if split_folio_to_order(k, mmlist, f, 0, 1, Some(&mut pieces)).is_err() {
-        return putback(k, f, Verdict::Activate);
+        return putback(k, f, Verdict::Activate, how);
     }
-    shrink_folio(k, mmlist, Folio::containing(&k.phys, f.pfn), true);
+    shrink_folio(k, mmlist, Folio::containing(&k.phys, f.pfn), how);
     for page in pieces {
-        shrink_folio(k, mmlist, page, true);
+        shrink_folio(k, mmlist, page, how);
     }
     false
 }
@@ -334,7 +338,7 @@ fn shrink_inactive_list(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
     k.lru_add_drain();
     let folios = k.lru.isolate_tail(&k.phys, LruList::Inactive, nr);
     Stats::add(&k.stats.pgscan_anon, folios.len() as u64);
-    folios.into_iter().filter(|&f| shrink_folio(k, mmlist, f, false)).count()
+    folios.into_iter().filter(|&f| shrink_folio(k, mmlist, f, Reclaim::Lru)).count()
 }
 
 /// `shrink_active_list`: up to `nr` folios from the active tail go to the
@@ -366,7 +370,7 @@ fn inactive_is_low(inactive: usize, active: usize) -> bool {
 /// keeps on the file LRU ([`shrink_lazyfree`]). Returns the folios freed.
 pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
     if k.swap.is_none() {
-        return shrink_lazyfree(k, mmlist);
+        return super::vmscan_lazyfree::shrink_lazyfree(k, mmlist);
     }
     // shrink_slab(): the deferred split queue's shrinker frees the unmapped
     // parts of partially mapped folios (not counted as reclaimed, as in
@@ -394,36 +398,8 @@ pub fn try_to_free_pages(k: &Kernel, mmlist: &MmList) -> usize {
 
 /// Whether reclaim can free anything: with a swap device, or lazily freed
 /// folios (`MADV_FREE`) without one.
-fn reclaimable(k: &Kernel) -> bool {
+pub(super) fn reclaimable(k: &Kernel) -> bool {
     k.swap.is_some() || k.stats.pglazyfree.load(Relaxed) > 0
-}
-
-/// Reclaim without a swap device: the lazily freed folios on the inactive
-/// list, oldest first, up to `SWAP_CLUSTER_MAX` freed; the others go back
-/// where they were. Differs from Linux, where they are on the file LRU and
-/// scanned by priority with the file folios.
-fn shrink_lazyfree(k: &Kernel, mmlist: &MmList) -> usize {
-    if !reclaimable(k) {
-        return 0;
-    }
-    k.lru_add_drain();
-    let (inactive, _) = k.lru.sizes();
-    let (mut freed, mut others) = (0, Vec::new());
-    for f in k.lru.isolate_tail(&k.phys, LruList::Inactive, inactive) {
-        let lazy = f.test_anon() && !f.head().test(pg::SWAPBACKED);
-        if lazy && freed < SWAP_CLUSTER_MAX {
-            Stats::inc(&k.stats.pgscan_anon);
-            freed += shrink_folio(k, mmlist, f, false) as usize;
-        } else {
-            others.push(f);
-        }
-    }
-    // Oldest first to the head: they stand as they stood.
-    for f in others {
-        k.lru.putback(f, LruList::Inactive);
-        k.folio_put_refs(f, 1);
-    }
-    freed
 }
 
 /// An order-0 folio for a user page (`GFP_HIGHUSER_MOVABLE`), zeroed or

@@ -58,13 +58,23 @@ pub(super) fn do_wp_page(vmf: &VmFault) -> Result<()> {
     wp_page_copy(vmf, Some(f))
 }
 
-/// `wp_can_reuse_anon_folio` for a small folio: never a KSM folio; else it
-/// may be reused when the mapping holds its only reference, once the swap cache has let go of it
-/// (`folio_free_swap`, which it does only when no swap entry names the
-/// slot any more); the folio lock is taken for that.
+/// `wp_can_reuse_anon_folio` for a small folio: never a KSM folio nor one
+/// of more than 3 references; one on no LRU list may wait in an LRU batch,
+/// so this CPU's batches are drained (another CPU's reference stays, and
+/// the folio is copied); then it may be reused when the mapping holds its
+/// only reference, once the swap cache has let go of it (`folio_free_swap`,
+/// which it does only when no swap entry names the slot any more); the
+/// folio lock is taken for that.
 fn can_reuse_small(k: &crate::kernel::Kernel, f: Folio) -> bool {
-    let in_cache = f.head().test(crate::phys::pg::SWAPCACHE);
-    if (f.test_ksm() && !k.config.debug.ksm_reuse) || f.refcount() > 1 + in_cache as i32 {
+    use crate::phys::pg;
+    let in_cache = f.head().test(pg::SWAPCACHE);
+    if (f.test_ksm() && !k.config.debug.ksm_reuse) || f.refcount() > 3 {
+        return false;
+    }
+    if !f.head().test(pg::LRU) {
+        k.lru_add_drain();
+    }
+    if f.refcount() > 1 + in_cache as i32 {
         return false;
     }
     let Some(_lock) = f.trylock() else { return false };

@@ -90,7 +90,7 @@ impl Mm {
         }
         // lru_add_drain_all(): no LRU batch holds a reference the
         // collapse would take for someone else's.
-        k.lru_add_drain();
+        k.lru_add_drain_all();
         let (hstart, hend) = (start.next_multiple_of(PMD_SIZE), end & !(PMD_SIZE - 1));
         let (mut thps, mut last_fail) = (0, ScanResult::Fail);
         for haddr in (hstart..hend).step_by(PMD_SIZE as usize) {
@@ -131,7 +131,7 @@ pub fn khugepaged_scan(k: &Kernel, mmlist: &MmList, passes: u32) -> u64 {
         return 0;
     }
     // khugepaged_do_scan(): lru_add_drain_all() first.
-    k.lru_add_drain();
+    k.lru_add_drain_all();
     for _ in 0..passes {
         for mm in mmlist.alive().into_iter().filter(|mm| mm.khugepaged.load(Relaxed)) {
             let ranges: Vec<u64> = mm

@@ -87,7 +87,7 @@ impl Mm {
 pub fn ksmd_scan(k: &Kernel, mmlist: &MmList, passes: u32) {
     for _ in 0..passes {
         // A full scan starts with lru_add_drain_all() (scan_get_next_rmap_item).
-        k.lru_add_drain();
+        k.lru_add_drain_all();
         full_scan(k, mmlist);
     }
 }

@@ -118,6 +118,7 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
             let k = &*self.kernel;
+            k.zap_drain();
             let mut tlb = MmuGather::new(k, &self.tlb, false);
             let dontneed =
                 ZapDetails { reclaim_pt: k.config.release().reclaims_empty_pte_tables(), ..ZapDetails::default() };

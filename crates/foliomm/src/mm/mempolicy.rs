@@ -75,6 +75,7 @@ impl Mm {
             return Ok(());
         }
         let policy = Mempolicy::new(mode, nodes, k.phys.nr_nodes())?;
+        let _batches_off = (flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0).then(|| k.lru_cache_disable());
         let mut q = Queue { nodes, flags, policy, list: Vec::new(), large: None, failed: 0 };
         let queued = {
             let mut vmas = self.mmap_write_lock();

@@ -95,8 +95,7 @@ impl Mm {
     /// `do_pages_move`.
     fn pages_move(&self, pages: &[u64], nodes: &[i32], move_all: bool, status: &mut [Option<i32>]) -> Result<u64> {
         let k = &*self.kernel;
-        // lru_cache_disable(): every CPU's LRU batches drained.
-        k.lru_add_drain();
+        let _batches_off = k.lru_cache_disable();
         let mut list: Vec<Folio> = Vec::new();
         let (mut current, mut start) = (None::<usize>, 0);
         for (i, (&addr, &node)) in pages.iter().zip(nodes).enumerate() {

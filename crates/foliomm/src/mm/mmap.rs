@@ -263,7 +263,8 @@ impl Mm {
         (e.hw_present() && (!write || e.write())).then_some(slot.huge())
     }
 
-    /// `exit_mmap`: unmaps everything and frees all page tables but the PGD.
+    /// `exit_mmap`: unmaps everything (draining this CPU's LRU batches
+    /// first, before 6.14) and frees all page tables but the PGD.
     pub fn exit(&self) {
         if self.set_exited() {
             return;
@@ -272,6 +273,7 @@ impl Mm {
         let mut vmas = self.mmap_write_lock();
         let all = vmas.take_all();
         let k = &*self.kernel;
+        k.zap_drain();
         let mut tlb = MmuGather::new(k, &self.tlb, true);
         for v in &all {
             unmap_vma_range(k, self, &mut tlb, v, (v.start(), v.end()), ZapDetails::default());

@@ -47,6 +47,7 @@ impl Mm {
         let starts: Vec<u64> = vmas.overlapping(start, end).map(|v| v.start()).collect();
         let removed: Vec<Arc<Vma>> = starts.iter().filter_map(|&s| vmas.remove(s)).collect();
         let k = &*self.kernel;
+        k.zap_drain();
         let mut tlb = MmuGather::new(k, &self.tlb, false);
         for v in &removed {
             unmap_vma_range(k, self, &mut tlb, v, (v.start(), v.end()), ZapDetails::default());

@@ -37,7 +37,7 @@ pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, (
     f.head().link.store(anon_vma, Relaxed);
     f.set_index(index);
     if !f.head().test(pg::HUGETLB) {
-        k.lru.add(f);
+        k.folio_add_lru(f);
     }
     if f.is_large() {
         k.design.add_new(f, level, mm);

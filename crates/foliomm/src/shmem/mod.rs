@@ -256,7 +256,7 @@ impl Inode {
         for i in 0..f.nr_pages() {
             pages.insert(first + i, f.pfn + i);
         }
-        self.k.lru.add(f);
+        self.k.folio_add_lru(f);
         f.pfn + (index - first)
     }
 

@@ -103,7 +103,7 @@ impl Inode {
         f.head().link.store(self.ino, Relaxed);
         f.set_index(first);
         f.ref_add(cache_refs(f) - 1);
-        k.lru.add(f);
+        k.folio_add_lru(f);
         dev.put(e, nr);
         Stats::add(&k.stats.pswpin, nr);
         if f.is_large() {

@@ -85,9 +85,14 @@ pub mod thread {
     }
 }
 
+thread_local! {
+    /// The CPU [`on_cpu`] put this thread on, if any.
+    static PLACED: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
 /// The simulated CPU this thread runs as (`smp_processor_id`): its CPU in
-/// a simulation ([`sim`]), its accounting CPU when it has one
-/// ([`cacheline::account_as`]), else a
+/// a simulation ([`sim`]), else the CPU [`on_cpu`] put it on, else its
+/// accounting CPU when it has one ([`cacheline::account_as`]), else a
 /// number it gets on first use. Under loom and shuttle all model threads
 /// share their OS thread's number.
 pub fn this_cpu() -> usize {
@@ -97,11 +102,27 @@ pub fn this_cpu() -> usize {
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         };
     }
-    match (sim::cpu(), cacheline::cpu()) {
-        (Some(c), _) => c,
-        (None, 0) => OWN.with(|c| *c),
-        (None, c) => c as usize,
+    match (sim::cpu(), PLACED.get(), cacheline::cpu()) {
+        (Some(c), _, _) => c,
+        (None, Some(c), _) => c,
+        (None, None, 0) => OWN.with(|c| *c),
+        (None, None, c) => c as usize,
     }
+}
+
+/// Runs `f` with this thread on CPU `cpu` (where `sched_setaffinity` put
+/// it: a scenario thread's `cpu N`), so that the per-CPU structures it
+/// meets (LRU batches, page lists) are that CPU's; a simulation's own
+/// placement wins. The previous placement comes back after `f`.
+pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PLACED.set(self.0);
+        }
+    }
+    let _restore = Restore(PLACED.replace(Some(cpu)));
+    f()
 }
 
 /// One round of waiting for a sleeping lock whose word is at `key` (a

@@ -75,6 +75,9 @@ fn swap_in_and_collapse(
                 return ScanResult::Fail;
             }
         }
+        // The swapped-in folios wait in this CPU's LRU batch, whose
+        // reference would fail their isolation: drained.
+        k.lru_add_drain();
     }
     let vmas = mm.mmap_write_lock();
     let vma = match revalidate(k, &vmas, haddr, true, cc) {

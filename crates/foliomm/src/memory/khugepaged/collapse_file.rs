@@ -91,6 +91,8 @@ pub fn collapse_file(
     if inode.swapin_range(start, HPAGE_PMD_NR as u64).is_err() {
         return ScanResult::Fail;
     }
+    // "drain lru cache to help folio_isolate_lru()".
+    k.lru_add_drain();
     let Ok(new) = k.alloc_folio_on(nodes.target(k), PMD_ORDER, true) else {
         Stats::inc(&k.stats.thp_collapse_alloc_failed);
         return ScanResult::AllocHugePageFail;
@@ -149,7 +151,7 @@ fn replace(k: &Kernel, mmlist: &MmList, inode: &Inode, start: u64, new: Folio) -
     for i in 0..new.nr_pages() {
         pages.insert(start + i, new.pfn + i);
     }
-    k.lru.add(new);
+    k.folio_add_lru(new);
     drop(locks);
     for &f in &old {
         f.head().link.store(0, Relaxed);
