@@ -14,7 +14,7 @@ use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::vm;
 use crate::pgtable::{load, store};
-use crate::phys::PhysMem;
+use crate::phys::{pg, PhysMem};
 use crate::rmap;
 use crate::Result;
 
@@ -126,6 +126,11 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     // PTL, so that two MMs faulting it in at once do not both find it not
     // yet anon and both add it as new (`folio_add_new_anon_rmap`).
     let folio_lock = cached.then(|| f.lock());
+    // Mapping a cached folio writable asks its refcount whether this MM is
+    // its only user: a reference this CPU's LRU batch holds is let go.
+    if cached && vmf.write() && !f.test_ksm() && !f.head().test(pg::LRU) {
+        k.lru_add_drain();
+    }
     let idx = pte_index(vmf.address);
     let ptl = vmf.pte_lock();
     if ptl.is_none() || load(phys, vmf.table, idx) != orig {
