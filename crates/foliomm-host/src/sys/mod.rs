@@ -49,9 +49,13 @@ pub fn run_on_node0(one: bool) -> std::io::Result<()> {
 /// Keeps the calling thread (and the threads and children it makes from
 /// now on) on online CPU number `n`, counted from the first
 /// (`sched_setaffinity`); an error names the CPUs online when there is no
-/// such CPU.
+/// such CPU, and the CPU when the kernel refuses it (a cpuset without it).
 pub fn run_on_cpu(n: u32) -> Result<(), String> {
-    let online = cpu_list("/sys/devices/system/cpu/online");
+    let path = "/sys/devices/system/cpu/online";
+    let online = cpu_list(path);
+    if online.is_empty() {
+        return Err(format!("cannot read the online CPUs from {path}"));
+    }
     let &cpu =
         online.get(n as usize).ok_or_else(|| format!("the host has {} CPUs online, no CPU {n}", online.len()))?;
     set_affinity(&[cpu]).map_err(|e| format!("sched_setaffinity to CPU {cpu}: {e}"))
@@ -72,13 +76,18 @@ fn cpu_list(path: &str) -> Vec<usize> {
     text.trim().split(',').flat_map(range).collect()
 }
 
-/// `sched_setaffinity(0, cpus)` for the calling thread.
+/// `sched_setaffinity(0, cpus)` for the calling thread; EINVAL for a CPU
+/// a `cpu_set_t` cannot name.
 fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes the set we
-    // own, every index below CPU_SETSIZE (checked).
+    if cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+    for &c in cpus {
+        // SAFETY: CPU_SET writes the set we own; `c` is below CPU_SETSIZE
+        // (checked above).
         unsafe { libc::CPU_SET(c, &mut set) };
     }
     // SAFETY: `set` is a valid cpu_set_t of `size` bytes.

@@ -342,6 +342,7 @@ impl ModelBackend {
                     (0, _) => return Err(t.failure("is the process's first; exit the process")),
                     (_, Some(_)) => {
                         p.mm.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        self.placed.lock().unwrap().remove(&(t.proc.to_string(), t.tid));
                         Reply::Done
                     }
                     (_, None) => return Err(t.failure("does not exist")),
@@ -354,6 +355,7 @@ impl ModelBackend {
                 p.mm.exit();
                 m.shm.exit(p.mm.serial);
                 self.release(p.fds);
+                self.placed.lock().unwrap().retain(|(name, _), _| name != t.proc);
                 Reply::Done
             }
             Op::Fork { child } => {

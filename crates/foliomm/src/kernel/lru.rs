@@ -127,13 +127,19 @@ impl Lists {
 pub struct Lru {
     lists: Mutex<Lists>,
     /// Frees per lock (`release_pages` relocks every `SWAP_CLUSTER_MAX`;
-    /// from 6.8 `folios_put_refs` keeps it for a `folio_batch`).
+    /// from 6.9 `folios_put_refs` keeps it for a `folio_batch`).
     frees_per_lock: u32,
 }
 
 thread_local! {
     /// This CPU's frees since it last took the lists' lock for them.
     static FREED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Starts this thread's count of frees towards a lock afresh (tests).
+#[cfg(test)]
+pub(crate) fn forget_freed() {
+    FREED.set(0);
 }
 
 impl Lru {

@@ -3,7 +3,8 @@
 //! `folio_batch_add_and_move`, `lru_add_drain`, `lru_add_drain_all`).
 //!
 //! A new folio waits in its CPU's `lru_add` batch, with a reference and
-//! without `PG_lru`, before it joins the inactive list; a small folio
+//! without `PG_lru`, before it joins its list (the inactive one, or the
+//! active one for a folio reclaim activated and put back); a small folio
 //! `MADV_FREE` lets go waits in the `lru_lazyfree` batch, with a reference,
 //! and only when the batch moves does it lose `PG_swapbacked` (smaps then
 //! counts it `LazyFree`, and reclaim may drop it). A batch moves when it is
@@ -81,8 +82,8 @@ impl Kernel {
         self.lru_add_move(full.unwrap_or_default());
     }
 
-    /// `folio_batch_move_lru(lru_add)`: the folios join the inactive list
-    /// under one hold of its lock, then the batch's references are
+    /// `folio_batch_move_lru(lru_add)`: the folios join their lists under
+    /// one hold of the lock, then the batch's references are
     /// dropped (a folio nobody else holds any more is freed here).
     fn lru_add_move(&self, pfns: Vec<Pfn>) {
         if pfns.is_empty() {
@@ -210,6 +211,7 @@ mod tests {
             let small: Vec<_> = (0..62).map(|_| m.alloc_folio(0).unwrap()).collect();
             let large = m.alloc_folio(2).unwrap();
             account_as(1);
+            crate::kernel::lru::forget_freed();
             take();
             on_cpu(0, || small.iter().chain([&large]).for_each(|&f| k.folio_add_lru(f)));
             assert_eq!(take().accesses_of(Structure::LruLock), adds, "{release}: 62 small adds and a large one");

@@ -55,7 +55,7 @@ pub struct Kernel {
     pub hugetlb: hugetlb_pool::HugePool,
     /// The anon LRU lists.
     pub lru: lru::Lru,
-    /// `MADV_FREE`'s folios on their way to the inactive list.
+    /// Every CPU's LRU batches (`lru_add`, `lru_lazyfree`).
     lru_batches: lru_batch::LruBatches,
     /// The deferred split queue (head frames).
     deferred_split: Mutex<deferred_split::SplitQueue>,

@@ -13,8 +13,8 @@
 //! only drops this MM's PUD entry (`huge_pmd_unshare`).
 //!
 //! Synchronization (5.7 to 6.0, `i_mmap_rwsem` design): a fault holds the
-//! fault mutex of its file page and the file's `i_mmap_rwsem` for read from
-//! before it looks up its PMD until it is done; unsharing holds
+//! file's `i_mmap_rwsem` for read from before it looks up its PMD until it
+//! is done, and the fault mutex of its file page from after; unsharing holds
 //! `i_mmap_rwsem` for write, so no fault keeps a pointer into a table this
 //! MM stops using.
 //!
@@ -76,7 +76,9 @@ fn hugetlb_fault_locked(mm: &Mm, vma: &Vma, inode: &Arc<Inode>, haddr: u64, kind
 /// allocation first, then the mutex, so that a fault queued behind a
 /// writer of the rwsem holds no mutex; and the reverted state (`no-lock`)
 /// allocates (`huge_pmd_share` taking the rwsem inside) before the mutex.
-/// The mutex is let go first.
+/// The locks are let go in the reverse order; the MMs looked at after
+/// them. Differs from Linux: 5.x's `hugetlb_mcopy_atomic_pte` allocated
+/// under the mutex.
 pub(super) fn with_fault_locks<R>(
     mm: &Mm,
     vma: &Vma,
