@@ -54,6 +54,9 @@ fn read_while_unmapped(debug: DebugSwitches) -> (bool, Vec<Violation>) {
     let p = m.new_mm().unwrap();
     let a = p.mmap(0, 64 << 10, Prot::RW, MmapFlags::default()).unwrap();
     m.new_cpu().fill(&p, a, 64 << 10, 0x5c).unwrap();
+    // The new folios join the LRU now, so that the munmap frees them (from
+    // 6.14 a folio still waiting in a CPU's LRU batch outlives its unmap).
+    m.kernel.lru_add_drain_all();
     let started = AtomicBool::new(false);
     let mut foreign = false;
     std::thread::scope(|s| {

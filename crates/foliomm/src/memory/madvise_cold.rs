@@ -48,7 +48,7 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
         };
         for f in isolated {
             if pageout {
-                shrink_folio(k, &mm.mmlist, f, Reclaim::Pages);
+                shrink_folio(k, &mm.mmlist, f, Reclaim::PAGES);
             } else {
                 f.head().clear(pg::REFERENCED);
                 k.lru.putback(f, LruList::Inactive);

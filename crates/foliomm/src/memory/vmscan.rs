@@ -32,14 +32,23 @@ const DEF_PRIORITY: u32 = 12;
 /// `MAX_RECLAIM_RETRIES`: reclaim rounds an allocation tries before it fails.
 const MAX_RECLAIM_RETRIES: u32 = 16;
 
-/// Who reclaims: the LRU scan (`shrink_inactive_list`: references
-/// checked, what stays goes straight back on its list) or `reclaim_pages`
-/// (`MADV_PAGEOUT`: references ignored, what stays goes back through the
-/// CPU's LRU batch).
+/// How a folio is reclaimed: by the LRU scan ([`Reclaim::LRU`],
+/// `shrink_inactive_list`) or by `reclaim_pages` ([`Reclaim::PAGES`],
+/// `MADV_PAGEOUT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reclaim {
-    Lru,
-    Pages,
+pub(crate) struct Reclaim {
+    /// Its references are not asked (`reclaim_pages`; a split folio's
+    /// head, which was asked before the split).
+    ignore_references: bool,
+    /// What stays goes back through the CPU's LRU batch
+    /// (`folio_putback_lru`), not straight on its list
+    /// (`move_folios_to_lru`).
+    through_batch: bool,
+}
+
+impl Reclaim {
+    pub(crate) const LRU: Reclaim = Reclaim { ignore_references: false, through_batch: false };
+    pub(crate) const PAGES: Reclaim = Reclaim { ignore_references: true, through_batch: true };
 }
 
 /// What became of a folio reclaim looked at.
@@ -61,8 +70,8 @@ pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) 
 }
 
 /// [`shrink_folio`] for an anon folio; a KSM folio is activated (Linux
-/// reclaims it, see the body). Unless `reclaim_pages` reclaims, a folio whose mappings were accessed stays
-/// (`folio_check_references`). A folio that may be pinned stays; one in the
+/// reclaims it, see the body). Unless `how` ignores references, a folio
+/// whose mappings were accessed stays (`folio_check_references`). A folio that may be pinned stays; one in the
 /// swap cache keeps its slots; a large one something else holds stays (it
 /// could not be split if need be: `can_split_folio`); else it gets a run of
 /// slots (`folio_alloc_swap`, then `folio_mark_dirty`: its bytes are nowhere
@@ -84,7 +93,7 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> boo
     let Some(lock) = f.trylock() else {
         return putback(k, f, Verdict::Keep, how);
     };
-    let verdict = if how == Reclaim::Pages { Verdict::Freed } else { check_references(k, mmlist, f) };
+    let verdict = if how.ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
     let pinned = k.folio_swap(f).is_none() && f.maybe_dma_pinned();
     if verdict != Verdict::Freed || pinned {
         drop(lock);
@@ -132,7 +141,7 @@ fn shrink_anon_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> boo
     putback(k, f, verdict, how)
 }
 
-/// [`shrink_folio`] for a shmem folio. Unless `reclaim_pages` reclaims, a
+/// [`shrink_folio`] for a shmem folio. Unless `how` ignores references, a
 /// folio whose mappings were accessed stays, as an anon one does. It is
 /// unmapped everywhere through the file's `i_mmap` ([`unmap_file_folio`],
 /// a dirty entry dirtying it; a mapping in an mlocked VMA keeps it). If
@@ -151,7 +160,7 @@ fn shrink_shmem_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bo
     let (Some(inode), Some(lock)) = (inode, f.trylock()) else {
         return putback(k, f, Verdict::Keep, how);
     };
-    let verdict = if how == Reclaim::Pages { Verdict::Freed } else { check_references(k, mmlist, f) };
+    let verdict = if how.ignore_references { Verdict::Freed } else { check_references(k, mmlist, f) };
     if verdict != Verdict::Freed {
         drop(lock);
         return putback(k, f, verdict, how);
@@ -275,10 +284,10 @@ pub(super) fn putback(k: &Kernel, f: Folio, verdict: Verdict, how: Reclaim) -> b
             Some(LruList::Active)
         }
     };
-    match (which, how) {
+    match (which, how.through_batch) {
         (None, _) => {}
-        (Some(which), Reclaim::Lru) => k.lru.putback(f, which),
-        (Some(which), Reclaim::Pages) => {
+        (Some(which), false) => k.lru.putback(f, which),
+        (Some(which), true) => {
             if which == LruList::Active {
                 f.head().set(pg::ACTIVE);
             }
@@ -292,8 +301,9 @@ pub(super) fn putback(k: &Kernel, f: Folio, verdict: Verdict, how: Reclaim) -> b
 /// A large folio that is partially mapped, or got no run of swap slots
 /// (the caller counted `thp_swpout_fallback` / `swpout_fallback`), is
 /// split (`split_folio_to_list`, wherever it is mapped) and its pages
-/// reclaimed one by one: the first with the isolation reference, the
-/// others still mapped from the split's list. A folio that cannot be split
+/// reclaimed one by one: the first with the isolation reference (its
+/// references asked already), the others still mapped from the split's
+/// list (asked, unless `how` ignores them). A folio that cannot be split
 /// goes back to the active list. Returns false (the folio as such was not
 /// freed).
 fn split_and_reclaim(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
@@ -301,7 +311,8 @@ fn split_and_reclaim(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> boo
     if split_folio_to_order(k, mmlist, f, 0, 1, Some(&mut pieces)).is_err() {
         return putback(k, f, Verdict::Activate, how);
     }
-    shrink_folio(k, mmlist, Folio::containing(&k.phys, f.pfn), how);
+    let head = Reclaim { ignore_references: true, ..how };
+    shrink_folio(k, mmlist, Folio::containing(&k.phys, f.pfn), head);
     for page in pieces {
         shrink_folio(k, mmlist, page, how);
     }
@@ -338,7 +349,7 @@ fn shrink_inactive_list(k: &Kernel, mmlist: &MmList, nr: usize) -> usize {
     k.lru_add_drain();
     let folios = k.lru.isolate_tail(&k.phys, LruList::Inactive, nr);
     Stats::add(&k.stats.pgscan_anon, folios.len() as u64);
-    folios.into_iter().filter(|&f| shrink_folio(k, mmlist, f, Reclaim::Lru)).count()
+    folios.into_iter().filter(|&f| shrink_folio(k, mmlist, f, Reclaim::LRU)).count()
 }
 
 /// `shrink_active_list`: up to `nr` folios from the active tail go to the

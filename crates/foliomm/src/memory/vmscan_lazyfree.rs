@@ -47,7 +47,7 @@ pub(super) fn shrink_lazyfree(k: &Kernel, mmlist: &MmList) -> usize {
         let lazy = f.test_anon() && !f.head().test(pg::SWAPBACKED);
         if lazy && freed < SWAP_CLUSTER_MAX {
             Stats::inc(&k.stats.pgscan_anon);
-            freed += shrink_folio(k, mmlist, f, Reclaim::Lru) as usize;
+            freed += shrink_folio(k, mmlist, f, Reclaim::LRU) as usize;
         } else {
             others.push(f);
         }
