@@ -72,14 +72,24 @@ impl Kernel {
     /// full, when `f` is large, or while the batches are disabled.
     pub fn folio_add_lru(&self, f: Folio) {
         f.ref_add(1);
-        let full = {
-            let mut b = self.lru_batches.here().lock().unwrap();
-            b.add.push(f.pfn);
-            let full =
-                b.add.len() >= self.config.release().folio_batch_size() || f.is_large() || self.lru_cache_disabled();
-            full.then(|| std::mem::take(&mut b.add))
-        };
-        self.lru_add_move(full.unwrap_or_default());
+        let moving = self.batch_add(f, |b| &mut b.add);
+        self.lru_add_move(moving);
+    }
+
+    /// `folio_batch_add_and_move`'s add: `f` (its reference taken) joins
+    /// the batch `which` picks of this CPU's; the batch is returned, to be
+    /// moved, if it is now full, `f` is large or the batches are disabled
+    /// (else nothing).
+    fn batch_add(&self, f: Folio, which: impl FnOnce(&mut CpuBatches) -> &mut Vec<Pfn>) -> Vec<Pfn> {
+        let mut b = self.lru_batches.here().lock().unwrap();
+        let batch = which(&mut b);
+        batch.push(f.pfn);
+        let full = batch.len() >= self.config.release().folio_batch_size() || f.is_large() || self.lru_cache_disabled();
+        if full {
+            std::mem::take(batch)
+        } else {
+            Vec::new()
+        }
     }
 
     /// `folio_batch_move_lru(lru_add)`: the folios join their lists under
@@ -112,15 +122,8 @@ impl Kernel {
         } else {
             f.ref_add(1);
         }
-        let full = {
-            let mut b = self.lru_batches.here().lock().unwrap();
-            b.lazyfree.push(f.pfn);
-            let full = b.lazyfree.len() >= self.config.release().folio_batch_size()
-                || f.is_large()
-                || self.lru_cache_disabled();
-            full.then(|| std::mem::take(&mut b.lazyfree))
-        };
-        self.lru_lazyfree_move(full.unwrap_or_default());
+        let moving = self.batch_add(f, |b| &mut b.lazyfree);
+        self.lru_lazyfree_move(moving);
     }
 
     /// `folio_batch_move_lru(lru_lazyfree)`: each folio that still
