@@ -137,7 +137,7 @@ thread_local! {
 }
 
 /// Starts this thread's count of frees towards a lock afresh (tests).
-#[cfg(test)]
+#[cfg(all(test, not(any(loom, shuttle))))]
 pub(crate) fn forget_freed() {
     FREED.set(0);
 }
