@@ -322,19 +322,21 @@ fn shuttle_hugetlb_unshare_race_is_found_under_no_lock() {
 /// fault mutex and unmap again one a fault mapped meanwhile
 /// (`remove_inode_hugepages`). Each write lands or gets SIGBUS (past the
 /// end); afterwards no entry maps a page the cache let go, and the pool and
-/// reservations add up (the checker).
-fn hugetlb_fault_against_removal(sync: HugetlbSync) {
+/// reservations add up (the checker), but for the reservation count
+/// Linux 6.1+ gets wrong (`tolerate_undercount`, see
+/// [`truncate_against_fault`]); once the file is gone, they add up in every
+/// design.
+fn hugetlb_fault_against_removal(sync: HugetlbSync, tolerate_undercount: bool) {
     let config = Config { memory: 32 << 20, hugetlb_sync: sync, ..Config::default() };
     let m = Machine::new(config).expect("a small machine");
     assert_eq!(m.kernel.set_nr_hugepages(HugeSize::Pmd, 8), 8);
     let f = m.hugetlbfs_create(8 << 20, HugeSize::Pmd).unwrap();
-    let flags = MmapFlags { shared: true, hugetlb: Some(HugeSize::Pmd), ..MmapFlags::default() };
     let writers: Vec<_> = (0..2u8)
         .map(|t| {
             let (m, f) = (m.clone(), f.clone());
             thread::spawn(move || {
                 let mm = m.new_mm().unwrap();
-                let a = mm.mmap_file(0, 8 << 20, Prot::RW, flags, Some((&f, 0))).unwrap();
+                let a = mm.mmap_file(0, 8 << 20, Prot::RW, hugetlb_shared(), Some((&f, 0))).unwrap();
                 match m.new_cpu().write_byte_per_page(&mm, a, 8 << 20, 0x40 + t) {
                     Ok(()) | Err(Errno::SIGBUS) => {}
                     Err(e) => panic!("fault: {e}"),
@@ -345,27 +347,94 @@ fn hugetlb_fault_against_removal(sync: HugetlbSync) {
     m.punch_hole(&f, 2 << 20, 2 << 20).unwrap();
     m.ftruncate(&f, 4 << 20).unwrap();
     writers.into_iter().for_each(|w| w.join().unwrap());
-    let bad = m.check();
+    let undercount = |v: &foliomm::internals::check::Violation| v.detail.contains("reserved: below zero");
+    let bad: Vec<_> = m.check().into_iter().filter(|v| !(tolerate_undercount && undercount(v))).collect();
     assert!(bad.is_empty(), "{}: the checker after a schedule: {bad:?}", sync.name());
     drop(f);
     let bad = m.check();
     assert!(bad.is_empty(), "{}: the checker after exit: {bad:?}", sync.name());
 }
 
-/// Under the hugetlb VMA lock and under `i_mmap_rwsem` a truncation waits
-/// for the faults in the file's mappings. Not under `no-lock`: the seed's
-/// "reverting 87bf91d39bb5 exposes races in page fault/file truncation".
-/// A fault that read the old size zeroes its new page while the
-/// truncation, which does not find it in the cache yet, hands back every
-/// reservation past the end, the fault's consumed one among them; the
-/// checker then finds the reservation count below zero (seen in one of
-/// 5,000 schedules with `FOLIOMM_SHUTTLE_SCHEDULES=5000`: too rare for a
-/// test that must find it every run).
+/// `MAP_SHARED` of a hugetlbfs file of 2M pages.
+fn hugetlb_shared() -> MmapFlags {
+    MmapFlags { shared: true, hugetlb: Some(HugeSize::Pmd), ..MmapFlags::default() }
+}
+
+/// A truncation against a fault that read the old size, the race behind
+/// Linux's reservation undercount: a file of 4 huge pages, mapped shared
+/// (4 reserved); a thread writes the last page while the file is cut to
+/// 2. Returns the reserved count right after the two met (2 if the fault
+/// was refused or its page removed with the end; 1 if the truncation
+/// gave back the promise the fault had used: Linux's `hugetlb_unreserve_pages`
+/// counts it among the unused ones when the page is not in the cache
+/// yet). Then the mapping writes its first two pages (the count drops by
+/// 2, below zero after an undercount: the checker must say so) and the
+/// file goes: whatever happened, the count is 0 and the checker content.
+fn truncate_against_fault(sync: HugetlbSync) -> u64 {
+    let config = Config { memory: 32 << 20, hugetlb_sync: sync, ..Config::default() };
+    let m = Machine::new(config).expect("a small machine");
+    assert_eq!(m.kernel.set_nr_hugepages(HugeSize::Pmd, 4), 4);
+    let f = m.hugetlbfs_create(8 << 20, HugeSize::Pmd).unwrap();
+    let mm = m.new_mm().unwrap();
+    let a = mm.mmap_file(0, 8 << 20, Prot::RW, hugetlb_shared(), Some((&f, 0))).unwrap();
+    let writer = {
+        let (m, mm) = (m.clone(), mm.clone());
+        thread::spawn(move || match m.new_cpu().write_byte_per_page(&mm, a + (6 << 20), 4 * K, 0x77) {
+            Ok(()) | Err(Errno::SIGBUS) => {}
+            Err(e) => panic!("fault: {e}"),
+        })
+    };
+    m.ftruncate(&f, 4 << 20).unwrap();
+    writer.join().unwrap();
+    let resv = m.kernel.huge_counts(HugeSize::Pmd).resv;
+    assert!(resv == 2 || resv == 1, "{}: {resv} huge pages reserved after the truncation", sync.name());
+    let mut cpu = m.new_cpu();
+    write_and_check(&mut cpu, &mm, a, 4 << 20, 0x78);
+    let below_zero = m.check().iter().any(|v| v.detail.contains("reserved: below zero"));
+    assert_eq!(below_zero, resv == 1, "{}: the checker after an undercount of {}", sync.name(), 2 - resv);
+    mm.exit();
+    drop(f);
+    assert_eq!(m.kernel.huge_counts(HugeSize::Pmd).resv, 0, "{}: reservations left", sync.name());
+    assert_clean(&m);
+    resv
+}
+
+/// How many schedules of [`truncate_against_fault`] under the VMA lock
+/// left the reserved count one short.
+static UNDERCOUNTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Under `i_mmap_rwsem` (5.7-6.0) a truncation waits for the faults in the
+/// file's mappings (it takes the rwsem for write, the faults hold it for
+/// read), so the reserved count is right in every schedule. Not under the
+/// hugetlb VMA lock (6.1+), whose truncation skips a VMA a fault holds
+/// (`hugetlb_vmdelete_list`'s trylock) and takes the fault mutex only of
+/// the pages it finds: a fault that read the old size uses its page's
+/// promise, the truncation gives it back too, and the count is one short
+/// until the file goes. Linux 6.18 does the same: the host test
+/// foliomm-host/tests/hugetlb_truncate_race.rs sees `HugePages_Rsvd` one
+/// short in about 3 of 1,000 tries. Nor under
+/// `no-lock`, whose page removal is unsafe in more ways
+/// ([`shuttle_hugetlb_unshare_race_is_found_under_no_lock`]).
+#[test]
+fn shuttle_hugetlb_truncation_racing_a_fault_undercounts_reservations_only_under_the_vma_lock() {
+    let safe = || assert_eq!(truncate_against_fault(HugetlbSync::IMmapRwsem), 2, "an undercount under i_mmap_rwsem");
+    shuttle::check_random(safe, schedules());
+    shuttle::check_pct(safe, schedules(), 3);
+    let count = || {
+        let resv = truncate_against_fault(HugetlbSync::VmaLock);
+        UNDERCOUNTS.fetch_add(2 - resv, std::sync::atomic::Ordering::Relaxed);
+    };
+    shuttle::check_random(count, schedules());
+    shuttle::check_pct(count, schedules(), 3);
+    let found = UNDERCOUNTS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(found > 0, "no schedule of {} under the VMA lock gave back a used promise", 2 * schedules());
+}
+
 #[test]
 fn shuttle_hugetlb_page_removal_races_faults_under_the_seeds_designs() {
-    for sync in [HugetlbSync::IMmapRwsem, HugetlbSync::VmaLock] {
-        shuttle::check_random(move || hugetlb_fault_against_removal(sync), schedules());
-        shuttle::check_pct(move || hugetlb_fault_against_removal(sync), schedules(), 3);
+    for (sync, tolerate_undercount) in [(HugetlbSync::IMmapRwsem, false), (HugetlbSync::VmaLock, true)] {
+        shuttle::check_random(move || hugetlb_fault_against_removal(sync, tolerate_undercount), schedules());
+        shuttle::check_pct(move || hugetlb_fault_against_removal(sync, tolerate_undercount), schedules(), 3);
     }
 }
 

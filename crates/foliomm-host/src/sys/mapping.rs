@@ -33,6 +33,9 @@ pub enum Advice {
     /// `MADV_PAGEOUT`: reclaim the range now (to swap, where there is one);
     /// the contents stay as they were.
     PageOut,
+    /// `MADV_POPULATE_WRITE`: every page faulted in for writing now; an
+    /// error (EFAULT) where an access would raise SIGBUS.
+    PopulateWrite,
 }
 
 /// How to map: what backs the memory, where, and with which flags. Always
@@ -208,6 +211,7 @@ impl Mapping {
             Advice::NoHugePage => rustix::mm::Advice::LinuxNoHugepage,
             Advice::DontNeed => rustix::mm::Advice::LinuxDontNeed,
             Advice::PageOut => rustix::mm::Advice::LinuxPageOut,
+            Advice::PopulateWrite => rustix::mm::Advice::LinuxPopulateWrite,
         };
         // SAFETY: inside the mapping. No reference into it exists, so
         // contents zapped by MADV_DONTNEED are observed as a fresh value.

@@ -326,6 +326,14 @@ impl Kernel {
         self.return_unused_surplus(&mut pool, n);
     }
 
+    /// `folio_zero_user` of a new huge folio: its pages cleared, with
+    /// the reschedule point Linux has between them (`process_huge_page`'s
+    /// `cond_resched`; one here, not one per page).
+    pub fn zero_huge_folio(&self, f: Folio<'_>) {
+        self.phys.clear_frames(f.pfn, f.nr_pages());
+        crate::sync::cond_resched();
+    }
+
     /// `alloc_hugetlb_folio`: a free huge folio of `size` with one
     /// reference, its bytes not cleared, from the first node `place`
     /// allows that has one (the VMA's policy, `dequeue_hugetlb_folio_vma`);

@@ -340,7 +340,7 @@ fn hugetlb_no_page(
             return Err(Errno::SIGBUS);
         }
         let f = super::hugetlb_resv::alloc_private(k, vma, index, walked.size, true).map_err(|_| Errno::SIGBUS)?;
-        phys.clear_frames(f.pfn, nr);
+        k.zero_huge_folio(f);
         (Folio::from_head(phys, f.pfn), true)
     };
     let anon_vma = anon.then(|| mm.anon_vma_prepare(vma));

@@ -82,7 +82,7 @@ impl Inode {
             map.insert(first);
             f
         };
-        self.k.phys.clear_frames(f.pfn, nr);
+        self.k.zero_huge_folio(f);
         let mut pages = self.pages.lock().unwrap();
         debug_assert!(!pages.contains_key(&first), "page {first} added twice: its fault mutex was not held");
         f.head().set(pg::UPTODATE);
@@ -98,7 +98,16 @@ impl Inode {
     /// `hugetlb_unreserve_pages` after `freed` huge pages of file pages
     /// `first..last` left the cache: the huge pages wholly inside leave the
     /// reservation map, and the promises of those never instantiated go
-    /// back to the pool.
+    /// back to the pool (`chg - freed`, as Linux counts them).
+    ///
+    /// Linux's count is wrong when a truncation races a fault that read
+    /// the old size (6.1+: `hugetlb_vmdelete_list` skips the VMA whose lock
+    /// the fault holds): the fault has used its page's promise but not yet
+    /// put the page in the cache, so the truncation gives that promise back
+    /// as well, and the page stays cached past the end. When the file goes,
+    /// that page is freed without an entry in the map (`chg < freed`), and
+    /// `hugetlb_acct_memory` promises the difference again, which puts the
+    /// count right. The model does the same (the host shows it too).
     pub(super) fn hugetlb_unreserve(&self, first: u64, last: u64, freed: u64) {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let mut map = self.resv_map.lock().unwrap();
@@ -106,7 +115,12 @@ impl Inode {
         for i in &gone {
             map.remove(i);
         }
-        self.k.hugetlb_unreserve(size, gone.len() as u64 - freed);
+        let chg = gone.len() as u64;
+        match chg.checked_sub(freed) {
+            Some(unused) => self.k.hugetlb_unreserve(size, unused),
+            // Linux ignores hugetlb_acct_memory's failure here.
+            None => drop(self.k.hugetlb_reserve(size, freed - chg)),
+        }
     }
 
     /// `hugetlbfs_fallocate`: every huge page `[offset, end)` touches is

@@ -154,6 +154,15 @@ pub(crate) fn wake_waiters(key: usize) {
     }
 }
 
+/// `cond_resched()`: a point inside a long operation (zeroing a huge page)
+/// where the task may let another run. A switch point under shuttle;
+/// nothing elsewhere (the OS preempts model threads anywhere, and loom's
+/// bounded preemptions are spent on synchronizing steps).
+pub(crate) fn cond_resched() {
+    #[cfg(shuttle)]
+    thread::yield_now();
+}
+
 /// One round of waiting for a lock or a seqcount whose word is at `key`
 /// (0: not a lock): spin, and every 64th round yield the CPU (model
 /// threads may be preempted while holding what we wait for). Under loom
