@@ -220,7 +220,9 @@ impl Kernel {
         // Free pages not promised go back, persistent ones first.
         let (persistent, free) = (pool.total - pool.surplus, pool.free.len() as u64);
         let persistent_free = if free > persistent { free.saturating_sub(pool.surplus) } else { free };
-        let min_count = want.max((pool.resv + persistent).saturating_sub(persistent_free));
+        // Unsigned as in Linux: a reserved count wrapped below zero (a
+        // leaked promise, see shmem::hugetlbfs) keeps every page.
+        let min_count = want.max(pool.resv.wrapping_add(persistent).wrapping_sub(persistent_free));
         while min_count < pool.total - pool.surplus {
             let Some(pfn) = self.remove_pool_folio(&mut pool, false) else { break };
             let f = Folio::from_head(&self.phys, pfn);

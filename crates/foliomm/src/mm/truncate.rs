@@ -88,25 +88,30 @@ impl MmList {
     }
 
     /// `remove_inode_hugepages` (after `hugetlb_vmdelete_list` unmapped the
-    /// range): each huge page wholly inside `[offset, end)` leaves the
-    /// cache under its fault mutex, so that no fault maps it meanwhile; one
-    /// still mapped (a fault mapped it since, or the unmap skipped a busy
-    /// VMA) is unmapped first, under the mutex
-    /// ([`MmList::unmap_mapped_huge_page`]).
-    /// Then, on truncation, the rest past the end and every
-    /// reservation there given back; for a hole, the partly covered pages
-    /// at its edges zeroed. A page a fault added inside the hole after the
-    /// listing stays cached and mapped, as in Linux, whose scan has moved
-    /// past its index; on truncation the scan runs again until it finds
-    /// none.
+    /// range): one scan of the cache from `offset`, a folio batch at a
+    /// time (`filemap_get_folios`); each huge page wholly inside `[offset,
+    /// end)` leaves the cache under its fault mutex, so that no fault maps
+    /// it meanwhile; one still mapped (a fault mapped it since, or the
+    /// unmap skipped a busy VMA) is unmapped first, under the mutex
+    /// ([`MmList::unmap_mapped_huge_page`]). Then, on truncation, every
+    /// reservation past the end goes back (`hugetlb_unreserve_pages`); for
+    /// a hole, the partly covered pages at its edges are zeroed.
+    ///
+    /// A page a fault adds behind the scan stays cached and mapped, as in
+    /// Linux: on truncation that is a fault that read the old size and was
+    /// still zeroing its page when the scan passed (6.1+: the unmap skipped
+    /// its VMA, whose lock the fault holds). The page stays past the end,
+    /// mapped, and comes back with its bytes if the file grows again, and
+    /// its reservation was given back twice (the count is one short until
+    /// the file goes). The host kernel does the same (foliomm-host's
+    /// hugetlb_truncate_race test).
     fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64) {
         let unit = inode.page_unit();
-        let nr = unit / PAGE_SIZE;
+        let (nr, batch) = (unit / PAGE_SIZE, inode.k.config.release().folio_batch_size());
+        let mut next = offset;
         loop {
-            let listed = inode.huge_pages_in(offset, end);
-            if listed.is_empty() {
-                break;
-            }
+            let listed: Vec<u64> = inode.huge_pages_in(next, end).into_iter().take(batch).collect();
+            let Some(&last) = listed.last() else { break };
             for first in listed {
                 let mutex = inode.k.hugetlb_fault_mutex(inode.ino, first);
                 let mut _mutex = mutex.lock().unwrap();
@@ -115,16 +120,12 @@ impl MmList {
                 }
                 inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
             }
-            // A hole keeps a page a fault added behind the scan, as Linux's
-            // does. A truncation, which then drops every page left past the
-            // end, takes such a page the same way first (Linux leaves it
-            // cached past the end, and mapped where the fault mapped it).
-            if end != u64::MAX {
-                break;
-            }
+            next = (last + nr) * PAGE_SIZE;
         }
         if end == u64::MAX {
-            return inode.undo_range(offset, end);
+            // The freed pages' reservations left the map with them (net
+            // nothing, as Linux's chg - freed); the rest go back now.
+            return inode.hugetlb_unreserve(offset / PAGE_SIZE, u64::MAX, 0);
         }
         let (lo, hi) = (offset.next_multiple_of(unit).min(end), (end / unit * unit).max(offset));
         if lo > offset {

@@ -58,13 +58,13 @@ impl Inode {
     /// `hugetlb_add_to_page_cache`). SIGBUS past the end of the file or
     /// when the pool has no page to give. The caller holds the page's fault
     /// mutex, so no other fault or fallocate adds the page meanwhile. As in
-    /// Linux the end is not read again: a truncation that neither the
-    /// hugetlb VMA lock nor `i_mmap_rwsem` keeps out (`no-lock`) may leave
-    /// the page past it.
+    /// Linux the end is not read again: a truncation that `i_mmap_rwsem`
+    /// does not keep out (the hugetlb VMA lock does not, nor `no-lock`)
+    /// may leave the page past it.
     pub fn hugetlb_get_folio(&self, index: u64, place: Placement) -> Result<Folio<'_>> {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let first = index & !(nr - 1);
-        let f = {
+        {
             let pages = self.pages.lock().unwrap();
             if let Some(&pfn) = pages.get(&first) {
                 let f = Folio::from_head(&self.k.phys, pfn);
@@ -74,14 +74,24 @@ impl Inode {
             if index >= self.nr_pages() {
                 return Err(Errno::SIGBUS);
             }
-            // The promise is used and recorded as the page is taken from the
-            // pool (`alloc_hugetlb_folio`, `vma_commit_reservation`), so that
-            // an mmap promising pages meanwhile does not promise this one.
-            let mut map = self.resv_map.lock().unwrap();
-            let f = self.k.alloc_hugetlb_folio(size, map.contains(&first), place).map_err(|_| Errno::SIGBUS)?;
-            map.insert(first);
-            f
-        };
+        }
+        // alloc_hugetlb_folio: asks the map for a promise
+        // (`vma_needs_reservation`), takes a page from the pool (using the
+        // promise if there was one), then records the page in the map
+        // (`vma_commit_reservation`), each step under the map's lock only.
+        let promised = self.resv_map.lock().unwrap().contains(&first);
+        let f = self.k.alloc_hugetlb_folio(size, promised, place).map_err(|_| Errno::SIGBUS)?;
+        let added = self.resv_map.lock().unwrap().insert(first);
+        if !promised && !added {
+            // An mmap promised this page meanwhile (hugetlb_reserve_pages),
+            // but it is taken: that promise goes back.
+            self.k.hugetlb_unreserve(size, 1);
+        }
+        // A truncation that removed the page's entry between the two steps
+        // (it gave the used promise back as unused) finds it again here:
+        // the entry comes back past the end, and when the file goes its
+        // promise is given back once more, for good (a leak of one, which
+        // Linux has too: foliomm-host's hugetlb_truncate_race test).
         self.k.zero_huge_folio(f);
         let mut pages = self.pages.lock().unwrap();
         debug_assert!(!pages.contains_key(&first), "page {first} added twice: its fault mutex was not held");
@@ -108,7 +118,7 @@ impl Inode {
     /// that page is freed without an entry in the map (`chg < freed`), and
     /// `hugetlb_acct_memory` promises the difference again, which puts the
     /// count right. The model does the same (the host shows it too).
-    pub(super) fn hugetlb_unreserve(&self, first: u64, last: u64, freed: u64) {
+    pub(crate) fn hugetlb_unreserve(&self, first: u64, last: u64, freed: u64) {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let mut map = self.resv_map.lock().unwrap();
         let gone: Vec<u64> = map.range(first..).take_while(|&&i| i.saturating_add(nr) <= last).copied().collect();
