@@ -155,6 +155,9 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == foliomm_host::guest::AGENT_ARG) && args.len() == 3 {
         foliomm_host::guest::agent_main(std::path::Path::new(&args[2]));
     }
+    if args.get(1).is_some_and(|a| a == bench::SEED_002_PROGRAM) {
+        return if bench::seed_002_program(&args[2..]) { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
     foliomm_host::sys::default_sigpipe();
     let cli = Cli::parse();
     // What a run killed without a chance to restore left changed.

@@ -32,6 +32,8 @@ mod tlb;
 mod usemem;
 mod zap_tradeoffs;
 
+pub use seed_002::{program_main as seed_002_program, PROGRAM_ARG as SEED_002_PROGRAM};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

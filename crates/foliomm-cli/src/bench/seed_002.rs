@@ -18,7 +18,7 @@
 //! over (`i_mmap_rwsem`, the hugetlb VMA lock, the fault mutexes).
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -283,15 +283,20 @@ fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Progra
 
 fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
     let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
-    let map = Map::file(Some((fd.as_fd(), 0))).shared(true).near(1 << 30);
     // The file's pages exist before the clock starts (one untimed loop).
-    ensure!(host_loop(map, Program::Fault, size, 0), "host: cannot fault the hugetlbfs file in");
+    ensure!(host_loop(fd.as_fd(), Program::Fault, size, 0), "host: cannot fault the hugetlbfs file in");
+    // Each instance opens the file anew through this process's descriptor.
+    let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+    let exe = std::env::current_exe().context("the foliomm binary, to run the host instances")?;
     let mut workers = Workers::fork(programs.len(), |i| {
-        let p = programs[i];
-        let t = Instant::now();
-        let ok = (0..a.loops).all(|_| host_loop(map, p, size, a.touched));
-        let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
-        [if ok { ops / t.elapsed().as_secs_f64() } else { -1.0 }.to_bits()]
+        let words = [programs[i].name(), &path, &size.to_string()];
+        let run = std::process::Command::new(&exe)
+            .arg(PROGRAM_ARG)
+            .args(words)
+            .args([a.loops.to_string(), a.touched.to_string()])
+            .output();
+        let rate = run.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok());
+        [rate.unwrap_or(-1.0).to_bits()]
     })
     .context("host fork")?;
     workers.start()?;
@@ -307,9 +312,42 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
         .collect()
 }
 
-/// The host side of [`model_loop`]; false if a system call failed.
-fn host_loop(map: Map, program: Program, size: u64, touched: u64) -> bool {
-    let Ok(m) = map.map(size as usize) else { return false };
+/// The first argument that makes the foliomm binary run one host instance
+/// of seed 002's programs: `__seed-002-program fork|fault FD SIZE LOOPS
+/// TOUCHED`, which prints its operations per second.
+pub const PROGRAM_ARG: &str = "__seed-002-program";
+
+/// One host instance, run as a process of its own, small as the seed's C
+/// programs were: a fork copies the forking process's page tables, and a
+/// copy of this benchmark (which has run model machines) forked at a
+/// tenth of the seed's rate. Returns false for arguments it does not take
+/// or a failed system call.
+pub fn program_main(args: &[std::ffi::OsString]) -> bool {
+    let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let [program, path, size, loops, touched] = &words[..] else { return false };
+    let program = match program.as_str() {
+        "fork" => Program::Fork,
+        "fault" => Program::Fault,
+        _ => return false,
+    };
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path);
+    let (Ok(file), Ok(size), Ok(loops), Ok(touched)) = (file, size.parse(), loops.parse::<u32>(), touched.parse())
+    else {
+        return false;
+    };
+    let t = Instant::now();
+    if !(0..loops).all(|_| host_loop(file.as_fd(), program, size, touched)) {
+        return false;
+    }
+    let ops = f64::from(loops) * if program == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
+    println!("{}", ops / t.elapsed().as_secs_f64());
+    true
+}
+
+/// The host side of [`model_loop`] over the hugetlbfs file `file`; false
+/// if a system call failed.
+fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, size: u64, touched: u64) -> bool {
+    let Ok(m) = Map::file(Some((file, 0))).shared(true).near(1 << 30).map(size as usize) else { return false };
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
     m.write_every(0..faulted as usize, HPAGE as usize, 1);
     (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
