@@ -101,10 +101,11 @@ impl MmList {
     /// Linux: on truncation that is a fault that read the old size and was
     /// still zeroing its page when the scan passed (6.1+: the unmap skipped
     /// its VMA, whose lock the fault holds). The page stays past the end,
-    /// mapped, and comes back with its bytes if the file grows again, and
-    /// its reservation was given back twice (the count is one short until
-    /// the file goes). The host kernel does the same (foliomm-host's
-    /// hugetlb_truncate_race test).
+    /// mapped, and comes back with its bytes if the file grows again; its
+    /// reservation was given back although used, so the count is one short
+    /// until the file goes, or for good (see [`Inode::hugetlb_get_folio`]).
+    /// The host kernel does the same (foliomm-host's hugetlb_truncate_race
+    /// test).
     fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64) {
         let unit = inode.page_unit();
         let (nr, batch) = (unit / PAGE_SIZE, inode.k.config.release().folio_batch_size());

@@ -117,7 +117,8 @@ impl Inode {
     /// as well, and the page stays cached past the end. When the file goes,
     /// that page is freed without an entry in the map (`chg < freed`), and
     /// `hugetlb_acct_memory` promises the difference again, which puts the
-    /// count right. The model does the same (the host shows it too).
+    /// count right, unless the fault put the page's entry back (see
+    /// [`Inode::hugetlb_get_folio`]). The host shows both.
     pub(crate) fn hugetlb_unreserve(&self, first: u64, last: u64, freed: u64) {
         let (size, nr) = (self.huge_size().expect("a hugetlbfs file"), self.hpage_pages());
         let mut map = self.resv_map.lock().unwrap();
