@@ -287,15 +287,17 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
     ensure!(host_loop(fd.as_fd(), Program::Fault, size, 0), "host: cannot fault the hugetlbfs file in");
     // Each instance opens the file anew through this process's descriptor.
     let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
-    let exe = std::env::current_exe().context("the foliomm binary, to run the host instances")?;
     let mut workers = Workers::fork(programs.len(), |i| {
         let words = [programs[i].name(), &path, &size.to_string()];
-        let run = std::process::Command::new(&exe)
+        // This binary, even if rebuilt meanwhile; its errors on stderr.
+        let run = std::process::Command::new("/proc/self/exe")
             .arg(PROGRAM_ARG)
             .args(words)
             .args([a.loops.to_string(), a.touched.to_string()])
+            .stderr(std::process::Stdio::inherit())
             .output();
-        let rate = run.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok());
+        let out = run.ok().filter(|o| o.status.success());
+        let rate = out.and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok());
         [rate.unwrap_or(-1.0).to_bits()]
     })
     .context("host fork")?;
@@ -323,21 +325,30 @@ pub const PROGRAM_ARG: &str = "__seed-002-program";
 /// tenth of the seed's rate. Returns false for arguments it does not take
 /// or a failed system call.
 pub fn program_main(args: &[std::ffi::OsString]) -> bool {
+    let fail = |why: &str| {
+        eprintln!("foliomm {PROGRAM_ARG}: {why}");
+        false
+    };
+    if let Err(e) = foliomm_host::sys::die_with_parent() {
+        return fail(&format!("PR_SET_PDEATHSIG: {e}"));
+    }
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let [program, path, size, loops, touched] = &words[..] else { return false };
+    let [program, path, size, loops, touched] = &words[..] else {
+        return fail("expected: fork|fault FILE SIZE LOOPS TOUCHED");
+    };
     let program = match program.as_str() {
         "fork" => Program::Fork,
         "fault" => Program::Fault,
-        _ => return false,
+        other => return fail(&format!("expected fork or fault, found '{other}'")),
     };
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path);
     let (Ok(file), Ok(size), Ok(loops), Ok(touched)) = (file, size.parse(), loops.parse::<u32>(), touched.parse())
     else {
-        return false;
+        return fail(&format!("cannot open {path}, or SIZE, LOOPS or TOUCHED is not a number"));
     };
     let t = Instant::now();
     if !(0..loops).all(|_| host_loop(file.as_fd(), program, size, touched)) {
-        return false;
+        return fail(&format!("a system call of the {} program failed", program.name()));
     }
     let ops = f64::from(loops) * if program == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
     println!("{}", ops / t.elapsed().as_secs_f64());

@@ -18,7 +18,7 @@ mod workers;
 pub use clock::{minor_faults, process_cpu_time, thread_cpu_time};
 pub use mapping::{memfd, Advice, Map, Mapping};
 pub use pagemap_scan::{pagemap_scan, PageRegion};
-pub use workers::{fork_child_that_exits, Workers};
+pub use workers::{die_with_parent, fork_child_that_exits, Workers};
 
 /// Keeps the calling thread (and the threads and children it makes from
 /// now on) on node 0's CPUs where the machine has several NUMA nodes, so

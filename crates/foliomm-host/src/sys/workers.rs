@@ -117,6 +117,12 @@ fn worker<const N: usize>(
     unsafe { libc::_exit(0) }
 }
 
+/// Makes this process die with its parent (`PR_SET_PDEATHSIG`): for a
+/// helper a worker starts, which must not outlive a killed benchmark.
+pub fn die_with_parent() -> io::Result<()> {
+    Ok(rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?)
+}
+
 /// Forks a child that ends at once, and reaps it: the cost of copying the
 /// address space at fork and tearing it down at exit.
 pub fn fork_child_that_exits() -> io::Result<()> {

@@ -109,7 +109,7 @@ impl MmList {
     fn remove_inode_hugepages(&self, inode: &Inode, offset: u64, end: u64) {
         let unit = inode.page_unit();
         let (nr, batch) = (unit / PAGE_SIZE, inode.k.config.release().folio_batch_size());
-        let mut next = offset;
+        let (truncating, mut next, mut freed) = (end == u64::MAX, offset, 0);
         loop {
             let listed: Vec<u64> = inode.huge_pages_in(next, end).into_iter().take(batch).collect();
             let Some(&last) = listed.last() else { break };
@@ -119,14 +119,19 @@ impl MmList {
                 if inode.huge_page_mapped(first) {
                     _mutex = self.unmap_mapped_huge_page(inode, first, mutex, _mutex);
                 }
-                inode.undo_range(first * PAGE_SIZE, (first + nr) * PAGE_SIZE);
+                if inode.remove_huge_page(first) {
+                    freed += 1;
+                    if !truncating {
+                        inode.hugetlb_unreserve(first, first + nr, 1);
+                    }
+                }
             }
             next = (last + nr) * PAGE_SIZE;
         }
-        if end == u64::MAX {
-            // The freed pages' reservations left the map with them (net
-            // nothing, as Linux's chg - freed); the rest go back now.
-            return inode.hugetlb_unreserve(offset / PAGE_SIZE, u64::MAX, 0);
+        if truncating {
+            // Every entry past the end goes, and the promises of those the
+            // freed pages did not use go back (`chg - freed`).
+            return inode.hugetlb_unreserve(offset / PAGE_SIZE, u64::MAX, freed);
         }
         let (lo, hi) = (offset.next_multiple_of(unit).min(end), (end / unit * unit).max(offset));
         if lo > offset {

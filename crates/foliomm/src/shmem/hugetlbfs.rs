@@ -155,14 +155,31 @@ impl Inode {
     }
 
     /// The huge pages at `firsts` (their first page indexes) left the
-    /// cache by a hole punch: they leave the reservation map, whose
-    /// promises they had used (`hugetlb_unreserve_pages(index, index + 1,
-    /// 1)` per page).
-    pub(super) fn hugetlb_forget(&self, firsts: &[u64]) {
-        let mut map = self.resv_map.lock().unwrap();
-        for first in firsts {
-            map.remove(first);
-        }
+    /// cache by a hole punch: each gives back its entry with itself
+    /// (`hugetlb_unreserve_pages(index, index + 1, 1)` per page), which
+    /// changes no count unless the page had no entry (one a truncation
+    /// missed), when its promise is made again.
+    pub(super) fn hugetlb_unreserve_freed(&self, firsts: &[u64]) {
+        let nr = self.hpage_pages();
+        firsts.iter().for_each(|&first| self.hugetlb_unreserve(first, first + nr, 1));
+    }
+
+    /// `remove_inode_single_folio`'s removal of the huge page at `first`
+    /// (the caller holds its fault mutex and unmapped it): it leaves the
+    /// cache and the reservation map stays as it is. False if the cache
+    /// has no page there.
+    pub fn remove_huge_page(&self, first: u64) -> bool {
+        let nr = self.hpage_pages();
+        let pfn = {
+            let mut pages = self.pages.lock().unwrap();
+            let Some(&pfn) = pages.get(&first) else { return false };
+            for i in first..first + nr {
+                pages.remove(&i);
+            }
+            pfn
+        };
+        self.remove_from_cache(pfn);
+        true
     }
 
     /// The first page index of every huge page the cache holds wholly

@@ -111,12 +111,12 @@ impl Inode {
         let freed = whole.len() as u64;
         // The reservation map changes with the cache, under its lock, so no
         // fault sees a page gone from the cache but still in the map (as
-        // the fault mutex ensures in Linux). Truncation gives back every
-        // reservation past the new end (remove_inode_hugepages'
-        // truncate_op); a hole punch only those of the pages it freed.
+        // the fault mutex ensures in Linux). Eviction gives back every
+        // reservation (remove_inode_hugepages' truncate_op); whole huge
+        // pages dropped otherwise, only theirs.
         match (self.mount, end) {
             (Mount::Hugetlbfs(_), u64::MAX) => self.hugetlb_unreserve(offset.div_ceil(PAGE_SIZE), u64::MAX, freed),
-            (Mount::Hugetlbfs(_), _) => self.hugetlb_forget(&firsts),
+            (Mount::Hugetlbfs(_), _) => self.hugetlb_unreserve_freed(&firsts),
             _ => {}
         }
         drop(pages);
