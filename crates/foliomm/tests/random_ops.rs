@@ -1,14 +1,12 @@
-//! Property test: random sequences of mmap/munmap/mprotect/madvise/mremap/
-//! fork/exit/read/write/split/collapse/khugepaged over several processes, and in the threaded test
-//! two threads writing while a third changes the mappings. After every step
-//! the invariant checker must find nothing, and every read must return what
-//! the reference byte model says (fork = deep copy). Two CPUs with TLBs take
-//! turns, freed frames are poisoned, and every mapcount design takes its
-//! turn. The machine (14M, with 32M of swap) is smaller than four
+//! Property test: random sequences of mmap/munmap/mprotect/madvise/mremap/fork/exit/read/write/
+//! split/collapse/khugepaged over several processes, and in the threaded test two threads
+//! writing while a third changes the mappings. After every step
+//! the invariant checker must find nothing, and every read must return what the reference byte
+//! model says (fork = deep copy). Two CPUs with TLBs take turns, freed frames are poisoned, and
+//! every mapcount design takes its turn. The machine (14M, with 32M of swap) is smaller than four
 //! processes' windows, so reclaim runs under memory pressure in some cases
 //! (the test fails if in none). Each test runs about 50,000 operations; `FOLIOMM_SOAK=N` runs
-//! about N in each (10000000 for a soak). Shrunk failures are saved in
-//! `random_ops.proptest-regressions` and run first, every time.
+//! about N in each (10000000 for a soak). Shrunk failures are saved in the regressions file and run first.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
