@@ -122,7 +122,7 @@ impl MmList {
                 if inode.remove_huge_page(first) {
                     freed += 1;
                     if !truncating {
-                        inode.hugetlb_unreserve(first, first + nr, 1);
+                        inode.hugetlb_unreserve_freed(&[first]);
                     }
                 }
             }

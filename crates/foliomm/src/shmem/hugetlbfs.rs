@@ -159,7 +159,7 @@ impl Inode {
     /// (`hugetlb_unreserve_pages(index, index + 1, 1)` per page), which
     /// changes no count unless the page had no entry (one a truncation
     /// missed), when its promise is made again.
-    pub(super) fn hugetlb_unreserve_freed(&self, firsts: &[u64]) {
+    pub(crate) fn hugetlb_unreserve_freed(&self, firsts: &[u64]) {
         let nr = self.hpage_pages();
         firsts.iter().for_each(|&first| self.hugetlb_unreserve(first, first + nr, 1));
     }
