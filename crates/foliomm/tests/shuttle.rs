@@ -43,6 +43,9 @@ mod pmd_split;
 /// The shmem swap races (pageout against writes and reads).
 #[path = "shuttle/shmem_swap.rs"]
 mod shmem_swap;
+/// A swap-cache read racing a large swap-in of its mTHP block.
+#[path = "shuttle/swapin.rs"]
+mod swapin;
 /// Seed 004's `vma_refcount_put` against a VMA freed and reused.
 #[path = "shuttle/vma_put.rs"]
 mod vma_put;

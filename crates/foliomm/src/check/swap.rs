@@ -80,9 +80,17 @@ pub(super) fn check_swap_map(m: &Kernel, leaves: &[SwapLeaf], inodes: &[Arc<Inod
             None if count == 0 => push(format!("swap slot {offset}: in use but neither named nor cached (leak)")),
             Some(pfn) => {
                 let f = Folio::containing(&m.phys, pfn);
-                let ok = f.refcount() > 0 && f.head().test(pg::SWAPCACHE) && f.test_anon();
-                if !ok || m.folio_swap(f).map(|s| s.offset + (pfn - f.pfn)) != Some(offset) {
-                    push(format!("swap slot {offset}: cached by frame {pfn:#x}, which is not its swap-cache folio"));
+                // Not anon yet if a fault read it in and then found its
+                // entry gone (as Linux's readahead leaves a folio).
+                let swap = f.head().test(pg::SWAPCACHE) && f.head().test(pg::SWAPBACKED);
+                let ok = f.refcount() > 0 && swap;
+                let holds = m.folio_swap(f).map(|s| s.offset + (pfn - f.pfn));
+                if !ok || holds != Some(offset) {
+                    let (refs, order, cache) = (f.refcount(), f.order(), f.head().test(pg::SWAPCACHE));
+                    push(format!(
+                        "swap slot {offset}: cached by frame {pfn:#x}, which is not its swap-cache folio \
+                         (order {order}, {refs} references, swap cache {cache}, holding slot {holds:?})"
+                    ));
                 }
             }
             None => {}

@@ -3,7 +3,7 @@
 //! page and the cache holds a reference per page on it.
 
 use super::Kernel;
-use crate::arch::SwpEntry;
+use crate::arch::{Pfn, SwpEntry};
 use crate::folio::Folio;
 use crate::phys::pg;
 use crate::Errno;
@@ -20,15 +20,16 @@ impl Kernel {
         Ok(e)
     }
 
-    /// `add_to_swap_cache` for a page read in from slot `e`: false if the
-    /// slot is cached already (another swap-in got there first).
+    /// `add_to_swap_cache` for a page read in from slot `e`, swap-backed
+    /// from now on (`__folio_set_swapbacked`) though not anon until mapped:
+    /// false if the slot is cached already (another swap-in got there first).
     pub fn swap_cache_add(&self, f: Folio, e: SwpEntry) -> bool {
         let dev = self.swap.as_ref().expect("a swap entry implies a device");
         if !dev.cache_add(e, f.pfn) {
             return false;
         }
         f.ref_add(1);
-        f.head().set(pg::SWAPCACHE);
+        f.head().set(pg::SWAPCACHE | pg::SWAPBACKED);
         true
     }
 
@@ -38,6 +39,13 @@ impl Kernel {
             true => self.swap.as_ref()?.entry_of(f.pfn),
             false => None,
         }
+    }
+
+    /// `folio_matches_swap_entry`: true if `f` is in the swap cache and
+    /// its page at `page` holds slot `e`. Checked under the folio lock.
+    pub fn folio_matches_swap_entry(&self, f: Folio, page: Pfn, e: SwpEntry) -> bool {
+        let inside = (f.pfn..f.pfn + f.nr_pages()).contains(&page);
+        inside && self.folio_swap(f).is_some_and(|s| s.offset + (page - f.pfn) == e.offset)
     }
 
     /// `folio_free_swap`: if `f` is in the swap cache and no swap entry

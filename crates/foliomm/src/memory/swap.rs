@@ -40,7 +40,7 @@ pub fn swap_pte_batch(phys: &PhysMem, table: Pfn, idx: usize, pte: Pte, max: usi
 pub fn free_swap_and_cache_nr(k: &Kernel, e: SwpEntry, nr: u64) {
     let dev = k.swap.as_ref().expect("a swap entry implies a swap device");
     let mut last = None;
-    for (_, pfn) in dev.put(e, nr) {
+    for (offset, pfn) in dev.put(e, nr) {
         let f = Folio::containing(&k.phys, pfn);
         if last == Some(f.pfn) || rmap::folio_mapcount(k, f) > 0 {
             continue;
@@ -51,8 +51,12 @@ pub fn free_swap_and_cache_nr(k: &Kernel, e: SwpEntry, nr: u64) {
         if !f.try_get() {
             continue;
         }
+        // Under its lock, the folio must still hold the slot: its frame
+        // may be another folio's by now.
         if let Some(_lock) = f.trylock() {
-            k.folio_free_swap(f);
+            if k.folio_matches_swap_entry(f, pfn, SwpEntry { offset, ..e }) {
+                k.folio_free_swap(f);
+            }
         }
         k.folio_put_refs(f, 1);
     }
@@ -91,7 +95,7 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     // The page: a fresh folio's only one, or the cached page of a folio
     // (maybe large: only this page is mapped, where Linux maps the whole
     // folio when every entry of it is still in place).
-    let (f, cached, page) = match dev.cached(e) {
+    let (f, cached, page, read_lock) = match dev.cached(e) {
         Some(pfn) => {
             // folio_try_get: one reclaim froze to free fails, and the
             // fault is taken again (finding the entry's slot on the device).
@@ -99,33 +103,44 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
             if !f.try_get() {
                 return Ok(());
             }
-            (f, true, pfn)
+            (f, true, pfn, None)
         }
         None if dev.count(e) == 1 => {
             if !dev.prepare(e) {
-                return Ok(()); // another swap-in has the slot: fault again
+                return wait_for_swapin(); // another swap-in has the slot: fault again
             }
             let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(vmf.address, 0), false)
                 .inspect_err(|_| dev.clear_prepared(e))?;
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
-            (f, false, f.pfn)
+            (f, false, f.pfn, None)
         }
         None => {
+            // Locked before the cache names it (`__folio_set_locked`), so
+            // that a fault of another MM finding it waits for the read.
             let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(vmf.address, 0), false)?;
+            let lock = f.lock();
             if !k.swap_cache_add(f, e) {
+                drop(lock);
                 k.folio_put_refs(f, 1);
-                return Ok(());
+                return wait_for_swapin();
             }
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
-            (f, true, f.pfn)
+            (f, true, f.pfn, Some(lock))
         }
     };
     // folio_lock_or_retry(): a folio of the swap cache is locked before the
     // PTL, so that two MMs faulting it in at once do not both find it not
-    // yet anon and both add it as new (`folio_add_new_anon_rmap`).
-    let folio_lock = cached.then(|| f.lock());
+    // yet anon and both add it as new (`folio_add_new_anon_rmap`). Found
+    // in the cache, it may have left it meanwhile, or its frame be another
+    // folio's by now (`folio_matches_swap_entry`): the fault is taken again.
+    let folio_lock = read_lock.or_else(|| cached.then(|| f.lock()));
+    if cached && !k.folio_matches_swap_entry(f, page, e) {
+        drop(folio_lock);
+        k.folio_put_refs(f, 1);
+        return Ok(());
+    }
     // Mapping a cached folio writable asks its refcount whether this MM is
     // its only user: a reference this CPU's LRU batch holds is let go.
     if cached && vmf.write() && !f.test_ksm() && !f.head().test(pg::LRU) {
@@ -188,6 +203,14 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
     Ok(())
 }
 
+/// A fault that found another swap-in claiming its slot waits a moment
+/// before it is taken again (`schedule_timeout_uninterruptible(1)` on
+/// `swapcache_wq`); here a point where another thread may run.
+fn wait_for_swapin() -> Result<()> {
+    crate::sync::cond_resched();
+    Ok(())
+}
+
 /// The highest mTHP order `alloc_swap_folio` would swap in whole at the
 /// fault, if any: one the VMA allows for a fault, whose aligned range lies
 /// in the VMA and lines up with the slot (`thp_swap_suitable_orders`), and
@@ -240,7 +263,7 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
     let release = |n: u64| (0..n).for_each(|i| dev.clear_prepared(SwpEntry { offset: e.offset + i, ..e }));
     if claimed.len() as u64 != nr {
         release(claimed.len() as u64);
-        return Some(Ok(()));
+        return Some(wait_for_swapin());
     }
     let f = match k.alloc_folio_on(vmf.vma.placement(base, order), order, false) {
         Ok(f) => f,
