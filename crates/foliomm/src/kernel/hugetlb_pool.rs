@@ -115,7 +115,10 @@ pub struct HugePool {
 
 impl Default for HugePool {
     fn default() -> HugePool {
-        HugePool { pools: Default::default(), fault_mutexes: (0..FAULT_MUTEXES).map(|_| Mutex::new(())).collect() }
+        HugePool {
+            pools: Default::default(),
+            fault_mutexes: (0..FAULT_MUTEXES).map(|_| crate::sync::new_mutex(())).collect(),
+        }
     }
 }
 

@@ -6,8 +6,12 @@
 //!
 //! The mutex models the kernel's spinlocks and its `struct mutex`, whose
 //! waiters spin while the owner runs (`mutex_optimistic_spin`; a simulated
-//! owner is never preempted): a waiter spins ([`super::sim::spin`] per
-//! try). The reader-writer lock models `struct rw_semaphore`
+//! owner is never preempted): in a simulation a waiter queues and spins
+//! until a release lets the first in the queue try (qspinlock's MCS
+//! queue, the mutex's OSQ); no newcomer takes a spinlock past them, while
+//! a mutex's newcomer may (`Mutex::new_mutex`). Its wait is simulated
+//! time spent spinning.
+//! The reader-writer lock models `struct rw_semaphore`
 //! (kernel/locking/rwsem.c): a waiter sleeps on the lock's wait list and
 //! is woken by the release that frees it. Linux's fairness rules hold in
 //! a simulation: with a waiter queued, a new reader or writer does not
@@ -23,46 +27,114 @@
 
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
-pub use std::sync::MutexGuard;
-
 use super::sim;
 
-/// Takes the lock at `key` with `try_lock` until it is free, spinning in
-/// simulated time meanwhile.
-fn simulated<G>(key: usize, mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
-    loop {
-        match try_lock() {
-            Ok(g) => return Ok(g),
-            Err(TryLockError::Poisoned(p)) => return Err(p),
-            Err(TryLockError::WouldBlock) => sim::spin(key),
-        }
-    }
+/// `std::sync::Mutex`, waited for in simulated time inside a simulation:
+/// a spinlock, or with `barging` a `struct mutex`.
+#[derive(Debug, Default)]
+pub struct Mutex<T: ?Sized> {
+    /// Whether a newcomer may take the free lock past queued waiters, as
+    /// `__mutex_trylock_fast` may past the OSQ's spinners (a qspinlock's
+    /// fast path fails while its queue is not empty).
+    barging: bool,
+    inner: std::sync::Mutex<T>,
 }
 
-/// `std::sync::Mutex`, waited for in simulated time inside a simulation.
-#[derive(Debug, Default)]
-pub struct Mutex<T: ?Sized>(std::sync::Mutex<T>);
+/// The mutex held; dropping it is the unlock, which in a simulation lets
+/// the first queued waiter try.
+#[derive(Debug)]
+pub struct MutexGuard<'a, T: ?Sized> {
+    inner: Option<std::sync::MutexGuard<'a, T>>,
+    lock: &'a Mutex<T>,
+}
 
 impl<T> Mutex<T> {
+    /// A spinlock (`spinlock_t`).
     pub const fn new(t: T) -> Mutex<T> {
-        Mutex(std::sync::Mutex::new(t))
+        Mutex { barging: false, inner: std::sync::Mutex::new(t) }
+    }
+
+    /// A sleeping `struct mutex`, whose optimistic spinners a newcomer may
+    /// beat to the lock.
+    pub const fn new_mutex(t: T) -> Mutex<T> {
+        Mutex { barging: true, inner: std::sync::Mutex::new(t) }
     }
 
     pub fn into_inner(self) -> LockResult<T> {
-        self.0.into_inner()
+        self.inner.into_inner()
     }
 }
 
 impl<T: ?Sized> Mutex<T> {
+    /// The lock's queue key: its address.
+    fn key(&self) -> usize {
+        self as *const Self as *const () as usize
+    }
+
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
-        match super::sim::active() {
-            true => simulated(&self.0 as *const _ as *const () as usize, || self.0.try_lock()),
-            false => self.0.lock(),
+        let got = match sim::active() {
+            true => self.spinning(),
+            false => self.inner.lock(),
+        };
+        wrap(got, |g| MutexGuard { inner: Some(g), lock: self })
+    }
+
+    /// Takes it if it is free and, in a simulation, a spinlock's queue is
+    /// empty (`queued_spin_trylock` fails while it is not).
+    pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
+        if !self.barging && sim::active() && sim::first_waiter(self.key()).is_some() {
+            return Err(TryLockError::WouldBlock);
+        }
+        match self.inner.try_lock() {
+            Ok(g) => Ok(MutexGuard { inner: Some(g), lock: self }),
+            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
+            Err(TryLockError::Poisoned(p)) => {
+                Err(TryLockError::Poisoned(PoisonError::new(MutexGuard { inner: Some(p.into_inner()), lock: self })))
+            }
         }
     }
 
-    pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
-        self.0.try_lock()
+    /// Takes it in a simulation, queued behind earlier waiters and
+    /// spinning until a release lets it try.
+    fn spinning(&self) -> LockResult<std::sync::MutexGuard<'_, T>> {
+        let (key, mut rounds) = (self.key(), 0u32);
+        loop {
+            if rounds > 0 || self.barging || sim::first_waiter(key).is_none() {
+                let got = match self.inner.try_lock() {
+                    Ok(g) => Ok(g),
+                    Err(TryLockError::Poisoned(p)) => Err(p),
+                    Err(TryLockError::WouldBlock) => {
+                        rounds += 1;
+                        sim::spin_wait(key, rounds > 1);
+                        continue;
+                    }
+                };
+                super::sleep_done(rounds, key);
+                return got;
+            }
+            rounds += 1;
+            sim::spin_wait(key, false);
+        }
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.inner.as_ref().expect("held until dropped")
+    }
+}
+
+impl<T: ?Sized> std::ops::DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.inner.as_mut().expect("held until dropped")
+    }
+}
+
+impl<T: ?Sized> Drop for MutexGuard<'_, T> {
+    fn drop(&mut self) {
+        drop(self.inner.take());
+        super::wake_waiters(self.lock.key());
     }
 }
 

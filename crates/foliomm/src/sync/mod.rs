@@ -49,6 +49,15 @@ pub use shuttle::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteG
 #[cfg(not(any(loom, shuttle)))]
 pub use std::sync::Barrier;
 
+/// A sleeping `struct mutex` ([`Mutex::new_mutex`]; under loom and shuttle
+/// their mutex).
+pub fn new_mutex<T>(t: T) -> Mutex<T> {
+    #[cfg(not(any(loom, shuttle)))]
+    return Mutex::new_mutex(t);
+    #[cfg(any(loom, shuttle))]
+    Mutex::new(t)
+}
+
 pub use std::sync::{Arc, Weak};
 
 /// Atomic integers, fences and orderings.

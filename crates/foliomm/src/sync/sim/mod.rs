@@ -252,14 +252,14 @@ impl Sim {
 
     /// CPU `me` sleeps on `key` until a release wakes it, and charges the
     /// time to the structure of `key`'s line.
-    fn sleep(&self, me: usize, key: usize, writer: bool, front: bool) {
+    fn sleep(&self, me: usize, key: usize, writer: bool, front: bool, spinning: bool) {
         let mut st = self.lock();
         let from = st.cpus[me].report.clock;
         if !front {
             st.cpus[me].queued_at = from;
         }
         let since = st.cpus[me].queued_at;
-        st.waits.add(key, Waiter { cpu: me, writer, since }, front);
+        st.waits.add(key, Waiter { cpu: me, writer: writer || spinning, spinning, since }, front);
         st.cpus[me].asleep = true;
         let next = self.next(&st, None);
         self.hand_to(&mut st, next);
@@ -271,12 +271,14 @@ impl Sim {
     }
 
     /// Wakes the waiters a release of `key` by CPU `me` wakes: they run
-    /// again the profile's wake-up latency from now.
+    /// again the profile's wake-up latency from now, or a spin round from
+    /// now if they spin.
     fn wake(&self, me: usize, key: usize) {
         let mut st = self.lock();
-        let at = st.cpus[me].report.clock + self.profile.wakeup;
-        for cpu in st.waits.take_woken(key) {
-            let c = &mut st.cpus[cpu];
+        let now = st.cpus[me].report.clock;
+        for w in st.waits.take_woken(key) {
+            let at = now + if w.spinning { self.profile.spin } else { self.profile.wakeup };
+            let c = &mut st.cpus[w.cpu];
             c.asleep = false;
             c.report.clock = c.report.clock.max(at);
         }
@@ -363,7 +365,16 @@ pub(crate) fn spin(key: usize) {
 /// lock again. Must follow the failed try with no event between, so
 /// that no release can slip in (only one CPU runs at a time).
 pub(crate) fn sleep(key: usize, writer: bool, front: bool) {
-    with_me(|sim, me| sim.sleep(me, key, writer, front));
+    with_me(|sim, me| sim.sleep(me, key, writer, front, false));
+}
+
+/// Spins this CPU, queued on the lock at `key` (at the head if `front`),
+/// until a release of `key` lets it try again: one event for the whole
+/// wait instead of one per round, charged to the structure of `key`'s
+/// line as [`spin`]'s rounds are. Must follow the failed try with no
+/// event between, as [`sleep`].
+pub(crate) fn spin_wait(key: usize, front: bool) {
+    with_me(|sim, me| sim.sleep(me, key, true, front, true));
 }
 
 /// Who waits on the lock at `key`: None if nobody, else whether the first

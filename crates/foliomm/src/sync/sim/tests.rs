@@ -62,6 +62,22 @@ fn a_cpu_waiting_for_a_lock_waits_in_simulated_time() {
 }
 
 #[test]
+fn spinning_waiters_take_a_spinlock_in_arrival_order_whatever_the_seed() {
+    for seed in 1..6 {
+        let order = FacadeMutex::new(Vec::new());
+        let (_, reports) = run(4, Profile::two_socket_server(), seed, 0, |cpu| {
+            // CPU 0 takes the lock first; CPUs 3, 2, 1 queue in that order.
+            (0..[0, 3, 2, 1][cpu]).for_each(|_| work(Work::Syscall));
+            let mut g = order.lock().unwrap();
+            g.push(cpu);
+            (0..20).for_each(|_| work(Work::Fault));
+        });
+        assert_eq!(*order.lock().unwrap(), [0, 3, 2, 1], "seed {seed}");
+        assert!(reports[1].waited > reports[2].waited, "the last to queue waited longest (seed {seed})");
+    }
+}
+
+#[test]
 fn a_panicking_cpu_fails_the_run_and_the_others_finish() {
     let finished = std::sync::atomic::AtomicUsize::new(0);
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -1,6 +1,8 @@
-//! Wait lists of the sleeping locks in simulated time: a rwsem's
-//! `sem->wait_list` (kernel/locking/rwsem.c) and the per-VMA lock's
-//! `mm->vma_writer_wait` (an `rcuwait`), keyed by the lock word's address.
+//! Wait lists of the locks in simulated time, keyed by the lock word's
+//! address: a rwsem's `sem->wait_list` (kernel/locking/rwsem.c), the
+//! per-VMA lock's `mm->vma_writer_wait` (an `rcuwait`), and the queue of
+//! a spinlock's or mutex's spinning waiters (qspinlock's MCS queue, the
+//! mutex's OSQ), whose order they take the lock in.
 //!
 //! A waiter is queued in arrival order; a release wakes the first waiter
 //! and, if it waits to read, every other reader in the list
@@ -24,8 +26,12 @@ pub(super) const HANDOFF_AFTER: u64 = 4_000_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Waiter {
     pub cpu: usize,
-    /// Whether it waits to write (`RWSEM_WAITING_FOR_WRITE`).
+    /// Whether it waits to write (`RWSEM_WAITING_FOR_WRITE`), or for a
+    /// spinning lock (exclusive too).
     pub writer: bool,
+    /// Whether it spins rather than sleeps (a spinlock's or mutex's queued
+    /// waiter): it sees the release a spin round later, with no wake-up.
+    pub spinning: bool,
     /// When it first queued (picoseconds of its clock).
     pub since: u64,
 }
@@ -67,20 +73,20 @@ impl WaitLists {
 
     /// Takes the waiters a release of `key` wakes: the first, and if it
     /// waits to read, every other reader (up to `MAX_READERS_WAKEUP`).
-    pub fn take_woken(&mut self, key: usize) -> Vec<usize> {
+    pub fn take_woken(&mut self, key: usize) -> Vec<Waiter> {
         let Some(list) = self.lists.get_mut(&key) else { return Vec::new() };
         let woken = match list.front() {
             None => Vec::new(),
             Some(first) if first.writer => {
                 let w = list.pop_front().expect("a first waiter");
                 self.woken_writer.insert(key, w);
-                vec![w.cpu]
+                vec![w]
             }
             Some(_) => {
                 let mut woken = Vec::new();
                 list.retain(|w| match !w.writer && woken.len() < MAX_READERS_WAKEUP {
                     true => {
-                        woken.push(w.cpu);
+                        woken.push(*w);
                         false
                     }
                     false => true,
@@ -100,7 +106,11 @@ mod tests {
     use super::*;
 
     fn w(cpu: usize, writer: bool) -> Waiter {
-        Waiter { cpu, writer, since: 0 }
+        Waiter { cpu, writer, spinning: false, since: 0 }
+    }
+
+    fn cpus(woken: Vec<Waiter>) -> Vec<usize> {
+        woken.iter().map(|w| w.cpu).collect()
     }
 
     #[test]
@@ -109,11 +119,11 @@ mod tests {
         for (cpu, writer) in [(1, true), (2, false), (3, true), (4, false)] {
             l.add(9, w(cpu, writer), false);
         }
-        assert_eq!(l.take_woken(9), [1]);
+        assert_eq!(cpus(l.take_woken(9)), [1]);
         assert_eq!(l.first(9), Some(w(1, true)), "the woken writer is first until it has the lock");
         l.acquired(9, 1);
-        assert_eq!(l.take_woken(9), [2, 4], "every queued reader, past the writer");
-        assert_eq!(l.take_woken(9), [3]);
+        assert_eq!(cpus(l.take_woken(9)), [2, 4], "every queued reader, past the writer");
+        assert_eq!(cpus(l.take_woken(9)), [3]);
         l.acquired(9, 3);
         assert!(l.first(9).is_none() && l.take_woken(9).is_empty());
     }
@@ -123,6 +133,6 @@ mod tests {
         let mut l = WaitLists::default();
         l.add(1, w(5, true), false);
         l.add(1, w(6, true), true);
-        assert_eq!(l.take_woken(1), [6]);
+        assert_eq!(cpus(l.take_woken(1)), [6]);
     }
 }
