@@ -33,6 +33,13 @@ impl Kernel {
         true
     }
 
+    /// True if `f` is in the swap cache with no other mapping: a swap-in
+    /// read it and nothing has mapped it yet (not anon, no shmem file).
+    pub fn swapped_in_unmapped(&self, f: Folio) -> bool {
+        let h = f.head();
+        h.test(pg::SWAPCACHE) && !f.test_anon() && h.link.load(crate::sync::atomic::Ordering::Relaxed) == 0
+    }
+
     /// `folio->swap`: the first slot of `f`, if it is in the swap cache.
     pub fn folio_swap(&self, f: Folio) -> Option<SwpEntry> {
         match f.head().test(pg::SWAPCACHE) {

@@ -125,6 +125,9 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
                 k.folio_put_refs(f, 1);
                 return wait_for_swapin();
             }
+            // On the LRU from now on (`folio_add_lru`), so that reclaim can
+            // drop it if the fault leaves it unmapped.
+            k.folio_add_lru(f);
             dev.read(phys, e, f.pfn);
             Stats::inc(&k.stats.pswpin);
             (f, true, f.pfn, Some(lock))

@@ -60,10 +60,11 @@ pub(super) enum Verdict {
 }
 
 /// `shrink_folio_list` for one folio taken off the LRU with a reference
-/// (which this consumes): anon ([`shrink_anon_folio`]) or shmem
-/// ([`shrink_shmem_folio`]). Returns true if it was freed.
+/// (which this consumes): anon, or read in by a swap-in and never mapped
+/// ([`shrink_anon_folio`]), or shmem ([`shrink_shmem_folio`]). Returns
+/// true if it was freed.
 pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
-    match f.test_anon() {
+    match f.test_anon() || k.swapped_in_unmapped(f) {
         true => shrink_anon_folio(k, mmlist, f, how),
         false => shrink_shmem_folio(k, mmlist, f, how),
     }

@@ -29,14 +29,15 @@ use crate::Errno;
 /// under `anon_vma` at page index `index` (`__folio_set_anon`). Sets
 /// `PageAnonExclusive` on every page (PTE) or the head (PMD). A folio not of
 /// hugetlb goes on the LRU (`folio_add_lru_vma`, which Linux's callers do
-/// next).
+/// next) unless it is in the swap cache: a swap-in put it there as it read
+/// it.
 pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, (anon_vma, index): (u64, u64)) {
     Stats::inc(&k.stats.rmap_add_new);
     note(k, f, mm.id, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
     f.head().set(pg::ANON | pg::SWAPBACKED);
     f.head().link.store(anon_vma, Relaxed);
     f.set_index(index);
-    if !f.head().test(pg::HUGETLB) {
+    if !f.head().test(pg::HUGETLB) && !f.head().test(pg::SWAPCACHE) {
         k.folio_add_lru(f);
     }
     if f.is_large() {
