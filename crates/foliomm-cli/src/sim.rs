@@ -13,8 +13,9 @@
 //! add (`fetch_add` on one word against a plain add). Derived, not measured: a
 //! hit (1 ns), a clean line from another core (two thirds of a transfer),
 //! an invalidation (half of one) and a round of spinning (a third); the
-//! sockets from `/sys/devices/system/cpu`. A fork's fixed work is the
-//! published profile's (nothing here forks).
+//! sockets from `/sys/devices/system/cpu`. A fork's fixed work is a fork
+//! of this small process whose child exits at once, reaped (the median of
+//! batches).
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Instant;
@@ -22,7 +23,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use foliomm::internals::sync::cacheline::Aligned;
 use foliomm::internals::sync::sim::Profile;
-use foliomm_host::sys::{Advice, Map};
+use foliomm_host::sys::{fork_child_that_exits, Advice, Map};
 
 #[derive(clap::Subcommand)]
 pub enum SimCommand {
@@ -55,7 +56,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         fault,
         zero_page,
         syscall: syscall_ps()?,
-        fork: Profile::default_fork(),
+        fork: fork_ps()?,
         subid_calc: Profile::default_subid_calc(),
         pt_step: Profile::default_pt_step(),
         cpus_per_socket: 0,
@@ -213,6 +214,21 @@ fn fault_ps() -> Result<(u64, u64)> {
     m.write_every(0..len, 64, 0);
     let zero = t.elapsed().as_nanos() as u64 * 1000 / pages;
     Ok((faulted.saturating_sub(zero), zero))
+}
+
+/// A fork of this process whose child exits at once, reaped
+/// (`fork_child_that_exits`): the median of 10 batches of 20.
+fn fork_ps() -> Result<u64> {
+    let mut batches = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        for _ in 0..20 {
+            fork_child_that_exits().context("fork")?;
+        }
+        batches.push(t.elapsed().as_nanos() as u64 * 1000 / 20);
+    }
+    batches.sort_unstable();
+    Ok(batches[batches.len() / 2])
 }
 
 /// A system call: `madvise(MADV_NOHUGEPAGE)` of one page, repeated.

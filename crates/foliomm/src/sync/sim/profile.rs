@@ -113,11 +113,10 @@ impl Profile {
         8_000
     }
 
-    /// A fork's fixed work, for profiles saved before they had one and for
-    /// `sim calibrate` (which does not fork): 100 µs, about a third of a
-    /// fork-exit-wait cycle of seed 002's single fork program (3,546 per
-    /// second on the seed's machine).
-    pub fn default_fork() -> u64 {
+    /// A fork's fixed work, for profiles saved before they had one: 100 µs,
+    /// about a third of a fork-exit-wait cycle of seed 002's single fork
+    /// program (3,546 per second on the seed's machine).
+    fn default_fork() -> u64 {
         100_000_000
     }
 
