@@ -95,9 +95,9 @@ fn check_ksm_mapping(mm: &Mm, vma: usize, (f, id, addr): (Folio, u64, u64), at: 
 }
 
 /// Checks the LRU lists against their folios' flags, and that every folio
-/// of `mapped_anon` (the mapped anon folios, not hugetlb), every folio a
-/// swap-in read and nothing mapped, and every folio in a shmem file's page
-/// cache is on one or waits in an LRU batch.
+/// of `mapped_anon` (the mapped anon folios, not hugetlb), every swap-cache
+/// folio with no mapping, and every folio in a shmem file's page cache is
+/// on one or waits in an LRU batch.
 pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, inodes: &[Arc<Inode>], bad: &mut Vec<Violation>) {
     let mut listed = HashSet::new();
     for which in [LruList::Inactive, LruList::Active] {
@@ -121,12 +121,13 @@ pub(super) fn check_lru(m: &Kernel, mapped_anon: &HashSet<Pfn>, inodes: &[Arc<In
         let what = format!("mapped anon folio {pfn:#x} is on no LRU list");
         bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
     }
-    // A folio a swap-in read and nothing mapped joined the LRU as it was read.
+    // A swap-cache folio with no mapping (one a swap-in read and nothing
+    // mapped joined the LRU as it was read).
     let cached = m.swap.as_ref().map(|d| d.slots_in_use()).unwrap_or_default();
     let read_in = cached.iter().filter_map(|&(_, _, pfn)| pfn).map(|p| Folio::containing(&m.phys, p));
-    let read_in: HashSet<Pfn> = read_in.filter(|&f| m.swapped_in_unmapped(f)).map(|f| f.pfn).collect();
+    let read_in: HashSet<Pfn> = read_in.filter(|&f| m.unmapped_swapcache(f)).map(|f| f.pfn).collect();
     for pfn in read_in.into_iter().filter(|p| !listed_or_waiting(p)) {
-        let what = format!("swap-cache folio {pfn:#x}, read in and not mapped, is on no LRU list");
+        let what = format!("swap-cache folio {pfn:#x} with no mapping is on no LRU list");
         bad.push(Violation::new(Rmap, Subject::Folio(pfn), what));
     }
     for inode in inodes.iter().filter(|i| !i.is_hugetlbfs()) {

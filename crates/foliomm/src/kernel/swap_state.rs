@@ -33,9 +33,11 @@ impl Kernel {
         true
     }
 
-    /// True if `f` is in the swap cache with no other mapping: a swap-in
-    /// read it and nothing has mapped it yet (not anon, no shmem file).
-    pub fn swapped_in_unmapped(&self, f: Folio) -> bool {
+    /// True if `f` is in the swap cache and has no mapping
+    /// (`folio_test_swapcache` and not `folio_test_anon`, no shmem file): a
+    /// swap-in read it and nothing has mapped it yet, or reclaim took a
+    /// shmem folio from its file and could not free it.
+    pub fn unmapped_swapcache(&self, f: Folio) -> bool {
         let h = f.head();
         h.test(pg::SWAPCACHE) && !f.test_anon() && h.link.load(crate::sync::atomic::Ordering::Relaxed) == 0
     }

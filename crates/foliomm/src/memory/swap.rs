@@ -118,6 +118,10 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         None => {
             // Locked before the cache names it (`__folio_set_locked`), so
             // that a fault of another MM finding it waits for the read.
+            // Differs from Linux: held on until the page is mapped, where
+            // Linux unlocks at the end of the read (`folio_end_read`) and
+            // locks again (`folio_lock_or_retry`), so that another MM may
+            // map it first.
             let f = alloc_folio_reclaim(k, &vmf.mm.mmlist, vmf.vma.placement(vmf.address, 0), false)?;
             let lock = f.lock();
             if !k.swap_cache_add(f, e) {
@@ -195,7 +199,10 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         let own = vmf.mm.anon_vma_prepare(vmf.vma);
         let anon_vma = if reuse { own } else { vmf.vma.anon_vma.root() };
         let index = vmf.vma.page_index(vmf.address);
-        rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
+        // A cached folio joined the LRU when it was read (and may have left
+        // the swap cache just now: `folio_free_swap` above).
+        let add = if cached { rmap::folio_add_new_anon_rmap_listed } else { rmap::folio_add_new_anon_rmap };
+        add(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
         f.set_anon_exclusive(0, reuse);
     }
     store(phys, vmf.table, idx, pte);
@@ -207,8 +214,10 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
 }
 
 /// A fault that found another swap-in claiming its slot waits a moment
-/// before it is taken again (`schedule_timeout_uninterruptible(1)` on
-/// `swapcache_wq`); here a point where another thread may run.
+/// before it is taken again (`schedule_timeout_uninterruptible(1)`, on
+/// `swapcache_wq` when it skips the swap cache); here a point where
+/// another thread may run under shuttle (elsewhere the retried fault's
+/// cost is the wait).
 fn wait_for_swapin() -> Result<()> {
     crate::sync::cond_resched();
     Ok(())

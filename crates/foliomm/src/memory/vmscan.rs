@@ -64,7 +64,7 @@ pub(super) enum Verdict {
 /// ([`shrink_anon_folio`]), or shmem ([`shrink_shmem_folio`]). Returns
 /// true if it was freed.
 pub(crate) fn shrink_folio(k: &Kernel, mmlist: &MmList, f: Folio, how: Reclaim) -> bool {
-    match f.test_anon() || k.swapped_in_unmapped(f) {
+    match f.test_anon() || k.unmapped_swapcache(f) {
         true => shrink_anon_folio(k, mmlist, f, how),
         false => shrink_shmem_folio(k, mmlist, f, how),
     }

@@ -22,8 +22,6 @@ pub struct BitSpinLock<'a> {
     spins: u32,
     /// The unlock's ordering: `Release` (`Relaxed` only in the broken lock).
     release: Ordering,
-    /// Waiters sleep on the word's wait list and the unlock wakes them.
-    sleeping: bool,
 }
 
 impl<'a> BitSpinLock<'a> {
@@ -56,7 +54,7 @@ impl<'a> BitSpinLock<'a> {
             cacheline::write(s, word);
         }
         sleep_done(spins, key);
-        BitSpinLock { word, structure: s, bit: mask, spins, release: Release, sleeping: true }
+        BitSpinLock { word, structure: s, bit: mask, spins, release: Release }
     }
 
     fn lock_ordered(s: Structure, word: &'a AtomicU64, bit: u32, order: Ordering) -> BitSpinLock<'a> {
@@ -74,7 +72,7 @@ impl<'a> BitSpinLock<'a> {
             cacheline::write(s, word);
         }
         let release = if order == Relaxed { Relaxed } else { Release };
-        BitSpinLock { word, structure: s, bit, spins, release, sleeping: false }
+        BitSpinLock { word, structure: s, bit, spins, release }
     }
 
     /// Acquires the bit of `word` (a word of a line of `s`) if it is free
@@ -84,7 +82,7 @@ impl<'a> BitSpinLock<'a> {
         cacheline::write(s, word);
         // `then`, not `then_some`: a guard built for a failed attempt would
         // release the holder's lock when dropped.
-        let guard = || BitSpinLock { word, structure: s, bit, spins: 0, release: Release, sleeping: false };
+        let guard = || BitSpinLock { word, structure: s, bit, spins: 0, release: Release };
         (word.fetch_or(bit, Acquire) & bit == 0).then(guard)
     }
 
@@ -98,8 +96,8 @@ impl Drop for BitSpinLock<'_> {
     fn drop(&mut self) {
         cacheline::write(self.structure, self.word);
         self.word.fetch_and(!self.bit, self.release);
-        if self.sleeping {
-            wake_waiters(self.word as *const AtomicU64 as usize);
-        }
+        // However it was taken: a trylock's holder wakes `lock_sleeping`'s
+        // waiters too (nothing to do when none sleep).
+        wake_waiters(self.word as *const AtomicU64 as usize);
     }
 }

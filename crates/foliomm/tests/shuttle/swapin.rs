@@ -4,8 +4,8 @@
 //! as one large folio (`alloc_swap_folio`), page 0 included. When the large
 //! swap-in wins, page 0's fault finds its entry gone and leaves the page it
 //! read in the swap cache, unmapped and not yet anon, as Linux leaves a
-//! readahead folio; the child's fault maps that page, meanwhile or after,
-//! but never before its bytes are read from the device. Every byte
+//! readahead folio; the child's fault (a read, or a write) maps that page,
+//! meanwhile or after, but never before its bytes are read from the device. Every byte
 //! stays each process's own, and the checker agrees after each step.
 
 use foliomm::internals::folio::thp::ThpMode;
@@ -17,7 +17,10 @@ use super::{assert_clean, schedules, K};
 
 const AT: u64 = 0x4000_0000;
 
-fn swapin_race() {
+/// The race, the child reading page 0 meanwhile, or writing it if
+/// `child_writes` (a write fault may let the folio leave the swap cache
+/// before it is mapped: `folio_free_swap`).
+fn swapin_race(child_writes: bool) {
     let m = Machine::new(Config { memory: 8 << 20, swap: 4 << 20, poison: true, ..Config::default() })
         .expect("a small machine");
     m.thp.set_enabled(ThpMode::Never).unwrap();
@@ -42,15 +45,19 @@ fn swapin_race() {
     // cache before its read from the device is done: it waits on the lock.
     let (m2, child2) = (m.clone(), child.clone());
     faults.push(thread::spawn(move || {
-        let got = m2.new_cpu().read_byte_per_page(&child2, AT, 4 * K).expect("read");
-        assert_eq!(got, [0x11], "the child's page 0 while the parent faults");
+        let mut cpu = m2.new_cpu();
+        if child_writes {
+            cpu.write_byte_per_page(&child2, AT, 4 * K, 0x44).expect("write");
+        }
+        let got = cpu.read_byte_per_page(&child2, AT, 4 * K).expect("read");
+        assert_eq!(got, [if child_writes { 0x44 } else { 0x11 }], "the child's page 0 while the parent faults");
     }));
     faults.into_iter().for_each(|t| t.join().unwrap());
     assert_clean(&m);
     let got = cpu.read_byte_per_page(&parent, AT, 16 * K).unwrap();
     assert_eq!(got, [0x22, 0x33, 0x11, 0x11], "the parent's bytes");
     let got = cpu.read_byte_per_page(&child, AT, 16 * K).unwrap();
-    assert_eq!(got, [0x11, 0, 0, 0], "the child's bytes");
+    assert_eq!(got, [if child_writes { 0x44 } else { 0x11 }, 0, 0, 0], "the child's bytes");
     assert_clean(&m);
     drop((parent, child));
     assert_clean(&m);
@@ -58,6 +65,8 @@ fn swapin_race() {
 
 #[test]
 fn shuttle_a_large_swapin_races_a_swap_cache_read_of_its_block() {
-    shuttle::check_random(swapin_race, schedules());
-    shuttle::check_pct(swapin_race, schedules(), 3);
+    for child_writes in [false, true] {
+        shuttle::check_random(move || swapin_race(child_writes), schedules());
+        shuttle::check_pct(move || swapin_race(child_writes), schedules(), 3);
+    }
 }

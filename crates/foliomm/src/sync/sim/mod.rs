@@ -259,7 +259,7 @@ impl Sim {
             st.cpus[me].queued_at = from;
         }
         let since = st.cpus[me].queued_at;
-        st.waits.add(key, Waiter { cpu: me, writer: writer || spinning, spinning, since }, front);
+        st.waits.add(key, Waiter { cpu: me, writer, spinning, since }, front);
         st.cpus[me].asleep = true;
         let next = self.next(&st, None);
         self.hand_to(&mut st, next);
@@ -349,7 +349,7 @@ fn charge_wait(st: &mut State, me: usize, key: usize, waited: u64) {
 }
 
 /// One round of spinning for the lock at `key` (an address; 0: none).
-#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's locks are loom's or shuttle's there
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // `backoff` yields there instead
 pub(crate) fn spin(key: usize) {
     with_me(|sim, me| {
         sim.advance(me, |st, p| {
@@ -373,6 +373,7 @@ pub(crate) fn sleep(key: usize, writer: bool, front: bool) {
 /// wait instead of one per round, charged to the structure of `key`'s
 /// line as [`spin`]'s rounds are. Must follow the failed try with no
 /// event between, as [`sleep`].
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's mutex is loom's or shuttle's there
 pub(crate) fn spin_wait(key: usize, front: bool) {
     with_me(|sim, me| sim.sleep(me, key, true, front, true));
 }

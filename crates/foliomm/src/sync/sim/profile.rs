@@ -116,8 +116,9 @@ impl Profile {
     /// A fork's fixed work, for profiles saved before they had one: 270 µs,
     /// so that a fork-exit-wait cycle of seed 002's single fork program,
     /// whose other steps the model costs at about 12 µs, comes to the
-    /// 3,546 per second of the seed's machine (on this host `sim
-    /// calibrate` measures 212 µs, and the host runs the program at 4,292).
+    /// 3,546 per second of the seed's machine (on the 2-core VM foliomm is
+    /// developed on, `sim calibrate` measured 212 µs and the host kernel
+    /// ran the program at 4,292 per second).
     fn default_fork() -> u64 {
         270_000_000
     }

@@ -11,9 +11,10 @@
 //! waiter until it has the lock (Linux leaves it on the list), and if it
 //! loses the race goes back to sleep at the head.
 //!
-//! Differs from Linux: no handoff bit (a waiter at the head may lose the
-//! lock to a newcomer any number of times) and no optimistic spinning of
-//! writers on a running owner.
+//! Differs from Linux: the handoff after `RWSEM_WAIT_TIMEOUT` only stops
+//! a rwsem's readers from stealing the lock (`sim::handoff`), and a
+//! mutex's first waiter may lose it to newcomers any number of times (no
+//! `MUTEX_FLAG_HANDOFF`); rwsem writers do not spin on a running owner.
 
 use std::collections::{HashMap, VecDeque};
 
