@@ -317,6 +317,10 @@ fn interrupted_runs_leave_no_host_setting_changed() {
             eprintln!("skipping {dir}: no such huge page pool");
             continue;
         };
+        if let Err(why) = foliomm_host::sysfs::pool_accounting_sound(&pool.to_string_lossy()) {
+            eprintln!("skipping {dir}: {why}");
+            continue;
+        }
         // A pool the kernel cannot fill now (1 GiB pages need contiguous
         // free memory, which a long test run may have fragmented) would
         // skip the run, not change the pool: check first, and put it back.

@@ -128,6 +128,27 @@ pub fn huge_counts(size: HugeSize) -> HugeCounts {
     HugeCounts { resv: read_count(&hugetlb_path(size, "resv_hugepages")), ..counts_in(&hugetlb_path(size, "")) }
 }
 
+/// Ok unless `path` is a file of a huge page pool (global or a node's)
+/// whose reservation count has underflowed. A kernel that once gave back
+/// more reservations than it took (the race `tests/hugetlb_truncate_race.rs`
+/// shows) holds a negative `resv_huge_pages`, read as a number near 2^64,
+/// until it reboots; it then refuses to shrink a pool it has grown
+/// (`set_max_huge_pages` counts the reservations as pages in use), so a
+/// run could not put the pool back.
+pub fn pool_accounting_sound(path: &str) -> Result<(), String> {
+    let Some(pool) = path.split('/').find(|part| part.starts_with("hugepages-")) else { return Ok(()) };
+    let resv_path = format!("/sys/kernel/mm/hugepages/{pool}/resv_hugepages");
+    let resv = read_count(&resv_path);
+    if resv > u64::MAX / 2 {
+        return Err(format!(
+            "the host kernel's count of reserved huge pages has underflowed ({resv_path}: {resv}, \
+             that is {}): it could not shrink the pool back after the run; a reboot clears it",
+            resv as i64
+        ));
+    }
+    Ok(())
+}
+
 /// The counts of node `nid`'s part of the pool of `size` (zero where
 /// unreadable; no reservations per node).
 pub fn node_huge_counts(nid: usize, size: HugeSize) -> HugeCounts {
@@ -156,8 +177,11 @@ pub fn max_map_count() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()
 }
 
-/// Writes `value` to `path`, remembering the old value the first time.
+/// Writes `value` to `path`, remembering the old value the first time;
+/// refuses a huge page pool the kernel could not put back (see
+/// [`pool_accounting_sound`]).
 pub fn set(path: &str, value: &str) -> Result<(), String> {
+    pool_accounting_sound(path)?;
     on_signal(restore_all);
     let old = read_selected(path)?;
     let mut saved = SAVED.lock().unwrap();
