@@ -308,7 +308,9 @@ impl Kernel {
     /// (`gather_surplus_pages`, all or none); ENOMEM if they cannot be had.
     /// `gather_surplus_pages` counts what it needs as a signed number: a
     /// count wrapped below zero (see [`Kernel::hugetlb_unreserve`]) needs
-    /// nothing more.
+    /// nothing more; then `allowed_mems_nr` still refuses more promises
+    /// than there are free pages (on every node: foliomm has no cpusets
+    /// and no task memory policy to narrow them).
     pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
         let (mut pool, mut allocated) = (self.pool(size), 0);
         while (pool.resv.wrapping_add(n) as i64) > pool.free.len() as i64 {
@@ -317,6 +319,12 @@ impl Kernel {
                 return Err(Errno::ENOMEM);
             }
             allocated += 1;
+        }
+        if n > pool.free.len() as u64 {
+            // return_unused_surplus_pages(h, delta): any free surplus pages,
+            // not only those just gathered.
+            self.return_unused_surplus(&mut pool, n);
+            return Err(Errno::ENOMEM);
         }
         pool.resv = pool.resv.wrapping_add(n);
         Ok(())

@@ -29,6 +29,36 @@ use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::sim;
 
+/// A guard's `Deref` (and with `mut` its `DerefMut`) to the `std` guard it
+/// holds, and its `Drop`: the `std` guard goes, then the lock's
+/// `released` hook runs.
+macro_rules! guard_impls {
+    ($guard:ident) => {
+        impl<T: ?Sized> std::ops::Deref for $guard<'_, T> {
+            type Target = T;
+            fn deref(&self) -> &T {
+                self.inner.as_ref().expect("held until dropped")
+            }
+        }
+
+        impl<T: ?Sized> Drop for $guard<'_, T> {
+            fn drop(&mut self) {
+                drop(self.inner.take());
+                self.lock.released();
+            }
+        }
+    };
+    ($guard:ident, mut) => {
+        guard_impls!($guard);
+
+        impl<T: ?Sized> std::ops::DerefMut for $guard<'_, T> {
+            fn deref_mut(&mut self) -> &mut T {
+                self.inner.as_mut().expect("held until dropped")
+            }
+        }
+    };
+}
+
 /// `std::sync::Mutex`, waited for in simulated time inside a simulation:
 /// a spinlock, or with `barging` a `struct mutex`.
 #[derive(Debug, Default)]
@@ -94,6 +124,11 @@ impl<T: ?Sized> Mutex<T> {
         }
     }
 
+    /// After a release: in a simulation, lets the first queued waiter try.
+    fn released(&self) {
+        super::wake_waiters(self.key());
+    }
+
     /// Takes it in a simulation, queued behind earlier waiters and
     /// spinning until a release lets it try.
     fn spinning(&self) -> LockResult<std::sync::MutexGuard<'_, T>> {
@@ -118,25 +153,7 @@ impl<T: ?Sized> Mutex<T> {
     }
 }
 
-impl<T: ?Sized> std::ops::Deref for MutexGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.inner.as_ref().expect("held until dropped")
-    }
-}
-
-impl<T: ?Sized> std::ops::DerefMut for MutexGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        self.inner.as_mut().expect("held until dropped")
-    }
-}
-
-impl<T: ?Sized> Drop for MutexGuard<'_, T> {
-    fn drop(&mut self) {
-        drop(self.inner.take());
-        super::wake_waiters(self.lock.key());
-    }
-}
+guard_impls!(MutexGuard, mut);
 
 /// `std::sync::RwLock` as a `struct rw_semaphore`: its waiters sleep
 /// inside a simulation.
@@ -263,36 +280,5 @@ impl<T: ?Sized> RwLock<T> {
     }
 }
 
-impl<T: ?Sized> std::ops::Deref for RwLockReadGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.inner.as_ref().expect("held until dropped")
-    }
-}
-
-impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
-    fn drop(&mut self) {
-        drop(self.inner.take());
-        self.lock.released();
-    }
-}
-
-impl<T: ?Sized> std::ops::Deref for RwLockWriteGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.inner.as_ref().expect("held until dropped")
-    }
-}
-
-impl<T: ?Sized> std::ops::DerefMut for RwLockWriteGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        self.inner.as_mut().expect("held until dropped")
-    }
-}
-
-impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
-    fn drop(&mut self) {
-        drop(self.inner.take());
-        self.lock.released();
-    }
-}
+guard_impls!(RwLockReadGuard);
+guard_impls!(RwLockWriteGuard, mut);
