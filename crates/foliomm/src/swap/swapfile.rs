@@ -3,20 +3,19 @@
 //! slot allocation in clusters, the bytes each slot stores, and the swap
 //! cache (mm/swap_state.c) of folios tied to slots.
 //!
-//! Differs from Linux: one lock for the device (Linux locks per cluster and
-//! keeps per-CPU clusters); counts have no continuation pages (no 0x3f
-//! limit); slots store their bytes directly, as a synchronous device such
-//! as zram does, and the swap cache is a map from slot to frame.
+//! Differs from Linux: one lock for the device (Linux locks per cluster;
+//! where slots are found: [`super::cluster`]); counts have no continuation
+//! pages (no 0x3f limit); slots store their bytes directly, as a
+//! synchronous device such as zram does, and the swap cache is a map from
+//! slot to frame.
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::cluster::Clusters;
 use crate::arch::{Pfn, SwpEntry, PAGE_SIZE};
 use crate::phys::{Content, PhysMem};
 use crate::sync::Mutex;
 use crate::Errno;
-
-/// Slots per cluster (`SWAPFILE_CLUSTER`): a large folio's slots lie in one.
-const CLUSTER: u64 = 512;
 
 /// One slot's `swap_map` entry: its swap count and `SWAP_HAS_CACHE`.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -33,8 +32,7 @@ struct Inner {
     /// (`folio->swap`).
     cache: BTreeMap<u64, Pfn>,
     frames: HashMap<Pfn, u64>,
-    /// Where the next search for free slots starts (`cluster_next`).
-    next: u64,
+    clusters: Clusters,
     inuse: u64,
 }
 
@@ -65,36 +63,30 @@ impl SwapDevice {
             data: HashMap::new(),
             cache: BTreeMap::new(),
             frames: HashMap::new(),
-            next: 1,
+            clusters: Clusters::new(slots),
             inuse: 0,
         };
         SwapDevice { inner: Mutex::new(inner), slots }
     }
 
     /// `folio_alloc_swap` (`get_swap_pages` + `add_to_swap_cache`): `nr`
-    /// free slots, naturally aligned and inside one cluster, for the folio
-    /// at `pfn`, marked `SWAP_HAS_CACHE` and cached. ENOMEM when no such run
-    /// is free (for a large folio: the caller splits, `THP_SWPOUT_FALLBACK`).
+    /// (a power of two) free slots, naturally aligned, in a cluster serving
+    /// their order ([`Clusters::alloc`]), for the folio at `pfn`, marked
+    /// `SWAP_HAS_CACHE` and cached. ENOMEM when no such run is free (for a
+    /// large folio: the caller splits, `THP_SWPOUT_FALLBACK`).
     pub fn alloc(&self, pfn: Pfn, nr: u64) -> Result<SwpEntry, Errno> {
-        let mut s = self.inner.lock().unwrap();
-        let runs = (self.slots / nr).max(1);
-        let start_run = s.next.div_ceil(nr);
-        for i in 0..runs {
-            let first = ((start_run + i) % runs) * nr;
-            let free = |s: &Inner, o: u64| o != 0 && o < self.slots && s.map[o as usize] == Slot::default();
-            if first / CLUSTER != (first + nr - 1) / CLUSTER || !(first..first + nr).all(|o| free(&s, o)) {
-                continue;
-            }
-            for o in first..first + nr {
-                s.map[o as usize].has_cache = true;
-                s.cache.insert(o, pfn + (o - first));
-                s.frames.insert(pfn + (o - first), o);
-            }
-            s.inuse += nr;
-            s.next = first + nr;
-            return Ok(SwpEntry { kind: 0, offset: first });
+        let s = &mut *self.inner.lock().unwrap();
+        let map = &s.map;
+        // Slot 0 holds the header (`SWAP_MAP_BAD`).
+        let free = |o: u64| o != 0 && map[o as usize] == Slot::default();
+        let first = s.clusters.alloc(nr.trailing_zeros(), free).ok_or(Errno::ENOMEM)?;
+        for o in first..first + nr {
+            s.map[o as usize].has_cache = true;
+            s.cache.insert(o, pfn + (o - first));
+            s.frames.insert(pfn + (o - first), o);
         }
-        Err(Errno::ENOMEM)
+        s.inuse += nr;
+        Ok(SwpEntry { kind: 0, offset: first })
     }
 
     /// `swap_duplicate`: one more swap PTE names each of the `nr` slots.
@@ -231,6 +223,7 @@ impl Inner {
         self.map[o as usize] = Slot::default();
         self.data.remove(&o);
         self.inuse -= 1;
+        self.clusters.free(o);
     }
 }
 
