@@ -8,7 +8,7 @@
 //! Each runs with 1 and N instances (processes), then half the instances
 //! fork while half fault. The seed ran 24 instances on 48 CPUs over 250 GB;
 //! the area here is `--size` (1 GiB: one PMD table to share), and the
-//! instance counts `--instances`.
+//! instance counts `--instances`; `--apart` keeps instances from sharing.
 //!
 //! The file's pages are faulted in once, untimed, before each round, as
 //! the seed's programs ran long enough for that not to count. Every
@@ -33,7 +33,7 @@ use super::page_fault::{run_workers, SimArgs, SimRounds, Simulated};
 use super::published::SEED_002;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
-use super::stats::change;
+use super::stats::{change, min_max_mean};
 
 /// The 2 MiB huge pages the benchmark uses.
 const HPAGE: u64 = 1 << 21;
@@ -56,6 +56,13 @@ pub(super) struct Seed002Args {
     /// 1024, and at most the area's).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
     touched: u64,
+    /// Map each instance's area 2 MiB x (its number + 1) past the 1 GiB
+    /// boundary, as mmap(NULL)'s randomized placement puts unrelated
+    /// processes, so that no two instances share PMD tables (a fork's
+    /// child still shares its parent's); without it every instance maps at
+    /// the boundary and they all share.
+    #[arg(long)]
+    apart: bool,
     /// Simulated CPUs, an instance each (`--sim-cpus` replaces
     /// `--instances`; no host kernel beside them).
     #[command(flatten)]
@@ -153,7 +160,7 @@ impl Benchmark for Seed002<'_> {
 
     fn settings(&self) -> serde_json::Value {
         let a = self.args;
-        serde_json::json!({ "size": self.size, "instances": a.instances, "loops": a.loops, "touched": a.touched })
+        serde_json::json!({ "size": self.size, "instances": a.instances, "loops": a.loops, "touched": a.touched, "apart": a.apart })
     }
 
     /// Per program, every instance's rate in every round: a row per
@@ -224,13 +231,14 @@ fn model(
     let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;
     // The file's pages exist before the clock starts, as in the seed's
     // long runs (one untimed faulting loop).
-    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, size, 0)?;
+    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (1 << 30, size), 0)?;
     cacheline::forget();
     let samples = run_workers(programs.len(), a.loops, simulated, |i| {
         cacheline::account_as(i as u32 + 1);
         let (file, program) = (file.clone(), programs[i]);
         let mm = m.new_mm().expect("an instance's MM");
-        (m.new_cpu(), move |cpu: &mut foliomm::Cpu| model_loop(&mm, &file, cpu, program, size, a.touched))
+        let at = area_at(a.apart, i);
+        (m.new_cpu(), move |cpu: &mut foliomm::Cpu| model_loop(&mm, &file, cpu, program, (at, size), a.touched))
     })?;
     let violations = m.check();
     ensure!(violations.is_empty(), "model: the checker found {violations:?}");
@@ -247,18 +255,24 @@ fn model(
     Ok((rates, transfers))
 }
 
-/// One loop of `program` by the MM `mm`: map the area at a 1 GiB boundary,
+/// Where instance `i` maps the area: the 1 GiB boundary, or `apart`
+/// 2 MiB x (i + 1) past it.
+fn area_at(apart: bool, i: usize) -> u64 {
+    (1 << 30) + if apart { (i as u64 % 511 + 1) * HPAGE } else { 0 }
+}
+
+/// One loop of `program` by the MM `mm`: map the area of `size` at `at`,
 /// fault it all (or `touched` pages and fork), unmap.
 fn model_loop(
     mm: &Arc<foliomm::Mm>,
     file: &Arc<Inode>,
     cpu: &mut foliomm::Cpu,
     program: Program,
-    size: u64,
+    (at, size): (u64, u64),
     touched: u64,
 ) -> Result<()> {
     let flags = MmapFlags { shared: true, ..MmapFlags::default() };
-    let a = mm.mmap_file(1 << 30, size, Prot::RW, flags, Some((file, 0)))?;
+    let a = mm.mmap_file(at, size, Prot::RW, flags, Some((file, 0)))?;
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
     for page in (a..a + faulted).step_by(HPAGE as usize) {
         cpu.write_byte_per_page(mm, page, 1, 1)?;
@@ -284,11 +298,11 @@ fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Progra
 fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
     let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
     // The file's pages exist before the clock starts (one untimed loop).
-    ensure!(host_loop(fd.as_fd(), Program::Fault, size, 0), "host: cannot fault the hugetlbfs file in");
+    ensure!(host_loop(fd.as_fd(), Program::Fault, (1 << 30, size), 0), "host: cannot fault the hugetlbfs file in");
     // Each instance opens the file anew through this process's descriptor.
     let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let mut workers = Workers::fork(programs.len(), |i| {
-        let words = [programs[i].name(), &path, &size.to_string()];
+        let words = [programs[i].name(), &path, &area_at(a.apart, i).to_string(), &size.to_string()];
         // This binary, even if rebuilt meanwhile; its errors on stderr.
         let run = std::process::Command::new("/proc/self/exe")
             .arg(PROGRAM_ARG)
@@ -315,8 +329,8 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
 }
 
 /// The first argument that makes the foliomm binary run one host instance
-/// of seed 002's programs: `__seed-002-program fork|fault FD SIZE LOOPS
-/// TOUCHED`, which prints its operations per second.
+/// of seed 002's programs: `__seed-002-program fork|fault FILE AT SIZE
+/// LOOPS TOUCHED`, which prints its operations per second.
 pub const PROGRAM_ARG: &str = "__seed-002-program";
 
 /// One host instance, run as a process of its own, small as the seed's C
@@ -333,8 +347,8 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
         return fail(&format!("PR_SET_PDEATHSIG: {e}"));
     }
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let [program, path, size, loops, touched] = &words[..] else {
-        return fail("expected: fork|fault FILE SIZE LOOPS TOUCHED");
+    let [program, path, at, size, loops, touched] = &words[..] else {
+        return fail("expected: fork|fault FILE AT SIZE LOOPS TOUCHED");
     };
     let program = match program.as_str() {
         "fork" => Program::Fork,
@@ -342,12 +356,12 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
         other => return fail(&format!("expected fork or fault, found '{other}'")),
     };
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path);
-    let (Ok(file), Ok(size), Ok(loops), Ok(touched)) = (file, size.parse(), loops.parse::<u32>(), touched.parse())
-    else {
-        return fail(&format!("cannot open {path}, or SIZE, LOOPS or TOUCHED is not a number"));
+    let numbers = (at.parse(), size.parse(), loops.parse::<u32>(), touched.parse());
+    let (Ok(file), (Ok(at), Ok(size), Ok(loops), Ok(touched))) = (file, numbers) else {
+        return fail(&format!("cannot open {path}, or AT, SIZE, LOOPS or TOUCHED is not a number"));
     };
     let t = Instant::now();
-    if !(0..loops).all(|_| host_loop(file.as_fd(), program, size, touched)) {
+    if !(0..loops).all(|_| host_loop(file.as_fd(), program, (at, size), touched)) {
         return fail(&format!("a system call of the {} program failed", program.name()));
     }
     let ops = f64::from(loops) * if program == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
@@ -357,8 +371,8 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
 
 /// The host side of [`model_loop`] over the hugetlbfs file `file`; false
 /// if a system call failed.
-fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, size: u64, touched: u64) -> bool {
-    let Ok(m) = Map::file(Some((file, 0))).shared(true).near(1 << 30).map(size as usize) else { return false };
+fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, (at, size): (u64, u64), touched: u64) -> bool {
+    let Ok(m) = Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize) else { return false };
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
     m.write_every(0..faulted as usize, HPAGE as usize, 1);
     (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
@@ -395,12 +409,6 @@ fn print_changes<'a>(rates: &dyn Fn(Runner, Program) -> Option<&'a [f64]>) {
     }
 }
 
-/// Min, max and mean of `v`.
-fn stats(v: &[f64]) -> (f64, f64, f64) {
-    let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
-    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max), avg)
-}
-
 /// The seed's tables for each runner (min, max and mean per instance
 /// set), then the combined numbers beside the seed's, the changes, and the
 /// model's transfers per operation in the combined run.
@@ -425,7 +433,7 @@ fn print_tables(b: &Seed002, run: &SavedRun) {
     let combined = b.combined();
     let most = b.sets[combined].len();
     let combined_avg = |runner: Runner, p: Program| {
-        rates(runner, combined, p).map_or("-".to_string(), |r| format!("{:.0}", stats(r).2))
+        rates(runner, combined, p).map_or("-".to_string(), |r| format!("{:.0}", min_max_mean(r).2))
     };
     println!("Just looking at the combined numbers ({most} instances; the seed: 24 instances on 48 CPUs):");
     println!(
@@ -442,9 +450,9 @@ fn print_tables(b: &Seed002, run: &SavedRun) {
         );
     }
     print_changes(&|r, p| rates(r, combined, p));
-    for (what, suffix) in
-        [("cache-line transfers", "_transfers_per_op"), ("lock wait (ns, simulated)", "_wait_ns_per_op")]
-    {
+    // Lock waits are simulated time: none on threads.
+    let waits = b.simulated.as_ref().map(|_| ("lock wait (ns, simulated)", "_wait_ns_per_op"));
+    for (what, suffix) in std::iter::once(("cache-line transfers", "_transfers_per_op")).chain(waits) {
         println!("\nModel: {what} per operation in the combined run:");
         for (d, _) in HugetlbSync::ALL {
             let Some(s) = run.tables[0].series(&b.row(combined), &runner_name(Runner::Model(d))) else { continue };
@@ -481,7 +489,7 @@ fn print_set<'a>(b: &Seed002, runner: Runner, i: usize, rates: &dyn Fn(Runner, u
     println!("{title}{seed_note}\ninstances min max avg");
     for p in [Program::Fork, Program::Fault] {
         let Some(r) = rates(runner, i, p) else { continue };
-        let (min, max, avg) = stats(r);
+        let (min, max, avg) = min_max_mean(r);
         let n = set.iter().filter(|&&q| q == p).count();
         let label = if mixed(set) { format!(" ({}s)", p.name()) } else { String::new() };
         println!("{n} {min:.1} {max:.1} {avg:.1}{label}");

@@ -319,16 +319,12 @@ fn hmean(v: &[f64]) -> f64 {
     v.len() as f64 / v.iter().map(|x| 1.0 / x).sum::<f64>()
 }
 
-fn range(v: &[f64]) -> (f64, f64) {
-    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
-}
-
 /// `hmean (±spread%)`, or `hmean (+x.xx%)` against `base`: starred (as
 /// mmtests does) when the change's interval, 95% for the `family` of the
 /// table's changes together, excludes 0, marked `~` when it does not.
 fn cell(v: &[f64], base: Option<&[f64]>, family: usize) -> String {
     let h = hmean(v);
-    let (lo, hi) = range(v);
+    let (lo, hi, _) = super::stats::min_max_mean(v);
     match base {
         None => format!("{h:>10.0} (±{:>4.1}%)", 100.0 * (hi - lo) / h),
         Some(b) => {

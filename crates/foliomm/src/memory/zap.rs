@@ -52,6 +52,10 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
     let _walk = mm.pt_read();
     let mut addr = start;
     while addr < end {
+        // A step per PMD entry of a table, and per PUD entry the walk
+        // skips whole (none, a 1 GiB page, or a shared table let go of):
+        // a long VMA with few tables still costs a step per 1 GiB.
+        crate::sync::sim::work(crate::sync::sim::Work::PtSteps(1));
         // A shared hugetlb PMD table is only let go of (the caller holds
         // the file's i_mmap_rwsem for write). Sharing is per PUD window:
         // one look as the walk enters each, not one per PMD step.
@@ -70,7 +74,6 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             continue;
         };
         let next = pmd_addr_end(addr, end);
-        crate::sync::sim::work(crate::sync::sim::Work::PtSteps(1));
         let mut e = pmd.load(&k.phys);
         if e.huge() {
             let whole = addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE;
