@@ -128,15 +128,17 @@ pub fn huge_counts(size: HugeSize) -> HugeCounts {
     HugeCounts { resv: read_count(&hugetlb_path(size, "resv_hugepages")), ..counts_in(&hugetlb_path(size, "")) }
 }
 
-/// Ok unless `path` is a file of a huge page pool (global or a node's)
-/// whose reservation count has underflowed. A kernel that once gave back
+/// Ok unless `path` is the `nr_hugepages` of a huge page pool (global or a
+/// node's) whose reservation count has underflowed. A kernel that once gave back
 /// more reservations than it took (the race `tests/hugetlb_truncate_race.rs`
 /// shows) holds a negative `resv_huge_pages`, read as a number near 2^64,
 /// until it reboots; it then refuses to shrink a pool it has grown
 /// (`set_max_huge_pages` counts the reservations as pages in use), so a
 /// run could not put the pool back.
 pub fn pool_accounting_sound(path: &str) -> Result<(), String> {
-    let Some(pool) = path.split('/').find(|part| part.starts_with("hugepages-")) else { return Ok(()) };
+    let pools = path.starts_with("/sys/kernel/mm/hugepages/") || path.starts_with("/sys/devices/system/node/");
+    let pool = path.strip_suffix("/nr_hugepages").and_then(|dir| dir.rsplit('/').next());
+    let Some(pool) = pool.filter(|p| pools && p.starts_with("hugepages-")) else { return Ok(()) };
     let resv_path = format!("/sys/kernel/mm/hugepages/{pool}/resv_hugepages");
     let resv = read_count(&resv_path);
     if resv > u64::MAX / 2 {

@@ -56,11 +56,12 @@ pub(super) struct Seed002Args {
     /// 1024, and at most the area's).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
     touched: u64,
-    /// Map each instance's area 2 MiB x (its number + 1) past the 1 GiB
-    /// boundary, as mmap(NULL)'s randomized placement puts unrelated
-    /// processes, so that no two instances share PMD tables (a fork's
-    /// child still shares its parent's); without it every instance maps at
-    /// the boundary and they all share.
+    /// Map each instance's area 2 MiB x (its number mod 511, + 1) past the
+    /// 1 GiB boundary, as mmap(NULL)'s randomized placement puts unrelated
+    /// processes, so that no two of up to 511 instances share PMD tables
+    /// (a fork's child shares its parent's where the area holds a whole
+    /// aligned 1 GiB window: --size 2G or more); without it every instance
+    /// maps at the boundary and they all share.
     #[arg(long)]
     apart: bool,
     /// Simulated CPUs, an instance each (`--sim-cpus` replaces

@@ -110,10 +110,10 @@ pub fn log_mean_interval(samples: &[f64]) -> (f64, f64, f64) {
     (mean(&ln).exp(), lo.exp(), hi.exp())
 }
 
-/// Min, max and mean of `v` (the mean of none is 0).
+/// Min, max and mean of `v` (of none: infinity, minus infinity and 0).
 pub fn min_max_mean(v: &[f64]) -> (f64, f64, f64) {
     let avg = v.iter().sum::<f64>() / v.len().max(1) as f64;
-    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max), avg)
+    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max), avg)
 }
 
 fn mean(s: &[f64]) -> f64 {

@@ -1,24 +1,27 @@
-//! Where a swap device's free slots are found (mm/swapfile.c, the cluster
-//! allocator of Linux 6.12 on, as 6.18 has it): the device is cut into
-//! clusters of 512 slots, and a cluster serves one folio order from its
-//! first allocation until it is empty again, so that a large folio's
-//! naturally aligned run is there to be had. A cluster is on one list at a
-//! time: free, nonfull (slots were freed in it) or frag (allocated from,
-//! not full) of its order, or full. An allocation of order k tries the
-//! cluster it last used (the per-CPU `percpu_swap_cluster.offset[k]`),
-//! then the nonfull clusters of order k, a free cluster, a frag cluster of
-//! order k, and for order 0 any other order's frag and nonfull clusters.
-//! At swapon the cluster holding the header (slot 0) is nonfull for order
-//! 0: order-0 slots come from slot 1 on, so a run of order-0 pages swapped
+//! Where a swap device's free slots are found (mm/swapfile.c's cluster
+//! allocator as Linux 6.18 has it): the device is cut into clusters of 512
+//! slots, and a cluster serves one folio order from its first allocation
+//! until it is empty again, so that a large folio's naturally aligned run
+//! is there to be had. A cluster is on one list at a time: free, nonfull
+//! (slots were freed in it) or frag (allocated from, not full) of its
+//! order, or full. An allocation of order k tries the cluster it last used
+//! (the per-CPU `percpu_swap_cluster.offset[k]`) unless that has emptied
+//! meanwhile (an empty cluster's swap table is freed with it), then the
+//! nonfull clusters of order k, a free cluster, a frag cluster of order k,
+//! and for order 0 any other order's frag and nonfull clusters. At swapon
+//! the cluster holding the header (slot 0) is nonfull for order 0:
+//! order-0 slots come from slot 1 on, so a run of order-0 pages swapped
 //! out in address order is not aligned for a large swap-in.
 //!
 //! Differs from Linux: one "last used" cluster per order for the device
 //! (Linux keeps one per CPU, and no cluster is taken off a list by
 //! another CPU meanwhile); a slot only the swap cache holds is never
 //! reclaimed to make room (Linux does once swap is half full); no discard;
-//! Linux 6.1's allocator (order-0 pages from the first free cluster, so
-//! from slot 512) is not modelled: no release before 6.12 swaps in large
-//! folios, where the alignment would show.
+//! every release allocates as 6.18 does. Earlier allocators differ: up to
+//! 6.13 order-0 slots came from the first free cluster (from slot 512 on,
+//! through the per-CPU slot cache from 6.12), and before 6.18 the cluster
+//! last used was taken again once it had emptied. The alignment this
+//! decides shows only where large folios are swapped in whole.
 
 use std::collections::BTreeMap;
 
@@ -67,7 +70,7 @@ impl Clusters {
     /// as used; a cluster with used slots is nonfull for order 0, the
     /// others free.
     pub fn new(slots: u64) -> Clusters {
-        let n = slots.div_ceil(CLUSTER) as usize;
+        let n = slots.div_ceil(CLUSTER).max(1) as usize;
         let mut c =
             Clusters { info: vec![Cluster::default(); n], lists: BTreeMap::new(), seq: 0, next: [0; ORDERS], slots };
         c.info[0].count += 1;
@@ -83,17 +86,17 @@ impl Clusters {
     /// of a naturally aligned run of 2^`order` slots, all `free`, in one
     /// cluster serving `order`; None if there is none.
     pub fn alloc(&mut self, order: u32, free: impl Fn(u64) -> bool) -> Option<u64> {
+        assert!(order <= PMD_ORDER, "no swap cluster serves order {order}");
         let order = order as u8;
         let next = self.next[order as usize];
         if next != 0 {
             let i = (next / CLUSTER) as usize;
             let ci = self.info[i];
-            // cluster_is_usable: not full, and serving this order or none
-            // (order 0 may use any).
+            // cluster_is_usable: not full, not empty (its swap table freed
+            // with it), and serving this order (order 0 may use any).
             let full = matches!(ci.on, Some((List::Full, _)));
-            if !full && (ci.order == order || ci.count == 0 || order == 0) {
-                let from = if ci.count == 0 { i as u64 * CLUSTER } else { next };
-                if let Some(found) = self.scan(i, from, order, &free) {
+            if !full && ci.count > 0 && (ci.order == order || order == 0) {
+                if let Some(found) = self.scan(i, next, order, &free) {
                     return Some(found);
                 }
             }
@@ -117,6 +120,7 @@ impl Clusters {
     /// empty cluster is free again (`free_cluster`), another one nonfull
     /// (`partial_free_cluster`).
     pub fn free(&mut self, offset: u64) {
+        debug_assert!(offset != 0, "the header slot is never freed");
         let i = (offset / CLUSTER) as usize;
         self.info[i].count -= 1;
         if self.info[i].count == 0 {
@@ -264,9 +268,37 @@ mod tests {
         for _ in 1..CLUSTER {
             assert!(d.alloc(0).unwrap() < CLUSTER);
         }
-        let stolen = d.alloc(0).unwrap();
-        assert!((CLUSTER..2 * CLUSTER).contains(&stolen) && !(run..run + 16).contains(&stolen));
-        // The cluster still serves order 4.
-        assert!(d.alloc(4).is_some());
+        // The first free slot of order 4's cluster, past its run.
+        assert_eq!(run, CLUSTER);
+        assert_eq!(d.alloc(0), Some(CLUSTER + 16));
+        // The cluster still serves order 4, past the stolen slot.
+        assert_eq!(d.alloc(4), Some(CLUSTER + 32));
+    }
+
+    #[test]
+    fn an_emptied_cluster_goes_to_the_free_list_s_tail() {
+        let mut d = Device::new(4 * CLUSTER);
+        assert_eq!(d.alloc(4), Some(CLUSTER));
+        d.free(CLUSTER, 16);
+        // Not taken again as the order's last cluster: the free list's
+        // head (cluster 2) comes first, cluster 1 after cluster 3.
+        assert_eq!(d.alloc(4), Some(2 * CLUSTER));
+        assert_eq!(d.alloc(3), Some(3 * CLUSTER));
+        assert_eq!(d.alloc(2), Some(CLUSTER));
+    }
+
+    #[test]
+    fn a_partial_last_cluster_ends_where_the_device_does() {
+        // 700 slots: cluster 1 holds 188, and counts the other 324 used.
+        let mut d = Device::new(700);
+        assert_eq!(d.alloc(0), Some(1));
+        // Order 4 has no free cluster (cluster 1 is nonfull for order 0).
+        assert_eq!(d.alloc(4), None);
+        for _ in 2..CLUSTER {
+            assert!(d.alloc(0).unwrap() < CLUSTER);
+        }
+        let rest: Vec<u64> = (0..188).map(|_| d.alloc(0).unwrap()).collect();
+        assert_eq!((rest[0], rest[187]), (CLUSTER, 699));
+        assert_eq!(d.alloc(0), None);
     }
 }

@@ -75,6 +75,7 @@ impl SwapDevice {
     /// `SWAP_HAS_CACHE` and cached. ENOMEM when no such run is free (for a
     /// large folio: the caller splits, `THP_SWPOUT_FALLBACK`).
     pub fn alloc(&self, pfn: Pfn, nr: u64) -> Result<SwpEntry, Errno> {
+        assert!(nr.is_power_of_two(), "a folio of {nr} pages");
         let s = &mut *self.inner.lock().unwrap();
         let map = &s.map;
         // Slot 0 holds the header (`SWAP_MAP_BAD`).
