@@ -115,9 +115,10 @@ fn serve(proc: Arc<Process>, tid: u32) {
             Next::Listen => continue,
             Next::End => return,
         };
-        let mut out = serde_json::to_string(&answer).unwrap();
-        out.push('\n');
-        if me.conn.get_mut().write_all(out.as_bytes()).is_err() {
+        // Streamed: a large read's bytes are not held twice (as JSON they
+        // are four times their size) in a worker whose memory is limited.
+        let mut out = std::io::BufWriter::new(me.conn.get_mut());
+        if serde_json::to_writer(&mut out, &answer).is_err() || out.write_all(b"\n").is_err() || out.flush().is_err() {
             return;
         }
     }
@@ -355,12 +356,29 @@ fn fault_in_file_page(procfs: &Procfs, maps: &[MapsEntry], addr: u64, write: boo
     if !(write && v.private) && procfs.present(addr) {
         return Ok(());
     }
+    // Nor does a page inside a file of small pages (unless a truncation
+    // races the access): the access faults it in itself. A populate there
+    // was seen to end in the memory cgroup's OOM killer on 6.18 where the
+    // CPU's own faults reclaimed (about half the runs of a 128M shmem
+    // fill in a 64M cgroup, scenarios/swap/25).
+    if inside_small_page_file(v, addr) {
+        return Ok(());
+    }
     let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
     match sys::madvise(addr & !(PAGE - 1), PAGE, advice) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(Refused::Errno(Errno::SIGBUS)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether the page at `addr` of the file mapping `v` lies inside its
+/// file, and the file's pages are small (not hugetlbfs, whose block size
+/// is its huge page size); false if the file cannot be looked at.
+fn inside_small_page_file(v: &MapsEntry, addr: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(format!("/proc/self/map_files/{:x}-{:x}", v.start, v.end));
+    file.is_ok_and(|m| m.blksize() <= PAGE && v.offset + (addr - v.start) < m.len())
 }
 
 /// Performs an access page by page, stopping at the first page the VMAs
