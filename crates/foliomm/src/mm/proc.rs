@@ -88,9 +88,12 @@ impl Mm {
         info.generation = phys.generation(pfn);
         // As smaps and PAGEMAP_SCAN show it: before 6.5 smaps hides a
         // PROT_NONE THP's PMD (`smaps_counts_protnone_pmd`), never a
-        // hugetlb page's (`smaps_hugetlb_range`).
+        // hugetlb page's (`smaps_hugetlb_range`), and never counts the
+        // huge zero page at all, which only pagemap shows (a protnone
+        // entry as present).
         let hugetlb = vma.is_some_and(|(_, hugetlb)| hugetlb);
-        info.pmd_mapped = huge && (leaf.hw_present() || hugetlb || k.config.release().smaps_counts_protnone_pmd());
+        let seen = leaf.hw_present() || hugetlb || f.is_zero_page() || k.config.release().smaps_counts_protnone_pmd();
+        info.pmd_mapped = huge && seen;
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
         info.writable = leaf.write();
         info.zero_page = f.is_zero_page();
