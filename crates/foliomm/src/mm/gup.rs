@@ -16,7 +16,8 @@
 //! entries allow it (`gup_fast_pte_range`: present, not special, writable
 //! for a write, no unshare needed), without FOLL_TOUCH, so a write pin does
 //! not dirty a folio whose PTE is writable and clean; from the first page
-//! that does not, the slow path (`__get_user_pages`) faults and touches.
+//! that does not, the slow path (`__get_user_pages`) faults and touches
+//! (a longterm pin's only from 6.3).
 //! Differs from Linux: the fast part holds the mmap_lock and checks the
 //! VMA's permissions first, and walks under the PTL (`gup_fast_pte_range`
 //! takes none of them, and backs off by rechecking the PTE instead); the
@@ -132,8 +133,10 @@ impl Mm {
                 if f.is_zero_page() {
                     return Some(Ok(None));
                 }
-                // FOLL_TOUCH (slow path only): a write reference dirties the folio.
-                if write && !leaf.dirty() && !*fast {
+                // FOLL_TOUCH (slow path only): a write reference dirties the
+                // folio; not a longterm pin's before 6.3.
+                let touch = !longterm || k.config.release().longterm_pin_fallback_touches();
+                if write && !leaf.dirty() && !*fast && touch {
                     f.head().set(crate::phys::pg::DIRTY);
                 }
                 if foll_pin {

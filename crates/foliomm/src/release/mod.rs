@@ -8,6 +8,7 @@
 //! pairing can be chosen (`set kernel 6.8`, `--kernel 6.8`).
 #![warn(missing_docs)]
 
+mod gup;
 mod userfaultfd;
 
 use std::fmt;
