@@ -136,9 +136,7 @@ pub fn huge_counts(size: HugeSize) -> HugeCounts {
 /// (`set_max_huge_pages` counts the reservations as pages in use), so a
 /// run could not put the pool back.
 pub fn pool_accounting_sound(path: &str) -> Result<(), String> {
-    let pools = path.starts_with("/sys/kernel/mm/hugepages/") || path.starts_with("/sys/devices/system/node/");
-    let pool = path.strip_suffix("/nr_hugepages").and_then(|dir| dir.rsplit('/').next());
-    let Some(pool) = pool.filter(|p| pools && p.starts_with("hugepages-")) else { return Ok(()) };
+    let Some(pool) = pool_of(path) else { return Ok(()) };
     let resv_path = format!("/sys/kernel/mm/hugepages/{pool}/resv_hugepages");
     let resv = read_count(&resv_path);
     if resv > u64::MAX / 2 {
@@ -149,6 +147,15 @@ pub fn pool_accounting_sound(path: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The pool (`hugepages-2048kB`) whose `nr_hugepages`, global or a
+/// node's, `path` is; None for any other file (THP's per-size
+/// `transparent_hugepage/hugepages-*` directories among them).
+fn pool_of(path: &str) -> Option<&str> {
+    let pools = path.starts_with("/sys/kernel/mm/hugepages/") || path.starts_with("/sys/devices/system/node/");
+    let pool = path.strip_suffix("/nr_hugepages").and_then(|dir| dir.rsplit('/').next());
+    pool.filter(|p| pools && p.starts_with("hugepages-"))
 }
 
 /// The counts of node `nid`'s part of the pool of `size` (zero where
@@ -270,5 +277,21 @@ pub fn set_per_size(
         (9, true) => Ok(()),
         (9, false) => set(top, mode),
         _ => Err(format!("this kernel has no {} KiB {what} size (per-size {what} came in Linux {since})", 4 << order)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pool_of;
+
+    #[test]
+    fn only_a_pool_s_nr_hugepages_names_a_pool() {
+        let global = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+        let node = "/sys/devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages";
+        assert_eq!(pool_of(global), Some("hugepages-2048kB"));
+        assert_eq!(pool_of(node), Some("hugepages-1048576kB"));
+        assert_eq!(pool_of("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_overcommit_hugepages"), None);
+        assert_eq!(pool_of("/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"), None);
+        assert_eq!(pool_of("/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/nr_hugepages"), None);
     }
 }

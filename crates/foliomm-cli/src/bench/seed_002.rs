@@ -232,7 +232,7 @@ fn model(
     let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;
     // The file's pages exist before the clock starts, as in the seed's
     // long runs (one untimed faulting loop).
-    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (1 << 30, size), 0)?;
+    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), 0)?;
     cacheline::forget();
     let samples = run_workers(programs.len(), a.loops, simulated, |i| {
         cacheline::account_as(i as u32 + 1);
@@ -299,7 +299,10 @@ fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Progra
 fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
     let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
     // The file's pages exist before the clock starts (one untimed loop).
-    ensure!(host_loop(fd.as_fd(), Program::Fault, (1 << 30, size), 0), "host: cannot fault the hugetlbfs file in");
+    ensure!(
+        host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0),
+        "host: cannot fault the hugetlbfs file in"
+    );
     // Each instance opens the file anew through this process's descriptor.
     let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let mut workers = Workers::fork(programs.len(), |i| {
