@@ -230,8 +230,7 @@ fn model(
     let pages = size / HPAGE;
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
     let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;
-    // The file's pages exist before the clock starts, as in the seed's
-    // long runs (one untimed faulting loop).
+    // The file's pages exist before the clock starts (one untimed loop).
     model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), 0)?;
     cacheline::forget();
     let samples = run_workers(programs.len(), a.loops, simulated, |i| {
@@ -299,10 +298,8 @@ fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Progra
 fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
     let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
     // The file's pages exist before the clock starts (one untimed loop).
-    ensure!(
-        host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0),
-        "host: cannot fault the hugetlbfs file in"
-    );
+    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0);
+    ensure!(faulted, "host: cannot fault the hugetlbfs file in");
     // Each instance opens the file anew through this process's descriptor.
     let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let mut workers = Workers::fork(programs.len(), |i| {
