@@ -15,17 +15,18 @@
 //! them in `/tmp` (tmpfs on most systems).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::os::fd::AsFd;
 
+use super::workers::{run_threads, run_workers, Loops, Sample};
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::mm::Advice;
 use foliomm::internals::sync::cacheline::{self, Transfers};
-use foliomm::internals::sync::sim::{self, Profile};
+use foliomm::internals::sync::sim::Profile;
 use foliomm::{Machine, MmapFlags, Prot};
-use foliomm_host::sys::{self, memfd, minor_faults, process_cpu_time, thread_cpu_time, Map, Mapping, Workers};
+use foliomm_host::sys::{self, memfd, minor_faults, process_cpu_time, Map, Mapping, Workers};
 
 const PAGE: u64 = 4096;
 /// Where the first thread's region goes; each next one 2 regions lower.
@@ -96,14 +97,6 @@ impl Layout {
     }
 }
 
-/// What one thread did: its wall and CPU time over the loops, and the
-/// cache-line transfers into its simulated CPU (model only).
-pub(super) struct Sample {
-    pub wall: Duration,
-    pub cpu: Duration,
-    pub transfers: Transfers,
-}
-
 /// One run of `threads` threads, `loops` loops each over `size` bytes, on
 /// the model machine `m`. Checks the faults the model counted, then runs
 /// the invariant checker.
@@ -154,7 +147,7 @@ pub(super) fn model(
             Ok(())
         })
     };
-    let samples = run_workers(threads, loops, simulated, setup)?;
+    let samples = run_workers(threads, Loops::Each(loops), simulated, setup)?;
     let faults = m.stats.pgfault.load(std::sync::atomic::Ordering::Relaxed) - faults_before;
     let expected = threads as u64 * loops as u64 * (size / PAGE);
     ensure!(faults == expected, "model: {faults} faults, expected {expected}");
@@ -184,7 +177,7 @@ pub(super) fn host(test: Test, layout: Layout, threads: usize, size: u64, loops:
         }
         Layout::Separate | Layout::Processes => None,
     };
-    run_threads(threads, loops, |i| {
+    run_threads(threads, Loops::Each(loops), |i| {
         let region = match &shared {
             Some(m) => HostRegion::Chunk(m, i * len),
             None => HostRegion::Own(map(i), layout.region(i, size, 0) as usize),
@@ -245,7 +238,7 @@ fn host_processes(test: Test, procs: usize, len: usize, loops: u32) -> Result<Ve
         .into_iter()
         .map(|(_, [wall, cpu, ok])| {
             ensure!(ok == 1, "host: a worker process failed");
-            Ok(Sample { wall: ns(wall), cpu: ns(cpu), transfers: Transfers::default() })
+            Ok(Sample { loops, wall: ns(wall), cpu: ns(cpu), transfers: Transfers::default() })
         })
         .collect()
 }
@@ -315,81 +308,4 @@ impl SimArgs {
         profile.adjacent_prefetch |= self.prefetch;
         Ok(Some(Simulated { profile, seed: self.seed, quantum }))
     }
-}
-
-/// `threads` workers on OS threads ([`run_threads`]) or on simulated CPUs.
-pub(super) fn run_workers<S, L>(
-    threads: usize,
-    loops: u32,
-    simulated: Option<&Simulated>,
-    setup: impl Fn(usize) -> (S, L) + Sync,
-) -> Result<Vec<Sample>>
-where
-    L: FnMut(&mut S) -> Result<()>,
-{
-    match simulated {
-        Some(s) => run_simulated(threads, loops, s, setup),
-        None => run_threads(threads, loops, setup),
-    }
-}
-
-/// [`run_threads`] on simulated CPUs: each thread's times are its CPU's
-/// simulated clock over its loops (wall and CPU time alike: a simulated CPU
-/// never idles), its transfers those the coherence model counted.
-fn run_simulated<S, L>(
-    threads: usize,
-    loops: u32,
-    s: &Simulated,
-    setup: impl Fn(usize) -> (S, L) + Sync,
-) -> Result<Vec<Sample>>
-where
-    L: FnMut(&mut S) -> Result<()>,
-{
-    let (results, reports) = sim::run(threads, s.profile.clone(), s.seed, s.quantum, |i| {
-        let (mut state, mut lp) = setup(i);
-        let start = sim::now();
-        (0..loops).try_for_each(|_| lp(&mut state)).map(|()| start)
-    });
-    let samples = results.into_iter().zip(reports).map(|(r, report)| {
-        let took = Duration::from_nanos((report.clock - r?) / 1000);
-        Ok(Sample { wall: took, cpu: took, transfers: report.transfers })
-    });
-    samples.collect()
-}
-
-/// Runs `threads` threads: each makes its state with `setup(i)`, waits for
-/// the others, then runs its loop `loops` times, timed.
-pub(super) fn run_threads<S, L>(
-    threads: usize,
-    loops: u32,
-    setup: impl Fn(usize) -> (S, L) + Sync,
-) -> Result<Vec<Sample>>
-where
-    L: FnMut(&mut S) -> Result<()>,
-{
-    let start = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let (setup, start) = (&setup, &start);
-                s.spawn(move || {
-                    let (mut state, mut lp) = setup(i);
-                    cacheline::take();
-                    start.wait();
-                    let (t, c) = (Instant::now(), thread_cpu_time());
-                    let mut result = Ok(());
-                    for _ in 0..loops {
-                        result = lp(&mut state);
-                        if result.is_err() {
-                            break;
-                        }
-                    }
-                    let sample = Sample { wall: t.elapsed(), cpu: thread_cpu_time() - c, transfers: cacheline::take() };
-                    cacheline::account_as(0);
-                    result.map(|()| sample)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))?).collect()
-    })
 }

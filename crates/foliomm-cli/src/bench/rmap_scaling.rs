@@ -50,9 +50,10 @@ use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{CompoundLock, Config, Design, MmapFlags, Prot};
 
 use super::new_table;
-use super::page_fault::{run_workers, SimArgs, SimRounds, Simulated};
+use super::page_fault::{SimArgs, SimRounds, Simulated};
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
+use super::workers::{run_workers, Loops};
 
 #[derive(clap::Args)]
 pub(super) struct RmapScalingArgs {
@@ -275,7 +276,7 @@ fn model(
             let at = mm.mmap_file(0, size, Prot::RW, shared, Some((&f, 0)))?;
             ensure!(mm.page_info(at).pmd_mapped, "model: the file is not PMD-mapped");
             mm.munmap(at, size)?;
-            run_workers(cpus, a.loops, Some(sim), |_| {
+            run_workers(cpus, Loops::Each(a.loops), Some(sim), |_| {
                 let (f, mm) = (f.clone(), m.new_mm().expect("a process's MM"));
                 (mm, move |mm: &mut std::sync::Arc<foliomm::Mm>| {
                     let at = mm.mmap_file(0, size, Prot::RW, shared, Some((&f, 0)))?;
@@ -287,7 +288,7 @@ fn model(
             let (parent, at, _) = super::model_populate(&m, &mut m.new_cpu(), PMD, 9)?;
             ensure!(parent.page_info(at).pmd_mapped, "model: the THP is not PMD-mapped");
             let children: Vec<_> = (0..cpus).map(|_| parent.fork()).collect::<Result<_, _>>()?;
-            run_workers(cpus, a.loops, Some(sim), |i| {
+            run_workers(cpus, Loops::Each(a.loops), Some(sim), |i| {
                 (children[i].clone(), |mm: &mut std::sync::Arc<foliomm::Mm>| {
                     mm.fork()?.exit();
                     Ok(())
@@ -299,7 +300,7 @@ fn model(
             ensure!(parent.page_info(at).pmd_mapped, "model: the THP is not PMD-mapped");
             let children: Vec<_> = (0..cpus).map(|_| parent.fork()).collect::<Result<_, _>>()?;
             let (step, offset) = if w == Workload::Cow { (1, 0) } else { (37, 101) };
-            run_workers(cpus, a.loops, Some(sim), |i| {
+            run_workers(cpus, Loops::Each(a.loops), Some(sim), |i| {
                 let (mut cpu, mut n) = (m.new_cpu(), 0u64);
                 (children[i].clone(), move |mm: &mut std::sync::Arc<foliomm::Mm>| {
                     let page = (step * n + offset * i as u64) % 512;

@@ -18,25 +18,24 @@
 //! over (`i_mmap_rwsem`, the hugetlb VMA lock, the fault mutexes).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
-use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use foliomm::internals::machine::{HugeSize, HugetlbSync};
 use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Design, MmapFlags, Prot};
-use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
-use super::page_fault::{run_workers, SimArgs, SimRounds, Simulated};
+use super::page_fault::{SimArgs, SimRounds, Simulated};
 use super::published::SEED_002;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
+use super::seed_002_host::host;
 use super::stats::{change, min_max_mean};
+use super::workers::{run_workers, Loops};
 
 /// The 2 MiB huge pages the benchmark uses.
-const HPAGE: u64 = 1 << 21;
+pub(super) const HPAGE: u64 = 1 << 21;
 
 #[derive(clap::Args)]
 pub(super) struct Seed002Args {
@@ -51,11 +50,11 @@ pub(super) struct Seed002Args {
     instances: Vec<u16>,
     /// Loops each instance makes per round (1 to 10000).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    loops: u32,
+    pub(super) loops: u32,
     /// Huge pages the forking program write-faults before each fork (0 to
     /// 1024, and at most the area's).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
-    touched: u64,
+    pub(super) touched: u64,
     /// Map each instance's area 2 MiB x (its number mod 511, + 1) past the
     /// 1 GiB boundary, as mmap(NULL)'s randomized placement puts unrelated
     /// processes, so that no two of up to 511 instances share PMD tables
@@ -63,7 +62,7 @@ pub(super) struct Seed002Args {
     /// aligned 1 GiB window: --size 2G or more); without it every instance
     /// maps at the boundary and they all share.
     #[arg(long)]
-    apart: bool,
+    pub(super) apart: bool,
     /// Simulated CPUs, an instance each (`--sim-cpus` replaces
     /// `--instances`; no host kernel beside them).
     #[command(flatten)]
@@ -134,10 +133,19 @@ fn mixed(set: &[Program]) -> bool {
 }
 
 impl Program {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Program::Fork => "fork",
             Program::Fault => "fault",
+        }
+    }
+
+    /// Its operations in one loop over an area of `size`: a fork, or a
+    /// fault per huge page.
+    pub(super) fn ops_per_loop(self, size: u64) -> f64 {
+        match self {
+            Program::Fork => 1.0,
+            Program::Fault => (size / HPAGE) as f64,
         }
     }
 
@@ -190,16 +198,13 @@ impl Benchmark for Seed002<'_> {
     fn measure(&mut self, &(runner, i): &(Runner, usize)) -> Result<Measurement> {
         let (programs, size, a) = (&self.sets[i], self.size, self.args);
         let simulated = self.simulated.as_mut().map(|(s, rounds)| s.next_round(rounds, (runner, i)));
-        let (rates, transfers) = match runner {
+        let Round { rates, transfers, ops } = match runner {
             Runner::Model(d) => model(d, programs, size, a, simulated.as_ref())?,
             Runner::Host => host(programs, size, a)?,
         };
         let samples = rates.iter().map(|&(p, r)| (p.table(), r)).collect();
         let counters = match runner {
             Runner::Model(_) => {
-                // Operations: every fault, or every fork, of every instance.
-                let per_loop = |p| if p == Program::Fault { size / HPAGE } else { 1 };
-                let ops = programs.iter().map(|&p| a.loops as u64 * per_loop(p)).sum::<u64>() as f64;
                 let moved =
                     Structure::ALL.map(|s| (format!("{}_transfers_per_op", s.name()), transfers.of(s) as f64 / ops));
                 let waited = Structure::ALL
@@ -216,6 +221,15 @@ impl Benchmark for Seed002<'_> {
     }
 }
 
+/// What one round of a configuration measured: each instance's program
+/// and rate, and (model only) the cache-line transfers and operations of
+/// all instances.
+pub(super) struct Round {
+    pub rates: Vec<(Program, f64)>,
+    pub transfers: Transfers,
+    pub ops: f64,
+}
+
 /// One round of `programs` (an instance each) on a new model machine, on
 /// threads or on simulated CPUs.
 fn model(
@@ -224,7 +238,7 @@ fn model(
     size: u64,
     a: &Seed002Args,
     simulated: Option<&Simulated>,
-) -> Result<(Vec<(Program, f64)>, Transfers)> {
+) -> Result<Round> {
     let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..a.common.config(Design::MmId) };
     let m = super::new_machine(config)?;
     let pages = size / HPAGE;
@@ -233,7 +247,8 @@ fn model(
     // The file's pages exist before the clock starts (one untimed loop).
     model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), 0)?;
     cacheline::forget();
-    let samples = run_workers(programs.len(), a.loops, simulated, |i| {
+    // Side by side throughout: a fault loop takes many fork loops.
+    let samples = run_workers(programs.len(), Loops::Overlapping(a.loops), simulated, |i| {
         cacheline::account_as(i as u32 + 1);
         let (file, program) = (file.clone(), programs[i]);
         let mm = m.new_mm().expect("an instance's MM");
@@ -242,22 +257,23 @@ fn model(
     })?;
     let violations = m.check();
     ensure!(violations.is_empty(), "model: the checker found {violations:?}");
-    let mut transfers = Transfers::default();
+    let (mut transfers, mut all_ops) = (Transfers::default(), 0.0);
     let rates = samples
         .iter()
         .zip(programs)
         .map(|(s, &p)| {
             transfers.add(&s.transfers);
-            let ops = a.loops as f64 * if p == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
+            let ops = f64::from(s.loops) * p.ops_per_loop(size);
+            all_ops += ops;
             (p, ops / s.wall.as_secs_f64())
         })
         .collect();
-    Ok((rates, transfers))
+    Ok(Round { rates, transfers, ops: all_ops })
 }
 
 /// Where instance `i` maps the area: the 1 GiB boundary, or `apart`
 /// 2 MiB x (i + 1) past it.
-fn area_at(apart: bool, i: usize) -> u64 {
+pub(super) fn area_at(apart: bool, i: usize) -> u64 {
     (1 << 30) + if apart { (i as u64 % 511 + 1) * HPAGE } else { 0 }
 }
 
@@ -282,101 +298,6 @@ fn model_loop(
     }
     mm.munmap(a, size)?;
     Ok(())
-}
-
-/// One round of `programs` on the host: a hugetlbfs memfd every instance
-/// maps, the pool set to hold it (and restored), an instance per process.
-fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<(Vec<(Program, f64)>, Transfers)> {
-    use foliomm_host::sysfs;
-    sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
-        .map_err(anyhow::Error::msg)?;
-    let r = host_round(programs, size, a);
-    sysfs::restore_all();
-    Ok((r?, Transfers::default()))
-}
-
-fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
-    let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
-    // The file's pages exist before the clock starts (one untimed loop).
-    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0);
-    ensure!(faulted, "host: cannot fault the hugetlbfs file in");
-    // Each instance opens the file anew through this process's descriptor.
-    let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
-    let mut workers = Workers::fork(programs.len(), |i| {
-        let words = [programs[i].name(), &path, &area_at(a.apart, i).to_string(), &size.to_string()];
-        // This binary, even if rebuilt meanwhile; its errors on stderr.
-        let run = std::process::Command::new("/proc/self/exe")
-            .arg(PROGRAM_ARG)
-            .args(words)
-            .args([a.loops.to_string(), a.touched.to_string()])
-            .stderr(std::process::Stdio::inherit())
-            .output();
-        let out = run.ok().filter(|o| o.status.success());
-        let rate = out.and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok());
-        [rate.unwrap_or(-1.0).to_bits()]
-    })
-    .context("host fork")?;
-    workers.start()?;
-    // The reports come in any order; each names its instance.
-    let reports = workers.reports().context("host")?;
-    reports
-        .into_iter()
-        .map(|(i, [rate])| {
-            let rate = f64::from_bits(rate);
-            ensure!(rate > 0.0, "host: an instance failed");
-            Ok((programs[i], rate))
-        })
-        .collect()
-}
-
-/// The first argument that makes the foliomm binary run one host instance
-/// of seed 002's programs: `__seed-002-program fork|fault FILE AT SIZE
-/// LOOPS TOUCHED`, which prints its operations per second.
-pub const PROGRAM_ARG: &str = "__seed-002-program";
-
-/// One host instance, run as a process of its own, small as the seed's C
-/// programs were: a fork copies the forking process's page tables, and a
-/// copy of this benchmark (which has run model machines) forked at a
-/// tenth of the seed's rate. Returns false for arguments it does not take
-/// or a failed system call.
-pub fn program_main(args: &[std::ffi::OsString]) -> bool {
-    let fail = |why: &str| {
-        eprintln!("foliomm {PROGRAM_ARG}: {why}");
-        false
-    };
-    if let Err(e) = foliomm_host::sys::die_with_parent() {
-        return fail(&format!("PR_SET_PDEATHSIG: {e}"));
-    }
-    let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let [program, path, at, size, loops, touched] = &words[..] else {
-        return fail("expected: fork|fault FILE AT SIZE LOOPS TOUCHED");
-    };
-    let program = match program.as_str() {
-        "fork" => Program::Fork,
-        "fault" => Program::Fault,
-        other => return fail(&format!("expected fork or fault, found '{other}'")),
-    };
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path);
-    let numbers = (at.parse(), size.parse(), loops.parse::<u32>(), touched.parse());
-    let (Ok(file), (Ok(at), Ok(size), Ok(loops), Ok(touched))) = (file, numbers) else {
-        return fail(&format!("cannot open {path}, or AT, SIZE, LOOPS or TOUCHED is not a number"));
-    };
-    let t = Instant::now();
-    if !(0..loops).all(|_| host_loop(file.as_fd(), program, (at, size), touched)) {
-        return fail(&format!("a system call of the {} program failed", program.name()));
-    }
-    let ops = f64::from(loops) * if program == Program::Fault { (size / HPAGE) as f64 } else { 1.0 };
-    println!("{}", ops / t.elapsed().as_secs_f64());
-    true
-}
-
-/// The host side of [`model_loop`] over the hugetlbfs file `file`; false
-/// if a system call failed.
-fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, (at, size): (u64, u64), touched: u64) -> bool {
-    let Ok(m) = Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize) else { return false };
-    let faulted = if program == Program::Fault { size } else { touched * HPAGE };
-    m.write_every(0..faulted as usize, HPAGE as usize, 1);
-    (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
 }
 
 /// `model, DESIGN` or `host kernel`.

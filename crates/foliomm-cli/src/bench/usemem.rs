@@ -20,10 +20,10 @@ use foliomm::internals::machine::{HugeSize, HugetlbSync};
 use foliomm::{Config, Design, MmapFlags, Prot};
 use foliomm_host::sys::{memfd, Map, Workers};
 
-use super::page_fault::run_workers;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::seed_002::{runner_name, Runner};
+use super::workers::{run_workers, Loops};
 
 /// The 2 MiB huge pages the processes map.
 const HPAGE: u64 = 1 << 21;
@@ -126,7 +126,7 @@ fn model(design: HugetlbSync, n: usize, size: u64, common: &super::CommonArgs) -
     let m = super::new_machine(config)?;
     let pages = n as u64 * size / HPAGE;
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
-    let samples = run_workers(n, 1, None, |_| {
+    let samples = run_workers(n, Loops::Each(1), None, |_| {
         let mm = m.new_mm().expect("a process's MM");
         let file = m.hugetlbfs_create(size, HugeSize::Pmd).expect("a hugetlbfs file");
         let a = mm.mmap_file(0, size, Prot::RW, MmapFlags::default(), Some((&file, 0))).expect("the mapping");

@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::io;
 use std::ops::Range;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use rustix::fs::MemfdFlags;
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
@@ -169,6 +169,16 @@ impl Mapping {
         // SAFETY: inside the mapping, which lives as long as `self` and is
         // only ever accessed atomically while shared.
         unsafe { AtomicU8::from_ptr(self.addr.add(off)) }
+    }
+
+    /// The 32-bit word at `off`, a multiple of 4, as an atomic: a counter
+    /// the processes that map a shared file's page share.
+    pub fn word(&self, off: usize) -> &AtomicU32 {
+        self.check(&(off..off + 4));
+        assert!(off.is_multiple_of(4), "word at {off}: not 4-byte aligned");
+        // SAFETY: inside the mapping and aligned (a mapping starts on a page),
+        // living as long as `self`, and only ever accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.addr.add(off).cast()) }
     }
 
     /// Writes `value` at byte `off` (faults its page in for writing).

@@ -1,0 +1,127 @@
+//! Seed 002's two programs on the host kernel: an instance per process,
+//! over one hugetlbfs memfd, looping side by side as the model's instances
+//! do (`workers::Loops::Overlapping`, through a counter in a shared page).
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use foliomm::internals::machine::HugeSize;
+use foliomm::internals::sync::cacheline::Transfers;
+use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
+
+use super::seed_002::{area_at, Program, Round, Seed002Args, HPAGE};
+use super::workers::{Gate, Loops};
+
+/// One round of `programs` on the host: a hugetlbfs memfd every instance
+/// maps, the pool set to hold it (and restored), an instance per process.
+pub(super) fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Round> {
+    use foliomm_host::sysfs;
+    sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
+        .map_err(anyhow::Error::msg)?;
+    let r = host_round(programs, size, a);
+    sysfs::restore_all();
+    Ok(Round { rates: r?, transfers: Transfers::default(), ops: 0.0 })
+}
+
+fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
+    let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
+    // The instances' loop gate (workers::Gate), a word in a page they share.
+    let gate = memfd(c"foliomm-seed-002-gate", 4096, false).context("memfd_create")?;
+    // The file's pages exist before the clock starts (one untimed loop).
+    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0);
+    ensure!(faulted, "host: cannot fault the hugetlbfs file in");
+    // Each instance opens the file anew through this process's descriptor.
+    let path = |fd: &std::os::fd::OwnedFd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+    let (path, gate) = (path(&fd), path(&gate));
+    let mut workers = Workers::fork(programs.len(), |i| {
+        let words = [programs[i].name(), &path, &area_at(a.apart, i).to_string(), &size.to_string()];
+        // This binary, even if rebuilt meanwhile; its errors on stderr.
+        let run = std::process::Command::new("/proc/self/exe")
+            .arg(PROGRAM_ARG)
+            .args(words)
+            .args([a.loops.to_string(), a.touched.to_string(), gate.clone(), programs.len().to_string()])
+            .stderr(std::process::Stdio::inherit())
+            .output();
+        let out = run.ok().filter(|o| o.status.success());
+        let rate = out.and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok());
+        [rate.unwrap_or(-1.0).to_bits()]
+    })
+    .context("host fork")?;
+    workers.start()?;
+    // The reports come in any order; each names its instance.
+    let reports = workers.reports().context("host")?;
+    reports
+        .into_iter()
+        .map(|(i, [rate])| {
+            let rate = f64::from_bits(rate);
+            ensure!(rate > 0.0, "host: an instance failed");
+            Ok((programs[i], rate))
+        })
+        .collect()
+}
+
+/// The first argument that makes the foliomm binary run one host instance
+/// of seed 002's programs: `__seed-002-program fork|fault FILE AT SIZE
+/// LOOPS TOUCHED GATE INSTANCES`, which prints its operations per second.
+/// It loops as [`Loops::Overlapping`] says, with the counter at the start
+/// of the file GATE, which all INSTANCES share.
+pub const PROGRAM_ARG: &str = "__seed-002-program";
+
+/// One host instance, run as a process of its own, small as the seed's C
+/// programs were: a fork copies the forking process's page tables, and a
+/// copy of this benchmark (which has run model machines) forked at a
+/// tenth of the seed's rate. Returns false for arguments it does not take
+/// or a failed system call.
+pub fn program_main(args: &[std::ffi::OsString]) -> bool {
+    let fail = |why: &str| {
+        eprintln!("foliomm {PROGRAM_ARG}: {why}");
+        false
+    };
+    if let Err(e) = foliomm_host::sys::die_with_parent() {
+        return fail(&format!("PR_SET_PDEATHSIG: {e}"));
+    }
+    let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let [program, path, at, size, loops, touched, gate, instances] = &words[..] else {
+        return fail("expected: fork|fault FILE AT SIZE LOOPS TOUCHED GATE INSTANCES");
+    };
+    let program = match program.as_str() {
+        "fork" => Program::Fork,
+        "fault" => Program::Fault,
+        other => return fail(&format!("expected fork or fault, found '{other}'")),
+    };
+    let open = |path: &str| std::fs::OpenOptions::new().read(true).write(true).open(path);
+    let numbers = (at.parse(), size.parse(), loops.parse::<u32>(), touched.parse(), instances.parse());
+    let (Ok(file), Ok(gate), (Ok(at), Ok(size), Ok(loops), Ok(touched), Ok(workers))) =
+        (open(path), open(gate), numbers)
+    else {
+        return fail(&format!(
+            "cannot open {path} or {gate}, or AT, SIZE, LOOPS, TOUCHED or INSTANCES is not a number"
+        ));
+    };
+    let Ok(shared) = Map::file(Some((gate.as_fd(), 0))).shared(true).map(4096) else {
+        return fail("cannot map the gate");
+    };
+    let gate = Gate { loops: Loops::Overlapping(loops), workers, through: shared.word(0) };
+    let t = Instant::now();
+    let step = |_: &mut ()| match host_loop(file.as_fd(), program, (at, size), touched) {
+        true => Ok(()),
+        false => Err(anyhow::anyhow!("a system call of the {} program failed", program.name())),
+    };
+    let loops = match gate.run(&mut (), &mut { step }) {
+        Ok(made) => made,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let ops = f64::from(loops) * program.ops_per_loop(size);
+    println!("{}", ops / t.elapsed().as_secs_f64());
+    true
+}
+
+/// The host side of [`model_loop`] over the hugetlbfs file `file`; false
+/// if a system call failed.
+fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, (at, size): (u64, u64), touched: u64) -> bool {
+    let Ok(m) = Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize) else { return false };
+    let faulted = if program == Program::Fault { size } else { touched * HPAGE };
+    m.write_every(0..faulted as usize, HPAGE as usize, 1);
+    (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
+}

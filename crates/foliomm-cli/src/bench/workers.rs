@@ -1,0 +1,189 @@
+//! The benchmarks' workers: a timed loop per thread, on OS threads or on
+//! simulated CPUs, for a fixed number of loops or side by side until
+//! every worker has made its share.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use foliomm::internals::sync::cacheline::{self, Transfers};
+use foliomm::internals::sync::sim;
+use foliomm_host::sys::thread_cpu_time;
+
+use super::page_fault::Simulated;
+
+/// What one worker did: its loops, its wall and CPU time over them, and
+/// the cache-line transfers into its simulated CPU (model only).
+pub(super) struct Sample {
+    pub loops: u32,
+    pub wall: Duration,
+    pub cpu: Duration,
+    pub transfers: Transfers,
+}
+
+/// How many loops each worker makes.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Loops {
+    /// This many each.
+    Each(u32),
+    /// At least this many each, and on until every worker has made as
+    /// many: the workers run side by side for the whole measurement, as
+    /// programs that loop until they are stopped do (seed 002's), however
+    /// long one loop of each takes.
+    Overlapping(u32),
+}
+
+/// What the workers of one run share to loop as [`Loops`] says: the
+/// threads of a run, or processes through a shared page.
+pub(super) struct Gate<'a> {
+    pub loops: Loops,
+    pub workers: u32,
+    /// Workers that have made their least loops, or failed; 0 at first.
+    pub through: &'a AtomicU32,
+}
+
+impl Gate<'_> {
+    /// Runs `lp` as the loops say; returns the loops it made.
+    pub(super) fn run<S>(&self, state: &mut S, lp: &mut impl FnMut(&mut S) -> Result<()>) -> Result<u32> {
+        let (least, overlap) = match self.loops {
+            Loops::Each(n) => (n, false),
+            Loops::Overlapping(n) => (n, true),
+        };
+        let mut made = 0;
+        loop {
+            if made == least {
+                self.through.fetch_add(1, Ordering::SeqCst);
+            }
+            if made >= least && (!overlap || self.through.load(Ordering::SeqCst) == self.workers) {
+                return Ok(made);
+            }
+            if let Err(e) = lp(state) {
+                // The others must not wait for this one.
+                if made < least {
+                    self.through.fetch_add(1, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
+            made += 1;
+        }
+    }
+}
+
+/// `workers` workers on OS threads ([`run_threads`]) or on simulated CPUs.
+pub(super) fn run_workers<S, L>(
+    workers: usize,
+    loops: Loops,
+    simulated: Option<&Simulated>,
+    setup: impl Fn(usize) -> (S, L) + Sync,
+) -> Result<Vec<Sample>>
+where
+    L: FnMut(&mut S) -> Result<()>,
+{
+    match simulated {
+        Some(s) => run_simulated(workers, loops, s, setup),
+        None => run_threads(workers, loops, setup),
+    }
+}
+
+/// [`run_threads`] on simulated CPUs: each worker's times are its CPU's
+/// simulated clock over its loops (wall and CPU time alike: a simulated CPU
+/// never idles), its transfers those the coherence model counted.
+fn run_simulated<S, L>(
+    workers: usize,
+    loops: Loops,
+    s: &Simulated,
+    setup: impl Fn(usize) -> (S, L) + Sync,
+) -> Result<Vec<Sample>>
+where
+    L: FnMut(&mut S) -> Result<()>,
+{
+    let through = AtomicU32::new(0);
+    let gate = Gate { loops, workers: workers as u32, through: &through };
+    let (results, reports) = sim::run(workers, s.profile.clone(), s.seed, s.quantum, |i| {
+        let (mut state, mut lp) = setup(i);
+        let start = sim::now();
+        gate.run(&mut state, &mut lp).map(|made| (start, made))
+    });
+    let samples = results.into_iter().zip(reports).map(|(r, report)| {
+        let (start, loops) = r?;
+        let took = Duration::from_nanos((report.clock - start) / 1000);
+        Ok(Sample { loops, wall: took, cpu: took, transfers: report.transfers })
+    });
+    samples.collect()
+}
+
+/// Runs `workers` threads: each makes its state with `setup(i)`, waits for
+/// the others, then runs its loop as `loops` says, timed.
+pub(super) fn run_threads<S, L>(
+    workers: usize,
+    loops: Loops,
+    setup: impl Fn(usize) -> (S, L) + Sync,
+) -> Result<Vec<Sample>>
+where
+    L: FnMut(&mut S) -> Result<()>,
+{
+    let (start, through) = (Barrier::new(workers), AtomicU32::new(0));
+    let gate = Gate { loops, workers: workers as u32, through: &through };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|i| {
+                let (setup, start, gate) = (&setup, &start, &gate);
+                s.spawn(move || {
+                    let (mut state, mut lp) = setup(i);
+                    cacheline::take();
+                    start.wait();
+                    let (t, c) = (Instant::now(), thread_cpu_time());
+                    let made = gate.run(&mut state, &mut lp);
+                    let (wall, cpu) = (t.elapsed(), thread_cpu_time() - c);
+                    let sample = made.map(|loops| Sample { loops, wall, cpu, transfers: cacheline::take() });
+                    cacheline::account_as(0);
+                    sample
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))?).collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Overlapping workers run on until the slowest has made its least;
+    /// counted ones stop at their count.
+    #[test]
+    fn overlapping_workers_wait_for_the_slowest() {
+        // Worker 0's first loop lasts until worker 1 has made `wait_for`.
+        let run = |loops, wait_for: u32| {
+            let made_by_1 = AtomicU32::new(0);
+            let samples = run_threads(2, loops, |i| {
+                let made_by_1 = &made_by_1;
+                ((), move |_: &mut ()| {
+                    match i {
+                        0 => {
+                            while made_by_1.load(Ordering::SeqCst) < wait_for {
+                                std::thread::yield_now();
+                            }
+                        }
+                        _ => _ = made_by_1.fetch_add(1, Ordering::SeqCst),
+                    }
+                    Ok(())
+                })
+            });
+            samples.unwrap().iter().map(|s| s.loops).collect::<Vec<_>>()
+        };
+        assert_eq!(run(Loops::Each(3), 0), [3, 3]);
+        let overlapping = run(Loops::Overlapping(3), 20);
+        assert!(overlapping[0] == 3 && overlapping[1] >= 20, "made {overlapping:?}");
+    }
+
+    /// A failing worker does not keep the others looping.
+    #[test]
+    fn a_failing_worker_releases_the_others() {
+        let r = run_threads(2, Loops::Overlapping(2), |i| {
+            ((), move |_: &mut ()| if i == 0 { anyhow::bail!("worker 0 fails") } else { Ok(()) })
+        });
+        assert!(r.is_err());
+    }
+}
