@@ -36,7 +36,8 @@ use crate::pgtable::{alloc_pmd, alloc_pud, load, pt_share_count, pte_lockptr, st
 use crate::rmap::{self, VmaRecord};
 use crate::shmem::{in_page_cache, Inode};
 use crate::sync::atomic::Ordering::Relaxed;
-use crate::sync::{cacheline, cacheline::Structure, sim, Arc};
+use crate::sync::cacheline::{Locked, Structure};
+use crate::sync::{sim, Arc};
 use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
@@ -91,17 +92,13 @@ pub(super) fn with_fault_locks<R>(
     let design = k.config.hugetlb_sync;
     let lock_mutex = || {
         let mutex = k.hugetlb_fault_mutex(inode.ino, vma.page_index(haddr));
-        cacheline::write(Structure::FaultMutex, mutex);
-        mutex.lock().unwrap()
+        Locked::take(Structure::FaultMutex, mutex, || mutex.lock().unwrap())
     };
     // Declared before the locks, so let go after them.
     let _other_mm;
     let _mutex_first = (design == HugetlbSync::VmaLock).then(lock_mutex);
     let vma_lock = vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| {
-        cacheline::write(Structure::HugetlbVmaLock, &**l);
-        l.read().unwrap()
-    });
+    let _vma_lock = vma_lock.as_ref().map(|l| Locked::take(Structure::HugetlbVmaLock, &**l, || l.read().unwrap()));
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let pmd;
     (pmd, _other_mm) = huge_pte_alloc(k, mm, vma, inode, haddr, i_mmap.as_deref().map(|r| &**r))?;
@@ -277,10 +274,7 @@ fn huge_pmd_share(
 pub(crate) fn with_unshare_locks<R>(k: &Kernel, v: &Vma, f: impl FnOnce() -> R) -> R {
     let file = v.file().filter(|_| v.is_hugetlb());
     let vma_lock = v.hugetlb_vma_lock().filter(|_| k.config.hugetlb_sync == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| {
-        cacheline::write(Structure::HugetlbVmaLock, &**l);
-        l.write().unwrap()
-    });
+    let _vma_lock = vma_lock.as_ref().map(|l| Locked::take(Structure::HugetlbVmaLock, &**l, || l.write().unwrap()));
     let _i_mmap = file.as_ref().map(|f| f.i_mmap.write());
     f()
 }

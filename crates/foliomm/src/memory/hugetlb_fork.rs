@@ -11,6 +11,7 @@ use crate::mm_types::{Mm, Vma};
 use crate::pgtable::{pt_share_count, pte_lockptr, PmdSlot};
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::cacheline::{Locked, Structure};
 use crate::sync::sim;
 use crate::Result;
 
@@ -35,7 +36,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
     let mut others = Vec::new();
     let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
     let vma_lock = src_vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| l.read().unwrap());
+    let _vma_lock = vma_lock.as_ref().map(|l| Locked::take(Structure::HugetlbVmaLock, &**l, || l.read().unwrap()));
     let mut addr = src_vma.start();
     while addr < src_vma.end() {
         sim::work(sim::Work::PtSteps(1));

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use crate::arch::PAGE_SIZE;
-use crate::sync::cacheline::{self, Structure};
+use crate::sync::cacheline::{Locked, Structure};
 use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One VMA in an rmap tree.
@@ -144,16 +144,14 @@ impl RmapTree {
 
     /// The read lock: the linked VMAs in walk order, fixed until the guard
     /// is dropped.
-    pub fn read(&self) -> RwLockReadGuard<'_, Records> {
-        cacheline::write(self.structure, &self.lock);
-        self.lock.read().unwrap()
+    pub fn read(&self) -> Locked<RwLockReadGuard<'_, Records>> {
+        Locked::take(self.structure, &self.lock, || self.lock.read().unwrap())
     }
 
     /// The write lock: the records, with no walker and no change until the
     /// guard is dropped.
-    pub fn write(&self) -> RwLockWriteGuard<'_, Records> {
-        cacheline::write(self.structure, &self.lock);
-        self.lock.write().unwrap()
+    pub fn write(&self) -> Locked<RwLockWriteGuard<'_, Records>> {
+        Locked::take(self.structure, &self.lock, || self.lock.write().unwrap())
     }
 
     /// A copy of the records (for the checker).

@@ -104,6 +104,46 @@ pub fn access_at(s: Structure, addr: usize, write: bool) {
     access(s, addr, write);
 }
 
+/// A lock's guard whose lock word is a word of a line of a structure:
+/// taking the lock ([`Locked::take`]) and letting it go (the drop) are
+/// each a write of that line, as `down_read` / `up_read`, `down_write` /
+/// `up_write` and `mutex_lock` / `mutex_unlock` are each an atomic RMW of
+/// the lock word. The release is accounted before the lock is let go.
+pub struct Locked<G> {
+    s: Structure,
+    word: usize,
+    guard: G,
+}
+
+impl<G> Locked<G> {
+    /// Accounts the write of `word` (the lock word, of a line of `s`), then
+    /// takes the lock with `take`.
+    pub fn take<T: ?Sized>(s: Structure, word: &T, take: impl FnOnce() -> G) -> Locked<G> {
+        let word = word as *const T as *const () as usize;
+        access(s, word, true);
+        Locked { s, word, guard: take() }
+    }
+}
+
+impl<G: std::ops::Deref> std::ops::Deref for Locked<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Locked<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
+}
+
+impl<G> Drop for Locked<G> {
+    fn drop(&mut self) {
+        access(self.s, self.word, true);
+    }
+}
+
 /// An update by `amount` of a per-CPU counter whose shared count is `word`
 /// (`percpu_counter_add_batch`): the shared line is written when this CPU's
 /// pending amount reaches the batch. Differs from Linux: one pending amount
