@@ -124,3 +124,29 @@ fn the_compound_lock_collapses_where_the_atomics_do_not() {
     assert!(cell(2, sleeping) > cell(2, "compound-locked"), "longer lock waits: {:?}", rows[2]);
     assert!(change("large-mapcount").abs() < 1.0, "large-mapcount's atomic shares nr-mapped's line: {row}");
 }
+
+/// `bench hugetlb-pmd-share` (seed 002) at 4 simulated CPUs over 1 GiB.
+fn seed_002() -> String {
+    let args = ["bench", "seed-002", "--sim-cpus", "4", "--no-host", "--runs", "2", "--loops", "1", "--size", "1G"];
+    let args = [&args[..], &["--frames", "sparse", "--apart"]].concat();
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn seed_002s_faulters_wait_for_i_mmap_rwsem_where_it_guards_faults() {
+    let a = seed_002();
+    assert_eq!(a, seed_002(), "two runs with one seed");
+    // The combined row: i-mmap-rwsem, no-lock, vma-lock, host ("-").
+    let combined = a.lines().find(|l| l.starts_with("faults  |")).unwrap();
+    let cells: Vec<f64> =
+        combined.split('|').nth(1).unwrap().split_whitespace().filter_map(|c| c.parse().ok()).collect();
+    // Every fault takes and lets go of the file's i_mmap_rwsem under
+    // i-mmap-rwsem: its line moves between the faulters, and the forkers'
+    // writers make them wait.
+    assert!(cells[0] < 0.9 * cells[1] && cells[0] < 0.9 * cells[2], "{combined}");
+    let transfers = a.lines().find(|l| l.trim_start().starts_with("model, i-mmap-rwsem") && l.contains("i_mmap_rwsem"));
+    let moved = transfers.unwrap().split("i_mmap_rwsem ").nth(1).unwrap().split(',').next().unwrap();
+    assert!(moved.parse::<f64>().unwrap() > 1.0, "take and release each move the line: {moved}");
+}

@@ -33,6 +33,7 @@ use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
 use crate::phys::{pg, Placement, MAX_NUMNODES};
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::cacheline::Aligned;
 use crate::sync::Mutex;
 use crate::Errno;
 
@@ -110,14 +111,17 @@ pub struct HugePool {
     pools: [Mutex<Pool>; 2],
     /// `hugetlb_fault_mutex_table`: faults, allocations and removals of one
     /// file page are serialized by the mutex its (mapping, index) hashes to.
-    fault_mutexes: Vec<Mutex<()>>,
+    /// Differs from Linux: a line per mutex (Linux's 32-byte mutexes share
+    /// lines in pairs), so that the simulated costs do not depend on where
+    /// the allocator put the table.
+    fault_mutexes: Vec<Aligned<Mutex<()>>>,
 }
 
 impl Default for HugePool {
     fn default() -> HugePool {
         HugePool {
             pools: Default::default(),
-            fault_mutexes: (0..FAULT_MUTEXES).map(|_| crate::sync::new_mutex(())).collect(),
+            fault_mutexes: (0..FAULT_MUTEXES).map(|_| Aligned(crate::sync::new_mutex(()))).collect(),
         }
     }
 }

@@ -38,6 +38,11 @@ use crate::sync::{Arc, Mutex};
 use crate::Errno;
 
 /// One machine's kernel-wide state.
+///
+/// Line-aligned, so that which of its words share a line does not depend
+/// on where the allocator put it: the simulated coherence costs are the
+/// same on every run.
+#[repr(align(64))]
 pub struct Kernel {
     pub phys: PhysMem,
     pub design: &'static dyn MapcountDesign,

@@ -293,6 +293,7 @@ impl Drop for Mm {
         self.exit();
         self.kernel.free_table(self.pgd);
         self.kernel.mm_ids.free(self.id);
+        crate::sync::cacheline::freed(self);
     }
 }
 

@@ -19,6 +19,11 @@ use crate::tlb::MmTlb;
 use crate::Result;
 
 /// One address space.
+///
+/// Line-aligned (as the kernel's slab caches of it are), so that which of
+/// its words share a line does not depend on where the allocator put it:
+/// the simulated coherence costs are the same on every run.
+#[repr(align(64))]
 pub struct Mm {
     /// The kernel context of the machine this MM belongs to.
     pub kernel: Arc<Kernel>,

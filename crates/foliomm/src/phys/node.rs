@@ -66,7 +66,10 @@ impl Placement {
 }
 
 /// One node: its frames `[start, start + nr_frames)`, its zone's buddy free
-/// lists and its per-CPU lists.
+/// lists and its per-CPU lists. Line-aligned, so that the simulated
+/// coherence costs of its zone lock do not depend on where the allocator
+/// put the nodes.
+#[repr(align(64))]
 pub(super) struct Node {
     pub(super) start: Pfn,
     pub(super) nr_frames: u64,

@@ -19,7 +19,12 @@ use crate::sync::{Arc, Mutex};
 /// `struct anon_vma`: its identity (what anon folios record), its root's
 /// (the anon_vma of the first ancestor, whose tree every descendant's VMA
 /// joins) and the tree of the VMAs linked to it.
+///
+/// Line-aligned (as the kernel's slab caches of it are), so that which of
+/// its words share a line does not depend on where the allocator put it:
+/// the simulated coherence costs are the same on every run.
 #[derive(Debug)]
+#[repr(align(64))]
 pub struct AnonVma {
     pub id: u64,
     pub root: u64,
@@ -31,6 +36,13 @@ impl AnonVma {
     /// root is `root` (a fork child's), or a root of its own.
     pub fn new(id: u64, root: Option<u64>) -> AnonVma {
         AnonVma { id, root: root.unwrap_or(id), tree: RmapTree::anon() }
+    }
+}
+
+impl Drop for AnonVma {
+    /// `anon_vma_free`: its lines leave the simulated caches.
+    fn drop(&mut self) {
+        crate::sync::cacheline::freed(self);
     }
 }
 

@@ -8,11 +8,13 @@ use std::collections::HashMap;
 use std::ops::Deref;
 
 use crate::rmap::{RmapTree, VmaRecord};
+use crate::sync::cacheline::Aligned;
 use crate::sync::{Arc, Mutex, RwLock};
 
 /// The hugetlb VMA lock (`struct hugetlb_vma_lock`'s `rw_sema`) of a
-/// shared hugetlb VMA.
-pub type HugetlbVmaLock = Arc<RwLock<()>>;
+/// shared hugetlb VMA, alone in its line wherever it is allocated (the
+/// simulated coherence costs are the same on every run).
+pub type HugetlbVmaLock = Arc<Aligned<RwLock<()>>>;
 
 /// `i_mmap` and `i_mmap_rwsem`, with the hugetlb VMA locks of the linked
 /// shared hugetlb VMAs (`vm_private_data` in Linux, kept here beside the
@@ -32,7 +34,7 @@ impl IMmap {
     /// `vma_lock`, a new hugetlb VMA lock for it (`hugetlb_vma_lock_alloc`).
     pub fn link(&self, m: VmaRecord, vma_lock: bool) {
         if vma_lock {
-            self.1.lock().unwrap().insert(m.vma, Arc::new(RwLock::new(())));
+            self.1.lock().unwrap().insert(m.vma, Arc::new(Aligned(RwLock::new(()))));
         }
         self.0.link(m);
     }

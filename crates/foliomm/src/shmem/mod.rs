@@ -71,6 +71,11 @@ const I_PAGES: usize = 0xffff_9000_0100_0000;
 const I_PAGES_STRIDE: usize = (1 << 28) + 64;
 
 /// A shmem inode and its page cache.
+///
+/// Line-aligned (as the kernel's slab caches of it are), so that which of
+/// its words share a line does not depend on where the allocator put it:
+/// the simulated coherence costs are the same on every run.
+#[repr(align(64))]
 pub struct Inode {
     pub(crate) k: Arc<Kernel>,
     /// The inode number; also the folios' `mapping` identity.
@@ -362,6 +367,7 @@ impl Drop for Inode {
     /// gone; the cache is emptied and reservations given back.
     fn drop(&mut self) {
         self.undo_range(0, u64::MAX);
+        crate::sync::cacheline::freed(self);
     }
 }
 

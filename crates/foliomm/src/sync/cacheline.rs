@@ -35,6 +35,12 @@ pub use super::structure::{Structure, Transfers};
 #[repr(align(64))]
 pub struct Aligned<T>(pub T);
 
+impl<T> Drop for Aligned<T> {
+    fn drop(&mut self) {
+        freed(self);
+    }
+}
+
 impl<T> std::ops::Deref for Aligned<T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -104,15 +110,29 @@ pub fn access_at(s: Structure, addr: usize, write: bool) {
     access(s, addr, write);
 }
 
+/// `obj` is being freed: on simulated CPUs its lines leave every cache,
+/// so that the next object the allocator puts there starts cold wherever
+/// it lands (and the costs do not depend on the allocator's reuse). The
+/// kernel's slabs would hand it out warm in the freeing CPU's cache.
+pub fn freed<T: ?Sized>(obj: &T) {
+    if super::sim::active() {
+        super::sim::forget(obj as *const T as *const () as usize, std::mem::size_of_val(obj));
+    }
+}
+
 /// A lock's guard whose lock word is a word of a line of a structure:
 /// taking the lock ([`Locked::take`]) and letting it go (the drop) are
 /// each a write of that line, as `down_read` / `up_read`, `down_write` /
 /// `up_write` and `mutex_lock` / `mutex_unlock` are each an atomic RMW of
-/// the lock word. The release is accounted before the lock is let go.
+/// the lock word. Differs from Linux: the release is accounted once the
+/// lock is free, where Linux's RMW frees it when it completes (without
+/// the writers' optimistic spinning, which the simulated rwsem lacks, a
+/// critical section longer by a line transfer turns a busy rwsem into a
+/// convoy of sleeping waiters).
 pub struct Locked<G> {
     s: Structure,
     word: usize,
-    guard: G,
+    guard: Option<G>,
 }
 
 impl<G> Locked<G> {
@@ -121,25 +141,26 @@ impl<G> Locked<G> {
     pub fn take<T: ?Sized>(s: Structure, word: &T, take: impl FnOnce() -> G) -> Locked<G> {
         let word = word as *const T as *const () as usize;
         access(s, word, true);
-        Locked { s, word, guard: take() }
+        Locked { s, word, guard: Some(take()) }
     }
 }
 
 impl<G: std::ops::Deref> std::ops::Deref for Locked<G> {
     type Target = G::Target;
     fn deref(&self) -> &G::Target {
-        &self.guard
+        self.guard.as_ref().expect("held until dropped")
     }
 }
 
 impl<G: std::ops::DerefMut> std::ops::DerefMut for Locked<G> {
     fn deref_mut(&mut self) -> &mut G::Target {
-        &mut self.guard
+        self.guard.as_mut().expect("held until dropped")
     }
 }
 
 impl<G> Drop for Locked<G> {
     fn drop(&mut self) {
+        drop(self.guard.take());
         access(self.s, self.word, true);
     }
 }

@@ -69,6 +69,12 @@ impl Caches {
         out
     }
 
+    /// Forgets the lines `lines` (of an object that was freed): in no
+    /// cache, their next access a fetch from memory.
+    pub fn forget(&mut self, lines: std::ops::RangeInclusive<usize>) {
+        lines.for_each(|l| _ = self.lines.remove(&l));
+    }
+
     /// The tag of the last access to `line`, if it was accessed.
     pub fn tag(&self, line: usize) -> Option<u8> {
         self.lines.get(&line).map(|l| l.tag)

@@ -325,6 +325,14 @@ pub(crate) fn access(s: Structure, addr: usize, write: bool) {
     });
 }
 
+/// The `len` bytes at `addr` were freed: their lines leave every cache.
+pub(crate) fn forget(addr: usize, len: usize) {
+    with_me(|sim, _| {
+        let lines = addr >> 6..=(addr + len.max(1) - 1) >> 6;
+        sim.lock().caches.forget(lines);
+    });
+}
+
 /// This thread's simulated CPU, from 1, if it runs as one.
 pub fn cpu() -> Option<usize> {
     ME.with(|m| m.borrow().as_ref().map(|&(_, me)| me + 1))
