@@ -11,7 +11,7 @@ use foliomm::internals::sync::cacheline::Transfers;
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
 use super::seed_002::{area_at, Program, Round, Seed002Args, HPAGE};
-use super::workers::{Gate, Loops};
+use super::workers::{host_rates, Gate, Loops};
 
 /// One round of `programs` on the host: a hugetlbfs memfd every instance
 /// maps, the pool set to hold it (and restored), an instance per process.
@@ -34,7 +34,7 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
     // Each instance opens the file anew through this process's descriptor.
     let path = |fd: &std::os::fd::OwnedFd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let (path, gate) = (path(&fd), path(&gate));
-    let mut workers = Workers::fork(programs.len(), |i| {
+    let workers = Workers::fork(programs.len(), |i| {
         let words = [programs[i].name(), &path, &area_at(a.apart, i).to_string(), &size.to_string()];
         // This binary, even if rebuilt meanwhile; its errors on stderr.
         let run = std::process::Command::new("/proc/self/exe")
@@ -48,17 +48,8 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
         [rate.unwrap_or(-1.0).to_bits()]
     })
     .context("host fork")?;
-    workers.start()?;
-    // The reports come in any order; each names its instance.
-    let reports = workers.reports().context("host")?;
-    reports
-        .into_iter()
-        .map(|(i, [rate])| {
-            let rate = f64::from_bits(rate);
-            ensure!(rate > 0.0, "host: an instance failed");
-            Ok((programs[i], rate))
-        })
-        .collect()
+    let rates = host_rates(workers, "host: an instance failed")?;
+    Ok(rates.into_iter().map(|(i, rate)| (programs[i], rate)).collect())
 }
 
 /// The first argument that makes the foliomm binary run one host instance

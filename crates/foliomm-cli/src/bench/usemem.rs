@@ -23,7 +23,7 @@ use foliomm_host::sys::{memfd, Map, Workers};
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::seed_002::{runner_name, Runner};
-use super::workers::{run_workers, Loops};
+use super::workers::{host_rates, run_workers, Loops};
 
 /// The 2 MiB huge pages the processes map.
 const HPAGE: u64 = 1 << 21;
@@ -152,7 +152,7 @@ fn host(n: usize, size: u64) -> Result<Vec<f64>> {
 }
 
 fn host_round(n: usize, size: u64) -> Result<Vec<f64>> {
-    let mut workers = Workers::fork(n, |_| {
+    let workers = Workers::fork(n, |_| {
         let rate = (|| {
             let fd = memfd(c"foliomm-usemem", size, true).ok()?;
             let mut m = Map::file(Some((fd.as_fd(), 0))).map(size as usize).ok()?;
@@ -164,14 +164,6 @@ fn host_round(n: usize, size: u64) -> Result<Vec<f64>> {
         [rate.unwrap_or(-1.0).to_bits()]
     })
     .context("host fork")?;
-    workers.start()?;
-    let reports = workers.reports().context("host")?;
-    reports
-        .into_iter()
-        .map(|(_, [rate])| {
-            let rate = f64::from_bits(rate);
-            ensure!(rate > 0.0, "host: a process could not map or fill its hugetlb memory");
-            Ok(rate)
-        })
-        .collect()
+    let rates = host_rates(workers, "host: a process could not map or fill its hugetlb memory")?;
+    Ok(rates.into_iter().map(|(_, rate)| rate).collect())
 }

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use foliomm::internals::sync::cacheline::{self, Transfers};
 use foliomm::internals::sync::sim;
-use foliomm_host::sys::thread_cpu_time;
+use foliomm_host::sys::{thread_cpu_time, Workers};
 
 use super::page_fault::Simulated;
 
@@ -144,6 +144,16 @@ where
             .collect();
         handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))?).collect()
     })
+}
+
+/// Starts host workers that each report a rate (an `f64`'s bits; not
+/// above 0 when it failed) and returns the rates by worker number, in any
+/// order; `failed` says what a failed worker means.
+pub(super) fn host_rates(mut workers: Workers<1>, failed: &str) -> Result<Vec<(usize, f64)>> {
+    workers.start()?;
+    let reports = workers.reports().context("host")?;
+    let rates = reports.into_iter().map(|(i, [rate])| (i, f64::from_bits(rate)));
+    rates.map(|(i, rate)| if rate > 0.0 { Ok((i, rate)) } else { Err(anyhow::anyhow!("{failed}")) }).collect()
 }
 
 #[cfg(test)]
