@@ -23,7 +23,7 @@ mod seed_000_results;
 mod seed_000_tables;
 mod seed_001;
 mod seed_002;
-mod seed_002_host;
+mod seed_002_programs;
 mod seed_003;
 mod seed_004;
 mod seed_004_validation;
@@ -34,7 +34,7 @@ mod usemem;
 mod workers;
 mod zap_tradeoffs;
 
-pub use seed_002_host::{program_main as seed_002_program, PROGRAM_ARG as SEED_002_PROGRAM};
+pub use seed_002_programs::{program_main as seed_002_program, PROGRAM_ARG as SEED_002_PROGRAM};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -14,17 +14,15 @@
 //! merge into one VMA); the files are memfds, where will-it-scale makes
 //! them in `/tmp` (tmpfs on most systems).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::os::fd::AsFd;
 
-use super::workers::{run_threads, run_workers, Loops, Sample};
+use super::workers::{run_threads, run_workers, Loops, Sample, Simulated};
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::mm::Advice;
 use foliomm::internals::sync::cacheline::{self, Transfers};
-use foliomm::internals::sync::sim::Profile;
 use foliomm::{Machine, MmapFlags, Prot};
 use foliomm_host::sys::{self, memfd, minor_faults, process_cpu_time, Map, Mapping, Workers};
 
@@ -241,71 +239,4 @@ fn host_processes(test: Test, procs: usize, len: usize, loops: u32) -> Result<Ve
             Ok(Sample { loops, wall: ns(wall), cpu: ns(cpu), transfers: Transfers::default() })
         })
         .collect()
-}
-
-/// A run on simulated CPUs ([`sim`]): the cost profile, the seed of the
-/// interleaving, and the quantum (picoseconds) a CPU may run ahead.
-#[derive(Clone, Debug)]
-pub(super) struct Simulated {
-    pub profile: Profile,
-    pub seed: u64,
-    pub quantum: u64,
-}
-
-impl Simulated {
-    /// The run of configuration `key`'s next round: round r runs with
-    /// seed + r, so that the rounds' spread is the seeds'.
-    pub(super) fn next_round<K: std::hash::Hash + Eq>(&self, rounds: &mut HashMap<K, u64>, key: K) -> Simulated {
-        let r = rounds.entry(key).or_default();
-        *r += 1;
-        Simulated { seed: self.seed + *r - 1, ..self.clone() }
-    }
-}
-
-/// A benchmark's simulation, if it runs on simulated CPUs, with the
-/// rounds each configuration `K` has run.
-pub(super) type SimRounds<K> = Option<(Simulated, HashMap<K, u64>)>;
-
-/// The benchmarks' options for simulated CPUs.
-#[derive(clap::Args, Clone, Debug)]
-pub(super) struct SimArgs {
-    /// Run on simulated CPUs (each count 1 to 64, comma-separated):
-    /// virtual time from a cost profile, the same figures on every run and
-    /// machine for one seed.
-    #[arg(long = "sim-cpus", value_delimiter = ',')]
-    pub cpus: Vec<usize>,
-    /// The first seed of the simulated interleavings; round r uses seed+r,
-    /// so the rounds' spread is the seeds'.
-    #[arg(long = "sim-seed", default_value_t = 1)]
-    seed: u64,
-    /// How far (ns of simulated time) a simulated CPU may run ahead of the
-    /// next before it hands over (0: strictly in clock order).
-    #[arg(long = "sim-quantum", default_value_t = 0)]
-    quantum: u64,
-    /// The cost profile: `two-socket-server` (published latencies),
-    /// `cheap-atomics` (the same with locked RMWs as cheap as plain stores,
-    /// seed 000's AMD EPYC) or a file `foliomm sim calibrate` wrote.
-    #[arg(long = "sim-profile", default_value = "two-socket-server")]
-    profile: String,
-    /// Adjacent-line prefetch on: a line moves with its 128-byte buddy, as
-    /// on the Broadwell machines where seed 004's old regression showed.
-    #[arg(long = "sim-prefetch")]
-    prefetch: bool,
-}
-
-impl SimArgs {
-    /// The simulation the options ask for, if `--sim-cpus` was given.
-    pub(super) fn simulated(&self) -> Result<Option<Simulated>> {
-        if self.cpus.is_empty() {
-            return Ok(None);
-        }
-        ensure!(
-            self.cpus.iter().all(|c| (1..=64).contains(c)),
-            "--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56"
-        );
-        let quantum = self.quantum.checked_mul(1000).context("--sim-quantum: too large")?;
-        let mut profile = crate::sim::profile(&self.profile)?;
-        profile.adjacent_prefetch |= self.prefetch;
-        Ok(Some(Simulated { profile, seed: self.seed, quantum }))
-    }
 }

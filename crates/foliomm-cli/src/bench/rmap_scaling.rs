@@ -50,10 +50,9 @@ use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{CompoundLock, Config, Design, MmapFlags, Prot};
 
 use super::new_table;
-use super::page_fault::{SimArgs, SimRounds, Simulated};
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
-use super::workers::{run_workers, Loops};
+use super::workers::{run_workers, Loops, SimArgs, SimRounds, Simulated};
 
 #[derive(clap::Args)]
 pub(super) struct RmapScalingArgs {

@@ -26,16 +26,12 @@ use foliomm::internals::shmem::Inode;
 use foliomm::internals::sync::cacheline::{self, Structure, Transfers};
 use foliomm::{Config, Design, MmapFlags, Prot};
 
-use super::page_fault::{SimArgs, SimRounds, Simulated};
 use super::published::SEED_002;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
-use super::seed_002_host::host;
+use super::seed_002_programs::{area_at, host, Program, Round, HPAGE};
 use super::stats::{change, min_max_mean};
-use super::workers::{run_workers, Loops};
-
-/// The 2 MiB huge pages the benchmark uses.
-pub(super) const HPAGE: u64 = 1 << 21;
+use super::workers::{run_workers, Loops, SimArgs, SimRounds, Simulated};
 
 #[derive(clap::Args)]
 pub(super) struct Seed002Args {
@@ -50,11 +46,11 @@ pub(super) struct Seed002Args {
     instances: Vec<u16>,
     /// Loops each instance makes per round (1 to 10000).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub(super) loops: u32,
+    loops: u32,
     /// Huge pages the forking program write-faults before each fork (0 to
     /// 1024, and at most the area's).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(..=1024))]
-    pub(super) touched: u64,
+    touched: u64,
     /// Map each instance's area 2 MiB x (its number mod 511, + 1) past the
     /// 1 GiB boundary, as mmap(NULL)'s randomized placement puts unrelated
     /// processes, so that no two of up to 511 instances share PMD tables
@@ -62,17 +58,11 @@ pub(super) struct Seed002Args {
     /// aligned 1 GiB window: --size 2G or more); without it every instance
     /// maps at the boundary and they all share.
     #[arg(long)]
-    pub(super) apart: bool,
+    apart: bool,
     /// Simulated CPUs, an instance each (`--sim-cpus` replaces
     /// `--instances`; no host kernel beside them).
     #[command(flatten)]
     sim: SimArgs,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub(super) enum Program {
-    Fork,
-    Fault,
 }
 
 /// Who runs the programs: a model design, or the host kernel.
@@ -132,29 +122,6 @@ fn mixed(set: &[Program]) -> bool {
     set.iter().any(|&p| p != set[0])
 }
 
-impl Program {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Program::Fork => "fork",
-            Program::Fault => "fault",
-        }
-    }
-
-    /// Its operations in one loop over an area of `size`: a fork, or a
-    /// fault per huge page.
-    pub(super) fn ops_per_loop(self, size: u64) -> f64 {
-        match self {
-            Program::Fork => 1.0,
-            Program::Fault => (size / HPAGE) as f64,
-        }
-    }
-
-    /// Its table: forks per second, faults per second.
-    fn table(self) -> usize {
-        self as usize
-    }
-}
-
 impl Benchmark for Seed002<'_> {
     /// A runner and an instance set.
     type Config = (Runner, usize);
@@ -200,7 +167,7 @@ impl Benchmark for Seed002<'_> {
         let simulated = self.simulated.as_mut().map(|(s, rounds)| s.next_round(rounds, (runner, i)));
         let Round { rates, transfers, ops } = match runner {
             Runner::Model(d) => model(d, programs, size, a, simulated.as_ref())?,
-            Runner::Host => host(programs, size, a)?,
+            Runner::Host => host(programs, size, (a.loops, a.touched, a.apart))?,
         };
         let samples = rates.iter().map(|&(p, r)| (p.table(), r)).collect();
         let counters = match runner {
@@ -219,15 +186,6 @@ impl Benchmark for Seed002<'_> {
     fn print(&self, run: &SavedRun) {
         print_tables(self, run);
     }
-}
-
-/// What one round of a configuration measured: each instance's program
-/// and rate, and (model only) the cache-line transfers and operations of
-/// all instances.
-pub(super) struct Round {
-    pub rates: Vec<(Program, f64)>,
-    pub transfers: Transfers,
-    pub ops: f64,
 }
 
 /// One round of `programs` (an instance each) on a new model machine, on
@@ -269,12 +227,6 @@ fn model(
         })
         .collect();
     Ok(Round { rates, transfers, ops: all_ops })
-}
-
-/// Where instance `i` maps the area: the 1 GiB boundary, or `apart`
-/// 2 MiB x (i + 1) past it.
-pub(super) fn area_at(apart: bool, i: usize) -> u64 {
-    (1 << 30) + if apart { (i as u64 % 511 + 1) * HPAGE } else { 0 }
 }
 
 /// One loop of `program` by the MM `mm`: map the area of `size` at `at`,

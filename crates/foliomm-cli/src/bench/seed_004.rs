@@ -19,13 +19,14 @@ use foliomm::internals::sync::cacheline::{Structure, Transfers};
 use foliomm::{Config, Machine};
 
 use super::new_table;
-use super::page_fault::{self, Layout, SimArgs, SimRounds, Test};
+use super::page_fault::{self, Layout, Test};
 use super::progress::Progress;
 use super::published::SEED_004;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::seed_004_validation::{self as validation, Series};
 use super::stats::change;
+use super::workers::{SimArgs, SimRounds};
 
 #[derive(clap::Args)]
 pub(super) struct Seed004Args {

@@ -1,6 +1,7 @@
-//! Seed 002's two programs on the host kernel: an instance per process,
-//! over one hugetlbfs memfd, looping side by side as the model's instances
-//! do (`workers::Loops::Overlapping`, through a counter in a shared page).
+//! Seed 002's two programs: what an instance runs and where it maps, and
+//! the programs on the host kernel: an instance per process, over one
+//! hugetlbfs memfd, looping side by side as the model's instances do
+//! (`workers::Loops::Overlapping`, through a counter in a shared page).
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::Instant;
@@ -10,21 +11,74 @@ use foliomm::internals::machine::HugeSize;
 use foliomm::internals::sync::cacheline::Transfers;
 use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
 
-use super::seed_002::{area_at, Program, Round, Seed002Args, HPAGE};
 use super::workers::{host_rates, Gate, Loops};
+
+/// The 2 MiB huge pages the benchmark uses.
+pub(super) const HPAGE: u64 = 1 << 21;
+
+/// What an instance runs: the forking program or the faulting one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub(super) enum Program {
+    Fork,
+    Fault,
+}
+
+impl Program {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Program::Fork => "fork",
+            Program::Fault => "fault",
+        }
+    }
+
+    /// Its operations in one loop over an area of `size`: a fork, or a
+    /// fault per huge page.
+    pub(super) fn ops_per_loop(self, size: u64) -> f64 {
+        match self {
+            Program::Fork => 1.0,
+            Program::Fault => (size / HPAGE) as f64,
+        }
+    }
+
+    /// Its table: forks per second, faults per second.
+    pub(super) fn table(self) -> usize {
+        self as usize
+    }
+}
+
+/// What one round of a configuration measured: each instance's program
+/// and rate, and (model only) the cache-line transfers and operations of
+/// all instances.
+pub(super) struct Round {
+    pub rates: Vec<(Program, f64)>,
+    pub transfers: Transfers,
+    pub ops: f64,
+}
+
+/// Where instance `i` maps the area: the 1 GiB boundary, or `apart`
+/// 2 MiB x (i + 1) past it.
+pub(super) fn area_at(apart: bool, i: usize) -> u64 {
+    (1 << 30) + if apart { (i as u64 % 511 + 1) * HPAGE } else { 0 }
+}
 
 /// One round of `programs` on the host: a hugetlbfs memfd every instance
 /// maps, the pool set to hold it (and restored), an instance per process.
-pub(super) fn host(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Round> {
+/// `each`: every instance's least loops, the pages a forker touches, and
+/// whether the instances map apart.
+pub(super) fn host(programs: &[Program], size: u64, each: (u32, u64, bool)) -> Result<Round> {
     use foliomm_host::sysfs;
     sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
         .map_err(anyhow::Error::msg)?;
-    let r = host_round(programs, size, a);
+    let r = host_round(programs, size, each);
     sysfs::restore_all();
     Ok(Round { rates: r?, transfers: Transfers::default(), ops: 0.0 })
 }
 
-fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(Program, f64)>> {
+fn host_round(
+    programs: &[Program],
+    size: u64,
+    (loops, touched, apart): (u32, u64, bool),
+) -> Result<Vec<(Program, f64)>> {
     let fd = memfd(c"foliomm-seed-002", size, true).context("memfd_create(MFD_HUGETLB)")?;
     // The instances' loop gate (workers::Gate), a word in a page they share.
     let gate = memfd(c"foliomm-seed-002-gate", 4096, false).context("memfd_create")?;
@@ -35,12 +89,12 @@ fn host_round(programs: &[Program], size: u64, a: &Seed002Args) -> Result<Vec<(P
     let path = |fd: &std::os::fd::OwnedFd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let (path, gate) = (path(&fd), path(&gate));
     let workers = Workers::fork(programs.len(), |i| {
-        let words = [programs[i].name(), &path, &area_at(a.apart, i).to_string(), &size.to_string()];
+        let words = [programs[i].name(), &path, &area_at(apart, i).to_string(), &size.to_string()];
         // This binary, even if rebuilt meanwhile; its errors on stderr.
         let run = std::process::Command::new("/proc/self/exe")
             .arg(PROGRAM_ARG)
             .args(words)
-            .args([a.loops.to_string(), a.touched.to_string(), gate.clone(), programs.len().to_string()])
+            .args([loops.to_string(), touched.to_string(), gate.clone(), programs.len().to_string()])
             .stderr(std::process::Stdio::inherit())
             .output();
         let out = run.ok().filter(|o| o.status.success());
