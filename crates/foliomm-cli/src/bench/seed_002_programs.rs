@@ -98,6 +98,11 @@ fn host_round(
             .stderr(std::process::Stdio::inherit())
             .output();
         let out = run.ok().filter(|o| o.status.success());
+        if out.is_none() {
+            // It may have failed (or been killed) before it could count
+            // itself: the others must not wait for it.
+            release_gate(&gate, programs.len() as u32);
+        }
         let rate = out.and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok());
         [rate.unwrap_or(-1.0).to_bits()]
     })
@@ -162,7 +167,19 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
     true
 }
 
-/// The host side of [`model_loop`] over the hugetlbfs file `file`; false
+/// Releases the instances waiting at the gate in the file `path` for one
+/// of `workers` that failed (best effort: a gate that cannot be mapped has
+/// no waiter).
+fn release_gate(path: &str, workers: u32) {
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path);
+    let Ok(file) = file else { return };
+    if let Ok(shared) = Map::file(Some((file.as_fd(), 0))).shared(true).map(4096) {
+        let through = shared.word(0);
+        Gate { loops: Loops::Overlapping(0), workers, through }.release();
+    }
+}
+
+/// The host side of the model's loop (`seed_002::model_loop`) over the hugetlbfs file `file`; false
 /// if a system call failed.
 fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, (at, size): (u64, u64), touched: u64) -> bool {
     let Ok(m) = Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize) else { return false };

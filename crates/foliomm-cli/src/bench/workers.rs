@@ -105,33 +105,50 @@ pub(super) enum Loops {
 pub(super) struct Gate<'a> {
     pub loops: Loops,
     pub workers: u32,
-    /// Workers that have made their least loops, or failed; 0 at first.
+    /// Workers that have made their least loops; 0 at first, and at
+    /// least `workers` once one failed ([`Gate::release`]).
     pub through: &'a AtomicU32,
 }
 
 impl Gate<'_> {
-    /// Runs `lp` as the loops say; returns the loops it made.
+    /// Runs `lp` as the loops say; returns the loops it made. An error or
+    /// a panic of `lp` releases the others.
     pub(super) fn run<S>(&self, state: &mut S, lp: &mut impl FnMut(&mut S) -> Result<()>) -> Result<u32> {
         let (least, overlap) = match self.loops {
             Loops::Each(n) => (n, false),
             Loops::Overlapping(n) => (n, true),
         };
+        let _unwinding = ReleaseOnUnwind(self);
         let mut made = 0;
         loop {
             if made == least {
                 self.through.fetch_add(1, Ordering::SeqCst);
             }
-            if made >= least && (!overlap || self.through.load(Ordering::SeqCst) == self.workers) {
+            if made >= least && (!overlap || self.through.load(Ordering::SeqCst) >= self.workers) {
                 return Ok(made);
             }
             if let Err(e) = lp(state) {
-                // The others must not wait for this one.
-                if made < least {
-                    self.through.fetch_add(1, Ordering::SeqCst);
-                }
+                self.release();
                 return Err(e);
             }
             made += 1;
+        }
+    }
+
+    /// A worker failed: the others stop once they have made their least
+    /// loops, and wait for nobody.
+    pub(super) fn release(&self) {
+        self.through.fetch_add(self.workers, Ordering::SeqCst);
+    }
+}
+
+/// Releases the gate's other workers if its worker panics.
+struct ReleaseOnUnwind<'g, 'a>(&'g Gate<'a>);
+
+impl Drop for ReleaseOnUnwind<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.release();
         }
     }
 }
@@ -230,15 +247,17 @@ mod tests {
     /// counted ones stop at their count.
     #[test]
     fn overlapping_workers_wait_for_the_slowest() {
-        // Worker 0's first loop lasts until worker 1 has made `wait_for`.
+        // Worker 0's first loop lasts until worker 1 has made `wait_for`
+        // (or 10 s have passed: then worker 1 stopped too early).
         let run = |loops, wait_for: u32| {
             let made_by_1 = AtomicU32::new(0);
             let samples = run_threads(2, loops, |i| {
                 let made_by_1 = &made_by_1;
                 ((), move |_: &mut ()| {
+                    let t = Instant::now();
                     match i {
                         0 => {
-                            while made_by_1.load(Ordering::SeqCst) < wait_for {
+                            while made_by_1.load(Ordering::SeqCst) < wait_for && t.elapsed().as_secs() < 10 {
                                 std::thread::yield_now();
                             }
                         }
@@ -254,12 +273,27 @@ mod tests {
         assert!(overlapping[0] == 3 && overlapping[1] >= 20, "made {overlapping:?}");
     }
 
-    /// A failing worker does not keep the others looping.
+    /// A failing or panicking worker releases the others (which give up
+    /// after 10 s: then the count shows it).
     #[test]
     fn a_failing_worker_releases_the_others() {
-        let r = run_threads(2, Loops::Overlapping(2), |i| {
-            ((), move |_: &mut ()| if i == 0 { anyhow::bail!("worker 0 fails") } else { Ok(()) })
-        });
-        assert!(r.is_err());
+        for panics in [false, true] {
+            let made_by_1 = AtomicU32::new(0);
+            let start = Instant::now();
+            let r = std::panic::catch_unwind(|| {
+                run_threads(2, Loops::Overlapping(2), |i| {
+                    let made_by_1 = &made_by_1;
+                    ((), move |_: &mut ()| match i {
+                        0 if panics => panic!("worker 0 panics"),
+                        0 => anyhow::bail!("worker 0 fails"),
+                        _ if start.elapsed().as_secs() >= 10 => anyhow::bail!("worker 1 was never released"),
+                        _ => Ok(_ = made_by_1.fetch_add(1, Ordering::SeqCst)),
+                    })
+                })
+            });
+            assert!(r.is_err() || r.is_ok_and(|r| r.is_err()), "the run fails");
+            let made = made_by_1.load(Ordering::SeqCst);
+            assert!(start.elapsed().as_secs() < 10 && made >= 2, "panics {panics}: worker 1 made {made} loops");
+        }
     }
 }

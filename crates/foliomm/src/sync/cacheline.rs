@@ -114,7 +114,10 @@ pub fn access_at(s: Structure, addr: usize, write: bool) {
 /// so that the next object the allocator puts there starts cold wherever
 /// it lands (and the costs do not depend on the allocator's reuse). The
 /// kernel's slabs would hand it out warm in the freeing CPU's cache.
+/// `obj` must be line-aligned (alone in its lines).
 pub fn freed<T: ?Sized>(obj: &T) {
+    // A smaller object may share a line with a live neighbour.
+    debug_assert!(std::mem::align_of_val(obj) >= 64, "freed() takes line-aligned objects");
     if super::sim::active() {
         super::sim::forget(obj as *const T as *const () as usize, std::mem::size_of_val(obj));
     }
