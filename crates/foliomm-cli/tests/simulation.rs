@@ -4,6 +4,13 @@
 
 use std::process::Command;
 
+/// `foliomm ARGS`'s standard output; its standard error if it fails.
+fn foliomm(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn simulated(seed: &str) -> String {
     let args = [
         "bench",
@@ -23,9 +30,7 @@ fn simulated(seed: &str) -> String {
         "--runs",
         "2",
     ];
-    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    foliomm(&args)
 }
 
 #[test]
@@ -92,10 +97,7 @@ fn a_measure_block_sums_its_parallel_blocks_contention() {
 
 /// `bench rmap-scaling` of the `map` workload at 1 and 8 simulated CPUs.
 fn rmap_scaling() -> String {
-    let args = ["bench", "rmap-scaling", "--sim-cpus", "1,8", "--runs", "2", "--loops", "5", "--workloads", "map"];
-    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    foliomm(&["bench", "rmap-scaling", "--sim-cpus", "1,8", "--runs", "2", "--loops", "5", "--workloads", "map"])
 }
 
 #[test]
@@ -128,10 +130,7 @@ fn the_compound_lock_collapses_where_the_atomics_do_not() {
 /// `bench hugetlb-pmd-share` (seed 002) at 4 simulated CPUs over 1 GiB.
 fn seed_002() -> String {
     let args = ["bench", "seed-002", "--sim-cpus", "4", "--no-host", "--runs", "2", "--loops", "1", "--size", "1G"];
-    let args = [&args[..], &["--frames", "sparse", "--apart"]].concat();
-    let out = Command::new(env!("CARGO_BIN_EXE_foliomm")).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    foliomm(&[&args[..], &["--frames", "sparse", "--apart"]].concat())
 }
 
 #[test]
