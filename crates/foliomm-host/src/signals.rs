@@ -4,10 +4,19 @@
 //! ([`on_signal`]: the settings, the run's memory cgroup, its debugfs
 //! mount); the first registration installs the handler.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 
 static UNDO: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 static INSTALLED: Once = Once::new();
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a signal is putting the host back: nothing may be changed any
+/// more (the process exits once the undo is done; a change made after the
+/// undo would outlive it).
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
 
 /// Registers `undo` (once) to run on SIGINT, SIGTERM or SIGHUP, after the
 /// workers have been ended, in the order of registration.
@@ -22,6 +31,7 @@ pub(crate) fn on_signal(undo: fn()) {
         if let Ok(mut signals) = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP]) {
             std::thread::spawn(move || {
                 if let Some(sig) = signals.forever().next() {
+                    INTERRUPTED.store(true, Ordering::SeqCst);
                     // Workers still holding huge pages would keep a 1 GiB
                     // pool from shrinking (Linux turns no gigantic page in
                     // use into a surplus one): they go first.

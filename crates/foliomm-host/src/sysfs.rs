@@ -194,6 +194,11 @@ pub fn set(path: &str, value: &str) -> Result<(), String> {
     on_signal(restore_all);
     let old = read_selected(path)?;
     let mut saved = SAVED.lock().unwrap();
+    // Checked under the lock the undo takes: either the undo comes after
+    // this change and puts it back, or this change sees the signal.
+    if crate::signals::interrupted() {
+        return Err(format!("not writing '{value}' to {path}: interrupted, the host is being put back"));
+    }
     if !saved.iter().any(|(p, _)| p == path) {
         // Recorded before the change: a kill at any later instant leaves
         // the original value on disk. A setting another live run changed
