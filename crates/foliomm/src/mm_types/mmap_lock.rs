@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use super::vma_tree::VmaMap;
 use super::{VmaCache, Vmas};
 use crate::sync::atomic::{AtomicU64, Ordering::*};
-use crate::sync::cacheline::{self, Aligned, Structure};
+use crate::sync::cacheline::{self, Aligned, Locked, Structure};
 use crate::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The mmap_lock, its sequence, and the tree it publishes to lockless readers.
@@ -38,24 +38,22 @@ impl MmapLock {
 
     /// `mmap_read_lock`.
     pub(super) fn read(&self) -> MmapReadGuard<'_> {
-        cacheline::write(Structure::MmapLock, &self.sem);
-        MmapReadGuard { vmas: self.sem.read().unwrap(), sem: &self.sem }
+        MmapReadGuard { vmas: Locked::take(Structure::MmapLock, &self.sem, || self.sem.read().unwrap()) }
     }
 
     /// `mmap_read_trylock`.
     pub(super) fn try_read(&self) -> Option<MmapReadGuard<'_>> {
-        cacheline::write(Structure::MmapLock, &self.sem);
-        Some(MmapReadGuard { vmas: self.sem.try_read().ok()?, sem: &self.sem })
+        let vmas = Locked::try_take(Structure::MmapLock, &self.sem, || self.sem.try_read().ok())?;
+        Some(MmapReadGuard { vmas })
     }
 
     /// `mmap_write_lock`: the semaphore, then a new (odd) sequence
     /// (`mm_lock_seqcount_begin`).
     pub(super) fn write(&self) -> MmapWriteGuard<'_> {
-        cacheline::write(Structure::MmapLock, &self.sem);
-        let mut vmas = self.sem.write().unwrap();
+        let mut vmas = Locked::take(Structure::MmapLock, &self.sem, || self.sem.write().unwrap());
         cacheline::write(Structure::MmLockSeq, &self.seq.0);
         vmas.write_seq = self.seq.fetch_add(1, AcqRel) + 1;
-        MmapWriteGuard { vmas, sem: &self.sem, seq: &self.seq }
+        MmapWriteGuard { vmas, seq: &self.seq }
     }
 
     /// `mm_lock_seq`, for `vma_start_read`.
@@ -64,10 +62,10 @@ impl MmapLock {
     }
 }
 
-/// The mmap_lock held for read; dropping it is `mmap_read_unlock`.
+/// The mmap_lock held for read; dropping it is `mmap_read_unlock` (`up_read`:
+/// another write of the semaphore's line, once it is let go).
 pub struct MmapReadGuard<'a> {
-    vmas: RwLockReadGuard<'a, Vmas>,
-    sem: &'a RwLock<Vmas>,
+    vmas: Locked<RwLockReadGuard<'a, Vmas>>,
 }
 
 impl std::ops::Deref for MmapReadGuard<'_> {
@@ -77,17 +75,9 @@ impl std::ops::Deref for MmapReadGuard<'_> {
     }
 }
 
-impl Drop for MmapReadGuard<'_> {
-    /// `up_read`: another write of the semaphore's line.
-    fn drop(&mut self) {
-        cacheline::write(Structure::MmapLock, self.sem);
-    }
-}
-
 /// The mmap_lock held for write; dropping it is `mmap_write_unlock`.
 pub struct MmapWriteGuard<'a> {
-    vmas: RwLockWriteGuard<'a, Vmas>,
-    sem: &'a RwLock<Vmas>,
+    vmas: Locked<RwLockWriteGuard<'a, Vmas>>,
     seq: &'a AtomicU64,
 }
 
@@ -106,11 +96,10 @@ impl std::ops::DerefMut for MmapWriteGuard<'_> {
 
 impl Drop for MmapWriteGuard<'_> {
     /// `vma_end_write_all` (the sequence becomes even: every VMA write lock
-    /// of the epoch is released), then `up_write`.
+    /// of the epoch is released), then `up_write` (when `vmas` goes).
     fn drop(&mut self) {
         self.vmas.write_seq = 0;
         cacheline::write(Structure::MmLockSeq, self.seq);
         self.seq.fetch_add(1, Release);
-        cacheline::write(Structure::MmapLock, self.sem);
     }
 }

@@ -128,10 +128,9 @@ pub fn freed<T: ?Sized>(obj: &T) {
 /// each a write of that line, as `down_read` / `up_read`, `down_write` /
 /// `up_write` and `mutex_lock` / `mutex_unlock` are each an atomic RMW of
 /// the lock word. Differs from Linux: the release is accounted once the
-/// lock is free, where Linux's RMW frees it when it completes (without
-/// the writers' optimistic spinning, which the simulated rwsem lacks, a
-/// critical section longer by a line transfer turns a busy rwsem into a
-/// convoy of sleeping waiters).
+/// lock is free, where Linux's RMW frees it when it completes (so the
+/// hold is not lengthened by a line transfer the model's release would
+/// otherwise wait for).
 pub struct Locked<G> {
     s: Structure,
     word: usize,
@@ -142,9 +141,15 @@ impl<G> Locked<G> {
     /// Accounts the write of `word` (the lock word, of a line of `s`), then
     /// takes the lock with `take`.
     pub fn take<T: ?Sized>(s: Structure, word: &T, take: impl FnOnce() -> G) -> Locked<G> {
+        Self::try_take(s, word, || Some(take())).expect("take always takes")
+    }
+
+    /// As [`Locked::take`] for a trylock: None, with the write accounted
+    /// (the failed attempt's RMW), if `try_take` did not take it.
+    pub fn try_take<T: ?Sized>(s: Structure, word: &T, try_take: impl FnOnce() -> Option<G>) -> Option<Locked<G>> {
         let word = word as *const T as *const () as usize;
         access(s, word, true);
-        Locked { s, word, guard: Some(take()) }
+        Some(Locked { s, word, guard: Some(try_take()?) })
     }
 }
 

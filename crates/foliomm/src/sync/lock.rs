@@ -12,8 +12,10 @@
 //! a mutex's newcomer may (`Mutex::new_mutex`). Its wait is simulated
 //! time spent spinning.
 //! The reader-writer lock models `struct rw_semaphore`
-//! (kernel/locking/rwsem.c): a waiter sleeps on the lock's wait list and
-//! is woken by the release that frees it. Linux's fairness rules hold in
+//! (kernel/locking/rwsem.c): a writer first spins while the owner lets it
+//! (`rwsem_optimistic_spin`, [`sim::optimistic_spin`]); then, as a
+//! reader does at once, it sleeps on the lock's wait list and is woken by
+//! the release that frees it. Linux's fairness rules hold in
 //! a simulation: with a waiter queued, a new reader or writer does not
 //! take the lock by its fast path (`RWSEM_FLAG_WAITERS` is in
 //! `RWSEM_READ_FAILED_MASK`), so a waiting writer blocks new readers; a
@@ -215,30 +217,34 @@ impl<T: ?Sized> RwLock<T> {
     /// `down_read_trylock`: fails while a writer holds it, and in a
     /// simulation also while anyone waits.
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        self.try_as(|l| l.try_read(), |g| RwLockReadGuard { inner: Some(g), lock: self })
+        self.try_as(false, |l| l.try_read(), |g| RwLockReadGuard { inner: Some(g), lock: self })
     }
 
     /// `down_write_trylock`: fails while anyone holds it, and in a
     /// simulation also while anyone waits.
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
-        self.try_as(|l| l.try_write(), |g| RwLockWriteGuard { inner: Some(g), lock: self })
+        self.try_as(true, |l| l.try_write(), |g| RwLockWriteGuard { inner: Some(g), lock: self })
     }
 
-    /// One try of the inner lock by `take`, its guard wrapped by `f`; in a
-    /// simulation a waiter makes it fail (the waiter comes first).
+    /// One try of the inner lock by `take` (to write if `writer`), its
+    /// guard wrapped by `f`; in a simulation a waiter makes it fail (the
+    /// waiter comes first).
     fn try_as<'a, G, W>(
         &'a self,
+        writer: bool,
         take: impl FnOnce(&'a std::sync::RwLock<T>) -> TryLockResult<G>,
         f: impl FnOnce(G) -> W,
     ) -> TryLockResult<W> {
         if sim::active() && sim::first_waiter(self.key()).is_some() {
             return Err(TryLockError::WouldBlock);
         }
-        match take(&self.0) {
+        let got = match take(&self.0) {
             Ok(g) => Ok(f(g)),
-            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
+            Err(TryLockError::WouldBlock) => return Err(TryLockError::WouldBlock),
             Err(TryLockError::Poisoned(p)) => Err(TryLockError::Poisoned(PoisonError::new(f(p.into_inner())))),
-        }
+        };
+        sim::rwsem_taken(self.key(), writer);
+        got
     }
 
     /// Whether nobody holds it (a probe: takes and drops the write side;
@@ -249,34 +255,39 @@ impl<T: ?Sized> RwLock<T> {
     }
 
     /// Takes it with `try_lock` in a simulation, by the rules of the
-    /// module comment, sleeping on its wait list until it can.
+    /// module comment, a writer spinning optimistically before it sleeps
+    /// on the wait list ([`sim::optimistic_spin`]).
     fn sleeping<G>(&self, writer: bool, mut try_lock: impl FnMut() -> TryLockResult<G>) -> LockResult<G> {
         let (key, mut spins) = (self.key(), 0);
-        loop {
+        let mut attempt = || match try_lock() {
+            Ok(g) => Some(Ok(g)),
+            Err(TryLockError::Poisoned(p)) => Some(Err(p)),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let got = loop {
             let woken = spins > 0;
             let steal = !writer && self.free() && !sim::handoff(key);
             if woken || sim::first_waiter(key).is_none() || steal {
-                let got = match try_lock() {
-                    Ok(g) => Ok(g),
-                    Err(TryLockError::Poisoned(p)) => Err(p),
-                    Err(TryLockError::WouldBlock) => {
-                        super::sleep_wait(&mut spins, key, writer);
-                        continue;
-                    }
-                };
-                super::sleep_done(spins, key);
-                return got;
+                if let Some(got) = attempt() {
+                    break got;
+                }
+            }
+            if writer && !woken {
+                if let Some(got) = sim::optimistic_spin(key, &mut attempt) {
+                    break got;
+                }
             }
             super::sleep_wait(&mut spins, key, writer);
-        }
+        };
+        super::sleep_done(spins, key);
+        sim::rwsem_taken(key, writer);
+        got
     }
 
-    /// After a release in a simulation: wakes the waiters if it is free
-    /// (`rwsem_wake` when the count leaves only waiters).
+    /// After a release in a simulation: `up_read` or `up_write`
+    /// ([`sim::rwsem_released`]).
     fn released(&self) {
-        if sim::active() && self.free() {
-            sim::wake(self.key());
-        }
+        sim::rwsem_released(self.key());
     }
 }
 

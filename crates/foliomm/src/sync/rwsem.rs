@@ -3,15 +3,15 @@
 //! may keep it across functions (as a fault keeps a VMA's `vm_lock`).
 //!
 //! Only writers wait (readers try-lock, as `vma_start_read` does): on
-//! simulated CPUs a writer sleeps on the wait list and the release that
-//! frees the semaphore wakes it ([`super::sleep_wait`]).
+//! simulated CPUs a writer spins optimistically while the owner lets it
+//! ([`super::sim::optimistic_spin`]), then sleeps on the wait list, and
+//! the release that frees the semaphore wakes it ([`super::sleep_wait`]).
 //!
 //! Differs from Linux: outside a simulation a waiting writer spins and
-//! yields instead of sleeping, and there is no writer preference or
-//! optimistic spinning.
+//! yields instead of sleeping, and there is no writer preference.
 
 use super::atomic::{AtomicI64, Ordering::*};
-use super::{sleep_done, sleep_wait, wake_waiters};
+use super::{sim, sleep_done, sleep_wait};
 
 /// The count: the number of readers, or `RwSem::WRITER` while a writer holds it.
 #[derive(Debug, Default)]
@@ -30,7 +30,10 @@ impl RwSem {
         let mut c = self.0.load(Relaxed);
         while c >= 0 {
             match self.0.compare_exchange_weak(c, c + 1, Acquire, Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    sim::rwsem_taken(self.key(), false);
+                    return true;
+                }
                 Err(now) => c = now,
             }
         }
@@ -41,9 +44,7 @@ impl RwSem {
     pub fn up_read(&self) {
         let before = self.0.fetch_sub(1, Release);
         debug_assert!(before > 0, "up_read without a reader");
-        if before == 1 {
-            wake_waiters(self.key());
-        }
+        sim::rwsem_released(self.key());
     }
 
     /// The count's address: the wait-list key.
@@ -53,19 +54,26 @@ impl RwSem {
 
     /// `down_write`: waits until no reader or writer holds it.
     pub fn down_write(&self) {
-        let mut spins = 0;
         // Not `_weak`: a spurious failure would sleep with nobody to wake it.
-        while self.0.compare_exchange(0, Self::WRITER, Acquire, Relaxed).is_err() {
-            sleep_wait(&mut spins, self.key(), true);
+        let take = || self.0.compare_exchange(0, Self::WRITER, Acquire, Relaxed).is_ok().then_some(());
+        if take().is_none() && sim::optimistic_spin(self.key(), take).is_none() {
+            let mut spins = 0;
+            loop {
+                sleep_wait(&mut spins, self.key(), true);
+                if take().is_some() {
+                    break;
+                }
+            }
+            sleep_done(spins, self.key());
         }
-        sleep_done(spins, self.key());
+        sim::rwsem_taken(self.key(), true);
     }
 
     /// `up_write`.
     pub fn up_write(&self) {
         debug_assert_eq!(self.0.load(Relaxed), Self::WRITER, "up_write without the writer");
         self.0.store(0, Release);
-        wake_waiters(self.key());
+        sim::rwsem_released(self.key());
     }
 
     /// Readers holding it now (0 while a writer holds it).

@@ -29,7 +29,9 @@
 
 pub mod coherence;
 pub mod profile;
+mod rwsem_owner;
 mod wait;
+mod work;
 
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,8 @@ use std::thread::Thread;
 
 pub use coherence::Outcome;
 pub use profile::Profile;
+pub(crate) use rwsem_owner::{optimistic_spin, rwsem_released, rwsem_taken};
+pub use work::{atomics_are_cheap, work, Work};
 
 use super::structure::{Structure, Transfers, N};
 use wait::{WaitLists, Waiter};
@@ -64,6 +68,13 @@ struct Cpu {
     done: bool,
     /// Asleep on a wait list: not runnable until woken.
     asleep: bool,
+    /// Whether that wait spins (the CPU stays on its CPU, as Linux's
+    /// `owner_on_cpu` sees it).
+    spinning: bool,
+    /// When a timed wait ends if no release wakes it first, and the key
+    /// it waits on; `timed_out` once it ended so.
+    deadline: Option<(u64, usize)>,
+    timed_out: bool,
     /// When it last queued at a wait list's tail (picoseconds).
     queued_at: u64,
     thread: Option<Thread>,
@@ -78,8 +89,31 @@ struct State {
     registered: usize,
     caches: coherence::Caches,
     waits: WaitLists,
+    owners: rwsem_owner::Owners,
     /// Set when every CPU left sleeps: each fails instead of hanging.
     deadlock: bool,
+}
+
+/// How a CPU waits on a lock: to write (or for an exclusive lock), at
+/// the head of the list (a woken waiter that lost the lock again),
+/// spinning rather than asleep, and until when at most.
+#[derive(Clone, Copy, Debug)]
+struct Wait {
+    writer: bool,
+    front: bool,
+    spinning: bool,
+    deadline: Option<u64>,
+}
+
+impl State {
+    /// Wakes CPU `cpu`, taken off its wait list: it runs again at `at`,
+    /// or at its own clock if that is later.
+    fn resume(&mut self, cpu: usize, at: u64) {
+        let c = &mut self.cpus[cpu];
+        c.asleep = false;
+        c.deadline = None;
+        c.report.clock = c.report.clock.max(at);
+    }
 }
 
 /// A simulation in progress.
@@ -126,6 +160,9 @@ pub fn run<R: Send>(
         report: CpuReport::default(),
         done: false,
         asleep: false,
+        spinning: false,
+        deadline: None,
+        timed_out: false,
         queued_at: 0,
         thread: None,
         rank: mix(seed, i as u64),
@@ -136,6 +173,7 @@ pub fn run<R: Send>(
         registered: 0,
         caches: Default::default(),
         waits: Default::default(),
+        owners: Default::default(),
         deadlock: false,
     };
     let sim = Arc::new(Sim { state: Mutex::new(state), profile, quantum });
@@ -200,30 +238,47 @@ impl Sim {
         self.hand_to(&mut st, next);
     }
 
-    /// The runnable CPU to run next: the smallest clock (seeded ties),
-    /// unless `me` is within the quantum of it.
+    /// The CPU to run next: the smallest clock among the runnable ones
+    /// and those whose timed wait ends (at its end), seeded ties; unless
+    /// `me` is within the quantum of it.
     fn next(&self, st: &State, me: Option<usize>) -> Option<usize> {
-        let key = |i: usize| (st.cpus[i].report.clock, st.cpus[i].rank);
-        let runnable = |i: usize| !st.cpus[i].done && !st.cpus[i].asleep;
-        let best = (0..st.cpus.len()).filter(|&i| runnable(i)).min_by_key(|&i| key(i))?;
+        let due = |i: usize| {
+            let c = &st.cpus[i];
+            match (c.done, c.asleep, c.deadline) {
+                (false, false, _) => Some(c.report.clock),
+                (false, true, Some((end, _))) => Some(c.report.clock.max(end)),
+                _ => None,
+            }
+        };
+        let best = (0..st.cpus.len()).filter_map(|i| Some((due(i)?, st.cpus[i].rank, i))).min()?;
         match me {
             Some(me)
-                if runnable(me)
-                    && st.cpus[me].report.clock <= st.cpus[best].report.clock.saturating_add(self.quantum) =>
+                if !st.cpus[me].done
+                    && !st.cpus[me].asleep
+                    && st.cpus[me].report.clock <= best.0.saturating_add(self.quantum) =>
             {
                 Some(me)
             }
-            _ => Some(best),
+            _ => Some(best.2),
         }
     }
 
-    /// Gives the baton to `next`; with no CPU runnable while some sleep,
-    /// declares a deadlock and wakes every thread to fail.
+    /// Gives the baton to `next` (ending its timed wait if it sleeps: it
+    /// leaves the wait list at the wait's end); with no CPU runnable while
+    /// some sleep, declares a deadlock and wakes every thread to fail.
     fn hand_to(&self, st: &mut State, next: Option<usize>) {
         st.current = next;
         if next.is_none() && st.cpus.iter().any(|c| c.asleep) {
             st.deadlock = true;
             st.cpus.iter().filter_map(|c| c.thread.as_ref()).for_each(Thread::unpark);
+        }
+        if let Some(n) = next.filter(|&n| st.cpus[n].asleep) {
+            let (end, key) = st.cpus[n].deadline.take().expect("only a timed wait ends unwoken");
+            st.waits.remove(key, n);
+            let c = &mut st.cpus[n];
+            c.asleep = false;
+            c.timed_out = true;
+            c.report.clock = c.report.clock.max(end);
         }
         if let Some(t) = next.and_then(|n| st.cpus[n].thread.clone()) {
             t.unpark();
@@ -250,24 +305,36 @@ impl Sim {
         }
     }
 
-    /// CPU `me` sleeps on `key` until a release wakes it, and charges the
-    /// time to the structure of `key`'s line.
-    fn sleep(&self, me: usize, key: usize, writer: bool, front: bool, spinning: bool) {
+    /// CPU `me` sleeps on `key` until a release wakes it or, with a
+    /// `deadline`, until its clock reaches that; charges the time to the
+    /// structure of `key`'s line. Returns true if a release woke it. A
+    /// writer that goes to sleep stops the optimistic spinners on the
+    /// rwsems it holds ([`rwsem_owner`]).
+    fn sleep(&self, me: usize, key: usize, w: Wait) -> bool {
         let mut st = self.lock();
         let from = st.cpus[me].report.clock;
-        if !front {
+        if !w.front {
             st.cpus[me].queued_at = from;
         }
         let since = st.cpus[me].queued_at;
-        st.waits.add(key, Waiter { cpu: me, writer, spinning, since }, front);
-        st.cpus[me].asleep = true;
+        let waiter = Waiter { cpu: me, writer: w.writer, spinning: w.spinning, since };
+        st.waits.add(key, waiter, w.front);
+        if !w.spinning {
+            rwsem_owner::owner_sleeps(&mut st, me, from + self.profile.spin);
+        }
+        let c = &mut st.cpus[me];
+        c.asleep = true;
+        c.spinning = w.spinning;
+        c.deadline = w.deadline.map(|d| (d, key));
         let next = self.next(&st, None);
         self.hand_to(&mut st, next);
         drop(st);
         self.wait_turn(me);
         let mut st = self.lock();
+        let woken = !std::mem::take(&mut st.cpus[me].timed_out);
         let waited = st.cpus[me].report.clock - from;
         charge_wait(&mut st, me, key, waited);
+        woken
     }
 
     /// Wakes the waiters a release of `key` by CPU `me` wakes: they run
@@ -277,10 +344,7 @@ impl Sim {
         let mut st = self.lock();
         let now = st.cpus[me].report.clock;
         for w in st.waits.take_woken(key) {
-            let at = now + if w.spinning { self.profile.spin } else { self.profile.wakeup };
-            let c = &mut st.cpus[w.cpu];
-            c.asleep = false;
-            c.report.clock = c.report.clock.max(at);
+            st.resume(w.cpu, now + if w.spinning { self.profile.spin } else { self.profile.wakeup });
         }
     }
 
@@ -325,11 +389,14 @@ pub(crate) fn access(s: Structure, addr: usize, write: bool) {
     });
 }
 
-/// The `len` bytes at `addr` were freed: their lines leave every cache.
+/// The `len` bytes at `addr` were freed: their lines leave every cache,
+/// and rwsems there their owner records.
 pub(crate) fn forget(addr: usize, len: usize) {
     with_me(|sim, _| {
         let lines = addr >> 6..=(addr + len.max(1) - 1) >> 6;
-        sim.lock().caches.forget(lines);
+        let mut st = sim.lock();
+        st.owners.forget(lines.clone());
+        st.caches.forget(lines);
     });
 }
 
@@ -348,7 +415,7 @@ pub fn now() -> u64 {
 /// Adds `waited` to CPU `me`'s lock waits, under the structure of the
 /// line at `key` if an accounted access named it.
 fn charge_wait(st: &mut State, me: usize, key: usize, waited: u64) {
-    let tag = st.caches.tag(key >> 6).map(usize::from).filter(|&t| t < N);
+    let tag = st.caches.tag((key & !rwsem_owner::OSQ) >> 6).map(usize::from).filter(|&t| t < N);
     let r = &mut st.cpus[me].report;
     r.waited += waited;
     if let Some(t) = tag {
@@ -373,7 +440,9 @@ pub(crate) fn spin(key: usize) {
 /// lock again. Must follow the failed try with no event between, so
 /// that no release can slip in (only one CPU runs at a time).
 pub(crate) fn sleep(key: usize, writer: bool, front: bool) {
-    with_me(|sim, me| sim.sleep(me, key, writer, front, false));
+    with_me(|sim, me| {
+        sim.sleep(me, key, Wait { writer, front, spinning: false, deadline: None });
+    });
 }
 
 /// Spins this CPU, queued on the lock at `key` (at the head if `front`),
@@ -383,7 +452,9 @@ pub(crate) fn sleep(key: usize, writer: bool, front: bool) {
 /// event between, as [`sleep`].
 #[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's mutex is loom's or shuttle's there
 pub(crate) fn spin_wait(key: usize, front: bool) {
-    with_me(|sim, me| sim.sleep(me, key, true, front, true));
+    with_me(|sim, me| {
+        sim.sleep(me, key, Wait { writer: true, front, spinning: true, deadline: None });
+    });
 }
 
 /// Who waits on the lock at `key`: None if nobody, else whether the first
@@ -418,44 +489,6 @@ pub(crate) fn handoff(key: usize) -> bool {
 /// simulation.
 pub(crate) fn wake(key: usize) {
     with_me(|sim, me| sim.wake(me, key));
-}
-
-/// Private work the model declares: a fault's, a page's zeroing, a
-/// system call's, a fork's, the locked RMWs of a mapcount update, a
-/// computation of an MM's rmap sub-IDs, and steps of a page-table walk.
-#[derive(Clone, Copy, Debug)]
-pub enum Work {
-    Fault,
-    ZeroPage,
-    Syscall,
-    Fork,
-    Atomics(u64),
-    SubIds,
-    PtSteps(u64),
-}
-
-/// Charges this CPU for `w` (nothing outside a simulation).
-pub fn work(w: Work) {
-    with_me(|sim, me| {
-        sim.advance(me, |_, p| match w {
-            Work::Fault => p.fault,
-            Work::ZeroPage => p.zero_page,
-            Work::Syscall => p.syscall,
-            Work::Fork => p.fork,
-            Work::Atomics(n) => n * p.atomic,
-            Work::SubIds => p.subid_calc,
-            Work::PtSteps(n) => n * p.pt_step,
-        })
-    });
-}
-
-/// Whether this simulated CPU's atomic RMWs cost no more than plain
-/// stores (its profile's `atomic` is 0); false outside a simulation,
-/// where the host's CPU is not known.
-pub fn atomics_are_cheap() -> bool {
-    let mut cheap = false;
-    with_me(|sim, _| cheap = sim.profile.atomic == 0);
-    cheap
 }
 
 #[cfg(test)]

@@ -119,16 +119,15 @@ fn a_sleeping_waiter_resumes_a_wake_up_after_the_release_and_is_charged_to_its_s
 fn a_waiting_writer_blocks_new_readers() {
     let lock = crate::sync::RwLock::new(Vec::new());
     let order = FacadeMutex::new(Vec::new());
-    // CPU 0 reads long; CPU 1 then queues to write; CPU 2 comes to read
-    // after that and must wait for the writer although only readers hold it.
+    // CPU 0 reads long; CPU 1 then comes to write, spins past the
+    // readers' threshold and queues; CPU 2 comes to read after that and
+    // must wait for the writer although only readers hold it.
     run(3, Profile::two_socket_server(), 9, 0, |cpu| {
-        for _ in 0..cpu * 3 {
-            work(Work::Syscall);
-        }
+        (0..[0, 8, 24][cpu]).for_each(|_| work(Work::Fault));
         match cpu {
             0 => {
                 let _g = lock.read().unwrap();
-                (0..10).for_each(|_| work(Work::Fault));
+                (0..30).for_each(|_| work(Work::Fault));
             }
             1 => lock.write().unwrap().push(1),
             _ => {
@@ -230,4 +229,77 @@ fn a_writer_that_waited_past_the_timeout_has_the_handoff() {
         }
     });
     assert_eq!(*order.lock().unwrap(), ["writer", "reader"]);
+}
+
+/// CPU 0 holds `lock` (to write if `write`) for `faults` faults while CPU
+/// 1 comes to write; returns when CPU 0 let go and when CPU 1 had it.
+fn writer_after_holder(write: bool, faults: usize) -> (u64, u64) {
+    let lock = crate::sync::RwLock::new(());
+    let (times, _) = run(2, Profile::two_socket_server(), 4, 0, |cpu| {
+        if cpu == 0 {
+            let g = if write { Ok(lock.write().unwrap()) } else { Err(lock.read().unwrap()) };
+            (0..faults).for_each(|_| work(Work::Fault));
+            drop(g);
+            return now();
+        }
+        work(Work::Syscall);
+        drop(lock.write().unwrap());
+        now()
+    });
+    (times[0], times[1])
+}
+
+#[test]
+fn a_writer_spins_on_a_running_writer_and_takes_the_lock_without_a_wake_up() {
+    let p = Profile::two_socket_server();
+    let (released, taken) = writer_after_holder(true, 20);
+    assert!(taken >= released && taken <= released + p.spin, "a spin round after the release, not a wake-up");
+}
+
+#[test]
+fn a_writer_spins_on_readers_only_up_to_the_threshold() {
+    let p = Profile::two_socket_server();
+    // One reader: 10.5 µs of spinning at most.
+    let (released, taken) = writer_after_holder(false, 5);
+    assert!(taken <= released + p.spin, "5 µs of readers: still spinning at the release");
+    let (released, taken) = writer_after_holder(false, 20);
+    assert!(taken >= released + p.wakeup, "20 µs of readers: asleep by then, woken");
+}
+
+#[test]
+fn readers_past_the_threshold_stop_later_writers_spinning_and_a_writer_sleeping_stops_its_spinners() {
+    let p = Profile::two_socket_server();
+    let (a, b) = (crate::sync::RwLock::new(()), crate::sync::RwLock::new(()));
+    // CPU 0 reads `a` for 40 µs: CPU 1's spin on it times out and marks
+    // it non-spinnable, so CPU 2, coming later, sleeps at once. CPU 3
+    // holds `b` to write and then sleeps on `a`; CPU 4 spins on `b` until
+    // CPU 3 sleeps, then sleeps too.
+    let (times, reports) = run(5, p.clone(), 2, 0, |cpu| match cpu {
+        0 => {
+            let g = a.read().unwrap();
+            (0..40).for_each(|_| work(Work::Fault));
+            drop(g);
+            now()
+        }
+        1 | 2 => {
+            (0..cpu * 15).for_each(|_| work(Work::Fault));
+            drop(a.write().unwrap());
+            now()
+        }
+        3 => {
+            let g = b.write().unwrap();
+            (0..20).for_each(|_| work(Work::Fault));
+            drop(a.write().unwrap());
+            drop(g);
+            now()
+        }
+        _ => {
+            (0..10).for_each(|_| work(Work::Fault));
+            drop(b.write().unwrap());
+            now()
+        }
+    });
+    assert!(times[1] >= times[0] + p.wakeup, "CPU 1 slept after its spin");
+    assert!(reports[2].waited > 10 * p.fault, "CPU 2 waited for the readers");
+    assert!(times[4] >= times[3] + p.wakeup, "CPU 4 stopped spinning when CPU 3 slept, and was woken");
 }

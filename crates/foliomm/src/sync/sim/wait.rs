@@ -12,9 +12,9 @@
 //! loses the race goes back to sleep at the head.
 //!
 //! Differs from Linux: the handoff after `RWSEM_WAIT_TIMEOUT` only stops
-//! a rwsem's readers from stealing the lock (`sim::handoff`), and a
-//! mutex's first waiter may lose it to newcomers any number of times (no
-//! `MUTEX_FLAG_HANDOFF`); rwsem writers do not spin on a running owner.
+//! a rwsem's readers and spinning writers from taking the lock
+//! (`sim::handoff`), and a mutex's first waiter may lose it to newcomers
+//! any number of times (no `MUTEX_FLAG_HANDOFF`).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -70,6 +70,21 @@ impl WaitLists {
         if self.woken_writer.get(&key).is_some_and(|w| w.cpu == cpu) {
             self.woken_writer.remove(&key);
         }
+    }
+
+    /// Takes `cpu` off the wait list of `key` (its timed wait ended).
+    pub fn remove(&mut self, key: usize, cpu: usize) {
+        if let Some(list) = self.lists.get_mut(&key) {
+            list.retain(|w| w.cpu != cpu);
+            if list.is_empty() {
+                self.lists.remove(&key);
+            }
+        }
+    }
+
+    /// Takes every waiter on `key`.
+    pub fn take_all(&mut self, key: usize) -> Vec<Waiter> {
+        self.lists.remove(&key).map(Vec::from).unwrap_or_default()
     }
 
     /// Takes the waiters a release of `key` wakes: the first, and if it
