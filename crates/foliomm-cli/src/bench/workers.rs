@@ -183,17 +183,16 @@ where
 {
     let through = AtomicU32::new(0);
     let gate = Gate { loops, workers: workers as u32, through: &through };
-    let (results, reports) = sim::run(workers, s.profile.clone(), s.seed, s.quantum, |i| {
+    let (results, _) = sim::run(workers, s.profile.clone(), s.seed, s.quantum, |i| {
         let (mut state, mut lp) = setup(i);
-        let start = sim::now();
-        gate.run(&mut state, &mut lp).map(|made| (start, made))
+        let start = sim::report();
+        let made = gate.run(&mut state, &mut lp)?;
+        // Timed and counted up to here: not the setup, nor the state's drop.
+        let end = sim::report();
+        let took = Duration::from_nanos((end.clock - start.clock) / 1000);
+        Ok(Sample { loops: made, wall: took, cpu: took, transfers: end.transfers.since(&start.transfers) })
     });
-    let samples = results.into_iter().zip(reports).map(|(r, report)| {
-        let (start, loops) = r?;
-        let took = Duration::from_nanos((report.clock - start) / 1000);
-        Ok(Sample { loops, wall: took, cpu: took, transfers: report.transfers })
-    });
-    samples.collect()
+    results.into_iter().collect()
 }
 
 /// Runs `workers` threads: each makes its state with `setup(i)`, waits for

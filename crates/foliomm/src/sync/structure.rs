@@ -111,10 +111,21 @@ impl Transfers {
 
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &Transfers) {
+        self.combine(other, u64::wrapping_add);
+    }
+
+    /// The counts since `earlier`, a copy of these taken before.
+    pub fn since(&self, earlier: &Transfers) -> Transfers {
+        let mut t = *self;
+        t.combine(earlier, u64::wrapping_sub);
+        t
+    }
+
+    fn combine(&mut self, other: &Transfers, f: fn(u64, u64) -> u64) {
         for i in 0..N {
-            self.accesses[i] += other.accesses[i];
-            self.transfers[i] += other.transfers[i];
-            self.waited[i] += other.waited[i];
+            self.accesses[i] = f(self.accesses[i], other.accesses[i]);
+            self.transfers[i] = f(self.transfers[i], other.transfers[i]);
+            self.waited[i] = f(self.waited[i], other.waited[i]);
         }
     }
 }

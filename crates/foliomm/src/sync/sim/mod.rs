@@ -407,9 +407,14 @@ pub fn cpu() -> Option<usize> {
 
 /// This CPU's clock in picoseconds (0 outside a simulation).
 pub fn now() -> u64 {
-    let mut clock = 0;
-    with_me(|sim, me| clock = sim.lock().cpus[me].report.clock);
-    clock
+    report().clock
+}
+
+/// What this CPU did so far (nothing outside a simulation).
+pub fn report() -> CpuReport {
+    let mut report = CpuReport::default();
+    with_me(|sim, me| report = sim.lock().cpus[me].report.clone());
+    report
 }
 
 /// Adds `waited` to CPU `me`'s lock waits, under the structure of the
