@@ -170,8 +170,9 @@ where
 }
 
 /// [`run_threads`] on simulated CPUs: each worker's times are its CPU's
-/// simulated clock over its loops (wall and CPU time alike: a simulated CPU
-/// never idles), its transfers those the coherence model counted.
+/// simulated clock over its loops (wall and CPU time alike: a CPU asleep
+/// on a lock counts as busy, nothing else runs on it), its transfers
+/// those the coherence model counted.
 fn run_simulated<S, L>(
     workers: usize,
     loops: Loops,

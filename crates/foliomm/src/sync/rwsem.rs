@@ -8,7 +8,9 @@
 //! the release that frees the semaphore wakes it ([`super::sleep_wait`]).
 //!
 //! Differs from Linux: outside a simulation a waiting writer spins and
-//! yields instead of sleeping, and there is no writer preference.
+//! yields instead of sleeping; there is no writer preference, and a
+//! writer's first try ignores queued waiters and the handoff (VMA
+//! writers are serialized by the mmap_lock: they never meet here).
 
 use super::atomic::{AtomicI64, Ordering::*};
 use super::{sim, sleep_done, sleep_wait};

@@ -71,10 +71,9 @@ struct Cpu {
     /// Whether that wait spins (the CPU stays on its CPU, as Linux's
     /// `owner_on_cpu` sees it).
     spinning: bool,
-    /// When a timed wait ends if no release wakes it first, and the key
-    /// it waits on; `timed_out` once it ended so.
+    /// When a timed wait ends if nothing wakes it first, and the key it
+    /// waits on.
     deadline: Option<(u64, usize)>,
-    timed_out: bool,
     /// When it last queued at a wait list's tail (picoseconds).
     queued_at: u64,
     thread: Option<Thread>,
@@ -162,7 +161,6 @@ pub fn run<R: Send>(
         asleep: false,
         spinning: false,
         deadline: None,
-        timed_out: false,
         queued_at: 0,
         thread: None,
         rank: mix(seed, i as u64),
@@ -277,7 +275,6 @@ impl Sim {
             st.waits.remove(key, n);
             let c = &mut st.cpus[n];
             c.asleep = false;
-            c.timed_out = true;
             c.report.clock = c.report.clock.max(end);
         }
         if let Some(t) = next.and_then(|n| st.cpus[n].thread.clone()) {
@@ -305,12 +302,11 @@ impl Sim {
         }
     }
 
-    /// CPU `me` sleeps on `key` until a release wakes it or, with a
-    /// `deadline`, until its clock reaches that; charges the time to the
-    /// structure of `key`'s line. Returns true if a release woke it. A
-    /// writer that goes to sleep stops the optimistic spinners on the
-    /// rwsems it holds ([`rwsem_owner`]).
-    fn sleep(&self, me: usize, key: usize, w: Wait) -> bool {
+    /// CPU `me` sleeps on `key` until it is woken or, with a `deadline`,
+    /// until its clock reaches that; charges the time to the structure of
+    /// `key`'s line. A writer that goes to sleep stops the optimistic
+    /// spinners on the rwsems it holds ([`rwsem_owner`]).
+    fn sleep(&self, me: usize, key: usize, w: Wait) {
         let mut st = self.lock();
         let from = st.cpus[me].report.clock;
         if !w.front {
@@ -331,10 +327,8 @@ impl Sim {
         drop(st);
         self.wait_turn(me);
         let mut st = self.lock();
-        let woken = !std::mem::take(&mut st.cpus[me].timed_out);
         let waited = st.cpus[me].report.clock - from;
         charge_wait(&mut st, me, key, waited);
-        woken
     }
 
     /// Wakes the waiters a release of `key` by CPU `me` wakes: they run

@@ -46,15 +46,20 @@ impl Owners {
     }
 }
 
-/// Whether CPU `cpu` is on its CPU (`owner_on_cpu`): running, or spinning.
+/// Whether CPU `cpu` is on its CPU (`owner_on_cpu`): not done, and
+/// running or spinning.
 fn on_cpu(st: &State, cpu: usize) -> bool {
-    !st.cpus[cpu].asleep || st.cpus[cpu].spinning
+    let c = &st.cpus[cpu];
+    !c.done && (!c.asleep || c.spinning)
 }
 
 /// This CPU took the rwsem at `key`, to write if `writer`
 /// (`rwsem_set_owner`, which clears `RWSEM_NONSPINNABLE`, or
 /// `rwsem_set_reader_owned`, which keeps it). Nothing outside a simulation.
 pub(crate) fn rwsem_taken(key: usize, writer: bool) {
+    if !super::active() {
+        return;
+    }
     with_me(|sim, me| {
         let mut st = sim.lock();
         let o = st.owners.0.entry(key).or_default();
@@ -73,6 +78,9 @@ pub(crate) fn rwsem_taken(key: usize, writer: bool) {
 /// the first spinner, and with waiters clears `RWSEM_NONSPINNABLE`. A
 /// release the simulation did not see taken counts as freeing it.
 pub(crate) fn rwsem_released(key: usize) {
+    if !super::active() {
+        return;
+    }
     with_me(|sim, me| {
         let mut st = sim.lock();
         let waiters = st.waits.first(key).is_some();
@@ -113,8 +121,11 @@ pub(super) fn owner_sleeps(st: &mut State, me: usize, at: u64) {
 /// on its owner (`rwsem_can_spin_on_owner`), tries `try_lock` now and
 /// each time the owner changes, unless the first sleeping waiter has the
 /// handoff; returns what it took, or None if spinning ended first (and
-/// always outside a simulation).
+/// always outside a simulation, or while a failed one unwinds).
 pub(crate) fn optimistic_spin<T>(key: usize, mut try_lock: impl FnMut() -> Option<T>) -> Option<T> {
+    if !super::active() {
+        return None;
+    }
     let mut spin = Spin::start(key)?;
     loop {
         if !super::handoff(key) {
@@ -137,8 +148,8 @@ struct Spin {
 }
 
 impl Spin {
-    /// `rwsem_can_spin_on_owner`: Some if the owner is not marked
-    /// non-spinnable and a writer owner is on its CPU.
+    /// `rwsem_can_spin_on_owner`: Some unless the owner is marked
+    /// non-spinnable or is a writer off its CPU.
     fn start(key: usize) -> Option<Spin> {
         let mut may = false;
         with_me(|sim, _| {
@@ -161,13 +172,17 @@ impl Spin {
 impl Drop for Spin {
     /// `osq_unlock`: it leaves the spinners' queue.
     fn drop(&mut self) {
+        if !super::active() {
+            return;
+        }
         with_me(|sim, me| sim.lock().waits.acquired(self.key | OSQ, me));
     }
 }
 
 impl Sim {
-    /// One wait of CPU `me`'s spin: true once the owner changed or the
-    /// readers' threshold passed; false if it must stop: the rwsem is
+    /// One wait of CPU `me`'s spin: true once it should try again (the
+    /// owner let go or changed, a writer owner went to sleep, or the
+    /// readers' threshold passed); false if it must stop: the rwsem is
     /// marked non-spinnable, its writer is off its CPU, it is free (a
     /// handoff kept it), or readers held it past the threshold (which
     /// marks it non-spinnable and stops the other spinners).

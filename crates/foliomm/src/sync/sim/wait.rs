@@ -8,8 +8,11 @@
 //! and, if it waits to read, every other reader in the list
 //! (`rwsem_mark_wake` with `RWSEM_WAKE_ANY`, up to `MAX_READERS_WAKEUP`).
 //! A woken reader takes the lock itself; a woken writer stays the first
-//! waiter until it has the lock (Linux leaves it on the list), and if it
-//! loses the race goes back to sleep at the head.
+//! waiter until it has the lock (Linux leaves it on the list: a release
+//! meanwhile wakes nobody new), and if it loses the race goes back to
+//! sleep at the head. A rwsem's optimistic spinners queue on a list of
+//! their own (`sem->osq`, [`super::rwsem_owner`]); a waiter with a
+//! deadline leaves its list when the deadline passes.
 //!
 //! Differs from Linux: the handoff after `RWSEM_WAIT_TIMEOUT` only stops
 //! a rwsem's readers and spinning writers from taking the lock
@@ -88,8 +91,14 @@ impl WaitLists {
     }
 
     /// Takes the waiters a release of `key` wakes: the first, and if it
-    /// waits to read, every other reader (up to `MAX_READERS_WAKEUP`).
+    /// waits to read, every other reader (up to `MAX_READERS_WAKEUP`);
+    /// none while a woken writer has not taken the lock yet.
     pub fn take_woken(&mut self, key: usize) -> Vec<Waiter> {
+        if self.woken_writer.contains_key(&key) {
+            // Still first: Linux's wake-up would find it again, and wake
+            // nobody new.
+            return Vec::new();
+        }
         let Some(list) = self.lists.get_mut(&key) else { return Vec::new() };
         let woken = match list.front() {
             None => Vec::new(),
