@@ -16,8 +16,8 @@ use crate::sync::sim;
 use crate::Result;
 
 /// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb
-/// VMA `src_vma` (its copy `dst_vma` linked already): a private one with
-/// an anon_vma, or, in the eras before 6.1, any. Where the child's
+/// VMA `src_vma` (its copy `dst_vma` linked already), a private one with
+/// an anon_vma (the only kind `vma_needs_copy` copies). Where the child's
 /// table can be shared with the parent's, nothing is copied; a shared
 /// mapping's pages gain the child's references; a private mapping's
 /// anonymous pages become read-only in both (a pinned one is copied for

@@ -1,7 +1,7 @@
 //! kernel/fork.c `dup_mmap`: the child's VMAs and, through
 //! [`crate::memory::copy_page_range`], its page tables.
 
-use crate::kernel::{HugetlbSync, Stats};
+use crate::kernel::Stats;
 use crate::memory::copy_page_range::CopyVma;
 use crate::memory::hugetlb_fork::copy_hugetlb_page_range;
 use crate::mm_types::{vm, Mm};
@@ -40,20 +40,20 @@ impl Mm {
                 // parent's VMA, as dup_mmap does.
                 cvmas.insert(c.clone());
                 // copy_page_range() → vma_needs_copy(): only a VMA with an
-                // anon_vma; the rest refault. Before 6.1 ("hugetlb: lazy page
-                // table copies in fork()"), every hugetlb VMA was copied: the
-                // eras of the i-mmap-rwsem and no-lock designs.
+                // anon_vma; the rest refault. Hugetlb VMAs too from 6.0
+                // (bcd51a3c679d, "hugetlb: lazy page table copies in
+                // fork()", in linux-next from June 2022, so also under the
+                // seed 002 kernels of every hugetlb_sync design).
                 if v.anon_vma() != 0 {
                     // anon_vma_fork(): the child's chain (cloned with the
                     // VMA) holds the parent's anon_vmas, and its own new one.
                     c.anon_vma.fork(child.mmlist.new_anon_vma(k, Some(v.anon_vma.root())));
                     c.set_flags(c.flags() | vm::ANON_PARENTS);
-                }
-                let lazy_hugetlb = k.config.hugetlb_sync == HugetlbSync::VmaLock;
-                if v.is_hugetlb() && (v.anon_vma() != 0 || !lazy_hugetlb) {
-                    copy_hugetlb_page_range(k, &child, self, &c, v)?;
-                } else if v.anon_vma() != 0 {
-                    CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
+                    if v.is_hugetlb() {
+                        copy_hugetlb_page_range(k, &child, self, &c, v)?;
+                    } else {
+                        CopyVma { k, dst: &child, src: self, src_vma: v, dst_vma: &c }.copy_page_range()?;
+                    }
                 }
             }
             Ok(())
