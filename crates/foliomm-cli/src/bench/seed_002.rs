@@ -11,7 +11,9 @@
 //! instance counts `--instances`; `--apart` keeps instances from sharing.
 //!
 //! The file's pages are faulted in once, untimed, before each round, as
-//! the seed's programs ran long enough for that not to count. Every
+//! the seed's programs ran long enough for that not to count; for the
+//! same reason the faulting instances start at spread points of the area
+//! (`first_skip`), so that their unmaps do not all fall together. Every
 //! configuration runs once per round and the rounds interleave them; min,
 //! max and avg are over every instance of every round. The model's
 //! cache-line transfers per operation show which lines the instances fight
@@ -29,7 +31,7 @@ use foliomm::{Config, Design, MmapFlags, Prot};
 use super::published::SEED_002;
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
-use super::seed_002_programs::{area_at, host, Program, Round, HPAGE};
+use super::seed_002_programs::{area_at, first_skip, host, Program, Round, HPAGE};
 use super::stats::{change, min_max_mean};
 use super::workers::{run_workers, Loops, SimArgs, SimRounds, Simulated};
 
@@ -203,15 +205,18 @@ fn model(
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
     let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;
     // The file's pages exist before the clock starts (one untimed loop).
-    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), 0)?;
+    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), (0, 0))?;
     cacheline::forget();
     // Side by side throughout: a fault loop takes many fork loops.
     let samples = run_workers(programs.len(), Loops::Overlapping(a.loops), simulated, |i| {
         cacheline::account_as(i as u32 + 1);
         let (file, program) = (file.clone(), programs[i]);
         let mm = m.new_mm().expect("an instance's MM");
-        let at = area_at(a.apart, i);
-        (m.new_cpu(), move |cpu: &mut foliomm::Cpu| model_loop(&mm, &file, cpu, program, (at, size), a.touched))
+        let (at, mut skip) = (area_at(a.apart, i), first_skip(programs, i, size));
+        let step = move |cpu: &mut foliomm::Cpu| {
+            model_loop(&mm, &file, cpu, program, (at, size), (std::mem::take(&mut skip), a.touched))
+        };
+        (m.new_cpu(), step)
     })?;
     let violations = m.check();
     ensure!(violations.is_empty(), "model: the checker found {violations:?}");
@@ -219,9 +224,10 @@ fn model(
     let rates = samples
         .iter()
         .zip(programs)
-        .map(|(s, &p)| {
+        .enumerate()
+        .map(|(i, (s, &p))| {
             transfers.add(&s.transfers);
-            let ops = f64::from(s.loops) * p.ops_per_loop(size);
+            let ops = p.ops(s.loops, size, first_skip(programs, i, size));
             all_ops += ops;
             (p, ops / s.wall.as_secs_f64())
         })
@@ -230,19 +236,20 @@ fn model(
 }
 
 /// One loop of `program` by the MM `mm`: map the area of `size` at `at`,
-/// fault it all (or `touched` pages and fork), unmap.
+/// fault it all but its first `skip` huge pages (or `touched` pages and
+/// fork), unmap.
 fn model_loop(
     mm: &Arc<foliomm::Mm>,
     file: &Arc<Inode>,
     cpu: &mut foliomm::Cpu,
     program: Program,
     (at, size): (u64, u64),
-    touched: u64,
+    (skip, touched): (u64, u64),
 ) -> Result<()> {
     let flags = MmapFlags { shared: true, ..MmapFlags::default() };
     let a = mm.mmap_file(at, size, Prot::RW, flags, Some((file, 0)))?;
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
-    for page in (a..a + faulted).step_by(HPAGE as usize) {
+    for page in (a + skip * HPAGE..a + faulted).step_by(HPAGE as usize) {
         cpu.write_byte_per_page(mm, page, 1, 1)?;
     }
     if program == Program::Fork {

@@ -40,6 +40,12 @@ impl Program {
         }
     }
 
+    /// Its operations in `loops` loops over an area of `size`, the first
+    /// of which skipped `skip` huge pages ([`first_skip`]).
+    pub(super) fn ops(self, loops: u32, size: u64, skip: u64) -> f64 {
+        (f64::from(loops) * self.ops_per_loop(size) - skip as f64).max(0.0)
+    }
+
     /// Its table: forks per second, faults per second.
     pub(super) fn table(self) -> usize {
         self as usize
@@ -59,6 +65,20 @@ pub(super) struct Round {
 /// 2 MiB x (i + 1) past it.
 pub(super) fn area_at(apart: bool, i: usize) -> u64 {
     (1 << 30) + if apart { (i as u64 % 511 + 1) * HPAGE } else { 0 }
+}
+
+/// The huge pages the first loop of instance `i` of `programs` leaves
+/// out: the j-th of k faulting instances starts j/k of the way through
+/// the area, so that their unmaps (each holding `i_mmap_rwsem` for write
+/// over a whole area's entries) fall at spread times, as those of the
+/// seed's programs did after long loops, rather than all at the end of a
+/// first loop they all started together. Forking instances skip nothing.
+pub(super) fn first_skip(programs: &[Program], i: usize, size: u64) -> u64 {
+    let faulting = |set: &[Program]| set.iter().filter(|&&p| p == Program::Fault).count() as u64;
+    match programs[i] {
+        Program::Fault => size / HPAGE * faulting(&programs[..i]) / faulting(programs),
+        Program::Fork => 0,
+    }
 }
 
 /// One round of `programs` on the host: a hugetlbfs memfd every instance
@@ -83,13 +103,14 @@ fn host_round(
     // The instances' loop gate (workers::Gate), a word in a page they share.
     let gate = memfd(c"foliomm-seed-002-gate", 4096, false).context("memfd_create")?;
     // The file's pages exist before the clock starts (one untimed loop).
-    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0);
+    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), (0, 0));
     ensure!(faulted, "host: cannot fault the hugetlbfs file in");
     // Each instance opens the file anew through this process's descriptor.
     let path = |fd: &std::os::fd::OwnedFd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
     let (path, gate) = (path(&fd), path(&gate));
     let workers = Workers::fork(programs.len(), |i| {
-        let words = [programs[i].name(), &path, &area_at(apart, i).to_string(), &size.to_string()];
+        let skip = first_skip(programs, i, size).to_string();
+        let words = [programs[i].name(), &path, &area_at(apart, i).to_string(), &size.to_string(), &skip];
         // This binary, even if rebuilt meanwhile; its errors on stderr.
         let run = std::process::Command::new("/proc/self/exe")
             .arg(PROGRAM_ARG)
@@ -113,7 +134,8 @@ fn host_round(
 
 /// The first argument that makes the foliomm binary run one host instance
 /// of seed 002's programs: `__seed-002-program fork|fault FILE AT SIZE
-/// LOOPS TOUCHED GATE INSTANCES`, which prints its operations per second.
+/// SKIP LOOPS TOUCHED GATE INSTANCES`, which prints its operations per
+/// second (its first loop skips SKIP huge pages: [`first_skip`]).
 /// It loops as [`Loops::Overlapping`] says, with the counter at the start
 /// of the file GATE, which all INSTANCES share.
 pub const PROGRAM_ARG: &str = "__seed-002-program";
@@ -132,8 +154,8 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
         return fail(&format!("PR_SET_PDEATHSIG: {e}"));
     }
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let [program, path, at, size, loops, touched, gate, instances] = &words[..] else {
-        return fail("expected: fork|fault FILE AT SIZE LOOPS TOUCHED GATE INSTANCES");
+    let [program, path, at, size, skip, loops, touched, gate, instances] = &words[..] else {
+        return fail("expected: fork|fault FILE AT SIZE SKIP LOOPS TOUCHED GATE INSTANCES");
     };
     let program = match program.as_str() {
         "fork" => Program::Fork,
@@ -141,12 +163,12 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
         other => return fail(&format!("expected fork or fault, found '{other}'")),
     };
     let open = |path: &str| std::fs::OpenOptions::new().read(true).write(true).open(path);
-    let numbers = (at.parse(), size.parse(), loops.parse::<u32>(), touched.parse(), instances.parse());
-    let (Ok(file), Ok(gate), (Ok(at), Ok(size), Ok(loops), Ok(touched), Ok(workers))) =
+    let numbers = (at.parse(), size.parse(), skip.parse(), loops.parse::<u32>(), touched.parse(), instances.parse());
+    let (Ok(file), Ok(gate), (Ok(at), Ok(size), Ok(skip), Ok(loops), Ok(touched), Ok(workers))) =
         (open(path), open(gate), numbers)
     else {
         return fail(&format!(
-            "cannot open {path} or {gate}, or AT, SIZE, LOOPS, TOUCHED or INSTANCES is not a number"
+            "cannot open {path} or {gate}, or AT, SIZE, SKIP, LOOPS, TOUCHED or INSTANCES is not a number"
         ));
     };
     let Ok(shared) = Map::file(Some((gate.as_fd(), 0))).shared(true).map(4096) else {
@@ -154,7 +176,8 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
     };
     let gate = Gate { loops: Loops::Overlapping(loops), workers, through: shared.word(0) };
     let t = Instant::now();
-    let step = |_: &mut ()| match host_loop(file.as_fd(), program, (at, size), touched) {
+    let mut first = skip;
+    let step = |_: &mut ()| match host_loop(file.as_fd(), program, (at, size), (std::mem::take(&mut first), touched)) {
         true => Ok(()),
         false => Err(anyhow::anyhow!("a system call of the {} program failed", program.name())),
     };
@@ -162,7 +185,7 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
         Ok(made) => made,
         Err(e) => return fail(&e.to_string()),
     };
-    let ops = f64::from(loops) * program.ops_per_loop(size);
+    let ops = program.ops(loops, size, skip);
     println!("{}", ops / t.elapsed().as_secs_f64());
     true
 }
@@ -179,11 +202,17 @@ fn release_gate(path: &str, workers: u32) {
     }
 }
 
-/// The host side of the model's loop (`seed_002::model_loop`) over the hugetlbfs file `file`; false
-/// if a system call failed.
-fn host_loop(file: std::os::fd::BorrowedFd<'_>, program: Program, (at, size): (u64, u64), touched: u64) -> bool {
+/// The host side of the model's loop (`seed_002::model_loop`) over the
+/// hugetlbfs file `file`, skipping `skip` huge pages; false if a system
+/// call failed.
+fn host_loop(
+    file: std::os::fd::BorrowedFd<'_>,
+    program: Program,
+    (at, size): (u64, u64),
+    (skip, touched): (u64, u64),
+) -> bool {
     let Ok(m) = Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize) else { return false };
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
-    m.write_every(0..faulted as usize, HPAGE as usize, 1);
+    m.write_every((skip * HPAGE) as usize..faulted as usize, HPAGE as usize, 1);
     (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
 }
