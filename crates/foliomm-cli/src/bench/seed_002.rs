@@ -205,17 +205,26 @@ fn model(
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
     let file = m.hugetlbfs_create(size, HugeSize::Pmd)?;
     // The file's pages exist before the clock starts (one untimed loop).
-    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), (0, 0))?;
+    model_loop(&m.new_mm()?, &file, &mut m.new_cpu(), Program::Fault, (area_at(false, 0), size), 0, None)?;
+    // Each instance's MM, a faulting one's area mapped and partly faulted
+    // (first_skip), before the clock starts.
+    let instances = (0..programs.len())
+        .map(|i| {
+            let (mm, skip) = (m.new_mm()?, first_skip(programs, i, size));
+            let started = (skip > 0)
+                .then(|| start_midway(&mm, &file, &mut m.new_cpu(), (area_at(a.apart, i), size), skip))
+                .transpose()?;
+            Ok((mm, started))
+        })
+        .collect::<Result<Vec<_>>>()?;
     cacheline::forget();
     // Side by side throughout: a fault loop takes many fork loops.
     let samples = run_workers(programs.len(), Loops::Overlapping(a.loops), simulated, |i| {
         cacheline::account_as(i as u32 + 1);
-        let (file, program) = (file.clone(), programs[i]);
-        let mm = m.new_mm().expect("an instance's MM");
-        let (at, mut skip) = (area_at(a.apart, i), first_skip(programs, i, size));
-        let step = move |cpu: &mut foliomm::Cpu| {
-            model_loop(&mm, &file, cpu, program, (at, size), (std::mem::take(&mut skip), a.touched))
-        };
+        let (file, program, (mm, mut started)) = (file.clone(), programs[i], instances[i].clone());
+        let at = area_at(a.apart, i);
+        let step =
+            move |cpu: &mut foliomm::Cpu| model_loop(&mm, &file, cpu, program, (at, size), a.touched, started.take());
         (m.new_cpu(), step)
     })?;
     let violations = m.check();
@@ -236,26 +245,55 @@ fn model(
 }
 
 /// One loop of `program` by the MM `mm`: map the area of `size` at `at`,
-/// fault it all but its first `skip` huge pages (or `touched` pages and
-/// fork), unmap.
+/// fault it all (or `touched` pages and fork), unmap. `started`: the area
+/// was mapped at this address and faulted up to this huge page already
+/// ([`start_midway`]).
 fn model_loop(
     mm: &Arc<foliomm::Mm>,
     file: &Arc<Inode>,
     cpu: &mut foliomm::Cpu,
     program: Program,
     (at, size): (u64, u64),
-    (skip, touched): (u64, u64),
+    touched: u64,
+    started: Option<(u64, u64)>,
 ) -> Result<()> {
-    let flags = MmapFlags { shared: true, ..MmapFlags::default() };
-    let a = mm.mmap_file(at, size, Prot::RW, flags, Some((file, 0)))?;
+    let (a, from) = match started {
+        Some(s) => s,
+        None => (mm.mmap_file(at, size, Prot::RW, shared(), Some((file, 0)))?, 0),
+    };
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
-    for page in (a + skip * HPAGE..a + faulted).step_by(HPAGE as usize) {
-        cpu.write_byte_per_page(mm, page, 1, 1)?;
-    }
+    fault_pages(mm, cpu, a + from * HPAGE..a + faulted)?;
     if program == Program::Fork {
         mm.fork()?.exit();
     }
     mm.munmap(a, size)?;
+    Ok(())
+}
+
+/// A faulting instance `skip` huge pages into its first loop: the area of
+/// `size` mapped at `at` and faulted that far; its address and `skip`.
+fn start_midway(
+    mm: &Arc<foliomm::Mm>,
+    file: &Arc<Inode>,
+    cpu: &mut foliomm::Cpu,
+    (at, size): (u64, u64),
+    skip: u64,
+) -> Result<(u64, u64)> {
+    let a = mm.mmap_file(at, size, Prot::RW, shared(), Some((file, 0)))?;
+    fault_pages(mm, cpu, a..a + skip * HPAGE)?;
+    Ok((a, skip))
+}
+
+/// The programs' mappings' flags: `MAP_SHARED` (of the hugetlbfs file).
+fn shared() -> MmapFlags {
+    MmapFlags { shared: true, ..MmapFlags::default() }
+}
+
+/// Write-faults every huge page of `range` (a byte each).
+fn fault_pages(mm: &Arc<foliomm::Mm>, cpu: &mut foliomm::Cpu, range: std::ops::Range<u64>) -> Result<()> {
+    for page in range.step_by(HPAGE as usize) {
+        cpu.write_byte_per_page(mm, page, 1, 1)?;
+    }
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use foliomm::internals::machine::HugeSize;
 use foliomm::internals::sync::cacheline::Transfers;
-use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Workers};
+use foliomm_host::sys::{fork_child_that_exits, memfd, Map, Mapping, Workers};
 
 use super::workers::{host_rates, Gate, Loops};
 
@@ -67,12 +67,13 @@ pub(super) fn area_at(apart: bool, i: usize) -> u64 {
     (1 << 30) + if apart { (i as u64 % 511 + 1) * HPAGE } else { 0 }
 }
 
-/// The huge pages the first loop of instance `i` of `programs` leaves
-/// out: the j-th of k faulting instances starts j/k of the way through
-/// the area, so that their unmaps (each holding `i_mmap_rwsem` for write
-/// over a whole area's entries) fall at spread times, as those of the
-/// seed's programs did after long loops, rather than all at the end of a
-/// first loop they all started together. Forking instances skip nothing.
+/// How far into its first loop instance `i` of `programs` is when the
+/// clock starts, in huge pages mapped and faulted before it: the j-th of
+/// k faulting instances j/k of the way through the area, so that their
+/// unmaps (each holding `i_mmap_rwsem` for write over a whole area's
+/// entries) fall at spread times, as those of the seed's programs did
+/// after long loops, rather than all at the end of a first loop they all
+/// started together. Forking instances start at the beginning.
 pub(super) fn first_skip(programs: &[Program], i: usize, size: u64) -> u64 {
     let faulting = |set: &[Program]| set.iter().filter(|&&p| p == Program::Fault).count() as u64;
     match programs[i] {
@@ -103,7 +104,7 @@ fn host_round(
     // The instances' loop gate (workers::Gate), a word in a page they share.
     let gate = memfd(c"foliomm-seed-002-gate", 4096, false).context("memfd_create")?;
     // The file's pages exist before the clock starts (one untimed loop).
-    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), (0, 0));
+    let faulted = host_loop(fd.as_fd(), Program::Fault, (area_at(false, 0), size), 0, None);
     ensure!(faulted, "host: cannot fault the hugetlbfs file in");
     // Each instance opens the file anew through this process's descriptor.
     let path = |fd: &std::os::fd::OwnedFd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
@@ -135,7 +136,7 @@ fn host_round(
 /// The first argument that makes the foliomm binary run one host instance
 /// of seed 002's programs: `__seed-002-program fork|fault FILE AT SIZE
 /// SKIP LOOPS TOUCHED GATE INSTANCES`, which prints its operations per
-/// second (its first loop skips SKIP huge pages: [`first_skip`]).
+/// second (it starts SKIP huge pages into its first loop: [`first_skip`]).
 /// It loops as [`Loops::Overlapping`] says, with the counter at the start
 /// of the file GATE, which all INSTANCES share.
 pub const PROGRAM_ARG: &str = "__seed-002-program";
@@ -175,9 +176,18 @@ pub fn program_main(args: &[std::ffi::OsString]) -> bool {
         return fail("cannot map the gate");
     };
     let gate = Gate { loops: Loops::Overlapping(loops), workers, through: shared.word(0) };
+    let mut started = None;
+    if skip > 0 {
+        match map_area(file.as_fd(), (at, size)) {
+            Ok(m) => {
+                m.write_every(0..(skip * HPAGE) as usize, HPAGE as usize, 1);
+                started = Some((m, skip));
+            }
+            Err(e) => return fail(&format!("mmap: {e}")),
+        }
+    }
     let t = Instant::now();
-    let mut first = skip;
-    let step = |_: &mut ()| match host_loop(file.as_fd(), program, (at, size), (std::mem::take(&mut first), touched)) {
+    let step = |_: &mut ()| match host_loop(file.as_fd(), program, (at, size), touched, started.take()) {
         true => Ok(()),
         false => Err(anyhow::anyhow!("a system call of the {} program failed", program.name())),
     };
@@ -203,16 +213,28 @@ fn release_gate(path: &str, workers: u32) {
 }
 
 /// The host side of the model's loop (`seed_002::model_loop`) over the
-/// hugetlbfs file `file`, skipping `skip` huge pages; false if a system
-/// call failed.
+/// hugetlbfs file `file`; `started`: the area mapped and faulted up to
+/// this huge page already. False if a system call failed.
 fn host_loop(
     file: std::os::fd::BorrowedFd<'_>,
     program: Program,
     (at, size): (u64, u64),
-    (skip, touched): (u64, u64),
+    touched: u64,
+    started: Option<(Mapping, u64)>,
 ) -> bool {
-    let Ok(m) = Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize) else { return false };
+    let (m, from) = match started {
+        Some(s) => s,
+        None => match map_area(file, (at, size)) {
+            Ok(m) => (m, 0),
+            Err(_) => return false,
+        },
+    };
     let faulted = if program == Program::Fault { size } else { touched * HPAGE };
-    m.write_every((skip * HPAGE) as usize..faulted as usize, HPAGE as usize, 1);
+    m.write_every((from * HPAGE) as usize..faulted as usize, HPAGE as usize, 1);
     (program != Program::Fork || fork_child_that_exits().is_ok()) && m.unmap().is_ok()
+}
+
+/// `mmap(at, size, MAP_SHARED)` of the hugetlbfs file `file`.
+fn map_area(file: std::os::fd::BorrowedFd<'_>, (at, size): (u64, u64)) -> std::io::Result<Mapping> {
+    Map::file(Some((file, 0))).shared(true).near(at as usize).map(size as usize)
 }
