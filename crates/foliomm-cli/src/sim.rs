@@ -59,6 +59,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         fork: fork_ps()?,
         subid_calc: Profile::default_subid_calc(),
         pt_step: Profile::default_pt_step(),
+        hugetlb_fault: Profile::default_hugetlb_fault(),
         cpus_per_socket: 0,
         adjacent_prefetch: false,
     };

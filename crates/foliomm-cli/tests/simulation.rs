@@ -127,9 +127,9 @@ fn the_compound_lock_collapses_where_the_atomics_do_not() {
     assert!(change("large-mapcount").abs() < 1.0, "large-mapcount's atomic shares nr-mapped's line: {row}");
 }
 
-/// `bench hugetlb-pmd-share` (seed 002) at 4 simulated CPUs over 1 GiB.
+/// `bench hugetlb-pmd-share` (seed 002) at 8 simulated CPUs over 1 GiB.
 fn seed_002() -> String {
-    let args = ["bench", "seed-002", "--sim-cpus", "4", "--no-host", "--runs", "2", "--loops", "1", "--size", "1G"];
+    let args = ["bench", "seed-002", "--sim-cpus", "8", "--no-host", "--runs", "2", "--loops", "1", "--size", "1G"];
     foliomm(&[&args[..], &["--frames", "sparse", "--apart"]].concat())
 }
 

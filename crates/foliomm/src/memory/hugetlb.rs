@@ -115,6 +115,9 @@ fn hugetlb_fault_walked(
     walked: &Walked,
     kind: FaultKind,
 ) -> Result<Option<Pfn>> {
+    // What the fault does under its locks beyond the accesses the model
+    // counts (a new page's zeroing is charged apart).
+    sim::work(sim::Work::HugetlbFault);
     let pmd = walked.pmd;
     let e = super::hugetlb_migrate::entry_not_migrating(k, pmd);
     if e.is_none() {

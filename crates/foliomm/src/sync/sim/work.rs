@@ -4,7 +4,8 @@ use super::with_me;
 
 /// Private work the model declares: a fault's, a page's zeroing, a
 /// system call's, a fork's, the locked RMWs of a mapcount update, a
-/// computation of an MM's rmap sub-IDs, and steps of a page-table walk.
+/// computation of an MM's rmap sub-IDs, steps of a page-table walk, and
+/// the body of a hugetlb fault.
 #[derive(Clone, Copy, Debug)]
 pub enum Work {
     Fault,
@@ -14,6 +15,7 @@ pub enum Work {
     Atomics(u64),
     SubIds,
     PtSteps(u64),
+    HugetlbFault,
 }
 
 /// Charges this CPU for `w` (nothing outside a simulation).
@@ -27,6 +29,7 @@ pub fn work(w: Work) {
             Work::Atomics(n) => n * p.atomic,
             Work::SubIds => p.subid_calc,
             Work::PtSteps(n) => n * p.pt_step,
+            Work::HugetlbFault => p.hugetlb_fault,
         })
     });
 }
