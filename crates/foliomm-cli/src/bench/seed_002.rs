@@ -56,9 +56,9 @@ pub(super) struct Seed002Args {
     /// Map each instance's area 2 MiB x (its number mod 511, + 1) past the
     /// 1 GiB boundary, as mmap(NULL)'s randomized placement puts unrelated
     /// processes, so that no two of up to 511 instances share PMD tables
-    /// (a fork's child shares its parent's where the area holds a whole
-    /// aligned 1 GiB window: --size 2G or more); without it every instance
-    /// maps at the boundary and they all share.
+    /// (a fork's child gets no hugetlb entries: fork copies none since
+    /// 6.0's lazy copies); without it every instance maps at the boundary
+    /// and they all share.
     #[arg(long)]
     apart: bool,
     /// Simulated CPUs, an instance each (`--sim-cpus` replaces
