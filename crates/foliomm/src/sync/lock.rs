@@ -23,9 +23,9 @@
 //! stealing) unless the first waiter has waited long enough for the
 //! handoff, and a woken waiter takes it directly.
 //!
-//! Differs from Linux: a mutex waiter spins on even while the owner
-//! sleeps (on a rwsem, as a hugetlb fault holding its fault mutex may),
-//! where Linux's would stop spinning and sleep too.
+//! A `struct mutex`'s waiter spins only while its owner runs; if the
+//! owner sleeps (on a rwsem, as a hugetlb fault holding its fault mutex
+//! may) it sleeps too ([`sim::mutex_wait`]).
 
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
@@ -117,17 +117,24 @@ impl<T: ?Sized> Mutex<T> {
         if !self.barging && sim::active() && sim::first_waiter(self.key()).is_some() {
             return Err(TryLockError::WouldBlock);
         }
-        match self.inner.try_lock() {
+        let got = match self.inner.try_lock() {
             Ok(g) => Ok(MutexGuard { inner: Some(g), lock: self }),
-            Err(TryLockError::WouldBlock) => Err(TryLockError::WouldBlock),
+            Err(TryLockError::WouldBlock) => return Err(TryLockError::WouldBlock),
             Err(TryLockError::Poisoned(p)) => {
                 Err(TryLockError::Poisoned(PoisonError::new(MutexGuard { inner: Some(p.into_inner()), lock: self })))
             }
+        };
+        if self.barging {
+            sim::mutex_taken(self.key());
         }
+        got
     }
 
     /// After a release: in a simulation, lets the first queued waiter try.
     fn released(&self) {
+        if self.barging {
+            sim::mutex_released(self.key());
+        }
         super::wake_waiters(self.key());
     }
 
@@ -142,15 +149,27 @@ impl<T: ?Sized> Mutex<T> {
                     Err(TryLockError::Poisoned(p)) => Err(p),
                     Err(TryLockError::WouldBlock) => {
                         rounds += 1;
-                        sim::spin_wait(key, rounds > 1);
+                        self.wait(rounds > 1);
                         continue;
                     }
                 };
                 super::sleep_done(rounds, key);
+                if self.barging {
+                    sim::mutex_taken(key);
+                }
                 return got;
             }
             rounds += 1;
-            sim::spin_wait(key, false);
+            self.wait(false);
+        }
+    }
+
+    /// Queues on it in a simulation: a spinlock's waiter spins, a
+    /// `struct mutex`'s spins while the owner runs.
+    fn wait(&self, front: bool) {
+        match self.barging {
+            true => sim::mutex_wait(self.key(), front),
+            false => sim::spin_wait(self.key(), front),
         }
     }
 }

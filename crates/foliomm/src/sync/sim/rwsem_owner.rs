@@ -1,5 +1,9 @@
 //! A rwsem's owner (`sem->owner`) and its writers' optimistic spinning
-//! (`rwsem_optimistic_spin`, kernel/locking/rwsem.c) on simulated CPUs.
+//! (`rwsem_optimistic_spin`, kernel/locking/rwsem.c) on simulated CPUs,
+//! and a `struct mutex`'s owner (`lock->owner`), on whom its waiters spin
+//! only while it runs (`mutex_can_spin_on_owner`, kernel/locking/mutex.c):
+//! a waiter that finds the owner asleep, or whose owner goes to sleep,
+//! sleeps too and is woken a wake-up after the release.
 //!
 //! A writer that finds the rwsem taken spins before it sleeps, if the
 //! owner is not marked non-spinnable and, when a writer owns it, that
@@ -107,14 +111,52 @@ pub(crate) fn rwsem_released(key: usize) {
 }
 
 /// CPU `me` goes to sleep: the spinners of the rwsems it holds to write
-/// stop spinning at `at` (`rwsem_spin_on_owner` sees it off its CPU).
+/// stop spinning at `at` (`rwsem_spin_on_owner` sees it off its CPU), and
+/// those of the mutexes it holds sleep on (`mutex_spin_on_owner`).
 pub(super) fn owner_sleeps(st: &mut State, me: usize, at: u64) {
     let held: Vec<usize> = st.owners.0.iter().filter(|(_, o)| o.writer == Some(me)).map(|(&k, _)| k).collect();
     for key in held {
         for w in st.waits.take_all(key | OSQ) {
             st.resume(w.cpu, at);
         }
+        st.waits.stop_spinning(key);
     }
+}
+
+/// This CPU took the `struct mutex` at `key` (`__mutex_set_owner`).
+/// Nothing outside a simulation.
+pub(crate) fn mutex_taken(key: usize) {
+    if !super::active() {
+        return;
+    }
+    with_me(|sim, me| {
+        sim.lock().owners.0.insert(key, Owner { writer: Some(me), ..Owner::default() });
+    });
+}
+
+/// This CPU let go of the `struct mutex` at `key`. Nothing outside a
+/// simulation.
+pub(crate) fn mutex_released(key: usize) {
+    if !super::active() {
+        return;
+    }
+    with_me(|sim, _| {
+        sim.lock().owners.0.remove(&key);
+    });
+}
+
+/// Waits for the `struct mutex` at `key`, queued (at the head if
+/// `front`), until a release lets it try: spinning while its owner runs
+/// (`mutex_optimistic_spin`), asleep if the owner is off its CPU (the
+/// slow path's `schedule`). Must follow the failed try with no event
+/// between, as [`super::sleep`].
+pub(crate) fn mutex_wait(key: usize, front: bool) {
+    with_me(|sim, me| {
+        let st = sim.lock();
+        let spinning = st.owners.0.get(&key).and_then(|o| o.writer).is_none_or(|cpu| on_cpu(&st, cpu));
+        drop(st);
+        sim.sleep(me, key, Wait { writer: true, front, spinning, deadline: None });
+    });
 }
 
 /// `rwsem_optimistic_spin` for the rwsem at `key`: if this CPU may spin

@@ -307,3 +307,49 @@ fn readers_past_the_threshold_stop_later_writers_spinning_and_a_writer_sleeping_
     assert!(reports[2].waited > 10 * p.fault, "CPU 2 waited for the readers");
     assert!(times[4] >= times[3] + p.wakeup, "CPU 4 stopped spinning when CPU 3 slept, and was woken");
 }
+
+/// CPU 0 holds a `struct mutex` for 20 faults, after waiting (if
+/// `owner_sleeps`, from its second fault) to write a rwsem CPU 2 reads for
+/// 30 faults, past its spin threshold, so that it sleeps holding the
+/// mutex; CPU 1 comes for
+/// the mutex after `arrive` faults. Returns when CPU 0 let go of the mutex
+/// and when CPU 1 had it.
+fn mutex_waiter(owner_sleeps: bool, arrive: usize) -> (u64, u64) {
+    let (m, a) = (crate::sync::Mutex::new_mutex(()), crate::sync::RwLock::new(()));
+    let (times, _) = run(3, Profile::two_socket_server(), 4, 0, |cpu| match cpu {
+        0 => {
+            let g = m.lock().unwrap();
+            if owner_sleeps {
+                (0..2).for_each(|_| work(Work::Fault));
+                drop(a.write().unwrap());
+            }
+            (0..20).for_each(|_| work(Work::Fault));
+            drop(g);
+            now()
+        }
+        1 => {
+            (0..arrive).for_each(|_| work(Work::Fault));
+            drop(m.lock().unwrap());
+            now()
+        }
+        _ => {
+            let g = a.read().unwrap();
+            (0..30).for_each(|_| work(Work::Fault));
+            drop(g);
+            now()
+        }
+    });
+    (times[0], times[1])
+}
+
+#[test]
+fn a_mutex_waiter_spins_while_the_owner_runs_and_sleeps_once_it_sleeps() {
+    let p = Profile::two_socket_server();
+    let (released, taken) = mutex_waiter(false, 5);
+    assert!(taken >= released && taken <= released + p.spin, "spinning: a spin round after the release");
+    // CPU 0 sleeps at about 12.5 µs: CPU 1 spins first, or finds it asleep.
+    for arrive in [5, 15] {
+        let (released, taken) = mutex_waiter(true, arrive);
+        assert!(taken >= released + p.wakeup, "the owner slept on the rwsem: woken after the release ({arrive})");
+    }
+}

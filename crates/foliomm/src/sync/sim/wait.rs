@@ -49,6 +49,12 @@ pub(super) struct WaitLists {
 }
 
 impl WaitLists {
+    /// The waiters on `key` sleep from now on (their mutex's owner went to
+    /// sleep): a release wakes them a wake-up later.
+    pub fn stop_spinning(&mut self, key: usize) {
+        self.lists.get_mut(&key).into_iter().flatten().for_each(|w| w.spinning = false);
+    }
+
     /// Queues `w` on `key`: at the tail, or at the head if `front` (a
     /// woken waiter that lost the lock).
     pub fn add(&mut self, key: usize, w: Waiter, front: bool) {
