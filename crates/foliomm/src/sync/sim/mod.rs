@@ -39,7 +39,9 @@ use std::thread::Thread;
 
 pub use coherence::Outcome;
 pub use profile::Profile;
-pub(crate) use rwsem_owner::{mutex_released, mutex_taken, mutex_wait, optimistic_spin, rwsem_released, rwsem_taken};
+#[cfg_attr(any(loom, shuttle), allow(unused_imports))] // the facade's mutex is loom's or shuttle's there
+pub(crate) use rwsem_owner::{mutex_released, mutex_taken, mutex_wait};
+pub(crate) use rwsem_owner::{optimistic_spin, rwsem_released, rwsem_taken};
 pub use work::{atomics_are_cheap, work, Work};
 
 use super::structure::{Structure, Transfers, N};

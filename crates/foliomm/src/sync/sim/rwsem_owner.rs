@@ -125,6 +125,7 @@ pub(super) fn owner_sleeps(st: &mut State, me: usize, at: u64) {
 
 /// This CPU took the `struct mutex` at `key` (`__mutex_set_owner`).
 /// Nothing outside a simulation.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's mutex is loom's or shuttle's there
 pub(crate) fn mutex_taken(key: usize) {
     if !super::active() {
         return;
@@ -136,6 +137,7 @@ pub(crate) fn mutex_taken(key: usize) {
 
 /// This CPU let go of the `struct mutex` at `key`. Nothing outside a
 /// simulation.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's mutex is loom's or shuttle's there
 pub(crate) fn mutex_released(key: usize) {
     if !super::active() {
         return;
@@ -150,6 +152,7 @@ pub(crate) fn mutex_released(key: usize) {
 /// (`mutex_optimistic_spin`), asleep if the owner is off its CPU (the
 /// slow path's `schedule`). Must follow the failed try with no event
 /// between, as [`super::sleep`].
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's mutex is loom's or shuttle's there
 pub(crate) fn mutex_wait(key: usize, front: bool) {
     with_me(|sim, me| {
         let st = sim.lock();

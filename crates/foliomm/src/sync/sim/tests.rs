@@ -314,6 +314,7 @@ fn readers_past_the_threshold_stop_later_writers_spinning_and_a_writer_sleeping_
 /// mutex; CPU 1 comes for
 /// the mutex after `arrive` faults. Returns when CPU 0 let go of the mutex
 /// and when CPU 1 had it.
+#[cfg(not(any(loom, shuttle)))] // the facade's mutex is loom's or shuttle's there
 fn mutex_waiter(owner_sleeps: bool, arrive: usize) -> (u64, u64) {
     let (m, a) = (crate::sync::Mutex::new_mutex(()), crate::sync::RwLock::new(()));
     let (times, _) = run(3, Profile::two_socket_server(), 4, 0, |cpu| match cpu {
@@ -343,6 +344,7 @@ fn mutex_waiter(owner_sleeps: bool, arrive: usize) -> (u64, u64) {
 }
 
 #[test]
+#[cfg(not(any(loom, shuttle)))]
 fn a_mutex_waiter_spins_while_the_owner_runs_and_sleeps_once_it_sleeps() {
     let p = Profile::two_socket_server();
     let (released, taken) = mutex_waiter(false, 5);
