@@ -5,38 +5,33 @@
 use super::hugetlb::{huge_pte_alloc, huge_pte_offset};
 use crate::arch::{pud_addr_end, Pte};
 use crate::folio::Folio;
-use crate::kernel::{HugeSize, HugetlbSync, Kernel};
+use crate::kernel::{HugeSize, Kernel};
 use crate::mapcount::Level;
 use crate::mm_types::{Mm, Vma};
-use crate::pgtable::{pt_share_count, pte_lockptr, PmdSlot};
+use crate::pgtable::{pte_lockptr, PmdSlot};
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
-use crate::sync::cacheline::{Locked, Structure};
 use crate::sync::sim;
 use crate::Result;
 
 /// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb
 /// VMA `src_vma` (its copy `dst_vma` linked already), a private one with
-/// an anon_vma (the only kind `vma_needs_copy` copies). Where the child's
-/// table can be shared with the parent's, nothing is copied; a shared
-/// mapping's pages gain the child's references; a private mapping's
-/// anonymous pages become read-only in both (a pinned one is copied for
-/// the child at once). ENOMEM without page tables, or when the pool has
-/// no page for such a copy (`alloc_hugetlb_folio` fails: the fork fails,
-/// as Linux's does).
+/// an anon_vma (the only kind `vma_needs_copy` copies). A shared mapping's
+/// pages gain the child's references; a private mapping's anonymous pages
+/// become read-only in both (a pinned one is copied for the child at once).
+/// ENOMEM without page tables, or when the pool has no page for such a
+/// copy (`alloc_hugetlb_folio` fails: the fork fails, as Linux's does).
+///
+/// Like Linux's copy of a private ("cow") VMA, it takes neither
+/// `i_mmap_rwsem` nor the hugetlb VMA lock: fork holds both MMs' mmap_lock
+/// for write, and a private VMA's PMD tables are never shared
+/// (`want_pmd_share` needs VM_MAYSHARE). Linux also copies a shared VMA
+/// registered for uffd-wp, under those locks and skipping shared tables;
+/// the model copies no VMA for uffd-wp, so it has no such path.
 pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &Vma, src_vma: &Vma) -> Result<()> {
-    let phys = &k.phys;
     let inode = src_vma.file().expect("a hugetlb VMA maps a hugetlbfs file");
     let size = inode.huge_size().expect("a hugetlbfs file");
-    // No sharing may be set up or torn down while the copy runs: under
-    // i-mmap-rwsem `i_mmap_rwsem` is held for read across it, under
-    // vma-lock the parent VMA's lock.
-    let design = k.config.hugetlb_sync;
-    // MMs looked at, let go after the locks.
-    let mut others = Vec::new();
-    let i_mmap = (design == HugetlbSync::IMmapRwsem).then(|| inode.i_mmap.read());
-    let vma_lock = src_vma.hugetlb_vma_lock().filter(|_| design == HugetlbSync::VmaLock);
-    let _vma_lock = vma_lock.as_ref().map(|l| Locked::take(Structure::HugetlbVmaLock, &**l, || l.read().unwrap()));
+    debug_assert!(!src_vma.shared(), "fork copies only private hugetlb VMAs");
     let mut addr = src_vma.start();
     while addr < src_vma.end() {
         sim::work(sim::Work::PtSteps(1));
@@ -44,14 +39,7 @@ pub(crate) fn copy_hugetlb_page_range(k: &Kernel, dst: &Mm, src: &Mm, dst_vma: &
             addr = pud_addr_end(addr, src_vma.end());
             continue;
         };
-        let (dpmd, other) = huge_pte_alloc(k, dst, dst_vma, &inode, addr, i_mmap.as_deref().map(|r| &**r))?;
-        others.extend(other);
-        if pt_share_count(phys, dpmd.table).load(Relaxed) > 0 {
-            // The child shares a table (the parent's, or another sharer's
-            // of the same file pages): nothing to copy.
-            addr = pud_addr_end(addr, src_vma.end());
-            continue;
-        }
+        let (dpmd, _) = huge_pte_alloc(k, dst, dst_vma, &inode, addr, None)?;
         copy_huge_entry(k, (dst, dst_vma), src, (dpmd, spmd), addr, size)?;
         addr += size.bytes();
     }
