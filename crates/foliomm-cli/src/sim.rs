@@ -60,6 +60,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         subid_calc: Profile::default_subid_calc(),
         pt_step: Profile::default_pt_step(),
         hugetlb_fault: Profile::default_hugetlb_fault(),
+        lru_folio: Profile::default_lru_folio(),
         cpus_per_socket: 0,
         adjacent_prefetch: false,
     };

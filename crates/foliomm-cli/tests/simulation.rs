@@ -47,6 +47,45 @@ fn a_simulated_table_is_the_same_on_every_run() {
     assert!(mmap[3].parse::<f64>().unwrap() > 0.5, "mmap_lock transfers per fault: {mmap:?}");
 }
 
+/// The base design's (vma-rwsem's) Hmean faults/sec at 1 and 16 simulated CPUs of page_fault1
+/// on separate VMAs, under the built-in profile or one whose LRU list
+/// moves cost `lru_folio` picoseconds.
+fn fault_rates(lru_folio: Option<u64>) -> (f64, f64) {
+    let file = std::env::temp_dir().join(format!("foliomm-lru-profile-{}.json", std::process::id()));
+    let mut args = ["bench", "seed-004", "--sim-cpus", "1,16", "--layout", "separate", "--tests", "page_fault1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--size", "2M", "--loops", "1", "--runs", "2"].map(String::from));
+    if let Some(ps) = lru_folio {
+        let p = foliomm::internals::sync::sim::Profile {
+            lru_folio: ps,
+            ..foliomm::internals::sync::sim::Profile::two_socket_server()
+        };
+        std::fs::write(&file, serde_json::to_string(&p).unwrap()).unwrap();
+        args.extend(["--sim-profile".to_string(), file.display().to_string()]);
+    }
+    let text = foliomm(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let _ = std::fs::remove_file(&file);
+    let rate = |cpus: &str| -> f64 {
+        let row = text.lines().find(|l| l.starts_with(&format!("Hmean faults/sec-{cpus} "))).expect(&text);
+        row.split('|').nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    (rate("1"), rate("16"))
+}
+
+#[test]
+fn page_fault1_meets_the_lru_lock_from_a_dozen_cpus() {
+    // Every fault adds a folio to the one node's LRU and every unmap takes
+    // it off, each under `lru_lock` for the profile's 120 ns: 16 CPUs
+    // fault no faster than that lock lets 240 ns a fault through.
+    let (one, sixteen) = fault_rates(None);
+    assert!(sixteen < 1e12 / 240_000.0, "faults/sec at 16 CPUs: {sixteen}");
+    assert!(sixteen < 8.0 * one, "1 CPU {one}, 16 CPUs {sixteen}");
+    // Without that hold, the separate VMAs share nothing that limits them.
+    let (one, sixteen) = fault_rates(Some(0));
+    assert!(sixteen > 12.0 * one, "1 CPU {one}, 16 CPUs {sixteen}");
+}
+
 /// The threaded scenarios' contention reports on 8 simulated CPUs (every
 /// file passing, the checker on).
 fn threaded_reports() -> Vec<String> {

@@ -4,8 +4,8 @@ use super::with_me;
 
 /// Private work the model declares: a fault's, a page's zeroing, a
 /// system call's, a fork's, the locked RMWs of a mapcount update, a
-/// computation of an MM's rmap sub-IDs, steps of a page-table walk, and
-/// the body of a hugetlb fault.
+/// computation of an MM's rmap sub-IDs, steps of a page-table walk, the
+/// body of a hugetlb fault, and folios moved on or off an LRU list.
 #[derive(Clone, Copy, Debug)]
 pub enum Work {
     Fault,
@@ -16,6 +16,7 @@ pub enum Work {
     SubIds,
     PtSteps(u64),
     HugetlbFault,
+    LruFolios(u64),
 }
 
 /// Charges this CPU for `w` (nothing outside a simulation).
@@ -30,6 +31,7 @@ pub fn work(w: Work) {
             Work::SubIds => p.subid_calc,
             Work::PtSteps(n) => n * p.pt_step,
             Work::HugetlbFault => p.hugetlb_fault,
+            Work::LruFolios(n) => n * p.lru_folio,
         })
     });
 }
