@@ -1,7 +1,7 @@
 //! VMA surgery of mm/vma.c: `munmap` (`do_vmi_munmap`), `split_vma` and
-//! `vma_merge`, all under the mmap_lock held for write, each VMA it
-//! changes write-locked first (`vma_start_write`), each it removes
-//! detached before it is freed.
+//! `vma_merge`, all under the mmap_lock held for write (a `munmap` call
+//! zaps under it downgraded to read), each VMA it changes write-locked
+//! first (`vma_start_write`), each it removes detached before it is freed.
 
 use super::range_end;
 use crate::arch::{PAGE_SIZE, PMD_SIZE};
@@ -15,7 +15,11 @@ use crate::tlb::MmuGather;
 use crate::{Errno, Result};
 
 impl Mm {
-    /// `munmap(addr, len)`.
+    /// `munmap(addr, len)` (`__vm_munmap`): the VMAs go under the
+    /// mmap_lock held for write, which is then downgraded
+    /// (`do_vmi_align_munmap` with `unlock`, since 4.20) for the zap and
+    /// the page tables' freeing, so faults on other VMAs, and other
+    /// munmaps' zaps, run beside it.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
         crate::sync::sim::work(crate::sync::sim::Work::Syscall);
         if len == 0 {
@@ -26,7 +30,9 @@ impl Mm {
         if !hugetlb_may_split(&vmas, addr) || !hugetlb_may_split(&vmas, end) {
             return Err(Errno::EINVAL);
         }
-        self.do_munmap(&mut vmas, addr, end)
+        let removed = self.detach_range(&mut vmas, addr, end)?;
+        self.clear_range(&vmas.downgrade(), removed, addr, end);
+        Ok(())
     }
 
     /// `do_vmi_munmap`: splits the VMAs at the range's edges, removes those
@@ -35,8 +41,17 @@ impl Mm {
     /// `vm.max_map_count` VMAs (`vms_gather_munmap_vmas`; otherwise the
     /// count may pass the limit for a moment).
     pub(super) fn do_munmap(&self, vmas: &mut Vmas, start: u64, end: u64) -> Result<()> {
+        let removed = self.detach_range(vmas, start, end)?;
+        self.clear_range(vmas, removed, start, end);
+        Ok(())
+    }
+
+    /// `vms_gather_munmap_vmas`: the VMAs of `[start, end)`, split at its
+    /// edges, taken out of the tree (detached), or ENOMEM as
+    /// [`Mm::do_munmap`] says.
+    fn detach_range(&self, vmas: &mut Vmas, start: u64, end: u64) -> Result<Vec<Arc<Vma>>> {
         if start >= end || !vmas.any_in(start, end) {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let in_three = vmas.find(start).is_some_and(|v| v.start() < start && end < v.end());
         if in_three && vmas.len() >= self.kernel.config.max_map_count {
@@ -45,7 +60,16 @@ impl Mm {
         self.split_vma_unchecked(vmas, start);
         self.split_vma_unchecked(vmas, end);
         let starts: Vec<u64> = vmas.overlapping(start, end).map(|v| v.start()).collect();
-        let removed: Vec<Arc<Vma>> = starts.iter().filter_map(|&s| vmas.remove(s)).collect();
+        Ok(starts.iter().filter_map(|&s| vmas.remove(s)).collect())
+    }
+
+    /// `vms_complete_munmap_vmas`: zaps the `removed` VMAs' pages, frees
+    /// the page tables of `[start, end)` no VMA of `vmas` needs, and frees
+    /// the VMAs (`remove_vma`).
+    fn clear_range(&self, vmas: &Vmas, removed: Vec<Arc<Vma>>, start: u64, end: u64) {
+        if removed.is_empty() {
+            return;
+        }
         let k = &*self.kernel;
         k.zap_drain();
         let mut tlb = MmuGather::new(k, &self.tlb, false);
@@ -58,7 +82,6 @@ impl Mm {
             hugetlb_resv::vm_op_close(k, &v);
             vmas.free(v);
         }
-        Ok(())
     }
 
     /// `split_vma` at `addr` if a VMA straddles it; ENOMEM, with nothing

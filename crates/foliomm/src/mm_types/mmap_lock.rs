@@ -15,7 +15,7 @@ use super::vma_tree::VmaMap;
 use super::{VmaCache, Vmas};
 use crate::sync::atomic::{AtomicU64, Ordering::*};
 use crate::sync::cacheline::{self, Aligned, Locked, Structure};
-use crate::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{self, Arc, Downgraded, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The mmap_lock, its sequence, and the tree it publishes to lockless readers.
 pub(super) struct MmapLock {
@@ -38,13 +38,14 @@ impl MmapLock {
 
     /// `mmap_read_lock`.
     pub(super) fn read(&self) -> MmapReadGuard<'_> {
-        MmapReadGuard { vmas: Locked::take(Structure::MmapLock, &self.sem, || self.sem.read().unwrap()) }
+        let vmas = Locked::take(Structure::MmapLock, &self.sem, || self.sem.read().unwrap());
+        MmapReadGuard { vmas, _tree: std::marker::PhantomData }
     }
 
     /// `mmap_read_trylock`.
     pub(super) fn try_read(&self) -> Option<MmapReadGuard<'_>> {
         let vmas = Locked::try_take(Structure::MmapLock, &self.sem, || self.sem.try_read().ok())?;
-        Some(MmapReadGuard { vmas })
+        Some(MmapReadGuard { vmas, _tree: std::marker::PhantomData })
     }
 
     /// `mmap_write_lock`: the semaphore, then a new (odd) sequence
@@ -53,7 +54,7 @@ impl MmapLock {
         let mut vmas = Locked::take(Structure::MmapLock, &self.sem, || self.sem.write().unwrap());
         cacheline::write(Structure::MmLockSeq, &self.seq.0);
         vmas.write_seq = self.seq.fetch_add(1, AcqRel) + 1;
-        MmapWriteGuard { vmas, seq: &self.seq }
+        MmapWriteGuard { vmas: Some(vmas), seq: &self.seq }
     }
 
     /// `mm_lock_seq`, for `vma_start_read`.
@@ -63,12 +64,18 @@ impl MmapLock {
 }
 
 /// The mmap_lock held for read; dropping it is `mmap_read_unlock` (`up_read`:
-/// another write of the semaphore's line, once it is let go).
-pub struct MmapReadGuard<'a> {
-    vmas: Locked<RwLockReadGuard<'a, Vmas>>,
+/// another write of the semaphore's line, once it is let go). `G` is the
+/// rwsem's guard: a read guard, or a downgraded write hold
+/// ([`MmapDowngradedGuard`]).
+pub struct MmapReadGuard<'a, G = RwLockReadGuard<'a, Vmas>> {
+    vmas: Locked<G>,
+    _tree: std::marker::PhantomData<&'a Vmas>,
 }
 
-impl std::ops::Deref for MmapReadGuard<'_> {
+/// The mmap_lock held for read after `mmap_write_downgrade`.
+pub type MmapDowngradedGuard<'a> = MmapReadGuard<'a, Downgraded<'a, Vmas>>;
+
+impl<G: std::ops::Deref<Target = Vmas>> std::ops::Deref for MmapReadGuard<'_, G> {
     type Target = Vmas;
     fn deref(&self) -> &Vmas {
         &self.vmas
@@ -77,29 +84,48 @@ impl std::ops::Deref for MmapReadGuard<'_> {
 
 /// The mmap_lock held for write; dropping it is `mmap_write_unlock`.
 pub struct MmapWriteGuard<'a> {
-    vmas: Locked<RwLockWriteGuard<'a, Vmas>>,
+    /// Held until dropped or downgraded.
+    vmas: Option<Locked<RwLockWriteGuard<'a, Vmas>>>,
     seq: &'a AtomicU64,
 }
 
 impl std::ops::Deref for MmapWriteGuard<'_> {
     type Target = Vmas;
     fn deref(&self) -> &Vmas {
-        &self.vmas
+        self.vmas.as_ref().expect("held until dropped")
     }
 }
 
 impl std::ops::DerefMut for MmapWriteGuard<'_> {
     fn deref_mut(&mut self) -> &mut Vmas {
-        &mut self.vmas
+        self.vmas.as_mut().expect("held until dropped")
+    }
+}
+
+impl<'a> MmapWriteGuard<'a> {
+    /// `vma_end_write_all`: the sequence becomes even, which releases
+    /// every VMA write lock of the epoch.
+    fn end_write_all(&mut self) {
+        if let Some(vmas) = self.vmas.as_mut() {
+            vmas.write_seq = 0;
+            cacheline::write(Structure::MmLockSeq, self.seq);
+            self.seq.fetch_add(1, Release);
+        }
+    }
+
+    /// `mmap_write_downgrade`: `vma_end_write_all`, then the semaphore
+    /// becomes a read hold (`downgrade_write`), so that faults and other
+    /// readers run while the holder finishes (munmap's zap).
+    pub fn downgrade(mut self) -> MmapDowngradedGuard<'a> {
+        self.end_write_all();
+        let vmas = self.vmas.take().expect("held until dropped");
+        MmapReadGuard { vmas: vmas.map(sync::downgrade), _tree: std::marker::PhantomData }
     }
 }
 
 impl Drop for MmapWriteGuard<'_> {
-    /// `vma_end_write_all` (the sequence becomes even: every VMA write lock
-    /// of the epoch is released), then `up_write` (when `vmas` goes).
+    /// `vma_end_write_all`, then `up_write` (when `vmas` goes).
     fn drop(&mut self) {
-        self.vmas.write_seq = 0;
-        cacheline::write(Structure::MmLockSeq, self.seq);
-        self.seq.fetch_add(1, Release);
+        self.end_write_all();
     }
 }

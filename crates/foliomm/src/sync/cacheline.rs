@@ -153,6 +153,17 @@ impl<G> Locked<G> {
     }
 }
 
+impl<G> Locked<G> {
+    /// The same hold with its guard turned into another by `f` (a
+    /// downgrade): no access is accounted.
+    pub fn map<H>(mut self, f: impl FnOnce(G) -> H) -> Locked<H> {
+        let guard = f(self.guard.take().expect("held until dropped"));
+        let (s, word) = (self.s, self.word);
+        std::mem::forget(self);
+        Locked { s, word, guard: Some(guard) }
+    }
+}
+
 impl<G: std::ops::Deref> std::ops::Deref for Locked<G> {
     type Target = G::Target;
     fn deref(&self) -> &G::Target {

@@ -310,5 +310,19 @@ impl<T: ?Sized> RwLock<T> {
     }
 }
 
+impl<'a, T> RwLockWriteGuard<'a, T> {
+    /// `downgrade_write`: the write hold becomes a read hold, with no
+    /// moment when the lock is free; in a simulation the readers queued
+    /// first are woken ([`sim::rwsem_downgraded`]).
+    pub fn downgrade(mut self) -> RwLockReadGuard<'a, T> {
+        let inner = self.inner.take().expect("held until dropped");
+        let lock = self.lock;
+        std::mem::forget(self);
+        let read = std::sync::RwLockWriteGuard::downgrade(inner);
+        sim::rwsem_downgraded(lock.key());
+        RwLockReadGuard { inner: Some(read), lock }
+    }
+}
+
 guard_impls!(RwLockReadGuard);
 guard_impls!(RwLockWriteGuard, mut);

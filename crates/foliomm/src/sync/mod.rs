@@ -58,6 +58,25 @@ pub fn new_mutex<T>(t: T) -> Mutex<T> {
     Mutex::new(t)
 }
 
+/// A write hold turned into a read hold by [`downgrade`]; under loom and
+/// shuttle, whose rwsems cannot downgrade, the write hold itself.
+#[cfg(not(any(loom, shuttle)))]
+pub type Downgraded<'a, T> = RwLockReadGuard<'a, T>;
+/// A write hold turned into a read hold by [`downgrade`]; under loom and
+/// shuttle, whose rwsems cannot downgrade, the write hold itself.
+#[cfg(any(loom, shuttle))]
+pub type Downgraded<'a, T> = RwLockWriteGuard<'a, T>;
+
+/// `downgrade_write` ([`RwLockWriteGuard::downgrade`] of the facade's
+/// rwsem); under loom and shuttle the write hold is kept, which excludes
+/// more and so checks no less.
+pub fn downgrade<T>(g: RwLockWriteGuard<'_, T>) -> Downgraded<'_, T> {
+    #[cfg(not(any(loom, shuttle)))]
+    return g.downgrade();
+    #[cfg(any(loom, shuttle))]
+    g
+}
+
 pub use std::sync::{Arc, Weak};
 
 /// Atomic integers, fences and orderings.

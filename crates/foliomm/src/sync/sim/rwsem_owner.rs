@@ -110,6 +110,27 @@ pub(crate) fn rwsem_released(key: usize) {
     });
 }
 
+/// This CPU turned its write hold of the rwsem at `key` into a read hold
+/// (`downgrade_write`): readers first in its queue are woken
+/// (`rwsem_downgrade_wake`), a writer first in line is not. A writer
+/// spinning on it spins on, until the read hold's release. Nothing
+/// outside a simulation.
+#[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's rwsem is loom's or shuttle's there
+pub(crate) fn rwsem_downgraded(key: usize) {
+    if !super::active() {
+        return;
+    }
+    with_me(|sim, me| {
+        let mut st = sim.lock();
+        st.owners.0.insert(key, Owner { writer: None, readers: 1, nonspinnable: false });
+        let reader_first = st.waits.first(key).is_some_and(|w| !w.writer);
+        drop(st);
+        if reader_first {
+            sim.wake(me, key);
+        }
+    });
+}
+
 /// CPU `me` goes to sleep: the spinners of the rwsems it holds to write
 /// stop spinning at `at` (`rwsem_spin_on_owner` sees it off its CPU), and
 /// those of the mutexes it holds sleep on (`mutex_spin_on_owner`).

@@ -355,3 +355,37 @@ fn a_mutex_waiter_spins_while_the_owner_runs_and_sleeps_once_it_sleeps() {
         assert!(taken >= released + p.wakeup, "the owner slept on the rwsem: woken after the release ({arrive})");
     }
 }
+
+#[test]
+#[cfg(not(any(loom, shuttle)))] // loom's and shuttle's rwsems cannot downgrade
+fn a_downgrade_lets_the_queued_reader_in_and_keeps_the_writer_out() {
+    let lock = crate::sync::RwLock::new(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let seen = FacadeMutex::new(Vec::new());
+    // CPU 0 writes, then downgrades and reads on; CPU 1 queued to read
+    // meanwhile and gets in beside it; CPU 2's write waits for them both.
+    run(3, Profile::two_socket_server(), 3, 0, |cpu| {
+        (0..[0, 2, 4][cpu]).for_each(|_| work(Work::Fault));
+        match cpu {
+            0 => {
+                let mut g = lock.write().unwrap();
+                *g = 1;
+                (0..10).for_each(|_| work(Work::Fault));
+                let g = g.downgrade();
+                (0..20).for_each(|_| work(Work::Fault));
+                assert_eq!(*g, 1);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            1 => {
+                let g = lock.read().unwrap();
+                seen.lock().unwrap().push((1, *g, done.load(std::sync::atomic::Ordering::Relaxed)));
+            }
+            _ => {
+                let mut g = lock.write().unwrap();
+                *g = 2;
+                seen.lock().unwrap().push((2, 2, done.load(std::sync::atomic::Ordering::Relaxed)));
+            }
+        }
+    });
+    assert_eq!(*seen.lock().unwrap(), [(1, 1, false), (2, 2, true)], "(CPU, value, the downgraded hold over)");
+}
