@@ -2,6 +2,7 @@
 //! anonymous memory or a file), munmap, mprotect, madvise and mremap, each
 //! mirrored into the reference byte model once the backend has done it.
 
+use foliomm::internals::arch::PAGE_SIZE;
 use foliomm::internals::mm::Advice;
 use foliomm::{Errno, Prot};
 
@@ -109,9 +110,14 @@ impl State<'_> {
         else {
             unreachable!("not this step")
         };
-        // With `align`, map `len + align` and unmap what lies outside
-        // the aligned part, as the kernel selftests do.
-        let extra = align.unwrap_or(0);
+        // With `align`, map `len + align` (and a page more at each end)
+        // and unmap what lies outside the aligned part, as the kernel
+        // selftests do. The spare pages keep the mapping off whatever the
+        // backend's layout put beside the reservation: once the ends are
+        // unmapped it is no neighbour of it, so that it merges with it on
+        // no backend (the host worker's own memory and an earlier
+        // mapping lie in different places on the host and the model).
+        let extra = align.map_or(0, |a| a + 2 * PAGE_SIZE);
         let Some(total) = len.checked_add(extra) else {
             return Err(format!("mmap of {len:#x} bytes aligned to {extra:#x}: the sum overflows").into());
         };
@@ -148,7 +154,7 @@ impl State<'_> {
                 None => return Ok("failed as expected".into()),
             },
         };
-        let addr = align.map_or(raw, |a| raw.div_ceil(a) * a);
+        let addr = align.map_or(raw, |a| (raw + PAGE_SIZE).div_ceil(a) * a);
         let trim = |e: StepError| Failed::from(e).context("trimming the aligned mapping");
         if placed {
             (req.at, req.len, req.fixed) = (Some(addr), *len, true);
