@@ -100,7 +100,8 @@ impl State<'_> {
         }
     }
 
-    /// `mmap`; with `align`, reserves `len + align` inaccessible bytes,
+    /// `mmap`; with `align`, reserves `len + align` inaccessible bytes and
+    /// a page more at each end,
     /// maps the aligned part over them with `MAP_FIXED` and unmaps the rest
     /// of the reservation, as the kernel selftests do.
     fn mmap_step(&mut self, step: &Step, t: Thread) -> StepResult {
@@ -119,7 +120,9 @@ impl State<'_> {
         // mapping lie in different places on the host and the model).
         let extra = align.map_or(0, |a| a + 2 * PAGE_SIZE);
         let Some(total) = len.checked_add(extra) else {
-            return Err(format!("mmap of {len:#x} bytes aligned to {extra:#x}: the sum overflows").into());
+            return Err(
+                format!("mmap of {len:#x} bytes aligned to {:#x}: the sum overflows", align.unwrap_or(0)).into()
+            );
         };
         let handle = match file {
             Some(f) => Some(self.file(f, &p)?),

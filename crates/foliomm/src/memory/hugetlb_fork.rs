@@ -16,9 +16,9 @@ use crate::Result;
 
 /// `copy_hugetlb_page_range` (fork): the child's entries for the hugetlb
 /// VMA `src_vma` (its copy `dst_vma` linked already), a private one with
-/// an anon_vma (the only kind `vma_needs_copy` copies). A shared mapping's
-/// pages gain the child's references; a private mapping's anonymous pages
-/// become read-only in both (a pinned one is copied for the child at once).
+/// an anon_vma (the only kind `vma_needs_copy` copies). Its file pages not
+/// yet copied gain the child's references; its anonymous pages become
+/// read-only in both (a pinned one is copied for the child at once).
 /// ENOMEM without page tables, or when the pool has no page for such a
 /// copy (`alloc_hugetlb_folio` fails: the fork fails, as Linux's does).
 ///

@@ -18,8 +18,9 @@ impl Mm {
     /// `munmap(addr, len)` (`__vm_munmap`): the VMAs go under the
     /// mmap_lock held for write, which is then downgraded
     /// (`do_vmi_align_munmap` with `unlock`, since 4.20) for the zap and
-    /// the page tables' freeing, so faults on other VMAs, and other
-    /// munmaps' zaps, run beside it.
+    /// the page tables' freeing, so faults on other VMAs (and every other
+    /// reader of the mmap_lock) run beside it; another munmap waits, as it
+    /// needs the lock for write.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
         crate::sync::sim::work(crate::sync::sim::Work::Syscall);
         if len == 0 {

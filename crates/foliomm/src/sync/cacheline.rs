@@ -155,9 +155,10 @@ impl<G> Locked<G> {
 
 impl<G> Locked<G> {
     /// The same hold with its guard turned into another by `f` (a
-    /// downgrade): no access is accounted.
+    /// downgrade: an RMW of the lock word, accounted as a write).
     pub fn map<H>(mut self, f: impl FnOnce(G) -> H) -> Locked<H> {
         let guard = f(self.guard.take().expect("held until dropped"));
+        access(self.s, self.word, true);
         let (s, word) = (self.s, self.word);
         std::mem::forget(self);
         Locked { s, word, guard: Some(guard) }

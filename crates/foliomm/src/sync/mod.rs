@@ -68,8 +68,9 @@ pub type Downgraded<'a, T> = RwLockReadGuard<'a, T>;
 pub type Downgraded<'a, T> = RwLockWriteGuard<'a, T>;
 
 /// `downgrade_write` ([`RwLockWriteGuard::downgrade`] of the facade's
-/// rwsem); under loom and shuttle the write hold is kept, which excludes
-/// more and so checks no less.
+/// rwsem); under loom and shuttle the write hold is kept: they never run
+/// readers beside what follows a downgrade, which only threads and the
+/// simulation reach.
 pub fn downgrade<T>(g: RwLockWriteGuard<'_, T>) -> Downgraded<'_, T> {
     #[cfg(not(any(loom, shuttle)))]
     return g.downgrade();

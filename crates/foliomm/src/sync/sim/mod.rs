@@ -39,11 +39,11 @@ use std::thread::Thread;
 
 pub use coherence::Outcome;
 pub use profile::Profile;
+#[cfg(not(any(loom, shuttle)))]
+pub(crate) use rwsem_owner::rwsem_downgraded;
 #[cfg_attr(any(loom, shuttle), allow(unused_imports))] // the facade's mutex is loom's or shuttle's there
 pub(crate) use rwsem_owner::{mutex_released, mutex_taken, mutex_wait};
 pub(crate) use rwsem_owner::{optimistic_spin, rwsem_released, rwsem_taken};
-#[cfg(not(any(loom, shuttle)))]
-pub(crate) use rwsem_owner::rwsem_downgraded;
 pub use work::{atomics_are_cheap, work, Work};
 
 use super::structure::{Structure, Transfers, N};

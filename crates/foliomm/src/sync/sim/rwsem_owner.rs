@@ -112,9 +112,11 @@ pub(crate) fn rwsem_released(key: usize) {
 
 /// This CPU turned its write hold of the rwsem at `key` into a read hold
 /// (`downgrade_write`): readers first in its queue are woken
-/// (`rwsem_downgrade_wake`), a writer first in line is not. A writer
-/// spinning on it spins on, until the read hold's release. Nothing
-/// outside a simulation.
+/// (`rwsem_downgrade_wake`), a writer first in line is not. The first
+/// spinner is woken a spin round later, to find readers owning it and
+/// spin on them at most the readers' threshold (`rwsem_spin_on_owner`
+/// returns when the owner stops being a writer). Nothing outside a
+/// simulation.
 #[cfg_attr(any(loom, shuttle), allow(dead_code))] // the facade's rwsem is loom's or shuttle's there
 pub(crate) fn rwsem_downgraded(key: usize) {
     if !super::active() {
@@ -128,6 +130,7 @@ pub(crate) fn rwsem_downgraded(key: usize) {
         if reader_first {
             sim.wake(me, key);
         }
+        sim.wake(me, key | OSQ);
     });
 }
 
