@@ -151,9 +151,7 @@ impl<G> Locked<G> {
         access(s, word, true);
         Some(Locked { s, word, guard: Some(try_take()?) })
     }
-}
 
-impl<G> Locked<G> {
     /// The same hold with its guard turned into another by `f` (a
     /// downgrade: an RMW of the lock word, accounted as a write).
     pub fn map<H>(mut self, f: impl FnOnce(G) -> H) -> Locked<H> {
