@@ -37,6 +37,9 @@ mod ksm;
 /// MADV_FREE and reclaim against writes and a child.
 #[path = "shuttle/lazyfree.rs"]
 mod lazyfree;
+/// A pagemap reader against MADV_DONTNEED and munmap.
+#[path = "shuttle/pagemap.rs"]
+mod pagemap;
 /// A write fault's PMD split against MADV_DONTNEED.
 #[path = "shuttle/pmd_split.rs"]
 mod pmd_split;

@@ -7,9 +7,10 @@ use crate::arch::{Pfn, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::memory::clear_refs::clear_soft_dirty_vma;
 use crate::mm_types::{vm, Mm};
-use crate::pgtable::{leaf_slot, pt_share_count};
+use crate::pgtable::{leaf_slot, pt_share_count, pte_lockptr, LeafSlot};
 use crate::rmap;
 use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::BitSpinLock;
 
 /// `folio_average_page_mapcount`: the large folio's mapcount spread over
 /// its pages, its PMD mappings counted whole (what `/proc/kpagecount` shows
@@ -64,19 +65,24 @@ impl Mm {
         let k = &*self.kernel;
         let phys = &k.phys;
         let mut info = PageInfo::default();
+        // pagemap_read() walks VMAs only: where none is, it reports nothing,
+        // even while a munmap (under the downgraded lock) still zaps there.
         // PM_SOFT_DIRTY: the VMA's VM_SOFTDIRTY, holes too
         // (pagemap_pte_hole); a hugetlb page reports no entry's bit
         // (pagemap_hugetlb_range).
-        let vma = vmas.find(addr).map(|v| (v.flags() & vm::SOFTDIRTY != 0, v.is_hugetlb()));
-        info.soft_dirty = vma.is_some_and(|(sd, _)| sd);
-        let Some(slot) = leaf_slot(phys, self.pgd, addr) else {
+        let Some((vma_soft_dirty, hugetlb)) = vmas.find(addr).map(|v| (v.flags() & vm::SOFTDIRTY != 0, v.is_hugetlb()))
+        else {
+            return info;
+        };
+        info.soft_dirty = vma_soft_dirty;
+        let Some((slot, _ptl)) = self.locked_leaf(addr) else {
             return info;
         };
         let leaf = slot.load(phys);
         // pte_to_pagemap_entry(): PM_SWAP, and nothing of a page.
         info.swapped = leaf.is_swap() && !slot.huge();
         info.uffd_wp = leaf.any_uffd_wp();
-        info.soft_dirty |= k.config.soft_dirty && vma.is_some_and(|(_, hugetlb)| !hugetlb) && leaf.any_soft_dirty();
+        info.soft_dirty |= k.config.soft_dirty && !hugetlb && leaf.any_soft_dirty();
         if !leaf.present() || leaf.huge() != slot.huge() {
             return info;
         }
@@ -91,7 +97,6 @@ impl Mm {
         // hugetlb page's (`smaps_hugetlb_range`), and never counts the
         // huge zero page at all, which only pagemap shows (a protnone
         // entry as present).
-        let hugetlb = vma.is_some_and(|(_, hugetlb)| hugetlb);
         let seen = leaf.hw_present() || hugetlb || f.is_zero_page() || k.config.release().smaps_counts_protnone_pmd();
         info.pmd_mapped = huge && seen;
         info.pmd_shared = huge && pt_share_count(phys, slot.table).load(std::sync::atomic::Ordering::Relaxed) > 0;
@@ -132,13 +137,27 @@ impl Mm {
         info
     }
 
+    /// The leaf slot of `addr` with its table's lock taken, as
+    /// pagemap_pmd_range() reads entries: a zap beside the reader
+    /// (MADV_DONTNEED, a munmap's) is seen before or after, never with an
+    /// entry gone and its folio still being unmapped. The caller holds
+    /// the mmap_lock and a page-table read section.
+    fn locked_leaf(&self, addr: u64) -> Option<(LeafSlot, BitSpinLock<'_>)> {
+        let phys = &self.kernel.phys;
+        let slot = leaf_slot(phys, self.pgd, addr)?;
+        Some((slot, pte_lockptr(phys, slot.table).lock()))
+    }
+
     /// The mapcount design's raw fields of the large folio mapped at `addr`
     /// (see [`crate::mapcount::MapcountDesign::fields`]); empty for a small
     /// or hugetlb folio, or nothing mapped.
     pub fn folio_fields(&self, addr: u64) -> Vec<(String, i64)> {
-        let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
+        let (vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
         let phys = &self.kernel.phys;
-        let Some(slot) = leaf_slot(phys, self.pgd, addr) else { return Vec::new() };
+        if vmas.find(addr).is_none() {
+            return Vec::new();
+        }
+        let Some((slot, _ptl)) = self.locked_leaf(addr) else { return Vec::new() };
         let leaf = slot.load(phys);
         if !leaf.present() || leaf.huge() != slot.huge() {
             return Vec::new();
