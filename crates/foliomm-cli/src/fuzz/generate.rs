@@ -16,22 +16,25 @@
 //! (of memfd mappings too from `g5`), from `g4` `MADV_COLLAPSE`, from `g6`
 //! hugetlbfs files mapped shared and private, with hole punches,
 //! truncation and `pread` ([`hugetlb`]), from `g7` `MADV_FREE` of
-//! anonymous memory.
+//! anonymous memory, from `g8` shmem's large folios and more advice,
+//! `mlock` and `MADV_DONTFORK` ([`g8`]).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+mod g8;
 mod hugetlb;
+mod memfd;
 
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 7] = ["g1", "g2", "g3", "g4", "g5", "g6", "g7"];
+pub const VERSIONS: [&str; 8] = ["g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
 /// below 100, `g2` below 112, `g3` below 118, `g4` below 122): the default weights, which
 /// feedback ([`super::feedback`]) multiplies.
-pub const KINDS: [(&str, u32, u32); 16] = [
+pub const KINDS: [(&str, u32, u32); 17] = [
     ("mmap", 0, 11),
     ("write", 12, 29),
     ("read", 30, 41),
@@ -48,14 +51,16 @@ pub const KINDS: [(&str, u32, u32); 16] = [
     ("pool", 108, 111),
     ("pageout", 112, 117),
     ("collapse", 118, 121),
+    ("lock", 122, 125),
 ];
 
 /// How many of [`KINDS`] generator `version` (1 for `g1`) draws from.
 fn kinds_of(version: u8) -> usize {
     match version {
-        1 => KINDS.len() - 5,
-        2 => KINDS.len() - 2,
-        3 => KINDS.len() - 1,
+        1 => 11,
+        2 => 14,
+        3 => 15,
+        4..=7 => 16,
         _ => KINDS.len(),
     }
 }
@@ -79,6 +84,10 @@ struct Mapping {
     /// The hugetlb page size of a hugetlb mapping: ranges that unmap,
     /// protect or advise are whole pages of it.
     huge: Option<u64>,
+    /// A `MAP_SHARED` mapping.
+    shared: bool,
+    /// `MADV_DONTFORK` (of the whole mapping): a child does not get it.
+    dontfork: bool,
 }
 
 /// What the workload built so far.
@@ -187,7 +196,7 @@ impl World {
             ("fork", _) if p == "P" && self.live.len() < 4 => {
                 let c = self.name("C");
                 self.lines.push(format!("P: fork {c}"));
-                for m in self.maps.iter_mut().filter(|m| m.procs.iter().any(|q| q == "P")) {
+                for m in self.maps.iter_mut().filter(|m| m.procs.iter().any(|q| q == "P") && !m.dontfork) {
                     m.procs.push(c.clone());
                 }
                 self.live.push(c);
@@ -213,19 +222,7 @@ impl World {
                 self.observe(&p, &m);
                 self.lines.push(format!("{p}: mprotect {place} rw"));
             }
-            ("madvise", Some(m)) => {
-                let place = self.vma_place(&m);
-                // From g7, MADV_FREE where it applies: private anonymous memory.
-                let anon = m.file.is_none() && m.huge.is_none();
-                let advice = match self.version >= 7 && anon {
-                    true => self.pick(&["dontneed", "free", "hugepage", "nohugepage", "populate_write"]).unwrap(),
-                    false => self.pick(&["dontneed", "dontneed", "hugepage", "nohugepage", "populate_write"]).unwrap(),
-                };
-                if advice.ends_with("hugepage") {
-                    self.mark_split(&p, &m.name, &place);
-                }
-                self.lines.push(format!("{p}: madvise {place} {advice}"));
-            }
+            ("madvise", Some(m)) => self.advise(&p, &m),
             ("munmap", Some(m)) => self.munmap(&p, &m),
             ("file", Some(m)) => self.file_step(&p, &m),
             ("pin", Some(m)) if p == "P" => self.pin_step(&m),
@@ -248,6 +245,7 @@ impl World {
                 let place = format!("{}[{}K..{}K]", m.name, i * 2048, j * 2048);
                 self.lines.push(format!("{p}: madvise {place} collapse"));
             }
+            ("lock", Some(m)) => self.lock_step(&p, &m),
             ("pin" | "parallel" | "pool" | "pageout" | "collapse", Some(m)) => self.observe(&p, &m),
             (_, Some(m)) if m.split || m.huge.is_some() => self.observe(&p, &m),
             (_, Some(m)) => {
@@ -263,6 +261,8 @@ impl World {
                     procs: vec![p.clone()],
                     split: false,
                     huge: None,
+                    shared: m.shared,
+                    dontfork: m.dontfork,
                 });
             }
         }
@@ -339,7 +339,18 @@ impl World {
             self.lines.push(format!("P: {f} = memfd {}K", len / K));
             self.lines.push(format!("P: {name} = mmap {}K rw {kind} file {f} align 64K", len / K));
             self.files.push((f.clone(), len));
-            self.maps.push(Mapping { name, len, file: Some(f), procs: vec!["P".into()], split: false, huge: None });
+            let shared = kind == "shared";
+            let procs = vec!["P".into()];
+            self.maps.push(Mapping {
+                name,
+                len,
+                file: Some(f),
+                procs,
+                split: false,
+                huge: None,
+                shared,
+                dontfork: false,
+            });
             return;
         }
         // Aligned, so that where a folio fits does not depend on where a
@@ -349,7 +360,17 @@ impl World {
         if len >= 64 * K && self.rng.gen_bool(0.3) {
             self.lines.push(format!("{p}: madvise {name} hugepage"));
         }
-        self.maps.push(Mapping { name, len, file: None, procs: vec![p.to_string()], split: false, huge: None });
+        let procs = vec![p.to_string()];
+        self.maps.push(Mapping {
+            name,
+            len,
+            file: None,
+            procs,
+            split: false,
+            huge: None,
+            shared: false,
+            dontfork: false,
+        });
     }
 
     /// P pins part of a mapping (a longterm R/W pin, or a plain GUP
@@ -395,30 +416,6 @@ impl World {
         }
         self.lines.push("end".into());
     }
-
-    /// A step on the file behind mapping `m`, by a process holding it.
-    fn file_step(&mut self, p: &str, m: &Mapping) {
-        let Some(f) = m.file.clone().filter(|_| p == "P") else {
-            return self.lines.push(format!("{p}: read {}", m.name));
-        };
-        let size = self.files.iter().find(|(n, _)| *n == f).map_or(m.len, |(_, s)| *s);
-        if let Some(unit) = m.huge {
-            return self.hugetlbfs_file_step(&f, size, unit);
-        }
-        let (s, e) = self.range(size.max(4 * K));
-        match self.rng.gen_range(0..3) {
-            0 => {
-                self.lines.push(format!("P: pwrite {f}[{}K..{}K] = {:#04x}", s / K, e / K, self.rng.gen_range(1..=255)))
-            }
-            1 => self.lines.push(format!("P: punch {f}[{}K..{}K]", s / K, e / K)),
-            _ => {
-                // Shrinking makes later accesses past the end SIGBUS on
-                // every backend alike; growing back restores them.
-                self.lines.push(format!("P: truncate {f} {}K", s / K));
-                self.lines.push(format!("P: truncate {f} {}K", size / K));
-            }
-        }
-    }
 }
 
 /// The workload of `seed` by generator `version` (one of [`VERSIONS`]):
@@ -445,7 +442,8 @@ pub fn scenario(version: &str, seed: u64, steps: usize, bias: Option<&[f64]>) ->
     let mthp = w.pick(&["64K=never", "64K=always", "64K=inherit"]).unwrap();
     w.lines.push(format!("# foliomm fuzz {version} seed {seed}"));
     w.lines.push(format!("set thp enabled={thp} {mthp}"));
-    w.lines.push("set shmem enabled=never".into());
+    let shmem = w.shmem_setting();
+    w.lines.push(shmem);
     if w.version >= 2 {
         // A quarter of the workloads have a pool of 2M pages, one in
         // twelve also one of 1G pages (of which the model needs the

@@ -35,6 +35,8 @@ impl World {
             procs: vec![p.into()],
             split: false,
             huge: Some(size),
+            shared: !shared.is_empty(),
+            dontfork: false,
         };
         self.maps.push(m);
         true
@@ -64,6 +66,8 @@ impl World {
                 procs: vec!["P".into()],
                 split: false,
                 huge: Some(size),
+                shared: *kind == "shared",
+                dontfork: false,
             };
             self.maps.push(mapping);
         }
