@@ -50,10 +50,19 @@ impl Mm {
     }
 
     /// `mprotect_fixup` of every VMA in `[addr, end)` (which VMAs cover
-    /// without a hole), then the entries and one TLB flush.
+    /// without a hole), then the entries and one TLB flush. A private
+    /// `VM_LOCKED` VMA that becomes writable is then faulted in for write
+    /// (`populate_vma_page_range`: its COW is broken now rather than by a
+    /// major fault later), errors ignored as Linux ignores them.
     fn protect_range(&self, vmas: &mut crate::mm_types::Vmas, addr: u64, end: u64, prot: Prot) -> Result<()> {
         let new_flags = |flags: u32| (flags & !vm::PROT_MASK) | (prot.0 & vm::PROT_MASK);
         self.split_for_change(vmas, addr, end, new_flags)?;
+        let locked_made_writable: Vec<(u64, u64)> = vmas
+            .overlapping(addr, end)
+            .filter(|v| v.flags() & (vm::WRITE | vm::SHARED | vm::LOCKED) == vm::LOCKED)
+            .filter(|_| prot.0 & Prot::WRITE != 0)
+            .map(|v| (v.start().max(addr), v.end().min(end)))
+            .collect();
         let changed = set_vma_flags(vmas, addr, end, new_flags);
         let mut flush = false;
         for &start in &changed {
@@ -65,6 +74,9 @@ impl Mm {
             self.tlb.flush_range(&self.kernel.stats, addr, end);
         }
         merge_around(vmas, addr, end, self.kernel.config.release(), &changed);
+        for (start, stop) in locked_made_writable {
+            let _ = self.populate(vmas, start, stop);
+        }
         Ok(())
     }
 }
