@@ -2,11 +2,16 @@
 //! `split_folio_to_order` → `__folio_split`: `unmap_folio`,
 //! `__split_unmapped_folio`, `remap_page`).
 //!
-//! Differs from Linux: instead of replacing the mappings with migration
-//! entries and restoring them afterwards, foliomm holds every page table
-//! that maps the folio locked ([`super::folio_mappings`]) while only the
-//! folio's metadata changes: its mappings are removed from the large folio
-//! and added back to each new folio, pages keeping their AnonExclusive flag. A folio in the
+//! An anon folio's mappings are restored after the split; a shmem
+//! folio's are only removed (`unmap_folio` unmaps a file folio, and
+//! `remap_page` leaves it unmapped): its pages are faulted in again.
+//!
+//! Differs from Linux: instead of replacing an anon folio's mappings with
+//! migration entries and restoring them afterwards, foliomm holds every
+//! page table that maps the folio locked ([`super::folio_mappings`]) while
+//! only the folio's metadata changes: its mappings are removed from the
+//! large folio and added back to each new folio, pages keeping their
+//! AnonExclusive flag. A folio in the
 //! swap cache is not split; a shmem folio's cache entries name the same
 //! frames after the split, so they need no change (Linux's
 //! `xas_split`), and no page lies beyond `i_size` to drop.
@@ -17,7 +22,7 @@ use crate::folio::Folio;
 use crate::kernel::{Kernel, Stats};
 use crate::mapcount::Level;
 use crate::mm_types::MmList;
-use crate::pgtable::{load, store};
+use crate::pgtable::{load, store, take};
 use crate::rmap;
 use crate::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::{Errno, Result};
@@ -25,7 +30,8 @@ use crate::{Errno, Result};
 /// `split_folio_to_order(folio, new_order)` for an anon or shmem large
 /// folio, mapped anywhere: every mapping is found through the rmap walk (a
 /// huge PMD split first, as `unmap_folio` asks with `TTU_SPLIT_HUGE_PMD`: a
-/// shmem PMD is only cleared, to be refaulted by PTEs), the
+/// shmem PMD is only cleared, to be refaulted by PTEs; a shmem folio's
+/// PTEs are cleared too), the
 /// tables holding them locked, and the folio split into folios of
 /// `new_order` if nothing but its mappings, the page cache and the
 /// caller's `held` references holds it; those stay on the first piece. With `list` (reclaim
@@ -152,10 +158,10 @@ fn can_split(k: &Kernel, f: Folio, found: u64, held: i32) -> bool {
 
 /// The split under every table's lock: the folio's references are frozen
 /// (`folio_ref_freeze`: false, nothing done, if one came or went since they
-/// were counted), the mappings leave `f`, it becomes folios of `order`
-/// (around page `at` if given; the caller's `held` references on the
-/// first), each mapping joins its new
-/// folio; from 6.12 a zero-filled page split to a page of its own is
+/// were counted), the mappings leave `f` (a shmem folio's entries are
+/// cleared), it becomes folios of `order` (around page `at` if given; the
+/// caller's `held` references on the first), each anon mapping joins its
+/// new folio; from 6.12 a zero-filled page split to a page of its own is
 /// mapped by the shared zero page instead, outside mlocked VMAs
 /// (`try_to_map_unused_to_zeropage`), and freed.
 fn remap<'k>(
@@ -172,26 +178,35 @@ fn remap<'k>(
         return false;
     }
     let exclusive: Vec<bool> = maps.iter().map(|m| f.anon_exclusive(m.page)).collect();
+    let file = !f.test_anon();
     for m in maps {
         rmap::folio_remove_rmap(k, f, m.page, 1, Level::Pte, m.mm.rmap);
-        // try_to_migrate_one(): a dirty entry dirties the folio, which every
-        // piece inherits; remove_migration_pte() re-dirties the entry with
-        // pte_mkdirty, soft-dirty with it.
-        let e = load(phys, m.table, m.idx);
+        // try_to_migrate_one() and try_to_unmap_one(): a dirty entry
+        // dirties the folio, which every piece inherits.
+        let e = if file { take(phys, m.table, m.idx) } else { load(phys, m.table, m.idx) };
         if e.dirty() {
             f.head().set(crate::phys::pg::DIRTY);
+        }
+        if file {
+            // unmap_folio() only unmaps a file folio (try_to_unmap, mlock
+            // ignored), and remap_page() leaves it so: its pages are
+            // faulted in again on the next access.
+            m.mm.add_rss(f, -1);
+            m.mm.tlb.flush_range(&k.stats, m.addr, m.addr + PAGE_SIZE);
+        } else if e.dirty() {
+            // remove_migration_pte() re-dirties the entry with pte_mkdirty,
+            // soft-dirty with it.
             store(phys, m.table, m.idx, e.with(Pte::MKDIRTY));
         }
     }
     // Each piece gets one reference per page: a shmem folio's stay as the
     // page cache's (the cache's index still names the same frames), of
     // `held` the caller's alone go to the first piece.
-    let file = !f.test_anon();
     let cache = if file { f.nr_pages() as i32 } else { 0 };
     let pieces = k.split_unmapped_folio_to_order(f, order, at, 1);
     Folio::from_head(phys, pieces[0].0).ref_add(held - cache);
     let to_zero = !file && k.config.release().split_maps_zero_pages_to_zero_page();
-    for (m, excl) in maps.iter().zip(exclusive) {
+    for (m, excl) in maps.iter().zip(exclusive).filter(|_| !file) {
         let piece = Folio::containing(phys, f.pfn + m.page);
         if to_zero && !m.locked && piece.order() == 0 && zero_filled(k, piece.pfn) {
             // The VMA's protection: a PROT_NONE entry stays inaccessible.
@@ -202,10 +217,7 @@ fn remap<'k>(
             continue;
         }
         piece.ref_add(1);
-        match file {
-            true => rmap::folio_add_file_rmap(k, piece, f.pfn + m.page - piece.pfn, 1, Level::Pte, m.mm.rmap),
-            false => rmap::folio_add_anon_rmap_ptes(k, piece, f.pfn + m.page - piece.pfn, 1, m.mm.rmap, excl),
-        }
+        rmap::folio_add_anon_rmap_ptes(k, piece, f.pfn + m.page - piece.pfn, 1, m.mm.rmap, excl);
     }
     if let Some(list) = list {
         for &(pfn, _) in &pieces[1..] {

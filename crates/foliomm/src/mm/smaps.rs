@@ -3,7 +3,7 @@
 //! `smaps_account` and `smaps_hugetlb_range` split them.
 #![warn(missing_docs)]
 
-use crate::arch::PAGE_SIZE;
+use crate::arch::{PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
 use crate::mm_types::{vm, Mm, Vma};
 use crate::pgtable::leaf_slot;
@@ -115,16 +115,32 @@ impl Mm {
     fn account_pages(&self, v: &Vma, info: &mut VmaInfo) {
         let k = &*self.kernel;
         let (_vmas, _walk) = (self.mmap_read_lock(), self.pt_read());
-        let swapped = v.file().map(|inode| inode.swapped()).unwrap_or_default();
-        let swapped_at = |addr: u64| swapped.binary_search_by_key(&v.page_index(addr), |&(i, _)| i).is_ok();
+        let file = v.file();
+        let pages = (v.end() - v.start()) / PAGE_SIZE;
+        let shmem_swapped = file.as_ref().map_or(0, |inode| inode.swap_usage(v.pgoff(), pages));
         let whole = v.flags() & vm::SHARED != 0 || v.flags() & vm::WRITE == 0;
+        // A private writable VMA over swapped-out pages walks its holes
+        // (smaps_shmem_walk_ops), each the shmem swap in its file range.
+        let holes = file.filter(|_| !whole && shmem_swapped > 0);
+        if holes.is_none() {
+            info.swap_kb += shmem_swapped * (PAGE_SIZE / 1024);
+        }
+        let hole_swap = |from: u64, to: u64| holes.as_ref().map_or(0, |i| i.partial_swap_usage(from, to));
         let mut swap_pss = 0;
         for addr in (v.start()..v.end()).step_by(PAGE_SIZE as usize) {
             let slot = leaf_slot(&k.phys, self.pgd, addr);
             let leaf = slot.as_ref().map(|s| s.load(&k.phys));
-            if swapped_at(addr) && (whole || leaf.is_none_or(|l| l.is_none())) {
-                info.swap_kb += PAGE_SIZE / 1024;
-            }
+            let swap_pages = match leaf {
+                // smaps_pte_hole(): no table, once per PMD's range.
+                None if addr == v.start() || addr.is_multiple_of(PMD_SIZE) => {
+                    let to = ((addr | (PMD_SIZE - 1)) + 1).min(v.end());
+                    hole_swap(v.page_index(addr), v.page_index(to))
+                }
+                // smaps_pte_hole_lookup(): an empty entry, page by page.
+                Some(l) if l.is_none() => hole_swap(v.page_index(addr), v.page_index(addr) + 1),
+                _ => 0,
+            };
+            info.swap_kb += swap_pages * (PAGE_SIZE / 1024);
             let (Some(slot), Some(leaf)) = (slot, leaf) else { continue };
             if leaf.is_swap() && !slot.huge() {
                 info.swap_kb += PAGE_SIZE / 1024;

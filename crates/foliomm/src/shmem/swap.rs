@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 
 use super::{cache_refs, Inode};
-use crate::arch::{Pfn, SwpEntry};
+use crate::arch::{Pfn, SwpEntry, PAGE_SIZE};
 use crate::folio::Folio;
 use crate::kernel::Stats;
 use crate::phys::pg;
@@ -177,6 +177,29 @@ impl Inode {
         for (index, e) in gone {
             pages.swapped.remove(&index);
             self.k.swap.as_ref().expect("a swap entry implies a device").put(e, 1);
+        }
+    }
+
+    /// `shmem_partial_swap_usage`: the pages of the swap entries that
+    /// `[start, end)` meets, a large entry counted whole however little of
+    /// it the range covers (`xas_for_each` steps over entries, adding
+    /// `1 << order` for each).
+    pub fn partial_swap_usage(&self, start: u64, end: u64) -> u64 {
+        let pages = self.pages.lock().unwrap();
+        let mut firsts: Vec<(u64, u32)> = pages.swapped.range(start..end).map(|(&i, _)| pages.swap_order(i)).collect();
+        firsts.dedup();
+        firsts.iter().map(|&(_, order)| 1u64 << order).sum()
+    }
+
+    /// `shmem_swap_usage` of a VMA mapping the file's pages `[pgoff, pgoff
+    /// + pages)`: every page swapped out (`info->swapped`) when it maps
+    /// the file whole from its start, else [`Self::partial_swap_usage`].
+    pub fn swap_usage(&self, pgoff: u64, pages: u64) -> u64 {
+        let swapped = self.pages.lock().unwrap().swapped.len() as u64;
+        match swapped {
+            0 => 0,
+            _ if pgoff == 0 && pages * PAGE_SIZE >= self.size() => swapped,
+            _ => self.partial_swap_usage(pgoff, pgoff + pages),
         }
     }
 
