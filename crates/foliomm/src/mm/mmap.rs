@@ -223,8 +223,9 @@ impl Mm {
 
     /// `populate_vma_page_range`: faults in every page, for write if the VMA
     /// is private and writable (to break COW; a shared mapping is not
-    /// dirtied for nothing), for read otherwise; a PMD mapping is stepped
-    /// over whole, as GUP does.
+    /// dirtied for nothing), for read otherwise, and touches it
+    /// (`FOLL_TOUCH`: a write marks a folio behind a clean entry dirty); a
+    /// PMD mapping is stepped over whole, as GUP does.
     pub(super) fn populate(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
         let mut addr = start;
         while addr < end {
@@ -232,6 +233,11 @@ impl Mm {
             let write = vma.writable() && !vma.shared();
             if vma.readable() && self.translates(addr, write).is_none() {
                 handle_mm_fault(self, vma, addr, write)?;
+            }
+            if vma.readable() && write {
+                // follow_page_pte()'s FOLL_TOUCH: a write through a clean
+                // entry dirties the folio (a lazyfree one is kept then).
+                self.touch_dirty(addr);
             }
             addr = match self.translates(addr, false) {
                 Some(true) => (addr | (PMD_SIZE - 1)) + 1,
