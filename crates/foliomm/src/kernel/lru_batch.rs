@@ -14,9 +14,22 @@
 //! be neither isolated (reclaim, `MADV_PAGEOUT`) nor reused by a write
 //! fault, whose refcount check sees the batch's reference.
 //!
+//! A new folio of an `mlock`ed VMA waits in its CPU's `mlock` batch
+//! (mm/mlock.c `mlock_fbatch`, `mlock_new_folio`) with a reference and off
+//! the LRU, and a folio the VMA unmaps waits there with a reference too
+//! (`munlock_folio`), until the batch moves: meanwhile a write fault of
+//! another MM still mapping it sees one reference too many and copies
+//! instead of reusing. The folios a
+//! populate faults in, or an `mlock` call finds mapped, move at once (both
+//! drain the batches).
+//!
 //! Differs from Linux: CPUs share the [`NR_PCP`] slots modulo; the other
-//! batches (rotate, deactivate, activate, mlock) are not modelled (their
-//! folios move at once).
+//! batches (rotate, deactivate, activate) are not modelled (their folios
+//! move at once); no `PG_mlocked` and no unevictable list: an mlocked
+//! folio stays on its list, where reclaim finds it mapped in a locked VMA;
+//! `mlock_vma_folio` (a small folio mapped into a locked VMA by a swap-in
+//! or a file fault) is not modelled, nor the munlock of a folio that
+//! reclaim, migration, a split or KSM unmaps from a locked VMA.
 
 use super::lru::LruList;
 use super::{Kernel, Stats};
@@ -33,6 +46,19 @@ struct CpuBatches {
     add: Vec<Pfn>,
     /// `lru_lazyfree`: folios on their way to being lazily freed.
     lazyfree: Vec<Pfn>,
+    /// `mlock_fbatch`: new folios of locked VMAs (on their way to the
+    /// LRU) and folios being munlocked.
+    mlock: Vec<(Pfn, Mlock)>,
+}
+
+/// What an `mlock` batch entry is (the `NEW_FOLIO` bit Linux keeps in
+/// the batch's pointers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mlock {
+    /// `mlock_new_folio`: a new folio of a locked VMA, not yet on the LRU.
+    New,
+    /// `munlock_folio`: a folio a locked VMA unmapped.
+    Unlock,
 }
 
 /// Every CPU's batches, and whether they are in use.
@@ -72,18 +98,55 @@ impl Kernel {
     /// full, when `f` is large, or while the batches are disabled.
     pub fn folio_add_lru(&self, f: Folio) {
         f.ref_add(1);
-        let moving = self.batch_add(f, |b| &mut b.add);
+        let moving = self.batch_add(f, f.pfn, |b| &mut b.add);
         self.lru_add_move(moving);
     }
 
+    /// `folio_add_lru_vma`: a new folio of a VMA joins the `mlock` batch
+    /// if the VMA is locked (`mlock_new_folio`), else the `lru_add` batch.
+    pub fn folio_add_lru_vma(&self, f: Folio, vm_flags: u32) {
+        match vm_flags & crate::mm_types::vm::LOCKED != 0 {
+            true => self.mlock_batch_add(f, Mlock::New),
+            false => self.folio_add_lru(f),
+        }
+    }
+
+    /// `munlock_vma_folio`: a folio a locked VMA unmaps joins the `mlock`
+    /// batch (`munlock_folio`; a large one moves the batch at once).
+    pub fn munlock_vma_folio(&self, f: Folio, vm_flags: u32) {
+        if vm_flags & crate::mm_types::vm::LOCKED != 0 {
+            self.mlock_batch_add(f, Mlock::Unlock);
+        }
+    }
+
+    /// `f` joins this CPU's `mlock` batch with a reference; the batch moves
+    /// once full, when `f` is large, or while the batches are disabled.
+    fn mlock_batch_add(&self, f: Folio, op: Mlock) {
+        f.ref_add(1);
+        let moving = self.batch_add(f, (f.pfn, op), |b| &mut b.mlock);
+        self.mlock_folio_batch(moving);
+    }
+
+    /// `mlock_folio_batch`: a new folio joins the LRU (Linux's unevictable
+    /// list), then the batch's references are dropped.
+    fn mlock_folio_batch(&self, entries: Vec<(Pfn, Mlock)>) {
+        let folios: Vec<Folio> = entries.iter().map(|&(pfn, _)| Folio::from_head(&self.phys, pfn)).collect();
+        let new: Vec<Folio> =
+            entries.iter().zip(&folios).filter(|((_, op), _)| *op == Mlock::New).map(|(_, &f)| f).collect();
+        if !new.is_empty() {
+            self.lru.add(&new);
+        }
+        folios.into_iter().for_each(|f| self.folio_put_refs(f, 1));
+    }
+
     /// `folio_batch_add_and_move`'s add: `f` (its reference taken) joins
-    /// the batch `which` picks of this CPU's; the batch is returned, to be
-    /// moved, if it is now full, `f` is large or the batches are disabled
-    /// (else nothing).
-    fn batch_add(&self, f: Folio, which: impl FnOnce(&mut CpuBatches) -> &mut Vec<Pfn>) -> Vec<Pfn> {
+    /// the batch `which` picks of this CPU's as `item`; the batch is
+    /// returned, to be moved, if it is now full, `f` is large or the
+    /// batches are disabled (else nothing).
+    fn batch_add<T>(&self, f: Folio, item: T, which: impl FnOnce(&mut CpuBatches) -> &mut Vec<T>) -> Vec<T> {
         let mut b = self.lru_batches.here().lock().unwrap();
         let batch = which(&mut b);
-        batch.push(f.pfn);
+        batch.push(item);
         let full = batch.len() >= self.config.release().folio_batch_size() || f.is_large() || self.lru_cache_disabled();
         if full {
             std::mem::take(batch)
@@ -122,7 +185,7 @@ impl Kernel {
         } else {
             f.ref_add(1);
         }
-        let moving = self.batch_add(f, |b| &mut b.lazyfree);
+        let moving = self.batch_add(f, f.pfn, |b| &mut b.lazyfree);
         self.lru_lazyfree_move(moving);
     }
 
@@ -152,7 +215,8 @@ impl Kernel {
         }
     }
 
-    /// `lru_add_drain`: this CPU's batches move (`lru_add` first).
+    /// `lru_add_drain`: this CPU's batches move (`lru_add` first, `mlock`
+    /// last).
     pub fn lru_add_drain(&self) {
         self.drain_cpu(self.lru_batches.here());
     }
@@ -183,15 +247,20 @@ impl Kernel {
     }
 
     fn drain_cpu(&self, batches: &Mutex<CpuBatches>) {
-        let CpuBatches { add, lazyfree } = std::mem::take(&mut *batches.lock().unwrap());
+        let CpuBatches { add, lazyfree, mlock } = std::mem::take(&mut *batches.lock().unwrap());
         self.lru_add_move(add);
         self.lru_lazyfree_move(lazyfree);
+        // mlock_drain_local(), after lru_add_drain_cpu().
+        self.mlock_folio_batch(mlock);
     }
 
     /// The references the CPUs' LRU batches hold on the folio at `head`
     /// (for the checker).
     pub fn lru_batch_refs(&self, head: Pfn) -> u64 {
-        let waiting = |b: &CpuBatches| b.add.iter().chain(&b.lazyfree).filter(|&&p| p == head).count() as u64;
+        let waiting = |b: &CpuBatches| {
+            let mlock = b.mlock.iter().map(|(p, _)| p);
+            b.add.iter().chain(&b.lazyfree).chain(mlock).filter(|&&p| p == head).count() as u64
+        };
         self.lru_batches.cpus.iter().map(|b| waiting(&b.lock().unwrap())).sum()
     }
 }

@@ -201,8 +201,10 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         let index = vmf.vma.page_index(vmf.address);
         // A cached folio joined the LRU when it was read (and may have left
         // the swap cache just now: `folio_free_swap` above).
-        let add = if cached { rmap::folio_add_new_anon_rmap_listed } else { rmap::folio_add_new_anon_rmap };
-        add(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
+        rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
+        if !cached {
+            k.folio_add_lru_vma(f, vmf.vma.flags());
+        }
         f.set_anon_exclusive(0, reuse);
     }
     store(phys, vmf.table, idx, pte);
@@ -309,6 +311,7 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
         vmf.mm.rmap,
         (vmf.mm.anon_vma_prepare(vmf.vma), vmf.vma.page_index(base)),
     );
+    k.folio_add_lru_vma(f, vmf.vma.flags());
     let sd = first.any_soft_dirty();
     let writes = vmf.vma.writable()
         && !vmf.vma.needs_soft_dirty_wp(k.config.soft_dirty, sd)

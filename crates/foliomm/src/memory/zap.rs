@@ -27,6 +27,9 @@ pub(crate) struct ZapDetails {
     /// freed (`MADV_DONTNEED` with PT_RECLAIM,
     /// [`crate::release::KernelVersion::reclaims_empty_pte_tables`]).
     pub reclaim_pt: bool,
+    /// The zapped VMA's flags: in a `VM_LOCKED` one each folio unmapped
+    /// joins the `mlock` batch (`munlock_vma_folio`).
+    pub vm_flags: u32,
 }
 
 /// `unmap_single_vma`: [`unmap_page_range`] over `[start, end)` of the VMA
@@ -42,6 +45,7 @@ pub(crate) fn unmap_vma_range(
     details: ZapDetails,
 ) {
     super::hugetlb_resv::restore_reservations(k, mm, v, start, end);
+    let details = ZapDetails { vm_flags: v.flags(), ..details };
     super::hugetlb::with_unshare_locks(k, v, || unmap_page_range(k, mm, tlb, start, end, details));
 }
 
@@ -68,7 +72,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             // No PMD table: nothing, or a 1 GiB hugetlb page (its VMA's
             // ranges are whole pages).
             if let Some(pud) = huge_pud(&k.phys, mm.pgd, addr) {
-                super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1));
+                super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1), details.vm_flags);
             }
             addr = pud_addr_end(addr, end);
             continue;
@@ -77,7 +81,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
         let mut e = pmd.load(&k.phys);
         if e.huge() {
             let whole = addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE;
-            if whole && super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr) {
+            if whole && super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr, details.vm_flags) {
                 addr = next;
                 continue;
             }
@@ -165,6 +169,8 @@ fn zap_pte_range(
                 } else {
                     rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.rmap);
                 }
+                // Linux's rmap removal munlocks (after the flush if delayed).
+                k.munlock_vma_folio(f, details.vm_flags);
                 full = tlb.remove_folio_pages(pte.pfn(), nr as u32, delay);
                 addr += nr as u64 * PAGE_SIZE;
             }

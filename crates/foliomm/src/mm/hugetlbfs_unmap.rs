@@ -112,7 +112,14 @@ impl MmList {
             restore_reservations(k, &mm, &v, start, end);
         }
         let mut tlb = MmuGather::new(k, &mm.tlb, false);
-        unmap_page_range(k, &mm, &mut tlb, start, end, ZapDetails { skip_cows: !even_cows, reclaim_pt: false });
+        unmap_page_range(
+            k,
+            &mm,
+            &mut tlb,
+            start,
+            end,
+            ZapDetails { skip_cows: !even_cows, reclaim_pt: false, vm_flags: m.flags },
+        );
         drop(tlb);
         mms.push(mm);
     }

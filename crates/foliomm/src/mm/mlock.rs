@@ -2,9 +2,12 @@
 //! (`apply_vma_lock_flags`, `mlock_fixup`), then, for `mlock`, every page
 //! faulted in (`__mm_populate`).
 //!
-//! Differs from Linux: no LRU, so nothing is moved to an unevictable list
-//! and no `Mlocked` page counts; no `RLIMIT_MEMLOCK` (the model runs as
-//! if with `CAP_IPC_LOCK`); no `MLOCK_ONFAULT`.
+//! Each folio already mapped goes through the CPU's `mlock` batch, which
+//! is drained at once (`mlock_vma_pages_range`).
+//!
+//! Differs from Linux: no unevictable list and no `Mlocked` page counts;
+//! no `RLIMIT_MEMLOCK` (the model runs as if with `CAP_IPC_LOCK`); no
+//! `MLOCK_ONFAULT`.
 
 use super::range_end;
 use super::vma::{covered_from, merge_around, set_vma_flags};
@@ -41,6 +44,12 @@ impl Mm {
             };
             self.split_for_change(&mut vmas, start, reach, new_flags)?;
             let changed = set_vma_flags(&mut vmas, start, reach, new_flags);
+            if !changed.is_empty() {
+                // mlock_vma_pages_range() drains this CPU's LRU batches
+                // before and after its walk, so the folios it mlocks or
+                // munlocks (each through the mlock batch) move at once.
+                self.kernel.lru_add_drain();
+            }
             merge_around(&mut vmas, start, reach, self.kernel.config.release(), &changed);
             if reach < end {
                 return Err(Errno::ENOMEM);

@@ -225,8 +225,18 @@ impl Mm {
     /// is private and writable (to break COW; a shared mapping is not
     /// dirtied for nothing), for read otherwise, and touches it
     /// (`FOLL_TOUCH`: a write marks a folio behind a clean entry dirty); a
-    /// PMD mapping is stepped over whole, as GUP does.
+    /// PMD mapping is stepped over whole, as GUP does. Then this CPU's LRU
+    /// batches move (`lru_add_drain`), also after an error stopped it.
     pub(super) fn populate(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
+        let result = self.fault_in(vmas, start, end);
+        // The folios faulted in leave this CPU's batches (mlock's too),
+        // however far it went.
+        self.kernel.lru_add_drain();
+        result
+    }
+
+    /// [`Mm::populate`]'s faults (`__get_user_pages`).
+    fn fault_in(&self, vmas: &Vmas, start: u64, end: u64) -> Result<()> {
         let mut addr = start;
         while addr < end {
             let vma = vmas.find(addr).ok_or(Errno::EFAULT)?;

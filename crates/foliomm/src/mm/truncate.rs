@@ -173,11 +173,15 @@ impl MmList {
 impl Mm {
     /// `madvise(MADV_REMOVE)` over `[addr, addr + len)` of one shared,
     /// writable file VMA: punches the hole in the file it maps there.
-    /// EINVAL without a file, EACCES unless shared and writable.
+    /// EINVAL in an mlocked VMA or without a file, EACCES unless shared
+    /// and writable.
     pub fn madvise_remove(&self, addr: u64, len: u64) -> Result<()> {
         let (inode, offset) = {
             let vmas = self.mmap_read_lock();
             let v = vmas.find(addr).ok_or(Errno::ENOMEM)?;
+            if v.flags() & vm::LOCKED != 0 {
+                return Err(Errno::EINVAL);
+            }
             let inode = v.file().ok_or(Errno::EINVAL)?;
             if v.flags() & (vm::SHARED | vm::WRITE) != vm::SHARED | vm::WRITE {
                 return Err(Errno::EACCES);

@@ -27,20 +27,11 @@ use crate::Errno;
 /// `folio_add_new_anon_rmap(folio, vma, addr, RMAP_EXCLUSIVE)`: first mapping
 /// of a freshly allocated anon folio, all pages by PTEs or the whole by a PMD,
 /// under `anon_vma` at page index `index` (`__folio_set_anon`). Sets
-/// `PageAnonExclusive` on every page (PTE) or the head (PMD). A folio not of
-/// hugetlb then goes on the LRU (`folio_add_lru_vma`, which Linux's callers
-/// do next).
-pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, anon: (u64, u64)) {
-    folio_add_new_anon_rmap_listed(k, f, level, mm, anon);
-    if !f.head().test(pg::HUGETLB) {
-        k.folio_add_lru(f);
-    }
-}
-
-/// [`folio_add_new_anon_rmap`] of a folio already on the LRU: a swap-cache
-/// folio, which joined it when a swap-in read it (`do_swap_page`'s branch
-/// for a folio not yet anon, which adds nothing to the LRU).
-pub fn folio_add_new_anon_rmap_listed(k: &Kernel, f: Folio, level: Level, mm: RmapMm, (anon_vma, index): (u64, u64)) {
+/// `PageAnonExclusive` on every page (PTE) or the head (PMD). A caller
+/// whose folio is on no LRU list (not of hugetlb, nor a swap-cache folio,
+/// which joined one when a swap-in read it) adds it next
+/// (`folio_add_lru_vma`), as Linux's callers do.
+pub fn folio_add_new_anon_rmap(k: &Kernel, f: Folio, level: Level, mm: RmapMm, (anon_vma, index): (u64, u64)) {
     Stats::inc(&k.stats.rmap_add_new);
     note(k, f, mm.id, if level == Level::Pte { f.nr_pages() as i64 } else { 1 });
     f.head().set(pg::ANON | pg::SWAPBACKED);

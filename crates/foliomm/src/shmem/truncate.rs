@@ -4,7 +4,7 @@
 //! caller unmapped the range.
 //!
 //! Folios wholly inside the range leave the cache. A folio the range only
-//! partly covers has the covered bytes zeroed; if it is large and held by
+//! partly covers is marked dirty and has the covered bytes zeroed; if it is large and held by
 //! the cache alone (unmapped, unpinned), it is split around the range's
 //! first page and, if the range ends inside it, around the page where the
 //! range ends (`try_folio_split_to_order`, a non-uniform split), and the
@@ -70,8 +70,13 @@ impl Inode {
         for (first, f) in self.boundary_folios(&pages, offset, end) {
             let (start, stop) = (first * PAGE_SIZE, (first + f.nr_pages()) * PAGE_SIZE);
             let (lo, hi) = (offset.max(start), end.min(stop));
-            // folio_zero_range(): the covered bytes, page by page; a folio
-            // whose bytes change is dirty (reclaim may have written it out).
+            // shmem_undo_range() marks a shmem folio it covers in part dirty
+            // before zeroing the covered bytes, whatever they held.
+            if !self.is_hugetlbfs() {
+                f.head().set(pg::DIRTY);
+            }
+            // folio_zero_range(): the covered bytes, page by page; a huge
+            // page whose bytes change is dirty too.
             let mut at = lo;
             while at < hi {
                 let page = at / PAGE_SIZE;
