@@ -228,7 +228,7 @@ impl World {
             ("pin", Some(m)) if p == "P" => self.pin_step(&m),
             ("parallel", _) if p == "P" => self.parallel(),
             ("pool", _) if !self.pools.is_empty() => self.pool_step(),
-            // Not hugetlb; memfds (small folios: shmem enabled=never) from g5.
+            // Not hugetlb; memfds from g5 (small folios before g8).
             ("pageout", Some(m)) if m.huge.is_none() && (m.file.is_none() || self.version >= 5) => {
                 let place = self.vma_place(&m);
                 self.lines.push(format!("{p}: madvise {place} pageout"));

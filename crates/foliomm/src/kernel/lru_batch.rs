@@ -29,7 +29,7 @@
 //! folio stays on its list, where reclaim finds it mapped in a locked VMA;
 //! `mlock_vma_folio` (a small folio mapped into a locked VMA by a swap-in
 //! or a file fault) is not modelled, nor the munlock of a folio that
-//! reclaim, migration, a split or KSM unmaps from a locked VMA.
+//! reclaim, migration, a split, KSM or khugepaged unmaps from a locked VMA.
 
 use super::lru::LruList;
 use super::{Kernel, Stats};
@@ -112,9 +112,11 @@ impl Kernel {
     }
 
     /// `munlock_vma_folio`: a folio a locked VMA unmaps joins the `mlock`
-    /// batch (`munlock_folio`; a large one moves the batch at once).
-    pub fn munlock_vma_folio(&self, f: Folio, vm_flags: u32) {
-        if vm_flags & crate::mm_types::vm::LOCKED != 0 {
+    /// batch (`munlock_folio`; a large one moves the batch at once), unless
+    /// a PTE (not `pmd`) of a large folio is unmapped before 6.6.
+    pub fn munlock_vma_folio(&self, f: Folio, vm_flags: u32, pmd: bool) {
+        let sized = pmd || !f.is_large() || self.config.release().munlocks_pte_mapped_large_folios();
+        if vm_flags & crate::mm_types::vm::LOCKED != 0 && sized {
             self.mlock_batch_add(f, Mlock::Unlock);
         }
     }

@@ -335,7 +335,7 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
             let nr = f.nr_pages();
             tlb.remove_tlb_entries(haddr, nr);
             rmap::folio_remove_rmap(k, f, 0, nr, Level::Pmd, mm.rmap);
-            k.munlock_vma_folio(f, vm_flags);
+            k.munlock_vma_folio(f, vm_flags, true);
             mm.add_rss(f, -(nr as i64));
             Stats::add(&k.stats.zap_ptes, 1);
             Stats::inc(&k.stats.zap_batches);

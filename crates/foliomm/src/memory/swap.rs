@@ -203,7 +203,8 @@ pub(super) fn do_swap_page(vmf: &VmFault) -> Result<()> {
         // the swap cache just now: `folio_free_swap` above).
         rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, index));
         if !cached {
-            k.folio_add_lru_vma(f, vmf.vma.flags());
+            // The skip-swapcache path's folio_add_lru(), whatever the VMA.
+            k.folio_add_lru(f);
         }
         f.set_anon_exclusive(0, reuse);
     }
@@ -311,7 +312,7 @@ fn swapin_large(vmf: &VmFault, order: u32, fault: SwpEntry) -> Option<Result<()>
         vmf.mm.rmap,
         (vmf.mm.anon_vma_prepare(vmf.vma), vmf.vma.page_index(base)),
     );
-    k.folio_add_lru_vma(f, vmf.vma.flags());
+    k.folio_add_lru(f);
     let sd = first.any_soft_dirty();
     let writes = vmf.vma.writable()
         && !vmf.vma.needs_soft_dirty_wp(k.config.soft_dirty, sd)

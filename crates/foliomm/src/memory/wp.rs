@@ -128,7 +128,7 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     match old {
         Some(old) => {
             rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.rmap);
-            k.munlock_vma_folio(old, vmf.vma.flags());
+            k.munlock_vma_folio(old, vmf.vma.flags(), false);
             if !old.test_anon() {
                 mm.add_rss(old, -1);
                 mm.add_anon_rss(1);

@@ -169,8 +169,9 @@ fn zap_pte_range(
                 } else {
                     rmap::folio_remove_rmap(k, f, pte.pfn() - f.pfn, nr as u64, Level::Pte, mm.rmap);
                 }
-                // Linux's rmap removal munlocks (after the flush if delayed).
-                k.munlock_vma_folio(f, details.vm_flags);
+                // Linux's rmap removal munlocks (for a delayed one, after
+                // the flush; here at once, which only orders the batch).
+                k.munlock_vma_folio(f, details.vm_flags, false);
                 full = tlb.remove_folio_pages(pte.pfn(), nr as u32, delay);
                 addr += nr as u64 * PAGE_SIZE;
             }

@@ -2,8 +2,9 @@
 //! (`apply_vma_lock_flags`, `mlock_fixup`), then, for `mlock`, every page
 //! faulted in (`__mm_populate`).
 //!
-//! Each folio already mapped goes through the CPU's `mlock` batch, which
-//! is drained at once (`mlock_vma_pages_range`).
+//! `mlock_vma_pages_range` drains the CPU's LRU batches around its walk,
+//! which sends each folio already mapped through the `mlock` batch; the
+//! model only drains (the walk's entries would leave nothing behind).
 //!
 //! Differs from Linux: no unevictable list and no `Mlocked` page counts;
 //! no `RLIMIT_MEMLOCK` (the model runs as if with `CAP_IPC_LOCK`); no
@@ -46,8 +47,8 @@ impl Mm {
             let changed = set_vma_flags(&mut vmas, start, reach, new_flags);
             if !changed.is_empty() {
                 // mlock_vma_pages_range() drains this CPU's LRU batches
-                // before and after its walk, so the folios it mlocks or
-                // munlocks (each through the mlock batch) move at once.
+                // before and after its walk (whose mlock batch entries the
+                // second drain moves, so the model makes none).
                 self.kernel.lru_add_drain();
             }
             merge_around(&mut vmas, start, reach, self.kernel.config.release(), &changed);

@@ -140,12 +140,19 @@ impl Mm {
     /// The leaf slot of `addr` with its table's lock taken, as
     /// pagemap_pmd_range() reads entries: a zap beside the reader
     /// (MADV_DONTNEED, a munmap's) is seen before or after, never with an
-    /// entry gone and its folio still being unmapped. The caller holds
-    /// the mmap_lock and a page-table read section.
+    /// entry gone and its folio still being unmapped. A slot that changed
+    /// before the lock was taken (a PMD split or collapse meanwhile) is
+    /// looked up again, as `pte_offset_map_lock` re-checks the PMD. The
+    /// caller holds the mmap_lock and a page-table read section.
     fn locked_leaf(&self, addr: u64) -> Option<(LeafSlot, BitSpinLock<'_>)> {
         let phys = &self.kernel.phys;
-        let slot = leaf_slot(phys, self.pgd, addr)?;
-        Some((slot, pte_lockptr(phys, slot.table).lock()))
+        loop {
+            let slot = leaf_slot(phys, self.pgd, addr)?;
+            let ptl = pte_lockptr(phys, slot.table).lock();
+            if leaf_slot(phys, self.pgd, addr) == Some(slot) {
+                return Some((slot, ptl));
+            }
+        }
     }
 
     /// The mapcount design's raw fields of the large folio mapped at `addr`

@@ -121,7 +121,7 @@ fn populate(k: &Kernel, table: Pfn, idx: usize, ptl: &Mutex<()>) -> Result<Pfn, 
 
 /// Where the leaf entry for an address sits: a PTE slot of a PTE table, or
 /// a huge PMD or PUD slot.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeafSlot {
     pub table: Pfn,
     pub idx: usize,

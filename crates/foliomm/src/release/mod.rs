@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod gup;
+mod mlock;
 mod userfaultfd;
 
 use std::fmt;

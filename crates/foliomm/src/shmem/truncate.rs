@@ -75,17 +75,12 @@ impl Inode {
             if !self.is_hugetlbfs() {
                 f.head().set(pg::DIRTY);
             }
-            // folio_zero_range(): the covered bytes, page by page; a huge
-            // page whose bytes change is dirty too.
+            // folio_zero_range() (hugetlbfs_zero_partial_page): the covered
+            // bytes, page by page.
             let mut at = lo;
             while at < hi {
                 let page = at / PAGE_SIZE;
                 let n = hi.min((page + 1) * PAGE_SIZE) - at;
-                let mut old = vec![0u8; n as usize];
-                phys.read_bytes(f.pfn + page - first, (at % PAGE_SIZE) as usize, &mut old);
-                if old.iter().any(|&b| b != 0) {
-                    f.head().set(pg::DIRTY);
-                }
                 phys.fill(f.pfn + page - first, (at % PAGE_SIZE) as usize, n as usize, 0);
                 at += n;
             }

@@ -26,7 +26,7 @@ impl World {
         let place = self.vma_place(m);
         let anon = m.file.is_none() && m.huge.is_none();
         let advice = match (self.version, anon) {
-            (8.., _) => self.advice_g8(m),
+            (8.., _) => self.advice_g8(p, m),
             // From g7, MADV_FREE where it applies: private anonymous memory.
             (7, true) => self.pick(&["dontneed", "free", "hugepage", "nohugepage", "populate_write"]).unwrap(),
             _ => self.pick(&["dontneed", "dontneed", "hugepage", "nohugepage", "populate_write"]).unwrap(),
@@ -45,10 +45,12 @@ impl World {
         self.lines.push(format!("{p}: madvise {place} {advice}"));
     }
 
-    /// An advice that applies to `m`.
-    fn advice_g8(&mut self, m: &Mapping) -> &'static str {
+    /// An advice of `p` that applies to `m`; `MADV_DONTFORK` and
+    /// `MADV_DOFORK` only for P, the one process that forks (its flag is
+    /// the mapping's record).
+    fn advice_g8(&mut self, p: &str, m: &Mapping) -> &'static str {
         let mut advices = vec!["dontneed", "hugepage", "nohugepage", "populate_write", "populate_read", "cold"];
-        if m.huge.is_none() {
+        if m.huge.is_none() && p == "P" {
             advices.extend(["dontfork", "dofork"]);
         }
         match (&m.file, m.huge) {
