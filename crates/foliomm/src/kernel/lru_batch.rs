@@ -103,20 +103,20 @@ impl Kernel {
     }
 
     /// `folio_add_lru_vma`: a new folio of a VMA joins the `mlock` batch
-    /// if the VMA is locked (`mlock_new_folio`), else the `lru_add` batch.
-    pub fn folio_add_lru_vma(&self, f: Folio, vm_flags: u32) {
-        match vm_flags & crate::mm_types::vm::LOCKED != 0 {
+    /// if the VMA is `mlocked` (`mlock_new_folio`), else the `lru_add` batch.
+    pub fn folio_add_lru_vma(&self, f: Folio, mlocked: bool) {
+        match mlocked {
             true => self.mlock_batch_add(f, Mlock::New),
             false => self.folio_add_lru(f),
         }
     }
 
-    /// `munlock_vma_folio`: a folio a locked VMA unmaps joins the `mlock`
+    /// `munlock_vma_folio`: a folio an `mlocked` VMA unmaps joins the `mlock`
     /// batch (`munlock_folio`; a large one moves the batch at once), unless
     /// a PTE (not `pmd`) of a large folio is unmapped before 6.6.
-    pub fn munlock_vma_folio(&self, f: Folio, vm_flags: u32, pmd: bool) {
+    pub fn munlock_vma_folio(&self, f: Folio, mlocked: bool, pmd: bool) {
         let sized = pmd || !f.is_large() || self.config.release().munlocks_pte_mapped_large_folios();
-        if vm_flags & crate::mm_types::vm::LOCKED != 0 && sized {
+        if mlocked && sized {
             self.mlock_batch_add(f, Mlock::Unlock);
         }
     }

@@ -49,7 +49,7 @@ pub(super) fn do_anonymous_page(vmf: &VmFault) -> Result<()> {
     }
     f.ref_add(nr as i32 - 1);
     rmap::folio_add_new_anon_rmap(k, f, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(base)));
-    k.folio_add_lru_vma(f, vmf.vma.flags());
+    k.folio_add_lru_vma(f, vmf.vma.mlocked());
     for i in 0..nr {
         let e = Pte::new(f.pfn + i, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY | Pte::RW);
         store(phys, table, pte_index(base) + i as usize, e);

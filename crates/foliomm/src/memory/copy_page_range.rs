@@ -181,7 +181,7 @@ impl CopyVma<'_> {
         let old = Folio::containing(&k.phys, pte.pfn());
         let index = old.index() + pte.pfn() - old.pfn;
         rmap::folio_add_new_anon_rmap(k, new, Level::Pte, dst.rmap, (dst_vma.anon_vma(), index));
-        k.folio_add_lru_vma(new, dst_vma.flags());
+        k.folio_add_lru_vma(new, dst_vma.mlocked());
         // copy_present_page(): maybe_mkwrite(pte_mkdirty()).
         let w = if dst_vma.writable() { Pte::RW } else { 0 };
         store(&k.phys, dtable, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY | w));

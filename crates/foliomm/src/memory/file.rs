@@ -90,7 +90,7 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
     }
     k.folio_put_refs(f, 1);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pte, vmf.mm.rmap, (anon_vma, vmf.vma.page_index(addr)));
-    k.folio_add_lru_vma(new, vmf.vma.flags());
+    k.folio_add_lru_vma(new, vmf.vma.mlocked());
     let e = Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | Pte::MKDIRTY | Pte::RW);
     store(phys, table, pte_index(addr), e);
     vmf.mm.add_anon_rss(1);

@@ -98,7 +98,7 @@ pub(super) fn do_huge_pmd_anonymous_page(vmf: &VmFault) -> Result<Huge> {
         return Ok(Huge::Done);
     }
     rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
-    k.folio_add_lru_vma(f, vma.flags());
+    k.folio_add_lru_vma(f, vma.mlocked());
     deposit(mm, haddr, table);
     map_anon_pmd(k, mm, pmd, f, vma);
     k.deferred_split_new_thp(f);
@@ -158,7 +158,7 @@ pub(super) fn do_huge_pmd_wp_page(vmf: &VmFault) -> Result<Huge> {
         pmd.store(phys, Pte::NONE);
         mm.tlb.flush_range(&k.stats, addr & !(PMD_SIZE - 1), (addr & !(PMD_SIZE - 1)) + PMD_SIZE);
         rmap::folio_add_new_anon_rmap(k, f, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(addr & !(PMD_SIZE - 1))));
-        k.folio_add_lru_vma(f, vma.flags());
+        k.folio_add_lru_vma(f, vma.mlocked());
         map_anon_pmd(k, mm, pmd, f, vma);
         count_thp_fault_alloc(k, false);
         return Ok(Huge::Done);
@@ -312,9 +312,9 @@ pub(crate) fn copy_huge_pmd(k: &Kernel, dst: &Mm, src: &Mm, dpmd: PmdSlot, spmd:
 /// Also clears a 1 GiB hugetlb page's PUD (`__unmap_hugepage_range`),
 /// which has no deposit. Returns false, doing nothing, when the entry is
 /// no longer huge under the lock (a split got there first): the caller
-/// zaps the PTEs instead. In a `VM_LOCKED` VMA (`vm_flags`) the folio is
-/// munlocked, which moves the `mlock` batch at once (it is large).
-pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64, vm_flags: u32) -> bool {
+/// zaps the PTEs instead. In an `mlocked` VMA the folio is munlocked,
+/// which moves the `mlock` batch at once (it is large).
+pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlot, haddr: u64, mlocked: bool) -> bool {
     let phys = &k.phys;
     let full = {
         let _pl = pte_lockptr(phys, pmd.table).lock();
@@ -335,7 +335,7 @@ pub(crate) fn zap_huge_pmd(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, pmd: PmdSlo
             let nr = f.nr_pages();
             tlb.remove_tlb_entries(haddr, nr);
             rmap::folio_remove_rmap(k, f, 0, nr, Level::Pmd, mm.rmap);
-            k.munlock_vma_folio(f, vm_flags, true);
+            k.munlock_vma_folio(f, mlocked, true);
             mm.add_rss(f, -(nr as i64));
             Stats::add(&k.stats.zap_ptes, 1);
             Stats::inc(&k.stats.zap_batches);

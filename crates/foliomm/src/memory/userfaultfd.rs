@@ -122,7 +122,7 @@ pub fn mfill_atomic_pte(k: &Kernel, mm: &Mm, vma: &Vma, addr: u64, fill: Fill) -
                 return Err(Errno::EEXIST);
             }
             rmap::folio_add_new_anon_rmap(k, f, Level::Pte, mm.rmap, (vma.anon_vma(), index));
-            k.folio_add_lru_vma(f, vma.flags());
+            k.folio_add_lru_vma(f, vma.mlocked());
             // mfill_atomic_install_pte: dirty, writable if the VMA is and
             // the copy is not write-protected.
             store(phys, table, idx, Pte::new(f.pfn, install_bits(writable(wp), wp)));

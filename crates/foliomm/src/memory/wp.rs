@@ -121,14 +121,14 @@ fn wp_page_copy(vmf: &VmFault, old: Option<Folio>) -> Result<()> {
     let page = vmf.address & !(PAGE_SIZE - 1);
     mm.tlb.flush_range(&k.stats, page, page + PAGE_SIZE);
     rmap::folio_add_new_anon_rmap(k, new, Level::Pte, mm.rmap, (anon_vma, vmf.vma.page_index(vmf.address)));
-    k.folio_add_lru_vma(new, vmf.vma.flags());
+    k.folio_add_lru_vma(new, vmf.vma.mlocked());
     // An unshare keeps the soft-dirty bit; a write dirties (pte_mkdirty).
     let writable = if vmf.unshare() { orig.0 & Pte::SOFT_DIRTY } else { Pte::MKDIRTY | Pte::RW };
     store(phys, vmf.table, idx, Pte::new(new.pfn, Pte::PRESENT | Pte::USER | Pte::ACCESSED | writable));
     match old {
         Some(old) => {
             rmap::folio_remove_rmap(k, old, orig.pfn() - old.pfn, 1, Level::Pte, mm.rmap);
-            k.munlock_vma_folio(old, vmf.vma.flags(), false);
+            k.munlock_vma_folio(old, vmf.vma.mlocked(), false);
             if !old.test_anon() {
                 mm.add_rss(old, -1);
                 mm.add_anon_rss(1);

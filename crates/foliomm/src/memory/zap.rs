@@ -27,9 +27,9 @@ pub(crate) struct ZapDetails {
     /// freed (`MADV_DONTNEED` with PT_RECLAIM,
     /// [`crate::release::KernelVersion::reclaims_empty_pte_tables`]).
     pub reclaim_pt: bool,
-    /// The zapped VMA's flags: in a `VM_LOCKED` one each folio unmapped
-    /// joins the `mlock` batch (`munlock_vma_folio`).
-    pub vm_flags: u32,
+    /// The zapped VMA is `VM_LOCKED`: each folio unmapped joins the
+    /// `mlock` batch (`munlock_vma_folio`).
+    pub mlocked: bool,
 }
 
 /// `unmap_single_vma`: [`unmap_page_range`] over `[start, end)` of the VMA
@@ -45,7 +45,7 @@ pub(crate) fn unmap_vma_range(
     details: ZapDetails,
 ) {
     super::hugetlb_resv::restore_reservations(k, mm, v, start, end);
-    let details = ZapDetails { vm_flags: v.flags(), ..details };
+    let details = ZapDetails { mlocked: v.mlocked(), ..details };
     super::hugetlb::with_unshare_locks(k, v, || unmap_page_range(k, mm, tlb, start, end, details));
 }
 
@@ -72,7 +72,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
             // No PMD table: nothing, or a 1 GiB hugetlb page (its VMA's
             // ranges are whole pages).
             if let Some(pud) = huge_pud(&k.phys, mm.pgd, addr) {
-                super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1), details.vm_flags);
+                super::huge_memory::zap_huge_pmd(k, mm, tlb, pud, addr & !(PUD_SIZE - 1), details.mlocked);
             }
             addr = pud_addr_end(addr, end);
             continue;
@@ -81,7 +81,7 @@ pub(crate) fn unmap_page_range(k: &Kernel, mm: &Mm, tlb: &mut MmuGather, start: 
         let mut e = pmd.load(&k.phys);
         if e.huge() {
             let whole = addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE;
-            if whole && super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr, details.vm_flags) {
+            if whole && super::huge_memory::zap_huge_pmd(k, mm, tlb, pmd, addr, details.mlocked) {
                 addr = next;
                 continue;
             }
@@ -171,7 +171,7 @@ fn zap_pte_range(
                 }
                 // Linux's rmap removal munlocks (for a delayed one, after
                 // the flush; here at once, which only orders the batch).
-                k.munlock_vma_folio(f, details.vm_flags, false);
+                k.munlock_vma_folio(f, details.mlocked, false);
                 full = tlb.remove_folio_pages(pte.pfn(), nr as u32, delay);
                 addr += nr as u64 * PAGE_SIZE;
             }

@@ -19,7 +19,7 @@ use crate::kernel::{HugetlbSync, Kernel, Stats};
 use crate::memory::hugetlb::huge_pte_offset;
 use crate::memory::hugetlb_resv::restore_reservations;
 use crate::memory::zap::{unmap_page_range, ZapDetails};
-use crate::mm_types::{Mm, MmList};
+use crate::mm_types::{vm, Mm, MmList};
 use crate::rmap::VmaRecord;
 use crate::shmem::{Busy, Inode};
 use crate::sync::{Arc, Mutex, MutexGuard};
@@ -118,7 +118,7 @@ impl MmList {
             &mut tlb,
             start,
             end,
-            ZapDetails { skip_cows: !even_cows, reclaim_pt: false, vm_flags: m.flags },
+            ZapDetails { skip_cows: !even_cows, reclaim_pt: false, mlocked: m.flags & vm::LOCKED != 0 },
         );
         drop(tlb);
         mms.push(mm);

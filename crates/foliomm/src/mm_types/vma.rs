@@ -327,6 +327,10 @@ impl Vma {
     pub fn shared(&self) -> bool {
         self.flags() & vm::SHARED != 0
     }
+    /// Whether the VMA is mlocked (`VM_LOCKED`).
+    pub fn mlocked(&self) -> bool {
+        self.flags() & vm::LOCKED != 0
+    }
     /// The file page mapped at `addr` (`linear_page_index`).
     pub fn page_index(&self, addr: u64) -> u64 {
         self.pgoff() + (addr - self.start()) / PAGE_SIZE

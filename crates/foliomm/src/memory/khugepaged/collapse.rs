@@ -116,7 +116,7 @@ fn swap_in_and_collapse(
     let anon_vma = vma.anon_vma.get();
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
     rmap::folio_add_new_anon_rmap(k, new, Level::Pmd, mm.rmap, (anon_vma, vma.page_index(haddr)));
-    k.folio_add_lru_vma(new, vma.flags());
+    k.folio_add_lru_vma(new, vma.mlocked());
     k.deferred_split_new_thp(new);
     super::super::huge_memory::deposit(mm, haddr, table);
     pmd.store(&k.phys, new_pmd(new, &vma));
