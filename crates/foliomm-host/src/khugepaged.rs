@@ -4,6 +4,8 @@
 //! setting), then waited for until `khugepaged/full_scans` has grown past
 //! the scans asked for. The thread runs only while a PMD THP mode is on
 //! (`start_stop_khugepaged`): with none, there is nothing to wait for.
+//! Between those runs it is kept [`quiet`], as the model's khugepaged,
+//! which scans only when a scenario asks.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,26 @@ fn pmd_enabled() -> Result<bool, String> {
     Ok(on(&top, &pmd) || shmem)
 }
 
+/// The sleep between scans while no scan is asked for: a day.
+const QUIET_MS: &str = "86400000";
+
+/// Makes khugepaged sleep between scans for a day
+/// (`scan_sleep_millisecs`, `alloc_sleep_millisecs`), so that it does not
+/// collapse a scenario's memory behind its back (the default sleep is
+/// 10 s, shorter than a long run). Writing the knob wakes the thread
+/// for one scan (`scan_sleep_millisecs_store` clears
+/// `khugepaged_sleep_expire`), then it sleeps.
+pub fn quiet() -> Result<(), String> {
+    set_sleeps(QUIET_MS)
+}
+
+fn set_sleeps(ms: &str) -> Result<(), String> {
+    for knob in ["scan_sleep_millisecs", "alloc_sleep_millisecs"] {
+        sysfs::set(&path(knob), ms)?;
+    }
+    Ok(())
+}
+
 /// How long khugepaged may do no scan at all before it is taken to have
 /// no MM to scan (it sleeps while it has no slot: `khugepaged_wait_work`,
 /// and then `full_scans` stands still, as on a guest where the run's MMs
@@ -51,14 +73,18 @@ const IDLE: Duration = Duration::from_secs(2);
 /// Returns once khugepaged has done `passes` full scans that began after
 /// the call (the scan under way when it is made counts for nothing), or
 /// has done none for [`IDLE`] (nothing to scan); an error if the scans
-/// take longer than 10 s each.
+/// take longer than 10 s each. It is [`quiet`] again afterwards.
 pub fn run(passes: u32) -> Result<(), String> {
     if !pmd_enabled()? {
         return Ok(());
     }
-    for knob in ["scan_sleep_millisecs", "alloc_sleep_millisecs"] {
-        sysfs::set(&path(knob), "10")?;
-    }
+    set_sleeps("10")?;
+    let waited = wait(passes);
+    quiet()?;
+    waited
+}
+
+fn wait(passes: u32) -> Result<(), String> {
     let start = read("full_scans")?;
     let target = start + passes as u64 + 1;
     let started = Instant::now();
