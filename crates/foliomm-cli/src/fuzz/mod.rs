@@ -183,13 +183,15 @@ impl Class {
 
 /// The workload text of a seed, with the run's model settings and its
 /// observations without the fields to avoid, and the kinds of step it
-/// drew; for the 6.1 guest without the per-size THP setting it lacks (6.8+).
+/// drew; for the 6.1 guest without the per-size THP and shmem settings it
+/// lacks (6.8+ and 6.11+).
 fn workload(seed: u64, args: &FuzzArgs, bias: Option<&[f64]>) -> (String, Vec<u32>) {
     let (mut text, drawn) = generate::scenario(&args.generator, seed, args.steps, bias);
     if args.backend == "guest" {
+        let per_size = |l: &str| l.starts_with("set thp ") || l.starts_with("set shmem ");
         text = text
             .lines()
-            .map(|l| if l.starts_with("set thp ") { l.split(" 64K=").next().unwrap() } else { l })
+            .map(|l| if per_size(l) { l.split(" 64K=").next().unwrap() } else { l })
             .collect::<Vec<_>>()
             .join("\n")
             + "\n";
