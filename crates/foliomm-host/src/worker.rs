@@ -8,6 +8,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use foliomm::internals::mm::Advice;
@@ -60,14 +61,24 @@ impl Process {
     }
 }
 
-/// Runs the worker until the controller says `Exit` or goes away.
-/// The environment variable that keeps a worker on one CPU (see
-/// [`crate::HostBackend`]'s swap runs).
+/// The environment variable that keeps a worker's threads on one CPU too
+/// (see [`crate::HostBackend`]'s swap runs).
 pub const ONE_CPU: &str = "FOLIOMM_WORKER_ONE_CPU";
 
+/// Whether this worker's threads stay on its first CPU ([`ONE_CPU`], or
+/// since it let memory go: [`madvise`]); a forked child inherits it.
+static THREADS_ON_ONE_CPU: AtomicBool = AtomicBool::new(false);
+
+/// Runs the worker until the controller says `Exit` or goes away.
 pub fn worker_main(socket: &Path, name: &str) -> ! {
-    // Node 0's CPUs (one of them for the swap runs), before any thread.
-    let _ = crate::sys::run_on_node0(std::env::var_os(ONE_CPU).is_some());
+    // The first of node 0's CPUs, before any thread: the model runs a
+    // scenario's sequential steps on one CPU, so every folio a step leaves
+    // in a CPU's LRU batch (with a reference) is in the one batch that the
+    // next step's `lru_add_drain` empties, as in the model (a worker that
+    // moved to another CPU later would leave them behind). Threads of a
+    // `parallel` block get node 0's CPUs unless [`THREADS_ON_ONE_CPU`].
+    THREADS_ON_ONE_CPU.store(std::env::var_os(ONE_CPU).is_some(), Relaxed);
+    let _ = crate::sys::run_on_node0(true);
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
     sys::reap_children_automatically();
@@ -139,7 +150,13 @@ impl WorkerThread {
                 let p = self.proc.clone();
                 fence_off_next_stack();
                 let builder = std::thread::Builder::new().name(p.thread_name(tid)).stack_size(THREAD_STACK as usize);
-                match builder.spawn(move || serve(p, tid)) {
+                let wide = !THREADS_ON_ONE_CPU.load(Relaxed);
+                match builder.spawn(move || {
+                    if wide {
+                        let _ = crate::sys::run_on_node0(false);
+                    }
+                    serve(p, tid)
+                }) {
                     Ok(_) => Ok(Reply::Done),
                     Err(_) => Err(Refused::Errno(Errno::ENOMEM)),
                 }
@@ -250,10 +267,15 @@ fn mmap(req: MmapRequest) -> Answer {
 }
 
 fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
-    // MADV_FREE's small folios wait in the CPU's LRU batch: a worker that
-    // lets memory go stays on one CPU from then on (its children too), so
-    // that one batch holds them, as in the model.
-    if advice == Advice::Free {
+    // The folios MADV_FREE and MADV_COLD move wait in the CPU's LRU batch
+    // (`lru_lazyfree`, `lru_deactivate`), and those MADV_PAGEOUT cannot
+    // reclaim go back through its `lru_add` batch, each with a reference
+    // that a COW fault drains only from its own CPU: the calling thread
+    // goes to the worker's first CPU, and so do the threads it starts
+    // from then on (its children's too), so that one batch holds them,
+    // as in the model.
+    if matches!(advice, Advice::Free | Advice::Cold | Advice::PageOut) {
+        THREADS_ON_ONE_CPU.store(true, Relaxed);
         let _ = crate::sys::run_on_node0(true);
     }
     let a = match advice {
