@@ -1,13 +1,16 @@
-//! The per-CPU LRU batches (mm/swap.c `cpu_fbatches`: `lru_add` and
-//! `lru_lazyfree`; `folio_add_lru`, `folio_mark_lazyfree`,
-//! `folio_batch_add_and_move`, `lru_add_drain`, `lru_add_drain_all`).
+//! The per-CPU LRU batches (mm/swap.c `cpu_fbatches`: `lru_add`,
+//! `lru_deactivate` and `lru_lazyfree`; `folio_add_lru`, `folio_deactivate`,
+//! `folio_mark_lazyfree`, `folio_batch_add_and_move`, `lru_add_drain`,
+//! `lru_add_drain_all`).
 //!
 //! A new folio waits in its CPU's `lru_add` batch, with a reference and
 //! without `PG_lru`, before it joins its list (the inactive one, or the
 //! active one for a folio reclaim activated and put back); a small folio
 //! `MADV_FREE` lets go waits in the `lru_lazyfree` batch, with a reference,
 //! and only when the batch moves does it lose `PG_swapbacked` (smaps then
-//! counts it `LazyFree`, and reclaim may drop it). A batch moves when it is
+//! counts it `LazyFree`, and reclaim may drop it); an active folio
+//! `MADV_COLD` deactivates waits in the `lru_deactivate` batch, with a
+//! reference, until the batch moves it to the inactive list. A batch moves when it is
 //! full (`PAGEVEC_SIZE`), when a large folio joins it (none waits), and when
 //! it is drained: `lru_add_drain` empties the calling CPU's batches only,
 //! `lru_add_drain_all` every CPU's. So a folio waiting on another CPU can
@@ -24,8 +27,8 @@
 //! drain the batches).
 //!
 //! Differs from Linux: CPUs share the [`NR_PCP`] slots modulo; the other
-//! batches (rotate, deactivate, activate) are not modelled (their folios
-//! move at once); no `PG_mlocked` and no unevictable list: an mlocked
+//! batches (rotate, file deactivate, activate) are not modelled (their
+//! folios move at once); no `PG_mlocked` and no unevictable list: an mlocked
 //! folio stays on its list, where reclaim finds it mapped in a locked VMA;
 //! `mlock_vma_folio` (a small folio mapped into a locked VMA by a swap-in
 //! or a file fault) is not modelled, nor the munlock of a folio that
@@ -36,7 +39,7 @@ use super::{Kernel, Stats};
 use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::phys::{pg, NR_PCP};
-use crate::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sync::{this_cpu, Mutex};
 
 /// One CPU's batches, by head frame.
@@ -44,6 +47,8 @@ use crate::sync::{this_cpu, Mutex};
 struct CpuBatches {
     /// `lru_add`: folios on their way to the inactive list.
     add: Vec<Pfn>,
+    /// `lru_deactivate`: active folios on their way to the inactive list.
+    deactivate: Vec<Pfn>,
     /// `lru_lazyfree`: folios on their way to being lazily freed.
     lazyfree: Vec<Pfn>,
     /// `mlock_fbatch`: new folios of locked VMAs (on their way to the
@@ -170,43 +175,77 @@ impl Kernel {
     }
 
     /// `folio_mark_lazyfree`: an anon, swap-backed folio on the LRU, not in
-    /// the swap cache, joins this CPU's `lru_lazyfree` batch with a
-    /// reference; from 6.11 to 6.16 it leaves its list as it joins
-    /// (`folio_test_clear_lru`), so that nobody isolates it meanwhile. A
-    /// full batch, or a large folio, moves at once.
+    /// the swap cache, joins this CPU's `lru_lazyfree` batch
+    /// ([`Kernel::batch_add_listed`]); the batch moves it to the inactive
+    /// list without `PG_swapbacked`, `PG_active` and `PG_referenced`
+    /// (`pglazyfree`, in pages), if it still qualifies then.
     pub fn folio_mark_lazyfree(&self, f: Folio) {
         let h = f.head();
         if !f.test_anon() || !h.test(pg::SWAPBACKED) || !h.test(pg::LRU) || self.folio_swap(f).is_some() {
             return;
         }
+        let moving = self.batch_add_listed(f, |b| &mut b.lazyfree);
+        self.lazyfree_move(moving);
+    }
+
+    fn lazyfree_move(&self, pfns: Vec<Pfn>) {
+        let takes = |f: Folio| f.head().test(pg::SWAPBACKED) && self.folio_swap(f).is_none();
+        self.listed_move(pfns, takes, pg::SWAPBACKED | pg::ACTIVE | pg::REFERENCED, &self.stats.pglazyfree);
+    }
+
+    /// `folio_deactivate`: an active folio on the LRU joins this CPU's
+    /// `lru_deactivate` batch ([`Kernel::batch_add_listed`]); the batch
+    /// moves it to the inactive list without `PG_active` and
+    /// `PG_referenced` (`pgdeactivate`), if it is still active then. An
+    /// inactive folio stays where it is.
+    pub fn folio_deactivate(&self, f: Folio) {
+        let h = f.head();
+        if !h.test(pg::LRU) || !h.test(pg::ACTIVE) {
+            return;
+        }
+        let moving = self.batch_add_listed(f, |b| &mut b.deactivate);
+        self.deactivate_move(moving);
+    }
+
+    fn deactivate_move(&self, pfns: Vec<Pfn>) {
+        let takes = |f: Folio| f.head().test(pg::ACTIVE);
+        self.listed_move(pfns, takes, pg::ACTIVE | pg::REFERENCED, &self.stats.pgdeactivate);
+    }
+
+    /// `folio_batch_add_and_move` of a folio on its list (`lru_deactivate`,
+    /// `lru_lazyfree`): it joins the batch `which` picks with a reference;
+    /// from 6.11 to 6.16 it leaves its list as it joins
+    /// (`folio_test_clear_lru`: the isolation's reference is the batch's),
+    /// so that nobody isolates it meanwhile, where otherwise it keeps
+    /// `PG_lru` (and a write fault, seeing it on the LRU, does not drain
+    /// the batch before its refcount check). Returns the batch to move
+    /// (see [`Kernel::batch_add`]).
+    fn batch_add_listed(&self, f: Folio, which: impl FnOnce(&mut CpuBatches) -> &mut Vec<Pfn>) -> Vec<Pfn> {
         if self.config.release().lru_batches_clear_lru() {
-            // The isolation's reference is the batch's.
             if !self.lru.isolate(f) {
-                return;
+                return Vec::new();
             }
         } else {
             f.ref_add(1);
         }
-        let moving = self.batch_add(f, f.pfn, |b| &mut b.lazyfree);
-        self.lru_lazyfree_move(moving);
+        self.batch_add(f, f.pfn, which)
     }
 
-    /// `folio_batch_move_lru(lru_lazyfree)`: each folio that still
-    /// qualifies loses `PG_swapbacked`, `PG_active` and `PG_referenced`
-    /// and goes to the head of the inactive list (`pglazyfree`, in pages);
-    /// one that no longer does stays as it was (back on the inactive list,
-    /// if it left its list: Linux's never left it, and keeps its place);
-    /// the batch's references are dropped.
-    fn lru_lazyfree_move(&self, pfns: Vec<Pfn>) {
+    /// `folio_batch_move_lru` of a batch [`Kernel::batch_add_listed`] filled:
+    /// each folio that `takes` still (and that is still on its list, or
+    /// left it as it joined) loses the flags `clear` and goes to the head
+    /// of the inactive list, counted in `stat` (in pages); one it no longer
+    /// takes stays as it was (back on the inactive list, if it left its
+    /// list: Linux's never left it, and keeps its place); the batch's
+    /// references are dropped.
+    fn listed_move(&self, pfns: Vec<Pfn>, takes: impl Fn(Folio) -> bool, clear: u64, stat: &AtomicU64) {
         let left_lists = self.config.release().lru_batches_clear_lru();
         for pfn in pfns {
             let f = Folio::from_head(&self.phys, pfn);
-            let h = f.head();
-            let qualifies = h.test(pg::SWAPBACKED) && self.folio_swap(f).is_none();
-            if qualifies && (left_lists || self.lru.isolate(f)) {
-                h.clear(pg::SWAPBACKED | pg::ACTIVE | pg::REFERENCED);
+            if takes(f) && (left_lists || self.lru.isolate(f)) {
+                f.head().clear(clear);
                 self.lru.putback(f, LruList::Inactive);
-                Stats::add(&self.stats.pglazyfree, f.nr_pages());
+                Stats::add(stat, f.nr_pages());
                 if !left_lists {
                     self.folio_put_refs(f, 1);
                 }
@@ -249,9 +288,10 @@ impl Kernel {
     }
 
     fn drain_cpu(&self, batches: &Mutex<CpuBatches>) {
-        let CpuBatches { add, lazyfree, mlock } = std::mem::take(&mut *batches.lock().unwrap());
+        let CpuBatches { add, deactivate, lazyfree, mlock } = std::mem::take(&mut *batches.lock().unwrap());
         self.lru_add_move(add);
-        self.lru_lazyfree_move(lazyfree);
+        self.deactivate_move(deactivate);
+        self.lazyfree_move(lazyfree);
         // mlock_drain_local(), after lru_add_drain_cpu().
         self.mlock_folio_batch(mlock);
     }
@@ -261,7 +301,7 @@ impl Kernel {
     pub fn lru_batch_refs(&self, head: Pfn) -> u64 {
         let waiting = |b: &CpuBatches| {
             let mlock = b.mlock.iter().map(|(p, _)| p);
-            b.add.iter().chain(&b.lazyfree).chain(mlock).filter(|&&p| p == head).count() as u64
+            b.add.iter().chain(&b.deactivate).chain(&b.lazyfree).chain(mlock).filter(|&&p| p == head).count() as u64
         };
         self.lru_batches.cpus.iter().map(|b| waiting(&b.lock().unwrap())).sum()
     }
@@ -314,5 +354,33 @@ mod tests {
         assert!(f.head().test(crate::phys::pg::LRU));
         k.folio_put_refs(f, 1);
         assert_eq!(k.lru.sizes(), (0, 0), "freed off its list");
+    }
+
+    /// An active folio `folio_deactivate` sends waits in its CPU's batch
+    /// with a reference, on its list with `PG_lru` except from 6.11 to
+    /// 6.16, until a drain moves it to the inactive list; an inactive
+    /// folio does not wait.
+    #[test]
+    fn a_deactivated_folio_waits_in_its_cpus_batch() {
+        use crate::kernel::lru::LruList;
+        use crate::phys::pg;
+        for (release, keeps_lru) in
+            [(KernelVersion::new(6, 1), true), (KernelVersion::new(6, 12), false), (KernelVersion::NEWEST, true)]
+        {
+            let m = Machine::new(Config { memory: 16 << 20, kernel: Some(release), ..Config::default() }).unwrap();
+            let k = &m.kernel;
+            let f = m.alloc_folio(0).unwrap();
+            f.head().set(pg::ACTIVE);
+            k.lru.putback(f, LruList::Active);
+            f.head().set(pg::LRU);
+            on_cpu(0, || k.folio_deactivate(f));
+            assert_eq!((f.refcount(), k.lru_batch_refs(f.pfn)), (2, 1), "{release}");
+            assert_eq!(f.head().test(pg::LRU), keeps_lru, "{release}");
+            on_cpu(0, || k.lru_add_drain());
+            assert_eq!((f.refcount(), k.lru.sizes()), (1, (1, 0)), "{release}: on the inactive list");
+            assert!(!f.head().test(pg::ACTIVE) && f.head().test(pg::LRU));
+            on_cpu(0, || k.folio_deactivate(f));
+            assert_eq!(k.lru_batch_refs(f.pfn), 0, "{release}: an inactive folio does not wait");
+        }
     }
 }

@@ -279,7 +279,7 @@ counters! {
     /// Folios moved to the active list, in folios where Linux counts pages (`pgactivate`).
     /// Needs: set swap, or madvise pageout.
     pgactivate,
-    /// Folios moved to the inactive list, in folios where Linux counts pages (`pgdeactivate`).
+    /// Pages moved from the active to the inactive list (`pgdeactivate`).
     /// Needs: set swap, or madvise cold.
     pgdeactivate,
     /// Pages `MADV_FREE` made lazily freed (`pglazyfree`).

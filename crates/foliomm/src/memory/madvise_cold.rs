@@ -14,7 +14,6 @@ use super::split::split_folio_to_order;
 use super::vmscan::{shrink_folio, Reclaim};
 use crate::arch::{pte_index, Pfn, Pte, PAGE_SIZE, PMD_SIZE};
 use crate::folio::Folio;
-use crate::kernel::lru::LruList;
 use crate::kernel::{Consumer, Kernel, Stats};
 use crate::mm_types::Mm;
 use crate::pgtable::{folio_pte_batch, load, pte_lock_checked, pte_lockptr, store, walk_pmd, PmdSlot};
@@ -29,8 +28,9 @@ use crate::rmap;
 /// one ([`shrink_folio`], ignoring references) without it. A PMD-mapped
 /// THP goes whole when the range covers it and it is not maybe mapped
 /// shared. For `MADV_COLD` (`pageout` false) the same walk splits what it
-/// covers in part, makes the entries old and moves the folios to the head
-/// of the inactive list, unreferenced (`folio_deactivate`).
+/// covers in part, makes the entries old and sends the active folios to
+/// the inactive list through this CPU's batch, unreferenced
+/// (`folio_deactivate`).
 pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
     // madvise_pageout() / madvise_cold(): lru_add_drain() first.
     k.lru_add_drain();
@@ -47,14 +47,7 @@ pub fn pageout_range(k: &Kernel, mm: &Mm, start: u64, end: u64, pageout: bool) {
             Vec::new()
         };
         for f in isolated {
-            if pageout {
-                shrink_folio(k, &mm.mmlist, f, Reclaim::PAGES);
-            } else {
-                f.head().clear(pg::REFERENCED);
-                k.lru.putback(f, LruList::Inactive);
-                Stats::inc(&k.stats.pgdeactivate);
-                k.folio_put_refs(f, 1);
-            }
+            shrink_folio(k, &mm.mmlist, f, Reclaim::PAGES);
         }
     });
 }
@@ -117,7 +110,20 @@ fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64
         pmd.store(&k.phys, e.without(Pte::ACCESSED));
         mm.tlb.flush_range(&k.stats, addr, addr + PMD_SIZE);
     }
-    k.lru.isolate(f).then_some(f)
+    isolate_or_deactivate(k, f, pageout)
+}
+
+/// For `MADV_PAGEOUT`, `f` taken off the LRU with a reference
+/// (`folio_isolate_lru`), if it is on it; for `MADV_COLD`, `f` unreferenced
+/// and, if active, on its way to the inactive list
+/// ([`Kernel::folio_deactivate`]), and nothing to return.
+fn isolate_or_deactivate<'k>(k: &'k Kernel, f: Folio<'k>, pageout: bool) -> Option<Folio<'k>> {
+    if pageout {
+        return k.lru.isolate(f).then_some(f);
+    }
+    f.head().clear(pg::REFERENCED);
+    k.folio_deactivate(f);
+    None
 }
 
 /// The anon and shmem folios mapped in `[addr, stop)` of `table` whose every page
@@ -178,7 +184,7 @@ fn isolate<'k>(
                 }
                 mm.tlb.flush_range(&k.stats, a - nr as u64 * PAGE_SIZE, a);
             }
-            if k.lru.isolate(f) {
+            if let Some(f) = isolate_or_deactivate(k, f, pageout) {
                 out.push(f);
             }
         }

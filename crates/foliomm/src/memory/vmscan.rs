@@ -361,7 +361,7 @@ fn shrink_active_list(k: &Kernel, mmlist: &MmList, nr: usize) {
     for f in k.lru.isolate_tail(&k.phys, LruList::Active, nr) {
         folio_referenced(k, mmlist, f);
         k.lru.putback(f, LruList::Inactive);
-        Stats::inc(&k.stats.pgdeactivate);
+        Stats::add(&k.stats.pgdeactivate, f.nr_pages());
         k.folio_put_refs(f, 1);
     }
 }
