@@ -100,13 +100,16 @@ fn do_cow_fault(vmf: &VmFault, inode: &Inode) -> Result<()> {
 
 /// The folio orders a new shmem folio for the faulting page may take: the
 /// policy's, among those whose aligned block lies inside the VMA at the
-/// same alignment as in the file (`thp_vma_suitable_order`).
+/// same alignment as in the file (`thp_vma_suitable_order`), where the
+/// release checks that
+/// ([`crate::release::KernelVersion::shmem_fault_fits_the_vma`]).
 fn suitable_orders(vmf: &VmFault, inode: &Inode, index: u64) -> u32 {
     let vma = vmf.vma;
     let flags = vma.flags();
     let vma_flags = (flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0);
     let policy = inode.fault_orders(vma_flags, index);
-    (1..=PMD_ORDER).filter(|&o| policy & (1 << o) != 0 && block_fits(vmf, index, o)).fold(0, |m, o| m | 1 << o)
+    let fits = |o| !vmf.k.config.release().shmem_fault_fits_the_vma(inode.named()) || block_fits(vmf, index, o);
+    (1..=PMD_ORDER).filter(|&o| policy & (1 << o) != 0 && fits(o)).fold(0, |m, o| m | 1 << o)
 }
 
 /// Whether the aligned block of `2^order` pages around page `index`, mapped

@@ -10,6 +10,7 @@
 
 mod gup;
 mod mlock;
+mod shmem;
 mod userfaultfd;
 
 use std::fmt;

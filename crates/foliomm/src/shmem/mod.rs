@@ -174,6 +174,12 @@ impl Inode {
         self.k.config.release().writes_large_shmem_folios() && self.sb_huge() != ShmemHuge::Never
     }
 
+    /// Whether the file is a named tmpfs file (mapped with `shmem_vm_ops`,
+    /// not `shmem_anon_vm_ops`).
+    pub fn named(&self) -> bool {
+        matches!(self.mount, Mount::Tmpfs { named: true, .. })
+    }
+
     /// `i_size`.
     pub fn size(&self) -> u64 {
         self.size.load(Relaxed)

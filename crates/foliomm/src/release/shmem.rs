@@ -1,0 +1,17 @@
+//! The kernel-version axis for shmem faults (mm/shmem.c).
+
+use super::KernelVersion;
+
+impl KernelVersion {
+    /// Whether a shmem fault fits a large folio to the faulting VMA
+    /// (`shmem_suitable_orders` → `thp_vma_suitable_orders`): for an
+    /// unnamed file (anonymous shmem and memfd, `shmem_anon_vm_ops`) from
+    /// 6.11 ("mm: shmem: add multi-size THP support for anonymous shmem"),
+    /// for a named tmpfs file from 6.14 ("mm: shmem: add large folio
+    /// support for tmpfs"). Before, a huge fault takes a PMD-sized folio
+    /// wherever the page cache has room for it (`shmem_alloc_hugefolio`),
+    /// in a VMA too small to map it whole and past `i_size` alike.
+    pub fn shmem_fault_fits_the_vma(self, named: bool) -> bool {
+        self >= KernelVersion::new(6, if named { 14 } else { 11 })
+    }
+}
