@@ -1,8 +1,9 @@
 //! `MADV_PAGEOUT` and `MADV_COLD` (mm/madvise.c
 //! `madvise_cold_or_pageout_pte_range`, then `reclaim_pages` for pageout):
 //! the walk over one VMA's range that picks the anon and shmem folios
-//! mapped only here and takes them off the LRU, for [`super::vmscan`] to
-//! reclaim or to put back on the inactive list.
+//! mapped only here and takes them off the LRU for [`super::vmscan`] to
+//! reclaim (pageout), or sends the active ones to the inactive list
+//! through this CPU's batch (cold).
 //!
 //! Differs from Linux: 6.1 splits even a covered PTE-mapped THP (its pages
 //! end up swapped out alike); a folio is on its LRU list at once (Linux
