@@ -54,7 +54,11 @@ const QUIET_MS: &str = "86400000";
 /// for one scan (`scan_sleep_millisecs_store` clears
 /// `khugepaged_sleep_expire`), then it sleeps.
 pub fn quiet() -> Result<(), String> {
-    set_sleeps(QUIET_MS)
+    // A kernel without THP has no khugepaged to keep quiet.
+    match std::path::Path::new(&path("scan_sleep_millisecs")).exists() {
+        true => set_sleeps(QUIET_MS),
+        false => Ok(()),
+    }
 }
 
 fn set_sleeps(ms: &str) -> Result<(), String> {

@@ -8,8 +8,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{Acquire, Release},
+};
+use std::sync::{Arc, OnceLock};
 
 use foliomm::internals::mm::Advice;
 use foliomm::Errno;
@@ -69,6 +72,25 @@ pub const ONE_CPU: &str = "FOLIOMM_WORKER_ONE_CPU";
 /// since it let memory go: [`madvise`]); a forked child inherits it.
 static THREADS_ON_ONE_CPU: AtomicBool = AtomicBool::new(false);
 
+/// Whether the scenario placed this worker on a CPU (`cpu N`): the worker
+/// then stays where it was put; a forked child inherits it.
+static PLACED: AtomicBool = AtomicBool::new(false);
+
+/// Node 0's CPUs the worker may use, as it found them before it put
+/// itself on the first ([`crate::sys::node0_cpus`]); a forked child
+/// inherits them.
+static NODE0: OnceLock<Vec<usize>> = OnceLock::new();
+
+/// Puts the calling thread on the worker's first CPU (`one`) or on all of
+/// [`NODE0`] (best effort: a CPU the kernel refuses leaves it where it is).
+fn run_on_node0(one: bool) {
+    let cpus = NODE0.get().map_or(&[][..], Vec::as_slice);
+    let cpus = if one { &cpus[..cpus.len().min(1)] } else { cpus };
+    if !cpus.is_empty() {
+        let _ = crate::sys::run_on(cpus);
+    }
+}
+
 /// Runs the worker until the controller says `Exit` or goes away.
 pub fn worker_main(socket: &Path, name: &str) -> ! {
     // The first of node 0's CPUs, before any thread: the model runs a
@@ -77,8 +99,9 @@ pub fn worker_main(socket: &Path, name: &str) -> ! {
     // next step's `lru_add_drain` empties, as in the model (a worker that
     // moved to another CPU later would leave them behind). Threads of a
     // `parallel` block get node 0's CPUs unless [`THREADS_ON_ONE_CPU`].
-    THREADS_ON_ONE_CPU.store(std::env::var_os(ONE_CPU).is_some(), Relaxed);
-    let _ = crate::sys::run_on_node0(true);
+    THREADS_ON_ONE_CPU.store(std::env::var_os(ONE_CPU).is_some(), Release);
+    let _ = NODE0.set(crate::sys::node0_cpus().unwrap_or_default());
+    run_on_node0(true);
     // Children are reaped by the kernel; the controller learns of an exit
     // when the child's socket closes (after its address space is gone).
     sys::reap_children_automatically();
@@ -150,10 +173,10 @@ impl WorkerThread {
                 let p = self.proc.clone();
                 fence_off_next_stack();
                 let builder = std::thread::Builder::new().name(p.thread_name(tid)).stack_size(THREAD_STACK as usize);
-                let wide = !THREADS_ON_ONE_CPU.load(Relaxed);
+                let wide = !THREADS_ON_ONE_CPU.load(Acquire);
                 match builder.spawn(move || {
                     if wide {
-                        let _ = crate::sys::run_on_node0(false);
+                        run_on_node0(false);
                     }
                     serve(p, tid)
                 }) {
@@ -207,7 +230,10 @@ impl WorkerThread {
             Op::Madvise { addr, len, advice } => madvise(addr, len, advice),
             Op::Mlock { addr, len, lock } => done(sys::mlock(addr, len, lock)),
             Op::ClearSoftDirty => done(std::fs::write("/proc/self/clear_refs", "4")),
-            Op::SetCpu { cpu } => crate::sys::run_on_cpu(cpu).map(|()| Reply::Done).map_err(Refused::Unobservable),
+            Op::SetCpu { cpu } => {
+                PLACED.store(true, Release);
+                crate::sys::run_on_cpu(cpu).map(|()| Reply::Done).map_err(Refused::Unobservable)
+            }
             Op::Mbind { addr, len, mode, nodes, flags } => done(sys::mbind(addr, len, mode, nodes, flags)),
             Op::MovePages { addr, len, node, all } => {
                 let pages: Vec<u64> = (addr..addr + len).step_by(PAGE as usize).collect();
@@ -271,12 +297,14 @@ fn madvise(addr: u64, len: u64, advice: Advice) -> Answer {
     // (`lru_lazyfree`, `lru_deactivate`), and those MADV_PAGEOUT cannot
     // reclaim go back through its `lru_add` batch, each with a reference
     // that a COW fault drains only from its own CPU: the calling thread
-    // goes to the worker's first CPU, and so do the threads it starts
-    // from then on (its children's too), so that one batch holds them,
-    // as in the model.
+    // goes to the worker's first CPU (unless the scenario placed it), and
+    // the threads it starts from then on stay on their creator's (its
+    // children's too), so that one batch holds them, as in the model.
     if matches!(advice, Advice::Free | Advice::Cold | Advice::PageOut) {
-        THREADS_ON_ONE_CPU.store(true, Relaxed);
-        let _ = crate::sys::run_on_node0(true);
+        THREADS_ON_ONE_CPU.store(true, Release);
+        if !PLACED.load(Acquire) {
+            run_on_node0(true);
+        }
     }
     let a = match advice {
         Advice::DontNeed => libc::MADV_DONTNEED,

@@ -20,11 +20,11 @@ pub use mapping::{memfd, Advice, Map, Mapping};
 pub use pagemap_scan::{pagemap_scan, PageRegion};
 pub use workers::{die_with_parent, fork_child_that_exits, Workers};
 
-/// Keeps the calling thread (and the threads and children it makes from
-/// now on) on node 0's CPUs where the machine has several NUMA nodes, so
-/// that its memory comes from node 0 as a model task's does; with `one`,
-/// on the first of them only (`sched_setaffinity`).
-pub fn run_on_node0(one: bool) -> std::io::Result<()> {
+/// The CPUs the calling thread may run on that are node 0's (all of them
+/// where no node list can be read or none of them is node 0's): where the
+/// machine has several NUMA nodes, a task on them takes its memory from
+/// node 0, as a model task does.
+pub fn node0_cpus() -> std::io::Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is an empty set; the kernel fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::cpu_set_t>();
@@ -36,14 +36,14 @@ pub fn run_on_node0(one: bool) -> std::io::Result<()> {
     // SAFETY: CPU_ISSET reads the set we own; the index is below CPU_SETSIZE.
     let allowed: Vec<usize> =
         (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
-    let mut chosen: Vec<usize> = allowed.iter().copied().filter(|c| node0.is_empty() || node0.contains(c)).collect();
-    if chosen.is_empty() {
-        chosen = allowed;
-    }
-    if one {
-        chosen.truncate(1);
-    }
-    set_affinity(&chosen)
+    let chosen: Vec<usize> = allowed.iter().copied().filter(|c| node0.is_empty() || node0.contains(c)).collect();
+    Ok(if chosen.is_empty() { allowed } else { chosen })
+}
+
+/// Keeps the calling thread (and the threads and children it makes from
+/// now on) on `cpus` (`sched_setaffinity`).
+pub fn run_on(cpus: &[usize]) -> std::io::Result<()> {
+    set_affinity(cpus)
 }
 
 /// Keeps the calling thread (and the threads and children it makes from

@@ -40,7 +40,7 @@ pub enum LruList {
 
 impl LruList {
     /// The list a folio with `PG_lru` is on (`folio_lru_list`).
-    fn of(head: &Page) -> LruList {
+    pub(super) fn of(head: &Page) -> LruList {
         if head.test(pg::ACTIVE) {
             LruList::Active
         } else {

@@ -13,9 +13,11 @@
 //! reference, until the batch moves it to the inactive list. A batch moves when it is
 //! full (`PAGEVEC_SIZE`), when a large folio joins it (none waits), and when
 //! it is drained: `lru_add_drain` empties the calling CPU's batches only,
-//! `lru_add_drain_all` every CPU's. So a folio waiting on another CPU can
-//! be neither isolated (reclaim, `MADV_PAGEOUT`) nor reused by a write
-//! fault, whose refcount check sees the batch's reference.
+//! `lru_add_drain_all` every CPU's. So a folio waiting on another CPU
+//! cannot be reused by a write fault, whose refcount check sees the
+//! batch's reference; nor isolated (reclaim, `MADV_PAGEOUT`) while it is
+//! off the LRU (always in `lru_add`; in the other batches from 6.11 to
+//! 6.16).
 //!
 //! A new folio of an `mlock`ed VMA waits in its CPU's `mlock` batch
 //! (mm/mlock.c `mlock_fbatch`, `mlock_new_folio`) with a reference and off
@@ -235,9 +237,9 @@ impl Kernel {
     /// each folio that `takes` still (and that is still on its list, or
     /// left it as it joined) loses the flags `clear` and goes to the head
     /// of the inactive list, counted in `stat` (in pages); one it no longer
-    /// takes stays as it was (back on the inactive list, if it left its
-    /// list: Linux's never left it, and keeps its place); the batch's
-    /// references are dropped.
+    /// takes stays as it was (back on its list, if it left it: Linux's
+    /// never left it, and keeps its place); the batch's references are
+    /// dropped.
     fn listed_move(&self, pfns: Vec<Pfn>, takes: impl Fn(Folio) -> bool, clear: u64, stat: &AtomicU64) {
         let left_lists = self.config.release().lru_batches_clear_lru();
         for pfn in pfns {
@@ -250,7 +252,7 @@ impl Kernel {
                     self.folio_put_refs(f, 1);
                 }
             } else if left_lists {
-                self.lru.putback(f, LruList::Inactive);
+                self.lru.putback(f, LruList::of(f.head()));
             }
             self.folio_put_refs(f, 1);
         }

@@ -6,9 +6,8 @@
 //! through this CPU's batch (cold).
 //!
 //! Differs from Linux: 6.1 splits even a covered PTE-mapped THP (its pages
-//! end up swapped out alike); a folio is on its LRU list at once (Linux
-//! skips one still in a CPU's `folio_batch`); the caller may always page
-//! out a file's folios (`can_do_file_pageout`: the model has no owners or
+//! end up swapped out alike); the caller may always page out a file's
+//! folios (`can_do_file_pageout`: the model has no owners or
 //! permissions).
 
 use super::split::split_folio_to_order;
@@ -95,8 +94,9 @@ pub(super) fn split_and_put(k: &Kernel, mm: &Mm, f: Folio) -> bool {
 }
 
 /// The anon or shmem THP a huge PMD maps, if `[addr, stop)` covers it and it is not
-/// maybe mapped shared, taken off the LRU with a reference; for
-/// `MADV_COLD` the PMD is made old first (`pmd_mkold`).
+/// maybe mapped shared: for `MADV_PAGEOUT` taken off the LRU with a
+/// reference, for `MADV_COLD` its PMD made old (`pmd_mkold`) and the folio
+/// deactivated ([`isolate_or_deactivate`]).
 fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64), pageout: bool) -> Option<Folio<'k>> {
     let _pl = pte_lockptr(&k.phys, pmd.table).lock();
     let e = pmd.load(&k.phys);
@@ -114,23 +114,25 @@ fn isolate_pmd<'k>(k: &'k Kernel, mm: &Mm, pmd: PmdSlot, (addr, stop): (u64, u64
     isolate_or_deactivate(k, f, pageout)
 }
 
-/// For `MADV_PAGEOUT`, `f` taken off the LRU with a reference
-/// (`folio_isolate_lru`), if it is on it; for `MADV_COLD`, `f` unreferenced
-/// and, if active, on its way to the inactive list
+/// `f` unreferenced (`folio_clear_referenced`), then for `MADV_PAGEOUT`
+/// taken off the LRU with a reference (`folio_isolate_lru`), if it is on
+/// it; for `MADV_COLD`, if active, on its way to the inactive list
 /// ([`Kernel::folio_deactivate`]), and nothing to return.
 fn isolate_or_deactivate<'k>(k: &'k Kernel, f: Folio<'k>, pageout: bool) -> Option<Folio<'k>> {
+    f.head().clear(pg::REFERENCED);
     if pageout {
         return k.lru.isolate(f).then_some(f);
     }
-    f.head().clear(pg::REFERENCED);
     k.folio_deactivate(f);
     None
 }
 
-/// The anon and shmem folios mapped in `[addr, stop)` of `table` whose every page
-/// is mapped there once and nowhere else, each taken off the LRU with a
-/// reference (`folio_isolate_lru`); for `MADV_COLD` their PTEs are made
-/// old first (`clear_young_dirty_ptes` with `CYDP_CLEAR_YOUNG`).
+/// The anon and shmem folios on the LRU mapped in `[addr, stop)` of
+/// `table` whose every page is mapped there once and nowhere else: for
+/// `MADV_PAGEOUT` each taken off the LRU with a reference
+/// (`folio_isolate_lru`); for `MADV_COLD` their PTEs made old
+/// (`clear_young_dirty_ptes` with `CYDP_CLEAR_YOUNG`) and the folios
+/// deactivated ([`isolate_or_deactivate`]).
 fn isolate<'k>(
     k: &'k Kernel,
     mm: &Mm,
@@ -173,6 +175,9 @@ fn isolate<'k>(
                 continue 'locked;
             }
             a += nr as u64 * PAGE_SIZE;
+            if !f.head().test(pg::LRU) {
+                continue;
+            }
             let shared = rmap::folio_mapcount(k, f) != f.nr_pages();
             let shared = if f.is_large() { k.decided(Consumer::Pageout, f, shared) } else { shared };
             if shared {

@@ -36,8 +36,9 @@ pub enum Advice {
     /// `MADV_PAGEOUT`: reclaim the range's anonymous pages to swap now
     /// (those mapped once; see [`crate::memory::vmscan`]).
     PageOut,
-    /// `MADV_COLD`: deactivate the range's pages (onto the inactive
-    /// list's head, unreferenced; large folios it covers in part split).
+    /// `MADV_COLD`: deactivate the range's pages (unreferenced; the
+    /// active ones move to the inactive list through the CPU's batch;
+    /// large folios it covers in part split).
     Cold,
     /// `MADV_COLLAPSE`: collapse every aligned 2 MiB range into a
     /// PMD-mapped THP now (see [`crate::mm::khugepaged`]).
