@@ -344,6 +344,7 @@ fn interrupted_runs_leave_no_host_setting_changed() {
             }
             false
         };
+        let sleeps = khugepaged_sleeps();
         for sig in ["INT", "TERM", "KILL"] {
             let out = file.with_extension(format!("{sig}.out"));
             let mut child = Command::new(exe)
@@ -383,9 +384,20 @@ fn interrupted_runs_leave_no_host_setting_changed() {
                 pool.display(),
                 std::fs::read_to_string(&pool).unwrap()
             );
+            // Every run quiets khugepaged (a day's sleep) from its start.
+            assert_eq!(khugepaged_sleeps(), sleeps, "{dir}, after SIG{sig}: khugepaged's sleeps");
         }
         let _ = std::fs::remove_file(file);
     }
+}
+
+/// khugepaged's scan and allocation sleeps (empty without THP).
+fn khugepaged_sleeps() -> Vec<String> {
+    let dir = Path::new("/sys/kernel/mm/transparent_hugepage/khugepaged");
+    ["scan_sleep_millisecs", "alloc_sleep_millisecs"]
+        .iter()
+        .filter_map(|k| std::fs::read_to_string(dir.join(k)).ok())
+        .collect()
 }
 
 /// Sends SIG`sig` (`INT`, `TERM`, `KILL`) to `child` and waits for it; after

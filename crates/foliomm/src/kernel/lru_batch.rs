@@ -190,6 +190,7 @@ impl Kernel {
         self.lazyfree_move(moving);
     }
 
+    /// `folio_batch_move_lru(lru_lazyfree)` ([`Kernel::listed_move`]).
     fn lazyfree_move(&self, pfns: Vec<Pfn>) {
         let takes = |f: Folio| f.head().test(pg::SWAPBACKED) && self.folio_swap(f).is_none();
         self.listed_move(pfns, takes, pg::SWAPBACKED | pg::ACTIVE | pg::REFERENCED, &self.stats.pglazyfree);
@@ -209,6 +210,7 @@ impl Kernel {
         self.deactivate_move(moving);
     }
 
+    /// `folio_batch_move_lru(lru_deactivate)` ([`Kernel::listed_move`]).
     fn deactivate_move(&self, pfns: Vec<Pfn>) {
         let takes = |f: Folio| f.head().test(pg::ACTIVE);
         self.listed_move(pfns, takes, pg::ACTIVE | pg::REFERENCED, &self.stats.pgdeactivate);
@@ -372,9 +374,7 @@ mod tests {
             let m = Machine::new(Config { memory: 16 << 20, kernel: Some(release), ..Config::default() }).unwrap();
             let k = &m.kernel;
             let f = m.alloc_folio(0).unwrap();
-            f.head().set(pg::ACTIVE);
             k.lru.putback(f, LruList::Active);
-            f.head().set(pg::LRU);
             on_cpu(0, || k.folio_deactivate(f));
             assert_eq!((f.refcount(), k.lru_batch_refs(f.pfn)), (2, 1), "{release}");
             assert_eq!(f.head().test(pg::LRU), keeps_lru, "{release}");
