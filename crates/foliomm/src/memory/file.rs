@@ -108,7 +108,8 @@ fn suitable_orders(vmf: &VmFault, inode: &Inode, index: u64) -> u32 {
     let flags = vma.flags();
     let vma_flags = (flags & vm::HUGEPAGE != 0, flags & vm::NOHUGEPAGE != 0);
     let policy = inode.fault_orders(vma_flags, index);
-    let fits = |o| !vmf.k.config.release().shmem_fault_fits_the_vma(inode.named()) || block_fits(vmf, index, o);
+    let checked = vmf.k.config.release().shmem_fault_fits_the_vma(inode.named());
+    let fits = |o| !checked || block_fits(vmf, index, o);
     (1..=PMD_ORDER).filter(|&o| policy & (1 << o) != 0 && fits(o)).fold(0, |m, o| m | 1 << o)
 }
 
