@@ -7,8 +7,10 @@
 //! Between those runs it is kept [`quiet`], as the model's khugepaged,
 //! which scans only when a scenario asks.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::sys::{Advice, Map, Mapping};
 use crate::sysfs;
 
 /// The file `name` of khugepaged's sysfs directory.
@@ -50,19 +52,72 @@ const QUIET_MS: &str = "86400000";
 /// Makes khugepaged sleep between scans for a day
 /// (`scan_sleep_millisecs`, `alloc_sleep_millisecs`), so that it does not
 /// collapse a scenario's memory behind its back (the default sleep is
-/// 10 s, shorter than a long run). Writing the knob wakes the thread
-/// for one scan (`scan_sleep_millisecs_store` clears
-/// `khugepaged_sleep_expire`), then it sleeps.
+/// 10 s, shorter than a long run), and returns once the thread is asleep.
+///
+/// Two wake-ups would still start a scan at any moment, and a scan that
+/// reaches a scenario's MM between its steps collapses memory the model
+/// leaves alone: writing either knob wakes the thread for one scan
+/// (`scan_sleep_millisecs_store` clears `khugepaged_sleep_expire`), so the
+/// scans this call starts are waited for; and the first MM to get a slot
+/// wakes a thread that sleeps for want of one (`__khugepaged_enter` wakes
+/// it when `khugepaged_scan.mm_head` was empty), so this process keeps a
+/// slot of its own (`hold_a_slot`) and a scenario's MM never comes first.
 pub fn quiet() -> Result<(), String> {
     // A kernel without THP has no khugepaged to keep quiet.
-    match std::path::Path::new(&path("scan_sleep_millisecs")).exists() {
-        true => set_sleeps(QUIET_MS),
-        false => Ok(()),
+    if !std::path::Path::new(&path("scan_sleep_millisecs")).exists() {
+        return Ok(());
     }
+    if !pmd_enabled()? {
+        // The thread is stopped; one started later scans once at once
+        // (`khugepaged` begins with a scan), while the knobs are set.
+        return set_sleeps(QUIET_MS);
+    }
+    hold_a_slot()?;
+    // A write while a scan runs starts none (the scan's end sets the next
+    // wake-up), so after the first full scan that ends after a write,
+    // none is pending. A scan of the few MMs with a slot takes
+    // milliseconds; one that does not end in a second (many large MMs
+    // elsewhere on the machine) is left to go on.
+    for knob in SLEEPS {
+        let scans = read("full_scans")?;
+        sysfs::set(&path(knob), QUIET_MS)?;
+        let started = Instant::now();
+        while read("full_scans")? == scans && started.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    Ok(())
 }
 
+/// Gives this process's MM a khugepaged slot (`khugepaged_enter_vma` from
+/// `MADV_HUGEPAGE`) through a region of its own. A VMA is given a slot
+/// only once it has an anon_vma (`__thp_vma_allowable_orders` refuses one
+/// without, short of a fault), so a byte is written there and zapped
+/// again: khugepaged then finds the range empty and leaves it (more none
+/// PTEs than `max_ptes_none` allows, or no page table at all). Advised
+/// again on every call, as a slot is given only while PMD THPs are on.
+fn hold_a_slot() -> Result<(), String> {
+    static REGION: OnceLock<Mapping> = OnceLock::new();
+    const PMD: usize = 2 << 20;
+    let fail = |what: &str, e: std::io::Error| format!("khugepaged slot: {what}: {e}");
+    let region = match REGION.get() {
+        Some(region) => region,
+        None => {
+            let region = Map::anon().aligned(PMD).map(PMD).map_err(|e| fail("mmap", e))?;
+            region.write(0, 1);
+            region.advise(0..PMD, Advice::DontNeed).map_err(|e| fail("MADV_DONTNEED", e))?;
+            REGION.get_or_init(|| region)
+        }
+    };
+    region.advise(0..PMD, Advice::HugePage).map_err(|e| fail("MADV_HUGEPAGE", e))
+}
+
+/// The knobs of khugepaged's sleeps: between scans, and after a failed
+/// allocation.
+const SLEEPS: [&str; 2] = ["scan_sleep_millisecs", "alloc_sleep_millisecs"];
+
 fn set_sleeps(ms: &str) -> Result<(), String> {
-    for knob in ["scan_sleep_millisecs", "alloc_sleep_millisecs"] {
+    for knob in SLEEPS {
         sysfs::set(&path(knob), ms)?;
     }
     Ok(())
