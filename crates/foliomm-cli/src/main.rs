@@ -171,6 +171,8 @@ fn main() -> ExitCode {
         for at in foliomm_host::debugfs::unmount_left_behind(false) {
             eprintln!("foliomm: unmounted the debugfs at {at} (left by a killed run)");
         }
+        // Quietly: a directory is nothing a user changed.
+        foliomm_host::run_dir::remove_left_behind(false);
     }
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),
@@ -202,7 +204,11 @@ fn main() -> ExitCode {
             for at in &mounts {
                 println!("unmounted the debugfs at {at}");
             }
-            if restored.is_empty() && cgroups.is_empty() && mounts.is_empty() {
+            let dirs = foliomm_host::run_dir::remove_left_behind(force);
+            for dir in &dirs {
+                println!("removed the run directory {dir}");
+            }
+            if restored.is_empty() && cgroups.is_empty() && mounts.is_empty() && dirs.is_empty() {
                 println!(
                     "nothing to put back ({} lists no setting of a finished run)",
                     foliomm_host::sysfs::state_path().display()

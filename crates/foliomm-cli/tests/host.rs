@@ -401,7 +401,8 @@ fn khugepaged_sleeps() -> Vec<String> {
 }
 
 /// Sends SIG`sig` (`INT`, `TERM`, `KILL`) to `child` and waits for it; after
-/// SIGKILL, runs `foliomm host restore`, which must put settings back.
+/// SIGKILL, runs `foliomm host restore`, which must put settings back and
+/// remove the killed run's directory.
 fn interrupt(exe: &str, child: &mut std::process::Child, sig: &str) {
     let sent = Command::new("kill").args(["-s", sig, &child.id().to_string()]).status().unwrap();
     assert!(sent.success(), "kill -s {sig} failed");
@@ -410,6 +411,13 @@ fn interrupt(exe: &str, child: &mut std::process::Child, sig: &str) {
         let out = Command::new(exe).args(["host", "restore"]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("put back"), "host restore after SIGKILL said: {text}");
+        let prefix = format!("foliomm-host-{}-", child.id());
+        let left = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .collect::<Vec<_>>();
+        assert!(left.is_empty(), "host restore left the killed run's directories {left:?}");
     }
 }
 

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::run_dir::PREFIX as RUN_DIR;
+
 const SYSTEM: &str = "/sys/kernel/debug";
-/// The run directories' prefix (see [`crate::HostBackend::new`]).
-const RUN_DIR: &str = "foliomm-host-";
 
 /// A debugfs the run can write to.
 pub struct Debugfs {

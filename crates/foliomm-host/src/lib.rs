@@ -19,6 +19,7 @@ pub mod procfs;
 pub mod protocol;
 mod refusal;
 mod release;
+pub mod run_dir;
 mod signals;
 mod smaps;
 mod status;
@@ -93,7 +94,7 @@ impl HostBackend {
     /// `exe` is a program that runs [`worker_main`] when its first argument
     /// is [`WORKER_ARG`] (the foliomm binary).
     pub fn new(exe: PathBuf) -> HostBackend {
-        let dir = std::env::temp_dir().join(format!("foliomm-host-{}-{}", std::process::id(), unique()));
+        let dir = run_dir::new();
         HostBackend {
             exe,
             dir,
