@@ -67,6 +67,16 @@ fn the_mmap_lock_moves_on_every_fault_and_a_shared_vma_lock_on_every_shared_faul
             let (mmap_lock, vma_lock) = if per_vma { (0.0, (shared || slab) as u32 as f64) } else { (1.0, 0.0) };
             assert!((per(MmapLock) - mmap_lock).abs() < 0.02, "mmap_lock {}: {what}", per(MmapLock));
             assert!((per(VmaLock) - vma_lock).abs() < 0.02, "vma_lock {}: {what}", per(VmaLock));
+            // A fault's accesses of the lock's lines: vm_lock_seq read
+            // before and after the take, the take and the release, and
+            // under vma-rwsem the read of `detached` and the store of the
+            // reader into `sem->owner` (`rwsem_set_reader_owned`).
+            let lock_words = match design {
+                VmaLockDesign::MmapLock => 0,
+                VmaLockDesign::VmaRwsem => 6,
+                VmaLockDesign::VmaRefcount => 4,
+            };
+            assert_eq!(t.accesses_of(VmaLock), lock_words * faults, "{what}");
             // Faults in turn: the members a fault reads stay clean in
             // their lines, but for the anon_vma the first fault of a VMA
             // installs, which the other CPU's next fault reads once.

@@ -145,6 +145,7 @@ impl Vma {
                 if !sem.down_read_trylock() {
                     return Err(ReadFailure::Busy);
                 }
+                self.account_reader_owner();
             }
             Kind::Refcount(r) => {
                 inc_not_zero_limited(r, VMA_REF_LIMIT)?;
@@ -171,7 +172,11 @@ impl Vma {
         self.account_lock_write();
         match &self.lock.kind {
             Kind::None => Err(ReadFailure::Busy),
-            Kind::Rwsem { sem, .. } => sem.down_read_trylock().then_some(()).ok_or(ReadFailure::Busy),
+            Kind::Rwsem { sem, .. } => {
+                sem.down_read_trylock().then_some(()).ok_or(ReadFailure::Busy)?;
+                self.account_reader_owner();
+                Ok(())
+            }
             Kind::Refcount(r) => inc_not_zero_limited(r, VMA_REF_LIMIT),
         }
     }
