@@ -62,6 +62,7 @@ pub fn run(cmd: &SimCommand) -> Result<()> {
         hugetlb_fault: Profile::default_hugetlb_fault(),
         lru_folio: Profile::default_lru_folio(),
         cpus_per_socket: 0,
+        nodes: 0,
         adjacent_prefetch: false,
     };
     std::fs::write(out, serde_json::to_string_pretty(&p)?).with_context(|| format!("writing {}", out.display()))?;

@@ -49,13 +49,14 @@ fn a_simulated_table_is_the_same_on_every_run() {
 
 /// The base design's (vma-rwsem's) Hmean faults/sec at 1 and 16 simulated CPUs of page_fault1
 /// on separate VMAs, under the built-in profile or one whose LRU list
-/// moves cost `lru_folio` picoseconds.
-fn fault_rates(lru_folio: Option<u64>) -> (f64, f64) {
+/// moves cost `lru_folio` picoseconds, on a machine of `nodes` nodes.
+fn fault_rates(lru_folio: Option<u64>, nodes: u32) -> (f64, f64) {
     let file = std::env::temp_dir().join(format!("foliomm-lru-profile-{}.json", std::process::id()));
     let mut args = ["bench", "seed-004", "--sim-cpus", "1,16", "--layout", "separate", "--tests", "page_fault1"]
         .map(String::from)
         .to_vec();
     args.extend(["--size", "2M", "--loops", "1", "--runs", "2"].map(String::from));
+    args.extend(["--sim-nodes".to_string(), nodes.to_string()]);
     if let Some(ps) = lru_folio {
         let p = foliomm::internals::sync::sim::Profile {
             lru_folio: ps,
@@ -78,12 +79,16 @@ fn page_fault1_meets_the_lru_lock_from_a_dozen_cpus() {
     // Every fault adds a folio to the one node's LRU and every unmap takes
     // it off, each under `lru_lock` for the profile's 120 ns: 16 CPUs
     // fault no faster than that lock lets 240 ns a fault through.
-    let (one, sixteen) = fault_rates(None);
+    let (one, sixteen) = fault_rates(None, 1);
     assert!(sixteen < 1e12 / 240_000.0, "faults/sec at 16 CPUs: {sixteen}");
     assert!(sixteen < 8.0 * one, "1 CPU {one}, 16 CPUs {sixteen}");
     // Without that hold, the separate VMAs share nothing that limits them.
-    let (one, sixteen) = fault_rates(Some(0));
+    let (one, sixteen) = fault_rates(Some(0), 1);
     assert!(sixteen > 12.0 * one, "1 CPU {one}, 16 CPUs {sixteen}");
+    // Two nodes: each CPU's folios on its own node's LRU, under that
+    // node's lock; the two locks let twice as many through.
+    let (_, two_nodes) = fault_rates(None, 2);
+    assert!(two_nodes > 1e12 / 240_000.0, "faults/sec at 16 CPUs on two nodes: {two_nodes}");
 }
 
 /// The threaded scenarios' contention reports on 8 simulated CPUs (every

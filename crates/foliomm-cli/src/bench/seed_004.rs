@@ -133,7 +133,9 @@ impl<'a> Seed004<'a> {
     fn machine(&self, d: VmaLockDesign, threads: usize) -> Result<Arc<Machine>> {
         let memory = 2 * threads as u64 * self.size + (256 << 20);
         let vma_layout = self.args.vma_layout;
-        super::new_machine(Config { memory, vma_lock: d, vma_layout, ..self.args.common.config(foliomm::Design::MmId) })
+        let nodes = self.simulated.as_ref().map_or(1, |(s, _)| s.nodes());
+        let config = self.args.common.config(foliomm::Design::MmId);
+        super::new_machine(Config { memory, nodes, vma_lock: d, vma_layout, ..config })
     }
 
     /// The designs, and the host kernel if `host` (beside simulated CPUs

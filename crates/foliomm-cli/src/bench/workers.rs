@@ -22,6 +22,16 @@ pub(super) struct Simulated {
 }
 
 impl Simulated {
+    /// The nodes of the model's machine: the profile's, at least one.
+    pub(super) fn nodes(&self) -> usize {
+        self.profile.nodes.max(1) as usize
+    }
+
+    /// The node simulated CPU `cpu` (from 0) runs on.
+    pub(super) fn node(&self, cpu: usize) -> usize {
+        self.profile.socket(cpu) % self.nodes()
+    }
+
     /// The run of configuration `key`'s next round: round r runs with
     /// seed + r, so that the rounds' spread is the seeds'.
     pub(super) fn next_round<K: std::hash::Hash + Eq>(&self, rounds: &mut HashMap<K, u64>, key: K) -> Simulated {
@@ -60,6 +70,13 @@ pub(super) struct SimArgs {
     /// on the Broadwell machines where seed 004's old regression showed.
     #[arg(long = "sim-prefetch")]
     prefetch: bool,
+    /// NUMA nodes of the simulated machine (1 to 8), one per socket:
+    /// simulated CPU c runs on node c mod N, as the scheduler spreads busy
+    /// threads over the sockets, and allocates there (each node has its
+    /// own zone lock, per-CPU lists and LRU lock); the model's machine gets
+    /// N nodes. 1: one node, the profile's sockets filled in turn.
+    #[arg(long = "sim-nodes", default_value_t = 1)]
+    nodes: u32,
 }
 
 impl SimArgs {
@@ -73,8 +90,12 @@ impl SimArgs {
             "--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56"
         );
         let quantum = self.quantum.checked_mul(1000).context("--sim-quantum: too large")?;
+        ensure!((1..=8).contains(&self.nodes), "--sim-nodes: expected 1 to 8 nodes, not {}", self.nodes);
         let mut profile = crate::sim::profile(&self.profile)?;
         profile.adjacent_prefetch |= self.prefetch;
+        if self.nodes > 1 {
+            profile.nodes = self.nodes;
+        }
         Ok(Some(Simulated { profile, seed: self.seed, quantum }))
     }
 }
@@ -185,6 +206,7 @@ where
     let through = AtomicU32::new(0);
     let gate = Gate { loops, workers: workers as u32, through: &through };
     let (results, _) = sim::run(workers, s.profile.clone(), s.seed, s.quantum, |i| {
+        foliomm::internals::phys::set_local_node(s.node(i));
         let (mut state, mut lp) = setup(i);
         let start = sim::report();
         let made = gate.run(&mut state, &mut lp)?;

@@ -318,7 +318,7 @@ impl Kernel {
     pub fn hugetlb_reserve(&self, size: HugeSize, n: u64) -> Result<(), Errno> {
         let (mut pool, mut allocated) = (self.pool(size), 0);
         while (pool.resv.wrapping_add(n) as i64) > pool.free.len() as i64 {
-            if !self.alloc_surplus(&mut pool, Placement::LOCAL) {
+            if !self.alloc_surplus(&mut pool, Placement::local()) {
                 self.return_unused_surplus(&mut pool, allocated);
                 return Err(Errno::ENOMEM);
             }

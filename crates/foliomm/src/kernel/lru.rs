@@ -1,8 +1,9 @@
-//! The anon LRU lists of the one node (`struct lruvec`'s `LRU_INACTIVE_ANON`
+//! The anon LRU lists of each node (`struct lruvec`'s `LRU_INACTIVE_ANON`
 //! and `LRU_ACTIVE_ANON`), which hold the swap-backed folios: anon and
 //! shmem (`folio_is_file_lru` is false for both) (mm/swap.c `folio_add_lru`, `folio_deactivate`,
 //! mm/vmscan.c `isolate_lru_folios`, `folio_isolate_lru`,
-//! `move_folios_to_lru`).
+//! `move_folios_to_lru`). A folio is on the lists of the node its frames
+//! are on (`folio_lruvec`), each node's under a lock of its own.
 //!
 //! A folio on a list has `PG_lru` (and `PG_active` on the active list),
 //! changed only under the list lock (`lruvec->lru_lock`). New folios
@@ -13,7 +14,7 @@
 //! [`super::lru_batch`], a batch at a time under one hold of the lock.
 //! On simulated CPUs, each folio moved on or off a list costs the
 //! profile's `lru_folio` while the lock is held: with every CPU's faults
-//! and frees on the one node's lists, that hold is what page_fault1's
+//! and frees on one node's lists, that hold is what page_fault1's
 //! throughput meets from a dozen CPUs on.
 //!
 //! Differs from Linux: frees take the lock each, but on simulated CPUs its
@@ -21,13 +22,14 @@
 //! ([`Lru::account_freed`]); no file lists and no unevictable list (an mlocked folio goes
 //! back to the active list), no multi-gen LRU, no memcg; a list is ordered
 //! by when a folio went on it, and a split folio's pieces stand where it
-//! stood (`lru_add_split_folio`).
+//! stood (`lru_add_split_folio`); reclaim takes the nodes' tails in node
+//! order, where Linux reclaims each node on its own (`shrink_node`).
 
 use crate::arch::Pfn;
 use crate::folio::Folio;
 use crate::phys::{pg, Page, PhysMem};
 use crate::sync::atomic::Ordering::Relaxed;
-use crate::sync::cacheline::{self, Structure};
+use crate::sync::cacheline::{self, Aligned, Structure};
 use crate::sync::sim::{self, Work};
 use crate::sync::{Mutex, MutexGuard};
 
@@ -127,10 +129,11 @@ impl Lists {
     }
 }
 
-/// The lists and their lock.
+/// The lists and their lock, a pair per node (line-aligned, as each
+/// node's `pglist_data` is its own).
 #[derive(Debug)]
 pub struct Lru {
-    lists: Mutex<Lists>,
+    nodes: Box<[Aligned<Mutex<Lists>>]>,
     /// Frees per lock (`release_pages` relocks every `SWAP_CLUSTER_MAX`;
     /// from 6.9 `folios_put_refs` keeps it for a `folio_batch`).
     frees_per_lock: u32,
@@ -148,10 +151,16 @@ pub(crate) fn forget_freed() {
 }
 
 impl Lru {
-    /// Empty lists, freed into in `release`'s batches.
-    pub fn new(release: crate::release::KernelVersion) -> Lru {
+    /// Empty lists for `nodes` nodes, freed into in `release`'s batches.
+    pub fn new(release: crate::release::KernelVersion, nodes: usize) -> Lru {
         let adds = release.folio_batch_size() as u32;
-        Lru { lists: Mutex::default(), frees_per_lock: if adds == 15 { 32 } else { adds } }
+        let nodes = (0..nodes.max(1)).map(|_| Aligned(Mutex::default())).collect();
+        Lru { nodes, frees_per_lock: if adds == 15 { 32 } else { adds } }
+    }
+
+    /// The lists `f` goes on: its node's (`folio_lruvec`).
+    fn lists_of(&self, f: Folio) -> &Mutex<Lists> {
+        &self.nodes[f.phys().nid(f.pfn).min(self.nodes.len() - 1)]
     }
 
     /// Accounts the lock's line for a free as Linux takes it: once per
@@ -160,12 +169,12 @@ impl Lru {
     /// simulation carry a partial batch from one run to the next. Differs
     /// from Linux: every free counts towards a batch, where a lone
     /// `folio_put` takes the lock at once.
-    fn account_freed(&self) {
+    fn account_freed(&self, lists: &Mutex<Lists>) {
         if cacheline::accounting() {
             let freed = FREED.get() + 1;
             FREED.set(if freed >= self.frees_per_lock { 0 } else { freed });
             if freed >= self.frees_per_lock {
-                cacheline::write(Structure::LruLock, &self.lists);
+                cacheline::write(Structure::LruLock, lists);
             }
         }
     }
@@ -173,20 +182,25 @@ impl Lru {
     /// `folio_batch_move_lru` with `lru_add`: puts `folios`, on no list,
     /// at the head of their lists in their order (the active list for one
     /// with `PG_active`, which reclaim's putback sets), under one hold of
-    /// the lock.
+    /// a node's lock for each run of folios of that node
+    /// (`folio_lruvec_relock_irqsave`).
     pub fn add(&self, folios: &[Folio]) {
-        cacheline::write(Structure::LruLock, &self.lists);
-        let mut l = self.lists.lock().unwrap();
-        sim::work(Work::LruFolios(folios.len() as u64));
-        for &f in folios {
-            Self::link_newest(&mut l, f, LruList::of(f.head()));
+        for run in folios.chunk_by(|a, b| std::ptr::eq(self.lists_of(*a), self.lists_of(*b))) {
+            let lists = self.lists_of(run[0]);
+            cacheline::write(Structure::LruLock, lists);
+            let mut l = lists.lock().unwrap();
+            sim::work(Work::LruFolios(run.len() as u64));
+            for &f in run {
+                Self::link_newest(&mut l, f, LruList::of(f.head()));
+            }
         }
     }
 
     /// Puts `f`, on no list, at the head of `which` (`move_folios_to_lru`).
     pub fn putback(&self, f: Folio, which: LruList) {
-        cacheline::write(Structure::LruLock, &self.lists);
-        let mut l = self.lists.lock().unwrap();
+        let lists = self.lists_of(f);
+        cacheline::write(Structure::LruLock, lists);
+        let mut l = lists.lock().unwrap();
         sim::work(Work::LruFolios(1));
         Self::link_newest(&mut l, f, which);
     }
@@ -201,8 +215,9 @@ impl Lru {
     /// `lruvec_del_folio`); nothing if it is on none.
     pub fn del(&self, f: Folio) {
         if f.head().test(pg::LRU) {
-            self.account_freed();
-            let mut l = self.lists.lock().unwrap();
+            let lists = self.lists_of(f);
+            self.account_freed(lists);
+            let mut l = lists.lock().unwrap();
             if f.head().test(pg::LRU) {
                 sim::work(Work::LruFolios(1));
                 l.remove(f);
@@ -213,10 +228,11 @@ impl Lru {
     /// `folio_isolate_lru`: takes `f` off its list with a reference; false
     /// if it is on none (isolated by someone else, or not yet added).
     pub fn isolate(&self, f: Folio) -> bool {
+        let lists = self.lists_of(f);
         if f.head().test(pg::LRU) {
-            cacheline::write(Structure::LruLock, &self.lists);
+            cacheline::write(Structure::LruLock, lists);
         }
-        let mut l = self.lists.lock().unwrap();
+        let mut l = lists.lock().unwrap();
         if !f.head().test(pg::LRU) || !f.try_get() {
             return false;
         }
@@ -225,18 +241,24 @@ impl Lru {
         true
     }
 
-    /// `isolate_lru_folios`: up to `nr` folios from the tail of `which`,
-    /// each taken off with a reference (a folio being freed is passed over).
+    /// `isolate_lru_folios`: up to `nr` folios from the tails of `which`,
+    /// node by node, each taken off with a reference (a folio being freed
+    /// is passed over).
     pub fn isolate_tail<'k>(&self, phys: &'k PhysMem, which: LruList, nr: usize) -> Vec<Folio<'k>> {
-        cacheline::write(Structure::LruLock, &self.lists);
-        let mut l = self.lists.lock().unwrap();
         let mut out = Vec::new();
-        for pfn in l.oldest(phys, which, nr) {
-            let f = Folio::from_head(phys, pfn);
-            if f.try_get() {
-                sim::work(Work::LruFolios(1));
-                l.remove(f);
-                out.push(f);
+        for lists in self.nodes.iter().map(|n| &**n) {
+            if out.len() == nr {
+                break;
+            }
+            cacheline::write(Structure::LruLock, lists);
+            let mut l = lists.lock().unwrap();
+            for pfn in l.oldest(phys, which, nr - out.len()) {
+                let f = Folio::from_head(phys, pfn);
+                if f.try_get() {
+                    sim::work(Work::LruFolios(1));
+                    l.remove(f);
+                    out.push(f);
+                }
             }
         }
         out
@@ -246,23 +268,30 @@ impl Lru {
     /// (`folio_lruvec_lock` in `__folio_split`): its place is kept while
     /// its descriptors are rebuilt.
     pub fn lock_for_split<'l>(&'l self, f: Folio) -> SplitLock<'l> {
-        cacheline::write(Structure::LruLock, &self.lists);
-        let lists = self.lists.lock().unwrap();
+        let lists = self.lists_of(f);
+        cacheline::write(Structure::LruLock, lists);
+        let lists = lists.lock().unwrap();
         debug_assert!(f.head().test(pg::LRU), "folio {:#x} splits off the LRU", f.pfn);
         SplitLock { lists, which: LruList::of(f.head()), links: links(f.phys(), f.pfn) }
     }
 
-    /// The number of folios on each list (inactive, active).
+    /// The number of folios on each list (inactive, active), over the nodes.
     pub fn sizes(&self) -> (usize, usize) {
-        let l = self.lists.lock().unwrap();
-        (l.0[0].len, l.0[1].len)
+        self.nodes.iter().fold((0, 0), |(i, a), n| {
+            let l = n.lock().unwrap();
+            (i + l.0[0].len, a + l.0[1].len)
+        })
     }
 
-    /// Every folio on `which`, from the oldest (for the checker); a list
-    /// whose links loop stops one past its length.
+    /// Every folio on `which`, node by node, each node's from the oldest
+    /// (for the checker); a list whose links loop stops one past its length.
     pub fn snapshot(&self, phys: &PhysMem, which: LruList) -> Vec<Pfn> {
-        let l = self.lists.lock().unwrap();
-        l.oldest(phys, which, l.0[which as usize].len + 1)
+        let mut out = Vec::new();
+        for n in self.nodes.iter() {
+            let l = n.lock().unwrap();
+            out.extend(l.oldest(phys, which, l.0[which as usize].len + 1));
+        }
+        out
     }
 }
 
@@ -302,7 +331,7 @@ mod tests {
     #[test]
     fn split_pieces_stand_where_the_folio_stood() {
         let phys = PhysMem::new(4 << 20, false).unwrap();
-        let lru = Lru::new(crate::release::KernelVersion::NEWEST);
+        let lru = Lru::new(crate::release::KernelVersion::NEWEST, 1);
         let [a, b, c] = [0, 2, 0].map(|order| phys.alloc_pages(order).unwrap());
         for pfn in [a, b, c] {
             phys.page(pfn).refcount.store(1, Relaxed);
@@ -328,6 +357,33 @@ mod tests {
     }
 }
 
+#[cfg(all(test, not(any(loom, shuttle))))]
+mod node_tests {
+    use super::*;
+
+    /// Each folio goes on its own node's lists; reclaim takes the nodes'
+    /// tails node by node.
+    #[test]
+    fn folios_go_on_their_nodes_lists() {
+        let phys = PhysMem::new_numa(12 << 20, 2, false).unwrap();
+        let lru = Lru::new(crate::release::KernelVersion::NEWEST, 2);
+        let place = |nid| crate::phys::Placement::this_node(nid);
+        let alloc = |nid| phys.alloc_pages_on(place(nid), 0, crate::phys::MigrateType::Movable).unwrap();
+        let [a, b, c] = [1, 0, 1].map(alloc);
+        let folios = [a, b, c].map(|pfn| {
+            phys.page(pfn).refcount.store(1, Relaxed);
+            Folio::from_head(&phys, pfn)
+        });
+        lru.add(&folios);
+        assert_eq!(lru.snapshot(&phys, LruList::Inactive), [b, a, c], "node 0's list, then node 1's");
+        assert_eq!(lru.sizes(), (3, 0));
+        let taken: Vec<Pfn> = lru.isolate_tail(&phys, LruList::Inactive, 2).iter().map(|f| f.pfn).collect();
+        assert_eq!(taken, [b, a]);
+        lru.del(folios[2]);
+        assert_eq!(lru.sizes(), (0, 0));
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
@@ -343,7 +399,7 @@ mod loom_tests {
     fn isolating_the_tail_races_a_free() {
         loom::model(|| {
             let phys = Arc::new(PhysMem::new(4 << 20, false).unwrap());
-            let lru = Arc::new(Lru::new(crate::release::KernelVersion::NEWEST));
+            let lru = Arc::new(Lru::new(crate::release::KernelVersion::NEWEST, 1));
             let pfn = phys.alloc_pages(0).unwrap();
             let f = Folio::from_head(&phys, pfn);
             f.head().refcount.store(1, Relaxed);

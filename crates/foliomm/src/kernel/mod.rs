@@ -117,7 +117,7 @@ impl Kernel {
             design,
             thp: ThpSettings::default(),
             stats: Stats::default(),
-            lru: lru::Lru::new(config.release()),
+            lru: lru::Lru::new(config.release(), config.nodes),
             config,
             zero_pfn,
             huge_zero: Mutex::new(None),

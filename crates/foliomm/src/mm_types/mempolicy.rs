@@ -92,7 +92,7 @@ impl Mempolicy {
     /// allocation retries remotely).
     pub fn placement(self, ilx: u64, order: u32, may_reclaim: bool) -> Placement {
         let place = match self {
-            Mempolicy::Default => Placement::LOCAL,
+            Mempolicy::Default => Placement::local(),
             Mempolicy::Preferred(n) => Placement { preferred: n, allowed: NodeMask::ALL },
             Mempolicy::Bind(m) => {
                 let preferred = if m.contains(0) { 0 } else { m.first().unwrap_or(0) };

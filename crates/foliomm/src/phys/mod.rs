@@ -22,7 +22,7 @@ mod wide_pair;
 pub use changes::Changed;
 pub use content::{Content, Sparse};
 pub use memmap::{pg, Page};
-pub use node::{NodeMask, Placement, MAX_NUMNODES};
+pub use node::{set_local_node, NodeMask, Placement, MAX_NUMNODES};
 pub use pcp::{MigrateType, NR_PCP};
 pub use wide_pair::WidePair;
 
@@ -147,7 +147,7 @@ impl PhysMem {
 
     /// [`PhysMem::alloc_pages_zeroed`] for `kind` of use.
     pub fn alloc_pages_zeroed_as(&self, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
-        self.alloc_pages_zeroed_on(Placement::LOCAL, order, kind)
+        self.alloc_pages_zeroed_on(Placement::local(), order, kind)
     }
 
     /// [`PhysMem::alloc_pages_on`] with the block zeroed.

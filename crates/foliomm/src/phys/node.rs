@@ -53,10 +53,25 @@ pub struct Placement {
     pub allowed: NodeMask,
 }
 
+thread_local! {
+    /// The node of the CPU this thread runs on (`numa_node_id`).
+    static LOCAL_NODE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Makes `nid` the node this thread's CPU is on, from now on: its
+/// allocations' local node. A model task runs on node 0 but for a
+/// simulated CPU its benchmark places on another (`--sim-nodes`); `nid`
+/// must be a node of the machine the thread allocates from.
+pub fn set_local_node(nid: usize) {
+    LOCAL_NODE.set(nid);
+}
+
 impl Placement {
-    /// The local node, every node allowed: a task's default (every model
-    /// task runs on node 0's CPUs).
-    pub const LOCAL: Placement = Placement { preferred: 0, allowed: NodeMask::ALL };
+    /// The local node (node 0, or the one [`set_local_node`] set), every
+    /// node allowed: a task's default.
+    pub fn local() -> Placement {
+        Placement { preferred: LOCAL_NODE.get(), allowed: NodeMask::ALL }
+    }
 
     /// Node `nid` only (`__GFP_THISNODE`), as migration allocates its
     /// targets (`alloc_migration_target`).
@@ -145,5 +160,22 @@ mod tests {
         assert_eq!(thisnode, Err(Errno::ENOMEM));
         assert_eq!(PhysMem::new_numa(4 << 20, 2, false).err(), Some(Errno::EINVAL), "a node without a block");
         assert_eq!(PhysMem::new_numa(4 << 20, 0, false).err(), Some(Errno::EINVAL), "no node");
+    }
+
+    #[test]
+    fn a_thread_on_another_node_allocates_there_first() {
+        let phys = PhysMem::new_numa(12 << 20, 2, false).unwrap();
+        let on = |nid| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    set_local_node(nid);
+                    phys.nid(phys.alloc_pages(0).unwrap())
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        assert_eq!([on(1), on(0)], [1, 0]);
+        assert_eq!(phys.nid(phys.alloc_pages(0).unwrap()), 0, "a thread starts on node 0");
     }
 }

@@ -86,14 +86,14 @@ pub(super) fn new_lists() -> Box<[Mutex<PerCpuPages>]> {
 impl PhysMem {
     /// Allocates a naturally aligned block of `2^order` frames on the local
     /// node, falling back to the others ([`PhysMem::alloc_pages_on`] with
-    /// [`Placement::LOCAL`]). The frames are not zeroed.
+    /// [`Placement::local()`]). The frames are not zeroed.
     pub fn alloc_pages(&self, order: u32) -> Result<Pfn, Errno> {
         self.alloc_pages_as(order, MigrateType::Movable)
     }
 
     /// [`PhysMem::alloc_pages`] for `kind` of use.
     pub fn alloc_pages_as(&self, order: u32, kind: MigrateType) -> Result<Pfn, Errno> {
-        self.alloc_pages_on(Placement::LOCAL, order, kind)
+        self.alloc_pages_on(Placement::local(), order, kind)
     }
 
     /// Allocates a naturally aligned block of `2^order` frames for `kind`

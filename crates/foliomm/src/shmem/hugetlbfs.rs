@@ -148,7 +148,7 @@ impl Inode {
         for index in (offset / PAGE_SIZE / nr * nr..last).step_by(nr as usize) {
             let mutex = self.k.hugetlb_fault_mutex(self.ino, index);
             let _mutex = mutex.lock().unwrap();
-            let f = self.hugetlb_get_folio(index, Placement::LOCAL).map_err(|_| Errno::ENOMEM)?;
+            let f = self.hugetlb_get_folio(index, Placement::local()).map_err(|_| Errno::ENOMEM)?;
             self.k.folio_put_refs(f, 1);
         }
         Ok(())

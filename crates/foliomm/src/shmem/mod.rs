@@ -333,7 +333,7 @@ impl Inode {
             if swapped || pages.range(first..first + (1 << order)).next().is_some() {
                 continue;
             }
-            match self.k.alloc_folio_on(crate::phys::Placement::LOCAL, order, true) {
+            match self.k.alloc_folio_on(crate::phys::Placement::local(), order, true) {
                 Ok(f) => {
                     if order == PMD_ORDER {
                         Stats::inc(&self.k.stats.thp_file_alloc);

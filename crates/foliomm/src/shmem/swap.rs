@@ -82,7 +82,7 @@ impl Inode {
         let k = &*self.k;
         let (first, order) = pages.swap_order(index);
         let whole = (order > 0 && k.config.release().swaps_in_large_shmem_folios())
-            .then(|| k.alloc_folio_on(crate::phys::Placement::LOCAL, order, false).ok())
+            .then(|| k.alloc_folio_on(crate::phys::Placement::local(), order, false).ok())
             .flatten();
         let f = match whole {
             Some(f) => f,

@@ -71,6 +71,12 @@ pub struct Profile {
     pub lru_folio: u64,
     /// CPUs per socket (0: one socket).
     pub cpus_per_socket: u32,
+    /// NUMA nodes, one per socket, that the CPUs are dealt over: CPU `c`
+    /// on node and socket `c mod nodes`, as the scheduler spreads a
+    /// process's busy threads over the sockets (`cpus_per_socket` then
+    /// places nothing). 0 or 1: one node, and the sockets filled in turn.
+    #[serde(default)]
+    pub nodes: u32,
     /// Whether the adjacent-line prefetcher fetches a line's 128-byte
     /// buddy with it (a transfer of one moves both).
     pub adjacent_prefetch: bool,
@@ -106,6 +112,7 @@ impl Profile {
             hugetlb_fault: Profile::default_hugetlb_fault(),
             lru_folio: Profile::default_lru_folio(),
             cpus_per_socket: 28,
+            nodes: 0,
             adjacent_prefetch: false,
         }
     }
@@ -178,11 +185,13 @@ impl Profile {
         4_000_000
     }
 
-    /// The socket of simulated CPU `cpu` (from 0).
+    /// The socket of simulated CPU `cpu` (from 0), which is its node
+    /// when the profile deals the CPUs over nodes.
     pub fn socket(&self, cpu: usize) -> usize {
-        match self.cpus_per_socket {
-            0 => 0,
-            n => cpu / n as usize,
+        match (self.nodes, self.cpus_per_socket) {
+            (2.., _) => cpu % self.nodes as usize,
+            (_, 0) => 0,
+            (_, n) => cpu / n as usize,
         }
     }
 }
