@@ -264,7 +264,8 @@ fn model(
     sim: &Simulated,
 ) -> Result<(Vec<f64>, Transfers)> {
     let memory = (cpus as u64 + 2) * (size + 4 * PMD) + (256 << 20);
-    let m = super::new_machine(Config { memory, compound_lock, rmap_id_stage, ..a.common.config(d) })?;
+    let nodes = sim.nodes();
+    let m = super::new_machine(Config { memory, nodes, compound_lock, rmap_id_stage, ..a.common.config(d) })?;
     let shared = MmapFlags { shared: true, populate: true, ..MmapFlags::default() };
     let samples = match w {
         Workload::Map => {

@@ -199,7 +199,8 @@ fn model(
     a: &Seed002Args,
     simulated: Option<&Simulated>,
 ) -> Result<Round> {
-    let config = Config { memory: size + (256 << 20), hugetlb_sync: design, ..a.common.config(Design::MmId) };
+    let nodes = simulated.map_or(1, Simulated::nodes);
+    let config = Config { memory: size + (256 << 20), nodes, hugetlb_sync: design, ..a.common.config(Design::MmId) };
     let m = super::new_machine(config)?;
     let pages = size / HPAGE;
     ensure!(m.kernel.set_nr_hugepages(HugeSize::Pmd, pages) == pages, "the model's memory holds no {pages} huge pages");
