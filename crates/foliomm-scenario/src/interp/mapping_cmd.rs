@@ -225,7 +225,11 @@ impl State<'_> {
             };
             self.refs.get_mut(&p).unwrap().zap(a, l);
         }
-        if *adv == Advice::Remove && r.is_ok() {
+        // MADV_REMOVE walks the range's VMAs in turn: a hole (ENOMEM)
+        // punched every mapped part. A refusal (EINVAL, EACCES) leaves the
+        // VMAs before the refusing one punched, which the reference, who
+        // knows no VMAs, cannot tell: it assumes none was.
+        if *adv == Advice::Remove && acted {
             let holes = self.refs.get_mut(&p).unwrap().remove(a, l);
             if let Some(&huge) = self.hugetlb.get(&pl.map) {
                 holes.into_iter().for_each(|(id, hole)| self.hugetlb_hole(id, hole, huge));

@@ -171,27 +171,41 @@ impl MmList {
 }
 
 impl Mm {
-    /// `madvise(MADV_REMOVE)` over `[addr, addr + len)` of one shared,
-    /// writable file VMA: punches the hole in the file it maps there.
-    /// EINVAL in an mlocked VMA or without a file, EACCES unless shared
-    /// and writable.
+    /// `madvise(MADV_REMOVE)` over `[addr, addr + len)`: in each VMA of
+    /// the range in turn (`madvise_walk_vmas`), punches the hole in the
+    /// file the VMA maps there. Stops at the first VMA that refuses:
+    /// EINVAL if mlocked or without a file, EACCES unless shared and
+    /// writable; the parts before it stay punched. ENOMEM at the end if
+    /// part of the range was not mapped.
     pub fn madvise_remove(&self, addr: u64, len: u64) -> Result<()> {
-        let (inode, offset) = {
-            let vmas = self.mmap_read_lock();
-            let v = vmas.find(addr).ok_or(Errno::ENOMEM)?;
-            if v.flags() & vm::LOCKED != 0 {
-                return Err(Errno::EINVAL);
-            }
-            let inode = v.file().ok_or(Errno::EINVAL)?;
-            if v.flags() & (vm::SHARED | vm::WRITE) != vm::SHARED | vm::WRITE {
-                return Err(Errno::EACCES);
-            }
-            if addr.checked_add(len).is_none_or(|e| e > v.end()) {
-                return Err(Errno::EINVAL);
-            }
-            (inode, v.page_index(addr) * PAGE_SIZE + addr % PAGE_SIZE)
-        };
-        // madvise_remove() drops the mmap_lock before fallocate.
-        self.mmlist.punch_hole(&inode, offset, len)
+        let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
+        let (mut start, mut unmapped) = (addr, false);
+        while start < end {
+            let (inode, offset, part_end) = {
+                let vmas = self.mmap_read_lock();
+                let Some(v) = vmas.overlapping(start, end).next() else {
+                    unmapped = true;
+                    break;
+                };
+                unmapped |= v.start() > start;
+                start = start.max(v.start());
+                if v.flags() & vm::LOCKED != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                let inode = v.file().ok_or(Errno::EINVAL)?;
+                if v.flags() & (vm::SHARED | vm::WRITE) != vm::SHARED | vm::WRITE {
+                    return Err(Errno::EACCES);
+                }
+                (inode, v.page_index(start) * PAGE_SIZE, end.min(v.end()))
+            };
+            // madvise_remove() drops the mmap_lock before fallocate, and
+            // the walk looks the next VMA up afresh.
+            self.mmlist.punch_hole(&inode, offset, part_end - start)?;
+            start = part_end;
+        }
+        if unmapped {
+            return Err(Errno::ENOMEM);
+        }
+        Ok(())
     }
 }
