@@ -8,8 +8,8 @@
 //!   io_uring fixed buffer (`IORING_REGISTER_BUFFERS`). Read back by an
 //!   `IORING_OP_WRITE_FIXED` of the buffer into a pipe.
 //!
-//! Dropping a [`HostGup`] releases the references (closing the pipe or the
-//! ring).
+//! Dropping a [`HostGup`] releases the references (reading the pipe out,
+//! or unregistering the ring's buffers).
 
 use std::io::{Error, Result};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -71,6 +71,25 @@ impl HostGup {
             HostGup::Uring(u) => u.write_fixed(&scratch_w, 1)?,
         }
         read_byte(&scratch_r)
+    }
+}
+
+impl Drop for HostGup {
+    /// A FOLL_GET's references go at once: the pipe's buffers are read
+    /// out, each read putting the pages it empties. Closing the pipe
+    /// would not do: a child the worker forked since holds the pipe too
+    /// and would keep them (a scenario's pin is its process's alone).
+    fn drop(&mut self) {
+        if let HostGup::Pipe { read, .. } = self {
+            let fd = read.as_raw_fd();
+            let mut buf = vec![0u8; 1 << 16];
+            // SAFETY: sets O_NONBLOCK on a pipe we own, then reads into
+            // `buf`, at most its length, until the pipe is empty.
+            unsafe {
+                libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK);
+                while libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+            }
+        }
     }
 }
 

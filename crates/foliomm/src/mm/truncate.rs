@@ -175,7 +175,8 @@ impl Mm {
     /// the range in turn (`madvise_walk_vmas`), punches the hole in the
     /// file the VMA maps there. Stops at the first VMA that refuses:
     /// EINVAL if mlocked or without a file, EACCES unless shared and
-    /// writable; the parts before it stay punched. ENOMEM at the end if
+    /// writable (or, from 6.7, able to become writable: `VM_MAYWRITE`);
+    /// the parts before it stay punched. ENOMEM at the end if
     /// part of the range was not mapped.
     pub fn madvise_remove(&self, addr: u64, len: u64) -> Result<()> {
         let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
@@ -193,7 +194,11 @@ impl Mm {
                     return Err(Errno::EINVAL);
                 }
                 let inode = v.file().ok_or(Errno::EINVAL)?;
-                if v.flags() & (vm::SHARED | vm::WRITE) != vm::SHARED | vm::WRITE {
+                let writable = match self.kernel.config.release().remove_takes_a_maywrite_mapping() {
+                    true => v.flags() & vm::NO_MAYWRITE == 0,
+                    false => v.flags() & vm::WRITE != 0,
+                };
+                if v.flags() & vm::SHARED == 0 || !writable {
                     return Err(Errno::EACCES);
                 }
                 (inode, v.page_index(start) * PAGE_SIZE, end.min(v.end()))

@@ -1,4 +1,5 @@
-//! The kernel-version axis for shmem faults (mm/shmem.c).
+//! The kernel-version axis for shmem faults (mm/shmem.c) and holes
+//! punched through a mapping (mm/madvise.c).
 
 use super::KernelVersion;
 
@@ -13,5 +14,14 @@ impl KernelVersion {
     /// in a VMA too small to map it whole and past `i_size` alike.
     pub fn shmem_fault_fits_the_vma(self, named: bool) -> bool {
         self >= KernelVersion::new(6, if named { 14 } else { 11 })
+    }
+
+    /// Whether `MADV_REMOVE` takes a shared mapping that may become
+    /// writable (`vma_is_shared_maywrite`: `VM_SHARED` and `VM_MAYWRITE`),
+    /// as from 6.7 ("mm: drop the assumption that VM_SHARED always
+    /// implies writable"); before, only one writable now (`VM_SHARED` and
+    /// `VM_WRITE`): EACCES through a read-only mapping.
+    pub fn remove_takes_a_maywrite_mapping(self) -> bool {
+        self >= KernelVersion::new(6, 7)
     }
 }
