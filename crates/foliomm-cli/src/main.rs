@@ -8,6 +8,7 @@ mod designs;
 mod fuzz;
 mod host;
 mod interrupt;
+mod left_behind;
 mod matrix;
 mod overrides;
 mod prove;
@@ -162,17 +163,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // What a run killed without a chance to restore left changed.
     if !matches!(cli.cmd, Command::Host(_)) {
-        for c in foliomm_host::sysfs::restore_left_behind(false) {
-            eprintln!("foliomm: put back {} = {} (left changed by process {})", c.path, c.value, c.pid);
-        }
-        for dir in foliomm_host::memcg::remove_left_behind(false) {
-            eprintln!("foliomm: removed the memory cgroup {dir} (left by a killed run)");
-        }
-        for at in foliomm_host::debugfs::unmount_left_behind(false) {
-            eprintln!("foliomm: unmounted the debugfs at {at} (left by a killed run)");
-        }
-        // Quietly: a directory is nothing a user changed.
-        foliomm_host::run_dir::remove_left_behind(false);
+        left_behind::put_back();
     }
     let r = match cli.cmd {
         Command::Run(a) => run_files(a),
@@ -192,28 +183,7 @@ fn main() -> ExitCode {
         Command::CompareRuns(a) => bench::compare_runs(&a).map(|_| true),
         Command::Report(a) => bench::report(&a).map(|_| true),
         Command::Host(HostCommand::Restore { force }) => {
-            let restored = foliomm_host::sysfs::restore_left_behind(force);
-            for c in &restored {
-                println!("put back {} = {} (changed by process {})", c.path, c.value, c.pid);
-            }
-            let cgroups = foliomm_host::memcg::remove_left_behind(force);
-            for dir in &cgroups {
-                println!("removed the memory cgroup {dir}");
-            }
-            let mounts = foliomm_host::debugfs::unmount_left_behind(force);
-            for at in &mounts {
-                println!("unmounted the debugfs at {at}");
-            }
-            let dirs = foliomm_host::run_dir::remove_left_behind(force);
-            for dir in &dirs {
-                println!("removed the run directory {dir}");
-            }
-            if restored.is_empty() && cgroups.is_empty() && mounts.is_empty() && dirs.is_empty() {
-                println!(
-                    "nothing to put back ({} lists no setting of a finished run)",
-                    foliomm_host::sysfs::state_path().display()
-                );
-            }
+            left_behind::restore(force);
             Ok(true)
         }
     };
