@@ -74,16 +74,24 @@ pub fn quiet() -> Result<(), String> {
     }
     hold_a_slot()?;
     // A write while a scan runs starts none (the scan's end sets the next
-    // wake-up), so after the first full scan that ends after a write,
-    // none is pending. A scan of the few MMs with a slot takes
-    // milliseconds; one that does not end in a second (many large MMs
-    // elsewhere on the machine) is left to go on.
+    // wake-up), so once a full scan ends after a write that no scan's end
+    // preceded, none is pending; a scan that ended around the write
+    // leaves that open, and the write is made again. A scan of the few
+    // MMs with a slot takes milliseconds; one that does not end in a
+    // second (many large MMs elsewhere on the machine, or no slot for
+    // this process: PMD THPs on for shmem alone) is left to go on.
     for knob in SLEEPS {
-        let scans = read("full_scans")?;
-        sysfs::set(&path(knob), QUIET_MS)?;
-        let started = Instant::now();
-        while read("full_scans")? == scans && started.elapsed() < Duration::from_secs(1) {
-            std::thread::sleep(Duration::from_millis(2));
+        for _ in 0..5 {
+            let scans = read("full_scans")?;
+            sysfs::set(&path(knob), QUIET_MS)?;
+            if read("full_scans")? != scans {
+                continue;
+            }
+            let started = Instant::now();
+            while read("full_scans")? == scans && started.elapsed() < Duration::from_secs(1) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            break;
         }
     }
     Ok(())
@@ -95,7 +103,8 @@ pub fn quiet() -> Result<(), String> {
 /// without, short of a fault), so a byte is written there and zapped
 /// again: khugepaged then finds the range empty and leaves it (more none
 /// PTEs than `max_ptes_none` allows, or no page table at all). Advised
-/// again on every call, as a slot is given only while PMD THPs are on.
+/// again on every call, as a slot is given only while PMD THPs are on
+/// for anonymous memory (with them on for shmem alone, none is).
 fn hold_a_slot() -> Result<(), String> {
     static REGION: OnceLock<Mapping> = OnceLock::new();
     const PMD: usize = 2 << 20;

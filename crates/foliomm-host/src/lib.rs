@@ -311,7 +311,9 @@ impl Backend for HostBackend {
                     sysfs::set_per_size(order, &size, &top, sysfs::mode_name(m), m == ThpMode::Inherit, "THP", "6.8")
                         .map_err(StepError::Unsupported)?;
                 }
-                Ok(())
+                // A khugepaged just started scans at once, and has no slot
+                // of this process's yet.
+                khugepaged::quiet().map_err(StepError::Unsupported)
             }
             Tunable::Shmem { enabled, ref sizes } => {
                 if let Some(m) = enabled {
@@ -322,7 +324,7 @@ impl Backend for HostBackend {
                     sysfs::set_per_size(order, &size, &top, m.name(), m == ShmemMode::Inherit, "shmem THP", "6.11")
                         .map_err(StepError::Unsupported)?;
                 }
-                Ok(())
+                khugepaged::quiet().map_err(StepError::Unsupported)
             }
             Tunable::Khugepaged(ref knobs) => {
                 for &(knob, v) in knobs {

@@ -24,12 +24,15 @@ pub fn remove_left_behind(force: bool) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return Vec::new() };
     let mut done = Vec::new();
     for path in entries.filter_map(|e| Some(e.ok()?.path())) {
-        let Some(pid) = path.file_name().and_then(|n| n.to_str()?.strip_prefix(PREFIX)?.split('-').next()) else {
+        // `<pid>-<n>`: not the settings file, nor any other name.
+        let name = path.file_name().and_then(|n| n.to_str()?.strip_prefix(PREFIX)?.split_once('-'));
+        let Some((pid, _)) = name.filter(|(p, n)| p.parse::<u32>().is_ok() && n.parse::<u64>().is_ok()) else {
             continue;
         };
-        let gone = pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists();
+        let gone = !Path::new("/proc").join(pid).exists();
         let path_text = path.to_string_lossy().into_owned();
-        let mounted = mounts.lines().any(|l| l.split_whitespace().nth(1).is_some_and(|at| at.starts_with(&path_text)));
+        let inside = |at: &str| at == path_text || at.starts_with(&format!("{path_text}/"));
+        let mounted = mounts.lines().any(|l| l.split_whitespace().nth(1).is_some_and(inside));
         if (gone || (force && pid != me)) && !mounted && std::fs::remove_dir_all(&path).is_ok() {
             done.push(path_text);
         }

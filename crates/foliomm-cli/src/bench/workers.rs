@@ -74,9 +74,10 @@ pub(super) struct SimArgs {
     /// simulated CPU c runs on node c mod N, as the scheduler spreads busy
     /// threads over the sockets, and allocates there (each node has its
     /// own zone lock, per-CPU lists and LRU lock); the model's machine gets
-    /// N nodes. 1: one node, the profile's sockets filled in turn.
-    #[arg(long = "sim-nodes", default_value_t = 1)]
-    nodes: u32,
+    /// N nodes. 1: one node, the profile's sockets filled in turn
+    /// [default: the profile's, one for the built-in ones].
+    #[arg(long = "sim-nodes")]
+    nodes: Option<u32>,
 }
 
 impl SimArgs {
@@ -90,12 +91,10 @@ impl SimArgs {
             "--sim-cpus: expected CPU counts from 1 to 64, like 1,4,7,12,21,30,48,56"
         );
         let quantum = self.quantum.checked_mul(1000).context("--sim-quantum: too large")?;
-        ensure!((1..=8).contains(&self.nodes), "--sim-nodes: expected 1 to 8 nodes, not {}", self.nodes);
         let mut profile = crate::sim::profile(&self.profile)?;
         profile.adjacent_prefetch |= self.prefetch;
-        if self.nodes > 1 {
-            profile.nodes = self.nodes;
-        }
+        profile.nodes = self.nodes.unwrap_or(profile.nodes.max(1));
+        ensure!((1..=8).contains(&profile.nodes), "--sim-nodes: expected 1 to 8 nodes, not {}", profile.nodes);
         Ok(Some(Simulated { profile, seed: self.seed, quantum }))
     }
 }

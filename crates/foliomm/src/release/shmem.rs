@@ -19,9 +19,11 @@ impl KernelVersion {
     /// Whether `MADV_REMOVE` takes a shared mapping that may become
     /// writable (`vma_is_shared_maywrite`: `VM_SHARED` and `VM_MAYWRITE`),
     /// as from 6.7 ("mm: drop the assumption that VM_SHARED always
-    /// implies writable"); before, only one writable now (`VM_SHARED` and
-    /// `VM_WRITE`): EACCES through a read-only mapping.
+    /// implies writable"), and in the 6.1 stable series, which took that
+    /// change back (the 6.1 guest, Debian's 6.1.0-47, punches the hole);
+    /// in 6.2 to 6.6, only one writable now (`VM_SHARED` and `VM_WRITE`):
+    /// EACCES through a read-only mapping.
     pub fn remove_takes_a_maywrite_mapping(self) -> bool {
-        self >= KernelVersion::new(6, 7)
+        self >= KernelVersion::new(6, 7) || self < KernelVersion::new(6, 2)
     }
 }
