@@ -160,7 +160,7 @@ impl Lru {
 
     /// The lists `f` goes on: its node's (`folio_lruvec`).
     fn lists_of(&self, f: Folio) -> &Mutex<Lists> {
-        &self.nodes[f.phys().nid(f.pfn).min(self.nodes.len() - 1)]
+        &self.nodes[f.phys().nid(f.pfn)]
     }
 
     /// Accounts the lock's line for a free as Linux takes it: once per

@@ -175,8 +175,9 @@ impl Mm {
     /// the range in turn (`madvise_walk_vmas`), punches the hole in the
     /// file the VMA maps there. Stops at the first VMA that refuses:
     /// EINVAL if mlocked or without a file, EACCES unless shared and
-    /// writable (or, from 6.7, able to become writable: `VM_MAYWRITE`);
-    /// the parts before it stay punched. ENOMEM at the end if
+    /// writable (or able to become writable, `VM_MAYWRITE`, in the
+    /// releases `remove_takes_a_maywrite_mapping` names); the parts
+    /// before it stay punched. ENOMEM at the end if
     /// part of the range was not mapped.
     pub fn madvise_remove(&self, addr: u64, len: u64) -> Result<()> {
         let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
