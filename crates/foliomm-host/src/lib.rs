@@ -332,6 +332,7 @@ impl Backend for HostBackend {
                 }
                 Ok(())
             }
+            Tunable::HugetlbVmemmap(on) => sysfs::set_hvo(on).map_err(StepError::Unsupported),
             Tunable::Hugetlb { pages, overcommit, size } => {
                 if let Some(n) = overcommit {
                     sysfs::set(&sysfs::hugetlb_path(size, "nr_overcommit_hugepages"), &n.to_string())

@@ -211,7 +211,10 @@ impl Procfs {
             anon: kpf & KPF_ANON != 0,
             ksm: kpf & KPF_KSM != 0,
             pmd_mapped: f.huge,
-            folio_order: self.folio_order(f.pfn),
+            folio_order: match kpf & KPF_HUGE {
+                0 => self.folio_order(f.pfn),
+                _ => hugetlb_order(page).unwrap_or_else(|| self.folio_order(f.pfn)),
+            },
             exclusive: f.exclusive,
             uffd_wp: f.uffd_wp,
             soft_dirty: f.soft_dirty,
@@ -389,4 +392,15 @@ pub fn meminfo_hugetlb_and_swap() -> Vec<(String, u64)> {
         line.split_whitespace().next()?.parse().ok()
     };
     names.iter().filter_map(|(key, name)| Some((name.to_string(), value(key)?))).collect()
+}
+
+/// The order of the hugetlb folio mapped at `addr`: its VMA's page size.
+/// Not from kpageflags: from Linux 6.17 (`stable_page_flags` reading a
+/// `snapshot_page`) every 64th tail of a hugetlb folio whose memmap is
+/// optimized (HVO) shows `KPF_COMPOUND_HEAD`, since its struct page is the
+/// alias of the head's (a "fake head" that the snapshot does not see
+/// through, where `page_folio` did), so the flags alone would give order 6.
+fn hugetlb_order(addr: u64) -> Option<u32> {
+    let kb = crate::smaps::kernel_page_kb(addr).filter(|kb| kb.is_power_of_two() && *kb >= 4)?;
+    Some((kb / 4).trailing_zeros())
 }

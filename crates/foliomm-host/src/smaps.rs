@@ -1,10 +1,12 @@
 //! Which pages a PMD maps, on kernels without `PAGEMAP_SCAN` (before 6.7,
 //! as the guest's 6.1): pagemap cannot tell a PMD-mapped THP from a
 //! PTE-mapped one, but `/proc/self/smaps` counts each VMA's PMD-mapped
-//! bytes (`AnonHugePages`, `ShmemPmdMapped`).
+//! bytes (`AnonHugePages`, `ShmemPmdMapped`). And the page size of a
+//! hugetlb VMA, which kpageflags cannot always tell (see `procfs`).
 
-/// Each VMA of `/proc/self/smaps`: start, end, and its PMD-mapped KiB.
-fn pmd_mapped_kb() -> Vec<(u64, u64, u64)> {
+/// Each VMA of `/proc/self/smaps`: start, end, and the sum of its lines
+/// that `kb` gives a value for.
+fn vma_kb(kb: impl Fn(&str) -> Option<u64>) -> Vec<(u64, u64, u64)> {
     let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
     let mut out: Vec<(u64, u64, u64)> = Vec::new();
     for line in text.lines() {
@@ -12,11 +14,23 @@ fn pmd_mapped_kb() -> Vec<(u64, u64, u64)> {
         let range = range.and_then(|(s, e)| Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?)));
         if let Some((start, end)) = range.filter(|_| !line.ends_with(" kB")) {
             out.push((start, end, 0));
-        } else if let (Some(last), Some(kb)) = (out.last_mut(), pmd_kb(line)) {
+        } else if let (Some(last), Some(kb)) = (out.last_mut(), kb(line)) {
             last.2 += kb;
         }
     }
     out
+}
+
+/// Each VMA of `/proc/self/smaps`: start, end, and its PMD-mapped KiB.
+fn pmd_mapped_kb() -> Vec<(u64, u64, u64)> {
+    vma_kb(pmd_kb)
+}
+
+/// The `KernelPageSize` of the VMA holding `addr`, in KiB: the size of
+/// every folio a hugetlb VMA maps (one of its hstate).
+pub fn kernel_page_kb(addr: u64) -> Option<u64> {
+    let size = |line: &str| line.strip_prefix("KernelPageSize:")?.trim().trim_end_matches(" kB").parse().ok();
+    vma_kb(size).into_iter().find(|&(s, e, _)| (s..e).contains(&addr)).map(|v| v.2)
 }
 
 /// The KiB of an `AnonHugePages:` or `ShmemPmdMapped:` line.

@@ -181,6 +181,19 @@ fn read_count(path: &str) -> u64 {
     std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
+/// `vm.hugetlb_optimize_vmemmap` (HVO); absent where the kernel cannot
+/// optimize (no `CONFIG_HUGETLB_PAGE_OPTIMIZE_VMEMMAP`, or
+/// `memory_hotplug.memmap_on_memory`).
+pub const HVO_PATH: &str = "/proc/sys/vm/hugetlb_optimize_vmemmap";
+
+/// Writes [`HVO_PATH`] (restored afterwards); an error where it is missing.
+pub fn set_hvo(on: bool) -> Result<(), String> {
+    if !std::path::Path::new(HVO_PATH).exists() {
+        return Err(format!("{HVO_PATH} is missing: no HVO in this kernel"));
+    }
+    set(HVO_PATH, if on { "1" } else { "0" })
+}
+
 /// The host's `vm.max_map_count`, if readable.
 pub fn max_map_count() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()

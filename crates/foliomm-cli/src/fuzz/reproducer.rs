@@ -83,6 +83,7 @@ fn tune(t: &Tunable) -> String {
         Tunable::Khugepaged(knobs) => {
             knobs.iter().map(|(k, v)| knob(foliomm_host::khugepaged::path(k.name()), &v.to_string())).collect()
         }
+        Tunable::HugetlbVmemmap(on) => knob(sysfs::HVO_PATH.to_string(), if *on { "1" } else { "0" }),
         Tunable::Hugetlb { pages, overcommit, size } => {
             let (dir, over) = (sysfs::hugetlb_path(*size, ""), overcommit.map_or(-1, |n| n as i64));
             format!("pool({}, {pages}L, {over}L);", c_string(dir.trim_end_matches('/')))

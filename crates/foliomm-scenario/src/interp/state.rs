@@ -379,6 +379,7 @@ impl<'b> State<'b> {
                     Tunable::Shmem { .. } => "shmem set".into(),
                     Tunable::Hugetlb { pages, size, .. } => format!("{pages} huge pages of {}", size.name()),
                     Tunable::Khugepaged(_) => "khugepaged set".into(),
+                    Tunable::HugetlbVmemmap(on) => format!("hugetlb_optimize_vmemmap {}", *on as u8),
                 })
             }
             Cmd::Scan(daemon, passes) => {

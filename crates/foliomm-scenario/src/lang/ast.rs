@@ -331,6 +331,9 @@ pub enum Tunable {
     /// of the pool of that page size (2 MiB unless said), and its
     /// `nr_overcommit_hugepages`.
     Hugetlb { pages: u64, overcommit: Option<u64>, size: HugeSize },
+    /// `set hugetlb_optimize_vmemmap on|off`: `vm.hugetlb_optimize_vmemmap`
+    /// (HVO), for the huge pages made from then on.
+    HugetlbVmemmap(bool),
     /// `set khugepaged KNOB=N...`: khugepaged's tunables
     /// (`transparent_hugepage/khugepaged/max_ptes_none`, ...).
     Khugepaged(Vec<(KhugepagedKnob, u32)>),

@@ -155,6 +155,7 @@ pub(super) fn parse_set(l: &mut Line) -> Result<Cmd, ParseError> {
         "thp" => parse_thp(l),
         "shmem" => parse_shmem(l),
         "hugetlb" => parse_hugetlb(l),
+        "hugetlb_optimize_vmemmap" => Ok(Cmd::Tune(Tunable::HugetlbVmemmap(on_off(l)?))),
         "khugepaged" => parse_khugepaged(l),
         t => l.err(col, settings::unknown(t)),
     }

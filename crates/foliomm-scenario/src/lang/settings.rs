@@ -299,6 +299,17 @@ pub const SETTINGS: &[Setting] = &[
         host: "written to sysfs, restored afterwards; skipped if the kernel gives fewer pages",
     },
     Setting {
+        name: "hugetlb_optimize_vmemmap",
+        syntax: "set hugetlb_optimize_vmemmap on|off",
+        doc: "HVO: huge pages made from now on keep one page of memmap (struct pages) and share it for \
+              their other tails; off by default",
+        linux: Some("/proc/sys/vm/hugetlb_optimize_vmemmap"),
+        when: When::Anytime,
+        names: None,
+        every: None,
+        host: "written to procfs, restored afterwards; skipped where the kernel has no such sysctl",
+    },
+    Setting {
         name: "khugepaged",
         syntax: "set khugepaged KNOB=N...",
         doc: "khugepaged's max_ptes_none, max_ptes_swap, max_ptes_shared (0-511) and pages_to_scan",

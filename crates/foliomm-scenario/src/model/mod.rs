@@ -206,6 +206,10 @@ impl Backend for ModelBackend {
                 }
                 Ok(())
             }
+            Tunable::HugetlbVmemmap(on) => {
+                self.m().kernel.set_hugetlb_optimize_vmemmap(on);
+                Ok(())
+            }
             Tunable::Hugetlb { pages, overcommit, size } => {
                 if let Some(n) = overcommit {
                     self.m().kernel.set_nr_overcommit_hugepages(n);

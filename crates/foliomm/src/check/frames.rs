@@ -110,6 +110,7 @@ pub(super) fn check_frames(
             pfn += 1;
             continue;
         }
+        hugetlb::check_vmemmap(m, f, p.test(pg::HUGETLB), bad);
         let huge_size = HugeSize::of_order(f.order()).filter(|_| p.test(pg::HUGETLB));
         if let Some(size) = huge_size {
             hugetlb[size as usize][0] += 1;

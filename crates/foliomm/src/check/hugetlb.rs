@@ -1,13 +1,16 @@
 //! hugetlb invariants: every shared PMD table is reached by exactly one MM
 //! more than its `pt_share_count`; the huge page pool's counts match the
-//! hugetlb folios that exist, free and in use.
+//! hugetlb folios that exist, free and in use; an optimized memmap (HVO)
+//! belongs to a hugetlb folio and still reads as its plain tails.
 
 use std::collections::{BTreeSet, HashMap};
 
 use super::{Subject, Violation, ViolationKind::Allocator, ViolationKind::PageTable};
 use crate::arch::Pfn;
+use crate::folio::Folio;
 use crate::kernel::{HugeSize, Kernel};
 use crate::pgtable::pt_share_count;
+use crate::phys::{pg, KEPT_DESCRIPTORS};
 use crate::sync::atomic::Ordering::Relaxed;
 
 /// Checks the share count of every table walked against `shared`, the
@@ -51,5 +54,33 @@ pub(super) fn check_pool(m: &Kernel, size: HugeSize, [folios, free, restoring]: 
     }
     if resv < -(restoring as i64) {
         push(format!("{resv} {name} huge pages reserved: below zero by more than the {restoring} pages to restore"));
+    }
+}
+
+/// Checks the memmap of folio `f`, `hugetlb` or not: if it is optimized,
+/// the descriptor that stands for every tail past the kept page must be a
+/// plain tail of `f` with no reference and no mapping (a write through it
+/// would change every such tail at once; in Linux it faults on the
+/// read-only alias), and `f` must be hugetlb (a folio leaving the pool gets
+/// its memmap back first).
+pub(super) fn check_vmemmap(m: &Kernel, f: Folio, hugetlb: bool, bad: &mut Vec<Violation>) {
+    if !m.phys.vmemmap_optimized(f.pfn) {
+        return;
+    }
+    let pfn = f.pfn;
+    if !hugetlb {
+        let what = format!("folio {pfn:#x} is not hugetlb, yet its memmap is still optimized");
+        return bad.push(Violation::new(Allocator, Subject::Folio(pfn), what));
+    }
+    let kept = m.phys.page(pfn + f.nr_pages() - 1);
+    let (flags, head) = (kept.flags.load(Relaxed), kept.compound.load(Relaxed));
+    let (refs, mapcount) = (kept.refcount.load(Relaxed), kept.mapcount.load(Relaxed));
+    if flags != pg::TAIL || head != pfn || refs != 0 || mapcount != -1 {
+        let what = format!(
+            "hugetlb folio {pfn:#x}: its optimized memmap's shared tail descriptor (page {}) reads flags {flags:#x}, \
+             head {head:#x}, refcount {refs}, raw mapcount {mapcount}; a plain tail of the folio was expected",
+            KEPT_DESCRIPTORS - 1
+        );
+        bad.push(Violation::new(Allocator, Subject::Folio(pfn), what));
     }
 }

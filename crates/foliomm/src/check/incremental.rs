@@ -300,6 +300,9 @@ impl Tracker {
                 continue;
             }
             let f = Folio::from_head(&m.phys, pfn);
+            if !p.test(pg::TAIL) {
+                super::hugetlb::check_vmemmap(m, f, p.test(pg::HUGETLB), bad);
+            }
             let free_huge = p.test(pg::HUGETLB) && m.is_free_huge_page(pfn);
             let free = p.test(pg::BUDDY) || (f.refcount() == 0 && !p.test(pg::HUGETLB));
             if self.owners.contains_key(&pfn) {

@@ -32,7 +32,7 @@
 use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::folio::Folio;
 use crate::phys::{pg, Placement, MAX_NUMNODES};
-use crate::sync::atomic::Ordering::Relaxed;
+use crate::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use crate::sync::cacheline::Aligned;
 use crate::sync::Mutex;
 use crate::Errno;
@@ -115,6 +115,8 @@ pub struct HugePool {
     /// lines in pairs), so that the simulated costs do not depend on where
     /// the allocator put the table.
     fault_mutexes: Vec<Aligned<Mutex<()>>>,
+    /// `vm.hugetlb_optimize_vmemmap` (see `hugetlb_vmemmap`).
+    pub(super) optimize_vmemmap: AtomicBool,
 }
 
 impl Default for HugePool {
@@ -122,6 +124,7 @@ impl Default for HugePool {
         HugePool {
             pools: Default::default(),
             fault_mutexes: (0..FAULT_MUTEXES).map(|_| Aligned(crate::sync::new_mutex(()))).collect(),
+            optimize_vmemmap: AtomicBool::new(false),
         }
     }
 }
@@ -219,7 +222,6 @@ impl Kernel {
         while pool.surplus > 0 && pool.total - pool.surplus < want && pool.adjust_surplus(nodes, -1) {}
         while pool.total - pool.surplus < want {
             let Some(f) = self.alloc_pool_folio(size, &mut pool.next_nid[0]) else { break };
-            f.head().set(pg::HUGETLB);
             f.head().refcount.store(0, Relaxed);
             pool.free.push(f.pfn);
             pool.add(self.phys.nid(f.pfn), false);
@@ -232,10 +234,7 @@ impl Kernel {
         let min_count = want.max(pool.resv.wrapping_add(persistent).wrapping_sub(persistent_free));
         while min_count < pool.total - pool.surplus {
             let Some(pfn) = self.remove_pool_folio(&mut pool, false) else { break };
-            let f = Folio::from_head(&self.phys, pfn);
-            f.head().clear(pg::HUGETLB);
-            f.head().refcount.store(1, Relaxed);
-            self.folio_put_refs(f, 1);
+            self.update_and_free_hugetlb_folio(Folio::from_head(&self.phys, pfn));
         }
         // adjust_pool_surplus(): pages in use or promised turn surplus.
         while want < pool.total - pool.surplus && pool.adjust_surplus(nodes, 1) {}
@@ -245,7 +244,7 @@ impl Kernel {
     /// `alloc_pool_huge_folio`: a page of `size` from the next node in turn
     /// that has one (`for_each_node_mask_to_alloc`), `next` moving past it.
     fn alloc_pool_folio(&self, size: HugeSize, next: &mut usize) -> Option<Folio<'_>> {
-        in_turn(next, self.phys.nr_nodes(), |nid| self.alloc_folio_placed(Placement::this_node(nid), size.order()).ok())
+        in_turn(next, self.phys.nr_nodes(), |nid| self.alloc_fresh_hugetlb_folio(Placement::this_node(nid), size).ok())
     }
 
     /// `remove_pool_hugetlb_folio`: takes a free page off the list, the
@@ -287,8 +286,7 @@ impl Kernel {
             return false;
         }
         // Only the 2 MiB pool has an overcommit limit above 0.
-        let Ok(f) = self.alloc_folio_placed(place, PMD_ORDER) else { return false };
-        f.head().set(pg::HUGETLB);
+        let Ok(f) = self.alloc_fresh_hugetlb_folio(place, HugeSize::Pmd) else { return false };
         f.head().refcount.store(0, Relaxed);
         pool.free.push(f.pfn);
         pool.add(self.phys.nid(f.pfn), true);
@@ -301,9 +299,7 @@ impl Kernel {
     fn return_unused_surplus(&self, pool: &mut Pool, n: u64) {
         for _ in 0..n.min(pool.surplus) {
             let Some(pfn) = self.remove_pool_folio(pool, true) else { return };
-            let f = Folio::from_head(&self.phys, pfn);
-            f.head().clear(pg::HUGETLB);
-            self.free_folio(f);
+            self.update_and_free_hugetlb_folio(Folio::from_head(&self.phys, pfn));
         }
     }
 
@@ -390,8 +386,8 @@ impl Kernel {
         let f = match unpromised.then(|| take_free(&mut pool, &self.phys, Placement::this_node(nid))).flatten() {
             Some(pfn) => Folio::from_head(&self.phys, pfn),
             None if size == HugeSize::Pmd => {
-                let f = self.alloc_folio_placed(Placement::this_node(nid), size.order())?;
-                f.head().set(pg::HUGETLB | pg::HUGETLB_TEMPORARY);
+                let f = self.alloc_fresh_hugetlb_folio(Placement::this_node(nid), size)?;
+                f.head().set(pg::HUGETLB_TEMPORARY);
                 pool.add(nid, false);
                 return Ok(f);
             }
@@ -422,9 +418,7 @@ impl Kernel {
         let surplus = pool.surplus_node[nid] > 0 && pool.free.len() as i64 >= pool.resv as i64;
         if temporary || surplus {
             pool.remove(nid, !temporary);
-            head.clear(pg::HUGETLB);
-            self.free_folio(f);
-            return;
+            return self.update_and_free_hugetlb_folio(f);
         }
         pool.free.push(f.pfn);
     }

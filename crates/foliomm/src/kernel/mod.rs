@@ -13,6 +13,7 @@ pub mod config;
 mod deferred_split;
 mod folio_split;
 pub mod hugetlb_pool;
+mod hugetlb_vmemmap;
 pub mod lru;
 mod lru_batch;
 pub mod observer;

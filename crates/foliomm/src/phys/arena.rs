@@ -64,6 +64,28 @@ impl<T: ZeroIsDefault> Zeroed<T> {
     }
 }
 
+impl<T: ZeroIsDefault> Zeroed<T> {
+    /// Gives the host memory of the whole host pages inside values `range`
+    /// back (`MADV_DONTNEED`): they read as zero, their default, until
+    /// written again. The caller reads none of them meanwhile and relies
+    /// on none keeping its value (see `super::vmemmap`).
+    pub(super) fn discard(&self, range: std::ops::Range<usize>) {
+        let values = &self[range];
+        let (start, end) = (values.as_ptr() as usize, values.as_ptr() as usize + size_of_val(values));
+        let page = PAGE_SIZE as usize;
+        let (start, end) = (start.next_multiple_of(page), end / page * page);
+        if start >= end {
+            return;
+        }
+        // SAFETY: [start, end) is whole host pages inside this mapping (the
+        // slice above is bounds checked), private and anonymous: the advice
+        // only replaces their bytes with zeros, which `ZeroIsDefault` makes
+        // a valid T; references into them stay valid.
+        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        debug_assert_eq!(r, 0, "MADV_DONTNEED of our own anonymous mapping");
+    }
+}
+
 impl<T> Deref for Zeroed<T> {
     type Target = [T];
 

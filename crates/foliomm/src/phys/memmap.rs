@@ -122,6 +122,19 @@ impl Page {
         let f = self.flags.load(Relaxed) & !pg::ORDER_MASK;
         self.flags.store(f | ((order as u64) << pg::ORDER_SHIFT), Relaxed);
     }
+    /// Makes every field of this descriptor what `other`'s is (no one
+    /// else writes either meanwhile).
+    pub(super) fn copy_from(&self, other: &Page) {
+        self.flags.store(other.flags.load(Relaxed), Relaxed);
+        self.refcount.store(other.refcount.load(Relaxed), Relaxed);
+        self.mapcount.store(other.mapcount.load(Relaxed), Relaxed);
+        self.compound.store(other.compound.load(Relaxed), Relaxed);
+        self.link.store(other.link.load(Relaxed), Relaxed);
+        for (w, o) in self.w.iter().zip(&other.w) {
+            w.store(o.load(Relaxed), Relaxed);
+        }
+        self.ids.store(other.ids.load(Relaxed), Relaxed);
+    }
 }
 
 /// A per-frame array ([`Page`]s, generations): its own host mapping, so
@@ -145,6 +158,17 @@ pub(super) fn new_per_frame<T: ZeroIsDefault>(n: u64) -> Result<PerFrame<T>, Err
 pub(super) fn new_per_frame<T: Default>(n: u64) -> Result<PerFrame<T>, Errno> {
     Ok((0..n).map(|_| T::default()).collect())
 }
+
+/// Gives the host memory behind the values `range` back where it covers
+/// whole host pages; they read as zero (their default) afterwards.
+#[cfg(not(any(loom, shuttle)))]
+pub(super) fn discard<T: ZeroIsDefault>(values: &PerFrame<T>, range: std::ops::Range<usize>) {
+    values.discard(range)
+}
+
+/// Under loom and shuttle the values stay (the machines there are tiny).
+#[cfg(any(loom, shuttle))]
+pub(super) fn discard<T>(_values: &PerFrame<T>, _range: std::ops::Range<usize>) {}
 
 // SAFETY: outside loom and shuttle every field of `Page` is a `std` atomic
 // integer, for which zero bytes are the value 0: what `Page::default()` holds.

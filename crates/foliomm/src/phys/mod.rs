@@ -17,6 +17,7 @@ mod contig;
 mod memmap;
 mod node;
 mod pcp;
+mod vmemmap;
 mod wide_pair;
 
 pub use changes::Changed;
@@ -24,6 +25,7 @@ pub use content::{Content, Sparse};
 pub use memmap::{pg, Page};
 pub use node::{set_local_node, NodeMask, Placement, MAX_NUMNODES};
 pub use pcp::{MigrateType, NR_PCP};
+pub use vmemmap::KEPT_DESCRIPTORS;
 pub use wide_pair::WidePair;
 
 use crate::arch::{Pfn, MAX_PAGE_ORDER, PAGE_SIZE};
@@ -34,6 +36,8 @@ use crate::Errno;
 pub struct PhysMem {
     arena: arena::Arena,
     memmap: memmap::PerFrame<Page>,
+    /// Which hugetlb folios' memmap is optimized (HVO).
+    vmemmap: vmemmap::Vmemmap,
     nr_frames: u64,
     /// The nodes, each with its zone and per-CPU lists.
     nodes: Box<[node::Node]>,
@@ -85,6 +89,7 @@ impl PhysMem {
         let phys = PhysMem {
             arena,
             memmap,
+            vmemmap: vmemmap::Vmemmap::new(nr_frames)?,
             nr_frames,
             nodes: node::new_nodes(nr_frames, nodes)?,
             generation: memmap::new_per_frame(nr_frames)?,
@@ -106,9 +111,11 @@ impl PhysMem {
         self.nr_frames
     }
 
-    /// The descriptor of `pfn` (`pfn_to_page`).
+    /// The descriptor of `pfn` (`pfn_to_page`); for a tail of a hugetlb
+    /// folio with an optimized memmap, the descriptor all its later tails
+    /// share (see `vmemmap`).
     pub fn page(&self, pfn: Pfn) -> &Page {
-        &self.memmap[pfn as usize]
+        &self.memmap[self.vmemmap.descriptor(pfn) as usize]
     }
 
     /// Starts (or stops) recording what changes: page tables written
