@@ -85,9 +85,13 @@ pub(super) fn first_skip(programs: &[Program], i: usize, size: u64) -> u64 {
 /// One round of `programs` on the host: a hugetlbfs memfd every instance
 /// maps, the pool set to hold it (and restored), an instance per process.
 /// `each`: every instance's least loops, the pages a forker touches, and
-/// whether the instances map apart.
-pub(super) fn host(programs: &[Program], size: u64, each: (u32, u64, bool)) -> Result<Round> {
+/// whether the instances map apart; `hvo`: the pool's pages made with
+/// HVO on.
+pub(super) fn host(programs: &[Program], size: u64, each: (u32, u64, bool), hvo: bool) -> Result<Round> {
     use foliomm_host::sysfs;
+    if hvo {
+        sysfs::set_hvo(true).map_err(anyhow::Error::msg)?;
+    }
     sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
         .map_err(anyhow::Error::msg)?;
     let r = host_round(programs, size, each);

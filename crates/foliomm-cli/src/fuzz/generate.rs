@@ -17,7 +17,9 @@
 //! hugetlbfs files mapped shared and private, with hole punches,
 //! truncation and `pread` ([`hugetlb`]), from `g7` `MADV_FREE` of
 //! anonymous memory, from `g8` shmem's large folios and more advice,
-//! `mlock` and `MADV_DONTFORK` ([`g8`]).
+//! `mlock` and `MADV_DONTFORK` ([`g8`]), from `g9` huge page pools made
+//! with HVO (`set hugetlb_optimize_vmemmap on`) in half the workloads
+//! that have one.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -29,7 +31,7 @@ mod memfd;
 /// The generators, oldest first: a seed names one scenario only together
 /// with one of them. An older one keeps its draws (its code paths are
 /// kept), so an old seed names the same workload as before.
-pub const VERSIONS: [&str; 8] = ["g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"];
+pub const VERSIONS: [&str; 9] = ["g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "g9"];
 
 /// The kinds of step, each with its share of a step's roll (`g1` rolls
 /// below 100, `g2` below 112, `g3` below 118, `g4` below 122): the default weights, which
@@ -459,6 +461,10 @@ pub fn scenario(version: &str, seed: u64, steps: usize, bias: Option<&[f64]>) ->
             w.lines.insert(1, "set memory at least 3G".into());
             w.lines.push("set hugetlb pages=2 size=1G".into());
         }
+    }
+    if w.version >= 9 && !w.pools.is_empty() && w.rng.gen_bool(0.5) {
+        let at = w.lines.iter().position(|l| l.starts_with("set hugetlb pages")).expect("a pool's line");
+        w.lines.insert(at, "set hugetlb_optimize_vmemmap on".into());
     }
     if w.version >= 3 && w.rng.gen_bool(0.75) {
         w.lines.insert(1, "set swap 64M".into());

@@ -82,8 +82,8 @@ pub struct FuzzArgs {
     /// Random steps per workload.
     #[arg(long, default_value_t = 40)]
     steps: usize,
-    /// The generator (`g1` to `g8`): a seed names a workload together with it.
-    #[arg(long, default_value = "g8", value_parser = generate::VERSIONS)]
+    /// The generator (`g1` to `g9`): a seed names a workload together with it.
+    #[arg(long, default_value = "g9", value_parser = generate::VERSIONS)]
     generator: String,
     /// How often a disagreeing workload is run again on the kernel, to
     /// tell a kernel that disagrees with itself from a model bug.
