@@ -9,6 +9,7 @@
 
 mod connection;
 mod counters;
+mod damon;
 pub mod debugfs;
 pub mod files;
 pub mod guest;
@@ -280,7 +281,7 @@ impl Backend for HostBackend {
                 sysfs::set(&sysfs::hugetlb_path(size, "nr_hugepages"), "0").map_err(StepError::Unsupported)?;
             }
         }
-        khugepaged::quiet().map_err(StepError::Unsupported)?;
+        khugepaged::quiet().and_then(|()| damon::pause()).map_err(StepError::Unsupported)?;
         std::fs::create_dir_all(&self.dir).map_err(|e| setup(format!("cannot create {}: {e}", self.dir.display())))?;
         // The directory is named after this process: a socket left there
         // is a killed run's whose process id came round again.

@@ -16,6 +16,8 @@ use crate::sys::{pagemap_scan, PageRegion};
 const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
 const PM_SWAP: u64 = 1 << 62;
+/// `PM_FILE`: a file page or shared anonymous (shmem) page, not anon.
+const PM_FILE: u64 = 1 << 61;
 const PM_EXCLUSIVE: u64 = 1 << 56;
 const PM_UFFD_WP: u64 = 1 << 57;
 const PM_SOFT_DIRTY: u64 = 1 << 55;
@@ -26,7 +28,6 @@ const KPF_COMPOUND_TAIL: u64 = 1 << 16;
 const KPF_ZERO_PAGE: u64 = 1 << 24;
 /// `KPF_HUGE`: a hugetlb page.
 const KPF_HUGE: u64 = 1 << 17;
-const KPF_ANON: u64 = 1 << 12;
 const KPF_KSM: u64 = 1 << 21;
 
 const PAGE_IS_PRESENT: u64 = 1 << 3;
@@ -49,6 +50,14 @@ struct PageFacts {
     exclusive: bool,
     uffd_wp: bool,
     soft_dirty: bool,
+    /// `PM_FILE`: the page is not anonymous. Taken from pagemap rather
+    /// than `KPF_ANON`: kpageflags (from Linux 6.17 a `snapshot_page` of
+    /// the struct page) can report no flags at all for a mapped page,
+    /// while pagemap and smaps, which look at the folio itself, see it
+    /// anonymous. Seen on this 6.18 host, persistently until reboot, on
+    /// pages of the 1 GiB range where a 1 GiB hugetlb page with HVO had
+    /// been made and freed.
+    file: bool,
     pfn: u64,
 }
 
@@ -70,6 +79,13 @@ impl Procfs {
     /// Whether a page table entry maps the page at `addr` (`PM_PRESENT`).
     pub fn present(&self, addr: u64) -> bool {
         self.pagemap(addr, 1)[0] & PM_PRESENT != 0
+    }
+
+    /// Whether kpageflags reports nothing at all for frame `pfn`, which a
+    /// mapped page never is (`KPF_MMAP`): the kernel's snapshot of its
+    /// struct page was given up on.
+    pub fn kpageflags_lost(&self, pfn: u64) -> bool {
+        self.kpageflags(pfn, 1)[0] == 0
     }
 
     /// `/proc/kpagecount` of frame `pfn` (0 if unreadable).
@@ -167,6 +183,7 @@ impl Procfs {
                 exclusive: e & PM_EXCLUSIVE != 0,
                 uffd_wp: e & PM_UFFD_WP != 0,
                 soft_dirty: e & PM_SOFT_DIRTY != 0,
+                file: e & PM_FILE != 0,
                 pfn: e & PM_PFN,
             })
             .collect())
@@ -208,7 +225,7 @@ impl Procfs {
             present: true,
             pfn: f.pfn,
             zero_page: f.zero || kpf & KPF_ZERO_PAGE != 0,
-            anon: kpf & KPF_ANON != 0,
+            anon: !f.file,
             ksm: kpf & KPF_KSM != 0,
             pmd_mapped: f.huge,
             folio_order: match kpf & KPF_HUGE {
@@ -232,7 +249,7 @@ impl Procfs {
         r.swap_kb = 4 * facts.iter().filter(|f| f.swapped).count() as u64;
         for f in facts.iter().filter(|f| f.present && !f.zero) {
             r.rss_kb += 4;
-            let anon = self.kpageflags(f.pfn, 1)[0] & KPF_ANON != 0;
+            let anon = !f.file;
             // Every file page a scenario maps is shmem (memfd, shared anonymous).
             *(if anon { &mut r.anonymous_kb } else { &mut r.shmem_kb }) += 4;
             if f.huge {

@@ -359,11 +359,16 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     let readable = check_access(&maps(), addr, false).is_ok();
     let byte = if page.present && readable { sys::read_byte(addr) } else { 0 };
     let (pgtables_kb, vma_count) = (crate::status::vm_pte_kb(), maps().len() as u64);
+    // A mapped page that kpageflags shows with no flags at all (not even
+    // KPF_MMAP) had its struct page given up on (see `procfs::PageFacts`):
+    // its kpagecount is 0 then too, and tells nothing.
+    let unreadable = page.present && !page.zero_page && procfs.kpageflags_lost(page.pfn);
     if page.present && !page.zero_page {
         page.mapcount = procfs.kpagecount(page.pfn);
     }
     let process = crate::status::process_info(addr);
     let o = Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() };
+    let o = if unreadable { o.unsupported("kpagecount") } else { o };
     // Before 6.2 VmSwap may lag (SPLIT_RSS_COUNTING): not recorded.
     let o = if crate::release::version().counts_rss_exactly() { o } else { o.except(&["swap_total_kb".into()]) };
     let o = if crate::procfs::soft_dirty() { o } else { o.unsupported("soft_dirty") };

@@ -33,7 +33,7 @@ pub struct ScaleArgs {
     max_vmas: u64,
     /// The most model RAM written, one byte per page, like 4G (at most
     /// 512G; the host needs about 2% of it in base pages: the memmap, and a
-    /// state word per frame instead of its 4 KiB; 0.4% in hugetlb pages).
+    /// state word per frame instead of its 4 KiB; 0.3% in hugetlb pages).
     #[arg(long, default_value = "64G")]
     max_ram: String,
     /// The most threads of one process faulting 64M each at once.
@@ -207,7 +207,7 @@ fn print_table(points: &[(Axis, Point)]) {
     println!("threads: wall time; on this machine's {} CPUs, threads beyond them take turns", num_cpus());
     println!(
         "ram: most of it is the memmap, 64 bytes per 4 KiB frame as Linux's struct page (1.56%); hugetlb-ram keeps \
-         one page of memmap per 2 MiB page (HVO: 0.2%)"
+         one page of memmap per 2 MiB page (HVO: the memmap 0.2%)"
     );
 }
 

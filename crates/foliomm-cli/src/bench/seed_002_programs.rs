@@ -86,15 +86,17 @@ pub(super) fn first_skip(programs: &[Program], i: usize, size: u64) -> u64 {
 /// maps, the pool set to hold it (and restored), an instance per process.
 /// `each`: every instance's least loops, the pages a forker touches, and
 /// whether the instances map apart; `hvo`: the pool's pages made with
-/// HVO on.
+/// HVO on, else off (where the kernel has the sysctl; pages already in the
+/// pool stay as they were made).
 pub(super) fn host(programs: &[Program], size: u64, each: (u32, u64, bool), hvo: bool) -> Result<Round> {
     use foliomm_host::sysfs;
-    if hvo {
-        sysfs::set_hvo(true).map_err(anyhow::Error::msg)?;
-    }
-    sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
-        .map_err(anyhow::Error::msg)?;
-    let r = host_round(programs, size, each);
+    let pool = || {
+        if hvo || std::path::Path::new(sysfs::HVO_PATH).exists() {
+            sysfs::set_hvo(hvo)?;
+        }
+        sysfs::set(&sysfs::hugetlb_path(HugeSize::Pmd, "nr_hugepages"), &(size / HPAGE).to_string())
+    };
+    let r = pool().map_err(anyhow::Error::msg).and_then(|()| host_round(programs, size, each));
     sysfs::restore_all();
     Ok(Round { rates: r?, transfers: Transfers::default(), ops: 0.0 })
 }

@@ -59,7 +59,8 @@ pub(super) fn check_pool(m: &Kernel, size: HugeSize, [folios, free, restoring]: 
 
 /// Checks the memmap of folio `f`, `hugetlb` or not: if it is optimized,
 /// the descriptor that stands for every tail past the kept page must be a
-/// plain tail of `f` with no reference and no mapping (a write through it
+/// plain tail of `f` with no reference, no mapping and no link (its
+/// other words are left from earlier use, as on every tail; a write through it
 /// would change every such tail at once; in Linux it faults on the
 /// read-only alias), and `f` must be hugetlb (a folio leaving the pool gets
 /// its memmap back first).
@@ -74,11 +75,12 @@ pub(super) fn check_vmemmap(m: &Kernel, f: Folio, hugetlb: bool, bad: &mut Vec<V
     }
     let kept = m.phys.page(pfn + f.nr_pages() - 1);
     let (flags, head) = (kept.flags.load(Relaxed), kept.compound.load(Relaxed));
-    let (refs, mapcount) = (kept.refcount.load(Relaxed), kept.mapcount.load(Relaxed));
-    if flags != pg::TAIL || head != pfn || refs != 0 || mapcount != -1 {
+    let (refs, mapcount, link) = (kept.refcount.load(Relaxed), kept.mapcount.load(Relaxed), kept.link.load(Relaxed));
+    if flags != pg::TAIL || head != pfn || refs != 0 || mapcount != -1 || link != 0 {
         let what = format!(
             "hugetlb folio {pfn:#x}: its optimized memmap's shared tail descriptor (page {}) reads flags {flags:#x}, \
-             head {head:#x}, refcount {refs}, raw mapcount {mapcount}; a plain tail of the folio was expected",
+             head {head:#x}, refcount {refs}, raw mapcount {mapcount}, link {link:#x}; a plain tail of the folio \
+             was expected",
             KEPT_DESCRIPTORS - 1
         );
         bad.push(Violation::new(Allocator, Subject::Folio(pfn), what));

@@ -290,6 +290,10 @@ impl Tracker {
         bad: &mut Vec<Violation>,
     ) {
         let zero: BTreeSet<Pfn> = m.zero_frames().collect();
+        for &pfn in heads.iter().filter(|&&p| m.phys.vmemmap_optimized(p) && !m.phys.page(p).test(pg::TAIL)) {
+            let f = Folio::from_head(&m.phys, pfn);
+            super::hugetlb::check_vmemmap(m, f, f.head().test(pg::HUGETLB), bad);
+        }
         for &pfn in heads.iter().filter(|p| !self.truth.contains_key(p) && !zero.contains(p)) {
             let p = m.phys.page(pfn);
             if p.test(pg::TABLE) {
@@ -300,9 +304,6 @@ impl Tracker {
                 continue;
             }
             let f = Folio::from_head(&m.phys, pfn);
-            if !p.test(pg::TAIL) {
-                super::hugetlb::check_vmemmap(m, f, p.test(pg::HUGETLB), bad);
-            }
             let free_huge = p.test(pg::HUGETLB) && m.is_free_huge_page(pfn);
             let free = p.test(pg::BUDDY) || (f.refcount() == 0 && !p.test(pg::HUGETLB));
             if self.owners.contains_key(&pfn) {

@@ -29,10 +29,10 @@ impl Kernel {
     /// its memmap optimized if the sysctl says so.
     pub(super) fn alloc_fresh_hugetlb_folio(&self, place: Placement, size: HugeSize) -> Result<Folio<'_>, Errno> {
         let f = self.alloc_folio_placed(place, size.order())?;
+        f.head().set(pg::HUGETLB);
         if self.hugetlb_optimize_vmemmap() {
             self.phys.vmemmap_optimize(f.pfn, f.order());
         }
-        f.head().set(pg::HUGETLB);
         Ok(f)
     }
 

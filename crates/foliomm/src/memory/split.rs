@@ -78,10 +78,12 @@ fn split_mapped<'k>(
     list: Option<&mut Vec<Folio<'k>>>,
 ) -> Result<()> {
     let in_cache = k.folio_swap(f).is_some();
-    let file = crate::shmem::in_page_cache(f) && !f.head().test(crate::phys::pg::HUGETLB);
+    let hugetlb = f.head().test(crate::phys::pg::HUGETLB);
+    let file = crate::shmem::in_page_cache(f) && !hugetlb;
     let order_1 = new_order == 1 && !file;
     let too_small = new_order != 0 && new_order < k.design.min_large_order();
-    if !f.is_large() || !(f.test_anon() || file) || new_order >= f.order() || order_1 || too_small || in_cache {
+    let anon = f.test_anon() && !hugetlb;
+    if !f.is_large() || !(anon || file) || new_order >= f.order() || order_1 || too_small || in_cache {
         return Err(Errno::EINVAL);
     }
     // The page cache's references are held too (`folio_expected_ref_count`).

@@ -69,10 +69,12 @@ impl<T: ZeroIsDefault> Zeroed<T> {
     /// back (`MADV_DONTNEED`): they read as zero, their default, until
     /// written again. The caller reads none of them meanwhile and relies
     /// on none keeping its value (see `super::vmemmap`).
+    #[cfg_attr(any(loom, shuttle), allow(dead_code))]
     pub(super) fn discard(&self, range: std::ops::Range<usize>) {
         let values = &self[range];
         let (start, end) = (values.as_ptr() as usize, values.as_ptr() as usize + size_of_val(values));
-        let page = PAGE_SIZE as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(PAGE_SIZE as libc::c_long) as usize;
         let (start, end) = (start.next_multiple_of(page), end / page * page);
         if start >= end {
             return;

@@ -20,8 +20,13 @@ use crate::arch::{Pfn, PAGE_SIZE, PMD_ORDER, PUD_ORDER};
 use crate::Errno;
 
 /// Descriptors in one page of memmap, the part an optimized folio keeps
-/// (`HUGETLB_VMEMMAP_RESERVE_SIZE / sizeof(struct page)`).
-pub const KEPT_DESCRIPTORS: u64 = PAGE_SIZE / size_of::<super::Page>() as u64;
+/// (`HUGETLB_VMEMMAP_RESERVE_SIZE / sizeof(struct page)`: 4096 / 64). A
+/// constant, not derived from `Page`'s size, which loom's and shuttle's
+/// atomics make larger.
+pub const KEPT_DESCRIPTORS: u64 = 64;
+
+#[cfg(not(any(loom, shuttle)))]
+const _: () = assert!(size_of::<super::Page>() as u64 * KEPT_DESCRIPTORS == PAGE_SIZE);
 
 /// How the descriptors of a 2 MiB block are held.
 const REAL: u8 = 0;
@@ -53,7 +58,7 @@ impl Vmemmap {
     /// an optimized folio past the kept page, the folio's last kept one.
     #[inline]
     pub(super) fn descriptor(&self, pfn: Pfn) -> Pfn {
-        if self.optimized.load(Relaxed) == 0 {
+        if self.optimized.load(Acquire) == 0 {
             return pfn;
         }
         let span = match self.blocks[(pfn >> PMD_ORDER) as usize].load(Acquire) {
@@ -69,14 +74,17 @@ impl Vmemmap {
         }
     }
 
-    /// Whether the folio of order `order` at `pfn` has an optimized memmap
+    /// Whether the folio at `pfn` (its head) has an optimized memmap
     /// (`folio_test_hugetlb_vmemmap_optimized`).
     pub(super) fn is_optimized(&self, pfn: Pfn) -> bool {
         self.blocks[(pfn >> PMD_ORDER) as usize].load(Acquire) != REAL
     }
 
-    /// Marks the folio at `pfn` of `order` optimized; true if it can be
-    /// (a 2 MiB or 1 GiB folio not optimized already).
+    /// Marks the folio at `pfn` of `order` optimized (`on`) or not; true
+    /// if that changed it (only 2 MiB and 1 GiB folios are ever optimized).
+    /// The count goes up before the blocks are marked and down after they
+    /// are cleared, with release order: a reader that sees no optimized
+    /// folio, or a block not marked, sees the descriptors restored.
     pub(super) fn mark(&self, pfn: Pfn, order: u32, on: bool) -> bool {
         let kind = match order {
             PMD_ORDER => OPTIMIZED_PMD,
@@ -92,7 +100,7 @@ impl Vmemmap {
         }
         self.blocks[blocks].iter().for_each(|b| b.store(if on { kind } else { REAL }, Release));
         if !on {
-            self.optimized.fetch_sub(1, Relaxed);
+            self.optimized.fetch_sub(1, Release);
         }
         true
     }
@@ -102,8 +110,11 @@ impl super::PhysMem {
     /// `hugetlb_vmemmap_optimize_folio`: the descriptors of the hugetlb
     /// folio of `order` at `pfn` past its first 64 are given up, and read
     /// as its 64th from now on. The folio is new (its tails as
-    /// `prep_compound_page` left them) and no one else reaches it. Returns
-    /// whether it was optimized (only 2 MiB and 1 GiB folios are).
+    /// `prep_compound_page` left them) and only a reader holding a stale
+    /// pfn may look at it (a PFN walker, a KSM stable node); such a reader
+    /// may read a given-up descriptor as zeros, where Linux makes it wait
+    /// (`synchronize_rcu` before the remap). Returns whether it was
+    /// optimized (only 2 MiB and 1 GiB folios are).
     pub fn vmemmap_optimize(&self, pfn: Pfn, order: u32) -> bool {
         if !self.vmemmap.mark(pfn, order, true) {
             return false;
