@@ -385,6 +385,7 @@ mod tests {
             "set thp enabled=never",
             "set shmem enabled=never",
             "set hugetlb pages=1",
+            "set hugetlb_optimize_vmemmap on",
             "set khugepaged max_ptes_shared=0 pages_to_scan=8",
             "set check on",
         ];
