@@ -5,7 +5,7 @@
 
 use crate::arch::Pfn;
 use crate::folio::{Folio, GUP_PIN_COUNTING_BIAS, PINCOUNT_WORD};
-use crate::phys::{pg, MigrateType, Placement};
+use crate::phys::{pg, MigrateType, Page, Placement};
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::cacheline::{self, Structure};
 use crate::Errno;
@@ -181,7 +181,12 @@ impl Kernel {
 /// Page `i` of `f` described as a bad page if its `_mapcount` is not -1
 /// (a page table still maps it).
 fn mapped_page(f: Folio, i: u64) -> Option<String> {
-    let m = f.page(i).mapcount.load(Relaxed);
+    unmapped_or_bad(f.page(i), i)
+}
+
+/// None if `p` (page `i` of its folio) is unmapped, else what is wrong.
+fn unmapped_or_bad(p: &Page, i: u64) -> Option<String> {
+    let m = p.mapcount.load(Relaxed);
     (m != -1).then(|| format!("page {i} _mapcount is {m}, expected -1"))
 }
 
@@ -191,7 +196,7 @@ fn mapped_page(f: Folio, i: u64) -> Option<String> {
 pub(super) fn clear_descriptors(f: Folio) -> Vec<String> {
     let mut bad = Vec::new();
     for (i, p) in f.phys().pages_ahead(f.pfn..f.pfn + f.nr_pages()).enumerate() {
-        bad.extend(mapped_page(f, i as u64));
+        bad.extend(unmapped_or_bad(p, i as u64));
         p.flags.store(0, Relaxed);
         p.mapcount.store(0, Relaxed);
         p.compound.store(0, Relaxed);
