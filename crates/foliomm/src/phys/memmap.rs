@@ -186,13 +186,24 @@ impl super::PhysMem {
     /// descriptors before it is reached: a pass over a large folio's
     /// descriptors (rmap removal, freeing) is otherwise one cache miss
     /// after another, each waited for by an atomic.
+    /// Where every frame of `pfns` has its own descriptor (always, but in
+    /// an optimized hugetlb folio), the pass walks them as one slice.
     pub fn pages_ahead(&self, pfns: std::ops::Range<crate::arch::Pfn>) -> impl Iterator<Item = &Page> {
         let end = pfns.end;
-        pfns.map(move |pfn| {
-            if pfn + PREFETCH_AHEAD < end {
-                prefetch_for_write(self.page(pfn + PREFETCH_AHEAD));
+        let real = self.vmemmap.all_real(pfns.clone()).then(|| &self.memmap[pfns.start as usize..end as usize]);
+        pfns.enumerate().map(move |(i, pfn)| match real {
+            Some(pages) => {
+                if let Some(ahead) = pages.get(i + PREFETCH_AHEAD as usize) {
+                    prefetch_for_write(ahead);
+                }
+                &pages[i]
             }
-            self.page(pfn)
+            None => {
+                if pfn + PREFETCH_AHEAD < end {
+                    prefetch_for_write(self.page(pfn + PREFETCH_AHEAD));
+                }
+                self.page(pfn)
+            }
         })
     }
 }

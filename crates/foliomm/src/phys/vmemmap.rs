@@ -74,6 +74,16 @@ impl Vmemmap {
         }
     }
 
+    /// Whether every frame of `pfns` has its own descriptor (no block of
+    /// theirs is optimized).
+    pub(super) fn all_real(&self, pfns: std::ops::Range<Pfn>) -> bool {
+        self.optimized.load(Acquire) == 0
+            || pfns.is_empty()
+            || self.blocks[(pfns.start >> PMD_ORDER) as usize..=((pfns.end - 1) >> PMD_ORDER) as usize]
+                .iter()
+                .all(|b| b.load(Acquire) == REAL)
+    }
+
     /// Whether the folio at `pfn` (its head) has an optimized memmap
     /// (`folio_test_hugetlb_vmemmap_optimized`).
     pub(super) fn is_optimized(&self, pfn: Pfn) -> bool {
