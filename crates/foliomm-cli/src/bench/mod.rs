@@ -39,7 +39,7 @@ pub use seed_002_programs::{program_main as seed_002_program, PROGRAM_ARG as SEE
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use foliomm::internals::folio::thp::ThpMode;
 use foliomm::internals::mm::Advice;
 use foliomm::{Config, Cpu, Design, Machine, Mm, MmapFlags, Prot};
@@ -313,7 +313,9 @@ fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
 
 /// A model machine of `config`; with dense frames, one that could need
 /// more host memory than is available is refused with a clear error
-/// instead of running the host out of memory.
+/// instead of running the host out of memory, and the machine's memory is
+/// backed by the host before anything is timed (a warm arena, as the host
+/// kernel's RAM and memmap are).
 fn new_machine(config: Config) -> Result<Arc<Machine>> {
     let available = foliomm_host::procfs::meminfo("MemAvailable");
     if config.dense_frames && config.memory > available {
@@ -324,7 +326,12 @@ fn new_machine(config: Config) -> Result<Arc<Machine>> {
             available >> 20
         );
     }
-    Ok(Machine::new(config)?)
+    let (dense, mib) = (config.dense_frames, config.memory >> 20);
+    let m = Machine::new(config)?;
+    if dense {
+        m.phys.populate().with_context(|| format!("backing the {mib} MiB of a dense model machine with host memory"))?;
+    }
+    Ok(m)
 }
 
 /// Maps `size` bytes in a new MM of `m` so that write faults use folios of

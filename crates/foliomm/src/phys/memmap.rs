@@ -170,6 +170,18 @@ pub(super) fn discard<T: ZeroIsDefault>(values: &PerFrame<T>, range: std::ops::R
 #[cfg(any(loom, shuttle))]
 pub(super) fn discard<T>(_values: &PerFrame<T>, _range: std::ops::Range<usize>) {}
 
+/// Backs the values with host memory now (see `Zeroed::populate`).
+#[cfg(not(any(loom, shuttle)))]
+pub(super) fn populate<T: ZeroIsDefault>(values: &PerFrame<T>) -> Result<(), crate::Errno> {
+    values.populate()
+}
+
+/// Under loom and shuttle the values are built already.
+#[cfg(any(loom, shuttle))]
+pub(super) fn populate<T>(_values: &PerFrame<T>) -> Result<(), crate::Errno> {
+    Ok(())
+}
+
 // SAFETY: outside loom and shuttle every field of `Page` is a `std` atomic
 // integer, for which zero bytes are the value 0: what `Page::default()` holds.
 #[cfg(not(any(loom, shuttle)))]

@@ -107,6 +107,16 @@ impl PhysMem {
         Ok(phys)
     }
 
+    /// Backs the per-frame arrays, and with dense frames the frames' bytes,
+    /// with host memory now, so that no step timed later waits for the host
+    /// to fault in the model's own memory (Linux's memmap and RAM are
+    /// there from boot); ENOMEM where the host cannot. Behaviour is the same.
+    pub fn populate(&self) -> Result<(), Errno> {
+        self.arena.populate(self.dense)?;
+        memmap::populate(&self.memmap)?;
+        memmap::populate(&self.generation)
+    }
+
     pub fn nr_frames(&self) -> u64 {
         self.nr_frames
     }
