@@ -46,10 +46,17 @@ impl State<'_> {
             Cmd::Mlock(pl, lock) => {
                 let (a, l) = self.place(pl)?;
                 let r = self.perform(t, Op::Mlock { addr: a, len: l, lock: *lock });
-                // populate_vma_page_range(): a private writable mapping is
-                // populated with FOLL_WRITE, which breaks COW.
-                if *lock && r.is_ok() {
-                    self.refs.get_mut(t.proc).unwrap().break_cow(a, l);
+                let rs = self.refs.get_mut(t.proc).unwrap();
+                match r {
+                    // populate_vma_page_range(): a private writable mapping
+                    // is populated with FOLL_WRITE, which breaks COW.
+                    Ok(_) if *lock => {
+                        rs.lock(a, l, true);
+                        rs.break_cow(a, l);
+                    }
+                    Ok(_) => rs.lock(a, l, false),
+                    Err(StepError::Errno(Errno::ENOMEM)) => rs.lock_until_hole(a, l, *lock),
+                    Err(_) => {}
                 }
                 outcome(step, r)?;
                 Ok("ok".into())
@@ -198,6 +205,9 @@ impl State<'_> {
             }
             None => rs.map(addr, *len, *prot),
         }
+        if *locked {
+            rs.lock(addr, *len, true);
+        }
         // MAP_POPULATE of a private writable mapping write-faults it.
         if *populate {
             rs.break_cow(addr, *len);
@@ -226,11 +236,12 @@ impl State<'_> {
             self.refs.get_mut(&p).unwrap().zap(a, l);
         }
         // MADV_REMOVE walks the range's VMAs in turn: a hole (ENOMEM)
-        // punched every mapped part. A refusal (EINVAL, EACCES) leaves the
-        // VMAs before the refusing one punched, which the reference, who
-        // knows no VMAs, cannot tell: it assumes none was.
-        if *adv == Advice::Remove && acted {
-            let holes = self.refs.get_mut(&p).unwrap().remove(a, l);
+        // punched every mapped part; a refusal (EINVAL, EACCES) the VMAs
+        // before the refusing one (see `RefSpace::remove_until_refused`).
+        let refused = matches!(r, Err(StepError::Errno(Errno::EINVAL | Errno::EACCES)));
+        if *adv == Advice::Remove && (acted || refused) {
+            let rs = self.refs.get_mut(&p).unwrap();
+            let holes = if acted { rs.remove(a, l) } else { rs.remove_until_refused(a, l) };
             if let Some(&huge) = self.hugetlb.get(&pl.map) {
                 holes.into_iter().for_each(|(id, hole)| self.hugetlb_hole(id, hole, huge));
             }

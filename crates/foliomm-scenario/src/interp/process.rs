@@ -78,7 +78,8 @@ impl State<'_> {
                     .into());
                 }
                 if outcome(step, self.perform(t, Op::Fork { child: child.clone() }))?.is_some() {
-                    let copy = self.refs[&p].clone();
+                    let mut copy = self.refs[&p].clone();
+                    copy.unlock_all();
                     self.refs.insert(child.clone(), copy);
                     for ps in self.holders.values_mut().filter(|ps| ps.contains(&p)) {
                         ps.insert(child.clone());

@@ -41,6 +41,7 @@ pub mod precision;
 mod ref_file;
 mod ref_lazy;
 mod ref_page;
+mod ref_remove;
 pub mod reference;
 mod swap;
 pub mod violation;

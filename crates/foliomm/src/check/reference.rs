@@ -26,19 +26,21 @@ const PS: usize = PAGE_SIZE as usize;
 /// and adjacent runs of one mapping coalesce.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct Mapping {
-    prot: u32,
+    pub(super) prot: u32,
     pub(super) file: Option<Backing>,
+    /// `VM_LOCKED`: MADV_REMOVE refuses the run ([`super::ref_remove`]).
+    pub(super) locked: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct Backing {
-    file: u64,
+    pub(super) file: u64,
     delta: u64,
-    shared: bool,
+    pub(super) shared: bool,
 }
 
 impl Backing {
-    fn index(&self, page: u64) -> u64 {
+    pub(super) fn index(&self, page: u64) -> u64 {
         (page / PAGE_SIZE).wrapping_add(self.delta)
     }
 
@@ -60,7 +62,7 @@ pub struct RefSpace {
     /// Pages `MADV_FREE` let go: what each reads if reclaim dropped it
     /// ([`super::ref_lazy`]).
     pub(super) lazy: BTreeMap<u64, Lazy>,
-    files: RefFiles,
+    pub(super) files: RefFiles,
 }
 
 /// The pieces of `[start, start + len)` within one page each: (address,
@@ -73,7 +75,7 @@ pub(super) fn pieces(start: u64, len: u64) -> impl Iterator<Item = (u64, usize, 
 }
 
 /// The whole pages `[start, start + len)` touches.
-fn page_range(start: u64, len: u64) -> Range<u64> {
+pub(super) fn page_range(start: u64, len: u64) -> Range<u64> {
     let end = (start + len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
     start & !(PAGE_SIZE - 1)..end
 }
@@ -105,20 +107,20 @@ impl RefSpace {
     }
 
     /// The mapped runs overlapping `range`, clipped to it.
-    fn runs(&self, range: &Range<u64>) -> Vec<(Range<u64>, Mapping)> {
+    pub(super) fn runs(&self, range: &Range<u64>) -> Vec<(Range<u64>, Mapping)> {
         let runs = self.maps.overlapping(range);
         runs.map(|(r, m)| (r.start.max(range.start)..r.end.min(range.end), *m)).collect()
     }
 
     /// A new mapping of zero pages (replacing whatever was there).
     pub fn map(&mut self, start: u64, len: u64, prot: Prot) {
-        self.insert(page_range(start, len), Mapping { prot: prot.0, file: None });
+        self.insert(page_range(start, len), Mapping { prot: prot.0, file: None, locked: false });
     }
 
     /// A new mapping of file `file` from page `index`, shared or private.
     pub fn map_file(&mut self, start: u64, len: u64, prot: Prot, file: u64, index: u64, shared: bool) {
         let delta = index.wrapping_sub(start / PAGE_SIZE);
-        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }) });
+        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }), locked: false });
     }
 
     pub fn unmap(&mut self, start: u64, len: u64) {
@@ -148,6 +150,12 @@ impl RefSpace {
     /// from `start` up to the first hole changed (Linux changes the VMAs
     /// before the hole; none if `start` is not mapped).
     pub fn protect_until_hole(&mut self, start: u64, len: u64, prot: Prot) {
+        self.protect(start, self.mapped_prefix(start, len), prot);
+    }
+
+    /// How many bytes from `start` (of `len`) are mapped before the first
+    /// hole.
+    pub(super) fn mapped_prefix(&self, start: u64, len: u64) -> u64 {
         let mut at = start;
         for (range, _) in self.runs(&page_range(start, len)) {
             if range.start != at {
@@ -155,27 +163,13 @@ impl RefSpace {
             }
             at = range.end;
         }
-        self.protect(start, at - start, prot);
+        at - start
     }
 
     /// MADV_DONTNEED: private pages read zero again (or the file, for a
     /// private file mapping); shared file pages keep their bytes.
     pub fn zap(&mut self, start: u64, len: u64) {
         self.drop_data(page_range(start, len));
-    }
-
-    /// MADV_REMOVE: punches the whole pages of the range out of the shared
-    /// file mapped there; returns each hole as (file, byte range).
-    pub fn remove(&mut self, start: u64, len: u64) -> Vec<(u64, Range<u64>)> {
-        let mut holes = Vec::new();
-        for (range, m) in self.runs(&page_range(start, len)) {
-            if let Some(b) = m.file.filter(|b| b.shared) {
-                let (first, end) = (b.index(range.start), b.index(range.end - PAGE_SIZE) + 1);
-                self.files.punch(b.file, first * PAGE_SIZE, end * PAGE_SIZE);
-                holes.push((b.file, first * PAGE_SIZE..end * PAGE_SIZE));
-            }
-        }
-        holes
     }
 
     /// The pages of `file` at indexes `pages` leave this space's private
@@ -203,7 +197,7 @@ impl RefSpace {
         self.unmap(old, old_len);
         // File indexes stay with their pages.
         let moved_by = |b: Backing| b.moved(old, new);
-        let first = runs.first().map_or(Mapping { prot: 0, file: None }, |(_, m)| *m);
+        let first = runs.first().map_or(Mapping { prot: 0, file: None, locked: false }, |(_, m)| *m);
         self.insert(new_range.clone(), Mapping { file: first.file.map(moved_by), ..first });
         for (range, m) in runs {
             let to = new + (range.start - old)..(new + (range.end - old)).min(new_range.end);
