@@ -32,7 +32,10 @@ impl RefSpace {
     /// The child's copy at fork: no mapping of it is locked (`dup_mmap`
     /// clears `VM_LOCKED`).
     pub fn unlock_all(&mut self) {
-        self.lock(0, u64::MAX & !(PAGE_SIZE - 1), false);
+        let locked: Vec<_> = self.maps.iter().filter(|(_, m)| m.locked).map(|(r, m)| (r.clone(), *m)).collect();
+        for (range, m) in locked {
+            self.maps.insert(range, Mapping { locked: false, ..m });
+        }
     }
 
     /// MADV_REMOVE that punched every run it met (it succeeded, or met a
