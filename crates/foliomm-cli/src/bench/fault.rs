@@ -10,7 +10,7 @@ use foliomm::{Design, Machine};
 use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::stats::summarize;
-use super::{host_share_note, machine_for, model_populate, new_table, secs, CommonArgs};
+use super::{host_share_note, model_populate, new_table, secs, warm_machine_for, CommonArgs};
 use crate::host;
 
 /// The folio sizes: name and order.
@@ -78,7 +78,7 @@ impl Benchmark for Fault<'_> {
     fn prepare(&mut self, group: &[Setup], _: &super::progress::Progress) -> Result<()> {
         self.machine = None;
         if matches!(group[0], Setup::Model(_)) {
-            self.machine = Some(machine_for(self.size, self.args.config(Design::MmId))?);
+            self.machine = Some(warm_machine_for(self.size, self.args.config(Design::MmId))?);
         }
         Ok(())
     }

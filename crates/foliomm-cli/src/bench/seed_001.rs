@@ -26,7 +26,7 @@ use super::runner::{Benchmark, Measurement};
 use super::saved::{SavedRun, Table};
 use super::stats::{change, summarize, Change, Summary};
 use super::zap_tradeoffs::{self, Tradeoff, PAGES_PER_RESCHED};
-use super::{host_share_note, machine_for, model_populate, model_split_pmds, new_table, secs, CommonArgs};
+use super::{host_share_note, model_populate, model_split_pmds, new_table, secs, warm_machine_for, CommonArgs};
 use crate::host;
 
 /// `bench zap-batching`'s options: the common ones (the model's design is
@@ -131,7 +131,7 @@ impl Benchmark for Seed001<'_> {
                 Setup::Tradeoff(_, w) => (w.name(), w.config(Config { zap: ZapStrategy::Batched, ..base })),
                 _ => continue,
             };
-            self.machines.push((name, machine_for(self.size, config)?));
+            self.machines.push((name, warm_machine_for(self.size, config)?));
         }
         Ok(())
     }

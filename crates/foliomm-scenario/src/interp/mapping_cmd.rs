@@ -46,16 +46,18 @@ impl State<'_> {
             Cmd::Mlock(pl, lock) => {
                 let (a, l) = self.place(pl)?;
                 let r = self.perform(t, Op::Mlock { addr: a, len: l, lock: *lock });
+                // mlock_fixup() leaves hugetlb VMAs unlocked.
+                let hugetlb = self.hugetlb.contains_key(&pl.map);
                 let rs = self.refs.get_mut(t.proc).unwrap();
                 match r {
                     // populate_vma_page_range(): a private writable mapping
                     // is populated with FOLL_WRITE, which breaks COW.
                     Ok(_) if *lock => {
-                        rs.lock(a, l, true);
+                        rs.lock(a, l, !hugetlb);
                         rs.break_cow(a, l);
                     }
                     Ok(_) => rs.lock(a, l, false),
-                    Err(StepError::Errno(Errno::ENOMEM)) => rs.lock_until_hole(a, l, *lock),
+                    Err(StepError::Errno(Errno::ENOMEM)) => rs.lock_until_hole(a, l, *lock && !hugetlb),
                     Err(_) => {}
                 }
                 outcome(step, r)?;
@@ -205,11 +207,15 @@ impl State<'_> {
             }
             None => rs.map(addr, *len, *prot),
         }
-        if *locked {
+        // MAP_LOCKED locks and populates (not hugetlb: mmap_region clears
+        // VM_LOCKED there); populating a private writable mapping
+        // write-faults it.
+        let locked = *locked && !self.hugetlb.contains_key(name);
+        let rs = self.refs.get_mut(&p).unwrap();
+        if locked {
             rs.lock(addr, *len, true);
         }
-        // MAP_POPULATE of a private writable mapping write-faults it.
-        if *populate {
+        if *populate || locked {
             rs.break_cow(addr, *len);
         }
         Ok(format!("{name} = {addr:#x}"))
@@ -238,10 +244,18 @@ impl State<'_> {
         // MADV_REMOVE walks the range's VMAs in turn: a hole (ENOMEM)
         // punched every mapped part; a refusal (EINVAL, EACCES) the VMAs
         // before the refusing one (see `RefSpace::remove_until_refused`).
-        let refused = matches!(r, Err(StepError::Errno(Errno::EINVAL | Errno::EACCES)));
-        if *adv == Advice::Remove && (acted || refused) {
+        // A misaligned start is EINVAL before the walk.
+        let refused = match r {
+            Err(StepError::Errno(e @ (Errno::EINVAL | Errno::EACCES))) if a % PAGE_SIZE == 0 => Some(e),
+            _ => None,
+        };
+        if *adv == Advice::Remove && (acted || refused.is_some()) {
+            let read_only_refused = !self.backend.release().remove_takes_a_maywrite_mapping();
             let rs = self.refs.get_mut(&p).unwrap();
-            let holes = if acted { rs.remove(a, l) } else { rs.remove_until_refused(a, l) };
+            let holes = match refused {
+                Some(e) => rs.remove_until_refused(a, l, e, read_only_refused),
+                None => rs.remove(a, l),
+            };
             if let Some(&huge) = self.hugetlb.get(&pl.map) {
                 holes.into_iter().for_each(|(id, hole)| self.hugetlb_hole(id, hole, huge));
             }

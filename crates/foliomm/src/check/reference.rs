@@ -217,8 +217,9 @@ impl RefSpace {
     pub fn remap_keeping_source(&mut self, old: u64, len: u64, new: u64) {
         let runs = self.runs(&page_range(old, len));
         self.remap(old, len, new, len);
+        // The source is no longer locked (`mremap` clears `VM_LOCKED` there).
         for (range, m) in runs {
-            self.insert(range, m);
+            self.insert(range, Mapping { locked: false, ..m });
         }
     }
 

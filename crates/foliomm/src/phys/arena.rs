@@ -91,14 +91,16 @@ impl<T: ZeroIsDefault> Zeroed<T> {
 impl<T: ZeroIsDefault> Zeroed<T> {
     /// Backs every value with host memory now (`MADV_POPULATE_WRITE`), so
     /// that no later access waits for the host to fault a page in; ENOMEM
-    /// where the host cannot (or, before Linux 5.14, does not know how).
+    /// where the host cannot. A host before Linux 5.14, which does not
+    /// know the advice (EINVAL), leaves the pages to their first touch.
     #[cfg_attr(any(loom, shuttle), allow(dead_code))]
     pub(super) fn populate(&self) -> Result<(), Errno> {
         let bytes = (self.len * size_of::<T>()).max(1);
         // SAFETY: the range is exactly the mapping made in `new`; populating
         // writes no value (pages stay zero-filled, a valid T).
         let r = unsafe { libc::madvise(self.base.as_ptr().cast(), bytes, libc::MADV_POPULATE_WRITE) };
-        if r == 0 {
+        let unknown = r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL);
+        if r == 0 || unknown {
             Ok(())
         } else {
             Err(Errno::ENOMEM)
