@@ -140,9 +140,16 @@ impl RefSpace {
         self.maps.gaps(&page_range(start, len)).next().is_none()
     }
 
+    /// `mprotect`; a private mlocked run made writable is then faulted in
+    /// for write (`mprotect_fixup` → `populate_vma_page_range`), which
+    /// gives each of its file pages a copy of its own.
     pub fn protect(&mut self, start: u64, len: u64, prot: Prot) {
         for (range, m) in self.runs(&page_range(start, len)) {
-            self.maps.insert(range, Mapping { prot: prot.0, ..m });
+            self.maps.insert(range.clone(), Mapping { prot: prot.0, ..m });
+            let private = !m.file.is_some_and(|b| b.shared);
+            if m.locked && private && m.prot & Prot::WRITE == 0 && prot.0 & Prot::WRITE != 0 {
+                self.break_cow(range.start, range.end - range.start);
+            }
         }
     }
 
