@@ -228,8 +228,9 @@ impl Procfs {
             anon: !f.file,
             ksm: kpf & KPF_KSM != 0,
             pmd_mapped: f.huge,
-            folio_order: match kpf & KPF_HUGE {
-                0 => self.folio_order(f.pfn),
+            folio_order: match kpf {
+                0 => order_without_kpageflags(page, f.huge).unwrap_or(0),
+                _ if kpf & KPF_HUGE == 0 => self.folio_order(f.pfn),
                 _ => hugetlb_order(page).unwrap_or_else(|| self.folio_order(f.pfn)),
             },
             exclusive: f.exclusive,
@@ -409,6 +410,13 @@ pub fn meminfo_hugetlb_and_swap() -> Vec<(String, u64)> {
         line.split_whitespace().next()?.parse().ok()
     };
     names.iter().filter_map(|(key, name)| Some((name.to_string(), value(key)?))).collect()
+}
+
+/// The order of the folio mapped at `addr` where kpageflags lost its
+/// frame (see `PageFacts::file`): a hugetlb VMA's page size, or a PMD's
+/// for a PMD-mapped page; None where only kpageflags could tell.
+pub fn order_without_kpageflags(addr: u64, pmd_mapped: bool) -> Option<u32> {
+    hugetlb_order(addr).or(pmd_mapped.then_some(9))
 }
 
 /// The order of the hugetlb folio mapped at `addr`: its VMA's page size.

@@ -380,6 +380,8 @@ fn observe(procfs: &Procfs, addr: u64, len: u64) -> Answer {
     let process = crate::status::process_info(addr);
     let o = Observation { page, range, byte, pgtables_kb, vma_count, process, ..Default::default() };
     let o = if unreadable { o.unsupported("kpagecount") } else { o };
+    let order_unknown = unreadable && crate::procfs::order_without_kpageflags(addr, o.page.pmd_mapped).is_none();
+    let o = if order_unknown { o.unsupported("folio_order").unsupported("folio_kb") } else { o };
     // Before 6.2 VmSwap may lag (SPLIT_RSS_COUNTING): not recorded.
     let o = if crate::release::version().counts_rss_exactly() { o } else { o.except(&["swap_total_kb".into()]) };
     let o = if crate::procfs::soft_dirty() { o } else { o.unsupported("soft_dirty") };
