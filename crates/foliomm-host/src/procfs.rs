@@ -425,7 +425,8 @@ pub fn order_without_kpageflags(addr: u64, pmd_mapped: bool) -> Option<u32> {
 /// optimized (HVO) shows `KPF_COMPOUND_HEAD`, since its struct page is the
 /// alias of the head's (a "fake head" that the snapshot does not see
 /// through, where `page_folio` did), so the flags alone would give order 6.
+/// None outside a hugetlb VMA (smaps says 4 kB for every other VMA).
 fn hugetlb_order(addr: u64) -> Option<u32> {
-    let kb = crate::smaps::kernel_page_kb(addr).filter(|kb| kb.is_power_of_two() && *kb >= 4)?;
+    let kb = crate::smaps::kernel_page_kb(addr).filter(|kb| kb.is_power_of_two() && *kb > 4)?;
     Some((kb / 4).trailing_zeros())
 }
