@@ -318,7 +318,9 @@ fn warm_machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
     let (dense, mib) = (config.dense_frames, (size + (256 << 20)) >> 20);
     let m = machine_for(size, config)?;
     if dense {
-        m.phys.populate().with_context(|| format!("backing the {mib} MiB of a dense model machine with host memory"))?;
+        m.phys
+            .populate()
+            .with_context(|| format!("backing the {mib} MiB of a dense model machine with host memory"))?;
     }
     Ok(m)
 }

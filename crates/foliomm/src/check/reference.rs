@@ -120,7 +120,10 @@ impl RefSpace {
     /// A new mapping of file `file` from page `index`, shared or private.
     pub fn map_file(&mut self, start: u64, len: u64, prot: Prot, file: u64, index: u64, shared: bool) {
         let delta = index.wrapping_sub(start / PAGE_SIZE);
-        self.insert(page_range(start, len), Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }), locked: false });
+        self.insert(
+            page_range(start, len),
+            Mapping { prot: prot.0, file: Some(Backing { file, delta, shared }), locked: false },
+        );
     }
 
     pub fn unmap(&mut self, start: u64, len: u64) {
