@@ -306,16 +306,19 @@ pub(crate) fn new_table<T: Into<comfy_table::Cell>>(header: impl IntoIterator<It
     t
 }
 
+/// The model memory a machine for one region has beyond the region.
+const ROOM: u64 = 256 << 20;
+
 /// A machine for one region of `size` with room to spare.
 fn machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
-    new_machine(Config { memory: size + (256 << 20), ..config })
+    new_machine(Config { memory: size + ROOM, ..config })
 }
 
 /// [`machine_for`], backed by host memory before anything is timed when
 /// its frames are dense (a warm arena, as the host kernel's RAM and memmap
 /// are), for benches that time the model's own work against the host's.
 fn warm_machine_for(size: u64, config: Config) -> Result<Arc<Machine>> {
-    let (dense, mib) = (config.dense_frames, (size + (256 << 20)) >> 20);
+    let (dense, mib) = (config.dense_frames, (size + ROOM) >> 20);
     let m = machine_for(size, config)?;
     if dense {
         m.phys
